@@ -1,0 +1,47 @@
+# The obvious targets. `make up` and `make test` are the two commands README.md gives.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install up test check lint typecheck protos protos-check unit e2e bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+
+up: install
+	$(BIN)/sluice up
+
+protos: install
+	$(BIN)/python scripts/gen_protos.py
+
+protos-check:
+	$(BIN)/python scripts/gen_protos.py --check
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check common broker proxy nameserver navigation deploy spark_jobs tests scripts
+
+typecheck:
+	$(BIN)/mypy
+
+unit:
+	$(BIN)/python -m pytest
+
+# The official client and our generated apache.rocketmq.v2 modules register the same protobuf
+# symbols, so end-to-end tests (which import the client) run in their own pytest process.
+e2e:
+	$(BIN)/python -m pytest tests/e2e || [ $$? -eq 5 ]
+
+check: protos-check lint typecheck
+
+test: install
+	$(MAKE) check
+	$(MAKE) unit
+	$(MAKE) e2e
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

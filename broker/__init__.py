@@ -1,0 +1,1 @@
+"""The stateful storage node: CommitLog, RocksDB indexes, and every storage-side semantic."""

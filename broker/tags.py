@@ -1,0 +1,19 @@
+"""Tag hashing shared by the ConsumeQueue (which stores the hash) and tag filters (which match it).
+
+A tag filter is first applied on the 32-bit hash kept in each ConsumeQueue entry, so messages
+whose tag cannot match are skipped without reading the CommitLog; a hash match is then confirmed
+against the real tag. Hash 0 means "no tag".
+"""
+
+from __future__ import annotations
+
+import zlib
+
+NO_TAG_HASH = 0
+
+
+def tag_hash(tag: str | None) -> int:
+    if not tag:
+        return NO_TAG_HASH
+    h = zlib.crc32(tag.encode("utf-8"))
+    return h or 1  # keep 0 reserved for "no tag"

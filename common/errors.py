@@ -1,0 +1,254 @@
+"""One error hierarchy for all of Sluice.
+
+Every error a client can cause, or a component can report across a process boundary, is a
+`SluiceError` subclass that carries its `apache.rocketmq.v2.Code` and whether retrying can help.
+Edges (the public gRPC proxy, the internal broker RPC, the admin CLI) turn exceptions into a
+status in exactly one function each, using `code_of`; anything that is not a `SluiceError`
+becomes INTERNAL_SERVER_ERROR there and is logged with its traceback.
+
+The internal RPC carries (code, message) and `error_for_code` rebuilds the same class on the
+other side, so the proxy behaves the same with a Local or a Cluster backend.
+"""
+
+from __future__ import annotations
+
+from common.codes import Code
+
+
+class SluiceError(Exception):
+    """Base of every coded error. `message` is meant for a person: say what was wrong and what to do."""
+
+    code: Code = Code.INTERNAL_SERVER_ERROR
+    retriable: bool = False
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or self.__class__.__name__)
+        self.message = message or self.__class__.__name__
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# -- client input -------------------------------------------------------------------------------
+
+
+class BadRequest(SluiceError):
+    code = Code.BAD_REQUEST
+
+
+class IllegalTopic(BadRequest):
+    code = Code.ILLEGAL_TOPIC
+
+
+class IllegalConsumerGroup(BadRequest):
+    code = Code.ILLEGAL_CONSUMER_GROUP
+
+
+class IllegalMessageTag(BadRequest):
+    code = Code.ILLEGAL_MESSAGE_TAG
+
+
+class IllegalMessageKey(BadRequest):
+    code = Code.ILLEGAL_MESSAGE_KEY
+
+
+class IllegalMessageGroup(BadRequest):
+    code = Code.ILLEGAL_MESSAGE_GROUP
+
+
+class IllegalMessagePropertyKey(BadRequest):
+    code = Code.ILLEGAL_MESSAGE_PROPERTY_KEY
+
+
+class IllegalMessageId(BadRequest):
+    code = Code.ILLEGAL_MESSAGE_ID
+
+
+class InvalidTransactionId(BadRequest):
+    code = Code.INVALID_TRANSACTION_ID
+
+
+class IllegalFilterExpression(BadRequest):
+    code = Code.ILLEGAL_FILTER_EXPRESSION
+
+
+class IllegalInvisibleTime(BadRequest):
+    code = Code.ILLEGAL_INVISIBLE_TIME
+
+
+class IllegalDeliveryTime(BadRequest):
+    code = Code.ILLEGAL_DELIVERY_TIME
+
+
+class InvalidReceiptHandle(BadRequest):
+    code = Code.INVALID_RECEIPT_HANDLE
+
+
+class MessageTypeConflict(BadRequest):
+    """The message's type is not one the topic accepts."""
+
+    code = Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+
+
+class UnrecognizedClientType(BadRequest):
+    code = Code.UNRECOGNIZED_CLIENT_TYPE
+
+
+class ClientIdRequired(BadRequest):
+    code = Code.CLIENT_ID_REQUIRED
+
+
+class IllegalPollingTime(BadRequest):
+    code = Code.ILLEGAL_POLLING_TIME
+
+
+class IllegalOffset(BadRequest):
+    code = Code.ILLEGAL_OFFSET
+
+
+class MessageBodyTooLarge(BadRequest):
+    code = Code.MESSAGE_BODY_TOO_LARGE
+
+
+class MessageBodyEmpty(BadRequest):
+    code = Code.MESSAGE_BODY_EMPTY
+
+
+class MessagePropertiesTooLarge(BadRequest):
+    code = Code.MESSAGE_PROPERTIES_TOO_LARGE
+
+
+class PayloadTooLarge(BadRequest):
+    code = Code.PAYLOAD_TOO_LARGE
+
+
+# -- access -------------------------------------------------------------------------------------
+
+
+class Unauthorized(SluiceError):
+    code = Code.UNAUTHORIZED
+
+
+class Forbidden(SluiceError):
+    code = Code.FORBIDDEN
+
+
+# -- lookups ------------------------------------------------------------------------------------
+
+
+class NotFound(SluiceError):
+    code = Code.NOT_FOUND
+
+
+class MessageNotFound(NotFound):
+    code = Code.MESSAGE_NOT_FOUND
+
+
+class TopicNotFound(NotFound):
+    code = Code.TOPIC_NOT_FOUND
+
+
+class ConsumerGroupNotFound(NotFound):
+    code = Code.CONSUMER_GROUP_NOT_FOUND
+
+
+class OffsetNotFound(NotFound):
+    code = Code.OFFSET_NOT_FOUND
+
+
+class QueueNotFound(NotFound):
+    """A queue id outside the topic's queues. The protocol has no narrower code than BAD_REQUEST."""
+
+    code = Code.BAD_REQUEST
+
+
+# -- state and capacity ------------------------------------------------------------------------
+
+
+class PreconditionFailed(SluiceError):
+    code = Code.PRECONDITION_FAILED
+
+
+class TooManyRequests(SluiceError):
+    code = Code.TOO_MANY_REQUESTS
+    retriable = True
+
+
+class RequestTimeout(SluiceError):
+    code = Code.REQUEST_TIMEOUT
+    retriable = True
+
+
+class ProxyTimeout(SluiceError):
+    code = Code.PROXY_TIMEOUT
+    retriable = True
+
+
+class Unavailable(SluiceError):
+    """A dependency (a broker, the NameServer, S3) cannot be reached now; retrying later can help."""
+
+    code = Code.HA_NOT_AVAILABLE
+    retriable = True
+
+
+class NotImplementedFeature(SluiceError):
+    code = Code.NOT_IMPLEMENTED
+
+
+class Unsupported(SluiceError):
+    code = Code.UNSUPPORTED
+
+
+# -- storage ------------------------------------------------------------------------------------
+
+
+class MessageCorrupted(SluiceError):
+    """A stored record failed its checks (magic, length, CRC). Raised for reads; never silently skipped."""
+
+    code = Code.MESSAGE_CORRUPTED
+
+
+class StoreCorrupted(SluiceError):
+    """The store cannot be opened safely; the message says where and how an operator can proceed."""
+
+    code = Code.INTERNAL_SERVER_ERROR
+
+
+class StoreClosed(SluiceError):
+    code = Code.HA_NOT_AVAILABLE
+    retriable = True
+
+
+class InternalError(SluiceError):
+    code = Code.INTERNAL_SERVER_ERROR
+
+
+def code_of(exc: BaseException) -> Code:
+    """The protocol code for any exception: its own for a SluiceError, INTERNAL_SERVER_ERROR otherwise."""
+    if isinstance(exc, SluiceError):
+        return exc.code
+    return Code.INTERNAL_SERVER_ERROR
+
+
+def _registry() -> dict[Code, type[SluiceError]]:
+    # Breadth-first from the base: the most general class that owns a code represents it
+    # (BadRequest for BAD_REQUEST rather than QueueNotFound, which shares the code).
+    table: dict[Code, type[SluiceError]] = {}
+    pending: list[type[SluiceError]] = [SluiceError]
+    while pending:
+        cls = pending.pop(0)
+        table.setdefault(cls.code, cls)
+        pending.extend(cls.__subclasses__())
+    return table
+
+
+_BY_CODE = _registry()
+
+
+def error_for_code(code: int, message: str) -> SluiceError:
+    """Rebuild the error class for a code received over the internal RPC."""
+    try:
+        cls = _BY_CODE[Code(code)]
+    except (ValueError, KeyError):
+        cls = InternalError
+    return cls(message)

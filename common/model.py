@@ -1,0 +1,90 @@
+"""Domain types shared by the broker, the NameServer and the proxy.
+
+Enum numbers equal the protocol's (`apache.rocketmq.v2.MessageType`, `Permission`) so edges convert
+by value, but nothing here depends on protobuf.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from common.errors import IllegalConsumerGroup, IllegalTopic
+
+
+class MessageType(IntEnum):
+    NORMAL = 1
+    FIFO = 2
+    DELAY = 3
+    TRANSACTION = 4
+
+    @classmethod
+    def parse(cls, text: str) -> MessageType:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            allowed = ", ".join(m.name.lower() for m in cls)
+            raise ValueError(f"unknown message type {text!r}; use one of {allowed}") from None
+
+
+ALL_MESSAGE_TYPES: frozenset[MessageType] = frozenset(MessageType)
+
+
+class Permission(IntEnum):
+    NONE = 1
+    READ = 2
+    WRITE = 3
+    READ_WRITE = 4
+
+    @property
+    def readable(self) -> bool:
+        return self in (Permission.READ, Permission.READ_WRITE)
+
+    @property
+    def writable(self) -> bool:
+        return self in (Permission.WRITE, Permission.READ_WRITE)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic as one broker holds it: the queues [0, queue_count) of this topic live on that broker."""
+
+    name: str
+    queue_count: int
+    permission: Permission = Permission.READ_WRITE
+    message_types: frozenset[MessageType] = field(default_factory=lambda: frozenset({MessageType.NORMAL}))
+
+
+# Names: the protocol's rules for topics and groups (letters, digits, %, -, _, | up to 127 chars);
+# names starting with % are reserved for system topics (retry, DLQ) and cannot be created by users.
+_NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+DLQ_PREFIX = "%DLQ%"
+RETRY_PREFIX = "%RETRY%"
+SYSTEM_PREFIX = "%"
+
+
+def validate_topic_name(name: str, *, allow_system: bool = False) -> str:
+    if not name:
+        raise IllegalTopic("topic name is empty")
+    if not _NAME_RE.match(name):
+        raise IllegalTopic(
+            f"topic name {name[:64]!r} is invalid: use 1-127 characters from letters, digits, '-', '_', '%', '|'"
+        )
+    if name.startswith(SYSTEM_PREFIX) and not allow_system:
+        raise IllegalTopic(f"topic name {name!r} is reserved: names starting with '%' are system topics")
+    return name
+
+
+def validate_group_name(name: str) -> str:
+    if not name:
+        raise IllegalConsumerGroup("consumer group name is empty")
+    if not _NAME_RE.match(name) or name.startswith(SYSTEM_PREFIX):
+        raise IllegalConsumerGroup(
+            f"consumer group name {name[:64]!r} is invalid: use 1-127 characters from letters, digits, '-', '_'"
+        )
+    return name
+
+
+def dlq_topic(group: str) -> str:
+    return f"{DLQ_PREFIX}{group}"

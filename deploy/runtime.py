@@ -1,0 +1,41 @@
+"""Running a long-lived component as a process: event loop, signals, clean shutdown.
+
+`serve(main)` runs `main(stop)` on uvloop (when available); `stop` is an `asyncio.Event` set on
+SIGTERM or SIGINT, after which `main` is expected to shut its component down and return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("sluice.runtime")
+
+
+def install_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on every supported platform
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def serve(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:
+    install_uvloop()
+
+    async def runner() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, _on_signal, stop, sig)
+        return await main(stop)
+
+    return asyncio.run(runner())
+
+
+def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
+    if not stop.is_set():
+        log.info("received %s, shutting down", sig.name)
+    stop.set()

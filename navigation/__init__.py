@@ -1,0 +1,1 @@
+"""Tells clients which proxy endpoints to use, per namespace, zone and network."""

@@ -1,0 +1,1 @@
+"""The stateless client-facing proxy serving `apache.rocketmq.v2.MessagingService`."""

@@ -1,0 +1,1 @@
+"""PySpark data source over tiered segments, and the analytics jobs built on it."""
