@@ -1,0 +1,77 @@
+"""How coded errors cross Sluice's internal gRPC services (broker, NameServer, navigation).
+
+A server handler raises `SluiceError`s as usual; `@internal_rpc` turns any exception into a gRPC
+error status whose trailing metadata carries the `apache.rocketmq.v2.Code` (`x-sluice-code`) and
+whose details carry the readable message. The client side calls `error_from_rpc` to rebuild the
+same `SluiceError` class, so a caller of a Cluster backend sees exactly what a Local one raises.
+Unknown exceptions are logged with their traceback and sent as INTERNAL_SERVER_ERROR.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from common.codes import Code
+from common.errors import InternalError, SluiceError, Unavailable, code_of, error_for_code
+
+CODE_KEY = "x-sluice-code"
+log = logging.getLogger("sluice.rpc")
+
+R = TypeVar("R")
+
+
+async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
+    code = code_of(exc)
+    if isinstance(exc, SluiceError):
+        message = exc.message
+        status = grpc.StatusCode.UNAVAILABLE if exc.retriable else grpc.StatusCode.FAILED_PRECONDITION
+    else:
+        message = f"internal error: {type(exc).__name__}: {exc}"
+        status = grpc.StatusCode.INTERNAL
+    await context.abort(status, message, trailing_metadata=((CODE_KEY, str(int(code))),))
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
+def internal_rpc(
+    handler: Callable[..., Awaitable[R]],
+) -> Callable[..., Awaitable[R]]:
+    """Decorate a unary grpc.aio servicer method so every exception leaves as a coded status."""
+
+    @functools.wraps(handler)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        try:
+            return await handler(self, request, context)
+        except SluiceError as exc:
+            await abort_with(context, exc)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            log.exception("internal rpc %s failed", handler.__name__)
+            await abort_with(context, exc)
+
+    return wrapper
+
+
+def error_from_rpc(exc: grpc.aio.AioRpcError | grpc.RpcError, target: str = "") -> SluiceError:
+    """The SluiceError a failed internal call stands for."""
+    where = f" from {target}" if target else ""
+    trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == CODE_KEY:
+            try:
+                return error_for_code(int(value), str(exc.details() or ""))
+            except ValueError:
+                break
+    status = exc.code() if hasattr(exc, "code") else None
+    if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+        return Unavailable(f"{status.name.lower() if status else 'unavailable'}{where}: {exc.details()}")
+    return InternalError(f"rpc failed{where}: {status} {exc.details() if hasattr(exc, 'details') else exc}")
+
+
+def ok_code() -> int:
+    return int(Code.OK)
