@@ -16,7 +16,6 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from common.codes import Code
 from common.errors import InternalError, SluiceError, Unavailable, code_of, error_for_code
 
 CODE_KEY = "x-sluice-code"
@@ -71,7 +70,3 @@ def error_from_rpc(exc: grpc.aio.AioRpcError | grpc.RpcError, target: str = "") 
     if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
         return Unavailable(f"{status.name.lower() if status else 'unavailable'}{where}: {exc.details()}")
     return InternalError(f"rpc failed{where}: {status} {exc.details() if hasattr(exc, 'details') else exc}")
-
-
-def ok_code() -> int:
-    return int(Code.OK)
