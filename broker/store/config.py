@@ -1,0 +1,63 @@
+"""Configuration of the store: one frozen dataclass per concern, grouped under `StoreConfig`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+FlushPolicy = Literal["sync", "async"]
+
+
+@dataclass(frozen=True)
+class CommitLogConfig:
+    segment_bytes: int = 1 << 30
+    # sync: acknowledge after fsync (one fsync per group-committed batch).
+    # async: acknowledge after write; a flusher fsyncs every flush_interval_ms.
+    flush_policy: FlushPolicy = "async"
+    flush_interval_ms: int = 200
+    max_record_bytes: int = 8 << 20
+    # Bound on appends waiting for the writer; beyond it appends fail with TOO_MANY_REQUESTS.
+    max_pending_appends: int = 100_000
+    # Queues whose next queue offset the writer keeps in memory; colder ones are read from the index.
+    queue_offset_cache_size: int = 200_000
+
+
+@dataclass(frozen=True)
+class DispatchConfig:
+    # Records per RocksDB WriteBatch, at most.
+    max_batch_records: int = 20_000
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    # Delete sealed segments whose newest record is older than this (0 disables age-based retention).
+    max_age_s: float = 72 * 3600.0
+    # Delete oldest segments while the data disk is fuller than this ratio (1.0 disables).
+    max_disk_used_ratio: float = 0.90
+    check_interval_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    # A CRC failure followed by more data is corruption, not a torn tail; refuse to start unless the
+    # operator explicitly accepts losing everything after the corrupt record.
+    truncate_corrupt_tail: bool = False
+    scan_chunk_bytes: int = 8 << 20
+
+
+@dataclass(frozen=True)
+class ReadConfig:
+    max_batch_bytes: int = 32 << 20
+    # ConsumeQueue entries one read may scan while skipping filtered messages.
+    max_scan_entries: int = 10_000
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    commitlog: CommitLogConfig = field(default_factory=CommitLogConfig)
+    dispatch: DispatchConfig = field(default_factory=DispatchConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+    read: ReadConfig = field(default_factory=ReadConfig)
+    # RocksDB block cache for the indexes.
+    index_cache_bytes: int = 64 << 20

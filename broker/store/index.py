@@ -1,0 +1,235 @@
+"""The store's RocksDB: column families, topic interning, and the read-side index queries.
+
+One RocksDB instance per broker (via rocksdict, raw bytes keys). Column families are listed in
+keys.py; other broker modules (pop state, metadata) add their own through `extra_cfs`, so a
+single WriteBatch can update the store and broker state atomically.
+
+Thread-safety: RocksDB handles are thread-safe. Topic interning is done by the dispatcher thread
+only (`intern_topic`); lookups (`topic_id`) may run on any thread.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import rocksdict
+
+from broker.store import keys as K
+
+
+@dataclass(frozen=True, slots=True)
+class CqEntry:
+    queue_offset: int
+    physical_offset: int
+    size: int
+    tag_hash: int
+    store_timestamp_ms: int
+
+
+def _options(cache_bytes: int) -> rocksdict.Options:
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.create_missing_column_families(True)
+    opts.set_compression_type(rocksdict.DBCompressionType.lz4())
+    table = rocksdict.BlockBasedOptions()
+    table.set_block_cache(rocksdict.Cache(cache_bytes))
+    table.set_bloom_filter(10, False)
+    opts.set_block_based_table_factory(table)
+    opts.increase_parallelism(2)
+    return opts
+
+
+class Index:
+    def __init__(self, path: Path, *, cache_bytes: int = 64 << 20, extra_cfs: Sequence[str] = ()) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        opts = _options(cache_bytes)
+        names = list(K.STORE_CFS) + [n for n in extra_cfs if n not in K.STORE_CFS]
+        self.db = rocksdict.Rdict(str(path), opts, column_families={n: _options(cache_bytes) for n in names})
+        self._cf = {n: self.db.get_column_family(n) for n in names}
+        self._handles = {n: self.db.get_column_family_handle(n) for n in names}
+        self._topic_ids: dict[str, int] = {}
+        self._topic_names: dict[int, str] = {}
+        self._intern_lock = threading.Lock()
+        self._load_topics()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def cf(self, name: str) -> rocksdict.Rdict:
+        return self._cf[name]
+
+    def handle(self, name: str) -> rocksdict.ColumnFamily:
+        return self._handles[name]
+
+    def batch(self) -> rocksdict.WriteBatch:
+        return rocksdict.WriteBatch(raw_mode=True)
+
+    def write(self, batch: rocksdict.WriteBatch) -> None:
+        self.db.write(batch)
+
+    def close(self) -> None:
+        """Flush and release the database. RocksDB keeps its lock while any handle (column family,
+        iterator) is alive, so every reference is dropped before closing."""
+        self.db.flush()
+        for cf in self._cf.values():
+            cf.close()
+        self._cf.clear()
+        self._handles.clear()
+        self.db.close()
+        del self.db
+        gc.collect()
+
+    def size_bytes(self) -> int:
+        """Bytes of live SST files and memtables across all column families."""
+        total = 0
+        for name in self._cf:
+            cf = self._cf[name]
+            for prop in ("rocksdb.total-sst-files-size", "rocksdb.cur-size-all-mem-tables"):
+                total += cf.property_int_value(prop) or 0
+        return total
+
+    # -- topics ----------------------------------------------------------------------------------
+
+    def _load_topics(self) -> None:
+        meta = self._cf[K.CF_META]
+        for key, value in meta.items(from_key=K.META_TOPIC_PREFIX):
+            if not key.startswith(K.META_TOPIC_PREFIX):
+                break
+            tid = int.from_bytes(value, "big")
+            name = key[len(K.META_TOPIC_PREFIX) :].decode("utf-8")
+            self._topic_ids[name] = tid
+            self._topic_names[tid] = name
+
+    def topic_id(self, name: str) -> int | None:
+        return self._topic_ids.get(name)
+
+    def topic_name(self, topic_id: int) -> str | None:
+        return self._topic_names.get(topic_id)
+
+    def topics(self) -> list[str]:
+        return sorted(self._topic_ids)
+
+    def intern_topic(self, name: str, batch: rocksdict.WriteBatch) -> int:
+        """The id of `name`, allocating one (persisted through `batch`) if it is new."""
+        tid = self._topic_ids.get(name)
+        if tid is not None:
+            return tid
+        with self._intern_lock:
+            tid = self._topic_ids.get(name)
+            if tid is not None:
+                return tid
+            tid = len(self._topic_ids) + 1
+            meta = self._handles[K.CF_META]
+            batch.put(K.topic_name_key(name), tid.to_bytes(4, "big"), meta)
+            batch.put(K.topic_id_key(tid), name.encode("utf-8"), meta)
+            self._topic_ids[name] = tid
+            self._topic_names[tid] = name
+            return tid
+
+    # -- checkpoint ------------------------------------------------------------------------------
+
+    def checkpoint(self) -> int | None:
+        raw = self._cf[K.CF_META].get(K.META_CHECKPOINT)
+        return None if raw is None else int(K.U64.unpack(raw)[0])
+
+    def put_checkpoint(self, batch: rocksdict.WriteBatch, position: int) -> None:
+        batch.put(K.META_CHECKPOINT, K.U64.pack(position), self._handles[K.CF_META])
+
+    # -- consume queue ---------------------------------------------------------------------------
+
+    def cq_entries(self, topic_id: int, queue_id: int, start_offset: int) -> Iterator[CqEntry]:
+        """ConsumeQueue entries of one queue from `start_offset` upward, in offset order."""
+        prefix = K.queue_prefix(topic_id, queue_id)
+        it = self._cf[K.CF_CQ].iter()
+        it.seek(K.cq_key(topic_id, queue_id, start_offset))
+        while it.valid():
+            key = it.key()
+            if not key.startswith(prefix):
+                return
+            phys, size, tag_hash, ts = K.CQ_VALUE.unpack(it.value())
+            yield CqEntry(K.cq_key_parse(key)[2], phys, size, tag_hash, ts)
+            it.next()
+
+    def cq_entry(self, topic_id: int, queue_id: int, queue_offset: int) -> CqEntry | None:
+        raw = self._cf[K.CF_CQ].get(K.cq_key(topic_id, queue_id, queue_offset))
+        if raw is None:
+            return None
+        phys, size, tag_hash, ts = K.CQ_VALUE.unpack(raw)
+        return CqEntry(queue_offset, phys, size, tag_hash, ts)
+
+    def queue_bounds(self, topic_id: int, queue_id: int) -> tuple[int, int]:
+        """(min offset, max offset + 1) of a queue's dispatched entries; (0, 0) when empty."""
+        prefix = K.queue_prefix(topic_id, queue_id)
+        it = self._cf[K.CF_CQ].iter()
+        it.seek(prefix)
+        if not it.valid() or not it.key().startswith(prefix):
+            return 0, 0
+        low = K.cq_key_parse(it.key())[2]
+        it.seek_for_prev(K.cq_key(topic_id, queue_id, K.MAX_U64))
+        high = K.cq_key_parse(it.key())[2]
+        return low, high + 1
+
+    def queue_ids(self, topic_id: int) -> list[int]:
+        """Queue ids of a topic that hold at least one dispatched entry (skips along the keyspace)."""
+        out: list[int] = []
+        it = self._cf[K.CF_CQ].iter()
+        qid = 0
+        while True:
+            it.seek(K.queue_prefix(topic_id, qid))
+            if not it.valid():
+                return out
+            tid, found, _ = K.cq_key_parse(it.key())
+            if tid != topic_id:
+                return out
+            out.append(found)
+            qid = found + 1
+
+    # -- lookups by id and key -------------------------------------------------------------------
+
+    def _prefix_scan(self, cf: str, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        it = self._cf[cf].iter()
+        it.seek(prefix)
+        while it.valid() and it.key().startswith(prefix):
+            yield it.key(), it.value()
+            it.next()
+
+    def find_by_id(self, segment_bases: Sequence[int], message_id: str) -> list[tuple[int, int]]:
+        """(physical offset, size) of every record with this message id, oldest first."""
+        mid = message_id.encode("utf-8")
+        if len(mid) > 255:
+            return []
+        hits: list[tuple[int, int]] = []
+        for base in segment_bases:
+            for key, value in self._prefix_scan(K.CF_MSGID, K.msgid_prefix(base, mid)):
+                hits.append((K.trailing_offset(key), K.U32.unpack(value)[0]))
+        return hits
+
+    def find_by_key(self, segment_bases: Sequence[int], topic_id: int, key: str, limit: int) -> list[tuple[int, int]]:
+        kb = key.encode("utf-8")
+        hits: list[tuple[int, int]] = []
+        for base in segment_bases:
+            for k, value in self._prefix_scan(K.CF_KEYIDX, K.keyidx_prefix(base, topic_id, kb)):
+                hits.append((K.trailing_offset(k), K.U32.unpack(value)[0]))
+                if len(hits) >= limit:
+                    return hits
+        return hits
+
+    # -- consumer offsets ------------------------------------------------------------------------
+
+    def get_offset(self, group: str, topic_id: int, queue_id: int) -> int | None:
+        raw = self._cf[K.CF_OFFSETS].get(K.offsets_key(group, topic_id, queue_id))
+        return None if raw is None else int(K.U64.unpack(raw)[0])
+
+    def put_offset(self, group: str, topic_id: int, queue_id: int, offset: int) -> None:
+        self._cf[K.CF_OFFSETS].put(K.offsets_key(group, topic_id, queue_id), K.U64.pack(offset))
+
+    def group_offsets(self, group: str) -> Iterator[tuple[int, int, int]]:
+        """(topic_id, queue_id, offset) of every committed offset of a group."""
+        prefix = K.offsets_group_prefix(group)
+        for key, value in self._prefix_scan(K.CF_OFFSETS, prefix):
+            tid, qid = K.queue_prefix_parse(key[len(prefix) :])
+            yield tid, qid, int(K.U64.unpack(value)[0])

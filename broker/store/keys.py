@@ -1,0 +1,129 @@
+"""RocksDB key and value layouts of the store's indexes. Pure functions, no I/O.
+
+Keys are big-endian so that RocksDB's byte order is numeric order; values are little-endian.
+Topics are interned to a u32 `topic_id` (column family `meta`) to keep keys short: a million
+queues cost a million 16-byte ConsumeQueue keys, not a million files.
+
+Column families (key -> value):
+
+- `cq`: topic_id u32, queue_id u32, queue_offset u64
+  -> physical_offset u64, size u32, tag_hash u32, store_timestamp_ms u64
+- `msgid`: segment_base u64, id length u8, message id, physical_offset u64 -> size u32
+- `keyidx`: segment_base u64, topic_id u32, key length u16, key, physical_offset u64 -> size u32
+- `segq`: segment_base u64, topic_id u32, queue_id u32 -> highest queue_offset in that segment u64
+- `offsets`: group length u16, group, topic_id u32, queue_id u32 -> committed consumer offset u64
+- `meta`: b"checkpoint" -> dispatch position u64 (the next CommitLog byte to dispatch);
+  b"t:" + topic name -> topic_id u32; b"i:" + topic_id u32 -> topic name
+
+The message-id and key indexes are prefixed by the CommitLog segment that holds the record, so
+retention drops a segment's entries with one range delete per column family; a lookup probes each
+live segment (there are few: segments are large).
+"""
+
+from __future__ import annotations
+
+import struct
+
+CF_CQ = "cq"
+CF_MSGID = "msgid"
+CF_KEYIDX = "keyidx"
+CF_SEGQ = "segq"
+CF_OFFSETS = "offsets"
+CF_META = "meta"
+STORE_CFS = (CF_CQ, CF_MSGID, CF_KEYIDX, CF_SEGQ, CF_OFFSETS, CF_META)
+
+META_CHECKPOINT = b"checkpoint"
+META_TOPIC_PREFIX = b"t:"
+META_TOPIC_ID_PREFIX = b"i:"
+
+_CQ_KEY = struct.Struct(">IIQ")
+_QUEUE_PREFIX = struct.Struct(">II")
+CQ_VALUE = struct.Struct("<QIIQ")
+_U64BE = struct.Struct(">Q")
+_U32BE = struct.Struct(">I")
+U64 = struct.Struct("<Q")
+U32 = struct.Struct("<I")
+_SEGQ_KEY = struct.Struct(">QII")
+MAX_U64 = (1 << 64) - 1
+
+
+def cq_key(topic_id: int, queue_id: int, queue_offset: int) -> bytes:
+    return _CQ_KEY.pack(topic_id, queue_id, queue_offset)
+
+
+def cq_key_parse(key: bytes) -> tuple[int, int, int]:
+    return _CQ_KEY.unpack(key)
+
+
+def queue_prefix(topic_id: int, queue_id: int) -> bytes:
+    return _QUEUE_PREFIX.pack(topic_id, queue_id)
+
+
+def cq_value(physical_offset: int, size: int, tag_hash: int, store_timestamp_ms: int) -> bytes:
+    return CQ_VALUE.pack(physical_offset, size, tag_hash, store_timestamp_ms)
+
+
+def segment_prefix(segment_base: int) -> bytes:
+    return _U64BE.pack(segment_base)
+
+
+def msgid_prefix(segment_base: int, message_id: bytes) -> bytes:
+    return _U64BE.pack(segment_base) + bytes((len(message_id),)) + message_id
+
+
+def msgid_key(segment_base: int, message_id: bytes, physical_offset: int) -> bytes:
+    return msgid_prefix(segment_base, message_id) + _U64BE.pack(physical_offset)
+
+
+def keyidx_prefix(segment_base: int, topic_id: int, key: bytes) -> bytes:
+    return _U64BE.pack(segment_base) + _U32BE.pack(topic_id) + struct.pack(">H", len(key)) + key
+
+
+def keyidx_key(segment_base: int, topic_id: int, key: bytes, physical_offset: int) -> bytes:
+    return keyidx_prefix(segment_base, topic_id, key) + _U64BE.pack(physical_offset)
+
+
+def trailing_offset(key: bytes) -> int:
+    """The physical offset that ends msgid and keyidx keys."""
+    return int(_U64BE.unpack_from(key, len(key) - 8)[0])
+
+
+def segq_key(segment_base: int, topic_id: int, queue_id: int) -> bytes:
+    return _SEGQ_KEY.pack(segment_base, topic_id, queue_id)
+
+
+def segq_key_parse(key: bytes) -> tuple[int, int, int]:
+    return _SEGQ_KEY.unpack(key)
+
+
+def offsets_key(group: str, topic_id: int, queue_id: int) -> bytes:
+    g = group.encode("utf-8")
+    return struct.pack(">H", len(g)) + g + _QUEUE_PREFIX.pack(topic_id, queue_id)
+
+
+def offsets_group_prefix(group: str) -> bytes:
+    g = group.encode("utf-8")
+    return struct.pack(">H", len(g)) + g
+
+
+def topic_name_key(name: str) -> bytes:
+    return META_TOPIC_PREFIX + name.encode("utf-8")
+
+
+def topic_id_key(topic_id: int) -> bytes:
+    return META_TOPIC_ID_PREFIX + _U32BE.pack(topic_id)
+
+
+def next_prefix(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with `prefix` (exclusive range end)."""
+    b = bytearray(prefix)
+    while b:
+        if b[-1] != 0xFF:
+            b[-1] += 1
+            return bytes(b)
+        b.pop()
+    raise ValueError("no key follows an all-0xFF prefix")
+
+
+def queue_prefix_parse(raw: bytes) -> tuple[int, int]:
+    return _QUEUE_PREFIX.unpack(raw)

@@ -1,0 +1,305 @@
+"""`MessageStore`: the broker's durable store, seen from the rest of the broker.
+
+Opening a store recovers it (recovery.py), then starts the writer and dispatcher threads. Appends
+are async (`append`) or blocking (`append_blocking`, for tools and child-process tests); both go
+through the one writer. Reads, lookups and offsets are plain calls: they touch RocksDB and the page
+cache for microseconds, so async callers may run them inline (see docs/storage-format.md for when
+to move them to an executor).
+
+Errors: bad input raises a typed `SluiceError` (unknown topic or queue, offset out of range, a
+record that fails its checks); nothing a caller passes can corrupt the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from broker.store.config import StoreConfig
+from broker.store.dispatcher import Dispatcher, DispatchListener
+from broker.store.index import CqEntry, Index
+from broker.store.record import MessageRecord, decode, encode
+from broker.store.recovery import RecoveryReport, recover
+from broker.store.retention import Retention
+from broker.store.segments import SegmentSet
+from broker.store.writer import AppendResult, CommitLogWriter, RecordMeta
+from broker.tags import tag_hash
+from common.errors import BadRequest, IllegalOffset, MessageCorrupted, OffsetNotFound, StoreClosed
+from common.logs import kv
+
+log = logging.getLogger("sluice.store")
+
+
+class ReadStatus(Enum):
+    FOUND = "found"
+    NO_NEW_MESSAGES = "no_new_messages"  # offset == end of queue
+    OFFSET_TOO_SMALL = "offset_too_small"  # older messages were deleted; next_offset = oldest kept
+    OFFSET_OVERFLOW = "offset_overflow"  # offset beyond the end of the queue
+    NO_MATCH = "no_match"  # entries were scanned but none passed the filter
+
+
+@dataclass(slots=True)
+class ReadResult:
+    status: ReadStatus
+    messages: list[MessageRecord]
+    next_offset: int  # where the next read should start
+    min_offset: int
+    max_offset: int  # one past the last dispatched entry
+
+
+@dataclass
+class StoreStats:
+    commitlog_min: int
+    commitlog_end: int
+    written_position: int
+    flushed_position: int
+    dispatched_position: int
+    dispatch_last_lag_ms: int
+    dispatch_max_lag_ms: int
+    segments: int
+    index_bytes: int
+    recovery: RecoveryReport | None = field(default=None)
+
+
+class MessageStore:
+    def __init__(self, data_dir: Path, config: StoreConfig, *, extra_cfs: Sequence[str] = ()) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.index = Index(data_dir / "index", cache_bytes=config.index_cache_bytes, extra_cfs=extra_cfs)
+        self.segments = SegmentSet(data_dir / "commitlog")
+        self.recovery = recover(self.segments, self.index, config.recovery)
+        if self.segments.active is None:
+            self.segments.create(self.index.checkpoint() or 0)
+        self.dispatcher = Dispatcher(self.index, config.dispatch, self.segments.max_offset())
+        self.writer = CommitLogWriter(
+            config.commitlog,
+            self.segments,
+            next_offset_lookup=self._queue_end_from_index,
+            on_written=self.dispatcher.submit,
+            dispatched_position=lambda: self.dispatcher.position,
+        )
+        self.retention = Retention(self.segments, self.index, config.retention, data_dir)
+        self._closed = False
+        log.info(
+            "store opened",
+            extra=kv(
+                data_dir=str(data_dir),
+                segments=len(self.segments.all()),
+                end=self.segments.max_offset(),
+                flush=config.commitlog.flush_policy,
+            ),
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.writer.close()
+        self.dispatcher.close()
+        self.segments.close()
+        self.index.close()
+        log.info("store closed", extra=kv(data_dir=str(self.data_dir)))
+
+    def add_dispatch_listener(self, listener: DispatchListener) -> None:
+        """`listener(queues)` runs on the dispatcher thread after each round with the (topic, queue) set."""
+        self.dispatcher.add_listener(listener)
+
+    # -- appends ---------------------------------------------------------------------------------
+
+    def _prepare(self, records: Sequence[MessageRecord]) -> tuple[list[bytearray], list[RecordMeta]]:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        if not records:
+            raise BadRequest("nothing to append")
+        limit = self.config.commitlog.max_record_bytes
+        buffers: list[bytearray] = []
+        metas: list[RecordMeta] = []
+        for rec in records:
+            if rec.queue_id < 0:
+                raise BadRequest(f"queue id {rec.queue_id} is negative")
+            buf = encode(rec)
+            if len(buf) > limit:
+                raise BadRequest(f"message of {len(buf)} bytes exceeds the store's record limit of {limit} bytes")
+            buffers.append(buf)
+            metas.append(RecordMeta(rec.topic, rec.queue_id, tag_hash(rec.tag), rec.message_id.encode(), rec.keys))
+        return buffers, metas
+
+    async def append(self, records: Sequence[MessageRecord]) -> list[AppendResult]:
+        """Append records (any topics and queues) durably per the flush policy; results in order."""
+        buffers, metas = self._prepare(records)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[AppendResult]] = loop.create_future()
+        self.writer.submit(buffers, metas, (loop, fut))
+        return await fut
+
+    def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> list[AppendResult]:
+        buffers, metas = self._prepare(records)
+        fut: concurrent.futures.Future[list[AppendResult]] = concurrent.futures.Future()
+        self.writer.submit(buffers, metas, fut)
+        return fut.result(timeout_s)
+
+    def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
+        """Block until everything written so far is visible to readers."""
+        return self.dispatcher.wait_for(self.writer.written_position, timeout_s)
+
+    def _queue_end_from_index(self, topic: str, queue_id: int) -> int:
+        tid = self.index.topic_id(topic)
+        return 0 if tid is None else self.index.queue_bounds(tid, queue_id)[1]
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min offset, max offset) of a queue; max is one past the last visible message."""
+        tid = self.index.topic_id(topic)
+        return (0, 0) if tid is None else self.index.queue_bounds(tid, queue_id)
+
+    def read(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        max_messages: int = 32,
+        max_bytes: int | None = None,
+        tag_hashes: frozenset[int] | None = None,
+    ) -> ReadResult:
+        """Up to `max_messages` visible messages of a queue from `offset`, optionally by tag hash."""
+        if offset < 0:
+            raise IllegalOffset(f"offset {offset} is negative")
+        if max_messages <= 0:
+            raise BadRequest(f"max messages must be positive, got {max_messages}")
+        budget = min(max_bytes or self.config.read.max_batch_bytes, self.config.read.max_batch_bytes)
+        tid = self.index.topic_id(topic)
+        low, high = (0, 0) if tid is None else self.index.queue_bounds(tid, queue_id)
+        if offset < low:
+            return ReadResult(ReadStatus.OFFSET_TOO_SMALL, [], low, low, high)
+        if offset == high:
+            return ReadResult(ReadStatus.NO_NEW_MESSAGES, [], offset, low, high)
+        if offset > high:
+            return ReadResult(ReadStatus.OFFSET_OVERFLOW, [], high, low, high)
+        assert tid is not None
+        picked: list[CqEntry] = []
+        used = 0
+        next_offset = offset
+        for scanned, entry in enumerate(self.index.cq_entries(tid, queue_id, offset), start=1):
+            next_offset = entry.queue_offset + 1
+            if tag_hashes is None or entry.tag_hash in tag_hashes:
+                if picked and used + entry.size > budget:
+                    next_offset = entry.queue_offset
+                    break
+                picked.append(entry)
+                used += entry.size
+                if len(picked) >= max_messages:
+                    break
+            if scanned >= self.config.read.max_scan_entries:
+                break
+        messages = [self._load(e.physical_offset, e.size) for e in picked]
+        status = ReadStatus.FOUND if messages else ReadStatus.NO_MATCH
+        return ReadResult(status, messages, next_offset, low, high)
+
+    def _load(self, physical_offset: int, size: int) -> MessageRecord:
+        data = self.segments.read(physical_offset, size)
+        return decode(data, 0, where=f"commitlog position {physical_offset}")
+
+    def read_at(self, physical_offset: int, size: int) -> MessageRecord:
+        """The record at a CommitLog position (as found in an index entry)."""
+        return self._load(physical_offset, size)
+
+    def get(self, topic: str, queue_id: int, queue_offset: int) -> MessageRecord:
+        tid = self.index.topic_id(topic)
+        entry = None if tid is None else self.index.cq_entry(tid, queue_id, queue_offset)
+        if entry is None:
+            raise OffsetNotFound(f"no message at offset {queue_offset} of {topic}/{queue_id}")
+        return self._load(entry.physical_offset, entry.size)
+
+    def find_by_id(self, message_id: str, topic: str | None = None) -> list[MessageRecord]:
+        out = []
+        for phys, size in self.index.find_by_id(self.segments.bases(), message_id):
+            try:
+                rec = self._load(phys, size)
+            except (OffsetNotFound, MessageCorrupted):
+                continue  # deleted by retention between the lookup and the read
+            if topic is None or rec.topic == topic:
+                out.append(rec)
+        return out
+
+    def find_by_key(self, topic: str, key: str, limit: int = 64) -> list[MessageRecord]:
+        tid = self.index.topic_id(topic)
+        if tid is None:
+            return []
+        out = []
+        for phys, size in self.index.find_by_key(self.segments.bases(), tid, key, limit):
+            try:
+                out.append(self._load(phys, size))
+            except (OffsetNotFound, MessageCorrupted):
+                continue
+        return out
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first offset whose store time is >= timestamp (the queue's end if none is)."""
+        tid = self.index.topic_id(topic)
+        if tid is None:
+            return 0
+        low, high = self.index.queue_bounds(tid, queue_id)
+        lo, hi = low, high
+        while lo < hi:
+            mid = (lo + hi) // 2
+            entry = self.index.cq_entry(tid, queue_id, mid)
+            # A missing entry is a hole left by a concurrent retention run: search above it.
+            if entry is None or entry.store_timestamp_ms < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # -- consumer offsets ------------------------------------------------------------------------
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        if offset < 0:
+            raise IllegalOffset(f"offset {offset} is negative")
+        tid = self.index.topic_id(topic)
+        if tid is None:
+            raise OffsetNotFound(f"topic {topic} has no messages on this broker")
+        self.index.put_offset(group, tid, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        tid = self.index.topic_id(topic)
+        return None if tid is None else self.index.get_offset(group, tid, queue_id)
+
+    # -- housekeeping ----------------------------------------------------------------------------
+
+    def run_retention(self, now_s: float | None = None) -> int:
+        """Apply retention once; returns the number of segments deleted."""
+        return self.retention.run(self.dispatcher.position, time.time() if now_s is None else now_s)
+
+    def stats(self) -> StoreStats:
+        return StoreStats(
+            commitlog_min=self.segments.min_offset(),
+            commitlog_end=self.segments.max_offset(),
+            written_position=self.writer.written_position,
+            flushed_position=self.writer.flushed_position,
+            dispatched_position=self.dispatcher.position,
+            dispatch_last_lag_ms=self.dispatcher.last_lag_ms,
+            dispatch_max_lag_ms=self.dispatcher.max_lag_ms,
+            segments=len(self.segments.all()),
+            index_bytes=self.index.size_bytes(),
+            recovery=self.recovery,
+        )
+
+    def disk_usage(self) -> tuple[int, int]:
+        """(used bytes, total bytes) of the filesystem holding the data directory."""
+        usage = shutil.disk_usage(self.data_dir)
+        return usage.used, usage.total
+
+
+__all__ = ["MessageStore", "ReadResult", "ReadStatus", "StoreStats"]
