@@ -1,0 +1,1 @@
+"""Shared test helpers (child processes, ports). Imported by tests; never collected as tests."""

@@ -1,0 +1,127 @@
+"""Start real child processes for tests, wait until they listen, stop them by PID.
+
+`start_process` launches a command with its stdout and stderr captured to one log file, then waits
+(bounded) until a TCP port accepts connections. If the child exits or the port stays closed, it
+kills the child and raises `ProcessStartError` whose message ends with the tail of the log.
+`ChildProcess.stop` sends SIGTERM and, after a timeout, SIGKILL; it returns the exit code.
+
+Children run from the repository root with it on PYTHONPATH, so `python -m deploy.cli ...` works
+without installing the package. Every wait here has a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOOPBACK = "127.0.0.1"
+DEFAULT_START_TIMEOUT_S = 15.0
+DEFAULT_STOP_TIMEOUT_S = 10.0
+TAIL_LINES = 40
+_POLL_INTERVAL_S = 0.05
+_CONNECT_TIMEOUT_S = 0.2
+
+
+class ProcessStartError(RuntimeError):
+    """A child did not come up; the message carries the tail of its output."""
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A port that was free a moment ago (bound to port 0, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class ChildProcess:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def tail(self, lines: int = TAIL_LINES) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.running():
+            os.kill(self.pid, sig)
+
+    def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> int:
+        """SIGTERM, wait up to `timeout_s`, then SIGKILL; returns the exit code (negative if killed)."""
+        self.signal(signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            return self.popen.wait(timeout=timeout_s)
+
+
+def start_process(
+    argv: Sequence[str],
+    *,
+    port: int,
+    log_path: Path,
+    host: str = LOOPBACK,
+    name: str = "",
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = DEFAULT_START_TIMEOUT_S,
+) -> ChildProcess:
+    """Start `argv` and return once `host:port` accepts connections (or raise ProcessStartError)."""
+    child_env = {**os.environ, **(env or {})}
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), child_env.get("PYTHONPATH", "")) if p)
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log_file:
+        popen = subprocess.Popen(
+            list(argv),
+            cwd=REPO_ROOT,
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    child = ChildProcess(name=name or Path(argv[0]).name, popen=popen, log_path=log_path)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not child.running():
+            _fail(child, f"exited with code {popen.returncode} before listening on {host}:{port}")
+        if port_open(host, port):
+            return child
+        if time.monotonic() >= deadline:
+            child.stop(timeout_s=DEFAULT_STOP_TIMEOUT_S)
+            _fail(child, f"did not listen on {host}:{port} within {timeout_s} s")
+        time.sleep(_POLL_INTERVAL_S)
+
+
+def _fail(child: ChildProcess, what: str) -> NoReturn:
+    raise ProcessStartError(f"{child.name} (pid {child.pid}) {what}; log {child.log_path}, last lines:\n{child.tail()}")
