@@ -1,0 +1,249 @@
+"""`BrokerApi`: what the proxy (and the admin tool) can ask of one broker.
+
+Two implementations pass one contract suite (tests/contract): `LocalBroker` (broker/local.py, the
+broker in this process; plain awaits) and `RemoteBroker` (broker/remote.py, a gRPC client of the
+broker's internal service). A proxy talks to several brokers through a directory of BrokerApi
+objects keyed by broker name; everything here concerns the one broker it is called on.
+
+All types are protocol-free dataclasses. Errors are `common.errors.SluiceError`s, identical in both
+implementations (the internal RPC carries their codes). Every call is safe to retry except `send`
+(which may store a message twice if its reply is lost: at-least-once, as in the public protocol).
+"""
+
+from __future__ import annotations
+
+__all__ = ["BrokerApi", "FilterKind"]  # and the dataclasses below; FilterKind is re-exported
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+from broker.filter.api import FilterKind
+from common.model import MessageType, Permission
+
+# -- metadata -------------------------------------------------------------------------------------
+
+
+class ConsumeFrom(Enum):
+    LATEST = "latest"  # messages stored after the group was created
+    EARLIEST = "earliest"  # the oldest message still stored
+    TIMESTAMP = "timestamp"  # messages stored at or after `consume_from_timestamp_ms`
+
+
+class BackoffKind(Enum):
+    EXPONENTIAL = "exponential"
+    CUSTOMIZED = "customized"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How long a failed message stays invisible before its next attempt."""
+
+    kind: BackoffKind = BackoffKind.EXPONENTIAL
+    initial_ms: int = 1_000
+    max_ms: int = 60_000
+    multiplier: float = 2.0
+    customized_ms: tuple[int, ...] = ()
+
+    def delay_ms(self, attempt: int) -> int:
+        """Delay after the `attempt`-th failed delivery (attempt >= 1)."""
+        n = max(attempt, 1)
+        if self.kind is BackoffKind.CUSTOMIZED and self.customized_ms:
+            return self.customized_ms[min(n, len(self.customized_ms)) - 1]
+        return int(min(self.max_ms, self.initial_ms * self.multiplier ** (n - 1)))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    name: str
+    queue_count: int = 8
+    message_types: frozenset[MessageType] = frozenset({MessageType.NORMAL})
+    permission: Permission = Permission.READ_WRITE
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    name: str
+    fifo: bool = False
+    max_delivery_attempts: int = 16
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    consume_from: ConsumeFrom = ConsumeFrom.LATEST
+    consume_from_timestamp_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    spec: GroupSpec
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    queue_id: int
+    min_offset: int
+    max_offset: int  # one past the newest message
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStatus:
+    spec: TopicSpec
+    queues: tuple[QueueStatus, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupQueueStatus:
+    topic: str
+    queue_id: int
+    consumed_offset: int  # everything below is acknowledged (or dead-lettered)
+    max_offset: int
+    lag: int  # messages not yet acknowledged (max_offset - consumed_offset)
+    in_flight: int  # delivered, not yet acknowledged
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    info: GroupInfo
+    queues: tuple[GroupQueueStatus, ...]
+
+
+# -- messages -------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class OutgoingMessage:
+    """A message a producer sends. The broker fills store time, queue offset and position."""
+
+    body: bytes
+    message_id: str
+    message_type: MessageType = MessageType.NORMAL
+    tag: str | None = None
+    keys: tuple[str, ...] = ()
+    message_group: str | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    system_properties: dict[str, str] = field(default_factory=dict)
+    born_timestamp_ms: int = 0
+    born_host: str = ""
+    delivery_timestamp_ms: int = 0  # timer messages
+    body_gzip: bool = False  # the producer compressed the body (kept as sent)
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    message_id: str
+    queue_id: int
+    queue_offset: int
+    transaction_id: str = ""
+    recall_handle: str = ""
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A message as a consumer gets it."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    body: bytes
+    message_id: str
+    message_type: MessageType
+    tag: str | None
+    keys: tuple[str, ...]
+    message_group: str | None
+    properties: dict[str, str]
+    system_properties: dict[str, str]
+    born_timestamp_ms: int
+    born_host: str
+    store_timestamp_ms: int
+    store_host: str
+    delivery_timestamp_ms: int
+    delivery_attempt: int  # 1 on first delivery
+    body_gzip: bool = False
+    receipt_handle: str = ""  # set by pop
+    invisible_until_ms: int = 0  # set by pop
+
+
+@dataclass(frozen=True, slots=True)
+class FilterSpec:
+    kind: FilterKind = FilterKind.TAG
+    expression: str = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class PopRequest:
+    group: str
+    topic: str
+    queue_id: int | None = None  # None: any queue of the topic on this broker
+    max_messages: int = 32
+    invisible_ms: int = 30_000
+    filter: FilterSpec = field(default_factory=FilterSpec)
+    long_poll_ms: int = 0
+    auto_create_group: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    receipt_handle: str
+    ok: bool
+    error_code: int = 0  # an apache.rocketmq.v2 Code when not ok
+    error_message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    messages: list[StoredMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+class OffsetPolicy(Enum):
+    BEGINNING = "beginning"
+    END = "end"
+    TIMESTAMP = "timestamp"
+
+
+@runtime_checkable
+class BrokerApi(Protocol):
+    """One broker, local or remote. Every method may raise a SluiceError."""
+
+    @property
+    def name(self) -> str: ...
+
+    # topics and groups
+    async def create_topic(self, spec: TopicSpec) -> TopicSpec: ...
+    async def update_topic(self, spec: TopicSpec) -> TopicSpec: ...
+    async def delete_topic(self, name: str) -> None: ...
+    async def get_topic(self, name: str) -> TopicSpec: ...
+    async def list_topics(self) -> list[TopicSpec]: ...
+    async def topic_status(self, name: str) -> TopicStatus: ...
+    async def create_group(self, spec: GroupSpec) -> GroupInfo: ...
+    async def update_group(self, spec: GroupSpec) -> GroupInfo: ...
+    async def delete_group(self, name: str) -> None: ...
+    async def get_group(self, name: str, *, auto_create: bool = False) -> GroupInfo: ...
+    async def list_groups(self) -> list[GroupInfo]: ...
+    async def group_status(self, name: str) -> GroupStatus: ...
+
+    # produce
+    async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]: ...
+
+    # pop consumption
+    async def pop(self, request: PopRequest) -> list[StoredMessage]: ...
+    async def ack(self, group: str, topic: str, receipt_handles: list[str]) -> list[AckResult]: ...
+    async def change_invisible_duration(
+        self, group: str, topic: str, receipt_handle: str, invisible_ms: int
+    ) -> str: ...
+    async def nack(self, group: str, topic: str, receipt_handle: str) -> str: ...
+    async def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None: ...
+
+    # pull consumption and offsets
+    async def pull(
+        self, group: str, topic: str, queue_id: int, offset: int, max_messages: int,
+        filter: FilterSpec, long_poll_ms: int = 0,
+    ) -> PullResult: ...  # fmt: skip
+    async def get_offset(self, group: str, topic: str, queue_id: int) -> int: ...
+    async def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
+    async def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0) -> int: ...
+
+    # lookups
+    async def get_message(self, topic: str, message_id: str) -> list[StoredMessage]: ...
+    async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]: ...

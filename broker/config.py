@@ -1,0 +1,58 @@
+"""Configuration of a broker process (`[broker]` table of the TOML file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker.store.config import StoreConfig
+
+
+@dataclass(frozen=True)
+class PopConfig:
+    min_invisible_ms: int = 1_000
+    max_invisible_ms: int = 12 * 3600 * 1000
+    max_long_poll_ms: int = 30_000
+    max_batch_messages: int = 32
+    # How often due (invisible-expired) messages are looked for, for redelivery and dead-lettering.
+    redelivery_scan_interval_ms: int = 200
+    # Entries of the store one pop may scan past the filter before it returns what it has.
+    max_scan_entries: int = 2_000
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_property_count: int = 128
+    max_properties_bytes: int = 16 * 1024
+    max_key_count: int = 32
+    max_key_chars: int = 128
+    max_tag_chars: int = 128
+    max_message_group_chars: int = 128
+    max_message_id_chars: int = 128
+    max_queues_per_topic: int = 1024
+    max_batch_messages: int = 1024
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    name: str = "broker-a"
+    cluster: str = "sluice"
+    host: str = "127.0.0.1"
+    port: int = 10911
+    # Address other processes use to reach this broker (default host:port).
+    advertise: str = ""
+    data_dir: Path = Path("data/broker")
+    namesrv: list[str] = field(default_factory=list)
+    heartbeat_interval_s: float = 5.0
+    # Create topics and groups on first use (merged mode default; auto-created topics accept every type).
+    auto_create: bool = False
+    auto_create_queue_count: int = 8
+    store: StoreConfig = field(default_factory=StoreConfig)
+    pop: PopConfig = field(default_factory=PopConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    metrics_port: int = 0
+
+    @property
+    def advertised_address(self) -> str:
+        return self.advertise or f"{self.host}:{self.port}"

@@ -1,0 +1,379 @@
+"""Pop consumption: receive with invisibility, ack, invisible-duration changes, retry and DLQ.
+
+A pop, for one consumer group and topic, hands out up to N messages in this order:
+1. messages whose invisibility ended (redelivery, delivery attempt + 1), oldest deadline first;
+2. for FIFO groups, the next held-back message of every message group that has nothing in flight;
+3. new messages from the group's cursor, skipping those the filter rejects (they count as done).
+Each delivered message becomes INFLIGHT until `now + invisible` and gets a receipt handle whose
+version changes with every delivery and invisible-duration change (see popstate.py, receipt.py).
+All state changes of one call are one WriteBatch, committed before the call returns.
+
+A message that runs out of delivery attempts moves to `%DLQ%<group>` when its invisibility ends
+(the scanner task does it; pops leave such messages alone). FIFO groups deliver a message group's
+next message only after the previous one is acknowledged or dead-lettered; other message groups
+in the same queue keep flowing.
+
+Event-loop thread only: the state of a call is read and written without an await in between,
+except around the dead-letter append, which re-checks the entry's version after the await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from broker import receipt
+from broker.api import AckResult, GroupInfo, GroupQueueStatus, PopRequest, StoredMessage, TopicSpec
+from broker.config import PopConfig
+from broker.filter import MessageFilter
+from broker.longpoll import LongPollHub, group_key, topic_key
+from broker.messages import to_stored
+from broker.metadata import Metadata
+from broker.popstate import EntryState, PopBatch, PopEntry, PopState
+from broker.store.record import MessageRecord
+from broker.store.store import MessageStore, ReadStatus
+from common.errors import (
+    IllegalInvisibleTime,
+    InvalidReceiptHandle,
+    MessageCorrupted,
+    OffsetNotFound,
+    SluiceError,
+)
+from common.logs import kv
+
+log = logging.getLogger("sluice.broker.consumer")
+
+DeadLetter = Callable[[MessageRecord, str, int], Awaitable[None]]
+_DUE_SCAN_LIMIT = 1_000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PopEngine:
+    def __init__(
+        self, *, broker_name: str, store: MessageStore, metadata: Metadata, state: PopState, hub: LongPollHub,
+        config: PopConfig, dead_letter: DeadLetter,
+    ) -> None:  # fmt: skip
+        self._name = broker_name
+        self._store = store
+        self._meta = metadata
+        self._state = state
+        self._hub = hub
+        self._cfg = config
+        self._dead_letter = dead_letter
+        self._rotation = itertools.count()
+        self.dead_lettered = 0
+
+    # -- pop -------------------------------------------------------------------------------------
+
+    async def pop(
+        self, req: PopRequest, group: GroupInfo, topic: TopicSpec, filt: MessageFilter
+    ) -> list[StoredMessage]:
+        if not self._cfg.min_invisible_ms <= req.invisible_ms <= self._cfg.max_invisible_ms:
+            raise IllegalInvisibleTime(
+                f"invisible duration {req.invisible_ms} ms is outside "
+                f"[{self._cfg.min_invisible_ms}, {self._cfg.max_invisible_ms}] ms"
+            )
+        n = max(1, min(req.max_messages, self._cfg.max_batch_messages))
+        wait_s = min(req.long_poll_ms, self._cfg.max_long_poll_ms) / 1000.0
+        deadline = time.monotonic() + wait_s
+        keys = (topic_key(topic.name), group_key(group.spec.name))
+        while True:
+            snapshot = self._hub.snapshot(keys)
+            found = self._pop_once(req, group, topic, filt, n)
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                return found
+            await self._hub.wait(snapshot, remaining)
+
+    def _queues(self, req: PopRequest, topic: TopicSpec) -> list[int]:
+        if req.queue_id is not None:
+            return [req.queue_id]
+        start = next(self._rotation) % topic.queue_count
+        return [(start + i) % topic.queue_count for i in range(topic.queue_count)]
+
+    def _pop_once(
+        self, req: PopRequest, group: GroupInfo, topic: TopicSpec, filt: MessageFilter, n: int
+    ) -> list[StoredMessage]:
+        now = now_ms()
+        until = now + req.invisible_ms
+        out: list[StoredMessage] = []
+        claimed: set[tuple[int, str]] = set()  # FIFO (queue, message group) handed out in this call
+        batch = self._state.batch()
+        queues = self._queues(req, topic)
+        self._redeliver(group, topic.name, set(queues), filt, n, now, until, batch, out, claimed)
+        if group.spec.fifo:
+            for qid in queues:
+                if len(out) >= n:
+                    break
+                self._release_waiting(group, topic.name, qid, n, until, batch, out, claimed)
+        for qid in queues:
+            if len(out) >= n:
+                break
+            self._take_new(group, topic.name, qid, filt, n, until, batch, out, claimed)
+        batch.commit()
+        return out
+
+    def _redeliver(
+        self, group: GroupInfo, topic: str, queues: set[int], filt: MessageFilter, n: int, now: int, until: int,
+        batch: PopBatch, out: list[StoredMessage], claimed: set[tuple[int, str]],
+    ) -> None:  # fmt: skip
+        g = group.spec.name
+        for _, t, qid, offset in list(self._state.due(g, now, _DUE_SCAN_LIMIT)):
+            if len(out) >= n:
+                return
+            if t != topic or qid not in queues:
+                continue
+            entry = self._state.entry(g, t, qid, offset)
+            if entry is None or entry.state is not EntryState.INFLIGHT:
+                continue
+            if entry.attempt >= group.spec.max_delivery_attempts:
+                continue  # the scanner dead-letters it
+            rec = self._load(g, t, qid, offset, entry, batch)
+            if rec is None:
+                continue
+            if not filt.matches(rec.tag, rec.properties):
+                batch.remove(g, t, qid, offset, entry)  # the subscription no longer wants it
+                continue
+            new = PopEntry(EntryState.INFLIGHT, entry.attempt + 1, entry.version + 1, until, entry.message_group)
+            batch.put(g, t, qid, offset, new, entry)
+            if entry.message_group:
+                claimed.add((qid, entry.message_group))
+            out.append(self._deliver(rec, new, g))
+
+    def _release_waiting(
+        self, group: GroupInfo, topic: str, qid: int, n: int, until: int, batch: PopBatch,
+        out: list[StoredMessage], claimed: set[tuple[int, str]],
+    ) -> None:  # fmt: skip
+        g = group.spec.name
+        lanes = self._state.fifo.get((g, topic, qid))
+        if not lanes:
+            return
+        for mg, lane in list(lanes.items()):
+            if len(out) >= n:
+                return
+            if lane.outstanding or not lane.waiting or (qid, mg) in claimed:
+                continue
+            offset = lane.waiting[0]
+            entry = self._state.entry(g, topic, qid, offset)
+            if entry is None or entry.state is not EntryState.WAITING:
+                continue
+            rec = self._load(g, topic, qid, offset, entry, batch)
+            if rec is None:
+                continue
+            new = PopEntry(EntryState.INFLIGHT, entry.attempt + 1, entry.version + 1, until, mg)
+            batch.put(g, topic, qid, offset, new, entry)
+            claimed.add((qid, mg))
+            out.append(self._deliver(rec, new, g))
+
+    def _take_new(
+        self, group: GroupInfo, topic: str, qid: int, filt: MessageFilter, n: int, until: int, batch: PopBatch,
+        out: list[StoredMessage], claimed: set[tuple[int, str]],
+    ) -> None:  # fmt: skip
+        g = group.spec.name
+        fifo = group.spec.fifo
+        cursor = self.cursor(group, topic, qid)
+        start = cursor
+        scanned = 0
+        while len(out) < n and scanned < self._cfg.max_scan_entries:
+            res = self._store.read(topic, qid, cursor, max_messages=n - len(out), tag_hashes=filt.tag_hashes)
+            if res.status is ReadStatus.OFFSET_TOO_SMALL:
+                cursor = res.next_offset  # older messages were deleted by retention
+                continue
+            if res.status is ReadStatus.OFFSET_OVERFLOW:
+                cursor = res.max_offset  # the queue is shorter than the cursor (data lost in a crash)
+                break
+            if res.status is ReadStatus.NO_NEW_MESSAGES:
+                break
+            scanned += max(1, res.next_offset - cursor)
+            consumed_to = res.next_offset
+            for rec in res.messages:
+                if len(out) >= n:
+                    consumed_to = rec.queue_offset
+                    break
+                if not filt.matches(rec.tag, rec.properties):
+                    continue
+                mg = (rec.message_group or "") if fifo else ""
+                if mg:
+                    lane = self._state.fifo.get((g, topic, qid), {}).get(mg)
+                    if (qid, mg) in claimed or (lane is not None and (lane.outstanding or lane.waiting)):
+                        batch.put(g, topic, qid, rec.queue_offset, PopEntry(EntryState.WAITING, 0, 0, 0, mg), None)
+                        continue
+                    claimed.add((qid, mg))
+                entry = PopEntry(EntryState.INFLIGHT, 1, 1, until, mg)
+                batch.put(g, topic, qid, rec.queue_offset, entry, None)
+                out.append(self._deliver(rec, entry, g))
+            cursor = consumed_to
+        if cursor != start or self._state.cursor(g, topic, qid) is None:
+            batch.set_cursor(g, topic, qid, cursor)
+
+    def cursor(self, group: GroupInfo, topic: str, qid: int) -> int:
+        """The group's next never-delivered offset, initialised from its start position."""
+        cursor = self._state.cursor(group.spec.name, topic, qid)
+        if cursor is not None:
+            return cursor
+        spec = group.spec
+        if spec.consume_from.value == "earliest":
+            return self._store.queue_bounds(topic, qid)[0]
+        since = spec.consume_from_timestamp_ms if spec.consume_from.value == "timestamp" else group.created_ms
+        return self._store.offset_for_timestamp(topic, qid, since)
+
+    def _load(
+        self, g: str, topic: str, qid: int, offset: int, entry: PopEntry, batch: PopBatch
+    ) -> MessageRecord | None:
+        try:
+            return self._store.get(topic, qid, offset)
+        except OffsetNotFound:
+            batch.remove(g, topic, qid, offset, entry)  # deleted by retention: nothing left to deliver
+        except MessageCorrupted as exc:
+            log.error(
+                "dropping an unreadable message from pop state",
+                extra=kv(group=g, topic=topic, queue=qid, offset=offset, error=exc.message),
+            )
+            batch.remove(g, topic, qid, offset, entry)
+        return None
+
+    def _deliver(self, rec: MessageRecord, entry: PopEntry, group: str) -> StoredMessage:
+        msg = to_stored(rec, entry.attempt)
+        msg.invisible_until_ms = entry.invisible_until_ms
+        msg.receipt_handle = receipt.ReceiptHandle(
+            self._name, rec.queue_id, rec.queue_offset, entry.version, entry.invisible_until_ms,
+            receipt.name_crc(rec.topic), receipt.name_crc(group),
+        ).encode()  # fmt: skip
+        return msg
+
+    # -- ack and friends -------------------------------------------------------------------------
+
+    def _resolve(self, group: str, topic: str, handle: str) -> tuple[receipt.ReceiptHandle, PopEntry]:
+        rh = receipt.decode(handle)
+        if rh.broker != self._name:
+            raise InvalidReceiptHandle(f"receipt handle belongs to broker {rh.broker}, not {self._name}")
+        rh.check(topic, group)
+        entry = self._state.entry(group, topic, rh.queue_id, rh.queue_offset)
+        if entry is None or entry.state is not EntryState.INFLIGHT:
+            raise InvalidReceiptHandle("the message was already acknowledged or dead-lettered; this handle is spent")
+        if entry.version != rh.version:
+            raise InvalidReceiptHandle(
+                "receipt handle expired: the message was redelivered or its invisible duration changed since"
+            )
+        return rh, entry
+
+    def ack(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
+        batch = self._state.batch()
+        results: list[AckResult] = []
+        done: set[int] = set()
+        release = False
+        for handle in handles:
+            try:
+                rh, entry = self._resolve(group, topic, handle)
+                if (rh.queue_id << 64 | rh.queue_offset) in done:
+                    raise InvalidReceiptHandle("the same receipt handle appears twice in one request")
+                done.add(rh.queue_id << 64 | rh.queue_offset)
+                batch.remove(group, topic, rh.queue_id, rh.queue_offset, entry)
+                release = release or bool(entry.message_group)
+                results.append(AckResult(handle, True))
+            except SluiceError as exc:
+                results.append(AckResult(handle, False, int(exc.code), exc.message))
+        batch.commit()
+        if release:
+            self._hub.notify((group_key(group),))
+        return results
+
+    def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        if not 0 <= invisible_ms <= self._cfg.max_invisible_ms:
+            raise IllegalInvisibleTime(
+                f"invisible duration {invisible_ms} ms is outside [0, {self._cfg.max_invisible_ms}] ms"
+            )
+        rh, entry = self._resolve(group, topic, handle)
+        until = now_ms() + invisible_ms
+        new = PopEntry(EntryState.INFLIGHT, entry.attempt, entry.version + 1, until, entry.message_group)
+        batch = self._state.batch()
+        batch.put(group, topic, rh.queue_id, rh.queue_offset, new, entry)
+        batch.commit()
+        if invisible_ms == 0:
+            self._hub.notify((group_key(group),))
+        return receipt.ReceiptHandle(
+            self._name, rh.queue_id, rh.queue_offset, new.version, until, rh.topic_crc, rh.group_crc
+        ).encode()
+
+    def retry_delay_ms(self, group: GroupInfo, topic: str, handle: str) -> int:
+        _, entry = self._resolve(group.spec.name, topic, handle)
+        return group.spec.retry_policy.delay_ms(entry.attempt)
+
+    async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
+        rh, entry = self._resolve(group, topic, handle)
+        await self._move_to_dlq(group, topic, rh.queue_id, rh.queue_offset, entry)
+
+    async def _move_to_dlq(self, group: str, topic: str, qid: int, offset: int, entry: PopEntry) -> None:
+        batch = self._state.batch()
+        rec = self._load(group, topic, qid, offset, entry, batch)
+        if rec is None:
+            batch.commit()
+            return
+        await self._dead_letter(rec, group, entry.attempt)
+        current = self._state.entry(group, topic, qid, offset)
+        if current is not None and current.version == entry.version:
+            batch.remove(group, topic, qid, offset, current)
+            batch.commit()
+        self.dead_lettered += 1
+        log.info("message moved to the dead-letter topic",
+                 extra=kv(group=group, topic=topic, queue=qid, offset=offset, message_id=rec.message_id,
+                          attempts=entry.attempt))  # fmt: skip
+        if entry.message_group:
+            self._hub.notify((group_key(group),))
+
+    # -- background ------------------------------------------------------------------------------
+
+    async def scan_due(self) -> None:
+        """Dead-letter exhausted messages and wake consumers of groups with visible-again messages."""
+        now = now_ms()
+        for g in self._state.groups_with_inflight():
+            info = self._meta.groups.get(g)
+            if info is None:
+                continue
+            any_due = False
+            for _, t, qid, offset in list(self._state.due(g, now, _DUE_SCAN_LIMIT)):
+                any_due = True
+                entry = self._state.entry(g, t, qid, offset)
+                if entry is None or entry.state is not EntryState.INFLIGHT:
+                    continue
+                if entry.attempt >= info.spec.max_delivery_attempts:
+                    try:
+                        await self._move_to_dlq(g, t, qid, offset, entry)
+                    except SluiceError as exc:
+                        log.warning(
+                            "could not dead-letter a message; will retry",
+                            extra=kv(group=g, topic=t, queue=qid, offset=offset, error=exc.message),
+                        )
+            if any_due:
+                self._hub.notify((group_key(g),))
+
+    async def run_scanner(self, stop: asyncio.Event) -> None:
+        interval = self._cfg.redelivery_scan_interval_ms / 1000.0
+        while not stop.is_set():
+            try:
+                await self.scan_due()
+            except Exception:
+                log.exception("redelivery scan failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def group_queues(self, group: GroupInfo) -> list[GroupQueueStatus]:
+        g = group.spec.name
+        out = []
+        for topic, qid in self._state.queue_keys(g):
+            cursor = self._state.cursor(g, topic, qid) or 0
+            pending = self._state.first_pending_offset(g, topic, qid)
+            consumed = cursor if pending is None else min(pending, cursor)
+            high = self._store.queue_bounds(topic, qid)[1]
+            out.append(GroupQueueStatus(topic, qid, consumed, high, max(0, high - consumed),
+                                        self._state.inflight[(g, topic, qid)]))  # fmt: skip
+        return out

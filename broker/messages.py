@@ -1,0 +1,121 @@
+"""Validation of produced messages against a topic and the broker's limits, and conversion between
+the API's message dataclasses and the store's `MessageRecord`.
+
+Each check raises the protocol's specific error with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+from broker.api import OutgoingMessage, StoredMessage
+from broker.config import LimitsConfig
+from broker.store.record import FLAG_BODY_GZIP, MessageRecord
+from common.errors import (
+    BadRequest,
+    IllegalMessageGroup,
+    IllegalMessageId,
+    IllegalMessageKey,
+    IllegalMessagePropertyKey,
+    IllegalMessageTag,
+    MessageBodyEmpty,
+    MessageBodyTooLarge,
+    MessagePropertiesTooLarge,
+    MessageTypeConflict,
+    NotImplementedFeature,
+)
+from common.model import MessageType, TopicInfo
+
+_CONTROL = {chr(c) for c in range(0x20)} | {"\x7f"}
+
+
+def _printable(text: str) -> bool:
+    return not any(ch in _CONTROL for ch in text)
+
+
+def _valid_tag(tag: str, limits: LimitsConfig) -> bool:
+    return bool(tag.strip()) and len(tag) <= limits.max_tag_chars and "|" not in tag and _printable(tag)
+
+
+def validate_message(msg: OutgoingMessage, topic: TopicInfo, limits: LimitsConfig) -> None:
+    if not msg.body:
+        raise MessageBodyEmpty("message body is empty; send at least one byte")
+    if len(msg.body) > limits.max_body_bytes:
+        raise MessageBodyTooLarge(
+            f"message body is {len(msg.body)} bytes; this broker accepts at most {limits.max_body_bytes}"
+        )
+    if not msg.message_id or len(msg.message_id) > limits.max_message_id_chars or not _printable(msg.message_id):
+        raise IllegalMessageId(f"message id {msg.message_id[:64]!r} is empty, too long or not printable")
+    if msg.tag is not None and not _valid_tag(msg.tag, limits):
+        raise IllegalMessageTag(
+            f"tag {msg.tag[:64]!r} is invalid: use 1-{limits.max_tag_chars} printable characters without '|'"
+        )
+    if len(msg.keys) > limits.max_key_count:
+        raise IllegalMessageKey(f"{len(msg.keys)} keys given; at most {limits.max_key_count} are allowed")
+    for key in msg.keys:
+        if not key.strip() or len(key) > limits.max_key_chars or not _printable(key):
+            raise IllegalMessageKey(f"key {key[:64]!r} is invalid: use 1-{limits.max_key_chars} printable characters")
+    if len(msg.properties) > limits.max_property_count:
+        raise MessagePropertiesTooLarge(
+            f"{len(msg.properties)} user properties given; at most {limits.max_property_count} are allowed"
+        )
+    size = 0
+    for k, v in msg.properties.items():
+        if not k or not _printable(k):
+            raise IllegalMessagePropertyKey(f"user property key {k[:64]!r} is empty or not printable")
+        size += len(k.encode()) + len(v.encode())
+    if size > limits.max_properties_bytes:
+        raise MessagePropertiesTooLarge(
+            f"user properties take {size} bytes; at most {limits.max_properties_bytes} are allowed"
+        )
+    _validate_type(msg, topic, limits)
+
+
+def _validate_type(msg: OutgoingMessage, topic: TopicInfo, limits: LimitsConfig) -> None:
+    mtype = msg.message_type
+    if mtype not in topic.message_types:
+        accepted = ", ".join(sorted(t.name for t in topic.message_types))
+        raise MessageTypeConflict(f"topic {topic.name} does not accept {mtype.name} messages (it accepts {accepted})")
+    if mtype is MessageType.FIFO:
+        group = msg.message_group or ""
+        if not group.strip() or len(group) > limits.max_message_group_chars or not _printable(group):
+            raise IllegalMessageGroup(
+                f"a FIFO message needs a message group of 1-{limits.max_message_group_chars} printable characters"
+            )
+    elif msg.message_group:
+        raise MessageTypeConflict(f"only FIFO messages carry a message group, not {mtype.name} messages")
+    if mtype in (MessageType.DELAY, MessageType.TRANSACTION):
+        raise NotImplementedFeature(f"{mtype.name} messages are not supported by this broker version yet")
+    if msg.delivery_timestamp_ms:
+        raise MessageTypeConflict("only DELAY messages carry a delivery timestamp")
+
+
+def validate_queue(topic: TopicInfo, queue_id: int) -> None:
+    if queue_id < 0 or queue_id >= topic.queue_count:
+        raise BadRequest(
+            f"queue {queue_id} does not exist: topic {topic.name} has queues 0..{topic.queue_count - 1} here"
+        )
+
+
+def to_record(topic: str, queue_id: int, msg: OutgoingMessage, store_host: str) -> MessageRecord:
+    return MessageRecord(
+        topic=topic, queue_id=queue_id, body=msg.body, message_id=msg.message_id, tag=msg.tag, keys=msg.keys,
+        message_group=msg.message_group, properties=msg.properties, system_properties=msg.system_properties,
+        message_type=int(msg.message_type), flags=FLAG_BODY_GZIP if msg.body_gzip else 0,
+        born_timestamp_ms=msg.born_timestamp_ms, born_host=msg.born_host, store_host=store_host,
+        delivery_timestamp_ms=msg.delivery_timestamp_ms,
+    )  # fmt: skip
+
+
+def to_stored(rec: MessageRecord, delivery_attempt: int) -> StoredMessage:
+    try:
+        mtype = MessageType(rec.message_type)
+    except ValueError:
+        mtype = MessageType.NORMAL
+    return StoredMessage(
+        topic=rec.topic, queue_id=rec.queue_id, queue_offset=rec.queue_offset, body=rec.body,
+        message_id=rec.message_id, message_type=mtype, tag=rec.tag, keys=rec.keys,
+        message_group=rec.message_group, properties=rec.properties, system_properties=rec.system_properties,
+        born_timestamp_ms=rec.born_timestamp_ms, born_host=rec.born_host,
+        store_timestamp_ms=rec.store_timestamp_ms, store_host=rec.store_host,
+        delivery_timestamp_ms=rec.delivery_timestamp_ms, delivery_attempt=delivery_attempt,
+        body_gzip=bool(rec.flags & FLAG_BODY_GZIP),
+    )  # fmt: skip

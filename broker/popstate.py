@@ -1,0 +1,264 @@
+"""Pop consumption state of one broker, in RocksDB, with in-memory counters rebuilt at startup.
+
+Per (consumer group, topic, queue):
+
+* `pop_cursor` -> u64: the next offset never yet handed to the group. Everything below it was
+  either delivered or skipped by the group's filter.
+* `pop_msg` (group, topic, queue, offset) -> entry: a message delivered and not yet done
+  (INFLIGHT), or, for FIFO groups, held back behind an earlier message of its message group
+  (WAITING). Acknowledged and dead-lettered messages have no entry. So the group's consumed offset
+  (everything below is done) is the smallest entry's offset, or the cursor when there is none.
+* `pop_due` (group, invisible_until_ms, topic, queue, offset) -> b"": one key per INFLIGHT entry,
+  ordered by deadline, so "what is visible again" is a range scan up to now.
+
+Keys are length-prefixed UTF-8 names and big-endian numbers (byte order = numeric order):
+  queue key = u16 len + group, u16 len + topic, u32 queue_id
+  pop_msg key = queue key + u64 offset
+  pop_due key = u16 len + group, u64 invisible_until_ms, u16 len + topic, u32 queue_id, u64 offset
+  entry value = u8 state, u32 delivery attempt, u32 handle version, u64 invisible_until_ms,
+                u16 len + message group
+
+Every change to a group's state is one WriteBatch (`PopBatch.commit`), and memory follows only after
+the batch is written, so a crash leaves either the old or the new state, never a mix.
+Single-writer: all mutations run on the broker's event loop thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from broker.store.index import Index
+
+CF_POP_CURSOR = "pop_cursor"
+CF_POP_MSG = "pop_msg"
+CF_POP_DUE = "pop_due"
+POP_CFS = (CF_POP_CURSOR, CF_POP_MSG, CF_POP_DUE)
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_ENTRY = struct.Struct("<BIIQH")
+QueueKey = tuple[str, str, int]  # group, topic, queue id
+
+
+class EntryState(IntEnum):
+    INFLIGHT = 1
+    WAITING = 2
+
+
+@dataclass(slots=True)
+class PopEntry:
+    state: EntryState
+    attempt: int  # deliveries made so far
+    version: int  # changes on every delivery and invisible-duration change
+    invisible_until_ms: int
+    message_group: str = ""
+
+    def encode(self) -> bytes:
+        mg = self.message_group.encode()
+        return _ENTRY.pack(self.state, self.attempt, self.version, self.invisible_until_ms, len(mg)) + mg
+
+    @classmethod
+    def decode(cls, raw: bytes) -> PopEntry:
+        state, attempt, version, until, n = _ENTRY.unpack_from(raw)
+        mg = raw[_ENTRY.size : _ENTRY.size + n].decode()
+        return cls(EntryState(state), attempt, version, until, mg)
+
+
+def _name(text: str) -> bytes:
+    b = text.encode("utf-8")
+    return _U16.pack(len(b)) + b
+
+
+def _read_name(raw: bytes, pos: int) -> tuple[str, int]:
+    (n,) = _U16.unpack_from(raw, pos)
+    return raw[pos + 2 : pos + 2 + n].decode("utf-8"), pos + 2 + n
+
+
+def queue_key(group: str, topic: str, queue_id: int) -> bytes:
+    return _name(group) + _name(topic) + _U32.pack(queue_id)
+
+
+def msg_key(group: str, topic: str, queue_id: int, offset: int) -> bytes:
+    return queue_key(group, topic, queue_id) + _U64.pack(offset)
+
+
+def due_key(group: str, until_ms: int, topic: str, queue_id: int, offset: int) -> bytes:
+    return _name(group) + _U64.pack(until_ms) + _name(topic) + _U32.pack(queue_id) + _U64.pack(offset)
+
+
+def parse_msg_key(raw: bytes) -> tuple[str, str, int, int]:
+    group, pos = _read_name(raw, 0)
+    topic, pos = _read_name(raw, pos)
+    return group, topic, _U32.unpack_from(raw, pos)[0], _U64.unpack_from(raw, pos + 4)[0]
+
+
+def parse_due_key(raw: bytes) -> tuple[str, int, str, int, int]:
+    group, pos = _read_name(raw, 0)
+    until = _U64.unpack_from(raw, pos)[0]
+    topic, pos = _read_name(raw, pos + 8)
+    return group, until, topic, _U32.unpack_from(raw, pos)[0], _U64.unpack_from(raw, pos + 4)[0]
+
+
+@dataclass(slots=True)
+class FifoLane:
+    """One message group of a FIFO consumer group in one queue."""
+
+    outstanding: int = 0  # INFLIGHT entries (0 or 1 in practice)
+    waiting: collections.deque[int] = field(default_factory=collections.deque)  # WAITING offsets, ascending
+
+
+class PopState:
+    def __init__(self, index: Index) -> None:
+        self._index = index
+        self._cursor = index.cf(CF_POP_CURSOR)
+        self._msg = index.cf(CF_POP_MSG)
+        self._due = index.cf(CF_POP_DUE)
+        self.h_cursor = index.handle(CF_POP_CURSOR)
+        self.h_msg = index.handle(CF_POP_MSG)
+        self.h_due = index.handle(CF_POP_DUE)
+        self.inflight: collections.Counter[QueueKey] = collections.Counter()
+        self.fifo: dict[QueueKey, dict[str, FifoLane]] = {}
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        for key, value in self._msg.items():
+            group, topic, qid, offset = parse_msg_key(key)
+            entry = PopEntry.decode(value)
+            qk = (group, topic, qid)
+            if entry.state is EntryState.INFLIGHT:
+                self.inflight[qk] += 1
+            if entry.message_group:
+                lane = self.fifo.setdefault(qk, {}).setdefault(entry.message_group, FifoLane())
+                if entry.state is EntryState.INFLIGHT:
+                    lane.outstanding += 1
+                else:
+                    lane.waiting.append(offset)  # keys iterate in offset order per queue
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def cursor(self, group: str, topic: str, queue_id: int) -> int | None:
+        raw = self._cursor.get(queue_key(group, topic, queue_id))
+        return None if raw is None else int(_U64.unpack(raw)[0])
+
+    def entry(self, group: str, topic: str, queue_id: int, offset: int) -> PopEntry | None:
+        raw = self._msg.get(msg_key(group, topic, queue_id, offset))
+        return None if raw is None else PopEntry.decode(raw)
+
+    def first_pending_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        prefix = queue_key(group, topic, queue_id)
+        it = self._msg.iter()
+        it.seek(prefix)
+        if it.valid() and it.key().startswith(prefix):
+            return int(_U64.unpack_from(it.key(), len(prefix))[0])
+        return None
+
+    def due(self, group: str, now_ms: int, limit: int) -> Iterator[tuple[int, str, int, int]]:
+        """(invisible_until_ms, topic, queue_id, offset) of INFLIGHT entries of `group` due by now."""
+        prefix = _name(group)
+        it = self._due.iter()
+        it.seek(prefix)
+        n = 0
+        while it.valid() and n < limit:
+            key = it.key()
+            if not key.startswith(prefix):
+                return
+            _, until, topic, qid, offset = parse_due_key(key)
+            if until > now_ms:
+                return
+            yield until, topic, qid, offset
+            n += 1
+            it.next()
+
+    def groups_with_inflight(self) -> set[str]:
+        return {g for (g, _, _), n in self.inflight.items() if n > 0}
+
+    def queue_keys(self, group: str) -> list[tuple[str, int]]:
+        """(topic, queue) pairs the group has a cursor for."""
+        prefix = _name(group)
+        out = []
+        for key, _ in self._cursor.items(from_key=prefix):
+            if not key.startswith(prefix):
+                break
+            topic, pos = _read_name(key, len(prefix))
+            out.append((topic, int(_U32.unpack_from(key, pos)[0])))
+        return out
+
+    def batch(self) -> PopBatch:
+        return PopBatch(self)
+
+    def drop_group(self, group: str) -> None:
+        """Forget every cursor and entry of a deleted group."""
+        prefix = _name(group)
+        end = prefix + b"\xff" * 8
+        batch = self._index.batch()
+        for handle in (self.h_cursor, self.h_msg, self.h_due):
+            batch.delete_range(prefix, end, handle)
+        self._index.write(batch)
+        for qk in [k for k in self.inflight if k[0] == group]:
+            del self.inflight[qk]
+        for qk in [k for k in self.fifo if k[0] == group]:
+            del self.fifo[qk]
+
+
+class PopBatch:
+    """Changes to pop state that become durable (and visible in memory) together on `commit`."""
+
+    def __init__(self, state: PopState) -> None:
+        self._s = state
+        self._wb = state._index.batch()
+        self._mem: list[tuple[QueueKey, int, PopEntry | None, PopEntry | None]] = []
+        self.empty = True
+
+    def set_cursor(self, group: str, topic: str, queue_id: int, cursor: int) -> None:
+        self._wb.put(queue_key(group, topic, queue_id), _U64.pack(cursor), self._s.h_cursor)
+        self.empty = False
+
+    def put(self, group: str, topic: str, queue_id: int, offset: int, new: PopEntry, old: PopEntry | None) -> None:
+        wb, s = self._wb, self._s
+        if old is not None and old.state is EntryState.INFLIGHT:
+            wb.delete(due_key(group, old.invisible_until_ms, topic, queue_id, offset), s.h_due)
+        wb.put(msg_key(group, topic, queue_id, offset), new.encode(), s.h_msg)
+        if new.state is EntryState.INFLIGHT:
+            wb.put(due_key(group, new.invisible_until_ms, topic, queue_id, offset), b"", s.h_due)
+        self._mem.append(((group, topic, queue_id), offset, old, new))
+        self.empty = False
+
+    def remove(self, group: str, topic: str, queue_id: int, offset: int, old: PopEntry) -> None:
+        wb, s = self._wb, self._s
+        wb.delete(msg_key(group, topic, queue_id, offset), s.h_msg)
+        if old.state is EntryState.INFLIGHT:
+            wb.delete(due_key(group, old.invisible_until_ms, topic, queue_id, offset), s.h_due)
+        self._mem.append(((group, topic, queue_id), offset, old, None))
+        self.empty = False
+
+    def commit(self) -> None:
+        if self.empty:
+            return
+        self._s._index.write(self._wb)
+        for qk, offset, old, new in self._mem:
+            self._apply(qk, offset, old, new)
+
+    def _apply(self, qk: QueueKey, offset: int, old: PopEntry | None, new: PopEntry | None) -> None:
+        s = self._s
+        was_inflight = old is not None and old.state is EntryState.INFLIGHT
+        is_inflight = new is not None and new.state is EntryState.INFLIGHT
+        s.inflight[qk] += int(is_inflight) - int(was_inflight)
+        ref = new if new is not None else old
+        mg = ref.message_group if ref is not None else ""
+        if not mg:
+            return
+        lane = s.fifo.setdefault(qk, {}).setdefault(mg, FifoLane())
+        lane.outstanding += int(is_inflight) - int(was_inflight)
+        if old is not None and old.state is EntryState.WAITING and lane.waiting and lane.waiting[0] == offset:
+            lane.waiting.popleft()
+        elif old is not None and old.state is EntryState.WAITING and offset in lane.waiting:
+            lane.waiting.remove(offset)
+        if new is not None and new.state is EntryState.WAITING:
+            lane.waiting.append(offset)
+        if lane.outstanding == 0 and not lane.waiting:
+            del s.fifo[qk][mg]

@@ -1,0 +1,79 @@
+"""Receipt handles: opaque to clients, self-describing to Sluice.
+
+    <broker name> "~" base64url(payload)
+
+payload (little-endian): format u8 (=1), queue_id u32, queue_offset u64, handle_version u32,
+invisible_until_ms u64, topic_crc u32, group_crc u32.
+
+Any proxy routes an ack by the broker name alone, with no lookup. The broker checks the rest
+against its pop state: the version changes on every delivery and every invisible-duration change,
+so a superseded handle is rejected (INVALID_RECEIPT_HANDLE), as is a handle presented with another
+topic or group than the one it was issued for.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+import zlib
+from dataclasses import dataclass
+
+from common.errors import InvalidReceiptHandle
+
+_FORMAT = 1
+_PAYLOAD = struct.Struct("<BIQIQII")
+SEPARATOR = "~"
+MAX_HANDLE_CHARS = 512
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptHandle:
+    broker: str
+    queue_id: int
+    queue_offset: int
+    version: int
+    invisible_until_ms: int
+    topic_crc: int
+    group_crc: int
+
+    def encode(self) -> str:
+        payload = _PAYLOAD.pack(
+            _FORMAT, self.queue_id, self.queue_offset, self.version, self.invisible_until_ms,
+            self.topic_crc, self.group_crc,
+        )  # fmt: skip
+        return f"{self.broker}{SEPARATOR}{base64.urlsafe_b64encode(payload).decode('ascii').rstrip('=')}"
+
+    def check(self, topic: str, group: str) -> None:
+        if self.topic_crc != name_crc(topic):
+            raise InvalidReceiptHandle(f"receipt handle was not issued for topic {topic}")
+        if self.group_crc != name_crc(group):
+            raise InvalidReceiptHandle(f"receipt handle was not issued for consumer group {group}")
+
+
+def name_crc(name: str) -> int:
+    return zlib.crc32(name.encode("utf-8"))
+
+
+def decode(text: str) -> ReceiptHandle:
+    """Parse a handle; anything malformed is InvalidReceiptHandle, never another error."""
+    if not text:
+        raise InvalidReceiptHandle("receipt handle is empty")
+    if len(text) > MAX_HANDLE_CHARS:
+        raise InvalidReceiptHandle("receipt handle is too long to be one of ours")
+    broker, sep, b64 = text.rpartition(SEPARATOR)
+    if not sep or not broker:
+        raise InvalidReceiptHandle("receipt handle is malformed (no broker name)")
+    try:
+        raw = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4))
+        fmt, qid, qoff, version, until, tcrc, gcrc = _PAYLOAD.unpack(raw)
+    except (binascii.Error, ValueError, struct.error):
+        raise InvalidReceiptHandle("receipt handle is malformed") from None
+    if fmt != _FORMAT:
+        raise InvalidReceiptHandle(f"receipt handle has unknown format {fmt}")
+    return ReceiptHandle(broker, qid, qoff, version, until, tcrc, gcrc)
+
+
+def broker_of(text: str) -> str:
+    """The broker a handle belongs to (for routing an ack)."""
+    return decode(text).broker
