@@ -12,8 +12,6 @@ implementations (the internal RPC carries their codes). Every call is safe to re
 
 from __future__ import annotations
 
-__all__ = ["BrokerApi", "FilterKind"]  # and the dataclasses below; FilterKind is re-exported
-
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol, runtime_checkable
