@@ -231,6 +231,9 @@ class BrokerApi(Protocol):
         self, group: str, topic: str, receipt_handle: str, invisible_ms: int
     ) -> str: ...
     async def nack(self, group: str, topic: str, receipt_handle: str) -> str: ...
+    async def renew(
+        self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int
+    ) -> list[AckResult]: ...  # extend invisibility, handles stay valid (auto renew)
     async def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None: ...
 
     # pull consumption and offsets

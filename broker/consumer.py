@@ -302,6 +302,28 @@ class PopEngine:
             self._name, rh.queue_id, rh.queue_offset, new.version, until, rh.topic_crc, rh.group_crc
         ).encode()
 
+    def renew(self, group: str, topic: str, handles: list[str], invisible_ms: int) -> list[AckResult]:
+        """Extend the invisibility of in-flight messages while their consumer still holds them.
+
+        Unlike an invisible-duration change, the version stays, so the handle the consumer got at
+        delivery remains the one it acks with (push consumers never see a renewed handle).
+        """
+        if not 0 < invisible_ms <= self._cfg.max_invisible_ms:
+            raise IllegalInvisibleTime(f"renewal of {invisible_ms} ms is outside (0, {self._cfg.max_invisible_ms}] ms")
+        until = now_ms() + invisible_ms
+        batch = self._state.batch()
+        results: list[AckResult] = []
+        for handle in handles:
+            try:
+                rh, entry = self._resolve(group, topic, handle)
+                new = PopEntry(EntryState.INFLIGHT, entry.attempt, entry.version, until, entry.message_group)
+                batch.put(group, topic, rh.queue_id, rh.queue_offset, new, entry)
+                results.append(AckResult(handle, True))
+            except SluiceError as exc:
+                results.append(AckResult(handle, False, int(exc.code), exc.message))
+        batch.commit()
+        return results
+
     def retry_delay_ms(self, group: GroupInfo, topic: str, handle: str) -> int:
         _, entry = self._resolve(group.spec.name, topic, handle)
         return group.spec.retry_policy.delay_ms(entry.attempt)

@@ -291,6 +291,10 @@ class LocalBroker:
         delay = self.engine.retry_delay_ms(info, topic, receipt_handle)
         return self.engine.change_invisible_duration(group, topic, receipt_handle, delay)
 
+    async def renew(self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int) -> list[AckResult]:
+        self.metadata.group(group)
+        return self.engine.renew(group, topic, receipt_handles, invisible_ms)
+
     async def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
         self.metadata.group(group)
         await self.engine.forward_to_dead_letter(group, topic, receipt_handle)

@@ -68,9 +68,7 @@ def build(cls: type[T], table: Mapping[str, Any], *, where: str) -> T:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(table) - set(fields))
     if unknown:
-        raise ConfigError(
-            f"[{where}] unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(fields))}"
-        )
+        raise ConfigError(f"[{where}] unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(fields))}")
     kwargs: dict[str, Any] = {}
     for name, value in table.items():
         kwargs[name] = _coerce(hints[name], value, f"{where}.{name}")
@@ -93,7 +91,7 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def _coerce(tp: Any, value: Any, where: str) -> Any:  # noqa: C901 - one branch per supported type
+def _coerce(tp: Any, value: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):

@@ -8,10 +8,9 @@ import pkgutil
 import sys
 from types import ModuleType
 
+import deploy.commands
 from common.config import ConfigError
 from common.errors import SluiceError
-
-import deploy.commands
 
 
 def _command_modules() -> list[ModuleType]:

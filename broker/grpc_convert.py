@@ -1,0 +1,418 @@
+"""Conversions between the `broker.api` dataclasses and the `sluice.internal.v1` Broker messages.
+
+The one place that maps one to the other, used by both ends of the internal RPC: the servicer
+(`broker/service.py`) decodes requests and encodes results, the client (`broker/remote.py`) the
+reverse. Nothing else in the broker sees protobuf.
+
+Invariants:
+- `x_from_pb(x_to_pb(v)) == v` for every value the dataclasses can hold within the wire ranges
+  (int32 queue ids and counts, int64 offsets and times); tests/unit/test_broker_convert.py checks it.
+- `None` (tag, message_group, a pop's queue id) travels as an absent `optional` field, never as "".
+- Enum numbers from the wire are checked: an unknown one is a `BadRequest` naming the field (the
+  peer speaks a version we do not know), never a crash. Enums of broker/api.py accept 0
+  (UNSPECIFIED) as their dataclass default; `OffsetPolicy` has no default and rejects it.
+
+Send and Pop carry batches of messages on the hot path, so the message converters build each
+protobuf message with one constructor call and map enum numbers through dicts, not enum calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from enum import Enum
+from typing import Any, TypeVar
+
+from broker.api import (
+    AckResult,
+    BackoffKind,
+    ConsumeFrom,
+    FilterKind,
+    FilterSpec,
+    GroupInfo,
+    GroupQueueStatus,
+    GroupSpec,
+    GroupStatus,
+    OffsetPolicy,
+    OutgoingMessage,
+    PopRequest,
+    PullResult,
+    QueueStatus,
+    RetryPolicy,
+    SendResult,
+    StoredMessage,
+    TopicSpec,
+    TopicStatus,
+)
+from common.errors import BadRequest
+from common.model import MessageType, Permission
+from proto.sluice.internal.v1 import broker_pb2 as pb
+
+E = TypeVar("E", bound=Enum)
+
+# Largest request or response on the internal RPC, for both ends. Bodies reach 4 MiB
+# (`LimitsConfig.max_body_bytes`) and travel in batches of up to 32 (pop) messages: 32 x 4 MiB
+# plus properties and headers stays below this.
+MAX_MESSAGE_BYTES = 130 * 1024 * 1024
+
+_MESSAGE_TYPES: dict[int, MessageType] = {int(t): t for t in MessageType}
+_PERMISSIONS: dict[int, Permission] = {int(p): p for p in Permission}
+
+# api enum -> wire number; the reverse tables also map 0 (UNSPECIFIED) to the dataclass default.
+_CONSUME_FROM_TO_PB = {
+    ConsumeFrom.LATEST: pb.CONSUME_FROM_LATEST,
+    ConsumeFrom.EARLIEST: pb.CONSUME_FROM_EARLIEST,
+    ConsumeFrom.TIMESTAMP: pb.CONSUME_FROM_TIMESTAMP,
+}
+_CONSUME_FROM_FROM_PB = {v: k for k, v in _CONSUME_FROM_TO_PB.items()} | {
+    pb.CONSUME_FROM_UNSPECIFIED: GroupSpec("").consume_from
+}
+_BACKOFF_TO_PB = {
+    BackoffKind.EXPONENTIAL: pb.BACKOFF_KIND_EXPONENTIAL,
+    BackoffKind.CUSTOMIZED: pb.BACKOFF_KIND_CUSTOMIZED,
+}
+_BACKOFF_FROM_PB = {v: k for k, v in _BACKOFF_TO_PB.items()} | {pb.BACKOFF_KIND_UNSPECIFIED: RetryPolicy().kind}
+_FILTER_TO_PB = {FilterKind.TAG: pb.FILTER_KIND_TAG, FilterKind.SQL: pb.FILTER_KIND_SQL}
+_FILTER_FROM_PB = {v: k for k, v in _FILTER_TO_PB.items()} | {pb.FILTER_KIND_UNSPECIFIED: FilterSpec().kind}
+_OFFSET_POLICY_TO_PB = {
+    OffsetPolicy.BEGINNING: pb.OFFSET_POLICY_BEGINNING,
+    OffsetPolicy.END: pb.OFFSET_POLICY_END,
+    OffsetPolicy.TIMESTAMP: pb.OFFSET_POLICY_TIMESTAMP,
+}
+_OFFSET_POLICY_FROM_PB = {v: k for k, v in _OFFSET_POLICY_TO_PB.items()}
+
+
+def _lookup(table: Mapping[Any, E], value: int, what: str) -> E:
+    try:
+        return table[value]
+    except KeyError:
+        known = ", ".join(f"{number}={member.name}" for number, member in sorted(table.items()))
+        raise BadRequest(f"unknown {what} {value}; known: {known}") from None
+
+
+def message_type_from_pb(value: int) -> MessageType:
+    return _lookup(_MESSAGE_TYPES, value, "message type")
+
+
+def message_types_from_pb(values: Iterable[int]) -> frozenset[MessageType]:
+    return frozenset(_lookup(_MESSAGE_TYPES, v, "message type") for v in values)
+
+
+def message_types_to_pb(types: Iterable[MessageType]) -> list[int]:
+    return sorted(int(t) for t in types)
+
+
+def permission_from_pb(value: int) -> Permission:
+    return _lookup(_PERMISSIONS, value, "permission")
+
+
+def offset_policy_to_pb(policy: OffsetPolicy) -> pb.OffsetPolicy:
+    return _OFFSET_POLICY_TO_PB[policy]
+
+
+def offset_policy_from_pb(value: int) -> OffsetPolicy:
+    return _lookup(_OFFSET_POLICY_FROM_PB, value, "offset policy")
+
+
+# -- topics -------------------------------------------------------------------------------------
+
+
+def topic_spec_to_pb(spec: TopicSpec) -> pb.TopicSpec:
+    return pb.TopicSpec(
+        name=spec.name,
+        queue_count=spec.queue_count,
+        message_types=message_types_to_pb(spec.message_types),
+        permission=int(spec.permission),
+    )
+
+
+def topic_spec_from_pb(msg: pb.TopicSpec) -> TopicSpec:
+    return TopicSpec(
+        name=msg.name,
+        queue_count=msg.queue_count,
+        message_types=message_types_from_pb(msg.message_types),
+        permission=permission_from_pb(msg.permission),
+    )
+
+
+def topic_status_to_pb(status: TopicStatus) -> pb.TopicStatus:
+    return pb.TopicStatus(
+        spec=topic_spec_to_pb(status.spec),
+        queues=[
+            pb.QueueStatus(queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset) for q in status.queues
+        ],
+    )
+
+
+def topic_status_from_pb(msg: pb.TopicStatus) -> TopicStatus:
+    return TopicStatus(
+        spec=topic_spec_from_pb(msg.spec),
+        queues=tuple(QueueStatus(q.queue_id, q.min_offset, q.max_offset) for q in msg.queues),
+    )
+
+
+# -- consumer groups ----------------------------------------------------------------------------
+
+
+def retry_policy_to_pb(policy: RetryPolicy) -> pb.RetryPolicy:
+    return pb.RetryPolicy(
+        kind=_BACKOFF_TO_PB[policy.kind],
+        initial_ms=policy.initial_ms,
+        max_ms=policy.max_ms,
+        multiplier=policy.multiplier,
+        customized_ms=policy.customized_ms,
+    )
+
+
+def retry_policy_from_pb(msg: pb.RetryPolicy) -> RetryPolicy:
+    return RetryPolicy(
+        kind=_lookup(_BACKOFF_FROM_PB, msg.kind, "backoff kind"),
+        initial_ms=msg.initial_ms,
+        max_ms=msg.max_ms,
+        multiplier=msg.multiplier,
+        customized_ms=tuple(msg.customized_ms),
+    )
+
+
+def group_spec_to_pb(spec: GroupSpec) -> pb.GroupSpec:
+    return pb.GroupSpec(
+        name=spec.name,
+        fifo=spec.fifo,
+        max_delivery_attempts=spec.max_delivery_attempts,
+        retry_policy=retry_policy_to_pb(spec.retry_policy),
+        consume_from=_CONSUME_FROM_TO_PB[spec.consume_from],
+        consume_from_timestamp_ms=spec.consume_from_timestamp_ms,
+    )
+
+
+def group_spec_from_pb(msg: pb.GroupSpec) -> GroupSpec:
+    return GroupSpec(
+        name=msg.name,
+        fifo=msg.fifo,
+        max_delivery_attempts=msg.max_delivery_attempts,
+        retry_policy=retry_policy_from_pb(msg.retry_policy) if msg.HasField("retry_policy") else RetryPolicy(),
+        consume_from=_lookup(_CONSUME_FROM_FROM_PB, msg.consume_from, "consume-from policy"),
+        consume_from_timestamp_ms=msg.consume_from_timestamp_ms,
+    )
+
+
+def group_info_to_pb(info: GroupInfo) -> pb.GroupInfo:
+    return pb.GroupInfo(spec=group_spec_to_pb(info.spec), created_ms=info.created_ms)
+
+
+def group_info_from_pb(msg: pb.GroupInfo) -> GroupInfo:
+    return GroupInfo(spec=group_spec_from_pb(msg.spec), created_ms=msg.created_ms)
+
+
+def group_status_to_pb(status: GroupStatus) -> pb.GroupStatus:
+    return pb.GroupStatus(
+        info=group_info_to_pb(status.info),
+        queues=[
+            pb.GroupQueueStatus(
+                topic=q.topic,
+                queue_id=q.queue_id,
+                consumed_offset=q.consumed_offset,
+                max_offset=q.max_offset,
+                lag=q.lag,
+                in_flight=q.in_flight,
+            )
+            for q in status.queues
+        ],
+    )
+
+
+def group_status_from_pb(msg: pb.GroupStatus) -> GroupStatus:
+    return GroupStatus(
+        info=group_info_from_pb(msg.info),
+        queues=tuple(
+            GroupQueueStatus(q.topic, q.queue_id, q.consumed_offset, q.max_offset, q.lag, q.in_flight)
+            for q in msg.queues
+        ),
+    )
+
+
+# -- messages (hot path) ------------------------------------------------------------------------
+#
+# Measured with upb: passing a dict to a protobuf constructor costs more than `update` afterwards,
+# and copying an empty map or repeated field out of a message costs more than testing it first.
+
+
+def outgoing_to_pb(m: OutgoingMessage) -> pb.OutgoingMessage:
+    msg = pb.OutgoingMessage(
+        body=m.body,
+        message_id=m.message_id,
+        message_type=m.message_type,
+        tag=m.tag,  # None leaves the optional field absent
+        keys=m.keys,
+        message_group=m.message_group,
+        born_timestamp_ms=m.born_timestamp_ms,
+        born_host=m.born_host,
+        delivery_timestamp_ms=m.delivery_timestamp_ms,
+        body_gzip=m.body_gzip,
+    )
+    if m.properties:
+        msg.properties.update(m.properties)
+    if m.system_properties:
+        msg.system_properties.update(m.system_properties)
+    return msg
+
+
+def outgoing_from_pb(msg: pb.OutgoingMessage) -> OutgoingMessage:
+    return OutgoingMessage(
+        body=msg.body,
+        message_id=msg.message_id,
+        message_type=_lookup(_MESSAGE_TYPES, msg.message_type, "message type"),
+        tag=msg.tag if msg.HasField("tag") else None,
+        keys=tuple(keys) if (keys := msg.keys) else (),
+        message_group=msg.message_group if msg.HasField("message_group") else None,
+        properties=dict(props) if (props := msg.properties) else {},
+        system_properties=dict(sys_props) if (sys_props := msg.system_properties) else {},
+        born_timestamp_ms=msg.born_timestamp_ms,
+        born_host=msg.born_host,
+        delivery_timestamp_ms=msg.delivery_timestamp_ms,
+        body_gzip=msg.body_gzip,
+    )
+
+
+def stored_to_pb(m: StoredMessage) -> pb.StoredMessage:
+    msg = pb.StoredMessage(
+        topic=m.topic,
+        queue_id=m.queue_id,
+        queue_offset=m.queue_offset,
+        body=m.body,
+        message_id=m.message_id,
+        message_type=m.message_type,
+        tag=m.tag,
+        keys=m.keys,
+        message_group=m.message_group,
+        born_timestamp_ms=m.born_timestamp_ms,
+        born_host=m.born_host,
+        store_timestamp_ms=m.store_timestamp_ms,
+        store_host=m.store_host,
+        delivery_timestamp_ms=m.delivery_timestamp_ms,
+        delivery_attempt=m.delivery_attempt,
+        body_gzip=m.body_gzip,
+        receipt_handle=m.receipt_handle,
+        invisible_until_ms=m.invisible_until_ms,
+    )
+    if m.properties:
+        msg.properties.update(m.properties)
+    if m.system_properties:
+        msg.system_properties.update(m.system_properties)
+    return msg
+
+
+def stored_from_pb(msg: pb.StoredMessage) -> StoredMessage:
+    return StoredMessage(
+        topic=msg.topic,
+        queue_id=msg.queue_id,
+        queue_offset=msg.queue_offset,
+        body=msg.body,
+        message_id=msg.message_id,
+        message_type=_lookup(_MESSAGE_TYPES, msg.message_type, "message type"),
+        tag=msg.tag if msg.HasField("tag") else None,
+        keys=tuple(keys) if (keys := msg.keys) else (),
+        message_group=msg.message_group if msg.HasField("message_group") else None,
+        properties=dict(props) if (props := msg.properties) else {},
+        system_properties=dict(sys_props) if (sys_props := msg.system_properties) else {},
+        born_timestamp_ms=msg.born_timestamp_ms,
+        born_host=msg.born_host,
+        store_timestamp_ms=msg.store_timestamp_ms,
+        store_host=msg.store_host,
+        delivery_timestamp_ms=msg.delivery_timestamp_ms,
+        delivery_attempt=msg.delivery_attempt,
+        body_gzip=msg.body_gzip,
+        receipt_handle=msg.receipt_handle,
+        invisible_until_ms=msg.invisible_until_ms,
+    )
+
+
+def stored_list_to_pb(messages: Iterable[StoredMessage]) -> list[pb.StoredMessage]:
+    return [stored_to_pb(m) for m in messages]
+
+
+def stored_list_from_pb(messages: Iterable[pb.StoredMessage]) -> list[StoredMessage]:
+    return [stored_from_pb(m) for m in messages]
+
+
+def send_result_to_pb(r: SendResult) -> pb.SendResult:
+    return pb.SendResult(
+        message_id=r.message_id,
+        queue_id=r.queue_id,
+        queue_offset=r.queue_offset,
+        transaction_id=r.transaction_id,
+        recall_handle=r.recall_handle,
+    )
+
+
+def send_result_from_pb(msg: pb.SendResult) -> SendResult:
+    return SendResult(msg.message_id, msg.queue_id, msg.queue_offset, msg.transaction_id, msg.recall_handle)
+
+
+# -- consumption --------------------------------------------------------------------------------
+
+
+def filter_to_pb(spec: FilterSpec) -> pb.FilterSpec:
+    return pb.FilterSpec(kind=_FILTER_TO_PB[spec.kind], expression=spec.expression)
+
+
+def filter_from_pb(msg: pb.FilterSpec) -> FilterSpec:
+    return FilterSpec(kind=_lookup(_FILTER_FROM_PB, msg.kind, "filter kind"), expression=msg.expression)
+
+
+def pop_request_to_pb(request: PopRequest) -> pb.PopRequest:
+    return pb.PopRequest(
+        group=request.group,
+        topic=request.topic,
+        queue_id=request.queue_id,  # None leaves the optional field absent: any queue
+        max_messages=request.max_messages,
+        invisible_ms=request.invisible_ms,
+        filter=filter_to_pb(request.filter),
+        long_poll_ms=request.long_poll_ms,
+        auto_create_group=request.auto_create_group,
+    )
+
+
+def pop_request_from_pb(msg: pb.PopRequest) -> PopRequest:
+    return PopRequest(
+        group=msg.group,
+        topic=msg.topic,
+        queue_id=msg.queue_id if msg.HasField("queue_id") else None,
+        max_messages=msg.max_messages,
+        invisible_ms=msg.invisible_ms,
+        filter=filter_or_default(msg),
+        long_poll_ms=msg.long_poll_ms,
+        auto_create_group=msg.auto_create_group,
+    )
+
+
+def ack_result_to_pb(r: AckResult) -> pb.AckResult:
+    return pb.AckResult(
+        receipt_handle=r.receipt_handle, ok=r.ok, error_code=r.error_code, error_message=r.error_message
+    )
+
+
+def ack_result_from_pb(msg: pb.AckResult) -> AckResult:
+    return AckResult(msg.receipt_handle, msg.ok, msg.error_code, msg.error_message)
+
+
+def pull_result_to_pb(result: PullResult) -> pb.PullResult:
+    return pb.PullResult(
+        messages=stored_list_to_pb(result.messages),
+        next_offset=result.next_offset,
+        min_offset=result.min_offset,
+        max_offset=result.max_offset,
+    )
+
+
+def pull_result_from_pb(msg: pb.PullResult) -> PullResult:
+    return PullResult(
+        messages=stored_list_from_pb(msg.messages),
+        next_offset=msg.next_offset,
+        min_offset=msg.min_offset,
+        max_offset=msg.max_offset,
+    )
+
+
+def filter_or_default(msg: Any) -> FilterSpec:
+    """The filter of a request that has an optional `filter` field (absent: tag "*")."""
+    return filter_from_pb(msg.filter) if msg.HasField("filter") else FilterSpec()

@@ -1,0 +1,312 @@
+"""`RemoteBroker`: `BrokerApi` over the broker's internal gRPC service (the Cluster backend).
+
+One grpc.aio channel to one broker. Each method converts its arguments (`broker.grpc_convert`),
+makes one unary call and converts the answer back, so callers see exactly what a `LocalBroker`
+returns. Contract:
+
+- Every call has a deadline: `timeout_s`, and for Pop and Pull `long_poll_ms` plus `timeout_s`
+  (the long poll happens inside the broker; `timeout_s` is the margin for the rest of the call).
+- Errors are `SluiceError`s: a coded status becomes the same class the broker raised (through
+  `proto.rpc.error_from_rpc`); an unreachable broker or a passed deadline is `Unavailable`.
+  Arguments that cannot be encoded (a queue id beyond int32, a str that is not valid UTF-8) are a
+  `BadRequest` raised before anything is sent.
+- No call is retried here; every call except `send` is safe for the caller to retry.
+- Use one RemoteBroker from one event loop; `close()` it (or use `async with`) when done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from broker import grpc_convert as convert
+from broker.api import (
+    AckResult,
+    FilterSpec,
+    GroupInfo,
+    GroupSpec,
+    GroupStatus,
+    OffsetPolicy,
+    OutgoingMessage,
+    PopRequest,
+    PullResult,
+    SendResult,
+    StoredMessage,
+    TopicSpec,
+    TopicStatus,
+)
+from common.config import ConfigError
+from common.errors import BadRequest, Unavailable
+from proto.rpc import error_from_rpc
+from proto.sluice.internal.v1 import broker_pb2 as pb
+from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
+
+DEFAULT_TIMEOUT_S = 5.0
+# gRPC waits between attempts to reconnect to a broker that is down; capped so a restarted broker
+# is used again within seconds (gRPC's own cap is two minutes).
+DEFAULT_RECONNECT_BACKOFF_MAX_S = 5.0
+_RECONNECT_BACKOFF_INITIAL_S = 1.0
+_MS_PER_S = 1000.0
+
+
+class RemoteBroker:
+    """One broker reached over gRPC; implements `broker.api.BrokerApi`."""
+
+    def __init__(
+        self,
+        name: str,
+        address: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_message_bytes: int = convert.MAX_MESSAGE_BYTES,
+        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+    ) -> None:
+        if timeout_s <= 0 or reconnect_backoff_max_s <= 0 or max_message_bytes <= 0:
+            raise ConfigError("RemoteBroker timeout_s, reconnect_backoff_max_s and max_message_bytes must be positive")
+        self._name = name
+        self._address = address
+        self._timeout_s = timeout_s
+        self._target = f"broker {name} at {address}"
+        backoff_max_ms = int(reconnect_backoff_max_s * _MS_PER_S)
+        backoff_initial_ms = min(int(_RECONNECT_BACKOFF_INITIAL_S * _MS_PER_S), backoff_max_ms)
+        self._channel = grpc.aio.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_send_message_length", max_message_bytes),
+                ("grpc.initial_reconnect_backoff_ms", backoff_initial_ms),
+                ("grpc.max_reconnect_backoff_ms", backoff_max_ms),
+            ],
+        )
+        self._stub: Any = pb_grpc.BrokerStub(self._channel)
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    def __repr__(self) -> str:
+        return f"RemoteBroker({self._name!r}, {self._address!r})"
+
+    async def __aenter__(self) -> RemoteBroker:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the channel; calls in flight are cancelled, later calls raise Unavailable."""
+        if not self._closed:
+            self._closed = True
+            await self._channel.close()
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    async def create_topic(self, spec: TopicSpec) -> TopicSpec:
+        with _encoding("create_topic"):
+            request = pb.CreateTopicRequest(spec=convert.topic_spec_to_pb(spec))
+        response = await self._call(self._stub.CreateTopic, request)
+        return convert.topic_spec_from_pb(response.spec)
+
+    async def update_topic(self, spec: TopicSpec) -> TopicSpec:
+        with _encoding("update_topic"):
+            request = pb.UpdateTopicRequest(spec=convert.topic_spec_to_pb(spec))
+        response = await self._call(self._stub.UpdateTopic, request)
+        return convert.topic_spec_from_pb(response.spec)
+
+    async def delete_topic(self, name: str) -> None:
+        with _encoding("delete_topic"):
+            request = pb.DeleteTopicRequest(name=name)
+        await self._call(self._stub.DeleteTopic, request)
+
+    async def get_topic(self, name: str) -> TopicSpec:
+        with _encoding("get_topic"):
+            request = pb.GetTopicRequest(name=name)
+        response = await self._call(self._stub.GetTopic, request)
+        return convert.topic_spec_from_pb(response.spec)
+
+    async def list_topics(self) -> list[TopicSpec]:
+        response = await self._call(self._stub.ListTopics, pb.ListTopicSpecsRequest())
+        return [convert.topic_spec_from_pb(t) for t in response.topics]
+
+    async def topic_status(self, name: str) -> TopicStatus:
+        with _encoding("topic_status"):
+            request = pb.TopicStatusRequest(name=name)
+        response = await self._call(self._stub.TopicStatus, request)
+        return convert.topic_status_from_pb(response.status)
+
+    # -- consumer groups ------------------------------------------------------------------------
+
+    async def create_group(self, spec: GroupSpec) -> GroupInfo:
+        with _encoding("create_group"):
+            request = pb.CreateGroupRequest(spec=convert.group_spec_to_pb(spec))
+        response = await self._call(self._stub.CreateGroup, request)
+        return convert.group_info_from_pb(response.info)
+
+    async def update_group(self, spec: GroupSpec) -> GroupInfo:
+        with _encoding("update_group"):
+            request = pb.UpdateGroupRequest(spec=convert.group_spec_to_pb(spec))
+        response = await self._call(self._stub.UpdateGroup, request)
+        return convert.group_info_from_pb(response.info)
+
+    async def delete_group(self, name: str) -> None:
+        with _encoding("delete_group"):
+            request = pb.DeleteGroupRequest(name=name)
+        await self._call(self._stub.DeleteGroup, request)
+
+    async def get_group(self, name: str, *, auto_create: bool = False) -> GroupInfo:
+        with _encoding("get_group"):
+            request = pb.GetGroupRequest(name=name, auto_create=auto_create)
+        response = await self._call(self._stub.GetGroup, request)
+        return convert.group_info_from_pb(response.info)
+
+    async def list_groups(self) -> list[GroupInfo]:
+        response = await self._call(self._stub.ListGroups, pb.ListGroupsRequest())
+        return [convert.group_info_from_pb(g) for g in response.groups]
+
+    async def group_status(self, name: str) -> GroupStatus:
+        with _encoding("group_status"):
+            request = pb.GroupStatusRequest(name=name)
+        response = await self._call(self._stub.GroupStatus, request)
+        return convert.group_status_from_pb(response.status)
+
+    # -- produce --------------------------------------------------------------------------------
+
+    async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
+        with _encoding("send"):
+            request = pb.SendRequest(
+                topic=topic, queue_id=queue_id, messages=[convert.outgoing_to_pb(m) for m in messages]
+            )
+        response = await self._call(self._stub.Send, request)
+        return [convert.send_result_from_pb(r) for r in response.results]
+
+    # -- pop consumption ------------------------------------------------------------------------
+
+    async def pop(self, request: PopRequest) -> list[StoredMessage]:
+        with _encoding("pop"):
+            message = convert.pop_request_to_pb(request)
+        response = await self._call(self._stub.Pop, message, self._long_poll_timeout_s(request.long_poll_ms))
+        return convert.stored_list_from_pb(response.messages)
+
+    async def ack(self, group: str, topic: str, receipt_handles: list[str]) -> list[AckResult]:
+        with _encoding("ack"):
+            request = pb.AckRequest(group=group, topic=topic, receipt_handles=receipt_handles)
+        response = await self._call(self._stub.Ack, request)
+        return [convert.ack_result_from_pb(r) for r in response.results]
+
+    async def change_invisible_duration(self, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
+        with _encoding("change_invisible_duration"):
+            request = pb.ChangeInvisibleDurationRequest(
+                group=group, topic=topic, receipt_handle=receipt_handle, invisible_ms=invisible_ms
+            )
+        response = await self._call(self._stub.ChangeInvisibleDuration, request)
+        return str(response.receipt_handle)
+
+    async def nack(self, group: str, topic: str, receipt_handle: str) -> str:
+        with _encoding("nack"):
+            request = pb.NackRequest(group=group, topic=topic, receipt_handle=receipt_handle)
+        response = await self._call(self._stub.Nack, request)
+        return str(response.receipt_handle)
+
+    async def renew(self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int) -> list[AckResult]:
+        with _encoding("renew"):
+            request = pb.RenewRequest(
+                group=group, topic=topic, receipt_handles=receipt_handles, invisible_ms=invisible_ms
+            )
+        response = await self._call(self._stub.Renew, request)
+        return [convert.ack_result_from_pb(r) for r in response.results]
+
+    async def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
+        with _encoding("forward_to_dead_letter"):
+            request = pb.ForwardToDeadLetterRequest(group=group, topic=topic, receipt_handle=receipt_handle)
+        await self._call(self._stub.ForwardToDeadLetter, request)
+
+    # -- pull consumption and offsets -----------------------------------------------------------
+
+    async def pull(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_messages: int,
+        filter: FilterSpec,
+        long_poll_ms: int = 0,
+    ) -> PullResult:
+        with _encoding("pull"):
+            request = pb.PullRequest(
+                group=group,
+                topic=topic,
+                queue_id=queue_id,
+                offset=offset,
+                max_messages=max_messages,
+                filter=convert.filter_to_pb(filter),
+                long_poll_ms=long_poll_ms,
+            )
+        response = await self._call(self._stub.Pull, request, self._long_poll_timeout_s(long_poll_ms))
+        return convert.pull_result_from_pb(response.result)
+
+    async def get_offset(self, group: str, topic: str, queue_id: int) -> int:
+        with _encoding("get_offset"):
+            request = pb.GetOffsetRequest(group=group, topic=topic, queue_id=queue_id)
+        response = await self._call(self._stub.GetOffset, request)
+        return int(response.offset)
+
+    async def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        with _encoding("update_offset"):
+            request = pb.UpdateOffsetRequest(group=group, topic=topic, queue_id=queue_id, offset=offset)
+        await self._call(self._stub.UpdateOffset, request)
+
+    async def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0) -> int:
+        with _encoding("query_offset"):
+            request = pb.QueryOffsetRequest(
+                topic=topic,
+                queue_id=queue_id,
+                policy=convert.offset_policy_to_pb(policy),
+                timestamp_ms=timestamp_ms,
+            )
+        response = await self._call(self._stub.QueryOffset, request)
+        return int(response.offset)
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    async def get_message(self, topic: str, message_id: str) -> list[StoredMessage]:
+        with _encoding("get_message"):
+            request = pb.GetMessageRequest(topic=topic, message_id=message_id)
+        response = await self._call(self._stub.GetMessage, request)
+        return convert.stored_list_from_pb(response.messages)
+
+    async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]:
+        with _encoding("find_messages_by_key"):
+            request = pb.FindMessagesByKeyRequest(topic=topic, key=key, limit=limit)
+        response = await self._call(self._stub.FindMessagesByKey, request)
+        return convert.stored_list_from_pb(response.messages)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _long_poll_timeout_s(self, long_poll_ms: int) -> float:
+        return max(long_poll_ms, 0) / _MS_PER_S + self._timeout_s
+
+    async def _call(self, method: Any, request: Any, timeout_s: float | None = None) -> Any:
+        if self._closed:
+            raise Unavailable(f"{self._target}: client is closed")
+        try:
+            return await method(request, timeout=timeout_s if timeout_s is not None else self._timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, self._target) from None
+
+
+@contextlib.contextmanager
+def _encoding(what: str) -> Iterator[None]:
+    """Arguments protobuf refuses (out of range, wrong type, invalid UTF-8) are the caller's BadRequest."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        raise BadRequest(f"{what}: argument cannot be sent to the broker: {exc}") from None

@@ -1,0 +1,152 @@
+"""The broker process body: a `LocalBroker` served over the internal gRPC service, registered with
+the NameServers.
+
+`run_broker(config, stop)` binds the port first (a taken port fails before the store is opened),
+starts the broker, serves `BrokerServicer`, and keeps the broker registered through a
+`BrokerRegistrar` whose registration is rebuilt from `broker.topic_infos()` on every heartbeat. A
+topic change is pushed to the NameServers before the admin call that made it returns
+(`broker.on_topics_changed`). With no NameServer configured the broker runs standalone; NameServers
+that are down are logged and retried at the next heartbeat while the broker keeps serving.
+
+Shutdown, once `stop` is set, in this order: stop accepting calls and give in-flight ones
+`SHUTDOWN_GRACE_S` (long polls are cancelled after that), unregister from the NameServers, close the
+broker. Every task is owned by a TaskGroup, so nothing outlives `run_broker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+
+import grpc
+
+from broker.config import BrokerConfig
+from broker.grpc_convert import MAX_MESSAGE_BYTES
+from broker.local import LocalBroker
+from broker.service import BrokerServicer
+from common.config import ConfigError
+from common.errors import BadRequest
+from common.logs import kv
+from nameserver.client import BrokerRegistrar, NameServerClient
+from nameserver.model import BrokerRegistration, format_address, validate_name
+from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
+
+log = logging.getLogger("sluice.broker.server")
+
+# In-flight calls get this long to finish once the broker is asked to stop.
+SHUTDOWN_GRACE_S = 3.0
+# Calls served at once; further calls are refused (RESOURCE_EXHAUSTED) rather than queued. Long
+# polls hold a slot each, so this is well above the number of consumers a broker expects.
+MAX_CONCURRENT_RPCS = 10_000
+
+
+async def run_broker(
+    config: BrokerConfig,
+    stop: asyncio.Event,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    on_broker: Callable[[LocalBroker], None] | None = None,
+) -> None:
+    """Serve one broker until `stop` is set; then shut down in order and return.
+
+    `on_ready(address)` is called once the broker serves (with the real port when config.port is
+    0), then `on_broker(broker)` with the running `LocalBroker` (the merged topology's proxy calls
+    it in-process; it must not be used after `run_broker` returns). Raises ConfigError for a name
+    the NameServer would refuse or an address that cannot be bound; store errors propagate from
+    `LocalBroker.start()`.
+    """
+    _check_names(config)
+    client = NameServerClient(config.namesrv) if config.namesrv else None  # opens channels lazily
+    server = _new_server()
+    wanted = format_address(config.host, config.port)
+    port = _bind(server, wanted)
+    address = format_address(config.host, port)
+    if port != config.port:  # port 0: the broker stamps stored messages with its real address
+        config = dataclasses.replace(config, port=port)
+    advertised = config.advertised_address
+    broker = LocalBroker(config)
+    try:
+        await broker.start()
+        registrar = _registrar(broker, client, config, advertised) if client is not None else None
+        if registrar is not None:
+            # Set before serving, so no topic change escapes. LocalBroker logs and swallows a
+            # failed report; the next heartbeat catches up.
+            broker.on_topics_changed = registrar.report_now
+        else:
+            log.info("no nameserver configured: running standalone", extra=kv(broker=broker.name))
+        pb_grpc.add_BrokerServicer_to_server(BrokerServicer(broker), server)
+        await server.start()
+        log.info("broker serving", extra=kv(broker=broker.name, address=address, advertised=advertised))
+        if on_ready is not None:
+            on_ready(address)
+        if on_broker is not None:
+            on_broker(broker)
+        await _serve_until_stopped(broker, server, registrar, stop)
+    finally:
+        await server.stop(None)  # a no-op after a graceful stop; immediate after an error
+        if client is not None:
+            await client.close()
+        await broker.close()
+        log.info("broker stopped", extra=kv(broker=broker.name, address=address))
+
+
+async def _serve_until_stopped(
+    broker: LocalBroker, server: grpc.aio.Server, registrar: BrokerRegistrar | None, stop: asyncio.Event
+) -> None:
+    registrar_stop = asyncio.Event()
+    async with asyncio.TaskGroup() as tasks:
+        if registrar is not None:
+            tasks.create_task(registrar.run(registrar_stop), name="broker-registrar")
+        await stop.wait()
+        log.info("broker stopping", extra=kv(broker=broker.name, grace_s=SHUTDOWN_GRACE_S))
+        await server.stop(SHUTDOWN_GRACE_S)
+        broker.on_topics_changed = None
+        registrar_stop.set()  # the registrar unregisters from every NameServer, then ends
+
+
+def _check_names(config: BrokerConfig) -> None:
+    try:
+        validate_name("broker", config.name)
+        validate_name("cluster", config.cluster)
+    except BadRequest as exc:
+        raise ConfigError(f"[broker] {exc}") from None
+
+
+def _registrar(broker: LocalBroker, client: NameServerClient, config: BrokerConfig, advertised: str) -> BrokerRegistrar:
+    def registration() -> BrokerRegistration:
+        return BrokerRegistration(
+            cluster_name=config.cluster,
+            broker_name=broker.name,
+            address=advertised,
+            topics=tuple(broker.topic_infos()),
+        )
+
+    log.info(
+        "registering with nameservers",
+        extra=kv(broker=broker.name, cluster=config.cluster, nameservers=";".join(client.addresses)),
+    )
+    return BrokerRegistrar(client, registration, heartbeat_interval_s=config.heartbeat_interval_s)
+
+
+def _new_server() -> grpc.aio.Server:
+    return grpc.aio.server(
+        maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # Two brokers on one port would split clients between two different stores.
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+
+
+def _bind(server: grpc.aio.Server, wanted: str) -> int:
+    try:
+        port = int(server.add_insecure_port(wanted))
+    except RuntimeError as exc:
+        raise ConfigError(f"[broker] cannot listen on {wanted} (host, port): {exc}") from None
+    if port == 0:  # some grpc versions report a failed bind this way instead of raising
+        raise ConfigError(f"[broker] cannot listen on {wanted} (host, port): bind failed")
+    return port

@@ -1,0 +1,188 @@
+"""`BrokerServicer`: the broker's internal gRPC edge (`sluice.internal.v1.Broker`).
+
+Each handler converts the request (`broker.grpc_convert`), awaits the one matching `BrokerApi`
+call and converts the result back; it holds no logic and no state of its own. `@internal_rpc` turns
+every exception into a coded status, so a `RemoteBroker` raises the class the `BrokerApi` raised;
+a request the converters reject (an unknown enum number) is BAD_REQUEST.
+
+Pop and Pull long-poll inside the `BrokerApi`: the handler simply awaits it. When the client's
+deadline passes or the server stops, gRPC cancels the handler's task, which cancels the wait.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import grpc
+
+from broker import grpc_convert as convert
+from broker.api import BrokerApi
+from proto.rpc import internal_rpc
+from proto.sluice.internal.v1 import broker_pb2 as pb
+from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
+
+Context: TypeAlias = grpc.aio.ServicerContext
+
+
+class BrokerServicer(pb_grpc.BrokerServicer):
+    """Serves one `BrokerApi` (normally the process's `LocalBroker`)."""
+
+    def __init__(self, api: BrokerApi) -> None:
+        self._api = api
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    @internal_rpc
+    async def CreateTopic(self, request: pb.CreateTopicRequest, context: Context) -> pb.CreateTopicResponse:
+        spec = await self._api.create_topic(convert.topic_spec_from_pb(request.spec))
+        return pb.CreateTopicResponse(spec=convert.topic_spec_to_pb(spec))
+
+    @internal_rpc
+    async def UpdateTopic(self, request: pb.UpdateTopicRequest, context: Context) -> pb.UpdateTopicResponse:
+        spec = await self._api.update_topic(convert.topic_spec_from_pb(request.spec))
+        return pb.UpdateTopicResponse(spec=convert.topic_spec_to_pb(spec))
+
+    @internal_rpc
+    async def DeleteTopic(self, request: pb.DeleteTopicRequest, context: Context) -> pb.DeleteTopicResponse:
+        await self._api.delete_topic(request.name)
+        return pb.DeleteTopicResponse()
+
+    @internal_rpc
+    async def GetTopic(self, request: pb.GetTopicRequest, context: Context) -> pb.GetTopicResponse:
+        spec = await self._api.get_topic(request.name)
+        return pb.GetTopicResponse(spec=convert.topic_spec_to_pb(spec))
+
+    @internal_rpc
+    async def ListTopics(self, request: pb.ListTopicSpecsRequest, context: Context) -> pb.ListTopicSpecsResponse:
+        specs = await self._api.list_topics()
+        return pb.ListTopicSpecsResponse(topics=[convert.topic_spec_to_pb(s) for s in specs])
+
+    @internal_rpc
+    async def TopicStatus(self, request: pb.TopicStatusRequest, context: Context) -> pb.TopicStatusResponse:
+        status = await self._api.topic_status(request.name)
+        return pb.TopicStatusResponse(status=convert.topic_status_to_pb(status))
+
+    # -- consumer groups ------------------------------------------------------------------------
+
+    @internal_rpc
+    async def CreateGroup(self, request: pb.CreateGroupRequest, context: Context) -> pb.CreateGroupResponse:
+        info = await self._api.create_group(convert.group_spec_from_pb(request.spec))
+        return pb.CreateGroupResponse(info=convert.group_info_to_pb(info))
+
+    @internal_rpc
+    async def UpdateGroup(self, request: pb.UpdateGroupRequest, context: Context) -> pb.UpdateGroupResponse:
+        info = await self._api.update_group(convert.group_spec_from_pb(request.spec))
+        return pb.UpdateGroupResponse(info=convert.group_info_to_pb(info))
+
+    @internal_rpc
+    async def DeleteGroup(self, request: pb.DeleteGroupRequest, context: Context) -> pb.DeleteGroupResponse:
+        await self._api.delete_group(request.name)
+        return pb.DeleteGroupResponse()
+
+    @internal_rpc
+    async def GetGroup(self, request: pb.GetGroupRequest, context: Context) -> pb.GetGroupResponse:
+        info = await self._api.get_group(request.name, auto_create=request.auto_create)
+        return pb.GetGroupResponse(info=convert.group_info_to_pb(info))
+
+    @internal_rpc
+    async def ListGroups(self, request: pb.ListGroupsRequest, context: Context) -> pb.ListGroupsResponse:
+        infos = await self._api.list_groups()
+        return pb.ListGroupsResponse(groups=[convert.group_info_to_pb(i) for i in infos])
+
+    @internal_rpc
+    async def GroupStatus(self, request: pb.GroupStatusRequest, context: Context) -> pb.GroupStatusResponse:
+        status = await self._api.group_status(request.name)
+        return pb.GroupStatusResponse(status=convert.group_status_to_pb(status))
+
+    # -- produce --------------------------------------------------------------------------------
+
+    @internal_rpc
+    async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
+        messages = [convert.outgoing_from_pb(m) for m in request.messages]
+        results = await self._api.send(request.topic, request.queue_id, messages)
+        return pb.SendResponse(results=[convert.send_result_to_pb(r) for r in results])
+
+    # -- pop consumption ------------------------------------------------------------------------
+
+    @internal_rpc
+    async def Pop(self, request: pb.PopRequest, context: Context) -> pb.PopResponse:
+        messages = await self._api.pop(convert.pop_request_from_pb(request))
+        return pb.PopResponse(messages=convert.stored_list_to_pb(messages))
+
+    @internal_rpc
+    async def Ack(self, request: pb.AckRequest, context: Context) -> pb.AckResponse:
+        results = await self._api.ack(request.group, request.topic, list(request.receipt_handles))
+        return pb.AckResponse(results=[convert.ack_result_to_pb(r) for r in results])
+
+    @internal_rpc
+    async def ChangeInvisibleDuration(
+        self, request: pb.ChangeInvisibleDurationRequest, context: Context
+    ) -> pb.ChangeInvisibleDurationResponse:
+        handle = await self._api.change_invisible_duration(
+            request.group, request.topic, request.receipt_handle, request.invisible_ms
+        )
+        return pb.ChangeInvisibleDurationResponse(receipt_handle=handle)
+
+    @internal_rpc
+    async def Nack(self, request: pb.NackRequest, context: Context) -> pb.NackResponse:
+        handle = await self._api.nack(request.group, request.topic, request.receipt_handle)
+        return pb.NackResponse(receipt_handle=handle)
+
+    @internal_rpc
+    async def Renew(self, request: pb.RenewRequest, context: Context) -> pb.RenewResponse:
+        results = await self._api.renew(
+            request.group, request.topic, list(request.receipt_handles), request.invisible_ms
+        )
+        return pb.RenewResponse(results=[convert.ack_result_to_pb(r) for r in results])
+
+    @internal_rpc
+    async def ForwardToDeadLetter(
+        self, request: pb.ForwardToDeadLetterRequest, context: Context
+    ) -> pb.ForwardToDeadLetterResponse:
+        await self._api.forward_to_dead_letter(request.group, request.topic, request.receipt_handle)
+        return pb.ForwardToDeadLetterResponse()
+
+    # -- pull consumption and offsets -----------------------------------------------------------
+
+    @internal_rpc
+    async def Pull(self, request: pb.PullRequest, context: Context) -> pb.PullResponse:
+        result = await self._api.pull(
+            request.group,
+            request.topic,
+            request.queue_id,
+            request.offset,
+            request.max_messages,
+            convert.filter_or_default(request),
+            long_poll_ms=request.long_poll_ms,
+        )
+        return pb.PullResponse(result=convert.pull_result_to_pb(result))
+
+    @internal_rpc
+    async def GetOffset(self, request: pb.GetOffsetRequest, context: Context) -> pb.GetOffsetResponse:
+        offset = await self._api.get_offset(request.group, request.topic, request.queue_id)
+        return pb.GetOffsetResponse(offset=offset)
+
+    @internal_rpc
+    async def UpdateOffset(self, request: pb.UpdateOffsetRequest, context: Context) -> pb.UpdateOffsetResponse:
+        await self._api.update_offset(request.group, request.topic, request.queue_id, request.offset)
+        return pb.UpdateOffsetResponse()
+
+    @internal_rpc
+    async def QueryOffset(self, request: pb.QueryOffsetRequest, context: Context) -> pb.QueryOffsetResponse:
+        policy = convert.offset_policy_from_pb(request.policy)
+        offset = await self._api.query_offset(request.topic, request.queue_id, policy, request.timestamp_ms)
+        return pb.QueryOffsetResponse(offset=offset)
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    @internal_rpc
+    async def GetMessage(self, request: pb.GetMessageRequest, context: Context) -> pb.GetMessageResponse:
+        messages = await self._api.get_message(request.topic, request.message_id)
+        return pb.GetMessageResponse(messages=convert.stored_list_to_pb(messages))
+
+    @internal_rpc
+    async def FindMessagesByKey(
+        self, request: pb.FindMessagesByKeyRequest, context: Context
+    ) -> pb.FindMessagesByKeyResponse:
+        messages = await self._api.find_messages_by_key(request.topic, request.key, request.limit)
+        return pb.FindMessagesByKeyResponse(messages=convert.stored_list_to_pb(messages))

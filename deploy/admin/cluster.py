@@ -1,0 +1,120 @@
+"""`Cluster`: what one `sluice admin` run talks to — the NameServers and the brokers they list.
+
+Brokers are found through the NameServers (`brokers()`, `route()`) and called through one
+`RemoteBroker` each, opened on first use and closed with the Cluster. `on_each` calls several
+brokers concurrently and raises the first failure with the broker's name in front (same error
+class, so the exit line still carries the right code). `wait_for_route` polls the routes until
+they show what the command did, bounded by `route_wait_s`: brokers report topic changes at once,
+so this normally returns on the first poll.
+
+Every call is bounded by `timeout_s`. An unreachable NameServer is an `Unavailable` whose message
+says so plainly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+from broker.remote import RemoteBroker
+from common.errors import SluiceError, TopicNotFound, Unavailable
+from nameserver.client import NameServerClient
+from nameserver.model import BrokerStatus, TopicRoute, TopicSummary
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_ROUTE_WAIT_S = 10.0
+_ROUTE_POLL_INTERVAL_S = 0.1
+
+
+class Cluster:
+    def __init__(
+        self, namesrv: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, route_wait_s: float = DEFAULT_ROUTE_WAIT_S
+    ) -> None:
+        self._nameserver = NameServerClient(namesrv, timeout_s=timeout_s)
+        self._timeout_s = timeout_s
+        self._route_wait_s = route_wait_s
+        self._brokers: dict[str, RemoteBroker] = {}
+
+    async def __aenter__(self) -> Cluster:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        brokers = list(self._brokers.values())
+        self._brokers.clear()
+        await asyncio.gather(self._nameserver.close(), *(b.close() for b in brokers))
+
+    # -- NameServer -----------------------------------------------------------------------------
+
+    async def brokers(self) -> list[BrokerStatus]:
+        """Every live registered broker, sorted by name; Unavailable if none is registered."""
+        brokers = await self._ask_nameserver(self._nameserver.list_brokers())
+        if not brokers:
+            raise Unavailable(f"no broker is registered with the NameServer at {self._addresses()}; start one")
+        return sorted(brokers, key=lambda b: b.broker_name)
+
+    async def route(self, topic: str) -> TopicRoute:
+        return await self._ask_nameserver(self._nameserver.get_route(topic))
+
+    async def topics(self) -> list[TopicSummary]:
+        return await self._ask_nameserver(self._nameserver.list_topics())
+
+    async def wait_for_route(self, topic: str, done: Callable[[TopicRoute | None], bool], what: str) -> None:
+        """Poll the route of `topic` (None: no broker holds it) until `done(route)`; Unavailable after the bound."""
+        deadline = time.monotonic() + self._route_wait_s
+        while True:
+            try:
+                route: TopicRoute | None = await self.route(topic)
+            except TopicNotFound:
+                route = None
+            if done(route):
+                return
+            if time.monotonic() >= deadline:
+                raise Unavailable(
+                    f"{what}, but the NameServer route of {topic} does not show it after {self._route_wait_s:g} s; "
+                    "check that the brokers can reach the NameServers"
+                )
+            await asyncio.sleep(_ROUTE_POLL_INTERVAL_S)
+
+    # -- brokers --------------------------------------------------------------------------------
+
+    def broker(self, name: str, address: str) -> RemoteBroker:
+        remote = self._brokers.get(name)
+        if remote is None or remote.address != address:
+            remote = self._brokers[name] = RemoteBroker(name, address, timeout_s=self._timeout_s)
+        return remote
+
+    async def on_each(
+        self, targets: Sequence[tuple[str, str]], call: Callable[[RemoteBroker], Awaitable[T]]
+    ) -> list[T]:
+        """`call` on each (name, address) concurrently; results in order, or the first failure, named."""
+        outcomes = await asyncio.gather(
+            *(call(self.broker(name, address)) for name, address in targets), return_exceptions=True
+        )
+        results: list[T] = []
+        for (name, _), outcome in zip(targets, outcomes, strict=True):
+            if isinstance(outcome, SluiceError):
+                raise type(outcome)(f"broker {name}: {outcome}") from None
+            if isinstance(outcome, BaseException):
+                raise outcome
+            results.append(outcome)
+        return results
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _addresses(self) -> str:
+        return ";".join(self._nameserver.addresses)
+
+    async def _ask_nameserver(self, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except Unavailable:
+            raise Unavailable(
+                f"cannot reach any NameServer at {self._addresses()} (is it running? is --namesrv right?)"
+            ) from None

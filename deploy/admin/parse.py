@@ -1,0 +1,102 @@
+"""Parsing of `sluice admin` arguments into `broker.api` values, and the spread of a topic's queues.
+
+Every function raises `ConfigError` with a message that says what was expected, so the command
+prints one line and exits 2. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from broker.api import BackoffKind, ConsumeFrom, RetryPolicy
+from common.config import ConfigError
+from common.model import ALL_MESSAGE_TYPES, MessageType
+
+MIXED = "mixed"
+_MS_PER_S = 1000
+
+
+def parse_message_types(text: str) -> frozenset[MessageType]:
+    """`normal`, `fifo`, `delay`, `transaction`, `mixed` (all four), or a comma list like `normal,delay`."""
+    types: set[MessageType] = set()
+    for part in text.split(","):
+        word = part.strip().lower()
+        if word == MIXED:
+            types |= ALL_MESSAGE_TYPES
+            continue
+        try:
+            types.add(MessageType.parse(word))
+        except ValueError:
+            allowed = ", ".join([*(t.name.lower() for t in MessageType), MIXED])
+            raise ConfigError(f"--type {text!r}: {word!r} is not a message type; use {allowed}") from None
+    return frozenset(types)
+
+
+def parse_names(text: str) -> list[str]:
+    """`a,b,c` → ["a", "b", "c"] (order kept, duplicates and blanks dropped)."""
+    names: list[str] = []
+    for part in text.split(","):
+        name = part.strip()
+        if name and name not in names:
+            names.append(name)
+    if not names:
+        raise ConfigError(f"no name in {text!r}; give a comma-separated list")
+    return names
+
+
+def parse_retry_policy(text: str) -> RetryPolicy:
+    """`exponential:INITIAL_MS:MAX_MS:MULTIPLIER` or `customized:MS,MS,...`."""
+    kind, _, rest = text.partition(":")
+    kind = kind.strip().lower()
+    try:
+        if kind == BackoffKind.EXPONENTIAL.value:
+            initial, maximum, multiplier = rest.split(":")
+            return RetryPolicy(BackoffKind.EXPONENTIAL, int(initial), int(maximum), float(multiplier))
+        if kind == BackoffKind.CUSTOMIZED.value:
+            delays = tuple(int(d) for d in rest.split(",") if d.strip())
+            if not delays:
+                raise ValueError("no delay")
+            return RetryPolicy(BackoffKind.CUSTOMIZED, customized_ms=delays)
+    except ValueError:
+        pass
+    raise ConfigError(
+        f"--retry-policy {text!r}: use exponential:INITIAL_MS:MAX_MS:MULTIPLIER (e.g. exponential:1000:60000:2) "
+        "or customized:MS,MS,... (e.g. customized:1000,5000,30000)"
+    )
+
+
+def parse_consume_from(text: str) -> tuple[ConsumeFrom, int]:
+    """`latest`, `earliest`, or a time: epoch milliseconds or ISO-8601 (no zone: UTC)."""
+    word = text.strip().lower()
+    if word in (ConsumeFrom.LATEST.value, ConsumeFrom.EARLIEST.value):
+        return ConsumeFrom(word), 0
+    if word.isdigit():
+        return ConsumeFrom.TIMESTAMP, int(word)
+    try:
+        moment = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigError(
+            f"--consume-from {text!r}: use latest, earliest, epoch milliseconds or an ISO-8601 time "
+            "(e.g. 2024-05-01T12:00:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return ConsumeFrom.TIMESTAMP, int(moment.timestamp() * _MS_PER_S)
+
+
+def spread_queues(queue_count: int, brokers: Sequence[str]) -> dict[str, int]:
+    """Share `queue_count` queues over `brokers`: each gets at least one, the first ones the remainder.
+
+    Each broker holds queue ids 0..share-1 of the topic (the official Node.js client needs queue 0
+    on every broker of a route), so the shares are all a topic needs to know.
+    """
+    if not brokers:
+        raise ConfigError("no broker to put the topic on")
+    if queue_count < len(brokers):
+        raise ConfigError(
+            f"--queues {queue_count} cannot be spread over {len(brokers)} brokers ({', '.join(brokers)}): every "
+            f"broker needs at least one queue; give --queues {len(brokers)} or more, or fewer --brokers"
+        )
+    base, extra = divmod(queue_count, len(brokers))
+    return {name: base + (1 if i < extra else 0) for i, name in enumerate(brokers)}

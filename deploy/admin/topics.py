@@ -1,0 +1,111 @@
+"""`sluice admin topic create|list|describe|delete`.
+
+A topic's queues are spread over brokers (`parse.spread_queues`): each chosen broker holds queue
+ids 0..share-1. Create and delete return only once the NameServer route shows the change.
+"""
+
+from __future__ import annotations
+
+from broker.api import TopicSpec, TopicStatus
+from common.errors import BadRequest
+from common.model import MessageType, Permission
+from deploy.admin.cluster import Cluster
+from deploy.admin.output import Report, format_types
+from deploy.admin.parse import spread_queues
+from nameserver.model import TopicRoute
+
+
+async def create_topic(
+    cluster: Cluster,
+    name: str,
+    message_types: frozenset[MessageType],
+    queue_count: int,
+    broker_names: list[str] | None = None,
+) -> Report:
+    """Create `name` with `queue_count` queues over `broker_names` (default: every registered broker)."""
+    registered = {b.broker_name: b.address for b in await cluster.brokers()}
+    chosen = sorted(registered) if broker_names is None else broker_names
+    unknown = [n for n in chosen if n not in registered]
+    if unknown:
+        raise BadRequest(
+            f"broker(s) {', '.join(unknown)} not registered with the NameServer; registered: {', '.join(registered)}"
+        )
+    shares = spread_queues(queue_count, chosen)
+    specs = {n: TopicSpec(name, shares[n], message_types, Permission.READ_WRITE) for n in chosen}
+    await cluster.on_each([(n, registered[n]) for n in chosen], lambda b: b.create_topic(specs[b.name]))
+
+    def shown(route: TopicRoute | None) -> bool:
+        held = {b.broker_name: b.queue_count for b in route.brokers} if route else {}
+        return all(held.get(n) == shares[n] for n in chosen)
+
+    await cluster.wait_for_route(name, shown, f"topic {name} was created on {', '.join(chosen)}")
+    rows = [
+        {
+            "broker": n,
+            "address": registered[n],
+            "queues": shares[n],
+            "queue_ids": f"0..{shares[n] - 1}",
+            "types": format_types(message_types),
+        }
+        for n in chosen
+    ]
+    return Report(
+        columns=["broker", "address", "queues", "queue_ids", "types"],
+        rows=rows,
+        data={"topic": name, "queue_count": queue_count, "message_types": format_types(message_types), "brokers": rows},
+        note=f"topic {name} created: {queue_count} queue(s) on {len(chosen)} broker(s)",
+    )
+
+
+async def list_topics(cluster: Cluster) -> Report:
+    rows = [
+        {
+            "topic": t.name,
+            "queues": t.queue_count,
+            "brokers": list(t.broker_names),
+            "types": format_types(t.message_types),
+        }
+        for t in await cluster.topics()
+    ]
+    return Report(columns=["topic", "queues", "brokers", "types"], rows=rows)
+
+
+async def describe_topic(cluster: Cluster, name: str) -> Report:
+    """Per broker and queue: offsets, permission and accepted types, as the brokers report them."""
+    route = await cluster.route(name)
+    targets = [(b.broker_name, b.address) for b in route.brokers]
+    statuses: list[TopicStatus] = await cluster.on_each(targets, lambda b: b.topic_status(name))
+    rows = [
+        {
+            "broker": broker_name,
+            "queue": q.queue_id,
+            "min_offset": q.min_offset,
+            "max_offset": q.max_offset,
+            "messages": q.max_offset - q.min_offset,
+            "permission": status.spec.permission.name.lower(),
+            "types": format_types(status.spec.message_types),
+        }
+        for (broker_name, _), status in zip(targets, statuses, strict=True)
+        for q in status.queues
+    ]
+    return Report(
+        columns=["broker", "queue", "min_offset", "max_offset", "messages", "permission", "types"],
+        rows=rows,
+        note=f"topic {name}: {len(rows)} queue(s) on {len(targets)} broker(s)",
+    )
+
+
+async def delete_topic(cluster: Cluster, name: str) -> Report:
+    """Delete `name` from every broker that holds it; returns once no route shows it."""
+    route = await cluster.route(name)
+    targets = [(b.broker_name, b.address) for b in route.brokers]
+    await cluster.on_each(targets, lambda b: b.delete_topic(name))
+    deleted_on = ", ".join(n for n, _ in targets)
+    await cluster.wait_for_route(name, lambda r: r is None, f"topic {name} was deleted on {deleted_on}")
+    rows = [{"broker": n, "address": a} for n, a in targets]
+    return Report(
+        columns=["broker", "address"],
+        rows=rows,
+        data={"topic": name, "deleted_on": rows},
+        note=f"topic {name} deleted from {len(targets)} broker(s)",
+    )

@@ -1,0 +1,239 @@
+"""`sluice admin`: manage topics and consumer groups and look messages up, through the NameServers.
+
+    sluice admin [--namesrv HOST:PORT[;HOST:PORT]] [--json] [--timeout-s S] AREA ACTION ...
+
+    topic create NAME --type normal|fifo|delay|transaction|mixed|a,b --queues N [--brokers a,b]
+    topic list | topic describe NAME | topic delete NAME
+    group create NAME [--fifo] [--max-attempts N] [--retry-policy P] [--consume-from C]
+    group list | group describe NAME | group delete NAME
+    message get --topic T --id ID | message find --topic T --key K [--limit N]
+    broker list
+
+The shared options may also follow the action (`sluice admin topic list --json`). Output is an
+aligned table on stdout, or JSON with `--json`. A failure prints exactly one line on stderr,
+`sluice admin: AREA ACTION: CODE: message`, and exits 1 (2 for a bad argument).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias
+
+from broker.api import GroupSpec
+from common.config import ConfigError
+from common.errors import SluiceError
+from deploy.admin import groups, messages, topics
+from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
+from deploy.admin.output import Report, render_json, render_table
+from deploy.admin.parse import parse_consume_from, parse_message_types, parse_names, parse_retry_policy
+
+NAME = "admin"
+HELP = "Manage topics and consumer groups, and look messages up, through the NameServers."
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+DEFAULT_QUEUES = 8
+DEFAULT_FIND_LIMIT = 64
+EXIT_FAILED = 1
+EXIT_BAD_ARGUMENT = 2
+
+Action = Callable[[Cluster, argparse.Namespace], Awaitable[Report]]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_shared(parser, suppress=False)
+    # Leaves accept the shared options too; SUPPRESS keeps a leaf from resetting what came first.
+    shared = argparse.ArgumentParser(add_help=False)
+    _add_shared(shared, suppress=True)
+    areas = parser.add_subparsers(dest="area", metavar="AREA", required=True)
+    _add_topic(areas.add_parser("topic", help="create, list, describe and delete topics"), shared)
+    _add_group(areas.add_parser("group", help="create, list, describe and delete consumer groups"), shared)
+    _add_message(areas.add_parser("message", help="look messages up by id or key"), shared)
+    _add_broker(areas.add_parser("broker", help="list the registered brokers"), shared)
+
+
+def run(args: argparse.Namespace) -> int:
+    what = f"{args.area} {args.action}"
+    try:
+        report = asyncio.run(_execute(args))
+    except ConfigError as exc:
+        return _fail(what, f"bad argument: {exc}", EXIT_BAD_ARGUMENT)
+    except SluiceError as exc:
+        return _fail(what, f"{exc.code.name}: {exc}", EXIT_FAILED)
+    print(render_json(report) if args.json else render_table(report), flush=True)
+    return 0
+
+
+async def _execute(args: argparse.Namespace) -> Report:
+    if args.timeout_s <= 0:
+        raise ConfigError(f"--timeout-s must be positive, got {args.timeout_s}")
+    async with Cluster(args.namesrv, timeout_s=args.timeout_s, route_wait_s=DEFAULT_ROUTE_WAIT_S) as cluster:
+        action: Action = args.run_action
+        return await action(cluster, args)
+
+
+def _fail(what: str, message: str, code: int) -> int:
+    line = " ".join(message.split())  # exactly one line, whatever the message holds
+    print(f"sluice admin: {what}: {line}", file=sys.stderr, flush=True)
+    return code
+
+
+# -- argument tree ----------------------------------------------------------------------------------
+
+
+def _add_shared(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    parser.add_argument(
+        "--namesrv",
+        metavar="HOST:PORT[;HOST:PORT]",
+        default=default(DEFAULT_NAMESRV),
+        help=f"NameServers to ask (default {DEFAULT_NAMESRV})",
+    )
+    parser.add_argument("--json", action="store_true", default=default(False), help="print JSON instead of a table")
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        metavar="S",
+        default=default(DEFAULT_TIMEOUT_S),
+        help=f"deadline of each call to a NameServer or broker (default {DEFAULT_TIMEOUT_S:g})",
+    )
+
+
+Actions: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _leaf(
+    actions: Actions, name: str, shared: argparse.ArgumentParser, run: Action, text: str
+) -> argparse.ArgumentParser:
+    parser = actions.add_parser(name, help=text, description=text, parents=[shared])
+    parser.set_defaults(run_action=run)
+    return parser
+
+
+def _add_topic(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = _leaf(actions, "create", shared, _topic_create, "create a topic, its queues spread over brokers")
+    create.add_argument("name", metavar="NAME")
+    create.add_argument(
+        "--type",
+        default="normal",
+        metavar="TYPE",
+        help="normal, fifo, delay, transaction, mixed (all four) or a comma list such as normal,delay",
+    )
+    create.add_argument("--queues", type=int, default=DEFAULT_QUEUES, metavar="N", help="queues in all (default 8)")
+    create.add_argument("--brokers", metavar="A,B", help="brokers to hold the queues (default: every registered one)")
+    _leaf(actions, "list", shared, _topic_list, "list topics with their brokers and queue counts")
+    describe = _leaf(actions, "describe", shared, _topic_describe, "offsets of every queue of a topic")
+    describe.add_argument("name", metavar="NAME")
+    delete = _leaf(actions, "delete", shared, _topic_delete, "delete a topic from every broker holding it")
+    delete.add_argument("name", metavar="NAME")
+
+
+def _add_group(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = _leaf(actions, "create", shared, _group_create, "create (or update) a consumer group on every broker")
+    create.add_argument("name", metavar="NAME")
+    create.add_argument("--fifo", action="store_true", help="deliver each message group in order, one at a time")
+    create.add_argument("--max-attempts", type=int, metavar="N", help="deliveries before dead-lettering (default 16)")
+    create.add_argument(
+        "--retry-policy",
+        metavar="POLICY",
+        help="exponential:INITIAL_MS:MAX_MS:MULTIPLIER or customized:MS,MS,... (default exponential:1000:60000:2)",
+    )
+    create.add_argument(
+        "--consume-from",
+        default="latest",
+        metavar="WHERE",
+        help="latest (default), earliest, or a time: epoch ms or ISO-8601 (no zone: UTC)",
+    )
+    _leaf(actions, "list", shared, _group_list, "list consumer groups")
+    describe = _leaf(actions, "describe", shared, _group_describe, "offsets, lag and in-flight messages of a group")
+    describe.add_argument("name", metavar="NAME")
+    delete = _leaf(actions, "delete", shared, _group_delete, "delete a consumer group from every broker")
+    delete.add_argument("name", metavar="NAME")
+
+
+def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    get = _leaf(actions, "get", shared, _message_get, "a message by its id")
+    get.add_argument("--topic", required=True, metavar="T")
+    get.add_argument("--id", required=True, metavar="ID", dest="message_id")
+    find = _leaf(actions, "find", shared, _message_find, "messages by key")
+    find.add_argument("--topic", required=True, metavar="T")
+    find.add_argument("--key", required=True, metavar="K")
+    find.add_argument("--limit", type=int, default=DEFAULT_FIND_LIMIT, metavar="N", help="at most N per broker")
+
+
+def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _leaf(actions, "list", shared, _broker_list, "brokers registered with the NameServer")
+
+
+# -- actions --------------------------------------------------------------------------------------
+
+
+async def _topic_create(cluster: Cluster, args: argparse.Namespace) -> Report:
+    brokers = parse_names(args.brokers) if args.brokers is not None else None
+    return await topics.create_topic(cluster, args.name, parse_message_types(args.type), args.queues, brokers)
+
+
+async def _topic_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await topics.list_topics(cluster)
+
+
+async def _topic_describe(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await topics.describe_topic(cluster, args.name)
+
+
+async def _topic_delete(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await topics.delete_topic(cluster, args.name)
+
+
+async def _group_create(cluster: Cluster, args: argparse.Namespace) -> Report:
+    consume_from, timestamp_ms = parse_consume_from(args.consume_from)
+    spec = GroupSpec(args.name, fifo=args.fifo, consume_from=consume_from, consume_from_timestamp_ms=timestamp_ms)
+    if args.max_attempts is not None:
+        spec = dataclasses.replace(spec, max_delivery_attempts=args.max_attempts)
+    if args.retry_policy is not None:
+        spec = dataclasses.replace(spec, retry_policy=parse_retry_policy(args.retry_policy))
+    return await groups.create_group(cluster, spec)
+
+
+async def _group_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await groups.list_groups(cluster)
+
+
+async def _group_describe(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await groups.describe_group(cluster, args.name)
+
+
+async def _group_delete(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await groups.delete_group(cluster, args.name)
+
+
+async def _message_get(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await messages.get_message(cluster, args.topic, args.message_id)
+
+
+async def _message_find(cluster: Cluster, args: argparse.Namespace) -> Report:
+    if args.limit < 1:
+        raise ConfigError(f"--limit must be at least 1, got {args.limit}")
+    return await messages.find_messages(cluster, args.topic, args.key, args.limit)
+
+
+async def _broker_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    rows = [
+        {
+            "broker": b.broker_name,
+            "cluster": b.cluster_name,
+            "address": b.address,
+            "topics": b.topic_count,
+            "last_heartbeat_s": round(b.last_heartbeat_age_s, 1),
+        }
+        for b in await cluster.brokers()
+    ]
+    return Report(columns=["broker", "cluster", "address", "topics", "last_heartbeat_s"], rows=rows)

@@ -1,0 +1,83 @@
+"""`sluice broker`: run one broker (store, pop engine, internal gRPC service) until SIGTERM/SIGINT.
+
+Configuration comes from the `[broker]` table of `--config` (optional), with flags overriding it
+as dotted keys (`--flush` sets `store.commitlog.flush_policy`). Prints exactly one line to stdout
+once serving (`broker NAME listening on HOST:PORT`); logs go to stderr. Exits 0 after a clean
+shutdown, 2 on a configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from broker.config import BrokerConfig
+from broker.server import run_broker
+from common.config import load_config
+from common.logs import setup_logging
+from deploy.runtime import serve
+from nameserver.client import parse_addresses
+
+NAME = "broker"
+HELP = "Run a broker: durable storage of topics and consumer groups behind an internal gRPC service."
+LOG_LEVELS = ("debug", "info", "warning", "error")
+FLUSH_POLICIES = ("sync", "async")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML file; its [broker] table is used")
+    parser.add_argument("--name", help="broker name, unique in the cluster (default broker-a)")
+    parser.add_argument("--cluster", help="cluster name registered with the NameServers (default sluice)")
+    parser.add_argument(
+        "--namesrv",
+        metavar="HOST:PORT[;HOST:PORT]",
+        help="NameServers to register with; none: a standalone broker",
+    )
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to listen on (default 10911; 0 picks a free one)")
+    parser.add_argument("--advertise", metavar="HOST:PORT", help="address others reach this broker at")
+    parser.add_argument("--data-dir", metavar="DIR", help="where the CommitLog and indexes live")
+    parser.add_argument(
+        "--flush",
+        choices=FLUSH_POLICIES,
+        help="sync: acknowledge a send after fsync; async (default): fsync on an interval",
+    )
+    parser.add_argument("--segment-bytes", type=int, metavar="N", help="size of one CommitLog segment file")
+    parser.add_argument(
+        "--auto-create",
+        action="store_true",
+        default=None,
+        help="create topics and consumer groups on first use",
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(
+        BrokerConfig,
+        section="broker",
+        path=args.config,
+        overrides={
+            "name": args.name,
+            "cluster": args.cluster,
+            "namesrv": parse_addresses(args.namesrv) if args.namesrv is not None else None,
+            "host": args.host,
+            "port": args.port,
+            "advertise": args.advertise,
+            "data_dir": args.data_dir,
+            "store.commitlog.flush_policy": args.flush,
+            "store.commitlog.segment_bytes": args.segment_bytes,
+            "auto_create": args.auto_create,
+        },
+    )
+    setup_logging(args.log_level, args.log_json)
+
+    def announce(address: str) -> None:
+        print(f"broker {config.name} listening on {address}", flush=True)
+
+    async def main(stop: asyncio.Event) -> int:
+        await run_broker(config, stop, on_ready=announce)
+        return 0
+
+    return serve(main)

@@ -1,0 +1,89 @@
+"""`sluice up`: the merged topology — NameServer, broker and proxy in one process.
+
+The proxy calls the broker in-process (no serialisation); the broker also serves its internal
+gRPC service and registers with the embedded NameServer, so `sluice admin --namesrv
+127.0.0.1:9876 ...` works against it. Topics and groups are created on first use unless
+`--no-auto-create` is given. Configuration: the `[nameserver]`, `[broker]` and `[proxy]` tables of
+`--config`, with flags overriding them. Stops in reverse order on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from broker.config import BrokerConfig
+from broker.local import LocalBroker
+from broker.server import run_broker
+from common.config import load_config, read_toml
+from common.logs import setup_logging
+from deploy.runtime import serve
+from nameserver.config import NameServerConfig
+from nameserver.service import run_nameserver
+from proxy.app import ProxyApp
+from proxy.config import ProxyConfig
+from proxy.directory import LocalDirectory
+from proxy.server import serve_proxy
+
+NAME = "up"
+HELP = "Run the merged topology (NameServer + broker + proxy in one process) on an embedded default."
+LOG_LEVELS = ("debug", "info", "warning", "error")
+STARTUP_TIMEOUT_S = 60.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML file with [nameserver], [broker], [proxy] tables")
+    parser.add_argument("--data-dir", metavar="DIR", help="where the broker keeps its data (default ./data)")
+    parser.add_argument("--host", help="address every part listens on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="client (proxy) port (default 8081)")
+    parser.add_argument("--namesrv-port", type=int, help="NameServer port (default 9876)")
+    parser.add_argument("--broker-port", type=int, help="broker's internal port (default 10911)")
+    parser.add_argument("--flush", choices=("sync", "async"), help="acknowledge after fsync (sync) or write (async)")
+    parser.add_argument("--no-auto-create", action="store_true", help="do not create topics and groups on first use")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
+
+
+def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, ProxyConfig]:
+    data = read_toml(args.config) if args.config else {}
+    ns = load_config(NameServerConfig, section="nameserver", data=data,
+                     overrides={"host": args.host, "port": args.namesrv_port})  # fmt: skip
+    broker = load_config(
+        BrokerConfig, section="broker", data=data,
+        overrides={
+            "host": args.host, "port": args.broker_port, "data_dir": args.data_dir or "data/broker",
+            "namesrv": [f"{ns.host}:{ns.port}"], "auto_create": not args.no_auto_create,
+            "store.commitlog.flush_policy": args.flush,
+        },
+    )  # fmt: skip
+    proxy = load_config(ProxyConfig, section="proxy", data=data, overrides={"host": args.host, "port": args.port})
+    return ns, broker, proxy
+
+
+def run(args: argparse.Namespace) -> int:
+    ns_cfg, broker_cfg, proxy_cfg = configs(args)
+    setup_logging(args.log_level, args.log_json)
+
+    async def main(stop: asyncio.Event) -> int:
+        ns_stop, broker_stop = asyncio.Event(), asyncio.Event()
+        broker_ready: asyncio.Future[LocalBroker] = asyncio.get_running_loop().create_future()
+        async with asyncio.TaskGroup() as tasks:
+            ns_task = tasks.create_task(run_nameserver(
+                ns_cfg, ns_stop, on_ready=lambda a: print(f"nameserver listening on {a}", flush=True)))  # fmt: skip
+            broker_task = tasks.create_task(run_broker(
+                broker_cfg, broker_stop, on_ready=lambda a: print(f"broker listening on {a}", flush=True),
+                on_broker=broker_ready.set_result))  # fmt: skip
+            try:
+                broker = await asyncio.wait_for(asyncio.shield(broker_ready), STARTUP_TIMEOUT_S)
+                directory = LocalDirectory(broker, auto_create=broker_cfg.auto_create)
+                await serve_proxy(ProxyApp(proxy_cfg, directory), stop,
+                                  on_ready=lambda a: print(f"proxy listening on {a} (clients connect here)",
+                                                           flush=True))  # fmt: skip
+            finally:
+                broker_stop.set()
+                await broker_task
+                ns_stop.set()
+                await ns_task
+        return 0
+
+    return serve(main)

@@ -1,0 +1,652 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ConsumeFrom(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONSUME_FROM_UNSPECIFIED: _ClassVar[ConsumeFrom]
+    CONSUME_FROM_LATEST: _ClassVar[ConsumeFrom]
+    CONSUME_FROM_EARLIEST: _ClassVar[ConsumeFrom]
+    CONSUME_FROM_TIMESTAMP: _ClassVar[ConsumeFrom]
+
+class BackoffKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKOFF_KIND_UNSPECIFIED: _ClassVar[BackoffKind]
+    BACKOFF_KIND_EXPONENTIAL: _ClassVar[BackoffKind]
+    BACKOFF_KIND_CUSTOMIZED: _ClassVar[BackoffKind]
+
+class FilterKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FILTER_KIND_UNSPECIFIED: _ClassVar[FilterKind]
+    FILTER_KIND_TAG: _ClassVar[FilterKind]
+    FILTER_KIND_SQL: _ClassVar[FilterKind]
+
+class OffsetPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OFFSET_POLICY_UNSPECIFIED: _ClassVar[OffsetPolicy]
+    OFFSET_POLICY_BEGINNING: _ClassVar[OffsetPolicy]
+    OFFSET_POLICY_END: _ClassVar[OffsetPolicy]
+    OFFSET_POLICY_TIMESTAMP: _ClassVar[OffsetPolicy]
+CONSUME_FROM_UNSPECIFIED: ConsumeFrom
+CONSUME_FROM_LATEST: ConsumeFrom
+CONSUME_FROM_EARLIEST: ConsumeFrom
+CONSUME_FROM_TIMESTAMP: ConsumeFrom
+BACKOFF_KIND_UNSPECIFIED: BackoffKind
+BACKOFF_KIND_EXPONENTIAL: BackoffKind
+BACKOFF_KIND_CUSTOMIZED: BackoffKind
+FILTER_KIND_UNSPECIFIED: FilterKind
+FILTER_KIND_TAG: FilterKind
+FILTER_KIND_SQL: FilterKind
+OFFSET_POLICY_UNSPECIFIED: OffsetPolicy
+OFFSET_POLICY_BEGINNING: OffsetPolicy
+OFFSET_POLICY_END: OffsetPolicy
+OFFSET_POLICY_TIMESTAMP: OffsetPolicy
+
+class RetryPolicy(_message.Message):
+    __slots__ = ("kind", "initial_ms", "max_ms", "multiplier", "customized_ms")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    CUSTOMIZED_MS_FIELD_NUMBER: _ClassVar[int]
+    kind: BackoffKind
+    initial_ms: int
+    max_ms: int
+    multiplier: float
+    customized_ms: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, kind: _Optional[_Union[BackoffKind, str]] = ..., initial_ms: _Optional[int] = ..., max_ms: _Optional[int] = ..., multiplier: _Optional[float] = ..., customized_ms: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class TopicSpec(_message.Message):
+    __slots__ = ("name", "queue_count", "message_types", "permission")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPES_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queue_count: int
+    message_types: _containers.RepeatedScalarFieldContainer[int]
+    permission: int
+    def __init__(self, name: _Optional[str] = ..., queue_count: _Optional[int] = ..., message_types: _Optional[_Iterable[int]] = ..., permission: _Optional[int] = ...) -> None: ...
+
+class GroupSpec(_message.Message):
+    __slots__ = ("name", "fifo", "max_delivery_attempts", "retry_policy", "consume_from", "consume_from_timestamp_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FROM_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    fifo: bool
+    max_delivery_attempts: int
+    retry_policy: RetryPolicy
+    consume_from: ConsumeFrom
+    consume_from_timestamp_ms: int
+    def __init__(self, name: _Optional[str] = ..., fifo: _Optional[bool] = ..., max_delivery_attempts: _Optional[int] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., consume_from: _Optional[_Union[ConsumeFrom, str]] = ..., consume_from_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class GroupInfo(_message.Message):
+    __slots__ = ("spec", "created_ms")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    spec: GroupSpec
+    created_ms: int
+    def __init__(self, spec: _Optional[_Union[GroupSpec, _Mapping]] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class QueueStatus(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class TopicStatus(_message.Message):
+    __slots__ = ("spec", "queues")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    spec: TopicSpec
+    queues: _containers.RepeatedCompositeFieldContainer[QueueStatus]
+    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ...) -> None: ...
+
+class GroupQueueStatus(_message.Message):
+    __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSUMED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    consumed_offset: int
+    max_offset: int
+    lag: int
+    in_flight: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., consumed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+
+class GroupStatus(_message.Message):
+    __slots__ = ("info", "queues")
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    info: GroupInfo
+    queues: _containers.RepeatedCompositeFieldContainer[GroupQueueStatus]
+    def __init__(self, info: _Optional[_Union[GroupInfo, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[GroupQueueStatus, _Mapping]]] = ...) -> None: ...
+
+class OutgoingMessage(_message.Message):
+    __slots__ = ("body", "message_id", "message_type", "tag", "keys", "message_group", "properties", "system_properties", "born_timestamp_ms", "born_host", "delivery_timestamp_ms", "body_gzip")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class SystemPropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BODY_GZIP_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    message_id: str
+    message_type: int
+    tag: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    message_group: str
+    properties: _containers.ScalarMap[str, str]
+    system_properties: _containers.ScalarMap[str, str]
+    born_timestamp_ms: int
+    born_host: str
+    delivery_timestamp_ms: int
+    body_gzip: bool
+    def __init__(self, body: _Optional[bytes] = ..., message_id: _Optional[str] = ..., message_type: _Optional[int] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., message_group: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., system_properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ..., born_host: _Optional[str] = ..., delivery_timestamp_ms: _Optional[int] = ..., body_gzip: _Optional[bool] = ...) -> None: ...
+
+class SendResult(_message.Message):
+    __slots__ = ("message_id", "queue_id", "queue_offset", "transaction_id", "recall_handle")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    queue_id: int
+    queue_offset: int
+    transaction_id: str
+    recall_handle: str
+    def __init__(self, message_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., transaction_id: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+
+class StoredMessage(_message.Message):
+    __slots__ = ("topic", "queue_id", "queue_offset", "body", "message_id", "message_type", "tag", "keys", "message_group", "properties", "system_properties", "born_timestamp_ms", "born_host", "store_timestamp_ms", "store_host", "delivery_timestamp_ms", "delivery_attempt", "body_gzip", "receipt_handle", "invisible_until_ms")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class SystemPropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    STORE_HOST_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    BODY_GZIP_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    queue_offset: int
+    body: bytes
+    message_id: str
+    message_type: int
+    tag: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    message_group: str
+    properties: _containers.ScalarMap[str, str]
+    system_properties: _containers.ScalarMap[str, str]
+    born_timestamp_ms: int
+    born_host: str
+    store_timestamp_ms: int
+    store_host: str
+    delivery_timestamp_ms: int
+    delivery_attempt: int
+    body_gzip: bool
+    receipt_handle: str
+    invisible_until_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., body: _Optional[bytes] = ..., message_id: _Optional[str] = ..., message_type: _Optional[int] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., message_group: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., system_properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ..., born_host: _Optional[str] = ..., store_timestamp_ms: _Optional[int] = ..., store_host: _Optional[str] = ..., delivery_timestamp_ms: _Optional[int] = ..., delivery_attempt: _Optional[int] = ..., body_gzip: _Optional[bool] = ..., receipt_handle: _Optional[str] = ..., invisible_until_ms: _Optional[int] = ...) -> None: ...
+
+class FilterSpec(_message.Message):
+    __slots__ = ("kind", "expression")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    kind: FilterKind
+    expression: str
+    def __init__(self, kind: _Optional[_Union[FilterKind, str]] = ..., expression: _Optional[str] = ...) -> None: ...
+
+class AckResult(_message.Message):
+    __slots__ = ("receipt_handle", "ok", "error_code", "error_message")
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    receipt_handle: str
+    ok: bool
+    error_code: int
+    error_message: str
+    def __init__(self, receipt_handle: _Optional[str] = ..., ok: _Optional[bool] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class PullResult(_message.Message):
+    __slots__ = ("messages", "next_offset", "min_offset", "max_offset")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: TopicSpec
+    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ...) -> None: ...
+
+class CreateTopicResponse(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: TopicSpec
+    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ...) -> None: ...
+
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: TopicSpec
+    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ...) -> None: ...
+
+class UpdateTopicResponse(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: TopicSpec
+    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetTopicResponse(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: TopicSpec
+    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ...) -> None: ...
+
+class ListTopicSpecsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTopicSpecsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[TopicSpec]
+    def __init__(self, topics: _Optional[_Iterable[_Union[TopicSpec, _Mapping]]] = ...) -> None: ...
+
+class TopicStatusRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class TopicStatusResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: TopicStatus
+    def __init__(self, status: _Optional[_Union[TopicStatus, _Mapping]] = ...) -> None: ...
+
+class CreateGroupRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: GroupSpec
+    def __init__(self, spec: _Optional[_Union[GroupSpec, _Mapping]] = ...) -> None: ...
+
+class CreateGroupResponse(_message.Message):
+    __slots__ = ("info",)
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    info: GroupInfo
+    def __init__(self, info: _Optional[_Union[GroupInfo, _Mapping]] = ...) -> None: ...
+
+class UpdateGroupRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: GroupSpec
+    def __init__(self, spec: _Optional[_Union[GroupSpec, _Mapping]] = ...) -> None: ...
+
+class UpdateGroupResponse(_message.Message):
+    __slots__ = ("info",)
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    info: GroupInfo
+    def __init__(self, info: _Optional[_Union[GroupInfo, _Mapping]] = ...) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteGroupResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetGroupRequest(_message.Message):
+    __slots__ = ("name", "auto_create")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    AUTO_CREATE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    auto_create: bool
+    def __init__(self, name: _Optional[str] = ..., auto_create: _Optional[bool] = ...) -> None: ...
+
+class GetGroupResponse(_message.Message):
+    __slots__ = ("info",)
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    info: GroupInfo
+    def __init__(self, info: _Optional[_Union[GroupInfo, _Mapping]] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[GroupInfo]
+    def __init__(self, groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ...) -> None: ...
+
+class GroupStatusRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GroupStatusResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: GroupStatus
+    def __init__(self, status: _Optional[_Union[GroupStatus, _Mapping]] = ...) -> None: ...
+
+class SendRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "messages")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    messages: _containers.RepeatedCompositeFieldContainer[OutgoingMessage]
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ...) -> None: ...
+
+class SendResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SendResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
+
+class PopRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id", "max_messages", "invisible_ms", "filter", "long_poll_ms", "auto_create_group")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    LONG_POLL_MS_FIELD_NUMBER: _ClassVar[int]
+    AUTO_CREATE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    max_messages: int
+    invisible_ms: int
+    filter: FilterSpec
+    long_poll_ms: int
+    auto_create_group: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., filter: _Optional[_Union[FilterSpec, _Mapping]] = ..., long_poll_ms: _Optional[int] = ..., auto_create_group: _Optional[bool] = ...) -> None: ...
+
+class PopResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...
+
+class AckRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handles")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AckResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AckResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[AckResult, _Mapping]]] = ...) -> None: ...
+
+class ChangeInvisibleDurationRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handle", "invisible_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handle: str
+    invisible_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ..., invisible_ms: _Optional[int] = ...) -> None: ...
+
+class ChangeInvisibleDurationResponse(_message.Message):
+    __slots__ = ("receipt_handle",)
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    receipt_handle: str
+    def __init__(self, receipt_handle: _Optional[str] = ...) -> None: ...
+
+class NackRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handle")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handle: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
+
+class NackResponse(_message.Message):
+    __slots__ = ("receipt_handle",)
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    receipt_handle: str
+    def __init__(self, receipt_handle: _Optional[str] = ...) -> None: ...
+
+class RenewRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handles", "invisible_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLES_FIELD_NUMBER: _ClassVar[int]
+    INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handles: _containers.RepeatedScalarFieldContainer[str]
+    invisible_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handles: _Optional[_Iterable[str]] = ..., invisible_ms: _Optional[int] = ...) -> None: ...
+
+class RenewResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[AckResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[AckResult, _Mapping]]] = ...) -> None: ...
+
+class ForwardToDeadLetterRequest(_message.Message):
+    __slots__ = ("group", "topic", "receipt_handle")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    receipt_handle: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., receipt_handle: _Optional[str] = ...) -> None: ...
+
+class ForwardToDeadLetterResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PullRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id", "offset", "max_messages", "filter", "long_poll_ms")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    LONG_POLL_MS_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_messages: int
+    filter: FilterSpec
+    long_poll_ms: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., filter: _Optional[_Union[FilterSpec, _Mapping]] = ..., long_poll_ms: _Optional[int] = ...) -> None: ...
+
+class PullResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: PullResult
+    def __init__(self, result: _Optional[_Union[PullResult, _Mapping]] = ...) -> None: ...
+
+class GetOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ...) -> None: ...
+
+class GetOffsetResponse(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class UpdateOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id", "offset")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class UpdateOffsetResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueryOffsetRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "policy", "timestamp_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    policy: OffsetPolicy
+    timestamp_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., policy: _Optional[_Union[OffsetPolicy, str]] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class QueryOffsetResponse(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class GetMessageRequest(_message.Message):
+    __slots__ = ("topic", "message_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_id: str
+    def __init__(self, topic: _Optional[str] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class GetMessageResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...
+
+class FindMessagesByKeyRequest(_message.Message):
+    __slots__ = ("topic", "key", "limit")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    key: str
+    limit: int
+    def __init__(self, topic: _Optional[str] = ..., key: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class FindMessagesByKeyResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,53 @@
+"""`ProxyApp`: the proxy's protocol-free core, assembled: directory of brokers, produce and consume
+services, client sessions and auto renew. The gRPC servicer is a thin edge over it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from proxy.config import ProxyConfig
+from proxy.core.consumer import ConsumerService
+from proxy.core.producer import ProducerService
+from proxy.core.renewer import AutoRenewer
+from proxy.core.sessions import SessionRegistry
+from proxy.directory import BrokerDirectory
+
+log = logging.getLogger("sluice.proxy")
+
+
+class ProxyApp:
+    def __init__(self, config: ProxyConfig, directory: BrokerDirectory) -> None:
+        self.config = config
+        self.directory = directory
+        self.renewer = AutoRenewer(directory, config.receive)
+        self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self.renewer.release_client)
+        self.producer = ProducerService(directory)
+        self.consumer = ConsumerService(directory, self.renewer, config.receive)
+        self._touched_groups: set[str] = set()
+        self.in_flight = 0
+
+    def endpoints(self) -> list[str]:
+        """Proxy endpoints advertised in routes (this proxy; the fleet once navigation is on)."""
+        return [self.config.advertised_address]
+
+    async def touch_group(self, group: str) -> None:
+        if group in self._touched_groups:
+            return
+        await self.consumer.touch_group(group)
+        if len(self._touched_groups) > 100_000:
+            self._touched_groups.clear()
+        self._touched_groups.add(group)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Background work until `stop`: auto renew and session expiry."""
+        renew = asyncio.create_task(self.renewer.run(stop), name="auto-renew")
+        try:
+            while not stop.is_set():
+                self.sessions.sweep()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 5.0)
+        finally:
+            await renew

@@ -1,0 +1,54 @@
+"""Configuration of a proxy (`[proxy]` table of the TOML file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ClientSettingsConfig:
+    """What the proxy tells clients through Telemetry settings (see docs/proxy.md)."""
+
+    # A little under 4 MiB: the Node client cannot receive a frame larger than 4 MiB.
+    max_body_bytes: int = 4 * 1024 * 1024 - 64 * 1024
+    producer_max_attempts: int = 3
+    producer_backoff_initial_ms: int = 10
+    producer_backoff_max_ms: int = 1_000
+    long_polling_timeout_s: int = 20
+    receive_batch_size: int = 32
+
+
+@dataclass(frozen=True)
+class ReceiveConfig:
+    # Invisibility of messages delivered to push consumers (auto renew), renewed while they are held.
+    auto_renew_invisible_ms: int = 30_000
+    # Renew an auto-renewed message when less than this remains of its invisibility.
+    renew_ahead_ms: int = 10_000
+    # Stop renewing after this long (the message then becomes visible again for redelivery).
+    max_auto_renew_ms: int = 3 * 3600 * 1000
+    renew_interval_ms: int = 1_000
+    # Time kept free before the client's deadline when long polling.
+    deadline_margin_ms: int = 800
+    max_batch_messages: int = 32
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    host: str = "127.0.0.1"
+    port: int = 8081
+    # Endpoint advertised in routes (default host:port).
+    advertise: str = ""
+    namesrv: list[str] = field(default_factory=list)
+    route_refresh_s: float = 5.0
+    # Largest request the gRPC server accepts (bodies up to the broker's limit, batched).
+    max_message_bytes: int = 130 * 1024 * 1024
+    max_concurrent_rpcs: int = 10_000
+    settings: ClientSettingsConfig = field(default_factory=ClientSettingsConfig)
+    receive: ReceiveConfig = field(default_factory=ReceiveConfig)
+    # Clients without a heartbeat or telemetry stream for this long are forgotten.
+    client_expiry_s: float = 120.0
+    metrics_port: int = 0
+
+    @property
+    def advertised_address(self) -> str:
+        return self.advertise or f"{self.host}:{self.port}"

@@ -1,0 +1,1 @@
+"""Protocol-free proxy logic: works on the broker API's dataclasses, never on protobuf."""

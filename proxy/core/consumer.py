@@ -1,0 +1,100 @@
+"""Receive, ack, invisible-duration changes and dead-lettering, routed to the right broker.
+
+A receive names a broker (from the route or assignment the client uses); the proxy pops from any
+queue of that broker (the client's queue id is only a hint: producers spread over all queues
+while Node consumers read queue 0 only). Acks and friends go to the broker named in the receipt
+handle, so any proxy can serve them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from broker import receipt
+from broker.api import AckResult, FilterSpec, PopRequest, StoredMessage
+from common.errors import Forbidden, SluiceError
+from proxy.config import ReceiveConfig
+from proxy.context import RequestContext
+from proxy.core.renewer import AutoRenewer
+from proxy.directory import BrokerDirectory, BrokerRoute
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiveSpec:
+    group: str
+    topic: str
+    broker_hint: str
+    filter: FilterSpec
+    batch_size: int
+    invisible_ms: int | None  # None: auto renew (push consumers)
+    long_poll_ms: int
+
+
+class ConsumerService:
+    def __init__(self, directory: BrokerDirectory, renewer: AutoRenewer, config: ReceiveConfig) -> None:
+        self._dir = directory
+        self._renewer = renewer
+        self._cfg = config
+        self._rotation = itertools.count()
+
+    def _pick_broker(self, routes: list[BrokerRoute], hint: str, topic: str) -> str:
+        readable = [r.broker for r in routes if r.permission.readable]
+        if not readable:
+            raise Forbidden(f"topic {topic} has no readable queue")
+        if hint in readable:
+            return hint
+        return readable[next(self._rotation) % len(readable)]
+
+    async def receive(self, ctx: RequestContext, spec: ReceiveSpec) -> list[StoredMessage]:
+        routes = await self._dir.route(spec.topic)
+        broker = self._pick_broker(routes, spec.broker_hint, spec.topic)
+        auto_renew = spec.invisible_ms is None
+        invisible_ms = self._cfg.auto_renew_invisible_ms if spec.invisible_ms is None else spec.invisible_ms
+        batch = max(1, min(spec.batch_size or self._cfg.max_batch_messages, self._cfg.max_batch_messages))
+        request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
+                             auto_create_group=True)  # fmt: skip
+        messages = await self._dir.broker(broker).pop(request)
+        if auto_renew:
+            for m in messages:
+                self._renewer.add(ctx.client_id, broker, spec.group, spec.topic, m.receipt_handle,
+                                  m.invisible_until_ms)  # fmt: skip
+        return messages
+
+    async def ack(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
+        by_broker: dict[str, list[str]] = {}
+        results: dict[str, AckResult] = {}
+        for h in handles:
+            try:
+                by_broker.setdefault(receipt.broker_of(h), []).append(h)
+            except SluiceError as exc:
+                results[h] = AckResult(h, False, int(exc.code), exc.message)
+        for broker, hs in by_broker.items():
+            try:
+                for r in await self._dir.broker(broker).ack(group, topic, hs):
+                    results[r.receipt_handle] = r
+            except SluiceError as exc:
+                for h in hs:
+                    results[h] = AckResult(h, False, int(exc.code), exc.message)
+        for h in handles:
+            self._renewer.remove(h)
+        return [results[h] for h in handles]
+
+    async def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        broker = receipt.broker_of(handle)
+        new = await self._dir.broker(broker).change_invisible_duration(group, topic, handle, invisible_ms)
+        self._renewer.remove(handle)
+        return new
+
+    async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
+        broker = receipt.broker_of(handle)
+        await self._dir.broker(broker).forward_to_dead_letter(group, topic, handle)
+        self._renewer.remove(handle)
+
+    async def touch_group(self, group: str) -> None:
+        """First contact of a consumer group (heartbeat): create it where brokers auto-create."""
+        for name in self._dir.broker_names():
+            try:
+                await self._dir.broker(name).get_group(group, auto_create=True)
+            except SluiceError:
+                continue

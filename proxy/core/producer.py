@@ -1,0 +1,52 @@
+"""Produce: place each message on a (broker, queue) and store it through that broker.
+
+Messages of one request that land on the same queue are stored in one call (one group-committed
+append). Results come back in request order; a failure affects only the messages of its queue.
+"""
+
+from __future__ import annotations
+
+from broker.api import OutgoingMessage, SendResult
+from common.errors import SluiceError
+from proxy.core.routing import QueueSelector
+from proxy.directory import BrokerDirectory
+
+SendOutcome = SendResult | SluiceError
+
+
+class ProducerService:
+    def __init__(self, directory: BrokerDirectory) -> None:
+        self._dir = directory
+        self._selectors: dict[str, QueueSelector] = {}
+
+    async def send(self, items: list[tuple[str, OutgoingMessage]]) -> list[SendOutcome]:
+        """Store messages given as (cluster-wide topic, message); outcomes in request order."""
+        placed: dict[tuple[str, str, int], list[int]] = {}
+        outcomes: list[SendOutcome | None] = [None] * len(items)
+        batch_queue: dict[str, tuple[str, int]] = {}
+        for i, (topic, msg) in enumerate(items):
+            try:
+                routes = await self._dir.route(topic)
+                selector = self._selectors.get(topic)
+                if selector is None:
+                    if len(self._selectors) > 100_000:
+                        self._selectors.clear()
+                    selector = self._selectors[topic] = QueueSelector()
+                if msg.message_group:
+                    broker, qid = selector.pick(topic, routes, msg.message_group)
+                else:  # messages of one request without a group share one queue: one append
+                    if topic not in batch_queue:
+                        batch_queue[topic] = selector.pick(topic, routes, None)
+                    broker, qid = batch_queue[topic]
+                placed.setdefault((topic, broker, qid), []).append(i)
+            except SluiceError as exc:
+                outcomes[i] = exc
+        for (topic, broker, qid), indexes in placed.items():
+            try:
+                results = await self._dir.broker(broker).send(topic, qid, [items[i][1] for i in indexes])
+                for i, r in zip(indexes, results, strict=True):
+                    outcomes[i] = r
+            except SluiceError as exc:
+                for i in indexes:
+                    outcomes[i] = exc
+        return [o if o is not None else SluiceError("message was not placed") for o in outcomes]

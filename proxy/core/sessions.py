@@ -1,0 +1,68 @@
+"""Client sessions: soft state about connected clients, keyed by client id.
+
+What a session knows comes from Settings (Telemetry) and Heartbeats: client type, language, group,
+topics. Nothing here is needed to serve data-plane calls (clients may send before their Settings
+arrive); sessions feed settings replies, auto-renew ownership, and later transaction check-backs.
+Sessions without activity for `expiry_s` are dropped, and their owners are told (`on_expire`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ClientSession:
+    client_id: str
+    language: str = ""
+    client_type: int = 0
+    group: str = ""  # cluster-wide (namespace-wrapped) group name
+    topics: set[str] = field(default_factory=set)
+    version: str = ""
+    streams: int = 0
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+class SessionRegistry:
+    def __init__(self, expiry_s: float, on_expire: Callable[[str], None] | None = None) -> None:
+        self._expiry_s = expiry_s
+        self._on_expire = on_expire
+        self.sessions: dict[str, ClientSession] = {}
+
+    def touch(self, client_id: str, **fields: object) -> ClientSession:
+        session = self.sessions.get(client_id)
+        if session is None:
+            session = self.sessions[client_id] = ClientSession(client_id)
+        for name, value in fields.items():
+            if value:
+                setattr(session, name, value)
+        session.last_seen = time.monotonic()
+        return session
+
+    def stream_opened(self, client_id: str) -> None:
+        self.touch(client_id).streams += 1
+
+    def stream_closed(self, client_id: str) -> None:
+        session = self.sessions.get(client_id)
+        if session is not None:
+            session.streams = max(0, session.streams - 1)
+            session.last_seen = time.monotonic()
+
+    def terminate(self, client_id: str) -> None:
+        if self.sessions.pop(client_id, None) is not None and self._on_expire is not None:
+            self._on_expire(client_id)
+
+    def sweep(self) -> list[str]:
+        now = time.monotonic()
+        gone = [cid for cid, s in self.sessions.items() if s.streams == 0 and now - s.last_seen > self._expiry_s]
+        for cid in gone:
+            self.terminate(cid)
+        return gone
+
+    def count_by_language(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.sessions.values():
+            out[s.language or "UNKNOWN"] = out.get(s.language or "UNKNOWN", 0) + 1
+        return out

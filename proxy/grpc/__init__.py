@@ -1,0 +1,1 @@
+"""The gRPC edge of the proxy: the only code that sees `apache.rocketmq.v2` protobuf messages."""

@@ -1,0 +1,185 @@
+"""Consumption RPCs at the edge: ReceiveMessage, AckMessage, ChangeInvisibleDuration,
+ForwardMessageToDeadLetterQueue, and the offset-based PullMessage / UpdateOffset / GetOffset /
+QueryOffset.
+
+ReceiveMessage answers with exactly one status frame (OK, MESSAGE_NOT_FOUND when nothing came
+within the long poll, or the error), the messages, a delivery timestamp, and then ends the stream:
+the clients only process a receive at end of stream (PROTOCOL.md checklist 11-12).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from broker import receipt
+from broker.api import FilterKind, FilterSpec, OffsetPolicy
+from common.codes import Code
+from common.errors import BadRequest, IllegalFilterExpression, InvalidReceiptHandle
+from proto.apache.rocketmq.v2 import definition_pb2 as pb
+from proto.apache.rocketmq.v2 import service_pb2 as spb
+from proxy.app import ProxyApp
+from proxy.context import RequestContext
+from proxy.core.consumer import ReceiveSpec
+from proxy.grpc import convert
+from proxy.grpc.status import OK, common_status, status, status_of
+
+DEFAULT_INVISIBLE_MS = 30_000
+
+
+def filter_spec(expr: pb.FilterExpression) -> FilterSpec:
+    if expr.type == pb.SQL:
+        if not expr.expression.strip():
+            raise IllegalFilterExpression("SQL filter expression is empty")
+        return FilterSpec(FilterKind.SQL, expr.expression)
+    if expr.type in (pb.TAG, pb.FILTER_TYPE_UNSPECIFIED):
+        return FilterSpec(FilterKind.TAG, expr.expression or "*")
+    raise IllegalFilterExpression(f"unknown filter type {expr.type}")
+
+
+def _ms(duration: object) -> int:
+    return int(duration.ToMilliseconds())  # type: ignore[attr-defined]
+
+
+def long_poll_ms(app: ProxyApp, ctx: RequestContext, request: spb.ReceiveMessageRequest) -> int:
+    """Poll as long as asked, but answer before the client's deadline (PROTOCOL.md §1.6)."""
+    margin_ms = app.config.receive.deadline_margin_ms
+    remaining = ctx.remaining_s()
+    budget = None if remaining is None else int(remaining * 1000) - margin_ms
+    if request.HasField("long_polling_timeout"):
+        wanted = _ms(request.long_polling_timeout)
+    else:
+        wanted = budget - 1000 if budget is not None else 0
+    if budget is not None:
+        wanted = min(wanted, budget)
+    return max(0, wanted)
+
+
+async def receive_message(
+    app: ProxyApp, ctx: RequestContext, request: spb.ReceiveMessageRequest
+) -> AsyncIterator[spb.ReceiveMessageResponse]:
+    started = time.time_ns() // 1_000_000
+    try:
+        ns, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
+        _, topic = convert.resource_name(request.message_queue.topic, ctx.namespace)
+        if request.batch_size < 0:
+            raise BadRequest(f"batch size {request.batch_size} is negative")
+        if request.auto_renew:
+            invisible: int | None = None
+        elif request.HasField("invisible_duration"):
+            invisible = _ms(request.invisible_duration)
+        else:
+            invisible = DEFAULT_INVISIBLE_MS
+        spec = ReceiveSpec(group, topic, request.message_queue.broker.name, filter_spec(request.filter_expression),
+                           request.batch_size, invisible, long_poll_ms(app, ctx, request))  # fmt: skip
+        messages = await app.consumer.receive(ctx, spec)
+    except Exception as exc:
+        yield spb.ReceiveMessageResponse(status=status_of(exc, "ReceiveMessage"))
+        return
+    if not messages:
+        yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
+        return
+    yield spb.ReceiveMessageResponse(status=OK)
+    for m in messages:
+        yield spb.ReceiveMessageResponse(message=convert.delivered(m, ns))
+    ts = Timestamp()
+    ts.FromMilliseconds(started)
+    yield spb.ReceiveMessageResponse(delivery_timestamp=ts)
+
+
+async def ack_message(app: ProxyApp, ctx: RequestContext, request: spb.AckMessageRequest) -> spb.AckMessageResponse:
+    _, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
+    _, topic = convert.resource_name(request.topic, ctx.namespace)
+    if not request.entries:
+        raise BadRequest("the request carries no entry to acknowledge")
+    results = await app.consumer.ack(group, topic, [e.receipt_handle for e in request.entries])
+    entries = []
+    for e, r in zip(request.entries, results, strict=True):
+        st = OK if r.ok else status(Code(r.error_code), r.error_message)
+        entries.append(spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=st))
+    return spb.AckMessageResponse(status=common_status(e.status for e in entries), entries=entries)
+
+
+async def change_invisible_duration(
+    app: ProxyApp, ctx: RequestContext, request: spb.ChangeInvisibleDurationRequest
+) -> spb.ChangeInvisibleDurationResponse:
+    try:
+        _, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
+        _, topic = convert.resource_name(request.topic, ctx.namespace)
+        handle = await app.consumer.change_invisible_duration(
+            group, topic, request.receipt_handle, _ms(request.invisible_duration)
+        )
+    except Exception as exc:  # the Python client reads the handle even on failure: echo the old one
+        return spb.ChangeInvisibleDurationResponse(
+            status=status_of(exc, "ChangeInvisibleDuration"), receipt_handle=request.receipt_handle
+        )
+    return spb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=handle)
+
+
+async def forward_to_dead_letter(
+    app: ProxyApp, ctx: RequestContext, request: spb.ForwardMessageToDeadLetterQueueRequest
+) -> spb.ForwardMessageToDeadLetterQueueResponse:
+    _, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
+    _, topic = convert.resource_name(request.topic, ctx.namespace)
+    try:
+        await app.consumer.forward_to_dead_letter(group, topic, request.receipt_handle)
+    except InvalidReceiptHandle:
+        receipt.decode(request.receipt_handle)  # a malformed handle is still an error
+        # The message is already gone (acked, dead-lettered): OK, or the client retries forever.
+    return spb.ForwardMessageToDeadLetterQueueResponse(status=OK)
+
+
+def _queue(app: ProxyApp, ctx: RequestContext, mq: pb.MessageQueue) -> tuple[str, str, int]:
+    _, topic = convert.resource_name(mq.topic, ctx.namespace)
+    if mq.id < 0:
+        raise BadRequest(f"queue id {mq.id} is not a queue")
+    return topic, mq.broker.name, mq.id
+
+
+async def pull_message(
+    app: ProxyApp, ctx: RequestContext, request: spb.PullMessageRequest
+) -> AsyncIterator[spb.PullMessageResponse]:
+    try:
+        ns, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
+        topic, broker, qid = _queue(app, ctx, request.message_queue)
+        result = await app.directory.broker(broker).pull(
+            group, topic, qid, request.offset, request.batch_size or 32, filter_spec(request.filter_expression),
+            _ms(request.long_polling_timeout) if request.HasField("long_polling_timeout") else 0,
+        )  # fmt: skip
+    except Exception as exc:
+        yield spb.PullMessageResponse(status=status_of(exc, "PullMessage"))
+        return
+    code = OK if result.messages else status(Code.MESSAGE_NOT_FOUND, "no new message")
+    yield spb.PullMessageResponse(status=code)
+    for m in result.messages:
+        yield spb.PullMessageResponse(message=convert.delivered(m, ns))
+    yield spb.PullMessageResponse(next_offset=result.next_offset)
+
+
+async def update_offset(
+    app: ProxyApp, ctx: RequestContext, request: spb.UpdateOffsetRequest
+) -> spb.UpdateOffsetResponse:
+    _, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
+    topic, broker, qid = _queue(app, ctx, request.message_queue)
+    await app.directory.broker(broker).update_offset(group, topic, qid, request.offset)
+    return spb.UpdateOffsetResponse(status=OK)
+
+
+async def get_offset(app: ProxyApp, ctx: RequestContext, request: spb.GetOffsetRequest) -> spb.GetOffsetResponse:
+    _, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
+    topic, broker, qid = _queue(app, ctx, request.message_queue)
+    offset = await app.directory.broker(broker).get_offset(group, topic, qid)
+    return spb.GetOffsetResponse(status=OK, offset=offset)
+
+
+async def query_offset(app: ProxyApp, ctx: RequestContext, request: spb.QueryOffsetRequest) -> spb.QueryOffsetResponse:
+    topic, broker, qid = _queue(app, ctx, request.message_queue)
+    policy = {pb.BEGINNING: OffsetPolicy.BEGINNING, pb.END: OffsetPolicy.END, pb.TIMESTAMP: OffsetPolicy.TIMESTAMP}
+    chosen = policy.get(request.query_offset_policy)
+    if chosen is None:
+        raise BadRequest(f"unknown query offset policy {request.query_offset_policy}")
+    ts = convert.ts_ms(request.timestamp) if request.HasField("timestamp") else 0
+    offset = await app.directory.broker(broker).query_offset(topic, qid, chosen, ts)
+    return spb.QueryOffsetResponse(status=OK, offset=offset)

@@ -1,0 +1,124 @@
+"""Conversion between `apache.rocketmq.v2` messages and the broker API's dataclasses.
+
+Inbound (SendMessage): validates what only the wire format can get wrong (missing topic, unknown
+message type) and builds `OutgoingMessage`s; content rules (body size, tags, keys) are the
+broker's. Outbound (ReceiveMessage): builds a `Message` with everything the official clients need
+(PROTOCOL.md §5.1): MD5 body digest in upper-case hex, encoding IDENTITY or GZIP, delivery attempt,
+receipt handle, store time and host, queue id and offset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import cast
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from broker.api import OutgoingMessage, StoredMessage
+from common.errors import BadRequest, IllegalTopic, MessageTypeConflict
+from common.model import DLQ_PREFIX, MessageType
+from proto.apache.rocketmq.v2 import definition_pb2 as pb
+from proxy import names
+
+_TYPES: dict[int, MessageType] = {
+    pb.NORMAL: MessageType.NORMAL,
+    pb.FIFO: MessageType.FIFO,
+    pb.DELAY: MessageType.DELAY,
+    pb.TRANSACTION: MessageType.TRANSACTION,
+}
+_KNOWN_UNSUPPORTED: dict[int, str] = {pb.LITE: "LITE", pb.PRIORITY: "PRIORITY"}
+SYSPROP_TRACE_CONTEXT = "TRACE_CONTEXT"
+SYSPROP_TX_RECOVERY_MS = "TRANSACTION_RECOVERY_MS"
+
+
+def namespace_of(resource: pb.Resource, header_namespace: str) -> str:
+    return resource.resource_namespace or header_namespace
+
+
+def resource_name(resource: pb.Resource, header_namespace: str, what: str = "topic") -> tuple[str, str]:
+    """(namespace, cluster-wide name) of a topic or group given on the wire."""
+    if not resource.name:
+        if what == "topic":
+            raise IllegalTopic("the request names no topic")
+        raise BadRequest(f"the request names no {what}")
+    ns = namespace_of(resource, header_namespace)
+    return ns, names.wrap(ns, resource.name)
+
+
+def message_type(value: int) -> MessageType:
+    mtype = _TYPES.get(value)
+    if mtype is not None:
+        return mtype
+    if value in _KNOWN_UNSUPPORTED:
+        raise MessageTypeConflict(f"{_KNOWN_UNSUPPORTED[value]} messages are not supported by Sluice")
+    if value == pb.MESSAGE_TYPE_UNSPECIFIED:
+        return MessageType.NORMAL
+    raise BadRequest(f"unknown message type {value}")
+
+
+def ts_ms(ts: Timestamp) -> int:
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
+def outgoing(msg: pb.Message, peer: str) -> OutgoingMessage:
+    sp = msg.system_properties
+    mtype = message_type(sp.message_type)
+    sysprops: dict[str, str] = {}
+    if sp.HasField("trace_context"):
+        sysprops[SYSPROP_TRACE_CONTEXT] = sp.trace_context
+    if sp.HasField("orphaned_transaction_recovery_duration"):
+        d = sp.orphaned_transaction_recovery_duration
+        sysprops[SYSPROP_TX_RECOVERY_MS] = str(d.seconds * 1000 + d.nanos // 1_000_000)
+    delivery_ms = ts_ms(sp.delivery_timestamp) if sp.HasField("delivery_timestamp") else 0
+    return OutgoingMessage(
+        body=msg.body,
+        message_id=sp.message_id,
+        message_type=mtype,
+        tag=sp.tag if sp.HasField("tag") else None,
+        keys=tuple(sp.keys),
+        message_group=sp.message_group if sp.HasField("message_group") else None,
+        properties=dict(msg.user_properties),
+        system_properties=sysprops,
+        born_timestamp_ms=ts_ms(sp.born_timestamp),
+        born_host=sp.born_host or peer,
+        delivery_timestamp_ms=delivery_ms,
+        body_gzip=sp.body_encoding == pb.GZIP,
+    )
+
+
+def delivered(msg: StoredMessage, namespace: str) -> pb.Message:
+    out = pb.Message()
+    out.topic.name = names.unwrap(namespace, msg.topic)
+    out.topic.resource_namespace = namespace
+    out.user_properties.update(msg.properties)
+    out.body = msg.body
+    sp = out.system_properties
+    if msg.tag:
+        sp.tag = msg.tag
+    sp.keys.extend(msg.keys)
+    sp.message_id = msg.message_id
+    sp.body_digest.type = pb.MD5
+    sp.body_digest.checksum = hashlib.md5(msg.body).hexdigest().upper()
+    sp.body_encoding = pb.GZIP if msg.body_gzip else pb.IDENTITY
+    sp.message_type = cast(pb.MessageType, int(msg.message_type))
+    sp.born_timestamp.FromMilliseconds(msg.born_timestamp_ms)
+    sp.born_host = msg.born_host
+    sp.store_timestamp.FromMilliseconds(msg.store_timestamp_ms)
+    sp.store_host = msg.store_host
+    if msg.delivery_timestamp_ms:
+        sp.delivery_timestamp.FromMilliseconds(msg.delivery_timestamp_ms)
+    if msg.receipt_handle:
+        sp.receipt_handle = msg.receipt_handle
+    sp.queue_id = msg.queue_id
+    sp.queue_offset = msg.queue_offset
+    sp.delivery_attempt = max(1, msg.delivery_attempt)
+    if msg.message_group:
+        sp.message_group = msg.message_group
+    trace = msg.system_properties.get(SYSPROP_TRACE_CONTEXT)
+    if trace:
+        sp.trace_context = trace
+    origin = msg.system_properties.get("DLQ_ORIGIN_TOPIC")
+    if origin is not None and msg.topic.startswith(DLQ_PREFIX):
+        sp.dead_letter_queue.topic = names.unwrap(namespace, origin)
+        sp.dead_letter_queue.message_id = msg.message_id
+    return out

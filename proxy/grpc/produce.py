@@ -1,0 +1,36 @@
+"""SendMessage at the edge: convert each message, send through the producer service, report per entry."""
+
+from __future__ import annotations
+
+from broker.api import OutgoingMessage
+from common.codes import Code
+from common.errors import SluiceError
+from proto.apache.rocketmq.v2 import service_pb2 as spb
+from proxy.app import ProxyApp
+from proxy.context import RequestContext
+from proxy.grpc import convert
+from proxy.grpc.status import OK, common_status, status, status_of
+
+
+async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMessageRequest) -> spb.SendMessageResponse:
+    if not request.messages:
+        return spb.SendMessageResponse(status=status(Code.MESSAGE_CORRUPTED, "the request carries no message"))
+    converted: list[tuple[str, OutgoingMessage] | SluiceError] = []
+    for msg in request.messages:
+        try:
+            _, topic = convert.resource_name(msg.topic, ctx.namespace)
+            converted.append((topic, convert.outgoing(msg, ctx.peer)))
+        except SluiceError as exc:
+            converted.append(exc)
+    items = [c for c in converted if not isinstance(c, SluiceError)]
+    outcomes = iter(await app.producer.send(items)) if items else iter(())
+    entries = []
+    for c in converted:
+        outcome = c if isinstance(c, SluiceError) else next(outcomes)
+        if isinstance(outcome, BaseException):
+            entries.append(spb.SendResultEntry(status=status_of(outcome, "SendMessage")))
+        else:
+            entries.append(spb.SendResultEntry(status=OK, message_id=outcome.message_id,
+                                               transaction_id=outcome.transaction_id, offset=outcome.queue_offset,
+                                               recall_handle=outcome.recall_handle))  # fmt: skip
+    return spb.SendMessageResponse(status=common_status(e.status for e in entries), entries=entries)

@@ -1,0 +1,65 @@
+"""QueryRoute and QueryAssignment at the edge: our routes as `MessageQueue`s the clients accept.
+
+Every queue carries broker id 0, a READ/WRITE permission and the topic's accepted message types;
+its broker endpoints are a proxy endpoint with one address (PROTOCOL.md checklist 16-19).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import cast
+
+from common.model import MessageType, Permission
+from nameserver.model import split_address
+from proto.apache.rocketmq.v2 import definition_pb2 as pb
+from proto.apache.rocketmq.v2 import service_pb2 as spb
+from proxy import names
+from proxy.app import ProxyApp
+from proxy.context import RequestContext
+from proxy.core.routing import route_queues
+from proxy.grpc import convert
+from proxy.grpc.status import OK
+
+
+def endpoints_pb(address: str) -> pb.Endpoints:
+    host, port = split_address(address)
+    try:
+        ipaddress.IPv4Address(host)
+        scheme = pb.IPv4
+    except ValueError:
+        scheme = pb.DOMAIN_NAME
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])
+
+
+def _queue(ns: str, topic: str, broker: str, qid: int, perm: Permission, types: frozenset[MessageType],
+           endpoint: str) -> pb.MessageQueue:  # fmt: skip
+    return pb.MessageQueue(
+        topic=pb.Resource(name=names.unwrap(ns, topic), resource_namespace=ns),
+        id=qid,
+        permission=cast(pb.Permission, int(perm)),
+        broker=pb.Broker(name=broker, id=0, endpoints=endpoints_pb(endpoint)),
+        accept_message_types=[cast(pb.MessageType, int(t)) for t in sorted(types)],
+    )
+
+
+async def query_route(app: ProxyApp, ctx: RequestContext, request: spb.QueryRouteRequest) -> spb.QueryRouteResponse:
+    ns, topic = convert.resource_name(request.topic, ctx.namespace)
+    routes = await app.directory.route(topic)
+    queues = [_queue(ns, topic, q.broker, q.queue_id, q.permission, q.message_types, q.endpoint)
+              for q in route_queues(routes, app.endpoints())]  # fmt: skip
+    return spb.QueryRouteResponse(status=OK, message_queues=queues)
+
+
+async def query_assignment(
+    app: ProxyApp, ctx: RequestContext, request: spb.QueryAssignmentRequest
+) -> spb.QueryAssignmentResponse:
+    ns, topic = convert.resource_name(request.topic, ctx.namespace)
+    convert.resource_name(request.group, ctx.namespace, "consumer group")
+    routes = await app.directory.route(topic)
+    endpoints = app.endpoints()
+    assignments = []
+    for i, r in enumerate(sorted(routes, key=lambda r: r.broker)):
+        if r.permission.readable:  # one assignment per broker, queue -1: pop from any of its queues
+            mq = _queue(ns, topic, r.broker, -1, r.permission, r.message_types, endpoints[i % len(endpoints)])
+            assignments.append(pb.Assignment(message_queue=mq))
+    return spb.QueryAssignmentResponse(status=OK, assignments=assignments)
