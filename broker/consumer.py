@@ -389,13 +389,19 @@ class PopEngine:
     # -- status ----------------------------------------------------------------------------------
 
     def group_queues(self, group: GroupInfo) -> list[GroupQueueStatus]:
+        """Consumption status of every queue of every topic the group has consumed here."""
         g = group.spec.name
+        topics = sorted({topic for topic, _ in self._state.queue_keys(g)})
         out = []
-        for topic, qid in self._state.queue_keys(g):
-            cursor = self._state.cursor(g, topic, qid) or 0
-            pending = self._state.first_pending_offset(g, topic, qid)
-            consumed = cursor if pending is None else min(pending, cursor)
-            high = self._store.queue_bounds(topic, qid)[1]
-            out.append(GroupQueueStatus(topic, qid, consumed, high, max(0, high - consumed),
-                                        self._state.inflight[(g, topic, qid)]))  # fmt: skip
+        for topic in topics:
+            spec = self._meta.topics.get(topic)
+            queue_count = spec.queue_count if spec is not None else 0
+            queues = sorted({q for t, q in self._state.queue_keys(g) if t == topic} | set(range(queue_count)))
+            for qid in queues:
+                cursor = self.cursor(group, topic, qid)
+                pending = self._state.first_pending_offset(g, topic, qid)
+                consumed = cursor if pending is None else min(pending, cursor)
+                high = self._store.queue_bounds(topic, qid)[1]
+                out.append(GroupQueueStatus(topic, qid, consumed, high, max(0, high - consumed),
+                                            self._state.inflight[(g, topic, qid)]))  # fmt: skip
         return out

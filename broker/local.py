@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from broker.api import (
     AckResult,
@@ -51,11 +52,21 @@ from common.model import (
 log = logging.getLogger("sluice.broker")
 
 
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What exists only while the broker runs (all of it holds RocksDB handles)."""
+
+    metadata: Metadata
+    pop_state: PopState
+    engine: PopEngine
+
+
 class LocalBroker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.on_topics_changed: Callable[[], Awaitable[object]] | None = None
         self._store: MessageStore | None = None
+        self._parts: _Parts | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         self._filters: dict[tuple[int, str], MessageFilter] = {}
@@ -73,14 +84,15 @@ class LocalBroker:
             None, lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS)
         )
         store = self._store
-        self.metadata = Metadata(store.index)
-        self.pop_state = PopState(store.index)
+        metadata = Metadata(store.index)
+        pop_state = PopState(store.index)
         self.hub = LongPollHub(loop)
         store.add_dispatch_listener(lambda touched: self.hub.notify_threadsafe({topic_key(t) for t, _ in touched}))
-        self.engine = PopEngine(
-            broker_name=cfg.name, store=store, metadata=self.metadata, state=self.pop_state, hub=self.hub,
+        engine = PopEngine(
+            broker_name=cfg.name, store=store, metadata=metadata, state=pop_state, hub=self.hub,
             config=cfg.pop, dead_letter=self._dead_letter,
         )  # fmt: skip
+        self._parts = _Parts(metadata, pop_state, engine)
         self._tasks = [
             asyncio.create_task(self.engine.run_scanner(self._stop), name="redelivery-scanner"),
             asyncio.create_task(self._retention_loop(), name="retention"),
@@ -99,7 +111,7 @@ class LocalBroker:
         if self._store is not None:
             store, self._store = self._store, None
             # RocksDB releases its lock only when the last handle is gone: drop every holder.
-            del self.engine, self.pop_state, self.metadata
+            self._parts = None
             await asyncio.get_running_loop().run_in_executor(None, store.close)
 
     @property
@@ -107,6 +119,23 @@ class LocalBroker:
         if self._store is None:
             raise StoreClosed(f"broker {self.name} is not running")
         return self._store
+
+    def _running(self) -> _Parts:
+        if self._parts is None:
+            raise StoreClosed(f"broker {self.name} is not running")
+        return self._parts
+
+    @property
+    def metadata(self) -> Metadata:
+        return self._running().metadata
+
+    @property
+    def pop_state(self) -> PopState:
+        return self._running().pop_state
+
+    @property
+    def engine(self) -> PopEngine:
+        return self._running().engine
 
     async def _retention_loop(self) -> None:
         interval = self.config.store.retention.check_interval_s
@@ -122,6 +151,8 @@ class LocalBroker:
                 log.exception("retention run failed")
 
     def topic_infos(self) -> list[TopicInfo]:
+        if self._parts is None:
+            return []
         return [TopicInfo(s.name, s.queue_count, s.permission, s.message_types) for s in self.metadata.topics.values()]
 
     async def _topics_changed(self) -> None:
@@ -143,9 +174,18 @@ class LocalBroker:
             raise BadRequest("a topic must accept at least one message type")
 
     async def create_topic(self, spec: TopicSpec) -> TopicSpec:
-        """Create a topic, or update it when it exists (idempotent for the same spec)."""
+        """Create a topic, or update it when it exists (idempotent for the same spec).
+
+        A topic's queue count never shrinks: messages in the removed queues would be unreachable.
+        """
         self._check_topic_spec(spec)
-        if self.metadata.topics.get(spec.name) != spec:
+        old = self.metadata.topics.get(spec.name)
+        if old is not None and spec.queue_count < old.queue_count:
+            raise BadRequest(
+                f"topic {spec.name} has {old.queue_count} queues on broker {self.name}; reducing it to "
+                f"{spec.queue_count} would strand the messages of the removed queues"
+            )
+        if old != spec:
             self.metadata.put_topic(spec)
             log.info(
                 "topic saved",
