@@ -9,7 +9,7 @@ from __future__ import annotations
 from broker.api import OutgoingMessage, SendResult
 from common.errors import SluiceError
 from proxy.core.routing import QueueSelector
-from proxy.directory import BrokerDirectory
+from proxy.directory import BrokerDirectory, BrokerRoute
 
 SendOutcome = SendResult | SluiceError
 
@@ -19,24 +19,37 @@ class ProducerService:
         self._dir = directory
         self._selectors: dict[str, QueueSelector] = {}
 
+    def _selector(self, topic: str) -> QueueSelector:
+        selector = self._selectors.get(topic)
+        if selector is None:
+            if len(self._selectors) > 100_000:
+                self._selectors.clear()
+            selector = self._selectors[topic] = QueueSelector()
+        return selector
+
     async def send(self, items: list[tuple[str, OutgoingMessage]]) -> list[SendOutcome]:
         """Store messages given as (cluster-wide topic, message); outcomes in request order."""
         placed: dict[tuple[str, str, int], list[int]] = {}
         outcomes: list[SendOutcome | None] = [None] * len(items)
         batch_queue: dict[str, tuple[str, int]] = {}
+        routes: dict[str, list[BrokerRoute] | SluiceError] = {}
         for i, (topic, msg) in enumerate(items):
+            route = routes.get(topic)
+            if route is None:  # once per topic and request
+                try:
+                    route = routes[topic] = await self._dir.route(topic)
+                except SluiceError as exc:
+                    route = routes[topic] = exc
+            if isinstance(route, SluiceError):
+                outcomes[i] = route
+                continue
             try:
-                routes = await self._dir.route(topic)
-                selector = self._selectors.get(topic)
-                if selector is None:
-                    if len(self._selectors) > 100_000:
-                        self._selectors.clear()
-                    selector = self._selectors[topic] = QueueSelector()
+                selector = self._selector(topic)
                 if msg.message_group:
-                    broker, qid = selector.pick(topic, routes, msg.message_group)
+                    broker, qid = selector.pick(topic, route, msg.message_group)
                 else:  # messages of one request without a group share one queue: one append
                     if topic not in batch_queue:
-                        batch_queue[topic] = selector.pick(topic, routes, None)
+                        batch_queue[topic] = selector.pick(topic, route, None)
                     broker, qid = batch_queue[topic]
                 placed.setdefault((topic, broker, qid), []).append(i)
             except SluiceError as exc:
