@@ -7,11 +7,13 @@ against the real tag. Hash 0 means "no tag".
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 NO_TAG_HASH = 0
 
 
+@functools.lru_cache(maxsize=4096)  # topics use few distinct tags; this sits on the append path
 def tag_hash(tag: str | None) -> int:
     if not tag:
         return NO_TAG_HASH

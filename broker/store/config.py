@@ -23,12 +23,6 @@ class CommitLogConfig:
 
 
 @dataclass(frozen=True)
-class DispatchConfig:
-    # Records per RocksDB WriteBatch, at most.
-    max_batch_records: int = 20_000
-
-
-@dataclass(frozen=True)
 class RetentionConfig:
     # Delete sealed segments whose newest record is older than this (0 disables age-based retention).
     max_age_s: float = 72 * 3600.0
@@ -55,7 +49,6 @@ class ReadConfig:
 @dataclass(frozen=True)
 class StoreConfig:
     commitlog: CommitLogConfig = field(default_factory=CommitLogConfig)
-    dispatch: DispatchConfig = field(default_factory=DispatchConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     read: ReadConfig = field(default_factory=ReadConfig)

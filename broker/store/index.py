@@ -162,12 +162,18 @@ class Index:
         return CqEntry(queue_offset, phys, size, tag_hash, ts)
 
     def queue_bounds(self, topic_id: int, queue_id: int) -> tuple[int, int]:
-        """(min offset, max offset + 1) of a queue's dispatched entries; (0, 0) when empty."""
+        """(min offset, max offset + 1) of a queue's dispatched entries; (0, 0) when it never had any.
+
+        A queue whose entries retention deleted entirely is (floor, floor): it still ends where it
+        ended, so readers get OFFSET_TOO_SMALL and the writer continues its offsets after a restart.
+        """
         prefix = K.queue_prefix(topic_id, queue_id)
         it = self._cf[K.CF_CQ].iter()
         it.seek(prefix)
         if not it.valid() or not it.key().startswith(prefix):
-            return 0, 0
+            raw = self._cf[K.CF_META].get(K.queue_floor_key(topic_id, queue_id))
+            floor = 0 if raw is None else int(K.U64.unpack(raw)[0])
+            return floor, floor
         low = K.cq_key_parse(it.key())[2]
         it.seek_for_prev(K.cq_key(topic_id, queue_id, K.MAX_U64))
         high = K.cq_key_parse(it.key())[2]

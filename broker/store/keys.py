@@ -13,7 +13,9 @@ Column families (key -> value):
 - `segq`: segment_base u64, topic_id u32, queue_id u32 -> highest queue_offset in that segment u64
 - `offsets`: group length u16, group, topic_id u32, queue_id u32 -> committed consumer offset u64
 - `meta`: b"checkpoint" -> dispatch position u64 (the next CommitLog byte to dispatch);
-  b"t:" + topic name -> topic_id u32; b"i:" + topic_id u32 -> topic name
+  b"t:" + topic name -> topic_id u32; b"i:" + topic_id u32 -> topic name;
+  b"q:" + topic_id u32 + queue_id u32 -> queue floor u64 (the queue's min offset after retention
+  deleted entries; it keeps a queue's offsets going when retention emptied it)
 
 The message-id and key indexes are prefixed by the CommitLog segment that holds the record, so
 retention drops a segment's entries with one range delete per column family; a lookup probes each
@@ -35,8 +37,9 @@ STORE_CFS = (CF_CQ, CF_MSGID, CF_KEYIDX, CF_SEGQ, CF_OFFSETS, CF_META)
 META_CHECKPOINT = b"checkpoint"
 META_TOPIC_PREFIX = b"t:"
 META_TOPIC_ID_PREFIX = b"i:"
+META_QUEUE_FLOOR_PREFIX = b"q:"
 
-_CQ_KEY = struct.Struct(">IIQ")
+CQ_KEY = struct.Struct(">IIQ")
 _QUEUE_PREFIX = struct.Struct(">II")
 CQ_VALUE = struct.Struct("<QIIQ")
 _U64BE = struct.Struct(">Q")
@@ -48,11 +51,11 @@ MAX_U64 = (1 << 64) - 1
 
 
 def cq_key(topic_id: int, queue_id: int, queue_offset: int) -> bytes:
-    return _CQ_KEY.pack(topic_id, queue_id, queue_offset)
+    return CQ_KEY.pack(topic_id, queue_id, queue_offset)
 
 
 def cq_key_parse(key: bytes) -> tuple[int, int, int]:
-    return _CQ_KEY.unpack(key)
+    return CQ_KEY.unpack(key)
 
 
 def queue_prefix(topic_id: int, queue_id: int) -> bytes:
@@ -72,7 +75,7 @@ def msgid_prefix(segment_base: int, message_id: bytes) -> bytes:
 
 
 def msgid_key(segment_base: int, message_id: bytes, physical_offset: int) -> bytes:
-    return msgid_prefix(segment_base, message_id) + _U64BE.pack(physical_offset)
+    return b"".join((_U64BE.pack(segment_base), bytes((len(message_id),)), message_id, _U64BE.pack(physical_offset)))
 
 
 def keyidx_prefix(segment_base: int, topic_id: int, key: bytes) -> bytes:
@@ -112,6 +115,10 @@ def topic_name_key(name: str) -> bytes:
 
 def topic_id_key(topic_id: int) -> bytes:
     return META_TOPIC_ID_PREFIX + _U32BE.pack(topic_id)
+
+
+def queue_floor_key(topic_id: int, queue_id: int) -> bytes:
+    return META_QUEUE_FLOOR_PREFIX + _QUEUE_PREFIX.pack(topic_id, queue_id)
 
 
 def next_prefix(prefix: bytes) -> bytes:

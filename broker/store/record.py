@@ -1,33 +1,42 @@
 """CommitLog record codec (format version 1). Pure functions, no I/O.
 
-Every record is self-describing and checked on decode. All integers are little-endian.
+Every record is self-describing and checked on decode. All integers are little-endian. All
+lengths sit in the fixed header, so encoding is one `pack` and one `join`, and the three fields the
+writer assigns are adjacent, so sealing is one `pack_into` plus the CRC.
 
-| offset | size | field                   | meaning                                                    |
-|--------|------|-------------------------|------------------------------------------------------------|
-| 0      | 4    | total_size (u32)        | bytes of the whole record, this field included             |
-| 4      | 4    | magic (u32)             | 0x43554C53 (b"SLUC"): a record starts here                 |
-| 8      | 4    | crc32 (u32)             | zlib.crc32 of bytes [12, total_size)                       |
-| 12     | 1    | version (u8)            | 1                                                          |
-| 13     | 1    | message_type (u8)       | NORMAL 1, FIFO 2, DELAY 3, TRANSACTION 4                   |
-| 14     | 2    | flags (u16)             | bit 0: body is gzip-compressed (as the producer sent it)   |
-| 16     | 4    | queue_id (u32)          |                                                            |
-| 20     | 8    | queue_offset (u64)      | assigned by the writer; strictly increasing per queue      |
-| 28     | 8    | physical_offset (u64)   | assigned by the writer; this record's CommitLog position   |
-| 36     | 8    | born_timestamp_ms (u64) | when the producer created the message                      |
-| 44     | 8    | store_timestamp_ms (u64)| assigned by the writer                                     |
-| 52     | 8    | delivery_timestamp_ms   | u64; 0 = deliver at once (timer messages set it)           |
-| 60     | 4    | delivery_attempt (u32)  | attempts already made when the record was written          |
-| 64     | 4    | body_size (u32)         |                                                            |
-| 68     | 2    | topic_size (u16)        |                                                            |
-| 70     | ...  | variable part           | see below                                                  |
+| offset | size | field                    | meaning                                                   |
+|--------|------|--------------------------|-----------------------------------------------------------|
+| 0      | 4    | total_size (u32)         | bytes of the whole record, this field included            |
+| 4      | 4    | magic (u32)              | 0x43554C53 (b"SLUC"): a record starts here                |
+| 8      | 4    | crc32 (u32)              | zlib.crc32 of bytes [12, total_size)                      |
+| 12     | 1    | version (u8)             | 1                                                         |
+| 13     | 1    | message_type (u8)        | NORMAL 1, FIFO 2, DELAY 3, TRANSACTION 4                  |
+| 14     | 2    | flags (u16)              | bit 0: body is gzip-compressed (as the producer sent it)  |
+| 16     | 4    | queue_id (u32)           |                                                           |
+| 20     | 8    | queue_offset (u64)       | assigned by the writer; strictly increasing per queue     |
+| 28     | 8    | physical_offset (u64)    | assigned by the writer; this record's CommitLog position  |
+| 36     | 8    | store_timestamp_ms (u64) | assigned by the writer                                    |
+| 44     | 8    | born_timestamp_ms (u64)  | when the producer created the message                     |
+| 52     | 8    | delivery_timestamp_ms    | u64; 0 = deliver at once (timer messages set it)          |
+| 60     | 4    | delivery_attempt (u32)   | attempts already made when the record was written         |
+| 64     | 4    | body_size (u32)          |                                                           |
+| 68     | 2    | topic_size (u16)         |                                                           |
+| 70     | 2    | message_id_size (u16)    |                                                           |
+| 72     | 2    | tag_size (u16)           | 0 = no tag                                                |
+| 74     | 2    | message_group_size (u16) | 0 = no message group                                      |
+| 76     | 2    | born_host_size (u16)     |                                                           |
+| 78     | 2    | store_host_size (u16)    |                                                           |
+| 80     | 2    | key_count (u16)          |                                                           |
+| 82     | 2    | property_count (u16)     | user properties                                           |
+| 84     | 2    | system_property_count    | u16                                                       |
+| 86     | ...  | variable part            | see below                                                 |
 
-Variable part, in order: topic (topic_size bytes); then each as u16 length + UTF-8 bytes:
-message_id, tag (empty = no tag), message_group (empty = none), born_host, store_host; keys as
-u16 count then u16 length + bytes each; user properties and then system properties, each as u16
-count then (u16 key length, key, u32 value length, value) pairs; finally the body.
+Variable part, in order, all text UTF-8: topic, message id, tag, message group, born host, store
+host (sizes from the header); each key as u16 size + bytes; each user property and then each
+system property as (u16 key size, key, u32 value size, value); finally the body.
 
 The writer patches queue_offset, physical_offset, store_timestamp_ms and then the CRC into an
-already encoded record (`seal`), so encoding can happen before offsets are known.
+already encoded record (`seal`), so encoding happens on the caller's side, before offsets exist.
 """
 
 from __future__ import annotations
@@ -42,17 +51,16 @@ MAGIC = 0x43554C53
 VERSION = 1
 FLAG_BODY_GZIP = 0x1
 
-_HEADER = struct.Struct("<IIIBBHIQQQQQIIH")
-HEADER_SIZE = _HEADER.size  # 70
-_SEAL_OFFSETS = struct.Struct("<QQ")  # queue_offset, physical_offset at byte 20
+_HEADER = struct.Struct("<IIIBBHIQQQQQIIHHHHHHHHH")
+HEADER_SIZE = _HEADER.size  # 86
+_SEAL = struct.Struct("<QQQ")  # queue_offset, physical_offset, store_timestamp_ms at byte 20
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _PREFIX = struct.Struct("<II")  # total_size, magic
 MAX_U16 = 0xFFFF
 
 OFF_CRC = 8
-OFF_QUEUE_OFFSET = 20
-OFF_STORE_TIMESTAMP = 44
+OFF_SEAL = 20
 CRC_START = 12
 
 
@@ -82,21 +90,18 @@ class MessageRecord:
     size: int = 0  # encoded size, known after encode/decode
 
 
-def _str(out: list[bytes], text: str, what: str) -> None:
-    data = text.encode("utf-8")
-    if len(data) > MAX_U16:
-        raise BadRequest(f"{what} is too long ({len(data)} bytes, at most {MAX_U16})")
-    out.append(_U16.pack(len(data)))
-    out.append(data)
+def _too_long(what: str, size: int) -> BadRequest:
+    return BadRequest(f"{what} is too long ({size} bytes, at most {MAX_U16})")
 
 
-def _map(out: list[bytes], mapping: dict[str, str], what: str) -> None:
-    if len(mapping) > MAX_U16:
-        raise BadRequest(f"too many {what} ({len(mapping)}, at most {MAX_U16})")
-    out.append(_U16.pack(len(mapping)))
+def _pairs(out: list[bytes], mapping: dict[str, str], what: str) -> None:
     for k, v in mapping.items():
-        _str(out, k, f"{what} key")
+        kb = k.encode("utf-8")
         vb = v.encode("utf-8")
+        if len(kb) > MAX_U16:
+            raise _too_long(f"{what} key", len(kb))
+        out.append(_U16.pack(len(kb)))
+        out.append(kb)
         out.append(_U32.pack(len(vb)))
         out.append(vb)
 
@@ -104,53 +109,53 @@ def _map(out: list[bytes], mapping: dict[str, str], what: str) -> None:
 def encode(rec: MessageRecord) -> bytearray:
     """Encode `rec` with its current offsets; the CRC is left 0 until `seal`."""
     topic = rec.topic.encode("utf-8")
-    if len(topic) > MAX_U16:
-        raise BadRequest("topic name is too long")
-    var: list[bytes] = [topic]
-    _str(var, rec.message_id, "message id")
-    _str(var, rec.tag or "", "tag")
-    _str(var, rec.message_group or "", "message group")
-    _str(var, rec.born_host, "born host")
-    _str(var, rec.store_host, "store host")
-    if len(rec.keys) > MAX_U16:
-        raise BadRequest("too many message keys")
-    var.append(_U16.pack(len(rec.keys)))
-    for key in rec.keys:
-        _str(var, key, "message key")
-    _map(var, rec.properties, "user properties")
-    _map(var, rec.system_properties, "system properties")
-    var.append(rec.body)
-    var_bytes = b"".join(var)
-    total = HEADER_SIZE + len(var_bytes)
+    mid = rec.message_id.encode("utf-8")
+    tag = rec.tag.encode("utf-8") if rec.tag else b""
+    group = rec.message_group.encode("utf-8") if rec.message_group else b""
+    born_host = rec.born_host.encode("utf-8")
+    store_host = rec.store_host.encode("utf-8")
+    texts = (topic, mid, tag, group, born_host, store_host)
+    n_topic, n_mid, n_tag, n_group, n_bhost, n_shost = map(len, texts)
+    if (n_topic | n_mid | n_tag | n_group | n_bhost | n_shost) > MAX_U16:
+        names = ("topic", "message id", "tag", "message group", "born host", "store host")
+        name, size = max(zip(names, map(len, texts), strict=True), key=lambda p: p[1])
+        raise _too_long(name, size)
+    keys, props, sysprops = rec.keys, rec.properties, rec.system_properties
+    if len(keys) > MAX_U16 or len(props) > MAX_U16 or len(sysprops) > MAX_U16:
+        raise BadRequest(f"too many keys or properties (at most {MAX_U16} each)")
+    body = rec.body
+    if keys or props or sysprops:
+        extra: list[bytes] = []
+        for key in keys:
+            kb = key.encode("utf-8")
+            if len(kb) > MAX_U16:
+                raise _too_long("message key", len(kb))
+            extra.append(_U16.pack(len(kb)))
+            extra.append(kb)
+        _pairs(extra, props, "user property")
+        _pairs(extra, sysprops, "system property")
+        tail = b"".join(extra)
+    else:
+        tail = b""
+    total = HEADER_SIZE + n_topic + n_mid + n_tag + n_group + n_bhost + n_shost + len(tail) + len(body)
     if total > 0xFFFFFFFF:
         raise BadRequest("message is too large to store")
-    header = _HEADER.pack(
-        total,
-        MAGIC,
-        0,
-        VERSION,
-        rec.message_type,
-        rec.flags,
-        rec.queue_id,
-        max(rec.queue_offset, 0),
-        max(rec.physical_offset, 0),
-        rec.born_timestamp_ms,
-        rec.store_timestamp_ms,
-        rec.delivery_timestamp_ms,
-        rec.delivery_attempt,
-        len(rec.body),
-        len(topic),
-    )
-    out = bytearray(header)
-    out += var_bytes
+    try:
+        header = _HEADER.pack(
+            total, MAGIC, 0, VERSION, rec.message_type, rec.flags, rec.queue_id,
+            max(rec.queue_offset, 0), max(rec.physical_offset, 0), rec.store_timestamp_ms,
+            rec.born_timestamp_ms, rec.delivery_timestamp_ms, rec.delivery_attempt, len(body),
+            n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, len(keys), len(props), len(sysprops),
+        )  # fmt: skip
+    except struct.error as exc:  # a number that does not fit its field (queue id, timestamp, ...)
+        raise BadRequest(f"a message field is out of range: {exc}") from None
     rec.size = total
-    return out
+    return bytearray().join((header, topic, mid, tag, group, born_host, store_host, tail, body))
 
 
 def seal(buf: bytearray, queue_offset: int, physical_offset: int, store_timestamp_ms: int) -> None:
     """Write the offsets the writer assigned and the CRC into an encoded record, in place."""
-    _SEAL_OFFSETS.pack_into(buf, OFF_QUEUE_OFFSET, queue_offset, physical_offset)
-    struct.pack_into("<Q", buf, OFF_STORE_TIMESTAMP, store_timestamp_ms)
+    _SEAL.pack_into(buf, OFF_SEAL, queue_offset, physical_offset, store_timestamp_ms)
     _U32.pack_into(buf, OFF_CRC, zlib.crc32(memoryview(buf)[CRC_START:]))
 
 
@@ -165,9 +170,8 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, where: str = ""
     avail = len(view) - pos
     if avail < HEADER_SIZE:
         raise MessageCorrupted(f"record at {where or pos} is truncated ({avail} bytes, header needs {HEADER_SIZE})")
-    (total, magic, crc, version, mtype, flags, qid, qoff, phys, born, stored, deliver, attempt, body_size, tsize) = (
-        _HEADER.unpack_from(view, pos)
-    )
+    h = _HEADER.unpack_from(view, pos)
+    total, magic, crc, version = h[0], h[1], h[2], h[3]
     if magic != MAGIC:
         raise MessageCorrupted(f"record at {where or pos} has bad magic 0x{magic:08x}")
     if total < HEADER_SIZE or total > avail:
@@ -181,85 +185,42 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, where: str = ""
             f"record at {where or pos} failed its CRC check (stored {crc:08x}, computed {actual:08x})"
         )
     try:
-        return _decode_variable(
-            rec_view, total, mtype, flags, qid, qoff, phys, born, stored, deliver, attempt, body_size, tsize
-        )
-    except (struct.error, UnicodeDecodeError, IndexError) as exc:
+        return _decode_checked(rec_view, h)
+    except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
         raise MessageCorrupted(f"record at {where or pos} has a malformed body: {exc}") from None
 
 
-def _decode_variable(
-    v: memoryview,
-    total: int,
-    mtype: int,
-    flags: int,
-    qid: int,
-    qoff: int,
-    phys: int,
-    born: int,
-    stored: int,
-    deliver: int,
-    attempt: int,
-    body_size: int,
-    tsize: int,
-) -> MessageRecord:
+def _decode_checked(v: memoryview, h: tuple[int, ...]) -> MessageRecord:
+    (total, _m, _c, _v, mtype, flags, qid, qoff, phys, stored, born, deliver, attempt, body_size,
+     n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, n_keys, n_props, n_sys) = h  # fmt: skip
+    raw = v.tobytes()
     p = HEADER_SIZE
-    topic = bytes(v[p : p + tsize]).decode("utf-8")
-    p += tsize
-
-    def text() -> str:
-        nonlocal p
-        (n,) = _U16.unpack_from(v, p)
-        p += 2
-        s = bytes(v[p : p + n]).decode("utf-8")
+    texts = []
+    for n in (n_topic, n_mid, n_tag, n_group, n_bhost, n_shost):
+        texts.append(raw[p : p + n].decode("utf-8"))
         p += n
-        return s
-
-    def mapping() -> dict[str, str]:
-        nonlocal p
-        (count,) = _U16.unpack_from(v, p)
-        p += 2
-        out: dict[str, str] = {}
+    keys: list[str] = []
+    for _ in range(n_keys):
+        (n,) = _U16.unpack_from(raw, p)
+        keys.append(raw[p + 2 : p + 2 + n].decode("utf-8"))
+        p += 2 + n
+    maps: list[dict[str, str]] = []
+    for count in (n_props, n_sys):
+        m: dict[str, str] = {}
         for _ in range(count):
-            k = text()
-            (n,) = _U32.unpack_from(v, p)
-            p += 4
-            out[k] = bytes(v[p : p + n]).decode("utf-8")
-            p += n
-        return out
-
-    message_id = text()
-    tag = text()
-    group = text()
-    born_host = text()
-    store_host = text()
-    (nkeys,) = _U16.unpack_from(v, p)
-    p += 2
-    keys = tuple(text() for _ in range(nkeys))
-    props = mapping()
-    sysprops = mapping()
+            (kn,) = _U16.unpack_from(raw, p)
+            k = raw[p + 2 : p + 2 + kn].decode("utf-8")
+            p += 2 + kn
+            (vn,) = _U32.unpack_from(raw, p)
+            m[k] = raw[p + 4 : p + 4 + vn].decode("utf-8")
+            p += 4 + vn
+        maps.append(m)
     if p + body_size != total:
-        raise struct.error(f"body of {body_size} bytes does not end the record (ends at {p + body_size}, size {total})")
-    body = bytes(v[p : p + body_size])
+        raise ValueError(f"body of {body_size} bytes does not end the record (ends at {p + body_size}, size {total})")
     return MessageRecord(
-        topic=topic,
-        queue_id=qid,
-        body=body,
-        message_id=message_id,
-        tag=tag or None,
-        keys=keys,
-        message_group=group or None,
-        properties=props,
-        system_properties=sysprops,
-        message_type=mtype,
-        flags=flags,
-        born_timestamp_ms=born,
-        born_host=born_host,
-        store_host=store_host,
-        delivery_timestamp_ms=deliver,
-        delivery_attempt=attempt,
-        queue_offset=qoff,
-        physical_offset=phys,
-        store_timestamp_ms=stored,
-        size=total,
-    )
+        topic=texts[0], queue_id=qid, body=raw[p:], message_id=texts[1], tag=texts[2] or None,
+        keys=tuple(keys), message_group=texts[3] or None, properties=maps[0], system_properties=maps[1],
+        message_type=mtype, flags=flags, born_timestamp_ms=born, born_host=texts[4], store_host=texts[5],
+        delivery_timestamp_ms=deliver, delivery_attempt=attempt, queue_offset=qoff, physical_offset=phys,
+        store_timestamp_ms=stored, size=total,
+    )  # fmt: skip

@@ -10,10 +10,13 @@ and re-dispatch it. What stops the scan decides what happens:
 * anything else is **corruption** (bad bytes followed by more data, or a bad record in a sealed
   segment). The store refuses to open, naming the file and position, unless the operator set
   `recovery.truncate_corrupt_tail`, which drops everything from that point with a loud log line.
+  A record that declares more bytes than the file holds is torn only if no valid record follows
+  it: a damaged size field in front of good records is corruption, not a torn write.
 
 After a clean shutdown the checkpoint equals the end of the CommitLog and nothing is scanned.
 If the index is *ahead* of the CommitLog (the log lost its tail in an OS crash under the async
-policy) the index entries beyond the end are trimmed.
+policy) the index entries of records that no longer end inside the log are trimmed, and the scan
+restarts at the first of them, so a record cut in half is truncated as a torn tail.
 """
 
 from __future__ import annotations
@@ -65,8 +68,7 @@ def recover(segments: SegmentSet, index: Index, cfg: RecoveryConfig) -> Recovery
             "index is ahead of the commitlog (the log lost its tail); trimming index entries",
             extra=kv(checkpoint=checkpoint, commitlog_end=end),
         )
-        _trim_index(index, segments, end)
-        start = end
+        start = _trim_index(index, segments, end)
     records = 0
     truncated = 0
     pending: list[Written] = []
@@ -138,7 +140,9 @@ def _scan(seg: Segment, pos: int, chunk_bytes: int, *, is_last: bool) -> Iterato
             if size < HEADER_SIZE:
                 raise _Stop(pos, f"impossible record size {size}", torn=False)
             if size > remaining:
-                raise _Stop(pos, f"record declares {size} bytes but only {remaining} remain", torn=is_last)
+                fill(remaining)
+                torn = is_last and not _valid_record_after(buf, pos - buf_start, seg.base + buf_start)
+                raise _Stop(pos, f"record declares {size} bytes but only {remaining} remain", torn=torn)
             fill(size)
             rel = pos - buf_start
             try:
@@ -150,6 +154,27 @@ def _scan(seg: Segment, pos: int, chunk_bytes: int, *, is_last: bool) -> Iterato
             meta = RecordMeta(rec.topic, rec.queue_id, tag_hash(rec.tag), rec.message_id.encode(), rec.keys)
             yield Written(meta, rec.queue_offset, rec.physical_offset, size, rec.store_timestamp_ms, seg.base)
             pos += size
+
+
+def _valid_record_after(buf: bytearray, rel: int, buf_position: int) -> bool:
+    """Whether a well-formed record (magic, CRC and its own position all right) starts after `rel`.
+
+    `buf_position` is the CommitLog position of `buf[0]`. A torn write leaves nothing valid behind
+    the partial record; a damaged size field does.
+    """
+    magic = MAGIC.to_bytes(4, "little")
+    at = buf.find(magic, rel + 5)
+    while at != -1:
+        start = at - 4
+        try:
+            rec = decode(buf, start)
+        except MessageCorrupted:
+            pass
+        else:
+            if rec.physical_offset == buf_position + start:
+                return True
+        at = buf.find(magic, at + 1)
+    return False
 
 
 def _handle_stop(segments: SegmentSet, seg: Segment, stop: _Stop, cfg: RecoveryConfig) -> int:
@@ -179,27 +204,42 @@ def _handle_stop(segments: SegmentSet, seg: Segment, stop: _Stop, cfg: RecoveryC
     return following
 
 
-def _trim_index(index: Index, segments: SegmentSet, end: int) -> None:
-    """Delete index entries that point at or beyond `end`, and move the checkpoint back to it."""
+def _trim_index(index: Index, segments: SegmentSet, end: int) -> int:
+    """Delete the index entries of records that do not end by `end`; return the new checkpoint.
+
+    The log may have lost its tail in the middle of a record: that record's entries go too, and the
+    checkpoint moves back to its start so the scan sees the partial record and truncates it (keeping
+    an entry for it would leave a queue offset that can never be read, and new appends would land
+    after the partial bytes). The active segment's `segq` maxima are rewritten to what is left, so
+    retention never range-deletes offsets that later appends reuse in a newer segment.
+    """
     batch = index.batch()
     cq, msgid, keyidx, segq = (index.handle(n) for n in (K.CF_CQ, K.CF_MSGID, K.CF_KEYIDX, K.CF_SEGQ))
     last = segments.active
     first_base = last.base if last is not None else 0
+    cut = end
     for key, _ in index.cf(K.CF_SEGQ).items(from_key=K.segment_prefix(first_base)):
-        _, tid, qid = K.segq_key_parse(key)
+        base, tid, qid = K.segq_key_parse(key)
         prefix = K.queue_prefix(tid, qid)
         it = index.cf(K.CF_CQ).iter()
         it.seek_for_prev(K.cq_key(tid, qid, K.MAX_U64))
+        kept: tuple[int, int] | None = None  # (queue offset, physical offset) of the last entry kept
         while it.valid() and it.key().startswith(prefix):
-            phys = K.CQ_VALUE.unpack(it.value())[0]
-            if phys < end:
+            phys, size = K.CQ_VALUE.unpack(it.value())[:2]
+            if phys + size <= end:
+                kept = (K.cq_key_parse(it.key())[2], phys)
                 break
+            cut = min(cut, phys)
             batch.delete(it.key(), cq)
             it.prev()
+        if kept is not None and kept[1] >= base:
+            batch.put(key, K.U64.pack(kept[0]), segq)
+        else:
+            batch.delete(key, segq)
     for cf_name, handle in ((K.CF_MSGID, msgid), (K.CF_KEYIDX, keyidx)):
         for key, _ in index.cf(cf_name).items(from_key=K.segment_prefix(first_base)):
-            if K.trailing_offset(key) >= end:
+            if K.trailing_offset(key) >= cut:
                 batch.delete(key, handle)
-    del segq  # per-segment maxima may overstate after a trim; retention tolerates that
-    index.put_checkpoint(batch, end)
+    index.put_checkpoint(batch, cut)
     index.write(batch)
+    return cut

@@ -4,8 +4,9 @@ A sealed segment goes when its newest record is older than `max_age_s` (its file
 time of its last write) or while the disk is fuller than `max_disk_used_ratio`. The active segment
 and anything not yet dispatched are never deleted. Index entries go with the segment, without a
 full scan: the `segq` table says which queues the segment held and up to which offset, so each
-queue loses its prefix with one range delete; message-id and key entries are prefixed by the
-segment and go with one range delete per column family.
+queue loses its prefix with one range delete and records its new floor (a queue left empty keeps
+its offsets); message-id and key entries are prefixed by the segment and go with one range delete
+per column family.
 
 `may_delete(segment)` lets tiering veto the deletion of data not yet safely uploaded.
 """
@@ -82,7 +83,7 @@ class Retention:
         index = self._index
         batch = index.batch()
         prefix = K.segment_prefix(segment_base)
-        cq = index.handle(K.CF_CQ)
+        cq, meta = index.handle(K.CF_CQ), index.handle(K.CF_META)
         queues = 0
         for key, value in index.cf(K.CF_SEGQ).items(from_key=prefix):
             if not key.startswith(prefix):
@@ -90,6 +91,7 @@ class Retention:
             _, tid, qid = K.segq_key_parse(key)
             max_offset = K.U64.unpack(value)[0]
             batch.delete_range(K.cq_key(tid, qid, 0), K.cq_key(tid, qid, max_offset + 1), cq)
+            batch.put(K.queue_floor_key(tid, qid), K.U64.pack(max_offset + 1), meta)
             queues += 1
         end = K.next_prefix(prefix)
         for name in (K.CF_MSGID, K.CF_KEYIDX, K.CF_SEGQ):

@@ -29,7 +29,7 @@ from broker.store.record import MessageRecord, decode, encode
 from broker.store.recovery import RecoveryReport, recover
 from broker.store.retention import Retention
 from broker.store.segments import SegmentSet
-from broker.store.writer import AppendResult, CommitLogWriter, RecordMeta
+from broker.store.writer import AppendResult, CommitLogWriter, RecordMeta, new_meta
 from broker.tags import tag_hash
 from common.errors import BadRequest, IllegalOffset, MessageCorrupted, OffsetNotFound, StoreClosed
 from common.logs import kv
@@ -75,16 +75,24 @@ class MessageStore:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.index = Index(data_dir / "index", cache_bytes=config.index_cache_bytes, extra_cfs=extra_cfs)
         self.segments = SegmentSet(data_dir / "commitlog")
-        self.recovery = recover(self.segments, self.index, config.recovery)
-        if self.segments.active is None:
-            self.segments.create(self.index.checkpoint() or 0)
-        self.dispatcher = Dispatcher(self.index, config.dispatch, self.segments.max_offset())
+        try:
+            self.recovery = recover(self.segments, self.index, config.recovery)
+            if self.segments.active is None:
+                self.segments.create(self.index.checkpoint() or 0)
+        except BaseException:
+            # A store that fails to open must not keep RocksDB's lock: the operator's next attempt
+            # (e.g. with recovery.truncate_corrupt_tail) may run in this same process.
+            self.segments.close()
+            self.index.close()
+            raise
+        self.dispatcher = Dispatcher(self.index, self.segments.max_offset())
         self.writer = CommitLogWriter(
             config.commitlog,
             self.segments,
             next_offset_lookup=self._queue_end_from_index,
-            on_written=self.dispatcher.submit,
+            on_written=self.dispatcher.dispatch,
             dispatched_position=lambda: self.dispatcher.position,
+            failed=lambda: self.dispatcher.failed,
         )
         self.retention = Retention(self.segments, self.index, config.retention, data_dir)
         self._closed = False
@@ -105,7 +113,6 @@ class MessageStore:
             return
         self._closed = True
         self.writer.close()
-        self.dispatcher.close()
         self.segments.close()
         self.index.close()
         log.info("store closed", extra=kv(data_dir=str(self.data_dir)))
@@ -131,7 +138,7 @@ class MessageStore:
             if len(buf) > limit:
                 raise BadRequest(f"message of {len(buf)} bytes exceeds the store's record limit of {limit} bytes")
             buffers.append(buf)
-            metas.append(RecordMeta(rec.topic, rec.queue_id, tag_hash(rec.tag), rec.message_id.encode(), rec.keys))
+            metas.append(new_meta((rec.topic, rec.queue_id, tag_hash(rec.tag), rec.message_id.encode(), rec.keys)))
         return buffers, metas
 
     async def append(self, records: Sequence[MessageRecord]) -> list[AppendResult]:

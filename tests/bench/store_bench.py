@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Storage-engine benchmark (issue: store performance), in one run on this machine.
+
+    .venv/bin/python tests/bench/store_bench.py [--seconds 5] [--dir /path] [--json]
+
+Measures: the raw disk baseline (sequential 1 KiB appends without fsync, and with one fsync per
+256 KiB); store append throughput for 1 KiB messages from 64 concurrent appenders under the async
+and sync flush policies (single-message appends, and batches of 32 as a batched send does), with
+dispatch lag; read throughput of 32-message batches; and the index size for 1,000,000 queues with
+one message each. Prints each figure and the ratios to the targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from broker.store.config import CommitLogConfig, StoreConfig
+from broker.store.record import MessageRecord
+from broker.store.store import MessageStore
+
+MIB = 1 << 20
+BODY = (b"sluice-benchmark-" * 64)[:1024]
+
+
+def raw_baseline(directory: Path, seconds: float, fsync_every: int | None) -> dict[str, float]:
+    path = directory / f"raw-{fsync_every or 'nofsync'}.bin"
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    written = since_sync = 0
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    try:
+        while True:
+            for _ in range(256):
+                os.write(fd, BODY)
+            written += 256 * len(BODY)
+            since_sync += 256 * len(BODY)
+            if fsync_every and since_sync >= fsync_every:
+                os.fdatasync(fd)
+                since_sync = 0
+            if time.perf_counter() >= deadline:
+                break
+        if fsync_every:
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+        path.unlink()
+    elapsed = time.perf_counter() - t0
+    return {"mib_s": written / MIB / elapsed, "appends_s": written / len(BODY) / elapsed}
+
+
+def record(topic: str, queue_id: int, i: int, body: bytes = BODY) -> MessageRecord:
+    return MessageRecord(
+        topic=topic,
+        queue_id=queue_id,
+        body=body,
+        message_id=f"{i:032x}",
+        tag="bench",
+        born_timestamp_ms=int(time.time() * 1000),
+        born_host="127.0.0.1:1",
+    )
+
+
+async def _appenders(store: MessageStore, seconds: float, appenders: int, batch: int) -> dict[str, float]:
+    count = 0
+    latencies: list[float] = []
+    stop_at = time.perf_counter() + seconds
+
+    async def one(worker: int) -> None:
+        nonlocal count
+        i = 0
+        while time.perf_counter() < stop_at:
+            # A batch targets one queue, as a SendMessage batch does.
+            queue_id = (worker + i) % 8
+            recs = [record("bench", queue_id, worker * 10_000_000 + i + j) for j in range(batch)]
+            t = time.perf_counter()
+            await store.append(recs)
+            latencies.append(time.perf_counter() - t)
+            i += batch
+            count += batch
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(w) for w in range(appenders)))
+    elapsed = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    store.wait_dispatched(60)
+    drain_ms = (time.perf_counter() - t1) * 1000
+    latencies.sort()
+    return {
+        "msgs_s": count / elapsed,
+        "mib_s": count * len(BODY) / MIB / elapsed,
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
+        "dispatch_lag_max_ms": float(store.dispatcher.max_lag_ms),
+        "dispatch_drain_after_ms": drain_ms,
+        "group_commit_avg_batch": count / max(store.writer.rounds, 1),
+    }
+
+
+def append_bench(directory: Path, policy: str, seconds: float, batch: int) -> dict[str, float]:
+    d = directory / f"store-{policy}-{batch}"
+    cfg = StoreConfig(commitlog=CommitLogConfig(flush_policy=policy))  # type: ignore[arg-type]
+    store = MessageStore(d, cfg)
+    try:
+        return asyncio.run(_appenders(store, seconds, 64, batch))
+    finally:
+        store.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def read_bench(directory: Path, seconds: float) -> dict[str, float]:
+    d = directory / "store-read"
+    store = MessageStore(d, StoreConfig())
+    try:
+        total = 200_000
+        for start in range(0, total, 1000):
+            store.append_blocking([record("rb", i % 8, i) for i in range(start, start + 1000)])
+        store.wait_dispatched(60)
+        count = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for q in range(8):
+                offset = 0
+                while True:
+                    res = store.read("rb", q, offset, max_messages=32)
+                    if not res.messages:
+                        break
+                    count += len(res.messages)
+                    offset = res.next_offset
+        elapsed = time.perf_counter() - t0
+        return {"msgs_s": count / elapsed, "mib_s": count * len(BODY) / MIB / elapsed}
+    finally:
+        store.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def many_queues_bench(directory: Path, queues: int) -> dict[str, float]:
+    d = directory / "store-queues"
+    store = MessageStore(d, StoreConfig())
+    try:
+        t0 = time.perf_counter()
+        per_topic = 1000
+        batch: list[MessageRecord] = []
+        for i in range(queues):
+            batch.append(record(f"t{i // per_topic}", i % per_topic, i, body=b"x" * 16))
+            if len(batch) == 2000:
+                store.append_blocking(batch)
+                batch = []
+        if batch:
+            store.append_blocking(batch)
+        store.wait_dispatched(120)
+        elapsed = time.perf_counter() - t0
+        store.index.db.flush()
+        for name in store.index._cf:
+            store.index.cf(name).compact_range(None, None)
+        index_bytes = sum(f.stat().st_size for f in (d / "index").rglob("*") if f.is_file())
+        ok = store.read("t999", 999, 0).messages[0].body == b"x" * 16 if queues >= 1_000_000 else True
+        return {"queues": queues, "index_mib": index_bytes / MIB, "seconds": elapsed, "spot_check_ok": ok}
+    finally:
+        store.close()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=5.0, help="duration of each timed phase")
+    ap.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir under /tmp)")
+    ap.add_argument("--queues", type=int, default=1_000_000)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="sluice-bench-", dir=args.dir))
+    results: dict[str, dict[str, float]] = {}
+    try:
+        steps = [
+            ("raw_nofsync", lambda: raw_baseline(base, args.seconds, None)),
+            ("raw_fsync_256k", lambda: raw_baseline(base, args.seconds, 256 * 1024)),
+            ("append_async_single", lambda: append_bench(base, "async", args.seconds, 1)),
+            ("append_async_batch32", lambda: append_bench(base, "async", args.seconds, 32)),
+            ("append_sync_single", lambda: append_bench(base, "sync", args.seconds, 1)),
+            ("append_sync_batch32", lambda: append_bench(base, "sync", args.seconds, 32)),
+            ("read_batch32", lambda: read_bench(base, args.seconds)),
+            ("many_queues", lambda: many_queues_bench(base, args.queues)),
+        ]
+        for name, fn in steps:
+            print(f"running {name} ...", file=sys.stderr, flush=True)
+            results[name] = fn()
+            print(f"  {name}: " + ", ".join(f"{k}={v:,.1f}" for k, v in results[name].items()), file=sys.stderr)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    raw_nf, raw_fs = results["raw_nofsync"]["mib_s"], results["raw_fsync_256k"]["mib_s"]
+    best_async = max(results["append_async_single"], results["append_async_batch32"], key=lambda r: r["msgs_s"])
+    best_sync = max(results["append_sync_single"], results["append_sync_batch32"], key=lambda r: r["msgs_s"])
+    checks = {
+        "async >= 100k msgs/s": (best_async["msgs_s"], 100_000),
+        "async MiB/s >= 0.5 x raw no-fsync": (best_async["mib_s"] / raw_nf, 0.5),
+        "sync MiB/s >= 0.5 x raw fsync/256KiB": (best_sync["mib_s"] / raw_fs, 0.5),
+        "dispatch lag (async) < 100 ms": (100.0, best_async["dispatch_lag_max_ms"]),
+        "dispatch lag (sync) < 100 ms": (100.0, best_sync["dispatch_lag_max_ms"]),
+        "1M queues index < 200 MiB": (200.0, results["many_queues"]["index_mib"]),
+    }
+    summary = {name: {"value": a, "target": b, "met": a >= b} for name, (a, b) in checks.items()}
+    if args.json:
+        print(json.dumps({"results": results, "targets": summary}, indent=2))
+    else:
+        print(f"\n{'phase':<24}" + "".join(f"{k:>22}" for k in ("msgs_s", "mib_s", "p99_ms", "dispatch_lag_max_ms")))
+        for name, r in results.items():
+            print(
+                f"{name:<24}"
+                + "".join(
+                    f"{r.get(k, float('nan')):>22,.1f}" for k in ("msgs_s", "mib_s", "p99_ms", "dispatch_lag_max_ms")
+                )
+            )
+        print("\ntargets:")
+        for name, s in summary.items():
+            print(f"  {'MET ' if s['met'] else 'MISS'} {name}: {s['value']:,.2f} vs {s['target']:,.2f}")
+        print(
+            f"  (raw no-fsync {raw_nf:,.0f} MiB/s, raw fsync/256KiB {raw_fs:,.0f} MiB/s;"
+            f" median group-commit batch async {best_async['group_commit_avg_batch']:.0f})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
