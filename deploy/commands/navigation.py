@@ -1,0 +1,61 @@
+"""`sluice navigation`: run one navigation server (proxy endpoints for clients) until SIGTERM/SIGINT.
+
+Configuration comes from the `[navigation]` table of `--config` (optional), with flags overriding
+it. Prints exactly one line to stdout once both ports listen
+(`navigation listening on HOST:PORT (gRPC) and http://HOST:PORT (HTTP)`); logs go to stderr.
+Exits 0 after a clean shutdown, 2 on a configuration error (including a port it cannot bind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from common.config import load_config
+from common.logs import setup_logging
+from deploy.runtime import serve
+from navigation.config import NavigationConfig
+from navigation.service import run_navigation
+
+NAME = "navigation"
+HELP = "Run a navigation server: tells clients which proxy endpoints to use."
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML file; its [navigation] table is used")
+    parser.add_argument("--host", help="address both services listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="gRPC port (default 9877; 0 picks a free one)")
+    parser.add_argument("--http-port", type=int, help="HTTP port (default 9878; 0 picks a free one)")
+    parser.add_argument(
+        "--proxy-expiry-s",
+        type=float,
+        metavar="S",
+        help="leave a proxy out of every answer after this many seconds without a heartbeat (default 15)",
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(
+        NavigationConfig,
+        section="navigation",
+        path=args.config,
+        overrides={
+            "host": args.host,
+            "port": args.port,
+            "http_port": args.http_port,
+            "proxy_expiry_s": args.proxy_expiry_s,
+        },
+    )
+    setup_logging(args.log_level, args.log_json)
+
+    def announce(grpc_address: str, http_url: str) -> None:
+        print(f"navigation listening on {grpc_address} (gRPC) and {http_url} (HTTP)", flush=True)
+
+    async def main(stop: asyncio.Event) -> int:
+        await run_navigation(config, stop, on_ready=announce)
+        return 0
+
+    return serve(main)
