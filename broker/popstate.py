@@ -43,6 +43,7 @@ _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _ENTRY = struct.Struct("<BIIQH")
 QueueKey = tuple[str, str, int]  # group, topic, queue id
+_NO_DEADLINE = (1 << 64) - 1
 
 
 class EntryState(IntEnum):
@@ -123,6 +124,9 @@ class PopState:
         self.h_due = index.handle(CF_POP_DUE)
         self.inflight: collections.Counter[QueueKey] = collections.Counter()
         self.fifo: dict[QueueKey, dict[str, FifoLane]] = {}
+        # group -> every live `pop_due` key of the group has invisible_until_ms >= this (see `due`);
+        # a group missing here has no known bound (scans start at its first key).
+        self.due_floor: dict[str, int] = {}
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -158,21 +162,32 @@ class PopState:
         return None
 
     def due(self, group: str, now_ms: int, limit: int) -> Iterator[tuple[int, str, int, int]]:
-        """(invisible_until_ms, topic, queue_id, offset) of INFLIGHT entries of `group` due by now."""
+        """(invisible_until_ms, topic, queue_id, offset) of INFLIGHT entries of `group` due by now.
+
+        Every ack deletes a `pop_due` key, and until RocksDB compacts them away a seek steps over
+        each of those tombstones; seeking from the group's prefix made every pop slower the more had
+        been acknowledged. So the scan starts at `due_floor[group]`, a lower bound of the group's
+        live deadlines: the first live key a scan meets becomes the floor, and `PopBatch.put`
+        lowers it for every new deadline.
+        """
         prefix = _name(group)
         it = self._due.iter()
-        it.seek(prefix)
+        it.seek(prefix + _U64.pack(self.due_floor.get(group, 0)))
         n = 0
         while it.valid() and n < limit:
             key = it.key()
             if not key.startswith(prefix):
-                return
+                break
             _, until, topic, qid, offset = parse_due_key(key)
+            if n == 0:
+                self.due_floor[group] = until  # the smallest live deadline: nothing live below it
             if until > now_ms:
                 return
             yield until, topic, qid, offset
             n += 1
             it.next()
+        if n == 0 and limit > 0:
+            self.due_floor[group] = _NO_DEADLINE  # nothing live at or above the floor, so nothing at all
 
     def groups_with_inflight(self) -> set[str]:
         return {g for (g, _, _), n in self.inflight.items() if n > 0}
@@ -203,6 +218,7 @@ class PopState:
             del self.inflight[qk]
         for qk in [k for k in self.fifo if k[0] == group]:
             del self.fifo[qk]
+        self.due_floor.pop(group, None)
 
 
 class PopBatch:
@@ -225,6 +241,9 @@ class PopBatch:
         wb.put(msg_key(group, topic, queue_id, offset), new.encode(), s.h_msg)
         if new.state is EntryState.INFLIGHT:
             wb.put(due_key(group, new.invisible_until_ms, topic, queue_id, offset), b"", s.h_due)
+            floor = s.due_floor.get(group)
+            if floor is not None and new.invisible_until_ms < floor:
+                s.due_floor[group] = new.invisible_until_ms  # lowered before the key exists: stays a bound
         self._mem.append(((group, topic, queue_id), offset, old, new))
         self.empty = False
 
