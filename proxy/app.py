@@ -8,12 +8,14 @@ import asyncio
 import contextlib
 import logging
 
+from navigation.model import ProxyLoad
 from proxy.config import ProxyConfig
 from proxy.core.consumer import ConsumerService
 from proxy.core.producer import ProducerService
 from proxy.core.renewer import AutoRenewer
 from proxy.core.sessions import SessionRegistry
 from proxy.directory import BrokerDirectory
+from proxy.fleet import Fleet
 
 log = logging.getLogger("sluice.proxy")
 
@@ -28,10 +30,14 @@ class ProxyApp:
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
         self._touched_groups: set[str] = set()
         self.in_flight = 0
+        self.fleet = Fleet(config, self._load)
 
-    def endpoints(self) -> list[str]:
-        """Proxy endpoints advertised in routes (this proxy; the fleet once navigation is on)."""
-        return [self.config.advertised_address]
+    def _load(self) -> ProxyLoad:
+        return ProxyLoad(in_flight_requests=self.in_flight, connected_clients=len(self.sessions.sessions))
+
+    async def endpoints(self, namespace: str, network: str) -> list[str]:
+        """Proxy endpoints to advertise in routes: the fleet's best (navigation), else this proxy."""
+        return await self.fleet.endpoints(namespace, network)
 
     async def touch_group(self, group: str) -> None:
         if group in self._touched_groups:
@@ -42,8 +48,9 @@ class ProxyApp:
         self._touched_groups.add(group)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Background work until `stop`: auto renew and session expiry."""
+        """Background work until `stop`: auto renew, session expiry, announcing to navigation."""
         renew = asyncio.create_task(self.renewer.run(stop), name="auto-renew")
+        announce = asyncio.create_task(self.fleet.run(stop), name="navigation-announcer")
         try:
             while not stop.is_set():
                 self.sessions.sweep()
@@ -51,3 +58,5 @@ class ProxyApp:
                     await asyncio.wait_for(stop.wait(), 5.0)
         finally:
             await renew
+            await announce
+            await self.fleet.close()

@@ -48,6 +48,23 @@ class ProxyConfig:
     # Clients without a heartbeat or telemetry stream for this long are forgotten.
     client_expiry_s: float = 120.0
     metrics_port: int = 0
+    # The fleet (navigation/): where to register, this proxy's zone, its endpoint per network
+    # (default: {"default": advertised address}), the namespaces it serves (empty: all).
+    navigation: list[str] = field(default_factory=list)
+    zone: str = ""
+    networks: dict[str, str] = field(default_factory=dict)
+    namespaces: list[str] = field(default_factory=list)
+    proxy_id: str = ""
+    navigation_heartbeat_s: float = 3.0
+    endpoints_cache_s: float = 3.0
+    # Proxies listed per route: every client keeps a Telemetry stream to each.
+    max_route_endpoints: int = 4
+    # After SIGTERM, keep serving this long so clients move away on their next route refresh
+    # (the Python client refreshes routes every 30 s), answering long polls quickly meanwhile.
+    drain_s: float = 40.0
+    drain_long_poll_ms: int = 500
+    # Share the listening port with sibling workers (SO_REUSEPORT; set by --workers).
+    reuse_port: bool = False
 
     @property
     def advertised_address(self) -> str:

@@ -1,8 +1,10 @@
 """Serving the proxy: a grpc.aio server on uvloop in front of a `ProxyApp`.
 
-`serve_proxy` runs until `stop` is set, then stops accepting calls, lets in-flight calls finish
-within a short grace period, and returns. Long polls end early on shutdown (their grace is short
-on purpose: a draining proxy answers empty receives and the clients move on).
+`serve_proxy` runs until `stop` is set. With navigation configured it then drains: it reports
+itself not ready, tells navigation at once (so it is no longer handed out or put in routes),
+answers long polls quickly, and keeps serving for `drain_s` so that clients still holding routes
+to it move to other proxies at their next route refresh without an error. Then it stops accepting
+calls, lets in-flight calls finish within a short grace period, and returns.
 """
 
 from __future__ import annotations
@@ -24,37 +26,54 @@ log = logging.getLogger("sluice.proxy")
 SHUTDOWN_GRACE_S = 3.0
 
 
-def grpc_options(max_message_bytes: int, max_concurrent_rpcs: int) -> list[tuple[str, int]]:
+def grpc_options(max_message_bytes: int, reuse_port: bool) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.so_reuseport", 0),
+        ("grpc.so_reuseport", int(reuse_port)),
         # Clients send no keepalive pings and hold idle Telemetry streams open: do not police them.
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.keepalive_permit_without_calls", 1),
     ]
 
 
-async def serve_proxy(app: ProxyApp, stop: asyncio.Event, *, on_ready: Callable[[str], None] | None = None) -> None:
+async def serve_proxy(
+    app: ProxyApp,
+    stop: asyncio.Event,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    on_readiness: Callable[[bool], None] | None = None,
+) -> None:
     cfg = app.config
     server = grpc.aio.server(
-        options=grpc_options(cfg.max_message_bytes, cfg.max_concurrent_rpcs),
+        options=grpc_options(cfg.max_message_bytes, cfg.reuse_port),
         maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
     )
     service_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(app), server)
     address = f"{cfg.host}:{cfg.port}"
     try:
-        server.add_insecure_port(address)
+        bound = server.add_insecure_port(address)
     except RuntimeError as exc:
         raise Unavailable(f"proxy cannot listen on {address}: {exc} (is the port in use?)") from None
+    if bound == 0:
+        raise Unavailable(f"proxy cannot listen on {address} (is the port in use?)")
     await server.start()
     log.info("proxy listening", extra=kv(address=address, advertise=cfg.advertised_address))
     if on_ready is not None:
         on_ready(address)
-    background = asyncio.create_task(app.run(stop), name="proxy-background")
+    if on_readiness is not None:
+        on_readiness(True)
+    background_stop = asyncio.Event()
+    background = asyncio.create_task(app.run(background_stop), name="proxy-background")
     try:
         await stop.wait()
+        if on_readiness is not None:
+            on_readiness(False)
+        if cfg.navigation and cfg.drain_s > 0:
+            await app.fleet.drain()
+            await asyncio.sleep(cfg.drain_s)
     finally:
         await server.stop(SHUTDOWN_GRACE_S)
+        background_stop.set()
         await background
         log.info("proxy stopped", extra=kv(address=address))

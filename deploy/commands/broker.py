@@ -15,6 +15,7 @@ from broker.config import BrokerConfig
 from broker.server import run_broker
 from common.config import load_config
 from common.logs import setup_logging
+from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
 from nameserver.client import parse_addresses
 
@@ -49,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="create topics and consumer groups on first use",
     )
+    parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -77,7 +79,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"broker {config.name} listening on {address}", flush=True)
 
     async def main(stop: asyncio.Event) -> int:
-        await run_broker(config, stop, on_ready=announce)
+        readiness = Readiness()
+        readiness.set("broker", False)
+
+        def ready(address: str) -> None:
+            announce(address)
+            readiness.set("broker", True)
+
+        async with ops_server(config.host, args.metrics_port, readiness):
+            await run_broker(config, stop, on_ready=ready)
         return 0
 
     return serve(main)

@@ -12,6 +12,7 @@ import asyncio
 
 from common.config import load_config
 from common.logs import setup_logging
+from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
 from nameserver.config import NameServerConfig
 from nameserver.service import run_nameserver
@@ -31,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="drop a broker from every route after this many seconds without a heartbeat (default 120)",
     )
+    parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -48,7 +50,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"nameserver listening on {address}", flush=True)
 
     async def main(stop: asyncio.Event) -> int:
-        await run_nameserver(config, stop, on_ready=announce)
+        readiness = Readiness()
+        readiness.set("nameserver", False)
+
+        def ready(address: str) -> None:
+            announce(address)
+            readiness.set("nameserver", True)
+
+        async with ops_server(config.host, args.metrics_port, readiness):
+            await run_nameserver(config, stop, on_ready=ready)
         return 0
 
     return serve(main)

@@ -13,6 +13,7 @@ import asyncio
 
 from common.config import load_config
 from common.logs import setup_logging
+from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
 from navigation.config import NavigationConfig
 from navigation.service import run_navigation
@@ -33,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="leave a proxy out of every answer after this many seconds without a heartbeat (default 15)",
     )
+    parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -55,7 +57,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"navigation listening on {grpc_address} (gRPC) and {http_url} (HTTP)", flush=True)
 
     async def main(stop: asyncio.Event) -> int:
-        await run_navigation(config, stop, on_ready=announce)
+        readiness = Readiness()
+        readiness.set("navigation", False)
+
+        def ready(grpc_address: str, http_url: str) -> None:
+            announce(grpc_address, http_url)
+            readiness.set("navigation", True)
+
+        async with ops_server(config.host, args.metrics_port, readiness):
+            await run_navigation(config, stop, on_ready=ready)
         return 0
 
     return serve(main)

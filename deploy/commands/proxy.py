@@ -1,8 +1,11 @@
 """`sluice proxy`: run a proxy of the separated topology until SIGTERM/SIGINT.
 
 It serves `apache.rocketmq.v2.MessagingService` to the official clients and reaches brokers
-through the routes the NameServers report. Configuration: the `[proxy]` table of `--config`, with
-flags overriding it. Prints one line once listening (`proxy listening on HOST:PORT`).
+through the routes the NameServers report. With `--navigation` it joins the fleet: it announces
+itself (zone, endpoint per network, load) and advertises the fleet's endpoints in routes; on
+SIGTERM it drains (see proxy/server.py). `--workers N` runs N processes on one port.
+Configuration: the `[proxy]` table of `--config`, flags override it. Prints one line once
+listening (`proxy listening on HOST:PORT`).
 """
 
 from __future__ import annotations
@@ -10,12 +13,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import sys
 
-from common.config import load_config
+from common.config import ConfigError, load_config
 from common.errors import Unavailable
 from common.logs import setup_logging
+from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
+from deploy.workers import run_workers
 from nameserver.client import NameServerClient, parse_addresses
+from navigation.client import parse_addresses as parse_navigation
 from proxy.app import ProxyApp
 from proxy.config import ProxyConfig
 from proxy.directory import ClusterDirectory
@@ -31,30 +38,72 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namesrv", metavar="HOST:PORT[;HOST:PORT]", help="NameServer address(es)")
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (default 8081)")
-    parser.add_argument("--advertise", metavar="HOST:PORT", help="endpoint put in routes (default host:port)")
+    parser.add_argument("--navigation", metavar="HOST:PORT[;HOST:PORT]", help="navigation server(s) to join")
+    parser.add_argument("--zone", help="this proxy's zone (clients in the same zone are sent here first)")
+    parser.add_argument(
+        "--advertise", action="append", metavar="[NETWORK=]HOST:PORT",
+        help="endpoint clients use to reach this proxy, per network (repeatable; default: host:port on 'default')",
+    )  # fmt: skip
+    parser.add_argument("--proxy-id", help="identity in navigation (default: endpoint-pid)")
+    parser.add_argument("--drain-s", type=float, help="after SIGTERM keep serving this long (with navigation)")
+    parser.add_argument("--workers", type=int, default=1, help="processes sharing the port (SO_REUSEPORT)")
+    parser.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz (worker i: +i)")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
 
+def _advertise(values: list[str] | None) -> tuple[str | None, dict[str, str] | None]:
+    if not values:
+        return None, None
+    networks: dict[str, str] = {}
+    default: str | None = None
+    for value in values:
+        network, sep, endpoint = value.partition("=")
+        if not sep:
+            default, network, endpoint = value, "default", value
+        if not network or ":" not in endpoint:
+            raise ConfigError(f"--advertise {value!r}: use NETWORK=HOST:PORT or HOST:PORT")
+        networks[network] = endpoint
+    return default or networks.get("default"), networks
+
+
 def run(args: argparse.Namespace) -> int:
-    namesrv = parse_addresses(args.namesrv) if args.namesrv else None
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
+    if args.workers > 1:
+        setup_logging(args.log_level, args.log_json)
+        return run_workers(NAME, sys.argv[2:], args.workers)
+    default_endpoint, networks = _advertise(args.advertise)
+    proxy_id = f"{args.proxy_id}-w{args.worker_index}" if args.proxy_id and args.reuse_port else args.proxy_id
+    metrics_port = args.metrics_port + args.worker_index if args.metrics_port else args.metrics_port
     config = load_config(
         ProxyConfig, section="proxy", path=args.config,
-        overrides={"host": args.host, "port": args.port, "advertise": args.advertise, "namesrv": namesrv},
+        overrides={
+            "host": args.host, "port": args.port, "advertise": default_endpoint, "networks": networks,
+            "namesrv": parse_addresses(args.namesrv) if args.namesrv else None,
+            "navigation": parse_navigation(args.navigation) if args.navigation else None, "zone": args.zone,
+            "proxy_id": proxy_id, "drain_s": args.drain_s, "reuse_port": args.reuse_port or None,
+            "metrics_port": metrics_port,
+        },
     )  # fmt: skip
     if not config.namesrv:
-        print("sluice proxy: --namesrv is required (or [proxy] namesrv in the config file)")
-        return 2
+        raise ConfigError("--namesrv is required (or namesrv in the [proxy] table of the config file)")
     setup_logging(args.log_level, args.log_json)
 
     async def main(stop: asyncio.Event) -> int:
+        readiness = Readiness()
+        readiness.set("proxy", False)
         directory = ClusterDirectory(NameServerClient(config.namesrv), refresh_s=config.route_refresh_s)
         with contextlib.suppress(Unavailable):
             await directory.refresh_brokers()
         directory.start()
         try:
-            app = ProxyApp(config, directory)
-            await serve_proxy(app, stop, on_ready=lambda a: print(f"proxy listening on {a}", flush=True))
+            async with ops_server(config.host, config.metrics_port, readiness):
+                app = ProxyApp(config, directory)
+                await serve_proxy(app, stop, on_ready=lambda a: print(f"proxy listening on {a}", flush=True),
+                                  on_readiness=lambda ok: readiness.set("proxy", ok))  # fmt: skip
         finally:
             await directory.close()
         return 0

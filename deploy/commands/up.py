@@ -17,6 +17,7 @@ from broker.local import LocalBroker
 from broker.server import run_broker
 from common.config import load_config, read_toml
 from common.logs import setup_logging
+from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
 from nameserver.config import NameServerConfig
 from nameserver.service import run_nameserver
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--broker-port", type=int, help="broker's internal port (default 10911)")
     parser.add_argument("--flush", choices=("sync", "async"), help="acknowledge after fsync (sync) or write (async)")
     parser.add_argument("--no-auto-create", action="store_true", help="do not create topics and groups on first use")
+    parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -67,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
     async def main(stop: asyncio.Event) -> int:
         ns_stop, broker_stop = asyncio.Event(), asyncio.Event()
         broker_ready: asyncio.Future[LocalBroker] = asyncio.get_running_loop().create_future()
-        async with asyncio.TaskGroup() as tasks:
+        readiness = Readiness()
+        readiness.set("proxy", False)
+        async with ops_server(proxy_cfg.host, args.metrics_port, readiness), asyncio.TaskGroup() as tasks:
             ns_task = tasks.create_task(run_nameserver(
                 ns_cfg, ns_stop, on_ready=lambda a: print(f"nameserver listening on {a}", flush=True)))  # fmt: skip
             broker_task = tasks.create_task(run_broker(
@@ -78,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
                 directory = LocalDirectory(broker, auto_create=broker_cfg.auto_create)
                 await serve_proxy(ProxyApp(proxy_cfg, directory), stop,
                                   on_ready=lambda a: print(f"proxy listening on {a} (clients connect here)",
-                                                           flush=True))  # fmt: skip
+                                                           flush=True),
+                                  on_readiness=lambda ok: readiness.set("proxy", ok))  # fmt: skip
             finally:
                 broker_stop.set()
                 await broker_task

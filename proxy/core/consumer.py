@@ -17,6 +17,7 @@ from common.errors import Forbidden, SluiceError
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
 from proxy.core.renewer import AutoRenewer
+from proxy.core.routing import real_broker
 from proxy.directory import BrokerDirectory, BrokerRoute
 
 
@@ -42,6 +43,7 @@ class ConsumerService:
         readable = [r.broker for r in routes if r.permission.readable]
         if not readable:
             raise Forbidden(f"topic {topic} has no readable queue")
+        hint = real_broker(hint)
         if hint in readable:
             return hint
         return readable[next(self._rotation) % len(readable)]

@@ -29,14 +29,27 @@ class RouteQueue:
     endpoint: str
 
 
+VIRTUAL_SEPARATOR = "@"
+
+
 def route_queues(routes: list[BrokerRoute], endpoints: list[str]) -> list[RouteQueue]:
-    """The queues of a topic as clients see them; endpoints are spread over brokers stably."""
+    """The queues of a topic as clients see them.
+
+    With one proxy endpoint, each broker appears under its own name. With several, each broker
+    appears once per endpoint as `<broker>@<i>` with all its queues, so clients that use only queue
+    0 of each broker (Node) still spread over every proxy; `real_broker` maps a name back.
+    """
     out = []
-    for i, r in enumerate(sorted(routes, key=lambda r: r.broker)):
-        endpoint = endpoints[i % len(endpoints)]
-        for qid in range(r.queue_count):
-            out.append(RouteQueue(r.broker, qid, r.permission, r.message_types, endpoint))
+    for r in sorted(routes, key=lambda r: r.broker):
+        for i, endpoint in enumerate(endpoints):
+            name = r.broker if len(endpoints) == 1 else f"{r.broker}{VIRTUAL_SEPARATOR}{i}"
+            for qid in range(r.queue_count):
+                out.append(RouteQueue(name, qid, r.permission, r.message_types, endpoint))
     return out
+
+
+def real_broker(name: str) -> str:
+    return name.split(VIRTUAL_SEPARATOR, 1)[0]
 
 
 class QueueSelector:

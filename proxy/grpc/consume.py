@@ -54,6 +54,8 @@ def long_poll_ms(app: ProxyApp, ctx: RequestContext, request: spb.ReceiveMessage
         wanted = budget - 1000 if budget is not None else 0
     if budget is not None:
         wanted = min(wanted, budget)
+    if app.fleet.draining:  # answer quickly: the client should move to another proxy
+        wanted = min(wanted, app.config.drain_long_poll_ms)
     return max(0, wanted)
 
 

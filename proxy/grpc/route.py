@@ -21,6 +21,10 @@ from proxy.grpc import convert
 from proxy.grpc.status import OK
 
 
+def _addresses(endpoints: pb.Endpoints) -> list[str]:
+    return [f"{a.host}:{a.port}" for a in endpoints.addresses]
+
+
 def endpoints_pb(address: str) -> pb.Endpoints:
     host, port = split_address(address)
     try:
@@ -45,8 +49,10 @@ def _queue(ns: str, topic: str, broker: str, qid: int, perm: Permission, types: 
 async def query_route(app: ProxyApp, ctx: RequestContext, request: spb.QueryRouteRequest) -> spb.QueryRouteResponse:
     ns, topic = convert.resource_name(request.topic, ctx.namespace)
     routes = await app.directory.route(topic)
+    network = app.fleet.network_of(_addresses(request.endpoints))
+    endpoints = await app.endpoints(ns, network)
     queues = [_queue(ns, topic, q.broker, q.queue_id, q.permission, q.message_types, q.endpoint)
-              for q in route_queues(routes, app.endpoints())]  # fmt: skip
+              for q in route_queues(routes, endpoints)]  # fmt: skip
     return spb.QueryRouteResponse(status=OK, message_queues=queues)
 
 
@@ -56,10 +62,11 @@ async def query_assignment(
     ns, topic = convert.resource_name(request.topic, ctx.namespace)
     convert.resource_name(request.group, ctx.namespace, "consumer group")
     routes = await app.directory.route(topic)
-    endpoints = app.endpoints()
+    network = app.fleet.network_of(_addresses(request.endpoints))
+    endpoints = await app.endpoints(ns, network)
     assignments = []
-    for i, r in enumerate(sorted(routes, key=lambda r: r.broker)):
-        if r.permission.readable:  # one assignment per broker, queue -1: pop from any of its queues
-            mq = _queue(ns, topic, r.broker, -1, r.permission, r.message_types, endpoints[i % len(endpoints)])
+    for q in route_queues([r for r in routes if r.permission.readable], endpoints):
+        if q.queue_id == 0:  # one assignment per (virtual) broker, queue -1: pop from any of its queues
+            mq = _queue(ns, topic, q.broker, -1, q.permission, q.message_types, q.endpoint)
             assignments.append(pb.Assignment(message_queue=mq))
     return spb.QueryAssignmentResponse(status=OK, assignments=assignments)

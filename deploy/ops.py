@@ -1,0 +1,70 @@
+"""The operations endpoint every Sluice process can expose over HTTP (`--metrics-port PORT`):
+
+    GET /healthz   200 while the process runs (liveness)
+    GET /readyz    200 only while every part of the process can serve, else 503 (readiness)
+    GET /metrics   Prometheus metrics of the process (prometheus-client's default registry)
+
+Parts report readiness through `Readiness.set(part, ready)`; a process is ready when it has at
+least one part and all of them are ready. A draining proxy reports not ready, so load balancers
+and probes stop sending it traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+from common.httpserver import Request, Response, Routes, serve_http, text_response
+
+
+class Readiness:
+    def __init__(self) -> None:
+        self._parts: dict[str, bool] = {}
+
+    def set(self, part: str, ready: bool) -> None:
+        self._parts[part] = ready
+
+    def ready(self) -> bool:
+        return bool(self._parts) and all(self._parts.values())
+
+    def parts(self) -> dict[str, bool]:
+        return dict(self._parts)
+
+
+def routes(readiness: Readiness) -> Routes:
+    async def healthz(_: Request) -> Response:
+        return text_response("ok\n")
+
+    async def readyz(_: Request) -> Response:
+        body = json.dumps({"ready": readiness.ready(), "parts": readiness.parts()}) + "\n"
+        return Response(200 if readiness.ready() else 503, "application/json", body.encode())
+
+    async def metrics(_: Request) -> Response:
+        return Response(200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY))
+
+    return {("GET", "/healthz"): healthz, ("GET", "/readyz"): readyz, ("GET", "/metrics"): metrics}
+
+
+async def serve_ops(
+    host: str, port: int, readiness: Readiness, stop: asyncio.Event, *, on_ready: Callable[[int], None] | None = None
+) -> None:
+    await serve_http(routes(readiness), host, port, stop, on_ready=on_ready, grace_s=1.0, name="ops")
+
+
+@contextlib.asynccontextmanager
+async def ops_server(host: str, port: int | None, readiness: Readiness) -> AsyncIterator[None]:
+    """Serve the ops endpoint (when a port is given) for the duration of the block."""
+    if not port:
+        yield
+        return
+    stop = asyncio.Event()
+    task = asyncio.create_task(serve_ops(host, port, readiness, stop), name="ops-http")
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
