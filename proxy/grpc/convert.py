@@ -15,8 +15,8 @@ from typing import cast
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from broker.api import OutgoingMessage, StoredMessage
-from common.errors import BadRequest, IllegalTopic, MessageTypeConflict
-from common.model import DLQ_PREFIX, MessageType
+from common.errors import BadRequest, IllegalConsumerGroup, IllegalTopic, MessageTypeConflict
+from common.model import DLQ_PREFIX, MessageType, validate_group_name, validate_topic_name
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proxy import names
 
@@ -36,13 +36,25 @@ def namespace_of(resource: pb.Resource, header_namespace: str) -> str:
 
 
 def resource_name(resource: pb.Resource, header_namespace: str, what: str = "topic") -> tuple[str, str]:
-    """(namespace, cluster-wide name) of a topic or group given on the wire."""
+    """(namespace, cluster-wide name) of a topic or group given on the wire.
+
+    Names are checked here, at the edge, so that a malformed one is ILLEGAL_TOPIC or
+    ILLEGAL_CONSUMER_GROUP in both topologies (not TOPIC_NOT_FOUND from wherever it is looked up).
+    Topics may be system topics: dead-letter topics are consumed like any other.
+    """
     if not resource.name:
         if what == "topic":
             raise IllegalTopic("the request names no topic")
+        if what == "consumer group":  # as the reference proxy: a blank group is an illegal group
+            raise IllegalConsumerGroup("the request names no consumer group")
         raise BadRequest(f"the request names no {what}")
     ns = namespace_of(resource, header_namespace)
-    return ns, names.wrap(ns, resource.name)
+    name = names.wrap(ns, resource.name)
+    if what == "topic":
+        validate_topic_name(name, allow_system=True)
+    elif what == "consumer group":
+        validate_group_name(name)
+    return ns, name
 
 
 def message_type(value: int) -> MessageType:

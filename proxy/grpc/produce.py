@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from broker.api import OutgoingMessage
 from common.codes import Code
-from common.errors import SluiceError
+from common.errors import MessageBodyTooLarge, SluiceError
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
@@ -16,9 +16,14 @@ async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMess
     if not request.messages:
         return spb.SendMessageResponse(status=status(Code.MESSAGE_CORRUPTED, "the request carries no message"))
     converted: list[tuple[str, OutgoingMessage] | SluiceError] = []
+    max_body = app.config.settings.max_body_bytes
     for msg in request.messages:
         try:
             _, topic = convert.resource_name(msg.topic, ctx.namespace)
+            # The limit this proxy tells clients in Settings, enforced for those that send before
+            # their Settings reply arrives (it is below the broker's own limit, see config.py).
+            if len(msg.body) > max_body:
+                raise MessageBodyTooLarge(f"message body is {len(msg.body)} bytes; at most {max_body} are accepted")
             converted.append((topic, convert.outgoing(msg, ctx.peer)))
         except SluiceError as exc:
             converted.append(exc)

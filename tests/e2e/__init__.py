@@ -1,0 +1,1 @@
+"""End-to-end tests: the official RocketMQ clients against real Sluice processes (see conftest.py)."""

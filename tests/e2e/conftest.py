@@ -1,0 +1,77 @@
+"""End-to-end tests: the official RocketMQ clients, unchanged, against real Sluice processes.
+
+Run them in their own pytest process: `.venv/bin/python -m pytest tests/e2e`. This process imports
+the official Python client, whose generated `apache.rocketmq.v2` protobuf modules declare the same
+symbols as Sluice's own `proto.apache.rocketmq.v2` modules; the two can never be loaded together
+(`TypeError: duplicate symbol`). So nothing here imports `proto.*`, `proxy.*`, `broker.*` or
+anything that does: every Sluice component runs as a child process, and raw protocol requests use
+the client's stubs (`rocketmq.grpc_protocol`). The guard below fails loudly if that rule is broken.
+
+Fixtures:
+- `cluster`: session-scoped, parametrised `merged` / `separated` (see support/cluster.py). pytest
+  groups the tests by parameter, so each topology starts once per run.
+- `unique`: a name factory; every test uses its own topics and groups.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+SLUICE_PROTO_MODULE = "proto.apache.rocketmq.v2.definition_pb2"
+
+
+def _guard(when: str) -> None:
+    if SLUICE_PROTO_MODULE in sys.modules:
+        raise pytest.UsageError(
+            f"{SLUICE_PROTO_MODULE} is loaded in the end-to-end test process ({when}). tests/e2e runs the official "
+            "RocketMQ client, whose protobuf modules clash with Sluice's own; run `.venv/bin/python -m pytest "
+            "tests/e2e` on its own and never import proto.*, proxy.* or broker.* from tests/e2e."
+        )
+
+
+_guard("while loading tests/e2e/conftest.py")
+
+from tests.e2e.support.cluster import Cluster, start_merged, start_separated  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The client calls the deprecated `Logger.warn`; that is not ours to fix.
+    config.addinivalue_line("filterwarnings", "ignore:The 'warn' method is deprecated:DeprecationWarning")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _guard("after collecting the tests")
+
+
+@pytest.fixture(autouse=True)
+def _no_sluice_protos() -> Iterator[None]:
+    _guard("before a test")
+    yield
+    _guard("after a test")
+
+
+@pytest.fixture(scope="session", params=["merged", "separated"])
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    kind: str = request.param
+    root = tmp_path_factory.mktemp(f"cluster-{kind}")
+    started = start_merged(root) if kind == "merged" else start_separated(root)
+    try:
+        yield started
+    finally:
+        problems = started.stop()
+        assert not problems, "cluster teardown:\n" + "\n".join(problems)
+
+
+@pytest.fixture
+def unique(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """`unique("orders")` → `orders-<test>-<8 hex>`: a fresh, valid topic/group name per call."""
+    test = "".join(c if c.isalnum() else "-" for c in request.node.originalname)[:40].strip("-")
+
+    def make(prefix: str) -> str:
+        return f"{prefix}-{test}-{uuid.uuid4().hex[:8]}"
+
+    return make

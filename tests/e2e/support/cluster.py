@@ -1,0 +1,195 @@
+"""Sluice clusters as real child processes, for the end-to-end tests.
+
+Two topologies, one `Cluster` object:
+
+- **merged**: one `sluice up` process (NameServer + broker + proxy), free ports, its own data dir.
+  Started with `--no-auto-create` by default, so both topologies behave alike: every topic and
+  group a test uses is created with `sluice admin`, and an unknown topic is TOPIC_NOT_FOUND.
+- **separated**: `sluice nameserver`, two `sluice broker` (broker-a, broker-b, own data dirs) and two
+  `sluice proxy --namesrv ...`. The client endpoint string names both proxies
+  (`"127.0.0.1:P1;127.0.0.1:P2"`); the Python client connects pick-first.
+
+Topics and groups are created through `sluice admin` subprocesses in both. `Cluster.stop()` stops
+every process it started by PID (SIGTERM, SIGKILL after a timeout) and reports any that is left.
+
+This module imports nothing of Sluice: the end-to-end process holds the official client's
+protobuf modules, which cannot coexist with Sluice's own `apache.rocketmq.v2` modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.helpers.procs import LOOPBACK, REPO_ROOT, ChildProcess, ProcessStartError, free_port, start_process
+
+SLUICE = [sys.executable, "-m", "deploy.cli"]
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+ADMIN_TIMEOUT_S = 30.0
+BROKER_NAMES = ("broker-a", "broker-b")
+
+
+class AdminError(RuntimeError):
+    """`sluice admin` exited non-zero; the message holds its stderr line."""
+
+
+@dataclass
+class Cluster:
+    kind: str  # "merged" or "separated"
+    root: Path
+    namesrv: str
+    proxies: list[str]  # proxy addresses, host:port, in start order
+    brokers: list[str]  # broker names
+    processes: dict[str, ChildProcess] = field(default_factory=dict)
+    killed: set[str] = field(default_factory=set)  # processes a test killed on purpose
+
+    @property
+    def endpoints(self) -> str:
+        """The access point for the Python client: every proxy, `;`-separated."""
+        return ";".join(self.proxies)
+
+    @property
+    def first_proxy(self) -> str:
+        return self.proxies[0]
+
+    def proxy_process(self, address: str) -> str:
+        """The name of the proxy process listening on `address` (separated topology)."""
+        name = f"proxy-{address.rsplit(':', 1)[1]}"
+        if name not in self.processes:
+            raise KeyError(f"no proxy process listens on {address} in this {self.kind} cluster")
+        return name
+
+    # -- admin ---------------------------------------------------------------------------------
+
+    def admin(self, *args: str, timeout_s: float = ADMIN_TIMEOUT_S) -> Any:
+        """Run `sluice admin --namesrv ... ARGS --json`; returns the parsed JSON, raises AdminError."""
+        argv = [*SLUICE, "admin", "--namesrv", self.namesrv, *args, "--json"]
+        proc = subprocess.run(argv, cwd=REPO_ROOT, env=_child_env(), capture_output=True, text=True,
+                              timeout=timeout_s, check=False)  # fmt: skip
+        if proc.returncode != 0:
+            raise AdminError(f"sluice admin {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
+        return json.loads(proc.stdout) if proc.stdout.strip() else None
+
+    def create_topic(self, name: str, message_type: str = "normal", queues: int = 4) -> str:
+        self.admin("topic", "create", name, "--type", message_type, "--queues", str(queues))
+        return name
+
+    def create_group(
+        self, name: str, *, fifo: bool = False, max_attempts: int | None = None, retry_policy: str | None = None,
+        consume_from: str | None = None,
+    ) -> str:  # fmt: skip
+        args = ["group", "create", name]
+        if fifo:
+            args.append("--fifo")
+        if max_attempts is not None:
+            args += ["--max-attempts", str(max_attempts)]
+        if retry_policy is not None:
+            args += ["--retry-policy", retry_policy]
+        if consume_from is not None:
+            args += ["--consume-from", consume_from]
+        self.admin(*args)
+        return name
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one process (a crash), remembered so that teardown expects it dead."""
+        self.killed.add(name)
+        self.processes[name].signal(signal.SIGKILL)
+        self.processes[name].popen.wait(timeout=STOP_TIMEOUT_S)
+
+    def stop(self) -> list[str]:
+        """Stop every process, newest first; returns problems (non-zero exits, survivors)."""
+        problems = []
+        for name, child in reversed(list(self.processes.items())):
+            code = child.stop(timeout_s=STOP_TIMEOUT_S)
+            if name not in self.killed and code != 0:
+                problems.append(f"{name} (pid {child.pid}) exited {code}; log {child.log_path}:\n{child.tail(15)}")
+            if _alive(child.pid):
+                problems.append(f"{name} (pid {child.pid}) is still alive after stop")
+        return problems
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _start(cluster: Cluster, name: str, argv: Sequence[str], port: int, ready_line: str) -> ChildProcess:
+    child = start_process(argv, port=port, log_path=cluster.root / f"{name}.log", name=name, timeout_s=START_TIMEOUT_S)
+    cluster.processes[name] = child
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while ready_line not in child.output():
+        if not child.running() or time.monotonic() >= deadline:
+            raise ProcessStartError(f"{name} did not print {ready_line!r}; last lines:\n{child.tail()}")
+        time.sleep(0.05)
+    return child
+
+
+def start_merged(root: Path, *, auto_create: bool = False, extra_args: Sequence[str] = ()) -> Cluster:
+    root.mkdir(parents=True, exist_ok=True)
+    port, ns_port, broker_port = free_port(), free_port(), free_port()
+    cluster = Cluster("merged", root, f"{LOOPBACK}:{ns_port}", [f"{LOOPBACK}:{port}"], ["broker-a"])
+    argv = [
+        *SLUICE, "up", "--data-dir", str(root / "data"), "--port", str(port), "--namesrv-port", str(ns_port),
+        "--broker-port", str(broker_port), *([] if auto_create else ["--no-auto-create"]), *extra_args,
+    ]  # fmt: skip
+    try:
+        _start(cluster, f"up-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def start_separated(root: Path) -> Cluster:
+    root.mkdir(parents=True, exist_ok=True)
+    ns_port = free_port()
+    cluster = Cluster("separated", root, f"{LOOPBACK}:{ns_port}", [], list(BROKER_NAMES))
+    try:
+        _start(cluster, "nameserver", [*SLUICE, "nameserver", "--port", str(ns_port)], ns_port,
+               f"nameserver listening on {cluster.namesrv}")  # fmt: skip
+        for name in BROKER_NAMES:
+            port = free_port()
+            argv = [*SLUICE, "broker", "--name", name, "--port", str(port), "--data-dir", str(root / name),
+                    "--namesrv", cluster.namesrv]  # fmt: skip
+            _start(cluster, name, argv, port, f"broker {name} listening on {LOOPBACK}:{port}")
+        _wait_for_brokers(cluster, len(BROKER_NAMES))
+        for _ in range(2):
+            port = free_port()
+            argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port)]
+            _start(cluster, f"proxy-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
+            cluster.proxies.append(f"{LOOPBACK}:{port}")
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _wait_for_brokers(cluster: Cluster, count: int) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        rows = cluster.admin("broker", "list") or []
+        if len(rows) >= count:
+            return
+        if time.monotonic() >= deadline:
+            raise ProcessStartError(f"only {len(rows)} of {count} brokers registered with {cluster.namesrv}")
+        time.sleep(0.2)
