@@ -41,6 +41,9 @@ class BrokerRoute:
 class BrokerDirectory(Protocol):
     async def route(self, topic: str) -> list[BrokerRoute]: ...
     def broker(self, name: str) -> BrokerApi: ...
+    async def lookup(self, name: str) -> BrokerApi | None:
+        """The broker of that name, asking the cluster once if it is not known yet; None if none is."""
+
     def broker_names(self) -> list[str]: ...
     async def close(self) -> None: ...
 
@@ -65,6 +68,9 @@ class LocalDirectory:
 
     def broker(self, name: str) -> BrokerApi:
         return self._broker
+
+    async def lookup(self, name: str) -> BrokerApi | None:
+        return self._broker if name == self._broker.name else None
 
     def broker_names(self) -> list[str]:
         return [self._broker.name]
@@ -128,6 +134,12 @@ class ClusterDirectory:
         if remote is None:
             raise Unavailable(f"broker {name} is not known to this proxy (no route mentions it)")
         return remote
+
+    async def lookup(self, name: str) -> BrokerApi | None:
+        if name not in self._brokers:
+            with contextlib.suppress(Unavailable):
+                await self.refresh_brokers()
+        return self._brokers.get(name)
 
     def broker_names(self) -> list[str]:
         return sorted(self._brokers)

@@ -12,8 +12,8 @@ import itertools
 from dataclasses import dataclass
 
 from broker import receipt
-from broker.api import AckResult, FilterSpec, PopRequest, StoredMessage
-from common.errors import Forbidden, SluiceError
+from broker.api import AckResult, BrokerApi, FilterSpec, PopRequest, StoredMessage
+from common.errors import Forbidden, InvalidReceiptHandle, SluiceError
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
 from proxy.core.renewer import AutoRenewer
@@ -63,6 +63,14 @@ class ConsumerService:
                                   m.invisible_until_ms)  # fmt: skip
         return messages
 
+    async def _handle_broker(self, handle: str) -> BrokerApi:
+        """The broker a receipt handle belongs to; a handle naming no broker of this cluster is invalid."""
+        name = receipt.broker_of(handle)
+        api = await self._dir.lookup(name)
+        if api is None:
+            raise InvalidReceiptHandle(f"receipt handle names broker {name}, which is not part of this cluster")
+        return api
+
     async def ack(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
         by_broker: dict[str, list[str]] = {}
         results: dict[str, AckResult] = {}
@@ -71,9 +79,10 @@ class ConsumerService:
                 by_broker.setdefault(receipt.broker_of(h), []).append(h)
             except SluiceError as exc:
                 results[h] = AckResult(h, False, int(exc.code), exc.message)
-        for broker, hs in by_broker.items():
+        for hs in by_broker.values():
             try:
-                for r in await self._dir.broker(broker).ack(group, topic, hs):
+                api = await self._handle_broker(hs[0])
+                for r in await api.ack(group, topic, hs):
                     results[r.receipt_handle] = r
             except SluiceError as exc:
                 for h in hs:
@@ -83,14 +92,14 @@ class ConsumerService:
         return [results[h] for h in handles]
 
     async def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
-        broker = receipt.broker_of(handle)
-        new = await self._dir.broker(broker).change_invisible_duration(group, topic, handle, invisible_ms)
+        api = await self._handle_broker(handle)
+        new = await api.change_invisible_duration(group, topic, handle, invisible_ms)
         self._renewer.remove(handle)
         return new
 
     async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
-        broker = receipt.broker_of(handle)
-        await self._dir.broker(broker).forward_to_dead_letter(group, topic, handle)
+        api = await self._handle_broker(handle)
+        await api.forward_to_dead_letter(group, topic, handle)
         self._renewer.remove(handle)
 
     async def touch_group(self, group: str) -> None:
