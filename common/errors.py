@@ -239,6 +239,7 @@ def _registry() -> dict[Code, type[SluiceError]]:
         cls = pending.pop(0)
         table.setdefault(cls.code, cls)
         pending.extend(cls.__subclasses__())
+    table[Code.INTERNAL_SERVER_ERROR] = InternalError  # not the bare base class (nor StoreCorrupted)
     return table
 
 
