@@ -1,0 +1,7 @@
+"""Tiered storage: cold messages moved to S3-compatible object storage as Parquet segments and read back.
+
+Modules: config (TieringConfig), segment (the Parquet codec, pure), objectstore (the seam) with
+s3store and localstore, kv + manifest (what is in the bucket), uploader (background upload and the
+retention veto), fetch + cache + reader (the cold read path), expiry (tiered retention).
+docs/tiered-format.md is the public contract of what lands in the bucket.
+"""

@@ -1,0 +1,167 @@
+"""Ranged reads of one tiered segment object: its footer and single row groups, with few GETs.
+
+A point read costs one GET for the footer (the object's last 64 KiB, more only for a larger footer;
+the parsed footer is then cached by the reader) and one GET per row group, whose byte range the
+manifest records. pyarrow decodes through `RangedFile`, a read-only file over the fetched ranges that
+GETs any other range it is asked for (so an unexpected read is slower, never wrong).
+
+Checks, each failing with `SegmentCorrupted` naming the object: the object is as long as the
+manifest says (a short answer means it was truncated), the Parquet magic and footer parse, the
+footer is a segment of this topic and supported version with the manifest's row groups and byte
+ranges, every page's CRC (pyarrow verifies them), and a decoded row group holds exactly the rows
+the manifest says. Object store errors (`Unavailable`, `ObjectNotFound`) pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from broker.tiering.manifest import SegmentEntry
+from broker.tiering.objectstore import ObjectStore
+from broker.tiering.segment import (
+    SegmentCorrupted,
+    open_segment,
+    read_row_group,
+    row_group_byte_ranges,
+    segment_info,
+)
+
+TAIL_BYTES = 64 << 10
+_MAGIC = b"PAR1"
+
+
+class RangedFile(io.RawIOBase):
+    """A seekable read-only view of `size` bytes of an object, served from fetched ranges."""
+
+    def __init__(self, objects: ObjectStore, key: str, size: int, ranges: dict[int, bytes] | None = None) -> None:
+        super().__init__()
+        self._objects = objects
+        self._key = key
+        self._size = size
+        self._pos = 0
+        self._starts: list[int] = []
+        self._chunks: list[bytes] = []
+        for start, data in sorted((ranges or {}).items()):
+            self.add(start, data)
+
+    def add(self, start: int, data: bytes) -> None:
+        i = bisect.bisect_left(self._starts, start)
+        self._starts.insert(i, start)
+        self._chunks.insert(i, data)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def _slice(self, start: int, end: int) -> bytes | None:
+        i = bisect.bisect_right(self._starts, start) - 1
+        if i >= 0 and start - self._starts[i] + (end - start) <= len(self._chunks[i]):
+            off = start - self._starts[i]
+            return self._chunks[i][off : off + end - start]
+        return None
+
+    def read(self, n: int = -1) -> bytes:
+        end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
+        if end <= self._pos:
+            return b""
+        data = self._slice(self._pos, end)
+        if data is None:
+            data = self._objects.get(self._key, self._pos, end)
+            if len(data) != end - self._pos:
+                raise truncated(self._key, self._size)
+            self.add(self._pos, data)
+        self._pos = end
+        return data
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        memoryview(buffer)[: len(data)] = data
+        return len(data)
+
+
+def truncated(key: str, size: int) -> SegmentCorrupted:
+    return SegmentCorrupted(f"tiered object {key} is shorter than the {size} bytes its manifest records (truncated?)")
+
+
+def fetch_footer(objects: ObjectStore, topic: str, entry: SegmentEntry) -> pq.FileMetaData:
+    """The object's Parquet footer, checked against the manifest entry."""
+    key, size = entry.key, entry.size
+    tail_len = min(size, TAIL_BYTES)
+    tail = objects.get(key, size - tail_len, size)
+    if len(tail) != tail_len:
+        raise truncated(key, size)
+    if tail[-4:] != _MAGIC:
+        raise SegmentCorrupted(f"tiered object {key} does not end with the Parquet magic (corrupt or not a segment)")
+    footer_len = int.from_bytes(tail[-8:-4], "little")
+    if footer_len + 8 > size:
+        raise SegmentCorrupted(f"tiered object {key} declares a {footer_len}-byte footer in {size} bytes")
+    ranges = {size - tail_len: tail}
+    if footer_len + 8 > tail_len:
+        start = size - footer_len - 8
+        head = objects.get(key, start, size - tail_len)
+        if len(head) != size - tail_len - start:
+            raise truncated(key, size)
+        ranges[start] = head
+    md = open_segment(RangedFile(objects, key, size, ranges), f"tiered object {key}").metadata
+    info = segment_info(md, f"tiered object {key}")
+    if info.topic != topic or info.rows != entry.rows:
+        raise SegmentCorrupted(
+            f"tiered object {key} holds {info.rows} rows of topic {info.topic!r}; the manifest expects "
+            f"{entry.rows} rows of {topic!r}"
+        )
+    expected = [(g.start, g.end) for g in entry.row_groups]
+    if row_group_byte_ranges(md) != expected:
+        raise SegmentCorrupted(f"tiered object {key} has row groups other than its manifest records")
+    return md
+
+
+def fetch_row_group(objects: ObjectStore, entry: SegmentEntry, metadata: pq.FileMetaData, index: int) -> pa.Table:
+    """Row group `index` of the object, all columns, with one ranged GET."""
+    ref = entry.row_groups[index]
+    data = objects.get(entry.key, ref.start, ref.end)
+    if len(data) != ref.end - ref.start:
+        raise truncated(entry.key, entry.size)
+    where = f"tiered object {entry.key}"
+    pf = open_segment(RangedFile(objects, entry.key, entry.size, {ref.start: data}), where, metadata)
+    table = read_row_group(pf, index, where)
+    _check_rows(table, entry, index)
+    return table
+
+
+def _check_rows(table: pa.Table, entry: SegmentEntry, index: int) -> None:
+    ref = entry.row_groups[index]
+    qids, offs = table.column("queue_id"), table.column("queue_offset")
+    n = table.num_rows
+    found = (n, qids[0].as_py(), offs[0].as_py(), qids[n - 1].as_py(), offs[n - 1].as_py()) if n else (0,)
+    if found != (ref.rows, ref.first_queue, ref.first_offset, ref.last_queue, ref.last_offset):
+        raise SegmentCorrupted(
+            f"tiered object {entry.key}: row group {index} holds (rows, first, last) {found}, the manifest "
+            f"records {(ref.rows, ref.first_queue, ref.first_offset, ref.last_queue, ref.last_offset)}"
+        )
+
+
+def scan_columns(
+    objects: ObjectStore, entry: SegmentEntry, metadata: pq.FileMetaData, row_groups: Sequence[int], columns: list[str]
+) -> pa.Table:
+    """Some columns of some row groups (lookups by id, key or time): GETs of just those column chunks."""
+    if not row_groups:
+        return pa.table({c: pa.array([], metadata.schema.to_arrow_schema().field(c).type) for c in columns})
+    where = f"tiered object {entry.key}"
+    pf = open_segment(RangedFile(objects, entry.key, entry.size), where, metadata)
+    parts = [read_row_group(pf, i, where, columns) for i in row_groups]
+    return pa.concat_tables(parts)

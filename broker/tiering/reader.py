@@ -1,0 +1,216 @@
+"""The cold reader: messages of offsets no longer on local disk, read back from tiered segments.
+
+`read(topic, queue_id, offset, max_messages)` looks the offset up in the manifest, fetches only the
+row groups it needs (fetch.py: one ranged GET each, plus one for a segment's footer), keeps decoded
+row groups and footers in a byte-bounded LRU (`cache_bytes`), and prefetches the next
+`read_ahead_row_groups` row groups of the queue in the background so a consumer catching up reads
+from memory. Records come back exactly as the CommitLog held them (body, properties, ids, offsets).
+
+Lookups: by message id and by key scan the id / keys columns of at most `lookup_max_segments`
+segments (newest first, optionally within a store-time window); `offset_for_timestamp` prunes by
+the manifest's time ranges first. `expire(now_s)` applies tiered retention (expiry.py).
+
+Failures: a read that needs the object store while it is unreachable raises `Unavailable` naming
+the object (bounded by the client's timeouts, never a hang); a corrupt or truncated object raises
+`SegmentCorrupted` (a `MessageCorrupted`) naming it, and other segments stay readable.
+
+Every method is blocking (object store I/O): call it from a worker thread. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from broker.store.record import MessageRecord
+from broker.tiering import expiry
+from broker.tiering.cache import CacheStats, LruCache
+from broker.tiering.config import TieringConfig
+from broker.tiering.fetch import fetch_footer, fetch_row_group, scan_columns
+from broker.tiering.manifest import Manifest, SegmentEntry
+from broker.tiering.objectstore import ObjectStore
+from broker.tiering.segment import table_to_records
+from common.logs import kv
+
+log = logging.getLogger("sluice.tiering.reader")
+
+_FOOTER = -1  # cache key index of a segment's footer
+_LOOKUP_COLUMNS = ["queue_id", "queue_offset"]
+
+
+class ColdReader:
+    def __init__(
+        self, manifest: Manifest, objects: ObjectStore, config: TieringConfig, *, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.manifest = manifest
+        self.objects = objects
+        self.config = config
+        self._clock = clock
+        self._cache: LruCache[tuple[str, int], object] = LruCache(config.cache_bytes)
+        self._prefetcher = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tier-readahead")
+        self._inflight: set[tuple[str, int]] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def close(self) -> None:
+        self._closed = True
+        self._prefetcher.shutdown(wait=True, cancel_futures=True)
+
+    def cache_stats(self) -> CacheStats:
+        return self._cache.stats()
+
+    # -- segments and row groups -----------------------------------------------------------------
+
+    def _footer(self, topic: str, entry: SegmentEntry) -> pq.FileMetaData:
+        md = self._cache.get((entry.key, _FOOTER))
+        if md is None:
+            md = fetch_footer(self.objects, topic, entry)
+            self._cache.put((entry.key, _FOOTER), md, md.serialized_size)
+        assert isinstance(md, pq.FileMetaData)
+        return md
+
+    def _row_group(self, topic: str, entry: SegmentEntry, index: int) -> pa.Table:
+        table = self._cache.get((entry.key, index))
+        if table is None:
+            table = fetch_row_group(self.objects, entry, self._footer(topic, entry), index)
+            self._cache.put((entry.key, index), table, table.nbytes)
+        assert isinstance(table, pa.Table)
+        return table
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(first offset still tiered, tiered end) of a queue. Offsets below the first are gone (tiered
+        retention): the caller answers OFFSET_TOO_SMALL instead of reading."""
+        return self.manifest.bounds(topic, queue_id)
+
+    def read(self, topic: str, queue_id: int, offset: int, max_messages: int = 32) -> list[MessageRecord]:
+        """Up to `max_messages` tiered messages of the queue from `offset` on, in offset order.
+
+        Stops at the tiered end; starts at the next tiered offset if `offset` itself is not tiered
+        (a gap left by local retention before tiering). Empty when nothing at or after it is tiered.
+        """
+        out: list[MessageRecord] = []
+        nxt = offset
+        while len(out) < max_messages:
+            loc = self.manifest.locate(topic, queue_id, nxt)
+            if loc is None:
+                break
+            entry, index = loc
+            table = self._row_group(topic, entry, index)
+            mask = pc.and_(pc.equal(table["queue_id"], queue_id), pc.greater_equal(table["queue_offset"], nxt))
+            rows = table.filter(mask).slice(0, max_messages - len(out))
+            out.extend(table_to_records(rows, topic))
+            ref = entry.row_groups[index]
+            if rows.num_rows and len(out) >= max_messages:
+                nxt = out[-1].queue_offset + 1
+                break
+            nxt = ref.last_offset + 1 if ref.last_queue == queue_id else entry.queues[queue_id][1] + 1
+        if out and self.config.read_ahead_row_groups and not self._closed:
+            self._read_ahead(topic, queue_id, nxt)
+        return out
+
+    def _read_ahead(self, topic: str, queue_id: int, offset: int) -> None:
+        nxt = offset
+        submitted = 0
+        for _ in range(self.config.read_ahead_row_groups + 1):
+            loc = self.manifest.locate(topic, queue_id, nxt)
+            if loc is None:
+                return
+            entry, index = loc
+            key = (entry.key, index)
+            with self._lock:
+                wanted = key not in self._cache and key not in self._inflight
+                if wanted and len(self._inflight) < 4 * self.config.read_ahead_row_groups:
+                    self._inflight.add(key)
+                    try:
+                        self._prefetcher.submit(self._prefetch, topic, entry, index)
+                    except RuntimeError:  # shut down
+                        self._inflight.discard(key)
+                        return
+                    submitted += 1
+            if submitted >= self.config.read_ahead_row_groups:
+                return
+            ref = entry.row_groups[index]
+            nxt = ref.last_offset + 1 if ref.last_queue == queue_id else entry.queues[queue_id][1] + 1
+
+    def _prefetch(self, topic: str, entry: SegmentEntry, index: int) -> None:
+        try:
+            self._row_group(topic, entry, index)
+        except Exception as exc:  # a later read reports it; read-ahead is only a hint
+            log.debug("read-ahead failed", extra=kv(key=entry.key, row_group=index, error=str(exc)))
+        finally:
+            with self._lock:
+                self._inflight.discard((entry.key, index))
+
+    # -- lookups ---------------------------------------------------------------------------------
+
+    def _candidates(self, topic: str, begin_ms: int | None, end_ms: int | None) -> list[SegmentEntry]:
+        segs = [
+            s
+            for s in self.manifest.segments(topic)
+            if (begin_ms is None or s.max_store_ms >= begin_ms) and (end_ms is None or s.min_store_ms <= end_ms)
+        ]
+        return segs[::-1][: self.config.lookup_max_segments]
+
+    def _lookup(self, topic: str, column: str, match: Callable[[pa.Table], pa.Array], limit: int,
+                begin_ms: int | None, end_ms: int | None) -> list[MessageRecord]:  # fmt: skip
+        out: list[MessageRecord] = []
+        for entry in self._candidates(topic, begin_ms, end_ms):
+            md = self._footer(topic, entry)
+            table = scan_columns(self.objects, entry, md, range(len(entry.row_groups)), [*_LOOKUP_COLUMNS, column])
+            hits = table.filter(match(table))
+            for qid, off in zip(hits["queue_id"].to_pylist(), hits["queue_offset"].to_pylist(), strict=True):
+                out.extend(r for r in self.read(topic, qid, off, 1) if r.queue_offset == off)
+                if len(out) >= limit:
+                    return out
+        return out
+
+    def find_by_id(self, topic: str, message_id: str, *, begin_ms: int | None = None, end_ms: int | None = None,
+                   limit: int = 16) -> list[MessageRecord]:  # fmt: skip
+        """Tiered messages of `topic` with this message id (newest segments first)."""
+        return self._lookup(topic, "message_id", lambda t: pc.equal(t["message_id"], message_id), limit,
+                            begin_ms, end_ms)  # fmt: skip
+
+    def find_by_key(self, topic: str, key: str, *, begin_ms: int | None = None, end_ms: int | None = None,
+                    limit: int = 64) -> list[MessageRecord]:  # fmt: skip
+        """Tiered messages of `topic` carrying `key` among their keys (newest segments first)."""
+
+        def match(t: pa.Table) -> pa.Array:
+            keys = t["keys"].combine_chunks()
+            rows = pc.list_parent_indices(keys).filter(pc.equal(pc.list_flatten(keys), key))
+            return pc.is_in(pa.array(range(t.num_rows), pa.int64()), value_set=rows.cast(pa.int64()))
+
+        return self._lookup(topic, "keys", match, limit, begin_ms, end_ms)
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int | None:
+        """The first tiered offset of the queue stored at or after `timestamp_ms`; None if all are older."""
+        scanned = 0
+        for entry in self.manifest.queue_segments(topic, queue_id):
+            if entry.max_store_ms < timestamp_ms:
+                continue
+            if scanned >= self.config.lookup_max_segments:
+                break
+            scanned += 1
+            groups = [i for i, g in enumerate(entry.row_groups) if g.first_queue <= queue_id <= g.last_queue]
+            md = self._footer(topic, entry)
+            table = scan_columns(self.objects, entry, md, groups, [*_LOOKUP_COLUMNS, "store_timestamp"])
+            stored = pc.cast(table["store_timestamp"], pa.int64())
+            mask = pc.and_(pc.equal(table["queue_id"], queue_id), pc.greater_equal(stored, timestamp_ms))
+            hits = table.filter(mask)["queue_offset"]
+            if len(hits):
+                return int(pc.min(hits).as_py())
+        return None
+
+    # -- tiered retention ------------------------------------------------------------------------
+
+    def expire(self, now_s: float | None = None) -> int:
+        """Delete whole objects whose newest message is older than the topic's tiered retention."""
+        return expiry.expire(self.manifest, self.objects, self.config, self._clock() if now_s is None else now_s)

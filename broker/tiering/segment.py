@@ -1,0 +1,330 @@
+"""Tiered segment codec (format version 1): `MessageRecord`s to a Parquet object and back. Pure, no I/O.
+
+One segment holds messages of one topic stored on one broker, every queue of the topic, rows
+sorted by (queue_id, queue_offset), zstd-compressed, written in row groups of at most
+`row_group_rows` rows and about `row_group_bytes` of uncompressed messages, so a point read fetches
+one small row group. docs/tiered-format.md is the public contract; this table is its schema:
+
+| column             | Arrow type                  | null | meaning                                        |
+|--------------------|-----------------------------|------|------------------------------------------------|
+| queue_id           | int32                       | no   | message queue id                               |
+| queue_offset       | int64                       | no   | offset in the queue                            |
+| message_id         | string                      | no   | producer-assigned message id ("" if none)      |
+| tag                | string                      | yes  |                                                |
+| keys               | list<string>                | no   | message keys, in order                         |
+| message_group      | string                      | yes  | FIFO message group                             |
+| properties         | map<string, string>         | no   | user properties, in order                      |
+| system_properties  | map<string, string>         | no   | system properties, in order                    |
+| body               | binary                      | no   | the body exactly as stored (see body_gzip)     |
+| body_gzip          | bool                        | no   | body is gzip-compressed (flags bit 0)          |
+| flags              | int32                       | no   | the record's raw u16 flags                     |
+| message_type       | int16                       | no   | NORMAL 1, FIFO 2, DELAY 3, TRANSACTION 4       |
+| born_timestamp     | timestamp[ms, tz=UTC]       | no   | when the producer created it                   |
+| store_timestamp    | timestamp[ms, tz=UTC]       | no   | when the broker stored it                      |
+| delivery_timestamp | timestamp[ms, tz=UTC]       | yes  | timer messages' delivery time; null = at once  |
+| delivery_attempt   | int64                       | no   |                                                |
+| born_host          | string                      | no   |                                                |
+| store_host         | string                      | no   |                                                |
+| commitlog_position | int64                       | no   | physical offset in the broker's CommitLog      |
+| commitlog_size     | int64                       | no   | encoded record size in the CommitLog           |
+
+Timestamps beyond the int64 range (year 292 million) are clamped to it. Parquet key-value
+metadata (all values strings): `sluice.format_version`, `sluice.topic`, `sluice.cluster`,
+`sluice.broker`, `sluice.queues` (JSON {"<queue_id>": [first_offset, last_offset]}),
+`sluice.min_store_timestamp_ms`, `sluice.max_store_timestamp_ms`, `sluice.rows`, `sluice.sort`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from broker.store.record import FLAG_BODY_GZIP, MessageRecord
+from common.errors import MessageCorrupted
+
+FORMAT_VERSION = 1
+META_PREFIX = "sluice."
+SORT_ORDER = "queue_id,queue_offset"
+_INT64_MAX = (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
+_ROW_OVERHEAD_BYTES = 128  # estimate for a record whose encoded size is unknown
+_TS = pa.timestamp("ms", tz="UTC")
+_MAP = pa.map_(pa.string(), pa.string())
+
+SCHEMA = pa.schema(
+    [
+        pa.field("queue_id", pa.int32(), nullable=False),
+        pa.field("queue_offset", pa.int64(), nullable=False),
+        pa.field("message_id", pa.string(), nullable=False),
+        pa.field("tag", pa.string()),
+        pa.field("keys", pa.list_(pa.string()), nullable=False),
+        pa.field("message_group", pa.string()),
+        pa.field("properties", _MAP, nullable=False),
+        pa.field("system_properties", _MAP, nullable=False),
+        pa.field("body", pa.binary(), nullable=False),
+        pa.field("body_gzip", pa.bool_(), nullable=False),
+        pa.field("flags", pa.int32(), nullable=False),
+        pa.field("message_type", pa.int16(), nullable=False),
+        pa.field("born_timestamp", _TS, nullable=False),
+        pa.field("store_timestamp", _TS, nullable=False),
+        pa.field("delivery_timestamp", _TS),
+        pa.field("delivery_attempt", pa.int64(), nullable=False),
+        pa.field("born_host", pa.string(), nullable=False),
+        pa.field("store_host", pa.string(), nullable=False),
+        pa.field("commitlog_position", pa.int64(), nullable=False),
+        pa.field("commitlog_size", pa.int64(), nullable=False),
+    ]
+)
+# Small, repetitive columns get dictionaries; statistics only where readers prune by them.
+_DICTIONARY_COLUMNS = ["tag", "message_group", "born_host", "store_host", "message_type", "flags", "body_gzip"]
+_STATISTICS_COLUMNS = ["queue_id", "queue_offset", "store_timestamp", "born_timestamp", "commitlog_position"]
+
+
+class SegmentCorrupted(MessageCorrupted):
+    """A tiered object that is not a valid segment of a supported version; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroupRef:
+    """One row group: its first and last (queue_id, queue_offset) and its bytes [start, end) in the object."""
+
+    first_queue: int
+    first_offset: int
+    last_queue: int
+    last_offset: int
+    rows: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    """What the file's key-value metadata says about a segment."""
+
+    format_version: int
+    topic: str
+    cluster: str
+    broker: str
+    queues: dict[int, tuple[int, int]]  # queue id -> (first offset, last offset), inclusive
+    min_store_ms: int
+    max_store_ms: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class EncodedSegment:
+    data: bytes
+    info: SegmentInfo
+    row_groups: tuple[RowGroupRef, ...]
+
+
+def _ts(value: int) -> int:
+    return min(value, _INT64_MAX)
+
+
+def records_to_table(records: Sequence[MessageRecord]) -> pa.Table:
+    """The rows of `records`, in the given order (see `encode_segment` for sorting)."""
+    rs = records
+    if rs and not 0 <= min(r.queue_id for r in rs) <= max(r.queue_id for r in rs) <= _INT32_MAX:
+        raise ValueError("a queue id does not fit the segment format (int32)")
+    big = _INT64_MAX
+    # One comprehension per column: several times faster than appending field by field per record.
+    cols: dict[str, list[Any]] = {
+        "queue_id": [r.queue_id for r in rs],
+        "queue_offset": [r.queue_offset for r in rs],
+        "message_id": [r.message_id for r in rs],
+        "tag": [r.tag for r in rs],
+        "keys": [list(r.keys) for r in rs],
+        "message_group": [r.message_group for r in rs],
+        "properties": [list(r.properties.items()) for r in rs],
+        "system_properties": [list(r.system_properties.items()) for r in rs],
+        "body": [bytes(r.body) for r in rs],
+        "body_gzip": [bool(r.flags & FLAG_BODY_GZIP) for r in rs],
+        "flags": [r.flags for r in rs],
+        "message_type": [r.message_type for r in rs],
+        "born_timestamp": [r.born_timestamp_ms if r.born_timestamp_ms <= big else big for r in rs],
+        "store_timestamp": [r.store_timestamp_ms if r.store_timestamp_ms <= big else big for r in rs],
+        "delivery_timestamp": [min(r.delivery_timestamp_ms, big) if r.delivery_timestamp_ms else None for r in rs],
+        "delivery_attempt": [r.delivery_attempt for r in rs],
+        "born_host": [r.born_host for r in rs],
+        "store_host": [r.store_host for r in rs],
+        "commitlog_position": [r.physical_offset for r in rs],
+        "commitlog_size": [r.size for r in rs],
+    }
+    arrays = [pa.array(cols[f.name], type=f.type) for f in SCHEMA]
+    return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+def table_to_records(table: pa.Table, topic: str) -> list[MessageRecord]:
+    """Records of `table` (any subset of rows of a segment, all columns) in row order."""
+    missing = [f.name for f in SCHEMA if f.name not in table.column_names]
+    if missing:
+        raise SegmentCorrupted(f"segment rows lack column(s) {', '.join(missing)}")
+
+    def col(name: str) -> list[Any]:
+        column = table.column(name)
+        if pa.types.is_timestamp(column.type):
+            column = column.cast(pa.int64())
+        return column.to_pylist()
+
+    c = {f.name: col(f.name) for f in SCHEMA}
+    out: list[MessageRecord] = []
+    for i in range(table.num_rows):
+        out.append(
+            MessageRecord(
+                topic=topic, queue_id=c["queue_id"][i], body=c["body"][i], message_id=c["message_id"][i],
+                tag=c["tag"][i], keys=tuple(c["keys"][i]), message_group=c["message_group"][i],
+                properties=dict(c["properties"][i]), system_properties=dict(c["system_properties"][i]),
+                message_type=c["message_type"][i], flags=c["flags"][i], born_timestamp_ms=c["born_timestamp"][i],
+                born_host=c["born_host"][i], store_host=c["store_host"][i],
+                delivery_timestamp_ms=c["delivery_timestamp"][i] or 0, delivery_attempt=c["delivery_attempt"][i],
+                queue_offset=c["queue_offset"][i], physical_offset=c["commitlog_position"][i],
+                store_timestamp_ms=c["store_timestamp"][i], size=c["commitlog_size"][i],
+            )
+        )  # fmt: skip
+    return out
+
+
+def _row_group_sizes(records: Sequence[MessageRecord], max_rows: int, max_bytes: int) -> list[int]:
+    sizes: list[int] = []
+    rows = used = 0
+    for r in records:
+        est = r.size if r.size > 0 else len(r.body) + _ROW_OVERHEAD_BYTES
+        if rows and (rows >= max_rows or used + est > max_bytes):
+            sizes.append(rows)
+            rows = used = 0
+        rows += 1
+        used += est
+    if rows:
+        sizes.append(rows)
+    return sizes
+
+
+def encode_segment(
+    records: Sequence[MessageRecord],
+    *,
+    topic: str,
+    cluster: str,
+    broker: str,
+    row_group_rows: int = 1024,
+    row_group_bytes: int = 1 << 20,
+) -> EncodedSegment:
+    """One Parquet object holding `records` (all of `topic`, any queues, any order; at least one)."""
+    if not records:
+        raise ValueError("a segment holds at least one record")
+    ordered = sorted(records, key=lambda r: (r.queue_id, r.queue_offset))
+    queues: dict[int, tuple[int, int]] = {}
+    for r in ordered:
+        if r.topic != topic:
+            raise ValueError(f"record of topic {r.topic!r} in a segment of topic {topic!r}")
+        first = queues.get(r.queue_id, (r.queue_offset, r.queue_offset))[0]
+        queues[r.queue_id] = (first, r.queue_offset)
+    stored = [_ts(r.store_timestamp_ms) for r in ordered]
+    info = SegmentInfo(FORMAT_VERSION, topic, cluster, broker, queues, min(stored), max(stored), len(ordered))
+    table = records_to_table(ordered)
+    sizes = _row_group_sizes(ordered, row_group_rows, row_group_bytes)
+    sink = io.BytesIO()
+    writer = pq.ParquetWriter(
+        sink, SCHEMA, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS, write_statistics=_STATISTICS_COLUMNS,
+        write_page_checksum=True,
+    )  # fmt: skip
+    try:
+        start = 0
+        for n in sizes:
+            writer.write_table(table.slice(start, n), row_group_size=n)
+            start += n
+        writer.add_key_value_metadata(info_to_metadata(info))
+    finally:
+        writer.close()
+    data = sink.getvalue()
+    byte_ranges = row_group_byte_ranges(pq.ParquetFile(pa.BufferReader(data)).metadata)
+    assert len(byte_ranges) == len(sizes), "one row group per chunk"
+    refs: list[RowGroupRef] = []
+    start = 0
+    for n, (begin, end) in zip(sizes, byte_ranges, strict=True):
+        head, tail = ordered[start], ordered[start + n - 1]
+        refs.append(RowGroupRef(head.queue_id, head.queue_offset, tail.queue_id, tail.queue_offset, n, begin, end))
+        start += n
+    return EncodedSegment(data, info, tuple(refs))
+
+
+def info_to_metadata(info: SegmentInfo) -> dict[str, str]:
+    queues = {str(q): [first, last] for q, (first, last) in sorted(info.queues.items())}
+    return {
+        META_PREFIX + "format_version": str(info.format_version),
+        META_PREFIX + "topic": info.topic,
+        META_PREFIX + "cluster": info.cluster,
+        META_PREFIX + "broker": info.broker,
+        META_PREFIX + "queues": json.dumps(queues, separators=(",", ":")),
+        META_PREFIX + "min_store_timestamp_ms": str(info.min_store_ms),
+        META_PREFIX + "max_store_timestamp_ms": str(info.max_store_ms),
+        META_PREFIX + "rows": str(info.rows),
+        META_PREFIX + "sort": SORT_ORDER,
+    }
+
+
+def segment_info(metadata: pq.FileMetaData, where: str = "segment") -> SegmentInfo:
+    """Parse and check a segment's key-value metadata. Raises SegmentCorrupted naming `where`."""
+    raw = {k.decode("utf-8"): v.decode("utf-8") for k, v in (metadata.metadata or {}).items()}
+    try:
+        version = int(raw[META_PREFIX + "format_version"])
+        if version != FORMAT_VERSION:
+            raise SegmentCorrupted(f"{where} has format version {version}; this reader supports {FORMAT_VERSION}")
+        queues = {int(q): (int(r[0]), int(r[1])) for q, r in json.loads(raw[META_PREFIX + "queues"]).items()}
+        return SegmentInfo(
+            version, raw[META_PREFIX + "topic"], raw[META_PREFIX + "cluster"], raw[META_PREFIX + "broker"], queues,
+            int(raw[META_PREFIX + "min_store_timestamp_ms"]), int(raw[META_PREFIX + "max_store_timestamp_ms"]),
+            int(raw[META_PREFIX + "rows"]),
+        )  # fmt: skip
+    except (KeyError, ValueError, TypeError, IndexError) as exc:
+        raise SegmentCorrupted(f"{where} has missing or malformed sluice metadata: {exc!r}") from None
+
+
+def row_group_byte_ranges(metadata: pq.FileMetaData) -> list[tuple[int, int]]:
+    """Bytes [start, end) of every row group in the object, from the footer's column chunk offsets."""
+    ranges = []
+    for i in range(metadata.num_row_groups):
+        rg = metadata.row_group(i)
+        starts, ends = [], []
+        for c in range(rg.num_columns):
+            cc = rg.column(c)
+            begin = cc.dictionary_page_offset if cc.has_dictionary_page else cc.data_page_offset
+            starts.append(begin)
+            ends.append(begin + cc.total_compressed_size)
+        ranges.append((min(starts), max(ends)))
+    return ranges
+
+
+_DECODE_ERRORS = (pa.ArrowException, OSError, ValueError, TypeError, IndexError, KeyError)
+
+
+def open_segment(source: object, where: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
+    """A ParquetFile over `source` with page checksums verified; SegmentCorrupted naming `where` if unreadable."""
+    try:
+        return pq.ParquetFile(source, metadata=metadata, page_checksum_verification=True)
+    except _DECODE_ERRORS as exc:
+        raise SegmentCorrupted(f"{where} is not a readable Parquet segment: {exc}") from None
+
+
+def read_row_group(pf: pq.ParquetFile, index: int, where: str, columns: Sequence[str] | None = None) -> pa.Table:
+    try:
+        return pf.read_row_group(index, columns=list(columns) if columns is not None else None)
+    except _DECODE_ERRORS as exc:
+        raise SegmentCorrupted(f"{where}: row group {index} is unreadable: {exc}") from None
+
+
+def decode_segment(data: bytes, where: str = "segment") -> tuple[SegmentInfo, list[MessageRecord]]:
+    """Every record of a whole segment object, in (queue_id, queue_offset) order."""
+    pf = open_segment(pa.BufferReader(data), where)
+    info = segment_info(pf.metadata, where)
+    try:
+        table = pf.read()
+    except _DECODE_ERRORS as exc:
+        raise SegmentCorrupted(f"{where} is unreadable: {exc}") from None
+    return info, table_to_records(table, info.topic)
