@@ -13,25 +13,28 @@ from common.config import ConfigError
 from common.errors import SluiceError
 
 
-def _command_modules() -> list[ModuleType]:
+def _command_names() -> list[str]:
+    return sorted(i.name for i in pkgutil.iter_modules(deploy.commands.__path__) if not i.name.startswith("_"))
+
+
+def _command_modules(only: str | None = None) -> list[ModuleType]:
+    """Command modules; with `only`, just that one (a process imports what it runs, nothing more)."""
     mods = []
-    for info in pkgutil.iter_modules(deploy.commands.__path__):
-        if info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"deploy.commands.{info.name}")
+    for name in [only] if only else _command_names():
+        mod = importlib.import_module(f"deploy.commands.{name}")
         if hasattr(mod, "NAME") and hasattr(mod, "run"):
             mods.append(mod)
     return sorted(mods, key=lambda m: m.NAME)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sluice",
         description="Sluice: a message broker for the Apache RocketMQ 5 gRPC clients.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for mod in _command_modules():
+    for mod in _command_modules(only):
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
@@ -39,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    only = argv[0] if argv and argv[0] in _command_names() else None
+    parser = build_parser(only)
     args = parser.parse_args(argv)
     try:
         rc: int = args._run(args)
