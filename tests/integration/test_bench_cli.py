@@ -1,0 +1,127 @@
+"""`sluice bench` as a real child process against `sluice up` (and the echo server) on loopback.
+
+A functional check that keeps the load generator from rotting — not a performance test: it asserts
+no timing thresholds, only that short runs (~2 s) finish by themselves, report sane JSON (a mode,
+the measured time, message counts and ordered latency percentiles) and count no errors. Covers
+produce with batches, consume (receive + one ack per batch) of that backlog, e2e, and echo.
+Every process is stopped by PID; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers.broker_fixtures import SLUICE_ARGV
+from tests.helpers.procs import LOOPBACK, REPO_ROOT, ChildProcess, free_port, start_process
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "bench-cli"
+GROUP = "bench-cli-group"
+RUN_S = 2.0
+COMMAND_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Merged:
+    child: ChildProcess
+    endpoint: str
+    namesrv: str
+
+
+def run_sluice(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run([*SLUICE_ARGV, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT_S, check=False)  # fmt: skip
+
+
+def bench_json(mode: str, endpoint: str, *args: str) -> dict[str, Any]:
+    done = run_sluice("bench", mode, "--endpoint", endpoint, "--duration", str(RUN_S), "--warmup", "0.5", "--json",
+                      *args)  # fmt: skip
+    assert done.returncode == 0, f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert "msg/s" in done.stderr  # the progress lines
+    result: dict[str, Any] = json.loads(done.stdout)
+    assert result["mode"] == mode
+    assert result["error_total"] == 0, result
+    assert not result["stopped_early"]
+    assert 0.8 * RUN_S <= result["measured_s"] <= RUN_S + 0.5
+    return result
+
+
+def assert_sane(meter: dict[str, Any]) -> None:
+    assert meter["messages"] > 0 and meter["calls"] > 0
+    assert meter["messages_per_s"] > 0
+    assert meter["errors"] == {} and meter["error_total"] == 0
+    lat = meter["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p99"] <= lat["p999"] <= lat["max"]
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Merged]:
+    root: Path = tmp_path_factory.mktemp("bench-cli")
+    port, ns_port, broker_port = free_port(), free_port(), free_port()
+    argv = [*SLUICE_ARGV, "up", "--data-dir", str(root / "data"), "--port", str(port), "--namesrv-port",
+            str(ns_port), "--broker-port", str(broker_port), "--flush", "async", "--log-level", "warning"]  # fmt: skip
+    child = start_process(argv, port=port, log_path=root / "up.log", name="sluice-up", timeout_s=START_TIMEOUT_S)
+    try:
+        namesrv = f"{LOOPBACK}:{ns_port}"
+        for args in (("topic", "create", TOPIC, "--queues", "4"),
+                     ("group", "create", GROUP, "--consume-from", "earliest")):  # fmt: skip
+            done = run_sluice("admin", "--namesrv", namesrv, *args)
+            assert done.returncode == 0, done.stderr
+        yield Merged(child, f"{LOOPBACK}:{port}", namesrv)
+    finally:
+        child.stop()
+
+
+def test_produce_then_consume(merged: Merged) -> None:
+    produced = bench_json("produce", merged.endpoint, "--topic", TOPIC, "--batch", "8", "--concurrency", "4", "--max")
+    send = produced["meters"]["send"]
+    assert_sane(send)
+    assert send["messages"] == 8 * send["calls"]
+    assert produced["options"]["batch"] == 8 and produced["options"]["rate_per_s"] is None
+
+    consumed = bench_json("consume", merged.endpoint, "--topic", TOPIC, "--group", GROUP, "--concurrency", "2",
+                          "--long-poll", "0.5")  # fmt: skip
+    receive, ack = consumed["meters"]["receive"], consumed["meters"]["ack"]
+    assert_sane(receive)
+    assert_sane(ack)
+    assert ack["messages"] <= receive["messages"]
+    assert receive["messages"] <= send["messages"] + 8 * 4 * 2  # no more than was produced (warm-up included)
+
+
+def test_e2e_at_a_rate(merged: Merged) -> None:
+    result = bench_json("e2e", merged.endpoint, "--topic", TOPIC, "--group", "bench-cli-e2e", "--rate", "200",
+                        "--concurrency", "2", "--consumers", "2", "--long-poll", "0.5")  # fmt: skip
+    assert_sane(result["meters"]["send"])
+    assert 100 <= result["meters"]["send"]["messages_per_s"] <= 300  # paced, not flat out
+    assert_sane(result["meters"]["e2e"])
+
+
+def test_echo_server_and_client(tmp_path: Path) -> None:
+    port = free_port()
+    child = start_process([*SLUICE_ARGV, "bench", "echo-server", "--port", str(port)], port=port,
+                          log_path=tmp_path / "echo.log", name="echo-server")  # fmt: skip
+    try:
+        result = bench_json("echo", f"{LOOPBACK}:{port}", "--batch", "32", "--concurrency", "2")
+        assert_sane(result["meters"]["echo"])
+        assert result["meters"]["echo"]["messages"] == 32 * result["meters"]["echo"]["calls"]
+    finally:
+        assert child.stop() == 0
+
+
+def test_bad_arguments_and_missing_server() -> None:
+    bad = run_sluice("bench", "produce", "--batch", "0", "--duration", "1")
+    assert bad.returncode == 2 and "--batch" in bad.stderr
+    dead = run_sluice("bench", "produce", "--endpoint", f"{LOOPBACK}:{free_port()}", "--duration", "1",
+                      "--timeout", "1")  # fmt: skip
+    assert dead.returncode == 1 and "setup failed" in dead.stderr
