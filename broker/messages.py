@@ -6,6 +6,8 @@ Each check raises the protocol's specific error with a message that says what to
 
 from __future__ import annotations
 
+import re
+
 from broker.api import OutgoingMessage, StoredMessage
 from broker.config import LimitsConfig
 from broker.store.record import FLAG_BODY_GZIP, MessageRecord
@@ -24,11 +26,11 @@ from common.errors import (
 )
 from common.model import MessageType, TopicInfo
 
-_CONTROL = {chr(c) for c in range(0x20)} | {"\x7f"}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _printable(text: str) -> bool:
-    return not any(ch in _CONTROL for ch in text)
+    return _CONTROL.search(text) is None
 
 
 def _valid_tag(tag: str, limits: LimitsConfig) -> bool:

@@ -104,6 +104,7 @@ class CommitLogWriter:
         self._cond = threading.Condition()
         self._closed = False
         self._stop_flusher = threading.Event()
+        self._idle = False  # the writer waits on the condition (guarded by it)
         self._next_qoff: dict[tuple[str, int], list[int]] = {}  # (topic, qid) -> [next offset, last phys]
         self._fd_lock = threading.Lock()
         active = segments.active
@@ -132,7 +133,8 @@ class CommitLogWriter:
             if len(self._queue) >= self._cfg.max_pending_appends:
                 raise TooManyRequests("the broker's write queue is full; retry after a short backoff")
             self._queue.append(_Pending(buffers, metas, waiter))
-            self._cond.notify()
+            if self._idle:  # a busy writer drains the queue anyway: no wake-up syscall per append
+                self._cond.notify()
 
     def close(self) -> None:
         with self._cond:
@@ -154,7 +156,9 @@ class CommitLogWriter:
         while True:
             with self._cond:
                 while not self._queue and not self._closed:
+                    self._idle = True
                     self._cond.wait()
+                self._idle = False
                 if not self._queue and self._closed:
                     return
                 items = list(self._queue)
