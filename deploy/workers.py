@@ -79,8 +79,12 @@ def run_workers(command: str, argv: Sequence[str], count: int) -> int:
                     delay = RESTART_BACKOFF_S[min(restarts[i], len(RESTART_BACKOFF_S) - 1)]
                     log.warning("worker exited; restarting", extra=kv(worker=i, code=p.returncode, delay_s=delay))
                     time.sleep(delay)
+                    if stopping:  # stopped while waiting: start nothing (the others were signalled)
+                        break
                     restarts[i] += 1
                     workers[i] = start(i)
-            if all(p.poll() is not None for p in workers.values()):
+                    if stopping:  # stopped while it was being started, before on_signal could see it
+                        workers[i].send_signal(signal.SIGTERM)
+            if not stopping and all(p.poll() is not None for p in workers.values()):
                 return 1
         time.sleep(0.2)

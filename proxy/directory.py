@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sluice.proxy.directory")
 
+# How long a route the NameServer suddenly does not know stays usable (several broker heartbeats).
+UNKNOWN_TOPIC_GRACE_S = 30.0
+
 
 @dataclass(frozen=True, slots=True)
 class BrokerRoute:
@@ -108,6 +111,11 @@ class ClusterDirectory:
         try:
             route = await self._ns.get_route(topic)
         except TopicNotFound:
+            cached = self._routes.get(topic)
+            if cached is not None and time.monotonic() - cached[0] < UNKNOWN_TOPIC_GRACE_S:
+                # A restarted NameServer knows no topic until the brokers' next heartbeat: a route
+                # that was good moments ago stays in use instead of failing clients meanwhile.
+                return cached[1]
             self._routes.pop(topic, None)
             raise
         routes = []

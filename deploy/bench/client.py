@@ -88,6 +88,7 @@ class BenchClient:
         self.namespace = namespace
         self.timeout_s = timeout_s
         self.client_id = _client_id()
+        self.calls = 0  # SendMessage, ReceiveMessage and AckMessage calls made, warm-up included
         self._channel = grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
         headers = [("x-mq-client-id", self.client_id), ("x-mq-language", CLIENT_LANGUAGE),
                    ("x-mq-protocol", CLIENT_PROTOCOL), ("x-mq-client-version", CLIENT_VERSION)]  # fmt: skip
@@ -140,6 +141,7 @@ class BenchClient:
 
     async def send(self, request: bytes) -> list[str]:
         """Send pre-serialised SendMessageRequest bytes; returns the codes of the entries that failed."""
+        self.calls += 1
         try:
             resp = await self._send(request, metadata=self._metadata(), timeout=self.timeout_s)
         except grpc.aio.AioRpcError as exc:
@@ -161,6 +163,7 @@ class BenchClient:
         )  # fmt: skip
         messages: list[pb.Message] = []
         status: pb.Status | None = None
+        self.calls += 1
         try:
             call = self._receive(req, metadata=self._metadata(), timeout=self.timeout_s + long_poll_s)
             async for frame in call:
@@ -182,6 +185,7 @@ class BenchClient:
             entry = req.entries.add()
             entry.message_id = m.system_properties.message_id
             entry.receipt_handle = m.system_properties.receipt_handle
+        self.calls += 1
         try:
             resp = await self._ack(req, metadata=self._metadata(), timeout=self.timeout_s)
         except grpc.aio.AioRpcError as exc:

@@ -91,9 +91,20 @@ async def run_bench(opts: BenchOptions, stop: asyncio.Event) -> dict[str, Any]:
     try:
         await asyncio.gather(*(c.wait_ready(opts.timeout_s) for c in clients))
         queues = [] if opts.mode == "echo" else await clients[0].query_route(opts.topic)
-        return await _measure(opts, clients, queues, stop)
+        result = await _measure(opts, clients, queues, stop)
+        result["calls_per_endpoint"] = calls_per_endpoint(clients)
+        return result
     finally:
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+def calls_per_endpoint(clients: list[BenchClient]) -> dict[str, int]:
+    """Data-plane calls made to each endpoint over the whole run (warm-up included): how the tasks,
+    spread over the endpoints, shared the load — a closed loop gives a faster endpoint more calls."""
+    calls: dict[str, int] = {}
+    for c in clients:
+        calls[c.endpoint] = calls.get(c.endpoint, 0) + c.calls
+    return calls
 
 
 async def _measure(
