@@ -102,9 +102,12 @@ class Meter:
         # Never reset (the progress line's counters): messages and errors since the start.
         self.seen_messages = 0
         self.seen_errors = 0
+        # Incremented by every reset: work that started before a reset (the warm-up) is not counted after it.
+        self.epoch = -1
         self.reset()
 
     def reset(self) -> None:
+        self.epoch += 1
         self.messages = 0
         self.calls = 0
         self.empty_calls = 0

@@ -101,6 +101,7 @@ async def consume_loop(
             await asyncio.sleep(ERROR_PAUSE_S)
             continue
         received = time.monotonic()
+        epoch = ack.epoch
         receive.record(received - started, len(messages))
         if not messages:
             continue
@@ -111,6 +112,8 @@ async def consume_loop(
         except CallError as exc:
             ack.error(exc.code, len(messages))
             continue
+        if ack.epoch != epoch:
+            continue  # received during the warm-up: its ack is not part of the measurement either
         ack.record(time.monotonic() - received, len(messages) - len(failed))
         for code in failed:
             ack.error(code)
