@@ -286,11 +286,27 @@ class PopEngine:
         return results
 
     def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        self._check_invisible(invisible_ms)
+        rh, entry = self._resolve(group, topic, handle)
+        return self._make_invisible(group, topic, rh, entry, invisible_ms)
+
+    def nack(self, group: GroupInfo, topic: str, handle: str) -> str:
+        """A failed attempt: invisible for the group's retry-policy delay after that attempt."""
+        rh, entry = self._resolve(group.spec.name, topic, handle)
+        delay_ms = group.spec.retry_policy.delay_ms(entry.attempt)
+        self._check_invisible(delay_ms)
+        return self._make_invisible(group.spec.name, topic, rh, entry, delay_ms)
+
+    def _check_invisible(self, invisible_ms: int) -> None:
         if not 0 <= invisible_ms <= self._cfg.max_invisible_ms:
             raise IllegalInvisibleTime(
                 f"invisible duration {invisible_ms} ms is outside [0, {self._cfg.max_invisible_ms}] ms"
             )
-        rh, entry = self._resolve(group, topic, handle)
+
+    def _make_invisible(
+        self, group: str, topic: str, rh: receipt.ReceiptHandle, entry: PopEntry, invisible_ms: int
+    ) -> str:
+        """Move a resolved in-flight entry's deadline to now + invisible_ms; returns the new handle."""
         until = now_ms() + invisible_ms
         new = PopEntry(EntryState.INFLIGHT, entry.attempt, entry.version + 1, until, entry.message_group)
         batch = self._state.batch()
@@ -323,10 +339,6 @@ class PopEngine:
                 results.append(AckResult(handle, False, int(exc.code), exc.message))
         batch.commit()
         return results
-
-    def retry_delay_ms(self, group: GroupInfo, topic: str, handle: str) -> int:
-        _, entry = self._resolve(group.spec.name, topic, handle)
-        return group.spec.retry_policy.delay_ms(entry.attempt)
 
     async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
         rh, entry = self._resolve(group, topic, handle)
@@ -391,12 +403,14 @@ class PopEngine:
     def group_queues(self, group: GroupInfo) -> list[GroupQueueStatus]:
         """Consumption status of every queue of every topic the group has consumed here."""
         g = group.spec.name
-        topics = sorted({topic for topic, _ in self._state.queue_keys(g)})
+        seen: dict[str, set[int]] = {}
+        for topic, qid in self._state.queue_keys(g):  # one scan of the group's cursors
+            seen.setdefault(topic, set()).add(qid)
         out = []
-        for topic in topics:
+        for topic in sorted(seen):
             spec = self._meta.topics.get(topic)
             queue_count = spec.queue_count if spec is not None else 0
-            queues = sorted({q for t, q in self._state.queue_keys(g) if t == topic} | set(range(queue_count)))
+            queues = sorted(seen[topic] | set(range(queue_count)))
             for qid in queues:
                 cursor = self.cursor(group, topic, qid)
                 pending = self._state.first_pending_offset(g, topic, qid)

@@ -216,10 +216,11 @@ class LocalBroker:
         queues = tuple(QueueStatus(q, *self.store.queue_bounds(name, q)) for q in range(spec.queue_count))
         return TopicStatus(spec, queues)
 
-    async def _topic_for_send(self, name: str) -> TopicSpec:
+    async def ensure_topic(self, name: str) -> TopicSpec:
+        """The topic; on first use it is created (accepting every message type) when this broker
+        auto-creates, else TopicNotFound. `create_topic` validates the name."""
         spec = self.metadata.topics.get(name)
         if spec is None and self.config.auto_create:
-            validate_topic_name(name)
             spec = await self.create_topic(
                 TopicSpec(name, self.config.auto_create_queue_count, frozenset(ALL_MESSAGE_TYPES))
             )
@@ -261,7 +262,7 @@ class LocalBroker:
     # -- produce ---------------------------------------------------------------------------------
 
     async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
-        spec = await self._topic_for_send(topic)
+        spec = await self.ensure_topic(topic)
         if not spec.permission.writable:
             raise Forbidden(f"topic {topic} is not writable on broker {self.name}")
         if not messages:
@@ -327,9 +328,7 @@ class LocalBroker:
         return self.engine.change_invisible_duration(group, topic, receipt_handle, invisible_ms)
 
     async def nack(self, group: str, topic: str, receipt_handle: str) -> str:
-        info = self.metadata.group(group)
-        delay = self.engine.retry_delay_ms(info, topic, receipt_handle)
-        return self.engine.change_invisible_duration(group, topic, receipt_handle, delay)
+        return self.engine.nack(self.metadata.group(group), topic, receipt_handle)
 
     async def renew(self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int) -> list[AckResult]:
         self.metadata.group(group)

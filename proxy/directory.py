@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from broker.api import BrokerApi, TopicSpec
+from broker.api import BrokerApi
 from common.errors import TopicNotFound, Unavailable
 from common.logs import kv
-from common.model import ALL_MESSAGE_TYPES, MessageType, Permission
+from common.model import MessageType, Permission
 
 if TYPE_CHECKING:
     from broker.local import LocalBroker
@@ -54,19 +54,11 @@ class BrokerDirectory(Protocol):
 class LocalDirectory:
     """The merged topology: one broker, called in-process."""
 
-    def __init__(self, broker: LocalBroker, *, auto_create: bool) -> None:
+    def __init__(self, broker: LocalBroker) -> None:
         self._broker = broker
-        self._auto_create = auto_create
 
     async def route(self, topic: str) -> list[BrokerRoute]:
-        try:
-            spec = await self._broker.get_topic(topic)
-        except TopicNotFound:
-            if not self._auto_create:
-                raise
-            spec = await self._broker.create_topic(
-                TopicSpec(topic, self._broker.config.auto_create_queue_count, frozenset(ALL_MESSAGE_TYPES))
-            )
+        spec = await self._broker.ensure_topic(topic)  # auto-creates when the broker does
         return [BrokerRoute(self._broker.name, spec.queue_count, spec.permission, spec.message_types)]
 
     def broker(self, name: str) -> BrokerApi:

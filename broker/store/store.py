@@ -89,7 +89,7 @@ class MessageStore:
         self.writer = CommitLogWriter(
             config.commitlog,
             self.segments,
-            next_offset_lookup=self._queue_end_from_index,
+            next_offset_lookup=lambda topic, queue_id: self.queue_bounds(topic, queue_id)[1],
             on_written=self.dispatcher.dispatch,
             dispatched_position=lambda: self.dispatcher.position,
             failed=lambda: self.dispatcher.failed,
@@ -158,10 +158,6 @@ class MessageStore:
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
         """Block until everything written so far is visible to readers."""
         return self.dispatcher.wait_for(self.writer.written_position, timeout_s)
-
-    def _queue_end_from_index(self, topic: str, queue_id: int) -> int:
-        tid = self.index.topic_id(topic)
-        return 0 if tid is None else self.index.queue_bounds(tid, queue_id)[1]
 
     # -- reads -----------------------------------------------------------------------------------
 

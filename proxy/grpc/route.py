@@ -21,8 +21,10 @@ from proxy.grpc import convert
 from proxy.grpc.status import OK
 
 
-def _addresses(endpoints: pb.Endpoints) -> list[str]:
-    return [f"{a.host}:{a.port}" for a in endpoints.addresses]
+async def _fleet_endpoints(app: ProxyApp, namespace: str, access_point: pb.Endpoints) -> list[str]:
+    """Proxy endpoints to advertise to a client that reached us through `access_point`."""
+    network = app.fleet.network_of([f"{a.host}:{a.port}" for a in access_point.addresses])
+    return await app.endpoints(namespace, network)
 
 
 def endpoints_pb(address: str) -> pb.Endpoints:
@@ -49,8 +51,7 @@ def _queue(ns: str, topic: str, broker: str, qid: int, perm: Permission, types: 
 async def query_route(app: ProxyApp, ctx: RequestContext, request: spb.QueryRouteRequest) -> spb.QueryRouteResponse:
     ns, topic = convert.resource_name(request.topic, ctx.namespace)
     routes = await app.directory.route(topic)
-    network = app.fleet.network_of(_addresses(request.endpoints))
-    endpoints = await app.endpoints(ns, network)
+    endpoints = await _fleet_endpoints(app, ns, request.endpoints)
     queues = [_queue(ns, topic, q.broker, q.queue_id, q.permission, q.message_types, q.endpoint)
               for q in route_queues(routes, endpoints)]  # fmt: skip
     return spb.QueryRouteResponse(status=OK, message_queues=queues)
@@ -62,8 +63,7 @@ async def query_assignment(
     ns, topic = convert.resource_name(request.topic, ctx.namespace)
     convert.resource_name(request.group, ctx.namespace, "consumer group")
     routes = await app.directory.route(topic)
-    network = app.fleet.network_of(_addresses(request.endpoints))
-    endpoints = await app.endpoints(ns, network)
+    endpoints = await _fleet_endpoints(app, ns, request.endpoints)
     assignments = []
     for q in route_queues([r for r in routes if r.permission.readable], endpoints):
         if q.queue_id == 0:  # one assignment per (virtual) broker, queue -1: pop from any of its queues
