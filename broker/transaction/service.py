@@ -154,9 +154,10 @@ class TransactionService:
             self.pending.delete(entry)
             log.info("transaction rolled back", extra=fields)
         else:
+            retry = entry.state is HalfState.COMMITTING  # an earlier attempt failed midway
             entry.state = HalfState.COMMITTING
             self.pending.update(entry)
-            await self._finish_commit(entry)
+            await self._finish_commit(entry, look_for_copy=retry)
             log.info("transaction committed", extra=fields)
 
     def _already_ended(
@@ -188,10 +189,13 @@ class TransactionService:
             self.pending.delete(entry)
             return None
 
-    async def _finish_commit(self, entry: HalfEntry) -> None:
-        """Append the committed copy (unless a crash left one already) and drop the entry."""
+    async def _finish_commit(self, entry: HalfEntry, *, look_for_copy: bool = True) -> None:
+        """Append the committed copy (unless an interrupted attempt left one) and drop the entry.
+
+        `look_for_copy=False` only for an entry that was PENDING until now: no copy can exist.
+        """
         transaction_id = self._txid(entry)
-        if self._committed_copy(entry.topic, entry.message_id, transaction_id) is None:
+        if not look_for_copy or self._committed_copy(entry.topic, entry.message_id, transaction_id) is None:
             half = self._load_half(entry)
             if half is None:
                 raise InvalidTransactionId(
