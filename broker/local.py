@@ -44,7 +44,7 @@ from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
 from broker.transaction.pending import TXN_CFS
 from broker.transaction.service import TransactionService
-from common.errors import BadRequest, Forbidden, OffsetNotFound, StoreClosed
+from common.errors import BadRequest, Forbidden, OffsetNotFound, StoreClosed, TopicNotFound
 from common.logs import kv
 from common.model import (
     ALL_MESSAGE_TYPES,
@@ -428,6 +428,9 @@ class LocalBroker:
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
         source: TransactionSource,
     ) -> None:  # fmt: skip
+        if resolution is TransactionResolution.COMMIT and topic not in self.metadata.topics:
+            raise TopicNotFound(f"topic {topic} no longer exists on broker {self.name}: recreate it to commit, or roll "
+                                "the transaction back")  # fmt: skip
         await self.transactions.end(topic, message_id, transaction_id, resolution, source)
 
     async def claim_transaction_checks(self, topics: list[str], max_checks: int) -> list[TransactionCheck]:

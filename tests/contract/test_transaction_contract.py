@@ -16,7 +16,7 @@ from broker.api import (
     TransactionResolution,
     TransactionSource,
 )
-from common.errors import BadRequest, InvalidTransactionId, MessageTypeConflict
+from common.errors import BadRequest, InvalidTransactionId, MessageTypeConflict, TopicNotFound
 from common.model import MessageType
 from tests.contract.conftest import TXN_MAX_CHECKS, Scope
 from tests.contract.test_broker_contract import (
@@ -147,3 +147,13 @@ async def test_check_backs_are_counted_then_unanswered_ones_roll_back(broker: Br
     assert await broker.claim_transaction_checks([topic], 10) == []
     with expect_error(InvalidTransactionId):
         await broker.end_transaction(topic, due.message_id, sent.transaction_id, COMMIT, TransactionSource.SERVER_CHECK)
+
+
+async def test_a_deleted_topic_cannot_receive_a_commit(broker: BrokerApi, scope: Scope) -> None:
+    topic = await new_topic(broker, scope, types=TXN_TYPES)
+    msg = half(scope, "homeless", FAR_MS)
+    sent = await send_half(broker, topic, msg)
+    await broker.delete_topic(topic)
+    with expect_error(TopicNotFound):
+        await broker.end_transaction(topic, msg.message_id, sent.transaction_id, COMMIT, CLIENT)
+    await broker.end_transaction(topic, msg.message_id, sent.transaction_id, ROLLBACK, CLIENT)
