@@ -10,6 +10,9 @@ after the expected messages, which can only miss a duplicate, never invent one.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -90,6 +93,37 @@ def send_half(client: Producer, topic: str, body: bytes) -> tuple[object, str]:
     receipt = client.send(message(topic, body), tx)
     assert receipt.transaction_id, "a TRANSACTION send must return a transaction id"
     return tx, receipt.message_id
+
+
+# A producer in its own process: sends one half message, prints its message id, then waits to be killed.
+DOOMED_PRODUCER = """
+import sys, time
+from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker, TransactionResolution
+class Undecided(TransactionChecker):
+    def check(self, message):
+        return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
+endpoints, topic, body = sys.argv[1:4]
+producer = Producer(ClientConfiguration(endpoints, Credentials(), request_timeout=3), (topic,), Undecided())
+producer.startup()
+msg = Message()
+msg.topic, msg.body = topic, body.encode()
+print(producer.send(msg, producer.begin_transaction()).message_id, flush=True)
+time.sleep(600)
+"""
+
+
+def send_half_and_die(cluster: Cluster, topic: str, body: bytes) -> str:
+    """A producer process sends a half message and is SIGKILLed before ending it; its message id."""
+    child = subprocess.Popen([sys.executable, "-c", DOOMED_PRODUCER, cluster.endpoints, topic, body.decode()],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        assert child.stdout is not None
+        message_id = child.stdout.readline().strip()  # bounded: the client's send times out
+        assert message_id, f"the producer process exited {child.poll()} without sending"
+        return message_id
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
 
 
 def setup(cluster: Cluster, unique: Callable[[str], str]) -> tuple[str, str]:
@@ -192,10 +226,8 @@ def test_orphans_are_resolved_by_the_checker(txn_cluster: Cluster, unique: Calla
 
 def test_a_new_producer_answers_for_a_dead_one(txn_cluster: Cluster, unique: Callable[[str], str]) -> None:
     topic, group = setup(txn_cluster, unique)
-    first = RecordingChecker(lambda m: UNSPECIFIED)
-    with tx_producer(txn_cluster, topic, first) as producer:
-        _, orphan_id = send_half(producer, topic, b"left-behind")
-    # The first producer is gone without ending its transaction; a new one of the topic answers.
+    orphan_id = send_half_and_die(txn_cluster, topic, b"left-behind")
+    # The first producer was SIGKILLed without ending its transaction; a new one of the topic answers.
     second = RecordingChecker(lambda m: TransactionResolution.COMMIT if m.message_id == orphan_id else UNSPECIFIED)
     with (
         tx_producer(txn_cluster, topic, second),
