@@ -111,25 +111,29 @@ class OrphanChecker:
                 log.exception("transaction check-back poll failed")
 
     async def poll_once(self) -> int:
-        """Ask every broker once for due checks of the producers' topics; returns checks delivered."""
+        """Ask every broker once (concurrently: one that is down must not delay the others) for due
+        checks of the producers' topics; returns the checks delivered."""
         topics = self._registry.topics()
         if not topics:
             return 0
+        names = self._dir.broker_names()
+        claims = await asyncio.gather(*(self._claim(name, topics) for name in names))
         delivered = 0
-        for name in self._dir.broker_names():
-            try:
-                checks = await self._dir.broker(name).claim_transaction_checks(topics, self._config.max_checks_per_poll)
-            except SluiceError as exc:
-                log.warning("could not ask a broker for transaction check-backs",
-                            extra=kv(broker=name, error=exc.message))  # fmt: skip
-                continue
-            for check in checks:
-                if self._registry.deliver(check):
-                    delivered += 1
-                    log.info("transaction check-back sent", extra=kv(
-                        transaction_id=check.transaction_id, topic=check.message.topic,
-                        message_id=check.message.message_id, check=check.check))  # fmt: skip
-                else:
-                    log.warning("transaction check-back not delivered; the broker repeats it later", extra=kv(
-                        transaction_id=check.transaction_id, topic=check.message.topic))  # fmt: skip
+        for check in (c for checks in claims for c in checks):
+            fields = kv(transaction_id=check.transaction_id, topic=check.message.topic,
+                        message_id=check.message.message_id, check=check.check)  # fmt: skip
+            if self._registry.deliver(check):
+                delivered += 1
+                log.info("transaction check-back sent", extra=fields)
+            else:
+                log.warning("transaction check-back not delivered; the broker repeats it later", extra=fields)
         return delivered
+
+    async def _claim(self, broker: str, topics: list[str]) -> list[TransactionCheck]:
+        try:
+            return await self._dir.broker(broker).claim_transaction_checks(topics, self._config.max_checks_per_poll)
+        except SluiceError as exc:
+            log.warning(
+                "could not ask a broker for transaction check-backs", extra=kv(broker=broker, error=exc.message)
+            )
+            return []

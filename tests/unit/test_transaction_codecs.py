@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,9 +11,10 @@ from hypothesis import strategies as st
 from broker.api import StoredMessage, TransactionCheck
 from broker.transaction import txid
 from broker.transaction.pending import HalfEntry, HalfState
-from common.errors import InvalidTransactionId, StoreCorrupted
+from common.errors import InvalidTransactionId, StoreCorrupted, Unavailable
 from common.model import MessageType
-from proxy.core.checkback import CheckBackRegistry
+from proxy.config import TransactionCheckConfig
+from proxy.core.checkback import CheckBackRegistry, OrphanChecker
 
 U64 = st.integers(0, (1 << 64) - 1)
 U32 = st.integers(0, (1 << 32) - 1)
@@ -111,3 +114,39 @@ def test_topics_sent_to_are_added_and_clients_are_forgotten() -> None:
     assert reg.deliver(check("t"))
     reg.forget_client("c1")
     assert reg.topics() == []
+
+
+class FakeBroker:
+    def __init__(self, checks: list[TransactionCheck] | None) -> None:
+        self.checks = checks
+        self.asked: list[tuple[list[str], int]] = []
+
+    async def claim_transaction_checks(self, topics: list[str], max_checks: int) -> list[TransactionCheck]:
+        self.asked.append((topics, max_checks))
+        if self.checks is None:
+            raise Unavailable("broker down")
+        return self.checks
+
+
+class FakeDirectory:
+    def __init__(self, brokers: dict[str, FakeBroker]) -> None:
+        self.brokers = brokers
+
+    def broker_names(self) -> list[str]:
+        return sorted(self.brokers)
+
+    def broker(self, name: str) -> FakeBroker:
+        return self.brokers[name]
+
+
+def test_the_poller_asks_every_broker_for_its_producers_topics_and_survives_a_down_one() -> None:
+    reg = CheckBackRegistry()
+    stream = Stream()
+    up, down = FakeBroker([check("t"), check("t")]), FakeBroker(None)
+    poller = OrphanChecker(FakeDirectory({"a": down, "b": up}), reg, TransactionCheckConfig(max_checks_per_poll=5))
+    assert asyncio.run(poller.poll_once()) == 0  # no producer connected: brokers are not asked
+    assert up.asked == []
+    reg.register(1, "c", {"t": ""}, stream)
+    assert asyncio.run(poller.poll_once()) == 2
+    assert up.asked == down.asked == [(["t"], 5)]
+    assert stream.got == [("t", ""), ("t", "")]
