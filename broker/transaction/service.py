@@ -66,7 +66,8 @@ class TransactionService:
         self._config = config
         self._host = store_host
         self.pending = PendingTable(store.index, config.max_checks)
-        self._locks: dict[int, asyncio.Lock] = {}
+        # One lock per transaction being ended, with the number of callers holding or awaiting it.
+        self._locks: dict[int, tuple[asyncio.Lock, int]] = {}
 
     async def start(self) -> None:
         """Load the pending entries and finish commits a crash interrupted."""
@@ -123,13 +124,18 @@ class TransactionService:
             raise InvalidTransactionId(
                 f"transaction {transaction_id} belongs to broker {tid.broker}, not {self._broker}"
             )
-        lock = self._locks.setdefault(tid.physical_offset, asyncio.Lock())
+        key = tid.physical_offset
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
         try:
             async with lock:
                 await self._end_locked(tid, topic, message_id, transaction_id, resolution, source)
         finally:
-            if not lock.locked() and self._locks.get(tid.physical_offset) is lock:
-                del self._locks[tid.physical_offset]
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
 
     async def _end_locked(
         self, tid: txid.TransactionId, topic: str, message_id: str, transaction_id: str,

@@ -9,6 +9,8 @@ is rolled back. Timings come from CONTRACT_SETTINGS (first check 200 ms after th
 
 from __future__ import annotations
 
+import asyncio
+
 from broker.api import (
     BrokerApi,
     OutgoingMessage,
@@ -157,3 +159,14 @@ async def test_a_deleted_topic_cannot_receive_a_commit(broker: BrokerApi, scope:
     with expect_error(TopicNotFound):
         await broker.end_transaction(topic, msg.message_id, sent.transaction_id, COMMIT, CLIENT)
     await broker.end_transaction(topic, msg.message_id, sent.transaction_id, ROLLBACK, CLIENT)
+
+
+async def test_concurrent_commits_deliver_once(broker: BrokerApi, scope: Scope) -> None:
+    topic, group = await new_topic(broker, scope, types=TXN_TYPES), await new_group(broker, scope)
+    msg = half(scope, "raced", FAR_MS)
+    sent = await send_half(broker, topic, msg)
+    sources = [CLIENT, TransactionSource.SERVER_CHECK] * 4  # the producer and its checker answer at once
+    await asyncio.gather(*(broker.end_transaction(topic, msg.message_id, sent.transaction_id, COMMIT, s)
+                           for s in sources))  # fmt: skip
+    assert bodies(await pop_n(broker, group, topic, 1)) == [b"raced"]
+    await pop_none(broker, group, topic)
