@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -78,8 +79,8 @@ def txn_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 
 @contextmanager
-def tx_producer(cluster: Cluster, topic: str, checker: TransactionChecker) -> Iterator[Producer]:
-    client = Producer(configuration(cluster.endpoints), (topic,), checker)
+def tx_producer(cluster: Cluster, topic: str, checker: TransactionChecker, namespace: str = "") -> Iterator[Producer]:
+    client = Producer(configuration(cluster.endpoints, namespace), (topic,), checker)
     client.startup()
     try:
         yield client
@@ -276,3 +277,21 @@ def test_end_transaction_bad_input(txn_cluster: Cluster, unique: Callable[[str],
         tx.rollback()  # type: ignore[attr-defined]
         with pytest.raises(Exception, match="not pending"):
             tx.commit()  # type: ignore[attr-defined]  # committing a rolled-back transaction is refused
+
+
+def test_check_backs_and_commits_in_a_namespace(txn_cluster: Cluster, unique: Callable[[str], str]) -> None:
+    ns, topic, group = f"ns{uuid.uuid4().hex[:6]}", unique("tx"), unique("g")
+    txn_cluster.create_topic(f"{ns}%{topic}", "transaction")
+    txn_cluster.create_group(f"{ns}%{group}")
+    checker = RecordingChecker(by_body({b"ns-orphan": TransactionResolution.COMMIT}))
+    with (
+        tx_producer(txn_cluster, topic, checker, namespace=ns) as producer,
+        simple_consumer(txn_cluster.endpoints, group, {topic: FilterExpression()}, namespace=ns) as consumer,
+    ):
+        tx, _ = send_half(producer, topic, b"ns-commit")
+        tx.commit()  # type: ignore[attr-defined]
+        _, orphan_id = send_half(producer, topic, b"ns-orphan")
+        got = receive_bodies(consumer, {b"ns-commit", b"ns-orphan"})
+    assert bodies(got) == [b"ns-commit", b"ns-orphan"]
+    asked = next(m for m in checker.asked if m.message_id == orphan_id)
+    assert (asked.topic, asked.namespace) == (topic, ns), "the check-back names the topic as the client knows it"
