@@ -86,6 +86,7 @@ class QueueStatus:
 class TopicStatus:
     spec: TopicSpec
     queues: tuple[QueueStatus, ...]
+    half_messages: int = 0  # transactional messages of this topic awaiting commit or rollback
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +201,29 @@ class OffsetPolicy(Enum):
     TIMESTAMP = "timestamp"
 
 
+class TransactionResolution(Enum):
+    """How a producer ends a transaction (numbers as apache.rocketmq.v2.TransactionResolution)."""
+
+    UNSPECIFIED = 0  # undecided yet: the half message stays pending and is checked again
+    COMMIT = 1
+    ROLLBACK = 2
+
+
+class TransactionSource(Enum):
+    UNSPECIFIED = 0
+    CLIENT = 1  # the producer's commit() / rollback()
+    SERVER_CHECK = 2  # the producer's answer to a check-back
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionCheck:
+    """A check-back handed to a proxy: ask a producer of `message.topic` how the transaction ended."""
+
+    transaction_id: str
+    message: StoredMessage  # as it will be delivered once committed (topic, queue, id, type TRANSACTION)
+    check: int  # 1 for the first check-back of this half message
+
+
 @runtime_checkable
 class BrokerApi(Protocol):
     """One broker, local or remote. Every method may raise a SluiceError."""
@@ -248,3 +272,15 @@ class BrokerApi(Protocol):
     # lookups
     async def get_message(self, topic: str, message_id: str) -> list[StoredMessage]: ...
     async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]: ...
+
+    # transactions (docs/transactions.md)
+    async def end_transaction(
+        self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
+        source: TransactionSource,
+    ) -> None: ...  # fmt: skip
+    async def claim_transaction_checks(self, topics: list[str], max_checks: int) -> list[TransactionCheck]:
+        """Due check-backs of half messages of `topics` (those with a live producer on the caller).
+
+        Each returned check counts as made: the half message is next due one check interval later.
+        """
+        ...

@@ -35,6 +35,25 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True)
+class TransactionConfig:
+    """Transactional (half) messages and their orphan check-back (docs/transactions.md)."""
+
+    # First check-back of an unresolved half message this long after it was stored, unless its
+    # producer set `orphaned_transaction_recovery_duration`; that value is clamped to the bounds.
+    default_recovery_ms: int = 6_000
+    min_recovery_ms: int = 1_000
+    max_recovery_ms: int = 12 * 3600 * 1000
+    # Between two check-backs of the same half message.
+    check_interval_ms: int = 30_000
+    # After this many unanswered check-backs the half message is rolled back (and logged).
+    max_checks: int = 15
+    # Half messages pending at once on this broker; more TRANSACTION sends get TOO_MANY_REQUESTS.
+    max_pending: int = 1_000_000
+    # How often the broker rolls back half messages whose last check went unanswered.
+    sweep_interval_ms: int = 1_000
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     name: str = "broker-a"
     cluster: str = "sluice"
@@ -52,6 +71,7 @@ class BrokerConfig:
     pop: PopConfig = field(default_factory=PopConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     metrics_port: int = 0
+    transaction: TransactionConfig = field(default_factory=TransactionConfig)
 
     @property
     def advertised_address(self) -> str:

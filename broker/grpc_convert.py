@@ -42,6 +42,9 @@ from broker.api import (
     StoredMessage,
     TopicSpec,
     TopicStatus,
+    TransactionCheck,
+    TransactionResolution,
+    TransactionSource,
 )
 from common.errors import BadRequest
 from common.model import MessageType, Permission
@@ -140,6 +143,7 @@ def topic_status_to_pb(status: TopicStatus) -> pb.TopicStatus:
         queues=[
             pb.QueueStatus(queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset) for q in status.queues
         ],
+        half_messages=status.half_messages,
     )
 
 
@@ -147,6 +151,7 @@ def topic_status_from_pb(msg: pb.TopicStatus) -> TopicStatus:
     return TopicStatus(
         spec=topic_spec_from_pb(msg.spec),
         queues=tuple(QueueStatus(q.queue_id, q.min_offset, q.max_offset) for q in msg.queues),
+        half_messages=msg.half_messages,
     )
 
 
@@ -416,3 +421,27 @@ def pull_result_from_pb(msg: pb.PullResult) -> PullResult:
 def filter_or_default(msg: Any) -> FilterSpec:
     """The filter of a request that has an optional `filter` field (absent: tag "*")."""
     return filter_from_pb(msg.filter) if msg.HasField("filter") else FilterSpec()
+
+
+# -- transactions -------------------------------------------------------------------------------
+
+_RESOLUTIONS: dict[int, TransactionResolution] = {r.value: r for r in TransactionResolution}
+_SOURCES: dict[int, TransactionSource] = {s.value: s for s in TransactionSource}
+
+
+def resolution_from_pb(value: int) -> TransactionResolution:
+    return _lookup(_RESOLUTIONS, value, "transaction resolution")
+
+
+def source_from_pb(value: int) -> TransactionSource:
+    return _lookup(_SOURCES, value, "transaction source")
+
+
+def transaction_check_to_pb(check: TransactionCheck) -> pb.TransactionCheck:
+    return pb.TransactionCheck(
+        transaction_id=check.transaction_id, message=stored_to_pb(check.message), check=check.check
+    )
+
+
+def transaction_check_from_pb(msg: pb.TransactionCheck) -> TransactionCheck:
+    return TransactionCheck(msg.transaction_id, stored_from_pb(msg.message), msg.check)

@@ -29,6 +29,9 @@ from broker.api import (
     StoredMessage,
     TopicSpec,
     TopicStatus,
+    TransactionCheck,
+    TransactionResolution,
+    TransactionSource,
 )
 from broker.config import BrokerConfig
 from broker.consumer import PopEngine
@@ -39,10 +42,13 @@ from broker.metadata import METADATA_CFS, Metadata, validate_group_spec
 from broker.popstate import POP_CFS, PopState
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
-from common.errors import BadRequest, Forbidden, OffsetNotFound, StoreClosed
+from broker.transaction.pending import TXN_CFS
+from broker.transaction.service import TransactionService
+from common.errors import BadRequest, Forbidden, OffsetNotFound, StoreClosed, TopicNotFound
 from common.logs import kv
 from common.model import (
     ALL_MESSAGE_TYPES,
+    MessageType,
     TopicInfo,
     dlq_topic,
     validate_group_name,
@@ -59,6 +65,7 @@ class _Parts:
     metadata: Metadata
     pop_state: PopState
     engine: PopEngine
+    transactions: TransactionService
 
 
 class LocalBroker:
@@ -81,7 +88,7 @@ class LocalBroker:
         loop = asyncio.get_running_loop()
         cfg = self.config
         self._store = await loop.run_in_executor(
-            None, lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS)
+            None, lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS + TXN_CFS)
         )
         store = self._store
         metadata = Metadata(store.index)
@@ -92,10 +99,13 @@ class LocalBroker:
             broker_name=cfg.name, store=store, metadata=metadata, state=pop_state, hub=self.hub,
             config=cfg.pop, dead_letter=self._dead_letter,
         )  # fmt: skip
-        self._parts = _Parts(metadata, pop_state, engine)
+        transactions = TransactionService(cfg.name, store, cfg.transaction, cfg.advertised_address)
+        self._parts = _Parts(metadata, pop_state, engine, transactions)
+        await transactions.start()
         self._tasks = [
             asyncio.create_task(self.engine.run_scanner(self._stop), name="redelivery-scanner"),
             asyncio.create_task(self._retention_loop(), name="retention"),
+            asyncio.create_task(self._transaction_sweep_loop(), name="transaction-sweep"),
         ]
         log.info("broker started", extra=kv(name=cfg.name, data_dir=str(cfg.data_dir), topics=len(self.metadata.topics),
                                             groups=len(self.metadata.groups)))  # fmt: skip
@@ -214,7 +224,7 @@ class LocalBroker:
     async def topic_status(self, name: str) -> TopicStatus:
         spec = self.metadata.topic(name)
         queues = tuple(QueueStatus(q, *self.store.queue_bounds(name, q)) for q in range(spec.queue_count))
-        return TopicStatus(spec, queues)
+        return TopicStatus(spec, queues, half_messages=self.transactions.backlog(name))
 
     async def ensure_topic(self, name: str) -> TopicSpec:
         """The topic; on first use it is created (accepting every message type) when this broker
@@ -274,6 +284,8 @@ class LocalBroker:
         host = self.config.advertised_address
         for msg in messages:
             validate_message(msg, info, self.config.limits)
+        if any(m.message_type is MessageType.TRANSACTION for m in messages):
+            return await self._send_half(topic, queue_id, messages)
         results = await self.store.append([to_record(topic, queue_id, m, host) for m in messages])
         return [SendResult(m.message_id, queue_id, r.queue_offset) for m, r in zip(messages, results, strict=True)]
 
@@ -396,3 +408,42 @@ class LocalBroker:
 
     async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]:
         return [to_stored(r, 1) for r in self.store.find_by_key(topic, key, min(max(limit, 1), 1000))]
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    @property
+    def transactions(self) -> TransactionService:
+        return self._running().transactions
+
+    def half_message_backlog(self) -> int:
+        """Half messages awaiting commit or rollback on this broker (0 while stopped); for gauges."""
+        return 0 if self._parts is None else self._parts.transactions.backlog()
+
+    async def _send_half(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
+        if not all(m.message_type is MessageType.TRANSACTION for m in messages):
+            raise BadRequest("send TRANSACTION messages in their own request, not mixed with other types")
+        return await self.transactions.prepare(topic, queue_id, messages)
+
+    async def end_transaction(
+        self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
+        source: TransactionSource,
+    ) -> None:  # fmt: skip
+        if resolution is TransactionResolution.COMMIT and topic not in self.metadata.topics:
+            raise TopicNotFound(f"topic {topic} no longer exists on broker {self.name}: recreate it to commit, or roll "
+                                "the transaction back")  # fmt: skip
+        await self.transactions.end(topic, message_id, transaction_id, resolution, source)
+
+    async def claim_transaction_checks(self, topics: list[str], max_checks: int) -> list[TransactionCheck]:
+        return self.transactions.claim(topics, max(0, max_checks))
+
+    async def _transaction_sweep_loop(self) -> None:
+        interval = self.config.transaction.sweep_interval_ms / 1000.0
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), interval)
+            if self._stop.is_set():
+                return
+            try:
+                self.transactions.sweep()
+            except Exception:
+                log.exception("transaction sweep failed")

@@ -84,7 +84,7 @@ def _validate_type(msg: OutgoingMessage, topic: TopicInfo, limits: LimitsConfig)
             )
     elif msg.message_group:
         raise MessageTypeConflict(f"only FIFO messages carry a message group, not {mtype.name} messages")
-    if mtype in (MessageType.DELAY, MessageType.TRANSACTION):
+    if mtype in (MessageType.DELAY,):
         raise NotImplementedFeature(f"{mtype.name} messages are not supported by this broker version yet")
     if msg.delivery_timestamp_ms:
         raise MessageTypeConflict("only DELAY messages carry a delivery timestamp")

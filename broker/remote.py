@@ -37,6 +37,9 @@ from broker.api import (
     StoredMessage,
     TopicSpec,
     TopicStatus,
+    TransactionCheck,
+    TransactionResolution,
+    TransactionSource,
 )
 from common.config import ConfigError
 from common.errors import BadRequest, Unavailable
@@ -288,6 +291,23 @@ class RemoteBroker:
             request = pb.FindMessagesByKeyRequest(topic=topic, key=key, limit=limit)
         response = await self._call(self._stub.FindMessagesByKey, request)
         return convert.stored_list_from_pb(response.messages)
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    async def end_transaction(
+        self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
+        source: TransactionSource,
+    ) -> None:  # fmt: skip
+        with _encoding("end_transaction"):
+            request = pb.EndTransactionRequest(topic=topic, message_id=message_id, transaction_id=transaction_id,
+                                               resolution=resolution.value, source=source.value)  # fmt: skip
+        await self._call(self._stub.EndTransaction, request)
+
+    async def claim_transaction_checks(self, topics: list[str], max_checks: int) -> list[TransactionCheck]:
+        with _encoding("claim_transaction_checks"):
+            request = pb.ClaimTransactionChecksRequest(topics=topics, max_checks=max_checks)
+        response = await self._call(self._stub.ClaimTransactionChecks, request)
+        return [convert.transaction_check_from_pb(c) for c in response.checks]
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -186,3 +186,20 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     ) -> pb.FindMessagesByKeyResponse:
         messages = await self._api.find_messages_by_key(request.topic, request.key, request.limit)
         return pb.FindMessagesByKeyResponse(messages=convert.stored_list_to_pb(messages))
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    @internal_rpc
+    async def EndTransaction(self, request: pb.EndTransactionRequest, context: Context) -> pb.EndTransactionResponse:
+        await self._api.end_transaction(
+            request.topic, request.message_id, request.transaction_id, convert.resolution_from_pb(request.resolution),
+            convert.source_from_pb(request.source),
+        )  # fmt: skip
+        return pb.EndTransactionResponse()
+
+    @internal_rpc
+    async def ClaimTransactionChecks(
+        self, request: pb.ClaimTransactionChecksRequest, context: Context
+    ) -> pb.ClaimTransactionChecksResponse:
+        checks = await self._api.claim_transaction_checks(list(request.topics), request.max_checks)
+        return pb.ClaimTransactionChecksResponse(checks=[convert.transaction_check_to_pb(c) for c in checks])

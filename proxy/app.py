@@ -10,6 +10,7 @@ import logging
 
 from navigation.model import ProxyLoad
 from proxy.config import ProxyConfig
+from proxy.core.checkback import CheckBackRegistry, OrphanChecker
 from proxy.core.consumer import ConsumerService
 from proxy.core.producer import ProducerService
 from proxy.core.renewer import AutoRenewer
@@ -25,12 +26,18 @@ class ProxyApp:
         self.config = config
         self.directory = directory
         self.renewer = AutoRenewer(directory, config.receive)
-        self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self.renewer.release_client)
+        self.checkbacks = CheckBackRegistry()
+        self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self._client_gone)
         self.producer = ProducerService(directory)
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
         self._touched_groups: set[str] = set()
         self.in_flight = 0
         self.fleet = Fleet(config, self._load)
+        self.orphans = OrphanChecker(directory, self.checkbacks, config.transaction)
+
+    def _client_gone(self, client_id: str) -> None:
+        self.renewer.release_client(client_id)
+        self.checkbacks.forget_client(client_id)
 
     def _load(self) -> ProxyLoad:
         return ProxyLoad(in_flight_requests=self.in_flight, connected_clients=len(self.sessions.sessions))
@@ -51,6 +58,7 @@ class ProxyApp:
         """Background work until `stop`: auto renew, session expiry, announcing to navigation."""
         renew = asyncio.create_task(self.renewer.run(stop), name="auto-renew")
         announce = asyncio.create_task(self.fleet.run(stop), name="navigation-announcer")
+        orphans = asyncio.create_task(self.orphans.run(stop), name="transaction-check-back")
         try:
             while not stop.is_set():
                 self.sessions.sweep()
@@ -59,4 +67,5 @@ class ProxyApp:
         finally:
             await renew
             await announce
+            await orphans
             await self.fleet.close()

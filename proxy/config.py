@@ -33,6 +33,16 @@ class ReceiveConfig:
 
 
 @dataclass(frozen=True)
+class TransactionCheckConfig:
+    """Orphan transaction check-back (docs/transactions.md): how this proxy asks brokers for due checks."""
+
+    # How often each broker is asked for due check-backs of topics whose producers are connected here.
+    poll_interval_ms: int = 1_000
+    # Check-backs taken from one broker per poll (each is pushed onto one producer's Telemetry stream).
+    max_checks_per_poll: int = 64
+
+
+@dataclass(frozen=True)
 class ProxyConfig:
     host: str = "127.0.0.1"
     port: int = 8081
@@ -65,6 +75,7 @@ class ProxyConfig:
     drain_long_poll_ms: int = 500
     # Share the listening port with sibling workers (SO_REUSEPORT; set by --workers).
     reuse_port: bool = False
+    transaction: TransactionCheckConfig = field(default_factory=TransactionCheckConfig)
 
     @property
     def advertised_address(self) -> str:

@@ -84,12 +84,13 @@ async def describe_topic(cluster: Cluster, name: str) -> Report:
             "messages": q.max_offset - q.min_offset,
             "permission": status.spec.permission.name.lower(),
             "types": format_types(status.spec.message_types),
+            "half_messages": status.half_messages,  # per broker: transactions awaiting commit or rollback
         }
         for (broker_name, _), status in zip(targets, statuses, strict=True)
         for q in status.queues
     ]
     return Report(
-        columns=["broker", "queue", "min_offset", "max_offset", "messages", "permission", "types"],
+        columns=["broker", "queue", "min_offset", "max_offset", "messages", "permission", "types", "half_messages"],
         rows=rows,
         note=f"topic {name}: {len(rows)} queue(s) on {len(targets)} broker(s)",
     )

@@ -6,8 +6,9 @@ append). Results come back in request order; a failure affects only the messages
 
 from __future__ import annotations
 
-from broker.api import OutgoingMessage, SendResult
-from common.errors import SluiceError
+from broker.api import OutgoingMessage, SendResult, TransactionResolution, TransactionSource
+from broker.transaction import txid
+from common.errors import InvalidTransactionId, SluiceError
 from proxy.core.routing import QueueSelector
 from proxy.directory import BrokerDirectory, BrokerRoute
 
@@ -63,3 +64,15 @@ class ProducerService:
                 for i in indexes:
                     outcomes[i] = exc
         return [o if o is not None else SluiceError("message was not placed") for o in outcomes]
+
+    async def end_transaction(
+        self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
+        source: TransactionSource,
+    ) -> None:  # fmt: skip
+        """Commit or roll back on the broker named by the transaction id (any proxy can route it)."""
+        name = txid.broker_of(transaction_id)
+        broker = await self._dir.lookup(name)
+        if broker is None:
+            raise InvalidTransactionId(f"transaction {transaction_id} names broker {name}, which this cluster "
+                                       "does not know")  # fmt: skip
+        await broker.end_transaction(topic, message_id, transaction_id, resolution, source)

@@ -19,7 +19,8 @@ async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMess
     max_body = app.config.settings.max_body_bytes
     for msg in request.messages:
         try:
-            _, topic = convert.resource_name(msg.topic, ctx.namespace)
+            ns, topic = convert.resource_name(msg.topic, ctx.namespace)
+            app.checkbacks.note_sent(ctx.client_id, topic, ns)
             # The limit this proxy tells clients in Settings, enforced for those that send before
             # their Settings reply arrives (it is below the broker's own limit, see config.py).
             if len(msg.body) > max_body:

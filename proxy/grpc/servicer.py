@@ -18,7 +18,7 @@ from proto.apache.rocketmq.v2 import service_pb2_grpc
 from proxy import names
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
-from proxy.grpc import consume, produce, route, telemetry
+from proxy.grpc import consume, produce, route, telemetry, transaction
 from proxy.grpc.status import OK, request_context, status, status_of
 
 Resp = TypeVar("Resp")
@@ -122,7 +122,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             yield command
 
     async def EndTransaction(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return spb.EndTransactionResponse(status=_not_yet("transactional messages"))
+        return await self._unary("EndTransaction", spb.EndTransactionResponse, transaction.end_transaction, request,
+                                 context)  # fmt: skip
 
     async def RecallMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return spb.RecallMessageResponse(status=_not_yet("recalling delay messages"))

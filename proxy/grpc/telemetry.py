@@ -20,6 +20,7 @@ from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy import names
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
+from proxy.grpc import transaction
 from proxy.grpc.settings import settings_reply
 
 log = logging.getLogger("sluice.proxy.telemetry")
@@ -60,6 +61,8 @@ async def telemetry(
 ) -> AsyncIterator[spb.TelemetryCommand]:
     out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()  # bounded by the qsize check below
     app.sessions.stream_opened(ctx.client_id)
+    stream_id = id(out)
+    deliver = transaction.stream_deliver(out, MAX_QUEUED_COMMANDS)
 
     async def read() -> None:
         try:
@@ -71,6 +74,9 @@ async def telemetry(
                 except SluiceError as exc:
                     log.warning("settings not applied", extra=kv(client_id=ctx.client_id, error=exc.message))
                     continue
+                if cmd.settings.client_type == pb.PRODUCER:  # its stream can carry transaction check-backs
+                    app.checkbacks.register(stream_id, ctx.client_id, transaction.producer_topics(ctx, cmd.settings),
+                                            deliver)  # fmt: skip
                 if out.qsize() < MAX_QUEUED_COMMANDS:
                     out.put_nowait(reply)
         except asyncio.CancelledError:
@@ -86,4 +92,5 @@ async def telemetry(
             yield item
     finally:
         reader.cancel()
+        app.checkbacks.unregister(stream_id)
         app.sessions.stream_closed(ctx.client_id)

@@ -33,10 +33,20 @@ from common.config import load_config
 # The `[broker]` table both implementations run with. Times are small to keep the suite fast.
 MIN_INVISIBLE_MS = 200
 MAX_BODY_BYTES = 4096
+TXN_RECOVERY_MS = 200
+TXN_CHECK_INTERVAL_MS = 300
+TXN_MAX_CHECKS = 2
 CONTRACT_SETTINGS: dict[str, Any] = {
     "name": "contract-broker",
     "pop": {"min_invisible_ms": MIN_INVISIBLE_MS, "redelivery_scan_interval_ms": 20, "max_long_poll_ms": 10_000},
     "limits": {"max_body_bytes": MAX_BODY_BYTES},
+    "transaction": {
+        "min_recovery_ms": 50,
+        "default_recovery_ms": TXN_RECOVERY_MS,
+        "check_interval_ms": TXN_CHECK_INTERVAL_MS,
+        "max_checks": TXN_MAX_CHECKS,
+        "sweep_interval_ms": 50,
+    },
 }
 TEST_TIMEOUT_S = 30.0
 _SETUP_TIMEOUT_S = 15.0

@@ -252,10 +252,6 @@ def test_unknown_topic(s: Stub, target: Target) -> None:
 
 def test_unimplemented_rpcs(s: Stub, target: Target) -> None:
     md, timeout = raw.headers(), raw.RPC_TIMEOUT_S
-    end = s.EndTransaction(spb.EndTransactionRequest(topic=raw.resource(target.topic), message_id="id",
-                                                     transaction_id="tx", resolution=pb.COMMIT),
-                           metadata=md, timeout=timeout)  # fmt: skip
-    assert raw.code_name(end.status.code) == "NOT_IMPLEMENTED"
     recall = s.RecallMessage(spb.RecallMessageRequest(topic=raw.resource(target.topic), recall_handle="h"),
                              metadata=md, timeout=timeout)  # fmt: skip
     assert raw.code_name(recall.status.code) == "NOT_IMPLEMENTED"
@@ -264,3 +260,15 @@ def test_unimplemented_rpcs(s: Stub, target: Target) -> None:
                                                                   lite_topic_set=["x"]),
                                   metadata=md, timeout=timeout)  # fmt: skip
     assert raw.code_name(lite.status.code) == "UNSUPPORTED"
+
+
+# -- transactions ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transaction_id", ["", "tx", "broker-a~tnot-base64!", "no-such-broker~tAQAAAAAAAAAAhwAAAA"])
+def test_end_transaction_with_a_bad_transaction_id(s: Stub, target: Target, transaction_id: str) -> None:
+    end = s.EndTransaction(spb.EndTransactionRequest(topic=raw.resource(target.topic), message_id="id",
+                                                     transaction_id=transaction_id, resolution=pb.COMMIT),
+                           metadata=raw.headers(), timeout=raw.RPC_TIMEOUT_S)  # fmt: skip
+    assert raw.code_name(end.status.code) == "INVALID_TRANSACTION_ID"
+    assert end.status.message

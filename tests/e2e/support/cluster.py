@@ -51,6 +51,8 @@ class Cluster:
     brokers: list[str]  # broker names
     processes: dict[str, ChildProcess] = field(default_factory=dict)
     killed: set[str] = field(default_factory=set)  # processes a test killed on purpose
+    # How each process was started (argv, port, ready line), so a test can restart it.
+    launches: dict[str, tuple[list[str], int, str]] = field(default_factory=dict)
 
     @property
     def endpoints(self) -> str:
@@ -118,6 +120,14 @@ class Cluster:
                 problems.append(f"{name} (pid {child.pid}) is still alive after stop")
         return problems
 
+    def restart(self, name: str) -> None:
+        """Crash one process (SIGKILL) and start it again with the same arguments and port."""
+        self.kill(name)
+        argv, port, ready_line = self.launches[name]
+        restarts = len(list(self.root.glob(f"{name}*.log")))
+        _start(self, name, argv, port, ready_line, log_name=f"{name}-restart{restarts}")
+        self.killed.discard(name)
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -133,9 +143,13 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def _start(cluster: Cluster, name: str, argv: Sequence[str], port: int, ready_line: str) -> ChildProcess:
-    child = start_process(argv, port=port, log_path=cluster.root / f"{name}.log", name=name, timeout_s=START_TIMEOUT_S)
+def _start(
+    cluster: Cluster, name: str, argv: Sequence[str], port: int, ready_line: str, *, log_name: str = ""
+) -> ChildProcess:
+    child = start_process(argv, port=port, log_path=cluster.root / f"{log_name or name}.log", name=name,
+                          timeout_s=START_TIMEOUT_S)  # fmt: skip
     cluster.processes[name] = child
+    cluster.launches[name] = (list(argv), port, ready_line)
     deadline = time.monotonic() + START_TIMEOUT_S
     while ready_line not in child.output():
         if not child.running() or time.monotonic() >= deadline:
@@ -160,7 +174,8 @@ def start_merged(root: Path, *, auto_create: bool = False, extra_args: Sequence[
     return cluster
 
 
-def start_separated(root: Path) -> Cluster:
+def start_separated(root: Path, *, config: Path | None = None) -> Cluster:
+    """`config`: a TOML file given to the brokers and proxies (`--config`)."""
     root.mkdir(parents=True, exist_ok=True)
     ns_port = free_port()
     cluster = Cluster("separated", root, f"{LOOPBACK}:{ns_port}", [], list(BROKER_NAMES))
@@ -170,18 +185,22 @@ def start_separated(root: Path) -> Cluster:
         for name in BROKER_NAMES:
             port = free_port()
             argv = [*SLUICE, "broker", "--name", name, "--port", str(port), "--data-dir", str(root / name),
-                    "--namesrv", cluster.namesrv]  # fmt: skip
+                    "--namesrv", cluster.namesrv, *_config_args(config)]  # fmt: skip
             _start(cluster, name, argv, port, f"broker {name} listening on {LOOPBACK}:{port}")
         _wait_for_brokers(cluster, len(BROKER_NAMES))
         for _ in range(2):
             port = free_port()
-            argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port)]
+            argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), *_config_args(config)]
             _start(cluster, f"proxy-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
             cluster.proxies.append(f"{LOOPBACK}:{port}")
     except BaseException:
         cluster.stop()
         raise
     return cluster
+
+
+def _config_args(config: Path | None) -> list[str]:
+    return [] if config is None else ["--config", str(config)]
 
 
 def _wait_for_brokers(cluster: Cluster, count: int) -> None:

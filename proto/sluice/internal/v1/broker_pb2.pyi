@@ -108,12 +108,14 @@ class QueueStatus(_message.Message):
     def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
 
 class TopicStatus(_message.Message):
-    __slots__ = ("spec", "queues")
+    __slots__ = ("spec", "queues", "half_messages")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    HALF_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     spec: TopicSpec
     queues: _containers.RepeatedCompositeFieldContainer[QueueStatus]
-    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ...) -> None: ...
+    half_messages: int
+    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., half_messages: _Optional[int] = ...) -> None: ...
 
 class GroupQueueStatus(_message.Message):
     __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight")
@@ -650,3 +652,45 @@ class FindMessagesByKeyResponse(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
     def __init__(self, messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...
+
+class EndTransactionRequest(_message.Message):
+    __slots__ = ("topic", "message_id", "transaction_id", "resolution", "source")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOLUTION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_id: str
+    transaction_id: str
+    resolution: int
+    source: int
+    def __init__(self, topic: _Optional[str] = ..., message_id: _Optional[str] = ..., transaction_id: _Optional[str] = ..., resolution: _Optional[int] = ..., source: _Optional[int] = ...) -> None: ...
+
+class EndTransactionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ClaimTransactionChecksRequest(_message.Message):
+    __slots__ = ("topics", "max_checks")
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHECKS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    max_checks: int
+    def __init__(self, topics: _Optional[_Iterable[str]] = ..., max_checks: _Optional[int] = ...) -> None: ...
+
+class TransactionCheck(_message.Message):
+    __slots__ = ("transaction_id", "message", "check")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: str
+    message: StoredMessage
+    check: int
+    def __init__(self, transaction_id: _Optional[str] = ..., message: _Optional[_Union[StoredMessage, _Mapping]] = ..., check: _Optional[int] = ...) -> None: ...
+
+class ClaimTransactionChecksResponse(_message.Message):
+    __slots__ = ("checks",)
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    checks: _containers.RepeatedCompositeFieldContainer[TransactionCheck]
+    def __init__(self, checks: _Optional[_Iterable[_Union[TransactionCheck, _Mapping]]] = ...) -> None: ...

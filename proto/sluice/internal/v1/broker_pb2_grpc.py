@@ -160,6 +160,16 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.FindMessagesByKeyRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.FindMessagesByKeyResponse.FromString,
                 _registered_method=True)
+        self.EndTransaction = channel.unary_unary(
+                '/sluice.internal.v1.Broker/EndTransaction',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.EndTransactionRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.EndTransactionResponse.FromString,
+                _registered_method=True)
+        self.ClaimTransactionChecks = channel.unary_unary(
+                '/sluice.internal.v1.Broker/ClaimTransactionChecks',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimTransactionChecksRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimTransactionChecksResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -322,6 +332,19 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EndTransaction(self, request, context):
+        """Transactions (docs/transactions.md): resolve a half message; hand out due check-backs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClaimTransactionChecks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -449,6 +472,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.FindMessagesByKey,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.FindMessagesByKeyRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.FindMessagesByKeyResponse.SerializeToString,
+            ),
+            'EndTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTransaction,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.EndTransactionRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.EndTransactionResponse.SerializeToString,
+            ),
+            'ClaimTransactionChecks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimTransactionChecks,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimTransactionChecksRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimTransactionChecksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1127,6 +1160,60 @@ class Broker:
             '/sluice.internal.v1.Broker/FindMessagesByKey',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.FindMessagesByKeyRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.FindMessagesByKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/EndTransaction',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.EndTransactionRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.EndTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimTransactionChecks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/ClaimTransactionChecks',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimTransactionChecksRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimTransactionChecksResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,1 @@
+"""Transactional messages: half messages, EndTransaction, orphan check-back (docs/transactions.md)."""
