@@ -42,6 +42,8 @@ from broker.api import (
     StoredMessage,
     TopicSpec,
     TopicStatus,
+    TraceEvent,
+    TraceKind,
 )
 from common.errors import BadRequest
 from common.model import MessageType, Permission
@@ -416,3 +418,22 @@ def pull_result_from_pb(msg: pb.PullResult) -> PullResult:
 def filter_or_default(msg: Any) -> FilterSpec:
     """The filter of a request that has an optional `filter` field (absent: tag "*")."""
     return filter_from_pb(msg.filter) if msg.HasField("filter") else FilterSpec()
+
+
+# -- message trace (appended) ---------------------------------------------------------------------
+
+
+def trace_event_to_pb(e: TraceEvent) -> pb.TraceEvent:
+    return pb.TraceEvent(kind=e.kind.value, time_ms=e.time_ms, topic=e.topic, queue_id=e.queue_id,
+                         queue_offset=e.queue_offset, message_id=e.message_id, group=e.group, attempt=e.attempt,
+                         client_id=e.client_id, detail=e.detail)  # fmt: skip
+
+
+def trace_event_from_pb(e: pb.TraceEvent) -> TraceEvent:
+    try:
+        kind = TraceKind(e.kind)
+    except ValueError:
+        raise BadRequest(f"unknown trace event kind {e.kind!r}") from None
+    return TraceEvent(kind=kind, time_ms=e.time_ms, topic=e.topic, queue_id=e.queue_id, queue_offset=e.queue_offset,
+                      message_id=e.message_id, group=e.group, attempt=e.attempt, client_id=e.client_id,
+                      detail=dict(e.detail))  # fmt: skip

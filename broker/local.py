@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from broker.api import (
+    SYSPROP_PRODUCER_CLIENT_ID,
     AckResult,
     FilterSpec,
     GroupInfo,
@@ -29,6 +30,8 @@ from broker.api import (
     StoredMessage,
     TopicSpec,
     TopicStatus,
+    TraceEvent,
+    TraceKind,
 )
 from broker.config import BrokerConfig
 from broker.consumer import PopEngine
@@ -36,13 +39,17 @@ from broker.filter import FilterKind, MessageFilter, compile_filter
 from broker.longpoll import LongPollHub, topic_key
 from broker.messages import to_record, to_stored, validate_message, validate_queue
 from broker.metadata import METADATA_CFS, Metadata, validate_group_spec
+from broker.metrics import broker_samples
 from broker.popstate import POP_CFS, PopState
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
+from broker.trace import CF_TRACE, TRACE_CFS, TraceRecorder
+from common import metrics
 from common.errors import BadRequest, Forbidden, OffsetNotFound, StoreClosed
 from common.logs import kv
 from common.model import (
     ALL_MESSAGE_TYPES,
+    DLQ_PREFIX,
     TopicInfo,
     dlq_topic,
     validate_group_name,
@@ -59,6 +66,7 @@ class _Parts:
     metadata: Metadata
     pop_state: PopState
     engine: PopEngine
+    trace: TraceRecorder
 
 
 class LocalBroker:
@@ -70,6 +78,8 @@ class LocalBroker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         self._filters: dict[tuple[int, str], MessageFilter] = {}
+        self._trace_task: asyncio.Task[None] | None = None
+        self._unregister_metrics: Callable[[], None] | None = None
 
     @property
     def name(self) -> str:
@@ -81,27 +91,37 @@ class LocalBroker:
         loop = asyncio.get_running_loop()
         cfg = self.config
         self._store = await loop.run_in_executor(
-            None, lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS)
+            None, lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS + TRACE_CFS)
         )
         store = self._store
         metadata = Metadata(store.index)
         pop_state = PopState(store.index)
         self.hub = LongPollHub(loop)
         store.add_dispatch_listener(lambda touched: self.hub.notify_threadsafe({topic_key(t) for t, _ in touched}))
+        trace = TraceRecorder(cfg.name, cfg.trace, store.index.cf(CF_TRACE), store.index.handle(CF_TRACE),
+                              store.index.batch, store.index.write)  # fmt: skip
         engine = PopEngine(
             broker_name=cfg.name, store=store, metadata=metadata, state=pop_state, hub=self.hub,
-            config=cfg.pop, dead_letter=self._dead_letter,
+            config=cfg.pop, dead_letter=self._dead_letter, trace=trace,
         )  # fmt: skip
-        self._parts = _Parts(metadata, pop_state, engine)
+        self._parts = _Parts(metadata, pop_state, engine, trace)
         self._tasks = [
             asyncio.create_task(self.engine.run_scanner(self._stop), name="redelivery-scanner"),
             asyncio.create_task(self._retention_loop(), name="retention"),
         ]
+        self._trace_task = asyncio.create_task(trace.run(self._stop), name="trace-writer")
+        self._unregister_metrics = metrics.register_source(lambda: broker_samples(self))
         log.info("broker started", extra=kv(name=cfg.name, data_dir=str(cfg.data_dir), topics=len(self.metadata.topics),
                                             groups=len(self.metadata.groups)))  # fmt: skip
 
     async def close(self) -> None:
         self._stop.set()
+        if self._unregister_metrics is not None:
+            self._unregister_metrics()
+            self._unregister_metrics = None
+        if self._trace_task is not None:  # it writes what is pending, then ends
+            task, self._trace_task = self._trace_task, None
+            await task
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -124,6 +144,14 @@ class LocalBroker:
         if self._parts is None:
             raise StoreClosed(f"broker {self.name} is not running")
         return self._parts
+
+    @property
+    def running(self) -> bool:
+        return self._parts is not None
+
+    @property
+    def trace(self) -> TraceRecorder:
+        return self._running().trace
 
     @property
     def metadata(self) -> Metadata:
@@ -272,9 +300,14 @@ class LocalBroker:
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
         validate_queue(info, queue_id)
         host = self.config.advertised_address
+        clients = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
         for msg in messages:
             validate_message(msg, info, self.config.limits)
         results = await self.store.append([to_record(topic, queue_id, m, host) for m in messages])
+        trace = self.trace
+        if trace.enabled:
+            trace.sent(topic, queue_id, [(m.message_id, r.queue_offset, c, m.born_host)
+                                         for m, r, c in zip(messages, results, clients, strict=True)])  # fmt: skip
         return [SendResult(m.message_id, queue_id, r.queue_offset) for m, r in zip(messages, results, strict=True)]
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
@@ -295,7 +328,9 @@ class LocalBroker:
             message_type=rec.message_type, flags=rec.flags, born_timestamp_ms=rec.born_timestamp_ms,
             born_host=rec.born_host, store_host=self.config.advertised_address,
         )  # fmt: skip
-        await self.store.append([copy])
+        (stored,) = await self.store.append([copy])
+        self.trace.dead_lettered(rec.topic, rec.queue_id, rec.queue_offset, rec.message_id, group, attempts, name,
+                                 stored.queue_offset)  # fmt: skip
 
     # -- pop consumption -------------------------------------------------------------------------
 
@@ -396,3 +431,30 @@ class LocalBroker:
 
     async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]:
         return [to_stored(r, 1) for r in self.store.find_by_key(topic, key, min(max(limit, 1), 1000))]
+
+    # -- observability ---------------------------------------------------------------------------
+
+    async def message_trace(self, message_id: str) -> list[TraceEvent]:
+        """Every recorded event of a message id on this broker, oldest first (empty if none)."""
+        if not message_id:
+            raise BadRequest("a message id is required")
+        if len(message_id) > self.config.limits.max_message_id_chars:
+            raise BadRequest(f"message id longer than {self.config.limits.max_message_id_chars} characters")
+        trace, store = self.trace, self.store
+        return await asyncio.get_running_loop().run_in_executor(None, _lookup_trace, trace, store, message_id)
+
+
+def _lookup_trace(trace: TraceRecorder, store: MessageStore, message_id: str) -> list[TraceEvent]:
+    """The trace of a message: its sent events, the store's copies of it, and the events at each copy."""
+    events = trace.sent_events(message_id)
+    positions = {(e.topic, e.queue_id, e.queue_offset) for e in events}
+    for rec in store.find_by_id(message_id):
+        where = (rec.topic, rec.queue_id, rec.queue_offset)
+        if where not in positions and not rec.topic.startswith(DLQ_PREFIX):
+            # Stored before tracing was on (or its sent event expired): the store still knows when.
+            events.append(TraceEvent(TraceKind.SENT, rec.store_timestamp_ms, *where, message_id=message_id,
+                                     detail={"host": rec.born_host, "source": "store"}))  # fmt: skip
+        positions.add(where)
+    for topic, qid, offset in sorted(positions):
+        events.extend(trace.position_events(topic, qid, offset, message_id))
+    return sorted(events, key=lambda e: e.time_ms)

@@ -37,6 +37,7 @@ from broker.api import (
     StoredMessage,
     TopicSpec,
     TopicStatus,
+    TraceEvent,
 )
 from common.config import ConfigError
 from common.errors import BadRequest, Unavailable
@@ -288,6 +289,14 @@ class RemoteBroker:
             request = pb.FindMessagesByKeyRequest(topic=topic, key=key, limit=limit)
         response = await self._call(self._stub.FindMessagesByKey, request)
         return convert.stored_list_from_pb(response.messages)
+
+    # -- observability --------------------------------------------------------------------------
+
+    async def message_trace(self, message_id: str) -> list[TraceEvent]:
+        with _encoding("message_trace"):
+            request = pb.MessageTraceRequest(message_id=message_id)
+        response = await self._call(self._stub.MessageTrace, request)
+        return [convert.trace_event_from_pb(e) for e in response.events]
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -186,3 +186,10 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     ) -> pb.FindMessagesByKeyResponse:
         messages = await self._api.find_messages_by_key(request.topic, request.key, request.limit)
         return pb.FindMessagesByKeyResponse(messages=convert.stored_list_to_pb(messages))
+
+    # -- observability (appended) ---------------------------------------------------------------
+
+    @internal_rpc
+    async def MessageTrace(self, request: pb.MessageTraceRequest, context: Context) -> pb.MessageTraceResponse:
+        events = await self._api.message_trace(request.message_id)
+        return pb.MessageTraceResponse(events=[convert.trace_event_to_pb(e) for e in events])

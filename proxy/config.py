@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common.metrics import MetricsConfig
+
 
 @dataclass(frozen=True)
 class ClientSettingsConfig:
@@ -65,6 +67,7 @@ class ProxyConfig:
     drain_long_poll_ms: int = 500
     # Share the listening port with sibling workers (SO_REUSEPORT; set by --workers).
     reuse_port: bool = False
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
     def advertised_address(self) -> str:
