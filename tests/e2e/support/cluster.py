@@ -9,7 +9,9 @@ Two topologies, one `Cluster` object:
   `sluice proxy --namesrv ...`. The client endpoint string names both proxies
   (`"127.0.0.1:P1;127.0.0.1:P2"`); the Python client connects pick-first.
 
-Topics and groups are created through `sluice admin` subprocesses in both. `Cluster.stop()` stops
+Every process serves its ops endpoint (`--metrics-port`, /metrics, /loglevel) on a free port of its
+own, listed in `Cluster.ops` by process name. Topics and groups are created through `sluice admin`
+subprocesses in both. `Cluster.stop()` stops
 every process it started by PID (SIGTERM, SIGKILL after a timeout) and reports any that is left.
 
 This module imports nothing of Sluice: the end-to-end process holds the official client's
@@ -51,6 +53,7 @@ class Cluster:
     brokers: list[str]  # broker names
     processes: dict[str, ChildProcess] = field(default_factory=dict)
     killed: set[str] = field(default_factory=set)  # processes a test killed on purpose
+    ops: dict[str, str] = field(default_factory=dict)  # process name -> host:port of its ops endpoint
 
     @property
     def endpoints(self) -> str:
@@ -134,6 +137,9 @@ def _child_env() -> dict[str, str]:
 
 
 def _start(cluster: Cluster, name: str, argv: Sequence[str], port: int, ready_line: str) -> ChildProcess:
+    ops_port = free_port()
+    argv = [*argv, "--metrics-port", str(ops_port)]
+    cluster.ops[name] = f"{LOOPBACK}:{ops_port}"
     child = start_process(argv, port=port, log_path=cluster.root / f"{name}.log", name=name, timeout_s=START_TIMEOUT_S)
     cluster.processes[name] = child
     deadline = time.monotonic() + START_TIMEOUT_S
