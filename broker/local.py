@@ -304,10 +304,9 @@ class LocalBroker:
         for msg in messages:
             validate_message(msg, info, self.config.limits)
         results = await self.store.append([to_record(topic, queue_id, m, host) for m in messages])
-        trace = self.trace
-        if trace.enabled:
-            trace.sent(topic, queue_id, [(m.message_id, r.queue_offset, c, m.born_host)
-                                         for m, r, c in zip(messages, results, clients, strict=True)])  # fmt: skip
+        # One append takes consecutive offsets of its queue: one trace event for the whole range.
+        self.trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, clients[0],
+                        messages[0].born_host)  # fmt: skip
         return [SendResult(m.message_id, queue_id, r.queue_offset) for m, r in zip(messages, results, strict=True)]
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
@@ -445,16 +444,14 @@ class LocalBroker:
 
 
 def _lookup_trace(trace: TraceRecorder, store: MessageStore, message_id: str) -> list[TraceEvent]:
-    """The trace of a message: its sent events, the store's copies of it, and the events at each copy."""
-    events = trace.sent_events(message_id)
-    positions = {(e.topic, e.queue_id, e.queue_offset) for e in events}
+    """The trace of a message: where the store holds it (message-id index) and the events at each copy."""
+    events: list[TraceEvent] = []
     for rec in store.find_by_id(message_id):
-        where = (rec.topic, rec.queue_id, rec.queue_offset)
-        if where not in positions and not rec.topic.startswith(DLQ_PREFIX):
-            # Stored before tracing was on (or its sent event expired): the store still knows when.
-            events.append(TraceEvent(TraceKind.SENT, rec.store_timestamp_ms, *where, message_id=message_id,
-                                     detail={"host": rec.born_host, "source": "store"}))  # fmt: skip
-        positions.add(where)
-    for topic, qid, offset in sorted(positions):
-        events.extend(trace.position_events(topic, qid, offset, message_id))
+        found = trace.position_events(rec.topic, rec.queue_id, rec.queue_offset, message_id)
+        if not rec.topic.startswith(DLQ_PREFIX) and not any(e.kind is TraceKind.SENT for e in found):
+            # Stored while tracing was off (or its event expired): the store still knows when and from where.
+            detail = {"host": rec.born_host, "source": "store"}
+            found.append(TraceEvent(TraceKind.SENT, rec.store_timestamp_ms, rec.topic, rec.queue_id, rec.queue_offset,
+                                    message_id=message_id, detail=detail))  # fmt: skip
+        events.extend(found)
     return sorted(events, key=lambda e: e.time_ms)

@@ -1,7 +1,8 @@
 """Message trace: the broker records the life of every message and answers "what happened to id X".
 
-Recording is cheap on the hot path: the send, pop, ack and dead-letter paths append one tuple per
-message (sends: per batch) to an in-memory list, on the event loop's thread. The `run` task swaps
+Recording is cheap on the hot path: a send appends one tuple per append (the offset range it took,
+not one per message); pops, acks and dead-lettering one per message; all to an in-memory list, on
+the event loop's thread. The `run` task swaps
 the list out every `flush_interval_ms` and writes it with one RocksDB WriteBatch in an executor
 thread (byte layout: broker/tracekeys.py). The list is bounded (`max_pending_events`); beyond it
 events are dropped and counted (`sluice_trace_events_dropped_total`), never blocking a send.
@@ -21,7 +22,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import rocksdict
@@ -70,14 +71,11 @@ class TraceRecorder:
             return
         self._pending.append(event)
 
-    def sent(self, topic: str, queue_id: int, placed: Sequence[tuple[str, int, str, str]]) -> None:
-        """Messages of one append: (message id, queue offset, producer client id, born host)."""
-        if not self.enabled:
-            return
-        t = now_ms()
-        for message_id, offset, client_id, born_host in placed:
-            self._add((TraceKind.SENT, t, topic, queue_id, offset,
-                       {"id": message_id, "client": client_id, "host": born_host}))  # fmt: skip
+    def sent(self, topic: str, queue_id: int, start: int, end: int, client_id: str, born_host: str) -> None:
+        """One append stored offsets [start, end) of a queue for a producer."""
+        if self.enabled and end > start:
+            self._add((TraceKind.SENT, now_ms(), topic, queue_id, end,
+                       {"start": start, "end": end, "client": client_id, "host": born_host}))  # fmt: skip
 
     def delivered(self, topic: str, queue_id: int, offset: int, message_id: str, group: str, attempt: int) -> None:
         if self.enabled:
@@ -128,10 +126,9 @@ class TraceRecorder:
             bucket = t // self._bucket_ms
             seq = next(self._seq) & K.U32_MAX
             if kind is TraceKind.SENT:
-                key = K.sent_key(bucket, fields["id"], t, seq)
-                fields = {**fields, "topic": topic, "queue": qid, "offset": offset}
+                key = K.range_key(K.KIND_SENT, bucket, topic, qid, offset, seq)
             elif kind is TraceKind.TIERED:
-                key = K.tiered_key(bucket, topic, qid, offset, seq)
+                key = K.range_key(K.KIND_TIERED, bucket, topic, qid, offset, seq)
             else:
                 key = K.position_key(bucket, topic, qid, offset, t, seq)
             put(key, K.encode_value({"k": kind.value, "t": t, **fields}), cf)
@@ -182,26 +179,24 @@ class TraceRecorder:
             it.next()
         return out
 
-    def sent_events(self, message_id: str) -> list[TraceEvent]:
-        out = []
-        for bucket in self._buckets():
-            for doc in self._scan(K.sent_prefix(bucket, message_id)):
-                out.append(_event(doc, doc["topic"], doc["queue"], doc["offset"]))
-        return out
-
     def position_events(self, topic: str, queue_id: int, offset: int, message_id: str) -> list[TraceEvent]:
+        """Every event of the message stored at (topic, queue, offset): sent, consumption, tiered."""
         out = []
         for bucket in self._buckets():
+            out.extend(self._in_range(K.KIND_SENT, bucket, topic, queue_id, offset, message_id))
             for doc in self._scan(K.position_prefix(bucket, topic, queue_id, offset)):
                 doc.setdefault("id", message_id)
                 out.append(_event(doc, topic, queue_id, offset))
-            out.extend(self._tiered(bucket, topic, queue_id, offset, message_id))
+            out.extend(self._in_range(K.KIND_TIERED, bucket, topic, queue_id, offset, message_id))
         return out
 
-    def _tiered(self, bucket: int, topic: str, queue_id: int, offset: int, message_id: str) -> list[TraceEvent]:
-        prefix = K.tiered_queue_prefix(bucket, topic, queue_id)
+    def _in_range(
+        self, kind: bytes, bucket: int, topic: str, queue_id: int, offset: int, message_id: str
+    ) -> list[TraceEvent]:
+        """The range event (sent batch, tiered segment) of one bucket that holds `offset`, if any."""
+        prefix = K.range_queue_prefix(kind, bucket, topic, queue_id)
         it = self._cf.iter()
-        it.seek(prefix + (offset + 1).to_bytes(8, "big"))
+        it.seek(K.range_seek(prefix, offset))
         if not it.valid() or not it.key().startswith(prefix):
             return []
         doc = K.decode_value(it.value())

@@ -4,16 +4,18 @@ Every key starts with a kind byte and the event's time bucket (`time_ms // bucke
 retention deletes whole buckets with one range deletion per kind and a lookup seeks once per live
 bucket. Integers are big-endian; strings are UTF-8 with a u16 length in front.
 
-    sent, by message id:        b"m" | bucket u32 | id (u16 len + bytes) | time_ms u64 | seq u32
+    sent batches:               b"s" | bucket u32 | topic (u16 len + bytes) | queue u32 | end u64 | seq u32
     position events:            b"p" | bucket u32 | topic (u16 len + bytes) | queue u32 | offset u64
                                      | time_ms u64 | seq u32
     tiered ranges:              b"t" | bucket u32 | topic (u16 len + bytes) | queue u32 | end u64 | seq u32
 
-Position events (delivered, acked, invisible, dead_lettered) are keyed by where the message is
-stored, not by its id: the pop engine knows positions, and resolving an id per ack would cost a
-read. A lookup finds the positions through the `m` keys and the store's message-id index, then
-scans the `p` keys of each position. A tiered range covers offsets [start, end) of a queue; its key
-ends with `end`, so the first key after `offset + 1` is the range that may hold `offset`.
+Everything is keyed by where messages are stored, not by their ids: the pop engine and acks know
+positions (resolving an id per ack would cost a read), and a send is recorded once per append,
+as the offset range [start, end) it took in its queue (the producer's client id and host), so the
+produce path pays one event per request, not per message. A lookup finds a message's positions
+through the store's message-id index, then scans the `p` keys of each position and seeks the `s`
+and `t` ranges: a range key ends with `end`, so the first key after `offset + 1` is the range
+that may hold `offset`.
 
 Values are compact JSON objects (format version in `v`): the event's fields.
 """
@@ -25,7 +27,7 @@ import struct
 from typing import Any
 
 FORMAT_VERSION = 1
-KIND_SENT = b"m"
+KIND_SENT = b"s"
 KIND_POSITION = b"p"
 KIND_TIERED = b"t"
 KINDS = (KIND_SENT, KIND_POSITION, KIND_TIERED)
@@ -49,12 +51,17 @@ def bucket_prefix(kind: bytes, bucket: int) -> bytes:
     return kind + _U32.pack(min(max(bucket, 0), U32_MAX))
 
 
-def sent_prefix(bucket: int, message_id: str) -> bytes:
-    return bucket_prefix(KIND_SENT, bucket) + _text(message_id)
+def range_queue_prefix(kind: bytes, bucket: int, topic: str, queue_id: int) -> bytes:
+    return bucket_prefix(kind, bucket) + _text(topic) + _U32.pack(queue_id)
 
 
-def sent_key(bucket: int, message_id: str, time_ms: int, seq: int) -> bytes:
-    return sent_prefix(bucket, message_id) + _TAIL.pack(time_ms, seq)
+def range_key(kind: bytes, bucket: int, topic: str, queue_id: int, end: int, seq: int) -> bytes:
+    return range_queue_prefix(kind, bucket, topic, queue_id) + _U64.pack(end) + _U32.pack(seq)
+
+
+def range_seek(queue_prefix: bytes, offset: int) -> bytes:
+    """Where the first range whose end is past `offset` starts."""
+    return queue_prefix + _U64.pack(offset + 1)
 
 
 def position_prefix(bucket: int, topic: str, queue_id: int, offset: int) -> bytes:
@@ -63,19 +70,6 @@ def position_prefix(bucket: int, topic: str, queue_id: int, offset: int) -> byte
 
 def position_key(bucket: int, topic: str, queue_id: int, offset: int, time_ms: int, seq: int) -> bytes:
     return position_prefix(bucket, topic, queue_id, offset) + _TAIL.pack(time_ms, seq)
-
-
-def tiered_queue_prefix(bucket: int, topic: str, queue_id: int) -> bytes:
-    return bucket_prefix(KIND_TIERED, bucket) + _text(topic) + _U32.pack(queue_id)
-
-
-def tiered_key(bucket: int, topic: str, queue_id: int, end: int, seq: int) -> bytes:
-    return tiered_queue_prefix(bucket, topic, queue_id) + _U64.pack(end) + _U32.pack(seq)
-
-
-def tiered_end(key: bytes, queue_prefix: bytes) -> int:
-    value: int = _U64.unpack_from(key, len(queue_prefix))[0]
-    return value
 
 
 def encode_value(fields: dict[str, Any]) -> bytes:

@@ -1,5 +1,5 @@
-"""The message trace on real RocksDB: events written in batches, found by message id and position,
-tiered ranges, bounded buffer, age-based expiry, and survival across a broker restart."""
+"""The message trace on real RocksDB: events written in batches, found by position, sent and tiered
+ranges, bounded buffer, age-based expiry, and survival across a broker restart."""
 
 from __future__ import annotations
 
@@ -33,9 +33,10 @@ def recorder(index: Index, **config: object) -> TraceRecorder:
     return TraceRecorder("b1", cfg, index.cf(CF_TRACE), index.handle(CF_TRACE), index.batch, index.write)
 
 
-def test_events_are_found_by_id_and_position(index: Index) -> None:
+def test_events_are_found_by_position(index: Index) -> None:
     rec = recorder(index)
-    rec.sent("orders", 3, [("ID-1", 41, "client-a", "10.0.0.1"), ("ID-2", 42, "client-a", "10.0.0.1")])
+    rec.sent("orders", 3, 30, 41, "client-b", "10.0.0.2")  # the batch before: ends before 41
+    rec.sent("orders", 3, 41, 43, "client-a", "10.0.0.1")
     rec.delivered("orders", 3, 41, "ID-1", "g1", 1)
     rec.invisible("orders", 3, 41, "g1", 1, 5000)
     rec.delivered("orders", 3, 41, "ID-1", "g1", 2)
@@ -47,18 +48,22 @@ def test_events_are_found_by_id_and_position(index: Index) -> None:
     rec.flush(rec.take())
     assert rec.pending == 0
 
-    [sent] = rec.sent_events("ID-1")
+    events = rec.position_events("orders", 3, 41, "ID-1")
+    sent = events[0]
     assert (sent.kind, sent.topic, sent.queue_id, sent.queue_offset, sent.client_id) == (
         TraceKind.SENT, "orders", 3, 41, "client-a",
     )  # fmt: skip
     assert sent.detail["host"] == "10.0.0.1"
-    events = rec.position_events("orders", 3, 41, "ID-1")
-    kinds = [(e.kind, e.attempt) for e in events if e.kind is not TraceKind.TIERED]
+    kinds = [(e.kind, e.attempt) for e in events[1:] if e.kind is not TraceKind.TIERED]
     assert kinds == [(TraceKind.DELIVERED, 1), (TraceKind.INVISIBLE, 1), (TraceKind.DELIVERED, 2), (TraceKind.ACKED, 0)]
     [tiered] = [e for e in events if e.kind is TraceKind.TIERED]
     assert tiered.detail["object"] == "seg-b"
     assert {e.message_id for e in events} == {"ID-1"}
-    assert rec.sent_events("ID-3") == []
+    assert [e.kind for e in rec.position_events("orders", 3, 42, "ID-2")] == [
+        TraceKind.SENT, TraceKind.DELIVERED, TraceKind.TIERED,
+    ]  # fmt: skip
+    assert rec.position_events("orders", 3, 100, "ID-3") == []  # past every range
+    assert rec.position_events("orders", 2, 41, "ID-4") == []  # another queue
 
 
 def test_a_full_buffer_drops_and_counts(index: Index) -> None:
@@ -72,19 +77,18 @@ def test_a_full_buffer_drops_and_counts(index: Index) -> None:
 
 def test_disabled_trace_records_nothing(index: Index) -> None:
     rec = recorder(index, enabled=False)
-    rec.sent("t", 0, [("ID", 0, "c", "h")])
+    rec.sent("t", 0, 0, 1, "c", "h")
     rec.delivered("t", 0, 0, "ID", "g", 1)
     assert rec.pending == 0
 
 
 def test_old_buckets_expire(index: Index) -> None:
     rec = recorder(index, max_age_s=3600.0, bucket_s=60.0)
-    rec.sent("t", 0, [("OLD", 7, "c", "h")])
+    rec.sent("t", 0, 7, 8, "c", "h")
     rec.acked("t", 0, 7, "g")
     rec.flush(rec.take())
-    assert rec.sent_events("OLD") and rec.position_events("t", 0, 7, "OLD")
+    assert len(rec.position_events("t", 0, 7, "OLD")) == 2
     rec.expire(now=now_ms() + 2 * HOUR_MS)  # two hours from now, everything recorded now is too old
-    assert rec.sent_events("OLD") == []
     assert rec.position_events("t", 0, 7, "OLD") == []
 
 
