@@ -243,7 +243,7 @@ class PopEngine:
 
     def _deliver(self, rec: MessageRecord, entry: PopEntry, group: str) -> StoredMessage:
         if self._trace.enabled:
-            self._trace.delivered(rec.topic, rec.queue_id, rec.queue_offset, rec.message_id, group, entry.attempt)
+            self._trace.delivered(rec.topic, rec.queue_id, rec.queue_offset, group, entry.attempt)
         msg = to_stored(rec, entry.attempt)
         msg.invisible_until_ms = entry.invisible_until_ms
         msg.receipt_handle = receipt.ReceiptHandle(

@@ -38,8 +38,10 @@ log = logging.getLogger("sluice.broker.trace")
 CF_TRACE = "trace"
 TRACE_CFS = (CF_TRACE,)
 
-# A pending event: (kind, time_ms, topic, queue, offset, fields) — encoded only when flushed.
-_Pending = tuple[TraceKind, int, str, int, int, dict[str, Any]]
+# A pending event: (kind, time_ms, topic, queue, offset, fields) — encoded only when flushed. Fields
+# are (group, attempt) for deliveries and acks (stored compact), a dict for the rarer events (JSON).
+_Pending = tuple[TraceKind, int, str, int, int, "dict[str, Any] | tuple[str, int]"]
+_COMPACT_KINDS = (TraceKind.DELIVERED, TraceKind.ACKED)
 
 
 def now_ms() -> int:
@@ -77,14 +79,13 @@ class TraceRecorder:
             self._add((TraceKind.SENT, now_ms(), topic, queue_id, end,
                        {"start": start, "end": end, "client": client_id, "host": born_host}))  # fmt: skip
 
-    def delivered(self, topic: str, queue_id: int, offset: int, message_id: str, group: str, attempt: int) -> None:
+    def delivered(self, topic: str, queue_id: int, offset: int, group: str, attempt: int) -> None:
         if self.enabled:
-            self._add((TraceKind.DELIVERED, now_ms(), topic, queue_id, offset,
-                       {"id": message_id, "group": group, "attempt": attempt}))  # fmt: skip
+            self._add((TraceKind.DELIVERED, now_ms(), topic, queue_id, offset, (group, attempt)))
 
     def acked(self, topic: str, queue_id: int, offset: int, group: str) -> None:
         if self.enabled:
-            self._add((TraceKind.ACKED, now_ms(), topic, queue_id, offset, {"group": group}))
+            self._add((TraceKind.ACKED, now_ms(), topic, queue_id, offset, (group, 0)))
 
     def invisible(self, topic: str, queue_id: int, offset: int, group: str, attempt: int, invisible_ms: int) -> None:
         if self.enabled:
@@ -122,9 +123,22 @@ class TraceRecorder:
             return
         batch = self._new_batch()
         put, cf = batch.put, self._handle
+        prefixes: dict[tuple[int, str], bytes] = {}
+        groups: dict[str, bytes] = {}
         for kind, t, topic, qid, offset, fields in events:
             bucket = t // self._bucket_ms
             seq = next(self._seq) & K.U32_MAX
+            if isinstance(fields, tuple):  # delivered / acked: the hot ones, compact
+                prefix = prefixes.get((bucket, topic))
+                if prefix is None:
+                    prefix = prefixes[(bucket, topic)] = K.topic_prefix(bucket, topic)
+                group, attempt = fields
+                raw_group = groups.get(group)
+                if raw_group is None:
+                    raw_group = groups[group] = group.encode("utf-8")
+                value = K.encode_compact(kind.value, attempt, raw_group)
+                put(K.position_key_after(prefix, qid, offset, t, seq), value, cf)
+                continue
             if kind is TraceKind.SENT:
                 key = K.range_key(K.KIND_SENT, bucket, topic, qid, offset, seq)
             elif kind is TraceKind.TIERED:
@@ -175,7 +189,7 @@ class TraceRecorder:
         it.seek(prefix)
         while it.valid() and it.key().startswith(prefix):
             with contextlib.suppress(ValueError):
-                out.append(K.decode_value(it.value()))
+                out.append(K.decode_value(it.value(), K.position_time(it.key())))
             it.next()
         return out
 

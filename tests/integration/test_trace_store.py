@@ -37,11 +37,11 @@ def test_events_are_found_by_position(index: Index) -> None:
     rec = recorder(index)
     rec.sent("orders", 3, 30, 41, "client-b", "10.0.0.2")  # the batch before: ends before 41
     rec.sent("orders", 3, 41, 43, "client-a", "10.0.0.1")
-    rec.delivered("orders", 3, 41, "ID-1", "g1", 1)
+    rec.delivered("orders", 3, 41, "g1", 1)
     rec.invisible("orders", 3, 41, "g1", 1, 5000)
-    rec.delivered("orders", 3, 41, "ID-1", "g1", 2)
+    rec.delivered("orders", 3, 41, "g1", 2)
     rec.acked("orders", 3, 41, "g1")
-    rec.delivered("orders", 3, 42, "ID-2", "g1", 1)  # another message: not in ID-1's trace
+    rec.delivered("orders", 3, 42, "g1", 1)  # another message: not in ID-1's trace
     rec.tiered("orders", 3, 0, 41, "seg-a")  # ends before 41
     rec.tiered("orders", 3, 41, 100, "seg-b")
     assert rec.pending == 9
@@ -78,7 +78,7 @@ def test_a_full_buffer_drops_and_counts(index: Index) -> None:
 def test_disabled_trace_records_nothing(index: Index) -> None:
     rec = recorder(index, enabled=False)
     rec.sent("t", 0, 0, 1, "c", "h")
-    rec.delivered("t", 0, 0, "ID", "g", 1)
+    rec.delivered("t", 0, 0, "g", 1)
     assert rec.pending == 0
 
 
