@@ -42,7 +42,7 @@ def test_buckets_order_keys_so_retention_is_a_range_deletion() -> None:
 
 
 def test_compact_and_json_values_round_trip() -> None:
-    assert K.decode_value(K.encode_compact("delivered", 3, "g1".encode()), 99) == {
+    assert K.decode_value(K.encode_compact("delivered", 3, b"g1"), 99) == {
         "k": "delivered", "t": 99, "attempt": 3, "group": "g1",
     }  # fmt: skip
     assert K.decode_value(K.encode_compact("acked", 0, "grüppe".encode()), 5)["group"] == "grüppe"
