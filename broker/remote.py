@@ -41,6 +41,7 @@ from broker.api import (
 )
 from common.config import ConfigError
 from common.errors import BadRequest, Unavailable
+from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, current_request
 from proto.rpc import error_from_rpc
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
@@ -306,8 +307,11 @@ class RemoteBroker:
     async def _call(self, method: Any, request: Any, timeout_s: float | None = None) -> Any:
         if self._closed:
             raise Unavailable(f"{self._target}: client is closed")
+        request_id, client_id = current_request()
+        metadata = ((MD_REQUEST_ID, request_id), (MD_CLIENT_ID, client_id)) if request_id or client_id else None
         try:
-            return await method(request, timeout=timeout_s if timeout_s is not None else self._timeout_s)
+            return await method(request, timeout=timeout_s if timeout_s is not None else self._timeout_s,
+                                metadata=metadata)  # fmt: skip
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc, self._target) from None
 

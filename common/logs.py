@@ -32,6 +32,17 @@ def bind_request(request_id: str, client_id: str) -> None:
     _client_id.set(client_id)
 
 
+def current_request() -> tuple[str, str]:
+    """(request id, client id) of the RPC the current task serves; empty strings outside one."""
+    return _request_id.get(), _client_id.get()
+
+
+# gRPC metadata keys that carry the two across Sluice's internal RPCs (RemoteBroker -> broker), so
+# the broker's log lines of a proxied call name the same request and client.
+MD_REQUEST_ID = "x-sluice-request-id"
+MD_CLIENT_ID = "x-sluice-client-id"
+
+
 class RequestContextFilter(logging.Filter):
     """Adds `request_id` and `client_id` of the RPC being served (empty outside one) to each record."""
 

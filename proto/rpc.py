@@ -21,6 +21,7 @@ import grpc
 from common import metrics
 from common.codes import Code
 from common.errors import InternalError, SluiceError, Unavailable, code_of, error_for_code
+from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, bind_request
 
 CODE_KEY = "x-sluice-code"
 log = logging.getLogger("sluice.rpc")
@@ -52,6 +53,7 @@ def internal_rpc(
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
         started = time.perf_counter()
         code = Code.OK.name
+        _bind_caller(context)
         try:
             return await handler(self, request, context)
         except SluiceError as exc:
@@ -67,6 +69,18 @@ def internal_rpc(
             metrics.observe_internal_rpc(service, method, code, time.perf_counter() - started)
 
     return wrapper
+
+
+def _bind_caller(context: grpc.aio.ServicerContext) -> None:
+    """Log lines of this call carry the request id and client id of the client request behind it."""
+    request_id = client_id = ""
+    for key, value in context.invocation_metadata() or ():
+        if key == MD_REQUEST_ID:
+            request_id = value if isinstance(value, str) else value.decode("utf-8", "replace")
+        elif key == MD_CLIENT_ID:
+            client_id = value if isinstance(value, str) else value.decode("utf-8", "replace")
+    if request_id or client_id:
+        bind_request(request_id, client_id)
 
 
 def error_from_rpc(exc: grpc.aio.AioRpcError | grpc.RpcError, target: str = "") -> SluiceError:
