@@ -6,10 +6,13 @@ never a crash. RPCs for features Sluice does not have yet answer NOT_IMPLEMENTED
 
 Every unary RPC, ReceiveMessage and PullMessage is counted by the Code of its answer and timed
 (`common.metrics.observe_rpc`); Telemetry streams live as long as the client and are not timed.
+At debug level each answer is also logged (RPC, code, duration; the request id and client id come
+with every line, see common/logs.py): switch it on at runtime with `PUT /loglevel` when needed.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -18,6 +21,7 @@ import grpc
 
 from common import metrics
 from common.codes import Code
+from common.logs import kv
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proto.apache.rocketmq.v2 import service_pb2_grpc
 from proxy import names
@@ -25,6 +29,9 @@ from proxy.app import ProxyApp
 from proxy.context import RequestContext
 from proxy.grpc import consume, produce, route, telemetry
 from proxy.grpc.status import OK, code_name, request_context, status, status_of
+
+log = logging.getLogger("sluice.proxy.rpc")
+_MS_PER_S = 1000.0
 
 Resp = TypeVar("Resp")
 Handler = Callable[[ProxyApp, RequestContext, Any], Awaitable[Resp]]
@@ -46,7 +53,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             answer = response(status=status_of(exc, rpc))
         finally:
             self.app.in_flight -= 1
-        metrics.observe_rpc(rpc, code_name(answer.status.code), time.perf_counter() - started)  # type: ignore[attr-defined]
+        _answered(rpc, code_name(answer.status.code), time.perf_counter() - started)  # type: ignore[attr-defined]
         return answer
 
     async def QueryRoute(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -88,7 +95,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                 yield frame
         finally:
             self.app.in_flight -= 1
-            metrics.observe_rpc("ReceiveMessage", code, time.perf_counter() - started)
+            _answered("ReceiveMessage", code, time.perf_counter() - started)
 
     async def AckMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._unary("AckMessage", spb.AckMessageResponse, consume.ack_message, request, context)
@@ -117,7 +124,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                     code = code_name(frame.status.code)
                 yield frame
         finally:
-            metrics.observe_rpc("PullMessage", code, time.perf_counter() - started)
+            _answered("PullMessage", code, time.perf_counter() - started)
 
     async def UpdateOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._unary("UpdateOffset", spb.UpdateOffsetResponse, consume.update_offset, request, context)
@@ -153,6 +160,12 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
 
     async def SyncLiteSubscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return spb.SyncLiteSubscriptionResponse(status=status(Code.UNSUPPORTED, "lite topics are not supported"))
+
+
+def _answered(rpc: str, code: str, seconds: float) -> None:
+    metrics.observe_rpc(rpc, code, seconds)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("rpc answered", extra=kv(rpc=rpc, code=code, ms=round(seconds * _MS_PER_S, 3)))
 
 
 def _not_yet(feature: str) -> Any:

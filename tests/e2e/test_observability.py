@@ -1,7 +1,8 @@
 """Observability end to end, merged and separated: every metric family of docs/metrics.md is served
 by the processes and the traffic-driven ones move when the official Python client produces and
 consumes; the message trace of a message that was retried and dead-lettered; the log level changed
-at runtime through the ops endpoint.
+at runtime through the ops endpoint, and JSON log lines that carry the client's request id and
+client id (a merged process of its own, started with `--log-json`).
 
 Metrics are scraped over HTTP from every process of the cluster (`Cluster.ops`) and summed per
 series, so the same assertions hold for one merged process and for the separated topology.
@@ -20,8 +21,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.support.clients import message, producer_and_consumer, send_all
-from tests.e2e.support.cluster import SLUICE, Cluster, _child_env
+from tests.e2e.support.clients import message, producer, producer_and_consumer, send_all
+from tests.e2e.support.cluster import SLUICE, Cluster, _child_env, start_merged
 from tests.helpers.procs import REPO_ROOT
 
 METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -213,3 +214,31 @@ def test_log_level_changes_at_runtime(cluster: Cluster) -> None:
         assert status == 400 and "use debug, info, warning or error" in json.loads(body)["error"]
         status, body = _http(address, "/loglevel", "PUT", b'{"level": "info"}')
         assert (status, json.loads(body)) == (200, {"level": "info"}), name
+
+
+def test_json_log_lines_carry_the_request_and_client_ids(tmp_path: Path, unique: Callable[[str], str]) -> None:
+    cluster = start_merged(tmp_path / "json-logs", extra_args=["--log-json"])
+    try:
+        ((name, ops),) = cluster.ops.items()
+        topic = cluster.create_topic(unique("t"))
+        assert _http(ops, "/loglevel", "PUT", b"debug")[0] == 200  # per-RPC lines are debug
+        with producer(cluster.endpoints, topic) as p:
+            send_all(p, [message(topic, b"logged")])
+            client_id = p.client_id
+        child = cluster.processes[name]
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            lines = [json.loads(ln) for ln in child.output().splitlines() if ln.startswith("{")]
+            sends = [d for d in lines if d.get("msg") == "rpc answered" and d.get("rpc") == "SendMessage"]
+            if sends or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert sends, f"no SendMessage line in {child.log_path}"
+        line = sends[0]
+        assert (line["level"], line["code"], line["client_id"]) == ("debug", "OK", client_id)
+        assert len(line["request_id"]) >= 8  # the client's x-mq-request-id (a UUID)
+        change = next(d for d in lines if d.get("msg") == "log level changed")
+        assert "request_id" not in change  # not logged on behalf of a client request
+    finally:
+        problems = cluster.stop()
+    assert not problems, problems
