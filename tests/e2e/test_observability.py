@@ -21,6 +21,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.e2e.support import raw
 from tests.e2e.support.clients import message, producer, producer_and_consumer, send_all
 from tests.e2e.support.cluster import SLUICE, Cluster, _child_env, start_merged
 from tests.helpers.procs import REPO_ROOT
@@ -242,3 +243,18 @@ def test_json_log_lines_carry_the_request_and_client_ids(tmp_path: Path, unique:
     finally:
         problems = cluster.stop()
     assert not problems, problems
+
+
+def test_rpc_counts_carry_the_answer_code(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """A send to a topic that does not exist is counted under its code, TOPIC_NOT_FOUND."""
+    missing = unique("missing")
+    labels = {"rpc": "SendMessage", "code": "TOPIC_NOT_FOUND"}
+    _, before = scrape(cluster)
+    with raw.stub(cluster.first_proxy) as s:
+        answer = raw.send(s, raw.message(missing), raw.message(missing))
+    assert raw.code_name(answer.status.code) == "TOPIC_NOT_FOUND"
+    _, after = scrape(cluster)
+    assert (
+        total(after, "sluice_proxy_rpc_requests_total", **labels)
+        == total(before, "sluice_proxy_rpc_requests_total", **labels) + 1
+    )
