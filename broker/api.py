@@ -284,3 +284,38 @@ class BrokerApi(Protocol):
         Each returned check counts as made: the half message is next due one check interval later.
         """
         ...
+
+    # observability
+    async def message_trace(self, message_id: str) -> list[TraceEvent]: ...  # oldest first
+
+
+# -- message trace (appended: see broker/trace.py and docs/observability.md) -----------------------
+
+# System property the proxy sets on each message it sends with the producer's client id; the broker
+# takes it off before storing (it feeds the trace's "sent" event only).
+SYSPROP_PRODUCER_CLIENT_ID = "__SLUICE_PRODUCER_CLIENT_ID"
+
+
+class TraceKind(Enum):
+    SENT = "sent"  # stored for a producer
+    DELIVERED = "delivered"  # handed to a consumer group (attempt counts deliveries)
+    ACKED = "acked"
+    INVISIBLE = "invisible"  # a consumer changed its invisible duration (a nack, a retry later)
+    DEAD_LETTERED = "dead_lettered"  # copied to the group's dead-letter topic
+    TIERED = "tiered"  # its queue range was uploaded to the object store
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    """One event in the life of a message on one broker."""
+
+    kind: TraceKind
+    time_ms: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    message_id: str = ""
+    group: str = ""
+    attempt: int = 0
+    client_id: str = ""
+    detail: dict[str, str] = field(default_factory=dict)  # born_host, dlq_topic, invisible_ms, object...

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.store.config import StoreConfig
+from common.metrics import MetricsConfig
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,24 @@ class TransactionConfig:
 
 
 @dataclass(frozen=True)
+class TraceConfig:
+    """Message trace (broker/trace.py): events of every message, kept `max_age_s`."""
+
+    enabled: bool = True
+    max_age_s: float = 72 * 3600.0
+    # Events are grouped by time bucket; retention drops whole buckets, a lookup seeks once per bucket.
+    bucket_s: float = 3600.0
+    flush_interval_ms: int = 200
+    # Events waiting for the next flush; beyond it they are dropped (and counted), sends never wait.
+    max_pending_events: int = 200_000
+    expire_interval_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.bucket_s <= 0 or self.max_age_s <= 0 or self.flush_interval_ms <= 0 or self.max_pending_events <= 0:
+            raise ValueError("trace: bucket_s, max_age_s, flush_interval_ms and max_pending_events must be positive")
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     name: str = "broker-a"
     cluster: str = "sluice"
@@ -72,6 +91,8 @@ class BrokerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     metrics_port: int = 0
     transaction: TransactionConfig = field(default_factory=TransactionConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
 
     @property
     def advertised_address(self) -> str:

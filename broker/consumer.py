@@ -36,6 +36,7 @@ from broker.metadata import Metadata
 from broker.popstate import EntryState, PopBatch, PopEntry, PopState
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
+from broker.trace import TraceRecorder
 from common.errors import (
     IllegalInvisibleTime,
     InvalidReceiptHandle,
@@ -58,7 +59,7 @@ def now_ms() -> int:
 class PopEngine:
     def __init__(
         self, *, broker_name: str, store: MessageStore, metadata: Metadata, state: PopState, hub: LongPollHub,
-        config: PopConfig, dead_letter: DeadLetter,
+        config: PopConfig, dead_letter: DeadLetter, trace: TraceRecorder,
     ) -> None:  # fmt: skip
         self._name = broker_name
         self._store = store
@@ -67,6 +68,7 @@ class PopEngine:
         self._hub = hub
         self._cfg = config
         self._dead_letter = dead_letter
+        self._trace = trace
         self._rotation = itertools.count()
         self.dead_lettered = 0
 
@@ -240,6 +242,8 @@ class PopEngine:
         return None
 
     def _deliver(self, rec: MessageRecord, entry: PopEntry, group: str) -> StoredMessage:
+        if self._trace.enabled:
+            self._trace.delivered(rec.topic, rec.queue_id, rec.queue_offset, group, entry.attempt)
         msg = to_stored(rec, entry.attempt)
         msg.invisible_until_ms = entry.invisible_until_ms
         msg.receipt_handle = receipt.ReceiptHandle(
@@ -281,6 +285,8 @@ class PopEngine:
             except SluiceError as exc:
                 results.append(AckResult(handle, False, int(exc.code), exc.message))
         batch.commit()
+        for position in done:
+            self._trace.acked(topic, position >> 64, position & 0xFFFF_FFFF_FFFF_FFFF, group)
         if release:
             self._hub.notify((group_key(group),))
         return results
@@ -312,6 +318,7 @@ class PopEngine:
         batch = self._state.batch()
         batch.put(group, topic, rh.queue_id, rh.queue_offset, new, entry)
         batch.commit()
+        self._trace.invisible(topic, rh.queue_id, rh.queue_offset, group, entry.attempt, invisible_ms)
         if invisible_ms == 0:
             self._hub.notify((group_key(group),))
         return receipt.ReceiptHandle(

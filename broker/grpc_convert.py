@@ -42,6 +42,8 @@ from broker.api import (
     StoredMessage,
     TopicSpec,
     TopicStatus,
+    TraceEvent,
+    TraceKind,
     TransactionCheck,
     TransactionResolution,
     TransactionSource,
@@ -445,3 +447,22 @@ def transaction_check_to_pb(check: TransactionCheck) -> pb.TransactionCheck:
 
 def transaction_check_from_pb(msg: pb.TransactionCheck) -> TransactionCheck:
     return TransactionCheck(msg.transaction_id, stored_from_pb(msg.message), msg.check)
+
+
+# -- message trace (appended) ---------------------------------------------------------------------
+
+
+def trace_event_to_pb(e: TraceEvent) -> pb.TraceEvent:
+    return pb.TraceEvent(kind=e.kind.value, time_ms=e.time_ms, topic=e.topic, queue_id=e.queue_id,
+                         queue_offset=e.queue_offset, message_id=e.message_id, group=e.group, attempt=e.attempt,
+                         client_id=e.client_id, detail=e.detail)  # fmt: skip
+
+
+def trace_event_from_pb(e: pb.TraceEvent) -> TraceEvent:
+    try:
+        kind = TraceKind(e.kind)
+    except ValueError:
+        raise BadRequest(f"unknown trace event kind {e.kind!r}") from None
+    return TraceEvent(kind=kind, time_ms=e.time_ms, topic=e.topic, queue_id=e.queue_id, queue_offset=e.queue_offset,
+                      message_id=e.message_id, group=e.group, attempt=e.attempt, client_id=e.client_id,
+                      detail=dict(e.detail))  # fmt: skip

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from broker.api import (
+    SYSPROP_PRODUCER_CLIENT_ID,
     AckResult,
     FilterSpec,
     GroupInfo,
@@ -29,6 +30,8 @@ from broker.api import (
     StoredMessage,
     TopicSpec,
     TopicStatus,
+    TraceEvent,
+    TraceKind,
     TransactionCheck,
     TransactionResolution,
     TransactionSource,
@@ -39,15 +42,19 @@ from broker.filter import FilterKind, MessageFilter, compile_filter
 from broker.longpoll import LongPollHub, topic_key
 from broker.messages import to_record, to_stored, validate_message, validate_queue
 from broker.metadata import METADATA_CFS, Metadata, validate_group_spec
+from broker.metrics import broker_samples
 from broker.popstate import POP_CFS, PopState
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
+from broker.trace import CF_TRACE, TRACE_CFS, TraceRecorder
 from broker.transaction.pending import TXN_CFS
 from broker.transaction.service import TransactionService
+from common import metrics
 from common.errors import BadRequest, Forbidden, OffsetNotFound, StoreClosed, TopicNotFound
 from common.logs import kv
 from common.model import (
     ALL_MESSAGE_TYPES,
+    DLQ_PREFIX,
     MessageType,
     TopicInfo,
     dlq_topic,
@@ -66,6 +73,7 @@ class _Parts:
     pop_state: PopState
     engine: PopEngine
     transactions: TransactionService
+    trace: TraceRecorder
 
 
 class LocalBroker:
@@ -77,6 +85,8 @@ class LocalBroker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         self._filters: dict[tuple[int, str], MessageFilter] = {}
+        self._trace_task: asyncio.Task[None] | None = None
+        self._unregister_metrics: Callable[[], None] | None = None
 
     @property
     def name(self) -> str:
@@ -88,30 +98,40 @@ class LocalBroker:
         loop = asyncio.get_running_loop()
         cfg = self.config
         self._store = await loop.run_in_executor(
-            None, lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS + TXN_CFS)
+            None, lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS + TXN_CFS + TRACE_CFS)
         )
         store = self._store
         metadata = Metadata(store.index)
         pop_state = PopState(store.index)
         self.hub = LongPollHub(loop)
         store.add_dispatch_listener(lambda touched: self.hub.notify_threadsafe({topic_key(t) for t, _ in touched}))
+        trace = TraceRecorder(cfg.name, cfg.trace, store.index.cf(CF_TRACE), store.index.handle(CF_TRACE),
+                              store.index.batch, store.index.write)  # fmt: skip
         engine = PopEngine(
             broker_name=cfg.name, store=store, metadata=metadata, state=pop_state, hub=self.hub,
-            config=cfg.pop, dead_letter=self._dead_letter,
+            config=cfg.pop, dead_letter=self._dead_letter, trace=trace,
         )  # fmt: skip
         transactions = TransactionService(cfg.name, store, cfg.transaction, cfg.advertised_address)
-        self._parts = _Parts(metadata, pop_state, engine, transactions)
+        self._parts = _Parts(metadata, pop_state, engine, transactions, trace)
         await transactions.start()
         self._tasks = [
             asyncio.create_task(self.engine.run_scanner(self._stop), name="redelivery-scanner"),
             asyncio.create_task(self._retention_loop(), name="retention"),
             asyncio.create_task(self._transaction_sweep_loop(), name="transaction-sweep"),
         ]
+        self._trace_task = asyncio.create_task(trace.run(self._stop), name="trace-writer")
+        self._unregister_metrics = metrics.register_source(lambda: broker_samples(self))
         log.info("broker started", extra=kv(name=cfg.name, data_dir=str(cfg.data_dir), topics=len(self.metadata.topics),
                                             groups=len(self.metadata.groups)))  # fmt: skip
 
     async def close(self) -> None:
         self._stop.set()
+        if self._unregister_metrics is not None:
+            self._unregister_metrics()
+            self._unregister_metrics = None
+        if self._trace_task is not None:  # it writes what is pending, then ends
+            task, self._trace_task = self._trace_task, None
+            await task
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -134,6 +154,14 @@ class LocalBroker:
         if self._parts is None:
             raise StoreClosed(f"broker {self.name} is not running")
         return self._parts
+
+    @property
+    def running(self) -> bool:
+        return self._parts is not None
+
+    @property
+    def trace(self) -> TraceRecorder:
+        return self._running().trace
 
     @property
     def metadata(self) -> Metadata:
@@ -282,11 +310,15 @@ class LocalBroker:
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
         validate_queue(info, queue_id)
         host = self.config.advertised_address
+        clients = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
         for msg in messages:
             validate_message(msg, info, self.config.limits)
         if any(m.message_type is MessageType.TRANSACTION for m in messages):
             return await self._send_half(topic, queue_id, messages)
         results = await self.store.append([to_record(topic, queue_id, m, host) for m in messages])
+        # One append takes consecutive offsets of its queue: one trace event for the whole range.
+        self.trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, clients[0],
+                        messages[0].born_host)  # fmt: skip
         return [SendResult(m.message_id, queue_id, r.queue_offset) for m, r in zip(messages, results, strict=True)]
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
@@ -307,7 +339,9 @@ class LocalBroker:
             message_type=rec.message_type, flags=rec.flags, born_timestamp_ms=rec.born_timestamp_ms,
             born_host=rec.born_host, store_host=self.config.advertised_address,
         )  # fmt: skip
-        await self.store.append([copy])
+        (stored,) = await self.store.append([copy])
+        self.trace.dead_lettered(rec.topic, rec.queue_id, rec.queue_offset, rec.message_id, group, attempts, name,
+                                 stored.queue_offset)  # fmt: skip
 
     # -- pop consumption -------------------------------------------------------------------------
 
@@ -447,3 +481,28 @@ class LocalBroker:
                 self.transactions.sweep()
             except Exception:
                 log.exception("transaction sweep failed")
+
+    # -- observability ---------------------------------------------------------------------------
+
+    async def message_trace(self, message_id: str) -> list[TraceEvent]:
+        """Every recorded event of a message id on this broker, oldest first (empty if none)."""
+        if not message_id:
+            raise BadRequest("a message id is required")
+        if len(message_id) > self.config.limits.max_message_id_chars:
+            raise BadRequest(f"message id longer than {self.config.limits.max_message_id_chars} characters")
+        trace, store = self.trace, self.store
+        return await asyncio.get_running_loop().run_in_executor(None, _lookup_trace, trace, store, message_id)
+
+
+def _lookup_trace(trace: TraceRecorder, store: MessageStore, message_id: str) -> list[TraceEvent]:
+    """The trace of a message: where the store holds it (message-id index) and the events at each copy."""
+    events: list[TraceEvent] = []
+    for rec in store.find_by_id(message_id):
+        found = trace.position_events(rec.topic, rec.queue_id, rec.queue_offset, message_id)
+        if not rec.topic.startswith(DLQ_PREFIX) and not any(e.kind is TraceKind.SENT for e in found):
+            # Stored while tracing was off (or its event expired): the store still knows when and from where.
+            detail = {"host": rec.born_host, "source": "store"}
+            found.append(TraceEvent(TraceKind.SENT, rec.store_timestamp_ms, rec.topic, rec.queue_id, rec.queue_offset,
+                                    message_id=message_id, detail=detail))  # fmt: skip
+        events.extend(found)
+    return sorted(events, key=lambda e: e.time_ms)

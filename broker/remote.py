@@ -37,12 +37,14 @@ from broker.api import (
     StoredMessage,
     TopicSpec,
     TopicStatus,
+    TraceEvent,
     TransactionCheck,
     TransactionResolution,
     TransactionSource,
 )
 from common.config import ConfigError
 from common.errors import BadRequest, Unavailable
+from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, current_request
 from proto.rpc import error_from_rpc
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
@@ -309,6 +311,14 @@ class RemoteBroker:
         response = await self._call(self._stub.ClaimTransactionChecks, request)
         return [convert.transaction_check_from_pb(c) for c in response.checks]
 
+    # -- observability --------------------------------------------------------------------------
+
+    async def message_trace(self, message_id: str) -> list[TraceEvent]:
+        with _encoding("message_trace"):
+            request = pb.MessageTraceRequest(message_id=message_id)
+        response = await self._call(self._stub.MessageTrace, request)
+        return [convert.trace_event_from_pb(e) for e in response.events]
+
     # -- internals ------------------------------------------------------------------------------
 
     def _long_poll_timeout_s(self, long_poll_ms: int) -> float:
@@ -317,8 +327,11 @@ class RemoteBroker:
     async def _call(self, method: Any, request: Any, timeout_s: float | None = None) -> Any:
         if self._closed:
             raise Unavailable(f"{self._target}: client is closed")
+        request_id, client_id = current_request()
+        metadata = ((MD_REQUEST_ID, request_id), (MD_CLIENT_ID, client_id)) if request_id or client_id else None
         try:
-            return await method(request, timeout=timeout_s if timeout_s is not None else self._timeout_s)
+            return await method(request, timeout=timeout_s if timeout_s is not None else self._timeout_s,
+                                metadata=metadata)  # fmt: skip
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(exc, self._target) from None
 

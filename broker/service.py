@@ -203,3 +203,10 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     ) -> pb.ClaimTransactionChecksResponse:
         checks = await self._api.claim_transaction_checks(list(request.topics), request.max_checks)
         return pb.ClaimTransactionChecksResponse(checks=[convert.transaction_check_to_pb(c) for c in checks])
+
+    # -- observability (appended) ---------------------------------------------------------------
+
+    @internal_rpc
+    async def MessageTrace(self, request: pb.MessageTraceRequest, context: Context) -> pb.MessageTraceResponse:
+        events = await self._api.message_trace(request.message_id)
+        return pb.MessageTraceResponse(events=[convert.trace_event_to_pb(e) for e in events])

@@ -2,7 +2,14 @@
 
     GET /healthz   200 while the process runs (liveness)
     GET /readyz    200 only while every part of the process can serve, else 503 (readiness)
-    GET /metrics   Prometheus metrics of the process (prometheus-client's default registry)
+    GET /metrics   Prometheus metrics of the process (prometheus-client's default registry; the
+                   families are defined in common/metrics.py and listed in docs/metrics.md)
+    GET /loglevel  the process's log level, as JSON {"level": "info"}
+    PUT /loglevel  change it at runtime; the body is the level (debug, info, warning, error) as
+                   plain text or as JSON {"level": "debug"}; 400 for an unknown level
+
+The endpoint listens on the process's host (127.0.0.1 by default): whoever reaches it can change
+the log level, like whoever can send the process a signal.
 
 Parts report readiness through `Readiness.set(part, ready)`; a process is ready when it has at
 least one part and all of them are ready. A draining proxy reports not ready, so load balancers
@@ -14,11 +21,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from common.httpserver import Request, Response, Routes, serve_http, text_response
+from common.httpserver import HttpError, Request, Response, Routes, json_response, serve_http, text_response
+from common.logs import get_level, kv, set_level
+
+log = logging.getLogger("sluice.ops")
 
 
 class Readiness:
@@ -46,7 +57,38 @@ def routes(readiness: Readiness) -> Routes:
     async def metrics(_: Request) -> Response:
         return Response(200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY))
 
-    return {("GET", "/healthz"): healthz, ("GET", "/readyz"): readyz, ("GET", "/metrics"): metrics}
+    async def get_loglevel(_: Request) -> Response:
+        return json_response({"level": get_level()})
+
+    async def put_loglevel(request: Request) -> Response:
+        level = _parse_level(request.body)
+        try:
+            set_level(level)
+        except ValueError as exc:
+            raise HttpError(400, str(exc)) from None
+        log.warning("log level changed", extra=kv(level=level, by=request.remote))
+        return json_response({"level": get_level()})
+
+    return {
+        ("GET", "/healthz"): healthz, ("GET", "/readyz"): readyz, ("GET", "/metrics"): metrics,
+        ("GET", "/loglevel"): get_loglevel, ("PUT", "/loglevel"): put_loglevel,
+    }  # fmt: skip
+
+
+def _parse_level(body: bytes) -> str:
+    text = body.decode("utf-8", "replace").strip()
+    if text.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            raise HttpError(400, 'the body is not valid JSON; send {"level": "debug"} or just: debug') from None
+        level = doc.get("level") if isinstance(doc, dict) else None
+        if not isinstance(level, str):
+            raise HttpError(400, 'the JSON body needs a "level" string, e.g. {"level": "debug"}')
+        return level
+    if not text:
+        raise HttpError(400, "the body is empty; send the level: debug, info, warning or error")
+    return text
 
 
 async def serve_ops(

@@ -4,19 +4,24 @@ A server handler raises `SluiceError`s as usual; `@internal_rpc` turns any excep
 error status whose trailing metadata carries the `apache.rocketmq.v2.Code` (`x-sluice-code`) and
 whose details carry the readable message. The client side calls `error_from_rpc` to rebuild the
 same `SluiceError` class, so a caller of a Cluster backend sees exactly what a Local one raises.
-Unknown exceptions are logged with their traceback and sent as INTERNAL_SERVER_ERROR.
+Unknown exceptions are logged with their traceback and sent as INTERNAL_SERVER_ERROR. Every call is
+counted and timed per service, method and result code (`sluice_internal_rpc_*`, common/metrics.py).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
 
+from common import metrics
+from common.codes import Code
 from common.errors import InternalError, SluiceError, Unavailable, code_of, error_for_code
+from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, bind_request
 
 CODE_KEY = "x-sluice-code"
 log = logging.getLogger("sluice.rpc")
@@ -41,19 +46,41 @@ def internal_rpc(
 ) -> Callable[..., Awaitable[R]]:
     """Decorate a unary grpc.aio servicer method so every exception leaves as a coded status."""
 
+    service, _, method = handler.__qualname__.rpartition(".")
+    service = service.removesuffix("Servicer").removesuffix("Service").lower() or "internal"
+
     @functools.wraps(handler)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> R:
+        started = time.perf_counter()
+        code = Code.OK.name
+        _bind_caller(context)
         try:
             return await handler(self, request, context)
         except SluiceError as exc:
+            code = exc.code.name
             await abort_with(context, exc)
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
+            code = Code.INTERNAL_SERVER_ERROR.name
             log.exception("internal rpc %s failed", handler.__name__)
             await abort_with(context, exc)
+        finally:
+            metrics.observe_internal_rpc(service, method, code, time.perf_counter() - started)
 
     return wrapper
+
+
+def _bind_caller(context: grpc.aio.ServicerContext) -> None:
+    """Log lines of this call carry the request id and client id of the client request behind it."""
+    request_id = client_id = ""
+    for key, value in context.invocation_metadata() or ():
+        if key == MD_REQUEST_ID:
+            request_id = value if isinstance(value, str) else value.decode("utf-8", "replace")
+        elif key == MD_CLIENT_ID:
+            client_id = value if isinstance(value, str) else value.decode("utf-8", "replace")
+    if request_id or client_id:
+        bind_request(request_id, client_id)
 
 
 def error_from_rpc(exc: grpc.aio.AioRpcError | grpc.RpcError, target: str = "") -> SluiceError:

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 
+from common import metrics
 from navigation.model import ProxyLoad
 from proxy.config import ProxyConfig
 from proxy.core.checkback import CheckBackRegistry, OrphanChecker
@@ -54,17 +55,26 @@ class ProxyApp:
             self._touched_groups.clear()
         self._touched_groups.add(group)
 
+    def metric_samples(self) -> list[metrics.Sample]:
+        """Scrape-time metrics of this proxy: connected clients and RPCs in flight."""
+        out: list[metrics.Sample] = [(metrics.PROXY_IN_FLIGHT, (), float(self.in_flight))]
+        for (language, version), n in self.sessions.count_by_client().items():
+            out.append((metrics.PROXY_CLIENTS, (language, version), float(n)))
+        return out
+
     async def run(self, stop: asyncio.Event) -> None:
         """Background work until `stop`: auto renew, session expiry, announcing to navigation."""
         renew = asyncio.create_task(self.renewer.run(stop), name="auto-renew")
         announce = asyncio.create_task(self.fleet.run(stop), name="navigation-announcer")
         orphans = asyncio.create_task(self.orphans.run(stop), name="transaction-check-back")
+        unregister = metrics.register_source(self.metric_samples)
         try:
             while not stop.is_set():
                 self.sessions.sweep()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 5.0)
         finally:
+            unregister()
             await renew
             await announce
             await orphans

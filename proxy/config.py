@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common.metrics import MetricsConfig
+
 
 @dataclass(frozen=True)
 class ClientSettingsConfig:
@@ -76,6 +78,7 @@ class ProxyConfig:
     # Share the listening port with sibling workers (SO_REUSEPORT; set by --workers).
     reuse_port: bool = False
     transaction: TransactionCheckConfig = field(default_factory=TransactionCheckConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @property
     def advertised_address(self) -> str:

@@ -32,6 +32,7 @@ from broker.store.record import seal
 from broker.store.segments import Segment, SegmentSet
 from common.errors import StoreClosed, TooManyRequests, Unavailable
 from common.logs import kv
+from common.metrics import observe_flush
 
 log = logging.getLogger("sluice.store.writer")
 
@@ -201,7 +202,9 @@ class CommitLogWriter:
                 results.append(out)
             self._write(chunks, pos)
             if self._cfg.flush_policy == "sync":
+                started = time.perf_counter()
                 os.fdatasync(self._fd)
+                observe_flush(time.perf_counter() - started)
                 self.flushed_position = self._seg.end
         except OSError as exc:
             self._rollback(start_seg, start_size, saved)
@@ -287,7 +290,9 @@ class CommitLogWriter:
                 continue
             with self._fd_lock:
                 if self._fd >= 0:
+                    started = time.perf_counter()
                     os.fdatasync(self._fd)
+                    observe_flush(time.perf_counter() - started)
             self.flushed_position = max(self.flushed_position, target)
 
 

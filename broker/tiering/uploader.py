@@ -40,6 +40,7 @@ from broker.tiering.config import TieringConfig
 from broker.tiering.manifest import Manifest, SegmentEntry
 from broker.tiering.objectstore import ObjectStore
 from broker.tiering.segment import encode_segment
+from common import metrics
 from common.errors import SluiceError, Unavailable
 from common.logs import kv
 
@@ -348,3 +349,12 @@ class Uploader:
         lag_s = 0.0 if oldest_ms is None else max(0.0, self._clock() - oldest_ms / 1000)
         return TopicStatus(topic, local, tiered, lag_messages, lag_s, sum(s.size for s in segs), len(segs),
                            st.last_error, st.failures, st.last_upload_ms)  # fmt: skip
+
+
+def tier_metric_samples(broker: str, uploader: Uploader) -> list[metrics.Sample]:
+    """Scrape-time tier metrics of one broker (`sluice_tier_upload_lag_messages` per topic).
+
+    The broker registers it while tiering runs: `metrics.register_source(lambda: tier_metric_samples(name, up))`.
+    Reads RocksDB and the manifest (cheap, like `status`), on the scraping thread.
+    """
+    return [(metrics.TIER_UPLOAD_LAG, (broker, s.topic), float(s.lag_messages)) for s in uploader.status()]

@@ -7,6 +7,7 @@
     group create NAME [--fifo] [--max-attempts N] [--retry-policy P] [--consume-from C]
     group list | group describe NAME | group delete NAME
     message get --topic T --id ID | message find --topic T --key K [--limit N]
+    message trace --id ID    (the life of a message: sent, delivered, acked, dead-lettered, tiered)
     broker list
 
 The shared options may also follow the action (`sluice admin topic list --json`). Output is an
@@ -26,7 +27,7 @@ from typing import TypeAlias
 from broker.api import GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
-from deploy.admin import groups, messages, topics
+from deploy.admin import groups, messages, topics, trace
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
 from deploy.admin.output import Report, render_json, render_table
 from deploy.admin.parse import parse_consume_from, parse_message_types, parse_names, parse_retry_policy
@@ -166,6 +167,14 @@ def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParse
     find.add_argument("--topic", required=True, metavar="T")
     find.add_argument("--key", required=True, metavar="K")
     find.add_argument("--limit", type=int, default=DEFAULT_FIND_LIMIT, metavar="N", help="at most N per broker")
+    traced = _leaf(
+        actions,
+        "trace",
+        shared,
+        _message_trace,
+        "the life of a message: sent, delivered (per group, per attempt), acked, dead-lettered, tiered",
+    )
+    traced.add_argument("--id", required=True, metavar="ID", dest="message_id")
 
 
 def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
@@ -223,6 +232,10 @@ async def _message_find(cluster: Cluster, args: argparse.Namespace) -> Report:
     if args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")
     return await messages.find_messages(cluster, args.topic, args.key, args.limit)
+
+
+async def _message_trace(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await trace.trace_message(cluster, args.message_id)
 
 
 async def _broker_list(cluster: Cluster, args: argparse.Namespace) -> Report:

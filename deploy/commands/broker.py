@@ -13,6 +13,7 @@ import asyncio
 
 from broker.config import BrokerConfig
 from broker.server import run_broker
+from common import metrics
 from common.config import load_config
 from common.logs import setup_logging
 from deploy.ops import Readiness, ops_server
@@ -51,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="create topics and consumer groups on first use",
     )
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
+    parser.add_argument(
+        "--no-metrics", action="store_true", default=None,
+        help="do not update the per-request counters and histograms (scrape-time gauges stay)",
+    )  # fmt: skip
+    parser.add_argument("--no-trace", action="store_true", default=None, help="do not record message traces")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -71,9 +77,12 @@ def run(args: argparse.Namespace) -> int:
             "store.commitlog.flush_policy": args.flush,
             "store.commitlog.segment_bytes": args.segment_bytes,
             "auto_create": args.auto_create,
+            "metrics.enabled": False if args.no_metrics else None,
+            "trace.enabled": False if args.no_trace else None,
         },
     )
     setup_logging(args.log_level, args.log_json)
+    metrics.configure(config.metrics)
 
     def announce(address: str) -> None:
         print(f"broker {config.name} listening on {address}", flush=True)

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import sys
 
+from common import metrics
 from common.config import ConfigError, load_config
 from common.errors import Unavailable
 from common.logs import setup_logging
@@ -50,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz (worker i: +i)")
+    parser.add_argument(
+        "--no-metrics", action="store_true", default=None,
+        help="do not update the per-request counters and histograms (scrape-time gauges stay)",
+    )  # fmt: skip
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -85,12 +90,13 @@ def run(args: argparse.Namespace) -> int:
             "namesrv": parse_addresses(args.namesrv) if args.namesrv else None,
             "navigation": parse_navigation(args.navigation) if args.navigation else None, "zone": args.zone,
             "proxy_id": proxy_id, "drain_s": args.drain_s, "reuse_port": args.reuse_port or None,
-            "metrics_port": metrics_port,
+            "metrics_port": metrics_port, "metrics.enabled": False if args.no_metrics else None,
         },
     )  # fmt: skip
     if not config.namesrv:
         raise ConfigError("--namesrv is required (or namesrv in the [proxy] table of the config file)")
     setup_logging(args.log_level, args.log_json)
+    metrics.configure(config.metrics)
 
     async def main(stop: asyncio.Event) -> int:
         readiness = Readiness()

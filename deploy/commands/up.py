@@ -15,6 +15,7 @@ import asyncio
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.server import run_broker
+from common import metrics
 from common.config import load_config, read_toml
 from common.logs import setup_logging
 from deploy.ops import Readiness, ops_server
@@ -42,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flush", choices=("sync", "async"), help="acknowledge after fsync (sync) or write (async)")
     parser.add_argument("--no-auto-create", action="store_true", help="do not create topics and groups on first use")
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
+    parser.add_argument(
+        "--no-metrics", action="store_true", default=None,
+        help="do not update the per-request counters and histograms (scrape-time gauges stay)",
+    )  # fmt: skip
+    parser.add_argument("--no-trace", action="store_true", default=None, help="do not record message traces")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -56,15 +62,19 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
             "host": args.host, "port": args.broker_port, "data_dir": args.data_dir or "data/broker",
             "namesrv": [f"{ns.host}:{ns.port}"], "auto_create": not args.no_auto_create,
             "store.commitlog.flush_policy": args.flush,
+            "metrics.enabled": False if args.no_metrics else None, "trace.enabled": False if args.no_trace else None,
         },
     )  # fmt: skip
-    proxy = load_config(ProxyConfig, section="proxy", data=data, overrides={"host": args.host, "port": args.port})
+    proxy = load_config(ProxyConfig, section="proxy", data=data, overrides={
+        "host": args.host, "port": args.port, "metrics.enabled": False if args.no_metrics else None})  # fmt: skip
     return ns, broker, proxy
 
 
 def run(args: argparse.Namespace) -> int:
     ns_cfg, broker_cfg, proxy_cfg = configs(args)
     setup_logging(args.log_level, args.log_json)
+    # One process, one switch: the proxy's table decides (the flag sets both).
+    metrics.configure(proxy_cfg.metrics)
 
     async def main(stop: asyncio.Event) -> int:
         ns_stop, broker_stop = asyncio.Event(), asyncio.Event()

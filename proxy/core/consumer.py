@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from broker import receipt
 from broker.api import AckResult, BrokerApi, FilterSpec, PopRequest, StoredMessage
+from common import metrics
 from common.errors import Forbidden, InvalidReceiptHandle, SluiceError
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
@@ -57,6 +58,8 @@ class ConsumerService:
         request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
                              auto_create_group=True)  # fmt: skip
         messages = await self._dir.broker(broker).pop(request)
+        if messages:
+            metrics.count_out(spec.topic, spec.group, len(messages), sum(len(m.body) for m in messages))
         if auto_renew:
             for m in messages:
                 self._renewer.add(ctx.client_id, broker, spec.group, spec.topic, m.receipt_handle,
@@ -89,7 +92,9 @@ class ConsumerService:
                     results[h] = AckResult(h, False, int(exc.code), exc.message)
         for h in handles:
             self._renewer.remove(h)
-        return [results[h] for h in handles]
+        out = [results[h] for h in handles]
+        metrics.count_acked(topic, group, sum(1 for r in out if r.ok))
+        return out
 
     async def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         api = await self._handle_broker(handle)

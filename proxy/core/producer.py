@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from broker.api import OutgoingMessage, SendResult, TransactionResolution, TransactionSource
 from broker.transaction import txid
+from common import metrics
 from common.errors import InvalidTransactionId, SluiceError
 from proxy.core.routing import QueueSelector
 from proxy.directory import BrokerDirectory, BrokerRoute
@@ -57,9 +58,11 @@ class ProducerService:
                 outcomes[i] = exc
         for (topic, broker, qid), indexes in placed.items():
             try:
-                results = await self._dir.broker(broker).send(topic, qid, [items[i][1] for i in indexes])
+                batch = [items[i][1] for i in indexes]
+                results = await self._dir.broker(broker).send(topic, qid, batch)
                 for i, r in zip(indexes, results, strict=True):
                     outcomes[i] = r
+                metrics.count_in(topic, len(batch), sum(len(m.body) for m in batch))
             except SluiceError as exc:
                 for i in indexes:
                     outcomes[i] = exc

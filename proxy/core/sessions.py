@@ -61,6 +61,14 @@ class SessionRegistry:
             self.terminate(cid)
         return gone
 
+    def count_by_client(self) -> dict[tuple[str, str], int]:
+        """Sessions by (language, version); unknown parts as UNKNOWN."""
+        out: dict[tuple[str, str], int] = {}
+        for s in self.sessions.values():
+            key = (s.language or "UNKNOWN", s.version or "UNKNOWN")
+            out[key] = out.get(key, 0) + 1
+        return out
+
     def count_by_language(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for s in self.sessions.values():

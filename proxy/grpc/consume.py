@@ -16,6 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from broker import receipt
 from broker.api import FilterKind, FilterSpec, OffsetPolicy
+from common import metrics
 from common.codes import Code
 from common.errors import BadRequest, IllegalFilterExpression, InvalidReceiptHandle
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -153,6 +154,8 @@ async def pull_message(
     except Exception as exc:
         yield spb.PullMessageResponse(status=status_of(exc, "PullMessage"))
         return
+    if result.messages:
+        metrics.count_out(topic, group, len(result.messages), sum(len(m.body) for m in result.messages))
     code = OK if result.messages else status(Code.MESSAGE_NOT_FOUND, "no new message")
     yield spb.PullMessageResponse(status=code)
     for m in result.messages:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.api import OutgoingMessage
+from broker.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage
 from common.codes import Code
 from common.errors import MessageBodyTooLarge, SluiceError
 from proto.apache.rocketmq.v2 import service_pb2 as spb
@@ -25,7 +25,9 @@ async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMess
             # their Settings reply arrives (it is below the broker's own limit, see config.py).
             if len(msg.body) > max_body:
                 raise MessageBodyTooLarge(f"message body is {len(msg.body)} bytes; at most {max_body} are accepted")
-            converted.append((topic, convert.outgoing(msg, ctx.peer)))
+            out = convert.outgoing(msg, ctx.peer)
+            out.system_properties[SYSPROP_PRODUCER_CLIENT_ID] = ctx.client_id  # for the trace; not stored
+            converted.append((topic, out))
         except SluiceError as exc:
             converted.append(exc)
     items = [c for c in converted if not isinstance(c, SluiceError)]

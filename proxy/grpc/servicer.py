@@ -3,23 +3,35 @@
 Each method builds the request context, calls its handler (route, produce, consume, telemetry
 modules) and turns any failure into the response's Status via `status_of` — never a gRPC error,
 never a crash. RPCs for features Sluice does not have yet answer NOT_IMPLEMENTED.
+
+Every unary RPC, ReceiveMessage and PullMessage is counted by the Code of its answer and timed
+(`common.metrics.observe_rpc`); Telemetry streams live as long as the client and are not timed.
+At debug level each answer is also logged (RPC, code, duration; the request id and client id come
+with every line, see common/logs.py): switch it on at runtime with `PUT /loglevel` when needed.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
 
+from common import metrics
 from common.codes import Code
+from common.logs import kv
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proto.apache.rocketmq.v2 import service_pb2_grpc
 from proxy import names
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
 from proxy.grpc import consume, produce, route, telemetry, transaction
-from proxy.grpc.status import OK, request_context, status, status_of
+from proxy.grpc.status import OK, code_name, request_context, status, status_of
+
+log = logging.getLogger("sluice.proxy.rpc")
+_MS_PER_S = 1000.0
 
 Resp = TypeVar("Resp")
 Handler = Callable[[ProxyApp, RequestContext, Any], Awaitable[Resp]]
@@ -34,12 +46,15 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> Resp:  # fmt: skip
         self.app.in_flight += 1
+        started = time.perf_counter()
         try:
-            return await handler(self.app, request_context(context), request)
+            answer = await handler(self.app, request_context(context), request)
         except Exception as exc:
-            return response(status=status_of(exc, rpc))
+            answer = response(status=status_of(exc, rpc))
         finally:
             self.app.in_flight -= 1
+        _answered(rpc, code_name(answer.status.code), time.perf_counter() - started)  # type: ignore[attr-defined]
+        return answer
 
     async def QueryRoute(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._unary("QueryRoute", spb.QueryRouteResponse, route.query_route, request, context)
@@ -64,16 +79,23 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
 
     async def ReceiveMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         self.app.in_flight += 1
+        started = time.perf_counter()
+        code = "CANCELLED"  # the stream ended before its status frame (client went away)
         try:
             try:
                 ctx = request_context(context)
             except Exception as exc:
-                yield spb.ReceiveMessageResponse(status=status_of(exc, "ReceiveMessage"))
+                frame = spb.ReceiveMessageResponse(status=status_of(exc, "ReceiveMessage"))
+                code = code_name(frame.status.code)
+                yield frame
                 return
             async for frame in consume.receive_message(self.app, ctx, request):
+                if frame.HasField("status"):
+                    code = code_name(frame.status.code)
                 yield frame
         finally:
             self.app.in_flight -= 1
+            _answered("ReceiveMessage", code, time.perf_counter() - started)
 
     async def AckMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._unary("AckMessage", spb.AckMessageResponse, consume.ack_message, request, context)
@@ -87,13 +109,22 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                                  consume.forward_to_dead_letter, request, context)  # fmt: skip
 
     async def PullMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        started = time.perf_counter()
+        code = "CANCELLED"
         try:
-            ctx = request_context(context)
-        except Exception as exc:
-            yield spb.PullMessageResponse(status=status_of(exc, "PullMessage"))
-            return
-        async for frame in consume.pull_message(self.app, ctx, request):
-            yield frame
+            try:
+                ctx = request_context(context)
+            except Exception as exc:
+                frame = spb.PullMessageResponse(status=status_of(exc, "PullMessage"))
+                code = code_name(frame.status.code)
+                yield frame
+                return
+            async for frame in consume.pull_message(self.app, ctx, request):
+                if frame.HasField("status"):
+                    code = code_name(frame.status.code)
+                yield frame
+        finally:
+            _answered("PullMessage", code, time.perf_counter() - started)
 
     async def UpdateOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._unary("UpdateOffset", spb.UpdateOffsetResponse, consume.update_offset, request, context)
@@ -130,6 +161,12 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
 
     async def SyncLiteSubscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return spb.SyncLiteSubscriptionResponse(status=status(Code.UNSUPPORTED, "lite topics are not supported"))
+
+
+def _answered(rpc: str, code: str, seconds: float) -> None:
+    metrics.observe_rpc(rpc, code, seconds)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("rpc answered", extra=kv(rpc=rpc, code=code, ms=round(seconds * _MS_PER_S, 3)))
 
 
 def _not_yet(feature: str) -> Any:

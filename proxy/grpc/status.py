@@ -16,7 +16,7 @@ import grpc
 
 from common.codes import Code
 from common.errors import ClientIdRequired, SluiceError, code_of
-from common.logs import kv
+from common.logs import bind_request, kv
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proxy.context import RequestContext
 
@@ -44,6 +44,14 @@ def status_of(exc: BaseException, rpc: str = "") -> pb.Status:
     return status(Code.INTERNAL_SERVER_ERROR, f"internal error ({type(exc).__name__}); see the proxy log")
 
 
+_CODE_NAMES = {int(c): c.name for c in Code}
+
+
+def code_name(code: int) -> str:
+    """The Code name of a status code, for metric labels (unknown numbers as themselves)."""
+    return _CODE_NAMES.get(code) or str(code)
+
+
 def common_status(codes: Iterable[pb.Status]) -> pb.Status:
     """The top-level status of a batch: the entries' common status, or MULTIPLE_RESULTS."""
     items = list(codes)
@@ -62,6 +70,7 @@ def request_context(context: grpc.aio.ServicerContext, *, require_client_id: boo
     client_id = md.get(H_CLIENT_ID, "")
     if require_client_id and not client_id:
         raise ClientIdRequired("the x-mq-client-id header is missing; every official client sends it")
+    bind_request(md.get(H_REQUEST_ID, ""), client_id)
     remaining = context.time_remaining()
     return RequestContext(
         client_id=client_id,

@@ -323,3 +323,22 @@ def test_s3_outage_pauses_deletion_and_backlog_uploads_after(
     assert_manifest_matches_bucket(rig, "orders")
     for q in range(QUEUES):
         assert rig.cold("orders", q) == rig.local("orders", q)
+
+
+def test_upload_lag_is_exposed_per_topic(config: TieringConfig, rigs: Callable[..., TierRig]) -> None:
+    from broker.tiering.uploader import tier_metric_samples
+    from common import metrics
+
+    rig = rigs(dataclasses.replace(config, min_age_s=HOUR_S))
+    fill(rig.store, TOPICS, QUEUES, 20)
+    before = {labels: value for _, labels, value in tier_metric_samples("b1", rig.uploader)}
+    assert before == {("b1", "orders"): 3 * 20.0, ("b1", "audit"): 3 * 20.0}
+
+    async def scenario() -> None:
+        await rig.uploader.upload_now("orders")
+        await rig.uploader.close()
+
+    run(scenario())
+    samples = tier_metric_samples("b1", rig.uploader)
+    assert {f.name for f, _, _ in samples} == {metrics.TIER_UPLOAD_LAG.name}
+    assert {labels: value for _, labels, value in samples} == {("b1", "orders"): 0.0, ("b1", "audit"): 60.0}

@@ -9,7 +9,9 @@ Two topologies, one `Cluster` object:
   `sluice proxy --namesrv ...`. The client endpoint string names both proxies
   (`"127.0.0.1:P1;127.0.0.1:P2"`); the Python client connects pick-first.
 
-Topics and groups are created through `sluice admin` subprocesses in both. `Cluster.stop()` stops
+Every process serves its ops endpoint (`--metrics-port`, /metrics, /loglevel) on a free port of its
+own, listed in `Cluster.ops` by process name. Topics and groups are created through `sluice admin`
+subprocesses in both. `Cluster.stop()` stops
 every process it started by PID (SIGTERM, SIGKILL after a timeout) and reports any that is left.
 
 This module imports nothing of Sluice: the end-to-end process holds the official client's
@@ -53,6 +55,7 @@ class Cluster:
     killed: set[str] = field(default_factory=set)  # processes a test killed on purpose
     # How each process was started (argv, port, ready line), so a test can restart it.
     launches: dict[str, tuple[list[str], int, str]] = field(default_factory=dict)
+    ops: dict[str, str] = field(default_factory=dict)  # process name -> host:port of its ops endpoint
 
     @property
     def endpoints(self) -> str:
@@ -146,10 +149,13 @@ def _child_env() -> dict[str, str]:
 def _start(
     cluster: Cluster, name: str, argv: Sequence[str], port: int, ready_line: str, *, log_name: str = ""
 ) -> ChildProcess:
-    child = start_process(argv, port=port, log_path=cluster.root / f"{log_name or name}.log", name=name,
+    cluster.launches[name] = (list(argv), port, ready_line)
+    ops_port = free_port()
+    cluster.ops[name] = f"{LOOPBACK}:{ops_port}"
+    child = start_process([*argv, "--metrics-port", str(ops_port)], port=port,
+                          log_path=cluster.root / f"{log_name or name}.log", name=name,
                           timeout_s=START_TIMEOUT_S)  # fmt: skip
     cluster.processes[name] = child
-    cluster.launches[name] = (list(argv), port, ready_line)
     deadline = time.monotonic() + START_TIMEOUT_S
     while ready_line not in child.output():
         if not child.running() or time.monotonic() >= deadline:

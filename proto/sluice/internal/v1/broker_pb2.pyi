@@ -694,3 +694,46 @@ class ClaimTransactionChecksResponse(_message.Message):
     CHECKS_FIELD_NUMBER: _ClassVar[int]
     checks: _containers.RepeatedCompositeFieldContainer[TransactionCheck]
     def __init__(self, checks: _Optional[_Iterable[_Union[TransactionCheck, _Mapping]]] = ...) -> None: ...
+
+class MessageTraceRequest(_message.Message):
+    __slots__ = ("message_id",)
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class TraceEvent(_message.Message):
+    __slots__ = ("kind", "time_ms", "topic", "queue_id", "queue_offset", "message_id", "group", "attempt", "client_id", "detail")
+    class DetailEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    time_ms: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    message_id: str
+    group: str
+    attempt: int
+    client_id: str
+    detail: _containers.ScalarMap[str, str]
+    def __init__(self, kind: _Optional[str] = ..., time_ms: _Optional[int] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., message_id: _Optional[str] = ..., group: _Optional[str] = ..., attempt: _Optional[int] = ..., client_id: _Optional[str] = ..., detail: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class MessageTraceResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[TraceEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[TraceEvent, _Mapping]]] = ...) -> None: ...

@@ -170,6 +170,11 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimTransactionChecksRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimTransactionChecksResponse.FromString,
                 _registered_method=True)
+        self.MessageTrace = channel.unary_unary(
+                '/sluice.internal.v1.Broker/MessageTrace',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MessageTraceRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MessageTraceResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -345,6 +350,13 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MessageTrace(self, request, context):
+        """observability (appended)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -482,6 +494,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ClaimTransactionChecks,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimTransactionChecksRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimTransactionChecksResponse.SerializeToString,
+            ),
+            'MessageTrace': grpc.unary_unary_rpc_method_handler(
+                    servicer.MessageTrace,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MessageTraceRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MessageTraceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1214,6 +1231,33 @@ class Broker:
             '/sluice.internal.v1.Broker/ClaimTransactionChecks',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimTransactionChecksRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimTransactionChecksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MessageTrace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/MessageTrace',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MessageTraceRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MessageTraceResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,232 @@
+"""Message trace: the broker records the life of every message and answers "what happened to id X".
+
+Recording is cheap on the hot path: a send appends one tuple per append (the offset range it took,
+not one per message); pops, acks and dead-lettering one per message; all to an in-memory list, on
+the event loop's thread. The `run` task swaps
+the list out every `flush_interval_ms` and writes it with one RocksDB WriteBatch in an executor
+thread (byte layout: broker/tracekeys.py). The list is bounded (`max_pending_events`); beyond it
+events are dropped and counted (`sluice_trace_events_dropped_total`), never blocking a send.
+
+Durability: the trace is diagnostic, not acknowledged state. Events of the last flush interval are
+lost on SIGKILL; everything flushed survives restarts. Retention: every `expire_interval_s`, the
+buckets older than `max_age_s` are removed with range deletions.
+
+Thread rules: `sent`/`delivered`/... and `run` on the event loop's thread; `flush`, `expire` and
+`lookup` block on RocksDB and run in an executor (or in tests, directly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import rocksdict
+
+from broker import tracekeys as K
+from broker.api import TraceEvent, TraceKind
+from broker.config import TraceConfig
+from common import metrics
+from common.logs import kv
+
+log = logging.getLogger("sluice.broker.trace")
+
+CF_TRACE = "trace"
+TRACE_CFS = (CF_TRACE,)
+
+# A pending event: (kind, time_ms, topic, queue, offset, fields) — encoded only when flushed. Fields
+# are (group, attempt) for deliveries and acks (stored compact), a dict for the rarer events (JSON).
+_Pending = tuple[TraceKind, int, str, int, int, "dict[str, Any] | tuple[str, int]"]
+_COMPACT_KINDS = (TraceKind.DELIVERED, TraceKind.ACKED)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TraceRecorder:
+    def __init__(
+        self, broker: str, config: TraceConfig, cf: rocksdict.Rdict, handle: rocksdict.ColumnFamily,
+        new_batch: Callable[[], rocksdict.WriteBatch], write: Callable[[rocksdict.WriteBatch], None],
+    ) -> None:  # fmt: skip
+        self.broker = broker
+        self._cfg = config
+        self._cf = cf
+        self._handle = handle
+        self._new_batch = new_batch
+        self._write = write
+        self._pending: list[_Pending] = []
+        self._seq = itertools.count()
+        self._bucket_ms = max(1, int(config.bucket_s * 1000))
+        self._dropped = metrics.TRACE_EVENTS_DROPPED.labels(broker)
+        self.enabled = config.enabled
+
+    # -- recording (event loop thread) ------------------------------------------------------------
+
+    def _add(self, event: _Pending) -> None:
+        if len(self._pending) >= self._cfg.max_pending_events:
+            self._dropped.inc()
+            return
+        self._pending.append(event)
+
+    def sent(self, topic: str, queue_id: int, start: int, end: int, client_id: str, born_host: str) -> None:
+        """One append stored offsets [start, end) of a queue for a producer."""
+        if self.enabled and end > start:
+            self._add((TraceKind.SENT, now_ms(), topic, queue_id, end,
+                       {"start": start, "end": end, "client": client_id, "host": born_host}))  # fmt: skip
+
+    def delivered(self, topic: str, queue_id: int, offset: int, group: str, attempt: int) -> None:
+        if self.enabled:
+            self._add((TraceKind.DELIVERED, now_ms(), topic, queue_id, offset, (group, attempt)))
+
+    def acked(self, topic: str, queue_id: int, offset: int, group: str) -> None:
+        if self.enabled:
+            self._add((TraceKind.ACKED, now_ms(), topic, queue_id, offset, (group, 0)))
+
+    def invisible(self, topic: str, queue_id: int, offset: int, group: str, attempt: int, invisible_ms: int) -> None:
+        if self.enabled:
+            self._add((TraceKind.INVISIBLE, now_ms(), topic, queue_id, offset,
+                       {"group": group, "attempt": attempt, "invisible_ms": invisible_ms}))  # fmt: skip
+
+    def dead_lettered(
+        self, topic: str, queue_id: int, offset: int, message_id: str, group: str, attempts: int, dlq: str,
+        dlq_offset: int,
+    ) -> None:  # fmt: skip
+        if self.enabled:
+            self._add((TraceKind.DEAD_LETTERED, now_ms(), topic, queue_id, offset,
+                       {"id": message_id, "group": group, "attempt": attempts, "dlq_topic": dlq,
+                        "dlq_offset": dlq_offset}))  # fmt: skip
+
+    def tiered(self, topic: str, queue_id: int, start: int, end: int, object_key: str) -> None:
+        """Offsets [start, end) of a queue were uploaded to the tier as `object_key` (tiering calls this)."""
+        if self.enabled and end > start:
+            self._add((TraceKind.TIERED, now_ms(), topic, queue_id, end,
+                       {"start": start, "end": end, "object": object_key}))  # fmt: skip
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    # -- writing (executor) -----------------------------------------------------------------------
+
+    def take(self) -> list[_Pending]:
+        """Swap out the pending events (event loop thread); `flush` writes them."""
+        events, self._pending = self._pending, []
+        return events
+
+    def flush(self, events: list[_Pending]) -> None:
+        if not events:
+            return
+        batch = self._new_batch()
+        put, cf = batch.put, self._handle
+        prefixes: dict[tuple[int, str], bytes] = {}
+        groups: dict[str, bytes] = {}
+        for kind, t, topic, qid, offset, fields in events:
+            bucket = t // self._bucket_ms
+            seq = next(self._seq) & K.U32_MAX
+            if isinstance(fields, tuple):  # delivered / acked: the hot ones, compact
+                prefix = prefixes.get((bucket, topic))
+                if prefix is None:
+                    prefix = prefixes[(bucket, topic)] = K.topic_prefix(bucket, topic)
+                group, attempt = fields
+                raw_group = groups.get(group)
+                if raw_group is None:
+                    raw_group = groups[group] = group.encode("utf-8")
+                value = K.encode_compact(kind.value, attempt, raw_group)
+                put(K.position_key_after(prefix, qid, offset, t, seq), value, cf)
+                continue
+            if kind is TraceKind.SENT:
+                key = K.range_key(K.KIND_SENT, bucket, topic, qid, offset, seq)
+            elif kind is TraceKind.TIERED:
+                key = K.range_key(K.KIND_TIERED, bucket, topic, qid, offset, seq)
+            else:
+                key = K.position_key(bucket, topic, qid, offset, t, seq)
+            put(key, K.encode_value({"k": kind.value, "t": t, **fields}), cf)
+        self._write(batch)
+
+    def expire(self, now: int | None = None) -> None:
+        """Delete every bucket older than max_age_s."""
+        cutoff = ((now_ms() if now is None else now) - int(self._cfg.max_age_s * 1000)) // self._bucket_ms
+        if cutoff <= 0:
+            return
+        batch = self._new_batch()
+        for kind in K.KINDS:
+            batch.delete_range(K.bucket_prefix(kind, 0), K.bucket_prefix(kind, cutoff), self._handle)
+        self._write(batch)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Flush every flush_interval_ms and expire old buckets until `stop`; flushes once more at the end."""
+        loop = asyncio.get_running_loop()
+        interval = self._cfg.flush_interval_ms / 1000.0
+        next_expiry = time.monotonic()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            try:
+                await loop.run_in_executor(None, self.flush, self.take())
+                if time.monotonic() >= next_expiry:
+                    next_expiry = time.monotonic() + self._cfg.expire_interval_s
+                    await loop.run_in_executor(None, self.expire)
+            except Exception as exc:  # RocksDB failure: the trace is best effort, the broker keeps serving
+                log.warning("could not write message trace events", extra=kv(error=str(exc)))
+            if stop.is_set():
+                return
+
+    # -- lookup (executor) ------------------------------------------------------------------------
+
+    def _buckets(self) -> range:
+        now = now_ms()
+        first = max(0, (now - int(self._cfg.max_age_s * 1000)) // self._bucket_ms)
+        return range(first, now // self._bucket_ms + 2)  # +2: clocks of other writers a little ahead
+
+    def _scan(self, prefix: bytes) -> list[dict[str, Any]]:
+        out = []
+        it = self._cf.iter()
+        it.seek(prefix)
+        while it.valid() and it.key().startswith(prefix):
+            with contextlib.suppress(ValueError):
+                out.append(K.decode_value(it.value(), K.position_time(it.key())))
+            it.next()
+        return out
+
+    def position_events(self, topic: str, queue_id: int, offset: int, message_id: str) -> list[TraceEvent]:
+        """Every event of the message stored at (topic, queue, offset): sent, consumption, tiered."""
+        out = []
+        for bucket in self._buckets():
+            out.extend(self._in_range(K.KIND_SENT, bucket, topic, queue_id, offset, message_id))
+            for doc in self._scan(K.position_prefix(bucket, topic, queue_id, offset)):
+                doc.setdefault("id", message_id)
+                out.append(_event(doc, topic, queue_id, offset))
+            out.extend(self._in_range(K.KIND_TIERED, bucket, topic, queue_id, offset, message_id))
+        return out
+
+    def _in_range(
+        self, kind: bytes, bucket: int, topic: str, queue_id: int, offset: int, message_id: str
+    ) -> list[TraceEvent]:
+        """The range event (sent batch, tiered segment) of one bucket that holds `offset`, if any."""
+        prefix = K.range_queue_prefix(kind, bucket, topic, queue_id)
+        it = self._cf.iter()
+        it.seek(K.range_seek(prefix, offset))
+        if not it.valid() or not it.key().startswith(prefix):
+            return []
+        doc = K.decode_value(it.value())
+        if not doc["start"] <= offset < doc["end"]:
+            return []
+        doc["id"] = message_id
+        return [_event(doc, topic, queue_id, offset)]
+
+
+_DETAIL_FIELDS = ("host", "source", "invisible_ms", "dlq_topic", "dlq_offset", "object", "start", "end")
+
+
+def _event(doc: dict[str, Any], topic: str, queue_id: int, offset: int) -> TraceEvent:
+    detail: dict[str, str] = {k: str(doc[k]) for k in _DETAIL_FIELDS if k in doc}
+    return TraceEvent(
+        kind=TraceKind(doc["k"]), time_ms=int(doc["t"]), topic=topic, queue_id=queue_id, queue_offset=offset,
+        message_id=str(doc.get("id", "")), group=str(doc.get("group", "")), attempt=int(doc.get("attempt", 0)),
+        client_id=str(doc.get("client", "")), detail=detail,
+    )  # fmt: skip

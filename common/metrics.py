@@ -1,0 +1,335 @@
+"""Every Prometheus metric family of Sluice, defined once (names, types, labels, help); see docs/metrics.md.
+
+Two kinds of families:
+
+- **Hot-path instruments** (counters, histograms) updated where the work happens, through the helpers
+  below. They are cheap by construction: one update per batch or per RPC, never per message, and the
+  labelled children are cached in dicts (a `labels()` call takes a lock and builds a key).
+- **Scrape-time families** (`ScrapeFamily`): values that already exist somewhere (lag, backlog,
+  disk usage, connected clients) are computed when Prometheus scrapes, by sources that components
+  register with `register_source(fn)` and remove with the function it returns. A source yields
+  `(family, label values, value)` samples; every family is exposed even while it has no sample, so
+  a dashboard never sees a family disappear. Scrapes run on the event loop's thread (the ops HTTP
+  server, deploy/ops.py), so sources may read state that only that thread may touch.
+
+`configure(MetricsConfig(enabled=False))` turns the hot-path helpers into no-ops (the produce-path
+benchmark compares both settings in one run); scrape-time families cost nothing between scrapes.
+
+This module is the one part of `common` that imports a third-party package (prometheus-client): the
+families must be defined in one place that every process imports.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import prometheus_client
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+prometheus_client.disable_created_metrics()  # `_created` series would double every counter's output
+
+# Latency buckets in seconds: sub-millisecond for in-process calls up to the 30 s long poll.
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+FLUSH_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """The `[broker.metrics]` / `[proxy.metrics]` table."""
+
+    # Off: hot-path counters and histograms are not updated (scrape-time gauges still work).
+    enabled: bool = True
+    # Label sets one scrape-time family may expose at most (consumer lag per group and topic...);
+    # beyond it the remaining samples are dropped and `sluice_metrics_series_dropped_total` counts them.
+    max_series_per_family: int = 10_000
+    # Children cached per hot-path family (topics, groups); the cache is cleared when it is full.
+    max_cached_children: int = 100_000
+
+
+_config = MetricsConfig()
+
+
+def configure(config: MetricsConfig) -> None:
+    """Apply a process's metrics settings (call once at start, before serving)."""
+    global _config
+    _config = config
+
+
+def enabled() -> bool:
+    return _config.enabled
+
+
+# -- hot-path instruments -------------------------------------------------------------------------
+
+PROXY_RPC_REQUESTS = Counter(
+    "sluice_proxy_rpc_requests",
+    "RPCs of apache.rocketmq.v2.MessagingService answered by the proxy, by RPC and the Code of the response status",
+    ["rpc", "code"],
+)
+PROXY_RPC_DURATION = Histogram(
+    "sluice_proxy_rpc_duration_seconds",
+    "Time the proxy took to answer an RPC (ReceiveMessage includes its long poll)",
+    ["rpc"],
+    buckets=LATENCY_BUCKETS_S,
+)
+MESSAGES_IN = Counter("sluice_messages_in", "Messages stored for producers, by topic", ["topic"])
+MESSAGE_BYTES_IN = Counter("sluice_message_bytes_in", "Body bytes of the messages stored for producers", ["topic"])
+MESSAGES_OUT = Counter(
+    "sluice_messages_out", "Messages delivered to consumers (every delivery attempt), by topic and group",
+    ["topic", "group"],
+)  # fmt: skip
+MESSAGE_BYTES_OUT = Counter(
+    "sluice_message_bytes_out", "Body bytes of the messages delivered to consumers", ["topic", "group"]
+)
+MESSAGES_ACKED = Counter("sluice_messages_acked", "Messages acknowledged by consumers", ["topic", "group"])
+INTERNAL_RPC_REQUESTS = Counter(
+    "sluice_internal_rpc_requests",
+    "Calls served by Sluice's internal gRPC services (broker, nameserver, navigation), by result code",
+    ["service", "method", "code"],
+)
+INTERNAL_RPC_DURATION = Histogram(
+    "sluice_internal_rpc_duration_seconds",
+    "Time an internal gRPC service took to answer (Pop and Pull include their long poll)",
+    ["service", "method"],
+    buckets=LATENCY_BUCKETS_S,
+)
+STORE_FLUSH_DURATION = Histogram(
+    "sluice_store_flush_duration_seconds",
+    "Duration of one fdatasync of the CommitLog (one per group commit under sync flush)",
+    buckets=FLUSH_BUCKETS_S,
+)
+TIER_S3_ERRORS = Counter(
+    "sluice_tier_s3_errors", "Failed object store calls of tiered storage, by operation", ["broker", "operation"]
+)
+TRACE_EVENTS_DROPPED = Counter(
+    "sluice_trace_events_dropped", "Message trace events dropped because the trace buffer was full", ["broker"]
+)
+
+
+class _Children:
+    """A bounded cache of labelled children of one family (label values -> child)."""
+
+    __slots__ = ("_children", "_family")
+
+    def __init__(self, family: Counter | Histogram) -> None:
+        self._family = family
+        self._children: dict[Any, Any] = {}
+
+    def get(self, *labels: str) -> Any:
+        child = self._children.get(labels)
+        if child is None:
+            if len(self._children) >= _config.max_cached_children:
+                self._children.clear()
+            child = self._children[labels] = self._family.labels(*labels)
+        return child
+
+
+_rpc_requests = _Children(PROXY_RPC_REQUESTS)
+_rpc_duration = _Children(PROXY_RPC_DURATION)
+_in_messages = _Children(MESSAGES_IN)
+_in_bytes = _Children(MESSAGE_BYTES_IN)
+_out_messages = _Children(MESSAGES_OUT)
+_out_bytes = _Children(MESSAGE_BYTES_OUT)
+_acked = _Children(MESSAGES_ACKED)
+_internal_requests = _Children(INTERNAL_RPC_REQUESTS)
+_internal_duration = _Children(INTERNAL_RPC_DURATION)
+
+
+def observe_rpc(rpc: str, code: str, seconds: float) -> None:
+    """One answered MessagingService RPC (`code`: the apache.rocketmq.v2 Code name of its status)."""
+    if _config.enabled:
+        _rpc_requests.get(rpc, code).inc()
+        _rpc_duration.get(rpc).observe(seconds)
+
+
+def observe_internal_rpc(service: str, method: str, code: str, seconds: float) -> None:
+    if _config.enabled:
+        _internal_requests.get(service, method, code).inc()
+        _internal_duration.get(service, method).observe(seconds)
+
+
+def count_in(topic: str, messages: int, body_bytes: int) -> None:
+    """Messages of one topic stored by one send (one call per topic and request)."""
+    if _config.enabled:
+        _in_messages.get(topic).inc(messages)
+        _in_bytes.get(topic).inc(body_bytes)
+
+
+def count_out(topic: str, group: str, messages: int, body_bytes: int) -> None:
+    if _config.enabled:
+        _out_messages.get(topic, group).inc(messages)
+        _out_bytes.get(topic, group).inc(body_bytes)
+
+
+def count_acked(topic: str, group: str, messages: int) -> None:
+    if _config.enabled and messages:
+        _acked.get(topic, group).inc(messages)
+
+
+def observe_flush(seconds: float) -> None:
+    if _config.enabled:
+        STORE_FLUSH_DURATION.observe(seconds)
+
+
+# -- scrape-time families -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScrapeFamily:
+    name: str  # counters end in _total, as the exposition shows them
+    help: str
+    labels: tuple[str, ...]
+    kind: str = "gauge"  # or "counter"
+
+
+PROXY_CLIENTS = ScrapeFamily(
+    "sluice_proxy_connected_clients", "Client sessions the proxy knows, by client language and version",
+    ("language", "version"),
+)  # fmt: skip
+PROXY_IN_FLIGHT = ScrapeFamily("sluice_proxy_in_flight_requests", "RPCs the proxy is serving right now", ())
+CONSUMER_LAG = ScrapeFamily(
+    "sluice_consumer_lag_messages", "Messages of a topic not yet acknowledged by a consumer group, on one broker",
+    ("broker", "group", "topic"),
+)  # fmt: skip
+CONSUMER_IN_FLIGHT = ScrapeFamily(
+    "sluice_consumer_inflight_messages", "Messages delivered to a consumer group and not yet acknowledged",
+    ("broker", "group", "topic"),
+)  # fmt: skip
+DEAD_LETTERED = ScrapeFamily(
+    "sluice_dead_lettered_messages_total", "Messages moved to a dead-letter topic since the broker started",
+    ("broker",), "counter",
+)  # fmt: skip
+DISPATCH_LAG_BYTES = ScrapeFamily(
+    "sluice_store_dispatch_lag_bytes", "CommitLog bytes written but not yet indexed (invisible to consumers)",
+    ("broker",),
+)  # fmt: skip
+DISPATCH_LAG_SECONDS = ScrapeFamily(
+    "sluice_store_dispatch_lag_seconds", "Store-to-index delay of the last dispatched round", ("broker",)
+)
+UNFLUSHED_BYTES = ScrapeFamily(
+    "sluice_store_unflushed_bytes", "CommitLog bytes written but not yet fsynced (async flush)", ("broker",)
+)
+COMMITLOG_BYTES = ScrapeFamily("sluice_store_commitlog_bytes", "Bytes held by CommitLog segments", ("broker",))
+COMMITLOG_SEGMENTS = ScrapeFamily("sluice_store_commitlog_segments", "CommitLog segment files", ("broker",))
+ROCKSDB_BYTES = ScrapeFamily(
+    "sluice_store_rocksdb_bytes", "Live SST files and memtables of the broker's RocksDB (indexes, pop state, trace)",
+    ("broker",),
+)  # fmt: skip
+DISK_USED_BYTES = ScrapeFamily(
+    "sluice_store_disk_used_bytes", "Used bytes of the filesystem holding the broker's data", ("broker",)
+)
+DISK_TOTAL_BYTES = ScrapeFamily(
+    "sluice_store_disk_total_bytes", "Size of the filesystem holding the broker's data", ("broker",)
+)
+TIMER_PENDING = ScrapeFamily(
+    "sluice_timer_pending_messages", "Delay (timer) messages waiting for their delivery time", ("broker",)
+)
+TRANSACTION_HALF = ScrapeFamily(
+    "sluice_transaction_half_messages", "Transactional half messages waiting for commit or rollback", ("broker",)
+)
+TIER_UPLOAD_LAG = ScrapeFamily(
+    "sluice_tier_upload_lag_messages", "Messages of a topic stored locally and not yet uploaded to the tier",
+    ("broker", "topic"),
+)  # fmt: skip
+TRACE_PENDING = ScrapeFamily(
+    "sluice_trace_pending_events", "Message trace events buffered and not yet written", ("broker",)
+)
+SERIES_DROPPED = ScrapeFamily(
+    "sluice_metrics_series_dropped_total",
+    "Samples a scrape-time family dropped because it reached max_series_per_family",
+    ("family",), "counter",
+)  # fmt: skip
+
+SCRAPE_FAMILIES: tuple[ScrapeFamily, ...] = (
+    PROXY_CLIENTS, PROXY_IN_FLIGHT, CONSUMER_LAG, CONSUMER_IN_FLIGHT, DEAD_LETTERED, DISPATCH_LAG_BYTES,
+    DISPATCH_LAG_SECONDS, UNFLUSHED_BYTES, COMMITLOG_BYTES, COMMITLOG_SEGMENTS, ROCKSDB_BYTES, DISK_USED_BYTES,
+    DISK_TOTAL_BYTES, TIMER_PENDING, TRANSACTION_HALF, TIER_UPLOAD_LAG, TRACE_PENDING, SERIES_DROPPED,
+)  # fmt: skip
+
+Sample = tuple[ScrapeFamily, tuple[str, ...], float]
+Source = Callable[[], Iterable[Sample]]
+
+
+class _ScrapeCollector:
+    """Asks every registered source at scrape time; exposes every scrape family, empty or not."""
+
+    def __init__(self) -> None:
+        self._sources: dict[int, Source] = {}
+        self._next = 0
+        self._lock = threading.Lock()
+        self._dropped: dict[str, int] = {}
+
+    def add(self, source: Source) -> Callable[[], None]:
+        with self._lock:
+            key = self._next
+            self._next += 1
+            self._sources[key] = source
+
+        def remove() -> None:
+            with self._lock:
+                self._sources.pop(key, None)
+
+        return remove
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            sources = list(self._sources.values())
+        # Samples with the same labels (two components of one process, e.g. in tests) are summed:
+        # a duplicate series would make the whole scrape invalid.
+        samples: dict[str, dict[tuple[str, ...], float]] = {f.name: {} for f in SCRAPE_FAMILIES}
+        limit = _config.max_series_per_family
+        for source in sources:
+            for family, labels, value in source():
+                bucket = samples.setdefault(family.name, {})
+                if labels not in bucket and len(bucket) >= limit:
+                    self._dropped[family.name] = self._dropped.get(family.name, 0) + 1
+                    continue
+                bucket[labels] = bucket.get(labels, 0.0) + value
+        samples[SERIES_DROPPED.name] = {(name,): float(n) for name, n in sorted(self._dropped.items())}
+        for family in SCRAPE_FAMILIES:
+            yield _family(family, samples[family.name])
+
+
+def _family(family: ScrapeFamily, samples: dict[tuple[str, ...], float]) -> Metric:
+    metric: GaugeMetricFamily | CounterMetricFamily
+    if family.kind == "counter":
+        metric = CounterMetricFamily(family.name.removesuffix("_total"), family.help, labels=family.labels)
+    else:
+        metric = GaugeMetricFamily(family.name, family.help, labels=family.labels)
+    for labels, value in samples.items():
+        metric.add_metric(list(labels), value)
+    return metric
+
+
+_collector = _ScrapeCollector()
+REGISTRY.register(_collector)
+
+
+def register_source(source: Source) -> Callable[[], None]:
+    """Add a scrape-time source; returns the function that removes it (call it on close)."""
+    return _collector.add(source)
+
+
+def register_gauge_source(family: ScrapeFamily, fn: Callable[[], float], *labels: str) -> Callable[[], None]:
+    """The simplest source: one sample of `family` read from `fn()` at each scrape.
+
+    E.g. the timer wheel: `register_gauge_source(TIMER_PENDING, wheel.pending, broker_name)`.
+    """
+    if len(labels) != len(family.labels):
+        raise ValueError(f"{family.name} takes labels {family.labels}, got {labels}")
+    return register_source(lambda: [(family, labels, float(fn()))])
+
+
+def family_names() -> list[str]:
+    """Every family name as it appears in the exposition (counters with `_total`)."""
+    names = [f.name for f in SCRAPE_FAMILIES]
+    for inst in (PROXY_RPC_REQUESTS, PROXY_RPC_DURATION, MESSAGES_IN, MESSAGE_BYTES_IN, MESSAGES_OUT,
+                 MESSAGE_BYTES_OUT, MESSAGES_ACKED, INTERNAL_RPC_REQUESTS, INTERNAL_RPC_DURATION,
+                 STORE_FLUSH_DURATION, TIER_S3_ERRORS, TRACE_EVENTS_DROPPED):  # fmt: skip
+        name = inst.describe()[0].name
+        names.append(f"{name}_total" if isinstance(inst, Counter) else name)
+    return sorted(names)

@@ -1,0 +1,117 @@
+"""The message trace on real RocksDB: events written in batches, found by position, sent and tiered
+ranges, bounded buffer, age-based expiry, and survival across a broker restart."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
+
+from broker.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage, TraceKind
+from broker.config import BrokerConfig, TraceConfig
+from broker.local import LocalBroker
+from broker.store.index import Index
+from broker.trace import CF_TRACE, TraceRecorder, now_ms
+
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[Index]:
+    idx = Index(tmp_path / "index", extra_cfs=(CF_TRACE,))
+    try:
+        yield idx
+    finally:
+        idx.close()
+
+
+def recorder(index: Index, **config: object) -> TraceRecorder:
+    cfg = TraceConfig(**config)  # type: ignore[arg-type]
+    return TraceRecorder("b1", cfg, index.cf(CF_TRACE), index.handle(CF_TRACE), index.batch, index.write)
+
+
+def test_events_are_found_by_position(index: Index) -> None:
+    rec = recorder(index)
+    rec.sent("orders", 3, 30, 41, "client-b", "10.0.0.2")  # the batch before: ends before 41
+    rec.sent("orders", 3, 41, 43, "client-a", "10.0.0.1")
+    rec.delivered("orders", 3, 41, "g1", 1)
+    rec.invisible("orders", 3, 41, "g1", 1, 5000)
+    rec.delivered("orders", 3, 41, "g1", 2)
+    rec.acked("orders", 3, 41, "g1")
+    rec.delivered("orders", 3, 42, "g1", 1)  # another message: not in ID-1's trace
+    rec.tiered("orders", 3, 0, 41, "seg-a")  # ends before 41
+    rec.tiered("orders", 3, 41, 100, "seg-b")
+    assert rec.pending == 9
+    rec.flush(rec.take())
+    assert rec.pending == 0
+
+    events = rec.position_events("orders", 3, 41, "ID-1")
+    sent = events[0]
+    assert (sent.kind, sent.topic, sent.queue_id, sent.queue_offset, sent.client_id) == (
+        TraceKind.SENT, "orders", 3, 41, "client-a",
+    )  # fmt: skip
+    assert sent.detail["host"] == "10.0.0.1"
+    kinds = [(e.kind, e.attempt) for e in events[1:] if e.kind is not TraceKind.TIERED]
+    assert kinds == [(TraceKind.DELIVERED, 1), (TraceKind.INVISIBLE, 1), (TraceKind.DELIVERED, 2), (TraceKind.ACKED, 0)]
+    [tiered] = [e for e in events if e.kind is TraceKind.TIERED]
+    assert tiered.detail["object"] == "seg-b"
+    assert {e.message_id for e in events} == {"ID-1"}
+    assert [e.kind for e in rec.position_events("orders", 3, 42, "ID-2")] == [
+        TraceKind.SENT, TraceKind.DELIVERED, TraceKind.TIERED,
+    ]  # fmt: skip
+    assert rec.position_events("orders", 3, 100, "ID-3") == []  # past every range
+    assert rec.position_events("orders", 2, 41, "ID-4") == []  # another queue
+
+
+def test_a_full_buffer_drops_and_counts(index: Index) -> None:
+    rec = recorder(index, max_pending_events=2)
+    before = REGISTRY.get_sample_value("sluice_trace_events_dropped_total", {"broker": "b1"}) or 0.0
+    for offset in range(5):
+        rec.acked("t", 0, offset, "g")
+    assert rec.pending == 2
+    assert REGISTRY.get_sample_value("sluice_trace_events_dropped_total", {"broker": "b1"}) == before + 3
+
+
+def test_disabled_trace_records_nothing(index: Index) -> None:
+    rec = recorder(index, enabled=False)
+    rec.sent("t", 0, 0, 1, "c", "h")
+    rec.delivered("t", 0, 0, "g", 1)
+    assert rec.pending == 0
+
+
+def test_old_buckets_expire(index: Index) -> None:
+    rec = recorder(index, max_age_s=3600.0, bucket_s=60.0)
+    rec.sent("t", 0, 7, 8, "c", "h")
+    rec.acked("t", 0, 7, "g")
+    rec.flush(rec.take())
+    assert len(rec.position_events("t", 0, 7, "OLD")) == 2
+    rec.expire(now=now_ms() + 2 * HOUR_MS)  # two hours from now, everything recorded now is too old
+    assert rec.position_events("t", 0, 7, "OLD") == []
+
+
+def test_trace_survives_a_broker_restart(tmp_path: Path) -> None:
+    config = BrokerConfig(name="trace-broker", data_dir=tmp_path / "broker", auto_create=True)
+
+    async def send_and_close() -> str:
+        broker = LocalBroker(config)
+        await broker.start()
+        msg = OutgoingMessage(
+            body=b"kept", message_id="ID-RESTART", system_properties={SYSPROP_PRODUCER_CLIENT_ID: "c9"}
+        )
+        await broker.send("restart-topic", 0, [msg])
+        await broker.close()  # the trace writer flushes what is pending before the store closes
+        return msg.message_id
+
+    async def trace_after_restart(message_id: str) -> list[tuple[TraceKind, str]]:
+        broker = LocalBroker(config)
+        await broker.start()
+        try:
+            return [(e.kind, e.client_id) for e in await broker.message_trace(message_id)]
+        finally:
+            await broker.close()
+
+    message_id = asyncio.run(send_and_close())
+    assert asyncio.run(trace_after_restart(message_id)) == [(TraceKind.SENT, "c9")]
