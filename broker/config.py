@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.store.config import StoreConfig
+from broker.tiering.config import TieringConfig
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class BrokerConfig:
     pop: PopConfig = field(default_factory=PopConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     metrics_port: int = 0
+    # Tiered storage (`[broker.tiering]`): off unless `bucket` is set; see docs/tiered-format.md.
+    tiering: TieringConfig = field(default_factory=TieringConfig)
 
     @property
     def advertised_address(self) -> str:

@@ -17,6 +17,7 @@ from common.config import load_config
 from common.logs import setup_logging
 from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
+from deploy.tierflags import add_tier_arguments, tier_overrides
 from nameserver.client import parse_addresses
 
 NAME = "broker"
@@ -51,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="create topics and consumer groups on first use",
     )
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
+    add_tier_arguments(parser)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -71,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             "store.commitlog.flush_policy": args.flush,
             "store.commitlog.segment_bytes": args.segment_bytes,
             "auto_create": args.auto_create,
+            **tier_overrides(args),
         },
     )
     setup_logging(args.log_level, args.log_json)

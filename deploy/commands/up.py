@@ -19,6 +19,7 @@ from common.config import load_config, read_toml
 from common.logs import setup_logging
 from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
+from deploy.tierflags import add_tier_arguments, tier_overrides
 from nameserver.config import NameServerConfig
 from nameserver.service import run_nameserver
 from proxy.app import ProxyApp
@@ -42,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flush", choices=("sync", "async"), help="acknowledge after fsync (sync) or write (async)")
     parser.add_argument("--no-auto-create", action="store_true", help="do not create topics and groups on first use")
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
+    add_tier_arguments(parser)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -56,6 +58,7 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
             "host": args.host, "port": args.broker_port, "data_dir": args.data_dir or "data/broker",
             "namesrv": [f"{ns.host}:{ns.port}"], "auto_create": not args.no_auto_create,
             "store.commitlog.flush_policy": args.flush,
+            **tier_overrides(args),
         },
     )  # fmt: skip
     proxy = load_config(ProxyConfig, section="proxy", data=data, overrides={"host": args.host, "port": args.port})
