@@ -334,7 +334,9 @@ class Uploader:
         tiered: dict[int, tuple[int, int]] = {}
         lag_messages = 0
         oldest_ms: int | None = None
-        for q in index.queue_ids(tid) if tid is not None else []:
+        # Queues with local entries, and tiered ones whose local copy is gone (evicted or retained away).
+        queues = set(index.queue_ids(tid)) | set(self.manifest.progress(topic).ends) if tid is not None else set()
+        for q in sorted(queues):
             assert tid is not None
             local[q] = low, high = index.queue_bounds(tid, q)
             tiered[q] = self.manifest.bounds(topic, q)

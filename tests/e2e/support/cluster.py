@@ -160,7 +160,7 @@ def start_merged(root: Path, *, auto_create: bool = False, extra_args: Sequence[
     return cluster
 
 
-def start_separated(root: Path) -> Cluster:
+def start_separated(root: Path, *, broker_args: Sequence[str] = ()) -> Cluster:
     root.mkdir(parents=True, exist_ok=True)
     ns_port = free_port()
     cluster = Cluster("separated", root, f"{LOOPBACK}:{ns_port}", [], list(BROKER_NAMES))
@@ -170,7 +170,7 @@ def start_separated(root: Path) -> Cluster:
         for name in BROKER_NAMES:
             port = free_port()
             argv = [*SLUICE, "broker", "--name", name, "--port", str(port), "--data-dir", str(root / name),
-                    "--namesrv", cluster.namesrv]  # fmt: skip
+                    "--namesrv", cluster.namesrv, *broker_args]  # fmt: skip
             _start(cluster, name, argv, port, f"broker {name} listening on {LOOPBACK}:{port}")
         _wait_for_brokers(cluster, len(BROKER_NAMES))
         for _ in range(2):
