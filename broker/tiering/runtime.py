@@ -173,6 +173,10 @@ class BrokerTiering:
                     batch.put(K.queue_floor_key(tid, q), K.U64.pack(end), meta)
                     dropped += end - low
                 index.write(batch)
+                if dropped:
+                    # Range deletions leave tombstones every later seek into the queue would step over
+                    # (milliseconds per read) until a compaction drops them: compact the topic's range now.
+                    index.cf(K.CF_CQ).compact_range(K.queue_prefix(tid, 0), K.queue_prefix(tid + 1, 0))
             segments = 0
             while True:
                 segs = store.segments.all()
