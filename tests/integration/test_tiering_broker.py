@@ -41,6 +41,7 @@ from broker.remote import RemoteBroker
 from broker.store.config import CommitLogConfig, RetentionConfig, StoreConfig
 from broker.tiering.config import TieringConfig
 from common.errors import MessageCorrupted, PreconditionFailed, Unavailable
+from common.model import MessageType
 from tests.helpers.broker_fixtures import start_broker_process
 
 if TYPE_CHECKING:
@@ -350,3 +351,51 @@ def test_sigkill_mid_upload_restart_is_consistent(
 
     run(produce_and_kill())
     run(restart_and_check())
+
+
+def test_redelivery_and_fifo_order_from_the_bucket(tmp_path: Path, tiering: TieringConfig) -> None:
+    """In-flight and FIFO-held messages whose local copy is gone come back from the bucket."""
+
+    async def body() -> None:
+        cfg = broker_config(tmp_path / "b", tiering)
+        cfg = dataclasses.replace(cfg, pop=dataclasses.replace(cfg.pop, min_invisible_ms=200))
+        broker = LocalBroker(cfg)
+        await broker.start()
+        try:
+            await broker.create_topic(TopicSpec(TOPIC, 1, frozenset({MessageType.NORMAL, MessageType.FIFO})))
+            fifo = [dataclasses.replace(outgoing(i), message_type=MessageType.FIFO, message_group=f"g{i % 3}")
+                    for i in range(60)]  # fmt: skip
+            for start in range(0, 60, 10):
+                await broker.send(TOPIC, 0, fifo[start : start + 10])
+            await broker.tier_upload_now(TOPIC, 30.0)
+            assert (await broker.tier_evict_local(TOPIC)).messages == 60
+
+            # Not acked: redelivered (attempt 2) from the bucket once invisible time is over.
+            await broker.create_group(GroupSpec("plain", consume_from=ConsumeFrom.EARLIEST))
+            first = await broker.pop(PopRequest("plain", TOPIC, max_messages=5, invisible_ms=200))
+            assert [m.queue_offset for m in first] == [0, 1, 2, 3, 4]
+            await asyncio.sleep(0.4)
+            again = await broker.pop(PopRequest("plain", TOPIC, max_messages=5, invisible_ms=60_000))
+            assert [(m.queue_offset, m.delivery_attempt) for m in again] == [(o, 2) for o in range(5)]
+            assert [m.body for m in again] == [m.body for m in first]
+
+            # FIFO: one message per message group in flight; the held ones come from the bucket in order.
+            await broker.create_group(GroupSpec("ordered", fifo=True, consume_from=ConsumeFrom.EARLIEST))
+            seen: dict[str, list[int]] = {}
+            deadline = time.monotonic() + WAIT_S / 2
+            while sum(len(v) for v in seen.values()) < 60:
+                assert time.monotonic() < deadline, f"FIFO replay stalled at {seen}"
+                batch = await broker.pop(
+                    PopRequest("ordered", TOPIC, max_messages=16, invisible_ms=60_000, long_poll_ms=200)
+                )
+                groups = [m.message_group for m in batch]
+                assert len(groups) == len(set(groups)), "two messages of one group in flight"
+                for m in batch:
+                    seen.setdefault(m.message_group or "", []).append(int(m.properties["n"]))
+                if batch:
+                    await broker.ack("ordered", TOPIC, [m.receipt_handle for m in batch])
+            assert seen == {f"g{k}": [i for i in range(60) if i % 3 == k] for k in range(3)}
+        finally:
+            await broker.close()
+
+    run(body())
