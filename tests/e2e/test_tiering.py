@@ -8,23 +8,35 @@ with `sluice admin tier evict-local`; a new consumer group from the start then r
 them from S3, identical and in order, and `sluice admin message get|find` finds them by id and key.
 
 The topic has one queue (in the separated topology on broker-a), so "in order" is the send order.
+With S3 hung (the moto process SIGSTOPped), producing and consuming hot data works, and an upload
+that needs S3 fails with a retriable error rather than hanging; once S3 answers again it goes up.
 """
 
 from __future__ import annotations
 
 import base64
 import os
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
 import pytest
 from rocketmq import FilterExpression
 
-from tests.e2e.support.clients import message, producer, receive_count, send_all, simple_consumer
-from tests.e2e.support.cluster import Cluster, start_merged, start_separated
+from tests.e2e.support.clients import (
+    message,
+    producer,
+    producer_and_consumer,
+    receive_count,
+    send_all,
+    simple_consumer,
+)
+from tests.e2e.support.cluster import AdminError, Cluster, start_merged, start_separated
 from tests.helpers.procs import LOOPBACK, ChildProcess, free_port, start_process
 
 ACCESS_KEY = "testing"
@@ -46,10 +58,25 @@ row_group_rows = 16
 """
 
 
+@dataclass
+class Moto:
+    endpoint: str
+    child: ChildProcess
+
+    @contextmanager
+    def hung(self) -> Iterator[None]:
+        """S3 stops answering (SIGSTOP): connections open, requests never return until resumed."""
+        self.child.signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.child.signal(signal.SIGCONT)
+
+
 @pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A moto S3 server child process; yields its endpoint URL. AWS credentials go to the environment
-    the brokers inherit (the standard credential chain)."""
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
+    """A moto S3 server child process. AWS credentials go to the environment the brokers inherit
+    (the standard credential chain)."""
     port = free_port()
     root = tmp_path_factory.mktemp("moto")
     child: ChildProcess = start_process(
@@ -59,7 +86,7 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     os.environ.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
     try:
-        yield f"http://{LOOPBACK}:{port}"
+        yield Moto(f"http://{LOOPBACK}:{port}", child)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -70,17 +97,17 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module", params=["merged", "separated"])
-def tiered(request: pytest.FixtureRequest, moto: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def tiered(request: pytest.FixtureRequest, moto: Moto, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     kind: str = request.param
     root = tmp_path_factory.mktemp(f"tiered-{kind}")
     bucket = f"sluice-e2e-{kind}-{uuid.uuid4().hex[:8]}"
-    s3 = boto3.client("s3", endpoint_url=moto, region_name=REGION, aws_access_key_id=ACCESS_KEY,
+    s3 = boto3.client("s3", endpoint_url=moto.endpoint, region_name=REGION, aws_access_key_id=ACCESS_KEY,
                       aws_secret_access_key=SECRET_KEY)  # fmt: skip
     s3.create_bucket(Bucket=bucket)
     config = root / "sluice.toml"
     config.write_text(CONFIG)
-    flags = ["--config", str(config), "--s3-endpoint", moto, "--s3-bucket", bucket, "--s3-prefix", f"e2e-{kind}",
-             "--tier-min-age", "3600"]  # fmt: skip
+    flags = ["--config", str(config), "--s3-endpoint", moto.endpoint, "--s3-bucket", bucket,
+             "--s3-prefix", f"e2e-{kind}", "--tier-min-age", "3600"]  # fmt: skip
     started = start_merged(root, extra_args=flags) if kind == "merged" else start_separated(root, broker_args=flags)
     try:
         yield started
@@ -138,3 +165,19 @@ def test_tier_status_lists_every_broker(tiered: Cluster) -> None:
     status = tiered.admin("tier", "status")
     assert sorted(b["broker"] for b in status) == sorted(tiered.brokers)
     assert all(b["enabled"] and "sluice-e2e-" in b["store"] for b in status)
+
+
+def test_hung_s3_leaves_hot_traffic_alone(tiered: Cluster, moto: Moto, unique: Callable[[str], str]) -> None:
+    topic = unique("hot")
+    tiered.admin("topic", "create", topic, "--queues", "1", "--brokers", tiered.brokers[0])
+    group = tiered.create_group(unique("live"), consume_from="earliest")
+    with moto.hung():
+        with producer_and_consumer(tiered.endpoints, topic, group) as (p, c):
+            ids = send_all(p, [message(topic, _body(i), keys=[f"hot-{i}"]) for i in range(20)])
+            got = receive_count(c, 20)
+        assert [m.message_id for m in got] == ids
+        # An upload that needs S3 fails with a clear, retriable error instead of hanging.
+        with pytest.raises(AdminError, match="HA_NOT_AVAILABLE"):
+            tiered.admin("tier", "upload-now", topic, "--wait-s", "2")
+    (uploaded,) = tiered.admin("tier", "upload-now", topic)
+    assert uploaded["lag_messages"] == 0 and [q["tiered_end"] for q in uploaded["queues"]] == [20]
