@@ -69,6 +69,7 @@ class _Cold:
     records: dict[tuple[int, int], MessageRecord] = field(default_factory=dict)  # (queue, offset) -> message
     fetched: set[tuple[int, int]] = field(default_factory=set)  # (queue, offset) asked for, found or not
     cursors: dict[int, int] = field(default_factory=dict)  # queue -> first cursor, found in the bucket
+    skip: set[int] = field(default_factory=set)  # queues whose first cursor the bucket could not tell
     error: SluiceError | None = None  # the bucket failed (first failure)
     short: bool = False  # a message in the bucket was needed but not fetched: pop again at once
 
@@ -211,6 +212,8 @@ class PopEngine:
     ) -> None:  # fmt: skip
         g = group.spec.name
         fifo = group.spec.fifo
+        if qid in cold.skip:
+            return
         unset = self._state.cursor(g, topic, qid) is None
         cursor = cold.cursors[qid] if unset and qid in cold.cursors else self.cursor(group, topic, qid)
         start = cursor
@@ -498,11 +501,17 @@ class PopEngine:
             cursor = self._state.cursor(g, topic, qid)
             if cursor is None:
                 cursor = self.cursor(group, topic, qid)
-                if group.spec.consume_from.value != "earliest" and cursor == low and tier.covers(topic, qid, 0, low):
-                    try:  # the start time may lie in the bucket
-                        found = await tier.offset_for_timestamp(topic, qid, self._since_ms(group))
+                since = self._since_ms(group)
+                newest = tier.newest_ms(topic, qid)
+                if (
+                    group.spec.consume_from.value != "earliest" and cursor == low and newest is not None
+                    and since <= newest and tier.covers(topic, qid, 0, low)
+                ):  # fmt: skip
+                    try:  # the start time lies in the bucket
+                        found = await tier.offset_for_timestamp(topic, qid, since)
                     except SluiceError as exc:
                         cold.error = cold.error or exc
+                        cold.skip.add(qid)  # starting it from the local copy would skip tiered messages
                         continue
                     if found is not None:
                         cursor = cold.cursors[qid] = min(found, low)

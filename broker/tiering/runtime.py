@@ -110,6 +110,12 @@ class BrokerTiering:
         low, end = self.reader.bounds(topic, queue_id)
         return low < end and offset < end and (low <= offset or not exact)
 
+    def newest_ms(self, topic: str, queue_id: int) -> int | None:
+        """Store time of the newest tiered message of the queue (None when none is tiered): a start
+        time after it needs no look into the bucket."""
+        segs = self.manifest.queue_segments(topic, queue_id)
+        return segs[-1].max_store_ms if segs else None
+
     # -- the cold read path ----------------------------------------------------------------------
 
     async def read(self, topic: str, queue_id: int, offset: int, max_messages: int) -> list[MessageRecord]:

@@ -170,6 +170,16 @@ def test_cold_replay_lookups_and_offsets(tmp_path: Path, tiering: TieringConfig)
             by_key = await broker.find_messages_by_key(TOPIC, "customer-3")
             assert sorted(m.message_id for m in by_key) == [f"msg-{i:05d}" for i in range(400) if i % 17 == 3]
 
+            # A group starting at a time inside the tiered range starts there.
+            since = hot[0][100].store_timestamp_ms
+            await broker.create_group(GroupSpec("since", consume_from=ConsumeFrom.TIMESTAMP,
+                                                consume_from_timestamp_ms=since))  # fmt: skip
+            expected = sorted((m.queue_id, m.queue_offset) for q in range(QUEUES) for m in hot[q]
+                              if m.store_timestamp_ms >= since)  # fmt: skip
+            timed = await pop_all(broker, "since", len(expected))
+            assert sorted((m.queue_id, m.queue_offset) for m in timed) == expected
+            assert min(m.queue_offset for m in timed if m.queue_id == 0) == 100
+
             # New messages after the eviction are hot again and follow on without a gap.
             await produce(broker, 400, 20)
             tail = await pop_all(broker, "replay", 20)
