@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -209,8 +210,9 @@ def test_without_tiering_the_admin_calls_say_how_to_turn_it_on(tmp_path: Path) -
 
 
 def test_s3_outage_hot_path_unaffected_backlog_uploads_after(
-    tmp_path: Path, tiering: TieringConfig, s3_server: MotoS3Server
+    tmp_path: Path, tiering: TieringConfig, s3_server: MotoS3Server, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING)
     # Everything is due at once, and retention wants to delete every sealed segment immediately.
     cfg = dataclasses.replace(tiering, min_age_s=0.0, segment_max_age_s=0.0)
 
@@ -236,6 +238,7 @@ def test_s3_outage_hot_path_unaffected_backlog_uploads_after(
             assert st.lag_messages == 300 and st.last_error
             await asyncio.sleep(1.0)  # several retention rounds
             assert len(broker.store.segments.all()) == segments_before, "untiered data was deleted"
+            assert "local deletion of untiered data is paused and the disk keeps filling" in caplog.text
             assert broker.store.queue_bounds(TOPIC, 0)[0] == 0
             with pytest.raises(Unavailable):
                 await broker.tier_upload_now(TOPIC, 0.5)
