@@ -46,7 +46,6 @@ log = logging.getLogger("sluice.tiering")
 T = TypeVar("T")
 
 TIER_CFS = (CF_TIER,)
-_READ_THREADS = 4  # cold reads in flight at once; each is one or two ranged GETs
 
 
 def not_enabled(broker: str) -> PreconditionFailed:
@@ -75,7 +74,9 @@ class BrokerTiering:
         self.uploader = Uploader(store, self.manifest, self.objects, config)
         self.reader = ColdReader(self.manifest, self.objects, config)
         self._retention_lock = retention_lock
-        self._reads = concurrent.futures.ThreadPoolExecutor(max_workers=_READ_THREADS, thread_name_prefix="tier-read")
+        self._reads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=config.read_concurrency, thread_name_prefix="tier-read"
+        )
         store.retention.may_delete = self.uploader.may_delete
         log.info("tiered storage enabled", extra=kv(store=self.objects.describe(), epoch=self.manifest.epoch,
                                                     min_age_s=config.min_age_s))  # fmt: skip
