@@ -10,6 +10,8 @@
   segments stay readable.
 - Crash: a broker process SIGKILLed while uploading restarts with consistent manifests (no gap, no
   overlapping range, every listed object present) and serves everything back.
+- Redelivery and FIFO-held messages, and groups starting at a time, come from the bucket too.
+- Tiered retention (per topic) runs in the broker's retention loop.
 """
 
 from __future__ import annotations
@@ -408,6 +410,45 @@ def test_redelivery_and_fifo_order_from_the_bucket(tmp_path: Path, tiering: Tier
                 if batch:
                     await broker.ack("ordered", TOPIC, [m.receipt_handle for m in batch])
             assert seen == {f"g{k}": [i for i in range(60) if i % 3 == k] for k in range(3)}
+        finally:
+            await broker.close()
+
+    run(body())
+
+
+def test_tiered_retention_per_topic_runs_in_the_broker(
+    tmp_path: Path, tiering: TieringConfig, s3_server: MotoS3Server
+) -> None:
+    """The retention loop applies tiered retention: the short-lived topic's objects go, the other stays."""
+    cfg = dataclasses.replace(tiering, retention_s=0.0, topic_retention_s={TOPIC: 1.0})
+
+    async def body() -> None:
+        broker = LocalBroker(broker_config(tmp_path / "b", cfg))
+        await broker.start()
+        try:
+            for name in (TOPIC, "kept"):
+                await broker.create_topic(TopicSpec(name, 1))
+                await broker.send(name, 0, [outgoing(i) for i in range(20)])
+                await broker.tier_upload_now(name, 30.0)
+                await broker.tier_evict_local(name)
+            client, prefix = s3_server.client(), cfg.prefix
+
+            def objects(topic: str) -> list[str]:
+                listed = client.list_objects_v2(Bucket=cfg.bucket, Prefix=prefix).get("Contents", [])
+                return [o["Key"] for o in listed if f"/{topic}/" in o["Key"] and o["Key"].endswith(".parquet")]
+
+            assert objects(TOPIC) and objects("kept")
+
+            async def expired() -> bool:
+                return not objects(TOPIC)
+
+            await eventually(expired, "tiered retention of the short-lived topic")
+            assert objects("kept")
+            status = {t.topic: t for t in (await broker.tier_status()).topics}
+            assert status[TOPIC].objects == 0 and status["kept"].objects >= 1
+            # Nothing of the topic is readable any more: its first offset is where the local copy starts.
+            assert await broker.query_offset(TOPIC, 0, OffsetPolicy.BEGINNING) == 20
+            assert await broker.query_offset("kept", 0, OffsetPolicy.BEGINNING) == 0
         finally:
             await broker.close()
 
