@@ -18,6 +18,7 @@ import base64
 import os
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -52,7 +53,8 @@ segment_bytes = {SEGMENT_BYTES}
 region = "{REGION}"
 addressing_style = "path"
 connect_timeout_s = 2.0
-read_timeout_s = 10.0
+read_timeout_s = 2.0
+max_attempts = 1
 segment_target_bytes = 8192
 row_group_rows = 16
 """
@@ -181,3 +183,24 @@ def test_hung_s3_leaves_hot_traffic_alone(tiered: Cluster, moto: Moto, unique: C
             tiered.admin("tier", "upload-now", topic, "--wait-s", "2")
     (uploaded,) = tiered.admin("tier", "upload-now", topic)
     assert uploaded["lag_messages"] == 0 and [q["tiered_end"] for q in uploaded["queues"]] == [20]
+
+
+def test_replay_while_s3_hangs_fails_retriably_then_recovers(
+    tiered: Cluster, moto: Moto, unique: Callable[[str], str]
+) -> None:
+    topic = unique("coldhung")
+    tiered.admin("topic", "create", topic, "--queues", "1", "--brokers", tiered.brokers[0])
+    with producer(tiered.endpoints, topic) as p:
+        ids = send_all(p, [message(topic, _body(i)) for i in range(30)])
+    tiered.admin("tier", "upload-now", topic)
+    tiered.admin("tier", "evict-local", topic)
+    group = tiered.create_group(unique("replay"), consume_from="earliest")
+    with simple_consumer(tiered.endpoints, group, {topic: FilterExpression()}) as c:
+        with moto.hung():
+            started = time.monotonic()
+            with pytest.raises(Exception, match=r"HA_NOT_AVAILABLE|retry later") as err:
+                c.receive(16, 60)
+            assert time.monotonic() - started < 30.0, "a read that needs S3 must fail, not hang"
+            assert "tiered" in str(err.value) or "S3" in str(err.value)
+        got = receive_count(c, 30)
+    assert [m.message_id for m in got] == ids
