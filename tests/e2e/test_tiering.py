@@ -195,7 +195,8 @@ def test_replay_while_s3_hangs_fails_retriably_then_recovers(
     tiered.admin("tier", "upload-now", topic)
     tiered.admin("tier", "evict-local", topic)
     group = tiered.create_group(unique("replay"), consume_from="earliest")
-    with simple_consumer(tiered.endpoints, group, {topic: FilterExpression()}) as c:
+    # A long poll of 5 s gives the receive a deadline of 8 s: room for the broker's 2 s S3 timeout.
+    with simple_consumer(tiered.endpoints, group, {topic: FilterExpression()}, await_duration_s=5) as c:
         with moto.hung():
             started = time.monotonic()
             with pytest.raises(Exception, match=r"HA_NOT_AVAILABLE|retry later") as err:
