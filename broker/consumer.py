@@ -494,10 +494,14 @@ class PopEngine:
         cold = _Cold()
         g = group.spec.name
         fetched = 0
+        lows = {qid: self._store.queue_bounds(topic, qid)[0] for qid in queues}
+        cold_queues = {qid for qid, low in lows.items() if tier.covers(topic, qid, 0, low)}
+        if not cold_queues:
+            return cold  # nothing of these queues is only in the bucket: the hot path costs no more
         for qid in queues:
             if fetched >= n:
                 break
-            low = self._store.queue_bounds(topic, qid)[0]
+            low = lows[qid]
             cursor = self._state.cursor(g, topic, qid)
             if cursor is None:
                 cursor = self.cursor(group, topic, qid)
@@ -525,12 +529,11 @@ class PopEngine:
             cold.runs[qid] = run
             fetched += len(run)
         wanted: list[tuple[int, int]] = []
-        in_queues = set(queues)
         for _, t, qid, offset in list(self._state.due(g, now_ms(), _DUE_SCAN_LIMIT)):
-            if t == topic and qid in in_queues and len(wanted) < n:
+            if t == topic and qid in cold_queues and offset < lows[qid] and len(wanted) < n:
                 wanted.append((qid, offset))
         if group.spec.fifo:
-            for qid in queues:
+            for qid in cold_queues:
                 for lane in self._state.fifo.get((g, topic, qid), {}).values():
                     if lane.waiting and len(wanted) < 2 * n:
                         wanted.append((qid, lane.waiting[0]))
