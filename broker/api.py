@@ -288,6 +288,13 @@ class BrokerApi(Protocol):
     # observability
     async def message_trace(self, message_id: str) -> list[TraceEvent]: ...  # oldest first
 
+    # tiered storage (`sluice admin tier ...`); PreconditionFailed where tiering is not configured
+    async def tier_status(self) -> TierStatus: ...
+    async def tier_upload_now(
+        self, topic: str, timeout_s: float
+    ) -> TierTopicStatus: ...  # tier everything dispatched so far; returns once it is safely uploaded
+    async def tier_evict_local(self, topic: str) -> TierEvictResult: ...  # drop local copies of tiered data now
+
 
 # -- message trace (appended: see broker/trace.py and docs/observability.md) -----------------------
 
@@ -319,3 +326,47 @@ class TraceEvent:
     attempt: int = 0
     client_id: str = ""
     detail: dict[str, str] = field(default_factory=dict)  # born_host, dlq_topic, invisible_ms, object...
+
+
+# -- tiered storage -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TierQueueStatus:
+    queue_id: int
+    local_min: int
+    local_max: int  # one past the newest message on local disk
+    tiered_min: int  # the oldest offset still in the bucket
+    tiered_end: int  # one past the newest tiered message (tiered_min == tiered_end: none)
+
+
+@dataclass(frozen=True, slots=True)
+class TierTopicStatus:
+    topic: str
+    queues: tuple[TierQueueStatus, ...]
+    lag_messages: int  # stored locally, not yet tiered
+    lag_s: float  # age of the oldest message not yet tiered
+    bytes: int  # in the bucket
+    objects: int
+    last_error: str  # of the last failed upload; "" once one succeeds
+    failures: int  # consecutive failed upload rounds
+    last_upload_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TierStatus:
+    enabled: bool
+    store: str  # endpoint and bucket (never credentials); "" when disabled
+    topics: tuple[TierTopicStatus, ...] = ()
+    # Object store requests since the broker started (metrics read these).
+    puts: int = 0
+    put_bytes: int = 0
+    gets: int = 0
+    get_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TierEvictResult:
+    topic: str
+    messages: int  # local index entries dropped: reads of them now come from the bucket
+    segments: int  # whole CommitLog segments deleted because everything in them is tiered

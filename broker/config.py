@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.store.config import StoreConfig
+from broker.tiering.config import TieringConfig
 from common.metrics import MetricsConfig
 
 
@@ -93,6 +94,8 @@ class BrokerConfig:
     transaction: TransactionConfig = field(default_factory=TransactionConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
+    # Tiered storage (`[broker.tiering]`): off unless `bucket` is set; see docs/tiered-format.md.
+    tiering: TieringConfig = field(default_factory=TieringConfig)
 
     @property
     def advertised_address(self) -> str:

@@ -15,6 +15,14 @@ in the same queue keep flowing.
 
 Event-loop thread only: the state of a call is read and written without an await in between,
 except around the dead-letter append, which re-checks the entry's version after the await.
+
+Tiered storage (`cold`, when configured): messages below the local copy of a queue live in the
+bucket. Reading them blocks, so a pop first fetches, off the event loop, what it may need from
+there (a run of messages from each cold cursor, and due or FIFO-held messages below the local copy)
+into a `_Cold` batch; the synchronous part then uses those records exactly like local ones. An
+offset the bucket holds but the batch lacks (another pop moved the cursor meanwhile) is left for
+the next round, never skipped. A bucket that is down fails the pop with the retriable error only
+when no other queue had anything to deliver.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from broker import receipt
 from broker.api import AckResult, GroupInfo, GroupQueueStatus, PopRequest, StoredMessage, TopicSpec
@@ -35,7 +44,8 @@ from broker.messages import to_stored
 from broker.metadata import Metadata
 from broker.popstate import EntryState, PopBatch, PopEntry, PopState
 from broker.store.record import MessageRecord
-from broker.store.store import MessageStore, ReadStatus
+from broker.store.store import MessageStore, ReadResult, ReadStatus
+from broker.tiering.runtime import BrokerTiering
 from broker.trace import TraceRecorder
 from common.errors import (
     IllegalInvisibleTime,
@@ -52,6 +62,22 @@ DeadLetter = Callable[[MessageRecord, str, int], Awaitable[None]]
 _DUE_SCAN_LIMIT = 1_000
 
 
+@dataclass
+class _Cold:
+    """Messages of one pop fetched from the tiered bucket before its synchronous part runs."""
+
+    runs: dict[int, list[MessageRecord]] = field(default_factory=dict)  # queue -> messages from its cursor on
+    records: dict[tuple[int, int], MessageRecord] = field(default_factory=dict)  # (queue, offset) -> message
+    fetched: set[tuple[int, int]] = field(default_factory=set)  # (queue, offset) asked for, found or not
+    cursors: dict[int, int] = field(default_factory=dict)  # queue -> first cursor, found in the bucket
+    skip: set[int] = field(default_factory=set)  # queues whose first cursor the bucket could not tell
+    error: SluiceError | None = None  # the bucket failed (first failure)
+    short: bool = False  # a message in the bucket was needed but not fetched: pop again at once
+
+    def run_from(self, queue_id: int, offset: int) -> list[MessageRecord]:
+        return [r for r in self.runs.get(queue_id, ()) if r.queue_offset >= offset]
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -59,9 +85,10 @@ def now_ms() -> int:
 class PopEngine:
     def __init__(
         self, *, broker_name: str, store: MessageStore, metadata: Metadata, state: PopState, hub: LongPollHub,
-        config: PopConfig, dead_letter: DeadLetter, trace: TraceRecorder,
+        config: PopConfig, dead_letter: DeadLetter, trace: TraceRecorder, cold: BrokerTiering | None = None,
     ) -> None:  # fmt: skip
         self._name = broker_name
+        self._cold = cold
         self._store = store
         self._meta = metadata
         self._state = state
@@ -88,11 +115,18 @@ class PopEngine:
         keys = (topic_key(topic.name), group_key(group.spec.name))
         while True:
             snapshot = self._hub.snapshot(keys)
-            found = self._pop_once(req, group, topic, filt, n)
+            queues = self._queues(req, topic)
+            cold = await self._fetch_cold(group, topic.name, queues, n) if self._cold is not None else _Cold()
+            found = self._pop_once(req, group, topic, filt, n, queues, cold)
             remaining = deadline - time.monotonic()
-            if found or remaining <= 0:
+            if found:
                 return found
-            await self._hub.wait(snapshot, remaining)
+            if cold.error is not None:
+                raise cold.error
+            if remaining <= 0:
+                return found
+            if not cold.short:
+                await self._hub.wait(snapshot, remaining)
 
     def _queues(self, req: PopRequest, topic: TopicSpec) -> list[int]:
         if req.queue_id is not None:
@@ -101,30 +135,30 @@ class PopEngine:
         return [(start + i) % topic.queue_count for i in range(topic.queue_count)]
 
     def _pop_once(
-        self, req: PopRequest, group: GroupInfo, topic: TopicSpec, filt: MessageFilter, n: int
-    ) -> list[StoredMessage]:
+        self, req: PopRequest, group: GroupInfo, topic: TopicSpec, filt: MessageFilter, n: int, queues: list[int],
+        cold: _Cold,
+    ) -> list[StoredMessage]:  # fmt: skip
         now = now_ms()
         until = now + req.invisible_ms
         out: list[StoredMessage] = []
         claimed: set[tuple[int, str]] = set()  # FIFO (queue, message group) handed out in this call
         batch = self._state.batch()
-        queues = self._queues(req, topic)
-        self._redeliver(group, topic.name, set(queues), filt, n, now, until, batch, out, claimed)
+        self._redeliver(group, topic.name, set(queues), filt, n, now, until, batch, out, claimed, cold)
         if group.spec.fifo:
             for qid in queues:
                 if len(out) >= n:
                     break
-                self._release_waiting(group, topic.name, qid, n, until, batch, out, claimed)
+                self._release_waiting(group, topic.name, qid, n, until, batch, out, claimed, cold)
         for qid in queues:
             if len(out) >= n:
                 break
-            self._take_new(group, topic.name, qid, filt, n, until, batch, out, claimed)
+            self._take_new(group, topic.name, qid, filt, n, until, batch, out, claimed, cold)
         batch.commit()
         return out
 
     def _redeliver(
         self, group: GroupInfo, topic: str, queues: set[int], filt: MessageFilter, n: int, now: int, until: int,
-        batch: PopBatch, out: list[StoredMessage], claimed: set[tuple[int, str]],
+        batch: PopBatch, out: list[StoredMessage], claimed: set[tuple[int, str]], cold: _Cold,
     ) -> None:  # fmt: skip
         g = group.spec.name
         for _, t, qid, offset in list(self._state.due(g, now, _DUE_SCAN_LIMIT)):
@@ -137,7 +171,7 @@ class PopEngine:
                 continue
             if entry.attempt >= group.spec.max_delivery_attempts:
                 continue  # the scanner dead-letters it
-            rec = self._load(g, t, qid, offset, entry, batch)
+            rec = self._load(g, t, qid, offset, entry, batch, cold)
             if rec is None:
                 continue
             if not filt.matches(rec.tag, rec.properties):
@@ -151,7 +185,7 @@ class PopEngine:
 
     def _release_waiting(
         self, group: GroupInfo, topic: str, qid: int, n: int, until: int, batch: PopBatch,
-        out: list[StoredMessage], claimed: set[tuple[int, str]],
+        out: list[StoredMessage], claimed: set[tuple[int, str]], cold: _Cold,
     ) -> None:  # fmt: skip
         g = group.spec.name
         lanes = self._state.fifo.get((g, topic, qid))
@@ -166,7 +200,7 @@ class PopEngine:
             entry = self._state.entry(g, topic, qid, offset)
             if entry is None or entry.state is not EntryState.WAITING:
                 continue
-            rec = self._load(g, topic, qid, offset, entry, batch)
+            rec = self._load(g, topic, qid, offset, entry, batch, cold)
             if rec is None:
                 continue
             new = PopEntry(EntryState.INFLIGHT, entry.attempt + 1, entry.version + 1, until, mg)
@@ -176,15 +210,29 @@ class PopEngine:
 
     def _take_new(
         self, group: GroupInfo, topic: str, qid: int, filt: MessageFilter, n: int, until: int, batch: PopBatch,
-        out: list[StoredMessage], claimed: set[tuple[int, str]],
+        out: list[StoredMessage], claimed: set[tuple[int, str]], cold: _Cold,
     ) -> None:  # fmt: skip
         g = group.spec.name
         fifo = group.spec.fifo
-        cursor = self.cursor(group, topic, qid)
+        if qid in cold.skip:
+            return
+        unset = self._state.cursor(g, topic, qid) is None
+        cursor = cold.cursors[qid] if unset and qid in cold.cursors else self.cursor(group, topic, qid)
         start = cursor
         scanned = 0
         while len(out) < n and scanned < self._cfg.max_scan_entries:
             res = self._store.read(topic, qid, cursor, max_messages=n - len(out), tag_hashes=filt.tag_hashes)
+            tier = self._cold
+            if (
+                res.status is ReadStatus.OFFSET_TOO_SMALL
+                and tier is not None
+                and tier.covers(topic, qid, cursor, res.min_offset)
+            ):
+                run = cold.run_from(qid, cursor)
+                if not run:
+                    cold.short = True  # in the bucket, not fetched for this call: the next round reads it
+                    break
+                res = ReadResult(ReadStatus.FOUND, run, run[-1].queue_offset + 1, res.min_offset, res.max_offset)
             if res.status is ReadStatus.OFFSET_TOO_SMALL:
                 cursor = res.next_offset  # older messages were deleted by retention
                 continue
@@ -222,16 +270,29 @@ class PopEngine:
             return cursor
         spec = group.spec
         if spec.consume_from.value == "earliest":
-            return self._store.queue_bounds(topic, qid)[0]
-        since = spec.consume_from_timestamp_ms if spec.consume_from.value == "timestamp" else group.created_ms
-        return self._store.offset_for_timestamp(topic, qid, since)
+            low = self._store.queue_bounds(topic, qid)[0]
+            return low if self._cold is None else self._cold.floor(topic, qid, low)
+        return self._store.offset_for_timestamp(topic, qid, self._since_ms(group))
+
+    @staticmethod
+    def _since_ms(group: GroupInfo) -> int:
+        spec = group.spec
+        return spec.consume_from_timestamp_ms if spec.consume_from.value == "timestamp" else group.created_ms
 
     def _load(
-        self, g: str, topic: str, qid: int, offset: int, entry: PopEntry, batch: PopBatch
+        self, g: str, topic: str, qid: int, offset: int, entry: PopEntry, batch: PopBatch, cold: _Cold
     ) -> MessageRecord | None:
         try:
             return self._store.get(topic, qid, offset)
         except OffsetNotFound:
+            rec = cold.records.get((qid, offset))
+            if rec is not None:
+                return rec
+            if self._cold is not None and (qid, offset) not in cold.fetched:
+                low = self._store.queue_bounds(topic, qid)[0]
+                if self._cold.covers(topic, qid, offset, low, exact=True):
+                    cold.short = True  # tiered, not fetched for this call (or the bucket failed): keep it
+                    return None
             batch.remove(g, topic, qid, offset, entry)  # deleted by retention: nothing left to deliver
         except MessageCorrupted as exc:
             log.error(
@@ -353,9 +414,13 @@ class PopEngine:
 
     async def _move_to_dlq(self, group: str, topic: str, qid: int, offset: int, entry: PopEntry) -> None:
         batch = self._state.batch()
-        rec = self._load(group, topic, qid, offset, entry, batch)
+        cold = _Cold()
+        await self._fetch_exact(topic, [(qid, offset)], cold)
+        rec = self._load(group, topic, qid, offset, entry, batch, cold)
         if rec is None:
             batch.commit()
+            if cold.error is not None:
+                raise cold.error  # the message is in the bucket, which failed: the scanner retries
             return
         await self._dead_letter(rec, group, entry.attempt)
         current = self._state.entry(group, topic, qid, offset)
@@ -426,3 +491,76 @@ class PopEngine:
                 out.append(GroupQueueStatus(topic, qid, consumed, high, max(0, high - consumed),
                                             self._state.inflight[(g, topic, qid)]))  # fmt: skip
         return out
+
+    # -- tiered storage: what a pop needs from the bucket ----------------------------------------
+
+    async def _fetch_cold(self, group: GroupInfo, topic: str, queues: list[int], n: int) -> _Cold:
+        """Fetch, off the event loop, the bucket messages the next `_pop_once` may deliver."""
+        tier = self._cold
+        assert tier is not None
+        cold = _Cold()
+        g = group.spec.name
+        fetched = 0
+        lows = {qid: self._store.queue_bounds(topic, qid)[0] for qid in queues}
+        cold_queues = {qid for qid, low in lows.items() if tier.covers(topic, qid, 0, low)}
+        if not cold_queues:
+            return cold  # nothing of these queues is only in the bucket: the hot path costs no more
+        for qid in queues:
+            if fetched >= n:
+                break
+            low = lows[qid]
+            cursor = self._state.cursor(g, topic, qid)
+            if cursor is None:
+                cursor = self.cursor(group, topic, qid)
+                since = self._since_ms(group)
+                newest = tier.newest_ms(topic, qid)
+                if (
+                    group.spec.consume_from.value != "earliest" and cursor == low and newest is not None
+                    and since <= newest and tier.covers(topic, qid, 0, low)
+                ):  # fmt: skip
+                    try:  # the start time lies in the bucket
+                        found = await tier.offset_for_timestamp(topic, qid, since)
+                    except SluiceError as exc:
+                        cold.error = cold.error or exc
+                        cold.skip.add(qid)  # starting it from the local copy would skip tiered messages
+                        continue
+                    if found is not None:
+                        cursor = cold.cursors[qid] = min(found, low)
+            if not tier.covers(topic, qid, cursor, low):
+                continue
+            try:
+                run = await tier.read(topic, qid, cursor, n)
+            except SluiceError as exc:
+                cold.error = cold.error or exc
+                continue
+            cold.runs[qid] = run
+            fetched += len(run)
+        wanted: list[tuple[int, int]] = []
+        for _, t, qid, offset in list(self._state.due(g, now_ms(), _DUE_SCAN_LIMIT)):
+            if t == topic and qid in cold_queues and offset < lows[qid] and len(wanted) < n:
+                wanted.append((qid, offset))
+        if group.spec.fifo:
+            for qid in cold_queues:
+                for lane in self._state.fifo.get((g, topic, qid), {}).values():
+                    if lane.waiting and len(wanted) < 2 * n:
+                        wanted.append((qid, lane.waiting[0]))
+        await self._fetch_exact(topic, wanted, cold)
+        return cold
+
+    async def _fetch_exact(self, topic: str, wanted: list[tuple[int, int]], cold: _Cold) -> None:
+        """Fetch single messages below the local copy of their queue from the bucket into `cold`."""
+        tier = self._cold
+        if tier is None:
+            return
+        for qid, offset in wanted:
+            low = self._store.queue_bounds(topic, qid)[0]
+            if not tier.covers(topic, qid, offset, low, exact=True):
+                continue
+            try:
+                rec = await tier.get(topic, qid, offset)
+            except SluiceError as exc:
+                cold.error = cold.error or exc
+                continue
+            cold.fetched.add((qid, offset))
+            if rec is not None:
+                cold.records[(qid, offset)] = rec

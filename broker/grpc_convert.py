@@ -40,6 +40,10 @@ from broker.api import (
     RetryPolicy,
     SendResult,
     StoredMessage,
+    TierEvictResult,
+    TierQueueStatus,
+    TierStatus,
+    TierTopicStatus,
     TopicSpec,
     TopicStatus,
     TraceEvent,
@@ -466,3 +470,49 @@ def trace_event_from_pb(e: pb.TraceEvent) -> TraceEvent:
     return TraceEvent(kind=kind, time_ms=e.time_ms, topic=e.topic, queue_id=e.queue_id, queue_offset=e.queue_offset,
                       message_id=e.message_id, group=e.group, attempt=e.attempt, client_id=e.client_id,
                       detail=dict(e.detail))  # fmt: skip
+
+
+# -- tiered storage -------------------------------------------------------------------------------
+
+
+def tier_topic_status_to_pb(st: TierTopicStatus) -> pb.TierTopicStatus:
+    return pb.TierTopicStatus(
+        topic=st.topic,
+        queues=[
+            pb.TierQueueStatus(queue_id=q.queue_id, local_min=q.local_min, local_max=q.local_max,
+                               tiered_min=q.tiered_min, tiered_end=q.tiered_end)
+            for q in st.queues
+        ],
+        lag_messages=st.lag_messages, lag_s=st.lag_s, bytes=st.bytes, objects=st.objects,
+        last_error=st.last_error, failures=st.failures, last_upload_ms=st.last_upload_ms,
+    )  # fmt: skip
+
+
+def tier_topic_status_from_pb(msg: pb.TierTopicStatus) -> TierTopicStatus:
+    return TierTopicStatus(
+        msg.topic,
+        tuple(TierQueueStatus(q.queue_id, q.local_min, q.local_max, q.tiered_min, q.tiered_end) for q in msg.queues),
+        msg.lag_messages, msg.lag_s, msg.bytes, msg.objects, msg.last_error, msg.failures, msg.last_upload_ms,
+    )  # fmt: skip
+
+
+def tier_status_to_pb(st: TierStatus) -> pb.TierStatusResponse:
+    return pb.TierStatusResponse(
+        enabled=st.enabled, store=st.store, topics=[tier_topic_status_to_pb(t) for t in st.topics],
+        puts=st.puts, put_bytes=st.put_bytes, gets=st.gets, get_bytes=st.get_bytes,
+    )  # fmt: skip
+
+
+def tier_status_from_pb(msg: pb.TierStatusResponse) -> TierStatus:
+    return TierStatus(
+        msg.enabled, msg.store, tuple(tier_topic_status_from_pb(t) for t in msg.topics),
+        msg.puts, msg.put_bytes, msg.gets, msg.get_bytes,
+    )  # fmt: skip
+
+
+def tier_evict_to_pb(r: TierEvictResult) -> pb.TierEvictLocalResponse:
+    return pb.TierEvictLocalResponse(topic=r.topic, messages=r.messages, segments=r.segments)
+
+
+def tier_evict_from_pb(msg: pb.TierEvictLocalResponse) -> TierEvictResult:
+    return TierEvictResult(msg.topic, msg.messages, msg.segments)

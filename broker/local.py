@@ -1,8 +1,11 @@
 """`LocalBroker`: the broker in this process, implementing `BrokerApi` with plain awaits.
 
 It owns the store, the metadata, the pop engine and its background tasks (redelivery scanning,
-retention). The merged topology's proxy calls it directly; a broker process serves it over the
-internal gRPC service (broker/service.py) to remote proxies and the admin tool.
+retention), and, when `[broker.tiering]` is configured, tiered storage (`BrokerTiering`: the
+uploader task, the retention veto, and the cold reads that pop, pull, offset queries and lookups
+fall through to below the local copy of a queue). The merged topology's proxy calls it directly;
+a broker process serves it over the internal gRPC service (broker/service.py) to remote proxies
+and the admin tool.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,6 +32,10 @@ from broker.api import (
     QueueStatus,
     SendResult,
     StoredMessage,
+    TierEvictResult,
+    TierQueueStatus,
+    TierStatus,
+    TierTopicStatus,
     TopicSpec,
     TopicStatus,
     TraceEvent,
@@ -46,11 +54,14 @@ from broker.metrics import broker_samples
 from broker.popstate import POP_CFS, PopState
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
+from broker.tiering.manifest import SegmentEntry
+from broker.tiering.runtime import TIER_CFS, BrokerTiering, not_enabled
+from broker.tiering.uploader import TopicStatus as UploaderTopicStatus
 from broker.trace import CF_TRACE, TRACE_CFS, TraceRecorder
 from broker.transaction.pending import TXN_CFS
 from broker.transaction.service import TransactionService
 from common import metrics
-from common.errors import BadRequest, Forbidden, OffsetNotFound, StoreClosed, TopicNotFound
+from common.errors import BadRequest, Forbidden, OffsetNotFound, SluiceError, StoreClosed, TopicNotFound
 from common.logs import kv
 from common.model import (
     ALL_MESSAGE_TYPES,
@@ -74,6 +85,7 @@ class _Parts:
     engine: PopEngine
     transactions: TransactionService
     trace: TraceRecorder
+    tiering: BrokerTiering | None
 
 
 class LocalBroker:
@@ -87,6 +99,8 @@ class LocalBroker:
         self._filters: dict[tuple[int, str], MessageFilter] = {}
         self._trace_task: asyncio.Task[None] | None = None
         self._unregister_metrics: Callable[[], None] | None = None
+        # Retention and tiering's evict-local both delete CommitLog segments: one at a time.
+        self._retention_lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -98,9 +112,22 @@ class LocalBroker:
         loop = asyncio.get_running_loop()
         cfg = self.config
         self._store = await loop.run_in_executor(
-            None, lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS + TXN_CFS + TRACE_CFS)
+            None,
+            lambda: MessageStore(
+                cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS
+            ),
         )
         store = self._store
+        tiering: BrokerTiering | None = None
+        if cfg.tiering.enabled:
+            try:
+                lock = self._retention_lock
+                tiering = await loop.run_in_executor(None, lambda: BrokerTiering(
+                    store, cfg.tiering, cluster=cfg.cluster, broker=cfg.name, retention_lock=lock))  # fmt: skip
+            except BaseException:
+                self._store = None
+                await loop.run_in_executor(None, store.close)
+                raise
         metadata = Metadata(store.index)
         pop_state = PopState(store.index)
         self.hub = LongPollHub(loop)
@@ -109,10 +136,16 @@ class LocalBroker:
                               store.index.batch, store.index.write)  # fmt: skip
         engine = PopEngine(
             broker_name=cfg.name, store=store, metadata=metadata, state=pop_state, hub=self.hub,
-            config=cfg.pop, dead_letter=self._dead_letter, trace=trace,
+            config=cfg.pop, dead_letter=self._dead_letter, trace=trace, cold=tiering,
         )  # fmt: skip
+        if tiering is not None:
+
+            def on_uploaded(topic: str, entry: SegmentEntry) -> None:
+                loop.call_soon_threadsafe(_trace_tiered, trace, topic, entry)
+
+            tiering.uploader.on_uploaded = on_uploaded
         transactions = TransactionService(cfg.name, store, cfg.transaction, cfg.advertised_address)
-        self._parts = _Parts(metadata, pop_state, engine, transactions, trace)
+        self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering)
         await transactions.start()
         self._tasks = [
             asyncio.create_task(self.engine.run_scanner(self._stop), name="redelivery-scanner"),
@@ -121,6 +154,8 @@ class LocalBroker:
         ]
         self._trace_task = asyncio.create_task(trace.run(self._stop), name="trace-writer")
         self._unregister_metrics = metrics.register_source(lambda: broker_samples(self))
+        if tiering is not None:
+            self._tasks.append(asyncio.create_task(tiering.run(), name="tier-uploader"))
         log.info("broker started", extra=kv(name=cfg.name, data_dir=str(cfg.data_dir), topics=len(self.metadata.topics),
                                             groups=len(self.metadata.groups)))  # fmt: skip
 
@@ -140,6 +175,9 @@ class LocalBroker:
         self._tasks = []
         if self._store is not None:
             store, self._store = self._store, None
+            tiering = self._parts.tiering if self._parts is not None else None
+            if tiering is not None:
+                await tiering.close()  # uploads and cold reads in flight use the store
             # RocksDB releases its lock only when the last handle is gone: drop every holder.
             self._parts = None
             await asyncio.get_running_loop().run_in_executor(None, store.close)
@@ -184,9 +222,30 @@ class LocalBroker:
             if self._stop.is_set():
                 return
             try:
-                await loop.run_in_executor(None, self.store.run_retention)
+                await loop.run_in_executor(None, self._run_retention)
             except Exception:
                 log.exception("retention run failed")
+            tiering = self.tiering
+            if tiering is not None:
+                try:
+                    await loop.run_in_executor(None, tiering.expire)
+                except SluiceError as exc:  # the bucket is down: the next run finishes the job
+                    log.warning("tiered retention failed; will retry", extra=kv(error=exc.message))
+                except Exception:
+                    log.exception("tiered retention failed")
+
+    def _run_retention(self) -> int:
+        with self._retention_lock:
+            return self.store.run_retention()
+
+    @property
+    def tiering(self) -> BrokerTiering | None:
+        """Tiered storage of this broker, None when not configured (or not running)."""
+        return self._parts.tiering if self._parts is not None else None
+
+    def _floor(self, topic: str, queue_id: int, local_low: int) -> int:
+        tiering = self.tiering
+        return local_low if tiering is None else tiering.floor(topic, queue_id, local_low)
 
     def topic_infos(self) -> list[TopicInfo]:
         if self._parts is None:
@@ -251,8 +310,11 @@ class LocalBroker:
 
     async def topic_status(self, name: str) -> TopicStatus:
         spec = self.metadata.topic(name)
-        queues = tuple(QueueStatus(q, *self.store.queue_bounds(name, q)) for q in range(spec.queue_count))
-        return TopicStatus(spec, queues, half_messages=self.transactions.backlog(name))
+        queues = []
+        for q in range(spec.queue_count):
+            low, high = self.store.queue_bounds(name, q)
+            queues.append(QueueStatus(q, self._floor(name, q, low), high))
+        return TopicStatus(spec, tuple(queues), half_messages=self.transactions.backlog(name))
 
     async def ensure_topic(self, name: str) -> TopicSpec:
         """The topic; on first use it is created (accepting every message type) when this broker
@@ -400,6 +462,11 @@ class LocalBroker:
         while True:
             snapshot = self.hub.snapshot((topic_key(topic),))
             res = self.store.read(topic, queue_id, offset, max_messages=n, tag_hashes=filt.tag_hashes)
+            if res.status is ReadStatus.OFFSET_TOO_SMALL:
+                cold = await self._pull_cold(topic, queue_id, offset, n, res.min_offset, res.max_offset)
+                if cold is not None:
+                    kept = [m for m in cold.messages if filt.matches(m.tag, m.properties)]
+                    return PullResult(kept, cold.next_offset, cold.min_offset, cold.max_offset)
             msgs = [to_stored(r, 1) for r in res.messages if filt.matches(r.tag, r.properties)]
             next_offset = res.next_offset
             if res.status is ReadStatus.OFFSET_OVERFLOW:
@@ -411,6 +478,19 @@ class LocalBroker:
                 offset = next_offset
                 continue
             await self.hub.wait(snapshot, remaining)
+
+    async def _pull_cold(
+        self, topic: str, queue_id: int, offset: int, n: int, local_low: int, high: int
+    ) -> PullResult | None:
+        """Messages below the local copy read from the bucket (unfiltered), or None if it holds none there."""
+        tiering = self.tiering
+        if tiering is None or not tiering.covers(topic, queue_id, offset, local_low):
+            return None
+        recs = await tiering.read(topic, queue_id, offset, n)
+        if not recs:
+            return None
+        msgs = [to_stored(r, 1) for r in recs]
+        return PullResult(msgs, recs[-1].queue_offset + 1, tiering.floor(topic, queue_id, local_low), high)
 
     async def get_offset(self, group: str, topic: str, queue_id: int) -> int:
         self.metadata.topic(topic)
@@ -430,18 +510,66 @@ class LocalBroker:
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
         low, high = self.store.queue_bounds(topic, queue_id)
         if policy is OffsetPolicy.BEGINNING:
-            return low
+            return self._floor(topic, queue_id, low)
         if policy is OffsetPolicy.END:
             return high
-        return self.store.offset_for_timestamp(topic, queue_id, timestamp_ms)
+        local = self.store.offset_for_timestamp(topic, queue_id, timestamp_ms)
+        tiering = self.tiering
+        if local == low and tiering is not None and tiering.covers(topic, queue_id, 0, low):
+            cold = await tiering.offset_for_timestamp(topic, queue_id, timestamp_ms)
+            if cold is not None:
+                return min(cold, low)
+        return local
 
     # -- lookups ---------------------------------------------------------------------------------
 
     async def get_message(self, topic: str, message_id: str) -> list[StoredMessage]:
-        return [to_stored(r, 1) for r in self.store.find_by_id(message_id, topic)]
+        found = self.store.find_by_id(message_id, topic)
+        tiering = self.tiering
+        if not found and tiering is not None:
+            found = await tiering.find_by_id(topic, message_id)
+        return [to_stored(r, 1) for r in found]
 
     async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]:
-        return [to_stored(r, 1) for r in self.store.find_by_key(topic, key, min(max(limit, 1), 1000))]
+        limit = min(max(limit, 1), 1000)
+        found = self.store.find_by_key(topic, key, limit)
+        tiering = self.tiering
+        if len(found) < limit and tiering is not None:
+            seen = {(r.queue_id, r.queue_offset) for r in found}
+            cold = await tiering.find_by_key(topic, key, limit)
+            found += [r for r in cold if (r.queue_id, r.queue_offset) not in seen][: limit - len(found)]
+            found.sort(key=lambda r: (r.queue_id, r.queue_offset))
+        return [to_stored(r, 1) for r in found]
+
+    # -- tiered storage --------------------------------------------------------------------------
+
+    def _tiering(self) -> BrokerTiering:
+        tiering = self.tiering
+        if tiering is None:
+            self._running()
+            raise not_enabled(self.name)
+        return tiering
+
+    async def tier_status(self) -> TierStatus:
+        tiering = self.tiering
+        if tiering is None:
+            self._running()
+            return TierStatus(False, "")
+        topics = tuple(_tier_topic_status(t) for t in await tiering.status())
+        c = tiering.objects.snapshot()
+        return TierStatus(True, tiering.objects.describe(), topics, c.puts, c.put_bytes, c.gets, c.get_bytes)
+
+    async def tier_upload_now(self, topic: str, timeout_s: float) -> TierTopicStatus:
+        if timeout_s <= 0:
+            raise BadRequest(f"upload timeout must be positive, got {timeout_s} s")
+        tiering = self._tiering()
+        self.metadata.topic(topic)
+        return _tier_topic_status(await tiering.upload_now(topic, timeout_s))
+
+    async def tier_evict_local(self, topic: str) -> TierEvictResult:
+        tiering = self._tiering()
+        self.metadata.topic(topic)
+        return await tiering.evict_local(topic)
 
     # -- transactions ----------------------------------------------------------------------------
 
@@ -506,3 +634,17 @@ def _lookup_trace(trace: TraceRecorder, store: MessageStore, message_id: str) ->
                                     message_id=message_id, detail=detail))  # fmt: skip
         events.extend(found)
     return sorted(events, key=lambda e: e.time_ms)
+
+
+def _tier_topic_status(st: UploaderTopicStatus) -> TierTopicStatus:
+    queues = tuple(
+        TierQueueStatus(q, *st.local.get(q, (0, 0)), *st.tiered.get(q, (0, 0)))
+        for q in sorted(set(st.local) | set(st.tiered))
+    )
+    return TierTopicStatus(st.topic, queues, st.lag_messages, st.lag_s, st.bytes, st.objects, st.last_error,
+                           st.failures, st.last_upload_ms)  # fmt: skip
+
+
+def _trace_tiered(trace: TraceRecorder, topic: str, entry: SegmentEntry) -> None:
+    for queue_id, (first, last) in entry.queues.items():
+        trace.tiered(topic, queue_id, first, last + 1, entry.key)

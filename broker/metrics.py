@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.tiering.uploader import tier_metric_samples
 from common import metrics as m
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ def broker_samples(broker: LocalBroker) -> list[m.Sample]:
         (m.TRANSACTION_HALF, labels, float(broker.half_message_backlog())),
     ]
     out.extend(consumer_samples(broker))
+    tiering = broker.tiering
+    if tiering is not None:
+        out.extend(tier_metric_samples(name, tiering.uploader))
     return out
 
 

@@ -35,6 +35,9 @@ from broker.api import (
     PullResult,
     SendResult,
     StoredMessage,
+    TierEvictResult,
+    TierStatus,
+    TierTopicStatus,
     TopicSpec,
     TopicStatus,
     TraceEvent,
@@ -318,6 +321,24 @@ class RemoteBroker:
             request = pb.MessageTraceRequest(message_id=message_id)
         response = await self._call(self._stub.MessageTrace, request)
         return [convert.trace_event_from_pb(e) for e in response.events]
+
+    # -- tiered storage -------------------------------------------------------------------------
+
+    async def tier_status(self) -> TierStatus:
+        response = await self._call(self._stub.TierStatus, pb.TierStatusRequest())
+        return convert.tier_status_from_pb(response)
+
+    async def tier_upload_now(self, topic: str, timeout_s: float) -> TierTopicStatus:
+        with _encoding("tier_upload_now"):
+            request = pb.TierUploadNowRequest(topic=topic, timeout_ms=int(timeout_s * _MS_PER_S))
+        response = await self._call(self._stub.TierUploadNow, request, timeout_s + self._timeout_s)
+        return convert.tier_topic_status_from_pb(response.status)
+
+    async def tier_evict_local(self, topic: str) -> TierEvictResult:
+        with _encoding("tier_evict_local"):
+            request = pb.TierEvictLocalRequest(topic=topic)
+        response = await self._call(self._stub.TierEvictLocal, request)
+        return convert.tier_evict_from_pb(response)
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -210,3 +210,18 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def MessageTrace(self, request: pb.MessageTraceRequest, context: Context) -> pb.MessageTraceResponse:
         events = await self._api.message_trace(request.message_id)
         return pb.MessageTraceResponse(events=[convert.trace_event_to_pb(e) for e in events])
+
+    # -- tiered storage -------------------------------------------------------------------------
+
+    @internal_rpc
+    async def TierStatus(self, request: pb.TierStatusRequest, context: Context) -> pb.TierStatusResponse:
+        return convert.tier_status_to_pb(await self._api.tier_status())
+
+    @internal_rpc
+    async def TierUploadNow(self, request: pb.TierUploadNowRequest, context: Context) -> pb.TierUploadNowResponse:
+        status = await self._api.tier_upload_now(request.topic, request.timeout_ms / 1000.0)
+        return pb.TierUploadNowResponse(status=convert.tier_topic_status_to_pb(status))
+
+    @internal_rpc
+    async def TierEvictLocal(self, request: pb.TierEvictLocalRequest, context: Context) -> pb.TierEvictLocalResponse:
+        return convert.tier_evict_to_pb(await self._api.tier_evict_local(request.topic))

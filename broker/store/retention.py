@@ -91,7 +91,10 @@ class Retention:
             _, tid, qid = K.segq_key_parse(key)
             max_offset = K.U64.unpack(value)[0]
             batch.delete_range(K.cq_key(tid, qid, 0), K.cq_key(tid, qid, max_offset + 1), cq)
-            batch.put(K.queue_floor_key(tid, qid), K.U64.pack(max_offset + 1), meta)
+            # The floor only rises: tiering's evict-local may already have raised it past this segment.
+            old = index.cf(K.CF_META).get(K.queue_floor_key(tid, qid))
+            floor = max(max_offset + 1, 0 if old is None else K.U64.unpack(old)[0])
+            batch.put(K.queue_floor_key(tid, qid), K.U64.pack(floor), meta)
             queues += 1
         end = K.next_prefix(prefix)
         for name in (K.CF_MSGID, K.CF_KEYIDX, K.CF_SEGQ):

@@ -56,6 +56,7 @@ class TieringConfig:
     cache_bytes: int = 256 * MIB  # decoded row groups and footers kept in memory
     read_ahead_row_groups: int = 2  # prefetched after a read, for sequential catch-up
     lookup_max_segments: int = 64  # segments one lookup by message id or key may scan
+    read_concurrency: int = 4  # cold reads (pop, pull, lookups) in flight at once in the broker
 
     # -- tiered retention ------------------------------------------------------------------------
     retention_s: float = 30 * 24 * 3600.0  # 0 keeps tiered data forever
@@ -74,6 +75,7 @@ class TieringConfig:
             "scan_interval_s": self.scan_interval_s,
             "retry_initial_s": self.retry_initial_s,
             "lookup_max_segments": self.lookup_max_segments,
+            "read_concurrency": self.read_concurrency,
         }
         for name, value in positive.items():
             if value <= 0:

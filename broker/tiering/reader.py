@@ -43,6 +43,7 @@ log = logging.getLogger("sluice.tiering.reader")
 
 _FOOTER = -1  # cache key index of a segment's footer
 _LOOKUP_COLUMNS = ["queue_id", "queue_offset"]
+_RECORD_OVERHEAD_BYTES = 600  # Python objects of one decoded record beyond its Arrow bytes (cache accounting)
 
 
 class ColdReader:
@@ -76,13 +77,17 @@ class ColdReader:
         assert isinstance(md, pq.FileMetaData)
         return md
 
-    def _row_group(self, topic: str, entry: SegmentEntry, index: int) -> pa.Table:
-        table = self._cache.get((entry.key, index))
-        if table is None:
+    def _row_group(self, topic: str, entry: SegmentEntry, index: int) -> list[MessageRecord]:
+        """The row group's records, decoded once and cached (reads of a few messages then cost a slice).
+
+        Cached records are shared by every read: callers treat them as read-only."""
+        records = self._cache.get((entry.key, index))
+        if records is None:
             table = fetch_row_group(self.objects, entry, self._footer(topic, entry), index)
-            self._cache.put((entry.key, index), table, table.nbytes)
-        assert isinstance(table, pa.Table)
-        return table
+            records = table_to_records(table, topic)
+            self._cache.put((entry.key, index), records, table.nbytes + _RECORD_OVERHEAD_BYTES * len(records))
+        assert isinstance(records, list)
+        return records
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -104,12 +109,11 @@ class ColdReader:
             if loc is None:
                 break
             entry, index = loc
-            table = self._row_group(topic, entry, index)
-            mask = pc.and_(pc.equal(table["queue_id"], queue_id), pc.greater_equal(table["queue_offset"], nxt))
-            rows = table.filter(mask).slice(0, max_messages - len(out))
-            out.extend(table_to_records(rows, topic))
+            records = self._row_group(topic, entry, index)
+            rows = _queue_rows(records, entry, index, queue_id, nxt, max_messages - len(out))
+            out.extend(rows)
             ref = entry.row_groups[index]
-            if rows.num_rows and len(out) >= max_messages:
+            if rows and len(out) >= max_messages:
                 nxt = out[-1].queue_offset + 1
                 break
             nxt = ref.last_offset + 1 if ref.last_queue == queue_id else entry.queues[queue_id][1] + 1
@@ -214,3 +218,34 @@ class ColdReader:
     def expire(self, now_s: float | None = None) -> int:
         """Delete whole objects whose newest message is older than the topic's tiered retention."""
         return expiry.expire(self.manifest, self.objects, self.config, self._clock() if now_s is None else now_s)
+
+
+def _queue_rows(
+    records: list[MessageRecord], entry: SegmentEntry, index: int, queue_id: int, offset: int, limit: int
+) -> list[MessageRecord]:
+    """Up to `limit` records of the queue from `offset` on in one decoded row group.
+
+    Rows are sorted by (queue_id, queue_offset) and a queue's offsets in a segment are consecutive,
+    so the manifest's ranges give the slice directly (no scan of the row group); the slice's first and
+    last records are checked, and anything unexpected falls back to scanning the row group.
+    """
+    ref = entry.row_groups[index]
+    start = 0
+    first = last = -1
+    for q in sorted(entry.queues):
+        if q < ref.first_queue or q > queue_id:
+            continue
+        q_first = ref.first_offset if q == ref.first_queue else entry.queues[q][0]
+        q_last = ref.last_offset if q == ref.last_queue else entry.queues[q][1]
+        if q == queue_id:
+            first = max(offset, q_first)
+            last = min(q_last, first + limit - 1)
+            start += first - q_first
+            break
+        start += q_last - q_first + 1
+    if 0 <= first <= last:
+        rows = records[start : start + last - first + 1]
+        if len(rows) == last - first + 1 and (rows[0].queue_id, rows[0].queue_offset, rows[-1].queue_id,
+                                              rows[-1].queue_offset) == (queue_id, first, queue_id, last):  # fmt: skip
+            return rows
+    return [r for r in records if r.queue_id == queue_id and r.queue_offset >= offset][:limit]

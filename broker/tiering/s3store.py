@@ -52,7 +52,8 @@ def make_client(config: TieringConfig) -> Any:
     client_config = botocore.config.Config(
         connect_timeout=config.connect_timeout_s,
         read_timeout=config.read_timeout_s,
-        retries={"max_attempts": config.max_attempts, "mode": "standard"},
+        # botocore reads `max_attempts` as retries after the first try; `total_max_attempts` counts every try.
+        retries={"total_max_attempts": config.max_attempts, "mode": "standard"},
         s3={"addressing_style": config.addressing_style},
         max_pool_connections=max(10, 2 * config.upload_concurrency + 4),
         # Integrity is ours (Content-MD5 per request, SHA-256 per object); botocore's newer default

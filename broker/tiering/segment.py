@@ -163,7 +163,8 @@ def records_to_table(records: Sequence[MessageRecord]) -> pa.Table:
 
 def table_to_records(table: pa.Table, topic: str) -> list[MessageRecord]:
     """Records of `table` (any subset of rows of a segment, all columns) in row order."""
-    missing = [f.name for f in SCHEMA if f.name not in table.column_names]
+    present = set(table.column_names)
+    missing = [f.name for f in SCHEMA if f.name not in present]
     if missing:
         raise SegmentCorrupted(f"segment rows lack column(s) {', '.join(missing)}")
 

@@ -98,6 +98,8 @@ class Uploader:
         self._states: dict[str, _TopicState] = {}
         self._gaps_warned: set[tuple[str, int, int]] = set()
         self._warned_at_s = float("-inf")
+        # Called on an upload thread after each segment is recorded as tiered (the broker traces it).
+        self.on_uploaded: Callable[[str, SegmentEntry], None] | None = None
 
     def _state(self, topic: str) -> _TopicState:
         st = self._states.get(topic)
@@ -299,6 +301,8 @@ class Uploader:
                              seg.info.max_store_ms, uploaded_ms, seg.row_groups)  # fmt: skip
         self.manifest.add_segment(topic, entry, {q: last + 1 for q, (_, last) in seg.info.queues.items()})
         self._state(topic).last_upload_ms = uploaded_ms
+        if self.on_uploaded is not None:
+            self.on_uploaded(topic, entry)
         log.info("tiered a segment", extra=kv(topic=topic, key=key, rows=seg.info.rows, bytes=info.size))
         return True
 
@@ -335,7 +339,9 @@ class Uploader:
         tiered: dict[int, tuple[int, int]] = {}
         lag_messages = 0
         oldest_ms: int | None = None
-        for q in index.queue_ids(tid) if tid is not None else []:
+        # Queues with local entries, and tiered ones whose local copy is gone (evicted or retained away).
+        queues = set(index.queue_ids(tid)) | set(self.manifest.progress(topic).ends) if tid is not None else set()
+        for q in sorted(queues):
             assert tid is not None
             local[q] = low, high = index.queue_bounds(tid, q)
             tiered[q] = self.manifest.bounds(topic, q)

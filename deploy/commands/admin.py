@@ -9,6 +9,7 @@
     message get --topic T --id ID | message find --topic T --key K [--limit N]
     message trace --id ID    (the life of a message: sent, delivered, acked, dead-lettered, tiered)
     broker list
+    tier status | tier upload-now TOPIC [--wait-s S] | tier evict-local TOPIC
 
 The shared options may also follow the action (`sluice admin topic list --json`). Output is an
 aligned table on stdout, or JSON with `--json`. A failure prints exactly one line on stderr,
@@ -27,13 +28,14 @@ from typing import TypeAlias
 from broker.api import GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
-from deploy.admin import groups, messages, topics, trace
+from deploy.admin import groups, messages, tier, topics, trace
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
 from deploy.admin.output import Report, render_json, render_table
 from deploy.admin.parse import parse_consume_from, parse_message_types, parse_names, parse_retry_policy
 
 NAME = "admin"
 HELP = "Manage topics and consumer groups, and look messages up, through the NameServers."
+DEFAULT_UPLOAD_WAIT_S = 300.0
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_QUEUES = 8
 DEFAULT_FIND_LIMIT = 64
@@ -53,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_group(areas.add_parser("group", help="create, list, describe and delete consumer groups"), shared)
     _add_message(areas.add_parser("message", help="look messages up by id or key"), shared)
     _add_broker(areas.add_parser("broker", help="list the registered brokers"), shared)
+    _add_tier(areas.add_parser("tier", help="tiered storage: status, upload now, evict local copies"), shared)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -250,3 +253,38 @@ async def _broker_list(cluster: Cluster, args: argparse.Namespace) -> Report:
         for b in await cluster.brokers()
     ]
     return Report(columns=["broker", "cluster", "address", "topics", "last_heartbeat_s"], rows=rows)
+
+
+# -- tiered storage -------------------------------------------------------------------------------
+
+
+def _add_tier(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _leaf(actions, "status", shared, _tier_status, "per broker and topic: local and tiered ranges, upload lag, bytes")
+    upload = _leaf(
+        actions, "upload-now", shared, _tier_upload_now, "tier everything of a topic stored so far, and wait for it"
+    )
+    upload.add_argument("topic", metavar="TOPIC")
+    upload.add_argument(
+        "--wait-s",
+        type=float,
+        default=DEFAULT_UPLOAD_WAIT_S,
+        metavar="S",
+        help=f"how long brokers may take (default {DEFAULT_UPLOAD_WAIT_S:g})",
+    )
+    evict = _leaf(actions, "evict-local", shared, _tier_evict_local, "drop local copies of a topic's tiered data now")
+    evict.add_argument("topic", metavar="TOPIC")
+
+
+async def _tier_status(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await tier.status(cluster)
+
+
+async def _tier_upload_now(cluster: Cluster, args: argparse.Namespace) -> Report:
+    if args.wait_s <= 0:
+        raise ConfigError(f"--wait-s must be positive, got {args.wait_s}")
+    return await tier.upload_now(cluster, args.topic, args.wait_s)
+
+
+async def _tier_evict_local(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await tier.evict_local(cluster, args.topic)

@@ -18,6 +18,7 @@ from common.config import load_config
 from common.logs import setup_logging
 from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
+from deploy.tierflags import add_tier_arguments, tier_overrides
 from nameserver.client import parse_addresses
 
 NAME = "broker"
@@ -57,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="do not update the per-request counters and histograms (scrape-time gauges stay)",
     )  # fmt: skip
     parser.add_argument("--no-trace", action="store_true", default=None, help="do not record message traces")
+    add_tier_arguments(parser)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -79,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
             "auto_create": args.auto_create,
             "metrics.enabled": False if args.no_metrics else None,
             "trace.enabled": False if args.no_trace else None,
+            **tier_overrides(args),
         },
     )
     setup_logging(args.log_level, args.log_json)

@@ -20,6 +20,7 @@ from common.config import load_config, read_toml
 from common.logs import setup_logging
 from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
+from deploy.tierflags import add_tier_arguments, tier_overrides
 from nameserver.config import NameServerConfig
 from nameserver.service import run_nameserver
 from proxy.app import ProxyApp
@@ -48,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="do not update the per-request counters and histograms (scrape-time gauges stay)",
     )  # fmt: skip
     parser.add_argument("--no-trace", action="store_true", default=None, help="do not record message traces")
+    add_tier_arguments(parser)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -63,6 +65,7 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
             "namesrv": [f"{ns.host}:{ns.port}"], "auto_create": not args.no_auto_create,
             "store.commitlog.flush_policy": args.flush,
             "metrics.enabled": False if args.no_metrics else None, "trace.enabled": False if args.no_trace else None,
+            **tier_overrides(args),
         },
     )  # fmt: skip
     proxy = load_config(ProxyConfig, section="proxy", data=data, overrides={

@@ -47,6 +47,7 @@ from common.errors import (
     MessagePropertiesTooLarge,
     MessageTypeConflict,
     OffsetNotFound,
+    PreconditionFailed,
     SluiceError,
     TopicNotFound,
 )
@@ -824,3 +825,12 @@ async def test_lookup_by_message_id_and_key(broker: BrokerApi, scope: Scope) -> 
     assert sorted(bodies(await broker.find_messages_by_key(topic, "shared"))) == [b"a", b"b"]
     assert await broker.find_messages_by_key(topic, "missing") == []
     assert await broker.get_message(await new_topic(broker, scope), a.message_id) == []
+
+
+async def test_tier_calls_without_tiering_explain_how_to_enable_it(broker: BrokerApi, scope: Scope) -> None:
+    topic = await new_topic(broker, scope)
+    status = await broker.tier_status()
+    assert (status.enabled, status.store, status.topics) == (False, "", ())
+    for call in (broker.tier_upload_now(topic, 5.0), broker.tier_evict_local(topic)):
+        with pytest.raises(PreconditionFailed, match=r"\[broker.tiering\] bucket"):
+            await call

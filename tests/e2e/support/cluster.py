@@ -180,8 +180,8 @@ def start_merged(root: Path, *, auto_create: bool = False, extra_args: Sequence[
     return cluster
 
 
-def start_separated(root: Path, *, config: Path | None = None) -> Cluster:
-    """`config`: a TOML file given to the brokers and proxies (`--config`)."""
+def start_separated(root: Path, *, config: Path | None = None, broker_args: Sequence[str] = ()) -> Cluster:
+    """`config`: a TOML file given to the brokers and proxies (`--config`); `broker_args`: extra broker flags."""
     root.mkdir(parents=True, exist_ok=True)
     ns_port = free_port()
     cluster = Cluster("separated", root, f"{LOOPBACK}:{ns_port}", [], list(BROKER_NAMES))
@@ -191,7 +191,7 @@ def start_separated(root: Path, *, config: Path | None = None) -> Cluster:
         for name in BROKER_NAMES:
             port = free_port()
             argv = [*SLUICE, "broker", "--name", name, "--port", str(port), "--data-dir", str(root / name),
-                    "--namesrv", cluster.namesrv, *_config_args(config)]  # fmt: skip
+                    "--namesrv", cluster.namesrv, *_config_args(config), *broker_args]  # fmt: skip
             _start(cluster, name, argv, port, f"broker {name} listening on {LOOPBACK}:{port}")
         _wait_for_brokers(cluster, len(BROKER_NAMES))
         for _ in range(2):

@@ -737,3 +737,91 @@ class MessageTraceResponse(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[TraceEvent]
     def __init__(self, events: _Optional[_Iterable[_Union[TraceEvent, _Mapping]]] = ...) -> None: ...
+
+class TierQueueStatus(_message.Message):
+    __slots__ = ("queue_id", "local_min", "local_max", "tiered_min", "tiered_end")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_MIN_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_MAX_FIELD_NUMBER: _ClassVar[int]
+    TIERED_MIN_FIELD_NUMBER: _ClassVar[int]
+    TIERED_END_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    local_min: int
+    local_max: int
+    tiered_min: int
+    tiered_end: int
+    def __init__(self, queue_id: _Optional[int] = ..., local_min: _Optional[int] = ..., local_max: _Optional[int] = ..., tiered_min: _Optional[int] = ..., tiered_end: _Optional[int] = ...) -> None: ...
+
+class TierTopicStatus(_message.Message):
+    __slots__ = ("topic", "queues", "lag_messages", "lag_s", "bytes", "objects", "last_error", "failures", "last_upload_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    LAG_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    LAG_S_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    LAST_UPLOAD_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queues: _containers.RepeatedCompositeFieldContainer[TierQueueStatus]
+    lag_messages: int
+    lag_s: float
+    bytes: int
+    objects: int
+    last_error: str
+    failures: int
+    last_upload_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queues: _Optional[_Iterable[_Union[TierQueueStatus, _Mapping]]] = ..., lag_messages: _Optional[int] = ..., lag_s: _Optional[float] = ..., bytes: _Optional[int] = ..., objects: _Optional[int] = ..., last_error: _Optional[str] = ..., failures: _Optional[int] = ..., last_upload_ms: _Optional[int] = ...) -> None: ...
+
+class TierStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TierStatusResponse(_message.Message):
+    __slots__ = ("enabled", "store", "topics", "puts", "put_bytes", "gets", "get_bytes")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    PUTS_FIELD_NUMBER: _ClassVar[int]
+    PUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GETS_FIELD_NUMBER: _ClassVar[int]
+    GET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    store: str
+    topics: _containers.RepeatedCompositeFieldContainer[TierTopicStatus]
+    puts: int
+    put_bytes: int
+    gets: int
+    get_bytes: int
+    def __init__(self, enabled: _Optional[bool] = ..., store: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TierTopicStatus, _Mapping]]] = ..., puts: _Optional[int] = ..., put_bytes: _Optional[int] = ..., gets: _Optional[int] = ..., get_bytes: _Optional[int] = ...) -> None: ...
+
+class TierUploadNowRequest(_message.Message):
+    __slots__ = ("topic", "timeout_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    timeout_ms: int
+    def __init__(self, topic: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class TierUploadNowResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: TierTopicStatus
+    def __init__(self, status: _Optional[_Union[TierTopicStatus, _Mapping]] = ...) -> None: ...
+
+class TierEvictLocalRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class TierEvictLocalResponse(_message.Message):
+    __slots__ = ("topic", "messages", "segments")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    messages: int
+    segments: int
+    def __init__(self, topic: _Optional[str] = ..., messages: _Optional[int] = ..., segments: _Optional[int] = ...) -> None: ...

@@ -175,6 +175,21 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MessageTraceRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MessageTraceResponse.FromString,
                 _registered_method=True)
+        self.TierStatus = channel.unary_unary(
+                '/sluice.internal.v1.Broker/TierStatus',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierStatusRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierStatusResponse.FromString,
+                _registered_method=True)
+        self.TierUploadNow = channel.unary_unary(
+                '/sluice.internal.v1.Broker/TierUploadNow',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierUploadNowRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierUploadNowResponse.FromString,
+                _registered_method=True)
+        self.TierEvictLocal = channel.unary_unary(
+                '/sluice.internal.v1.Broker/TierEvictLocal',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierEvictLocalRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierEvictLocalResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -357,6 +372,29 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TierStatus(self, request, context):
+        """Tiered storage (`sluice admin tier ...`). Where tiering is not configured, TierStatus answers
+        `enabled = false` and the others fail with PRECONDITION_FAILED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TierUploadNow(self, request, context):
+        """Tier everything of a topic dispatched so far; returns once it is safely uploaded (or
+        HA_NOT_AVAILABLE after `timeout_ms`). Callers give the RPC a deadline of timeout_ms plus a margin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TierEvictLocal(self, request, context):
+        """Drop the local copies of a topic's tiered data now, as retention would later.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -499,6 +537,21 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.MessageTrace,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MessageTraceRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MessageTraceResponse.SerializeToString,
+            ),
+            'TierStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.TierStatus,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierStatusRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierStatusResponse.SerializeToString,
+            ),
+            'TierUploadNow': grpc.unary_unary_rpc_method_handler(
+                    servicer.TierUploadNow,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierUploadNowRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierUploadNowResponse.SerializeToString,
+            ),
+            'TierEvictLocal': grpc.unary_unary_rpc_method_handler(
+                    servicer.TierEvictLocal,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierEvictLocalRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierEvictLocalResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1258,6 +1311,87 @@ class Broker:
             '/sluice.internal.v1.Broker/MessageTrace',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MessageTraceRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MessageTraceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TierStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/TierStatus',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierStatusRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TierUploadNow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/TierUploadNow',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierUploadNowRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierUploadNowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TierEvictLocal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/TierEvictLocal',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierEvictLocalRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierEvictLocalResponse.FromString,
             options,
             channel_credentials,
             insecure,
