@@ -37,6 +37,7 @@ from broker.longpoll import LongPollHub, topic_key
 from broker.messages import to_record, to_stored, validate_message, validate_queue
 from broker.metadata import METADATA_CFS, Metadata, validate_group_spec
 from broker.popstate import POP_CFS, PopState
+from broker.security_store import SECURITY_CFS, SecurityStore
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
 from common.errors import BadRequest, Forbidden, OffsetNotFound, StoreClosed
@@ -70,6 +71,7 @@ class LocalBroker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         self._filters: dict[tuple[int, str], MessageFilter] = {}
+        self._security: SecurityStore | None = None
 
     @property
     def name(self) -> str:
@@ -81,7 +83,7 @@ class LocalBroker:
         loop = asyncio.get_running_loop()
         cfg = self.config
         self._store = await loop.run_in_executor(
-            None, lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS)
+            None, lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS + SECURITY_CFS)
         )
         store = self._store
         metadata = Metadata(store.index)
@@ -93,6 +95,7 @@ class LocalBroker:
             config=cfg.pop, dead_letter=self._dead_letter,
         )  # fmt: skip
         self._parts = _Parts(metadata, pop_state, engine)
+        self._security = SecurityStore(store.index)
         self._tasks = [
             asyncio.create_task(self.engine.run_scanner(self._stop), name="redelivery-scanner"),
             asyncio.create_task(self._retention_loop(), name="retention"),
@@ -112,6 +115,7 @@ class LocalBroker:
             store, self._store = self._store, None
             # RocksDB releases its lock only when the last handle is gone: drop every holder.
             self._parts = None
+            self._security = None
             await asyncio.get_running_loop().run_in_executor(None, store.close)
 
     @property
@@ -396,3 +400,18 @@ class LocalBroker:
 
     async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]:
         return [to_stored(r, 1) for r in self.store.find_by_key(topic, key, min(max(limit, 1), 1000))]
+
+    # -- security document (common/security.py; see broker/security_store.py) ---------------------
+
+    async def get_security(self) -> tuple[int, bytes]:
+        store = self._security_store()
+        return store.version, store.data
+
+    async def put_security(self, version: int, data: bytes) -> None:
+        self._security_store().put(version, data)
+        log.info("security document stored", extra=kv(version=version, size_bytes=len(data)))
+
+    def _security_store(self) -> SecurityStore:
+        if self._security is None:
+            raise StoreClosed("the broker is not running")
+        return self._security

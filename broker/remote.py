@@ -289,6 +289,17 @@ class RemoteBroker:
         response = await self._call(self._stub.FindMessagesByKey, request)
         return convert.stored_list_from_pb(response.messages)
 
+    # -- security document (broker/security_store.py) ---------------------------------------------
+
+    async def get_security(self) -> tuple[int, bytes]:
+        response = await self._call(self._stub.GetSecurity, pb.GetSecurityRequest())
+        return int(response.version), bytes(response.document)
+
+    async def put_security(self, version: int, data: bytes) -> None:
+        with _encoding("put_security"):
+            request = pb.PutSecurityRequest(version=version, document=data)
+        await self._call(self._stub.PutSecurity, request)
+
     # -- internals ------------------------------------------------------------------------------
 
     def _long_poll_timeout_s(self, long_poll_ms: int) -> float:

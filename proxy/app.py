@@ -8,14 +8,18 @@ import asyncio
 import contextlib
 import logging
 
+from common.security import SecurityDoc
 from navigation.model import ProxyLoad
 from proxy.config import ProxyConfig
+from proxy.core.auth import AccessControl, AuthSettings
 from proxy.core.consumer import ConsumerService
+from proxy.core.limits import FlowControl
 from proxy.core.producer import ProducerService
 from proxy.core.renewer import AutoRenewer
 from proxy.core.sessions import SessionRegistry
 from proxy.directory import BrokerDirectory
 from proxy.fleet import Fleet
+from proxy.policy import PolicySource
 
 log = logging.getLogger("sluice.proxy")
 
@@ -31,6 +35,12 @@ class ProxyApp:
         self._touched_groups: set[str] = set()
         self.in_flight = 0
         self.fleet = Fleet(config, self._load)
+        auth = config.auth
+        self.access = AccessControl(AuthSettings(auth.signature_cache_s, auth.signature_cache_max,
+                                                 auth.decision_cache_max))  # fmt: skip
+        self.flow = FlowControl(proxy_count=config.flow.proxy_count, burst_s=config.flow.burst_s)
+        self.policy = PolicySource(self._security_stores, refresh_s=auth.policy_refresh_s)
+        self.policy.subscribe(self._apply_policy)
 
     def _load(self) -> ProxyLoad:
         return ProxyLoad(in_flight_requests=self.in_flight, connected_clients=len(self.sessions.sessions))
@@ -51,6 +61,7 @@ class ProxyApp:
         """Background work until `stop`: auto renew, session expiry, announcing to navigation."""
         renew = asyncio.create_task(self.renewer.run(stop), name="auto-renew")
         announce = asyncio.create_task(self.fleet.run(stop), name="navigation-announcer")
+        policy = asyncio.create_task(self.policy.run(stop), name="security-policy")
         try:
             while not stop.is_set():
                 self.sessions.sweep()
@@ -59,4 +70,13 @@ class ProxyApp:
         finally:
             await renew
             await announce
+            await policy
             await self.fleet.close()
+
+    def _security_stores(self) -> list[object]:
+        """Every broker this proxy knows: each holds a copy of the security document."""
+        return [self.directory.broker(name) for name in self.directory.broker_names()]
+
+    def _apply_policy(self, doc: SecurityDoc) -> None:
+        self.access.update(doc)
+        self.flow.update(doc.limits)

@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 
+from common.config import ConfigError
 from common.errors import Unavailable
 from common.logs import kv
 from proto.apache.rocketmq.v2 import service_pb2_grpc
 from proxy.app import ProxyApp
+from proxy.config import TlsConfig
 from proxy.grpc.servicer import MessagingServicer
 
 log = logging.getLogger("sluice.proxy")
@@ -37,6 +40,17 @@ def grpc_options(max_message_bytes: int, reuse_port: bool) -> list[tuple[str, in
     ]
 
 
+def _listen(server: grpc.aio.Server, address: str, tls: TlsConfig) -> int:
+    if not tls.enabled:
+        return server.add_insecure_port(address)
+    try:
+        key, cert = Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"[proxy.tls] cannot read the certificate or key: {exc}") from None
+    credentials = grpc.ssl_server_credentials([(key, cert)])
+    return server.add_secure_port(address, credentials)
+
+
 async def serve_proxy(
     app: ProxyApp,
     stop: asyncio.Event,
@@ -52,13 +66,18 @@ async def serve_proxy(
     service_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(app), server)
     address = f"{cfg.host}:{cfg.port}"
     try:
-        bound = server.add_insecure_port(address)
+        await app.policy.refresh()  # serve with the cluster's users and limits from the first call
+    except Exception as exc:  # the background refresh retries; with auth on, calls wait for it
+        log.warning("security document not loaded at start", extra=kv(error=str(exc)))
+    try:
+        bound = _listen(server, address, cfg.tls)
     except RuntimeError as exc:
         raise Unavailable(f"proxy cannot listen on {address}: {exc} (is the port in use?)") from None
     if bound == 0:
         raise Unavailable(f"proxy cannot listen on {address} (is the port in use?)")
     await server.start()
-    log.info("proxy listening", extra=kv(address=address, advertise=cfg.advertised_address))
+    log.info("proxy listening", extra=kv(address=address, advertise=cfg.advertised_address, tls=cfg.tls.enabled,
+                                         auth=cfg.auth.enabled))  # fmt: skip
     if on_ready is not None:
         on_ready(address)
     if on_readiness is not None:

@@ -18,7 +18,7 @@ from proto.apache.rocketmq.v2 import service_pb2_grpc
 from proxy import names
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
-from proxy.grpc import consume, produce, route, telemetry
+from proxy.grpc import consume, guard, produce, route, telemetry
 from proxy.grpc.status import OK, request_context, status, status_of
 
 Resp = TypeVar("Resp")
@@ -35,7 +35,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     ) -> Resp:  # fmt: skip
         self.app.in_flight += 1
         try:
-            return await handler(self.app, request_context(context), request)
+            ctx = request_context(context)
+            guard.admit(self.app, ctx, request)
+            return await handler(self.app, ctx, request)
         except Exception as exc:
             return response(status=status_of(exc, rpc))
         finally:
@@ -67,11 +69,18 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         try:
             try:
                 ctx = request_context(context)
+                guard.admit(self.app, ctx, request)
             except Exception as exc:
                 yield spb.ReceiveMessageResponse(status=status_of(exc, "ReceiveMessage"))
                 return
-            async for frame in consume.receive_message(self.app, ctx, request):
-                yield frame
+            received = 0
+            try:
+                async for frame in consume.receive_message(self.app, ctx, request):
+                    received += frame.WhichOneof("content") == "message"
+                    yield frame
+            finally:
+                namespace = request.group.resource_namespace or ctx.namespace
+                self.app.flow.charge_receive(namespace, request.group.name, received)
         finally:
             self.app.in_flight -= 1
 
@@ -89,6 +98,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     async def PullMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
             ctx = request_context(context)
+            guard.admit(self.app, ctx, request)
         except Exception as exc:
             yield spb.PullMessageResponse(status=status_of(exc, "PullMessage"))
             return
@@ -115,6 +125,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     async def Telemetry(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
             ctx = request_context(context)
+            if self.app.config.auth.enabled:
+                guard.authenticate(self.app, ctx, None)
         except Exception as exc:
             yield spb.TelemetryCommand(status=status_of(exc, "Telemetry"))
             return

@@ -650,3 +650,27 @@ class FindMessagesByKeyResponse(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
     def __init__(self, messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...
+
+class GetSecurityRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetSecurityResponse(_message.Message):
+    __slots__ = ("version", "document")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    document: bytes
+    def __init__(self, version: _Optional[int] = ..., document: _Optional[bytes] = ...) -> None: ...
+
+class PutSecurityRequest(_message.Message):
+    __slots__ = ("version", "document")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    document: bytes
+    def __init__(self, version: _Optional[int] = ..., document: _Optional[bytes] = ...) -> None: ...
+
+class PutSecurityResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -160,6 +160,16 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.FindMessagesByKeyRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.FindMessagesByKeyResponse.FromString,
                 _registered_method=True)
+        self.GetSecurity = channel.unary_unary(
+                '/sluice.internal.v1.Broker/GetSecurity',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetSecurityRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetSecurityResponse.FromString,
+                _registered_method=True)
+        self.PutSecurity = channel.unary_unary(
+                '/sluice.internal.v1.Broker/PutSecurity',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -322,6 +332,19 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSecurity(self, request, context):
+        """The cluster security document (broker/security_store.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutSecurity(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -449,6 +472,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.FindMessagesByKey,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.FindMessagesByKeyRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.FindMessagesByKeyResponse.SerializeToString,
+            ),
+            'GetSecurity': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSecurity,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetSecurityRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetSecurityResponse.SerializeToString,
+            ),
+            'PutSecurity': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutSecurity,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1127,6 +1160,60 @@ class Broker:
             '/sluice.internal.v1.Broker/FindMessagesByKey',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.FindMessagesByKeyRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.FindMessagesByKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSecurity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/GetSecurity',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetSecurityRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetSecurityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutSecurity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/PutSecurity',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityResponse.FromString,
             options,
             channel_credentials,
             insecure,
