@@ -142,7 +142,9 @@ def test_document_survives_sigkill(cluster: Cluster) -> None:
     old = cluster.brokers["broker-a"]
     old.child.signal(signal.SIGKILL)
     old.child.popen.wait(timeout=30)
-    cluster.brokers["broker-a"] = start_broker_process(cluster.root, name="broker-a", namesrv=cluster.nameserver.address)
+    cluster.brokers["broker-a"] = start_broker_process(
+        cluster.root, name="broker-a", namesrv=cluster.nameserver.address
+    )
     assert _copies(cluster)["broker-a"] == before
     assert "carol" in {u["access_key"] for u in cluster.ok("user", "list")}
 
@@ -150,7 +152,10 @@ def test_document_survives_sigkill(cluster: Cluster) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (("acl", "grant", "nobody", "--resource", "topic:t", "--actions", "PUB"), "NOT_FOUND: user nobody does not exist"),
+        (
+            ("acl", "grant", "nobody", "--resource", "topic:t", "--actions", "PUB"),
+            "NOT_FOUND: user nobody does not exist",
+        ),
         (("acl", "grant", "alice", "--resource", "queue:t", "--actions", "PUB"), "BAD_REQUEST: resource 'queue:t'"),
         (("acl", "grant", "alice", "--resource", "topic:t", "--actions", "WRITE"), "BAD_REQUEST: actions"),
         (("user", "create", "alice", "--secret", "again"), "BAD_REQUEST: user alice already exists"),

@@ -160,7 +160,7 @@ def start_merged(root: Path, *, auto_create: bool = False, extra_args: Sequence[
     return cluster
 
 
-def start_separated(root: Path) -> Cluster:
+def start_separated(root: Path, *, proxy_args: Sequence[str] = ()) -> Cluster:
     root.mkdir(parents=True, exist_ok=True)
     ns_port = free_port()
     cluster = Cluster("separated", root, f"{LOOPBACK}:{ns_port}", [], list(BROKER_NAMES))
@@ -175,7 +175,7 @@ def start_separated(root: Path) -> Cluster:
         _wait_for_brokers(cluster, len(BROKER_NAMES))
         for _ in range(2):
             port = free_port()
-            argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port)]
+            argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), *proxy_args]
             _start(cluster, f"proxy-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
             cluster.proxies.append(f"{LOOPBACK}:{port}")
     except BaseException:
