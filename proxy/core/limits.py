@@ -111,6 +111,8 @@ class FlowControl:
 
 def _over(limit: Limit, unit: str) -> str:
     rate = limit.messages_per_s if unit == "messages" else limit.bytes_per_s
-    what = f"{limit.scope.value} {limit.name}" if limit.name else "namespace"
-    where = f" of namespace {limit.namespace}" if limit.namespace else ""
-    return f"{what}{where} is over its limit of {rate:g} {unit}/s; retry after a short backoff"
+    if limit.scope is LimitScope.NAMESPACE:
+        what = f"namespace {limit.namespace or '(default)'}"
+    else:
+        what = f"{limit.scope.value} {limit.name}" + (f" of namespace {limit.namespace}" if limit.namespace else "")
+    return f"{what} is over its limit of {rate:g} {unit}/s; retry after a short backoff"
