@@ -40,6 +40,7 @@ from broker.api import (
 )
 from common.config import ConfigError
 from common.errors import BadRequest, Unavailable
+from proto import token
 from proto.rpc import error_from_rpc
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
@@ -72,7 +73,7 @@ class RemoteBroker:
         self._target = f"broker {name} at {address}"
         backoff_max_ms = int(reconnect_backoff_max_s * _MS_PER_S)
         backoff_initial_ms = min(int(_RECONNECT_BACKOFF_INITIAL_S * _MS_PER_S), backoff_max_ms)
-        self._channel = grpc.aio.insecure_channel(
+        self._channel = token.channel(
             address,
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
