@@ -57,8 +57,9 @@ def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
 
 def channel(address: str, options: Sequence[tuple[str, Any]]) -> grpc.aio.Channel:
     """An insecure channel to an internal server that sends this process's token on every call."""
-    interceptors = [_SendToken(_token)] if _token else None
-    return grpc.aio.insecure_channel(address, options=list(options), interceptors=interceptors)
+    if not _token:
+        return grpc.aio.insecure_channel(address, options=list(options))
+    return grpc.aio.insecure_channel(address, options=list(options), interceptors=[_SendToken(_token)])
 
 
 class _RequireToken(grpc.aio.ServerInterceptor):
