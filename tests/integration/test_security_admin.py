@@ -169,3 +169,15 @@ def test_bad_input_is_one_line_with_its_code(cluster: Cluster, args: tuple[str, 
     proc = cluster.admin(*args)
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and expected in proc.stderr, proc.stderr
+
+
+def test_admin_namespace_option_names_namespaced_resources(cluster: Cluster) -> None:
+    cluster.ok("topic", "create", "orders", "--namespace", "tenant1", "--queues", "2")
+    cluster.ok("group", "create", "billing", "--namespace", "tenant1")
+    assert "tenant1%orders" in {t["topic"] for t in cluster.ok("topic", "list")}
+    assert cluster.ok("topic", "describe", "orders", "--namespace", "tenant1")
+    assert "tenant1%billing" in {g["group"] for g in cluster.ok("group", "list")}
+    bad = cluster.admin("topic", "create", "x", "--namespace", "bad%ns")
+    assert bad.returncode == 1 and "BAD_REQUEST: namespace 'bad%ns'" in bad.stderr
+    cluster.ok("topic", "delete", "orders", "--namespace", "tenant1")
+    assert "tenant1%orders" not in {t["topic"] for t in cluster.ok("topic", "list")}
