@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.v5.exception import TooManyRequestsException
 
 from tests.e2e.support import raw
 from tests.e2e.support.clients import REQUEST_TIMEOUT_S, message, receive_count, send_all
@@ -231,4 +232,35 @@ def test_producer_over_its_limit_is_refused_while_another_tenant_flows(
     assert counts["limited_ok"] < 60, counts
     assert counts["free_ok"] == 60 and counts["free_other"] == 0, counts
     # Under the limit nothing is refused: after a pause the bucket has refilled.
+    c.admin("limit", "delete", "--topic", limited)
+
+
+def test_official_producer_over_its_limit_gets_too_many_requests(
+    secured: Secured, unique: Callable[[str], str]
+) -> None:
+    c = secured.cluster
+    limited, free = c.create_topic(unique("orders-olim")), c.create_topic(unique("orders-ofree"))
+    c.admin("limit", "set", "--topic", limited, "--messages-per-s", "2")
+    for address in c.proxies:  # the limit reached every proxy: a burst of raw sends is refused
+        deadline = time.monotonic() + PICKUP_TIMEOUT_S
+        with raw.stub(address) as s:
+            while raw.send(s, *[raw.message(limited) for _ in range(5)], metadata=signed(ALICE)).status.code != (
+                pb.TOO_MANY_REQUESTS
+            ):
+                assert time.monotonic() < deadline, f"{address} never applied the limit"
+    outcomes = {"limited_ok": 0, "limited_refused": 0, "free_ok": 0}
+    producer = Producer(config(secured, ALICE), (limited, free))
+    producer.startup()
+    try:
+        for i in range(20):
+            try:
+                producer.send(message(limited, f"limited {i}".encode()))
+                outcomes["limited_ok"] += 1
+            except TooManyRequestsException:
+                outcomes["limited_refused"] += 1
+            producer.send(message(free, f"free {i}".encode()))  # another tenant's sends never fail
+            outcomes["free_ok"] += 1
+    finally:
+        producer.shutdown()
+    assert outcomes["limited_refused"] > 0 and outcomes["free_ok"] == 20, outcomes
     c.admin("limit", "delete", "--topic", limited)
