@@ -1,9 +1,9 @@
 """`apache.rocketmq.v2.MessagingService` served by the proxy: one thin method per RPC.
 
 Each method builds the request context, admits the request (`guard.admit`: in-flight bound,
-signature and access rules when auth is on, rate limits), calls its handler (route, produce, consume, telemetry
-modules) and turns any failure into the response's Status via `status_of` — never a gRPC error,
-never a crash. RPCs for features Sluice does not have yet answer NOT_IMPLEMENTED.
+signature and access rules when auth is on, rate limits), calls its handler (route, produce,
+consume, telemetry modules) and turns any failure into the response's Status via `status_of` —
+never a gRPC error, never a crash. RPCs for features Sluice does not have yet answer NOT_IMPLEMENTED.
 """
 
 from __future__ import annotations
