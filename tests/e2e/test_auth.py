@@ -264,3 +264,31 @@ def test_official_producer_over_its_limit_gets_too_many_requests(
         producer.shutdown()
     assert outcomes["limited_refused"] > 0 and outcomes["free_ok"] == 20, outcomes
     c.admin("limit", "delete", "--topic", limited)
+
+
+def test_group_over_its_receive_limit_is_refused(secured: Secured) -> None:
+    c = secured.cluster
+    suffix = uuid.uuid4().hex[:6]
+    topic, group = c.create_topic(f"orders-rlim-{suffix}", queues=2), c.create_group(f"rlim-{suffix}")
+    erin = (f"erin{suffix}", "erin-secret")
+    c.admin("limit", "set", "--group", group, "--messages-per-s", "1")
+    # After the limit: once Erin's rule is in force on the proxy, so is the limit.
+    c.admin("user", "create", erin[0], "--secret", erin[1])
+    c.admin("acl", "grant", erin[0], "--resource", "*", "--actions", "PUB,SUB")
+    address = c.first_proxy
+    wait_for_code(address, topic, erin, "OK")
+    with raw.stub(address) as s:
+        sent = raw.send(s, *[raw.message(topic, f"r{i}".encode()) for i in range(10)], metadata=signed(erin))
+        assert raw.code_name(sent.status.code) == "OK"
+        broker = raw.query_route(s, topic, metadata=signed(erin)).message_queues[0].broker.name
+        request = raw.receive_request(topic, group, broker=broker, batch=16)
+        deadline = time.monotonic() + PICKUP_TIMEOUT_S
+        refused: list[str] = []
+        delivered = 0
+        while not refused:  # the first receive is admitted and charged what it delivered
+            assert time.monotonic() < deadline, "the receive limit never refused a receive"
+            statuses, messages = raw.receive(s, request, metadata=signed(erin))
+            delivered += len(messages)
+            refused = [st.message for st in statuses if st.code == pb.TOO_MANY_REQUESTS]
+    assert f"group {group} is over its limit of 1 messages/s" in refused[0]
+    assert delivered <= 10
