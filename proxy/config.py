@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from common.config import ConfigError
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,13 @@ class TlsConfig:
     @property
     def enabled(self) -> bool:
         return bool(self.cert_file)
+
+    def read(self) -> tuple[bytes, bytes]:
+        """(private key, certificate chain) as PEM bytes; ConfigError if either cannot be read."""
+        try:
+            return Path(self.key_file).read_bytes(), Path(self.cert_file).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"[proxy.tls] cannot read the certificate or key: {exc}") from None
 
 
 @dataclass(frozen=True)

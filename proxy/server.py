@@ -12,11 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 import grpc
 
-from common.config import ConfigError
 from common.errors import Unavailable
 from common.logs import kv
 from proto.apache.rocketmq.v2 import service_pb2_grpc
@@ -43,11 +41,7 @@ def grpc_options(max_message_bytes: int, reuse_port: bool) -> list[tuple[str, in
 def _listen(server: grpc.aio.Server, address: str, tls: TlsConfig) -> int:
     if not tls.enabled:
         return server.add_insecure_port(address)
-    try:
-        key, cert = Path(tls.key_file).read_bytes(), Path(tls.cert_file).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"[proxy.tls] cannot read the certificate or key: {exc}") from None
-    credentials = grpc.ssl_server_credentials([(key, cert)])
+    credentials = grpc.ssl_server_credentials([tls.read()])
     return server.add_secure_port(address, credentials)
 
 

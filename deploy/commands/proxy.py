@@ -94,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
             "metrics_port": metrics_port, **security_overrides(args),
         },
     )  # fmt: skip
+    if config.tls.enabled:
+        config.tls.read()  # a missing certificate is a one-line error before anything starts
     if not config.namesrv:
         raise ConfigError("--namesrv is required (or namesrv in the [proxy] table of the config file)")
     setup_logging(args.log_level, args.log_json)

@@ -79,6 +79,8 @@ def security_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     ns_cfg, broker_cfg, proxy_cfg = configs(args)
+    if proxy_cfg.tls.enabled:
+        proxy_cfg.tls.read()  # a missing certificate is a one-line error before anything starts
     setup_logging(args.log_level, args.log_json)
 
     async def main(stop: asyncio.Event) -> int:
