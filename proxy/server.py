@@ -59,10 +59,10 @@ async def serve_proxy(
     )
     service_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(app), server)
     address = f"{cfg.host}:{cfg.port}"
-    try:
-        await app.policy.refresh()  # serve with the cluster's users and limits from the first call
+    try:  # serve with the cluster's users and limits from the first call, without stalling start-up
+        await asyncio.wait_for(app.policy.refresh(), cfg.auth.policy_refresh_s)
     except Exception as exc:  # the background refresh retries; with auth on, calls wait for it
-        log.warning("security document not loaded at start", extra=kv(error=str(exc)))
+        log.warning("security document not loaded at start", extra=kv(error=str(exc) or type(exc).__name__))
     try:
         bound = _listen(server, address, cfg.tls)
     except RuntimeError as exc:
