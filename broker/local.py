@@ -52,6 +52,7 @@ from broker.messages import to_record, to_stored, validate_message, validate_que
 from broker.metadata import METADATA_CFS, Metadata, validate_group_spec
 from broker.metrics import broker_samples
 from broker.popstate import POP_CFS, PopState
+from broker.security_store import SECURITY_CFS, SecurityStore
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
 from broker.tiering.manifest import SegmentEntry
@@ -101,6 +102,7 @@ class LocalBroker:
         self._unregister_metrics: Callable[[], None] | None = None
         # Retention and tiering's evict-local both delete CommitLog segments: one at a time.
         self._retention_lock = threading.Lock()
+        self._security: SecurityStore | None = None
 
     @property
     def name(self) -> str:
@@ -114,7 +116,9 @@ class LocalBroker:
         self._store = await loop.run_in_executor(
             None,
             lambda: MessageStore(
-                cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS
+                cfg.data_dir,
+                cfg.store,
+                extra_cfs=METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_CFS,
             ),
         )
         store = self._store
@@ -147,6 +151,7 @@ class LocalBroker:
         transactions = TransactionService(cfg.name, store, cfg.transaction, cfg.advertised_address)
         self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering)
         await transactions.start()
+        self._security = SecurityStore(store.index)
         self._tasks = [
             asyncio.create_task(self.engine.run_scanner(self._stop), name="redelivery-scanner"),
             asyncio.create_task(self._retention_loop(), name="retention"),
@@ -180,6 +185,7 @@ class LocalBroker:
                 await tiering.close()  # uploads and cold reads in flight use the store
             # RocksDB releases its lock only when the last handle is gone: drop every holder.
             self._parts = None
+            self._security = None
             await asyncio.get_running_loop().run_in_executor(None, store.close)
 
     @property
@@ -620,6 +626,21 @@ class LocalBroker:
             raise BadRequest(f"message id longer than {self.config.limits.max_message_id_chars} characters")
         trace, store = self.trace, self.store
         return await asyncio.get_running_loop().run_in_executor(None, _lookup_trace, trace, store, message_id)
+
+    # -- security document (common/security.py; see broker/security_store.py) ---------------------
+
+    async def get_security(self) -> tuple[int, bytes]:
+        store = self._security_store()
+        return store.version, store.data
+
+    async def put_security(self, version: int, data: bytes) -> None:
+        self._security_store().put(version, data)
+        log.info("security document stored", extra=kv(version=version, size_bytes=len(data)))
+
+    def _security_store(self) -> SecurityStore:
+        if self._security is None:
+            raise StoreClosed("the broker is not running")
+        return self._security
 
 
 def _lookup_trace(trace: TraceRecorder, store: MessageStore, message_id: str) -> list[TraceEvent]:

@@ -48,6 +48,7 @@ from broker.api import (
 from common.config import ConfigError
 from common.errors import BadRequest, Unavailable
 from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, current_request
+from proto import token
 from proto.rpc import error_from_rpc
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
@@ -80,7 +81,7 @@ class RemoteBroker:
         self._target = f"broker {name} at {address}"
         backoff_max_ms = int(reconnect_backoff_max_s * _MS_PER_S)
         backoff_initial_ms = min(int(_RECONNECT_BACKOFF_INITIAL_S * _MS_PER_S), backoff_max_ms)
-        self._channel = grpc.aio.insecure_channel(
+        self._channel = token.channel(
             address,
             options=[
                 ("grpc.max_receive_message_length", max_message_bytes),
@@ -339,6 +340,17 @@ class RemoteBroker:
             request = pb.TierEvictLocalRequest(topic=topic)
         response = await self._call(self._stub.TierEvictLocal, request)
         return convert.tier_evict_from_pb(response)
+
+    # -- security document (broker/security_store.py) ---------------------------------------------
+
+    async def get_security(self) -> tuple[int, bytes]:
+        response = await self._call(self._stub.GetSecurity, pb.GetSecurityRequest())
+        return int(response.version), bytes(response.document)
+
+    async def put_security(self, version: int, data: bytes) -> None:
+        with _encoding("put_security"):
+            request = pb.PutSecurityRequest(version=version, document=data)
+        await self._call(self._stub.PutSecurity, request)
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from common.errors import BadRequest
 from common.logs import kv
 from nameserver.client import BrokerRegistrar, NameServerClient
 from nameserver.model import BrokerRegistration, format_address, validate_name
+from proto import token
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sluice.broker.server")
@@ -132,6 +133,7 @@ def _registrar(broker: LocalBroker, client: NameServerClient, config: BrokerConf
 
 def _new_server() -> grpc.aio.Server:
     return grpc.aio.server(
+        interceptors=token.server_interceptors(),
         maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -17,6 +17,8 @@ import grpc
 
 from broker import grpc_convert as convert
 from broker.api import BrokerApi
+from common.errors import Unsupported
+from common.security import SecurityStoreApi
 from proto.rpc import internal_rpc
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
@@ -225,3 +227,20 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     @internal_rpc
     async def TierEvictLocal(self, request: pb.TierEvictLocalRequest, context: Context) -> pb.TierEvictLocalResponse:
         return convert.tier_evict_to_pb(await self._api.tier_evict_local(request.topic))
+
+    # -- security document (broker/security_store.py) ---------------------------------------------
+
+    @internal_rpc
+    async def GetSecurity(self, request: pb.GetSecurityRequest, context: Context) -> pb.GetSecurityResponse:
+        version, document = await self._security().get_security()
+        return pb.GetSecurityResponse(version=version, document=document)
+
+    @internal_rpc
+    async def PutSecurity(self, request: pb.PutSecurityRequest, context: Context) -> pb.PutSecurityResponse:
+        await self._security().put_security(request.version, request.document)
+        return pb.PutSecurityResponse()
+
+    def _security(self) -> SecurityStoreApi:
+        if not isinstance(self._api, SecurityStoreApi):
+            raise Unsupported("this broker keeps no security document")
+        return self._api

@@ -11,6 +11,7 @@ from types import ModuleType
 import deploy.commands
 from common.config import ConfigError
 from common.errors import SluiceError
+from proto import token
 
 
 def _command_names() -> list[str]:
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(only)
     args = parser.parse_args(argv)
     try:
+        token.configure(token.from_environment())
         rc: int = args._run(args)
     except (ConfigError, SluiceError) as exc:
         print(f"sluice {args.command}: {exc}", file=sys.stderr)

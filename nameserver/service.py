@@ -21,6 +21,7 @@ from nameserver import convert
 from nameserver.config import NameServerConfig
 from nameserver.model import RegisterOutcome, format_address
 from nameserver.registry import Registry
+from proto import token
 from proto.rpc import internal_rpc
 from proto.sluice.internal.v1 import nameserver_pb2 as pb
 from proto.sluice.internal.v1 import nameserver_pb2_grpc as pb_grpc
@@ -97,6 +98,7 @@ async def run_nameserver(
     if registry is None:
         registry = Registry(broker_expiry_s=config.broker_expiry_s, max_brokers=config.max_brokers)
     server = grpc.aio.server(
+        interceptors=token.server_interceptors(),
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
         options=[
             ("grpc.max_receive_message_length", config.max_message_bytes),

@@ -25,6 +25,7 @@ from navigation.config import NavigationConfig
 from navigation.http import NavigationHttp
 from navigation.model import RegisterOutcome
 from navigation.registry import Registry
+from proto import token
 from proto.rpc import internal_rpc
 from proto.sluice.internal.v1 import navigation_pb2 as pb
 from proto.sluice.internal.v1 import navigation_pb2_grpc as pb_grpc
@@ -149,6 +150,7 @@ async def run_navigation(
 
 def _grpc_server(config: NavigationConfig, registry: Registry) -> grpc.aio.Server:
     server = grpc.aio.server(
+        interceptors=token.server_interceptors(),
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
         options=[
             ("grpc.max_receive_message_length", config.max_message_bytes),

@@ -30,6 +30,7 @@ import grpc
 from common.config import ConfigError
 from common.errors import InternalError, SluiceError, Unavailable
 from common.logs import kv
+from proto import token
 from proto.rpc import error_from_rpc
 
 if TYPE_CHECKING:
@@ -206,7 +207,7 @@ class ServerSet:
     def _stub(self, address: str) -> Any:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = grpc.aio.insecure_channel(address, options=self._channel_options)
+            channel = token.channel(address, self._channel_options)
             self._channels[address] = channel
             stub = self._stubs[address] = self._new_stub(channel)
         return stub

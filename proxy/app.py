@@ -9,15 +9,19 @@ import contextlib
 import logging
 
 from common import metrics
+from common.security import SecurityDoc
 from navigation.model import ProxyLoad
 from proxy.config import ProxyConfig
+from proxy.core.auth import AccessControl, AuthSettings
 from proxy.core.checkback import CheckBackRegistry, OrphanChecker
 from proxy.core.consumer import ConsumerService
+from proxy.core.limits import FlowControl
 from proxy.core.producer import ProducerService
 from proxy.core.renewer import AutoRenewer
 from proxy.core.sessions import SessionRegistry
 from proxy.directory import BrokerDirectory
 from proxy.fleet import Fleet
+from proxy.policy import PolicySource
 
 log = logging.getLogger("sluice.proxy")
 
@@ -35,6 +39,12 @@ class ProxyApp:
         self.in_flight = 0
         self.fleet = Fleet(config, self._load)
         self.orphans = OrphanChecker(directory, self.checkbacks, config.transaction)
+        auth = config.auth
+        self.access = AccessControl(AuthSettings(auth.signature_cache_s, auth.signature_cache_max,
+                                                 auth.decision_cache_max))  # fmt: skip
+        self.flow = FlowControl(proxy_count=config.flow.proxy_count, burst_s=config.flow.burst_s)
+        self.policy = PolicySource(self._security_stores, refresh_s=auth.policy_refresh_s)
+        self.policy.subscribe(self._apply_policy)
 
     def _client_gone(self, client_id: str) -> None:
         self.renewer.release_client(client_id)
@@ -68,6 +78,7 @@ class ProxyApp:
         announce = asyncio.create_task(self.fleet.run(stop), name="navigation-announcer")
         orphans = asyncio.create_task(self.orphans.run(stop), name="transaction-check-back")
         unregister = metrics.register_source(self.metric_samples)
+        policy = asyncio.create_task(self.policy.run(stop), name="security-policy")
         try:
             while not stop.is_set():
                 self.sessions.sweep()
@@ -78,4 +89,13 @@ class ProxyApp:
             await renew
             await announce
             await orphans
+            await policy
             await self.fleet.close()
+
+    def _security_stores(self) -> list[object]:
+        """Every broker this proxy knows: each holds a copy of the security document."""
+        return [self.directory.broker(name) for name in self.directory.broker_names()]
+
+    def _apply_policy(self, doc: SecurityDoc) -> None:
+        self.access.update(doc)
+        self.flow.update(doc.limits)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from common.config import ConfigError
 from common.metrics import MetricsConfig
 
 
@@ -45,6 +47,64 @@ class TransactionCheckConfig:
 
 
 @dataclass(frozen=True)
+class AuthConfig:
+    """Request signatures and access rules (docs/security.md). Off: anonymous clients are served."""
+
+    enabled: bool = False
+    # How often the security document (users, rules, limits) is read from the brokers.
+    policy_refresh_s: float = 2.0
+    # A verified (access key, date-time, signature) is trusted this long without a new HMAC.
+    signature_cache_s: float = 60.0
+    signature_cache_max: int = 100_000
+    decision_cache_max: int = 100_000
+
+    def __post_init__(self) -> None:
+        if self.policy_refresh_s <= 0 or self.signature_cache_s < 0:
+            raise ValueError("auth policy_refresh_s must be positive and signature_cache_s not negative")
+        if self.signature_cache_max < 1 or self.decision_cache_max < 1:
+            raise ValueError("auth cache sizes must be at least 1")
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    """Flow control (docs/flow-control.md)."""
+
+    # Requests this proxy works on at once (long polls included); beyond it: TOO_MANY_REQUESTS.
+    max_in_flight: int = 10_000
+    # Proxies sharing the cluster's limits: each enforces limit / proxy_count.
+    proxy_count: int = 1
+    # A limit's bucket holds this many seconds of its rate (the burst a quiet tenant may send).
+    burst_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_in_flight < 1 or self.proxy_count < 1 or self.burst_s <= 0:
+            raise ValueError("flow max_in_flight and proxy_count must be at least 1, burst_s positive")
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """TLS on the client port: both files (PEM) given turns it on (clients set tls_enable)."""
+
+    cert_file: str = ""
+    key_file: str = ""
+
+    def __post_init__(self) -> None:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("tls needs both cert_file and key_file (PEM), or neither")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert_file)
+
+    def read(self) -> tuple[bytes, bytes]:
+        """(private key, certificate chain) as PEM bytes; ConfigError if either cannot be read."""
+        try:
+            return Path(self.key_file).read_bytes(), Path(self.cert_file).read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"[proxy.tls] cannot read the certificate or key: {exc}") from None
+
+
+@dataclass(frozen=True)
 class ProxyConfig:
     host: str = "127.0.0.1"
     port: int = 8081
@@ -79,6 +139,9 @@ class ProxyConfig:
     reuse_port: bool = False
     transaction: TransactionCheckConfig = field(default_factory=TransactionCheckConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    flow: FlowConfig = field(default_factory=FlowConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
 
     @property
     def advertised_address(self) -> str:

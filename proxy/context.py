@@ -15,6 +15,8 @@ class RequestContext:
     request_id: str
     peer: str
     deadline: float | None  # time.monotonic() value, None = no deadline
+    authorization: str = ""  # the signature header, checked by proxy/grpc/guard.py when auth is on
+    date_time: str = ""  # x-mq-date-time, the signed value
 
     def remaining_s(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()

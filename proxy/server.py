@@ -19,6 +19,7 @@ from common.errors import Unavailable
 from common.logs import kv
 from proto.apache.rocketmq.v2 import service_pb2_grpc
 from proxy.app import ProxyApp
+from proxy.config import TlsConfig
 from proxy.grpc.servicer import MessagingServicer
 
 log = logging.getLogger("sluice.proxy")
@@ -37,6 +38,13 @@ def grpc_options(max_message_bytes: int, reuse_port: bool) -> list[tuple[str, in
     ]
 
 
+def _listen(server: grpc.aio.Server, address: str, tls: TlsConfig) -> int:
+    if not tls.enabled:
+        return server.add_insecure_port(address)
+    credentials = grpc.ssl_server_credentials([tls.read()])
+    return server.add_secure_port(address, credentials)
+
+
 async def serve_proxy(
     app: ProxyApp,
     stop: asyncio.Event,
@@ -51,14 +59,19 @@ async def serve_proxy(
     )
     service_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(app), server)
     address = f"{cfg.host}:{cfg.port}"
+    try:  # serve with the cluster's users and limits from the first call, without stalling start-up
+        await asyncio.wait_for(app.policy.refresh(), cfg.auth.policy_refresh_s)
+    except Exception as exc:  # the background refresh retries; with auth on, calls wait for it
+        log.warning("security document not loaded at start", extra=kv(error=str(exc) or type(exc).__name__))
     try:
-        bound = server.add_insecure_port(address)
+        bound = _listen(server, address, cfg.tls)
     except RuntimeError as exc:
         raise Unavailable(f"proxy cannot listen on {address}: {exc} (is the port in use?)") from None
     if bound == 0:
         raise Unavailable(f"proxy cannot listen on {address} (is the port in use?)")
     await server.start()
-    log.info("proxy listening", extra=kv(address=address, advertise=cfg.advertised_address))
+    log.info("proxy listening", extra=kv(address=address, advertise=cfg.advertised_address, tls=cfg.tls.enabled,
+                                         auth=cfg.auth.enabled))  # fmt: skip
     if on_ready is not None:
         on_ready(address)
     if on_readiness is not None:

@@ -17,6 +17,8 @@ a transport failure (`grpc.UNAVAILABLE`).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import itertools
 import os
 import socket
@@ -83,11 +85,15 @@ class BenchClient:
     another method path).
     """
 
-    def __init__(self, endpoint: str, *, namespace: str = "", timeout_s: float = 5.0, send_path: str = SEND_PATH):
+    def __init__(
+        self, endpoint: str, *, namespace: str = "", timeout_s: float = 5.0, send_path: str = SEND_PATH,
+        credentials: tuple[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.endpoint = endpoint
         self.namespace = namespace
         self.timeout_s = timeout_s
         self.client_id = _client_id()
+        self._credentials = credentials
         self.calls = 0  # SendMessage, ReceiveMessage and AckMessage calls made, warm-up included
         self._channel = grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
         headers = [("x-mq-client-id", self.client_id), ("x-mq-language", CLIENT_LANGUAGE),
@@ -111,7 +117,15 @@ class BenchClient:
                                    response_deserializer=spb.AckMessageResponse.FromString)  # fmt: skip
 
     def _metadata(self) -> tuple[tuple[str, str], ...]:
-        return (*self._headers, ("x-mq-request-id", str(uuid.uuid4())))
+        if self._credentials is None:
+            return (*self._headers, ("x-mq-request-id", str(uuid.uuid4())))
+        # Signed as the official clients do (PROTOCOL.md §1.4): HMAC-SHA1 of the date-time, per request.
+        access_key, secret = self._credentials
+        date_time = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        signature = hmac.new(secret.encode(), date_time.encode(), hashlib.sha1).hexdigest()
+        authorization = f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, Signature={signature}"
+        return (*self._headers, ("x-mq-request-id", str(uuid.uuid4())), ("x-mq-date-time", date_time),
+                ("authorization", authorization))  # fmt: skip
 
     def resource(self, name: str) -> pb.Resource:
         return pb.Resource(name=name, resource_namespace=self.namespace)

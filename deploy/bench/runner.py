@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Coroutine
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from common.config import ConfigError
@@ -59,6 +59,8 @@ class BenchOptions:
     channels: int = 1  # per endpoint: one HTTP/2 connection each
     progress: bool = True
     watch_pids: tuple[int, ...] = ()  # local server processes whose CPU time to report
+    access_key: str = ""  # with secret: sign every request (auth on)
+    secret: str = field(default="", repr=False)
 
     def validate(self) -> None:
         checks = [
@@ -86,7 +88,9 @@ async def run_bench(opts: BenchOptions, stop: asyncio.Event) -> dict[str, Any]:
     """Run one bench; raises `CallError` when the setup (connect, QueryRoute) fails."""
     opts.validate()
     send_path = ECHO_SEND_PATH if opts.mode == "echo" else SEND_PATH
-    clients = [BenchClient(ep, namespace=opts.namespace, timeout_s=opts.timeout_s, send_path=send_path)
+    credentials = (opts.access_key, opts.secret) if opts.access_key else None
+    clients = [BenchClient(ep, namespace=opts.namespace, timeout_s=opts.timeout_s, send_path=send_path,
+                           credentials=credentials)
                for ep in opts.endpoints for _ in range(opts.channels)]  # fmt: skip
     try:
         await asyncio.gather(*(c.wait_ready(opts.timeout_s) for c in clients))
@@ -127,7 +131,7 @@ async def _measure(
     primary = meters["ack"] if opts.mode == "consume" else next(iter(meters.values()))
     return {
         "mode": opts.mode,
-        "options": {k: v for k, v in asdict(opts).items() if k not in ("mode", "progress")},
+        "options": {k: v for k, v in asdict(opts).items() if k not in ("mode", "progress", "secret")},
         "measured_s": round(elapsed_s, 3),
         "stopped_early": stop.is_set(),
         "meters": summaries,

@@ -10,6 +10,13 @@
     message trace --id ID    (the life of a message: sent, delivered, acked, dead-lettered, tiered)
     broker list
     tier status | tier upload-now TOPIC [--wait-s S] | tier evict-local TOPIC
+    user create ACCESS_KEY --secret SECRET|- | user delete ACCESS_KEY | user list
+    acl grant ACCESS_KEY --resource topic:NAME|group:NAME|topic:PREFIX*|* --actions PUB,SUB,ADMIN [--deny]
+    acl revoke ACCESS_KEY --resource R [--actions A] | acl list [ACCESS_KEY]
+    limit set [--topic T | --group G] [--messages-per-s N] [--bytes-per-s N] | limit delete [...] | limit list
+
+`--namespace NS` puts topic, group, message, acl and limit commands in namespace NS (topic `t` of
+namespace `NS` is the cluster-wide topic `NS%t`).
 
 The shared options may also follow the action (`sluice admin topic list --json`). Output is an
 aligned table on stdout, or JSON with `--json`. A failure prints exactly one line on stderr,
@@ -28,10 +35,12 @@ from typing import TypeAlias
 from broker.api import GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
-from deploy.admin import groups, messages, tier, topics, trace
+from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace
+from deploy.admin import groups, messages, security, tier, topics, trace
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
 from deploy.admin.output import Report, render_json, render_table
 from deploy.admin.parse import parse_consume_from, parse_message_types, parse_names, parse_retry_policy
+from proxy import names
 
 NAME = "admin"
 HELP = "Manage topics and consumer groups, and look messages up, through the NameServers."
@@ -56,6 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_message(areas.add_parser("message", help="look messages up by id or key"), shared)
     _add_broker(areas.add_parser("broker", help="list the registered brokers"), shared)
     _add_tier(areas.add_parser("tier", help="tiered storage: status, upload now, evict local copies"), shared)
+    _add_user(areas.add_parser("user", help="create, delete and list users (access key and secret)"), shared)
+    _add_acl(areas.add_parser("acl", help="grant, revoke and list access rules of users"), shared)
+    _add_limit(areas.add_parser("limit", help="set, delete and list rate limits (produce and receive)"), shared)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
 async def _execute(args: argparse.Namespace) -> Report:
     if args.timeout_s <= 0:
         raise ConfigError(f"--timeout-s must be positive, got {args.timeout_s}")
+    if args.namespace:
+        validate_namespace(args.namespace)
+        for attr in ("name", "topic"):  # resources of topic, group and message commands
+            if args.area in ("topic", "group", "message") and isinstance(getattr(args, attr, None), str):
+                setattr(args, attr, names.wrap(args.namespace, getattr(args, attr)))
     async with Cluster(args.namesrv, timeout_s=args.timeout_s, route_wait_s=DEFAULT_ROUTE_WAIT_S) as cluster:
         action: Action = args.run_action
         return await action(cluster, args)
@@ -98,6 +115,7 @@ def _add_shared(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         help=f"NameServers to ask (default {DEFAULT_NAMESRV})",
     )
     parser.add_argument("--json", action="store_true", default=default(False), help="print JSON instead of a table")
+    parser.add_argument("--namespace", metavar="NS", default=default(""), help="the namespace of the resources named")
     parser.add_argument(
         "--timeout-s",
         type=float,
@@ -288,3 +306,98 @@ async def _tier_upload_now(cluster: Cluster, args: argparse.Namespace) -> Report
 
 async def _tier_evict_local(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await tier.evict_local(cluster, args.topic)
+
+
+# -- users, access rules, limits (deploy/admin/security.py) ---------------------------------------
+
+
+def _add_user(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = _leaf(actions, "create", shared, _user_create, "create a user; its secret is never shown again")
+    create.add_argument("access_key", metavar="ACCESS_KEY")
+    create.add_argument("--secret", required=True, metavar="SECRET", help="the secret, or - to read it from stdin")
+    delete = _leaf(actions, "delete", shared, _user_delete, "delete a user and its access rules")
+    delete.add_argument("access_key", metavar="ACCESS_KEY")
+    _leaf(actions, "list", shared, _user_list, "list users (access keys only)")
+
+
+def _add_acl(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    grant = _leaf(actions, "grant", shared, _acl_grant, "allow (or with --deny forbid) actions on resources")
+    grant.add_argument("access_key", metavar="ACCESS_KEY")
+    grant.add_argument("--resource", required=True, metavar="R", help="topic:NAME, group:NAME, topic:PREFIX*, *")
+    grant.add_argument("--actions", required=True, metavar="A,B", help="PUB, SUB, ADMIN (ADMIN: every action)")
+    grant.add_argument("--deny", action="store_true", help="a deny rule: wins over any allow rule")
+    revoke = _leaf(actions, "revoke", shared, _acl_revoke, "remove actions (default all) from a user's rules")
+    revoke.add_argument("access_key", metavar="ACCESS_KEY")
+    revoke.add_argument("--resource", required=True, metavar="R")
+    revoke.add_argument("--actions", metavar="A,B")
+    listing = _leaf(actions, "list", shared, _acl_list, "list access rules (of one user)")
+    listing.add_argument("access_key", metavar="ACCESS_KEY", nargs="?")
+
+
+def _add_limit(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    text = "limit produce to a namespace (default) or --topic, or receives of a --group; 0 removes"
+    setter = _leaf(actions, "set", shared, _limit_set, text)
+    delete = _leaf(actions, "delete", shared, _limit_delete, "remove a limit")
+    for leaf in (setter, delete):
+        which = leaf.add_mutually_exclusive_group()
+        which.add_argument("--topic", metavar="T")
+        which.add_argument("--group", metavar="G")
+    setter.add_argument("--messages-per-s", type=float, default=0.0, metavar="N")
+    setter.add_argument("--bytes-per-s", type=float, default=0.0, metavar="N", help="produce only")
+    _leaf(actions, "list", shared, _limit_list, "list limits")
+
+
+async def _user_create(cluster: Cluster, args: argparse.Namespace) -> Report:
+    secret = sys.stdin.readline().rstrip("\n") if args.secret == "-" else args.secret
+    return await security.edit(cluster, security.create_user(args.access_key, secret))
+
+
+async def _user_delete(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await security.edit(cluster, security.delete_user(args.access_key))
+
+
+async def _user_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return security.list_users(await security.read(cluster))
+
+
+async def _acl_grant(cluster: Cluster, args: argparse.Namespace) -> Report:
+    effect = Effect.DENY if args.deny else Effect.ALLOW
+    change = security.grant(args.access_key, args.namespace, parse_pattern(args.resource),
+                            parse_actions(args.actions), effect)  # fmt: skip
+    return await security.edit(cluster, change)
+
+
+async def _acl_revoke(cluster: Cluster, args: argparse.Namespace) -> Report:
+    acts = parse_actions(args.actions) if args.actions else None
+    return await security.edit(cluster, security.revoke(args.access_key, args.namespace,
+                                                        parse_pattern(args.resource), acts))  # fmt: skip
+
+
+async def _acl_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return security.list_rules(await security.read(cluster), args.access_key)
+
+
+def _limit_key(args: argparse.Namespace) -> tuple[LimitScope, str]:
+    if args.topic:
+        return LimitScope.TOPIC, args.topic
+    if args.group:
+        return LimitScope.GROUP, args.group
+    return LimitScope.NAMESPACE, ""
+
+
+async def _limit_set(cluster: Cluster, args: argparse.Namespace) -> Report:
+    scope, name = _limit_key(args)
+    limit = Limit(scope, args.namespace, name, args.messages_per_s, args.bytes_per_s)
+    return await security.edit(cluster, security.set_limit(limit))
+
+
+async def _limit_delete(cluster: Cluster, args: argparse.Namespace) -> Report:
+    scope, name = _limit_key(args)
+    return await security.edit(cluster, security.delete_limit(scope, args.namespace, name))
+
+
+async def _limit_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return security.list_limits(await security.read(cluster))

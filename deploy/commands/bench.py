@@ -73,6 +73,8 @@ def _add_client_arguments(p: argparse.ArgumentParser, mode: str) -> None:
                    help="also report the CPU time these local processes use while measuring (Linux)")  # fmt: skip
     p.add_argument("--size", type=int, default=1024, metavar="BYTES", help="message body size (default 1024)")
     if mode != "echo":
+        p.add_argument("--access-key", metavar="AK", help="sign every request as this user (proxies with auth on)")
+        p.add_argument("--secret", metavar="SK", help="the user's secret")
         p.add_argument("--topic", default="bench", help="topic (default bench)")
         p.add_argument("--namespace", default="", metavar="NS", help="namespace header and resource namespace")
     if mode in ("consume", "e2e"):
@@ -110,6 +112,8 @@ def options(args: argparse.Namespace) -> BenchOptions:
         channels=args.channels,
         progress=not args.quiet,
         watch_pids=_pids(args.watch_pids),
+        access_key=getattr(args, "access_key", "") or "",
+        secret=getattr(args, "secret", "") or "",
     )
 
 

@@ -19,6 +19,7 @@ from common import metrics
 from common.config import ConfigError, load_config
 from common.errors import Unavailable
 from common.logs import setup_logging
+from deploy.commands.up import security_overrides
 from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
 from deploy.workers import run_workers
@@ -50,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the port (SO_REUSEPORT)")
     parser.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--auth", choices=("on", "off"), help="require signed requests and access rules (default off)")
+    parser.add_argument(
+        "--tls-cert", metavar="PEM", help="serve clients over TLS with this certificate (and --tls-key)"
+    )
+    parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz (worker i: +i)")
     parser.add_argument(
         "--no-metrics", action="store_true", default=None,
@@ -91,8 +97,11 @@ def run(args: argparse.Namespace) -> int:
             "navigation": parse_navigation(args.navigation) if args.navigation else None, "zone": args.zone,
             "proxy_id": proxy_id, "drain_s": args.drain_s, "reuse_port": args.reuse_port or None,
             "metrics_port": metrics_port, "metrics.enabled": False if args.no_metrics else None,
+            **security_overrides(args),
         },
     )  # fmt: skip
+    if config.tls.enabled:
+        config.tls.read()  # a missing certificate is a one-line error before anything starts
     if not config.namesrv:
         raise ConfigError("--namesrv is required (or namesrv in the [proxy] table of the config file)")
     setup_logging(args.log_level, args.log_json)

@@ -43,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--broker-port", type=int, help="broker's internal port (default 10911)")
     parser.add_argument("--flush", choices=("sync", "async"), help="acknowledge after fsync (sync) or write (async)")
     parser.add_argument("--no-auto-create", action="store_true", help="do not create topics and groups on first use")
+    parser.add_argument("--auth", choices=("on", "off"), help="require signed requests and access rules (default off)")
+    parser.add_argument(
+        "--tls-cert", metavar="PEM", help="serve clients over TLS with this certificate (and --tls-key)"
+    )
+    parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
     parser.add_argument(
         "--no-metrics", action="store_true", default=None,
@@ -69,12 +74,24 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
         },
     )  # fmt: skip
     proxy = load_config(ProxyConfig, section="proxy", data=data, overrides={
-        "host": args.host, "port": args.port, "metrics.enabled": False if args.no_metrics else None})  # fmt: skip
+        "host": args.host, "port": args.port, "metrics.enabled": False if args.no_metrics else None,
+        **security_overrides(args)})  # fmt: skip
     return ns, broker, proxy
+
+
+def security_overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The `[proxy]` overrides of `--auth`, `--tls-cert`, `--tls-key` (shared with `sluice proxy`)."""
+    return {
+        "auth.enabled": None if args.auth is None else args.auth == "on",
+        "tls.cert_file": args.tls_cert,
+        "tls.key_file": args.tls_key,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
     ns_cfg, broker_cfg, proxy_cfg = configs(args)
+    if proxy_cfg.tls.enabled:
+        proxy_cfg.tls.read()  # a missing certificate is a one-line error before anything starts
     setup_logging(args.log_level, args.log_json)
     # One process, one switch: the proxy's table decides (the flag sets both).
     metrics.configure(proxy_cfg.metrics)

@@ -1,8 +1,9 @@
 """`apache.rocketmq.v2.MessagingService` served by the proxy: one thin method per RPC.
 
-Each method builds the request context, calls its handler (route, produce, consume, telemetry
-modules) and turns any failure into the response's Status via `status_of` — never a gRPC error,
-never a crash. RPCs for features Sluice does not have yet answer NOT_IMPLEMENTED.
+Each method builds the request context, admits the request (`guard.admit`: in-flight bound,
+signature and access rules when auth is on, rate limits), calls its handler (route, produce,
+consume, telemetry modules) and turns any failure into the response's Status via `status_of` —
+never a gRPC error, never a crash. RPCs for features Sluice does not have yet answer NOT_IMPLEMENTED.
 
 Every unary RPC, ReceiveMessage and PullMessage is counted by the Code of its answer and timed
 (`common.metrics.observe_rpc`); Telemetry streams live as long as the client and are not timed.
@@ -27,7 +28,7 @@ from proto.apache.rocketmq.v2 import service_pb2_grpc
 from proxy import names
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
-from proxy.grpc import consume, produce, route, telemetry, transaction
+from proxy.grpc import consume, guard, produce, route, telemetry, transaction
 from proxy.grpc.status import OK, code_name, request_context, status, status_of
 
 log = logging.getLogger("sluice.proxy.rpc")
@@ -48,7 +49,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         self.app.in_flight += 1
         started = time.perf_counter()
         try:
-            answer = await handler(self.app, request_context(context), request)
+            ctx = request_context(context)
+            guard.admit(self.app, ctx, request)
+            answer = await handler(self.app, ctx, request)
         except Exception as exc:
             answer = response(status=status_of(exc, rpc))
         finally:
@@ -84,15 +87,22 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         try:
             try:
                 ctx = request_context(context)
+                guard.admit(self.app, ctx, request)
             except Exception as exc:
                 frame = spb.ReceiveMessageResponse(status=status_of(exc, "ReceiveMessage"))
                 code = code_name(frame.status.code)
                 yield frame
                 return
-            async for frame in consume.receive_message(self.app, ctx, request):
-                if frame.HasField("status"):
-                    code = code_name(frame.status.code)
-                yield frame
+            received = 0
+            try:
+                async for frame in consume.receive_message(self.app, ctx, request):
+                    if frame.HasField("status"):
+                        code = code_name(frame.status.code)
+                    received += frame.WhichOneof("content") == "message"
+                    yield frame
+            finally:
+                namespace = request.group.resource_namespace or ctx.namespace
+                self.app.flow.charge_receive(namespace, request.group.name, received)
         finally:
             self.app.in_flight -= 1
             _answered("ReceiveMessage", code, time.perf_counter() - started)
@@ -114,6 +124,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         try:
             try:
                 ctx = request_context(context)
+                guard.admit(self.app, ctx, request)
             except Exception as exc:
                 frame = spb.PullMessageResponse(status=status_of(exc, "PullMessage"))
                 code = code_name(frame.status.code)
@@ -146,6 +157,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
     async def Telemetry(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
             ctx = request_context(context)
+            if self.app.config.auth.enabled:
+                guard.authenticate(self.app, ctx, None)
         except Exception as exc:
             yield spb.TelemetryCommand(status=status_of(exc, "Telemetry"))
             return

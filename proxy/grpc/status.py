@@ -27,6 +27,8 @@ H_NAMESPACE = "x-mq-namespace"
 H_LANGUAGE = "x-mq-language"
 H_VERSION = "x-mq-client-version"
 H_REQUEST_ID = "x-mq-request-id"
+H_AUTHORIZATION = "authorization"
+H_DATE_TIME = "x-mq-date-time"
 
 
 def status(code: Code, message: str = "") -> pb.Status:
@@ -80,4 +82,6 @@ def request_context(context: grpc.aio.ServicerContext, *, require_client_id: boo
         request_id=md.get(H_REQUEST_ID, ""),
         peer=context.peer() or "",
         deadline=None if remaining is None else time.monotonic() + remaining,
+        authorization=md.get(H_AUTHORIZATION, ""),
+        date_time=md.get(H_DATE_TIME, ""),
     )

@@ -180,8 +180,10 @@ def start_merged(root: Path, *, auto_create: bool = False, extra_args: Sequence[
     return cluster
 
 
-def start_separated(root: Path, *, config: Path | None = None, broker_args: Sequence[str] = ()) -> Cluster:
-    """`config`: a TOML file given to the brokers and proxies (`--config`); `broker_args`: extra broker flags."""
+def start_separated(
+    root: Path, *, config: Path | None = None, broker_args: Sequence[str] = (), proxy_args: Sequence[str] = ()
+) -> Cluster:
+    """`config`: a TOML file given to the brokers and proxies (`--config`); `broker_args`, `proxy_args`: extra flags."""
     root.mkdir(parents=True, exist_ok=True)
     ns_port = free_port()
     cluster = Cluster("separated", root, f"{LOOPBACK}:{ns_port}", [], list(BROKER_NAMES))
@@ -196,7 +198,8 @@ def start_separated(root: Path, *, config: Path | None = None, broker_args: Sequ
         _wait_for_brokers(cluster, len(BROKER_NAMES))
         for _ in range(2):
             port = free_port()
-            argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), *_config_args(config)]
+            argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), *_config_args(config),
+                    *proxy_args]  # fmt: skip
             _start(cluster, f"proxy-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
             cluster.proxies.append(f"{LOOPBACK}:{port}")
     except BaseException:

@@ -825,3 +825,27 @@ class TierEvictLocalResponse(_message.Message):
     messages: int
     segments: int
     def __init__(self, topic: _Optional[str] = ..., messages: _Optional[int] = ..., segments: _Optional[int] = ...) -> None: ...
+
+class GetSecurityRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetSecurityResponse(_message.Message):
+    __slots__ = ("version", "document")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    document: bytes
+    def __init__(self, version: _Optional[int] = ..., document: _Optional[bytes] = ...) -> None: ...
+
+class PutSecurityRequest(_message.Message):
+    __slots__ = ("version", "document")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    document: bytes
+    def __init__(self, version: _Optional[int] = ..., document: _Optional[bytes] = ...) -> None: ...
+
+class PutSecurityResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

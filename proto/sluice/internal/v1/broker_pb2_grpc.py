@@ -190,6 +190,16 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierEvictLocalRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierEvictLocalResponse.FromString,
                 _registered_method=True)
+        self.GetSecurity = channel.unary_unary(
+                '/sluice.internal.v1.Broker/GetSecurity',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetSecurityRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetSecurityResponse.FromString,
+                _registered_method=True)
+        self.PutSecurity = channel.unary_unary(
+                '/sluice.internal.v1.Broker/PutSecurity',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -395,6 +405,19 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSecurity(self, request, context):
+        """The cluster security document (broker/security_store.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutSecurity(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -552,6 +575,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.TierEvictLocal,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierEvictLocalRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierEvictLocalResponse.SerializeToString,
+            ),
+            'GetSecurity': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSecurity,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetSecurityRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetSecurityResponse.SerializeToString,
+            ),
+            'PutSecurity': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutSecurity,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1392,6 +1425,60 @@ class Broker:
             '/sluice.internal.v1.Broker/TierEvictLocal',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierEvictLocalRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.TierEvictLocalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSecurity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/GetSecurity',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetSecurityRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetSecurityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutSecurity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/PutSecurity',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityResponse.FromString,
             options,
             channel_credentials,
             insecure,
