@@ -86,6 +86,7 @@ class QueueStatus:
 class TopicStatus:
     spec: TopicSpec
     queues: tuple[QueueStatus, ...]
+    pending_timers: int = 0  # DELAY messages of the topic not delivered yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,3 +249,6 @@ class BrokerApi(Protocol):
     # lookups
     async def get_message(self, topic: str, message_id: str) -> list[StoredMessage]: ...
     async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]: ...
+
+    # timers
+    async def recall(self, topic: str, recall_handle: str) -> str: ...  # cancels a pending DELAY message

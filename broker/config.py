@@ -35,6 +35,18 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True)
+class TimerConfig:
+    """DELAY messages (docs/timers.md)."""
+
+    # Furthest delivery time a producer may ask for, from now (7 days).
+    max_delay_ms: int = 7 * 24 * 3600 * 1000
+    # Delivery times are rounded up to a multiple of this: timers of one tick are delivered together.
+    precision_ms: int = 1_000
+    # Timers moved into their topics per store append.
+    batch_messages: int = 1_000
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     name: str = "broker-a"
     cluster: str = "sluice"
@@ -52,6 +64,7 @@ class BrokerConfig:
     pop: PopConfig = field(default_factory=PopConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     metrics_port: int = 0
+    timer: TimerConfig = field(default_factory=TimerConfig)
 
     @property
     def advertised_address(self) -> str:

@@ -140,6 +140,7 @@ def topic_status_to_pb(status: TopicStatus) -> pb.TopicStatus:
         queues=[
             pb.QueueStatus(queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset) for q in status.queues
         ],
+        pending_timers=status.pending_timers,
     )
 
 
@@ -147,6 +148,7 @@ def topic_status_from_pb(msg: pb.TopicStatus) -> TopicStatus:
     return TopicStatus(
         spec=topic_spec_from_pb(msg.spec),
         queues=tuple(QueueStatus(q.queue_id, q.min_offset, q.max_offset) for q in msg.queues),
+        pending_timers=msg.pending_timers,
     )
 
 

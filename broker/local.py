@@ -39,10 +39,13 @@ from broker.metadata import METADATA_CFS, Metadata, validate_group_spec
 from broker.popstate import POP_CFS, PopState
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
-from common.errors import BadRequest, Forbidden, OffsetNotFound, StoreClosed
+from broker.timer.keys import TIMER_CFS
+from broker.timer.service import TimerService
+from common.errors import BadRequest, Forbidden, MessageTypeConflict, OffsetNotFound, StoreClosed
 from common.logs import kv
 from common.model import (
     ALL_MESSAGE_TYPES,
+    MessageType,
     TopicInfo,
     dlq_topic,
     validate_group_name,
@@ -59,6 +62,7 @@ class _Parts:
     metadata: Metadata
     pop_state: PopState
     engine: PopEngine
+    timers: TimerService
 
 
 class LocalBroker:
@@ -81,7 +85,7 @@ class LocalBroker:
         loop = asyncio.get_running_loop()
         cfg = self.config
         self._store = await loop.run_in_executor(
-            None, lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS)
+            None, lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=METADATA_CFS + POP_CFS + TIMER_CFS)
         )
         store = self._store
         metadata = Metadata(store.index)
@@ -92,10 +96,13 @@ class LocalBroker:
             broker_name=cfg.name, store=store, metadata=metadata, state=pop_state, hub=self.hub,
             config=cfg.pop, dead_letter=self._dead_letter,
         )  # fmt: skip
-        self._parts = _Parts(metadata, pop_state, engine)
+        timers = TimerService(cfg.name, store, cfg.timer, lambda topic: topic in metadata.topics)
+        store.retention_pins.append(timers.min_position)
+        self._parts = _Parts(metadata, pop_state, engine, timers)
         self._tasks = [
             asyncio.create_task(self.engine.run_scanner(self._stop), name="redelivery-scanner"),
             asyncio.create_task(self._retention_loop(), name="retention"),
+            asyncio.create_task(timers.run(self._stop), name="timer-scheduler"),
         ]
         log.info("broker started", extra=kv(name=cfg.name, data_dir=str(cfg.data_dir), topics=len(self.metadata.topics),
                                             groups=len(self.metadata.groups)))  # fmt: skip
@@ -136,6 +143,10 @@ class LocalBroker:
     @property
     def engine(self) -> PopEngine:
         return self._running().engine
+
+    @property
+    def timers(self) -> TimerService:
+        return self._running().timers
 
     async def _retention_loop(self) -> None:
         interval = self.config.store.retention.check_interval_s
@@ -214,7 +225,7 @@ class LocalBroker:
     async def topic_status(self, name: str) -> TopicStatus:
         spec = self.metadata.topic(name)
         queues = tuple(QueueStatus(q, *self.store.queue_bounds(name, q)) for q in range(spec.queue_count))
-        return TopicStatus(spec, queues)
+        return TopicStatus(spec, queues, pending_timers=self.timers.pending_count(name))
 
     async def ensure_topic(self, name: str) -> TopicSpec:
         """The topic; on first use it is created (accepting every message type) when this broker
@@ -272,10 +283,24 @@ class LocalBroker:
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
         validate_queue(info, queue_id)
         host = self.config.advertised_address
+        timers = self.timers
+        records = []
         for msg in messages:
             validate_message(msg, info, self.config.limits)
-        results = await self.store.append([to_record(topic, queue_id, m, host) for m in messages])
-        return [SendResult(m.message_id, queue_id, r.queue_offset) for m, r in zip(messages, results, strict=True)]
+            if msg.message_type is MessageType.DELAY:
+                timers.check_delivery_time(msg)
+        for msg in messages:
+            rec = to_record(topic, queue_id, msg, host)
+            records.append(timers.timer_record(rec) if msg.message_type is MessageType.DELAY else rec)
+        results = await self.store.append(records)
+        delayed = [(topic, m.delivery_timestamp_ms, r) for m, r in zip(messages, results, strict=True)
+                   if m.message_type is MessageType.DELAY]  # fmt: skip
+        handles = iter(timers.index(delayed) if delayed else ())
+        return [
+            SendResult(m.message_id, queue_id, r.queue_offset,
+                       recall_handle=next(handles) if m.message_type is MessageType.DELAY else "")
+            for m, r in zip(messages, results, strict=True)
+        ]  # fmt: skip
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
         name = dlq_topic(group)
@@ -396,3 +421,12 @@ class LocalBroker:
 
     async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]:
         return [to_stored(r, 1) for r in self.store.find_by_key(topic, key, min(max(limit, 1), 1000))]
+
+    # -- timers ----------------------------------------------------------------------------------
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a DELAY message that is not delivered yet; its message id."""
+        spec = self.metadata.topic(topic)
+        if MessageType.DELAY not in spec.message_types:
+            raise MessageTypeConflict(f"topic {topic} does not accept DELAY messages, so it has none to recall")
+        return await self.timers.recall(topic, recall_handle)

@@ -289,6 +289,14 @@ class RemoteBroker:
         response = await self._call(self._stub.FindMessagesByKey, request)
         return convert.stored_list_from_pb(response.messages)
 
+    # -- timers ---------------------------------------------------------------------------------
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        with _encoding("recall"):
+            request = pb.RecallRequest(topic=topic, recall_handle=recall_handle)
+        response = await self._call(self._stub.Recall, request)
+        return str(response.message_id)
+
     # -- internals ------------------------------------------------------------------------------
 
     def _long_poll_timeout_s(self, long_poll_ms: int) -> float:

@@ -186,3 +186,10 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     ) -> pb.FindMessagesByKeyResponse:
         messages = await self._api.find_messages_by_key(request.topic, request.key, request.limit)
         return pb.FindMessagesByKeyResponse(messages=convert.stored_list_to_pb(messages))
+
+    # -- timers ---------------------------------------------------------------------------------
+
+    @internal_rpc
+    async def Recall(self, request: pb.RecallRequest, context: Context) -> pb.RecallResponse:
+        message_id = await self._api.recall(request.topic, request.recall_handle)
+        return pb.RecallResponse(message_id=message_id)

@@ -17,7 +17,7 @@ import concurrent.futures
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -95,6 +95,9 @@ class MessageStore:
             failed=lambda: self.dispatcher.failed,
         )
         self.retention = Retention(self.segments, self.index, config.retention, data_dir)
+        # Callables naming the oldest CommitLog position a broker feature still needs (None: none);
+        # retention keeps every segment from there on (pending timers register one).
+        self.retention_pins: list[Callable[[], int | None]] = []
         self._closed = False
         log.info(
             "store opened",
@@ -283,7 +286,12 @@ class MessageStore:
 
     def run_retention(self, now_s: float | None = None) -> int:
         """Apply retention once; returns the number of segments deleted."""
-        return self.retention.run(self.dispatcher.position, time.time() if now_s is None else now_s)
+        keep_from = self.dispatcher.position
+        for pin in self.retention_pins:
+            position = pin()
+            if position is not None:
+                keep_from = min(keep_from, position)
+        return self.retention.run(keep_from, time.time() if now_s is None else now_s)
 
     def stats(self) -> StoreStats:
         return StoreStats(

@@ -91,7 +91,8 @@ async def describe_topic(cluster: Cluster, name: str) -> Report:
     return Report(
         columns=["broker", "queue", "min_offset", "max_offset", "messages", "permission", "types"],
         rows=rows,
-        note=f"topic {name}: {len(rows)} queue(s) on {len(targets)} broker(s)",
+        note=f"topic {name}: {len(rows)} queue(s) on {len(targets)} broker(s), "
+        f"{sum(s.pending_timers for s in statuses)} pending timer(s)",
     )
 
 

@@ -7,7 +7,8 @@ append). Results come back in request order; a failure affects only the messages
 from __future__ import annotations
 
 from broker.api import OutgoingMessage, SendResult
-from common.errors import SluiceError
+from broker.timer.keys import broker_of_recall_handle
+from common.errors import BadRequest, SluiceError
 from proxy.core.routing import QueueSelector
 from proxy.directory import BrokerDirectory, BrokerRoute
 
@@ -63,3 +64,11 @@ class ProducerService:
                 for i in indexes:
                     outcomes[i] = exc
         return [o if o is not None else SluiceError("message was not placed") for o in outcomes]
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a pending DELAY message on the broker its recall handle names; its message id."""
+        name = broker_of_recall_handle(recall_handle)
+        api = await self._dir.lookup(name)
+        if api is None:
+            raise BadRequest(f"recall handle names broker {name}, which is not part of this cluster")
+        return await api.recall(topic, recall_handle)

@@ -33,10 +33,13 @@ from common.config import load_config
 # The `[broker]` table both implementations run with. Times are small to keep the suite fast.
 MIN_INVISIBLE_MS = 200
 MAX_BODY_BYTES = 4096
+TIMER_PRECISION_MS = 100
+TIMER_MAX_DELAY_MS = 3_600_000
 CONTRACT_SETTINGS: dict[str, Any] = {
     "name": "contract-broker",
     "pop": {"min_invisible_ms": MIN_INVISIBLE_MS, "redelivery_scan_interval_ms": 20, "max_long_poll_ms": 10_000},
     "limits": {"max_body_bytes": MAX_BODY_BYTES},
+    "timer": {"precision_ms": TIMER_PRECISION_MS, "max_delay_ms": TIMER_MAX_DELAY_MS},
 }
 TEST_TIMEOUT_S = 30.0
 _SETUP_TIMEOUT_S = 15.0

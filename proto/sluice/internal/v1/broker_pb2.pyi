@@ -108,12 +108,14 @@ class QueueStatus(_message.Message):
     def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
 
 class TopicStatus(_message.Message):
-    __slots__ = ("spec", "queues")
+    __slots__ = ("spec", "queues", "pending_timers")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    PENDING_TIMERS_FIELD_NUMBER: _ClassVar[int]
     spec: TopicSpec
     queues: _containers.RepeatedCompositeFieldContainer[QueueStatus]
-    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ...) -> None: ...
+    pending_timers: int
+    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., pending_timers: _Optional[int] = ...) -> None: ...
 
 class GroupQueueStatus(_message.Message):
     __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight")
@@ -650,3 +652,17 @@ class FindMessagesByKeyResponse(_message.Message):
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
     def __init__(self, messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...
+
+class RecallRequest(_message.Message):
+    __slots__ = ("topic", "recall_handle")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    recall_handle: str
+    def __init__(self, topic: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+
+class RecallResponse(_message.Message):
+    __slots__ = ("message_id",)
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    def __init__(self, message_id: _Optional[str] = ...) -> None: ...
