@@ -118,6 +118,8 @@ class LocalBroker:
         if self._store is not None:
             store, self._store = self._store, None
             # RocksDB releases its lock only when the last handle is gone: drop every holder.
+            if self._parts is not None:
+                self._parts.timers.close()
             self._parts = None
             await asyncio.get_running_loop().run_in_executor(None, store.close)
 

@@ -88,6 +88,12 @@ class TimerService:
                 self._counts[key[len(TK.STATE_COUNT_PREFIX) :].decode("utf-8")] = n
         self.delivered = 0  # timers delivered by this process (for stats)
 
+    def close(self) -> None:
+        """Drop every RocksDB handle: RocksDB keeps its lock while any is alive, and a logged
+        exception's traceback may keep this object alive after the broker closed."""
+        for name in ("_timer", "_pos", "_state", "_h_timer", "_h_pos", "_h_state", "_index", "_store"):
+            self.__dict__.pop(name, None)
+
     # -- send side -------------------------------------------------------------------------------
 
     def check_delivery_time(self, msg: OutgoingMessage, now: int | None = None) -> None:
