@@ -68,6 +68,12 @@ class StoreStats:
     recovery: RecoveryReport | None = field(default=None)
 
 
+@dataclass(slots=True)
+class PreparedAppend:
+    buffers: list[bytearray]
+    metas: list[RecordMeta]
+
+
 class MessageStore:
     def __init__(self, data_dir: Path, config: StoreConfig, *, extra_cfs: Sequence[str] = ()) -> None:
         self.config = config
@@ -150,6 +156,18 @@ class MessageStore:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[AppendResult]] = loop.create_future()
         self.writer.submit(buffers, metas, (loop, fut))
+        return await fut
+
+    def prepare(self, records: Sequence[MessageRecord]) -> PreparedAppend:
+        """Encode records for `append_prepared` (any thread): lets a caller encode ahead of time,
+        off the event loop, and append later (the timer scheduler prepares the next tick's copies)."""
+        return PreparedAppend(*self._prepare(records))
+
+    async def append_prepared(self, prepared: PreparedAppend) -> list[AppendResult]:
+        """Append records encoded by `prepare` (once: the writer seals the buffers in place)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[AppendResult]] = loop.create_future()
+        self.writer.submit(prepared.buffers, prepared.metas, (loop, fut))
         return await fut
 
     def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> list[AppendResult]:

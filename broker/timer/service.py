@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from broker.api import OutgoingMessage
 from broker.config import TimerConfig
 from broker.store.record import MessageRecord
-from broker.store.store import MessageStore
+from broker.store.store import MessageStore, PreparedAppend
 from broker.store.writer import AppendResult
 from broker.timer import keys as TK
 from common.errors import BadRequest, IllegalDeliveryTime, MessageCorrupted, NotFound, OffsetNotFound
@@ -59,6 +59,15 @@ class _Due:
     record: MessageRecord | None  # None: unreadable (logged) and dropped
 
 
+@dataclass(slots=True)
+class _Staged:
+    """A batch of due timers with their copies encoded, ready to append."""
+
+    due: list[_Due]
+    prepared: PreparedAppend | None  # None: nothing to append (every timer of the batch is dropped)
+    generation: int  # recalls counted when it was read: stale if another recall ran since
+
+
 class TimerService:
     def __init__(
         self, broker_name: str, store: MessageStore, config: TimerConfig, topic_exists: Callable[[str], bool]
@@ -78,6 +87,7 @@ class TimerService:
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
         self._next_wake_ms = 0
+        self._generation = 0  # bumped by every recall: staged batches read before it are stale
         self._needs_check = True  # a previous run may have died with a batch in flight
         self._counts: dict[str, int] = {}
         for key, value in self._state.items(from_key=TK.STATE_COUNT_PREFIX):
@@ -180,6 +190,7 @@ class TimerService:
             self._drop(batch, [(handle.key, handle.position, target)])
             self._index.write(batch)
             self._commit_counts([target])
+            self._generation += 1
         log.info("timer recalled", extra=kv(topic=topic, message_id=message_id, due_ms=handle.due_ms))
         return message_id
 
@@ -187,17 +198,24 @@ class TimerService:
 
     async def run(self, stop: asyncio.Event) -> None:
         interval_s = self._cfg.precision_ms / 1000.0
+        staged: list[_Staged] = []
         while not stop.is_set():
             try:
                 if self._needs_check:
+                    staged = []
                     await self._settle_inflight()
-                delivered = await self.deliver_due()
+                delivered = await self.deliver_due(staged=staged)
+                staged = []
                 if delivered >= self._cfg.batch_messages:
-                    continue  # more are due: no sleep
+                    continue  # more may be due: no sleep
                 wait_s = interval_s
                 first = self._first_due()
                 if first is not None:
-                    wait_s = min(interval_s, max(0.0, (first - now_ms()) / 1000.0))
+                    ahead_ms = first - now_ms()
+                    if 0 < ahead_ms <= self._cfg.prefetch_ms:
+                        staged = await self._prefetch(first)
+                        ahead_ms = first - now_ms()
+                    wait_s = min(interval_s, max(0.0, ahead_ms / 1000.0))
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -206,8 +224,9 @@ class TimerService:
                 wait_s = interval_s
             self._next_wake_ms = now_ms() + int(wait_s * 1000)
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wait_either(stop), wait_s)
+            if wait_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wait_either(stop), wait_s)
 
     async def _wait_either(self, stop: asyncio.Event) -> None:
         waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._wake.wait())]
@@ -222,32 +241,84 @@ class TimerService:
         it.seek_to_first()
         return TK.parse_timer_key(it.key())[0] if it.valid() else None
 
-    async def deliver_due(self, now: int | None = None) -> int:
-        """Deliver one batch of timers due by `now`; the number of timers it settled."""
+    async def _prefetch(self, tick_ms: int) -> list[_Staged]:
+        """Read and encode the copies of the timers due at `tick_ms` (and before), ahead of it."""
         loop = asyncio.get_running_loop()
+        generation = self._generation
+        out: list[_Staged] = []
+        start = b""
+        held = 0
+        while held < self._cfg.prefetch_bytes and now_ms() < tick_ms:  # at the tick: deliver
+            st = await loop.run_in_executor(None, self._stage, tick_ms, start, generation)
+            if st is None:
+                break
+            out.append(st)
+            held += sum(len(b) for b in st.prepared.buffers) if st.prepared is not None else 0
+            if len(st.due) < self._cfg.batch_messages:
+                break
+            start = st.due[-1].key + b"\0"  # keys are fixed-size: the next possible key
+        return out
+
+    async def deliver_due(self, now: int | None = None, staged: list[_Staged] | None = None) -> int:
+        """Deliver every timer due by `now`, batch by batch; the number of timers settled.
+
+        `staged` batches (prefetched for a tick that has now come) go first unless a recall ran
+        since they were read. Staging the next batch (executor) overlaps with appending the current
+        one. The lock is held throughout, so a recall waits for the round, then finds its timer
+        pending or gone."""
+        loop = asyncio.get_running_loop()
+        total = 0
         async with self._lock:
             limit = now_ms() if now is None else now
-            due = await loop.run_in_executor(None, self._collect, limit)
-            if not due:
-                return 0
-            copies = [c for c in (self._copy(d) for d in due) if c is not None]
-            self._state.put(TK.STATE_INFLIGHT, due[-1].key)
-            self._needs_check = True
-            if copies:
-                await self._store.append(copies)
-            batch = self._index.batch()
-            self._drop(batch, [(d.key, d.position, d.target) for d in due])
-            batch.delete(TK.STATE_INFLIGHT, self._h_state)
-            self._index.write(batch)
-            self._commit_counts([d.target for d in due])
-            self._needs_check = False
-            self.delivered += len(copies)
-        return len(due)
+            for st in staged or ():
+                if st.generation != self._generation or st.due[-1].key > TK.timer_key(limit, (1 << 64) - 1):
+                    break
+                await self._deliver_batch(st)
+                total += len(st.due)
+            current = await loop.run_in_executor(None, self._stage, limit, b"", self._generation)
+            while current is not None:
+                ahead = None
+                if len(current.due) >= self._cfg.batch_messages:
+                    nxt = current.due[-1].key + b"\0"
+                    ahead = loop.run_in_executor(None, self._stage, limit, nxt, self._generation)
+                try:
+                    await self._deliver_batch(current)
+                finally:
+                    if ahead is not None and self._needs_check:
+                        await asyncio.gather(ahead, return_exceptions=True)
+                total += len(current.due)
+                current = await ahead if ahead is not None else None
+        return total
 
-    def _collect(self, limit_ms: int) -> list[_Due]:
+    async def _deliver_batch(self, st: _Staged) -> None:
+        due = st.due
+        self._state.put(TK.STATE_INFLIGHT, due[-1].key)
+        self._needs_check = True
+        if st.prepared is not None:
+            await self._store.append_prepared(st.prepared)
+        batch = self._index.batch()
+        self._drop(batch, [(d.key, d.position, d.target) for d in due])
+        batch.delete(TK.STATE_INFLIGHT, self._h_state)
+        self._index.write(batch)
+        self._commit_counts([d.target for d in due])
+        self._needs_check = False
+        self.delivered += len(st.prepared.metas) if st.prepared is not None else 0
+
+    def _stage(self, limit_ms: int, start: bytes, generation: int) -> _Staged | None:
+        """One batch of timers due by `limit_ms` from key `start` on, with their copies encoded."""
+        due = self._collect(limit_ms, start)
+        if not due:
+            return None
+        copies = [c for c in (self._copy(d) for d in due) if c is not None]
+        return _Staged(due, self._store.prepare(copies) if copies else None, generation)
+
+    def _collect(self, limit_ms: int, start: bytes) -> list[_Due]:
         out: list[_Due] = []
         it = self._timer.iter()
-        it.seek_to_first()
+        if start:
+            it.seek(start)
+        else:
+            it.seek_to_first()
         while it.valid() and len(out) < self._cfg.batch_messages:
             key = it.key()
             due_ms, position = TK.parse_timer_key(key)
@@ -270,7 +341,9 @@ class TimerService:
         if rec is None:
             return None
         if not self._topic_exists(due.target):
-            log.warning("timer's topic no longer exists; dropped", extra=kv(topic=due.target, message_id=rec.message_id))
+            log.warning(
+                "timer's topic no longer exists; dropped", extra=kv(topic=due.target, message_id=rec.message_id)
+            )
             return None
         sysprops = {k: v for k, v in rec.system_properties.items()
                     if k not in (TK.SYSPROP_TARGET_TOPIC, TK.SYSPROP_TARGET_QUEUE)}  # fmt: skip

@@ -35,7 +35,9 @@ async def setup(broker: BrokerApi, scope: Scope) -> tuple[str, str]:
     return topic, group
 
 
-async def pop_until(broker: BrokerApi, topic: str, group: str, want: int, timeout_s: float = WAIT_S) -> list[StoredMessage]:
+async def pop_until(
+    broker: BrokerApi, topic: str, group: str, want: int, timeout_s: float = WAIT_S
+) -> list[StoredMessage]:
     got: list[StoredMessage] = []
     deadline = time.monotonic() + timeout_s
     while len(got) < want and time.monotonic() < deadline:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from rocketmq.grpc_protocol import MessageType
+from rocketmq.v5.exception import NotFoundException
 from rocketmq.v5.model import Message
 
 from tests.e2e.support import raw
@@ -72,11 +73,11 @@ def test_recall_cancels_a_pending_delay_message(cluster: Cluster, unique: Callab
         keep = p.send(delayed(topic, b"keep", at_s))
         drop = p.send(delayed(topic, b"drop", at_s))
         assert p.recall_message(topic, drop.recall_handle) == drop.message_id
-        with pytest.raises(Exception, match="(?i)already delivered or recalled"):
+        with pytest.raises(NotFoundException, match=r"(?i)already delivered or recalled"):
             p.recall_message(topic, drop.recall_handle)
         got = receive_count(c, 1, timeout_s=RECEIVE_TIMEOUT_S)
         assert [m.message_id for m in got] == [keep.message_id]
-        with pytest.raises(Exception, match="(?i)already delivered or recalled"):
+        with pytest.raises(NotFoundException, match=r"(?i)already delivered or recalled"):
             p.recall_message(topic, keep.recall_handle)
     # the recalled one was due with `keep`: nothing is left
     raw.assert_drained(cluster.first_proxy, cluster.brokers, topic, group)
