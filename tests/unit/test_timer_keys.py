@@ -22,8 +22,10 @@ def test_values_and_positions_round_trip() -> None:
     assert TK.pos_key(1) < TK.pos_key(256)
 
 
-@pytest.mark.parametrize(("ms", "precision", "expected"), [(1_000, 1_000, 1_000), (1_001, 1_000, 2_000),
-                                                           (999, 1_000, 1_000), (1_234, 100, 1_300), (7, 1, 7)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("ms", "precision", "expected"),
+    [(1_000, 1_000, 1_000), (1_001, 1_000, 2_000), (999, 1_000, 1_000), (1_234, 100, 1_300), (7, 1, 7)],
+)
 def test_round_up_never_early(ms: int, precision: int, expected: int) -> None:
     assert TK.round_up(ms, precision) == expected
 
