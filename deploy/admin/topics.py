@@ -84,6 +84,7 @@ async def describe_topic(cluster: Cluster, name: str) -> Report:
             "messages": q.max_offset - q.min_offset,
             "permission": status.spec.permission.name.lower(),
             "types": format_types(status.spec.message_types),
+            "broker_pending_timers": status.pending_timers,  # JSON only: per broker, not per queue
         }
         for (broker_name, _), status in zip(targets, statuses, strict=True)
         for q in status.queues

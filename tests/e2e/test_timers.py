@@ -83,6 +83,22 @@ def test_recall_cancels_a_pending_delay_message(cluster: Cluster, unique: Callab
     raw.assert_drained(cluster.first_proxy, cluster.brokers, topic, group)
 
 
+def pending_timers(cluster: Cluster, topic: str) -> int:
+    rows = cluster.admin("topic", "describe", topic)
+    return sum({r["broker"]: r["broker_pending_timers"] for r in rows}.values())
+
+
+def test_admin_shows_pending_timers(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    topic = cluster.create_topic(unique("t"), "delay")
+    with producer(cluster.endpoints, topic) as p:
+        far_s = int(time.time()) + 3600
+        receipts = [p.send(delayed(topic, f"far-{i}".encode(), far_s)) for i in range(3)]
+        assert pending_timers(cluster, topic) == 3
+        for r in receipts:
+            assert p.recall_message(topic, r.recall_handle) == r.message_id
+    assert pending_timers(cluster, topic) == 0
+
+
 def test_bad_delivery_times_and_recall_handles(cluster: Cluster, unique: Callable[[str], str]) -> None:
     topic = cluster.create_topic(unique("t"), "delay")
     normal = cluster.create_topic(unique("n"))
