@@ -229,3 +229,32 @@ def test_timers_survive_sigkill(tmp_path: Path) -> None:
         proc.stop()
     assert proc.starts == KILL_ROUNDS + 1
     assert len(sent) > 100, "too little traffic to mean anything"
+
+
+# -- 3. retention keeps what pending timers need ----------------------------------------------------
+
+
+def test_retention_keeps_the_segments_of_pending_timers(tmp_path: Path) -> None:
+    settings = {"store": {"commitlog": {"segment_bytes": 64 * 1024}, "retention": {"max_age_s": 1.0}}}
+
+    async def scenario() -> None:
+        cfg = load_config(BrokerConfig, section="broker",
+                          data={"broker": {**SETTINGS, **settings, "data_dir": str(tmp_path / "r")}})  # fmt: skip
+        broker = LocalBroker(cfg)
+        await broker.start()
+        try:
+            await broker.create_topic(TopicSpec(TOPIC, 1, frozenset({MessageType.DELAY, MessageType.NORMAL})))
+            [res] = await broker.send(TOPIC, 0, [delayed("far", now_ms() + 3_600_000)])
+            filler = [OutgoingMessage(body=b"f" * 1024, message_id=f"f{i}") for i in range(400)]
+            for i in range(0, len(filler), 50):
+                await broker.send(TOPIC, 0, filler[i : i + 50])
+            store = broker.store
+            assert len(store.segments.all()) > 3
+            later_s = time.time() + 3600
+            assert store.run_retention(now_s=later_s) == 0, "a segment a pending timer needs was deleted"
+            assert await broker.recall(TOPIC, res.recall_handle) == "far"  # its record is still readable
+            assert store.run_retention(now_s=later_s) > 0, "nothing pinned any more: old segments go"
+        finally:
+            await broker.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), TEST_TIMEOUT_S))
