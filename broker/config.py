@@ -46,7 +46,7 @@ class TimerConfig:
     batch_messages: int = 1_000
     # A tick's timers are read and encoded this long before it (never delivered early), so a burst
     # due in one tick costs only the append at its time; at most `prefetch_bytes` of copies are held.
-    prefetch_ms: int = 1_000
+    prefetch_ms: int = 2_000
     prefetch_bytes: int = 64 * 1024 * 1024
 
 

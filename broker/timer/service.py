@@ -213,7 +213,11 @@ class TimerService:
                 if first is not None:
                     ahead_ms = first - now_ms()
                     if 0 < ahead_ms <= self._cfg.prefetch_ms:
+                        self._next_wake_ms = first  # a send due earlier interrupts the prefetch
+                        self._wake.clear()
                         staged = await self._prefetch(first)
+                        if self._wake.is_set():
+                            continue
                         ahead_ms = first - now_ms()
                     wait_s = min(interval_s, max(0.0, ahead_ms / 1000.0))
             except asyncio.CancelledError:
@@ -248,7 +252,8 @@ class TimerService:
         out: list[_Staged] = []
         start = b""
         held = 0
-        while held < self._cfg.prefetch_bytes and now_ms() < tick_ms:  # at the tick: deliver
+        # Stop at the tick (deliver), or when a send scheduled something due earlier.
+        while held < self._cfg.prefetch_bytes and now_ms() < tick_ms and not self._wake.is_set():
             st = await loop.run_in_executor(None, self._stage, tick_ms, start, generation)
             if st is None:
                 break
