@@ -315,6 +315,8 @@ class TimerService:
         if not due:
             return None
         copies = [c for c in (self._copy(d) for d in due) if c is not None]
+        for d in due:
+            d.record = None  # encoded now: a staged batch holds its bytes once
         return _Staged(due, self._store.prepare(copies) if copies else None, generation)
 
     def _collect(self, limit_ms: int, start: bytes) -> list[_Due]:
