@@ -87,6 +87,7 @@ class TopicStatus:
     spec: TopicSpec
     queues: tuple[QueueStatus, ...]
     half_messages: int = 0  # transactional messages of this topic awaiting commit or rollback
+    pending_timers: int = 0  # DELAY messages of the topic not delivered yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +295,9 @@ class BrokerApi(Protocol):
         self, topic: str, timeout_s: float
     ) -> TierTopicStatus: ...  # tier everything dispatched so far; returns once it is safely uploaded
     async def tier_evict_local(self, topic: str) -> TierEvictResult: ...  # drop local copies of tiered data now
+
+    # timers
+    async def recall(self, topic: str, recall_handle: str) -> str: ...  # cancels a pending DELAY message
 
 
 # -- message trace (appended: see broker/trace.py and docs/observability.md) -----------------------

@@ -74,6 +74,22 @@ class TraceConfig:
 
 
 @dataclass(frozen=True)
+class TimerConfig:
+    """DELAY messages (docs/timers.md)."""
+
+    # Furthest delivery time a producer may ask for, from now (7 days).
+    max_delay_ms: int = 7 * 24 * 3600 * 1000
+    # Delivery times are rounded up to a multiple of this: timers of one tick are delivered together.
+    precision_ms: int = 1_000
+    # Timers moved into their topics per store append.
+    batch_messages: int = 1_000
+    # A tick's timers are read and encoded this long before it (never delivered early), so a burst
+    # due in one tick costs only the append at its time; at most `prefetch_bytes` of copies are held.
+    prefetch_ms: int = 2_000
+    prefetch_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     name: str = "broker-a"
     cluster: str = "sluice"
@@ -96,6 +112,7 @@ class BrokerConfig:
     trace: TraceConfig = field(default_factory=TraceConfig)
     # Tiered storage (`[broker.tiering]`): off unless `bucket` is set; see docs/tiered-format.md.
     tiering: TieringConfig = field(default_factory=TieringConfig)
+    timer: TimerConfig = field(default_factory=TimerConfig)
 
     @property
     def advertised_address(self) -> str:

@@ -150,6 +150,7 @@ def topic_status_to_pb(status: TopicStatus) -> pb.TopicStatus:
             pb.QueueStatus(queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset) for q in status.queues
         ],
         half_messages=status.half_messages,
+        pending_timers=status.pending_timers,
     )
 
 
@@ -158,6 +159,7 @@ def topic_status_from_pb(msg: pb.TopicStatus) -> TopicStatus:
         spec=topic_spec_from_pb(msg.spec),
         queues=tuple(QueueStatus(q.queue_id, q.min_offset, q.max_offset) for q in msg.queues),
         half_messages=msg.half_messages,
+        pending_timers=msg.pending_timers,
     )
 
 

@@ -58,11 +58,21 @@ from broker.store.store import MessageStore, ReadStatus
 from broker.tiering.manifest import SegmentEntry
 from broker.tiering.runtime import TIER_CFS, BrokerTiering, not_enabled
 from broker.tiering.uploader import TopicStatus as UploaderTopicStatus
+from broker.timer.keys import TIMER_CFS
+from broker.timer.service import TimerService
 from broker.trace import CF_TRACE, TRACE_CFS, TraceRecorder
 from broker.transaction.pending import TXN_CFS
 from broker.transaction.service import TransactionService
 from common import metrics
-from common.errors import BadRequest, Forbidden, OffsetNotFound, SluiceError, StoreClosed, TopicNotFound
+from common.errors import (
+    BadRequest,
+    Forbidden,
+    MessageTypeConflict,
+    OffsetNotFound,
+    SluiceError,
+    StoreClosed,
+    TopicNotFound,
+)
 from common.logs import kv
 from common.model import (
     ALL_MESSAGE_TYPES,
@@ -87,6 +97,7 @@ class _Parts:
     transactions: TransactionService
     trace: TraceRecorder
     tiering: BrokerTiering | None
+    timers: TimerService
 
 
 class LocalBroker:
@@ -118,7 +129,7 @@ class LocalBroker:
             lambda: MessageStore(
                 cfg.data_dir,
                 cfg.store,
-                extra_cfs=METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_CFS,
+                extra_cfs=METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_CFS + TIMER_CFS,
             ),
         )
         store = self._store
@@ -148,14 +159,17 @@ class LocalBroker:
                 loop.call_soon_threadsafe(_trace_tiered, trace, topic, entry)
 
             tiering.uploader.on_uploaded = on_uploaded
+        timers = TimerService(cfg.name, store, cfg.timer, lambda topic: topic in metadata.topics)
+        store.retention_pins.append(timers.min_position)
         transactions = TransactionService(cfg.name, store, cfg.transaction, cfg.advertised_address)
-        self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering)
+        self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers)
         await transactions.start()
         self._security = SecurityStore(store.index)
         self._tasks = [
             asyncio.create_task(self.engine.run_scanner(self._stop), name="redelivery-scanner"),
             asyncio.create_task(self._retention_loop(), name="retention"),
             asyncio.create_task(self._transaction_sweep_loop(), name="transaction-sweep"),
+            asyncio.create_task(timers.run(self._stop), name="timer-scheduler"),
         ]
         self._trace_task = asyncio.create_task(trace.run(self._stop), name="trace-writer")
         self._unregister_metrics = metrics.register_source(lambda: broker_samples(self))
@@ -184,6 +198,8 @@ class LocalBroker:
             if tiering is not None:
                 await tiering.close()  # uploads and cold reads in flight use the store
             # RocksDB releases its lock only when the last handle is gone: drop every holder.
+            if self._parts is not None:
+                self._parts.timers.close()
             self._parts = None
             self._security = None
             await asyncio.get_running_loop().run_in_executor(None, store.close)
@@ -218,6 +234,10 @@ class LocalBroker:
     @property
     def engine(self) -> PopEngine:
         return self._running().engine
+
+    @property
+    def timers(self) -> TimerService:
+        return self._running().timers
 
     async def _retention_loop(self) -> None:
         interval = self.config.store.retention.check_interval_s
@@ -320,7 +340,8 @@ class LocalBroker:
         for q in range(spec.queue_count):
             low, high = self.store.queue_bounds(name, q)
             queues.append(QueueStatus(q, self._floor(name, q, low), high))
-        return TopicStatus(spec, tuple(queues), half_messages=self.transactions.backlog(name))
+        return TopicStatus(spec, tuple(queues), half_messages=self.transactions.backlog(name),
+                           pending_timers=self.timers.pending_count(name))  # fmt: skip
 
     async def ensure_topic(self, name: str) -> TopicSpec:
         """The topic; on first use it is created (accepting every message type) when this broker
@@ -379,15 +400,30 @@ class LocalBroker:
         validate_queue(info, queue_id)
         host = self.config.advertised_address
         clients = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
+        timers = self.timers
         for msg in messages:
             validate_message(msg, info, self.config.limits)
+            if msg.message_type is MessageType.DELAY:
+                timers.check_delivery_time(msg)
         if any(m.message_type is MessageType.TRANSACTION for m in messages):
             return await self._send_half(topic, queue_id, messages)
-        results = await self.store.append([to_record(topic, queue_id, m, host) for m in messages])
-        # One append takes consecutive offsets of its queue: one trace event for the whole range.
-        self.trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, clients[0],
-                        messages[0].born_host)  # fmt: skip
-        return [SendResult(m.message_id, queue_id, r.queue_offset) for m, r in zip(messages, results, strict=True)]
+        records = []
+        for msg in messages:
+            rec = to_record(topic, queue_id, msg, host)
+            records.append(timers.timer_record(rec) if msg.message_type is MessageType.DELAY else rec)
+        results = await self.store.append(records)
+        delayed = [(topic, m.delivery_timestamp_ms, r) for m, r in zip(messages, results, strict=True)
+                   if m.message_type is MessageType.DELAY]  # fmt: skip
+        handles = iter(timers.index(delayed) if delayed else ())
+        if not delayed:
+            # One append takes consecutive offsets of its queue: one trace event for the whole range.
+            self.trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, clients[0],
+                            messages[0].born_host)  # fmt: skip
+        return [
+            SendResult(m.message_id, queue_id, r.queue_offset,
+                       recall_handle=next(handles) if m.message_type is MessageType.DELAY else "")
+            for m, r in zip(messages, results, strict=True)
+        ]  # fmt: skip
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
         name = dlq_topic(group)
@@ -641,6 +677,15 @@ class LocalBroker:
         if self._security is None:
             raise StoreClosed("the broker is not running")
         return self._security
+
+    # -- timers ----------------------------------------------------------------------------------
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a DELAY message that is not delivered yet; its message id."""
+        spec = self.metadata.topic(topic)
+        if MessageType.DELAY not in spec.message_types:
+            raise MessageTypeConflict(f"topic {topic} does not accept DELAY messages, so it has none to recall")
+        return await self.timers.recall(topic, recall_handle)
 
 
 def _lookup_trace(trace: TraceRecorder, store: MessageStore, message_id: str) -> list[TraceEvent]:

@@ -13,6 +13,7 @@ from broker.config import LimitsConfig
 from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from common.errors import (
     BadRequest,
+    IllegalDeliveryTime,
     IllegalMessageGroup,
     IllegalMessageId,
     IllegalMessageKey,
@@ -22,7 +23,6 @@ from common.errors import (
     MessageBodyTooLarge,
     MessagePropertiesTooLarge,
     MessageTypeConflict,
-    NotImplementedFeature,
 )
 from common.model import MessageType, TopicInfo
 
@@ -84,9 +84,10 @@ def _validate_type(msg: OutgoingMessage, topic: TopicInfo, limits: LimitsConfig)
             )
     elif msg.message_group:
         raise MessageTypeConflict(f"only FIFO messages carry a message group, not {mtype.name} messages")
-    if mtype in (MessageType.DELAY,):
-        raise NotImplementedFeature(f"{mtype.name} messages are not supported by this broker version yet")
-    if msg.delivery_timestamp_ms:
+    if mtype is MessageType.DELAY:
+        if msg.delivery_timestamp_ms <= 0:
+            raise IllegalDeliveryTime("a DELAY message needs a delivery timestamp (when to deliver it)")
+    elif msg.delivery_timestamp_ms:
         raise MessageTypeConflict("only DELAY messages carry a delivery timestamp")
 
 

@@ -40,6 +40,7 @@ def broker_samples(broker: LocalBroker) -> list[m.Sample]:
         (m.DEAD_LETTERED, labels, float(broker.engine.dead_lettered)),
         (m.TRACE_PENDING, labels, float(broker.trace.pending)),
         (m.TRANSACTION_HALF, labels, float(broker.half_message_backlog())),
+        (m.TIMER_PENDING, labels, float(broker.timers.pending_count())),
     ]
     out.extend(consumer_samples(broker))
     tiering = broker.tiering

@@ -352,6 +352,14 @@ class RemoteBroker:
             request = pb.PutSecurityRequest(version=version, document=data)
         await self._call(self._stub.PutSecurity, request)
 
+    # -- timers ---------------------------------------------------------------------------------
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        with _encoding("recall"):
+            request = pb.RecallRequest(topic=topic, recall_handle=recall_handle)
+        response = await self._call(self._stub.Recall, request)
+        return str(response.message_id)
+
     # -- internals ------------------------------------------------------------------------------
 
     def _long_poll_timeout_s(self, long_poll_ms: int) -> float:

@@ -244,3 +244,10 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         if not isinstance(self._api, SecurityStoreApi):
             raise Unsupported("this broker keeps no security document")
         return self._api
+
+    # -- timers ---------------------------------------------------------------------------------
+
+    @internal_rpc
+    async def Recall(self, request: pb.RecallRequest, context: Context) -> pb.RecallResponse:
+        message_id = await self._api.recall(request.topic, request.recall_handle)
+        return pb.RecallResponse(message_id=message_id)

@@ -17,7 +17,7 @@ import concurrent.futures
 import logging
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -68,6 +68,12 @@ class StoreStats:
     recovery: RecoveryReport | None = field(default=None)
 
 
+@dataclass(slots=True)
+class PreparedAppend:
+    buffers: list[bytearray]
+    metas: list[RecordMeta]
+
+
 class MessageStore:
     def __init__(self, data_dir: Path, config: StoreConfig, *, extra_cfs: Sequence[str] = ()) -> None:
         self.config = config
@@ -95,6 +101,9 @@ class MessageStore:
             failed=lambda: self.dispatcher.failed,
         )
         self.retention = Retention(self.segments, self.index, config.retention, data_dir)
+        # Callables naming the oldest CommitLog position a broker feature still needs (None: none);
+        # retention keeps every segment from there on (pending timers register one).
+        self.retention_pins: list[Callable[[], int | None]] = []
         self._closed = False
         log.info(
             "store opened",
@@ -147,6 +156,18 @@ class MessageStore:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[AppendResult]] = loop.create_future()
         self.writer.submit(buffers, metas, (loop, fut))
+        return await fut
+
+    def prepare(self, records: Sequence[MessageRecord]) -> PreparedAppend:
+        """Encode records for `append_prepared` (any thread): lets a caller encode ahead of time,
+        off the event loop, and append later (the timer scheduler prepares the next tick's copies)."""
+        return PreparedAppend(*self._prepare(records))
+
+    async def append_prepared(self, prepared: PreparedAppend) -> list[AppendResult]:
+        """Append records encoded by `prepare` (once: the writer seals the buffers in place)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[AppendResult]] = loop.create_future()
+        self.writer.submit(prepared.buffers, prepared.metas, (loop, fut))
         return await fut
 
     def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> list[AppendResult]:
@@ -283,7 +304,12 @@ class MessageStore:
 
     def run_retention(self, now_s: float | None = None) -> int:
         """Apply retention once; returns the number of segments deleted."""
-        return self.retention.run(self.dispatcher.position, time.time() if now_s is None else now_s)
+        keep_from = self.dispatcher.position
+        for pin in self.retention_pins:
+            position = pin()
+            if position is not None:
+                keep_from = min(keep_from, position)
+        return self.retention.run(keep_from, time.time() if now_s is None else now_s)
 
     def stats(self) -> StoreStats:
         return StoreStats(

@@ -85,6 +85,7 @@ async def describe_topic(cluster: Cluster, name: str) -> Report:
             "permission": status.spec.permission.name.lower(),
             "types": format_types(status.spec.message_types),
             "half_messages": status.half_messages,  # per broker: transactions awaiting commit or rollback
+            "broker_pending_timers": status.pending_timers,  # JSON only: per broker, not per queue
         }
         for (broker_name, _), status in zip(targets, statuses, strict=True)
         for q in status.queues
@@ -92,7 +93,8 @@ async def describe_topic(cluster: Cluster, name: str) -> Report:
     return Report(
         columns=["broker", "queue", "min_offset", "max_offset", "messages", "permission", "types", "half_messages"],
         rows=rows,
-        note=f"topic {name}: {len(rows)} queue(s) on {len(targets)} broker(s)",
+        note=f"topic {name}: {len(rows)} queue(s) on {len(targets)} broker(s), "
+        f"{sum(s.pending_timers for s in statuses)} pending timer(s)",
     )
 
 

@@ -7,9 +7,10 @@ append). Results come back in request order; a failure affects only the messages
 from __future__ import annotations
 
 from broker.api import OutgoingMessage, SendResult, TransactionResolution, TransactionSource
+from broker.timer.keys import broker_of_recall_handle
 from broker.transaction import txid
 from common import metrics
-from common.errors import InvalidTransactionId, SluiceError
+from common.errors import BadRequest, InvalidTransactionId, SluiceError
 from proxy.core.routing import QueueSelector
 from proxy.directory import BrokerDirectory, BrokerRoute
 
@@ -79,3 +80,11 @@ class ProducerService:
             raise InvalidTransactionId(f"transaction {transaction_id} names broker {name}, which this cluster "
                                        "does not know")  # fmt: skip
         await broker.end_transaction(topic, message_id, transaction_id, resolution, source)
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a pending DELAY message on the broker its recall handle names; its message id."""
+        name = broker_of_recall_handle(recall_handle)
+        api = await self._dir.lookup(name)
+        if api is None:
+            raise BadRequest(f"recall handle names broker {name}, which is not part of this cluster")
+        return await api.recall(topic, recall_handle)

@@ -42,3 +42,11 @@ async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMess
                                                transaction_id=outcome.transaction_id, offset=outcome.queue_offset,
                                                recall_handle=outcome.recall_handle))  # fmt: skip
     return spb.SendMessageResponse(status=common_status(e.status for e in entries), entries=entries)
+
+
+async def recall_message(
+    app: ProxyApp, ctx: RequestContext, request: spb.RecallMessageRequest
+) -> spb.RecallMessageResponse:
+    _, topic = convert.resource_name(request.topic, ctx.namespace)
+    message_id = await app.producer.recall(topic, request.recall_handle)
+    return spb.RecallMessageResponse(status=OK, message_id=message_id)

@@ -170,7 +170,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                                  context)  # fmt: skip
 
     async def RecallMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return spb.RecallMessageResponse(status=_not_yet("recalling delay messages"))
+        return await self._unary("RecallMessage", spb.RecallMessageResponse, produce.recall_message, request, context)
 
     async def SyncLiteSubscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return spb.SyncLiteSubscriptionResponse(status=status(Code.UNSUPPORTED, "lite topics are not supported"))

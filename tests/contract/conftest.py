@@ -36,6 +36,8 @@ MAX_BODY_BYTES = 4096
 TXN_RECOVERY_MS = 200
 TXN_CHECK_INTERVAL_MS = 300
 TXN_MAX_CHECKS = 2
+TIMER_PRECISION_MS = 100
+TIMER_MAX_DELAY_MS = 3_600_000
 CONTRACT_SETTINGS: dict[str, Any] = {
     "name": "contract-broker",
     "pop": {"min_invisible_ms": MIN_INVISIBLE_MS, "redelivery_scan_interval_ms": 20, "max_long_poll_ms": 10_000},
@@ -47,6 +49,7 @@ CONTRACT_SETTINGS: dict[str, Any] = {
         "max_checks": TXN_MAX_CHECKS,
         "sweep_interval_ms": 50,
     },
+    "timer": {"precision_ms": TIMER_PRECISION_MS, "max_delay_ms": TIMER_MAX_DELAY_MS},
 }
 TEST_TIMEOUT_S = 30.0
 _SETUP_TIMEOUT_S = 15.0

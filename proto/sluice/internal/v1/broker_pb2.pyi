@@ -108,14 +108,16 @@ class QueueStatus(_message.Message):
     def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
 
 class TopicStatus(_message.Message):
-    __slots__ = ("spec", "queues", "half_messages")
+    __slots__ = ("spec", "queues", "half_messages", "pending_timers")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     HALF_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PENDING_TIMERS_FIELD_NUMBER: _ClassVar[int]
     spec: TopicSpec
     queues: _containers.RepeatedCompositeFieldContainer[QueueStatus]
     half_messages: int
-    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., half_messages: _Optional[int] = ...) -> None: ...
+    pending_timers: int
+    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., half_messages: _Optional[int] = ..., pending_timers: _Optional[int] = ...) -> None: ...
 
 class GroupQueueStatus(_message.Message):
     __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight")
@@ -849,3 +851,17 @@ class PutSecurityRequest(_message.Message):
 class PutSecurityResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class RecallRequest(_message.Message):
+    __slots__ = ("topic", "recall_handle")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    RECALL_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    recall_handle: str
+    def __init__(self, topic: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...
+
+class RecallResponse(_message.Message):
+    __slots__ = ("message_id",)
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    message_id: str
+    def __init__(self, message_id: _Optional[str] = ...) -> None: ...

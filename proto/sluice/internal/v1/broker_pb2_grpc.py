@@ -200,6 +200,11 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityResponse.FromString,
                 _registered_method=True)
+        self.Recall = channel.unary_unary(
+                '/sluice.internal.v1.Broker/Recall',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.RecallRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.RecallResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -418,6 +423,13 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Recall(self, request, context):
+        """Timers: cancel a DELAY message not delivered yet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -585,6 +597,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.PutSecurity,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityResponse.SerializeToString,
+            ),
+            'Recall': grpc.unary_unary_rpc_method_handler(
+                    servicer.Recall,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.RecallRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.RecallResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1479,6 +1496,33 @@ class Broker:
             '/sluice.internal.v1.Broker/PutSecurity',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutSecurityResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Recall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/Recall',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.RecallRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.RecallResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,138 @@
+"""RocksDB layouts of the timer index and the recall handle. Pure functions, no I/O.
+
+Column families (keys big-endian so byte order is numeric order, values little-endian):
+
+- `timer`: due_ms u64, position u64 -> size u32, u16 len + target topic
+  One key per pending timer. `due_ms` is the delivery time rounded UP to the configured precision
+  (never early); `position` is the CommitLog position of the stored message (unique, so it is the
+  sequence that orders timers due at the same instant).
+- `timer_pos`: position u64 -> due_ms u64
+  The same timers by CommitLog position: the smallest is the oldest byte retention must keep.
+- `timer_state`: b"n:" + topic -> pending count u64; b"inflight" -> the `timer` key of the last
+  entry of the delivery batch being appended (present only while a batch is in flight).
+
+Recall handle (opaque to clients, self-describing to Sluice, like receipt handles):
+    <broker name> "~" base64url(format u8 = 1, due_ms u64, position u64, topic_crc u32)
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+import zlib
+from dataclasses import dataclass
+
+from common.errors import BadRequest
+
+CF_TIMER = "timer"
+CF_TIMER_POS = "timer_pos"
+CF_TIMER_STATE = "timer_state"
+TIMER_CFS = (CF_TIMER, CF_TIMER_POS, CF_TIMER_STATE)
+
+# The internal topic the CommitLog keeps pending timer messages under (one queue).
+TIMER_TOPIC = "%SYS_TIMER"
+# System properties of a stored timer message: where it goes when due.
+SYSPROP_TARGET_TOPIC = "TIMER_TARGET_TOPIC"
+SYSPROP_TARGET_QUEUE = "TIMER_TARGET_QUEUE"
+# On the delivered copy: the timer's CommitLog position (finds a copy a crash left behind).
+SYSPROP_TIMER_POSITION = "TIMER_POSITION"
+
+STATE_INFLIGHT = b"inflight"
+STATE_COUNT_PREFIX = b"n:"
+
+_KEY = struct.Struct(">QQ")
+_U64BE = struct.Struct(">Q")
+_U64 = struct.Struct("<Q")
+_VALUE = struct.Struct("<IH")
+_HANDLE = struct.Struct("<BQQI")
+_HANDLE_FORMAT = 1
+SEPARATOR = "~"
+MAX_HANDLE_CHARS = 512
+MAX_KEY = _KEY.pack((1 << 64) - 1, (1 << 64) - 1)
+
+
+def timer_key(due_ms: int, position: int) -> bytes:
+    return _KEY.pack(due_ms, position)
+
+
+def parse_timer_key(key: bytes) -> tuple[int, int]:
+    due, pos = _KEY.unpack(key)
+    return int(due), int(pos)
+
+
+def timer_value(size: int, topic: str) -> bytes:
+    t = topic.encode("utf-8")
+    return _VALUE.pack(size, len(t)) + t
+
+
+def parse_timer_value(raw: bytes) -> tuple[int, str]:
+    size, n = _VALUE.unpack_from(raw)
+    return int(size), raw[_VALUE.size : _VALUE.size + n].decode("utf-8")
+
+
+def pos_key(position: int) -> bytes:
+    return _U64BE.pack(position)
+
+
+def parse_pos_key(key: bytes) -> int:
+    return int(_U64BE.unpack(key)[0])
+
+
+def u64(value: int) -> bytes:
+    return _U64.pack(value)
+
+
+def parse_u64(raw: bytes) -> int:
+    return int(_U64.unpack(raw)[0])
+
+
+def count_key(topic: str) -> bytes:
+    return STATE_COUNT_PREFIX + topic.encode("utf-8")
+
+
+def round_up(ms: int, precision_ms: int) -> int:
+    """`ms` rounded up to a multiple of `precision_ms`: a timer fires at the end of its tick, never early."""
+    return -(-ms // precision_ms) * precision_ms
+
+
+def topic_crc(topic: str) -> int:
+    return zlib.crc32(topic.encode("utf-8"))
+
+
+@dataclass(frozen=True, slots=True)
+class RecallHandle:
+    broker: str
+    due_ms: int
+    position: int
+    topic_crc: int
+
+    def encode(self) -> str:
+        raw = _HANDLE.pack(_HANDLE_FORMAT, self.due_ms, self.position, self.topic_crc)
+        return f"{self.broker}{SEPARATOR}{base64.urlsafe_b64encode(raw).decode('ascii').rstrip('=')}"
+
+    @property
+    def key(self) -> bytes:
+        return timer_key(self.due_ms, self.position)
+
+
+def decode_recall_handle(text: str) -> RecallHandle:
+    """Parse a recall handle; anything malformed is BadRequest with a readable message."""
+    if not text:
+        raise BadRequest("recall handle is empty; pass the recall handle from the DELAY message's send receipt")
+    if len(text) > MAX_HANDLE_CHARS:
+        raise BadRequest("recall handle is too long to be one of ours")
+    broker, sep, b64 = text.rpartition(SEPARATOR)
+    if not sep or not broker:
+        raise BadRequest("recall handle is malformed (no broker name); use the one from the send receipt")
+    try:
+        fmt, due, pos, crc = _HANDLE.unpack(base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)))
+    except (binascii.Error, ValueError, struct.error):
+        raise BadRequest("recall handle is malformed; use the one from the send receipt") from None
+    if fmt != _HANDLE_FORMAT:
+        raise BadRequest(f"recall handle has unknown format {fmt}")
+    return RecallHandle(broker, due, pos, crc)
+
+
+def broker_of_recall_handle(text: str) -> str:
+    return decode_recall_handle(text).broker
