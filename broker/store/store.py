@@ -25,7 +25,7 @@ from pathlib import Path
 from broker.store.config import StoreConfig
 from broker.store.dispatcher import Dispatcher, DispatchListener
 from broker.store.index import CqEntry, Index
-from broker.store.record import MessageRecord, decode, encode
+from broker.store.record import MessageRecord, decode, encode_batch
 from broker.store.recovery import RecoveryReport, recover
 from broker.store.retention import Retention
 from broker.store.segments import SegmentSet
@@ -35,6 +35,9 @@ from common.errors import BadRequest, IllegalOffset, MessageCorrupted, OffsetNot
 from common.logs import kv
 
 log = logging.getLogger("sluice.store")
+
+# An encoded append: buffer, record sizes, metas, and its one (topic, queue id) or None if several.
+_Prepared = tuple[bytearray, list[int], list[RecordMeta], tuple[str, int] | None]
 
 
 class ReadStatus(Enum):
@@ -123,36 +126,30 @@ class MessageStore:
 
     # -- appends ---------------------------------------------------------------------------------
 
-    def _prepare(self, records: Sequence[MessageRecord]) -> tuple[list[bytearray], list[RecordMeta]]:
+    def _prepare(self, records: Sequence[MessageRecord]) -> _Prepared:
         if self._closed:
             raise StoreClosed("the store is closed")
         if not records:
             raise BadRequest("nothing to append")
-        limit = self.config.commitlog.max_record_bytes
-        buffers: list[bytearray] = []
-        metas: list[RecordMeta] = []
-        for rec in records:
-            if rec.queue_id < 0:
-                raise BadRequest(f"queue id {rec.queue_id} is negative")
-            buf = encode(rec)
-            if len(buf) > limit:
-                raise BadRequest(f"message of {len(buf)} bytes exceeds the store's record limit of {limit} bytes")
-            buffers.append(buf)
-            metas.append(new_meta((rec.topic, rec.queue_id, tag_hash(rec.tag), rec.message_id.encode(), rec.keys)))
-        return buffers, metas
+        buf, sizes, one_queue = encode_batch(records, self.config.commitlog.max_record_bytes)
+        metas = [
+            new_meta((rec.topic, rec.queue_id, tag_hash(rec.tag), rec.message_id.encode(), rec.keys)) for rec in records
+        ]
+        first = records[0]
+        return buf, sizes, metas, (first.topic, first.queue_id) if one_queue else None
 
     async def append(self, records: Sequence[MessageRecord]) -> list[AppendResult]:
         """Append records (any topics and queues) durably per the flush policy; results in order."""
-        buffers, metas = self._prepare(records)
+        buf, sizes, metas, queue = self._prepare(records)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[AppendResult]] = loop.create_future()
-        self.writer.submit(buffers, metas, (loop, fut))
+        self.writer.submit(buf, sizes, metas, queue, (loop, fut))
         return await fut
 
     def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> list[AppendResult]:
-        buffers, metas = self._prepare(records)
+        buf, sizes, metas, queue = self._prepare(records)
         fut: concurrent.futures.Future[list[AppendResult]] = concurrent.futures.Future()
-        self.writer.submit(buffers, metas, fut)
+        self.writer.submit(buf, sizes, metas, queue, fut)
         return fut.result(timeout_s)
 
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
