@@ -26,7 +26,7 @@ from itertools import repeat
 
 from broker.store import keys as K
 from broker.store.index import Index
-from broker.store.writer import AppendResult, Run, Written
+from broker.store.writer import AppendResult, Columns, Run, Written
 from common.logs import kv
 
 log = logging.getLogger("sluice.store.dispatch")
@@ -37,20 +37,16 @@ _MAX_INDEXED_KEY = 0xFFFF
 _VECTOR_MIN = 4  # below this many records a run is indexed record by record (set-up cost)
 _drain: Callable[[Iterable[object]], None] = collections.deque[object](maxlen=0).extend  # consume an iterator in C
 _PHYS, _SIZE, _STORE_TS = (operator.itemgetter(i) for i in (1, 2, 3))  # fields of AppendResult
-_TAG_HASH, _MESSAGE_ID, _KEYS = (operator.itemgetter(i) for i in (2, 3, 4))  # fields of RecordMeta
 
 
 def index_records(index: Index, records: Sequence[Written]) -> set[tuple[str, int]]:
     """Write the index entries and checkpoint for `records` (in physical order) in one batch."""
-    runs = [
-        Run(
-            [w.meta],
-            [AppendResult(w.queue_offset, w.physical_offset, w.size, w.store_timestamp_ms)],
-            None,
-            w.segment_base,
-        )
-        for w in records
-    ]
+    runs = []
+    for w in records:
+        m = w.meta
+        columns = Columns([m.topic], [m.queue_id], [m.tag_hash], [m.message_id], [m.keys])
+        result = AppendResult(w.queue_offset, w.physical_offset, w.size, w.store_timestamp_ms)
+        runs.append(Run(columns, [result], None, w.segment_base))
     return index_runs(index, runs)
 
 
@@ -66,7 +62,7 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
     msgid_key, keyidx_key = K.msgid_key, K.keyidx_key
     topic_ids: dict[str, int] = {}
     seg_max: dict[tuple[int, int, int], int] = {}
-    for metas, results, queue, seg_base in runs:
+    for cols, results, queue, seg_base in runs:
         if queue is not None and len(results) >= _VECTOR_MIN:
             topic, qid = queue
             tid = topic_ids.get(topic)
@@ -76,9 +72,9 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
             physs = list(map(_PHYS, results))
             sizes = list(map(_SIZE, results))
             cq_keys = map(cq_key, repeat(tid), repeat(qid), range(first, first + len(results)))
-            cq_values = map(cq_value, physs, sizes, map(_TAG_HASH, metas), map(_STORE_TS, results))
+            cq_values = map(cq_value, physs, sizes, cols.tag_hashes, map(_STORE_TS, results))
             _drain(map(put, cq_keys, cq_values, repeat(cq)))
-            mids = list(map(_MESSAGE_ID, metas))
+            mids = cols.message_ids
             lengths = set(map(len, mids))
             id_len = lengths.pop() if len(lengths) == 1 else 0
             if 0 < id_len <= _MAX_INDEXED_ID:  # the usual case: ids of one length
@@ -88,24 +84,22 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
                 for mid, phys, size in zip(mids, physs, sizes, strict=True):
                     if mid and len(mid) <= _MAX_INDEXED_ID:
                         put(msgid_key(seg_base, mid, phys), u32(size), msgid)
-            if any(map(_KEYS, metas)):
-                for meta, phys, size in zip(metas, physs, sizes, strict=True):
-                    for key in meta.keys:
+            if any(cols.keys):
+                for keys, phys, size in zip(cols.keys, physs, sizes, strict=True):
+                    for key in keys:
                         kb = key.encode("utf-8")
                         if kb and len(kb) <= _MAX_INDEXED_KEY:
                             put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)
             seg_max[(seg_base, tid, qid)] = results[-1].queue_offset
             continue
-        for meta, (qoff, phys, size, store_ts) in zip(metas, results, strict=True):
-            topic, qid = meta.topic, meta.queue_id
+        for topic, qid, th, mid, keys, (qoff, phys, size, store_ts) in zip(*cols, results, strict=True):
             tid = topic_ids.get(topic)
             if tid is None:
                 tid = topic_ids[topic] = index.intern_topic(topic, batch)
-            put(cq_key(tid, qid, qoff), cq_value(phys, size, meta.tag_hash, store_ts), cq)
-            mid = meta.message_id
+            put(cq_key(tid, qid, qoff), cq_value(phys, size, th, store_ts), cq)
             if mid and len(mid) <= _MAX_INDEXED_ID:
                 put(msgid_key(seg_base, mid, phys), u32(size), msgid)
-            for key in meta.keys:
+            for key in keys:
                 kb = key.encode("utf-8")
                 if kb and len(kb) <= _MAX_INDEXED_KEY:
                     put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import operator
 import shutil
 import time
 from collections.abc import Sequence
@@ -29,15 +30,18 @@ from broker.store.record import MessageRecord, decode, encode_batch
 from broker.store.recovery import RecoveryReport, recover
 from broker.store.retention import Retention
 from broker.store.segments import SegmentSet
-from broker.store.writer import AppendResult, CommitLogWriter, RecordMeta, new_meta
+from broker.store.writer import AppendResult, Columns, CommitLogWriter, new_columns
 from broker.tags import tag_hash
 from common.errors import BadRequest, IllegalOffset, MessageCorrupted, OffsetNotFound, StoreClosed
 from common.logs import kv
 
 log = logging.getLogger("sluice.store")
 
-# An encoded append: buffer, record sizes, metas, and its one (topic, queue id) or None if several.
-_Prepared = tuple[bytearray, list[int], list[RecordMeta], tuple[str, int] | None]
+# An encoded append: buffer, record sizes, columns, and its one (topic, queue id) or None if several.
+_Prepared = tuple[bytearray, list[int], Columns, tuple[str, int] | None]
+_TOPIC, _QUEUE_ID, _TAG, _MESSAGE_ID, _KEYS = (
+    operator.attrgetter(f) for f in ("topic", "queue_id", "tag", "message_id", "keys")
+)
 
 
 class ReadStatus(Enum):
@@ -132,24 +136,36 @@ class MessageStore:
         if not records:
             raise BadRequest("nothing to append")
         buf, sizes, one_queue = encode_batch(records, self.config.commitlog.max_record_bytes)
-        metas = [
-            new_meta((rec.topic, rec.queue_id, tag_hash(rec.tag), rec.message_id.encode(), rec.keys)) for rec in records
-        ]
+        if len(records) == 1:  # a single send: the maps below cost more than they save
+            rec = records[0]
+            columns = new_columns(
+                ([rec.topic], [rec.queue_id], [tag_hash(rec.tag)], [rec.message_id.encode()], [rec.keys])
+            )
+        else:
+            columns = new_columns(
+                (
+                    list(map(_TOPIC, records)),
+                    list(map(_QUEUE_ID, records)),
+                    list(map(tag_hash, map(_TAG, records))),
+                    list(map(str.encode, map(_MESSAGE_ID, records))),
+                    list(map(_KEYS, records)),
+                )
+            )
         first = records[0]
-        return buf, sizes, metas, (first.topic, first.queue_id) if one_queue else None
+        return buf, sizes, columns, (first.topic, first.queue_id) if one_queue else None
 
     async def append(self, records: Sequence[MessageRecord]) -> list[AppendResult]:
         """Append records (any topics and queues) durably per the flush policy; results in order."""
-        buf, sizes, metas, queue = self._prepare(records)
+        buf, sizes, columns, queue = self._prepare(records)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[AppendResult]] = loop.create_future()
-        self.writer.submit(buf, sizes, metas, queue, (loop, fut))
+        self.writer.submit(buf, sizes, columns, queue, (loop, fut))
         return await fut
 
     def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> list[AppendResult]:
-        buf, sizes, metas, queue = self._prepare(records)
+        buf, sizes, columns, queue = self._prepare(records)
         fut: concurrent.futures.Future[list[AppendResult]] = concurrent.futures.Future()
-        self.writer.submit(buf, sizes, metas, queue, fut)
+        self.writer.submit(buf, sizes, columns, queue, fut)
         return fut.result(timeout_s)
 
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:

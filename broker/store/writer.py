@@ -49,7 +49,7 @@ log = logging.getLogger("sluice.store.writer")
 
 
 class RecordMeta(NamedTuple):
-    """What the writer and dispatcher need to know about an encoded record."""
+    """What the dispatcher needs to know about a record recovery found (appends use `Columns`)."""
 
     topic: str
     queue_id: int
@@ -76,22 +76,56 @@ class Written(NamedTuple):
     segment_base: int
 
 
+class Columns(NamedTuple):
+    """What the writer and dispatcher need to know about an append's records: one list per field
+    rather than one object per record (built with C-level maps; nothing per record for the GC)."""
+
+    topics: list[str]
+    queue_ids: list[int]
+    tag_hashes: list[int]
+    message_ids: list[bytes]
+    keys: list[tuple[str, ...]]
+
+    def slice(self, start: int, stop: int | None = None) -> Columns:
+        return new_columns(
+            (
+                self.topics[start:stop],
+                self.queue_ids[start:stop],
+                self.tag_hashes[start:stop],
+                self.message_ids[start:stop],
+                self.keys[start:stop],
+            )
+        )
+
+    def extend(self, other: Columns) -> None:
+        self.topics.extend(other.topics)
+        self.queue_ids.extend(other.queue_ids)
+        self.tag_hashes.extend(other.tag_hashes)
+        self.message_ids.extend(other.message_ids)
+        self.keys.extend(other.keys)
+
+
 class Run(NamedTuple):
     """Consecutive records of one round in one segment, handed to the dispatcher.
 
     `queue` is their one (topic, queue id) when they all target one queue (their queue offsets are
     then consecutive), None when they are mixed."""
 
-    metas: list[RecordMeta]
+    columns: Columns
     results: list[AppendResult]
     queue: tuple[str, int] | None
     segment_base: int
 
 
 # `tuple.__new__(Cls, values)` skips the generated Python-level __new__: ~4x cheaper per record.
-new_meta = functools.partial(tuple.__new__, RecordMeta)
 _new_result = functools.partial(tuple.__new__, AppendResult)
 _new_run = functools.partial(tuple.__new__, Run)
+new_columns = functools.partial(tuple.__new__, Columns)
+
+
+def empty_columns() -> Columns:
+    return new_columns(([], [], [], [], []))
+
 
 Waiter = concurrent.futures.Future | tuple[asyncio.AbstractEventLoop, asyncio.Future]
 
@@ -106,7 +140,7 @@ _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 class _Pending:
     buf: bytearray  # the append's records, encoded back to back (record.encode_batch)
     sizes: list[int]
-    metas: list[RecordMeta]
+    columns: Columns
     queue: tuple[str, int] | None  # the one queue of all records, None if several
     waiter: Waiter
 
@@ -156,7 +190,7 @@ class CommitLogWriter:
         self,
         buf: bytearray,
         sizes: list[int],
-        metas: list[RecordMeta],
+        columns: Columns,
         queue: tuple[str, int] | None,
         waiter: Waiter,
     ) -> None:
@@ -170,7 +204,7 @@ class CommitLogWriter:
                 raise Unavailable(f"the broker's store stopped accepting writes ({failure}); restart the broker")
             if len(self._queue) >= self._cfg.max_pending_appends:
                 raise TooManyRequests("the broker's write queue is full; retry after a short backoff")
-            self._queue.append(_Pending(buf, sizes, metas, queue, waiter))
+            self._queue.append(_Pending(buf, sizes, columns, queue, waiter))
             if self._idle:  # a busy writer drains the queue anyway: no wake-up syscall per append
                 self._cond.notify()
 
@@ -216,7 +250,7 @@ class CommitLogWriter:
         try:
             # Appends of few records (single sends) share one run, so the dispatcher's set-up cost
             # per run is paid once; runs stay in physical order (the dispatcher relies on it).
-            small_metas: list[RecordMeta] = []
+            small_columns = empty_columns()
             small_results: list[AppendResult] = []
             for item in items:
                 sizes, queue, buf = item.sizes, item.queue, item.buf
@@ -225,8 +259,8 @@ class CommitLogWriter:
                 if queue is None or (pos > 0 and pos + nbytes > seg_limit):
                     # Mixed queues, or the segment rolls inside this append: record by record.
                     if small_results:
-                        runs.append(_new_run((small_metas, small_results, None, base)))
-                        small_metas, small_results = [], []
+                        runs.append(_new_run((small_columns, small_results, None, base)))
+                        small_columns, small_results = empty_columns(), []
                     out, base, pos = self._seal_each(item, view, chunks, runs, saved, base, pos, now_ms)
                     results.append(out)
                     continue
@@ -242,9 +276,9 @@ class CommitLogWriter:
                     out = list(map(_new_result, zip(count(qoff), physs, sizes, repeat(now_ms))))
                     phys = physs[n - 1]
                     if small_results:
-                        runs.append(_new_run((small_metas, small_results, None, base)))
-                        small_metas, small_results = [], []
-                    runs.append(_new_run((item.metas, out, queue, base)))
+                        runs.append(_new_run((small_columns, small_results, None, base)))
+                        small_columns, small_results = empty_columns(), []
+                    runs.append(_new_run((item.columns, out, queue, base)))
                 else:
                     out = []
                     start = 0
@@ -255,7 +289,7 @@ class CommitLogWriter:
                         qoff += 1
                         start += size
                     qoff -= n
-                    small_metas += item.metas
+                    small_columns.extend(item.columns)
                     small_results += out
                 entry[0] = qoff + n
                 entry[1] = phys
@@ -263,7 +297,7 @@ class CommitLogWriter:
                 chunks.append(view)
                 results.append(out)
             if small_results:
-                runs.append(_new_run((small_metas, small_results, None, base)))
+                runs.append(_new_run((small_columns, small_results, None, base)))
             self._write(chunks, pos)
             if self._cfg.flush_policy == "sync":
                 os.fdatasync(self._fd)
@@ -304,19 +338,20 @@ class CommitLogWriter:
         chunk_from = start = 0  # byte offsets in `buf`
         cur_key: tuple[str, int] | None = None
         entry: list[int] = []
-        for i, (size, meta) in enumerate(zip(item.sizes, item.metas, strict=True)):
+        cols = item.columns
+        for i, (size, topic, queue_id) in enumerate(zip(item.sizes, cols.topics, cols.queue_ids, strict=True)):
             if pos > 0 and pos + size > seg_limit:
                 if start > chunk_from:
                     chunks.append(view[chunk_from:start])
                 if i > run_from:
-                    runs.append(_new_run((item.metas[run_from:i], out[run_from:i], item.queue, base)))
+                    runs.append(_new_run((cols.slice(run_from, i), out[run_from:i], item.queue, base)))
                 self._write(chunks, pos)
                 chunks.clear()
                 self._roll()
                 base, pos = self._seg.base, 0
                 run_from, chunk_from = i, start
             phys = base + pos
-            key = (meta[0], meta[1])
+            key = (topic, queue_id)
             if key != cur_key:  # batches usually target one queue: one lookup per run
                 cur_key, entry = key, self._queue_entry(key, saved)
             qoff = entry[0]
@@ -329,8 +364,8 @@ class CommitLogWriter:
         if start > chunk_from:
             chunks.append(view[chunk_from:start])
         if len(out) > run_from:
-            metas = item.metas if run_from == 0 else item.metas[run_from:]
-            runs.append(_new_run((metas, out if run_from == 0 else out[run_from:], item.queue, base)))
+            rest = cols if run_from == 0 else cols.slice(run_from)
+            runs.append(_new_run((rest, out if run_from == 0 else out[run_from:], item.queue, base)))
         return out, base, pos
 
     def _write(self, chunks: list[memoryview], new_size: int) -> None:
