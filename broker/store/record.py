@@ -178,6 +178,16 @@ def _tail(rec: MessageRecord) -> bytes:
     return b"".join(extra)
 
 
+def encode_one(rec: MessageRecord, max_record_bytes: int) -> bytearray:
+    """`encode_batch` of a single record: `encode` has less set-up (the writer seals the offsets)."""
+    if rec.queue_id < 0:
+        raise BadRequest(f"queue id {rec.queue_id} is negative")
+    buf = encode(rec)
+    if len(buf) > max_record_bytes:
+        raise _too_big(len(buf), max_record_bytes)
+    return buf
+
+
 def encode_batch(records: Sequence[MessageRecord], max_record_bytes: int) -> tuple[bytearray, list[int], bool]:
     """Encode `records` back to back into one buffer, for the writer to seal in place.
 
@@ -186,15 +196,8 @@ def encode_batch(records: Sequence[MessageRecord], max_record_bytes: int) -> tup
     writer's `seal` sets them); `rec.size` is set as `encode` does. Text fields that repeat from
     one record to the next (topic, hosts, as in a batched send) are encoded once.
     """
-    if len(records) == 1:  # a single send: `encode` has less set-up (the writer seals the offsets)
-        rec = records[0]
-        if rec.queue_id < 0:
-            raise BadRequest(f"queue id {rec.queue_id} is negative")
-        buf = encode(rec)
-        if len(buf) > max_record_bytes:
-            raise BadRequest(
-                f"message of {len(buf)} bytes exceeds the store's record limit of {max_record_bytes} bytes"
-            )
+    if len(records) == 1:
+        buf = encode_one(records[0], max_record_bytes)
         return buf, [len(buf)], True
     parts: list[bytes] = []
     add = parts.extend

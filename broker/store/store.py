@@ -26,19 +26,20 @@ from pathlib import Path
 from broker.store.config import StoreConfig
 from broker.store.dispatcher import Dispatcher, DispatchListener
 from broker.store.index import CqEntry, Index
-from broker.store.record import MessageRecord, decode, encode_batch
+from broker.store.record import MessageRecord, decode, encode_batch, encode_one
 from broker.store.recovery import RecoveryReport, recover
 from broker.store.retention import Retention
 from broker.store.segments import SegmentSet
-from broker.store.writer import AppendResult, Columns, CommitLogWriter, new_columns
+from broker.store.writer import AppendResult, Columns, CommitLogWriter, RecordMeta, new_columns, new_meta
 from broker.tags import tag_hash
 from common.errors import BadRequest, IllegalOffset, MessageCorrupted, OffsetNotFound, StoreClosed
 from common.logs import kv
 
 log = logging.getLogger("sluice.store")
 
-# An encoded append: buffer, record sizes, columns, and its one (topic, queue id) or None if several.
-_Prepared = tuple[bytearray, list[int], Columns, tuple[str, int] | None]
+# An encoded append: buffer, record sizes, columns (a RecordMeta for a single record), and its one
+# (topic, queue id) or None if several.
+_Prepared = tuple[bytearray, list[int], Columns | RecordMeta, tuple[str, int] | None]
 _TOPIC, _QUEUE_ID, _TAG, _MESSAGE_ID, _KEYS = (
     operator.attrgetter(f) for f in ("topic", "queue_id", "tag", "message_id", "keys")
 )
@@ -135,22 +136,21 @@ class MessageStore:
             raise StoreClosed("the store is closed")
         if not records:
             raise BadRequest("nothing to append")
-        buf, sizes, one_queue = encode_batch(records, self.config.commitlog.max_record_bytes)
-        if len(records) == 1:  # a single send: the maps below cost more than they save
+        if len(records) == 1:  # a single send: less set-up than a batch (the maps below)
             rec = records[0]
-            columns = new_columns(
-                ([rec.topic], [rec.queue_id], [tag_hash(rec.tag)], [rec.message_id.encode()], [rec.keys])
+            buf = encode_one(rec, self.config.commitlog.max_record_bytes)
+            meta = new_meta((rec.topic, rec.queue_id, tag_hash(rec.tag), rec.message_id.encode(), rec.keys))
+            return buf, [len(buf)], meta, (rec.topic, rec.queue_id)
+        buf, sizes, one_queue = encode_batch(records, self.config.commitlog.max_record_bytes)
+        columns = new_columns(
+            (
+                list(map(_TOPIC, records)),
+                list(map(_QUEUE_ID, records)),
+                list(map(tag_hash, map(_TAG, records))),
+                list(map(str.encode, map(_MESSAGE_ID, records))),
+                list(map(_KEYS, records)),
             )
-        else:
-            columns = new_columns(
-                (
-                    list(map(_TOPIC, records)),
-                    list(map(_QUEUE_ID, records)),
-                    list(map(tag_hash, map(_TAG, records))),
-                    list(map(str.encode, map(_MESSAGE_ID, records))),
-                    list(map(_KEYS, records)),
-                )
-            )
+        )
         first = records[0]
         return buf, sizes, columns, (first.topic, first.queue_id) if one_queue else None
 

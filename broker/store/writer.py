@@ -36,7 +36,7 @@ from itertools import accumulate, count, repeat
 from typing import NamedTuple
 
 from broker.store.config import CommitLogConfig
-from broker.store.record import seal_at, seal_run
+from broker.store.record import seal, seal_at, seal_run
 from broker.store.segments import Segment, SegmentSet
 from common.errors import StoreClosed, TooManyRequests, Unavailable
 from common.logs import kv
@@ -97,6 +97,13 @@ class Columns(NamedTuple):
             )
         )
 
+    def append(self, meta: RecordMeta) -> None:
+        self.topics.append(meta.topic)
+        self.queue_ids.append(meta.queue_id)
+        self.tag_hashes.append(meta.tag_hash)
+        self.message_ids.append(meta.message_id)
+        self.keys.append(meta.keys)
+
     def extend(self, other: Columns) -> None:
         self.topics.extend(other.topics)
         self.queue_ids.extend(other.queue_ids)
@@ -123,8 +130,15 @@ _new_run = functools.partial(tuple.__new__, Run)
 new_columns = functools.partial(tuple.__new__, Columns)
 
 
+new_meta = functools.partial(tuple.__new__, RecordMeta)
+
+
 def empty_columns() -> Columns:
     return new_columns(([], [], [], [], []))
+
+
+def columns_of(meta: RecordMeta) -> Columns:
+    return new_columns(([meta.topic], [meta.queue_id], [meta.tag_hash], [meta.message_id], [meta.keys]))
 
 
 Waiter = concurrent.futures.Future | tuple[asyncio.AbstractEventLoop, asyncio.Future]
@@ -140,7 +154,7 @@ _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 class _Pending:
     buf: bytearray  # the append's records, encoded back to back (record.encode_batch)
     sizes: list[int]
-    columns: Columns
+    columns: Columns | RecordMeta  # a single send carries its RecordMeta: fewer objects
     queue: tuple[str, int] | None  # the one queue of all records, None if several
     waiter: Waiter
 
@@ -190,12 +204,13 @@ class CommitLogWriter:
         self,
         buf: bytearray,
         sizes: list[int],
-        columns: Columns,
+        columns: Columns | RecordMeta,
         queue: tuple[str, int] | None,
         waiter: Waiter,
     ) -> None:
-        """Queue one append: `buf` holds its records back to back (`sizes`), `queue` is their one
-        (topic, queue id) or None if they target several queues."""
+        """Queue one append: `buf` holds its records back to back (`sizes`), `columns` describes
+        them (a RecordMeta for a single record), `queue` is their one (topic, queue id) or None if
+        they target several queues."""
         with self._cond:
             if self._closed:
                 raise StoreClosed("the store is closed")
@@ -244,7 +259,7 @@ class CommitLogWriter:
         saved: dict[tuple[str, int], list[int] | None] = {}
         runs: list[Run] = []
         results: list[list[AppendResult]] = []
-        chunks: list[memoryview] = []
+        chunks: list[bytearray | memoryview] = []
         seg_limit = self._cfg.segment_bytes
         base, pos = self._seg.base, self._seg.size
         try:
@@ -254,13 +269,13 @@ class CommitLogWriter:
             small_results: list[AppendResult] = []
             for item in items:
                 sizes, queue, buf = item.sizes, item.queue, item.buf
-                view = memoryview(buf)
                 nbytes = len(buf)
                 if queue is None or (pos > 0 and pos + nbytes > seg_limit):
                     # Mixed queues, or the segment rolls inside this append: record by record.
                     if small_results:
                         runs.append(_new_run((small_columns, small_results, None, base)))
                         small_columns, small_results = empty_columns(), []
+                    view = memoryview(buf)
                     out, base, pos = self._seal_each(item, view, chunks, runs, saved, base, pos, now_ms)
                     results.append(out)
                     continue
@@ -269,6 +284,7 @@ class CommitLogWriter:
                 qoff = entry[0]
                 n = len(sizes)
                 if n >= _VECTOR_MIN:  # sealed in C-level maps
+                    view = memoryview(buf)
                     physs = list(accumulate(sizes, initial=base + pos))
                     starts = list(accumulate(sizes, initial=0))
                     del starts[-1]
@@ -279,7 +295,14 @@ class CommitLogWriter:
                         runs.append(_new_run((small_columns, small_results, None, base)))
                         small_columns, small_results = empty_columns(), []
                     runs.append(_new_run((item.columns, out, queue, base)))
+                elif n == 1:  # a single send
+                    phys = base + pos
+                    seal(buf, qoff, phys, now_ms)
+                    out = [_new_result((qoff, phys, nbytes, now_ms))]
+                    small_columns.append(item.columns)  # type: ignore[arg-type]  # a RecordMeta
+                    small_results += out
                 else:
+                    view = memoryview(buf)
                     out = []
                     start = 0
                     for size in sizes:
@@ -289,12 +312,16 @@ class CommitLogWriter:
                         qoff += 1
                         start += size
                     qoff -= n
-                    small_columns.extend(item.columns)
+                    cols = item.columns
+                    if isinstance(cols, Columns):
+                        small_columns.extend(cols)
+                    else:  # a single send's RecordMeta
+                        small_columns.append(cols)
                     small_results += out
                 entry[0] = qoff + n
                 entry[1] = phys
                 pos += nbytes
-                chunks.append(view)
+                chunks.append(buf)
                 results.append(out)
             if small_results:
                 runs.append(_new_run((small_columns, small_results, None, base)))
@@ -322,7 +349,7 @@ class CommitLogWriter:
         self,
         item: _Pending,
         view: memoryview,
-        chunks: list[memoryview],
+        chunks: list[bytearray | memoryview],
         runs: list[Run],
         saved: dict[tuple[str, int], list[int] | None],
         base: int,
@@ -338,7 +365,7 @@ class CommitLogWriter:
         chunk_from = start = 0  # byte offsets in `buf`
         cur_key: tuple[str, int] | None = None
         entry: list[int] = []
-        cols = item.columns
+        cols = item.columns if isinstance(item.columns, Columns) else columns_of(item.columns)
         for i, (size, topic, queue_id) in enumerate(zip(item.sizes, cols.topics, cols.queue_ids, strict=True)):
             if pos > 0 and pos + size > seg_limit:
                 if start > chunk_from:
@@ -368,7 +395,7 @@ class CommitLogWriter:
             runs.append(_new_run((rest, out if run_from == 0 else out[run_from:], item.queue, base)))
         return out, base, pos
 
-    def _write(self, chunks: list[memoryview], new_size: int) -> None:
+    def _write(self, chunks: list[bytearray | memoryview], new_size: int) -> None:
         if not chunks:
             return
         offset = self._seg.size
