@@ -270,7 +270,7 @@ class CommitLogWriter:
             for item in items:
                 sizes, queue, buf = item.sizes, item.queue, item.buf
                 nbytes = len(buf)
-                if queue is None or (pos > 0 and pos + nbytes > seg_limit):
+                if queue is None or (pos + nbytes > seg_limit and (pos > 0 or len(sizes) > 1)):
                     # Mixed queues, or the segment rolls inside this append: record by record.
                     if small_results:
                         runs.append(_new_run((small_columns, small_results, None, base)))
