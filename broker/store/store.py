@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import operator
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -25,16 +26,23 @@ from pathlib import Path
 from broker.store.config import StoreConfig
 from broker.store.dispatcher import Dispatcher, DispatchListener
 from broker.store.index import CqEntry, Index
-from broker.store.record import MessageRecord, decode, encode
+from broker.store.record import MessageRecord, decode, encode_batch, encode_one
 from broker.store.recovery import RecoveryReport, recover
 from broker.store.retention import Retention
 from broker.store.segments import SegmentSet
-from broker.store.writer import AppendResult, CommitLogWriter, RecordMeta, new_meta
+from broker.store.writer import AppendResult, Columns, CommitLogWriter, RecordMeta, new_columns, new_meta
 from broker.tags import tag_hash
 from common.errors import BadRequest, IllegalOffset, MessageCorrupted, OffsetNotFound, StoreClosed
 from common.logs import kv
 
 log = logging.getLogger("sluice.store")
+
+# An encoded append: buffer, record sizes, columns (a RecordMeta for a single record), and its one
+# (topic, queue id) or None if several.
+_Prepared = tuple[bytearray, list[int], Columns | RecordMeta, tuple[str, int] | None]
+_TOPIC, _QUEUE_ID, _TAG, _MESSAGE_ID, _KEYS = (
+    operator.attrgetter(f) for f in ("topic", "queue_id", "tag", "message_id", "keys")
+)
 
 
 class ReadStatus(Enum):
@@ -132,30 +140,35 @@ class MessageStore:
 
     # -- appends ---------------------------------------------------------------------------------
 
-    def _prepare(self, records: Sequence[MessageRecord]) -> tuple[list[bytearray], list[RecordMeta]]:
+    def _prepare(self, records: Sequence[MessageRecord]) -> _Prepared:
         if self._closed:
             raise StoreClosed("the store is closed")
         if not records:
             raise BadRequest("nothing to append")
-        limit = self.config.commitlog.max_record_bytes
-        buffers: list[bytearray] = []
-        metas: list[RecordMeta] = []
-        for rec in records:
-            if rec.queue_id < 0:
-                raise BadRequest(f"queue id {rec.queue_id} is negative")
-            buf = encode(rec)
-            if len(buf) > limit:
-                raise BadRequest(f"message of {len(buf)} bytes exceeds the store's record limit of {limit} bytes")
-            buffers.append(buf)
-            metas.append(new_meta((rec.topic, rec.queue_id, tag_hash(rec.tag), rec.message_id.encode(), rec.keys)))
-        return buffers, metas
+        if len(records) == 1:  # a single send: less set-up than a batch (the maps below)
+            rec = records[0]
+            buf = encode_one(rec, self.config.commitlog.max_record_bytes)
+            meta = new_meta((rec.topic, rec.queue_id, tag_hash(rec.tag), rec.message_id.encode(), rec.keys))
+            return buf, [len(buf)], meta, (rec.topic, rec.queue_id)
+        buf, sizes, one_queue = encode_batch(records, self.config.commitlog.max_record_bytes)
+        columns = new_columns(
+            (
+                list(map(_TOPIC, records)),
+                list(map(_QUEUE_ID, records)),
+                list(map(tag_hash, map(_TAG, records))),
+                list(map(str.encode, map(_MESSAGE_ID, records))),
+                list(map(_KEYS, records)),
+            )
+        )
+        first = records[0]
+        return buf, sizes, columns, (first.topic, first.queue_id) if one_queue else None
 
     async def append(self, records: Sequence[MessageRecord]) -> list[AppendResult]:
         """Append records (any topics and queues) durably per the flush policy; results in order."""
-        buffers, metas = self._prepare(records)
+        buf, sizes, columns, queue = self._prepare(records)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[AppendResult]] = loop.create_future()
-        self.writer.submit(buffers, metas, (loop, fut))
+        self.writer.submit(buf, sizes, columns, queue, (loop, fut))
         return await fut
 
     def prepare(self, records: Sequence[MessageRecord]) -> PreparedAppend:
@@ -171,9 +184,9 @@ class MessageStore:
         return await fut
 
     def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> list[AppendResult]:
-        buffers, metas = self._prepare(records)
+        buf, sizes, columns, queue = self._prepare(records)
         fut: concurrent.futures.Future[list[AppendResult]] = concurrent.futures.Future()
-        self.writer.submit(buffers, metas, fut)
+        self.writer.submit(buf, sizes, columns, queue, fut)
         return fut.result(timeout_s)
 
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:

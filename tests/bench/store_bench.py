@@ -27,6 +27,7 @@ from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 
 MIB = 1 << 20
+_COLUMNS = ("msgs_s", "mib_s", "p99_ms", "dispatch_lag_max_ms", "cpu_us_per_msg", "writer_cpu_us_per_msg")
 BODY = (b"sluice-benchmark-" * 64)[:1024]
 
 
@@ -92,12 +93,18 @@ async def _appenders(store: MessageStore, seconds: float, appenders: int, batch:
             i += 1
             count += batch
 
+    writer_clock = time.pthread_getcpuclockid(store.writer.thread_id)
     t0 = time.perf_counter()
+    cpu0, wcpu0 = time.process_time(), time.clock_gettime(writer_clock)
     await asyncio.gather(*(one(w) for w in range(appenders)))
     elapsed = time.perf_counter() - t0
     t1 = time.perf_counter()
     store.wait_dispatched(60)
     drain_ms = (time.perf_counter() - t1) * 1000
+    # CPU per message: the figure to compare on a busy machine, where wall-clock rates are noise.
+    # The GIL serialises the store's Python work, so 1e6 / cpu_us_per_msg bounds msgs/s.
+    cpu_us = (time.process_time() - cpu0) * 1e6 / max(count, 1)
+    writer_cpu_us = (time.clock_gettime(writer_clock) - wcpu0) * 1e6 / max(count, 1)
     latencies.sort()
     return {
         "msgs_s": count / elapsed,
@@ -107,6 +114,8 @@ async def _appenders(store: MessageStore, seconds: float, appenders: int, batch:
         "dispatch_lag_max_ms": float(store.dispatcher.max_lag_ms),
         "dispatch_drain_after_ms": drain_ms,
         "group_commit_avg_batch": count / max(store.writer.rounds, 1),
+        "cpu_us_per_msg": cpu_us,
+        "writer_cpu_us_per_msg": writer_cpu_us,
     }
 
 
@@ -180,6 +189,12 @@ def main() -> int:
     ap.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir under /tmp)")
     ap.add_argument("--queues", type=int, default=1_000_000)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--phases",
+        default="",
+        help="comma-separated phases to run (default all), e.g. append_async_batch32,append_sync_batch32;"
+        " the target summary needs all of them",
+    )
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="sluice-bench-", dir=args.dir))
     results: dict[str, dict[str, float]] = {}
@@ -194,12 +209,21 @@ def main() -> int:
             ("read_batch32", lambda: read_bench(base, args.seconds)),
             ("many_queues", lambda: many_queues_bench(base, args.queues)),
         ]
+        wanted = {p for p in args.phases.split(",") if p}
+        unknown = wanted - {name for name, _ in steps}
+        if unknown:
+            ap.error(f"unknown phases: {', '.join(sorted(unknown))}")
         for name, fn in steps:
+            if wanted and name not in wanted:
+                continue
             print(f"running {name} ...", file=sys.stderr, flush=True)
             results[name] = fn()
             print(f"  {name}: " + ", ".join(f"{k}={v:,.1f}" for k, v in results[name].items()), file=sys.stderr)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    if wanted:
+        print(json.dumps(results, indent=2))
+        return 0
     raw_nf, raw_fs = results["raw_nofsync"]["mib_s"], results["raw_fsync_256k"]["mib_s"]
     best_async = max(results["append_async_single"], results["append_async_batch32"], key=lambda r: r["msgs_s"])
     best_sync = max(results["append_sync_single"], results["append_sync_batch32"], key=lambda r: r["msgs_s"])
@@ -215,14 +239,9 @@ def main() -> int:
     if args.json:
         print(json.dumps({"results": results, "targets": summary}, indent=2))
     else:
-        print(f"\n{'phase':<24}" + "".join(f"{k:>22}" for k in ("msgs_s", "mib_s", "p99_ms", "dispatch_lag_max_ms")))
+        print(f"\n{'phase':<24}" + "".join(f"{k:>22}" for k in _COLUMNS))
         for name, r in results.items():
-            print(
-                f"{name:<24}"
-                + "".join(
-                    f"{r.get(k, float('nan')):>22,.1f}" for k in ("msgs_s", "mib_s", "p99_ms", "dispatch_lag_max_ms")
-                )
-            )
+            print(f"{name:<24}" + "".join(f"{r.get(k, float('nan')):>22,.1f}" for k in _COLUMNS))
         print("\ntargets:")
         for name, s in summary.items():
             print(f"  {'MET ' if s['met'] else 'MISS'} {name}: {s['value']:,.2f} vs {s['target']:,.2f}")
