@@ -78,8 +78,12 @@ class StoreStats:
 
 @dataclass(slots=True)
 class PreparedAppend:
-    buffers: list[bytearray]
-    metas: list[RecordMeta]
+    """Records encoded by `MessageStore.prepare`, waiting for `append_prepared`."""
+
+    buf: bytearray
+    sizes: list[int]
+    columns: Columns | RecordMeta
+    queue: tuple[str, int] | None  # the one queue of every record, else None
 
 
 class MessageStore:
@@ -180,7 +184,7 @@ class MessageStore:
         """Append records encoded by `prepare` (once: the writer seals the buffers in place)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[AppendResult]] = loop.create_future()
-        self.writer.submit(prepared.buffers, prepared.metas, (loop, fut))
+        self.writer.submit(prepared.buf, prepared.sizes, prepared.columns, prepared.queue, (loop, fut))
         return await fut
 
     def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> list[AppendResult]:

@@ -258,7 +258,7 @@ class TimerService:
             if st is None:
                 break
             out.append(st)
-            held += sum(len(b) for b in st.prepared.buffers) if st.prepared is not None else 0
+            held += len(st.prepared.buf) if st.prepared is not None else 0
             if len(st.due) < self._cfg.batch_messages:
                 break
             start = st.due[-1].key + b"\0"  # keys are fixed-size: the next possible key
@@ -307,7 +307,7 @@ class TimerService:
         self._index.write(batch)
         self._commit_counts([d.target for d in due])
         self._needs_check = False
-        self.delivered += len(st.prepared.metas) if st.prepared is not None else 0
+        self.delivered += len(st.prepared.sizes) if st.prepared is not None else 0
 
     def _stage(self, limit_ms: int, start: bytes, generation: int) -> _Staged | None:
         """One batch of timers due by `limit_ms` from key `start` on, with their copies encoded."""
