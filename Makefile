@@ -28,13 +28,15 @@ lint:
 typecheck:
 	$(BIN)/mypy
 
+# pytest-xdist: two workers for the main process; the end-to-end tests mostly wait on processes
+# and the network, so three workers, each taking whole modules (their clusters are module-scoped).
 unit:
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 # The official client and our generated apache.rocketmq.v2 modules register the same protobuf
 # symbols, so end-to-end tests (which import the client) run in their own pytest process.
 e2e:
-	$(BIN)/python -m pytest tests/e2e || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest tests/e2e -n 3 --dist loadfile || [ $$? -eq 5 ]
 
 check: protos-check lint typecheck
 
