@@ -39,13 +39,15 @@ def check_on_time(msgs: list[Message], due_ms: dict[str, int], received_ms: dict
         assert received_ms[m.message_id] >= due_ms[m.message_id], f"{m.message_id} received before its time"
 
 
-def receive_timed(c: object, count: int, received_ms: dict[str, int]) -> list[Message]:
+def receive_timed(
+    c: object, count: int, received_ms: dict[str, int], *, retry_unavailable: bool = False
+) -> list[Message]:
     def done(got: list[Message]) -> bool:
         for m in got:
             received_ms.setdefault(m.message_id, time.time_ns() // 1_000_000)
         return len(got) >= count
 
-    return receive_until(c, done, timeout_s=RECEIVE_TIMEOUT_S)  # type: ignore[arg-type]
+    return receive_until(c, done, timeout_s=RECEIVE_TIMEOUT_S, retry_unavailable=retry_unavailable)  # type: ignore[arg-type]
 
 
 def test_delay_message_arrives_at_its_time_not_before(cluster: Cluster, unique: Callable[[str], str]) -> None:
@@ -171,7 +173,7 @@ def test_timers_survive_broker_sigkill_and_restart(own_cluster: Cluster, unique:
         restart(cluster, name, kill=False)
     with producer_and_consumer(cluster.endpoints, topic, group) as (_, c):
         received: dict[str, int] = {}
-        got = receive_timed(c, len(due), received)
+        got = receive_timed(c, len(due), received, retry_unavailable=True)
         time.sleep(2)  # a duplicate (or the recalled message) would be due by now
         got += c.receive(16, 30)
     ids = [m.message_id for m in got]

@@ -109,15 +109,26 @@ def send_all(client: Producer, messages: Sequence[Message]) -> list[str]:
 
 def receive_until(
     consumer: SimpleConsumer, done: Callable[[list[Message]], bool], *, timeout_s: float = RECEIVE_TIMEOUT_S,
-    invisible_s: int = INVISIBLE_S, ack: bool = True, max_messages: int = 16,
+    invisible_s: int = INVISIBLE_S, ack: bool = True, max_messages: int = 16, retry_unavailable: bool = False,
 ) -> list[Message]:  # fmt: skip
-    """Receive (and by default ack) until `done(all received so far)` holds; fails after `timeout_s`."""
+    """Receive (and by default ack) until `done(all received so far)` holds; fails after `timeout_s`.
+
+    `retry_unavailable`: a receive answered "unavailable" (a broker just restarted and the proxy's
+    channel to it is still reconnecting) is retried, as an application would, instead of failing.
+    """
     got: list[Message] = []
     deadline = time.monotonic() + timeout_s
     while not done(got):
         if time.monotonic() >= deadline:
             raise AssertionError(f"condition not met within {timeout_s} s; received {describe(got)}")
-        for msg in consumer.receive(max_messages, invisible_s):
+        try:
+            batch = consumer.receive(max_messages, invisible_s)
+        except Exception as exc:
+            if not retry_unavailable or "unavailable" not in str(exc):
+                raise
+            time.sleep(0.5)
+            continue
+        for msg in batch:
             if ack:
                 consumer.ack(msg)
             got.append(msg)
