@@ -15,7 +15,9 @@ is accepted. Time bounds are `[from, to)` on `store_timestamp`, offsets `[fromOf
 | `from`, `to` | ISO-8601 timestamps (no zone = UTC) or epoch milliseconds |
 | `fromOffset`, `toOffset` | queue offset range |
 | `key`, `messageId` | comma-separated: keep only messages with one of these keys or one of these ids |
-| `splitBytes` | segments larger than this are read by several tasks (row-group ranges) |
+| `splitBytes` | larger segments are read by several tasks (row-group ranges); the most a partition packs |
+| `openCostBytes` | what opening one object costs, in bytes, when small segments are packed into partitions |
+| `minPartitions` | spread a scan over at least this many partitions when it has that many segments |
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from spark_jobs.s3 import S3Settings
 DEFAULT_PREFIX = "sluice"
 DEFAULT_SPLIT_BYTES = 128 << 20
 MIN_SPLIT_BYTES = 1 << 20
+DEFAULT_OPEN_COST_BYTES = 4 << 20  # as Spark's spark.sql.files.openCostInBytes
+DEFAULT_MIN_PARTITIONS = 8
 _INT64_MAX = (1 << 63) - 1
 
 
@@ -51,6 +55,8 @@ class ScanOptions:
     keys: frozenset[str] | None = None  # keep messages with one of these keys; None = every message
     message_ids: frozenset[str] | None = None
     split_bytes: int = DEFAULT_SPLIT_BYTES
+    open_cost_bytes: int = DEFAULT_OPEN_COST_BYTES
+    min_partitions: int = DEFAULT_MIN_PARTITIONS
     _pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +73,8 @@ class ScanOptions:
             raise BadRequest(f"offset range is reversed: fromOffset {self.from_offset} > toOffset {self.to_offset}")
         if self.split_bytes < MIN_SPLIT_BYTES:
             raise BadRequest(f"option splitBytes must be at least {MIN_SPLIT_BYTES}, got {self.split_bytes}")
+        if self.min_partitions < 1:
+            raise BadRequest(f"option minPartitions must be at least 1, got {self.min_partitions}")
 
     def wants_topic(self, topic: str) -> bool:
         if self.only_topics is not None and topic not in self.only_topics:
@@ -108,6 +116,8 @@ class ScanOptions:
             to_offset=_integer(get("toOffset", str(_INT64_MAX)), "toOffset"),
             keys=(_names(get("key")) | _names(get("keys"))) or None, message_ids=_names(get("messageId")) or None,
             split_bytes=_integer(get("splitBytes", str(DEFAULT_SPLIT_BYTES)), "splitBytes"),
+            open_cost_bytes=_integer(get("openCostBytes", str(DEFAULT_OPEN_COST_BYTES)), "openCostBytes"),
+            min_partitions=_integer(get("minPartitions", str(DEFAULT_MIN_PARTITIONS)), "minPartitions"),
         )  # fmt: skip
 
 

@@ -9,7 +9,12 @@ Runs on the driver and touches only listings and manifest.json objects (never a 
    overlap what is wanted, so a query for one hour of one topic fetches only the objects that can
    hold that hour;
 4. one `ScanTask` per kept segment, or, for a segment larger than `split_bytes`, one per byte range
-   (a task reads the row groups that start in its range, like Spark's own Parquet splits).
+   (a task reads the row groups that start in its range, like Spark's own Parquet splits);
+5. tasks packed into input partitions as Spark packs small files: each object costs its size or
+   `open_cost_bytes`, whichever is larger, and a partition holds up to
+   min(split_bytes, max(open_cost_bytes, total cost / min_partitions)). Broker segments are 32 MiB
+   by default, one per partition; the small segments of a slow topic (cut by `segment_max_age_s`)
+   share one, so a day of them is not thousands of sub-second Spark tasks.
 
 A task marked `whole` lies entirely inside the wanted range: the executor reads it with one GET.
 Otherwise the executor reads the footer first and prunes row groups by their statistics (scan.py).
@@ -52,6 +57,7 @@ class ScanTask:
 class ScanPlan:
     tasks: list[ScanTask]
     manifests: list[TopicManifest]
+    partitions: list[list[ScanTask]] = field(default_factory=list)
     segments_total: int = 0  # listed by the manifests read
     segments_selected: int = 0
     bytes_total: int = 0
@@ -63,7 +69,8 @@ class ScanPlan:
         return (
             f"{len(self.manifests)} manifest(s) of {len(self.topics)} topic(s); "
             f"{self.segments_selected} of {self.segments_total} segment(s) selected, "
-            f"{self.bytes_selected / 1e6:.1f} of {self.bytes_total / 1e6:.1f} MB, {len(self.tasks)} task(s)"
+            f"{self.bytes_selected / 1e6:.1f} of {self.bytes_total / 1e6:.1f} MB, {len(self.tasks)} task(s) in "
+            f"{len(self.partitions)} partition(s)"
         )
 
 
@@ -92,6 +99,23 @@ def tasks_for(seg: SegmentRef, opts: ScanOptions) -> list[ScanTask]:
         return [ScanTask(seg, 0, seg.size, segment_inside(seg, opts))]
     starts = range(0, seg.size, opts.split_bytes)
     return [ScanTask(seg, s, min(s + opts.split_bytes, seg.size), False) for s in starts]
+
+
+def pack(tasks: list[ScanTask], opts: ScanOptions) -> list[list[ScanTask]]:
+    """Input partitions: consecutive tasks (so a partition covers neighbouring time) up to the target cost."""
+    if not tasks:
+        return []
+    costs = [max(t.end - t.start, opts.open_cost_bytes) for t in tasks]
+    target = min(opts.split_bytes, max(opts.open_cost_bytes, sum(costs) // opts.min_partitions))
+    partitions: list[list[ScanTask]] = [[]]
+    used = 0
+    for task, cost in zip(tasks, costs, strict=True):
+        if partitions[-1] and used + cost > target:
+            partitions.append([])
+            used = 0
+        partitions[-1].append(task)
+        used += cost
+    return partitions
 
 
 def _children(bucket: Bucket, prefix: str) -> list[str]:
@@ -150,6 +174,7 @@ def plan_scan(opts: ScanOptions, bucket: Bucket | None = None) -> ScanPlan:
                 plan.segments_selected += 1
                 plan.bytes_selected += seg.size
                 plan.tasks.extend(tasks_for(seg, opts))
+    plan.partitions = pack(plan.tasks, opts)
     plan.gets = bucket.gets - before
     log.info("scan planned", extra=kv(summary=plan.summary(), bucket=opts.s3.describe(), prefix=opts.prefix))
     return plan

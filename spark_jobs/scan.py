@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,7 +30,7 @@ from common.logs import kv
 from spark_jobs.layout import FORMAT_VERSION
 from spark_jobs.options import ScanOptions
 from spark_jobs.planner import ScanTask
-from spark_jobs.s3 import Bucket
+from spark_jobs.s3 import Bucket, S3Settings
 from spark_jobs.schema import ARROW_SCHEMA, READ_COLUMNS
 
 log = logging.getLogger("sluice.spark.scan")
@@ -249,9 +250,22 @@ def _shape(table: pa.Table, task: ScanTask) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
+_buckets: dict[S3Settings, Bucket] = {}
+_buckets_lock = threading.Lock()
+
+
+def shared_bucket(settings: S3Settings) -> Bucket:
+    """One client per settings per Python worker: building a boto3 client costs more than a small GET."""
+    with _buckets_lock:
+        bucket = _buckets.get(settings)
+        if bucket is None:
+            bucket = _buckets[settings] = Bucket(settings)
+        return bucket
+
+
 def read_task(task: ScanTask, opts: ScanOptions, bucket: Bucket | None = None) -> Iterator[pa.RecordBatch]:
     """The wanted rows of one task as record batches of at most BATCH_ROWS rows."""
-    bucket = bucket or Bucket(opts.s3)
+    bucket = bucket or shared_bucket(opts.s3)
     table = _read_table(task, opts, bucket)
     if table is None:
         return

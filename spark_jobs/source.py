@@ -40,7 +40,7 @@ from pyspark.sql.types import StructType
 
 from spark_jobs.options import ScanOptions
 from spark_jobs.planner import ScanTask, plan_scan
-from spark_jobs.scan import read_task
+from spark_jobs.scan import read_task, shared_bucket
 from spark_jobs.schema import SPARK_DDL
 
 NAME = "sluice"
@@ -66,9 +66,9 @@ class SluiceDataSource(DataSource):
 
 
 class _TaskPartition(InputPartition):
-    def __init__(self, task: ScanTask) -> None:
-        super().__init__(task.segment.key)
-        self.task = task
+    def __init__(self, tasks: list[ScanTask]) -> None:
+        super().__init__(tasks[0].segment.key)
+        self.tasks = tasks
 
 
 def _ms_floor(value: Any) -> int | None:
@@ -136,8 +136,10 @@ class SluiceReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         # No task (nothing in range): Spark then reads one default partition, which yields no rows.
-        return [_TaskPartition(t) for t in plan_scan(self.opts).tasks]
+        return [_TaskPartition(p) for p in plan_scan(self.opts).partitions]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _TaskPartition):
-            yield from read_task(partition.task, self.opts)
+            bucket = shared_bucket(self.opts.s3)
+            for task in partition.tasks:
+                yield from read_task(task, self.opts, bucket)

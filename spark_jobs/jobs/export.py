@@ -4,7 +4,7 @@
     <destination>/_SUCCESS                    written last, once every part is in place
 
 The destination is a local path or an `s3://bucket/path` URL. The job runs one Spark task per
-planned scan task (planner.py): each reads its segment with scan.py and writes its parts with
+planned input partition (planner.py): each reads its segment with scan.py and writes its parts with
 pyarrow's own filesystems (local, or S3 with the job's S3 settings), Arrow end to end: no Hadoop S3
 jars, and no pandas (which `mapInArrow` would need). Parts are named by segment and byte range,
 so a retried task overwrites its own parts. They hold the data source's columns (schema.py) minus
@@ -69,6 +69,10 @@ class Destination:
         return f"s3://{self.path}" if self.s3 is not None else self.path
 
 
+def _write_partition(dest: Destination, opts: ScanOptions, tasks: list[ScanTask]) -> list[tuple[str, str, int]]:
+    return [part for task in tasks for part in _write_task(dest, opts, task)]
+
+
 def _write_task(dest: Destination, opts: ScanOptions, task: ScanTask) -> list[tuple[str, str, int]]:
     """Executor side: the task's rows, one part file per UTC date; (date, path, rows) of each part."""
     batches = list(read_task(task, opts))
@@ -108,11 +112,11 @@ def export(
 ) -> list[tuple[str, str, int]]:
     """Write what `opts` selects under `dest`; (date, part path, rows) of every part written."""
     prepare(dest, overwrite)
-    tasks = plan_scan(opts).tasks
+    partitions = plan_scan(opts).partitions
     parts: list[tuple[str, str, int]] = []
-    if tasks:
-        rdd = spark.sparkContext.parallelize(tasks, len(tasks))
-        parts = rdd.flatMap(lambda task: _write_task(dest, opts, task)).collect()
+    if partitions:
+        rdd = spark.sparkContext.parallelize(partitions, len(partitions))
+        parts = rdd.flatMap(lambda tasks: _write_partition(dest, opts, tasks)).collect()
     fs = dest.filesystem()
     fs.create_dir(dest.path, recursive=True)
     with fs.open_output_stream(f"{dest.path}/{SUCCESS_MARKER}") as out:

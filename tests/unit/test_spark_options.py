@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 
@@ -11,7 +12,7 @@ from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan, St
 from common.errors import BadRequest, MessageCorrupted
 from spark_jobs.layout import manifest_key, parse_manifest
 from spark_jobs.options import ScanOptions, parse_time
-from spark_jobs.planner import segment_inside, segment_overlaps, tasks_for
+from spark_jobs.planner import pack, segment_inside, segment_overlaps, tasks_for
 from spark_jobs.source import narrow_options
 
 BASE = {"bucket": "b", "endpoint": "http://127.0.0.1:1"}
@@ -92,3 +93,15 @@ def test_manifest_parse_prune_and_split() -> None:
         parse_manifest(b"{}", "m")
     with pytest.raises(MessageCorrupted, match="missing or malformed"):
         parse_manifest(manifest(segments=[{"seq": 0}]), "m")
+
+
+def test_small_segments_share_partitions_large_ones_do_not() -> None:
+    small = parse_manifest(manifest(), "m").segments[0]
+    small = dataclasses.replace(small, size=100 << 10)
+    tasks = [t for i in range(40) for t in tasks_for(dataclasses.replace(small, seq=i, key=f"k{i}"), opts())]
+    parts = pack(tasks, opts())
+    assert len(parts) == 8 and [t for p in parts for t in p] == tasks  # in order, every task once
+    assert len(pack(tasks, opts(minPartitions="1"))) == 2  # 40 x 4 MiB open cost / 128 MiB
+    big = dataclasses.replace(small, size=100 << 20)
+    assert [len(p) for p in pack([*tasks_for(big, opts()), *tasks_for(big, opts())], opts())] == [1, 1]
+    assert pack([], opts()) == []
