@@ -84,7 +84,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s3-access-key", default=None, metavar="ID", help="default: the AWS credential chain")
     p.add_argument("--s3-secret-key", default=None, metavar="KEY", help="prefer AWS_SECRET_ACCESS_KEY")
     p.add_argument("--s3-addressing-style", default=None, choices=("auto", "path", "virtual"))
-    p.add_argument("--master", default=None, help="Spark master (default local[*])")
+    p.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's --master)")
     p.add_argument("--split-bytes", type=int, default=None, metavar="N", help="split segments larger than this")
     p.add_argument("--progress-interval", type=float, default=None, metavar="S", help="0 = no progress lines")
     p.add_argument("--cluster", action="append", default=[], metavar="NAME", help="only this cluster (repeatable)")

@@ -24,7 +24,8 @@ class SparkJobsConfig:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 30.0
     max_attempts: int = 3
-    master: str = "local[*]"  # or spark://..., yarn, k8s://... (then ship the package with --py-files)
+    # "" = spark-submit's --master when run by spark-submit, else local[*]; or spark://..., yarn, k8s://...
+    master: str = ""
     app_name: str = "sluice"
     shuffle_partitions: int = 8  # aggregations of one archive are small; Spark's default of 200 is slow here
     split_bytes: int = 128 << 20  # segments larger than this are read by several tasks

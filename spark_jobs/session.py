@@ -22,15 +22,20 @@ from pyspark.sql import SparkSession
 from spark_jobs.config import SparkJobsConfig
 from spark_jobs.source import register
 
+DEFAULT_MASTER = "local[*]"
+
 
 def open_session(config: SparkJobsConfig) -> SparkSession:
-    if config.master.startswith("local"):
+    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM and chose the master
+    master = config.master or ("" if under_submit else DEFAULT_MASTER)
+    if master.startswith("local") and not under_submit:
         # The JVM starts Python workers with PYSPARK_PYTHON (default "python3"), which may lack pyarrow.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(config.app_name)
+    if master:
+        builder = builder.master(master)
     builder = (
-        SparkSession.builder.appName(config.app_name)
-        .master(config.master)
-        .config("spark.sql.session.timeZone", "UTC")
+        builder.config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(config.shuffle_partitions))
         .config("spark.ui.showConsoleProgress", "false")
     )

@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import subprocess
+import sys
 import zipfile
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -21,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+import spark_jobs
 from common.errors import BadRequest, NotFound
 from deploy.cli import main as sluice_main
 from spark_jobs import cli
@@ -28,6 +32,7 @@ from tests.helpers.spark_data import AUDIT, BASE_MS, HOUR_MS, ORDERS, SHARED_KEY
 
 pytest_plugins = ["tests.helpers.s3", "tests.helpers.spark"]
 pytestmark = pytest.mark.slow
+SUBMIT_TIMEOUT_S = 300.0
 
 
 def run_job(spark: SparkSession, archive: Archive, argv: list[str], capsys: pytest.CaptureFixture[str]) -> Any:
@@ -164,3 +169,22 @@ def test_package_holds_what_executors_import(tmp_path: Path) -> None:
     names = zipfile.ZipFile(tmp_path / "sluice-spark.zip").namelist()
     assert {"spark_jobs/source.py", "spark_jobs/scan.py", "common/errors.py"} <= set(names)
     assert not any(n.startswith("broker/") for n in names)
+
+
+def test_spark_submit_runs_a_job_from_the_package(archive: Archive, tmp_path: Path) -> None:
+    """spark-submit with only the zip on the Python path (as on a cluster): the job's answer is right."""
+    package = tmp_path / "sluice-spark.zip"
+    assert sluice_main(["spark", "package", "--output", str(package)]) == 0
+    script = tmp_path / "submit.py"  # outside the repository, so imports resolve from the zip
+    script.write_text((Path(spark_jobs.__file__).parent / "submit.py").read_text())
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_GATEWAY_PORT")}
+    env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    submit = Path(sys.executable).parent / "spark-submit"
+    argv = [str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false", "--py-files", str(package),
+            str(script), "topic-stats", *archive.flags(), "--topic", AUDIT, "--json"]  # fmt: skip
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # spark-submit merges the Python driver's stderr (progress lines) into its stdout.
+    doc = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    assert [r["messages"] for r in doc["rows"]] == [5, 5]
+    assert "planned: " in done.stdout + done.stderr
