@@ -72,8 +72,10 @@ class _TaskPartition(InputPartition):
 
 
 def _ms_floor(value: Any) -> int | None:
-    if isinstance(value, datetime):
-        return int(value.timestamp() * 1000)  # naive values are local time, as pyspark hands them out
+    # Spark hands TIMESTAMP literals over as aware datetimes. A naive one (TIMESTAMP_NTZ) names no
+    # instant, and guessing its zone could prune rows that match: it does not narrow the scan.
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return int(value.timestamp() * 1000)
     return None
 
 

@@ -9,18 +9,26 @@ bad range are clear errors before any task runs, and an unreadable object is nam
 from __future__ import annotations
 
 import json
-from typing import Any
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from broker.tiering.config import TieringConfig
 from common.errors import BadRequest, MessageCorrupted, NotFound
 from spark_jobs.cli import spark_failure
 from spark_jobs.options import ScanOptions
 from spark_jobs.planner import plan_scan
+from spark_jobs.scan import read_task
 from spark_jobs.schema import ARROW_SCHEMA
+from tests.helpers.archive import ArchiveBuilder, message
 from tests.helpers.spark_data import AUDIT, BASE_MS, HOUR_MS, ORDERS, Archive
+
+if TYPE_CHECKING:
+    from tests.helpers.s3 import MotoS3Server
 
 pytest_plugins = ["tests.helpers.s3", "tests.helpers.spark"]
 pytestmark = pytest.mark.slow
@@ -74,6 +82,16 @@ def test_one_hour_fetches_only_the_segments_that_can_hold_it(spark: SparkSession
     df = load(spark, archive, topic=ORDERS, **{"from": str(lo), "to": str(hi)})
     assert ids(df) == expected(archive, (ORDERS,), lo, hi)
     assert archive.segment_gets() == overlapping
+    # The same hour as filters Spark pushes down instead of options.
+    archive.server.clear_requests()
+    stored = F.col("store_timestamp")
+    pushed = load(spark, archive).filter(
+        (F.col("topic") == ORDERS)
+        & (stored >= F.lit(lo / 1000).cast("timestamp"))
+        & (stored < F.lit(hi / 1000).cast("timestamp"))
+    )
+    assert ids(pushed) == expected(archive, (ORDERS,), lo, hi)
+    assert archive.segment_gets() == overlapping
 
 
 def test_iso_times_and_pushed_down_filters_prune(spark: SparkSession, archive: Archive) -> None:
@@ -103,7 +121,6 @@ def test_queue_and_offset_options_and_row_group_pruning(
     # Without Spark: the same task reads fewer bytes than its object when row groups can be skipped.
     import spark_jobs.scan
     from spark_jobs.s3 import Bucket
-    from spark_jobs.scan import read_task
 
     monkeypatch.setattr(spark_jobs.scan, "TAIL_BYTES", 2048)  # test segments are smaller than the default tail
 
@@ -151,3 +168,31 @@ def test_unreadable_object_is_named(spark: SparkSession, archive: Archive) -> No
     error = spark_failure(info.value)
     assert isinstance(error, MessageCorrupted)
     assert damaged["key"] in str(error) and "not a readable Parquet segment" in str(error)
+
+
+def test_a_large_segment_split_by_bytes_reads_every_row_once(s3_server: MotoS3Server, tmp_path: Path) -> None:
+    """Tasks of byte ranges of one segment (row groups by start byte) together read it exactly once."""
+    from tests.helpers.s3 import ACCESS_KEY, REGION, SECRET_KEY
+
+    bucket = "sluice-spark-split"
+    s3_server.client().create_bucket(Bucket=bucket)
+    config = TieringConfig(
+        endpoint_url=s3_server.endpoint_url, region=REGION, bucket=bucket, prefix="p", access_key_id=ACCESS_KEY,
+        secret_access_key=SECRET_KEY, addressing_style="path", max_attempts=1, mirror_interval_s=0.0,
+    )  # fmt: skip
+    builder = ArchiveBuilder(tmp_path / "broker", config)
+    rng = random.Random(3)
+    try:
+        for first in range(0, 1200, 200):
+            batch = [message("big", i % 2, f"m{first + i}", body=rng.randbytes(3000)) for i in range(200)]
+            builder.produce(batch, BASE_MS + first)
+        builder.tier()
+    finally:
+        builder.close()
+    options = {"endpoint": s3_server.endpoint_url, "bucket": bucket, "prefix": "p", "region": REGION,
+               "accessKeyId": ACCESS_KEY, "secretAccessKey": SECRET_KEY, "addressingStyle": "path"}  # fmt: skip
+    opts = ScanOptions.parse({**options, "splitBytes": str(1 << 20)})
+    plan = plan_scan(opts)
+    assert len(plan.manifests[0].segments) == 1 and len(plan.tasks) >= 3
+    got = [m for task in plan.tasks for b in read_task(task, opts) for m in b.column("message_id").to_pylist()]
+    assert sorted(got) == sorted(p.message_id for p in builder.produced)

@@ -60,6 +60,8 @@ def test_pushed_filters_only_narrow() -> None:
     assert o.only_topics == {"a"} and o.wants_topic("a") and not o.wants_topic("b")
     assert o.queues == {2} and o.brokers == {"b1"}
     assert o.from_ms == 1_717_203_600_000 and o.to_offset == 11  # prune-only bounds are inclusive-safe
+    naive = narrow_options(opts(), [GreaterThanOrEqual(("store_timestamp",), datetime(2024, 6, 1))])
+    assert naive.from_ms == 0  # no zone, no instant: not used to prune
     contradictory = narrow_options(opts(), [EqualTo(("queue_offset",), 5), GreaterThanOrEqual(("queue_offset",), 9)])
     assert contradictory.from_offset == contradictory.to_offset  # an empty range, not an error
 
