@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan, StringStartsWith
 
+from common.config import ConfigError
 from common.errors import BadRequest, MessageCorrupted
+from spark_jobs import cli
 from spark_jobs.layout import manifest_key, parse_manifest
 from spark_jobs.options import ScanOptions, parse_time
 from spark_jobs.planner import pack, segment_inside, segment_overlaps, tasks_for
@@ -107,3 +111,19 @@ def test_small_segments_share_partitions_large_ones_do_not() -> None:
     big = dataclasses.replace(small, size=100 << 20)
     assert [len(p) for p in pack([*tasks_for(big, opts()), *tasks_for(big, opts())], opts())] == [1, 1]
     assert pack([], opts()) == []
+
+
+def test_job_config_from_toml_and_flags(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    toml = tmp_path / "sluice.toml"
+    toml.write_text('[spark]\nbucket = "from-file"\nprefix = "p1"\nshuffle_partitions = 4\n')
+    args = parser.parse_args(["trace", "--config", str(toml), "--s3-prefix", "p2", "--key", "k"])
+    config = cli.job_config(args)
+    assert (config.bucket, config.prefix, config.shuffle_partitions) == ("from-file", "p2", 4)
+    assert cli.source_options(config, args)["key"] == "k"
+    toml.write_text('[spark]\nbuckets = "typo"\n')
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) buckets"):
+        cli.job_config(args)
+    with pytest.raises(BadRequest, match="--s3-bucket is required"):
+        cli.job_config(parser.parse_args(["trace", "--key", "k"]))
