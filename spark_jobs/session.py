@@ -1,9 +1,9 @@
 """A SparkSession for the jobs, and progress lines while a job runs.
 
-`open_session` starts (or joins) a session for `config.master` with the `sluice` source registered,
-the session time zone set to UTC (hours and dates in job output are UTC) and Python workers run by
-this interpreter when the master is local (so they see the same packages). Under `spark-submit`
-the session spark-submit configured is reused and only the source is registered.
+`open_session` starts (or joins) a session with the `sluice` source registered and the session time
+zone set to UTC (hours and dates in job output are UTC). The master is `config.master`, else the one
+spark-submit chose, else `local[*]`; with a local master started here, Python workers run this
+interpreter (so they see the same packages).
 
 `ProgressReporter` polls Spark's status tracker from a daemon thread and prints one line per change
 ("progress: stage 3: 12/40 tasks") on stderr; it stops with its `with` block.
@@ -15,7 +15,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from types import TracebackType
 
 from pyspark.sql import SparkSession
 
@@ -58,7 +57,7 @@ class ProgressReporter:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(self._interval_s + 5.0)
