@@ -20,7 +20,8 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
+from types import ModuleType
+from typing import Any
 
 import broker.store.writer as writer_module
 from broker.store.record import MessageRecord
@@ -32,12 +33,27 @@ _clock_lock = threading.Lock()
 TIER_TIMEOUT_S = 120.0
 
 
+class _PinnedClock:
+    """The `time` module with `time_ns` pinned; every other function (the flusher's `perf_counter`,
+    `monotonic`, `sleep`) stays the real one, so the writer's background threads keep working."""
+
+    def __init__(self, real: ModuleType, ms: int) -> None:
+        self._real = real
+        self._ns = ms * 1_000_000
+
+    def time_ns(self) -> int:
+        return self._ns
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
 @contextlib.contextmanager
 def pinned_store_time(ms: int) -> Iterator[None]:
     """While inside, the CommitLog writer stamps every record with store time `ms`."""
     with _clock_lock:
         real = writer_module.time
-        writer_module.time = SimpleNamespace(time_ns=lambda: ms * 1_000_000)  # type: ignore[assignment]
+        writer_module.time = _PinnedClock(real, ms)  # type: ignore[assignment]
         try:
             yield
         finally:
