@@ -25,6 +25,9 @@ HOURS = 6
 ORDERS, AUDIT = "orders", "audit"
 SHARED_KEY = "shared-key"
 PREFIX = "archive"
+# JVM flags for the tests' short-lived Spark drivers: C1 JIT only (no C2 compiler threads competing
+# for a shared 2-core machine over code that runs a few times) and the serial GC.
+SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,11 @@ import spark_jobs
 from common.errors import BadRequest, NotFound
 from deploy.cli import main as sluice_main
 from spark_jobs import cli
-from tests.helpers.spark_data import AUDIT, BASE_MS, HOUR_MS, ORDERS, SHARED_KEY, Archive
+from tests.helpers.spark_data import AUDIT, BASE_MS, HOUR_MS, ORDERS, SHARED_KEY, SHORT_JVM_OPTIONS, Archive
 
 pytest_plugins = ["tests.helpers.s3", "tests.helpers.spark"]
 pytestmark = pytest.mark.slow
 SUBMIT_TIMEOUT_S = 300.0
-# A short driver JVM: C1 JIT only (no C2 compile threads competing for the 2 cores), serial GC.
-SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def run_job(spark: SparkSession, archive: Archive, argv: list[str], capsys: pytest.CaptureFixture[str]) -> Any:
