@@ -48,6 +48,8 @@ TRACED_KEYS = ("shared-key", "order-7")
 SPARK_TIMEOUT_S = 600.0  # a JVM start and a small job on a loaded 2-core machine
 HOUR_BOUNDARY_GUARD_S = 90.0  # produce after the hour turns rather than straddle it
 SEND_SPACING_S = 0.002  # so consecutive store times (milliseconds) never tie
+# The job's JVM lives for seconds: C1 JIT only and the serial GC (as tests/helpers/spark_data.py).
+SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 CONFIG = f"""
 [broker.store.commitlog]
 segment_bytes = {16 << 10}
@@ -96,7 +98,8 @@ class Produced:
                 *rest]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_GATEWAY_PORT", "SPARK_HOME")}
         env.update(PYTHONPATH=str(REPO_ROOT), PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-                   AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)  # fmt: skip
+                   AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+                   PYSPARK_SUBMIT_ARGS=f"--driver-java-options '{SHORT_JVM_OPTIONS}' pyspark-shell")  # fmt: skip
         done = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=SPARK_TIMEOUT_S,
                               check=False)  # fmt: skip
         assert done.returncode == 0, f"sluice spark {job} exited {done.returncode}:\n{done.stderr[-4000:]}"
