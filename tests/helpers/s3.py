@@ -6,7 +6,8 @@ clients see refused or reset connections, as in a real outage, never a hang; `st
 on the same port with the same buckets and objects (moto's backends live in this process).
 
 Fixtures (use with `pytest_plugins = ["tests.helpers.s3"]` in a test module):
-- `s3_server` (session): the running server; stopped at the end of the session.
+- `s3_server` (session): the running server; stopped at the end of the session. `requests()` lists
+  the (method, path) of every request it served, so tests can count GETs.
 - `s3_config`: a `TieringConfig` for a fresh bucket of the test, with short timeouts and one attempt
   per call; the server is running again after the test even if the test stopped it.
 """
@@ -50,7 +51,8 @@ class _TrackingHandler(MotoRequestHandler):
             super().finish()
 
     def log_request(self, *args: Any, **kwargs: Any) -> None:  # one line per request is noise in tests
-        pass
+        with self.server.request_log_lock:  # type: ignore[attr-defined]
+            self.server.request_log.append((self.command, self.path))  # type: ignore[attr-defined]
 
 
 class MotoS3Server:
@@ -59,6 +61,8 @@ class MotoS3Server:
         self._app = DomainDispatcherApplication(create_backend_app)
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self._request_log: list[tuple[str, str]] = []  # (method, path) of every request served
+        self._request_log_lock = threading.Lock()
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
 
     @property
@@ -73,6 +77,8 @@ class MotoS3Server:
         assert self._server is None, "already running"
         server = make_server(LOOPBACK, self.port, self._app, threaded=True, request_handler=_TrackingHandler)
         server.open_connections = set()  # type: ignore[attr-defined]
+        server.request_log = self._request_log  # type: ignore[attr-defined]
+        server.request_log_lock = self._request_log_lock  # type: ignore[attr-defined]
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="moto-s3", daemon=True)
@@ -90,6 +96,15 @@ class MotoS3Server:
                 conn.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(_STOP_TIMEOUT_S)
+
+    def requests(self) -> list[tuple[str, str]]:
+        """(method, path) of every request served so far (path-style: `/bucket/key?query`)."""
+        with self._request_log_lock:
+            return list(self._request_log)
+
+    def clear_requests(self) -> None:
+        with self._request_log_lock:
+            self._request_log.clear()
 
     @contextlib.contextmanager
     def outage(self) -> Iterator[None]:

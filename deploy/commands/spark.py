@@ -1,0 +1,18 @@
+"""`sluice spark JOB`: the Spark jobs over the tiered archive (spark_jobs/cli.py holds the flags and jobs)."""
+
+from __future__ import annotations
+
+import argparse
+
+from spark_jobs import cli
+
+NAME = "spark"
+HELP = "Spark jobs over the tiered archive: topic-stats, trace, export (and package for spark-submit)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    cli.add_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    return cli.run(args)
