@@ -13,18 +13,14 @@ topic or group than the one it was issued for.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import struct
-import zlib
 from dataclasses import dataclass
 
+from broker.handles import name_crc, unwrap, wrap
 from common.errors import InvalidReceiptHandle
 
 _FORMAT = 1
 _PAYLOAD = struct.Struct("<BIQIQII")
-SEPARATOR = "~"
-MAX_HANDLE_CHARS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +38,7 @@ class ReceiptHandle:
             _FORMAT, self.queue_id, self.queue_offset, self.version, self.invisible_until_ms,
             self.topic_crc, self.group_crc,
         )  # fmt: skip
-        return f"{self.broker}{SEPARATOR}{base64.urlsafe_b64encode(payload).decode('ascii').rstrip('=')}"
+        return wrap(self.broker, payload)
 
     def check(self, topic: str, group: str) -> None:
         if self.topic_crc != name_crc(topic):
@@ -51,24 +47,11 @@ class ReceiptHandle:
             raise InvalidReceiptHandle(f"receipt handle was not issued for consumer group {group}")
 
 
-def name_crc(name: str) -> int:
-    return zlib.crc32(name.encode("utf-8"))
-
-
 def decode(text: str) -> ReceiptHandle:
     """Parse a handle; anything malformed is InvalidReceiptHandle, never another error."""
-    if not text:
-        raise InvalidReceiptHandle("receipt handle is empty")
-    if len(text) > MAX_HANDLE_CHARS:
-        raise InvalidReceiptHandle("receipt handle is too long to be one of ours")
-    broker, sep, b64 = text.rpartition(SEPARATOR)
-    if not sep or not broker:
-        raise InvalidReceiptHandle("receipt handle is malformed (no broker name)")
-    try:
-        raw = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4))
-        fmt, qid, qoff, version, until, tcrc, gcrc = _PAYLOAD.unpack(raw)
-    except (binascii.Error, ValueError, struct.error):
-        raise InvalidReceiptHandle("receipt handle is malformed") from None
+    broker, (fmt, qid, qoff, version, until, tcrc, gcrc) = unwrap(
+        text, _PAYLOAD, what="receipt handle", error=InvalidReceiptHandle
+    )
     if fmt != _FORMAT:
         raise InvalidReceiptHandle(f"receipt handle has unknown format {fmt}")
     return ReceiptHandle(broker, qid, qoff, version, until, tcrc, gcrc)

@@ -17,12 +17,10 @@ Recall handle (opaque to clients, self-describing to Sluice, like receipt handle
 
 from __future__ import annotations
 
-import base64
-import binascii
 import struct
-import zlib
 from dataclasses import dataclass
 
+from broker.handles import name_crc, unwrap, wrap
 from common.errors import BadRequest
 
 CF_TIMER = "timer"
@@ -47,8 +45,6 @@ _U64 = struct.Struct("<Q")
 _VALUE = struct.Struct("<IH")
 _HANDLE = struct.Struct("<BQQI")
 _HANDLE_FORMAT = 1
-SEPARATOR = "~"
-MAX_HANDLE_CHARS = 512
 MAX_KEY = _KEY.pack((1 << 64) - 1, (1 << 64) - 1)
 
 
@@ -97,7 +93,7 @@ def round_up(ms: int, precision_ms: int) -> int:
 
 
 def topic_crc(topic: str) -> int:
-    return zlib.crc32(topic.encode("utf-8"))
+    return name_crc(topic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +105,7 @@ class RecallHandle:
 
     def encode(self) -> str:
         raw = _HANDLE.pack(_HANDLE_FORMAT, self.due_ms, self.position, self.topic_crc)
-        return f"{self.broker}{SEPARATOR}{base64.urlsafe_b64encode(raw).decode('ascii').rstrip('=')}"
+        return wrap(self.broker, raw)
 
     @property
     def key(self) -> bytes:
@@ -118,17 +114,10 @@ class RecallHandle:
 
 def decode_recall_handle(text: str) -> RecallHandle:
     """Parse a recall handle; anything malformed is BadRequest with a readable message."""
-    if not text:
-        raise BadRequest("recall handle is empty; pass the recall handle from the DELAY message's send receipt")
-    if len(text) > MAX_HANDLE_CHARS:
-        raise BadRequest("recall handle is too long to be one of ours")
-    broker, sep, b64 = text.rpartition(SEPARATOR)
-    if not sep or not broker:
-        raise BadRequest("recall handle is malformed (no broker name); use the one from the send receipt")
-    try:
-        fmt, due, pos, crc = _HANDLE.unpack(base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)))
-    except (binascii.Error, ValueError, struct.error):
-        raise BadRequest("recall handle is malformed; use the one from the send receipt") from None
+    broker, (fmt, due, pos, crc) = unwrap(
+        text, _HANDLE, what="recall handle", error=BadRequest,
+        hint="; use the recall handle from the DELAY message's send receipt",
+    )  # fmt: skip
     if fmt != _HANDLE_FORMAT:
         raise BadRequest(f"recall handle has unknown format {fmt}")
     return RecallHandle(broker, due, pos, crc)

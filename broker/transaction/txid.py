@@ -13,18 +13,15 @@ handles apart.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import struct
 from dataclasses import dataclass
 
+from broker.handles import unwrap, wrap
 from common.errors import InvalidTransactionId
 
 _FORMAT = 1
 _PAYLOAD = struct.Struct("<BQI")
-SEPARATOR = "~"
 _MARK = "t"
-MAX_TXID_CHARS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,24 +32,15 @@ class TransactionId:
 
     def encode(self) -> str:
         payload = _PAYLOAD.pack(_FORMAT, self.physical_offset, self.size)
-        return f"{self.broker}{SEPARATOR}{_MARK}{base64.urlsafe_b64encode(payload).decode('ascii').rstrip('=')}"
+        return wrap(self.broker, payload, _MARK)
 
 
 def decode(text: str) -> TransactionId:
     """Parse a transaction id; anything malformed is InvalidTransactionId, never another error."""
-    if not text:
-        raise InvalidTransactionId("transaction id is empty: send the transaction id of the send receipt")
-    if len(text) > MAX_TXID_CHARS:
-        raise InvalidTransactionId("transaction id is too long to be one issued by Sluice")
-    broker, sep, rest = text.rpartition(SEPARATOR)
-    if not sep or not broker or not rest.startswith(_MARK):
-        raise InvalidTransactionId(f"transaction id {text[:64]!r} was not issued by Sluice (malformed)")
-    b64 = rest[len(_MARK) :]
-    try:
-        raw = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4))
-        fmt, position, size = _PAYLOAD.unpack(raw)
-    except (binascii.Error, ValueError, struct.error):
-        raise InvalidTransactionId(f"transaction id {text[:64]!r} was not issued by Sluice (malformed)") from None
+    broker, (fmt, position, size) = unwrap(
+        text, _PAYLOAD, what="transaction id", error=InvalidTransactionId, mark=_MARK,
+        hint=": send the transaction id of the send receipt",
+    )  # fmt: skip
     if fmt != _FORMAT:
         raise InvalidTransactionId(f"transaction id has unknown format {fmt}")
     return TransactionId(broker, position, size)

@@ -16,6 +16,7 @@ from broker.server import run_broker
 from common import metrics
 from common.config import load_config
 from common.logs import setup_logging
+from deploy.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
 from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
 from deploy.tierflags import add_tier_arguments, tier_overrides
@@ -53,11 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="create topics and consumer groups on first use",
     )
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
-    parser.add_argument(
-        "--no-metrics", action="store_true", default=None,
-        help="do not update the per-request counters and histograms (scrape-time gauges stay)",
-    )  # fmt: skip
-    parser.add_argument("--no-trace", action="store_true", default=None, help="do not record message traces")
+    add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
@@ -79,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
             "store.commitlog.flush_policy": args.flush,
             "store.commitlog.segment_bytes": args.segment_bytes,
             "auto_create": args.auto_create,
-            "metrics.enabled": False if args.no_metrics else None,
-            "trace.enabled": False if args.no_trace else None,
+            **metrics_overrides(args),
+            **trace_overrides(args),
             **tier_overrides(args),
         },
     )

@@ -20,6 +20,7 @@ from common.config import ConfigError, load_config
 from common.errors import Unavailable
 from common.logs import setup_logging
 from deploy.commands.up import security_overrides
+from deploy.obsflags import add_observability_arguments, metrics_overrides
 from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
 from deploy.workers import run_workers
@@ -57,10 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz (worker i: +i)")
-    parser.add_argument(
-        "--no-metrics", action="store_true", default=None,
-        help="do not update the per-request counters and histograms (scrape-time gauges stay)",
-    )  # fmt: skip
+    add_observability_arguments(parser, trace=False)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -96,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
             "namesrv": parse_addresses(args.namesrv) if args.namesrv else None,
             "navigation": parse_navigation(args.navigation) if args.navigation else None, "zone": args.zone,
             "proxy_id": proxy_id, "drain_s": args.drain_s, "reuse_port": args.reuse_port or None,
-            "metrics_port": metrics_port, "metrics.enabled": False if args.no_metrics else None,
+            "metrics_port": metrics_port, **metrics_overrides(args),
             **security_overrides(args),
         },
     )  # fmt: skip

@@ -18,6 +18,7 @@ from broker.server import run_broker
 from common import metrics
 from common.config import load_config, read_toml
 from common.logs import setup_logging
+from deploy.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
 from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
 from deploy.tierflags import add_tier_arguments, tier_overrides
@@ -49,11 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
-    parser.add_argument(
-        "--no-metrics", action="store_true", default=None,
-        help="do not update the per-request counters and histograms (scrape-time gauges stay)",
-    )  # fmt: skip
-    parser.add_argument("--no-trace", action="store_true", default=None, help="do not record message traces")
+    add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
@@ -69,12 +66,12 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
             "host": args.host, "port": args.broker_port, "data_dir": args.data_dir or "data/broker",
             "namesrv": [f"{ns.host}:{ns.port}"], "auto_create": not args.no_auto_create,
             "store.commitlog.flush_policy": args.flush,
-            "metrics.enabled": False if args.no_metrics else None, "trace.enabled": False if args.no_trace else None,
+            **metrics_overrides(args), **trace_overrides(args),
             **tier_overrides(args),
         },
     )  # fmt: skip
     proxy = load_config(ProxyConfig, section="proxy", data=data, overrides={
-        "host": args.host, "port": args.port, "metrics.enabled": False if args.no_metrics else None,
+        "host": args.host, "port": args.port, **metrics_overrides(args),
         **security_overrides(args)})  # fmt: skip
     return ns, broker, proxy
 

@@ -1,0 +1,57 @@
+"""The one envelope of every self-describing handle a broker issues: `<broker>~<mark><base64url>`.
+
+Receipt handles, transaction ids and recall handles all travel through clients and come back to
+any proxy, which must find the broker that issued them without asking anyone: the broker's name
+comes first, then `~`, then an optional one-letter mark naming the kind, then the kind's binary
+payload in unpadded URL-safe base64 (its first byte is the payload's format number). Broker names
+may contain `~`; the last one separates.
+
+`wrap` and `unwrap` handle the envelope; each kind packs and checks its own payload and raises its
+own error (a malformed receipt handle is INVALID_RECEIPT_HANDLE, a transaction id
+INVALID_TRANSACTION_ID, a recall handle BAD_REQUEST).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import struct
+import zlib
+from collections.abc import Callable
+
+from common.errors import SluiceError
+
+SEPARATOR = "~"
+MAX_HANDLE_CHARS = 512
+
+
+def wrap(broker: str, payload: bytes, mark: str = "") -> str:
+    return f"{broker}{SEPARATOR}{mark}{base64.urlsafe_b64encode(payload).decode('ascii').rstrip('=')}"
+
+
+def unwrap(
+    text: str, layout: struct.Struct, *, what: str, error: Callable[[str], SluiceError], hint: str = "",
+    mark: str = "",
+) -> tuple[str, tuple[int, ...]]:  # fmt: skip
+    """(broker, unpacked payload fields) of a handle; anything malformed raises `error(message)`.
+
+    `what` names the handle in messages ("receipt handle"); `hint` ends them (what to do instead).
+    The payload's first field is its format number, which the caller checks.
+    """
+    if not text:
+        raise error(f"{what} is empty{hint}")
+    if len(text) > MAX_HANDLE_CHARS:
+        raise error(f"{what} is too long to be one issued by Sluice")
+    broker, sep, rest = text.rpartition(SEPARATOR)
+    if not sep or not broker or not rest.startswith(mark):
+        raise error(f"{what} is malformed (no broker name){hint}")
+    b64 = rest[len(mark) :]
+    try:
+        return broker, layout.unpack(base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)))
+    except (binascii.Error, ValueError, struct.error):
+        raise error(f"{what} is malformed{hint}") from None
+
+
+def name_crc(name: str) -> int:
+    """CRC-32 of a topic or group name: handles carry it to refuse use with another name."""
+    return zlib.crc32(name.encode("utf-8"))
