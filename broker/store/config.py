@@ -52,5 +52,8 @@ class StoreConfig:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     read: ReadConfig = field(default_factory=ReadConfig)
-    # RocksDB block cache for the indexes.
+    # RocksDB block cache for the indexes (one cache shared by every column family).
     index_cache_bytes: int = 64 << 20
+    # Memtables of all column families together (RocksDB flushes the largest beyond it): the index's
+    # memory stays bounded however many messages, timers or half messages it holds.
+    index_write_buffer_bytes: int = 128 << 20

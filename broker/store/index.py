@@ -30,13 +30,13 @@ class CqEntry:
     store_timestamp_ms: int
 
 
-def _options(cache_bytes: int) -> rocksdict.Options:
+def _options(cache: rocksdict.Cache) -> rocksdict.Options:
     opts = rocksdict.Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
     opts.set_compression_type(rocksdict.DBCompressionType.lz4())
     table = rocksdict.BlockBasedOptions()
-    table.set_block_cache(rocksdict.Cache(cache_bytes))
+    table.set_block_cache(cache)
     table.set_bloom_filter(10, False)
     opts.set_block_based_table_factory(table)
     opts.increase_parallelism(2)
@@ -44,12 +44,19 @@ def _options(cache_bytes: int) -> rocksdict.Options:
 
 
 class Index:
-    def __init__(self, path: Path, *, cache_bytes: int = 64 << 20, extra_cfs: Sequence[str] = ()) -> None:
+    def __init__(
+        self, path: Path, *, cache_bytes: int = 64 << 20, write_buffer_bytes: int = 128 << 20,
+        extra_cfs: Sequence[str] = (),
+    ) -> None:  # fmt: skip
         path.mkdir(parents=True, exist_ok=True)
         self.path = path
-        opts = _options(cache_bytes)
+        # One block cache and one memtable budget for every column family: memory is bounded by
+        # configuration, not by how many column families features add or how much they hold.
+        cache = rocksdict.Cache(cache_bytes)
+        opts = _options(cache)
+        opts.set_db_write_buffer_size(write_buffer_bytes)
         names = list(K.STORE_CFS) + [n for n in extra_cfs if n not in K.STORE_CFS]
-        self.db = rocksdict.Rdict(str(path), opts, column_families={n: _options(cache_bytes) for n in names})
+        self.db = rocksdict.Rdict(str(path), opts, column_families={n: _options(cache) for n in names})
         self._cf = {n: self.db.get_column_family(n) for n in names}
         self._handles = {n: self.db.get_column_family_handle(n) for n in names}
         self._topic_ids: dict[str, int] = {}

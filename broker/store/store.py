@@ -91,7 +91,8 @@ class MessageStore:
         self.config = config
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.index = Index(data_dir / "index", cache_bytes=config.index_cache_bytes, extra_cfs=extra_cfs)
+        self.index = Index(data_dir / "index", cache_bytes=config.index_cache_bytes,
+                           write_buffer_bytes=config.index_write_buffer_bytes, extra_cfs=extra_cfs)  # fmt: skip
         self.segments = SegmentSet(data_dir / "commitlog")
         try:
             self.recovery = recover(self.segments, self.index, config.recovery)
