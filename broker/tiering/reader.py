@@ -56,7 +56,8 @@ class ColdReader:
         self._clock = clock
         self._cache: LruCache[tuple[str, int], object] = LruCache(config.cache_bytes)
         self._prefetcher = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tier-readahead")
-        self._inflight: set[tuple[str, int]] = set()
+        # Row groups being prefetched; a read that needs one waits for it instead of fetching it twice.
+        self._inflight: dict[tuple[str, int], threading.Event] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -81,12 +82,22 @@ class ColdReader:
         """The row group's records, decoded once and cached (reads of a few messages then cost a slice).
 
         Cached records are shared by every read: callers treat them as read-only."""
-        records = self._cache.get((entry.key, index))
+        key = (entry.key, index)
+        records = self._cache.get(key)
         if records is None:
-            table = fetch_row_group(self.objects, entry, self._footer(topic, entry), index)
-            records = table_to_records(table, topic)
-            self._cache.put((entry.key, index), records, table.nbytes + _RECORD_OVERHEAD_BYTES * len(records))
+            with self._lock:
+                prefetching = self._inflight.get(key)
+            if prefetching is not None and prefetching.wait(self.config.read_timeout_s):
+                records = self._cache.get(key)
+        if records is None:
+            records = self._load(topic, entry, index)
         assert isinstance(records, list)
+        return records
+
+    def _load(self, topic: str, entry: SegmentEntry, index: int) -> list[MessageRecord]:
+        table = fetch_row_group(self.objects, entry, self._footer(topic, entry), index)
+        records = table_to_records(table, topic)
+        self._cache.put((entry.key, index), records, table.nbytes + _RECORD_OVERHEAD_BYTES * len(records))
         return records
 
     # -- reads -----------------------------------------------------------------------------------
@@ -133,11 +144,11 @@ class ColdReader:
             with self._lock:
                 wanted = key not in self._cache and key not in self._inflight
                 if wanted and len(self._inflight) < 4 * self.config.read_ahead_row_groups:
-                    self._inflight.add(key)
+                    self._inflight[key] = threading.Event()
                     try:
                         self._prefetcher.submit(self._prefetch, topic, entry, index)
                     except RuntimeError:  # shut down
-                        self._inflight.discard(key)
+                        self._inflight.pop(key).set()
                         return
                     submitted += 1
             if submitted >= self.config.read_ahead_row_groups:
@@ -147,12 +158,14 @@ class ColdReader:
 
     def _prefetch(self, topic: str, entry: SegmentEntry, index: int) -> None:
         try:
-            self._row_group(topic, entry, index)
+            self._load(topic, entry, index)
         except Exception as exc:  # a later read reports it; read-ahead is only a hint
             log.debug("read-ahead failed", extra=kv(key=entry.key, row_group=index, error=str(exc)))
         finally:
             with self._lock:
-                self._inflight.discard((entry.key, index))
+                done = self._inflight.pop((entry.key, index), None)
+            if done is not None:
+                done.set()
 
     # -- lookups ---------------------------------------------------------------------------------
 

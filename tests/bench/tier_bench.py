@@ -140,7 +140,7 @@ async def bench(args: argparse.Namespace, endpoint: str, bucket: str, work: Path
     tiering = TieringConfig(
         endpoint_url=endpoint, bucket=bucket, prefix="bench", access_key_id="bench", secret_access_key="bench",
         addressing_style="path", min_age_s=1e9, segment_target_bytes=args.segment_mib * MIB,
-        read_timeout_s=120.0, max_attempts=3,
+        read_timeout_s=120.0, max_attempts=3, read_ahead_row_groups=args.read_ahead,
     )  # fmt: skip
     store = StoreConfig(
         commitlog=CommitLogConfig(segment_bytes=64 * MIB),
@@ -208,6 +208,8 @@ def main() -> int:
     parser.add_argument("--body-bytes", type=int, default=1024)
     parser.add_argument("--queues", type=int, default=4)
     parser.add_argument("--segment-mib", type=int, default=32, help="tiering.segment_target_bytes in MiB")
+    parser.add_argument("--read-ahead", type=int, default=TieringConfig().read_ahead_row_groups,
+                        help="tiering.read_ahead_row_groups (row groups prefetched after a cold read)")
     parser.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
