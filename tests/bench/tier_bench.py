@@ -208,8 +208,12 @@ def main() -> int:
     parser.add_argument("--body-bytes", type=int, default=1024)
     parser.add_argument("--queues", type=int, default=4)
     parser.add_argument("--segment-mib", type=int, default=32, help="tiering.segment_target_bytes in MiB")
-    parser.add_argument("--read-ahead", type=int, default=TieringConfig().read_ahead_row_groups,
-                        help="tiering.read_ahead_row_groups (row groups prefetched after a cold read)")
+    parser.add_argument(
+        "--read-ahead",
+        type=int,
+        default=TieringConfig().read_ahead_row_groups,
+        help="tiering.read_ahead_row_groups (row groups prefetched after a cold read)",
+    )
     parser.add_argument("--dir", type=Path, help="work directory (default: a temporary one)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
