@@ -167,8 +167,13 @@ class LocalBroker:
         self._security = SecurityStore(store.index)
         self._tasks = [
             asyncio.create_task(self.engine.run_scanner(self._stop), name="redelivery-scanner"),
-            asyncio.create_task(self._retention_loop(), name="retention"),
-            asyncio.create_task(self._transaction_sweep_loop(), name="transaction-sweep"),
+            asyncio.create_task(
+                self._every(cfg.store.retention.check_interval_s, self._retention_step), name="retention"
+            ),
+            asyncio.create_task(
+                self._every(cfg.transaction.sweep_interval_ms / 1000.0, self._transaction_sweep_step),
+                name="transaction-sweep",
+            ),
             asyncio.create_task(timers.run(self._stop), name="timer-scheduler"),
         ]
         self._trace_task = asyncio.create_task(trace.run(self._stop), name="trace-writer")
@@ -239,26 +244,29 @@ class LocalBroker:
     def timers(self) -> TimerService:
         return self._running().timers
 
-    async def _retention_loop(self) -> None:
-        interval = self.config.store.retention.check_interval_s
-        loop = asyncio.get_running_loop()
+    async def _every(self, interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
+        """Run `step` every `interval_s` until the broker stops (the step logs its own failures)."""
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), interval)
+                await asyncio.wait_for(self._stop.wait(), interval_s)
             if self._stop.is_set():
                 return
+            await step()
+
+    async def _retention_step(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, self._run_retention)
+        except Exception:
+            log.exception("retention run failed")
+        tiering = self.tiering
+        if tiering is not None:
             try:
-                await loop.run_in_executor(None, self._run_retention)
+                await loop.run_in_executor(None, tiering.expire)
+            except SluiceError as exc:  # the bucket is down: the next run finishes the job
+                log.warning("tiered retention failed; will retry", extra=kv(error=exc.message))
             except Exception:
-                log.exception("retention run failed")
-            tiering = self.tiering
-            if tiering is not None:
-                try:
-                    await loop.run_in_executor(None, tiering.expire)
-                except SluiceError as exc:  # the bucket is down: the next run finishes the job
-                    log.warning("tiered retention failed; will retry", extra=kv(error=exc.message))
-                except Exception:
-                    log.exception("tiered retention failed")
+                log.exception("tiered retention failed")
 
     def _run_retention(self) -> int:
         with self._retention_lock:
@@ -640,17 +648,11 @@ class LocalBroker:
     async def claim_transaction_checks(self, topics: list[str], max_checks: int) -> list[TransactionCheck]:
         return self.transactions.claim(topics, max(0, max_checks))
 
-    async def _transaction_sweep_loop(self) -> None:
-        interval = self.config.transaction.sweep_interval_ms / 1000.0
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), interval)
-            if self._stop.is_set():
-                return
-            try:
-                self.transactions.sweep()
-            except Exception:
-                log.exception("transaction sweep failed")
+    async def _transaction_sweep_step(self) -> None:
+        try:
+            self.transactions.sweep()
+        except Exception:
+            log.exception("transaction sweep failed")
 
     # -- observability ---------------------------------------------------------------------------
 
