@@ -23,8 +23,8 @@ server's setting, with an empty access key when none is configured), and a proxy
 ignores them. So the sides differ only by what the server does with those headers (verify the
 signature, check the access rules and the limits) and by its metrics. As that client's two headers
 are identical for every request within one second (the date-time has one-second resolution and is
-the only signed value), the generator computes them once per second (deploy/bench/client.py
-`signed_headers`), as many times per second as the official client would send them.
+the only signed value), the generator computes them once per second and reuses them within it
+(deploy/bench/client.py `signed_headers`): on the wire, the same headers as the official client.
 
 Reports per side throughput (best round) and p50/p99 send latency (median round), and the ratio
 of `on` to `off` max throughput both as the median of the per-round ratios (each round's sides
