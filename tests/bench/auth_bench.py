@@ -31,6 +31,10 @@ of `on` to `off` max throughput both as the median of the per-round ratios (each
 ran back to back, so a round's ratio cancels slow drift of the machine) and best round against
 best round. Target: `on` keeps >= 90% of `off` throughput (the median of per-round ratios
 decides). The `metrics`/`off` and `on`/`metrics` ratios split the cost between metrics and auth.
+Each phase also shows the server's CPU per message (`--watch-pids`) and the CPU that other work
+on the machine used meanwhile ("other work", cores): the median per-round ratio of server CPU per
+message is the server-side cost seen without the throughput's sensitivity to that other work, and
+a round with other work near a core is a disturbed one.
 Every process is stopped by PID and the temp dir removed. Only meaningful on a quiet machine (run
 it under the CPU lock): the three sides and the generator share the same cores.
 """
@@ -165,6 +169,12 @@ def wait_policy(side: Side) -> None:
         time.sleep(1.0)
 
 
+def server_us(result: dict[str, Any]) -> float:
+    """CPU time of the side's server process per message sent (µs), from `--watch-pids`."""
+    cpu = result.get("cpu") or {}
+    return float(cpu.get("watched_us_per_message", 0.0))
+
+
 def summary(results: list[dict[str, Any]], best: bool) -> dict[str, float]:
     sends = [r["meters"]["send"] for r in results]
     rates = [s["messages_per_s"] for s in sends]
@@ -172,6 +182,7 @@ def summary(results: list[dict[str, Any]], best: bool) -> dict[str, float]:
         "messages_per_s": max(rates) if best else statistics.median(rates),
         "p50_ms": statistics.median(s["latency_ms"]["p50"] for s in sends),
         "p99_ms": statistics.median(s["latency_ms"]["p99"] for s in sends),
+        "server_us_per_msg": statistics.median(server_us(r) for r in results),
         "errors": sum(r["error_total"] for r in results),
     }
 
@@ -181,8 +192,12 @@ def ratios(runs: dict[tuple[str, str], list[dict[str, Any]]], top: str, base: st
     tops = [r["meters"]["send"]["messages_per_s"] for r in runs[(top, "max")]]
     bases = [r["meters"]["send"]["messages_per_s"] for r in runs[(base, "max")]]
     paired = [t / b if b else 0.0 for t, b in zip(tops, bases, strict=True)]
+    # Server CPU per message, top over base: what the server itself spends, whatever else ran.
+    cpu = [server_us(t) / server_us(b) if server_us(b) else 0.0
+           for t, b in zip(runs[(top, "max")], runs[(base, "max")], strict=True)]  # fmt: skip
     return {"per_round": [round(x, 3) for x in paired], "median": round(statistics.median(paired), 3),
-            "best_of_rounds": round(max(tops) / max(bases) if max(bases) else 0.0, 3)}  # fmt: skip
+            "best_of_rounds": round(max(tops) / max(bases) if max(bases) else 0.0, 3),
+            "server_cpu_per_msg_median": round(statistics.median(cpu), 3)}  # fmt: skip
 
 
 def main() -> int:
@@ -210,7 +225,9 @@ def main() -> int:
                     result = bench(side, extra, args.seconds)
                     runs.setdefault((side.name, phase), []).append(result)
                     send = result["meters"]["send"]
+                    other = (result.get("cpu") or {}).get("other_cores", 0.0)
                     print(f"{send['messages_per_s']:>9,.0f} msg/s  p99 {send['latency_ms']['p99']:7.2f} ms"
+                          f"  server {server_us(result):5.0f} us/msg  other work {other:.2f} cores"
                           f"  errors {result['error_total']}", file=sys.stderr, flush=True)  # fmt: skip
         report = {f"{name} {phase}": summary(runs[(name, phase)], best=phase == "max")
                   for name, _, _ in SIDES for phase in ("max", "steady")}  # fmt: skip
@@ -222,14 +239,15 @@ def main() -> int:
         if args.json:
             print(json.dumps({"results": report, "ratios": split, "verdict": verdict}, indent=2))
         else:
-            print(f"{'phase':<20}{'msg/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
+            print(f"{'phase':<20}{'msg/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'us/msg':>9}{'errors':>8}")
             for key, s in report.items():
-                print(f"{key:<20}{s['messages_per_s']:>10,.0f}{s['p50_ms']:>9.2f}{s['p99_ms']:>9.2f}{s['errors']:>8}")
+                print(f"{key:<20}{s['messages_per_s']:>10,.0f}{s['p50_ms']:>9.2f}{s['p99_ms']:>9.2f}"
+                      f"{s['server_us_per_msg']:>9,.0f}{s['errors']:>8}")  # fmt: skip
             for key, q in split.items():
                 rounds_text = " ".join(f"{x:.1%}" for x in q["per_round"])
-                print(
-                    f"{key:<12} per round {rounds_text}  median {q['median']:.1%}  best/best {q['best_of_rounds']:.1%}"
-                )
+                print(f"{key:<12} msg/s per round {rounds_text}  median {q['median']:.1%}"
+                      f"  best/best {q['best_of_rounds']:.1%}"
+                      f"  server CPU/msg x{q['server_cpu_per_msg_median']:.3f}")  # fmt: skip
             print(f"{verdict['target']}: {ratio:.1%} -> {'met' if verdict['met'] else 'NOT met'}")
         return 0
     finally:
