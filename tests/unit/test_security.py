@@ -138,6 +138,57 @@ def test_cached_verification_is_dropped_when_the_secret_changes() -> None:
         access.authenticate(signed, DATE)
 
 
+def test_forged_signature_is_rejected_while_a_valid_one_for_the_same_date_time_is_cached() -> None:
+    access = AccessControl(SETTINGS, Clock())
+    access.update(doc())
+    assert access.authenticate(header("alice", sign("s3cret", DATE)), DATE) == "alice"
+    # The cache is keyed by the whole header: another signature for the same date-time is verified.
+    with pytest.raises(Unauthorized, match="does not match"):
+        access.authenticate(header("alice", sign("guess", DATE)), DATE)
+    # Bob's key with Alice's valid signature is still Bob's request, checked with Bob's secret.
+    with pytest.raises(Unauthorized, match="does not match"):
+        access.authenticate(header("bob", sign("s3cret", DATE)), DATE)
+
+
+def test_cached_header_replayed_with_another_date_time_is_rejected() -> None:
+    access = AccessControl(SETTINGS, Clock())
+    access.update(doc())
+    signed = header("alice", sign("s3cret", DATE))
+    access.authenticate(signed, DATE)
+    with pytest.raises(Unauthorized, match="does not match"):
+        access.authenticate(signed, "20261122T032502Z")
+
+
+def test_cached_verification_expires_and_is_checked_again() -> None:
+    clock = Clock()
+    access = AccessControl(SETTINGS, clock)
+    access.update(doc())
+    signed = header("alice", sign("s3cret", DATE))
+    access.authenticate(signed, DATE)
+    # White-box: change the secret without update() (which would drop the cache) to see whether
+    # the HMAC is recomputed. Within signature_cache_s the cached answer stands; past it, it does not.
+    access._secrets["alice"] = b"rotated"
+    clock.now += SETTINGS.signature_cache_s - 1
+    assert access.authenticate(signed, DATE) == "alice"
+    clock.now += 2
+    with pytest.raises(Unauthorized, match="does not match"):
+        access.authenticate(signed, DATE)
+
+
+def test_signature_cache_is_bounded() -> None:
+    access = AccessControl(SETTINGS, Clock())
+    access.update(doc())
+    for second in range(3 * SETTINGS.signature_cache_max):
+        date = f"20261122T0325{second:02d}Z"
+        assert access.authenticate(header("alice", sign("s3cret", date)), date) == "alice"
+        assert len(access._verified) <= SETTINGS.signature_cache_max
+    # Failures are never cached: a forged header costs an HMAC each time and is refused each time.
+    for _ in range(2):
+        with pytest.raises(Unauthorized):
+            access.authenticate(header("alice", sign("guess", DATE)), DATE)
+    assert all(key[0] != header("alice", sign("guess", DATE)) for key in access._verified)
+
+
 # -- access rules -------------------------------------------------------------------------------------
 
 
