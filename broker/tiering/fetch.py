@@ -2,7 +2,8 @@
 
 A point read costs one GET for the footer (the object's last 64 KiB, more only for a larger footer;
 the parsed footer is then cached by the reader) and one GET per row group, whose byte range the
-manifest records. pyarrow decodes through `RangedFile`, a read-only file over the fetched ranges that
+manifest records; read-ahead fetches a run of adjacent row groups with one GET of their span
+(`fetch_row_groups`). pyarrow decodes through `RangedFile`, a read-only file over the fetched ranges that
 GETs any other range it is asked for (so an unexpected read is slower, never wrong).
 
 Checks, each failing with `SegmentCorrupted` naming the object: the object is as long as the
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import bisect
 import io
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -132,15 +134,30 @@ def fetch_footer(objects: ObjectStore, topic: str, entry: SegmentEntry) -> pq.Fi
 
 def fetch_row_group(objects: ObjectStore, entry: SegmentEntry, metadata: pq.FileMetaData, index: int) -> pa.Table:
     """Row group `index` of the object, all columns, with one ranged GET."""
-    ref = entry.row_groups[index]
-    data = objects.get(entry.key, ref.start, ref.end)
-    if len(data) != ref.end - ref.start:
+    ((_, table),) = fetch_row_groups(objects, entry, metadata, [index])
+    return table
+
+
+def fetch_row_groups(
+    objects: ObjectStore, entry: SegmentEntry, metadata: pq.FileMetaData, indices: Sequence[int]
+) -> Iterator[tuple[int, pa.Table]]:
+    """Adjacent row groups `indices` (ascending, consecutive) of the object, all columns, with one ranged
+    GET of their whole span (read-ahead: fewer requests, each one's overhead paid once).
+
+    Yields (index, table) as each row group is decoded, so a reader waiting for the first need not wait
+    for the decoding of the rest."""
+    if any(b != a + 1 for a, b in itertools.pairwise(indices)) or not indices:
+        raise ValueError(f"row groups {list(indices)} are not consecutive")
+    first, last = entry.row_groups[indices[0]], entry.row_groups[indices[-1]]
+    data = objects.get(entry.key, first.start, last.end)
+    if len(data) != last.end - first.start:
         raise truncated(entry.key, entry.size)
     where = f"tiered object {entry.key}"
-    pf = open_segment(RangedFile(objects, entry.key, entry.size, {ref.start: data}), where, metadata)
-    table = read_row_group(pf, index, where)
-    _check_rows(table, entry, index)
-    return table
+    pf = open_segment(RangedFile(objects, entry.key, entry.size, {first.start: data}), where, metadata)
+    for index in indices:
+        table = read_row_group(pf, index, where)
+        _check_rows(table, entry, index)
+        yield index, table
 
 
 def _check_rows(table: pa.Table, entry: SegmentEntry, index: int) -> None:

@@ -2,9 +2,11 @@
 
 `read(topic, queue_id, offset, max_messages)` looks the offset up in the manifest, fetches only the
 row groups it needs (fetch.py: one ranged GET each, plus one for a segment's footer), keeps decoded
-row groups and footers in a byte-bounded LRU (`cache_bytes`), and prefetches the next
-`read_ahead_row_groups` row groups of the queue in the background so a consumer catching up reads
-from memory. Records come back exactly as the CommitLog held them (body, properties, ids, offsets).
+row groups and footers in a byte-bounded LRU (`cache_bytes`), and keeps the next
+`read_ahead_row_groups` row groups of the queue decoded or on their way in the background (a run of
+them fetched with one GET of its span) so a consumer catching up reads from memory; `read_cached` is
+the same read answered from memory only (None if it would need I/O), for the event loop.
+Records come back exactly as the CommitLog held them (body, properties, ids, offsets).
 
 Lookups: by message id and by key scan the id / keys columns of at most `lookup_max_segments`
 segments (newest first, optionally within a store-time window); `offset_for_timestamp` prunes by
@@ -14,7 +16,8 @@ Failures: a read that needs the object store while it is unreachable raises `Una
 the object (bounded by the client's timeouts, never a hang); a corrupt or truncated object raises
 `SegmentCorrupted` (a `MessageCorrupted`) naming it, and other segments stay readable.
 
-Every method is blocking (object store I/O): call it from a worker thread. Thread-safe.
+Every method but `read_cached` and `bounds` is blocking (object store I/O): call it from a worker
+thread. Thread-safe.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from broker.store.record import MessageRecord
 from broker.tiering import expiry
 from broker.tiering.cache import CacheStats, LruCache
 from broker.tiering.config import TieringConfig
-from broker.tiering.fetch import fetch_footer, fetch_row_group, scan_columns
+from broker.tiering.fetch import fetch_footer, fetch_row_group, fetch_row_groups, scan_columns
 from broker.tiering.manifest import Manifest, SegmentEntry
 from broker.tiering.objectstore import ObjectStore
 from broker.tiering.segment import table_to_records
@@ -44,6 +47,8 @@ log = logging.getLogger("sluice.tiering.reader")
 _FOOTER = -1  # cache key index of a segment's footer
 _LOOKUP_COLUMNS = ["queue_id", "queue_offset"]
 _RECORD_OVERHEAD_BYTES = 600  # Python objects of one decoded record beyond its Arrow bytes (cache accounting)
+_MAX_SPAN_BYTES = 16 << 20  # one read-ahead GET fetches at most this much (compressed)
+_MAX_INFLIGHT_PER_READ_AHEAD = 4  # row groups prefetching at once, in units of read_ahead_row_groups
 
 
 class ColdReader:
@@ -94,8 +99,16 @@ class ColdReader:
         assert isinstance(records, list)
         return records
 
+    def _cached_row_group(self, topic: str, entry: SegmentEntry, index: int) -> list[MessageRecord] | None:
+        records = self._cache.get((entry.key, index))
+        assert records is None or isinstance(records, list)
+        return records
+
     def _load(self, topic: str, entry: SegmentEntry, index: int) -> list[MessageRecord]:
         table = fetch_row_group(self.objects, entry, self._footer(topic, entry), index)
+        return self._decoded(topic, entry, index, table)
+
+    def _decoded(self, topic: str, entry: SegmentEntry, index: int, table: pa.Table) -> list[MessageRecord]:
         records = table_to_records(table, topic)
         self._cache.put((entry.key, index), records, table.nbytes + _RECORD_OVERHEAD_BYTES * len(records))
         return records
@@ -113,6 +126,20 @@ class ColdReader:
         Stops at the tiered end; starts at the next tiered offset if `offset` itself is not tiered
         (a gap left by local retention before tiering). Empty when nothing at or after it is tiered.
         """
+        out = self._collect(topic, queue_id, offset, max_messages, self._row_group)
+        assert out is not None
+        return out
+
+    def read_cached(self, topic: str, queue_id: int, offset: int, max_messages: int = 32) -> list[MessageRecord] | None:
+        """What `read` answers, from row groups already decoded in memory; None when one it needs is not
+        (then call `read`, in a worker thread). No I/O and no decoding: safe on the event loop, so a
+        consumer catching up through prefetched row groups does not pay a thread hop per batch."""
+        return self._collect(topic, queue_id, offset, max_messages, self._cached_row_group)
+
+    def _collect(
+        self, topic: str, queue_id: int, offset: int, max_messages: int,
+        row_group: Callable[[str, SegmentEntry, int], list[MessageRecord] | None],
+    ) -> list[MessageRecord] | None:  # fmt: skip
         out: list[MessageRecord] = []
         nxt = offset
         while len(out) < max_messages:
@@ -120,7 +147,9 @@ class ColdReader:
             if loc is None:
                 break
             entry, index = loc
-            records = self._row_group(topic, entry, index)
+            records = row_group(topic, entry, index)
+            if records is None:
+                return None
             rows = _queue_rows(records, entry, index, queue_id, nxt, max_messages - len(out))
             out.extend(rows)
             ref = entry.row_groups[index]
@@ -133,39 +162,70 @@ class ColdReader:
         return out
 
     def _read_ahead(self, topic: str, queue_id: int, offset: int) -> None:
+        """Keep the next `read_ahead_row_groups` row groups of the queue after the one holding `offset`
+        decoded or on their way. When one of them is neither, fetch that many from it on in the
+        background, each run of adjacent row groups of one object with one GET of its span: a
+        sequential reader then costs about one request per `read_ahead_row_groups` row groups, and
+        decoding (pyarrow, off the GIL) overlaps the consumer's pulls."""
+        ahead = self.config.read_ahead_row_groups
+        runs: list[tuple[SegmentEntry, list[int]]] = []
+        wanted = 0
         nxt = offset
-        submitted = 0
-        for _ in range(self.config.read_ahead_row_groups + 1):
-            loc = self.manifest.locate(topic, queue_id, nxt)
-            if loc is None:
-                return
-            entry, index = loc
-            key = (entry.key, index)
-            with self._lock:
-                wanted = key not in self._cache and key not in self._inflight
-                if wanted and len(self._inflight) < 4 * self.config.read_ahead_row_groups:
+        with self._lock:
+            for looked in range(1 + 2 * ahead):
+                loc = self.manifest.locate(topic, queue_id, nxt)
+                if loc is None:
+                    break
+                entry, index = loc
+                key = (entry.key, index)
+                if key in self._inflight or key in self._cache:
+                    if wanted or looked >= ahead:  # a run stops at what is there; a full window needs nothing
+                        break
+                else:
+                    if len(self._inflight) >= _MAX_INFLIGHT_PER_READ_AHEAD * ahead:
+                        break
                     self._inflight[key] = threading.Event()
-                    try:
-                        self._prefetcher.submit(self._prefetch, topic, entry, index)
-                    except RuntimeError:  # shut down
-                        self._inflight.pop(key).set()
-                        return
-                    submitted += 1
-            if submitted >= self.config.read_ahead_row_groups:
-                return
-            ref = entry.row_groups[index]
-            nxt = ref.last_offset + 1 if ref.last_queue == queue_id else entry.queues[queue_id][1] + 1
+                    last = runs[-1] if runs else None
+                    if (
+                        last is not None
+                        and last[0].key == entry.key
+                        and last[1][-1] == index - 1
+                        and _span(entry, last[1][0], index) <= _MAX_SPAN_BYTES
+                    ):
+                        last[1].append(index)
+                    else:
+                        runs.append((entry, [index]))
+                    wanted += 1
+                    if wanted >= ahead:
+                        break
+                ref = entry.row_groups[index]
+                nxt = ref.last_offset + 1 if ref.last_queue == queue_id else entry.queues[queue_id][1] + 1
+        for entry, indices in runs:
+            try:
+                self._prefetcher.submit(self._prefetch, topic, entry, indices)
+            except RuntimeError:  # shut down
+                for index in indices:
+                    self._prefetched(entry, index)
 
-    def _prefetch(self, topic: str, entry: SegmentEntry, index: int) -> None:
+    def _prefetch(self, topic: str, entry: SegmentEntry, indices: list[int]) -> None:
+        pending = list(indices)
         try:
-            self._load(topic, entry, index)
+            md = self._footer(topic, entry)
+            for index, table in fetch_row_groups(self.objects, entry, md, indices):
+                self._decoded(topic, entry, index, table)
+                pending.remove(index)
+                self._prefetched(entry, index)  # after the cache holds it: a waiting read finds it there
         except Exception as exc:  # a later read reports it; read-ahead is only a hint
-            log.debug("read-ahead failed", extra=kv(key=entry.key, row_group=index, error=str(exc)))
+            log.debug("read-ahead failed", extra=kv(key=entry.key, row_groups=indices, error=str(exc)))
         finally:
-            with self._lock:
-                done = self._inflight.pop((entry.key, index), None)
-            if done is not None:
-                done.set()
+            for index in pending:
+                self._prefetched(entry, index)
+
+    def _prefetched(self, entry: SegmentEntry, index: int) -> None:
+        with self._lock:
+            done = self._inflight.pop((entry.key, index), None)
+        if done is not None:
+            done.set()
 
     # -- lookups ---------------------------------------------------------------------------------
 
@@ -231,6 +291,11 @@ class ColdReader:
     def expire(self, now_s: float | None = None) -> int:
         """Delete whole objects whose newest message is older than the topic's tiered retention."""
         return expiry.expire(self.manifest, self.objects, self.config, self._clock() if now_s is None else now_s)
+
+
+def _span(entry: SegmentEntry, first: int, last: int) -> int:
+    """Bytes of row groups first..last of a segment (adjacent in the object)."""
+    return entry.row_groups[last].end - entry.row_groups[first].start
 
 
 def _queue_rows(

@@ -8,7 +8,8 @@ local disk:
 
 - `floor(topic, queue)`: the oldest offset readable anywhere (tiered or local), what "earliest" means;
 - `read` / `get` / `find_by_id` / `find_by_key` / `offset_for_timestamp`: the cold read path, each
-  run in the tiering read executor, never on the event loop (S3 and pyarrow block);
+  run in the tiering read executor, never on the event loop (S3 and pyarrow block), except a read
+  whose row groups are all decoded in memory already (a slice of the cache, answered in place);
 - `status`, `upload_now`, `evict_local`: the `sluice admin tier ...` operations;
 - `expire()`: tiered retention, run by the broker's retention loop.
 
@@ -123,7 +124,14 @@ class BrokerTiering:
     # -- the cold read path ----------------------------------------------------------------------
 
     async def read(self, topic: str, queue_id: int, offset: int, max_messages: int) -> list[MessageRecord]:
-        """Tiered messages of a queue from `offset` (or the next tiered one) on, in offset order."""
+        """Tiered messages of a queue from `offset` (or the next tiered one) on, in offset order.
+
+        Answered on the event loop when every row group it needs is already decoded in memory (a
+        consumer catching up through read-ahead: a list slice, no thread hop); otherwise in the read
+        threads, which fetch and decode."""
+        hit = self.reader.read_cached(topic, queue_id, offset, max_messages)
+        if hit is not None:
+            return hit
         return await self._call(self.reader.read, topic, queue_id, offset, max_messages)
 
     async def get(self, topic: str, queue_id: int, offset: int) -> MessageRecord | None:

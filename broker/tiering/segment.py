@@ -39,7 +39,8 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from itertools import pairwise, repeat
 from typing import Any
 
 import pyarrow as pa
@@ -161,35 +162,68 @@ def records_to_table(records: Sequence[MessageRecord]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
+# table_to_records passes MessageRecord's fields by position: this order is checked at import.
+_RECORD_FIELDS = (
+    "topic", "queue_id", "body", "message_id", "tag", "keys", "message_group", "properties", "system_properties",
+    "message_type", "flags", "born_timestamp_ms", "born_host", "store_host", "delivery_timestamp_ms",
+    "delivery_attempt", "queue_offset", "physical_offset", "store_timestamp_ms", "size",
+)  # fmt: skip
+if tuple(f.name for f in fields(MessageRecord)) != _RECORD_FIELDS:
+    raise ImportError("MessageRecord's fields changed order: update table_to_records and _RECORD_FIELDS")
+
+
+def _ints(column: pa.ChunkedArray) -> list[int]:
+    """An integer or timestamp column as Python ints (nulls as 0: only `delivery_timestamp` has any)."""
+    if pa.types.is_timestamp(column.type):
+        column = column.cast(pa.int64())
+    if column.null_count:
+        column = column.fill_null(0)
+    return column.to_pylist()
+
+
+def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _tuples(column: pa.ChunkedArray) -> list[tuple[str, ...]]:
+    arr = _one_chunk(column)
+    # Offsets are absolute into the unsliced child `values`, so the pair is consistent for slices too.
+    bounds = arr.offsets.to_pylist()
+    values = arr.values.to_pylist()
+    return [tuple(values[a:b]) for a, b in pairwise(bounds)]
+
+
+def _dicts(column: pa.ChunkedArray) -> list[dict[str, str]]:
+    arr = _one_chunk(column)
+    bounds = arr.offsets.to_pylist()
+    if bounds[0] == bounds[-1]:  # every map empty (user properties often are): no per-row slicing
+        return [{} for _ in range(len(arr))]
+    keys, items = arr.keys.to_pylist(), arr.items.to_pylist()
+    return [dict(zip(keys[a:b], items[a:b], strict=True)) for a, b in pairwise(bounds)]
+
+
 def table_to_records(table: pa.Table, topic: str) -> list[MessageRecord]:
-    """Records of `table` (any subset of rows of a segment, all columns) in row order."""
+    """Records of `table` (any subset of rows of a segment, all columns) in row order.
+
+    Column-wise: each column becomes a Python list once (pyarrow, in C) and the records are built by
+    one map() over those lists, several times cheaper than indexing every column per row; this is
+    the cold read path's main cost under the GIL.
+    """
     present = set(table.column_names)
     missing = [f.name for f in SCHEMA if f.name not in present]
     if missing:
         raise SegmentCorrupted(f"segment rows lack column(s) {', '.join(missing)}")
-
-    def col(name: str) -> list[Any]:
-        column = table.column(name)
-        if pa.types.is_timestamp(column.type):
-            column = column.cast(pa.int64())
-        return column.to_pylist()
-
-    c = {f.name: col(f.name) for f in SCHEMA}
-    out: list[MessageRecord] = []
-    for i in range(table.num_rows):
-        out.append(
-            MessageRecord(
-                topic=topic, queue_id=c["queue_id"][i], body=c["body"][i], message_id=c["message_id"][i],
-                tag=c["tag"][i], keys=tuple(c["keys"][i]), message_group=c["message_group"][i],
-                properties=dict(c["properties"][i]), system_properties=dict(c["system_properties"][i]),
-                message_type=c["message_type"][i], flags=c["flags"][i], born_timestamp_ms=c["born_timestamp"][i],
-                born_host=c["born_host"][i], store_host=c["store_host"][i],
-                delivery_timestamp_ms=c["delivery_timestamp"][i] or 0, delivery_attempt=c["delivery_attempt"][i],
-                queue_offset=c["queue_offset"][i], physical_offset=c["commitlog_position"][i],
-                store_timestamp_ms=c["store_timestamp"][i], size=c["commitlog_size"][i],
-            )
-        )  # fmt: skip
-    return out
+    c = table.column
+    n = table.num_rows
+    # Positional arguments in MessageRecord's field order; map() walks the columns in C.
+    return list(map(
+        MessageRecord, repeat(topic, n), _ints(c("queue_id")), c("body").to_pylist(), c("message_id").to_pylist(),
+        c("tag").to_pylist(), _tuples(c("keys")), c("message_group").to_pylist(), _dicts(c("properties")),
+        _dicts(c("system_properties")), _ints(c("message_type")), _ints(c("flags")), _ints(c("born_timestamp")),
+        c("born_host").to_pylist(), c("store_host").to_pylist(), _ints(c("delivery_timestamp")),
+        _ints(c("delivery_attempt")), _ints(c("queue_offset")), _ints(c("commitlog_position")),
+        _ints(c("store_timestamp")), _ints(c("commitlog_size")),
+    ))  # fmt: skip
 
 
 def _row_group_sizes(records: Sequence[MessageRecord], max_rows: int, max_bytes: int) -> list[int]:

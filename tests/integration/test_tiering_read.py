@@ -1,9 +1,10 @@
 """The cold reader against a real S3-compatible server (moto on loopback).
 
 A point read fetches only the footer and the one row group it needs (GETs and bytes counted by
-`MeteredObjectStore`), read-ahead prefetches the next row groups of a queue, a corrupt or truncated
-object fails with an error naming it while other segments stay readable, lookups by id, key and time
-agree with the local store's, and tiered retention deletes whole expired objects.
+`MeteredObjectStore`), read-ahead prefetches the next row groups of a queue with one GET of their
+span, a read from memory never touches the bucket, a corrupt or truncated object fails with an
+error naming it while other segments stay readable, lookups by id, key and time agree with the
+local store's, and tiered retention deletes whole expired objects.
 """
 
 from __future__ import annotations
@@ -86,20 +87,40 @@ def test_point_read_fetches_only_the_needed_row_group(rig_one_segment: TierRig) 
     assert rig.objects.snapshot().gets == 3  # one more row group, the footer is cached
 
 
-def test_read_ahead_prefetches_the_next_row_groups(rig_one_segment: TierRig) -> None:
+def test_read_ahead_fetches_the_next_row_groups_with_one_get(rig_one_segment: TierRig) -> None:
     rig = rig_one_segment
+    (seg,) = rig.manifest.segments("orders")
+    groups = seg.row_groups
     reader = ColdReader(rig.manifest, rig.objects, dataclasses.replace(rig.config, read_ahead_row_groups=2))
     local = rig.local("orders", 0)
     rig.objects.reset()
     assert reader.read("orders", 0, 0, 10) == local[:10]
     deadline = time.monotonic() + WAIT_S
-    while rig.objects.snapshot().gets < 4 and time.monotonic() < deadline:  # footer + 1 read + 2 ahead
+    while reader.read_cached("orders", 0, 64, 128 - 64) is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    time.sleep(0.05)
-    assert rig.objects.snapshot().gets == 4
-    assert reader.read("orders", 0, 10, 64 * 2 - 10) == local[10:128]
+    snap = rig.objects.snapshot()
+    # The footer, row group 0 for the read, then row groups 1 and 2 ahead in one GET of their span.
+    assert snap.gets == 3
+    assert snap.get_bytes == TAIL_BYTES + (groups[0].end - groups[0].start) + (groups[2].end - groups[1].start)
+    assert reader.read_cached("orders", 0, 10, 128 - 10) == local[10:128]  # from memory
     reader.close()
-    assert rig.objects.snapshot().gets <= 6  # the read may have scheduled the next two
+    assert rig.objects.snapshot().gets <= 4  # the reads above may have sent the next run (3-4) ahead
+
+
+def test_read_cached_answers_from_memory_or_not_at_all(rig_one_segment: TierRig) -> None:
+    """What the broker answers on its event loop: never a GET, None whenever a row group it needs is
+    not decoded yet (the read then goes to the read threads), else exactly what `read` answers."""
+    rig = rig_one_segment
+    local = rig.local("orders", 0)
+    rig.objects.reset()
+    assert rig.reader.read_cached("orders", 0, 100, 5) is None
+    assert rig.objects.snapshot().gets == 0
+    assert rig.reader.read("orders", 0, 100, 5) == local[100:105]  # row group 1 (offsets 64-127)
+    gets = rig.objects.snapshot().gets
+    assert rig.reader.read_cached("orders", 0, 64, 64) == local[64:128]
+    assert rig.reader.read_cached("orders", 0, 120, 20) is None  # runs into row group 2
+    assert rig.reader.read_cached("orders", 0, 5000, 5) == rig.reader.read("orders", 0, 5000, 5) == []
+    assert rig.objects.snapshot().gets == gets
 
 
 def damage(rig: TierRig, key: str, row_group: int) -> None:
