@@ -103,6 +103,13 @@ def outgoing(msg: pb.Message, peer: str, body: bytes | None = None) -> OutgoingM
     )
 
 
+def _set_ms(ts: Timestamp, ms: int) -> None:
+    """`ts.FromMilliseconds(ms)` without its Python-level checks (twice per delivered message)."""
+    seconds, rest = divmod(ms, 1000)
+    ts.seconds = seconds
+    ts.nanos = rest * 1_000_000
+
+
 def delivered(msg: StoredMessage, namespace: str) -> pb.Message:
     out = pb.Message()
     out.topic.name = names.unwrap(namespace, msg.topic)
@@ -118,9 +125,9 @@ def delivered(msg: StoredMessage, namespace: str) -> pb.Message:
     sp.body_digest.checksum = hashlib.md5(msg.body).hexdigest().upper()
     sp.body_encoding = pb.GZIP if msg.body_gzip else pb.IDENTITY
     sp.message_type = cast(pb.MessageType, int(msg.message_type))
-    sp.born_timestamp.FromMilliseconds(msg.born_timestamp_ms)
+    _set_ms(sp.born_timestamp, msg.born_timestamp_ms)
     sp.born_host = msg.born_host
-    sp.store_timestamp.FromMilliseconds(msg.store_timestamp_ms)
+    _set_ms(sp.store_timestamp, msg.store_timestamp_ms)
     sp.store_host = msg.store_host
     if msg.delivery_timestamp_ms:
         sp.delivery_timestamp.FromMilliseconds(msg.delivery_timestamp_ms)
