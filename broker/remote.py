@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -60,14 +61,12 @@ DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_RECONNECT_BACKOFF_MAX_S = 5.0
 _RECONNECT_BACKOFF_INITIAL_S = 1.0
 _MS_PER_S = 1000.0
-# Bounds of one SendBatch call: far below the message size limit of the internal RPC.
+# Sends to one broker leave one call at a time; sends made while a call is in flight wait for it to
+# end and leave together in one SendBatch call (`_drain_sends`). Under load that is one RPC for many
+# sends on both sides, which is what lets a proxy and a broker on 2 cores carry 1,000 single-message
+# sends/s (tests/bench/proxy_bench.py); at low load a send leaves at once. Bounds of one call, far
+# below the message size limit of the internal RPC:
 MAX_SENDS_PER_BATCH = 64
-# Send calls in flight to one broker. While one is, new sends wait and leave together when it ends:
-# under load, sends coalesce into SendBatch calls (one RPC for many, on both sides, which is what
-# lets a proxy and a broker on 2 cores carry 1,000 single-message sends/s); at low load a send
-# leaves at once. Measured (tests/bench/proxy_bench.py): 1 batches ~4 sends per call at full load
-# and keeps 1,000 msg/s at p50 ~3 ms; 2 batches ~1.7 and falls behind sooner.
-MAX_SEND_CALLS_IN_FLIGHT = 1
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 
 
@@ -102,10 +101,9 @@ class RemoteBroker:
         )
         self._stub: Any = pb_grpc.BrokerStub(self._channel)
         self._closed = False
-        # Sends waiting for the next flush (see `send`), and the calls carrying flushed ones.
-        self._pending_sends: list[tuple[pb.SendRequest, asyncio.Future[list[SendResult]]]] = []
-        self._pending_bytes = 0
-        self._send_tasks: set[asyncio.Task[None]] = set()
+        # Sends waiting for the next call, and the task making the calls while there are any (`send`).
+        self._pending_sends: list[_PendingSend] = []
+        self._sender: asyncio.Task[None] | None = None
         self._send_batch_ok = True  # False once the broker answered SendBatch with UNIMPLEMENTED
 
     @property
@@ -204,8 +202,8 @@ class RemoteBroker:
     # -- produce --------------------------------------------------------------------------------
 
     async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
-        """Store `messages` in one queue. Sends made while the event loop is busy with other work
-        (concurrent client requests) leave in one SendBatch call: see `_flush_sends`."""
+        """Store `messages` in one queue. Sends to this broker leave one call at a time, and sends
+        made meanwhile leave together in one SendBatch call: see `_drain_sends`."""
         with _encoding("send"):
             request = pb.SendRequest(
                 topic=topic, queue_id=queue_id, messages=[convert.outgoing_to_pb(m) for m in messages]
@@ -214,79 +212,84 @@ class RemoteBroker:
             raise Unavailable(f"{self._target}: client is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[SendResult]] = loop.create_future()
-        self._pending_sends.append((request, future))
-        self._pending_bytes += sum(len(m.body) for m in messages)
-        if len(self._pending_sends) >= MAX_SENDS_PER_BATCH or self._pending_bytes >= MAX_BATCH_BYTES:
-            self._flush_sends(force=True)
-        elif len(self._pending_sends) == 1 and len(self._send_tasks) < MAX_SEND_CALLS_IN_FLIGHT:
-            # After every task the loop has ready now: those that send too join this call.
-            loop.call_soon(self._flush_sends)
-        # Else a send call is in flight: this one leaves when a call ends, with all sends made meanwhile.
+        self._pending_sends.append(_PendingSend(request, future, current_request(), sum(len(m.body) for m in messages)))
+        if self._sender is None:
+            self._sender = loop.create_task(self._drain_sends(), name=f"send-to-{self._name}")
         return await future
 
-    def _flush_sends(self, force: bool = False) -> None:
-        """Send what is pending: one Send call for a lone send, else one SendBatch call; unless
-        `force`, only while fewer than MAX_SEND_CALLS_IN_FLIGHT calls are in flight."""
-        if not force and len(self._send_tasks) >= MAX_SEND_CALLS_IN_FLIGHT:
-            return  # `_send_done` flushes when one ends
-        batch = [(r, f) for r, f in self._pending_sends if not f.done()]  # done: the caller gave up (cancelled)
-        self._pending_sends = []
-        self._pending_bytes = 0
-        if not batch:
-            return
-        loop = asyncio.get_running_loop()
-        if len(batch) > 1 and self._send_batch_ok:
-            calls = [self._send_batch(batch)]
-        else:
-            calls = [self._send_single(r, f) for r, f in batch]
-        for call in calls:
-            task = loop.create_task(call)
-            self._send_tasks.add(task)
-            task.add_done_callback(self._send_done)
-
-    def _send_done(self, task: asyncio.Task[None]) -> None:
-        self._send_tasks.discard(task)
-        if self._pending_sends:
-            self._flush_sends()
-
-    async def _send_single(self, request: pb.SendRequest, future: asyncio.Future[list[SendResult]]) -> None:
+    async def _drain_sends(self) -> None:
+        """Send what is pending, one call at a time, until nothing is: a lone send as a Send, several
+        as one SendBatch. The task's first step runs on the loop's next turn, so the sends of every
+        request the loop handles meanwhile join the first call; sends made during a call, the next."""
         try:
-            response = await self._call(self._stub.Send, request)
+            while batch := self._take_sends():
+                if len(batch) == 1 or not self._send_batch_ok:
+                    await asyncio.gather(*(self._send_single(p) for p in batch))
+                else:
+                    await self._send_batch(batch)
+        finally:
+            self._sender = None
+            if self._pending_sends:  # only when this task was cancelled (the loop is shutting down)
+                for p in self._pending_sends:
+                    _settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
+                self._pending_sends = []
+
+    def _take_sends(self) -> list[_PendingSend]:
+        """The oldest pending sends, within one call's bounds; skips those whose caller gave up."""
+        taken: list[_PendingSend] = []
+        size = 0
+        i = 0
+        pending = self._pending_sends
+        while i < len(pending) and len(taken) < MAX_SENDS_PER_BATCH:
+            p = pending[i]
+            if taken and size + p.body_bytes > MAX_BATCH_BYTES:
+                break
+            i += 1
+            if not p.future.done():
+                taken.append(p)
+                size += p.body_bytes
+        del pending[:i]
+        return taken
+
+    async def _send_single(self, p: _PendingSend) -> None:
+        try:
+            response = await self._call(self._stub.Send, p.request, ids=p.ids)
             outcome: list[SendResult] | BaseException = [convert.send_result_from_pb(r) for r in response.results]
         except asyncio.CancelledError:
-            _settle(future, Unavailable(f"{self._target}: the send was cancelled (client closing)"))
+            _settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
             raise
         except Exception as exc:
             outcome = exc
-        _settle(future, outcome)
+        _settle(p.future, outcome)
 
-    async def _send_batch(self, batch: list[tuple[pb.SendRequest, asyncio.Future[list[SendResult]]]]) -> None:
-        request = pb.SendBatchRequest(sends=[r for r, _ in batch])
+    async def _send_batch(self, batch: list[_PendingSend]) -> None:
+        request = pb.SendBatchRequest(sends=[p.request for p in batch])
         try:
-            response = await self._call(self._stub.SendBatch, request, tagged=False)
+            # It serves several requests: it carries none's request id.
+            response = await self._call(self._stub.SendBatch, request, ids=("", ""))
         except _Unimplemented:  # a broker that predates SendBatch: one Send each, from now on
             self._send_batch_ok = False
-            await asyncio.gather(*(self._send_single(r, f) for r, f in batch))
+            await asyncio.gather(*(self._send_single(p) for p in batch))
             return
         except asyncio.CancelledError:
-            for _, future in batch:
-                _settle(future, Unavailable(f"{self._target}: the send was cancelled (client closing)"))
+            for p in batch:
+                _settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
             raise
         except Exception as exc:
-            for _, future in batch:
-                _settle(future, exc)
+            for p in batch:
+                _settle(p.future, exc)
             return
         if len(response.outcomes) != len(batch):
             error = InternalError(f"{self._target}: SendBatch answered {len(response.outcomes)} outcomes for "
                                   f"{len(batch)} sends")  # fmt: skip
-            for _, future in batch:
-                _settle(future, error)
+            for p in batch:
+                _settle(p.future, error)
             return
-        for (_, future), outcome in zip(batch, response.outcomes, strict=True):
+        for p, outcome in zip(batch, response.outcomes, strict=True):
             if outcome.error_code:
-                _settle(future, error_for_code(outcome.error_code, outcome.error_message))
+                _settle(p.future, error_for_code(outcome.error_code, outcome.error_message))
             else:
-                _settle(future, [convert.send_result_from_pb(r) for r in outcome.results])
+                _settle(p.future, [convert.send_result_from_pb(r) for r in outcome.results])
 
     # -- pop consumption ------------------------------------------------------------------------
 
@@ -457,12 +460,14 @@ class RemoteBroker:
     def _long_poll_timeout_s(self, long_poll_ms: int) -> float:
         return max(long_poll_ms, 0) / _MS_PER_S + self._timeout_s
 
-    async def _call(self, method: Any, request: Any, timeout_s: float | None = None, *, tagged: bool = True) -> Any:
-        """One unary call; `tagged`: it carries the request id and client id of the request it serves
-        (a SendBatch serves several and carries none)."""
+    async def _call(
+        self, method: Any, request: Any, timeout_s: float | None = None, *, ids: tuple[str, str] | None = None
+    ) -> Any:
+        """One unary call carrying the request id and client id of the request it serves: `ids`, else
+        those of the current task."""
         if self._closed:
             raise Unavailable(f"{self._target}: client is closed")
-        request_id, client_id = current_request() if tagged else ("", "")
+        request_id, client_id = current_request() if ids is None else ids
         metadata = ((MD_REQUEST_ID, request_id), (MD_CLIENT_ID, client_id)) if request_id or client_id else None
         try:
             return await method(request, timeout=timeout_s if timeout_s is not None else self._timeout_s,
@@ -471,6 +476,14 @@ class RemoteBroker:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED and method is self._stub.SendBatch:
                 raise _Unimplemented from None
             raise error_from_rpc(exc, self._target) from None
+
+
+@dataclass(slots=True)
+class _PendingSend:
+    request: pb.SendRequest
+    future: asyncio.Future[list[SendResult]]
+    ids: tuple[str, str]  # request id and client id of the request the send serves
+    body_bytes: int
 
 
 class _Unimplemented(Exception):
