@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import struct
 import zlib
 from collections.abc import Callable
@@ -52,6 +53,7 @@ def unwrap(
         raise error(f"{what} is malformed{hint}") from None
 
 
+@functools.lru_cache(maxsize=4096)  # twice per delivered and per acknowledged message, few distinct names
 def name_crc(name: str) -> int:
     """CRC-32 of a topic or group name: handles carry it to refuse use with another name."""
     return zlib.crc32(name.encode("utf-8"))

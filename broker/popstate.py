@@ -26,6 +26,7 @@ Single-writer: all mutations run on the broker's event loop thread.
 from __future__ import annotations
 
 import collections
+import functools
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -70,7 +71,10 @@ class PopEntry:
         return cls(EntryState(state), attempt, version, until, mg)
 
 
+@functools.lru_cache(maxsize=4096)
 def _name(text: str) -> bytes:
+    # Cached: every key of a pop or an ack starts with the same group and topic names, several
+    # keys per message (entry, deadline, cursor), and encoding them again costs more than a lookup.
     b = text.encode("utf-8")
     return _U16.pack(len(b)) + b
 

@@ -11,19 +11,24 @@ deadline passes or the server stops, gRPC cancels the handler's task, which canc
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import TypeAlias
 
 import grpc
 
 from broker import grpc_convert as convert
 from broker.api import BrokerApi
-from common.errors import Unsupported
+from common.codes import Code
+from common.errors import SluiceError, Unsupported
+from common.logs import kv
 from common.security import SecurityStoreApi
 from proto.rpc import internal_rpc
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
 Context: TypeAlias = grpc.aio.ServicerContext
+log = logging.getLogger("sluice.broker.rpc")
 
 
 class BrokerServicer(pb_grpc.BrokerServicer):
@@ -103,6 +108,25 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         messages = [convert.outgoing_from_pb(m) for m in request.messages]
         results = await self._api.send(request.topic, request.queue_id, messages)
         return pb.SendResponse(results=[convert.send_result_to_pb(r) for r in results])
+
+    @internal_rpc
+    async def SendBatch(self, request: pb.SendBatchRequest, context: Context) -> pb.SendBatchResponse:
+        # The sends run concurrently (their appends share the writer's group commit); each one's
+        # failure is its own outcome, as if it had been a Send of its own.
+        outcomes = await asyncio.gather(*(self._send_one(s) for s in request.sends))
+        return pb.SendBatchResponse(outcomes=outcomes)
+
+    async def _send_one(self, send: pb.SendRequest) -> pb.SendOutcome:
+        try:
+            messages = [convert.outgoing_from_pb(m) for m in send.messages]
+            results = await self._api.send(send.topic, send.queue_id, messages)
+        except SluiceError as exc:
+            return pb.SendOutcome(error_code=int(exc.code), error_message=exc.message)
+        except Exception as exc:
+            log.exception("send of a batch failed", extra=kv(topic=send.topic, queue=send.queue_id))
+            return pb.SendOutcome(error_code=int(Code.INTERNAL_SERVER_ERROR),
+                                  error_message=f"internal error: {type(exc).__name__}: {exc}")  # fmt: skip
+        return pb.SendOutcome(results=[convert.send_result_to_pb(r) for r in results])
 
     # -- pop consumption ------------------------------------------------------------------------
 

@@ -73,6 +73,11 @@ class FlowControl:
                                         self._bucket(limit.bytes_per_s, now))  # fmt: skip
         self._buckets = fresh
 
+    @property
+    def limited(self) -> bool:
+        """Whether any limit is in force (without one, admission needs no look at a request)."""
+        return bool(self._buckets)
+
     def _bucket(self, rate: float, now: float) -> TokenBucket | None:
         return TokenBucket(rate / self._proxy_count, self._burst_s, now) if rate > 0 else None
 

@@ -72,30 +72,42 @@ def ts_ms(ts: Timestamp) -> int:
     return ts.seconds * 1000 + ts.nanos // 1_000_000
 
 
-def outgoing(msg: pb.Message, peer: str) -> OutgoingMessage:
+def outgoing(msg: pb.Message, peer: str, body: bytes | None = None) -> OutgoingMessage:
+    """`body`: `msg.body` if the caller read it already (each read of a bytes field copies it)."""
+    # Hot path (once per produced message): every attribute read of a upb message costs, so each
+    # field is read once, and empty repeated and map fields are tested before being copied.
     sp = msg.system_properties
-    mtype = message_type(sp.message_type)
+    mtype = _TYPES.get(sp.message_type) or message_type(sp.message_type)
     sysprops: dict[str, str] = {}
     if sp.HasField("trace_context"):
         sysprops[SYSPROP_TRACE_CONTEXT] = sp.trace_context
     if sp.HasField("orphaned_transaction_recovery_duration"):
         d = sp.orphaned_transaction_recovery_duration
         sysprops[SYSPROP_TX_RECOVERY_MS] = str(d.seconds * 1000 + d.nanos // 1_000_000)
-    delivery_ms = ts_ms(sp.delivery_timestamp) if sp.HasField("delivery_timestamp") else 0
+    keys = sp.keys
+    props = msg.user_properties
+    born = sp.born_timestamp
     return OutgoingMessage(
-        body=msg.body,
+        body=msg.body if body is None else body,
         message_id=sp.message_id,
         message_type=mtype,
         tag=sp.tag if sp.HasField("tag") else None,
-        keys=tuple(sp.keys),
+        keys=tuple(keys) if keys else (),
         message_group=sp.message_group if sp.HasField("message_group") else None,
-        properties=dict(msg.user_properties),
+        properties=dict(props.items()) if props else {},
         system_properties=sysprops,
-        born_timestamp_ms=ts_ms(sp.born_timestamp),
+        born_timestamp_ms=born.seconds * 1000 + born.nanos // 1_000_000,
         born_host=sp.born_host or peer,
-        delivery_timestamp_ms=delivery_ms,
+        delivery_timestamp_ms=ts_ms(sp.delivery_timestamp) if sp.HasField("delivery_timestamp") else 0,
         body_gzip=sp.body_encoding == pb.GZIP,
     )
+
+
+def _set_ms(ts: Timestamp, ms: int) -> None:
+    """`ts.FromMilliseconds(ms)` without its Python-level checks (twice per delivered message)."""
+    seconds, rest = divmod(ms, 1000)
+    ts.seconds = seconds
+    ts.nanos = rest * 1_000_000
 
 
 def delivered(msg: StoredMessage, namespace: str) -> pb.Message:
@@ -113,9 +125,9 @@ def delivered(msg: StoredMessage, namespace: str) -> pb.Message:
     sp.body_digest.checksum = hashlib.md5(msg.body).hexdigest().upper()
     sp.body_encoding = pb.GZIP if msg.body_gzip else pb.IDENTITY
     sp.message_type = cast(pb.MessageType, int(msg.message_type))
-    sp.born_timestamp.FromMilliseconds(msg.born_timestamp_ms)
+    _set_ms(sp.born_timestamp, msg.born_timestamp_ms)
     sp.born_host = msg.born_host
-    sp.store_timestamp.FromMilliseconds(msg.store_timestamp_ms)
+    _set_ms(sp.store_timestamp, msg.store_timestamp_ms)
     sp.store_host = msg.store_host
     if msg.delivery_timestamp_ms:
         sp.delivery_timestamp.FromMilliseconds(msg.delivery_timestamp_ms)

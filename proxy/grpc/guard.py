@@ -66,7 +66,7 @@ def admit(app: ProxyApp, ctx: RequestContext, request: Any) -> None:
         raise TooManyRequests(f"this proxy is working on {app.config.flow.max_in_flight} requests; retry shortly")
     if app.config.auth.enabled:
         authenticate(app, ctx, request)
-    if isinstance(request, spb.SendMessageRequest):
+    if isinstance(request, spb.SendMessageRequest) and app.flow.limited:  # totals cost a read per message
         _admit_produce(app, ctx, request)
     elif isinstance(request, spb.ReceiveMessageRequest):
         app.flow.admit_receive(request.group.resource_namespace or ctx.namespace, request.group.name)

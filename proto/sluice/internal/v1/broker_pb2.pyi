@@ -443,6 +443,28 @@ class SendResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[SendResult]
     def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ...) -> None: ...
 
+class SendBatchRequest(_message.Message):
+    __slots__ = ("sends",)
+    SENDS_FIELD_NUMBER: _ClassVar[int]
+    sends: _containers.RepeatedCompositeFieldContainer[SendRequest]
+    def __init__(self, sends: _Optional[_Iterable[_Union[SendRequest, _Mapping]]] = ...) -> None: ...
+
+class SendOutcome(_message.Message):
+    __slots__ = ("results", "error_code", "error_message")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[SendResult]
+    error_code: int
+    error_message: str
+    def __init__(self, results: _Optional[_Iterable[_Union[SendResult, _Mapping]]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class SendBatchResponse(_message.Message):
+    __slots__ = ("outcomes",)
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[SendOutcome]
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[SendOutcome, _Mapping]]] = ...) -> None: ...
+
 class PopRequest(_message.Message):
     __slots__ = ("group", "topic", "queue_id", "max_messages", "invisible_ms", "filter", "long_poll_ms", "auto_create_group")
     GROUP_FIELD_NUMBER: _ClassVar[int]

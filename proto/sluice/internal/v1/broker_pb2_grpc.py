@@ -100,6 +100,11 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendResponse.FromString,
                 _registered_method=True)
+        self.SendBatch = channel.unary_unary(
+                '/sluice.internal.v1.Broker/SendBatch',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendBatchRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendBatchResponse.FromString,
+                _registered_method=True)
         self.Pop = channel.unary_unary(
                 '/sluice.internal.v1.Broker/Pop',
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PopRequest.SerializeToString,
@@ -286,6 +291,15 @@ class BrokerServicer:
 
     def Send(self, request, context):
         """Produce: a batch of messages into one queue. Not idempotent (at-least-once).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendBatch(self, request, context):
+        """Several sends in one call, each to its own queue, each with its own outcome: a proxy coalesces
+        the sends of concurrent client requests to one broker into one call (one RPC instead of many).
+        A broker that predates it answers UNIMPLEMENTED and the proxy falls back to Send.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -497,6 +511,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Send,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendResponse.SerializeToString,
+            ),
+            'SendBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendBatch,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendBatchRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendBatchResponse.SerializeToString,
             ),
             'Pop': grpc.unary_unary_rpc_method_handler(
                     servicer.Pop,
@@ -956,6 +975,33 @@ class Broker:
             '/sluice.internal.v1.Broker/Send',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/SendBatch',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendBatchRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

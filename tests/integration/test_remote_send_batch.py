@@ -1,0 +1,134 @@
+"""RemoteBroker coalesces concurrent sends into one SendBatch call (real gRPC on loopback, in one
+process): each send still gets its own results or its own error, a lone send stays a plain Send,
+and a broker without SendBatch (an older version) is served with one Send per send."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from broker.api import OutgoingMessage, TopicSpec
+from broker.config import BrokerConfig
+from broker.local import LocalBroker
+from broker.remote import RemoteBroker
+from broker.service import BrokerServicer
+from common.errors import BadRequest, SluiceError, TopicNotFound
+from common.model import MessageType
+from proto.sluice.internal.v1 import broker_pb2 as pb
+from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
+
+TIMEOUT_S = 20.0
+TOPIC = "batch-topic"
+
+
+class _Counting(BrokerServicer):
+    """The real servicer, counting the Send and SendBatch calls it serves."""
+
+    def __init__(self, api: LocalBroker, *, batch: bool = True) -> None:
+        super().__init__(api)
+        self.sends = 0
+        self.batches: list[int] = []  # sends per SendBatch call
+        self._batch = batch
+
+    async def Send(self, request: pb.SendRequest, context: Any) -> pb.SendResponse:
+        self.sends += 1
+        return await super().Send(request, context)
+
+    async def SendBatch(self, request: pb.SendBatchRequest, context: Any) -> pb.SendBatchResponse:
+        if not self._batch:  # as a broker that predates the RPC
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        self.batches.append(len(request.sends))
+        return await super().SendBatch(request, context)
+
+
+def _messages(tag: str, n: int) -> list[OutgoingMessage]:
+    return [OutgoingMessage(body=f"{tag}-{i}".encode(), message_id=f"{tag}-{i}") for i in range(n)]
+
+
+async def _serve(tmp_path: Path, *, batch: bool) -> tuple[LocalBroker, grpc.aio.Server, _Counting, RemoteBroker]:
+    broker = LocalBroker(BrokerConfig(name="batch-broker", data_dir=tmp_path / "b"))
+    await broker.start()
+    await broker.create_topic(TopicSpec(TOPIC, 4))
+    servicer = _Counting(broker, batch=batch)
+    server = grpc.aio.server()
+    pb_grpc.add_BrokerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return broker, server, servicer, RemoteBroker("batch-broker", f"127.0.0.1:{port}")
+
+
+async def _concurrent_sends(remote: RemoteBroker) -> list[Any]:
+    """Five sends started together: three good ones to different queues, a missing topic, a bad queue."""
+    return await asyncio.gather(
+        remote.send(TOPIC, 0, _messages("a", 3)),
+        remote.send(TOPIC, 1, _messages("b", 2)),
+        remote.send("no-such-topic", 0, _messages("c", 1)),
+        remote.send(TOPIC, 99, _messages("d", 1)),
+        remote.send(TOPIC, 0, _messages("e", 2)),
+        return_exceptions=True,
+    )
+
+
+def _check_outcomes(results: list[Any]) -> None:
+    a, b, missing, bad_queue, e = results
+    assert [r.message_id for r in a] == ["a-0", "a-1", "a-2"] and {r.queue_id for r in a} == {0}
+    assert [r.queue_offset for r in a] == [0, 1, 2]
+    assert [r.message_id for r in b] == ["b-0", "b-1"] and [r.queue_offset for r in b] == [0, 1]
+    assert isinstance(missing, TopicNotFound)
+    assert isinstance(bad_queue, BadRequest) and "queue 99" in bad_queue.message
+    assert [r.queue_offset for r in e] == [3, 4]  # after a's three in queue 0
+
+
+def test_concurrent_sends_share_one_call_with_their_own_outcomes(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        broker, server, servicer, remote = await _serve(tmp_path, batch=True)
+        try:
+            _check_outcomes(await _concurrent_sends(remote))
+            assert servicer.batches == [5] and servicer.sends == 0
+            # A lone send is a plain Send; every message sent is readable where its result says.
+            (only,) = await remote.send(TOPIC, 2, _messages("f", 1))
+            assert servicer.sends == 1 and servicer.batches == [5]
+            stored = await broker.get_message(TOPIC, "f-0")
+            assert [(m.queue_id, m.queue_offset, m.body) for m in stored] == [(2, only.queue_offset, b"f-0")]
+            assert [m.message_type for m in stored] == [MessageType.NORMAL]
+        finally:
+            await remote.close()
+            await server.stop(None)
+            await broker.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+
+def test_a_broker_without_send_batch_gets_one_send_each(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        broker, server, servicer, remote = await _serve(tmp_path, batch=False)
+        try:
+            _check_outcomes(await _concurrent_sends(remote))
+            assert servicer.sends == 5  # after the UNIMPLEMENTED answer, each send went alone
+            await asyncio.gather(remote.send(TOPIC, 3, _messages("g", 1)), remote.send(TOPIC, 3, _messages("h", 1)))
+            assert servicer.sends == 7  # no second SendBatch attempt
+        finally:
+            await remote.close()
+            await server.stop(None)
+            await broker.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+
+def test_sends_after_close_fail_as_unavailable(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        broker, server, _, remote = await _serve(tmp_path, batch=True)
+        try:
+            await remote.close()
+            with pytest.raises(SluiceError) as err:
+                await remote.send(TOPIC, 0, _messages("x", 1))
+            assert err.value.retriable
+        finally:
+            await server.stop(None)
+            await broker.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
