@@ -53,7 +53,7 @@ import operator
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import accumulate, repeat
 from operator import add
 from typing import NamedTuple
 
@@ -380,18 +380,23 @@ def seal_at(buf: bytearray, view: memoryview, start: int, size: int, queue_offse
     _U32.pack_into(buf, start + OFF_CRC, crc32(view[start + CRC_START : start + size]))
 
 
-def seal_run(buf: bytearray, view: memoryview, starts: list[int], sizes: list[int], first_queue_offset: int,
+def seal_run(buf: bytearray, view: memoryview, start: int, sizes: list[int], first_queue_offset: int,
              physical_offsets: list[int], store_timestamp_ms: int) -> None:  # fmt: skip
-    """`seal` every record of a batch buffer that goes to one queue, with consecutive queue offsets.
+    """`seal` every record of a batch buffer that goes to one queue, with consecutive queue offsets:
+    the records sit back to back from byte `start` of `buf` (`view` is a memoryview of it).
 
-    The same bytes as `seal_at` per record, but the per-record calls run inside C-level `map`s:
-    this is the writer's hot loop, and Python bytecode per record is what it costs.
+    The same bytes as `seal_at` per record, but the per-record calls run inside C-level `map`s
+    (field positions by `accumulate`): this is the writer's hot loop, and Python bytecode per record
+    is what it costs.
     """
-    ends = map(add, starts, sizes)
-    _drain(map(_SEAL.pack_into, repeat(buf), map(add, starts, repeat(OFF_SEAL)), itertools.count(first_queue_offset),
-               physical_offsets, repeat(store_timestamp_ms)))  # fmt: skip
-    crcs = map(crc32, map(view.__getitem__, map(slice, map(add, starts, repeat(CRC_START)), ends)))
-    _drain(map(_U32.pack_into, repeat(buf), map(add, starts, repeat(OFF_CRC)), crcs))
+    head = sizes[:-1]  # record i starts at start + sum(sizes[:i])
+    _drain(map(_SEAL.pack_into, repeat(buf), accumulate(head, initial=start + OFF_SEAL),
+               itertools.count(first_queue_offset), physical_offsets, repeat(store_timestamp_ms)))  # fmt: skip
+    ends = accumulate(sizes, initial=start)
+    next(ends)  # record i ends where record i + 1 starts
+    bounds = map(slice, accumulate(head, initial=start + CRC_START), ends)
+    crcs = map(crc32, map(view.__getitem__, bounds))
+    _drain(map(_U32.pack_into, repeat(buf), accumulate(head, initial=start + OFF_CRC), crcs))
 
 
 def seal(buf: bytearray, queue_offset: int, physical_offset: int, store_timestamp_ms: int) -> None:

@@ -80,7 +80,14 @@ def test_batch_encoding_and_sealing_write_the_same_bytes_as_record_by_record(
     physs = [first_phys + s for s in starts]
 
     vectored = bytearray(buf)
-    seal_run(vectored, memoryview(vectored), starts, sizes, first_qoff, physs, STORE_TS)
+    seal_run(vectored, memoryview(vectored), 0, sizes, first_qoff, physs, STORE_TS)
+    assert bytes(vectored) == expected
+    # A run that starts inside a buffer (after other records) seals only its own records.
+    tail = bytearray(buf)
+    k = len(sizes) // 2
+    seal_run(tail, memoryview(tail), starts[k], sizes[k:], first_qoff + k, physs[k:], STORE_TS)
+    assert bytes(tail[starts[k] :]) == expected[starts[k] :]
+    assert bytes(tail[: starts[k]]) == bytes(buf[: starts[k]])
     assert bytes(vectored) == expected
 
     one_by_one = bytearray(buf)
