@@ -274,7 +274,6 @@ class EncodedBatch(NamedTuple):
 
 
 _SHARED = operator.attrgetter("topic", "born_host", "store_host", "tag", "message_group")
-_EXTRAS = operator.attrgetter("keys", "properties", "system_properties")
 _GET_ID, _GET_BODY, _GET_QID, _GET_TYPE, _GET_FLAGS, _GET_BORN, _GET_DELIVER, _GET_ATTEMPT = (
     operator.attrgetter(f)
     for f in ("message_id", "body", "queue_id", "message_type", "flags", "born_timestamp_ms",
@@ -304,7 +303,8 @@ def _tail_of(rec: MessageRecord) -> bytes:
 
 
 def encode_columns(records: Sequence[MessageRecord], max_record_bytes: int) -> EncodedBatch:
-    """`encode_batch`, returning what the index needs too.
+    """`encode_batch`, returning what the index needs too. Unlike `encode_batch` it does not promise
+    to set `rec.size` (the sizes are returned; writing to every record costs a cache miss each).
 
     A batch whose records share topic, tag, message group and hosts and whose message ids have one
     length (a batched send) is encoded with one precompiled struct per batch in C-level `map`s: no
@@ -344,7 +344,7 @@ def _encode_uniform(records: Sequence[MessageRecord], max_record_bytes: int) -> 
     bodies = list(map(_GET_BODY, records))
     body_sizes = list(map(len, bodies))
     fixed = HEADER_SIZE + len(topic) + id_size + len(trail)
-    extras = any(map(any, map(_EXTRAS, records)))
+    extras = any(map(_GET_KEYS, records)) or any(map(_GET_PROPS, records)) or any(map(_GET_SYSPROPS, records))
     try:
         if extras:
             tails = list(map(_tail_of, records))  # raises the precise error for a too-long key
@@ -369,7 +369,6 @@ def _encode_uniform(records: Sequence[MessageRecord], max_record_bytes: int) -> 
         buf = bytearray().join(parts)
     except struct.error:  # a number out of range, or more than 65535 keys: the loop names it
         return None
-    _drain(map(setattr, records, repeat("size"), totals))
     return EncodedBatch(buf, totals, qids.count(qids[0]) == n, mids, qids, True)
 
 
