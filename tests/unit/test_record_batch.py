@@ -116,6 +116,13 @@ def uniform_batches(draw: st.DrawFn) -> list[MessageRecord]:
     id_len = draw(st.integers(0, 40))
     extras = draw(st.booleans())
     one_queue = draw(st.booleans())
+    alike = draw(st.booleans())  # type, flags, delivery time and attempt alike (the usual batch)
+    plain = {
+        "message_type": draw(st.sampled_from([1, 2, 3, 4])),
+        "flags": draw(st.sampled_from([0, 1])),
+        "delivery_timestamp_ms": draw(st.integers(0, 1 << 45)),
+        "delivery_attempt": draw(st.integers(0, 20)),
+    }
     out = []
     for i in range(draw(st.integers(4, 12))):
         out.append(
@@ -127,11 +134,11 @@ def uniform_batches(draw: st.DrawFn) -> list[MessageRecord]:
                 keys=draw(st.lists(texts, max_size=3).map(tuple)) if extras else (),
                 properties=draw(st.dictionaries(texts, texts, max_size=3)) if extras else {},
                 system_properties=draw(st.dictionaries(texts, texts, max_size=2)) if extras else {},
-                message_type=draw(st.sampled_from([1, 2, 3, 4])),
-                flags=draw(st.sampled_from([0, 1])),
+                message_type=plain["message_type"] if alike else draw(st.sampled_from([1, 2, 3, 4])),
+                flags=plain["flags"] if alike else draw(st.sampled_from([0, 1])),
                 born_timestamp_ms=draw(st.integers(0, (1 << 64) - 1)),
-                delivery_timestamp_ms=draw(st.integers(0, 1 << 45)),
-                delivery_attempt=draw(st.integers(0, 20)),
+                delivery_timestamp_ms=plain["delivery_timestamp_ms"] if alike else draw(st.integers(0, 1 << 45)),
+                delivery_attempt=plain["delivery_attempt"] if alike else draw(st.integers(0, 20)),
                 queue_offset=i,
             )
         )
