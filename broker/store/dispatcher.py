@@ -72,7 +72,9 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
             physs = list(map(_PHYS, results))
             sizes = list(map(_SIZE, results))
             cq_keys = map(cq_key, repeat(tid), repeat(qid), range(first, first + len(results)))
-            cq_values = map(cq_value, physs, sizes, cols.tag_hashes, map(_STORE_TS, results))
+            stamp = results[0].store_timestamp_ms  # one round's: the same for the whole run
+            stamps = repeat(stamp) if results[-1].store_timestamp_ms == stamp else map(_STORE_TS, results)
+            cq_values = map(cq_value, physs, sizes, cols.tag_hashes, stamps)
             _drain(map(put, cq_keys, cq_values, repeat(cq)))
             mids = cols.message_ids
             lengths = set(map(len, mids))

@@ -47,12 +47,15 @@ value ~4x faster on 1 KiB records, so it is used when installed, zlib's otherwis
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
+import operator
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import accumulate, repeat
 from operator import add
+from typing import NamedTuple
 
 try:  # same CRC-32 as zlib.crc32, SIMD-accelerated; the CRC is ~20% of a 1 KiB append's CPU with zlib
     from isal.isal_zlib import crc32
@@ -258,6 +261,140 @@ def encode_batch(records: Sequence[MessageRecord], max_record_bytes: int) -> tup
     return bytearray().join(parts), sizes, one_queue
 
 
+class EncodedBatch(NamedTuple):
+    """`encode_columns`' result: the buffer and per-record sizes, plus what the store's index needs
+    (computed on the way, so the caller does not walk the records again)."""
+
+    buf: bytearray
+    sizes: list[int]
+    one_queue: bool  # every record targets one (topic, queue id)
+    message_ids: list[bytes]  # UTF-8
+    queue_ids: list[int]
+    uniform: bool  # one topic, tag and host pair for all records (the vector path encoded them)
+
+
+_SHARED = operator.attrgetter("topic", "born_host", "store_host", "tag", "message_group")
+_GET_ID, _GET_BODY, _GET_QID, _GET_TYPE, _GET_FLAGS, _GET_BORN, _GET_DELIVER, _GET_ATTEMPT = (
+    operator.attrgetter(f)
+    for f in ("message_id", "body", "queue_id", "message_type", "flags", "born_timestamp_ms",
+              "delivery_timestamp_ms", "delivery_attempt")
+)  # fmt: skip
+_GET_KEYS, _GET_PROPS, _GET_SYSPROPS = (operator.attrgetter(f) for f in ("keys", "properties", "system_properties"))
+_TEXT_SIZES = struct.Struct("<HHHHHH")  # topic, id, tag, group, born host, store host (header offset 68)
+_ZERO_COUNTS = b"\0" * 6  # key, property and system property counts of a record without them
+_VECTOR_MIN = 4  # below this many records the per-record loop is cheaper than setting up the maps
+
+
+@functools.lru_cache(maxsize=256)
+def _uniform_layout(lead: int, id_size: int, trail: int, counts: bool) -> struct.Struct:
+    """The header and texts of a record of a uniform batch as one struct.
+
+    Fields: total size, magic, (crc: 0), version, type, flags, queue id, (the writer's 24 bytes: 0),
+    born, delivery, attempt, body size, then `lead` bytes (the text sizes, with the three counts
+    when `counts` is false, and the topic), [the three counts], the message id, and `trail` bytes
+    (tag, group, born host, store host). Same bytes as `_HEADER.pack` + the texts of `encode`.
+    """
+    middle = f"12sHHH{lead - 12}s" if counts else f"{lead}s"
+    return struct.Struct(f"<II4xBBHI24xQQII{middle}{id_size}s{trail}s")
+
+
+_PLAIN = operator.attrgetter("message_type", "flags", "delivery_timestamp_ms", "delivery_attempt")
+_MIDDLE = struct.Struct("<IIBBH")  # magic, crc (0), version, type, flags: header bytes [4, 16)
+_AFTER_BORN = struct.Struct("<QI")  # delivery timestamp, attempt: header bytes [52, 64)
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_layout(lead: int, id_size: int, trail: int) -> struct.Struct:
+    """`_uniform_layout` for records whose type, flags, delivery time and attempt are alike: those
+    are packed once per batch (`_MIDDLE`, `_AFTER_BORN`) and passed as bytes. Fields: total size,
+    header bytes [4, 16), queue id, (the writer's 24 bytes: 0), born, header bytes [52, 64), body
+    size, then `lead`, message id and `trail` bytes as in `_uniform_layout`."""
+    return struct.Struct(f"<I12sI24xQ12sI{lead}s{id_size}s{trail}s")
+
+
+def _tail_of(rec: MessageRecord) -> bytes:
+    return _tail(rec) if rec.keys or rec.properties or rec.system_properties else b""
+
+
+def encode_columns(records: Sequence[MessageRecord], max_record_bytes: int) -> EncodedBatch:
+    """`encode_batch`, returning what the index needs too. Unlike `encode_batch` it does not promise
+    to set `rec.size` (the sizes are returned; writing to every record costs a cache miss each).
+
+    A batch whose records share topic, tag, message group and hosts and whose message ids have one
+    length (a batched send) is encoded with one precompiled struct per batch in C-level `map`s: no
+    Python bytecode per record. Anything else, or anything the vector path cannot check cheaply
+    (a too-long text, a number out of range), goes through the per-record loop of `encode_batch`,
+    which raises the precise error. Both write the same bytes (tests/unit/test_record_batch.py).
+    """
+    if len(records) >= _VECTOR_MIN:
+        done = _encode_uniform(records, max_record_bytes)
+        if done is not None:
+            return done
+    buf, sizes, one_queue = encode_batch(records, max_record_bytes)
+    mids = list(map(str.encode, map(_GET_ID, records)))
+    return EncodedBatch(buf, sizes, one_queue, mids, list(map(_GET_QID, records)), False)
+
+
+def _encode_uniform(records: Sequence[MessageRecord], max_record_bytes: int) -> EncodedBatch | None:
+    n = len(records)
+    shared = _SHARED(records[0])
+    if list(map(_SHARED, records)).count(shared) != n:
+        return None
+    topic_s, bhost_s, shost_s, tag_s, group_s = shared
+    mids = list(map(str.encode, map(_GET_ID, records)))
+    id_size = len(mids[0])
+    if list(map(len, mids)).count(id_size) != n:
+        return None
+    qids = list(map(_GET_QID, records))
+    if min(qids) < 0:
+        return None
+    topic, bhost, shost = topic_s.encode("utf-8"), bhost_s.encode("utf-8"), shost_s.encode("utf-8")
+    tag = tag_s.encode("utf-8") if tag_s else b""
+    group = group_s.encode("utf-8") if group_s else b""
+    if max(len(topic), id_size, len(tag), len(group), len(bhost), len(shost)) > MAX_U16:
+        return None
+    sizes6 = _TEXT_SIZES.pack(len(topic), id_size, len(tag), len(group), len(bhost), len(shost))
+    trail = b"".join((tag, group, bhost, shost))
+    bodies = list(map(_GET_BODY, records))
+    body_sizes = list(map(len, bodies))
+    fixed = HEADER_SIZE + len(topic) + id_size + len(trail)
+    extras = any(map(_GET_KEYS, records)) or any(map(_GET_PROPS, records)) or any(map(_GET_SYSPROPS, records))
+    try:
+        if extras:
+            tails = list(map(_tail_of, records))  # raises the precise error for a too-long key
+            totals = list(map(add, map(add, body_sizes, map(len, tails)), repeat(fixed)))
+            layout = _uniform_layout(12 + len(topic), id_size, len(trail), True)
+            kcs, pcs, scs = (map(len, map(g, records)) for g in (_GET_KEYS, _GET_PROPS, _GET_SYSPROPS))
+            heads = map(layout.pack, totals, repeat(MAGIC), repeat(VERSION), map(_GET_TYPE, records),
+                        map(_GET_FLAGS, records), qids, map(_GET_BORN, records), map(_GET_DELIVER, records),
+                        map(_GET_ATTEMPT, records), body_sizes, repeat(sizes6), kcs, pcs, scs, repeat(topic), mids,
+                        repeat(trail))  # fmt: skip
+            parts = itertools.chain.from_iterable(zip(heads, tails, bodies, strict=True))
+        else:
+            totals = list(map(add, body_sizes, repeat(fixed)))
+            lead = sizes6 + _ZERO_COUNTS + topic
+            plain = _PLAIN(records[0])
+            if list(map(_PLAIN, records)).count(plain) == n:  # type, flags, delivery, attempt alike
+                # (the usual batch): they join the constant bytes, fewer arguments per record
+                mtype, flags, deliver, attempt = plain
+                layout = _plain_layout(len(lead), id_size, len(trail))
+                heads = map(layout.pack, totals, repeat(_MIDDLE.pack(MAGIC, 0, VERSION, mtype, flags)), qids,
+                            map(_GET_BORN, records), repeat(_AFTER_BORN.pack(deliver, attempt)), body_sizes,
+                            repeat(lead), mids, repeat(trail))  # fmt: skip
+            else:
+                layout = _uniform_layout(len(lead), id_size, len(trail), False)
+                heads = map(layout.pack, totals, repeat(MAGIC), repeat(VERSION), map(_GET_TYPE, records),
+                            map(_GET_FLAGS, records), qids, map(_GET_BORN, records), map(_GET_DELIVER, records),
+                            map(_GET_ATTEMPT, records), body_sizes, repeat(lead), mids, repeat(trail))  # fmt: skip
+            parts = itertools.chain.from_iterable(zip(heads, bodies, strict=True))
+        if max(totals) > max_record_bytes:
+            return None
+        buf = bytearray().join(parts)
+    except struct.error:  # a number out of range, or more than 65535 keys: the loop names it
+        return None
+    return EncodedBatch(buf, totals, qids.count(qids[0]) == n, mids, qids, True)
+
+
 def seal_at(buf: bytearray, view: memoryview, start: int, size: int, queue_offset: int, physical_offset: int,
             store_timestamp_ms: int) -> None:  # fmt: skip
     """`seal` for the record at `start` of a batch buffer (`view` is a memoryview of `buf`)."""
@@ -265,18 +402,23 @@ def seal_at(buf: bytearray, view: memoryview, start: int, size: int, queue_offse
     _U32.pack_into(buf, start + OFF_CRC, crc32(view[start + CRC_START : start + size]))
 
 
-def seal_run(buf: bytearray, view: memoryview, starts: list[int], sizes: list[int], first_queue_offset: int,
+def seal_run(buf: bytearray, view: memoryview, start: int, sizes: list[int], first_queue_offset: int,
              physical_offsets: list[int], store_timestamp_ms: int) -> None:  # fmt: skip
-    """`seal` every record of a batch buffer that goes to one queue, with consecutive queue offsets.
+    """`seal` every record of a batch buffer that goes to one queue, with consecutive queue offsets:
+    the records sit back to back from byte `start` of `buf` (`view` is a memoryview of it).
 
-    The same bytes as `seal_at` per record, but the per-record calls run inside C-level `map`s:
-    this is the writer's hot loop, and Python bytecode per record is what it costs.
+    The same bytes as `seal_at` per record, but the per-record calls run inside C-level `map`s
+    (field positions by `accumulate`): this is the writer's hot loop, and Python bytecode per record
+    is what it costs.
     """
-    ends = map(add, starts, sizes)
-    _drain(map(_SEAL.pack_into, repeat(buf), map(add, starts, repeat(OFF_SEAL)), itertools.count(first_queue_offset),
-               physical_offsets, repeat(store_timestamp_ms)))  # fmt: skip
-    crcs = map(crc32, map(view.__getitem__, map(slice, map(add, starts, repeat(CRC_START)), ends)))
-    _drain(map(_U32.pack_into, repeat(buf), map(add, starts, repeat(OFF_CRC)), crcs))
+    head = sizes[:-1]  # record i starts at start + sum(sizes[:i])
+    _drain(map(_SEAL.pack_into, repeat(buf), accumulate(head, initial=start + OFF_SEAL),
+               itertools.count(first_queue_offset), physical_offsets, repeat(store_timestamp_ms)))  # fmt: skip
+    ends = accumulate(sizes, initial=start)
+    next(ends)  # record i ends where record i + 1 starts
+    bounds = map(slice, accumulate(head, initial=start + CRC_START), ends)
+    crcs = map(crc32, map(view.__getitem__, bounds))
+    _drain(map(_U32.pack_into, repeat(buf), accumulate(head, initial=start + OFF_CRC), crcs))
 
 
 def seal(buf: bytearray, queue_offset: int, physical_offset: int, store_timestamp_ms: int) -> None:

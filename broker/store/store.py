@@ -26,7 +26,7 @@ from pathlib import Path
 from broker.store.config import StoreConfig
 from broker.store.dispatcher import Dispatcher, DispatchListener
 from broker.store.index import CqEntry, Index
-from broker.store.record import MessageRecord, decode, encode_batch, encode_one
+from broker.store.record import MessageRecord, decode, encode_columns, encode_one
 from broker.store.recovery import RecoveryReport, recover
 from broker.store.retention import Retention
 from broker.store.segments import SegmentSet
@@ -40,9 +40,7 @@ log = logging.getLogger("sluice.store")
 # An encoded append: buffer, record sizes, columns (a RecordMeta for a single record), and its one
 # (topic, queue id) or None if several.
 _Prepared = tuple[bytearray, list[int], Columns | RecordMeta, tuple[str, int] | None]
-_TOPIC, _QUEUE_ID, _TAG, _MESSAGE_ID, _KEYS = (
-    operator.attrgetter(f) for f in ("topic", "queue_id", "tag", "message_id", "keys")
-)
+_TOPIC, _TAG, _KEYS = (operator.attrgetter(f) for f in ("topic", "tag", "keys"))
 
 
 class ReadStatus(Enum):
@@ -155,18 +153,15 @@ class MessageStore:
             buf = encode_one(rec, self.config.commitlog.max_record_bytes)
             meta = new_meta((rec.topic, rec.queue_id, tag_hash(rec.tag), rec.message_id.encode(), rec.keys))
             return buf, [len(buf)], meta, (rec.topic, rec.queue_id)
-        buf, sizes, one_queue = encode_batch(records, self.config.commitlog.max_record_bytes)
-        columns = new_columns(
-            (
-                list(map(_TOPIC, records)),
-                list(map(_QUEUE_ID, records)),
-                list(map(tag_hash, map(_TAG, records))),
-                list(map(str.encode, map(_MESSAGE_ID, records))),
-                list(map(_KEYS, records)),
-            )
-        )
+        enc = encode_columns(records, self.config.commitlog.max_record_bytes)
         first = records[0]
-        return buf, sizes, columns, (first.topic, first.queue_id) if one_queue else None
+        n = len(records)
+        if enc.uniform:  # one topic and tag for all (a batched send): no per-record lookups
+            topics, tag_hashes = [first.topic] * n, [tag_hash(first.tag)] * n
+        else:
+            topics, tag_hashes = list(map(_TOPIC, records)), list(map(tag_hash, map(_TAG, records)))
+        columns = new_columns((topics, enc.queue_ids, tag_hashes, enc.message_ids, list(map(_KEYS, records))))
+        return enc.buf, enc.sizes, columns, (first.topic, first.queue_id) if enc.one_queue else None
 
     async def append(self, records: Sequence[MessageRecord]) -> list[AppendResult]:
         """Append records (any topics and queues) durably per the flush policy; results in order."""

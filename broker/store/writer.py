@@ -285,11 +285,8 @@ class CommitLogWriter:
                 qoff = entry[0]
                 n = len(sizes)
                 if n >= _VECTOR_MIN:  # sealed in C-level maps
-                    view = memoryview(buf)
                     physs = list(accumulate(sizes, initial=base + pos))
-                    starts = list(accumulate(sizes, initial=0))
-                    del starts[-1]
-                    seal_run(buf, view, starts, sizes, qoff, physs, now_ms)
+                    seal_run(buf, memoryview(buf), 0, sizes, qoff, physs, now_ms)
                     out = list(map(_new_result, zip(count(qoff), physs, sizes, repeat(now_ms))))
                     phys = physs[n - 1]
                     if small_results:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from collections.abc import Callable
 from itertools import accumulate
 
 import pytest
@@ -22,6 +23,7 @@ from broker.store.record import (
     decode,
     encode,
     encode_batch,
+    encode_columns,
     seal,
     seal_at,
     seal_run,
@@ -78,7 +80,14 @@ def test_batch_encoding_and_sealing_write_the_same_bytes_as_record_by_record(
     physs = [first_phys + s for s in starts]
 
     vectored = bytearray(buf)
-    seal_run(vectored, memoryview(vectored), starts, sizes, first_qoff, physs, STORE_TS)
+    seal_run(vectored, memoryview(vectored), 0, sizes, first_qoff, physs, STORE_TS)
+    assert bytes(vectored) == expected
+    # A run that starts inside a buffer (after other records) seals only its own records.
+    tail = bytearray(buf)
+    k = len(sizes) // 2
+    seal_run(tail, memoryview(tail), starts[k], sizes[k:], first_qoff + k, physs[k:], STORE_TS)
+    assert bytes(tail[starts[k] :]) == expected[starts[k] :]
+    assert bytes(tail[: starts[k]]) == bytes(buf[: starts[k]])
     assert bytes(vectored) == expected
 
     one_by_one = bytearray(buf)
@@ -93,26 +102,89 @@ def test_batch_encoding_and_sealing_write_the_same_bytes_as_record_by_record(
         assert (got.queue_offset, got.physical_offset, got.store_timestamp_ms) == (first_qoff + i, physs[i], STORE_TS)
 
 
+@st.composite
+def uniform_batches(draw: st.DrawFn) -> list[MessageRecord]:
+    """Batches as a batched send makes them: one topic, tag, group and host pair, ids of one length,
+    with or without keys and properties (the vector path of `encode_columns`)."""
+    shared = {
+        "topic": draw(st.sampled_from(["orders", "pay-ü"])),
+        "tag": draw(st.none() | st.text(min_size=1, max_size=10)),
+        "message_group": draw(st.none() | st.text(min_size=1, max_size=10)),
+        "born_host": draw(st.sampled_from(["", "10.0.0.1:1"])),
+        "store_host": draw(st.sampled_from(["", "10.0.0.2:2"])),
+    }
+    id_len = draw(st.integers(0, 40))
+    extras = draw(st.booleans())
+    one_queue = draw(st.booleans())
+    alike = draw(st.booleans())  # type, flags, delivery time and attempt alike (the usual batch)
+    plain = {
+        "message_type": draw(st.sampled_from([1, 2, 3, 4])),
+        "flags": draw(st.sampled_from([0, 1])),
+        "delivery_timestamp_ms": draw(st.integers(0, 1 << 45)),
+        "delivery_attempt": draw(st.integers(0, 20)),
+    }
+    out = []
+    for i in range(draw(st.integers(4, 12))):
+        out.append(
+            MessageRecord(
+                **shared,  # type: ignore[arg-type]
+                queue_id=0 if one_queue else draw(st.integers(0, 3)),
+                body=draw(st.binary(max_size=300)),
+                message_id=draw(st.text(alphabet="0123456789abcdef", min_size=id_len, max_size=id_len)),
+                keys=draw(st.lists(texts, max_size=3).map(tuple)) if extras else (),
+                properties=draw(st.dictionaries(texts, texts, max_size=3)) if extras else {},
+                system_properties=draw(st.dictionaries(texts, texts, max_size=2)) if extras else {},
+                message_type=plain["message_type"] if alike else draw(st.sampled_from([1, 2, 3, 4])),
+                flags=plain["flags"] if alike else draw(st.sampled_from([0, 1])),
+                born_timestamp_ms=draw(st.integers(0, (1 << 64) - 1)),
+                delivery_timestamp_ms=plain["delivery_timestamp_ms"] if alike else draw(st.integers(0, 1 << 45)),
+                delivery_attempt=plain["delivery_attempt"] if alike else draw(st.integers(0, 20)),
+                queue_offset=i,
+            )
+        )
+    return out
+
+
+@settings(PROPS, max_examples=300)
+@given(recs=uniform_batches() | st.lists(records, min_size=1, max_size=8))
+def test_encode_columns_writes_the_same_bytes_as_encode(recs: list[MessageRecord]) -> None:
+    expected = b"".join(encode(dataclasses.replace(r, queue_offset=0, physical_offset=0, store_timestamp_ms=0))
+                        for r in recs)  # fmt: skip
+    enc = encode_columns(recs, NO_LIMIT)
+    got = bytearray(enc.buf)
+    for start in accumulate(enc.sizes[:-1], initial=0):  # the writer's fields are sealed later
+        got[start + 20 : start + 44] = bytes(24)
+    assert bytes(got) == expected
+    assert enc.sizes == [len(encode(dataclasses.replace(r))) for r in recs]
+    assert enc.message_ids == [r.message_id.encode() for r in recs]
+    assert enc.queue_ids == [r.queue_id for r in recs]
+    assert enc.one_queue == (len({(r.topic, r.queue_id) for r in recs}) == 1)
+    shared = {(r.topic, r.tag, r.message_group, r.born_host, r.store_host, len(r.message_id.encode())) for r in recs}
+    assert enc.uniform == (len(recs) >= 4 and len(shared) == 1)
+
+
 def test_the_crc_is_zlibs_crc32() -> None:
     data = bytes(range(256)) * 9
     assert crc32(data) == zlib.crc32(data)
     assert crc32(memoryview(data)[CRC_START:]) == zlib.crc32(data[CRC_START:])
 
 
+@pytest.mark.parametrize("all_bad", [False, True])  # all bad: a uniform batch (the vector path)
+@pytest.mark.parametrize("encoder", [encode_batch, encode_columns])
 @pytest.mark.parametrize("count", [1, 5])
-def test_batch_encoding_rejects_what_encode_rejects(count: int) -> None:
+def test_batch_encoding_rejects_what_encode_rejects(count: int, encoder: Callable[..., object], all_bad: bool) -> None:
     good = MessageRecord(topic="t", queue_id=0, body=b"x")
 
     def batch(bad: MessageRecord) -> list[MessageRecord]:
-        return [good] * (count - 1) + [bad]
+        return [dataclasses.replace(bad) for _ in range(count)] if all_bad else [good] * (count - 1) + [bad]
 
     with pytest.raises(BadRequest, match="queue id -1 is negative"):
-        encode_batch(batch(MessageRecord(topic="t", queue_id=-1, body=b"x")), NO_LIMIT)
+        encoder(batch(MessageRecord(topic="t", queue_id=-1, body=b"x")), NO_LIMIT)
     with pytest.raises(BadRequest, match="topic is too long"):
-        encode_batch(batch(MessageRecord(topic="t" * 70_000, queue_id=0, body=b"x")), NO_LIMIT)
+        encoder(batch(MessageRecord(topic="t" * 70_000, queue_id=0, body=b"x")), NO_LIMIT)
     with pytest.raises(BadRequest, match="message key is too long"):
-        encode_batch(batch(MessageRecord(topic="t", queue_id=0, body=b"x", keys=("k" * 70_000,))), NO_LIMIT)
+        encoder(batch(MessageRecord(topic="t", queue_id=0, body=b"x", keys=("k" * 70_000,))), NO_LIMIT)
     with pytest.raises(BadRequest, match="out of range"):
-        encode_batch(batch(MessageRecord(topic="t", queue_id=0, body=b"x", delivery_attempt=1 << 40)), NO_LIMIT)
+        encoder(batch(MessageRecord(topic="t", queue_id=0, body=b"x", delivery_attempt=1 << 40)), NO_LIMIT)
     with pytest.raises(BadRequest, match="exceeds the store's record limit of 100 bytes"):
-        encode_batch(batch(MessageRecord(topic="t", queue_id=0, body=b"x" * 200)), 100)
+        encoder(batch(MessageRecord(topic="t", queue_id=0, body=b"x" * 200)), 100)
