@@ -166,7 +166,7 @@ def test_clients_ride_through_a_drained_and_a_killed_proxy(fleet: Fleet, unique:
         fleet.kill_group("proxy-b")
         time.sleep(KEEP_PRODUCING_AFTER_KILL_S)
         traffic.stop_producing()
-        traffic.wait_all_acked(RECOVERY_TIMEOUT_S)
+        traffic.wait_all_acked(RECOVERY_TIMEOUT_S, lambda message_id: _acked_by_broker(fleet, group, message_id))
         after_kill = traffic.failures_between(kill_at)
         sends_after_kill, _ = traffic.endpoints_used(kill_at)
 
@@ -177,3 +177,10 @@ def test_clients_ride_through_a_drained_and_a_killed_proxy(fleet: Fleet, unique:
     assert not traffic.not_acked(), traffic.summary()
     print(f"drain/kill: {traffic.summary()}; {len(after_kill)} exceptions after the kill "
           f"({sorted({f.call for f in after_kill})})")  # fmt: skip
+
+
+def _acked_by_broker(fleet: Fleet, group: str, message_id: str) -> bool:
+    """Whether the message trace records an ack of the message by `group` (an ack the client saw fail
+    because the proxy it went through was killed after the broker committed it)."""
+    doc = fleet.admin("message", "trace", "--id", message_id)
+    return bool(doc and doc.get("groups", {}).get(group, {}).get("acked"))

@@ -57,6 +57,8 @@ class Traffic:
     sent: dict[str, tuple[float, str]] = field(default_factory=dict)  # id -> (time, proxy endpoint)
     deliveries: list[Delivery] = field(default_factory=list)
     acked: set[str] = field(default_factory=set)
+    ack_failed: set[str] = field(default_factory=set)  # ids whose ack raised at least once
+    acked_per_broker: set[str] = field(default_factory=set)  # of those, acked all the same (`wait_all_acked`)
     failures: list[Failure] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -139,6 +141,8 @@ class Traffic:
                     self._consumer.ack(m)
                 except Exception as exc:
                     self._fail("ack", exc)
+                    with self._lock:
+                        self.ack_failed.add(m.message_id)
                     continue
                 with self._lock:
                     self.acked.add(m.message_id)
@@ -158,8 +162,9 @@ class Traffic:
             return set(self.sent)
 
     def not_acked(self) -> set[str]:
+        """Sent messages neither acked by the consumer nor found acked by the broker (`wait_all_acked`)."""
         with self._lock:
-            return set(self.sent) - self.acked
+            return set(self.sent) - self.acked - self.acked_per_broker
 
     def endpoints_used(self, start: float, end: float = float("inf")) -> tuple[set[str], set[str]]:
         """(proxies sends went to, proxies deliveries came through) between `start` and `end`."""
@@ -175,14 +180,33 @@ class Traffic:
                 raise AssertionError(f"{what}: not within {timeout_s:g} s ({self.summary()})")
             time.sleep(0.1)
 
-    def wait_all_acked(self, timeout_s: float) -> None:
-        self.wait("every sent message acked", lambda: not self.not_acked(), timeout_s)
+    def wait_all_acked(self, timeout_s: float, acked_by_broker: Callable[[str], bool] | None = None) -> None:
+        """Wait until every sent message is acked. An ack that raised is ambiguous when a proxy dies
+        mid-call: the broker may have committed it before the proxy could answer, and then the message
+        is (rightly) never delivered again. Once every message still missing is such a one,
+        `acked_by_broker(message_id)` asks the broker (the message trace) whether its ack landed."""
+
+        def done() -> bool:
+            missing = self.not_acked()
+            if not missing or acked_by_broker is None:
+                return not missing
+            with self._lock:
+                if not missing <= self.ack_failed:
+                    return False  # others are still to come back: wait for their redelivery first
+            for message_id in missing:
+                if acked_by_broker(message_id):
+                    with self._lock:
+                        self.acked_per_broker.add(message_id)
+            return not self.not_acked()
+
+        self.wait("every sent message acked", done, timeout_s)
 
     def summary(self) -> str:
         with self._lock:
-            missing = set(self.sent) - self.acked
+            missing = set(self.sent) - self.acked - self.acked_per_broker
             calls: dict[str, int] = {}
             for f in self.failures:
                 calls[f.call] = calls.get(f.call, 0) + 1
             return (f"{len(self.sent)} sent, {len(self.deliveries)} deliveries, {len(self.acked)} acked, "
+                    f"{len(self.acked_per_broker)} acked per the broker after a failed ack, "
                     f"{len(missing)} sent but not acked, failures {calls}")  # fmt: skip
