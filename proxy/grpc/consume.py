@@ -12,8 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from broker import receipt
 from broker.api import FilterKind, FilterSpec, OffsetPolicy
 from common import metrics
@@ -62,7 +60,12 @@ def long_poll_ms(app: ProxyApp, ctx: RequestContext, request: spb.ReceiveMessage
 
 async def receive_message(
     app: ProxyApp, ctx: RequestContext, request: spb.ReceiveMessageRequest
-) -> AsyncIterator[spb.ReceiveMessageResponse]:
+) -> list[spb.ReceiveMessageResponse]:
+    """Every frame of the answer, the status frame first.
+
+    The frames are built before the first is written (the clients only act at end of stream
+    anyway), so the servicer writes them from a list rather than through a second generator.
+    """
     started = time.time_ns() // 1_000_000
     try:
         ns, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
@@ -79,17 +82,20 @@ async def receive_message(
                            request.batch_size, invisible, long_poll_ms(app, ctx, request))  # fmt: skip
         messages = await app.consumer.receive(ctx, spec)
     except Exception as exc:
-        yield spb.ReceiveMessageResponse(status=status_of(exc, "ReceiveMessage"))
-        return
+        return [spb.ReceiveMessageResponse(status=status_of(exc, "ReceiveMessage"))]
     if not messages:
-        yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
-        return
-    yield spb.ReceiveMessageResponse(status=OK)
+        return [spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))]
+    frames = [spb.ReceiveMessageResponse(status=OK)]
+    response = spb.ReceiveMessageResponse
+    fill = convert.fill_delivered
     for m in messages:
-        yield spb.ReceiveMessageResponse(message=convert.delivered(m, ns))
-    ts = Timestamp()
-    ts.FromMilliseconds(started)
-    yield spb.ReceiveMessageResponse(delivery_timestamp=ts)
+        frame = response()
+        fill(frame.message, m, ns)  # in place: no copy of a separately built Message
+        frames.append(frame)
+    last = response()
+    last.delivery_timestamp.FromMilliseconds(started)
+    frames.append(last)
+    return frames
 
 
 async def ack_message(app: ProxyApp, ctx: RequestContext, request: spb.AckMessageRequest) -> spb.AckMessageResponse:
