@@ -103,12 +103,22 @@ async def ack_message(app: ProxyApp, ctx: RequestContext, request: spb.AckMessag
     _, topic = convert.resource_name(request.topic, ctx.namespace)
     if not request.entries:
         raise BadRequest("the request carries no entry to acknowledge")
-    results = await app.consumer.ack(group, topic, [e.receipt_handle for e in request.entries])
-    entries = []
-    for e, r in zip(request.entries, results, strict=True):
-        st = OK if r.ok else status(Code(r.error_code), r.error_message)
-        entries.append(spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=st))
-    return spb.AckMessageResponse(status=common_status(e.status for e in entries), entries=entries)
+    handles = [e.receipt_handle for e in request.entries]
+    results = await app.consumer.ack(group, topic, handles)
+    # Entries are filled in place in the response (hot path: once per acknowledged message);
+    # passing built messages to a constructor would copy each through a serialise and a parse.
+    response = spb.AckMessageResponse()
+    add = response.entries.add
+    for e, handle, r in zip(request.entries, handles, results, strict=True):
+        entry = add(message_id=e.message_id, receipt_handle=handle)
+        st = entry.status
+        if r.ok:
+            st.code = OK.code
+            st.message = OK.message
+        else:
+            st.CopyFrom(status(Code(r.error_code), r.error_message))
+    response.status.CopyFrom(common_status(e.status for e in response.entries))
+    return response
 
 
 async def change_invisible_duration(

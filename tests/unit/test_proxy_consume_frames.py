@@ -1,4 +1,4 @@
-"""The consume path's edge pieces: routing a receipt handle by its envelope, and delivered frames.
+"""The consume path's edge pieces: routing a receipt handle by its envelope, delivered frames, acks.
 
 An ack routes each handle by its broker name alone (the broker decodes the payload): a handle with
 a malformed payload must still come back INVALID_RECEIPT_HANDLE, from the broker. A delivered
@@ -8,16 +8,24 @@ message is written straight into its response frame: the frame must carry exactl
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+from typing import cast
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from broker import receipt
-from broker.api import StoredMessage
+from broker.api import AckResult, StoredMessage
+from common.codes import Code
 from common.errors import InvalidReceiptHandle
 from common.model import MessageType
+from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
-from proxy.grpc import convert
+from proxy.app import ProxyApp
+from proxy.context import RequestContext
+from proxy.grpc import consume, convert
 
 NAMES = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)
 
@@ -88,3 +96,54 @@ def test_a_frame_filled_in_place_carries_the_delivered_message(msg: StoredMessag
     if msg.delivery_timestamp_ms:
         assert sp.delivery_timestamp.ToMilliseconds() == msg.delivery_timestamp_ms
     assert dict(frame.message.user_properties) == msg.properties
+
+
+class _Consumer:
+    """Answers each ack with the result given for its handle (what ConsumerService.ack returns)."""
+
+    def __init__(self, results: dict[str, AckResult]) -> None:
+        self.results = results
+        self.asked: list[tuple[str, str, list[str]]] = []
+
+    async def ack(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
+        self.asked.append((group, topic, handles))
+        return [self.results[h] for h in handles]
+
+
+def _ack(results: dict[str, AckResult]) -> tuple[spb.AckMessageResponse, _Consumer]:
+    consumer = _Consumer(results)
+    app = cast(ProxyApp, SimpleNamespace(consumer=consumer))
+    ctx = RequestContext("cid", "", "PYTHON", "5", "r1", "127.0.0.1", None)
+    request = spb.AckMessageRequest(
+        group=pb.Resource(name="g"),
+        topic=pb.Resource(name="t"),
+        entries=[spb.AckMessageEntry(message_id=f"m{i}", receipt_handle=h) for i, h in enumerate(results)],
+    )
+    return asyncio.run(consume.ack_message(app, ctx, request)), consumer
+
+
+def test_an_ack_answers_every_entry_with_its_handle_and_status() -> None:
+    response, consumer = _ack({"b~1": AckResult("b~1", True), "b~2": AckResult("b~2", True)})
+    assert consumer.asked == [("g", "t", ["b~1", "b~2"])]
+    assert [(e.message_id, e.receipt_handle, e.status.code, e.status.message) for e in response.entries] == [
+        ("m0", "b~1", Code.OK, "OK"),
+        ("m1", "b~2", Code.OK, "OK"),
+    ]
+    assert (response.status.code, response.status.message) == (Code.OK, "OK")
+
+
+def test_an_ack_with_mixed_results_is_multiple_results_with_each_entrys_code() -> None:
+    bad = AckResult("b~2", False, int(Code.INVALID_RECEIPT_HANDLE), "this handle is spent")
+    response, _ = _ack({"b~1": AckResult("b~1", True), "b~2": bad})
+    assert [(e.status.code, e.status.message) for e in response.entries] == [
+        (Code.OK, "OK"),
+        (Code.INVALID_RECEIPT_HANDLE, "this handle is spent"),
+    ]
+    assert response.status.code == Code.MULTIPLE_RESULTS
+
+
+def test_an_ack_failing_alike_answers_that_failure_at_the_top() -> None:
+    bad = AckResult("b~1", False, int(Code.INVALID_RECEIPT_HANDLE), "")
+    response, _ = _ack({"b~1": bad})
+    assert (response.status.code, response.status.message) == (Code.INVALID_RECEIPT_HANDLE, "INVALID_RECEIPT_HANDLE")
+    assert response.entries[0].status == response.status
