@@ -39,6 +39,24 @@ def unwrap(
     `what` names the handle in messages ("receipt handle"); `hint` ends them (what to do instead).
     The payload's first field is its format number, which the caller checks.
     """
+    broker, rest = _split(text, what=what, error=error, hint=hint, mark=mark)
+    b64 = rest[len(mark) :]
+    try:
+        return broker, layout.unpack(base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)))
+    except (binascii.Error, ValueError, struct.error):
+        raise error(f"{what} is malformed{hint}") from None
+
+
+def broker_name(text: str, *, what: str, error: Callable[[str], SluiceError], hint: str = "", mark: str = "") -> str:
+    """The broker that issued a handle, from the envelope alone (the payload is not decoded).
+
+    For routing: the broker that gets the handle decodes and checks the payload, and answers a
+    malformed one with the same error `unwrap` raises.
+    """
+    return _split(text, what=what, error=error, hint=hint, mark=mark)[0]
+
+
+def _split(text: str, *, what: str, error: Callable[[str], SluiceError], hint: str, mark: str) -> tuple[str, str]:
     if not text:
         raise error(f"{what} is empty{hint}")
     if len(text) > MAX_HANDLE_CHARS:
@@ -46,11 +64,7 @@ def unwrap(
     broker, sep, rest = text.rpartition(SEPARATOR)
     if not sep or not broker or not rest.startswith(mark):
         raise error(f"{what} is malformed (no broker name){hint}")
-    b64 = rest[len(mark) :]
-    try:
-        return broker, layout.unpack(base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)))
-    except (binascii.Error, ValueError, struct.error):
-        raise error(f"{what} is malformed{hint}") from None
+    return broker, rest
 
 
 @functools.lru_cache(maxsize=4096)  # twice per delivered and per acknowledged message, few distinct names

@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from broker.handles import name_crc, unwrap, wrap
+from broker.handles import broker_name, name_crc, unwrap, wrap
 from common.errors import InvalidReceiptHandle
 
 _FORMAT = 1
@@ -58,5 +58,9 @@ def decode(text: str) -> ReceiptHandle:
 
 
 def broker_of(text: str) -> str:
-    """The broker a handle belongs to (for routing an ack)."""
-    return decode(text).broker
+    """The broker a handle belongs to (for routing an ack), read from the envelope only.
+
+    Much cheaper than `decode` on the ack path, where every handle is decoded again by the broker
+    that resolves it: that broker answers a handle with a malformed payload INVALID_RECEIPT_HANDLE.
+    """
+    return broker_name(text, what="receipt handle", error=InvalidReceiptHandle)

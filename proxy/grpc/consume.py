@@ -12,8 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from broker import receipt
 from broker.api import FilterKind, FilterSpec, OffsetPolicy
 from common import metrics
@@ -62,7 +60,12 @@ def long_poll_ms(app: ProxyApp, ctx: RequestContext, request: spb.ReceiveMessage
 
 async def receive_message(
     app: ProxyApp, ctx: RequestContext, request: spb.ReceiveMessageRequest
-) -> AsyncIterator[spb.ReceiveMessageResponse]:
+) -> list[spb.ReceiveMessageResponse]:
+    """Every frame of the answer, the status frame first.
+
+    The frames are built before the first is written (the clients only act at end of stream
+    anyway), so the servicer writes them from a list rather than through a second generator.
+    """
     started = time.time_ns() // 1_000_000
     try:
         ns, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
@@ -79,17 +82,20 @@ async def receive_message(
                            request.batch_size, invisible, long_poll_ms(app, ctx, request))  # fmt: skip
         messages = await app.consumer.receive(ctx, spec)
     except Exception as exc:
-        yield spb.ReceiveMessageResponse(status=status_of(exc, "ReceiveMessage"))
-        return
+        return [spb.ReceiveMessageResponse(status=status_of(exc, "ReceiveMessage"))]
     if not messages:
-        yield spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
-        return
-    yield spb.ReceiveMessageResponse(status=OK)
+        return [spb.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))]
+    frames = [spb.ReceiveMessageResponse(status=OK)]
+    response = spb.ReceiveMessageResponse
+    fill = convert.fill_delivered
     for m in messages:
-        yield spb.ReceiveMessageResponse(message=convert.delivered(m, ns))
-    ts = Timestamp()
-    ts.FromMilliseconds(started)
-    yield spb.ReceiveMessageResponse(delivery_timestamp=ts)
+        frame = response()
+        fill(frame.message, m, ns)  # in place: no copy of a separately built Message
+        frames.append(frame)
+    last = response()
+    last.delivery_timestamp.FromMilliseconds(started)
+    frames.append(last)
+    return frames
 
 
 async def ack_message(app: ProxyApp, ctx: RequestContext, request: spb.AckMessageRequest) -> spb.AckMessageResponse:
@@ -97,12 +103,22 @@ async def ack_message(app: ProxyApp, ctx: RequestContext, request: spb.AckMessag
     _, topic = convert.resource_name(request.topic, ctx.namespace)
     if not request.entries:
         raise BadRequest("the request carries no entry to acknowledge")
-    results = await app.consumer.ack(group, topic, [e.receipt_handle for e in request.entries])
-    entries = []
-    for e, r in zip(request.entries, results, strict=True):
-        st = OK if r.ok else status(Code(r.error_code), r.error_message)
-        entries.append(spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=st))
-    return spb.AckMessageResponse(status=common_status(e.status for e in entries), entries=entries)
+    handles = [e.receipt_handle for e in request.entries]
+    results = await app.consumer.ack(group, topic, handles)
+    # Entries are filled in place in the response (hot path: once per acknowledged message);
+    # passing built messages to a constructor would copy each through a serialise and a parse.
+    response = spb.AckMessageResponse()
+    add = response.entries.add
+    for e, handle, r in zip(request.entries, handles, results, strict=True):
+        entry = add(message_id=e.message_id, receipt_handle=handle)
+        st = entry.status
+        if r.ok:
+            st.code = OK.code
+            st.message = OK.message
+        else:
+            st.CopyFrom(status(Code(r.error_code), r.error_message))
+    response.status.CopyFrom(common_status(e.status for e in response.entries))
+    return response
 
 
 async def change_invisible_duration(

@@ -95,10 +95,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                 return
             received = 0
             try:
-                async for frame in consume.receive_message(self.app, ctx, request):
-                    if frame.HasField("status"):
-                        code = code_name(frame.status.code)
-                    received += frame.WhichOneof("content") == "message"
+                frames = await consume.receive_message(self.app, ctx, request)
+                code = code_name(frames[0].status.code)  # the status frame comes first
+                last = len(frames) - 1
+                for i, frame in enumerate(frames):
+                    received += 0 < i < last  # between the status and the delivery timestamp
                     yield frame
             finally:
                 namespace = request.group.resource_namespace or ctx.namespace
