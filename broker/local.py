@@ -420,24 +420,24 @@ class LocalBroker:
                 if mtype is MessageType.DELAY:
                     timers.check_delivery_time(msg)
         if plain:
-            results = await self.store.append([to_record(topic, queue_id, m, host) for m in messages])
+            records = [to_record(topic, queue_id, m, host) for m in messages]
+        else:
+            if any(m.message_type is MessageType.TRANSACTION for m in messages):
+                return await self._send_half(topic, queue_id, messages)
+            records = []
+            for msg in messages:
+                rec = to_record(topic, queue_id, msg, host)
+                records.append(timers.timer_record(rec) if msg.message_type is MessageType.DELAY else rec)
+        results = await self.store.append(records)
+        if plain:
             # One append takes consecutive offsets of its queue: one trace event for the whole range.
             self.trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, clients[0],
                             messages[0].born_host)  # fmt: skip
             return [SendResult(m.message_id, queue_id, r.queue_offset) for m, r in zip(messages, results, strict=True)]
-        if any(m.message_type is MessageType.TRANSACTION for m in messages):
-            return await self._send_half(topic, queue_id, messages)
-        records = []
-        for msg in messages:
-            rec = to_record(topic, queue_id, msg, host)
-            records.append(timers.timer_record(rec) if msg.message_type is MessageType.DELAY else rec)
-        results = await self.store.append(records)
+        # Not plain and no transaction: at least one of them is a DELAY message.
         delayed = [(topic, m.delivery_timestamp_ms, r) for m, r in zip(messages, results, strict=True)
                    if m.message_type is MessageType.DELAY]  # fmt: skip
-        handles = iter(timers.index(delayed) if delayed else ())
-        if not delayed:
-            self.trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, clients[0],
-                            messages[0].born_host)  # fmt: skip
+        handles = iter(timers.index(delayed))
         return [
             SendResult(m.message_id, queue_id, r.queue_offset,
                        recall_handle=next(handles) if m.message_type is MessageType.DELAY else "")
