@@ -286,16 +286,15 @@ _VECTOR_MIN = 4  # below this many records the per-record loop is cheaper than s
 
 
 @functools.lru_cache(maxsize=256)
-def _uniform_layout(lead: int, id_size: int, trail: int, counts: bool) -> struct.Struct:
+def _uniform_layout(lead: int, id_size: int, trail: int) -> struct.Struct:
     """The header and texts of a record of a uniform batch as one struct.
 
     Fields: total size, magic, (crc: 0), version, type, flags, queue id, (the writer's 24 bytes: 0),
-    born, delivery, attempt, body size, then `lead` bytes (the text sizes, with the three counts
-    when `counts` is false, and the topic), [the three counts], the message id, and `trail` bytes
-    (tag, group, born host, store host). Same bytes as `_HEADER.pack` + the texts of `encode`.
+    born, delivery, attempt, body size, then the six text sizes (12 bytes), the key, property and
+    system property counts, the topic (`lead` - 12 bytes), the message id, and `trail` bytes (tag,
+    group, born host, store host). Same bytes as `_HEADER.pack` + the texts of `encode`.
     """
-    middle = f"12sHHH{lead - 12}s" if counts else f"{lead}s"
-    return struct.Struct(f"<II4xBBHI24xQQII{middle}{id_size}s{trail}s")
+    return struct.Struct(f"<II4xBBHI24xQQII12sHHH{lead - 12}s{id_size}s{trail}s")
 
 
 _PLAIN = operator.attrgetter("message_type", "flags", "delivery_timestamp_ms", "delivery_attempt")
@@ -308,7 +307,8 @@ def _plain_layout(lead: int, id_size: int, trail: int) -> struct.Struct:
     """`_uniform_layout` for records whose type, flags, delivery time and attempt are alike: those
     are packed once per batch (`_MIDDLE`, `_AFTER_BORN`) and passed as bytes. Fields: total size,
     header bytes [4, 16), queue id, (the writer's 24 bytes: 0), born, header bytes [52, 64), body
-    size, then `lead`, message id and `trail` bytes as in `_uniform_layout`."""
+    size, then `lead` bytes (the six text sizes, three zero counts and the topic: no keys or
+    properties), the message id and `trail` bytes as in `_uniform_layout`."""
     return struct.Struct(f"<I12sI24xQ12sI{lead}s{id_size}s{trail}s")
 
 
@@ -359,34 +359,29 @@ def _encode_uniform(records: Sequence[MessageRecord], max_record_bytes: int) -> 
     body_sizes = list(map(len, bodies))
     fixed = HEADER_SIZE + len(topic) + id_size + len(trail)
     extras = any(map(_GET_KEYS, records)) or any(map(_GET_PROPS, records)) or any(map(_GET_SYSPROPS, records))
+    plain = None if extras else _PLAIN(records[0])
     try:
-        if extras:
+        if plain is not None and list(map(_PLAIN, records)).count(plain) == n:
+            # The usual batch: no keys or properties, and type, flags, delivery time and attempt
+            # alike, so those join the constant bytes (fewer arguments per record).
+            totals = list(map(add, body_sizes, repeat(fixed)))
+            lead = sizes6 + _ZERO_COUNTS + topic
+            mtype, flags, deliver, attempt = plain
+            layout = _plain_layout(len(lead), id_size, len(trail))
+            heads = map(layout.pack, totals, repeat(_MIDDLE.pack(MAGIC, 0, VERSION, mtype, flags)), qids,
+                        map(_GET_BORN, records), repeat(_AFTER_BORN.pack(deliver, attempt)), body_sizes,
+                        repeat(lead), mids, repeat(trail))  # fmt: skip
+            parts = itertools.chain.from_iterable(zip(heads, bodies, strict=True))
+        else:
             tails = list(map(_tail_of, records))  # raises the precise error for a too-long key
             totals = list(map(add, map(add, body_sizes, map(len, tails)), repeat(fixed)))
-            layout = _uniform_layout(12 + len(topic), id_size, len(trail), True)
+            layout = _uniform_layout(12 + len(topic), id_size, len(trail))
             kcs, pcs, scs = (map(len, map(g, records)) for g in (_GET_KEYS, _GET_PROPS, _GET_SYSPROPS))
             heads = map(layout.pack, totals, repeat(MAGIC), repeat(VERSION), map(_GET_TYPE, records),
                         map(_GET_FLAGS, records), qids, map(_GET_BORN, records), map(_GET_DELIVER, records),
                         map(_GET_ATTEMPT, records), body_sizes, repeat(sizes6), kcs, pcs, scs, repeat(topic), mids,
                         repeat(trail))  # fmt: skip
             parts = itertools.chain.from_iterable(zip(heads, tails, bodies, strict=True))
-        else:
-            totals = list(map(add, body_sizes, repeat(fixed)))
-            lead = sizes6 + _ZERO_COUNTS + topic
-            plain = _PLAIN(records[0])
-            if list(map(_PLAIN, records)).count(plain) == n:  # type, flags, delivery, attempt alike
-                # (the usual batch): they join the constant bytes, fewer arguments per record
-                mtype, flags, deliver, attempt = plain
-                layout = _plain_layout(len(lead), id_size, len(trail))
-                heads = map(layout.pack, totals, repeat(_MIDDLE.pack(MAGIC, 0, VERSION, mtype, flags)), qids,
-                            map(_GET_BORN, records), repeat(_AFTER_BORN.pack(deliver, attempt)), body_sizes,
-                            repeat(lead), mids, repeat(trail))  # fmt: skip
-            else:
-                layout = _uniform_layout(len(lead), id_size, len(trail), False)
-                heads = map(layout.pack, totals, repeat(MAGIC), repeat(VERSION), map(_GET_TYPE, records),
-                            map(_GET_FLAGS, records), qids, map(_GET_BORN, records), map(_GET_DELIVER, records),
-                            map(_GET_ATTEMPT, records), body_sizes, repeat(lead), mids, repeat(trail))  # fmt: skip
-            parts = itertools.chain.from_iterable(zip(heads, bodies, strict=True))
         if max(totals) > max_record_bytes:
             return None
         buf = bytearray().join(parts)
