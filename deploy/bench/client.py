@@ -17,8 +17,6 @@ a transport failure (`grpc.UNAVAILABLE`).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import itertools
 import os
 import socket
@@ -32,6 +30,7 @@ from google.protobuf.duration_pb2 import Duration
 from common.codes import Code
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
+from proxy.core.auth import sign
 
 SERVICE = "/apache.rocketmq.v2.MessagingService"
 SEND_PATH = f"{SERVICE}/SendMessage"
@@ -90,7 +89,7 @@ def signed_headers(access_key: str, secret: str, second: int) -> tuple[tuple[str
     as the header's `Z` says; the proxy does not compare it with its clock (docs/security.md).
     """
     date_time = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(second))
-    signature = hmac.new(secret.encode(), date_time.encode(), hashlib.sha1).hexdigest()
+    signature = sign(secret, date_time)
     authorization = f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, Signature={signature}"
     return (("x-mq-date-time", date_time), ("authorization", authorization))
 
