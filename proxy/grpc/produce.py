@@ -10,7 +10,6 @@ from __future__ import annotations
 from broker.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage
 from common.codes import Code
 from common.errors import MessageBodyTooLarge, SluiceError
-from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
@@ -53,19 +52,18 @@ async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMess
     items = [c for c in converted if not isinstance(c, SluiceError)]
     outcomes = iter(await app.producer.send(items)) if items else iter(())
     entries: list[spb.SendResultEntry] = []
-    failed: list[pb.Status] = []
+    all_ok = True
     add = entries.append
     for c in converted:
         outcome = c if isinstance(c, SluiceError) else next(outcomes)
         if isinstance(outcome, BaseException):
-            st = status_of(outcome, "SendMessage")
-            failed.append(st)
-            add(spb.SendResultEntry(status=st))
+            all_ok = False
+            add(spb.SendResultEntry(status=status_of(outcome, "SendMessage")))
         else:
             add(spb.SendResultEntry(status=OK, message_id=outcome.message_id, transaction_id=outcome.transaction_id,
                                     offset=outcome.queue_offset, recall_handle=outcome.recall_handle))  # fmt: skip
     # All OK (the common case) needs no look at the entries' statuses.
-    overall = common_status(e.status for e in entries) if failed else OK
+    overall = OK if all_ok else common_status(e.status for e in entries)
     return spb.SendMessageResponse(status=overall, entries=entries)
 
 
