@@ -202,8 +202,8 @@ class Traffic:
         self.wait("every sent message acked", done, timeout_s)
 
     def summary(self) -> str:
+        missing = self.not_acked()
         with self._lock:
-            missing = set(self.sent) - self.acked - self.acked_per_broker
             calls: dict[str, int] = {}
             for f in self.failures:
                 calls[f.call] = calls.get(f.call, 0) + 1
