@@ -1,8 +1,9 @@
 """The dispatcher: turns written CommitLog records into index entries, one WriteBatch per round.
 
-Per record it writes the ConsumeQueue entry, the message-id entry and one key-index entry per key;
-per round, the highest queue offset each queue reached in each segment (`segq`, used by retention)
-and the dispatch checkpoint, all in the same WriteBatch, so the indexes and the checkpoint never
+Per record it writes the message-id entry and one key-index entry per key; per queue, segment and
+round one ConsumeQueue block (the round's entries of that queue, keys.py) and the highest queue
+offset the queue reached in the segment (`segq`, used by retention); per round the dispatch
+checkpoint; all in the same WriteBatch, so the indexes and the checkpoint never
 disagree. Consumers only see dispatched records. Listeners (long polling) are told which queues
 received messages after every round.
 
@@ -23,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
+from typing import Any
 
 from broker.store import keys as K
 from broker.store.index import Index
@@ -54,14 +56,17 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
     """Write the index entries and checkpoint for `runs` (in physical order) in one batch.
 
     A run of one queue is indexed with C-level `map`s (no Python bytecode per record); mixed runs
-    record by record. Both write the same entries."""
+    record by record. Both write the same entries. ConsumeQueue entries are gathered per (segment,
+    topic, queue) while their offsets follow on, and written as blocks at the end."""
     batch = index.batch()
     put = batch.put
     cq, msgid, keyidx, segq = (index.handle(n) for n in (K.CF_CQ, K.CF_MSGID, K.CF_KEYIDX, K.CF_SEGQ))
-    cq_key, cq_value, u32 = K.CQ_KEY.pack, K.CQ_VALUE.pack, K.U32.pack
+    cq_value, u32 = K.CQ_VALUE.pack, K.U32.pack
     msgid_key, keyidx_key = K.msgid_key, K.keyidx_key
     topic_ids: dict[str, int] = {}
     seg_max: dict[tuple[int, int, int], int] = {}
+    # (segment base, topic id, queue id) -> [first offset, next offset, packed entries]
+    blocks: dict[tuple[int, int, int], list[Any]] = {}
     for cols, results, queue, seg_base in runs:
         if queue is not None and len(results) >= _VECTOR_MIN:
             topic, qid = queue
@@ -71,11 +76,18 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
             first = results[0].queue_offset
             physs = list(map(_PHYS, results))
             sizes = list(map(_SIZE, results))
-            cq_keys = map(cq_key, repeat(tid), repeat(qid), range(first, first + len(results)))
             stamp = results[0].store_timestamp_ms  # one round's: the same for the whole run
             stamps = repeat(stamp) if results[-1].store_timestamp_ms == stamp else map(_STORE_TS, results)
-            cq_values = map(cq_value, physs, sizes, cols.tag_hashes, stamps)
-            _drain(map(put, cq_keys, cq_values, repeat(cq)))
+            entries = b"".join(map(cq_value, physs, sizes, cols.tag_hashes, stamps))
+            where = (seg_base, tid, qid)
+            block = blocks.get(where)
+            if block is not None and block[1] == first:
+                block[1] += len(results)
+                block[2].append(entries)
+            else:
+                if block is not None:
+                    _put_block(put, cq, tid, qid, block)
+                blocks[where] = [first, first + len(results), [entries]]
             mids = cols.message_ids
             lengths = set(map(len, mids))
             id_len = lengths.pop() if len(lengths) == 1 else 0
@@ -92,26 +104,48 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
                         kb = key.encode("utf-8")
                         if kb and len(kb) <= _MAX_INDEXED_KEY:
                             put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)
-            seg_max[(seg_base, tid, qid)] = results[-1].queue_offset
+            seg_max[where] = results[-1].queue_offset
             continue
         for topic, qid, th, mid, keys, (qoff, phys, size, store_ts) in zip(*cols, results, strict=True):
             tid = topic_ids.get(topic)
             if tid is None:
                 tid = topic_ids[topic] = index.intern_topic(topic, batch)
-            put(cq_key(tid, qid, qoff), cq_value(phys, size, th, store_ts), cq)
+            where = (seg_base, tid, qid)
+            block = blocks.get(where)
+            if block is not None and block[1] == qoff:
+                block[1] += 1
+                block[2].append(cq_value(phys, size, th, store_ts))
+            else:
+                if block is not None:
+                    _put_block(put, cq, tid, qid, block)
+                blocks[where] = [qoff, qoff + 1, [cq_value(phys, size, th, store_ts)]]
             if mid and len(mid) <= _MAX_INDEXED_ID:
                 put(msgid_key(seg_base, mid, phys), u32(size), msgid)
             for key in keys:
                 kb = key.encode("utf-8")
                 if kb and len(kb) <= _MAX_INDEXED_KEY:
                     put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)
-            seg_max[(seg_base, tid, qid)] = qoff
+            seg_max[where] = qoff
+    for (_, tid, qid), block in blocks.items():
+        _put_block(put, cq, tid, qid, block)
     for (base, tid, qid), qoff in seg_max.items():
         put(K.segq_key(base, tid, qid), K.U64.pack(qoff), segq)
     last = runs[-1].results[-1]
     index.put_checkpoint(batch, last.physical_offset + last.size)
     index.write(batch)
     return {(index.topic_name(tid) or "", qid) for (_, tid, qid) in seg_max}
+
+
+def _put_block(put: Callable[..., None], cq: object, tid: int, qid: int, block: list[Any]) -> None:
+    """Put gathered ConsumeQueue entries as blocks of at most `CQ_BLOCK_MAX` entries."""
+    first, end, parts = block
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    if end - first <= K.CQ_BLOCK_MAX:
+        put(K.cq_key(tid, qid, first), data, cq)
+        return
+    step = K.CQ_BLOCK_MAX * K.CQ_ENTRY
+    for at in range(0, len(data), step):
+        put(K.cq_key(tid, qid, first + at // K.CQ_ENTRY), data[at : at + step], cq)
 
 
 class Dispatcher:

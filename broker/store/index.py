@@ -14,6 +14,7 @@ import gc
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import rocksdict
@@ -148,25 +149,66 @@ class Index:
 
     # -- consume queue ---------------------------------------------------------------------------
 
+    # ConsumeQueue keys name the first offset of a block of entries (keys.py): the block holding
+    # offset o is the last key <= (topic, queue, o), if it reaches o.
+
     def cq_entries(self, topic_id: int, queue_id: int, start_offset: int) -> Iterator[CqEntry]:
         """ConsumeQueue entries of one queue from `start_offset` upward, in offset order."""
         prefix = K.queue_prefix(topic_id, queue_id)
+        target = K.cq_key(topic_id, queue_id, start_offset)
         it = self._cf[K.CF_CQ].iter()
-        it.seek(K.cq_key(topic_id, queue_id, start_offset))
+        it.seek_for_prev(target)
+        skip = 0
+        if not it.valid():
+            it.seek(target)
+        else:
+            key = it.key()
+            if key.startswith(prefix) and K.cq_block_end(key, it.value()) > start_offset:
+                skip = start_offset - K.cq_key_parse(key)[2]  # the start is inside this block
+            else:
+                it.next()  # the first key after the target: the first block above it
         while it.valid():
             key = it.key()
             if not key.startswith(prefix):
                 return
-            phys, size, tag_hash, ts = K.CQ_VALUE.unpack(it.value())
-            yield CqEntry(K.cq_key_parse(key)[2], phys, size, tag_hash, ts)
+            offset = K.cq_key_parse(key)[2] + skip
+            for phys, size, tag_hash, ts in islice(K.CQ_VALUE.iter_unpack(it.value()), skip, None):
+                yield CqEntry(offset, phys, size, tag_hash, ts)
+                offset += 1
+            skip = 0
             it.next()
 
-    def cq_entry(self, topic_id: int, queue_id: int, queue_offset: int) -> CqEntry | None:
-        raw = self._cf[K.CF_CQ].get(K.cq_key(topic_id, queue_id, queue_offset))
-        if raw is None:
+    def cq_block(self, topic_id: int, queue_id: int, queue_offset: int) -> tuple[int, bytes] | None:
+        """(first offset, entries) of the ConsumeQueue block holding `queue_offset`, if any."""
+        it = self._cf[K.CF_CQ].iter()
+        it.seek_for_prev(K.cq_key(topic_id, queue_id, queue_offset))
+        if not it.valid():
             return None
-        phys, size, tag_hash, ts = K.CQ_VALUE.unpack(raw)
+        key = it.key()
+        if not key.startswith(K.queue_prefix(topic_id, queue_id)):
+            return None
+        value: bytes = it.value()
+        first = int(K.cq_key_parse(key)[2])
+        return (first, value) if first + len(value) // K.CQ_ENTRY > queue_offset else None
+
+    def cq_entry(self, topic_id: int, queue_id: int, queue_offset: int) -> CqEntry | None:
+        block = self.cq_block(topic_id, queue_id, queue_offset)
+        if block is None:
+            return None
+        first, value = block
+        phys, size, tag_hash, ts = K.CQ_VALUE.unpack_from(value, (queue_offset - first) * K.CQ_ENTRY)
         return CqEntry(queue_offset, phys, size, tag_hash, ts)
+
+    def delete_cq_below(self, batch: rocksdict.WriteBatch, topic_id: int, queue_id: int, end: int) -> None:
+        """Delete (through `batch`) a queue's ConsumeQueue entries below offset `end`, keeping those
+        from `end` on. A range delete takes a block starting below `end` whole, so the part of a
+        block that holds `end` is put back as a block of its own starting at `end`."""
+        cq = self._handles[K.CF_CQ]
+        straddling = self.cq_block(topic_id, queue_id, end)
+        batch.delete_range(K.cq_key(topic_id, queue_id, 0), K.cq_key(topic_id, queue_id, end), cq)
+        if straddling is not None and straddling[0] < end:
+            first, value = straddling
+            batch.put(K.cq_key(topic_id, queue_id, end), value[(end - first) * K.CQ_ENTRY :], cq)
 
     def queue_bounds(self, topic_id: int, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset + 1) of a queue's dispatched entries; (0, 0) when it never had any.
@@ -183,8 +225,7 @@ class Index:
             return floor, floor
         low = K.cq_key_parse(it.key())[2]
         it.seek_for_prev(K.cq_key(topic_id, queue_id, K.MAX_U64))
-        high = K.cq_key_parse(it.key())[2]
-        return low, high + 1
+        return low, K.cq_block_end(it.key(), it.value())
 
     def queue_ids(self, topic_id: int) -> list[int]:
         """Queue ids of a topic that hold at least one dispatched entry (skips along the keyspace)."""

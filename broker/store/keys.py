@@ -6,8 +6,13 @@ queues cost a million 16-byte ConsumeQueue keys, not a million files.
 
 Column families (key -> value):
 
-- `cq`: topic_id u32, queue_id u32, queue_offset u64
-  -> physical_offset u64, size u32, tag_hash u32, store_timestamp_ms u64
+- `cq`: topic_id u32, queue_id u32, first queue_offset u64
+  -> a block of N >= 1 entries for offsets first .. first+N-1, each
+  physical_offset u64, size u32, tag_hash u32, store_timestamp_ms u64 (24 bytes; N = len // 24).
+  The dispatcher writes one block per queue, segment and round (at most `CQ_BLOCK_MAX` entries)
+  instead of one key per message: half the RocksDB puts of an append. A block never spans two
+  CommitLog segments (retention range-deletes a segment's offsets) and blocks of a queue never
+  overlap. A one-entry block is byte for byte the one-key-per-message layout stores had before.
 - `msgid`: segment_base u64, id length u8, message id, physical_offset u64 -> size u32
 - `keyidx`: segment_base u64, topic_id u32, key length u16, key, physical_offset u64 -> size u32
 - `segq`: segment_base u64, topic_id u32, queue_id u32 -> highest queue_offset in that segment u64
@@ -42,7 +47,11 @@ META_QUEUE_FLOOR_PREFIX = b"q:"
 
 CQ_KEY = struct.Struct(">IIQ")
 _QUEUE_PREFIX = struct.Struct(">II")
-CQ_VALUE = struct.Struct("<QIIQ")
+CQ_VALUE = struct.Struct("<QIIQ")  # one entry of a ConsumeQueue block
+CQ_ENTRY = CQ_VALUE.size
+# Entries per ConsumeQueue block. Big enough that a round's share of a busy queue (~175 records in
+# store_bench's batch32 phase) is one put, small enough (6 KiB) that reading one entry stays cheap.
+CQ_BLOCK_MAX = 256
 _U64BE = struct.Struct(">Q")
 _U32BE = struct.Struct(">I")
 U64 = struct.Struct("<Q")
@@ -57,6 +66,11 @@ def cq_key(topic_id: int, queue_id: int, queue_offset: int) -> bytes:
 
 def cq_key_parse(key: bytes) -> tuple[int, int, int]:
     return CQ_KEY.unpack(key)
+
+
+def cq_block_end(key: bytes, value: bytes) -> int:
+    """One past the last queue offset a ConsumeQueue block holds."""
+    return int(CQ_KEY.unpack(key)[2]) + len(value) // CQ_ENTRY
 
 
 def queue_prefix(topic_id: int, queue_id: int) -> bytes:

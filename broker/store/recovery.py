@@ -224,14 +224,21 @@ def _trim_index(index: Index, segments: SegmentSet, end: int) -> int:
         it = index.cf(K.CF_CQ).iter()
         it.seek_for_prev(K.cq_key(tid, qid, K.MAX_U64))
         kept: tuple[int, int] | None = None  # (queue offset, physical offset) of the last entry kept
-        while it.valid() and it.key().startswith(prefix):
-            phys, size = K.CQ_VALUE.unpack(it.value())[:2]
-            if phys + size <= end:
-                kept = (K.cq_key_parse(it.key())[2], phys)
-                break
-            cut = min(cut, phys)
-            batch.delete(it.key(), cq)
-            it.prev()
+        while it.valid() and it.key().startswith(prefix):  # blocks from the queue's last one down
+            block_key, value = it.key(), it.value()
+            entries = list(K.CQ_VALUE.iter_unpack(value))
+            n = 0  # entries of the block that end by `end` (a queue's records lie in offset order)
+            while n < len(entries) and entries[n][0] + entries[n][1] <= end:
+                n += 1
+            if n < len(entries):
+                cut = min(cut, entries[n][0])
+                if n == 0:
+                    batch.delete(block_key, cq)
+                    it.prev()
+                    continue
+                batch.put(block_key, value[: n * K.CQ_ENTRY], cq)  # a block partly beyond: shorten it
+            kept = (K.cq_key_parse(block_key)[2] + n - 1, entries[n - 1][0])
+            break
         if kept is not None and kept[1] >= base:
             batch.put(key, K.U64.pack(kept[0]), segq)
         else:

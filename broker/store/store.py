@@ -13,6 +13,7 @@ record that fails its checks); nothing a caller passes can corrupt the store.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import concurrent.futures
 import logging
 import operator
@@ -21,8 +22,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import islice
 from pathlib import Path
 
+from broker.store import keys as K
 from broker.store.config import StoreConfig
 from broker.store.dispatcher import Dispatcher, DispatchListener
 from broker.store.index import CqEntry, Index
@@ -287,16 +290,23 @@ class MessageStore:
         tid = self.index.topic_id(topic)
         if tid is None:
             return 0
-        low, high = self.index.queue_bounds(tid, queue_id)
-        lo, hi = low, high
+        lo, hi = self.index.queue_bounds(tid, queue_id)
+        # Binary search over ConsumeQueue blocks, then inside the block found (store times only
+        # rise along a queue): entries below `lo` are older than `timestamp_ms`, from `hi` not.
         while lo < hi:
             mid = (lo + hi) // 2
-            entry = self.index.cq_entry(tid, queue_id, mid)
-            # A missing entry is a hole left by a concurrent retention run: search above it.
-            if entry is None or entry.store_timestamp_ms < timestamp_ms:
+            block = self.index.cq_block(tid, queue_id, mid)
+            if block is None:  # a hole left by a concurrent retention run: search above it
                 lo = mid + 1
-            else:
-                hi = mid
+                continue
+            first, value = block
+            a, b = max(first, lo), min(first + len(value) // K.CQ_ENTRY, hi)
+            stamps = [e[3] for e in islice(K.CQ_VALUE.iter_unpack(value), a - first, b - first)]
+            i = a + bisect.bisect_left(stamps, timestamp_ms)
+            if i > a:
+                lo = i
+            if i < b:
+                hi = i
         return lo
 
     # -- consumer offsets ------------------------------------------------------------------------

@@ -184,13 +184,13 @@ class BrokerTiering:
         with self._retention_lock:
             if tid is not None:
                 batch = index.batch()
-                cq, meta = index.handle(K.CF_CQ), index.handle(K.CF_META)
+                meta = index.handle(K.CF_META)
                 for q in index.queue_ids(tid):
                     low, high = index.queue_bounds(tid, q)
                     end = min(self.manifest.tiered_end(topic, q), high)
                     if end <= low:
                         continue
-                    batch.delete_range(K.cq_key(tid, q, 0), K.cq_key(tid, q, end), cq)
+                    index.delete_cq_below(batch, tid, q, end)  # `end` may fall inside a block
                     batch.put(K.queue_floor_key(tid, q), K.U64.pack(end), meta)
                     dropped += end - low
                 index.write(batch)

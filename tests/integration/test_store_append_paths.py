@@ -62,7 +62,17 @@ def shapes() -> list[list[MessageRecord]]:
 
 
 def dump(store: MessageStore) -> dict[str, list[tuple[bytes, bytes]]]:
-    return {cf: list(store.index.cf(cf).items()) for cf in (K.CF_CQ, K.CF_MSGID, K.CF_KEYIDX, K.CF_SEGQ, K.CF_META)}
+    out = {cf: list(store.index.cf(cf).items()) for cf in (K.CF_MSGID, K.CF_KEYIDX, K.CF_SEGQ, K.CF_META)}
+    # ConsumeQueue blocks are cut where rounds (or recovery's batches) end, so compare entries:
+    # every block expanded to one (key, entry) per offset, as stores kept them before blocks.
+    entries = []
+    for key, value in store.index.cf(K.CF_CQ).items():
+        tid, qid, first = K.cq_key_parse(key)
+        assert value and len(value) % K.CQ_ENTRY == 0 and len(value) // K.CQ_ENTRY <= K.CQ_BLOCK_MAX
+        for i in range(len(value) // K.CQ_ENTRY):
+            entries.append((K.cq_key(tid, qid, first + i), value[i * K.CQ_ENTRY : (i + 1) * K.CQ_ENTRY]))
+    out[K.CF_CQ] = entries
+    return out
 
 
 async def append_concurrently(store: MessageStore, appends: list[list[MessageRecord]]) -> list[list[AppendResult]]:
