@@ -28,7 +28,7 @@ from typing import Any
 
 from broker.store import keys as K
 from broker.store.index import Index
-from broker.store.writer import AppendResult, Columns, Run, Written
+from broker.store.writer import AppendResult, AppendResults, Columns, Run, Written
 from common.logs import kv
 
 log = logging.getLogger("sluice.store.dispatch")
@@ -73,11 +73,16 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
             tid = topic_ids.get(topic)
             if tid is None:
                 tid = topic_ids[topic] = index.intern_topic(topic, batch)
-            first = results[0].queue_offset
-            physs = list(map(_PHYS, results))
-            sizes = list(map(_SIZE, results))
-            stamp = results[0].store_timestamp_ms  # one round's: the same for the whole run
-            stamps = repeat(stamp) if results[-1].store_timestamp_ms == stamp else map(_STORE_TS, results)
+            stamps: Iterable[int]
+            if isinstance(results, AppendResults):  # the writer's columns, as they are
+                first, physs, sizes = results.first_offset, results.physical_offsets, results.sizes
+                stamps = repeat(results.store_timestamp_ms)
+            else:
+                first = results[0].queue_offset
+                physs = list(map(_PHYS, results))
+                sizes = list(map(_SIZE, results))
+                stamp = results[0].store_timestamp_ms  # one round's: the same for the whole run
+                stamps = repeat(stamp) if results[-1].store_timestamp_ms == stamp else map(_STORE_TS, results)
             entries = b"".join(map(cq_value, physs, sizes, cols.tag_hashes, stamps))
             where = (seg_base, tid, qid)
             block = blocks.get(where)
@@ -104,7 +109,7 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
                         kb = key.encode("utf-8")
                         if kb and len(kb) <= _MAX_INDEXED_KEY:
                             put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)
-            seg_max[where] = results[-1].queue_offset
+            seg_max[where] = first + len(results) - 1
             continue
         for topic, qid, th, mid, keys, (qoff, phys, size, store_ts) in zip(*cols, results, strict=True):
             tid = topic_ids.get(topic)

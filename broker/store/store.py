@@ -166,11 +166,11 @@ class MessageStore:
         columns = new_columns((topics, enc.queue_ids, tag_hashes, enc.message_ids, list(map(_KEYS, records))))
         return enc.buf, enc.sizes, columns, (first.topic, first.queue_id) if enc.one_queue else None
 
-    async def append(self, records: Sequence[MessageRecord]) -> list[AppendResult]:
+    async def append(self, records: Sequence[MessageRecord]) -> Sequence[AppendResult]:
         """Append records (any topics and queues) durably per the flush policy; results in order."""
         buf, sizes, columns, queue = self._prepare(records)
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[list[AppendResult]] = loop.create_future()
+        fut: asyncio.Future[Sequence[AppendResult]] = loop.create_future()
         self.writer.submit(buf, sizes, columns, queue, (loop, fut))
         return await fut
 
@@ -179,16 +179,16 @@ class MessageStore:
         off the event loop, and append later (the timer scheduler prepares the next tick's copies)."""
         return PreparedAppend(*self._prepare(records))
 
-    async def append_prepared(self, prepared: PreparedAppend) -> list[AppendResult]:
+    async def append_prepared(self, prepared: PreparedAppend) -> Sequence[AppendResult]:
         """Append records encoded by `prepare` (once: the writer seals the buffers in place)."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[list[AppendResult]] = loop.create_future()
+        fut: asyncio.Future[Sequence[AppendResult]] = loop.create_future()
         self.writer.submit(prepared.buf, prepared.sizes, prepared.columns, prepared.queue, (loop, fut))
         return await fut
 
-    def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> list[AppendResult]:
+    def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> Sequence[AppendResult]:
         buf, sizes, columns, queue = self._prepare(records)
-        fut: concurrent.futures.Future[list[AppendResult]] = concurrent.futures.Future()
+        fut: concurrent.futures.Future[Sequence[AppendResult]] = concurrent.futures.Future()
         self.writer.submit(buf, sizes, columns, queue, fut)
         return fut.result(timeout_s)
 

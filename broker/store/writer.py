@@ -30,10 +30,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, count, repeat
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from broker.store.config import CommitLogConfig
 from broker.store.record import seal, seal_at, seal_run
@@ -64,6 +64,64 @@ class AppendResult(NamedTuple):
     physical_offset: int
     size: int
     store_timestamp_ms: int
+
+
+class AppendResults(Sequence[AppendResult]):
+    """The results of an append sealed as one run (one queue, consecutive offsets, one store time),
+    kept as the writer's columns: an `AppendResult` is built only when one is read. Building one
+    object per record on the writer thread cost ~0.18 us per message of GIL time (store_bench),
+    though callers mostly want the offsets (`queue_offsets`) or nothing, and the dispatcher takes
+    the columns as they are."""
+
+    __slots__ = ("first_offset", "physical_offsets", "sizes", "store_timestamp_ms")
+
+    def __init__(self, first_offset: int, physical_offsets: list[int], sizes: list[int], store_timestamp_ms: int):
+        assert len(physical_offsets) == len(sizes)
+        self.first_offset = first_offset
+        self.physical_offsets = physical_offsets
+        self.sizes = sizes
+        self.store_timestamp_ms = store_timestamp_ms
+
+    @property
+    def queue_offsets(self) -> range:
+        return range(self.first_offset, self.first_offset + len(self.sizes))
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @overload
+    def __getitem__(self, i: int) -> AppendResult: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[AppendResult]: ...
+
+    def __getitem__(self, i: int | slice) -> AppendResult | list[AppendResult]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        n = len(self.sizes)
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError(f"result {i} of an append of {n}")
+        return _new_result((self.first_offset + j, self.physical_offsets[j], self.sizes[j], self.store_timestamp_ms))
+
+    def __iter__(self) -> Iterator[AppendResult]:
+        return map(_new_result, zip(count(self.first_offset), self.physical_offsets, self.sizes,
+                                    repeat(self.store_timestamp_ms)))  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # Concatenation gives a list, as it did when appends returned lists.
+    def __add__(self, other: Sequence[AppendResult]) -> list[AppendResult]:
+        return [*self, *other]
+
+    def __radd__(self, other: Sequence[AppendResult]) -> list[AppendResult]:
+        return [*other, *self]
+
+    def __repr__(self) -> str:
+        return f"AppendResults({list(self)!r})"
 
 
 class Written(NamedTuple):
@@ -120,7 +178,7 @@ class Run(NamedTuple):
     then consecutive), None when they are mixed."""
 
     columns: Columns
-    results: list[AppendResult]
+    results: Sequence[AppendResult]  # an `AppendResults` when `queue` is set and the run was sealed by maps
     queue: tuple[str, int] | None
     segment_base: int
 
@@ -259,7 +317,7 @@ class CommitLogWriter:
         start_seg, start_size = self._seg, self._seg.size
         saved: dict[tuple[str, int], list[int] | None] = {}
         runs: list[Run] = []
-        results: list[list[AppendResult]] = []
+        results: list[Sequence[AppendResult]] = []
         chunks: list[bytearray | memoryview] = []
         seg_limit = self._cfg.segment_bytes
         base, pos = self._seg.base, self._seg.size
@@ -286,19 +344,22 @@ class CommitLogWriter:
                 n = len(sizes)
                 if n >= _VECTOR_MIN:  # sealed in C-level maps
                     physs = list(accumulate(sizes, initial=base + pos))
+                    physs.pop()  # where the run ends
                     seal_run(buf, memoryview(buf), 0, sizes, qoff, physs, now_ms)
-                    out = list(map(_new_result, zip(count(qoff), physs, sizes, repeat(now_ms))))
+                    sealed = AppendResults(qoff, physs, sizes, now_ms)
                     phys = physs[n - 1]
                     if small_results:
                         runs.append(_new_run((small_columns, small_results, None, base)))
                         small_columns, small_results = empty_columns(), []
-                    runs.append(_new_run((item.columns, out, queue, base)))
+                    runs.append(_new_run((item.columns, sealed, queue, base)))
+                    results.append(sealed)
                 elif n == 1:  # a single send
                     phys = base + pos
                     seal(buf, qoff, phys, now_ms)
                     out = [_new_result((qoff, phys, nbytes, now_ms))]
                     small_columns.append(item.columns)  # type: ignore[arg-type]  # a RecordMeta
                     small_results += out
+                    results.append(out)
                 else:
                     view = memoryview(buf)
                     out = []
@@ -316,11 +377,11 @@ class CommitLogWriter:
                     else:  # a single send's RecordMeta
                         small_columns.append(cols)
                     small_results += out
+                    results.append(out)
                 entry[0] = qoff + n
                 entry[1] = phys
                 pos += nbytes
                 chunks.append(buf)
-                results.append(out)
             if small_results:
                 runs.append(_new_run((small_columns, small_results, None, base)))
             self._write(chunks, pos)
@@ -487,7 +548,7 @@ class CommitLogWriter:
         return ident
 
 
-def _complete(items: list[_Pending], results: list[list[AppendResult]] | None, err: BaseException | None) -> None:
+def _complete(items: list[_Pending], results: list[Sequence[AppendResult]] | None, err: BaseException | None) -> None:
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, object]]] = {}
     for i, item in enumerate(items):
         outcome: object = err if err is not None else results[i] if results else None

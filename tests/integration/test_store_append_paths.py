@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from broker.store import keys as K
@@ -75,7 +76,7 @@ def dump(store: MessageStore) -> dict[str, list[tuple[bytes, bytes]]]:
     return out
 
 
-async def append_concurrently(store: MessageStore, appends: list[list[MessageRecord]]) -> list[list[AppendResult]]:
+async def append_concurrently(store: MessageStore, appends: list[list[MessageRecord]]) -> list[Sequence[AppendResult]]:
     # All at once: the writer group-commits many appends of different shapes per round.
     return list(await asyncio.gather(*(store.append(a) for a in appends)))
 

@@ -163,13 +163,13 @@ class StoreModel(RuleBasedStateMachine):
 
     @rule(concurrent=st.lists(batches, min_size=2, max_size=4))
     def append_concurrently(self, concurrent: list[list[MessageRecord]]) -> None:
-        async def run() -> list[list[AppendResult]]:
+        async def run() -> list[Sequence[AppendResult]]:
             async with asyncio.timeout(WAIT_S):
                 return list(await asyncio.gather(*(self.store.append(b) for b in concurrent)))
 
         self._applied(concurrent, asyncio.run(run()))
 
-    def _applied(self, batches: Sequence[list[MessageRecord]], results: Sequence[list[AppendResult]]) -> None:
+    def _applied(self, batches: Sequence[list[MessageRecord]], results: Sequence[Sequence[AppendResult]]) -> None:
         assert self.store.wait_dispatched(timeout_s=WAIT_S)
         pairs = [(r, rec) for b, rs in zip(batches, results, strict=True) for rec, r in zip(b, rs, strict=True)]
         for b, rs in zip(batches, results, strict=True):
