@@ -297,7 +297,8 @@ def _uniform_layout(lead: int, id_size: int, trail: int) -> struct.Struct:
     return struct.Struct(f"<II4xBBHI24xQQII12sHHH{lead - 12}s{id_size}s{trail}s")
 
 
-_PLAIN = operator.attrgetter("message_type", "flags", "delivery_timestamp_ms", "delivery_attempt")
+_PLAIN_FIELDS = ("message_type", "flags", "delivery_timestamp_ms", "delivery_attempt")
+_SHARED_PLAIN = operator.attrgetter("topic", "born_host", "store_host", "tag", "message_group", *_PLAIN_FIELDS)
 _MIDDLE = struct.Struct("<IIBBH")  # magic, crc (0), version, type, flags: header bytes [4, 16)
 _AFTER_BORN = struct.Struct("<QI")  # delivery timestamp, attempt: header bytes [52, 64)
 
@@ -337,10 +338,13 @@ def encode_columns(records: Sequence[MessageRecord], max_record_bytes: int) -> E
 
 def _encode_uniform(records: Sequence[MessageRecord], max_record_bytes: int) -> EncodedBatch | None:
     n = len(records)
-    shared = _SHARED(records[0])
-    if list(map(_SHARED, records)).count(shared) != n:
+    # One pass for the texts every record must share and the fields a plain batch shares too (the
+    # usual batch shares both); a second only when the latter differ.
+    alike = _SHARED_PLAIN(records[0])
+    plain_alike = list(map(_SHARED_PLAIN, records)).count(alike) == n
+    if not plain_alike and list(map(_SHARED, records)).count(alike[:5]) != n:
         return None
-    topic_s, bhost_s, shost_s, tag_s, group_s = shared
+    topic_s, bhost_s, shost_s, tag_s, group_s = alike[:5]
     mids = list(map(str.encode, map(_GET_ID, records)))
     id_size = len(mids[0])
     if list(map(len, mids)).count(id_size) != n:
@@ -359,9 +363,9 @@ def _encode_uniform(records: Sequence[MessageRecord], max_record_bytes: int) -> 
     body_sizes = list(map(len, bodies))
     fixed = HEADER_SIZE + len(topic) + id_size + len(trail)
     extras = any(map(_GET_KEYS, records)) or any(map(_GET_PROPS, records)) or any(map(_GET_SYSPROPS, records))
-    plain = None if extras else _PLAIN(records[0])
+    plain = None if extras or not plain_alike else alike[5:]
     try:
-        if plain is not None and list(map(_PLAIN, records)).count(plain) == n:
+        if plain is not None:
             # The usual batch: no keys or properties, and type, flags, delivery time and attempt
             # alike, so those join the constant bytes (fewer arguments per record).
             totals = list(map(add, body_sizes, repeat(fixed)))
