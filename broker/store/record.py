@@ -372,20 +372,26 @@ def _encode_uniform(records: Sequence[MessageRecord], max_record_bytes: int) -> 
             lead = sizes6 + _ZERO_COUNTS + topic
             mtype, flags, deliver, attempt = plain
             layout = _plain_layout(len(lead), id_size, len(trail))
-            heads = map(layout.pack, totals, repeat(_MIDDLE.pack(MAGIC, 0, VERSION, mtype, flags)), qids,
+            heads = list(map(layout.pack, totals, repeat(_MIDDLE.pack(MAGIC, 0, VERSION, mtype, flags)), qids,
                         map(_GET_BORN, records), repeat(_AFTER_BORN.pack(deliver, attempt)), body_sizes,
-                        repeat(lead), mids, repeat(trail))  # fmt: skip
-            parts = itertools.chain.from_iterable(zip(heads, bodies, strict=True))
+                        repeat(lead), mids, repeat(trail)))  # fmt: skip
+            # Heads and bodies interleaved by slice assignment: no tuple per record (as zip makes).
+            parts = [b""] * (2 * n)
+            parts[::2] = heads
+            parts[1::2] = bodies
         else:
             tails = list(map(_tail_of, records))  # raises the precise error for a too-long key
             totals = list(map(add, map(add, body_sizes, map(len, tails)), repeat(fixed)))
             layout = _uniform_layout(12 + len(topic), id_size, len(trail))
             kcs, pcs, scs = (map(len, map(g, records)) for g in (_GET_KEYS, _GET_PROPS, _GET_SYSPROPS))
-            heads = map(layout.pack, totals, repeat(MAGIC), repeat(VERSION), map(_GET_TYPE, records),
+            heads = list(map(layout.pack, totals, repeat(MAGIC), repeat(VERSION), map(_GET_TYPE, records),
                         map(_GET_FLAGS, records), qids, map(_GET_BORN, records), map(_GET_DELIVER, records),
                         map(_GET_ATTEMPT, records), body_sizes, repeat(sizes6), kcs, pcs, scs, repeat(topic), mids,
-                        repeat(trail))  # fmt: skip
-            parts = itertools.chain.from_iterable(zip(heads, tails, bodies, strict=True))
+                        repeat(trail)))  # fmt: skip
+            parts = [b""] * (3 * n)
+            parts[::3] = heads
+            parts[1::3] = tails
+            parts[2::3] = bodies
         if max(totals) > max_record_bytes:
             return None
         buf = bytearray().join(parts)
