@@ -64,8 +64,8 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
     cq_value, u32 = K.CQ_VALUE.pack, K.U32.pack
     msgid_key, keyidx_key = K.msgid_key, K.keyidx_key
     topic_ids: dict[str, int] = {}
-    seg_max: dict[tuple[int, int, int], int] = {}
-    # (segment base, topic id, queue id) -> [first offset, next offset, packed entries]
+    # (segment base, topic id, queue id) -> [first offset, next offset, packed entries: bytes, or a
+    # list of bytes once a second part joins (one container per block, not two: GC pressure)]
     blocks: dict[tuple[int, int, int], list[Any]] = {}
     for cols, results, queue, seg_base in runs:
         if queue is not None and len(results) >= _VECTOR_MIN:
@@ -88,11 +88,15 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
             block = blocks.get(where)
             if block is not None and block[1] == first:
                 block[1] += len(results)
-                block[2].append(entries)
+                parts = block[2]
+                if type(parts) is bytes:
+                    block[2] = [parts, entries]
+                else:
+                    parts.append(entries)
             else:
                 if block is not None:
                     _put_block(put, cq, tid, qid, block)
-                blocks[where] = [first, first + len(results), [entries]]
+                blocks[where] = [first, first + len(results), entries]
             mids = cols.message_ids
             lengths = set(map(len, mids))
             id_len = lengths.pop() if len(lengths) == 1 else 0
@@ -109,7 +113,6 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
                         kb = key.encode("utf-8")
                         if kb and len(kb) <= _MAX_INDEXED_KEY:
                             put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)
-            seg_max[where] = first + len(results) - 1
             continue
         for topic, qid, th, mid, keys, (qoff, phys, size, store_ts) in zip(*cols, results, strict=True):
             tid = topic_ids.get(topic)
@@ -117,34 +120,43 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
                 tid = topic_ids[topic] = index.intern_topic(topic, batch)
             where = (seg_base, tid, qid)
             block = blocks.get(where)
-            if block is not None and block[1] == qoff:
-                block[1] += 1
-                block[2].append(cq_value(phys, size, th, store_ts))
+            if block is None:
+                blocks[where] = [qoff, qoff + 1, cq_value(phys, size, th, store_ts)]
+            elif block[1] == qoff:
+                block[1] = qoff + 1
+                parts = block[2]
+                if type(parts) is bytes:
+                    block[2] = [parts, cq_value(phys, size, th, store_ts)]
+                else:
+                    parts.append(cq_value(phys, size, th, store_ts))
             else:
-                if block is not None:
-                    _put_block(put, cq, tid, qid, block)
-                blocks[where] = [qoff, qoff + 1, [cq_value(phys, size, th, store_ts)]]
+                _put_block(put, cq, tid, qid, block)
+                blocks[where] = [qoff, qoff + 1, cq_value(phys, size, th, store_ts)]
             if mid and len(mid) <= _MAX_INDEXED_ID:
                 put(msgid_key(seg_base, mid, phys), u32(size), msgid)
             for key in keys:
                 kb = key.encode("utf-8")
                 if kb and len(kb) <= _MAX_INDEXED_KEY:
                     put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)
-            seg_max[where] = qoff
-    for (_, tid, qid), block in blocks.items():
-        _put_block(put, cq, tid, qid, block)
-    for (base, tid, qid), qoff in seg_max.items():
-        put(K.segq_key(base, tid, qid), K.U64.pack(qoff), segq)
+    cq_key, segq_key, u64 = K.CQ_KEY.pack, K.SEGQ_KEY.pack, K.U64.pack
+    for (base, tid, qid), block in blocks.items():
+        first, end, parts = block
+        if type(parts) is bytes and end - first <= K.CQ_BLOCK_MAX:  # one part: nothing to join
+            put(cq_key(tid, qid, first), parts, cq)
+        else:
+            _put_block(put, cq, tid, qid, block)
+        # A queue's last block in a segment ends at its highest offset there.
+        put(segq_key(base, tid, qid), u64(end - 1), segq)
     last = runs[-1].results[-1]
     index.put_checkpoint(batch, last.physical_offset + last.size)
     index.write(batch)
-    return {(index.topic_name(tid) or "", qid) for (_, tid, qid) in seg_max}
+    return {(index.topic_name(tid) or "", qid) for (_, tid, qid) in blocks}
 
 
 def _put_block(put: Callable[..., None], cq: object, tid: int, qid: int, block: list[Any]) -> None:
     """Put gathered ConsumeQueue entries as blocks of at most `CQ_BLOCK_MAX` entries."""
     first, end, parts = block
-    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    data = parts if type(parts) is bytes else b"".join(parts)
     if end - first <= K.CQ_BLOCK_MAX:
         put(K.cq_key(tid, qid, first), data, cq)
         return

@@ -56,7 +56,7 @@ _U64BE = struct.Struct(">Q")
 _U32BE = struct.Struct(">I")
 U64 = struct.Struct("<Q")
 U32 = struct.Struct("<I")
-_SEGQ_KEY = struct.Struct(">QII")
+SEGQ_KEY = struct.Struct(">QII")
 MAX_U64 = (1 << 64) - 1
 
 
@@ -107,11 +107,11 @@ def trailing_offset(key: bytes) -> int:
 
 
 def segq_key(segment_base: int, topic_id: int, queue_id: int) -> bytes:
-    return _SEGQ_KEY.pack(segment_base, topic_id, queue_id)
+    return SEGQ_KEY.pack(segment_base, topic_id, queue_id)
 
 
 def segq_key_parse(key: bytes) -> tuple[int, int, int]:
-    return _SEGQ_KEY.unpack(key)
+    return SEGQ_KEY.unpack(key)
 
 
 def offsets_key(group: str, topic_id: int, queue_id: int) -> bytes:
