@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from itertools import repeat
-from operator import attrgetter, methodcaller
+from operator import attrgetter
 
 from broker.api import (
     SYSPROP_PRODUCER_CLIENT_ID,
@@ -88,8 +88,8 @@ from common.model import (
 )
 
 log = logging.getLogger("sluice.broker")
-_POP_CLIENT = methodcaller("pop", SYSPROP_PRODUCER_CLIENT_ID, "")
-_SYSPROPS, _MESSAGE_ID, _QUEUE_OFFSET = (attrgetter(f) for f in ("system_properties", "message_id", "queue_offset"))
+COLUMNS_MIN = 4  # below this many messages, checking and converting them one by one costs less
+_MESSAGE_ID, _QUEUE_OFFSET = attrgetter("message_id"), attrgetter("queue_offset")
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,8 +414,8 @@ class LocalBroker:
         host = self.config.advertised_address
         limits = self.config.limits
         # Who sent them is for the trace only, not stored.
-        clients = list(map(_POP_CLIENT, map(_SYSPROPS, messages)))
-        if plainly_valid(messages, info, limits):  # the usual batch: checked and converted column by column
+        clients = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
+        if len(messages) >= COLUMNS_MIN and plainly_valid(messages, info, limits):  # a batch: column by column
             results = await self.store.append(records_of(topic, queue_id, messages, host))
             return self._sent_plain(topic, queue_id, messages, results, clients[0])
         timers = self.timers
@@ -428,15 +428,19 @@ class LocalBroker:
                 if mtype is MessageType.DELAY:
                     timers.check_delivery_time(msg)
         if plain:
-            results = await self.store.append(records_of(topic, queue_id, messages, host))
+            if len(messages) >= COLUMNS_MIN:
+                records = records_of(topic, queue_id, messages, host)
+            else:
+                records = [to_record(topic, queue_id, m, host) for m in messages]
+            results = await self.store.append(records)
             return self._sent_plain(topic, queue_id, messages, results, clients[0])
         if any(m.message_type is MessageType.TRANSACTION for m in messages):
             return await self._send_half(topic, queue_id, messages)
-        records = []
+        mixed: list[MessageRecord] = []
         for msg in messages:
             rec = to_record(topic, queue_id, msg, host)
-            records.append(timers.timer_record(rec) if msg.message_type is MessageType.DELAY else rec)
-        results = await self.store.append(records)
+            mixed.append(timers.timer_record(rec) if msg.message_type is MessageType.DELAY else rec)
+        results = await self.store.append(mixed)
         # Not plain and no transaction: at least one of them is a DELAY message.
         delayed = [(topic, m.delivery_timestamp_ms, r) for m, r in zip(messages, results, strict=True)
                    if m.message_type is MessageType.DELAY]  # fmt: skip
@@ -452,6 +456,8 @@ class LocalBroker:
         # One append takes consecutive offsets of its queue: one trace event for the whole range.
         self.trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, client,
                         messages[0].born_host)  # fmt: skip
+        if len(messages) == 1:
+            return [SendResult(messages[0].message_id, queue_id, results[0].queue_offset)]
         return list(map(SendResult, map(_MESSAGE_ID, messages), repeat(queue_id), map(_QUEUE_OFFSET, results)))
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:

@@ -9,6 +9,7 @@ receipt handle, store time and host, queue id and offset.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from itertools import repeat
@@ -61,8 +62,10 @@ def resource_name(resource: pb.Resource, header_namespace: str, what: str = "top
     return ns, name
 
 
+@functools.lru_cache(maxsize=4096)
 def topic_name(resource_namespace: str, name: str, header_namespace: str) -> tuple[str, str]:
-    """`resource_name` of a topic given as its Resource's two fields."""
+    """`resource_name` of a topic given as its Resource's two fields (a pure function: the names
+    clients send recur, so checked ones are kept; a failure raises again each time)."""
     if not name:
         raise IllegalTopic("the request names no topic")
     ns = resource_namespace or header_namespace
