@@ -26,6 +26,7 @@ Item = tuple[str, OutgoingMessage]  # (cluster-wide topic, message)
 _TOPIC = attrgetter("topic")
 _TOPIC_KEY = attrgetter("resource_namespace", "name")
 _BODY = attrgetter("body")
+_OK_ENTRY = spb.SendResultEntry(status=OK).SerializeToString()  # an entry's OK status, as bytes to merge
 # Below this many messages converting message by message is cheaper than setting up the columns.
 COLUMNS_MIN = 4
 
@@ -50,9 +51,12 @@ async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMess
         if isinstance(outcome, BaseException):
             all_ok = False
             add(status=status_of(outcome, "SendMessage"))
-        else:  # entries filled in place: no entry built apart and copied in
-            add(status=OK, message_id=outcome.message_id, transaction_id=outcome.transaction_id,
-                offset=outcome.queue_offset, recall_handle=outcome.recall_handle)  # fmt: skip
+        else:  # filled in place (no entry built apart and copied in); the OK status merged from bytes
+            entry = add(message_id=outcome.message_id, offset=outcome.queue_offset)
+            entry.MergeFromString(_OK_ENTRY)
+            if outcome.transaction_id or outcome.recall_handle:
+                entry.transaction_id = outcome.transaction_id
+                entry.recall_handle = outcome.recall_handle
     # All OK (the common case) needs no look at the entries' statuses.
     response.status.CopyFrom(OK if all_ok else common_status(e.status for e in response.entries))
     return response
