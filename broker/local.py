@@ -17,6 +17,8 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
 
 from broker.api import (
     SYSPROP_PRODUCER_CLIENT_ID,
@@ -48,13 +50,14 @@ from broker.config import BrokerConfig
 from broker.consumer import PopEngine
 from broker.filter import FilterKind, MessageFilter, compile_filter
 from broker.longpoll import LongPollHub, topic_key
-from broker.messages import to_record, to_stored, validate_message, validate_queue
+from broker.messages import plainly_valid, records_of, to_record, to_stored, validate_message, validate_queue
 from broker.metadata import METADATA_CFS, Metadata, validate_group_spec
 from broker.metrics import broker_samples
 from broker.popstate import POP_CFS, PopState
 from broker.security_store import SECURITY_CFS, SecurityStore
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
+from broker.store.writer import AppendResult
 from broker.tiering.manifest import SegmentEntry
 from broker.tiering.runtime import TIER_CFS, BrokerTiering, not_enabled
 from broker.tiering.uploader import TopicStatus as UploaderTopicStatus
@@ -85,6 +88,8 @@ from common.model import (
 )
 
 log = logging.getLogger("sluice.broker")
+COLUMNS_MIN = 4  # below this many messages, checking and converting them one by one costs less
+_MESSAGE_ID, _QUEUE_OFFSET = attrgetter("message_id"), attrgetter("queue_offset")
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,11 +413,14 @@ class LocalBroker:
         validate_queue(info, queue_id)
         host = self.config.advertised_address
         limits = self.config.limits
+        # Who sent them is for the trace only, not stored.
+        clients = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
+        if len(messages) >= COLUMNS_MIN and plainly_valid(messages, info, limits):  # a batch: column by column
+            results = await self.store.append(records_of(topic, queue_id, messages, host))
+            return self._sent_plain(topic, queue_id, messages, results, clients[0])
         timers = self.timers
-        clients: list[str] = []
         plain = True  # NORMAL and FIFO only: the common case, stored as they come
         for msg in messages:
-            clients.append(msg.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, ""))
             validate_message(msg, info, limits)
             mtype = msg.message_type
             if mtype is not MessageType.NORMAL and mtype is not MessageType.FIFO:
@@ -420,20 +428,19 @@ class LocalBroker:
                 if mtype is MessageType.DELAY:
                     timers.check_delivery_time(msg)
         if plain:
-            records = [to_record(topic, queue_id, m, host) for m in messages]
-        else:
-            if any(m.message_type is MessageType.TRANSACTION for m in messages):
-                return await self._send_half(topic, queue_id, messages)
-            records = []
-            for msg in messages:
-                rec = to_record(topic, queue_id, msg, host)
-                records.append(timers.timer_record(rec) if msg.message_type is MessageType.DELAY else rec)
-        results = await self.store.append(records)
-        if plain:
-            # One append takes consecutive offsets of its queue: one trace event for the whole range.
-            self.trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, clients[0],
-                            messages[0].born_host)  # fmt: skip
-            return [SendResult(m.message_id, queue_id, r.queue_offset) for m, r in zip(messages, results, strict=True)]
+            if len(messages) >= COLUMNS_MIN:
+                records = records_of(topic, queue_id, messages, host)
+            else:
+                records = [to_record(topic, queue_id, m, host) for m in messages]
+            results = await self.store.append(records)
+            return self._sent_plain(topic, queue_id, messages, results, clients[0])
+        if any(m.message_type is MessageType.TRANSACTION for m in messages):
+            return await self._send_half(topic, queue_id, messages)
+        mixed: list[MessageRecord] = []
+        for msg in messages:
+            rec = to_record(topic, queue_id, msg, host)
+            mixed.append(timers.timer_record(rec) if msg.message_type is MessageType.DELAY else rec)
+        results = await self.store.append(mixed)
         # Not plain and no transaction: at least one of them is a DELAY message.
         delayed = [(topic, m.delivery_timestamp_ms, r) for m, r in zip(messages, results, strict=True)
                    if m.message_type is MessageType.DELAY]  # fmt: skip
@@ -443,6 +450,15 @@ class LocalBroker:
                        recall_handle=next(handles) if m.message_type is MessageType.DELAY else "")
             for m, r in zip(messages, results, strict=True)
         ]  # fmt: skip
+
+    def _sent_plain(self, topic: str, queue_id: int, messages: list[OutgoingMessage], results: list[AppendResult],
+                    client: str) -> list[SendResult]:  # fmt: skip
+        # One append takes consecutive offsets of its queue: one trace event for the whole range.
+        self.trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, client,
+                        messages[0].born_host)  # fmt: skip
+        if len(messages) == 1:
+            return [SendResult(messages[0].message_id, queue_id, results[0].queue_offset)]
+        return list(map(SendResult, map(_MESSAGE_ID, messages), repeat(queue_id), map(_QUEUE_OFFSET, results)))
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
         name = dlq_topic(group)

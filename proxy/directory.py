@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from broker.api import BrokerApi
+from broker.api import BrokerApi, TopicSpec
 from common.errors import TopicNotFound, Unavailable
 from common.logs import kv
 from common.model import MessageType, Permission
@@ -56,10 +56,18 @@ class LocalDirectory:
 
     def __init__(self, broker: LocalBroker) -> None:
         self._broker = broker
+        self._routes: dict[str, tuple[TopicSpec, list[BrokerRoute]]] = {}  # topic -> (spec, its route)
 
     async def route(self, topic: str) -> list[BrokerRoute]:
         spec = await self._broker.ensure_topic(topic)  # auto-creates when the broker does
-        return [BrokerRoute(self._broker.name, spec.queue_count, spec.permission, spec.message_types)]
+        cached = self._routes.get(topic)
+        if cached is not None and cached[0] is spec:  # the same list while the topic is unchanged
+            return cached[1]
+        routes = [BrokerRoute(self._broker.name, spec.queue_count, spec.permission, spec.message_types)]
+        if len(self._routes) > 100_000:
+            self._routes.clear()
+        self._routes[topic] = (spec, routes)
+        return routes
 
     def broker(self, name: str) -> BrokerApi:
         return self._broker

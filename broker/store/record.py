@@ -317,6 +317,25 @@ def _tail_of(rec: MessageRecord) -> bytes:
     return _tail(rec) if rec.keys or rec.properties or rec.system_properties else b""
 
 
+def _tails(records: Sequence[MessageRecord]) -> list[bytes]:
+    """`_tail_of` of each record. Records with as many user properties each and no keys or system
+    properties (a batched send) get theirs from C-level maps over all pairs, cut into one tail per
+    record; anything else (or a key too long, which `_tail` names) record by record."""
+    props = list(map(_GET_PROPS, records))
+    counts = set(map(len, props))
+    if len(counts) != 1 or any(map(_GET_KEYS, records)) or any(map(_GET_SYSPROPS, records)):
+        return list(map(_tail_of, records))
+    (count,) = counts
+    names = list(map(str.encode, itertools.chain.from_iterable(props)))
+    if not names or max(map(len, names)) > MAX_U16:
+        return list(map(_tail_of, records))
+    values = list(map(str.encode, itertools.chain.from_iterable(map(dict.values, props))))
+    parts = itertools.chain.from_iterable(
+        zip(map(_U16.pack, map(len, names)), names, map(_U32.pack, map(len, values)), values, strict=True)
+    )
+    return list(map(b"".join, zip(*[parts] * (4 * count), strict=True)))
+
+
 def encode_columns(records: Sequence[MessageRecord], max_record_bytes: int) -> EncodedBatch:
     """`encode_batch`, returning what the index needs too. Unlike `encode_batch` it does not promise
     to set `rec.size` (the sizes are returned; writing to every record costs a cache miss each).
@@ -380,7 +399,7 @@ def _encode_uniform(records: Sequence[MessageRecord], max_record_bytes: int) -> 
             parts[::2] = heads
             parts[1::2] = bodies
         else:
-            tails = list(map(_tail_of, records))  # raises the precise error for a too-long key
+            tails = _tails(records)  # raises the precise error for a too-long key
             totals = list(map(add, map(add, body_sizes, map(len, tails)), repeat(fixed)))
             layout = _uniform_layout(12 + len(topic), id_size, len(trail))
             kcs, pcs, scs = (map(len, map(g, records)) for g in (_GET_KEYS, _GET_PROPS, _GET_SYSPROPS))

@@ -6,6 +6,8 @@ append). Results come back in request order; a failure affects only the messages
 
 from __future__ import annotations
 
+from operator import attrgetter, itemgetter
+
 from broker.api import OutgoingMessage, SendResult, TransactionResolution, TransactionSource
 from broker.timer.keys import broker_of_recall_handle
 from broker.transaction import txid
@@ -15,6 +17,8 @@ from proxy.core.routing import QueueSelector
 from proxy.directory import BrokerDirectory, BrokerRoute
 
 SendOutcome = SendResult | SluiceError
+_TOPIC, _MESSAGE = itemgetter(0), itemgetter(1)
+_GROUP, _BODY = attrgetter("message_group"), attrgetter("body")
 
 
 class ProducerService:
@@ -32,6 +36,10 @@ class ProducerService:
 
     async def send(self, items: list[tuple[str, OutgoingMessage]]) -> list[SendOutcome]:
         """Store messages given as (cluster-wide topic, message); outcomes in request order."""
+        messages = list(map(_MESSAGE, items))
+        topic = items[0][0]
+        if not any(map(_GROUP, messages)) and list(map(_TOPIC, items)).count(topic) == len(items):
+            return await self._send_one_queue(topic, messages)
         placed: dict[tuple[str, str, int], list[int]] = {}
         outcomes: list[SendOutcome | None] = [None] * len(items)
         batch_queue: dict[str, tuple[str, int]] = {}
@@ -63,11 +71,23 @@ class ProducerService:
                 results = await self._dir.broker(broker).send(topic, qid, batch)
                 for i, r in zip(indexes, results, strict=True):
                     outcomes[i] = r
-                metrics.count_in(topic, len(batch), sum(len(m.body) for m in batch))
+                metrics.count_in(topic, len(batch), sum(map(len, map(_BODY, batch))))
             except SluiceError as exc:
                 for i in indexes:
                     outcomes[i] = exc
         return [o if o is not None else SluiceError("message was not placed") for o in outcomes]
+
+    async def _send_one_queue(self, topic: str, messages: list[OutgoingMessage]) -> list[SendOutcome]:
+        """`send` of messages of one topic without a message group (the usual batch): they take
+        one queue and one append, so there is nothing to place message by message."""
+        try:
+            route = await self._dir.route(topic)
+            broker, qid = self._selector(topic).pick(topic, route, None)
+            results = await self._dir.broker(broker).send(topic, qid, messages)
+        except SluiceError as exc:
+            return [exc] * len(messages)
+        metrics.count_in(topic, len(messages), sum(map(len, map(_BODY, messages))))
+        return list(results)
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,

@@ -57,10 +57,17 @@ class QueueSelector:
 
     def __init__(self) -> None:
         self._counter = itertools.count()
+        # The writable queues of the last routes seen: directories hand out the same list object
+        # until a topic's route changes, so the list is rebuilt only then (not once per send).
+        self._routes: list[BrokerRoute] | None = None
+        self._writable: list[tuple[str, int]] = []
 
     def pick(self, topic: str, routes: list[BrokerRoute], message_group: str | None) -> tuple[str, int]:
-        writable = [(r.broker, q) for r in sorted(routes, key=lambda r: r.broker) if r.permission.writable
-                    for q in range(r.queue_count)]  # fmt: skip
+        if routes is not self._routes:
+            self._writable = [(r.broker, q) for r in sorted(routes, key=lambda r: r.broker) if r.permission.writable
+                              for q in range(r.queue_count)]  # fmt: skip
+            self._routes = routes
+        writable = self._writable
         if not writable:
             raise Forbidden(f"topic {topic} has no writable queue")
         if message_group:

@@ -7,64 +7,114 @@ transaction check-backs, once per distinct topic of the request.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import repeat
+from operator import attrgetter
+from typing import cast
+
 from broker.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage
 from common.codes import Code
 from common.errors import MessageBodyTooLarge, SluiceError
+from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
 from proxy.grpc import convert
 from proxy.grpc.status import OK, common_status, status, status_of
 
+Item = tuple[str, OutgoingMessage]  # (cluster-wide topic, message)
+_TOPIC = attrgetter("topic")
+_TOPIC_KEY = attrgetter("resource_namespace", "name")
+_BODY = attrgetter("body")
+_OK_ENTRY = spb.SendResultEntry(status=OK).SerializeToString()  # an entry's OK status, as bytes to merge
+# Below this many messages converting message by message is cheaper than setting up the columns.
+COLUMNS_MIN = 4
+
 
 async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMessageRequest) -> spb.SendMessageResponse:
-    if not request.messages:
+    msgs = request.messages
+    if not msgs:
         return spb.SendMessageResponse(status=status(Code.MESSAGE_CORRUPTED, "the request carries no message"))
-    converted: list[tuple[str, OutgoingMessage] | SluiceError] = []
-    max_body = app.config.settings.max_body_bytes
-    client_id, peer = ctx.client_id, ctx.peer
-    topics: dict[tuple[str, str], str | SluiceError] = {}  # (namespace, name) on the wire -> cluster-wide name
-    for msg in request.messages:
-        try:
-            resource = msg.topic
-            key = (resource.resource_namespace, resource.name)
-            topic = topics.get(key)
-            if topic is None:
-                try:
-                    ns, topic = convert.resource_name(resource, ctx.namespace)
-                    app.checkbacks.note_sent(client_id, topic, ns)
-                except SluiceError as exc:
-                    topic = exc
-                topics[key] = topic
-            if isinstance(topic, SluiceError):
-                converted.append(topic)
-                continue
-            body = msg.body
-            # The limit this proxy tells clients in Settings, enforced for those that send before
-            # their Settings reply arrives (it is below the broker's own limit, see config.py).
-            if len(body) > max_body:
-                raise MessageBodyTooLarge(f"message body is {len(body)} bytes; at most {max_body} are accepted")
-            out = convert.outgoing(msg, peer, body)
-            out.system_properties[SYSPROP_PRODUCER_CLIENT_ID] = client_id  # for the trace; not stored
-            converted.append((topic, out))
-        except SluiceError as exc:
-            converted.append(exc)
-    items = [c for c in converted if not isinstance(c, SluiceError)]
+    converted: Sequence[Item | SluiceError] | None = _convert_all(app, ctx, msgs)
+    if converted is None:
+        topics: dict[tuple[str, str], str | SluiceError] = {}
+        converted = [_convert_one(app, ctx, msg, topics) for msg in msgs]
+        items = [c for c in converted if not isinstance(c, SluiceError)]
+    else:
+        items = cast(list[Item], converted)  # no failures: every entry is an item
     outcomes = iter(await app.producer.send(items)) if items else iter(())
-    entries: list[spb.SendResultEntry] = []
+    response = spb.SendMessageResponse()
+    add = response.entries.add
     all_ok = True
-    add = entries.append
     for c in converted:
         outcome = c if isinstance(c, SluiceError) else next(outcomes)
         if isinstance(outcome, BaseException):
             all_ok = False
-            add(spb.SendResultEntry(status=status_of(outcome, "SendMessage")))
-        else:
-            add(spb.SendResultEntry(status=OK, message_id=outcome.message_id, transaction_id=outcome.transaction_id,
-                                    offset=outcome.queue_offset, recall_handle=outcome.recall_handle))  # fmt: skip
+            add(status=status_of(outcome, "SendMessage"))
+        else:  # filled in place (no entry built apart and copied in); the OK status merged from bytes
+            entry = add(message_id=outcome.message_id, offset=outcome.queue_offset)
+            entry.MergeFromString(_OK_ENTRY)
+            if outcome.transaction_id or outcome.recall_handle:
+                entry.transaction_id = outcome.transaction_id
+                entry.recall_handle = outcome.recall_handle
     # All OK (the common case) needs no look at the entries' statuses.
-    overall = OK if all_ok else common_status(e.status for e in entries)
-    return spb.SendMessageResponse(status=overall, entries=entries)
+    response.status.CopyFrom(OK if all_ok else common_status(e.status for e in response.entries))
+    return response
+
+
+def _convert_all(app: ProxyApp, ctx: RequestContext, msgs: Sequence[pb.Message]) -> list[Item] | None:
+    """Every message of a request as (cluster-wide topic, message), column by column, or None when
+    one of them fails or needs the per-message path (see `convert.outgoing_many`)."""
+    if len(msgs) < COLUMNS_MIN:
+        return None
+    keys = set(map(_TOPIC_KEY, map(_TOPIC, msgs)))
+    topics: dict[tuple[str, str], str] = {}
+    for key in keys:
+        topic = _topic(app, ctx, key)
+        if isinstance(topic, SluiceError):
+            return None
+        topics[key] = topic
+    sysprops = {SYSPROP_PRODUCER_CLIENT_ID: ctx.client_id}  # for the trace; not stored
+    outs = convert.outgoing_many(msgs, ctx.peer, sysprops)
+    if outs is None or max(map(len, map(_BODY, outs))) > app.config.settings.max_body_bytes:
+        return None
+    if len(topics) == 1:
+        return list(zip(repeat(topics.popitem()[1]), outs))
+    return list(zip(map(topics.__getitem__, map(_TOPIC_KEY, map(_TOPIC, msgs))), outs, strict=True))
+
+
+def _topic(app: ProxyApp, ctx: RequestContext, key: tuple[str, str]) -> str | SluiceError:
+    """The cluster-wide name of a topic given on the wire as (namespace, name), noted for check-backs."""
+    try:
+        ns, topic = convert.topic_name(key[0], key[1], ctx.namespace)
+    except SluiceError as exc:
+        return exc
+    app.checkbacks.note_sent(ctx.client_id, topic, ns)
+    return topic
+
+
+def _convert_one(
+    app: ProxyApp, ctx: RequestContext, msg: pb.Message, topics: dict[tuple[str, str], str | SluiceError]
+) -> Item | SluiceError:
+    try:
+        resource = msg.topic
+        key = (resource.resource_namespace, resource.name)
+        topic = topics.get(key)
+        if topic is None:
+            topic = topics[key] = _topic(app, ctx, key)
+        if isinstance(topic, SluiceError):
+            return topic
+        body = msg.body
+        # The limit this proxy tells clients in Settings, enforced for those that send before
+        # their Settings reply arrives (it is below the broker's own limit, see config.py).
+        max_body = app.config.settings.max_body_bytes
+        if len(body) > max_body:
+            raise MessageBodyTooLarge(f"message body is {len(body)} bytes; at most {max_body} are accepted")
+        out = convert.outgoing(msg, ctx.peer, body)
+        out.system_properties[SYSPROP_PRODUCER_CLIENT_ID] = ctx.client_id  # for the trace; not stored
+        return topic, out
+    except SluiceError as exc:
+        return exc
 
 
 async def recall_message(

@@ -66,22 +66,28 @@ def common_status(codes: Iterable[pb.Status]) -> pb.Status:
 
 
 def request_context(context: grpc.aio.ServicerContext, *, require_client_id: bool = True) -> RequestContext:
-    md: dict[str, str] = {}
-    for key, value in context.invocation_metadata() or ():
-        md[key] = value if isinstance(value, str) else value.decode("utf-8", "replace")
-    client_id = md.get(H_CLIENT_ID, "")
+    # Once per RPC: the metadata becomes a dict in C (the last value of a repeated key wins, as
+    # before); only the values read are decoded when they came as bytes (binary headers).
+    md: dict[str, str | bytes] = dict(context.invocation_metadata() or ())
+    client_id = _header(md, H_CLIENT_ID)
     if require_client_id and not client_id:
         raise ClientIdRequired("the x-mq-client-id header is missing; every official client sends it")
-    bind_request(md.get(H_REQUEST_ID, ""), client_id)
+    request_id = _header(md, H_REQUEST_ID)
+    bind_request(request_id, client_id)
     remaining = context.time_remaining()
     return RequestContext(
         client_id=client_id,
-        namespace=md.get(H_NAMESPACE, ""),
-        language=md.get(H_LANGUAGE, ""),
-        client_version=md.get(H_VERSION, ""),
-        request_id=md.get(H_REQUEST_ID, ""),
+        namespace=_header(md, H_NAMESPACE),
+        language=_header(md, H_LANGUAGE),
+        client_version=_header(md, H_VERSION),
+        request_id=request_id,
         peer=context.peer() or "",
         deadline=None if remaining is None else time.monotonic() + remaining,
-        authorization=md.get(H_AUTHORIZATION, ""),
-        date_time=md.get(H_DATE_TIME, ""),
+        authorization=_header(md, H_AUTHORIZATION),
+        date_time=_header(md, H_DATE_TIME),
     )
+
+
+def _header(md: dict[str, str | bytes], key: str) -> str:
+    value = md.get(key, "")
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")

@@ -105,7 +105,9 @@ def test_batch_encoding_and_sealing_write_the_same_bytes_as_record_by_record(
 @st.composite
 def uniform_batches(draw: st.DrawFn) -> list[MessageRecord]:
     """Batches as a batched send makes them: one topic, tag, group and host pair, ids of one length,
-    with or without keys and properties (the vector path of `encode_columns`)."""
+    with or without keys and properties, or with as many user properties each and nothing else (a
+    batched send of one client: their tails are cut from one run of all pairs) — the vector path of
+    `encode_columns`."""
     shared = {
         "topic": draw(st.sampled_from(["orders", "pay-ü"])),
         "tag": draw(st.none() | st.text(min_size=1, max_size=10)),
@@ -115,6 +117,7 @@ def uniform_batches(draw: st.DrawFn) -> list[MessageRecord]:
     }
     id_len = draw(st.integers(0, 40))
     extras = draw(st.booleans())
+    same_count = None if extras else draw(st.none() | st.integers(1, 3))  # user properties per record
     one_queue = draw(st.booleans())
     alike = draw(st.booleans())  # type, flags, delivery time and attempt alike (the usual batch)
     plain = {
@@ -125,6 +128,12 @@ def uniform_batches(draw: st.DrawFn) -> list[MessageRecord]:
     }
     out = []
     for i in range(draw(st.integers(4, 12))):
+        if extras:
+            props = draw(st.dictionaries(texts, texts, max_size=3))
+        elif same_count is not None:
+            props = draw(st.dictionaries(texts, texts, min_size=same_count, max_size=same_count))
+        else:
+            props = {}
         out.append(
             MessageRecord(
                 **shared,  # type: ignore[arg-type]
@@ -132,7 +141,7 @@ def uniform_batches(draw: st.DrawFn) -> list[MessageRecord]:
                 body=draw(st.binary(max_size=300)),
                 message_id=draw(st.text(alphabet="0123456789abcdef", min_size=id_len, max_size=id_len)),
                 keys=draw(st.lists(texts, max_size=3).map(tuple)) if extras else (),
-                properties=draw(st.dictionaries(texts, texts, max_size=3)) if extras else {},
+                properties=props,
                 system_properties=draw(st.dictionaries(texts, texts, max_size=2)) if extras else {},
                 message_type=plain["message_type"] if alike else draw(st.sampled_from([1, 2, 3, 4])),
                 flags=plain["flags"] if alike else draw(st.sampled_from([0, 1])),
