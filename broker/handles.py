@@ -13,7 +13,6 @@ INVALID_TRANSACTION_ID, a recall handle BAD_REQUEST).
 
 from __future__ import annotations
 
-import base64
 import binascii
 import functools
 import struct
@@ -26,8 +25,16 @@ SEPARATOR = "~"
 MAX_HANDLE_CHARS = 512
 
 
+# URL-safe base64 through binascii and a byte translation: what `base64.urlsafe_b64encode` and
+# `urlsafe_b64decode` do, without their Python-level wrappers (a handle is encoded for every
+# delivered message and decoded for every acknowledged one).
+_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE = bytes.maketrans(b"-_", b"+/")
+
+
 def wrap(broker: str, payload: bytes, mark: str = "") -> str:
-    return f"{broker}{SEPARATOR}{mark}{base64.urlsafe_b64encode(payload).decode('ascii').rstrip('=')}"
+    b64 = binascii.b2a_base64(payload, newline=False).translate(_TO_URLSAFE).decode("ascii").rstrip("=")
+    return f"{broker}{SEPARATOR}{mark}{b64}"
 
 
 def unwrap(
@@ -42,8 +49,9 @@ def unwrap(
     broker, rest = _split(text, what=what, error=error, hint=hint, mark=mark)
     b64 = rest[len(mark) :]
     try:
-        return broker, layout.unpack(base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4)))
-    except (binascii.Error, ValueError, struct.error):
+        raw = binascii.a2b_base64((b64 + "=" * (-len(b64) % 4)).encode("ascii").translate(_FROM_URLSAFE))
+        return broker, layout.unpack(raw)
+    except (binascii.Error, ValueError, struct.error):  # ValueError: also a non-ASCII character
         raise error(f"{what} is malformed{hint}") from None
 
 

@@ -87,6 +87,26 @@ class TraceRecorder:
         if self.enabled:
             self._add((TraceKind.ACKED, now_ms(), topic, queue_id, offset, (group, 0)))
 
+    def delivered_many(self, topic: str, group: str, deliveries: list[tuple[int, int, int]]) -> None:
+        """`delivered` for every (queue, offset, attempt) of one pop: one clock read, one bound check."""
+        if self.enabled and deliveries:
+            t = now_ms()
+            self._extend([(TraceKind.DELIVERED, t, topic, qid, offset, (group, attempt))
+                          for qid, offset, attempt in deliveries])  # fmt: skip
+
+    def acked_many(self, topic: str, group: str, positions: list[tuple[int, int]]) -> None:
+        """`acked` for every (queue, offset) of one ack request."""
+        if self.enabled and positions:
+            t, fields = now_ms(), (group, 0)
+            self._extend([(TraceKind.ACKED, t, topic, qid, offset, fields) for qid, offset in positions])
+
+    def _extend(self, events: list[_Pending]) -> None:
+        room = self._cfg.max_pending_events - len(self._pending)
+        if room < len(events):
+            self._dropped.inc(len(events) - max(0, room))
+            events = events[: max(0, room)]
+        self._pending.extend(events)
+
     def invisible(self, topic: str, queue_id: int, offset: int, group: str, attempt: int, invisible_ms: int) -> None:
         if self.enabled:
             self._add((TraceKind.INVISIBLE, now_ms(), topic, queue_id, offset,
