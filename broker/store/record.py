@@ -457,11 +457,20 @@ def _decode_checked(v: memoryview, h: tuple[int, ...]) -> MessageRecord:
     (total, _m, _c, _v, mtype, flags, qid, qoff, phys, stored, born, deliver, attempt, body_size,
      n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, n_keys, n_props, n_sys) = h  # fmt: skip
     raw = v.tobytes()
+    # The six names back to back, sliced directly (once per message read: no loop, no list).
     p = HEADER_SIZE
-    texts = []
-    for n in (n_topic, n_mid, n_tag, n_group, n_bhost, n_shost):
-        texts.append(raw[p : p + n].decode("utf-8"))
-        p += n
+    e_topic = p + n_topic
+    e_mid = e_topic + n_mid
+    e_tag = e_mid + n_tag
+    e_group = e_tag + n_group
+    e_bhost = e_group + n_bhost
+    e_shost = e_bhost + n_shost
+    texts = (
+        raw[p:e_topic].decode("utf-8"), raw[e_topic:e_mid].decode("utf-8"), raw[e_mid:e_tag].decode("utf-8"),
+        raw[e_tag:e_group].decode("utf-8"), raw[e_group:e_bhost].decode("utf-8"),
+        raw[e_bhost:e_shost].decode("utf-8"),
+    )  # fmt: skip
+    p = e_shost
     keys: list[str] = []
     for _ in range(n_keys):
         (n,) = _U16.unpack_from(raw, p)
