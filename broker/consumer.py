@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import time
@@ -58,6 +59,13 @@ from common.model import MessageType
 
 log = logging.getLogger("sluice.broker.consumer")
 
+# `_deliver` builds StoredMessage positionally, in this order: a change to its fields must change both.
+_STORED_FIELDS = (
+    "topic", "queue_id", "queue_offset", "body", "message_id", "message_type", "tag", "keys", "message_group",
+    "properties", "system_properties", "born_timestamp_ms", "born_host", "store_timestamp_ms", "store_host",
+    "delivery_timestamp_ms", "delivery_attempt", "body_gzip", "receipt_handle", "invisible_until_ms",
+)  # fmt: skip
+assert tuple(f.name for f in dataclasses.fields(StoredMessage)) == _STORED_FIELDS, "StoredMessage fields moved"
 _MESSAGE_TYPES = {t.value: t for t in MessageType}  # stored type number -> type; unknown numbers are NORMAL
 DeadLetter = Callable[[MessageRecord, str, int], Awaitable[None]]
 _DUE_SCAN_LIMIT = 1_000
@@ -313,8 +321,8 @@ class PopEngine:
         qid, offset = rec.queue_id, rec.queue_offset
         handle = receipt.encode(self._name, qid, offset, version, until, receipt.name_crc(rec.topic),
                                 receipt.name_crc(group))  # fmt: skip
-        # `to_stored` with the handle and deadline passed to the constructor, positionally: this
-        # runs once per delivered message.
+        # `to_stored` with the handle and deadline passed to the constructor, positionally (see
+        # _STORED_FIELDS): this runs once per delivered message.
         return StoredMessage(
             rec.topic, qid, offset, rec.body, rec.message_id, _MESSAGE_TYPES.get(rec.message_type, MessageType.NORMAL),
             rec.tag, rec.keys, rec.message_group, rec.properties, rec.system_properties, rec.born_timestamp_ms,
