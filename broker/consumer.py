@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import time
@@ -38,12 +39,11 @@ from dataclasses import dataclass, field
 from broker import receipt
 from broker.api import AckResult, GroupInfo, GroupQueueStatus, PopRequest, StoredMessage, TopicSpec
 from broker.config import PopConfig
-from broker.filter import MessageFilter
+from broker.filter import MessageFilter, TagFilter
 from broker.longpoll import LongPollHub, group_key, topic_key
-from broker.messages import to_stored
 from broker.metadata import Metadata
 from broker.popstate import EntryState, PopBatch, PopEntry, PopState
-from broker.store.record import MessageRecord
+from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from broker.store.store import MessageStore, ReadResult, ReadStatus
 from broker.tiering.runtime import BrokerTiering
 from broker.trace import TraceRecorder
@@ -55,9 +55,18 @@ from common.errors import (
     SluiceError,
 )
 from common.logs import kv
+from common.model import MessageType
 
 log = logging.getLogger("sluice.broker.consumer")
 
+# `_deliver` builds StoredMessage positionally, in this order: a change to its fields must change both.
+_STORED_FIELDS = (
+    "topic", "queue_id", "queue_offset", "body", "message_id", "message_type", "tag", "keys", "message_group",
+    "properties", "system_properties", "born_timestamp_ms", "born_host", "store_timestamp_ms", "store_host",
+    "delivery_timestamp_ms", "delivery_attempt", "body_gzip", "receipt_handle", "invisible_until_ms",
+)  # fmt: skip
+assert tuple(f.name for f in dataclasses.fields(StoredMessage)) == _STORED_FIELDS, "StoredMessage fields moved"
+_MESSAGE_TYPES = {t.value: t for t in MessageType}  # stored type number -> type; unknown numbers are NORMAL
 DeadLetter = Callable[[MessageRecord, str, int], Awaitable[None]]
 _DUE_SCAN_LIMIT = 1_000
 
@@ -154,6 +163,9 @@ class PopEngine:
                 break
             self._take_new(group, topic.name, qid, filt, n, until, batch, out, claimed, cold)
         batch.commit()
+        if out and self._trace.enabled:
+            self._trace.delivered_many(topic.name, group.spec.name,
+                                       [(m.queue_id, m.queue_offset, m.delivery_attempt) for m in out])  # fmt: skip
         return out
 
     def _redeliver(
@@ -181,7 +193,7 @@ class PopEngine:
             batch.put(g, t, qid, offset, new, entry)
             if entry.message_group:
                 claimed.add((qid, entry.message_group))
-            out.append(self._deliver(rec, new, g))
+            out.append(self._deliver(rec, new.attempt, new.version, until, g))
 
     def _release_waiting(
         self, group: GroupInfo, topic: str, qid: int, n: int, until: int, batch: PopBatch,
@@ -206,7 +218,7 @@ class PopEngine:
             new = PopEntry(EntryState.INFLIGHT, entry.attempt + 1, entry.version + 1, until, mg)
             batch.put(g, topic, qid, offset, new, entry)
             claimed.add((qid, mg))
-            out.append(self._deliver(rec, new, g))
+            out.append(self._deliver(rec, new.attempt, new.version, until, g))
 
     def _take_new(
         self, group: GroupInfo, topic: str, qid: int, filt: MessageFilter, n: int, until: int, batch: PopBatch,
@@ -243,11 +255,14 @@ class PopEngine:
                 break
             scanned += max(1, res.next_offset - cursor)
             consumed_to = res.next_offset
+            # Hot loop (once per new message): bound methods and the tag test are looked up once.
+            add, deliver, append = batch.add_inflight, self._deliver, out.append
+            everything = isinstance(filt, TagFilter) and filt.tags is None
             for rec in res.messages:
                 if len(out) >= n:
                     consumed_to = rec.queue_offset
                     break
-                if not filt.matches(rec.tag, rec.properties):
+                if not everything and not filt.matches(rec.tag, rec.properties):
                     continue
                 mg = (rec.message_group or "") if fifo else ""
                 if mg:
@@ -256,9 +271,8 @@ class PopEngine:
                         batch.put(g, topic, qid, rec.queue_offset, PopEntry(EntryState.WAITING, 0, 0, 0, mg), None)
                         continue
                     claimed.add((qid, mg))
-                entry = PopEntry(EntryState.INFLIGHT, 1, 1, until, mg)
-                batch.put(g, topic, qid, rec.queue_offset, entry, None)
-                out.append(self._deliver(rec, entry, g))
+                add(g, topic, qid, rec.queue_offset, until, mg)
+                append(deliver(rec, 1, 1, until, g))
             cursor = consumed_to
         if cursor != start or self._state.cursor(g, topic, qid) is None:
             batch.set_cursor(g, topic, qid, cursor)
@@ -302,52 +316,79 @@ class PopEngine:
             batch.remove(g, topic, qid, offset, entry)
         return None
 
-    def _deliver(self, rec: MessageRecord, entry: PopEntry, group: str) -> StoredMessage:
-        if self._trace.enabled:
-            self._trace.delivered(rec.topic, rec.queue_id, rec.queue_offset, group, entry.attempt)
-        msg = to_stored(rec, entry.attempt)
-        msg.invisible_until_ms = entry.invisible_until_ms
-        msg.receipt_handle = receipt.ReceiptHandle(
-            self._name, rec.queue_id, rec.queue_offset, entry.version, entry.invisible_until_ms,
-            receipt.name_crc(rec.topic), receipt.name_crc(group),
-        ).encode()  # fmt: skip
-        return msg
+    def _deliver(self, rec: MessageRecord, attempt: int, version: int, until: int, group: str) -> StoredMessage:
+        """The delivered message with its receipt handle (`_pop_once` records the trace, per pop)."""
+        qid, offset = rec.queue_id, rec.queue_offset
+        handle = receipt.encode(self._name, qid, offset, version, until, receipt.name_crc(rec.topic),
+                                receipt.name_crc(group))  # fmt: skip
+        # `to_stored` with the handle and deadline passed to the constructor, positionally (see
+        # _STORED_FIELDS): this runs once per delivered message.
+        return StoredMessage(
+            rec.topic, qid, offset, rec.body, rec.message_id, _MESSAGE_TYPES.get(rec.message_type, MessageType.NORMAL),
+            rec.tag, rec.keys, rec.message_group, rec.properties, rec.system_properties, rec.born_timestamp_ms,
+            rec.born_host, rec.store_timestamp_ms, rec.store_host, rec.delivery_timestamp_ms, attempt,
+            bool(rec.flags & FLAG_BODY_GZIP), handle, until,
+        )  # fmt: skip
 
     # -- ack and friends -------------------------------------------------------------------------
 
-    def _resolve(self, group: str, topic: str, handle: str) -> tuple[receipt.ReceiptHandle, PopEntry]:
-        rh = receipt.decode(handle)
-        if rh.broker != self._name:
-            raise InvalidReceiptHandle(f"receipt handle belongs to broker {rh.broker}, not {self._name}")
-        rh.check(topic, group)
-        entry = self._state.entry(group, topic, rh.queue_id, rh.queue_offset)
+    def _fields(self, group: str, topic: str, handle: str) -> tuple[int, int, int, int, int, int]:
+        """(queue, offset, version, deadline, topic CRC, group CRC) of a handle issued by this broker
+        for this topic and group; InvalidReceiptHandle otherwise."""
+        broker, qid, offset, version, until, tcrc, gcrc = receipt.fields(handle)
+        if broker != self._name:
+            raise InvalidReceiptHandle(f"receipt handle belongs to broker {broker}, not {self._name}")
+        receipt.check_names(tcrc, gcrc, topic, group)
+        return qid, offset, version, until, tcrc, gcrc
+
+    @staticmethod
+    def _current(raw: bytes | None, version: int) -> PopEntry:
+        """The entry a handle of `version` names, if that handle is still the live one."""
+        entry = None if raw is None else PopEntry.decode(raw)
         if entry is None or entry.state is not EntryState.INFLIGHT:
             raise InvalidReceiptHandle("the message was already acknowledged or dead-lettered; this handle is spent")
-        if entry.version != rh.version:
+        if entry.version != version:
             raise InvalidReceiptHandle(
                 "receipt handle expired: the message was redelivered or its invisible duration changed since"
             )
-        return rh, entry
+        return entry
+
+    def _resolve(self, group: str, topic: str, handle: str) -> tuple[receipt.ReceiptHandle, PopEntry]:
+        qid, offset, version, until, tcrc, gcrc = self._fields(group, topic, handle)
+        (raw,) = self._state.entries(group, topic, [(qid, offset)])
+        entry = self._current(raw, version)
+        return receipt.ReceiptHandle(self._name, qid, offset, version, until, tcrc, gcrc), entry
 
     def ack(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
-        batch = self._state.batch()
-        results: list[AckResult] = []
-        done: set[int] = set()
-        release = False
+        """Acknowledge a request's handles: one decode pass, one multi-get of their entries, one batch."""
+        parsed: list[tuple[int, int, int] | SluiceError] = []
         for handle in handles:
             try:
-                rh, entry = self._resolve(group, topic, handle)
-                if (rh.queue_id << 64 | rh.queue_offset) in done:
+                qid, offset, version, _, _, _ = self._fields(group, topic, handle)
+                parsed.append((qid, offset, version))
+            except SluiceError as exc:
+                parsed.append(exc)
+        raws = iter(self._state.entries(group, topic, [(p[0], p[1]) for p in parsed if not isinstance(p, SluiceError)]))
+        batch = self._state.batch()
+        results: list[AckResult] = []
+        done: set[tuple[int, int]] = set()
+        release = False
+        for handle, p in zip(handles, parsed, strict=True):
+            try:
+                if isinstance(p, SluiceError):
+                    raise p
+                qid, offset, version = p
+                entry = self._current(next(raws), version)
+                if (qid, offset) in done:
                     raise InvalidReceiptHandle("the same receipt handle appears twice in one request")
-                done.add(rh.queue_id << 64 | rh.queue_offset)
-                batch.remove(group, topic, rh.queue_id, rh.queue_offset, entry)
+                done.add((qid, offset))
+                batch.remove(group, topic, qid, offset, entry)
                 release = release or bool(entry.message_group)
                 results.append(AckResult(handle, True))
             except SluiceError as exc:
                 results.append(AckResult(handle, False, int(exc.code), exc.message))
         batch.commit()
-        for position in done:
-            self._trace.acked(topic, position >> 64, position & 0xFFFF_FFFF_FFFF_FFFF, group)
+        self._trace.acked_many(topic, group, list(done))
         if release:
             self._hub.notify((group_key(group),))
         return results

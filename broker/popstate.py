@@ -43,6 +43,7 @@ _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _ENTRY = struct.Struct("<BIIQH")
+_QO = struct.Struct(">IQ")  # queue id, offset: how every pop_msg and pop_due key ends
 QueueKey = tuple[str, str, int]  # group, topic, queue id
 _NO_DEADLINE = (1 << 64) - 1
 
@@ -67,8 +68,11 @@ class PopEntry:
     @classmethod
     def decode(cls, raw: bytes) -> PopEntry:
         state, attempt, version, until, n = _ENTRY.unpack_from(raw)
-        mg = raw[_ENTRY.size : _ENTRY.size + n].decode()
-        return cls(EntryState(state), attempt, version, until, mg)
+        mg = raw[_ENTRY.size : _ENTRY.size + n].decode() if n else ""
+        return cls(_STATES[state], attempt, version, until, mg)
+
+
+_STATES = {s.value: s for s in EntryState}  # a dict lookup costs less than EntryState(value)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -89,11 +93,11 @@ def queue_key(group: str, topic: str, queue_id: int) -> bytes:
 
 
 def msg_key(group: str, topic: str, queue_id: int, offset: int) -> bytes:
-    return queue_key(group, topic, queue_id) + _U64.pack(offset)
+    return _name(group) + _name(topic) + _QO.pack(queue_id, offset)
 
 
 def due_key(group: str, until_ms: int, topic: str, queue_id: int, offset: int) -> bytes:
-    return _name(group) + _U64.pack(until_ms) + _name(topic) + _U32.pack(queue_id) + _U64.pack(offset)
+    return _name(group) + _U64.pack(until_ms) + _name(topic) + _QO.pack(queue_id, offset)
 
 
 def parse_msg_key(raw: bytes) -> tuple[str, str, int, int]:
@@ -156,6 +160,11 @@ class PopState:
     def entry(self, group: str, topic: str, queue_id: int, offset: int) -> PopEntry | None:
         raw = self._msg.get(msg_key(group, topic, queue_id, offset))
         return None if raw is None else PopEntry.decode(raw)
+
+    def entries(self, group: str, topic: str, positions: list[tuple[int, int]]) -> list[bytes | None]:
+        """The raw entries (see `PopEntry.decode`) at (queue, offset) positions, in one multi-get."""
+        prefix = _name(group) + _name(topic)
+        return self._msg.get([prefix + _QO.pack(qid, offset) for qid, offset in positions])
 
     def first_pending_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         prefix = queue_key(group, topic, queue_id)
@@ -226,55 +235,99 @@ class PopState:
 
 
 class PopBatch:
-    """Changes to pop state that become durable (and visible in memory) together on `commit`."""
+    """Changes to pop state that become durable (and visible in memory) together on `commit`.
+
+    Hot path (pops and acks of 32 messages): keys are built from the cached name prefixes and one
+    pack of (queue, offset); the in-flight counters of entries without a message group change by
+    one net delta per queue on commit, and only FIFO entries (with a message group) replay their
+    changes one by one (`_apply`, which keeps their lanes in order).
+    """
 
     def __init__(self, state: PopState) -> None:
         self._s = state
         self._wb = state._index.batch()
-        self._mem: list[tuple[QueueKey, int, PopEntry | None, PopEntry | None]] = []
+        self._mem: list[tuple[QueueKey, int, PopEntry | None, PopEntry | None]] = []  # FIFO entries only
+        self._inflight: dict[QueueKey, int] = {}  # net change of INFLIGHT entries without a message group
         self.empty = True
 
     def set_cursor(self, group: str, topic: str, queue_id: int, cursor: int) -> None:
         self._wb.put(queue_key(group, topic, queue_id), _U64.pack(cursor), self._s.h_cursor)
         self.empty = False
 
+    def _lower_floor(self, group: str, until_ms: int) -> None:
+        due_floor = self._s.due_floor
+        floor = due_floor.get(group)
+        if floor is not None and until_ms < floor:
+            due_floor[group] = until_ms  # lowered before the key exists: stays a bound
+
     def put(self, group: str, topic: str, queue_id: int, offset: int, new: PopEntry, old: PopEntry | None) -> None:
         wb, s = self._wb, self._s
-        if old is not None and old.state is EntryState.INFLIGHT:
-            wb.delete(due_key(group, old.invisible_until_ms, topic, queue_id, offset), s.h_due)
-        wb.put(msg_key(group, topic, queue_id, offset), new.encode(), s.h_msg)
-        if new.state is EntryState.INFLIGHT:
-            wb.put(due_key(group, new.invisible_until_ms, topic, queue_id, offset), b"", s.h_due)
-            floor = s.due_floor.get(group)
-            if floor is not None and new.invisible_until_ms < floor:
-                s.due_floor[group] = new.invisible_until_ms  # lowered before the key exists: stays a bound
-        self._mem.append(((group, topic, queue_id), offset, old, new))
+        g, t, qo = _name(group), _name(topic), _QO.pack(queue_id, offset)
+        was_inflight = old is not None and old.state is EntryState.INFLIGHT
+        if was_inflight:
+            assert old is not None
+            wb.delete(g + _U64.pack(old.invisible_until_ms) + t + qo, s.h_due)
+        wb.put(g + t + qo, new.encode(), s.h_msg)
+        is_inflight = new.state is EntryState.INFLIGHT
+        if is_inflight:
+            wb.put(g + _U64.pack(new.invisible_until_ms) + t + qo, b"", s.h_due)
+            self._lower_floor(group, new.invisible_until_ms)
+        self._changed((group, topic, queue_id), offset, old, new, int(is_inflight) - int(was_inflight))
+
+    def add_inflight(
+        self, group: str, topic: str, queue_id: int, offset: int, until_ms: int, message_group: str
+    ) -> None:
+        """`put` of a first delivery (attempt 1, version 1) of an offset that has no entry yet."""
+        wb, s = self._wb, self._s
+        g, t, qo = _name(group), _name(topic), _QO.pack(queue_id, offset)
+        if message_group:
+            self.put(group, topic, queue_id, offset, PopEntry(EntryState.INFLIGHT, 1, 1, until_ms, message_group), None)
+            return
+        wb.put(g + t + qo, _ENTRY.pack(EntryState.INFLIGHT, 1, 1, until_ms, 0), s.h_msg)
+        wb.put(g + _U64.pack(until_ms) + t + qo, b"", s.h_due)
+        self._lower_floor(group, until_ms)
+        qk = (group, topic, queue_id)
+        self._inflight[qk] = self._inflight.get(qk, 0) + 1
         self.empty = False
 
     def remove(self, group: str, topic: str, queue_id: int, offset: int, old: PopEntry) -> None:
         wb, s = self._wb, self._s
-        wb.delete(msg_key(group, topic, queue_id, offset), s.h_msg)
-        if old.state is EntryState.INFLIGHT:
-            wb.delete(due_key(group, old.invisible_until_ms, topic, queue_id, offset), s.h_due)
-        self._mem.append(((group, topic, queue_id), offset, old, None))
+        g, t, qo = _name(group), _name(topic), _QO.pack(queue_id, offset)
+        wb.delete(g + t + qo, s.h_msg)
+        was_inflight = old.state is EntryState.INFLIGHT
+        if was_inflight:
+            wb.delete(g + _U64.pack(old.invisible_until_ms) + t + qo, s.h_due)
+        self._changed((group, topic, queue_id), offset, old, None, -int(was_inflight))
+
+    def _changed(
+        self, qk: QueueKey, offset: int, old: PopEntry | None, new: PopEntry | None, inflight_delta: int
+    ) -> None:
+        ref = new if new is not None else old
+        if ref is not None and ref.message_group:
+            self._mem.append((qk, offset, old, new))
+        elif inflight_delta:
+            self._inflight[qk] = self._inflight.get(qk, 0) + inflight_delta
         self.empty = False
 
     def commit(self) -> None:
         if self.empty:
             return
         self._s._index.write(self._wb)
+        inflight = self._s.inflight
+        for qk, delta in self._inflight.items():
+            inflight[qk] += delta
         for qk, offset, old, new in self._mem:
             self._apply(qk, offset, old, new)
 
     def _apply(self, qk: QueueKey, offset: int, old: PopEntry | None, new: PopEntry | None) -> None:
+        """Counters and FIFO lane of one change of an entry with a message group."""
         s = self._s
         was_inflight = old is not None and old.state is EntryState.INFLIGHT
         is_inflight = new is not None and new.state is EntryState.INFLIGHT
         s.inflight[qk] += int(is_inflight) - int(was_inflight)
         ref = new if new is not None else old
-        mg = ref.message_group if ref is not None else ""
-        if not mg:
-            return
+        assert ref is not None
+        mg = ref.message_group
         lane = s.fifo.setdefault(qk, {}).setdefault(mg, FifoLane())
         lane.outstanding += int(is_inflight) - int(was_inflight)
         if old is not None and old.state is EntryState.WAITING and lane.waiting and lane.waiting[0] == offset:

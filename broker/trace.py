@@ -22,7 +22,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import rocksdict
@@ -41,6 +41,10 @@ TRACE_CFS = (CF_TRACE,)
 # A pending event: (kind, time_ms, topic, queue, offset, fields) — encoded only when flushed. Fields
 # are (group, attempt) for deliveries and acks (stored compact), a dict for the rarer events (JSON).
 _Pending = tuple[TraceKind, int, str, int, int, "dict[str, Any] | tuple[str, int]"]
+# The deliveries of one pop or the acks of one request, kept as one item until flushed: (kind,
+# time_ms, topic, group, positions), a position being (queue, offset, attempt) for deliveries and
+# (queue, offset) for acks. One tuple per call on the event loop instead of one per message.
+_Run = tuple[TraceKind, int, str, str, "list[tuple[int, ...]]"]
 _COMPACT_KINDS = (TraceKind.DELIVERED, TraceKind.ACKED)
 
 
@@ -59,7 +63,8 @@ class TraceRecorder:
         self._handle = handle
         self._new_batch = new_batch
         self._write = write
-        self._pending: list[_Pending] = []
+        self._pending: list[_Pending | _Run] = []
+        self._count = 0  # events in _pending (a run holds several)
         self._seq = itertools.count()
         self._bucket_ms = max(1, int(config.bucket_s * 1000))
         self._dropped = metrics.TRACE_EVENTS_DROPPED.labels(broker)
@@ -68,10 +73,11 @@ class TraceRecorder:
     # -- recording (event loop thread) ------------------------------------------------------------
 
     def _add(self, event: _Pending) -> None:
-        if len(self._pending) >= self._cfg.max_pending_events:
+        if self._count >= self._cfg.max_pending_events:
             self._dropped.inc()
             return
         self._pending.append(event)
+        self._count += 1
 
     def sent(self, topic: str, queue_id: int, start: int, end: int, client_id: str, born_host: str) -> None:
         """One append stored offsets [start, end) of a queue for a producer."""
@@ -86,6 +92,29 @@ class TraceRecorder:
     def acked(self, topic: str, queue_id: int, offset: int, group: str) -> None:
         if self.enabled:
             self._add((TraceKind.ACKED, now_ms(), topic, queue_id, offset, (group, 0)))
+
+    def delivered_many(self, topic: str, group: str, deliveries: list[tuple[int, ...]]) -> None:
+        """`delivered` for every (queue, offset, attempt) of one pop, kept as one pending item."""
+        if self.enabled and deliveries:
+            self._add_run((TraceKind.DELIVERED, now_ms(), topic, group, deliveries))
+
+    def acked_many(self, topic: str, group: str, positions: list[tuple[int, ...]]) -> None:
+        """`acked` for every (queue, offset) of one ack request, kept as one pending item."""
+        if self.enabled and positions:
+            self._add_run((TraceKind.ACKED, now_ms(), topic, group, positions))
+
+    def _add_run(self, run: _Run) -> None:
+        n = len(run[4])
+        room = self._cfg.max_pending_events - self._count
+        if room < n:
+            self._dropped.inc(n - max(0, room))
+            if room <= 0:
+                return
+            kind, t, topic, group, positions = run
+            run = (kind, t, topic, group, positions[:room])
+            n = room
+        self._pending.append(run)
+        self._count += n
 
     def invisible(self, topic: str, queue_id: int, offset: int, group: str, attempt: int, invisible_ms: int) -> None:
         if self.enabled:
@@ -109,23 +138,23 @@ class TraceRecorder:
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        return self._count
 
     # -- writing (executor) -----------------------------------------------------------------------
 
-    def take(self) -> list[_Pending]:
+    def take(self) -> list[_Pending | _Run]:
         """Swap out the pending events (event loop thread); `flush` writes them."""
-        events, self._pending = self._pending, []
+        events, self._pending, self._count = self._pending, [], 0
         return events
 
-    def flush(self, events: list[_Pending]) -> None:
-        if not events:
+    def flush(self, items: list[_Pending | _Run]) -> None:
+        if not items:
             return
         batch = self._new_batch()
         put, cf = batch.put, self._handle
         prefixes: dict[tuple[int, str], bytes] = {}
         groups: dict[str, bytes] = {}
-        for kind, t, topic, qid, offset, fields in events:
+        for kind, t, topic, qid, offset, fields in _expand(items):
             bucket = t // self._bucket_ms
             seq = next(self._seq) & K.U32_MAX
             if isinstance(fields, tuple):  # delivered / acked: the hot ones, compact
@@ -230,3 +259,19 @@ def _event(doc: dict[str, Any], topic: str, queue_id: int, offset: int) -> Trace
         message_id=str(doc.get("id", "")), group=str(doc.get("group", "")), attempt=int(doc.get("attempt", 0)),
         client_id=str(doc.get("client", "")), detail=detail,
     )  # fmt: skip
+
+
+def _expand(items: list[_Pending | _Run]) -> Iterator[_Pending]:
+    """Every event of pending items, runs unrolled (in the flushing thread, off the event loop)."""
+    for item in items:
+        if len(item) == 6:
+            yield item
+            continue
+        kind, t, topic, group, positions = item
+        if kind is TraceKind.ACKED:
+            fields = (group, 0)
+            for qid, offset in positions:
+                yield kind, t, topic, qid, offset, fields
+        else:
+            for qid, offset, attempt in positions:
+                yield kind, t, topic, qid, offset, (group, attempt)

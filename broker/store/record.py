@@ -47,6 +47,7 @@ value ~4x faster on 1 KiB records, so it is used when installed, zlib's otherwis
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import itertools
 import operator
@@ -106,6 +107,15 @@ class MessageRecord:
     physical_offset: int = -1
     store_timestamp_ms: int = 0
     size: int = 0  # encoded size, known after encode/decode
+
+
+# `_decode_checked` builds records positionally, in this order: a change to the fields must change both.
+_RECORD_FIELDS = (
+    "topic", "queue_id", "body", "message_id", "tag", "keys", "message_group", "properties", "system_properties",
+    "message_type", "flags", "born_timestamp_ms", "born_host", "store_host", "delivery_timestamp_ms",
+    "delivery_attempt", "queue_offset", "physical_offset", "store_timestamp_ms", "size",
+)  # fmt: skip
+assert tuple(f.name for f in dataclasses.fields(MessageRecord)) == _RECORD_FIELDS, "MessageRecord fields moved"
 
 
 def _too_long(what: str, size: int) -> BadRequest:
@@ -486,33 +496,44 @@ def _decode_checked(v: memoryview, h: tuple[int, ...]) -> MessageRecord:
     (total, _m, _c, _v, mtype, flags, qid, qoff, phys, stored, born, deliver, attempt, body_size,
      n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, n_keys, n_props, n_sys) = h  # fmt: skip
     raw = v.tobytes()
+    # The six names back to back, sliced directly (once per message read: no loop, no list).
     p = HEADER_SIZE
-    texts = []
-    for n in (n_topic, n_mid, n_tag, n_group, n_bhost, n_shost):
-        texts.append(raw[p : p + n].decode("utf-8"))
-        p += n
+    e_topic = p + n_topic
+    e_mid = e_topic + n_mid
+    e_tag = e_mid + n_tag
+    e_group = e_tag + n_group
+    e_bhost = e_group + n_bhost
+    e_shost = e_bhost + n_shost
+    texts = (
+        raw[p:e_topic].decode("utf-8"), raw[e_topic:e_mid].decode("utf-8"), raw[e_mid:e_tag].decode("utf-8"),
+        raw[e_tag:e_group].decode("utf-8"), raw[e_group:e_bhost].decode("utf-8"),
+        raw[e_bhost:e_shost].decode("utf-8"),
+    )  # fmt: skip
+    p = e_shost
     keys: list[str] = []
     for _ in range(n_keys):
         (n,) = _U16.unpack_from(raw, p)
         keys.append(raw[p + 2 : p + 2 + n].decode("utf-8"))
         p += 2 + n
-    maps: list[dict[str, str]] = []
-    for count in (n_props, n_sys):
-        m: dict[str, str] = {}
-        for _ in range(count):
-            (kn,) = _U16.unpack_from(raw, p)
-            k = raw[p + 2 : p + 2 + kn].decode("utf-8")
-            p += 2 + kn
-            (vn,) = _U32.unpack_from(raw, p)
-            m[k] = raw[p + 4 : p + 4 + vn].decode("utf-8")
-            p += 4 + vn
-        maps.append(m)
+    props, p = _read_map(raw, p, n_props) if n_props else ({}, p)
+    sysprops, p = _read_map(raw, p, n_sys) if n_sys else ({}, p)
     if p + body_size != total:
         raise ValueError(f"body of {body_size} bytes does not end the record (ends at {p + body_size}, size {total})")
+    # Positional (see _RECORD_FIELDS): keywords cost a microsecond more per message read.
     return MessageRecord(
-        topic=texts[0], queue_id=qid, body=raw[p:], message_id=texts[1], tag=texts[2] or None,
-        keys=tuple(keys), message_group=texts[3] or None, properties=maps[0], system_properties=maps[1],
-        message_type=mtype, flags=flags, born_timestamp_ms=born, born_host=texts[4], store_host=texts[5],
-        delivery_timestamp_ms=deliver, delivery_attempt=attempt, queue_offset=qoff, physical_offset=phys,
-        store_timestamp_ms=stored, size=total,
+        texts[0], qid, raw[p:], texts[1], texts[2] or None, tuple(keys), texts[3] or None, props, sysprops, mtype,
+        flags, born, texts[4], texts[5], deliver, attempt, qoff, phys, stored, total,
     )  # fmt: skip
+
+
+def _read_map(raw: bytes, p: int, count: int) -> tuple[dict[str, str], int]:
+    """`count` (u16 size, key, u32 size, value) pairs from `p`: the map, and where they end."""
+    m: dict[str, str] = {}
+    for _ in range(count):
+        (kn,) = _U16.unpack_from(raw, p)
+        k = raw[p + 2 : p + 2 + kn].decode("utf-8")
+        p += 2 + kn
+        (vn,) = _U32.unpack_from(raw, p)
+        m[k] = raw[p + 4 : p + 4 + vn].decode("utf-8")
+        p += 4 + vn
+    return m, p

@@ -243,13 +243,38 @@ class MessageStore:
                     break
             if scanned >= self.config.read.max_scan_entries:
                 break
-        messages = [self._load(e.physical_offset, e.size) for e in picked]
+        messages = self._load_entries(picked)
         status = ReadStatus.FOUND if messages else ReadStatus.NO_MATCH
         return ReadResult(status, messages, next_offset, low, high)
 
     def _load(self, physical_offset: int, size: int) -> MessageRecord:
         data = self.segments.read(physical_offset, size)
         return decode(data, 0, where=f"commitlog position {physical_offset}")
+
+    def _load_entries(self, entries: list[CqEntry]) -> list[MessageRecord]:
+        """The records of index entries, in order. Entries back to back in one segment are read with
+        one pread: a batch sent to one queue is stored contiguously, so a pop of 32 messages costs
+        one system call instead of 32."""
+        out: list[MessageRecord] = []
+        i, n = 0, len(entries)
+        while i < n:
+            first = entries[i]
+            start = first.physical_offset
+            end = start + first.size
+            j = i + 1
+            if j < n and entries[j].physical_offset == end:
+                seg_end = self.segments.find(start).end  # a run never crosses into the next segment
+                while j < n and entries[j].physical_offset == end and end + entries[j].size <= seg_end:
+                    end += entries[j].size
+                    j += 1
+            if j == i + 1:
+                out.append(self._load(start, first.size))
+            else:
+                data = self.segments.read(start, end - start)
+                for e in entries[i:j]:
+                    out.append(decode(data, e.physical_offset - start, where=f"commitlog position {e.physical_offset}"))
+            i = j
+        return out
 
     def read_at(self, physical_offset: int, size: int) -> MessageRecord:
         """The record at a CommitLog position (as found in an index entry)."""

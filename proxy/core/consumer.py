@@ -82,19 +82,26 @@ class ConsumerService:
                 by_broker.setdefault(receipt.broker_of(h), []).append(h)
             except SluiceError as exc:
                 results[h] = AckResult(h, False, int(exc.code), exc.message)
-        for hs in by_broker.values():
-            try:
-                api = await self._handle_broker(hs[0])
-                for r in await api.ack(group, topic, hs):
+        if len(by_broker) == 1 and not results and len(set(handles)) == len(handles):
+            out = await self._ack_on(group, topic, handles)  # the usual request: one broker, in order
+        else:
+            for hs in by_broker.values():
+                for r in await self._ack_on(group, topic, hs):
                     results[r.receipt_handle] = r
-            except SluiceError as exc:
-                for h in hs:
-                    results[h] = AckResult(h, False, int(exc.code), exc.message)
-        for h in handles:
-            self._renewer.remove(h)
-        out = [results[h] for h in handles]
+            out = [results[h] for h in handles]
+        if self._renewer.leases:
+            for h in handles:
+                self._renewer.remove(h)
         metrics.count_acked(topic, group, sum(1 for r in out if r.ok))
         return out
+
+    async def _ack_on(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
+        """Acks of handles of one broker, in their order; a broker that fails fails each of them."""
+        try:
+            api = await self._handle_broker(handles[0])
+            return await api.ack(group, topic, handles)
+        except SluiceError as exc:
+            return [AckResult(h, False, int(exc.code), exc.message) for h in handles]
 
     async def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         api = await self._handle_broker(handle)

@@ -187,8 +187,10 @@ def fill_delivered(out: pb.Message, msg: StoredMessage, namespace: str) -> None:
     Hot path (once per delivered message): filling the response's own field in place saves the
     copy (a serialise and a parse) that `Response(message=...)` makes of a message built apart.
     """
-    out.topic.name = names.unwrap(namespace, msg.topic)
-    out.topic.resource_namespace = namespace
+    topic = out.topic
+    topic.name = names.unwrap(namespace, msg.topic)
+    if namespace:  # "" is the field's default: leaving it unset writes the same message
+        topic.resource_namespace = namespace
     if msg.properties:
         up = out.user_properties
         for k, v in msg.properties.items():
@@ -209,9 +211,13 @@ def fill_delivered(out: pb.Message, msg: StoredMessage, namespace: str) -> None:
     else:
         sp.body_encoding = pb.IDENTITY
     sp.message_type = cast(pb.MessageType, int(msg.message_type))
-    _set_ms(sp.born_timestamp, msg.born_timestamp_ms)
+    ts = sp.born_timestamp
+    ts.seconds, ms = divmod(msg.born_timestamp_ms, 1000)
+    ts.nanos = ms * 1_000_000
     sp.born_host = msg.born_host
-    _set_ms(sp.store_timestamp, msg.store_timestamp_ms)
+    ts = sp.store_timestamp
+    ts.seconds, ms = divmod(msg.store_timestamp_ms, 1000)
+    ts.nanos = ms * 1_000_000
     sp.store_host = msg.store_host
     if msg.delivery_timestamp_ms:
         _set_ms(sp.delivery_timestamp, msg.delivery_timestamp_ms)

@@ -378,3 +378,22 @@ def test_a_queue_emptied_by_retention_keeps_its_offsets(tmp_path: Path) -> None:
         assert store.queue_bounds("quiet", 0) == (3, 4)
     finally:
         store.close()
+
+
+def test_a_read_of_contiguous_records_spanning_segments_matches_single_gets(tmp_path: Path) -> None:
+    """A read loads records back to back in one segment with one pread; a run that reaches the next
+    segment, or a gap (another queue's records), starts a new read."""
+    store = MessageStore(tmp_path, CONFIG)
+    try:
+        for i in range(3):
+            store.append_blocking([MessageRecord("runs", 0, bytes([i]) * 700, properties={"i": str(n)})
+                                   for n in range(20)])  # fmt: skip
+            store.append_blocking([MessageRecord("runs", 1, b"other")])
+        assert len(store.segments.all()) > 2  # 60 records of ~800 bytes in 8 KiB segments
+        result = store.read("runs", 0, 0, max_messages=64)
+        assert result.status is ReadStatus.FOUND
+        assert [r.queue_offset for r in result.messages] == list(range(60))
+        assert result.messages == [store.get("runs", 0, offset) for offset in range(60)]
+        assert [r.properties["i"] for r in result.messages[18:22]] == ["18", "19", "0", "1"]
+    finally:
+        store.close()

@@ -75,6 +75,38 @@ def test_a_full_buffer_drops_and_counts(index: Index) -> None:
     assert REGISTRY.get_sample_value("sluice_trace_events_dropped_total", {"broker": "b1"}) == before + 3
 
 
+def test_runs_of_a_pop_and_an_ack_are_stored_as_single_events(index: Index) -> None:
+    """A pop's deliveries and a request's acks wait as one item each; flushed, they are the same
+    events `delivered` and `acked` record one by one (topic `a` one by one, topic `b` as runs)."""
+    rec = recorder(index)
+    for offset, attempt in ((5, 1), (6, 2)):
+        rec.delivered("a", 1, offset, "g1", attempt)
+    rec.acked("a", 1, 5, "g1")
+    rec.delivered_many("b", "g1", [(1, 5, 1), (1, 6, 2)])
+    rec.acked_many("b", "g1", [(1, 5)])
+    assert rec.pending == 6
+    rec.flush(rec.take())
+
+    def events(topic: str, offset: int) -> list[tuple[TraceKind, int, str]]:
+        return [(e.kind, e.attempt, e.group) for e in rec.position_events(topic, 1, offset, "ID")]
+
+    assert events("a", 5) == events("b", 5) == [(TraceKind.DELIVERED, 1, "g1"), (TraceKind.ACKED, 0, "g1")]
+    assert events("a", 6) == events("b", 6) == [(TraceKind.DELIVERED, 2, "g1")]
+
+
+def test_a_full_buffer_drops_the_rest_of_a_run(index: Index) -> None:
+    rec = recorder(index, max_pending_events=3)
+    before = REGISTRY.get_sample_value("sluice_trace_events_dropped_total", {"broker": "b1"}) or 0.0
+    rec.acked("t", 0, 0, "g")
+    rec.acked_many("t", "g", [(0, 1), (0, 2), (0, 3)])  # room for two of three
+    rec.delivered_many("t", "g", [(0, 4, 1)])  # no room
+    assert rec.pending == 3
+    assert REGISTRY.get_sample_value("sluice_trace_events_dropped_total", {"broker": "b1"}) == before + 2
+    rec.flush(rec.take())
+    assert rec.pending == 0
+    assert [len(rec.position_events("t", 0, o, "X")) for o in range(5)] == [1, 1, 1, 0, 0]
+
+
 def test_disabled_trace_records_nothing(index: Index) -> None:
     rec = recorder(index, enabled=False)
     rec.sent("t", 0, 0, 1, "c", "h")
