@@ -34,12 +34,20 @@ class ProcessStartError(RuntimeError):
     """A child did not come up; the message carries the tail of its output."""
 
 
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = LOOPBACK) -> int:
-    """A port that was free a moment ago (bound to port 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port that was free a moment ago (bound to port 0, then released), and never one this
+    process handed out before: a topology draws several ports before any server binds them, and
+    the kernel may offer a just-released port again (two servers then collide on one port)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port: int = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def port_open(host: str, port: int) -> bool:
