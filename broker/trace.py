@@ -1,8 +1,9 @@
 """Message trace: the broker records the life of every message and answers "what happened to id X".
 
 Recording is cheap on the hot path: a send appends one tuple per append (the offset range it took,
-not one per message); pops, acks and dead-lettering one per message; all to an in-memory list, on
-the event loop's thread. The `run` task swaps
+not one per message), a pop one per call (its deliveries) and an ack request one (its positions),
+unrolled into one event per message only by the flushing thread; dead-lettering and the rarer
+events one each; all to an in-memory list, on the event loop's thread. The `run` task swaps
 the list out every `flush_interval_ms` and writes it with one RocksDB WriteBatch in an executor
 thread (byte layout: broker/tracekeys.py). The list is bounded (`max_pending_events`); beyond it
 events are dropped and counted (`sluice_trace_events_dropped_total`), never blocking a send.
