@@ -15,7 +15,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
@@ -57,7 +57,7 @@ from broker.popstate import POP_CFS, PopState
 from broker.security_store import SECURITY_CFS, SecurityStore
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
-from broker.store.writer import AppendResult
+from broker.store.writer import AppendResult, AppendResults
 from broker.tiering.manifest import SegmentEntry
 from broker.tiering.runtime import TIER_CFS, BrokerTiering, not_enabled
 from broker.tiering.uploader import TopicStatus as UploaderTopicStatus
@@ -451,14 +451,16 @@ class LocalBroker:
             for m, r in zip(messages, results, strict=True)
         ]  # fmt: skip
 
-    def _sent_plain(self, topic: str, queue_id: int, messages: list[OutgoingMessage], results: list[AppendResult],
-                    client: str) -> list[SendResult]:  # fmt: skip
+    def _sent_plain(self, topic: str, queue_id: int, messages: list[OutgoingMessage],
+                    results: Sequence[AppendResult], client: str) -> list[SendResult]:  # fmt: skip
         # One append takes consecutive offsets of its queue: one trace event for the whole range.
         self.trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, client,
                         messages[0].born_host)  # fmt: skip
         if len(messages) == 1:
             return [SendResult(messages[0].message_id, queue_id, results[0].queue_offset)]
-        return list(map(SendResult, map(_MESSAGE_ID, messages), repeat(queue_id), map(_QUEUE_OFFSET, results)))
+        # A one-run append keeps its results as columns: take the offsets without building results.
+        offsets = results.queue_offsets if isinstance(results, AppendResults) else map(_QUEUE_OFFSET, results)
+        return list(map(SendResult, map(_MESSAGE_ID, messages), repeat(queue_id), offsets))
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
         name = dlq_topic(group)
