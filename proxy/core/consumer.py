@@ -14,12 +14,16 @@ from dataclasses import dataclass
 from broker import receipt
 from broker.api import AckResult, BrokerApi, FilterSpec, PopRequest, StoredMessage
 from common import metrics
+from common.codes import Code
 from common.errors import Forbidden, InvalidReceiptHandle, SluiceError
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
 from proxy.core.renewer import AutoRenewer
 from proxy.core.routing import real_broker
 from proxy.directory import BrokerDirectory, BrokerRoute
+
+# A position no broker answered for (none is left so: every handle is routed or refused first).
+_UNANSWERED = AckResult("", False, int(Code.INTERNAL_SERVER_ERROR), "no broker answered for this receipt handle")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,20 +79,24 @@ class ConsumerService:
         return api
 
     async def ack(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
-        by_broker: dict[str, list[str]] = {}
-        results: dict[str, AckResult] = {}
-        for h in handles:
+        # Results are placed by position, not by handle: a handle given twice gets two answers
+        # (the broker acks the first and refuses the second).
+        by_broker: dict[str, list[int]] = {}
+        out: list[AckResult] = [_UNANSWERED] * len(handles)
+        unrouted = False
+        for i, h in enumerate(handles):
             try:
-                by_broker.setdefault(receipt.broker_of(h), []).append(h)
+                by_broker.setdefault(receipt.broker_of(h), []).append(i)
             except SluiceError as exc:
-                results[h] = AckResult(h, False, int(exc.code), exc.message)
-        if len(by_broker) == 1 and not results and len(set(handles)) == len(handles):
+                out[i] = AckResult(h, False, int(exc.code), exc.message)
+                unrouted = True
+        if len(by_broker) == 1 and not unrouted:
             out = await self._ack_on(group, topic, handles)  # the usual request: one broker, in order
         else:
-            for hs in by_broker.values():
-                for r in await self._ack_on(group, topic, hs):
-                    results[r.receipt_handle] = r
-            out = [results[h] for h in handles]
+            for positions in by_broker.values():
+                answers = await self._ack_on(group, topic, [handles[i] for i in positions])
+                for i, r in zip(positions, answers, strict=True):
+                    out[i] = r
         if self._renewer.leases:
             for h in handles:
                 self._renewer.remove(h)

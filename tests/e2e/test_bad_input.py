@@ -180,10 +180,10 @@ def test_illegal_invisible_duration(s: Stub, target: Target) -> None:
 
 
 def test_bad_receipt_handles(s: Stub, target: Target, cluster: Cluster) -> None:
-    def ack(handle: str, topic: str = target.topic) -> tuple[str, list[str]]:
-        entry = spb.AckMessageEntry(message_id="id", receipt_handle=handle)
+    def ack(handle: str, topic: str = target.topic, *, times: int = 1) -> tuple[str, list[str]]:
+        entries = [spb.AckMessageEntry(message_id="id", receipt_handle=handle)] * times
         response = s.AckMessage(spb.AckMessageRequest(group=raw.resource(target.group), topic=raw.resource(topic),
-                                                      entries=[entry]),
+                                                      entries=entries),
                                 metadata=raw.headers(), timeout=raw.RPC_TIMEOUT_S)  # fmt: skip
         return raw.code_name(response.status.code), [raw.code_name(e.status.code) for e in response.entries]
 
@@ -211,6 +211,17 @@ def test_bad_receipt_handles(s: Stub, target: Target, cluster: Cluster) -> None:
     assert ack(handle, target.topic) == ("INVALID_RECEIPT_HANDLE", ["INVALID_RECEIPT_HANDLE"])  # other topic
     assert ack(handle, topic) == ("OK", ["OK"])
     assert ack(handle, topic) == ("INVALID_RECEIPT_HANDLE", ["INVALID_RECEIPT_HANDLE"])
+
+    # One handle twice in one request: the first entry acks the message, the second is refused.
+    raw.send(s, raw.message(topic, b"acked twice in one request"))
+    for broker in target.brokers * 3:
+        messages = raw.receive(s, raw.receive_request(topic, target.group, broker=broker))[1]
+        if messages:
+            break
+    assert len(messages) == 1, messages
+    handle = messages[0].system_properties.receipt_handle
+    assert ack(handle, topic, times=2) == ("MULTIPLE_RESULTS", ["OK", "INVALID_RECEIPT_HANDLE"])
+    assert ack(handle, topic) == ("INVALID_RECEIPT_HANDLE", ["INVALID_RECEIPT_HANDLE"])  # it was acked
 
 
 # -- namespaces ------------------------------------------------------------------------------------
