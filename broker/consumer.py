@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import logging
 import time
@@ -55,17 +54,17 @@ from common.errors import (
     SluiceError,
 )
 from common.logs import kv
-from common.model import MessageType
+from common.model import MessageType, require_field_order
 
 log = logging.getLogger("sluice.broker.consumer")
 
-# `_deliver` builds StoredMessage positionally, in this order: a change to its fields must change both.
+# `_deliver` builds StoredMessage positionally, in this order.
 _STORED_FIELDS = (
     "topic", "queue_id", "queue_offset", "body", "message_id", "message_type", "tag", "keys", "message_group",
     "properties", "system_properties", "born_timestamp_ms", "born_host", "store_timestamp_ms", "store_host",
     "delivery_timestamp_ms", "delivery_attempt", "body_gzip", "receipt_handle", "invisible_until_ms",
 )  # fmt: skip
-assert tuple(f.name for f in dataclasses.fields(StoredMessage)) == _STORED_FIELDS, "StoredMessage fields moved"
+require_field_order(StoredMessage, _STORED_FIELDS)
 _MESSAGE_TYPES = {t.value: t for t in MessageType}  # stored type number -> type; unknown numbers are NORMAL
 DeadLetter = Callable[[MessageRecord, str, int], Awaitable[None]]
 _DUE_SCAN_LIMIT = 1_000

@@ -7,7 +7,7 @@ by value, but nothing here depends on protobuf.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 
 from common.errors import IllegalConsumerGroup, IllegalTopic
@@ -88,3 +88,10 @@ def validate_group_name(name: str) -> str:
 
 def dlq_topic(group: str) -> str:
     return f"{DLQ_PREFIX}{group}"
+
+
+def require_field_order(cls: type, names: tuple[str, ...]) -> None:
+    """Fail the import unless dataclass `cls` declares exactly `names`, in this order: for hot paths
+    that build `cls` positionally (keywords cost about a microsecond more per object)."""
+    if tuple(f.name for f in fields(cls)) != names:
+        raise ImportError(f"{cls.__name__}'s fields changed: update the code that builds it positionally ({names})")

@@ -39,7 +39,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from itertools import pairwise, repeat
 from typing import Any
 
@@ -162,16 +162,6 @@ def records_to_table(records: Sequence[MessageRecord]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
-# table_to_records passes MessageRecord's fields by position: this order is checked at import.
-_RECORD_FIELDS = (
-    "topic", "queue_id", "body", "message_id", "tag", "keys", "message_group", "properties", "system_properties",
-    "message_type", "flags", "born_timestamp_ms", "born_host", "store_host", "delivery_timestamp_ms",
-    "delivery_attempt", "queue_offset", "physical_offset", "store_timestamp_ms", "size",
-)  # fmt: skip
-if tuple(f.name for f in fields(MessageRecord)) != _RECORD_FIELDS:
-    raise ImportError("MessageRecord's fields changed order: update table_to_records and _RECORD_FIELDS")
-
-
 def _ints(column: pa.ChunkedArray) -> list[int]:
     """An integer or timestamp column as Python ints (nulls as 0: only `delivery_timestamp` has any)."""
     if pa.types.is_timestamp(column.type):
@@ -215,7 +205,8 @@ def table_to_records(table: pa.Table, topic: str) -> list[MessageRecord]:
         raise SegmentCorrupted(f"segment rows lack column(s) {', '.join(missing)}")
     c = table.column
     n = table.num_rows
-    # Positional arguments in MessageRecord's field order; map() walks the columns in C.
+    # Positional arguments in MessageRecord's field order (record.RECORD_FIELDS, checked at its import);
+    # map() walks the columns in C.
     return list(map(
         MessageRecord, repeat(topic, n), _ints(c("queue_id")), c("body").to_pylist(), c("message_id").to_pylist(),
         c("tag").to_pylist(), _tuples(c("keys")), c("message_group").to_pylist(), _dicts(c("properties")),
