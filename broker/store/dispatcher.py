@@ -39,6 +39,7 @@ _MAX_INDEXED_KEY = 0xFFFF
 _VECTOR_MIN = 4  # below this many records a run is indexed record by record (set-up cost)
 _drain: Callable[[Iterable[object]], None] = collections.deque[object](maxlen=0).extend  # consume an iterator in C
 _PHYS, _SIZE, _STORE_TS = (operator.itemgetter(i) for i in (1, 2, 3))  # fields of AppendResult
+_Blocks = dict[tuple[int, int, int], list[Any]]  # open ConsumeQueue blocks of a round (`_gather`)
 
 
 def index_records(index: Index, records: Sequence[Written]) -> set[tuple[str, int]]:
@@ -64,9 +65,7 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
     cq_value, u32 = K.CQ_VALUE.pack, K.U32.pack
     msgid_key, keyidx_key = K.msgid_key, K.keyidx_key
     topic_ids: dict[str, int] = {}
-    # (segment base, topic id, queue id) -> [first offset, next offset, packed entries: bytes, or a
-    # list of bytes once a second part joins (one container per block, not two: GC pressure)]
-    blocks: dict[tuple[int, int, int], list[Any]] = {}
+    blocks: _Blocks = {}  # (segment base, topic id, queue id) -> open block
     for cols, results, queue, seg_base in runs:
         if queue is not None and len(results) >= _VECTOR_MIN:
             topic, qid = queue
@@ -84,19 +83,7 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
                 stamp = results[0].store_timestamp_ms  # one round's: the same for the whole run
                 stamps = repeat(stamp) if results[-1].store_timestamp_ms == stamp else map(_STORE_TS, results)
             entries = b"".join(map(cq_value, physs, sizes, cols.tag_hashes, stamps))
-            where = (seg_base, tid, qid)
-            block = blocks.get(where)
-            if block is not None and block[1] == first:
-                block[1] += len(results)
-                parts = block[2]
-                if type(parts) is bytes:
-                    block[2] = [parts, entries]
-                else:
-                    parts.append(entries)
-            else:
-                if block is not None:
-                    _put_block(put, cq, tid, qid, block)
-                blocks[where] = [first, first + len(results), entries]
+            _gather(blocks, put, cq, (seg_base, tid, qid), first, len(results), entries)
             mids = cols.message_ids
             lengths = set(map(len, mids))
             id_len = lengths.pop() if len(lengths) == 1 else 0
@@ -118,39 +105,42 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
             tid = topic_ids.get(topic)
             if tid is None:
                 tid = topic_ids[topic] = index.intern_topic(topic, batch)
-            where = (seg_base, tid, qid)
-            block = blocks.get(where)
-            if block is None:
-                blocks[where] = [qoff, qoff + 1, cq_value(phys, size, th, store_ts)]
-            elif block[1] == qoff:
-                block[1] = qoff + 1
-                parts = block[2]
-                if type(parts) is bytes:
-                    block[2] = [parts, cq_value(phys, size, th, store_ts)]
-                else:
-                    parts.append(cq_value(phys, size, th, store_ts))
-            else:
-                _put_block(put, cq, tid, qid, block)
-                blocks[where] = [qoff, qoff + 1, cq_value(phys, size, th, store_ts)]
+            _gather(blocks, put, cq, (seg_base, tid, qid), qoff, 1, cq_value(phys, size, th, store_ts))
             if mid and len(mid) <= _MAX_INDEXED_ID:
                 put(msgid_key(seg_base, mid, phys), u32(size), msgid)
             for key in keys:
                 kb = key.encode("utf-8")
                 if kb and len(kb) <= _MAX_INDEXED_KEY:
                     put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)
-    cq_key, segq_key, u64 = K.CQ_KEY.pack, K.SEGQ_KEY.pack, K.U64.pack
+    segq_key, u64 = K.SEGQ_KEY.pack, K.U64.pack
     for (base, tid, qid), block in blocks.items():
-        first, end, parts = block
-        if type(parts) is bytes and end - first <= K.CQ_BLOCK_MAX:  # one part: nothing to join
-            put(cq_key(tid, qid, first), parts, cq)
-        else:
-            _put_block(put, cq, tid, qid, block)
+        _put_block(put, cq, tid, qid, block)
         # A queue's last block in a segment ends at its highest offset there.
-        put(segq_key(base, tid, qid), u64(end - 1), segq)
+        put(segq_key(base, tid, qid), u64(block[1] - 1), segq)
     last = runs[-1].results[-1]
     index.put_checkpoint(batch, last.physical_offset + last.size)
     index.write(batch)
     return {(index.topic_name(tid) or "", qid) for (_, tid, qid) in blocks}
+
+
+def _gather(blocks: _Blocks, put: Callable[..., None], cq: object, where: tuple[int, int, int], first: int, n: int,
+            entries: bytes) -> None:  # fmt: skip
+    """Add the packed ConsumeQueue entries of offsets first..first+n-1 of the queue `where` (segment
+    base, topic id, queue id) names: to its open block if they follow on, else to a new one (the
+    open block is put). A block is [first offset, next offset, entries: bytes, or a list of bytes
+    once a second part joins (one container per block, not two: GC pressure)]."""
+    block = blocks.get(where)
+    if block is not None and block[1] == first:
+        block[1] += n
+        parts = block[2]
+        if type(parts) is bytes:
+            block[2] = [parts, entries]
+        else:
+            parts.append(entries)
+        return
+    if block is not None:
+        _put_block(put, cq, where[1], where[2], block)
+    blocks[where] = [first, first + n, entries]
 
 
 def _put_block(put: Callable[..., None], cq: object, tid: int, qid: int, block: list[Any]) -> None:
