@@ -97,7 +97,13 @@ def msg_key(group: str, topic: str, queue_id: int, offset: int) -> bytes:
 
 
 def due_key(group: str, until_ms: int, topic: str, queue_id: int, offset: int) -> bytes:
-    return _name(group) + _U64.pack(until_ms) + _name(topic) + _QO.pack(queue_id, offset)
+    return _due_key(_name(group), until_ms, _name(topic), _QO.pack(queue_id, offset))
+
+
+def _due_key(group_name: bytes, until_ms: int, topic_name: bytes, queue_offset: bytes) -> bytes:
+    """`due_key` from the encoded parts (`_name` of group and topic, `_QO` of queue and offset), which
+    PopBatch builds once per entry for its msg key too."""
+    return group_name + _U64.pack(until_ms) + topic_name + queue_offset
 
 
 def parse_msg_key(raw: bytes) -> tuple[str, str, int, int]:
@@ -266,11 +272,11 @@ class PopBatch:
         was_inflight = old is not None and old.state is EntryState.INFLIGHT
         if was_inflight:
             assert old is not None
-            wb.delete(g + _U64.pack(old.invisible_until_ms) + t + qo, s.h_due)
+            wb.delete(_due_key(g, old.invisible_until_ms, t, qo), s.h_due)
         wb.put(g + t + qo, new.encode(), s.h_msg)
         is_inflight = new.state is EntryState.INFLIGHT
         if is_inflight:
-            wb.put(g + _U64.pack(new.invisible_until_ms) + t + qo, b"", s.h_due)
+            wb.put(_due_key(g, new.invisible_until_ms, t, qo), b"", s.h_due)
             self._lower_floor(group, new.invisible_until_ms)
         self._changed((group, topic, queue_id), offset, old, new, int(is_inflight) - int(was_inflight))
 
@@ -284,7 +290,7 @@ class PopBatch:
             self.put(group, topic, queue_id, offset, PopEntry(EntryState.INFLIGHT, 1, 1, until_ms, message_group), None)
             return
         wb.put(g + t + qo, _ENTRY.pack(EntryState.INFLIGHT, 1, 1, until_ms, 0), s.h_msg)
-        wb.put(g + _U64.pack(until_ms) + t + qo, b"", s.h_due)
+        wb.put(_due_key(g, until_ms, t, qo), b"", s.h_due)
         self._lower_floor(group, until_ms)
         qk = (group, topic, queue_id)
         self._inflight[qk] = self._inflight.get(qk, 0) + 1
@@ -296,7 +302,7 @@ class PopBatch:
         wb.delete(g + t + qo, s.h_msg)
         was_inflight = old.state is EntryState.INFLIGHT
         if was_inflight:
-            wb.delete(g + _U64.pack(old.invisible_until_ms) + t + qo, s.h_due)
+            wb.delete(_due_key(g, old.invisible_until_ms, t, qo), s.h_due)
         self._changed((group, topic, queue_id), offset, old, None, -int(was_inflight))
 
     def _changed(
