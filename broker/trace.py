@@ -87,12 +87,10 @@ class TraceRecorder:
                        {"start": start, "end": end, "client": client_id, "host": born_host}))  # fmt: skip
 
     def delivered(self, topic: str, queue_id: int, offset: int, group: str, attempt: int) -> None:
-        if self.enabled:
-            self._add((TraceKind.DELIVERED, now_ms(), topic, queue_id, offset, (group, attempt)))
+        self.delivered_many(topic, group, [(queue_id, offset, attempt)])
 
     def acked(self, topic: str, queue_id: int, offset: int, group: str) -> None:
-        if self.enabled:
-            self._add((TraceKind.ACKED, now_ms(), topic, queue_id, offset, (group, 0)))
+        self.acked_many(topic, group, [(queue_id, offset)])
 
     def delivered_many(self, topic: str, group: str, deliveries: list[tuple[int, ...]]) -> None:
         """`delivered` for every (queue, offset, attempt) of one pop, kept as one pending item."""
