@@ -29,6 +29,7 @@ log = logging.getLogger("sluice.proxy.directory")
 
 # How long a route the NameServer suddenly does not know stays usable (several broker heartbeats).
 UNKNOWN_TOPIC_GRACE_S = 30.0
+_ROUTE_CACHE_MAX = 100_000  # topics whose merged route list LocalDirectory keeps; beyond it starts over
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,7 @@ class LocalDirectory:
         if cached is not None and cached[0] is spec:  # the same list while the topic is unchanged
             return cached[1]
         routes = [BrokerRoute(self._broker.name, spec.queue_count, spec.permission, spec.message_types)]
-        if len(self._routes) > 100_000:
+        if len(self._routes) > _ROUTE_CACHE_MAX:
             self._routes.clear()
         self._routes[topic] = (spec, routes)
         return routes

@@ -47,14 +47,12 @@ def resource_name(resource: pb.Resource, header_namespace: str, what: str = "top
     ILLEGAL_CONSUMER_GROUP in both topologies (not TOPIC_NOT_FOUND from wherever it is looked up).
     Topics may be system topics: dead-letter topics are consumed like any other.
     """
+    if what == "topic":
+        return topic_name(resource.resource_namespace, resource.name, header_namespace)
     if not resource.name:
-        if what == "topic":
-            raise IllegalTopic("the request names no topic")
         if what == "consumer group":  # as the reference proxy: a blank group is an illegal group
             raise IllegalConsumerGroup("the request names no consumer group")
         raise BadRequest(f"the request names no {what}")
-    if what == "topic":
-        return topic_name(resource.resource_namespace, resource.name, header_namespace)
     ns = namespace_of(resource, header_namespace)
     name = names.wrap(ns, resource.name)
     if what == "consumer group":
@@ -211,13 +209,9 @@ def fill_delivered(out: pb.Message, msg: StoredMessage, namespace: str) -> None:
     else:
         sp.body_encoding = pb.IDENTITY
     sp.message_type = cast(pb.MessageType, int(msg.message_type))
-    ts = sp.born_timestamp
-    ts.seconds, ms = divmod(msg.born_timestamp_ms, 1000)
-    ts.nanos = ms * 1_000_000
+    _set_ms(sp.born_timestamp, msg.born_timestamp_ms)
     sp.born_host = msg.born_host
-    ts = sp.store_timestamp
-    ts.seconds, ms = divmod(msg.store_timestamp_ms, 1000)
-    ts.nanos = ms * 1_000_000
+    _set_ms(sp.store_timestamp, msg.store_timestamp_ms)
     sp.store_host = msg.store_host
     if msg.delivery_timestamp_ms:
         _set_ms(sp.delivery_timestamp, msg.delivery_timestamp_ms)
