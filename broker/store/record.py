@@ -283,7 +283,8 @@ class EncodedBatch(NamedTuple):
     uniform: bool  # one topic, tag and host pair for all records (the vector path encoded them)
 
 
-_SHARED = operator.attrgetter("topic", "born_host", "store_host", "tag", "message_group")
+_SHARED_FIELDS = ("topic", "born_host", "store_host", "tag", "message_group")  # alike in a uniform batch
+_SHARED = operator.attrgetter(*_SHARED_FIELDS)
 _GET_ID, _GET_BODY, _GET_QID, _GET_TYPE, _GET_FLAGS, _GET_BORN, _GET_DELIVER, _GET_ATTEMPT = (
     operator.attrgetter(f)
     for f in ("message_id", "body", "queue_id", "message_type", "flags", "born_timestamp_ms",
@@ -308,7 +309,7 @@ def _uniform_layout(lead: int, id_size: int, trail: int) -> struct.Struct:
 
 
 _PLAIN_FIELDS = ("message_type", "flags", "delivery_timestamp_ms", "delivery_attempt")
-_SHARED_PLAIN = operator.attrgetter("topic", "born_host", "store_host", "tag", "message_group", *_PLAIN_FIELDS)
+_SHARED_PLAIN = operator.attrgetter(*_SHARED_FIELDS, *_PLAIN_FIELDS)
 _MIDDLE = struct.Struct("<IIBBH")  # magic, crc (0), version, type, flags: header bytes [4, 16)
 _AFTER_BORN = struct.Struct("<QI")  # delivery timestamp, attempt: header bytes [52, 64)
 
@@ -371,9 +372,10 @@ def _encode_uniform(records: Sequence[MessageRecord], max_record_bytes: int) -> 
     # usual batch shares both); a second only when the latter differ.
     alike = _SHARED_PLAIN(records[0])
     plain_alike = list(map(_SHARED_PLAIN, records)).count(alike) == n
-    if not plain_alike and list(map(_SHARED, records)).count(alike[:5]) != n:
+    shared = len(_SHARED_FIELDS)
+    if not plain_alike and list(map(_SHARED, records)).count(alike[:shared]) != n:
         return None
-    topic_s, bhost_s, shost_s, tag_s, group_s = alike[:5]
+    topic_s, bhost_s, shost_s, tag_s, group_s = alike[:shared]
     mids = list(map(str.encode, map(_GET_ID, records)))
     id_size = len(mids[0])
     if list(map(len, mids)).count(id_size) != n:
@@ -392,7 +394,7 @@ def _encode_uniform(records: Sequence[MessageRecord], max_record_bytes: int) -> 
     body_sizes = list(map(len, bodies))
     fixed = HEADER_SIZE + len(topic) + id_size + len(trail)
     extras = any(map(_GET_KEYS, records)) or any(map(_GET_PROPS, records)) or any(map(_GET_SYSPROPS, records))
-    plain = None if extras or not plain_alike else alike[5:]
+    plain = None if extras or not plain_alike else alike[shared:]
     try:
         if plain is not None:
             # The usual batch: no keys or properties, and type, flags, delivery time and attempt
