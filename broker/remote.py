@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +49,7 @@ from broker.api import (
     TransactionSource,
 )
 from common.config import ConfigError
-from common.errors import BadRequest, InternalError, Unavailable, error_for_code
+from common.errors import BadRequest, InternalError, SluiceError, Unavailable, error_for_code
 from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, current_request
 from proto import token
 from proto.rpc import error_from_rpc
@@ -61,11 +62,13 @@ DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_RECONNECT_BACKOFF_MAX_S = 5.0
 _RECONNECT_BACKOFF_INITIAL_S = 1.0
 _MS_PER_S = 1000.0
-# Sends to one broker leave one call at a time; sends made while a call is in flight wait for it to
-# end and leave together in one SendBatch call (`_drain_sends`). Under load that is one RPC for many
-# sends on both sides, which is what lets a proxy and a broker on 2 cores carry 1,000 single-message
-# sends/s (tests/bench/proxy_bench.py); at low load a send leaves at once. Bounds of one call, far
-# below the message size limit of the internal RPC:
+# Sends to one broker leave one request at a time; sends made while a request is in flight wait for
+# it to be answered and leave together in the next (`_drain_sends`). Under load that is one message
+# for many sends on both sides, which is what lets a proxy and a broker on 2 cores carry 1,000
+# single-message sends/s (tests/bench/proxy_bench.py); at low load a send leaves at once. Requests
+# travel on one SendStream per broker (a message on an open stream costs about half of a unary
+# call); a broker without it gets SendBatch calls. Bounds of one request, far below the message
+# size limit of the internal RPC:
 MAX_SENDS_PER_BATCH = 64
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 
@@ -105,6 +108,13 @@ class RemoteBroker:
         self._pending_sends: list[_PendingSend] = []
         self._sender: asyncio.Task[None] | None = None
         self._send_batch_ok = True  # False once the broker answered SendBatch with UNIMPLEMENTED
+        # The send stream (`_send_streamed`): the open call, its reader task, the requests awaiting
+        # an answer by id; False once the broker answered SendStream with UNIMPLEMENTED.
+        self._stream: Any = None
+        self._stream_reader: asyncio.Task[None] | None = None
+        self._stream_waiting: dict[int, asyncio.Future[pb.SendStreamResponse]] = {}
+        self._stream_ids = itertools.count(1)
+        self._stream_ok = True
 
     @property
     def name(self) -> str:
@@ -127,7 +137,9 @@ class RemoteBroker:
         """Close the channel; calls in flight are cancelled, later calls raise Unavailable."""
         if not self._closed:
             self._closed = True
-            await self._channel.close()
+            await self._channel.close()  # cancels the send stream; its reader fails what waits on it
+            if self._stream_reader is not None:
+                await asyncio.gather(self._stream_reader, return_exceptions=True)
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -218,11 +230,18 @@ class RemoteBroker:
         return await future
 
     async def _drain_sends(self) -> None:
-        """Send what is pending, one call at a time, until nothing is: a lone send as a Send, several
-        as one SendBatch. The task's first step runs on the loop's next turn, so the sends of every
-        request the loop handles meanwhile join the first call; sends made during a call, the next."""
+        """Send what is pending, one request at a time, until nothing is: on the send stream, else a
+        lone send as a Send and several as one SendBatch. The task's first step runs on the loop's
+        next turn, so the sends of every request the loop handles meanwhile join the first request;
+        sends made while it is in flight, the next."""
         try:
             while batch := self._take_sends():
+                if self._stream_ok:
+                    try:
+                        await self._send_streamed(batch)
+                        continue
+                    except _Unimplemented:  # a broker that predates SendStream: unary calls from now on
+                        self._stream_ok = False
                 if len(batch) == 1 or not self._send_batch_ok:
                     await asyncio.gather(*(self._send_single(p) for p in batch))
                 else:
@@ -262,6 +281,97 @@ class RemoteBroker:
             outcome = exc
         _settle(p.future, outcome)
 
+    async def _send_streamed(self, batch: list[_PendingSend]) -> None:
+        """One request on the send stream, opened if there is none; its answer settles the sends.
+        Raises `_Unimplemented` (nothing settled) when the broker does not know SendStream."""
+        rid = next(self._stream_ids)
+        answer: asyncio.Future[pb.SendStreamResponse] = asyncio.get_running_loop().create_future()
+        self._stream_waiting[rid] = answer
+        try:
+            call = self._open_stream()
+            await call.write(pb.SendStreamRequest(id=rid, sends=[p.request for p in batch]))
+            response = await asyncio.wait_for(answer, self._timeout_s)
+        except _Unimplemented:
+            raise
+        except asyncio.CancelledError:
+            for p in batch:
+                _settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
+            raise
+        except Exception as exc:
+            error = self._send_error(exc, answer)
+            if isinstance(error, _Unimplemented):
+                raise error from None
+            self._drop_stream()  # ended, or a broker that stopped answering: the next send opens a new one
+            for p in batch:
+                _settle(p.future, error)
+            return
+        finally:
+            self._stream_waiting.pop(rid, None)
+        self._settle_outcomes(batch, response.outcomes, "SendStream")
+
+    def _send_error(self, exc: Exception, answer: asyncio.Future[pb.SendStreamResponse]) -> BaseException:
+        """What a streamed send failed with: the stream's end as its reader saw it, else `exc`."""
+        if answer.done() and not answer.cancelled() and answer.exception() is not None:
+            return answer.exception() or exc  # the stream's status (read even when `exc` is the write's)
+        if isinstance(exc, SluiceError | _Unimplemented):
+            return exc
+        if isinstance(exc, grpc.aio.AioRpcError):  # the write saw the stream's status first
+            error = self._stream_error(exc)
+            if not isinstance(error, InternalError):  # a status the broker sent, not a broken transport
+                return error
+        if isinstance(exc, TimeoutError):
+            return Unavailable(f"{self._target}: no answer to a send within {self._timeout_s:g} s")
+        # The stream broke under the write (gRPC reports it as it can): the send may or may not
+        # have been stored, as with any call whose answer was lost; the caller may retry.
+        return Unavailable(f"{self._target}: the send stream broke ({type(exc).__name__}: {exc})")
+
+    def _open_stream(self) -> Any:
+        if self._closed:
+            raise Unavailable(f"{self._target}: client is closed")
+        if self._stream is not None and self._stream.done():  # ended; its reader is finishing
+            self._stream = None
+        if self._stream is None:
+            self._stream = call = self._stub.SendStream(metadata=token.call_metadata())
+            self._stream_reader = asyncio.get_running_loop().create_task(
+                self._read_stream(call), name=f"send-stream-{self._name}"
+            )
+        return self._stream
+
+    async def _read_stream(self, call: Any) -> None:
+        """Hand each answer to the request waiting for it; when the stream ends, fail the rest."""
+        error: BaseException = Unavailable(f"{self._target}: the broker ended the send stream")
+        try:
+            async for response in call:
+                waiter = self._stream_waiting.get(response.id)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(response)
+        except asyncio.CancelledError:  # the call (the channel closed) or this task (the loop stops)
+            error = Unavailable(f"{self._target}: the send stream was cancelled")
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+        except Exception as exc:
+            error = self._stream_error(exc)
+        finally:
+            if self._stream is call:
+                self._stream = None
+            for waiter in self._stream_waiting.values():
+                if not waiter.done():
+                    waiter.set_exception(error)
+
+    def _stream_error(self, exc: BaseException) -> BaseException:
+        """The error that ends the stream, for every send waiting on it."""
+        if isinstance(exc, grpc.aio.AioRpcError):
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return _Unimplemented()
+            return error_from_rpc(exc, self._target)
+        return Unavailable(f"{self._target}: the send stream failed ({type(exc).__name__}: {exc})")
+
+    def _drop_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.cancel()
+            self._stream = None
+
     async def _send_batch(self, batch: list[_PendingSend]) -> None:
         request = pb.SendBatchRequest(sends=[p.request for p in batch])
         try:
@@ -279,13 +389,15 @@ class RemoteBroker:
             for p in batch:
                 _settle(p.future, exc)
             return
-        if len(response.outcomes) != len(batch):
-            error = InternalError(f"{self._target}: SendBatch answered {len(response.outcomes)} outcomes for "
-                                  f"{len(batch)} sends")  # fmt: skip
+        self._settle_outcomes(batch, response.outcomes, "SendBatch")
+
+    def _settle_outcomes(self, batch: list[_PendingSend], outcomes: Sequence[pb.SendOutcome], rpc: str) -> None:
+        if len(outcomes) != len(batch):
+            error = InternalError(f"{self._target}: {rpc} answered {len(outcomes)} outcomes for {len(batch)} sends")
             for p in batch:
                 _settle(p.future, error)
             return
-        for p, outcome in zip(batch, response.outcomes, strict=True):
+        for p, outcome in zip(batch, outcomes, strict=True):
             if outcome.error_code:
                 _settle(p.future, error_for_code(outcome.error_code, outcome.error_message))
             else:

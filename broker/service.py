@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import AsyncIterator
 from typing import TypeAlias
 
 import grpc
 
 from broker import grpc_convert as convert
 from broker.api import BrokerApi
+from common import metrics
 from common.codes import Code
 from common.errors import SluiceError, Unsupported
 from common.logs import kv
@@ -115,6 +118,32 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         # failure is its own outcome, as if it had been a Send of its own.
         outcomes = await asyncio.gather(*(self._send_one(s) for s in request.sends))
         return pb.SendBatchResponse(outcomes=outcomes)
+
+    async def SendStream(self, requests: AsyncIterator[pb.SendStreamRequest], context: Context) -> None:
+        """SendBatch over one stream: every request is served as it arrives, concurrently with the
+        others (their appends share the writer's group commit), and answered with its id as soon as
+        its sends are stored. The stream ends when the caller closes it and every request is answered;
+        a caller gone meanwhile gets no answers, but sends already started complete (at-least-once,
+        as with a unary call whose deadline passed)."""
+        write_lock = asyncio.Lock()  # one message at a time on the stream
+        serving: set[asyncio.Task[None]] = set()
+
+        async def serve(request: pb.SendStreamRequest) -> None:
+            started = time.perf_counter()
+            outcomes = await asyncio.gather(*(self._send_one(s) for s in request.sends))
+            metrics.observe_internal_rpc("broker", "SendStream", Code.OK.name, time.perf_counter() - started)
+            try:
+                async with write_lock:
+                    await context.write(pb.SendStreamResponse(id=request.id, outcomes=outcomes))
+            except Exception as exc:  # the stream is gone: the caller reports its sends as unavailable
+                log.debug("send stream answer dropped", extra=kv(request=request.id, error=str(exc)))
+
+        async for request in requests:
+            task = asyncio.create_task(serve(request))
+            serving.add(task)
+            task.add_done_callback(serving.discard)
+        if serving:
+            await asyncio.gather(*serving)
 
     async def _send_one(self, send: pb.SendRequest) -> pb.SendOutcome:
         try:

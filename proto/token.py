@@ -71,21 +71,38 @@ class _RequireToken(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
         for key, value in handler_call_details.invocation_metadata or ():
             if key == TOKEN_KEY:
                 given = value.encode() if isinstance(value, str) else bytes(value)
                 if hmac.compare_digest(given, self._token):
-                    return await continuation(handler_call_details)
-                return _refuse("the cluster token is wrong; use the cluster's SLUICE_CLUSTER_TOKEN")
-        return _refuse(f"this internal service requires the cluster token; set {ENV_TOKEN} or {ENV_TOKEN_FILE}")
+                    return handler
+                return _refuse(handler, "the cluster token is wrong; use the cluster's SLUICE_CLUSTER_TOKEN")
+        missing = f"this internal service requires the cluster token; set {ENV_TOKEN} or {ENV_TOKEN_FILE}"
+        return _refuse(handler, missing)
 
 
-def _refuse(message: str) -> grpc.RpcMethodHandler:
+def _refuse(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:
+    """A handler that refuses the call, of the same kind as the method's (a unary one would not
+    answer a streaming call properly)."""
+
     async def abort(request: Any, context: grpc.aio.ServicerContext) -> Any:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message,
                             trailing_metadata=((CODE_KEY, str(int(Code.UNAUTHORIZED))),))  # fmt: skip
 
+    if handler is not None and handler.request_streaming:
+        if handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(abort)
+        return grpc.stream_unary_rpc_method_handler(abort)
+    if handler is not None and handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(abort)
     return grpc.unary_unary_rpc_method_handler(abort)
+
+
+def call_metadata() -> tuple[tuple[str, str], ...]:
+    """Metadata carrying this process's token, for calls the channel's interceptor does not see
+    (it handles unary calls only: streaming calls pass this themselves)."""
+    return ((TOKEN_KEY, _token),) if _token else ()
 
 
 class _SendToken(grpc.aio.UnaryUnaryClientInterceptor):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.api import OutgoingMessage, SendResult, TopicSpec
 from broker.remote import RemoteBroker
 from common.errors import Unauthorized
 from proto import token
@@ -97,3 +98,24 @@ def test_token_file_is_read(tmp_path: Path) -> None:
     assert token.from_environment({token.ENV_TOKEN_FILE: str(path), token.ENV_TOKEN: "ignored"}) == "from-a-file"
     assert token.from_environment({token.ENV_TOKEN: " plain "}) == "plain"
     assert token.from_environment({}) == ""
+
+
+def test_sends_on_the_stream_need_the_token(servers: tuple[ServerProcess, ServerProcess]) -> None:
+    """Sends travel on a stream, which the channel's unary interceptor does not see: the stream carries
+    the token itself, and the broker refuses one without it with a streaming-shaped answer."""
+    _, broker = servers
+
+    async def send(with_token: str) -> list[SendResult]:
+        token.configure(with_token)
+        try:
+            async with RemoteBroker("broker-a", broker.address) as remote:
+                if with_token:
+                    await remote.create_topic(TopicSpec("token-topic", 1))
+                return await remote.send("token-topic", 0, [OutgoingMessage(body=b"x", message_id="token-1")])
+        finally:
+            token.configure("")
+
+    (sent,) = asyncio.run(send(TOKEN))
+    assert sent.message_id == "token-1"
+    with pytest.raises(Unauthorized, match="requires the cluster token"):
+        asyncio.run(send(""))
