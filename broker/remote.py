@@ -294,16 +294,14 @@ class RemoteBroker:
         except _Unimplemented:
             raise
         except asyncio.CancelledError:
-            for p in batch:
-                _settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
+            _settle_all(batch, Unavailable(f"{self._target}: the send was cancelled"))
             raise
         except Exception as exc:
             error = self._send_error(exc, answer)
             if isinstance(error, _Unimplemented):
                 raise error from None
             self._drop_stream()  # ended, or a broker that stopped answering: the next send opens a new one
-            for p in batch:
-                _settle(p.future, error)
+            _settle_all(batch, error)
             return
         finally:
             self._stream_waiting.pop(rid, None)
@@ -382,20 +380,17 @@ class RemoteBroker:
             await asyncio.gather(*(self._send_single(p) for p in batch))
             return
         except asyncio.CancelledError:
-            for p in batch:
-                _settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
+            _settle_all(batch, Unavailable(f"{self._target}: the send was cancelled"))
             raise
         except Exception as exc:
-            for p in batch:
-                _settle(p.future, exc)
+            _settle_all(batch, exc)
             return
         self._settle_outcomes(batch, response.outcomes, "SendBatch")
 
     def _settle_outcomes(self, batch: list[_PendingSend], outcomes: Sequence[pb.SendOutcome], rpc: str) -> None:
         if len(outcomes) != len(batch):
             error = InternalError(f"{self._target}: {rpc} answered {len(outcomes)} outcomes for {len(batch)} sends")
-            for p in batch:
-                _settle(p.future, error)
+            _settle_all(batch, error)
             return
         for p, outcome in zip(batch, outcomes, strict=True):
             if outcome.error_code:
@@ -600,6 +595,11 @@ class _PendingSend:
 
 class _Unimplemented(Exception):
     """The broker does not know the RPC (an older version)."""
+
+
+def _settle_all(batch: list[_PendingSend], error: BaseException) -> None:
+    for p in batch:
+        _settle(p.future, error)
 
 
 def _settle(future: asyncio.Future[list[SendResult]], outcome: list[SendResult] | BaseException) -> None:
