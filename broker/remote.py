@@ -1,8 +1,8 @@
 """`RemoteBroker`: `BrokerApi` over the broker's internal gRPC service (the Cluster backend).
 
 One grpc.aio channel to one broker. Each method converts its arguments (`broker.grpc_convert`),
-makes one unary call and converts the answer back, so callers see exactly what a `LocalBroker`
-returns. Contract:
+makes one unary call (`send`: one request on the broker's send stream) and converts the answer
+back, so callers see exactly what a `LocalBroker` returns. Contract:
 
 - Every call has a deadline: `timeout_s`, and for Pop and Pull `long_poll_ms` plus `timeout_s`
   (the long poll happens inside the broker; `timeout_s` is the margin for the rest of the call).
@@ -214,8 +214,8 @@ class RemoteBroker:
     # -- produce --------------------------------------------------------------------------------
 
     async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
-        """Store `messages` in one queue. Sends to this broker leave one call at a time, and sends
-        made meanwhile leave together in one SendBatch call: see `_drain_sends`."""
+        """Store `messages` in one queue. Sends to this broker leave one request at a time, and sends
+        made meanwhile leave together in the next: see `_drain_sends`."""
         with _encoding("send"):
             request = pb.SendRequest(
                 topic=topic, queue_id=queue_id, messages=[convert.outgoing_to_pb(m) for m in messages]
@@ -289,7 +289,10 @@ class RemoteBroker:
         self._stream_waiting[rid] = answer
         try:
             call = self._open_stream()
-            await call.write(pb.SendStreamRequest(id=rid, sends=[p.request for p in batch]))
+            # A lone send carries its request's ids, as a unary Send does; several carry none's.
+            request_id, client_id = batch[0].ids if len(batch) == 1 else ("", "")
+            await call.write(pb.SendStreamRequest(id=rid, sends=[p.request for p in batch], request_id=request_id,
+                                                  client_id=client_id))  # fmt: skip
             response = await asyncio.wait_for(answer, self._timeout_s)
         except _Unimplemented:
             raise

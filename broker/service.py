@@ -24,7 +24,7 @@ from broker.api import BrokerApi
 from common import metrics
 from common.codes import Code
 from common.errors import SluiceError, Unsupported
-from common.logs import kv
+from common.logs import bind_request, kv
 from common.security import SecurityStoreApi
 from proto.rpc import internal_rpc
 from proto.sluice.internal.v1 import broker_pb2 as pb
@@ -128,7 +128,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         write_lock = asyncio.Lock()  # one message at a time on the stream
         serving: set[asyncio.Task[None]] = set()
 
-        async def serve(request: pb.SendStreamRequest) -> None:
+        async def serve(request: pb.SendStreamRequest) -> None:  # a task of its own: binds only its own ids
+            if request.request_id or request.client_id:
+                bind_request(request.request_id, request.client_id)
             started = time.perf_counter()
             outcomes = await asyncio.gather(*(self._send_one(s) for s in request.sends))
             metrics.observe_internal_rpc("broker", "SendStream", Code.OK.name, time.perf_counter() - started)

@@ -466,12 +466,16 @@ class SendBatchResponse(_message.Message):
     def __init__(self, outcomes: _Optional[_Iterable[_Union[SendOutcome, _Mapping]]] = ...) -> None: ...
 
 class SendStreamRequest(_message.Message):
-    __slots__ = ("id", "sends")
+    __slots__ = ("id", "sends", "request_id", "client_id")
     ID_FIELD_NUMBER: _ClassVar[int]
     SENDS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     id: int
     sends: _containers.RepeatedCompositeFieldContainer[SendRequest]
-    def __init__(self, id: _Optional[int] = ..., sends: _Optional[_Iterable[_Union[SendRequest, _Mapping]]] = ...) -> None: ...
+    request_id: str
+    client_id: str
+    def __init__(self, id: _Optional[int] = ..., sends: _Optional[_Iterable[_Union[SendRequest, _Mapping]]] = ..., request_id: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class SendStreamResponse(_message.Message):
     __slots__ = ("id", "outcomes")
