@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from broker.client.api import BrokerApi, TopicSpec
+from broker.client.remote import RemoteBroker
 from common.errors import TopicNotFound, Unavailable
 from common.logs import kv
 from common.model import MessageType, Permission
 
 if TYPE_CHECKING:
-    from broker.client.remote import RemoteBroker
-    from broker.local import LocalBroker
     from nameserver.client import NameServerClient
 
 log = logging.getLogger("sluice.proxy.directory")
@@ -52,10 +51,18 @@ class BrokerDirectory(Protocol):
     async def close(self) -> None: ...
 
 
+class InProcessBroker(BrokerApi, Protocol):
+    """The broker of the merged topology (deploy/ hands in a `broker.local.LocalBroker`)."""
+
+    async def ensure_topic(self, name: str) -> TopicSpec:
+        """The topic's spec, creating it first where the broker auto-creates topics."""
+        ...
+
+
 class LocalDirectory:
     """The merged topology: one broker, called in-process."""
 
-    def __init__(self, broker: LocalBroker) -> None:
+    def __init__(self, broker: InProcessBroker) -> None:
         self._broker = broker
         self._routes: dict[str, tuple[TopicSpec, list[BrokerRoute]]] = {}  # topic -> (spec, its route)
 
@@ -129,8 +136,6 @@ class ClusterDirectory:
     def _learn(self, name: str, address: str) -> None:
         if self._addresses.get(name) == address:
             return
-        from broker.client.remote import RemoteBroker
-
         old = self._brokers.pop(name, None)
         if old is not None:
             asyncio.get_running_loop().create_task(old.close())

@@ -13,10 +13,9 @@ implementations (the internal RPC carries their codes). Every call is safe to re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from broker.filter.api import FilterKind
 from common.model import MessageType, Permission
 
 # -- metadata -------------------------------------------------------------------------------------
@@ -162,6 +161,13 @@ class StoredMessage:
     body_gzip: bool = False
     receipt_handle: str = ""  # set by pop
     invisible_until_ms: int = 0  # set by pop
+
+
+class FilterKind(IntEnum):
+    """The protocol's `FilterType` numbers."""
+
+    TAG = 1
+    SQL = 2
 
 
 @dataclass(frozen=True, slots=True)

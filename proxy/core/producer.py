@@ -10,7 +10,7 @@ from operator import attrgetter, itemgetter
 
 from broker.client import txid
 from broker.client.api import OutgoingMessage, SendResult, TransactionResolution, TransactionSource
-from broker.timer.keys import broker_of_recall_handle
+from broker.client.recall import broker_of_recall_handle
 from common import metrics
 from common.errors import BadRequest, InvalidTransactionId, SluiceError
 from proxy.core.routing import QueueSelector
