@@ -491,7 +491,7 @@ class LocalBroker:
         filt = self._filters.get(key)
         if filt is None:
             filt = compile_filter(FilterKind(int(spec.kind)), spec.expression)
-            if len(self._filters) > 10_000:
+            if len(self._filters) >= self.config.pop.filter_cache_max:
                 self._filters.clear()
             self._filters[key] = filt
         return filt

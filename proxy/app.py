@@ -33,7 +33,7 @@ class ProxyApp:
         self.renewer = AutoRenewer(directory, config.receive)
         self.checkbacks = CheckBackRegistry()
         self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self._client_gone)
-        self.producer = ProducerService(directory)
+        self.producer = ProducerService(directory, topics_max=config.caches.topics_max)
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
         self._touched_groups: set[str] = set()
         self.in_flight = 0
@@ -61,7 +61,7 @@ class ProxyApp:
         if group in self._touched_groups:
             return
         await self.consumer.touch_group(group)
-        if len(self._touched_groups) > 100_000:
+        if len(self._touched_groups) >= self.config.caches.groups_max:
             self._touched_groups.clear()
         self._touched_groups.add(group)
 

@@ -49,7 +49,7 @@ from broker.client.api import (
     TransactionSource,
 )
 from common.config import ConfigError
-from common.errors import BadRequest, InternalError, SluiceError, Unavailable, error_for_code
+from common.errors import BadRequest, InternalError, SluiceError, TooManyRequests, Unavailable, error_for_code
 from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, current_request
 from proto import token
 from proto.rpc import error_from_rpc
@@ -71,6 +71,9 @@ _MS_PER_S = 1000.0
 # size limit of the internal RPC:
 MAX_SENDS_PER_BATCH = 64
 MAX_BATCH_BYTES = 8 * 1024 * 1024
+# Sends waiting for their request to leave; beyond it a send is refused (TOO_MANY_REQUESTS) rather
+# than queued without limit behind a slow broker.
+DEFAULT_MAX_PENDING_SENDS = 10_000
 
 
 class RemoteBroker:
@@ -84,9 +87,13 @@ class RemoteBroker:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_message_bytes: int = convert.MAX_MESSAGE_BYTES,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        max_pending_sends: int = DEFAULT_MAX_PENDING_SENDS,
     ) -> None:
-        if timeout_s <= 0 or reconnect_backoff_max_s <= 0 or max_message_bytes <= 0:
-            raise ConfigError("RemoteBroker timeout_s, reconnect_backoff_max_s and max_message_bytes must be positive")
+        if timeout_s <= 0 or reconnect_backoff_max_s <= 0 or max_message_bytes <= 0 or max_pending_sends <= 0:
+            raise ConfigError(
+                "RemoteBroker timeout_s, reconnect_backoff_max_s, max_message_bytes and max_pending_sends must be "
+                "positive"
+            )
         self._name = name
         self._address = address
         self._timeout_s = timeout_s
@@ -106,6 +113,7 @@ class RemoteBroker:
         self._closed = False
         # Sends waiting for the next call, and the task making the calls while there are any (`send`).
         self._pending_sends: list[_PendingSend] = []
+        self._max_pending_sends = max_pending_sends
         self._sender: asyncio.Task[None] | None = None
         self._send_batch_ok = True  # False once the broker answered SendBatch with UNIMPLEMENTED
         # The send stream (`_send_streamed`): the open call, its reader task, the requests awaiting
@@ -222,6 +230,11 @@ class RemoteBroker:
             )
         if self._closed:
             raise Unavailable(f"{self._target}: client is closed")
+        if len(self._pending_sends) >= self._max_pending_sends:
+            raise TooManyRequests(
+                f"{self._target}: {len(self._pending_sends)} sends are already waiting for it "
+                f"(max_pending_sends); retry later"
+            )
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[SendResult]] = loop.create_future()
         self._pending_sends.append(_PendingSend(request, future, current_request(), sum(len(m.body) for m in messages)))

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
                 on_broker=broker_ready.set_result))  # fmt: skip
             try:
                 broker = await asyncio.wait_for(asyncio.shield(broker_ready), STARTUP_TIMEOUT_S)
-                directory = LocalDirectory(broker)
+                directory = LocalDirectory(broker, topics_max=proxy_cfg.caches.topics_max)
                 await serve_proxy(ProxyApp(proxy_cfg, directory), stop,
                                   on_ready=lambda a: print(f"proxy listening on {a} (clients connect here)",
                                                            flush=True),

@@ -22,14 +22,15 @@ _GROUP, _BODY = attrgetter("message_group"), attrgetter("body")
 
 
 class ProducerService:
-    def __init__(self, directory: BrokerDirectory) -> None:
+    def __init__(self, directory: BrokerDirectory, *, topics_max: int) -> None:
         self._dir = directory
         self._selectors: dict[str, QueueSelector] = {}
+        self._topics_max = topics_max
 
     def _selector(self, topic: str) -> QueueSelector:
         selector = self._selectors.get(topic)
         if selector is None:
-            if len(self._selectors) > 100_000:
+            if len(self._selectors) >= self._topics_max:
                 self._selectors.clear()
             selector = self._selectors[topic] = QueueSelector()
         return selector
