@@ -383,9 +383,9 @@ class PopEngine:
                 done.add((qid, offset))
                 batch.remove(group, topic, qid, offset, entry)
                 release = release or bool(entry.message_group)
-                results.append(AckResult(handle, True))
+                results.append(AckResult(handle))
             except SluiceError as exc:
-                results.append(AckResult(handle, False, int(exc.code), exc.message))
+                results.append(AckResult(handle, exc))
         batch.commit()
         self._trace.acked_many(topic, group, list(done))
         if release:
@@ -442,9 +442,9 @@ class PopEngine:
                 rh, entry = self._resolve(group, topic, handle)
                 new = PopEntry(EntryState.INFLIGHT, entry.attempt, entry.version, until, entry.message_group)
                 batch.put(group, topic, rh.queue_id, rh.queue_offset, new, entry)
-                results.append(AckResult(handle, True))
+                results.append(AckResult(handle))
             except SluiceError as exc:
-                results.append(AckResult(handle, False, int(exc.code), exc.message))
+                results.append(AckResult(handle, exc))
         batch.commit()
         return results
 

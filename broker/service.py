@@ -26,7 +26,7 @@ from common.codes import Code
 from common.errors import SluiceError, Unsupported
 from common.logs import bind_request, kv
 from common.security import SecurityStoreApi
-from proto.rpc import internal_rpc
+from proto.rpc import internal_rpc, wire_error
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
@@ -151,12 +151,11 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         try:
             messages = [convert.outgoing_from_pb(m) for m in send.messages]
             results = await self._api.send(send.topic, send.queue_id, messages)
-        except SluiceError as exc:
-            return pb.SendOutcome(error_code=int(exc.code), error_message=exc.message)
         except Exception as exc:
-            log.exception("send of a batch failed", extra=kv(topic=send.topic, queue=send.queue_id))
-            return pb.SendOutcome(error_code=int(Code.INTERNAL_SERVER_ERROR),
-                                  error_message=f"internal error: {type(exc).__name__}: {exc}")  # fmt: skip
+            if not isinstance(exc, SluiceError):
+                log.exception("send of a batch failed", extra=kv(topic=send.topic, queue=send.queue_id))
+            code, message = wire_error(exc)
+            return pb.SendOutcome(error_code=int(code), error_message=message)
         return pb.SendOutcome(results=[convert.send_result_to_pb(r) for r in results])
 
     # -- pop consumption ------------------------------------------------------------------------

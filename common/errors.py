@@ -2,9 +2,11 @@
 
 Every error a client can cause, or a component can report across a process boundary, is a
 `SluiceError` subclass that carries its `apache.rocketmq.v2.Code` and whether retrying can help.
-Edges (the public gRPC proxy, the internal broker RPC, the admin CLI) turn exceptions into a
-status in exactly one function each, using `code_of`; anything that is not a `SluiceError`
-becomes INTERNAL_SERVER_ERROR there and is logged with its traceback.
+Edges turn exceptions into what they send in exactly one function each: the public gRPC proxy in
+`proxy.grpc.status.status_of`, the internal services in `proto.rpc.wire_error` (a call's status
+and each entry of a batch alike); anything that is not a `SluiceError` becomes
+INTERNAL_SERVER_ERROR there and is logged with its traceback. Inside, per-entry results (an
+`AckResult`, a send's outcome) carry the exception itself, never a bare code.
 
 The internal RPC carries (code, message) and `error_for_code` rebuilds the same class on the
 other side, so the proxy behaves the same with a Local or a Cluster backend.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from common.errors import SluiceError
 from common.model import MessageType, Permission
 
 # -- metadata -------------------------------------------------------------------------------------
@@ -190,10 +191,15 @@ class PopRequest:
 
 @dataclass(frozen=True, slots=True)
 class AckResult:
+    """One handle's outcome: `error` None when it was done, else why not (each edge maps it to
+    its wire code in its one error function)."""
+
     receipt_handle: str
-    ok: bool
-    error_code: int = 0  # an apache.rocketmq.v2 Code when not ok
-    error_message: str = ""
+    error: SluiceError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,8 +52,9 @@ from broker.client.api import (
     TransactionResolution,
     TransactionSource,
 )
-from common.errors import BadRequest
+from common.errors import BadRequest, error_for_code
 from common.model import MessageType, Permission
+from proto.rpc import wire_error
 from proto.sluice.internal.v1 import broker_pb2 as pb
 
 E = TypeVar("E", bound=Enum)
@@ -399,13 +400,16 @@ def pop_request_from_pb(msg: pb.PopRequest) -> PopRequest:
 
 
 def ack_result_to_pb(r: AckResult) -> pb.AckResult:
-    return pb.AckResult(
-        receipt_handle=r.receipt_handle, ok=r.ok, error_code=r.error_code, error_message=r.error_message
-    )
+    if r.error is None:
+        return pb.AckResult(receipt_handle=r.receipt_handle, ok=True)
+    code, message = wire_error(r.error)
+    return pb.AckResult(receipt_handle=r.receipt_handle, ok=False, error_code=int(code), error_message=message)
 
 
 def ack_result_from_pb(msg: pb.AckResult) -> AckResult:
-    return AckResult(msg.receipt_handle, msg.ok, msg.error_code, msg.error_message)
+    if msg.ok:
+        return AckResult(msg.receipt_handle)
+    return AckResult(msg.receipt_handle, error_for_code(msg.error_code, msg.error_message))
 
 
 def pull_result_to_pb(result: PullResult) -> pb.PullResult:

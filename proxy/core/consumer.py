@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from broker.client import receipt
 from broker.client.api import AckResult, BrokerApi, FilterSpec, PopRequest, StoredMessage
 from common import metrics
-from common.codes import Code
-from common.errors import Forbidden, InvalidReceiptHandle, SluiceError
+from common.errors import Forbidden, InternalError, InvalidReceiptHandle, SluiceError
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
 from proxy.core.renewer import AutoRenewer
@@ -23,7 +22,7 @@ from proxy.core.routing import real_broker
 from proxy.directory import BrokerDirectory, BrokerRoute
 
 # A position no broker answered for (none is left so: every handle is routed or refused first).
-_UNANSWERED = AckResult("", False, int(Code.INTERNAL_SERVER_ERROR), "no broker answered for this receipt handle")
+_UNANSWERED = AckResult("", InternalError("no broker answered for this receipt handle"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +87,7 @@ class ConsumerService:
             try:
                 by_broker.setdefault(receipt.broker_of(h), []).append(i)
             except SluiceError as exc:
-                out[i] = AckResult(h, False, int(exc.code), exc.message)
+                out[i] = AckResult(h, exc)
                 unrouted = True
         if len(by_broker) == 1 and not unrouted:
             out = await self._ack_on(group, topic, handles)  # the usual request: one broker, in order
@@ -109,7 +108,7 @@ class ConsumerService:
             api = await self._handle_broker(handles[0])
             return await api.ack(group, topic, handles)
         except SluiceError as exc:
-            return [AckResult(h, False, int(exc.code), exc.message) for h in handles]
+            return [AckResult(h, exc) for h in handles]
 
     async def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         api = await self._handle_broker(handle)

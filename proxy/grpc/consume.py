@@ -112,11 +112,11 @@ async def ack_message(app: ProxyApp, ctx: RequestContext, request: spb.AckMessag
     for e, handle, r in zip(request.entries, handles, results, strict=True):
         entry = add(message_id=e.message_id, receipt_handle=handle)
         st = entry.status
-        if r.ok:
+        if r.error is None:
             st.code = OK.code
             st.message = OK.message
         else:
-            st.CopyFrom(status(Code(r.error_code), r.error_message))
+            st.CopyFrom(status_of(r.error, "AckMessage"))
     response.status.CopyFrom(common_status(e.status for e in response.entries))
     return response
 
