@@ -5,9 +5,10 @@ retention), and, when `[broker.tiering]` is configured, tiered storage (`BrokerT
 uploader task, the retention veto, and the cold reads that pop, pull, offset queries and lookups
 fall through to below the local copy of a queue). It assembles the parts and checks what a call
 names (topic, group, queue); the paths live in their own modules: sends in broker/produce.py,
-pop and acks in broker/consumer.py, pull, offsets, lookups and traces in broker/reads.py. The merged topology's proxy calls it directly;
-a broker process serves it over the internal gRPC service (broker/service.py) to remote proxies
-and the admin tool.
+pop and acks in broker/consumer.py, pull, offsets, lookups and traces in broker/reads.py.
+
+The merged topology's proxy calls it directly; a broker process serves it over the internal gRPC
+service (broker/service.py) to remote proxies and the admin tool.
 """
 
 from __future__ import annotations
