@@ -21,7 +21,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from broker.client.api import (
+    NO_CONTEXT,
     AckResult,
+    CallContext,
     FilterSpec,
     GroupInfo,
     GroupSpec,
@@ -71,6 +73,7 @@ from common.errors import (
     Forbidden,
     MessageTypeConflict,
     OffsetNotFound,
+    RequestTimeout,
     SluiceError,
     StoreClosed,
     TopicNotFound,
@@ -404,9 +407,11 @@ class LocalBroker:
 
     # -- produce ---------------------------------------------------------------------------------
 
-    async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
+    async def send(
+        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[SendResult]:
         spec = await self.ensure_topic(topic)
-        return await self._running().producer.send(spec, queue_id, messages)
+        return await self._running().producer.send(spec, queue_id, messages, ctx)
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
         name = dlq_topic(group)
@@ -442,7 +447,9 @@ class LocalBroker:
             self._filters[key] = filt
         return filt
 
-    async def pop(self, request: PopRequest) -> list[StoredMessage]:
+    async def pop(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]:
+        if ctx.expired():  # what it took would stay invisible with no one to receive it
+            raise RequestTimeout(f"the client's deadline passed before the pop from {request.topic} began")
         group = await self.get_group(request.group, auto_create=request.auto_create_group)
         topic = self.metadata.topic(request.topic)
         if not topic.permission.readable:
@@ -452,11 +459,15 @@ class LocalBroker:
         filt = self._filter(request.filter)
         return await self.engine.pop(request, group, topic, filt)
 
-    async def ack(self, group: str, topic: str, receipt_handles: list[str]) -> list[AckResult]:
+    async def ack(
+        self, group: str, topic: str, receipt_handles: list[str], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[AckResult]:
         self.metadata.group(group)
         return self.engine.ack(group, topic, receipt_handles)
 
-    async def change_invisible_duration(self, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
+    async def change_invisible_duration(
+        self, group: str, topic: str, receipt_handle: str, invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> str:
         self.metadata.group(group)
         return self.engine.change_invisible_duration(group, topic, receipt_handle, invisible_ms)
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from itertools import repeat
 from operator import attrgetter
 
-from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage, SendResult, TopicSpec
+from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, CallContext, OutgoingMessage, SendResult, TopicSpec
 from broker.config import BrokerConfig
 from broker.messages import plainly_valid, records_of, to_record, validate_message, validate_queue
 from broker.store.record import MessageRecord
@@ -24,7 +24,7 @@ from broker.store.writer import AppendResult, AppendResults
 from broker.timer.service import TimerService
 from broker.trace import TraceRecorder
 from broker.transaction.service import TransactionService
-from common.errors import BadRequest, Forbidden
+from common.errors import BadRequest, Forbidden, RequestTimeout
 from common.model import MessageType, TopicInfo
 
 COLUMNS_MIN = 4  # below this many messages, checking and converting them one by one costs less
@@ -43,8 +43,13 @@ class Producer:
         self._transactions = transactions
         self._trace = trace
 
-    async def send(self, spec: TopicSpec, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
-        """Store `messages` in queue `queue_id` of the topic `spec` describes, all or none."""
+    async def send(
+        self, spec: TopicSpec, queue_id: int, messages: list[OutgoingMessage], ctx: CallContext
+    ) -> list[SendResult]:
+        """Store `messages` in queue `queue_id` of the topic `spec` describes, all or none; none
+        once the deadline of `ctx` has passed (its client has stopped waiting for the answer)."""
+        if ctx.expired():
+            raise RequestTimeout(f"the client's deadline passed before the send to {spec.name} was stored")
         topic = spec.name
         if not spec.permission.writable:
             raise Forbidden(f"topic {topic} is not writable on broker {self._name}")

@@ -12,12 +12,39 @@ implementations (the internal RPC carries their codes). Every call is safe to re
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from common.errors import SluiceError
 from common.model import MessageType, Permission
+
+# -- the call ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """Whom a call serves and until when: built once at the proxy's edge from the client's request
+    (proxy/grpc/status.py) and passed through the proxy's core to `BrokerApi`. A `RemoteBroker`
+    sends the ids as call metadata and the deadline as the gRPC timeout; the broker's service
+    rebuilds the context on its side. Calls made for no client (admin, background work) pass
+    `NO_CONTEXT`."""
+
+    request_id: str = ""
+    client_id: str = ""
+    namespace: str = ""
+    deadline: float | None = None  # a time.monotonic() value; None: no deadline
+
+    def remaining_s(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def expired(self) -> bool:
+        return self.deadline is not None and self.deadline <= time.monotonic()
+
+
+NO_CONTEXT = CallContext()
+
 
 # -- metadata -------------------------------------------------------------------------------------
 
@@ -261,13 +288,17 @@ class BrokerApi(Protocol):
     async def group_status(self, name: str) -> GroupStatus: ...
 
     # produce
-    async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]: ...
+    async def send(
+        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[SendResult]: ...  # RequestTimeout, nothing stored, when ctx's deadline has passed
 
     # pop consumption
-    async def pop(self, request: PopRequest) -> list[StoredMessage]: ...
-    async def ack(self, group: str, topic: str, receipt_handles: list[str]) -> list[AckResult]: ...
+    async def pop(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]: ...
+    async def ack(
+        self, group: str, topic: str, receipt_handles: list[str], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[AckResult]: ...
     async def change_invisible_duration(
-        self, group: str, topic: str, receipt_handle: str, invisible_ms: int
+        self, group: str, topic: str, receipt_handle: str, invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
     ) -> str: ...
     async def nack(self, group: str, topic: str, receipt_handle: str) -> str: ...
     async def renew(

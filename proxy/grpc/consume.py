@@ -104,7 +104,7 @@ async def ack_message(app: ProxyApp, ctx: RequestContext, request: spb.AckMessag
     if not request.entries:
         raise BadRequest("the request carries no entry to acknowledge")
     handles = [e.receipt_handle for e in request.entries]
-    results = await app.consumer.ack(group, topic, handles)
+    results = await app.consumer.ack(ctx, group, topic, handles)
     # Entries are filled in place in the response (hot path: once per acknowledged message);
     # passing built messages to a constructor would copy each through a serialise and a parse.
     response = spb.AckMessageResponse()
@@ -128,7 +128,7 @@ async def change_invisible_duration(
         _, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
         _, topic = convert.resource_name(request.topic, ctx.namespace)
         handle = await app.consumer.change_invisible_duration(
-            group, topic, request.receipt_handle, _ms(request.invisible_duration)
+            ctx, group, topic, request.receipt_handle, _ms(request.invisible_duration)
         )
     except Exception as exc:  # the Python client reads the handle even on failure: echo the old one
         return spb.ChangeInvisibleDurationResponse(

@@ -42,7 +42,7 @@ async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMess
         items = [c for c in converted if not isinstance(c, SluiceError)]
     else:
         items = cast(list[Item], converted)  # no failures: every entry is an item
-    outcomes = iter(await app.producer.send(items)) if items else iter(())
+    outcomes = iter(await app.producer.send(ctx, items)) if items else iter(())
     response = spb.SendMessageResponse()
     add = response.entries.add
     all_ok = True

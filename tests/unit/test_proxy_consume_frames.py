@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.client import receipt
-from broker.client.api import AckResult, StoredMessage
+from broker.client.api import AckResult, CallContext, StoredMessage
 from common.codes import Code
 from common.errors import InvalidReceiptHandle
 from common.model import MessageType
@@ -105,7 +105,7 @@ class _Consumer:
         self.results = results
         self.asked: list[tuple[str, str, list[str]]] = []
 
-    async def ack(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
+    async def ack(self, ctx: CallContext, group: str, topic: str, handles: list[str]) -> list[AckResult]:
         self.asked.append((group, topic, handles))
         return [self.results[h] for h in handles]
 
@@ -113,7 +113,7 @@ class _Consumer:
 def _ack(results: dict[str, AckResult]) -> tuple[spb.AckMessageResponse, _Consumer]:
     consumer = _Consumer(results)
     app = cast(ProxyApp, SimpleNamespace(consumer=consumer))
-    ctx = RequestContext("cid", "", "PYTHON", "5", "r1", "127.0.0.1", None)
+    ctx = RequestContext(request_id="r1", client_id="cid", language="PYTHON", client_version="5", peer="127.0.0.1")
     request = spb.AckMessageRequest(
         group=pb.Resource(name="g"),
         topic=pb.Resource(name="t"),
