@@ -74,22 +74,19 @@ class ProxyApp:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Background work until `stop`: auto renew, session expiry, announcing to navigation."""
-        renew = asyncio.create_task(self.renewer.run(stop), name="auto-renew")
-        announce = asyncio.create_task(self.fleet.run(stop), name="navigation-announcer")
-        orphans = asyncio.create_task(self.orphans.run(stop), name="transaction-check-back")
         unregister = metrics.register_source(self.metric_samples)
-        policy = asyncio.create_task(self.policy.run(stop), name="security-policy")
         try:
-            while not stop.is_set():
-                self.sessions.sweep()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 5.0)
+            async with asyncio.TaskGroup() as tasks:  # each ends on `stop`; all are cancelled if run is
+                tasks.create_task(self.renewer.run(stop), name="auto-renew")
+                tasks.create_task(self.fleet.run(stop), name="navigation-announcer")
+                tasks.create_task(self.orphans.run(stop), name="transaction-check-back")
+                tasks.create_task(self.policy.run(stop), name="security-policy")
+                while not stop.is_set():
+                    self.sessions.sweep()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), 5.0)
         finally:
             unregister()
-            await renew
-            await announce
-            await orphans
-            await policy
             await self.fleet.close()
 
     def _security_stores(self) -> list[object]:
