@@ -2,11 +2,10 @@
 stored as plain records (NORMAL and FIFO), timers (DELAY) or half messages (TRANSACTION).
 
 A send of several plain messages is checked and converted column by column (`plainly_valid`,
-`records_of`); below `COLUMNS_MIN` messages, message by message, which costs less there
-(one 1 KiB message: about 5-10 µs one by one against 35 µs by columns, `timeit` of
-`validate_message` + `to_record` against `plainly_valid` + `records_of` on a shared, noisy 2-core
-machine). A batch the column check refuses is checked message by message, which raises the
-precise error.
+`records_of`); below `COLUMNS_MIN` messages, message by message, which costs less there:
+one 1 KiB message 24-28 µs one by one against 80-116 µs by columns, 32 messages 880 against
+540-620 µs (tests/bench/switch_bench.py on a shared, noisy 2-core machine). A batch the column
+check refuses is checked message by message, which raises the precise error.
 """
 
 from __future__ import annotations
@@ -75,12 +74,8 @@ class Producer:
                 plain = False
                 if mtype is MessageType.DELAY:
                     timers.check_delivery_time(msg)
-        if plain:
-            if len(messages) >= COLUMNS_MIN:
-                records = records_of(topic, queue_id, messages, host)
-            else:
-                records = [to_record(topic, queue_id, m, host) for m in messages]
-            results = await self._store.append(records)
+        if plain:  # fewer than COLUMNS_MIN (or a batch the column check could not vouch for)
+            results = await self._store.append([to_record(topic, queue_id, m, host) for m in messages])
             return self._sent_plain(topic, queue_id, messages, results, clients[0])
         if any(m.message_type is MessageType.TRANSACTION for m in messages):
             return await self._send_half(topic, queue_id, messages)

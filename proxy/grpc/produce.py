@@ -27,7 +27,9 @@ _TOPIC = attrgetter("topic")
 _TOPIC_KEY = attrgetter("resource_namespace", "name")
 _BODY = attrgetter("body")
 _OK_ENTRY = spb.SendResultEntry(status=OK).SerializeToString()  # an entry's OK status, as bytes to merge
-# Below this many messages converting message by message is cheaper than setting up the columns.
+# Below this many messages converting message by message is cheaper than setting up the columns:
+# one message 40 µs against 110 µs, two 100 against 150 (tests/bench/switch_bench.py, a shared and
+# noisy 2-core machine); from about 32 messages the columns are as fast or faster.
 COLUMNS_MIN = 4
 
 
