@@ -110,15 +110,20 @@ class _SeesRequest(LocalBroker):
         return await super().ack(group, topic, receipt_handles, ctx=ctx)
 
 
+async def _served(tmp_path: Path, **remote_options: float) -> tuple[_SeesRequest, grpc.aio.Server, RemoteBroker]:
+    """A `_SeesRequest` broker served over the internal service on loopback, and a client of it."""
+    broker = _SeesRequest(BrokerConfig(name="ctx-broker", data_dir=tmp_path / "b"))
+    await broker.start()
+    server = grpc.aio.server()
+    pb_grpc.add_BrokerServicer_to_server(BrokerServicer(broker), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return broker, server, RemoteBroker("ctx-broker", f"127.0.0.1:{port}", **remote_options)
+
+
 def test_a_lone_send_on_the_stream_carries_its_request_and_client_ids(tmp_path: Path) -> None:
     async def scenario() -> _SeesRequest:
-        broker = _SeesRequest(BrokerConfig(name="ctx-broker", data_dir=tmp_path / "b"))
-        await broker.start()
-        server = grpc.aio.server()
-        pb_grpc.add_BrokerServicer_to_server(BrokerServicer(broker), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        remote = RemoteBroker("ctx-broker", f"127.0.0.1:{port}")
+        broker, server, remote = await _served(tmp_path)
         try:
             await remote.create_topic(TopicSpec("ctx-send", 2))
 
@@ -153,13 +158,7 @@ def test_a_call_context_reaches_the_broker_with_its_ids_and_deadline(tmp_path: P
     sent_deadline: list[float] = []
 
     async def scenario() -> _SeesRequest:
-        broker = _SeesRequest(BrokerConfig(name="ctx-broker", data_dir=tmp_path / "b"))
-        await broker.start()
-        server = grpc.aio.server()
-        pb_grpc.add_BrokerServicer_to_server(BrokerServicer(broker), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        remote = RemoteBroker("ctx-broker", f"127.0.0.1:{port}", timeout_s=30.0)
+        broker, server, remote = await _served(tmp_path, timeout_s=30.0)
         try:
             await remote.create_topic(TopicSpec("ctx-deadline", 1))
             ctx = CallContext("req-9", "client-9", "ns", deadline=time.monotonic() + 3.0)
