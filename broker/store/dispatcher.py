@@ -36,7 +36,6 @@ log = logging.getLogger("sluice.store.dispatch")
 DispatchListener = Callable[[set[tuple[str, int]]], None]
 _MAX_INDEXED_ID = 255
 _MAX_INDEXED_KEY = 0xFFFF
-_VECTOR_MIN = 4  # below this many records a run is indexed record by record (set-up cost)
 _drain: Callable[[Iterable[object]], None] = collections.deque[object](maxlen=0).extend  # consume an iterator in C
 _PHYS, _SIZE, _STORE_TS = (operator.itemgetter(i) for i in (1, 2, 3))  # fields of AppendResult
 _Blocks = dict[tuple[int, int, int], list[Any]]  # open ConsumeQueue blocks of a round (`_gather`)
@@ -57,7 +56,9 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
     """Write the index entries and checkpoint for `runs` (in physical order) in one batch.
 
     A run of one queue is indexed with C-level `map`s (no Python bytecode per record); mixed runs
-    record by record. Both write the same entries. ConsumeQueue entries are gathered per (segment,
+    record by record. Both write the same entries. Which is which the writer decides: it gives an
+    append a run of its own only when it has enough records to repay the maps' set-up
+    (`writer.RUN_MIN`) and lets smaller ones share a mixed run. ConsumeQueue entries are gathered per (segment,
     topic, queue) while their offsets follow on, and written as blocks at the end."""
     batch = index.batch()
     put = batch.put
@@ -67,7 +68,7 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
     topic_ids: dict[str, int] = {}
     blocks: _Blocks = {}  # (segment base, topic id, queue id) -> open block
     for cols, results, queue, seg_base in runs:
-        if queue is not None and len(results) >= _VECTOR_MIN:
+        if queue is not None:
             topic, qid = queue
             tid = topic_ids.get(topic)
             if tid is None:
