@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import operator
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,7 +36,6 @@ DispatchListener = Callable[[set[tuple[str, int]]], None]
 _MAX_INDEXED_ID = 255
 _MAX_INDEXED_KEY = 0xFFFF
 _drain: Callable[[Iterable[object]], None] = collections.deque[object](maxlen=0).extend  # consume an iterator in C
-_PHYS, _SIZE, _STORE_TS = (operator.itemgetter(i) for i in (1, 2, 3))  # fields of AppendResult
 _Blocks = dict[tuple[int, int, int], list[Any]]  # open ConsumeQueue blocks of a round (`_gather`)
 
 
@@ -73,16 +71,9 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
             tid = topic_ids.get(topic)
             if tid is None:
                 tid = topic_ids[topic] = index.intern_topic(topic, batch)
-            stamps: Iterable[int]
-            if isinstance(results, AppendResults):  # the writer's columns, as they are
-                first, physs, sizes = results.first_offset, results.physical_offsets, results.sizes
-                stamps = repeat(results.store_timestamp_ms)
-            else:
-                first = results[0].queue_offset
-                physs = list(map(_PHYS, results))
-                sizes = list(map(_SIZE, results))
-                stamp = results[0].store_timestamp_ms  # one round's: the same for the whole run
-                stamps = repeat(stamp) if results[-1].store_timestamp_ms == stamp else map(_STORE_TS, results)
+            assert isinstance(results, AppendResults), "the writer keeps a one-queue run's results as columns"
+            first, physs, sizes = results.first_offset, results.physical_offsets, results.sizes
+            stamps = repeat(results.store_timestamp_ms)
             entries = b"".join(map(cq_value, physs, sizes, cols.tag_hashes, stamps))
             _gather(blocks, put, cq, (seg_base, tid, qid), first, len(results), entries)
             mids = cols.message_ids

@@ -294,43 +294,45 @@ _USUALLY_ALIKE = ("message_type", "flags", "delivery_timestamp_ms", "delivery_at
 _COUNTS = ("key_count", "property_count", "system_property_count")
 _GET_SHARED = operator.attrgetter(*_SHARED_TEXTS)
 _GET_SHARED_ALIKE = operator.attrgetter(*_SHARED_TEXTS, *_USUALLY_ALIKE)
-# Per record always: sizes, queue and born time (and the message id, after the header).
-_PER_RECORD = frozenset(("total_size", "queue_id", "born_timestamp_ms", "body_size"))
+_GET_COUNTED = (_GET_KEYS, _GET_PROPS, _GET_SYSPROPS)
+# Columns in every batch: sizes, queue and born time (and the message id, after the header).
+_PER_RECORD = ("total_size", "queue_id", "born_timestamp_ms", "body_size", "message_id")
 
 
 @functools.lru_cache(maxsize=256)
-def _vector_layout(
-    columns: frozenset[str], topic: int, id_size: int, trail: int
-) -> tuple[struct.Struct, tuple[str | tuple[str, ...], ...]]:
-    """A record's header and texts (topic, message id, then tag, group and hosts as `trail`) as one
-    struct, derived from `HEADER_FIELDS`: the fields in `columns` and the message id are one
-    argument each; each run of the other fields (alike in the batch, the writer's fields 0) is one
-    bytes argument, packed once per batch. Returns the struct and its arguments in order: a field
-    name, or the tuple of names a bytes argument packs (`_pack_alike`)."""
-    row = (*HEADER_FIELDS, ("topic", f"{topic}s"), ("message_id", f"{id_size}s"), ("trail", f"{trail}s"))
+def _vector_plan(
+    texts: tuple[bytes, ...], id_size: int, alike: tuple[int | None, ...]
+) -> tuple[struct.Struct, tuple[str | bytes, ...]]:
+    """A uniform batch's record header and texts (topic, message id, then tag, group and hosts as
+    one `trail`) as one struct, derived from `HEADER_FIELDS`, and its arguments in order: a field
+    name for a column (one value per record), or bytes (a run of fields alike in the batch, the
+    writer's fields as 0, packed here once). `texts` are the shared topic, born host, store host,
+    tag and group; `alike` the values of `_USUALLY_ALIKE` + `_COUNTS`, None where they differ."""
+    topic, bhost, shost, tag, group = texts
+    trail = b"".join((tag, group, bhost, shost))
+    values: dict[str, object] = {
+        "magic": MAGIC, "crc32": 0, "version": VERSION, "queue_offset": 0, "physical_offset": 0,
+        "store_timestamp_ms": 0, "topic_size": len(topic), "message_id_size": id_size, "tag_size": len(tag),
+        "message_group_size": len(group), "born_host_size": len(bhost), "store_host_size": len(shost),
+        "topic": topic, "trail": trail, **dict(zip(_USUALLY_ALIKE + _COUNTS, alike, strict=True)),
+    }  # fmt: skip
+    row = (*HEADER_FIELDS, ("topic", f"{len(topic)}s"), ("message_id", f"{id_size}s"), ("trail", f"{len(trail)}s"))
     fmt: list[str] = ["<"]
-    args: list[str | tuple[str, ...]] = []
+    args: list[str | bytes] = []
     run: list[tuple[str, str]] = []
-    for name, code in row:
-        if name in columns or name == "message_id":
+    for name, code in (*row, ("", "")):  # the empty field closes the last run
+        if name in _PER_RECORD or values.get(name, 0) is None or not name:
             if run:
-                fmt.append(f"{struct.calcsize('<' + ''.join(c for _, c in run))}s")
-                args.append(tuple(n for n, _ in run))
+                alike_run = struct.Struct("<" + "".join(c for _, c in run))
+                fmt.append(f"{alike_run.size}s")
+                args.append(alike_run.pack(*(values[n] for n, _ in run)))
                 run = []
-            fmt.append(code)
-            args.append(name)
+            if name:
+                fmt.append(code)
+                args.append(name)
         else:
             run.append((name, code))
-    if run:
-        fmt.append(f"{struct.calcsize('<' + ''.join(c for _, c in run))}s")
-        args.append(tuple(n for n, _ in run))
     return struct.Struct("".join(fmt)), tuple(args)
-
-
-@functools.lru_cache(maxsize=256)
-def _alike_struct(names: tuple[str, ...], topic: int, trail: int) -> struct.Struct:
-    codes = dict(HEADER_FIELDS) | {"topic": f"{topic}s", "trail": f"{trail}s"}
-    return struct.Struct("<" + "".join(codes[n] for n in names))
 
 
 def _encode_vector(records: Sequence[MessageRecord], max_record_bytes: int) -> EncodedBatch | None:
@@ -344,7 +346,6 @@ def _encode_vector(records: Sequence[MessageRecord], max_record_bytes: int) -> E
     all_alike = list(map(_GET_SHARED_ALIKE, records)).count(first) == n
     if not all_alike and list(map(_GET_SHARED, records)).count(first[:shared]) != n:
         return None
-    topic_s, bhost_s, shost_s, tag_s, group_s = first[:shared]
     mids = list(map(str.encode, map(_GET_ID, records)))
     id_size = len(mids[0])
     if list(map(len, mids)).count(id_size) != n:
@@ -352,58 +353,41 @@ def _encode_vector(records: Sequence[MessageRecord], max_record_bytes: int) -> E
     qids = list(map(_GET_QID, records))
     if min(qids) < 0:
         return None
+    topic_s, bhost_s, shost_s, tag_s, group_s = first[:shared]
     topic, bhost, shost = topic_s.encode("utf-8"), bhost_s.encode("utf-8"), shost_s.encode("utf-8")
     tag = tag_s.encode("utf-8") if tag_s else b""
     group = group_s.encode("utf-8") if group_s else b""
     if max(len(topic), id_size, len(tag), len(group), len(bhost), len(shost)) > MAX_U16:
         return None
-    trail = b"".join((tag, group, bhost, shost))
     bodies = list(map(_GET_BODY, records))
     body_sizes = list(map(len, bodies))
-    values: dict[str, Any] = {
-        "magic": MAGIC, "crc32": 0, "version": VERSION, "queue_offset": 0, "physical_offset": 0,
-        "store_timestamp_ms": 0, "topic_size": len(topic), "message_id_size": id_size, "tag_size": len(tag),
-        "message_group_size": len(group), "born_host_size": len(bhost), "store_host_size": len(shost),
-        "topic": topic, "trail": trail, "total_size": None, "queue_id": qids, "born_timestamp_ms": None,
-        "body_size": body_sizes, "message_id": mids,
-        **dict(zip(_USUALLY_ALIKE, first[shared:], strict=True)),
-    }  # fmt: skip
-    columns = set(_PER_RECORD)
+    columns: dict[str, Any] = {"queue_id": qids, "body_size": body_sizes, "message_id": mids}
+    alike: list[int | None] = list(first[shared:])
     if not all_alike:  # the usually-alike fields that differ become columns
-        for name in _USUALLY_ALIKE:
+        for i, name in enumerate(_USUALLY_ALIKE):
             column = list(map(operator.attrgetter(name), records))
             if column.count(column[0]) != n:
-                values[name] = column
-                columns.add(name)
-    fixed = HEADER_SIZE + len(topic) + id_size + len(trail)
+                columns[name] = column
+                alike[i] = None
+    fixed = HEADER_SIZE + len(topic) + id_size + len(tag) + len(group) + len(bhost) + len(shost)
     tails: list[bytes] | None = None
     try:
         if any(map(_GET_KEYS, records)) or any(map(_GET_PROPS, records)) or any(map(_GET_SYSPROPS, records)):
             tails = _tails(records)  # raises the precise error for a too-long key
             totals = list(map(add, map(add, body_sizes, map(len, tails)), repeat(fixed)))
-            for name, get in zip(_COUNTS, (_GET_KEYS, _GET_PROPS, _GET_SYSPROPS), strict=True):
+            for name, get in zip(_COUNTS, _GET_COUNTED, strict=True):
                 counts = list(map(len, map(get, records)))
-                if counts.count(counts[0]) == n:
-                    values[name] = counts[0]
-                else:
-                    values[name] = counts
-                    columns.add(name)
+                alike.append(counts[0] if counts.count(counts[0]) == n else None)
+                columns[name] = counts
         else:
             totals = list(map(add, body_sizes, repeat(fixed)))
-            values.update(dict.fromkeys(_COUNTS, 0))
+            alike += (0, 0, 0)
         if max(totals) > max_record_bytes:
             return None
-        values["total_size"] = totals
-        values["born_timestamp_ms"] = map(_GET_BORN, records)
-        layout, args = _vector_layout(frozenset(columns), len(topic), id_size, len(trail))
-        arguments: list[Iterable[Any]] = []
-        for arg in args:
-            if type(arg) is str:
-                arguments.append(values[arg])
-            else:  # fields alike in the batch: one bytes argument, packed once
-                alike = _alike_struct(arg, len(topic), len(trail)).pack(*map(values.__getitem__, arg))
-                arguments.append(repeat(alike))
-        heads = list(map(layout.pack, *arguments))
+        columns["total_size"] = totals
+        columns["born_timestamp_ms"] = map(_GET_BORN, records)
+        layout, args = _vector_plan((topic, bhost, shost, tag, group), id_size, tuple(alike))
+        heads = list(map(layout.pack, *[columns[a] if type(a) is str else repeat(a) for a in args]))
     except struct.error:  # a number out of range, or more than 65535 keys: the per-record path names it
         return None
     # Heads, tails and bodies interleaved by slice assignment: no tuple per record (as zip makes).

@@ -173,7 +173,7 @@ class Run(NamedTuple):
     then consecutive), None when they are mixed."""
 
     columns: Columns
-    results: Sequence[AppendResult]  # an `AppendResults` when `queue` is set and the run was sealed by maps
+    results: Sequence[AppendResult]  # an `AppendResults` when `queue` is set
     queue: tuple[str, int] | None
     segment_base: int
 
@@ -399,7 +399,7 @@ class CommitLogWriter:
                 if start > chunk_from:
                     chunks.append(view[chunk_from:start])
                 if i > run_from:
-                    runs.append(_new_run((cols.slice(run_from, i), out[run_from:i], item.queue, base)))
+                    runs.append(_run_of(cols.slice(run_from, i), out[run_from:i], item.queue, base))
                 self._write(chunks, pos)
                 chunks.clear()
                 self._roll()
@@ -420,7 +420,7 @@ class CommitLogWriter:
             chunks.append(view[chunk_from:start])
         if len(out) > run_from:
             rest = cols if run_from == 0 else cols.slice(run_from)
-            runs.append(_new_run((rest, out if run_from == 0 else out[run_from:], item.queue, base)))
+            runs.append(_run_of(rest, out[run_from:], item.queue, base))
         return out, base, pos
 
     def _write(self, chunks: list[bytearray | memoryview], new_size: int) -> None:
@@ -513,6 +513,16 @@ class CommitLogWriter:
         ident = self._thread.ident
         assert ident is not None, "the writer thread starts in __init__"
         return ident
+
+
+def _run_of(columns: Columns, results: list[AppendResult], queue: tuple[str, int] | None, base: int) -> Run:
+    """The run of a part of a record-by-record append: a one-queue part keeps its results as
+    columns, as the dispatcher's maps take them."""
+    if queue is None:
+        return _new_run((columns, results, None, base))
+    physs, sizes = [r.physical_offset for r in results], [r.size for r in results]
+    first = results[0]
+    return _new_run((columns, AppendResults(first.queue_offset, physs, sizes, first.store_timestamp_ms), queue, base))
 
 
 def _seal_queue(buf: bytearray, sizes: list[int], queue_offset: int, physical_offset: int, now_ms: int) -> list[int]:
