@@ -49,12 +49,11 @@ value ~4x faster on 1 KiB records, so it is used when installed, zlib's otherwis
 
 from __future__ import annotations
 
-import collections
 import functools
 import itertools
 import operator
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import add
@@ -105,7 +104,6 @@ OFF_SEAL = OFFSETS["queue_offset"]
 CRC_START = OFFSETS["version"]  # the CRC covers everything after itself
 _U16 = struct.Struct("<H")  # variable part: key and property-name sizes
 _U32 = struct.Struct("<I")  # variable part: property-value sizes
-_drain: Callable[[Iterable[object]], None] = collections.deque[object](maxlen=0).extend  # consume an iterator in C
 
 
 @dataclass(slots=True)
