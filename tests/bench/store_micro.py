@@ -33,7 +33,7 @@ from broker.store.index import Index
 from broker.store.writer import AppendResult, AppendResults, Columns, Run
 
 BODY = (b"sluice-benchmark-" * 64)[:1024]
-SIZES = (1, 2, 3, 4, 8, 32)
+SIZES = (1, 2, 4, 8, 12, 16, 24, 32)
 
 
 def per_record_us(fn: Callable[[], object], n: int, repeat: int) -> float:
