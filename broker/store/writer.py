@@ -13,7 +13,7 @@ batched send, or a single message) is sealed with C-level `map`s (`record.seal_r
 results are built the same way; mixed-queue appends and segment rolls take a per-record path.
 The dispatcher gets the round as `Run`s (one per append and segment), not one object per record.
 
-Invariants (asserted): physical offsets are contiguous and increasing; queue offsets are strictly
+Invariants: physical offsets are contiguous and increasing; queue offsets are strictly
 increasing per queue; a round that fails to write is rolled back (file truncated, queue offsets
 restored) and every caller of the round gets the error, so no caller is acknowledged for bytes that
 are not in the file.
