@@ -31,7 +31,7 @@ RequestTimeout, ProxyTimeout
 
 # Dead, in files other engineers are rewriting as this lands (issue 16 parts A and C): delete
 # there, then drop these lines.
-message_type_from_pb  # broker/grpc_convert.py
+message_type_from_pb  # broker/client/grpc_convert.py
 _.group_offsets  # broker/store/index.py
 _.count_by_language  # proxy/core/sessions.py
 _.deleted_segments, _.last_round_seconds, dispatch_max_lag_ms  # broker/store: set, never read

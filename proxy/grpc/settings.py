@@ -9,7 +9,7 @@ size, a long-polling timeout and a retry policy in the form their client reads: 
 
 from __future__ import annotations
 
-from broker.api import BackoffKind, GroupInfo, RetryPolicy
+from broker.client.api import BackoffKind, GroupInfo, RetryPolicy
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.config import ClientSettingsConfig
