@@ -92,16 +92,8 @@ class MessageTypeConflict(BadRequest):
     code = Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
 
 
-class UnrecognizedClientType(BadRequest):
-    code = Code.UNRECOGNIZED_CLIENT_TYPE
-
-
 class ClientIdRequired(BadRequest):
     code = Code.CLIENT_ID_REQUIRED
-
-
-class IllegalPollingTime(BadRequest):
-    code = Code.ILLEGAL_POLLING_TIME
 
 
 class IllegalOffset(BadRequest):
@@ -118,10 +110,6 @@ class MessageBodyEmpty(BadRequest):
 
 class MessagePropertiesTooLarge(BadRequest):
     code = Code.MESSAGE_PROPERTIES_TOO_LARGE
-
-
-class PayloadTooLarge(BadRequest):
-    code = Code.PAYLOAD_TOO_LARGE
 
 
 # -- access -------------------------------------------------------------------------------------
@@ -158,12 +146,6 @@ class OffsetNotFound(NotFound):
     code = Code.OFFSET_NOT_FOUND
 
 
-class QueueNotFound(NotFound):
-    """A queue id outside the topic's queues. The protocol has no narrower code than BAD_REQUEST."""
-
-    code = Code.BAD_REQUEST
-
-
 # -- state and capacity ------------------------------------------------------------------------
 
 
@@ -191,10 +173,6 @@ class Unavailable(SluiceError):
 
     code = Code.HA_NOT_AVAILABLE
     retriable = True
-
-
-class NotImplementedFeature(SluiceError):
-    code = Code.NOT_IMPLEMENTED
 
 
 class Unsupported(SluiceError):

@@ -1,6 +1,6 @@
 """`MessageStore`: the broker's durable store, seen from the rest of the broker.
 
-Opening a store recovers it (recovery.py), then starts the writer and dispatcher threads. Appends
+Opening a store recovers it (recovery.py), then starts the writer thread (which also dispatches). Appends
 are async (`append`) or blocking (`append_blocking`, for tools and child-process tests); both go
 through the one writer. Reads, lookups and offsets are plain calls: they touch RocksDB and the page
 cache for microseconds, so async callers may run them inline (see docs/storage-format.md for when
@@ -141,7 +141,7 @@ class MessageStore:
         log.info("store closed", extra=kv(data_dir=str(self.data_dir)))
 
     def add_dispatch_listener(self, listener: DispatchListener) -> None:
-        """`listener(queues)` runs on the dispatcher thread after each round with the (topic, queue) set."""
+        """`listener(queues)` runs on the writer thread after each round's dispatch with the (topic, queue) set."""
         self.dispatcher.add_listener(listener)
 
     # -- appends ---------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ own for the dispatcher; mixed-queue appends and segment rolls take a per-record 
 dispatcher gets the round as `Run`s (one per large append and segment; small appends share one),
 not one object per record.
 
-Invariants (asserted): physical offsets are contiguous and increasing; queue offsets are strictly
+Invariants: physical offsets are contiguous and increasing; queue offsets are strictly
 increasing per queue; a round that fails to write is rolled back (file truncated, queue offsets
 restored) and every caller of the round gets the error, so no caller is acknowledged for bytes that
 are not in the file.

@@ -97,10 +97,6 @@ class BrokerTiering:
 
     # -- offsets (in memory: cheap enough for the event loop) ------------------------------------
 
-    def tiered_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
-        """(first tiered offset still in the bucket, tiered end) of a queue."""
-        return self.reader.bounds(topic, queue_id)
-
     def floor(self, topic: str, queue_id: int, local_low: int) -> int:
         """The oldest offset of the queue readable locally or from the bucket."""
         low, end = self.reader.bounds(topic, queue_id)

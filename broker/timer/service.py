@@ -44,7 +44,7 @@ from common.logs import kv
 log = logging.getLogger("sluice.broker.timer")
 
 # A delivery timestamp this far ahead is a millisecond value the Python client put in the seconds
-# field (PROTOCOL.md §5.4): the year ~5138 and beyond.
+# field (it passes `delivery_timestamp` there unchanged): the year ~5138 and beyond.
 _SECONDS_AS_MS_THRESHOLD_MS = 10**14
 
 

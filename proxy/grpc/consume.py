@@ -4,7 +4,7 @@ QueryOffset.
 
 ReceiveMessage answers with exactly one status frame (OK, MESSAGE_NOT_FOUND when nothing came
 within the long poll, or the error), the messages, a delivery timestamp, and then ends the stream:
-the clients only process a receive at end of stream (PROTOCOL.md checklist 11-12).
+the official clients only process a receive at end of stream.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def _ms(duration: object) -> int:
 
 
 def long_poll_ms(app: ProxyApp, ctx: RequestContext, request: spb.ReceiveMessageRequest) -> int:
-    """Poll as long as asked, but answer before the client's deadline (PROTOCOL.md §1.6)."""
+    """Poll as long as asked, but answer before the client's deadline (its gRPC timeout)."""
     margin_ms = app.config.receive.deadline_margin_ms
     remaining = ctx.remaining_s()
     budget = None if remaining is None else int(remaining * 1000) - margin_ms

@@ -2,9 +2,9 @@
 
 Inbound (SendMessage): validates what only the wire format can get wrong (missing topic, unknown
 message type) and builds `OutgoingMessage`s; content rules (body size, tags, keys) are the
-broker's. Outbound (ReceiveMessage): builds a `Message` with everything the official clients need
-(PROTOCOL.md §5.1): MD5 body digest in upper-case hex, encoding IDENTITY or GZIP, delivery attempt,
-receipt handle, store time and host, queue id and offset.
+broker's. Outbound (ReceiveMessage): builds a `Message` with everything the official clients need:
+MD5 body digest in upper-case hex, encoding IDENTITY or GZIP, delivery attempt, receipt handle,
+store time and host, queue id and offset.
 """
 
 from __future__ import annotations

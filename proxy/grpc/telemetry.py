@@ -2,7 +2,7 @@
 
 Each client Settings gets an immediate reply (status OK + effective settings). Writes go through a
 small bounded queue, because some clients stop reading the stream (the Python push consumer does
-after its first settings, PROTOCOL.md §3.5): a full queue drops settings replies instead of
+after its first settings): a full queue drops settings replies instead of
 blocking the proxy. The server never ends the stream; it ends when the client closes it.
 """
 
