@@ -23,9 +23,8 @@ WORKERS = 17
 
 def run(target: fuzz.Target, batch: list[fuzz.Request]) -> collections.Counter[tuple[str, str]]:
     options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
-    with grpc.insecure_channel(target.address, options=options) as channel:
-        with ThreadPoolExecutor(WORKERS) as pool:
-            outcomes = list(pool.map(lambda r: fuzz.call(channel, r), batch))
+    with grpc.insecure_channel(target.address, options=options) as channel, ThreadPoolExecutor(WORKERS) as pool:
+        outcomes = list(pool.map(lambda r: fuzz.call(channel, r), batch))
     bad = [(r, o) for r, o in zip(batch, outcomes, strict=True) if fuzz.is_bad(o)]
     assert not bad, f"{len(bad)} requests got a bad answer, e.g. {bad[:5]}"
     return collections.Counter((r.rpc, o) for r, o in zip(batch, outcomes, strict=True))
