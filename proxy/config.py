@@ -163,6 +163,10 @@ class ProxyConfig:
     endpoints_cache_s: float = 3.0
     # Proxies listed per route: every client keeps a Telemetry stream to each.
     max_route_endpoints: int = 4
+    # Without navigation: the other proxies of this cluster (host:port as clients reach them),
+    # listed in routes after this one, so that a client given one proxy retries on another when
+    # it dies instead of failing until it is restarted (docs/proxy.md, "When a proxy dies").
+    peers: list[str] = field(default_factory=list)
     # After SIGTERM, keep serving this long so clients move away on their next route refresh
     # (the Python client refreshes routes every 30 s), answering long polls quickly meanwhile.
     drain_s: float = 40.0

@@ -120,8 +120,13 @@ class ClusterDirectory:
         if task is None:
             task = asyncio.get_running_loop().create_task(self._fetch(topic), name=f"route-{topic[:64]}")
             self._first_fetches[topic] = task
-            task.add_done_callback(lambda _: self._first_fetches.pop(topic, None))
+            task.add_done_callback(lambda done: self._first_fetch_done(topic, done))
         return await asyncio.shield(task)  # a caller that gives up does not cancel the others' lookup
+
+    def _first_fetch_done(self, topic: str, task: asyncio.Task[list[BrokerRoute]]) -> None:
+        self._first_fetches.pop(topic, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: the callers that waited got it; the others had given up
 
     async def _fetch(self, topic: str) -> list[BrokerRoute]:
         try:

@@ -83,7 +83,7 @@ async def serve_proxy(
         await stop.wait()
         if on_readiness is not None:
             on_readiness(False)
-        if cfg.navigation and cfg.drain_s > 0:
+        if (cfg.navigation or cfg.peers) and cfg.drain_s > 0:  # others can take this proxy's clients
             await app.fleet.drain()
             await asyncio.sleep(cfg.drain_s)
     finally:

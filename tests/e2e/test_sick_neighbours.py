@@ -3,7 +3,10 @@
 - a NameServer that hangs (SIGSTOP, not killed) must cost requests nothing once their routes are
   known: the proxy serves cached routes and refreshes them in the background;
 - brokers that hang hold requests in the proxy: the request bytes held at once are bounded per
-  client and per proxy, beyond which a request is refused at once with TOO_MANY_REQUESTS.
+  client and per proxy, beyond which a request is refused at once with TOO_MANY_REQUESTS;
+- a proxy that dies: the proxies know each other (`--peers`) and list each other in routes, so a
+  client given only the dead one retries its sends on the other instead of failing (runs last:
+  it kills the first proxy).
 
 Every stopped process is continued in a `finally`. Routes refresh every 0.5 s here, so a route is
 stale well within each test.
@@ -26,6 +29,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from tests.e2e.support import raw
 from tests.e2e.support.cluster import Cluster, start_separated
+from tests.helpers.procs import LOOPBACK, free_port
 
 MIB = 1024 * 1024
 CONFIG = f"""
@@ -47,7 +51,11 @@ def sick(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("sick-neighbours")
     config = root / "sluice.toml"
     config.write_text(CONFIG)
-    cluster = start_separated(root / "cluster", config=config)
+    ports = [free_port(), free_port()]
+    peers = ";".join(f"{LOOPBACK}:{port}" for port in ports)  # each proxy leaves itself out
+    cluster = start_separated(
+        root / "cluster", config=config, proxy_args=["--peers", peers, "--drain-s", "0"], proxy_ports=ports
+    )
     try:
         yield cluster
     finally:
@@ -159,3 +167,34 @@ def test_request_bytes_in_flight_are_bounded_per_client_and_per_proxy(
     assert held == {"client-a": "OK", "client-b": "OK"}  # the held requests went through once the brokers woke
     assert _in_flight_bytes(sick, proxy) == 0
     assert send_code(proxy, topic, BODY, client_id="client-c") == "OK"
+
+
+def test_a_client_given_one_proxy_carries_on_through_its_peer_when_it_dies(
+    sick: Cluster, unique: Callable[[str], str]
+) -> None:
+    """Before: routes named only the proxy that answered, so a client given that proxy alone
+    failed every send once it died (PROTOCOL-level ReconnectEndpointsCommand is ignored by the
+    Python client, so the routes are what can help)."""
+    topic = sick.create_topic(unique("t"), queues=2)
+    dying, survivor = sick.proxies
+    with raw.stub(dying) as s:
+        route = raw.query_route(s, topic)
+    assert {q.broker.endpoints.addresses[0].port for q in route.message_queues} == {
+        int(dying.rsplit(":", 1)[1]), int(survivor.rsplit(":", 1)[1])}  # fmt: skip
+    config = ClientConfiguration(dying, Credentials(), request_timeout=3)  # the client knows one proxy
+    producer = Producer(config, (topic,))
+    producer.startup()
+    try:
+        sent = []
+        for i in range(5):
+            message = Message()
+            message.topic, message.body = topic, f"before {i}".encode()
+            sent.append(producer.send(message).message_id)
+        sick.kill(sick.proxy_process(dying))
+        for i in range(20):  # every send succeeds: an attempt on the dead proxy is retried on its peer
+            message = Message()
+            message.topic, message.body = topic, f"after {i}".encode()
+            sent.append(producer.send(message).message_id)
+    finally:
+        producer.shutdown()
+    assert len(set(sent)) == 25

@@ -71,7 +71,10 @@ _UNKNOWN_ENUMS = (13, 99, 2**31 - 1, -1)
 
 
 def _names(target: Target) -> st.SearchStrategy[str]:
+    real = st.sampled_from([target.topic, target.group, *target.brokers])  # to get past the name checks
     return st.one_of(
+        real,
+        real,
         st.sampled_from([target.topic, target.group, *target.brokers, "", " ", "%", "a%b", "%DLQ%x", "rmq_sys_x",
                          "t" * 200, "t" * 70_000, "тема", "主题", "🦆", "a\x00b", "../../etc", "*", "||"]),
         st.text(max_size=24),
@@ -95,7 +98,8 @@ def _scalar(field: d.FieldDescriptor, target: Target) -> st.SearchStrategy[Any]:
             return _handles(target)
         return _names(target)
     if t == d.FieldDescriptor.TYPE_BYTES:
-        return st.one_of(st.binary(max_size=48), st.sampled_from([b"", b"x" * (4 * 1024 * 1024 + 1)]))
+        small = st.binary(max_size=48)  # a body past the limit in about one bytes field of eight
+        return st.one_of(small, small, small, st.sampled_from([b"", b"x" * (4 * 1024 * 1024 + 1)]))
     if t == d.FieldDescriptor.TYPE_BOOL:
         return st.booleans()
     if t == d.FieldDescriptor.TYPE_ENUM:
@@ -210,12 +214,13 @@ class Request:
 def _payload(desc: d.Descriptor, target: Target) -> st.SearchStrategy[bytes]:
     serialized = message_strategy(desc, target).map(lambda m: m.SerializeToString())
     mutated = st.tuples(serialized, _MUTATIONS).map(lambda pair: mutate(*pair))
-    return st.one_of(serialized, serialized, serialized, mutated, st.binary(max_size=32))
+    return st.one_of(serialized, serialized, serialized, serialized, serialized, mutated, st.binary(max_size=32))
 
 
 def _metadata() -> st.SearchStrategy[tuple[tuple[str, str], ...]]:
-    client_id = st.sampled_from([f"fuzz-{uuid.uuid4().hex[:8]}@1@0@fuzz", "", "c" * 2000, "a b!~"])
-    namespace = st.sampled_from(["", "", "ns1", "%", "n" * 200])
+    fine = f"fuzz-{uuid.uuid4().hex[:8]}@1@0@fuzz"
+    client_id = st.sampled_from([fine, fine, fine, fine, fine, "", "c" * 2000, "a b!~"])
+    namespace = st.sampled_from(["", "", "", "", "ns1", "%", "n" * 200])
     language = st.sampled_from(["PYTHON", "JAVA", "", "KLINGON"])
 
     def build(cid: str, ns: str, lang: str) -> tuple[tuple[str, str], ...]:
