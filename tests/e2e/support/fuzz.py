@@ -129,7 +129,13 @@ def _time_fields() -> st.SearchStrategy[tuple[int, int]]:
 def message_strategy(desc: d.Descriptor, target: Target, depth: int = 0) -> st.SearchStrategy[Message]:
     cls = _class(desc)
     if desc.full_name in ("google.protobuf.Duration", "google.protobuf.Timestamp"):
-        return _time_fields().map(lambda sn: cls(seconds=sn[0], nanos=sn[1]))
+        sensible = st.tuples(st.integers(0, 30), st.just(0))
+        return st.one_of(sensible, sensible, _time_fields()).map(lambda sn: cls(seconds=sn[0], nanos=sn[1]))
+    if desc.full_name == "apache.rocketmq.v2.Resource":  # mostly real names, to get past the name checks
+        real = st.sampled_from([target.topic, target.group])
+        name = st.one_of(real, real, real, _names(target))
+        namespace = st.sampled_from(["", "", "", "", "ns1", "%", "n" * 200])
+        return st.builds(lambda n, ns: cls(name=n, resource_namespace=ns), name, namespace)
     if depth >= MAX_DEPTH:
         return st.just(cls())
     parts: dict[str, st.SearchStrategy[Any]] = {}
