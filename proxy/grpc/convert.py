@@ -19,7 +19,7 @@ from typing import cast
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from broker.api import OutgoingMessage, StoredMessage
+from broker.client.api import OutgoingMessage, StoredMessage
 from common.errors import (
     BadRequest,
     IllegalConsumerGroup,

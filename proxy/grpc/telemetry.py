@@ -13,7 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import cast
 
-from broker.api import GroupInfo
+from broker.client.api import GroupInfo
 from common.errors import BadRequest, SluiceError
 from common.logs import kv
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
