@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -143,7 +143,7 @@ class Edge:
 
     def _streaming(
         self, rpc: str, request_type: type[Message], response_type: Callable[..., Any],
-        impl: Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]],
+        impl: Callable[[Any, grpc.aio.ServicerContext], AsyncGenerator[Any, None]],
     ) -> Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[Any]]:  # fmt: skip
         async def call(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             started = time.perf_counter()
@@ -157,8 +157,12 @@ class Edge:
                 if isinstance(request, SluiceError):
                     yield _answer(rpc, response_type(status=status_of(request, rpc)), started)
                     return
-                async for frame in impl(request, context):
-                    yield frame
+                frames = impl(request, context)
+                try:
+                    async for frame in frames:
+                        yield frame
+                finally:
+                    await frames.aclose()  # now, not at garbage collection: its own `finally` counts
             finally:
                 self.app.in_flight_bytes.release(client_id, len(raw))
 
@@ -166,7 +170,7 @@ class Edge:
 
     def _bidi(
         self, rpc: str, request_type: type[Message],
-        impl: Callable[[AsyncIterator[Any], grpc.aio.ServicerContext], AsyncIterator[Any]],
+        impl: Callable[[AsyncIterator[Any], grpc.aio.ServicerContext], AsyncGenerator[Any, None]],
     ) -> Callable[[AsyncIterator[bytes], grpc.aio.ServicerContext], AsyncIterator[Any]]:  # fmt: skip
         """Telemetry: each command is parsed as it comes; an undecodable one reaches the servicer as
         a BadRequest (answered with a status frame), and the stream goes on."""
@@ -176,8 +180,12 @@ class Edge:
                 async for raw in requests:
                     yield self._parse(rpc, request_type, raw, context)
 
-            async for reply in impl(parsed(), context):  # grpc.aio needs an async generator function here
-                yield reply
+            replies = impl(parsed(), context)
+            try:
+                async for reply in replies:  # grpc.aio needs an async generator function here
+                    yield reply
+            finally:
+                await replies.aclose()
 
         return call
 
