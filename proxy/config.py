@@ -96,7 +96,8 @@ class InputLimitsConfig:
     # Messages in one SendMessage, entries in one AckMessage.
     max_messages_per_send: int = 1024
     max_ack_entries: int = 1024
-    # A receipt handle or transaction id longer than this is invalid (Sluice's are ~100 bytes).
+    # A receipt handle (ChangeInvisibleDuration, ForwardToDLQ), transaction id or recall handle
+    # longer than this is invalid (Sluice's are ~100 bytes); ack entries are checked one by one.
     max_handle_bytes: int = 1024
     # The x-mq-client-id header (official clients: host@pid@index@random).
     max_client_id_bytes: int = 1024

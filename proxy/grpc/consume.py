@@ -125,7 +125,7 @@ async def ack_message(app: ProxyApp, ctx: RequestContext, request: spb.AckMessag
     limit = app.config.input.max_ack_entries
     if len(request.entries) > limit:
         raise BadRequest(f"the request acknowledges {len(request.entries)} entries; at most {limit} are accepted")
-    handles = [_handle(app, e.receipt_handle) for e in request.entries]
+    handles = [e.receipt_handle for e in request.entries]  # each malformed one fails its own entry
     results = await app.consumer.ack(group, topic, handles)
     # Entries are filled in place in the response (hot path: once per acknowledged message);
     # passing built messages to a constructor would copy each through a serialise and a parse.
