@@ -96,6 +96,10 @@ class ClientIdRequired(BadRequest):
     code = Code.CLIENT_ID_REQUIRED
 
 
+class IllegalPollingTime(BadRequest):
+    code = Code.ILLEGAL_POLLING_TIME
+
+
 class IllegalOffset(BadRequest):
     code = Code.ILLEGAL_OFFSET
 

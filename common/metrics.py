@@ -76,6 +76,11 @@ PROXY_RPC_DURATION = Histogram(
     ["rpc"],
     buckets=LATENCY_BUCKETS_S,
 )
+PROXY_UNDECODABLE = Counter(
+    "sluice_proxy_undecodable_requests",
+    "MessagingService requests (or Telemetry commands) whose bytes were not a valid protobuf, by RPC",
+    ["rpc"],
+)
 MESSAGES_IN = Counter("sluice_messages_in", "Messages stored for producers, by topic", ["topic"])
 MESSAGE_BYTES_IN = Counter("sluice_message_bytes_in", "Body bytes of the messages stored for producers", ["topic"])
 MESSAGES_OUT = Counter(
@@ -130,6 +135,7 @@ class _Children:
 
 _rpc_requests = _Children(PROXY_RPC_REQUESTS)
 _rpc_duration = _Children(PROXY_RPC_DURATION)
+_undecodable = _Children(PROXY_UNDECODABLE)
 _in_messages = _Children(MESSAGES_IN)
 _in_bytes = _Children(MESSAGE_BYTES_IN)
 _out_messages = _Children(MESSAGES_OUT)
@@ -144,6 +150,11 @@ def observe_rpc(rpc: str, code: str, seconds: float) -> None:
     if _config.enabled:
         _rpc_requests.get(rpc, code).inc()
         _rpc_duration.get(rpc).observe(seconds)
+
+
+def count_undecodable(rpc: str) -> None:
+    if _config.enabled:
+        _undecodable.get(rpc).inc()
 
 
 def observe_internal_rpc(service: str, method: str, code: str, seconds: float) -> None:
@@ -191,6 +202,9 @@ PROXY_CLIENTS = ScrapeFamily(
     ("language", "version"),
 )  # fmt: skip
 PROXY_IN_FLIGHT = ScrapeFamily("sluice_proxy_in_flight_requests", "RPCs the proxy is serving right now", ())
+PROXY_IN_FLIGHT_BYTES = ScrapeFamily(
+    "sluice_proxy_in_flight_bytes", "Request bytes held by the RPCs the proxy is serving right now", ()
+)
 CONSUMER_LAG = ScrapeFamily(
     "sluice_consumer_lag_messages", "Messages of a topic not yet acknowledged by a consumer group, on one broker",
     ("broker", "group", "topic"),
@@ -245,9 +259,9 @@ SERIES_DROPPED = ScrapeFamily(
 )  # fmt: skip
 
 SCRAPE_FAMILIES: tuple[ScrapeFamily, ...] = (
-    PROXY_CLIENTS, PROXY_IN_FLIGHT, CONSUMER_LAG, CONSUMER_IN_FLIGHT, DEAD_LETTERED, DISPATCH_LAG_BYTES,
-    DISPATCH_LAG_SECONDS, UNFLUSHED_BYTES, COMMITLOG_BYTES, COMMITLOG_SEGMENTS, ROCKSDB_BYTES, DISK_USED_BYTES,
-    DISK_TOTAL_BYTES, TIMER_PENDING, TRANSACTION_HALF, TIER_UPLOAD_LAG, TRACE_PENDING, SERIES_DROPPED,
+    PROXY_CLIENTS, PROXY_IN_FLIGHT, PROXY_IN_FLIGHT_BYTES, CONSUMER_LAG, CONSUMER_IN_FLIGHT, DEAD_LETTERED,
+    DISPATCH_LAG_BYTES, DISPATCH_LAG_SECONDS, UNFLUSHED_BYTES, COMMITLOG_BYTES, COMMITLOG_SEGMENTS, ROCKSDB_BYTES,
+    DISK_USED_BYTES, DISK_TOTAL_BYTES, TIMER_PENDING, TRANSACTION_HALF, TIER_UPLOAD_LAG, TRACE_PENDING, SERIES_DROPPED,
 )  # fmt: skip
 
 Sample = tuple[ScrapeFamily, tuple[str, ...], float]
@@ -329,7 +343,7 @@ def family_names() -> list[str]:
     names = [f.name for f in SCRAPE_FAMILIES]
     for inst in (PROXY_RPC_REQUESTS, PROXY_RPC_DURATION, MESSAGES_IN, MESSAGE_BYTES_IN, MESSAGES_OUT,
                  MESSAGE_BYTES_OUT, MESSAGES_ACKED, INTERNAL_RPC_REQUESTS, INTERNAL_RPC_DURATION,
-                 STORE_FLUSH_DURATION, TIER_S3_ERRORS, TRACE_EVENTS_DROPPED):  # fmt: skip
+                 STORE_FLUSH_DURATION, TIER_S3_ERRORS, TRACE_EVENTS_DROPPED, PROXY_UNDECODABLE):  # fmt: skip
         name = inst.describe()[0].name
         names.append(f"{name}_total" if isinstance(inst, Counter) else name)
     return sorted(names)

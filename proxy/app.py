@@ -15,6 +15,7 @@ from proxy.config import ProxyConfig
 from proxy.core.auth import AccessControl, AuthSettings
 from proxy.core.checkback import CheckBackRegistry, OrphanChecker
 from proxy.core.consumer import ConsumerService
+from proxy.core.inflight import InFlightBytes
 from proxy.core.limits import FlowControl
 from proxy.core.producer import ProducerService
 from proxy.core.renewer import AutoRenewer
@@ -37,6 +38,7 @@ class ProxyApp:
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
         self._touched_groups: set[str] = set()
         self.in_flight = 0
+        self.in_flight_bytes = InFlightBytes(config.flow.max_in_flight_bytes, config.flow.max_client_in_flight_bytes)
         self.fleet = Fleet(config, self._load)
         self.orphans = OrphanChecker(directory, self.checkbacks, config.transaction)
         auth = config.auth
@@ -67,7 +69,10 @@ class ProxyApp:
 
     def metric_samples(self) -> list[metrics.Sample]:
         """Scrape-time metrics of this proxy: connected clients and RPCs in flight."""
-        out: list[metrics.Sample] = [(metrics.PROXY_IN_FLIGHT, (), float(self.in_flight))]
+        out: list[metrics.Sample] = [
+            (metrics.PROXY_IN_FLIGHT, (), float(self.in_flight)),
+            (metrics.PROXY_IN_FLIGHT_BYTES, (), float(self.in_flight_bytes.total)),
+        ]
         for (language, version), n in self.sessions.count_by_client().items():
             out.append((metrics.PROXY_CLIENTS, (language, version), float(n)))
         return out

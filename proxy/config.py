@@ -9,6 +9,8 @@ from broker.client.remote import DEFAULT_MAX_PENDING_SENDS, DEFAULT_RECONNECT_BA
 from common.config import ConfigError
 from common.metrics import MetricsConfig
 
+_HEADROOM_BYTES = 64 * 1024  # a message's properties, keys and framing beyond its body
+
 
 @dataclass(frozen=True)
 class ClientSettingsConfig:
@@ -79,10 +81,39 @@ class FlowConfig:
     proxy_count: int = 1
     # A limit's bucket holds this many seconds of its rate (the burst a quiet tenant may send).
     burst_s: float = 1.0
+    # Request bytes (as received) this proxy holds at once, in all and per client id; a request
+    # beyond either is refused with TOO_MANY_REQUESTS (proxy/core/inflight.py).
+    max_in_flight_bytes: int = 256 * 1024 * 1024
+    max_client_in_flight_bytes: int = 32 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1 or self.proxy_count < 1 or self.burst_s <= 0:
             raise ValueError("flow max_in_flight and proxy_count must be at least 1, burst_s positive")
+        if not 0 < self.max_client_in_flight_bytes <= self.max_in_flight_bytes:
+            raise ValueError("flow max_client_in_flight_bytes must be positive and at most max_in_flight_bytes")
+
+
+@dataclass(frozen=True)
+class InputLimitsConfig:
+    """What the edge accepts in a request (`[proxy.input]`); see docs/proxy.md, "Input limits"."""
+
+    # Messages in one SendMessage, entries in one AckMessage.
+    max_messages_per_send: int = 1024
+    max_ack_entries: int = 1024
+    # A receipt handle (ChangeInvisibleDuration, ForwardToDLQ), transaction id or recall handle
+    # longer than this is invalid (Sluice's are ~100 bytes); ack entries are checked one by one.
+    max_handle_bytes: int = 1024
+    # The x-mq-client-id header (official clients: host@pid@index@random).
+    max_client_id_bytes: int = 1024
+    # A long poll asking for more is shortened to this (it is also bounded by the call's deadline).
+    max_long_polling_ms: int = 60_000
+    # Topics or subscriptions one Telemetry Settings may name.
+    max_settings_entries: int = 1024
+
+    def __post_init__(self) -> None:
+        if min(self.max_messages_per_send, self.max_ack_entries, self.max_handle_bytes, self.max_client_id_bytes,
+               self.max_long_polling_ms, self.max_settings_entries) < 1:  # fmt: skip
+            raise ValueError("every [proxy.input] limit must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -147,8 +178,10 @@ class ProxyConfig:
     advertise: str = ""
     namesrv: list[str] = field(default_factory=list)
     route_refresh_s: float = 5.0
-    # Largest request the gRPC server accepts (bodies up to the broker's limit, batched).
-    max_message_bytes: int = 130 * 1024 * 1024
+    # Largest request the gRPC server accepts: one message of the body size clients are told
+    # (settings.max_body_bytes) with room for its properties, or a small batch. Larger requests get
+    # gRPC RESOURCE_EXHAUSTED before any of it is parsed.
+    max_message_bytes: int = 8 * 1024 * 1024
     max_concurrent_rpcs: int = 10_000
     settings: ClientSettingsConfig = field(default_factory=ClientSettingsConfig)
     receive: ReceiveConfig = field(default_factory=ReceiveConfig)
@@ -166,6 +199,10 @@ class ProxyConfig:
     endpoints_cache_s: float = 3.0
     # Proxies listed per route: every client keeps a Telemetry stream to each.
     max_route_endpoints: int = 4
+    # Without navigation: the other proxies of this cluster (host:port as clients reach them),
+    # listed in routes after this one, so that a client given one proxy retries on another when
+    # it dies instead of failing until it is restarted (docs/proxy.md, "When a proxy dies").
+    peers: list[str] = field(default_factory=list)
     # After SIGTERM, keep serving this long so clients move away on their next route refresh
     # (the Python client refreshes routes every 30 s), answering long polls quickly meanwhile.
     drain_s: float = 40.0
@@ -176,9 +213,17 @@ class ProxyConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     flow: FlowConfig = field(default_factory=FlowConfig)
+    input: InputLimitsConfig = field(default_factory=InputLimitsConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
     brokers: BrokerClientConfig = field(default_factory=BrokerClientConfig)
     caches: CacheConfig = field(default_factory=CacheConfig)
+
+    def __post_init__(self) -> None:
+        if self.max_message_bytes < self.settings.max_body_bytes + _HEADROOM_BYTES:
+            raise ValueError(f"max_message_bytes must leave {_HEADROOM_BYTES} bytes over settings.max_body_bytes "
+                             "(a message of the largest body clients are told must fit)")  # fmt: skip
+        if self.flow.max_client_in_flight_bytes < self.max_message_bytes:
+            raise ValueError("flow max_client_in_flight_bytes must be at least max_message_bytes (the largest request)")
 
     @property
     def advertised_address(self) -> str:

@@ -2,8 +2,9 @@
 NameServer reports (separated topology), each behind the same `BrokerApi`.
 
 `route(topic)` answers which brokers hold the topic's queues; `broker(name)` gives the BrokerApi to
-call. The cluster directory caches routes and refreshes them in the background; while the
-NameServer is unreachable it keeps serving from the cache.
+call. The cluster directory serves routes from its cache and refreshes them in the background
+(stale-while-revalidate): a slow, hung or unreachable NameServer never delays a request whose
+topic it has routed before.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ log = logging.getLogger("sluice.proxy.directory")
 
 # How long a route the NameServer suddenly does not know stays usable (several broker heartbeats).
 UNKNOWN_TOPIC_GRACE_S = 30.0
+# How long a request waits for a broker listing triggered by an unknown broker name (then: unknown).
+LOOKUP_WAIT_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +95,16 @@ class LocalDirectory:
 
 
 class ClusterDirectory:
-    """The separated topology: routes from the NameServer, brokers over gRPC."""
+    """The separated topology: routes from the NameServer, brokers over gRPC.
+
+    Stale-while-revalidate: a request for a topic whose route is cached always gets the cached
+    route at once, however old; `_refresh_loop` (a task this directory owns: `start`, cancelled by
+    `close`) renews every cached route each `refresh_s`. Only a topic this proxy has never routed
+    waits for the NameServer, and concurrent requests for it share that one lookup. So a slow or
+    hung NameServer costs requests nothing once their routes are known. Broker names from receipt
+    handles and transaction ids (which anyone can forge) are looked up at most once per
+    `refresh_s`, and a request waits at most `LOOKUP_WAIT_S` for that.
+    """
 
     def __init__(
         self,
@@ -112,20 +124,28 @@ class ClusterDirectory:
         self._task: asyncio.Task[None] | None = None
         # Clients of brokers that moved, closing; `close` waits for them.
         self._closing: set[asyncio.Task[None]] = set()
+        self._first_fetches: dict[str, asyncio.Task[list[BrokerRoute]]] = {}
+        self._listing: asyncio.Task[None] | None = None
+        self._listed_at = -refresh_s  # when brokers were last listed (or tried)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._refresh_loop(), name="route-refresh")
 
     async def route(self, topic: str) -> list[BrokerRoute]:
         cached = self._routes.get(topic)
-        if cached is not None and time.monotonic() - cached[0] < self._refresh_s:
-            return cached[1]
-        try:
-            return await self._fetch(topic)
-        except Unavailable:
-            if cached is not None:
-                return cached[1]  # NameServer unreachable: keep serving from the cache
-            raise
+        if cached is not None:
+            return cached[1]  # however old: the refresh loop renews it, requests never wait for it
+        task = self._first_fetches.get(topic)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._fetch(topic), name=f"route-{topic[:64]}")
+            self._first_fetches[topic] = task
+            task.add_done_callback(lambda done: self._first_fetch_done(topic, done))
+        return await asyncio.shield(task)  # a caller that gives up does not cancel the others' lookup
+
+    def _first_fetch_done(self, topic: str, task: asyncio.Task[list[BrokerRoute]]) -> None:
+        self._first_fetches.pop(topic, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: the callers that waited got it; the others had given up
 
     async def _fetch(self, topic: str) -> list[BrokerRoute]:
         try:
@@ -169,37 +189,55 @@ class ClusterDirectory:
         return remote
 
     async def lookup(self, name: str) -> BrokerApi | None:
-        if name not in self._brokers:
-            with contextlib.suppress(Unavailable):
-                await self.refresh_brokers()
+        known = self._brokers.get(name)
+        if known is not None or time.monotonic() - self._listed_at < self._refresh_s:
+            return known  # listed recently: a name not known now is not in the cluster
+        if self._listing is None or self._listing.done():
+            self._listed_at = time.monotonic()
+            self._listing = asyncio.get_running_loop().create_task(self._list_quietly(), name="broker-lookup")
+        await asyncio.wait({self._listing}, timeout=LOOKUP_WAIT_S)
         return self._brokers.get(name)
+
+    async def _list_quietly(self) -> None:
+        with contextlib.suppress(Unavailable):
+            await self.refresh_brokers()
 
     def broker_names(self) -> list[str]:
         return sorted(self._brokers)
 
     async def refresh_brokers(self) -> None:
-        for status in await self._ns.list_brokers():
+        statuses = await self._ns.list_brokers()
+        self._listed_at = time.monotonic()
+        for status in statuses:
             self._learn(status.broker_name, status.address)
 
     async def _refresh_loop(self) -> None:
         while True:
             await asyncio.sleep(self._refresh_s)
-            with contextlib.suppress(Unavailable):
-                await self.refresh_brokers()
-            for topic in list(self._routes):
-                try:
-                    await self._fetch(topic)
-                except TopicNotFound:
-                    pass
-                except Unavailable as exc:
-                    log.warning("NameServer unreachable; serving cached routes", extra=kv(error=exc.message))
-                    break
+            try:
+                await self._refresh_all()
+            except Exception as exc:  # never let the loop die: requests would be served stale routes forever
+                log.warning("route refresh failed; serving cached routes", extra=kv(error=repr(exc)))
+
+    async def _refresh_all(self) -> None:
+        with contextlib.suppress(Unavailable):
+            await self.refresh_brokers()
+        for topic in list(self._routes):
+            try:
+                await self._fetch(topic)
+            except TopicNotFound:
+                pass
+            except Unavailable as exc:
+                log.warning("NameServer unreachable; serving cached routes", extra=kv(error=exc.message))
+                return
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        tasks = [t for t in (self._task, self._listing, *self._first_fetches.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
         for remote in self._brokers.values():
             await remote.close()
         if self._closing:

@@ -67,7 +67,9 @@ class Fleet:
         """Proxy endpoints to put in routes for a client, best first (never empty)."""
         own = self.own_endpoint(network)
         if self._client is None:
-            return [own]
+            peers = [p for p in self._cfg.peers if p != own]
+            chosen = peers if self.draining else [own, *peers]
+            return chosen[: self._cfg.max_route_endpoints] or [own]
         key = (namespace, network)
         cached = self._cache.get(key)
         if cached is None or time.monotonic() - cached[0] > self._cfg.endpoints_cache_s:

@@ -17,9 +17,9 @@ import grpc
 
 from common.errors import Unavailable
 from common.logs import kv
-from proto.apache.rocketmq.v2 import service_pb2_grpc
 from proxy.app import ProxyApp
 from proxy.config import TlsConfig
+from proxy.grpc.edge import Edge
 from proxy.grpc.servicer import MessagingServicer
 
 log = logging.getLogger("sluice.proxy")
@@ -57,7 +57,8 @@ async def serve_proxy(
         options=grpc_options(cfg.max_message_bytes, cfg.reuse_port),
         maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
     )
-    service_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(app), server)
+    # Requests arrive as bytes and are parsed by the edge, never by gRPC (proxy/grpc/edge.py).
+    server.add_generic_rpc_handlers((Edge(app, MessagingServicer(app)).generic_handler(),))
     address = f"{cfg.host}:{cfg.port}"
     try:  # serve with the cluster's users and limits from the first call, without stalling start-up
         await asyncio.wait_for(app.policy.refresh(), cfg.auth.policy_refresh_s)
@@ -82,7 +83,7 @@ async def serve_proxy(
         await stop.wait()
         if on_readiness is not None:
             on_readiness(False)
-        if cfg.navigation and cfg.drain_s > 0:
+        if (cfg.navigation or cfg.peers) and cfg.drain_s > 0:  # others can take this proxy's clients
             await app.fleet.drain()
             await asyncio.sleep(cfg.drain_s)
     finally:

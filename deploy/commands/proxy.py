@@ -47,8 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--advertise", action="append", metavar="[NETWORK=]HOST:PORT",
         help="endpoint clients use to reach this proxy, per network (repeatable; default: host:port on 'default')",
     )  # fmt: skip
+    parser.add_argument(
+        "--peers", metavar="HOST:PORT[;HOST:PORT]",
+        help="without navigation: the other proxies, listed in routes after this one (clients fail over to them)",
+    )  # fmt: skip
     parser.add_argument("--proxy-id", help="identity in navigation (default: endpoint-pid)")
-    parser.add_argument("--drain-s", type=float, help="after SIGTERM keep serving this long (with navigation)")
+    parser.add_argument("--drain-s", type=float, help="after SIGTERM keep serving this long (with navigation or peers)")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the port (SO_REUSEPORT)")
     parser.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
@@ -93,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
             "host": args.host, "port": args.port, "advertise": default_endpoint, "networks": networks,
             "namesrv": parse_addresses(args.namesrv) if args.namesrv else None,
             "navigation": parse_navigation(args.navigation) if args.navigation else None, "zone": args.zone,
+            "peers": parse_navigation(args.peers) if args.peers else None,
             "proxy_id": proxy_id, "drain_s": args.drain_s, "reuse_port": args.reuse_port or None,
             "metrics_port": metrics_port, **metrics_overrides(args),
             **security_overrides(args),

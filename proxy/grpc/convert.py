@@ -16,10 +16,18 @@ from itertools import repeat
 from operator import add, attrgetter, eq, floordiv, methodcaller, mul
 from typing import cast
 
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from broker.client.api import OutgoingMessage, StoredMessage
-from common.errors import BadRequest, IllegalConsumerGroup, IllegalTopic, MessageTypeConflict
+from common.errors import (
+    BadRequest,
+    IllegalConsumerGroup,
+    IllegalDeliveryTime,
+    IllegalTopic,
+    MessageTypeConflict,
+    SluiceError,
+)
 from common.model import DLQ_PREFIX, MessageType, validate_group_name, validate_topic_name
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proxy import names
@@ -83,7 +91,32 @@ def message_type(value: int) -> MessageType:
     raise BadRequest(f"unknown message type {value}")
 
 
-def ts_ms(ts: Timestamp) -> int:
+# The ranges google.protobuf defines for Duration (about +-10,000 years) and Timestamp (years 1 to
+# 9999): anything outside is not a time at all and would overflow the int64 milliseconds downstream.
+MAX_DURATION_S = 315_576_000_000
+MIN_TIMESTAMP_S = -62_135_596_800
+MAX_TIMESTAMP_S = 253_402_300_799
+_NANOS = 1_000_000_000
+
+
+def duration_ms(d: Duration, field: str, error: type[SluiceError] = BadRequest) -> int:
+    """A Duration field in milliseconds; `error` naming `field` if it is not a valid, non-negative one."""
+    seconds, nanos = d.seconds, d.nanos
+    if (
+        not -_NANOS < nanos < _NANOS
+        or abs(seconds) > MAX_DURATION_S
+        or (seconds and nanos and (seconds < 0) != (nanos < 0))
+    ):
+        raise error(f"{field} ({seconds} s, {nanos} ns) is not a valid Duration")
+    if seconds < 0 or nanos < 0:
+        raise error(f"{field} is negative ({seconds} s, {nanos} ns)")
+    return seconds * 1000 + nanos // 1_000_000
+
+
+def timestamp_ms(ts: Timestamp, field: str, error: type[SluiceError] = BadRequest) -> int:
+    """A Timestamp field in milliseconds since the epoch; `error` naming `field` if it is not a valid one."""
+    if not MIN_TIMESTAMP_S <= ts.seconds <= MAX_TIMESTAMP_S or not 0 <= ts.nanos < _NANOS:
+        raise error(f"{field} ({ts.seconds} s, {ts.nanos} ns) is not a valid Timestamp")
     return ts.seconds * 1000 + ts.nanos // 1_000_000
 
 
@@ -98,10 +131,12 @@ def outgoing(msg: pb.Message, peer: str, body: bytes | None = None) -> OutgoingM
         sysprops[SYSPROP_TRACE_CONTEXT] = sp.trace_context
     if sp.HasField("orphaned_transaction_recovery_duration"):
         d = sp.orphaned_transaction_recovery_duration
-        sysprops[SYSPROP_TX_RECOVERY_MS] = str(d.seconds * 1000 + d.nanos // 1_000_000)
+        sysprops[SYSPROP_TX_RECOVERY_MS] = str(duration_ms(d, "orphaned_transaction_recovery_duration"))
     keys = sp.keys
     props = msg.user_properties
     born = sp.born_timestamp
+    if not MIN_TIMESTAMP_S <= born.seconds <= MAX_TIMESTAMP_S or not 0 <= born.nanos < _NANOS:
+        timestamp_ms(born, "born_timestamp")  # raises, naming the field
     return OutgoingMessage(
         body=msg.body if body is None else body,
         message_id=sp.message_id,
@@ -113,7 +148,9 @@ def outgoing(msg: pb.Message, peer: str, body: bytes | None = None) -> OutgoingM
         system_properties=sysprops,
         born_timestamp_ms=born.seconds * 1000 + born.nanos // 1_000_000,
         born_host=sp.born_host or peer,
-        delivery_timestamp_ms=ts_ms(sp.delivery_timestamp) if sp.HasField("delivery_timestamp") else 0,
+        delivery_timestamp_ms=timestamp_ms(sp.delivery_timestamp, "delivery_timestamp", IllegalDeliveryTime)
+        if sp.HasField("delivery_timestamp")
+        else 0,
         body_gzip=sp.body_encoding == pb.GZIP,
     )
 
@@ -157,6 +194,8 @@ def outgoing_many(msgs: Sequence[pb.Message], peer: str, sysprops: dict[str, str
     if None in types or "" in hosts:
         return None
     seconds, nanos = zip(*map(_TS, map(_BORN, sps)), strict=True)
+    if min(seconds) < MIN_TIMESTAMP_S or max(seconds) > MAX_TIMESTAMP_S or min(nanos) < 0 or max(nanos) >= _NANOS:
+        return None  # `outgoing` names the field
     born = map(add, map(mul, seconds, repeat(1000)), map(floordiv, nanos, repeat(1_000_000)))
     keys = map(tuple, map(_KEYS, sps))
     # Built from the map's own C-level iteration and lookup: its `items()` is a Python-level view.

@@ -14,7 +14,7 @@ from typing import cast
 
 from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage
 from common.codes import Code
-from common.errors import MessageBodyTooLarge, SluiceError
+from common.errors import BadRequest, MessageBodyTooLarge, SluiceError
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.app import ProxyApp
@@ -37,6 +37,10 @@ async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMess
     msgs = request.messages
     if not msgs:
         return spb.SendMessageResponse(status=status(Code.MESSAGE_CORRUPTED, "the request carries no message"))
+    limit = app.config.input.max_messages_per_send
+    if len(msgs) > limit:
+        return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, f"the request carries {len(msgs)} messages; "
+                                                                       f"at most {limit} are accepted"))  # fmt: skip
     converted: Sequence[Item | SluiceError] | None = _convert_all(app, ctx, msgs)
     if converted is None:
         topics: dict[tuple[str, str], str | SluiceError] = {}
@@ -123,5 +127,9 @@ async def recall_message(
     app: ProxyApp, ctx: RequestContext, request: spb.RecallMessageRequest
 ) -> spb.RecallMessageResponse:
     _, topic = convert.resource_name(request.topic, ctx.namespace)
+    limit = app.config.input.max_handle_bytes
+    if len(request.recall_handle) > limit:
+        raise BadRequest(f"the recall handle is {len(request.recall_handle)} characters long; Sluice's are at most "
+                         f"{limit}")  # fmt: skip
     message_id = await app.producer.recall(topic, request.recall_handle)
     return spb.RecallMessageResponse(status=OK, message_id=message_id)

@@ -1,9 +1,11 @@
 """`apache.rocketmq.v2.MessagingService` served by the proxy: one thin method per RPC.
 
-Each method builds the request context, admits the request (`guard.admit`: in-flight bound,
-signature and access rules when auth is on, rate limits), calls its handler (route, produce,
-consume, telemetry modules) and turns any failure into the response's Status via `status_of` —
-never a gRPC error, never a crash. SyncLiteSubscription (lite topics, not in Sluice) answers UNSUPPORTED.
+Requests reach these methods parsed and admitted by size (proxy/grpc/edge.py registers them with
+gRPC and turns undecodable bytes into BAD_REQUEST). Each method builds the request context, admits
+the request (`guard.admit`: in-flight bound, signature and access rules when auth is on, rate
+limits), calls its handler (route, produce, consume, telemetry modules) and turns any failure into
+the response's Status via `status_of` — never a gRPC error, never a crash. RPCs for features
+Sluice does not have yet answer NOT_IMPLEMENTED.
 
 Every unary RPC, ReceiveMessage and PullMessage is counted by the Code of its answer and timed
 (`common.metrics.observe_rpc`); Telemetry streams live as long as the client and are not timed.

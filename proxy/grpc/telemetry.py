@@ -11,17 +11,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from typing import cast
 
 from broker.client.api import GroupInfo
-from common.errors import SluiceError
+from common.errors import BadRequest, SluiceError
 from common.logs import kv
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
-from proxy import names
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
-from proxy.grpc import transaction
+from proxy.core.checkback import Deliver
+from proxy.grpc import convert, transaction
 from proxy.grpc.settings import settings_reply
+from proxy.grpc.status import status_of
 
 log = logging.getLogger("sluice.proxy.telemetry")
 
@@ -37,27 +39,55 @@ async def _group_info(app: ProxyApp, group: str) -> GroupInfo | None:
     return None
 
 
+def language_name(value: int) -> str:
+    """The Language enum's name of `value`; a number no name is known for (a language added by a
+    newer client) as its decimal digits, never an error."""
+    try:
+        return pb.Language.Name(cast(pb.Language, value))
+    except ValueError:
+        return str(value)
+
+
 async def on_settings(app: ProxyApp, ctx: RequestContext, settings: pb.Settings) -> spb.TelemetryCommand:
     kind = settings.WhichOneof("pub_sub")
-    language = pb.Language.Name(settings.user_agent.language) if settings.HasField("user_agent") else ctx.language
+    language = language_name(settings.user_agent.language) if settings.HasField("user_agent") else ctx.language
     group_name = ""
     topics: set[str] = set()
     group: GroupInfo | None = None
+    limit = app.config.input.max_settings_entries
     if kind == "subscription" and settings.subscription.HasField("group"):
-        g = settings.subscription.group
-        group_name = names.wrap(g.resource_namespace or ctx.namespace, g.name)
-        topics = {names.wrap(e.topic.resource_namespace or ctx.namespace, e.topic.name)
-                  for e in settings.subscription.subscriptions}  # fmt: skip
-        group = await _group_info(app, group_name) if group_name else None
+        if len(settings.subscription.subscriptions) > limit:
+            raise BadRequest(f"the settings name {len(settings.subscription.subscriptions)} subscriptions; at most "
+                             f"{limit} are accepted")  # fmt: skip
+        _, group_name = convert.resource_name(settings.subscription.group, ctx.namespace, "consumer group")
+        topics = {convert.resource_name(e.topic, ctx.namespace)[1] for e in settings.subscription.subscriptions}
+        group = await _group_info(app, group_name)
     elif kind == "publishing":
-        topics = {names.wrap(t.resource_namespace or ctx.namespace, t.name) for t in settings.publishing.topics}
+        if len(settings.publishing.topics) > limit:
+            raise BadRequest(f"the settings name {len(settings.publishing.topics)} topics; at most {limit} are "
+                             "accepted")  # fmt: skip
+        topics = {convert.resource_name(t, ctx.namespace)[1] for t in settings.publishing.topics}
     app.sessions.touch(ctx.client_id, language=language, client_type=int(settings.client_type), group=group_name,
                        topics=topics, version=ctx.client_version)  # fmt: skip
     return settings_reply(settings, header_language=ctx.language, group=group, cfg=app.config.settings)
 
 
+async def _settings_reply(
+    app: ProxyApp, ctx: RequestContext, settings: pb.Settings, stream_id: int, deliver: Deliver
+) -> spb.TelemetryCommand:
+    """The reply to one Settings: the effective settings, or a status saying why they were not
+    applied (the stream stays open either way; the client may send corrected settings)."""
+    try:
+        reply = await on_settings(app, ctx, settings)
+    except Exception as exc:  # SluiceError: the client's mistake, told in the status; else INTERNAL, logged
+        return spb.TelemetryCommand(status=status_of(exc, "Telemetry"))
+    if settings.client_type == pb.PRODUCER:  # its stream can carry transaction check-backs
+        app.checkbacks.register(stream_id, ctx.client_id, transaction.producer_topics(ctx, settings), deliver)
+    return reply
+
+
 async def telemetry(
-    app: ProxyApp, ctx: RequestContext, commands: AsyncIterator[spb.TelemetryCommand]
+    app: ProxyApp, ctx: RequestContext, commands: AsyncIterator[spb.TelemetryCommand | SluiceError]
 ) -> AsyncIterator[spb.TelemetryCommand]:
     out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()  # bounded by the qsize check below
     app.sessions.stream_opened(ctx.client_id)
@@ -67,16 +97,12 @@ async def telemetry(
     async def read() -> None:
         try:
             async for cmd in commands:
-                if cmd.WhichOneof("command") != "settings":
+                if isinstance(cmd, SluiceError):  # undecodable bytes (proxy/grpc/edge.py): say so, go on
+                    reply = spb.TelemetryCommand(status=status_of(cmd, "Telemetry"))
+                elif cmd.WhichOneof("command") != "settings":
                     continue  # stack traces, verify results: accepted and ignored
-                try:
-                    reply = await on_settings(app, ctx, cmd.settings)
-                except SluiceError as exc:
-                    log.warning("settings not applied", extra=kv(client_id=ctx.client_id, error=exc.message))
-                    continue
-                if cmd.settings.client_type == pb.PRODUCER:  # its stream can carry transaction check-backs
-                    app.checkbacks.register(stream_id, ctx.client_id, transaction.producer_topics(ctx, cmd.settings),
-                                            deliver)  # fmt: skip
+                else:
+                    reply = await _settings_reply(app, ctx, cmd.settings, stream_id, deliver)
                 if out.qsize() < MAX_QUEUED_COMMANDS:
                     out.put_nowait(reply)
         except asyncio.CancelledError:

@@ -31,6 +31,9 @@ async def end_transaction(
     _, topic = convert.resource_name(request.topic, ctx.namespace)
     if not request.transaction_id:
         raise InvalidTransactionId("the request carries no transaction id: send the one of the send receipt")
+    if len(request.transaction_id) > app.config.input.max_handle_bytes:
+        raise InvalidTransactionId(f"the transaction id is {len(request.transaction_id)} characters long; Sluice's "
+                                   f"are at most {app.config.input.max_handle_bytes}")  # fmt: skip
     resolution = _RESOLUTIONS.get(int(request.resolution))
     if resolution is None:
         raise BadRequest(f"unknown transaction resolution {request.resolution}; use COMMIT (1) or ROLLBACK (2)")

@@ -43,6 +43,7 @@ STATIC = {
     "sluice_store_unflushed_bytes", "sluice_store_commitlog_segments", "sluice_store_disk_used_bytes",
     "sluice_store_disk_total_bytes", "sluice_store_rocksdb_bytes", "sluice_proxy_in_flight_requests",
     "sluice_dead_lettered_messages_total",  # moves in the dead-letter test below
+    "sluice_proxy_in_flight_bytes", "sluice_proxy_undecodable_requests_total",  # test_hostile_input.py
 }  # fmt: skip
 
 

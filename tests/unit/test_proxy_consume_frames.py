@@ -24,6 +24,7 @@ from common.model import MessageType
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.app import ProxyApp
+from proxy.config import ProxyConfig
 from proxy.context import RequestContext
 from proxy.grpc import consume, convert
 
@@ -112,7 +113,7 @@ class _Consumer:
 
 def _ack(results: dict[str, AckResult]) -> tuple[spb.AckMessageResponse, _Consumer]:
     consumer = _Consumer(results)
-    app = cast(ProxyApp, SimpleNamespace(consumer=consumer))
+    app = cast(ProxyApp, SimpleNamespace(consumer=consumer, config=ProxyConfig()))
     ctx = RequestContext(request_id="r1", client_id="cid", language="PYTHON", client_version="5", peer="127.0.0.1")
     request = spb.AckMessageRequest(
         group=pb.Resource(name="g"),

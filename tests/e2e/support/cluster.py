@@ -181,9 +181,11 @@ def start_merged(root: Path, *, auto_create: bool = False, extra_args: Sequence[
 
 
 def start_separated(
-    root: Path, *, config: Path | None = None, broker_args: Sequence[str] = (), proxy_args: Sequence[str] = ()
-) -> Cluster:
-    """`config`: a TOML file given to the brokers and proxies (`--config`); `broker_args`, `proxy_args`: extra flags."""
+    root: Path, *, config: Path | None = None, broker_args: Sequence[str] = (), proxy_args: Sequence[str] = (),
+    proxy_ports: Sequence[int] = (),
+) -> Cluster:  # fmt: skip
+    """`config`: a TOML file given to the brokers and proxies (`--config`); `broker_args`, `proxy_args`: extra
+    flags; `proxy_ports`: the two proxies' ports (default: free ones)."""
     root.mkdir(parents=True, exist_ok=True)
     ns_port = free_port()
     cluster = Cluster("separated", root, f"{LOOPBACK}:{ns_port}", [], list(BROKER_NAMES))
@@ -196,8 +198,8 @@ def start_separated(
                     "--namesrv", cluster.namesrv, *_config_args(config), *broker_args]  # fmt: skip
             _start(cluster, name, argv, port, f"broker {name} listening on {LOOPBACK}:{port}")
         _wait_for_brokers(cluster, len(BROKER_NAMES))
-        for _ in range(2):
-            port = free_port()
+        for i in range(2):
+            port = proxy_ports[i] if proxy_ports else free_port()
             argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), *_config_args(config),
                     *proxy_args]  # fmt: skip
             _start(cluster, f"proxy-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
