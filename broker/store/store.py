@@ -29,11 +29,20 @@ from broker.store import keys as K
 from broker.store.config import StoreConfig
 from broker.store.dispatcher import Dispatcher, DispatchListener
 from broker.store.index import CqEntry, Index
-from broker.store.record import MessageRecord, decode, encode_columns, encode_one
+from broker.store.record import MessageRecord, decode, encode_columns, encode_one, peek_size
 from broker.store.recovery import RecoveryReport, recover
 from broker.store.retention import Retention
 from broker.store.segments import SegmentSet
-from broker.store.writer import AppendResult, Columns, CommitLogWriter, RecordMeta, new_columns, new_meta
+from broker.store.writer import (
+    AppendResult,
+    Columns,
+    CommitLogWriter,
+    RecordMeta,
+    Run,
+    empty_columns,
+    new_columns,
+    new_meta,
+)
 from broker.tags import tag_hash
 from common.errors import BadRequest, IllegalOffset, MessageCorrupted, OffsetNotFound, StoreClosed
 from common.logs import kv
@@ -191,6 +200,18 @@ class MessageStore:
         fut: concurrent.futures.Future[Sequence[AppendResult]] = concurrent.futures.Future()
         self.writer.submit(buf, sizes, columns, queue, fut)
         return fut.result(timeout_s)
+
+    async def append_copy(self, segment_base: int, position: int, data: bytes | bytearray | memoryview) -> None:
+        """Append whole records copied from a primary at the same offsets (a replica's only way to
+        write; docs/replication.md). Each record is verified (magic, size, CRC, its own position)
+        before anything is written; bad data raises MessageCorrupted and writes nothing."""
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        run = copied_run(data, segment_base, position)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[object] = loop.create_future()
+        self.writer.submit_copy(segment_base, position, data, run, (loop, fut))
+        await fut
 
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
         """Block until everything written so far is visible to readers."""
@@ -377,6 +398,26 @@ class MessageStore:
         """(used bytes, total bytes) of the filesystem holding the data directory."""
         usage = shutil.disk_usage(self.data_dir)
         return usage.used, usage.total
+
+
+def copied_run(data: bytes | bytearray | memoryview, segment_base: int, position: int) -> Run:
+    """Verify the records of `data` (whole records meant for `segment_base + position`) and
+    describe them for the dispatcher."""
+    if not data:
+        raise BadRequest("no records to copy")
+    columns = empty_columns()
+    results: list[AppendResult] = []
+    at, end = 0, len(data)
+    while at < end:
+        where = segment_base + position + at
+        rec = decode(data, at, where=f"replicated record at commitlog position {where}")
+        size = peek_size(data, at)[0]
+        if rec.physical_offset != where:
+            raise MessageCorrupted(f"replicated record says it lives at {rec.physical_offset}, not {where}")
+        columns.append(new_meta((rec.topic, rec.queue_id, tag_hash(rec.tag), rec.message_id.encode(), rec.keys)))
+        results.append(AppendResult(rec.queue_offset, where, size, rec.store_timestamp_ms))
+        at += size
+    return Run(columns, results, None, segment_base)
 
 
 __all__ = ["MessageStore", "ReadResult", "ReadStatus", "StoreStats"]
