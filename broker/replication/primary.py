@@ -4,6 +4,10 @@ Per connection: HELLO (the replica's group, name, last epoch, log end) → the p
 with where the replica's log must end before streaming (the epoch truncation rule, epochs.py;
 raised to the oldest offset this primary still stores) → DATA from there, as the log grows, while
 ACKs flow back to the `AckGate`. A newer connection of the same replica replaces the older one.
+Topic and consumer group metadata (RocksDB, not the CommitLog) travels as versioned META frames:
+the whole of it on connect and again whenever it changed, which `sync_metadata()` checks at once
+(the member calls it on every topic change, and waits for the in-sync replicas' META_ACKs) and a
+timer every `METADATA_CHECK_S` (group changes).
 Sends read the page cache through `SegmentSet.read` in the default executor.
 """
 
@@ -12,20 +16,44 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from broker.metadata import CF_GROUPS, CF_TOPICS
 from broker.replication import protocol as P
 from broker.replication.epochs import Epoch, truncation_point
 from broker.replication.gate import AckGate
 from broker.store.store import MessageStore
-from common.errors import BadRequest, SluiceError
+from common.errors import BadRequest, SluiceError, Unavailable
 from common.logs import kv
 
 log = logging.getLogger("sluice.replication.primary")
 
 HELLO_TIMEOUT_S = 5.0
+METADATA_CHECK_S = 0.5
+METADATA_CFS = (CF_TOPICS, CF_GROUPS)
+
+
+def metadata_snapshot(store: MessageStore) -> dict[str, dict[str, str]]:
+    """The topic and group column families (they are small)."""
+    return {cf: {k.decode(): v.decode() for k, v in store.index.cf(cf).items()} for cf in METADATA_CFS}
+
+
+def apply_metadata(store: MessageStore, payload: bytes) -> int:
+    """Make a replica's topic and group column families equal to a primary's snapshot; returns
+    its version."""
+    doc = P.parse_control(payload, "version", *METADATA_CFS)
+    for cf_name in METADATA_CFS:
+        cf, wanted = store.index.cf(cf_name), doc[cf_name]
+        if not isinstance(wanted, dict):
+            raise BadRequest(f"replicated metadata {cf_name} is not a table")
+        for key in [k for k, _ in cf.items() if k.decode() not in wanted]:
+            cf.delete(key)
+        for key, value in wanted.items():
+            cf.put(str(key).encode(), str(value).encode())
+    return int(doc["version"])
 
 
 class ReplicationServer:
@@ -50,6 +78,10 @@ class ReplicationServer:
         self._connections: dict[str, asyncio.Task[None]] = {}
         self._loop = asyncio.get_running_loop()
         store.add_dispatch_listener(self._on_dispatch)
+        self._metadata = metadata_snapshot(store)
+        self._meta_version = 1
+        self._meta_acked: dict[str, int] = {}
+        self._metadata_task: asyncio.Task[None] | None = None
 
     def _on_dispatch(self, _queues: set[tuple[str, int]]) -> None:  # writer thread
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody streams any more
@@ -58,11 +90,39 @@ class ReplicationServer:
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port."""
         self._server = await asyncio.start_server(self._serve, host, port)
+        self._metadata_task = asyncio.create_task(self._watch_metadata(), name="replication-metadata")
         bound: int = self._server.sockets[0].getsockname()[1]
         log.info("replication server listening", extra=kv(group=self._group, port=bound))
         return bound
 
+    async def _watch_metadata(self) -> None:
+        while True:
+            await asyncio.sleep(METADATA_CHECK_S)
+            self._refresh_metadata()
+
+    def _refresh_metadata(self) -> int:
+        snapshot = metadata_snapshot(self._store)
+        if snapshot != self._metadata:
+            self._metadata = snapshot
+            self._meta_version += 1
+            self._data.set()  # senders compare with the version they sent last
+        return self._meta_version
+
+    async def sync_metadata(self, timeout_s: float) -> None:
+        """Send changed metadata now and wait until every in-sync replica holds it; Unavailable
+        when that takes longer than `timeout_s` (the change stays, and replicas get it later)."""
+        version = self._refresh_metadata()
+        deadline = self._loop.time() + timeout_s
+        while any(self._meta_acked.get(m, 0) < version for m in self._gate.insync):
+            if self._loop.time() >= deadline:
+                raise Unavailable("a metadata change did not reach every in-sync replica in time")
+            await asyncio.sleep(0.01)
+
     async def close(self) -> None:
+        if self._metadata_task is not None:
+            self._metadata_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._metadata_task
         if self._server is not None:
             self._server.close()
         for task in list(self._connections.values()):
@@ -98,6 +158,8 @@ class ReplicationServer:
             writer.writelines(P.error(message))
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
+        except asyncio.CancelledError:
+            pass  # replaced by a newer connection, or the server closes: this connection just ends
         finally:
             if name and self._connections.get(name) is asyncio.current_task():
                 del self._connections[name]
@@ -131,7 +193,13 @@ class ReplicationServer:
 
     async def _send(self, position: int, writer: asyncio.StreamWriter, acks: asyncio.Future[None]) -> None:
         store, loop = self._store, asyncio.get_running_loop()
+        sent_version = 0
         while not acks.done():
+            if sent_version != self._meta_version:
+                sent_version = self._meta_version
+                body = {"version": sent_version, **self._metadata}
+                writer.writelines(P.frame(P.FrameType.META, json.dumps(body, separators=(",", ":")).encode()))
+                await writer.drain()
             self._data.clear()
             end = store.writer.written_position
             if position >= end:
@@ -153,6 +221,8 @@ class ReplicationServer:
             kind, payload = await P.read_frame(reader, 0)
             if kind is P.FrameType.ACK:
                 self._gate.on_ack(name, P.parse_ack(payload))
+            elif kind is P.FrameType.META_ACK:
+                self._meta_acked[name] = P.parse_ack(payload)
             elif kind is P.FrameType.ERROR:
                 raise BadRequest(f"replica {name} reported: {payload.decode(errors='replace')}")
             else:

@@ -17,6 +17,8 @@ Every frame is a header and a payload:
 | DATA 3 | primary → replica | segment_base u64, position u64 (in that segment), then CommitLog bytes |
 | ACK 4 | replica → primary | u64: the replica's log end, held under its flush policy |
 | ERROR 5 | either | UTF-8 text for a person; the connection closes after it |
+| META 6 | primary → replica | JSON: version, and {column family: {key: value}} of all topic and group metadata |
+| META_ACK 7 | replica → primary | u64: the metadata version the replica now holds |
 
 DATA carries a piece of the CommitLog that never crosses a segment; it need not end on a record
 boundary (the replica writes whole records and keeps the rest for the next piece). The records'
@@ -47,6 +49,8 @@ class FrameType(IntEnum):
     DATA = 3
     ACK = 4
     ERROR = 5
+    META = 6
+    META_ACK = 7
 
 
 def frame(kind: FrameType, payload: bytes | bytearray | memoryview) -> list[bytes | bytearray | memoryview]:
@@ -70,6 +74,10 @@ def ack(position: int) -> list[bytes | bytearray | memoryview]:
     return frame(FrameType.ACK, _ACK.pack(position))
 
 
+def meta_ack(version: int) -> list[bytes | bytearray | memoryview]:
+    return frame(FrameType.META_ACK, _ACK.pack(version))
+
+
 def error(message: str) -> list[bytes | bytearray | memoryview]:
     return frame(FrameType.ERROR, message.encode()[:MAX_CONTROL_BYTES])
 
@@ -84,7 +92,7 @@ async def read_frame(reader: asyncio.StreamReader, max_payload_bytes: int) -> tu
         ftype = FrameType(kind)
     except ValueError:
         raise BadRequest(f"unknown replication frame type {kind}") from None
-    limit = max_payload_bytes + _DATA.size if ftype is FrameType.DATA else MAX_CONTROL_BYTES
+    limit = max_payload_bytes + _DATA.size if ftype in (FrameType.DATA, FrameType.META) else MAX_CONTROL_BYTES
     if size > limit:
         raise BadRequest(f"replication frame of {size} bytes exceeds {limit}")
     return ftype, await reader.readexactly(size)

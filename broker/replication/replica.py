@@ -6,7 +6,7 @@ left on the primary), `follow` raises `LogMustChange` and the caller closes the 
 `cut_log`, reopens it and follows again (recovery then trims the indexes to the shortened log).
 Otherwise it records the primary's epoch as its own and copies DATA through
 `MessageStore.append_copy` (whole records only; a record split across frames waits for its rest),
-acknowledging its new log end after each piece.
+acknowledging its new log end after each piece. META frames replace its topic and group metadata.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 from broker.replication import protocol as P
 from broker.replication.coordinator import Leader
 from broker.replication.epochs import LocalEpoch
+from broker.replication.primary import apply_metadata
 from broker.store.record import HEADER_SIZE, peek_size
 from broker.store.segments import SegmentSet
 from broker.store.store import MessageStore
@@ -117,6 +118,10 @@ class Replica:
                 frame.cancel()
                 return
             kind, payload = frame.result()
+            if kind is P.FrameType.META:
+                writer.writelines(P.meta_ack(apply_metadata(store, payload)))
+                await writer.drain()
+                continue
             if kind is P.FrameType.ERROR:
                 raise Unavailable(f"primary ended the stream: {payload.decode(errors='replace')}")
             if kind is not P.FrameType.DATA:

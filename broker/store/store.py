@@ -19,7 +19,7 @@ import logging
 import operator
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import islice
@@ -127,6 +127,9 @@ class MessageStore:
         # Callables naming the oldest CommitLog position a broker feature still needs (None: none);
         # retention keeps every segment from there on (pending timers register one).
         self.retention_pins: list[Callable[[], int | None]] = []
+        # A replicated primary's acknowledgement gate (docs/replication.md): awaited with the end
+        # of every append before it is acknowledged; None (no replication) costs one test.
+        self.ack_gate: Callable[[int], Awaitable[None]] | None = None
         self._closed = False
         log.info(
             "store opened",
@@ -181,7 +184,10 @@ class MessageStore:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Sequence[AppendResult]] = loop.create_future()
         self.writer.submit(buf, sizes, columns, queue, (loop, fut))
-        return await fut
+        results = await fut
+        if self.ack_gate is not None:
+            await self.ack_gate(_end_of(results))
+        return results
 
     def prepare(self, records: Sequence[MessageRecord]) -> PreparedAppend:
         """Encode records for `append_prepared` (any thread): lets a caller encode ahead of time,
@@ -193,7 +199,10 @@ class MessageStore:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Sequence[AppendResult]] = loop.create_future()
         self.writer.submit(prepared.buf, prepared.sizes, prepared.columns, prepared.queue, (loop, fut))
-        return await fut
+        results = await fut
+        if self.ack_gate is not None:
+            await self.ack_gate(_end_of(results))
+        return results
 
     def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> Sequence[AppendResult]:
         buf, sizes, columns, queue = self._prepare(records)
@@ -398,6 +407,12 @@ class MessageStore:
         """(used bytes, total bytes) of the filesystem holding the data directory."""
         usage = shutil.disk_usage(self.data_dir)
         return usage.used, usage.total
+
+
+def _end_of(results: Sequence[AppendResult]) -> int:
+    """Where the last record of an append ends in the CommitLog (appends are contiguous)."""
+    last = results[len(results) - 1]
+    return last.physical_offset + last.size
 
 
 def copied_run(data: bytes | bytearray | memoryview, segment_base: int, position: int) -> Run:

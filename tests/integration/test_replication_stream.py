@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.metadata import CF_TOPICS, METADATA_CFS
 from broker.replication.config import ReplicationConfig
 from broker.replication.coordinator import Coordinator, Leader, MemberInfo
 from broker.replication.epochs import LocalEpoch
@@ -69,7 +70,7 @@ class Primary:
 
 @contextlib.asynccontextmanager
 async def _primary(etcd: EtcdProcess, group: str, data_dir: Path, cfg: ReplicationConfig) -> AsyncIterator[Primary]:
-    store = MessageStore(data_dir, STORE)
+    store = MessageStore(data_dir, STORE, extra_cfs=METADATA_CFS)
     port = free_port()
     member = MemberInfo("p", "-", f"127.0.0.1:{port}")
     coord = Coordinator(etcd.url, "test", group, member, lease_ttl_s=2, fence_margin_s=0.3)
@@ -114,7 +115,7 @@ async def _follow(
         assert isinstance(exc, LogMustChange)
         store.close()
         cut_log(data_dir, exc.to_offset, exc.min_offset)
-        store = MessageStore(data_dir, STORE)
+        store = MessageStore(data_dir, STORE, extra_cfs=METADATA_CFS)
     raise AssertionError("the replica never started following")
 
 
@@ -134,7 +135,7 @@ def test_replica_copies_the_log_and_acks_wait_for_it(etcd: EtcdProcess, tmp_path
             # Alone, the primary has fewer than min_insync members in sync: refused, retriable.
             with pytest.raises(Unavailable, match="fewer than min_insync"):
                 await primary.send(_records(1, "early"))
-            replica_store = MessageStore(tmp_path / "r", STORE)
+            replica_store = MessageStore(tmp_path / "r", STORE, extra_cfs=METADATA_CFS)
             replica_store, _replica, task, stop = await _follow(
                 replica_store, tmp_path / "r", primary.leader, "g-copy", "r"
             )
@@ -157,6 +158,13 @@ def test_replica_copies_the_log_and_acks_wait_for_it(etcd: EtcdProcess, tmp_path
                     (m.message_id, m.queue_offset, m.body) for m in want.messages
                 ]
             assert replica_store.find_by_key(TOPIC, "k5")
+            # Topic metadata (RocksDB, not the log) follows within a metadata check interval.
+            primary.store.index.cf(CF_TOPICS).put(b"orders", b'{"name": "orders"}')
+            for _ in range(100):
+                if replica_store.index.cf(CF_TOPICS).get(b"orders") is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert replica_store.index.cf(CF_TOPICS).get(b"orders") == b'{"name": "orders"}'
             # The replica goes away: after max_lag_ms it leaves the in-sync set (in etcd too) and
             # the primary refuses instead of acknowledging with one copy.
             stop.set()
@@ -180,11 +188,11 @@ def test_a_divergent_tail_is_truncated(etcd: EtcdProcess, tmp_path: Path) -> Non
 
     async def body() -> None:
         # An old member holds data of epoch 1 the next primary never had: make it by hand.
-        old = MessageStore(tmp_path / "old", STORE)
+        old = MessageStore(tmp_path / "old", STORE, extra_cfs=METADATA_CFS)
         await old.append(_records(10, "shared"))
         old.close()
         shutil.copytree(tmp_path / "old", tmp_path / "p")
-        old = MessageStore(tmp_path / "old", STORE)
+        old = MessageStore(tmp_path / "old", STORE, extra_cfs=METADATA_CFS)
         await old.append(_records(10, "divergent"))  # written by the old primary after its term
         LocalEpoch(tmp_path / "old" / "replication").set(1)
         async with _primary(etcd, "g-trunc", tmp_path / "p", cfg) as primary:
