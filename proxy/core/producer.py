@@ -12,7 +12,7 @@ from broker.api import OutgoingMessage, SendResult, TransactionResolution, Trans
 from broker.timer.keys import broker_of_recall_handle
 from broker.transaction import txid
 from common import metrics
-from common.errors import BadRequest, InvalidTransactionId, SluiceError
+from common.errors import BadRequest, InvalidTransactionId, SluiceError, Unavailable
 from proxy.core.routing import QueueSelector
 from proxy.directory import BrokerDirectory, BrokerRoute
 
@@ -68,7 +68,7 @@ class ProducerService:
         for (topic, broker, qid), indexes in placed.items():
             try:
                 batch = [items[i][1] for i in indexes]
-                results = await self._dir.broker(broker).send(topic, qid, batch)
+                results = await self._send_to(broker, topic, qid, batch)
                 for i, r in zip(indexes, results, strict=True):
                     outcomes[i] = r
                 metrics.count_in(topic, len(batch), sum(map(len, map(_BODY, batch))))
@@ -83,11 +83,24 @@ class ProducerService:
         try:
             route = await self._dir.route(topic)
             broker, qid = self._selector(topic).pick(topic, route, None)
-            results = await self._dir.broker(broker).send(topic, qid, messages)
+            results = await self._send_to(broker, topic, qid, messages)
         except SluiceError as exc:
             return [exc] * len(messages)
         metrics.count_in(topic, len(messages), sum(map(len, map(_BODY, messages))))
         return list(results)
+
+    async def _send_to(
+        self, broker: str, topic: str, queue_id: int, messages: list[OutgoingMessage]
+    ) -> list[SendResult]:
+        """Send through `broker`; a retriable refusal is retried once if the broker has moved (a
+        broker group failed over to a new primary), else raised for the client to retry."""
+        try:
+            return await self._dir.broker(broker).send(topic, queue_id, messages)
+        except Unavailable:
+            moved = await self._dir.moved(broker)
+            if moved is None:
+                raise
+            return await moved.send(topic, queue_id, messages)
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
