@@ -129,3 +129,92 @@ def test_failover_keeps_every_acknowledged_message(etcd: EtcdProcess, tmp_path: 
     finally:
         for proc in procs.values():
             proc.stop()
+
+
+def _start_group(tmp_path: Path, etcd: EtcdProcess, procs: dict[str, ServerProcess]) -> None:
+    for name in ("b1", "b2", "b3"):
+        procs[name] = start_broker_process(tmp_path, name=name, settings=_settings(etcd))
+
+
+async def _in_sync(etcd: EtcdProcess, n: int) -> bool:
+    got = await _etcd_json(etcd, "insync")
+    return got is not None and len(got["members"]) >= n
+
+
+def test_a_paused_primary_is_fenced_and_rejoins_as_replica(etcd: EtcdProcess, tmp_path: Path) -> None:
+    procs: dict[str, ServerProcess] = {}
+
+    async def body() -> None:
+        await asyncio.to_thread(_start_group, tmp_path, etcd, procs)
+        leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
+        await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
+        old = RemoteBroker(GROUP, leader["address"], timeout_s=3)
+        await old.create_topic(TopicSpec(TOPIC, queue_count=3))
+        await _send(old, "before")
+        paused = procs[leader["name"]]
+        paused.child.signal(signal.SIGSTOP)
+        try:
+
+            async def new_leader() -> dict[str, Any] | None:
+                got = await _etcd_json(etcd, "leader")
+                return got if got is not None and got["name"] != leader["name"] else None
+
+            successor = await _wait_for("a new leader while the old one is paused", new_leader)
+            fresh = RemoteBroker(GROUP, successor["address"], timeout_s=3)
+            await _wait_for("a send on the new primary", lambda: _try_send(fresh))
+        finally:
+            paused.child.signal(signal.SIGCONT)
+        # Awake again, and clients still reach it: it must acknowledge nothing.
+        for _ in range(20):
+            with pytest.raises(SluiceError):
+                await _send(old, "stale")
+            await asyncio.sleep(0.05)
+        await _wait_for("the old primary back in sync as a replica", lambda: _in_sync(etcd, 3))
+        with pytest.raises(SluiceError, match="replica of group g1"):
+            await _send(old, "stale")
+        assert (await _etcd_json(etcd, "leader") or {}).get("name") == successor["name"]
+        await old.close()
+        await fresh.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    finally:
+        for proc in procs.values():
+            proc.stop()
+
+
+def test_the_primary_rides_out_a_short_etcd_pause(etcd: EtcdProcess, tmp_path: Path) -> None:
+    procs: dict[str, ServerProcess] = {}
+
+    async def body() -> None:
+        await asyncio.to_thread(_start_group, tmp_path, etcd, procs)
+        leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
+        await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
+        remote = RemoteBroker(GROUP, leader["address"], timeout_s=3)
+        await remote.create_topic(TopicSpec(TOPIC, queue_count=3))
+        etcd.child.signal(signal.SIGSTOP)  # shorter than the lease: nobody may take over
+        try:
+            served = [await _try_send(remote) for _ in range(3)]
+            await asyncio.sleep(0.5)
+        finally:
+            etcd.child.signal(signal.SIGCONT)
+        assert all(served), "the primary must keep serving while its lease surely lives"
+        await _wait_for("sends after the pause", lambda: _try_send(remote))
+        after = await _etcd_json(etcd, "leader")
+        assert after is not None and (after["name"], after["epoch"]) == (leader["name"], leader["epoch"]), (
+            "no failover (and no second primary) for a pause shorter than the lease"
+        )
+        await remote.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    finally:
+        for proc in procs.values():
+            proc.stop()
+
+
+async def _try_send(remote: RemoteBroker) -> str | None:
+    try:
+        return await _send(remote, "try")
+    except SluiceError:
+        return None
