@@ -8,6 +8,7 @@ Keys under `/sluice/<cluster>/groups/<group>/` (docs/replication.md):
 | `leader` | JSON `Leader` | the primary's lease |
 | `epochs/<number, 20 digits>` | JSON {name, start_offset} | permanent |
 | `insync` | JSON {epoch, members} | permanent; written by that epoch's primary only |
+| `status` | JSON {primary, epoch, log_end, replicas: {name: {in_sync, lag_bytes, lag_s}}} | the primary's lease |
 
 Invariants: exactly one `leader` at a time (created only if absent, in one transaction with the
 next epoch); a leader is only ever created by a member of the latest `insync` set (or, in a group
@@ -260,6 +261,11 @@ class Coordinator:
             )
         return bool(ok)
 
+    async def put_status(self, status: dict[str, Any]) -> None:
+        """Publish the primary's view of its replicas (for `sluice admin broker list`), on its lease."""
+        async with self._etcd("publish the group status"):
+            await self._client.put(self._key("status"), _dump(status), lease=self._lease)
+
     async def resign(self, leader: Leader) -> None:
         """Give up the leader key if it is still `leader` (a planned switchover or shutdown)."""
         tx = self._client.transactions
@@ -289,6 +295,24 @@ class _EtcdErrors:
         if isinstance(exc, aetcd.exceptions.ClientError | TimeoutError):
             raise Unavailable(f"etcd: could not {self._what} ({type(exc).__name__}: {exc})") from exc
         return False
+
+
+async def read_groups(endpoint: str, cluster: str) -> dict[str, dict[str, Any]]:
+    """Every broker group of `cluster` as etcd holds it: {group: {"members": {name: MemberInfo
+    dict}, "leader": dict | None, "insync": dict | None, "status": dict | None}} (for admin tools)."""
+    host, port = parse_endpoint(endpoint)
+    prefix = f"/sluice/{cluster}/groups/"
+    groups: dict[str, dict[str, Any]] = {}
+    async with _EtcdErrors("read the broker groups"), aetcd.Client(host=host, port=port, timeout=3) as client:
+        found = await client.get_prefix(prefix.encode())
+    for item in found:
+        group, _, rest = item.key.decode()[len(prefix) :].partition("/")
+        view = groups.setdefault(group, {"members": {}, "leader": None, "insync": None, "status": None})
+        if rest.startswith("members/"):
+            view["members"][rest[len("members/") :]] = _load(item.value)
+        elif rest in ("leader", "insync", "status"):
+            view[rest] = _load(item.value)
+    return groups
 
 
 def _dump(value: dict[str, Any]) -> bytes:

@@ -134,6 +134,10 @@ class AckGate:
         if name in self.insync:
             self._release()
 
+    @property
+    def log_end(self) -> int:
+        return self._log_end()
+
     def lag_bytes(self, name: str) -> int:
         state = self.replicas.get(name)
         return max(0, self._log_end() - (state.acked if state else 0))

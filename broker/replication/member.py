@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,10 +34,13 @@ from broker.replication.gate import AckGate
 from broker.replication.primary import ReplicationServer
 from broker.replication.replica import LogMustChange, Replica, cut_log
 from broker.store.store import MessageStore
+from common import metrics
 from common.errors import Unavailable
 from common.logs import kv
 
 log = logging.getLogger("sluice.replication.member")
+
+STATUS_INTERVAL_S = 1.0
 
 # A registrar's `run(stop)` and `report_now()` (nameserver.client.BrokerRegistrar).
 RegistrarFactory = Callable[[LocalBroker], Any]
@@ -95,6 +99,7 @@ class GroupMember:
         self.gate: AckGate | None = None
         self.replica: Replica | None = None
         self.failovers = 0
+        self.fenced_writes = 0  # of terms that ended (the current gate counts its own)
 
     @property
     def _poll_s(self) -> float:
@@ -104,6 +109,7 @@ class GroupMember:
         """Be a member until `stop`; leaves the group (revoking the lease) on the way out."""
         await self._retry(self.coord.start, stop)
         lease_stop = asyncio.Event()
+        unregister = metrics.register_source(self.samples)
         try:
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(self.coord.keep_alive(lease_stop), name="etcd-lease")
@@ -112,7 +118,24 @@ class GroupMember:
                 finally:
                     lease_stop.set()
         finally:
+            unregister()
             await self.coord.close()
+
+    def samples(self) -> list[metrics.Sample]:
+        """Scrape-time metrics of this member (docs/metrics.md)."""
+        me, group = (self._cfg.name, self._repl.group), self._repl.group
+        gate = self.gate
+        fenced = self.fenced_writes + (gate.fenced_writes if gate is not None else 0)
+        out: list[metrics.Sample] = [
+            (metrics.REPLICATION_PRIMARY, me, 1.0 if self._switch.role == "primary" else 0.0),
+            (metrics.REPLICATION_EPOCH, me, float(self._epoch.value)),
+            (metrics.REPLICATION_FAILOVERS, me, float(self.failovers)),
+            (metrics.REPLICATION_FENCED, me, float(fenced)),
+        ]
+        if gate is not None and self._switch.role == "primary":
+            out.append((metrics.REPLICATION_INSYNC, (group,), float(1 + len(gate.insync))))
+            out.extend((metrics.REPLICATION_LAG_BYTES, (group, n), float(gate.lag_bytes(n))) for n in gate.replicas)
+        return out
 
     async def _loop(self, stop: asyncio.Event) -> None:
         store: MessageStore | None = None
@@ -224,6 +247,7 @@ class GroupMember:
             registrar = self._make_registrar(broker) if self._make_registrar is not None else None
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(gate.maintain(term_over), name="in-sync-set")
+                tasks.create_task(self._publish_status(gate, term_over), name="group-status")
 
                 async def topics_changed() -> None:
                     # Replicas first: a route must not lead to a topic a successor would not know.
@@ -244,10 +268,28 @@ class GroupMember:
             term_over.set()
             await server.close()
             await broker.close()
+            self.fenced_writes += gate.fenced_writes
             self.gate = None
             if not stop.is_set():
                 with contextlib.suppress(Unavailable):
                     await self.coord.resign(leader)
+
+    async def _publish_status(self, gate: AckGate, stop: asyncio.Event) -> None:
+        """The primary's view of its replicas, in etcd every second (read by `sluice admin broker list`)."""
+        while not stop.is_set():
+            now, end = time.monotonic(), gate.log_end
+            replicas = {
+                name: {
+                    "in_sync": name in gate.insync,
+                    "lag_bytes": gate.lag_bytes(name),
+                    "lag_s": 0.0 if gate.lag_bytes(name) == 0 else round(now - state.caught_up_at, 3),
+                }
+                for name, state in gate.replicas.items()
+            }
+            status = {"primary": gate.leader.name, "epoch": gate.leader.epoch, "log_end": end, "replicas": replicas}
+            with contextlib.suppress(Unavailable):
+                await self.coord.put_status(status)
+            await _sleep(stop, STATUS_INTERVAL_S)
 
     async def _hold_term(self, gate: AckGate, leader: Leader, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -84,7 +84,7 @@ def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None
 def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
     replicated: tuple[Cluster, EtcdProcess], unique: Callable[[str], str]
 ) -> None:
-    cluster, _ = replicated
+    cluster, etcd = replicated
     topic = cluster.create_topic(unique("t"), message_type="fifo", queues=4)
     group = unique("g")
     cluster.admin("group", "create", group, "--fifo")
@@ -148,3 +148,14 @@ def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
     for key, numbers in order.items():
         firsts = list(dict.fromkeys(numbers))  # first deliveries, in order
         assert firsts == sorted(firsts), f"message group {key} out of order: {firsts[:40]}"
+
+    # Every member listed with its role, epoch and lag; the restarted one back in sync.
+    def listing() -> list[dict[str, object]]:
+        return [r for r in cluster.admin("broker", "list", "--etcd", etcd.url) or [] if r["group"] == GROUP]
+
+    _wait("every member in sync", lambda: sum(bool(r["in_sync"]) for r in listing()) == len(MEMBERS))
+    rows = listing()
+    assert sorted(r["name"] for r in rows) == sorted(MEMBERS)
+    assert [r["role"] for r in rows].count("primary") == 1
+    assert {r["epoch"] for r in rows} == {KILLS + 1}
+    assert all(isinstance(r["lag_bytes"], int) for r in rows)
