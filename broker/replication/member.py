@@ -87,7 +87,8 @@ class GroupMember:
         self._token = token
         self._repl_port = _pick_port(config.host, self._repl.port)
         self._epoch = LocalEpoch(config.data_dir / "replication")
-        member = MemberInfo(config.name, advertised, f"{config.host}:{self._repl_port}")
+        # Replicas reach the replication port at the host others reach this broker at.
+        member = MemberInfo(config.name, advertised, f"{advertised.rpartition(':')[0]}:{self._repl_port}")
         self.coord = Coordinator(
             self._repl.etcd[0],
             config.cluster,
