@@ -1,12 +1,14 @@
 """A broker group of three real `sluice broker` processes on a real etcd: SIGKILL the primary, a new
 one is elected from the in-sync set and holds every message the old one acknowledged; the killed
-member comes back as a replica (truncating what it wrote alone) and rejoins the in-sync set.
+member comes back with a wiped data directory and resyncs; a paused primary is fenced and rejoins as
+a replica; a short etcd pause changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -116,11 +118,16 @@ def test_failover_keeps_every_acknowledged_message(etcd: EtcdProcess, tmp_path: 
         assert (await remote.get_topic(TOPIC)).queue_count == 3  # metadata survived the failover
         for message_id in acked:
             assert await remote.get_message(TOPIC, message_id), f"acknowledged message {message_id} was lost"
-        # The killed member returns as a replica and catches up into the in-sync set.
+        # The killed member returns with an empty data directory (a replaced disk): it resyncs from
+        # scratch, byte for byte, and rejoins the in-sync set.
+        shutil.rmtree(tmp_path / first)
         await asyncio.to_thread(start, first)
         await _wait_for("the old primary back in sync", lambda: in_sync(3))
         got = await _etcd_json(etcd, "leader")
         assert got is not None and got["name"] == leader["name"]
+        primary_log = sorted((tmp_path / leader["name"] / "commitlog").glob("*.log"))
+        resynced_log = sorted((tmp_path / first / "commitlog").glob("*.log"))
+        assert [p.read_bytes() for p in resynced_log] == [p.read_bytes() for p in primary_log]
         await remote.close()
         print(f"failover: first send acknowledged {failover_s:.2f} s after SIGKILL (lease TTL {LEASE_TTL_S} s)")
 
