@@ -23,9 +23,9 @@ from typing import cast
 
 import grpc
 
-from broker.api import BrokerApi
+from broker.client.api import BrokerApi
+from broker.client.grpc_convert import MAX_MESSAGE_BYTES
 from broker.config import BrokerConfig
-from broker.grpc_convert import MAX_MESSAGE_BYTES
 from broker.local import LocalBroker
 from broker.service import BrokerServicer
 from common.config import ConfigError

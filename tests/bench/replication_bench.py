@@ -38,8 +38,8 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import aetcd  # noqa: E402
 
-from broker.api import OutgoingMessage, TopicSpec  # noqa: E402
-from broker.remote import RemoteBroker  # noqa: E402
+from broker.client.api import OutgoingMessage, TopicSpec  # noqa: E402
+from broker.client.remote import RemoteBroker  # noqa: E402
 from common.errors import SluiceError  # noqa: E402
 from tests.helpers.broker_fixtures import ServerProcess, start_broker_process  # noqa: E402
 from tests.helpers.etcd import EtcdProcess, start_etcd  # noqa: E402

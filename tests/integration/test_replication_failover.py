@@ -18,8 +18,8 @@ from typing import Any
 import aetcd
 import pytest
 
-from broker.api import OutgoingMessage, TopicSpec
-from broker.remote import RemoteBroker
+from broker.client.api import OutgoingMessage, TopicSpec
+from broker.client.remote import RemoteBroker
 from common.errors import SluiceError
 from tests.helpers.broker_fixtures import ServerProcess, start_broker_process
 from tests.helpers.etcd import EtcdProcess, start_etcd
