@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.replication.config import ReplicationConfig
 from broker.store.config import StoreConfig
 from broker.tiering.config import TieringConfig
 from common.metrics import MetricsConfig
@@ -115,6 +116,8 @@ class BrokerConfig:
     # Tiered storage (`[broker.tiering]`): off unless `bucket` is set; see docs/tiered-format.md.
     tiering: TieringConfig = field(default_factory=TieringConfig)
     timer: TimerConfig = field(default_factory=TimerConfig)
+    # Broker groups (`[broker.replication]`, docs/replication.md): off unless `group` is set.
+    replication: ReplicationConfig = field(default_factory=ReplicationConfig)
 
     @property
     def advertised_address(self) -> str:

@@ -106,6 +106,10 @@ class _Parts:
     reader: Reader
 
 
+# Every column family a broker's store holds (a replica opens the same store with the same list).
+BROKER_CFS = METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_CFS + TIMER_CFS
+
+
 class LocalBroker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -135,7 +139,7 @@ class LocalBroker:
             lambda: MessageStore(
                 cfg.data_dir,
                 cfg.store,
-                extra_cfs=METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_CFS + TIMER_CFS,
+                extra_cfs=BROKER_CFS,
             ),
         )
         store = self._store

@@ -19,9 +19,11 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
+from typing import cast
 
 import grpc
 
+from broker.client.api import BrokerApi
 from broker.client.grpc_convert import MAX_MESSAGE_BYTES
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
@@ -67,6 +69,9 @@ async def run_broker(
     if port != config.port:  # port 0: the broker stamps stored messages with its real address
         config = dataclasses.replace(config, port=port)
     advertised = config.advertised_address
+    if config.replication.enabled:  # a member of a broker group (docs/replication.md)
+        await _run_member(config, stop, server, client, address, advertised, on_ready)
+        return
     broker = LocalBroker(config)
     try:
         await broker.start()
@@ -105,6 +110,43 @@ async def _serve_until_stopped(
         await server.stop(SHUTDOWN_GRACE_S)
         broker.on_topics_changed = None
         registrar_stop.set()  # the registrar unregisters from every NameServer, then ends
+
+
+async def _run_member(
+    config: BrokerConfig,
+    stop: asyncio.Event,
+    server: grpc.aio.Server,
+    client: NameServerClient | None,
+    address: str,
+    advertised: str,
+    on_ready: Callable[[str], None] | None,
+) -> None:
+    """`run_broker` for a member of a broker group: the service answers through the member's
+    `RoleSwitch` (the LocalBroker only while primary); routes are registered under the group's name."""
+    from broker.replication.member import GroupMember, RoleSwitch
+
+    switch = RoleSwitch(config.name, config.replication.group)
+    registrar = None if client is None else (lambda broker: _registrar(broker, client, config, advertised))
+    member = GroupMember(config, switch, advertised, registrar, token=token.from_environment())
+    member_stop = asyncio.Event()
+    try:
+        pb_grpc.add_BrokerServicer_to_server(BrokerServicer(cast(BrokerApi, switch)), server)
+        await server.start()
+        log.info("broker serving as a group member", extra=kv(broker=config.name, group=config.replication.group,
+                                                              address=address))  # fmt: skip
+        if on_ready is not None:
+            on_ready(address)
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(member.run(member_stop), name="group-member")
+            await stop.wait()
+            await server.stop(SHUTDOWN_GRACE_S)
+            member_stop.set()  # resigns at once if primary, closes the broker, leaves the NameServers
+    finally:
+        member_stop.set()
+        await server.stop(None)
+        if client is not None:
+            await client.close()
+        log.info("broker stopped", extra=kv(broker=config.name, address=address))
 
 
 def _check_names(config: BrokerConfig) -> None:

@@ -258,10 +258,36 @@ SERIES_DROPPED = ScrapeFamily(
     ("family",), "counter",
 )  # fmt: skip
 
+# Broker groups (docs/replication.md).
+REPLICATION_PRIMARY = ScrapeFamily(
+    "sluice_replication_is_primary", "1 while this member is its group's primary, else 0", ("broker", "group")
+)
+REPLICATION_EPOCH = ScrapeFamily(
+    "sluice_replication_epoch", "The epoch (term) this member last held data of", ("broker", "group")
+)
+REPLICATION_LAG_BYTES = ScrapeFamily(
+    "sluice_replication_lag_bytes", "CommitLog bytes a replica has not yet acknowledged (on the primary)",
+    ("group", "replica"),
+)  # fmt: skip
+REPLICATION_INSYNC = ScrapeFamily(
+    "sluice_replication_insync_members", "Members of the in-sync set, the primary included (on the primary)",
+    ("group",),
+)  # fmt: skip
+REPLICATION_FAILOVERS = ScrapeFamily(
+    "sluice_replication_failovers_total", "Terms this member won after the group's first", ("broker", "group"),
+    "counter",
+)  # fmt: skip
+REPLICATION_FENCED = ScrapeFamily(
+    "sluice_replication_fenced_writes_total", "Writes refused because this member's term was over",
+    ("broker", "group"), "counter",
+)  # fmt: skip
+
 SCRAPE_FAMILIES: tuple[ScrapeFamily, ...] = (
     PROXY_CLIENTS, PROXY_IN_FLIGHT, PROXY_IN_FLIGHT_BYTES, CONSUMER_LAG, CONSUMER_IN_FLIGHT, DEAD_LETTERED,
     DISPATCH_LAG_BYTES, DISPATCH_LAG_SECONDS, UNFLUSHED_BYTES, COMMITLOG_BYTES, COMMITLOG_SEGMENTS, ROCKSDB_BYTES,
     DISK_USED_BYTES, DISK_TOTAL_BYTES, TIMER_PENDING, TRANSACTION_HALF, TIER_UPLOAD_LAG, TRACE_PENDING, SERIES_DROPPED,
+    REPLICATION_PRIMARY, REPLICATION_EPOCH, REPLICATION_LAG_BYTES, REPLICATION_INSYNC, REPLICATION_FAILOVERS,
+    REPLICATION_FENCED,
 )  # fmt: skip
 
 Sample = tuple[ScrapeFamily, tuple[str, ...], float]

@@ -50,6 +50,10 @@ class BrokerDirectory(Protocol):
     async def lookup(self, name: str) -> BrokerApi | None:
         """The broker of that name, asking the cluster once if it is not known yet; None if none is."""
 
+    async def moved(self, name: str) -> BrokerApi | None:
+        """The broker of that name if the cluster now gives it another address (a broker group's
+        failover: docs/replication.md), else None."""
+
     def broker_names(self) -> list[str]: ...
     async def close(self) -> None: ...
 
@@ -86,6 +90,9 @@ class LocalDirectory:
 
     async def lookup(self, name: str) -> BrokerApi | None:
         return self._broker if name == self._broker.name else None
+
+    async def moved(self, name: str) -> BrokerApi | None:
+        return None
 
     def broker_names(self) -> list[str]:
         return [self._broker.name]
@@ -201,6 +208,13 @@ class ClusterDirectory:
     async def _list_quietly(self) -> None:
         with contextlib.suppress(Unavailable):
             await self.refresh_brokers()
+
+    async def moved(self, name: str) -> BrokerApi | None:
+        before = self._addresses.get(name)
+        with contextlib.suppress(Unavailable):
+            await self.refresh_brokers()
+        after = self._addresses.get(name)
+        return self._brokers[name] if after is not None and after != before else None
 
     def broker_names(self) -> list[str]:
         return sorted(self._brokers)

@@ -19,7 +19,7 @@ import logging
 import operator
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import islice
@@ -29,11 +29,11 @@ from broker.store import keys as K
 from broker.store.config import StoreConfig
 from broker.store.dispatcher import Dispatcher, DispatchListener
 from broker.store.index import CqEntry, Index
-from broker.store.record import MessageRecord, decode, encode_columns, encode_one
+from broker.store.record import MessageRecord, decode, encode_columns, encode_one, peek_size
 from broker.store.recovery import RecoveryReport, recover
 from broker.store.retention import Retention
 from broker.store.segments import SegmentSet
-from broker.store.writer import AppendResult, Columns, CommitLogWriter, new_columns
+from broker.store.writer import AppendResult, Columns, CommitLogWriter, Run, new_columns
 from broker.tags import tag_hash
 from common.errors import BadRequest, IllegalOffset, MessageCorrupted, OffsetNotFound, StoreClosed
 from common.logs import kv
@@ -118,6 +118,9 @@ class MessageStore:
         # Callables naming the oldest CommitLog position a broker feature still needs (None: none);
         # retention keeps every segment from there on (pending timers register one).
         self.retention_pins: list[Callable[[], int | None]] = []
+        # A replicated primary's acknowledgement gate (docs/replication.md): awaited with the end
+        # of every append before it is acknowledged; None (no replication) costs one test.
+        self.ack_gate: Callable[[int], Awaitable[None]] | None = None
         self._closed = False
         log.info(
             "store opened",
@@ -173,7 +176,10 @@ class MessageStore:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Sequence[AppendResult]] = loop.create_future()
         self.writer.submit(buf, sizes, columns, queue, (loop, fut))
-        return await fut
+        results = await fut
+        if self.ack_gate is not None:
+            await self.ack_gate(_end_of(results))
+        return results
 
     def prepare(self, records: Sequence[MessageRecord]) -> PreparedAppend:
         """Encode records for `append_prepared` (any thread): lets a caller encode ahead of time,
@@ -185,13 +191,28 @@ class MessageStore:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Sequence[AppendResult]] = loop.create_future()
         self.writer.submit(prepared.buf, prepared.sizes, prepared.columns, prepared.queue, (loop, fut))
-        return await fut
+        results = await fut
+        if self.ack_gate is not None:
+            await self.ack_gate(_end_of(results))
+        return results
 
     def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> Sequence[AppendResult]:
         buf, sizes, columns, queue = self._prepare(records)
         fut: concurrent.futures.Future[Sequence[AppendResult]] = concurrent.futures.Future()
         self.writer.submit(buf, sizes, columns, queue, fut)
         return fut.result(timeout_s)
+
+    async def append_copy(self, segment_base: int, position: int, data: bytes | bytearray | memoryview) -> None:
+        """Append whole records copied from a primary at the same offsets (a replica's only way to
+        write; docs/replication.md). Each record is verified (magic, size, CRC, its own position)
+        before anything is written; bad data raises MessageCorrupted and writes nothing."""
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        run = copied_run(data, segment_base, position)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[object] = loop.create_future()
+        self.writer.submit_copy(segment_base, position, data, run, (loop, fut))
+        await fut
 
     def wait_dispatched(self, timeout_s: float = 10.0) -> bool:
         """Block until everything written so far is visible to readers."""
@@ -378,6 +399,36 @@ class MessageStore:
         """(used bytes, total bytes) of the filesystem holding the data directory."""
         usage = shutil.disk_usage(self.data_dir)
         return usage.used, usage.total
+
+
+def _end_of(results: Sequence[AppendResult]) -> int:
+    """Where the last record of an append ends in the CommitLog (appends are contiguous)."""
+    last = results[len(results) - 1]
+    return last.physical_offset + last.size
+
+
+def copied_run(data: bytes | bytearray | memoryview, segment_base: int, position: int) -> Run:
+    """Verify the records of `data` (whole records meant for `segment_base + position`) and
+    describe them for the dispatcher."""
+    if not data:
+        raise BadRequest("no records to copy")
+    columns = new_columns(([], [], [], [], []))
+    results: list[AppendResult] = []
+    at, end = 0, len(data)
+    while at < end:
+        where = segment_base + position + at
+        rec = decode(data, at, where=f"replicated record at commitlog position {where}")
+        size = peek_size(data, at)[0]
+        if rec.physical_offset != where:
+            raise MessageCorrupted(f"replicated record says it lives at {rec.physical_offset}, not {where}")
+        columns.topics.append(rec.topic)
+        columns.queue_ids.append(rec.queue_id)
+        columns.tag_hashes.append(tag_hash(rec.tag))
+        columns.message_ids.append(rec.message_id.encode())
+        columns.keys.append(rec.keys)
+        results.append(AppendResult(rec.queue_offset, where, size, rec.store_timestamp_ms))
+        at += size
+    return Run(columns, results, None, segment_base)
 
 
 __all__ = ["MessageStore", "ReadResult", "ReadStatus", "StoreStats"]

@@ -40,7 +40,7 @@ from typing import NamedTuple, overload
 from broker.store.config import CommitLogConfig
 from broker.store.record import seal_at
 from broker.store.segments import Segment, SegmentSet
-from common.errors import StoreClosed, TooManyRequests, Unavailable
+from common.errors import BadRequest, StoreClosed, TooManyRequests, Unavailable
 from common.logs import kv
 from common.metrics import observe_flush
 
@@ -207,6 +207,17 @@ class _Pending:
     waiter: Waiter
 
 
+class _Copy(NamedTuple):
+    """Records a replica copies from its primary: `data` (whole records, already sealed) belongs at
+    `segment_base + position`, where this log ends; `run` indexes them."""
+
+    segment_base: int
+    position: int
+    data: bytes | bytearray | memoryview
+    run: Run
+    waiter: Waiter
+
+
 class CommitLogWriter:
     def __init__(
         self,
@@ -225,6 +236,7 @@ class CommitLogWriter:
         self._dispatched = dispatched_position
         self._failed = failed
         self._queue: collections.deque[_Pending] = collections.deque()
+        self._copies: collections.deque[_Copy] = collections.deque()  # a replica's (submit_copy)
         self._cond = threading.Condition()
         self._closed = False
         self._stop_flusher = threading.Event()
@@ -271,6 +283,24 @@ class CommitLogWriter:
             if self._idle:  # a busy writer drains the queue anyway: no wake-up syscall per append
                 self._cond.notify()
 
+    def submit_copy(
+        self,
+        segment_base: int,
+        position: int,
+        data: bytes | bytearray | memoryview,
+        run: Run,
+        waiter: Waiter,
+    ) -> None:
+        """Queue records copied from a primary (docs/replication.md): written as they are at the
+        same offsets (rolling to `segment_base` when the primary did), indexed by `run`, then
+        `waiter` gets None. A gap or overlap with this log's end fails the waiter with BadRequest."""
+        with self._cond:
+            if self._closed:
+                raise StoreClosed("the store is closed")
+            self._copies.append(_Copy(segment_base, position, data, run, waiter))
+            if self._idle:
+                self._cond.notify()
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -290,15 +320,51 @@ class CommitLogWriter:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._closed:
+                while not self._queue and not self._copies and not self._closed:
                     self._idle = True
                     self._cond.wait()
                 self._idle = False
-                if not self._queue and self._closed:
+                if not self._queue and not self._copies and self._closed:
                     return
                 items = list(self._queue)
                 self._queue.clear()
-            self._round(items)
+                copies = list(self._copies)
+                self._copies.clear()
+            for copy in copies:  # a replica has no appends of its own, a primary no copies
+                self._copy(copy)
+            if items:
+                self._round(items)
+
+    def _copy(self, item: _Copy) -> None:
+        """Write one replicated piece at the end of the log (writer thread)."""
+        err: BaseException | None = None
+        start_seg, start_size = self._seg, self._seg.size
+        try:
+            if item.segment_base != self._seg.base:
+                if item.segment_base != self._seg.end or item.position != 0:
+                    raise BadRequest(
+                        f"replicated data for segment {item.segment_base}+{item.position} does not follow "
+                        f"this log's end {self._seg.end}"
+                    )
+                self._roll()
+            if item.segment_base + item.position != self._seg.end:
+                raise BadRequest(
+                    f"replicated data at {item.segment_base + item.position} but this log ends at {self._seg.end}"
+                )
+            self._write([item.data], self._seg.size + len(item.data))  # type: ignore[list-item]
+            if self._cfg.flush_policy == "sync":
+                os.fdatasync(self._fd)
+                self.flushed_position = self._seg.end
+        except OSError as exc:
+            self._rollback(start_seg, start_size, {})
+            err = Unavailable(f"the replica could not write to its commitlog ({exc.strerror or exc})")
+        except BadRequest as exc:
+            err = exc
+        if err is None:
+            self.written_position = self._seg.end
+            self._next_qoff.clear()  # queue ends come from the index (this writer sealed none of these)
+            self._on_written([item.run])
+        _complete([item], None if err else [[]], err)
 
     def _round(self, items: list[_Pending]) -> None:
         started = time.perf_counter()
@@ -540,7 +606,9 @@ def _seal_queue(buf: bytearray, sizes: list[int], queue_offset: int, physical_of
     return physs
 
 
-def _complete(items: list[_Pending], results: list[Sequence[AppendResult]] | None, err: BaseException | None) -> None:
+def _complete(
+    items: Sequence[_Pending | _Copy], results: list[Sequence[AppendResult]] | None, err: BaseException | None
+) -> None:
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, object]]] = {}
     for i, item in enumerate(items):
         outcome: object = err if err is not None else results[i] if results else None

@@ -28,6 +28,7 @@ from deploy.cluster.schema import (
     NAME_PATTERN,
     BrokerEntry,
     Entry,
+    EtcdEntry,
     NavigationEntry,
     ProxyEntry,
     UpEntry,
@@ -52,6 +53,7 @@ from proxy.config import ProxyConfig
 TOP_LEVEL = ("cluster", "config", *KINDS)
 # The config sections each kind reads from its --config file, with the dataclass that loads them.
 SECTIONS: dict[str, tuple[tuple[str, type], ...]] = {
+    "etcd": (),
     "nameserver": (("nameserver", NameServerConfig),),
     "navigation": (("navigation", NavigationConfig),),
     "broker": (("broker", BrokerConfig),),
@@ -62,9 +64,12 @@ SECTIONS: dict[str, tuple[tuple[str, type], ...]] = {
 _COMMON_FLAGS = ("--config", "--host", "--port", "--metrics-port", "--log-level")
 _WORKERS = ("--workers", "--reuse-port", "--worker-index")  # the last two are internal to --workers
 RESERVED_FLAGS: dict[str, frozenset[str]] = {
+    "etcd": frozenset((*_COMMON_FLAGS, "--name", "--peer-port", "--data-dir")),
     "nameserver": frozenset(_COMMON_FLAGS),
     "navigation": frozenset((*_COMMON_FLAGS, "--http-port")),
-    "broker": frozenset((*_COMMON_FLAGS, "--name", "--data-dir", "--namesrv", "--advertise")),
+    "broker": frozenset(
+        (*_COMMON_FLAGS, "--name", "--data-dir", "--namesrv", "--advertise", "--group", "--etcd", "--min-insync")
+    ),
     "proxy": frozenset((*_COMMON_FLAGS, "--namesrv", "--navigation", "--zone", "--advertise", "--proxy-id", *_WORKERS)),
     "up": frozenset((*_COMMON_FLAGS, "--namesrv-port", "--broker-port", "--data-dir")),
 }
@@ -96,7 +101,8 @@ def _load(source: Path, run_dir: Path, port_offset: int) -> Topology:
     _check_relations(entries)
     namesrv = ";".join(_address(e.host or settings.host, e.port) for e in entries if e.kind == "nameserver")
     navigation = ";".join(_address(e.host or settings.host, e.port) for e in entries if e.kind == "navigation")
-    specs = [_spec(e, settings, run_dir, config_root, namesrv, navigation) for e in entries]
+    etcd = ",".join(f"http://{_address(e.host or settings.host, e.port)}" for e in entries if e.kind == "etcd")
+    specs = [_spec(e, settings, run_dir, config_root, namesrv, navigation, etcd) for e in entries]
     specs.sort(key=lambda s: START_RANK[s.kind])  # stable: file order within a kind
     return Topology(source.resolve(), run_dir, settings, tuple(specs), port_offset)
 
@@ -188,6 +194,9 @@ def _check_relations(entries: list[_Located]) -> None:
         raise ConfigError("a topology is merged ([[up]] only) or separated (no [[up]]), not both")
     if kinds & {"broker", "proxy"} and "nameserver" not in kinds:
         raise ConfigError("brokers and proxies need a NameServer: add a [[nameserver]]")
+    grouped = [e.name for e in entries if isinstance(e.entry, BrokerEntry) and e.entry.group]
+    if grouped and "etcd" not in kinds:
+        raise ConfigError(f"brokers in a group ({', '.join(grouped)}) need etcd: add an [[etcd]]")
     names: dict[str, str] = {}
     ports: dict[int, str] = {}
     for e in entries:
@@ -223,6 +232,7 @@ def _spec(
     config_root: Mapping[str, Any],
     namesrv: str,
     navigation: str,
+    etcd: str = "",
 ) -> ProcessSpec:
     kind, entry = located.kind, located.entry
     host = entry.host or settings.host
@@ -232,6 +242,10 @@ def _spec(
     config_path = run_dir / "config" / f"{entry.name}.toml" if config else None
     argv = [kind, "--host", host, "--port", str(entry.port)]
     argv += _kind_flags(kind, entry, host, data_dir, namesrv, navigation)
+    if isinstance(entry, BrokerEntry) and entry.group:
+        argv += ["--group", entry.group, "--etcd", etcd]
+        if entry.min_insync:
+            argv += ["--min-insync", str(entry.min_insync)]
     if entry.metrics_port:
         argv += ["--metrics-port", str(entry.metrics_port)]
     argv += ["--log-level", settings.log_level]
@@ -260,6 +274,8 @@ def _kind_flags(kind: str, entry: Entry, host: str, data_dir: Path | None, names
     flags: list[str] = []
     if isinstance(entry, NavigationEntry):
         flags += ["--http-port", str(entry.http_port)]
+    elif isinstance(entry, EtcdEntry):
+        flags += ["--name", entry.name, "--peer-port", str(entry.peer_port), "--data-dir", str(data_dir)]
     elif isinstance(entry, BrokerEntry):
         flags += ["--name", entry.name, "--data-dir", str(data_dir), "--namesrv", namesrv]
         if host in WILDCARD_HOSTS and not entry.advertise:
@@ -284,7 +300,7 @@ def _kind_flags(kind: str, entry: Entry, host: str, data_dir: Path | None, names
 
 
 def _data_dir(entry: Entry, run_dir: Path) -> Path | None:
-    if not isinstance(entry, BrokerEntry | UpEntry):
+    if not isinstance(entry, BrokerEntry | UpEntry | EtcdEntry):
         return None
     path = Path(entry.data_dir or f"data/{entry.name}")
     return path if path.is_absolute() else run_dir / path

@@ -2,7 +2,8 @@
 
     [[nameserver]]  name, port, [host, metrics_port, args, config]
     [[navigation]]  name, port, http_port, [host, metrics_port, args, config]
-    [[broker]]      name, port, [host, metrics_port, data_dir, advertise, args, config]
+    [[etcd]]        name, port, peer_port, [host, data_dir]   (a one-member etcd for broker groups)
+    [[broker]]      name, port, [host, metrics_port, data_dir, advertise, group, min_insync, args, config]
     [[proxy]]       name, port, [host, metrics_port, zone, workers, advertise, args, config]
     [[up]]          name, port, namesrv_port, broker_port, [host, metrics_port, data_dir, args, config]
 
@@ -66,14 +67,26 @@ class NavigationEntry(Entry):
 
 
 @dataclass(frozen=True, kw_only=True)
+class EtcdEntry(Entry):
+    peer_port: int
+    data_dir: str = ""  # default data/<name>; relative to the run dir
+
+
+@dataclass(frozen=True, kw_only=True)
 class BrokerEntry(Entry):
     data_dir: str = ""  # default data/<name>; relative to the run dir
     advertise: str = ""  # HOST:PORT other processes use (default host:port)
+    group: str = ""  # broker group (docs/replication.md); needs an [[etcd]]
+    min_insync: int = 0  # 0: the broker's default
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.advertise and not ENDPOINT_PATTERN.fullmatch(self.advertise):
             raise ValueError(f"advertise {self.advertise!r}: use HOST:PORT")
+        if self.group and not NAME_PATTERN.fullmatch(self.group):
+            raise ValueError(f"group {self.group!r}: use lowercase letters, digits and '-'")
+        if self.min_insync < 0:
+            raise ValueError(f"min_insync must not be negative, got {self.min_insync}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +118,7 @@ class UpEntry(Entry):
 
 
 ENTRY_TYPES: dict[str, type[Entry]] = {
+    "etcd": EtcdEntry,
     "nameserver": NameServerEntry,
     "navigation": NavigationEntry,
     "broker": BrokerEntry,

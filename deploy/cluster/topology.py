@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-KINDS = ("nameserver", "navigation", "broker", "proxy", "up")
-# Dependency order: brokers register with NameServers, proxies with navigation and NameServers.
-START_RANK = {"up": 0, "nameserver": 0, "navigation": 1, "broker": 2, "proxy": 3}
+KINDS = ("etcd", "nameserver", "navigation", "broker", "proxy", "up")
+# Dependency order: brokers register with NameServers (and join their groups in etcd), proxies with
+# navigation and NameServers.
+START_RANK = {"up": 0, "etcd": 0, "nameserver": 0, "navigation": 1, "broker": 2, "proxy": 3}
 LOG_LEVELS = ("debug", "info", "warning", "error")
 PORT_MAX = 65535
 WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}

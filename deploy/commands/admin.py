@@ -36,7 +36,7 @@ from broker.client.api import GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace
-from deploy.admin import groups, messages, security, tier, topics, trace
+from deploy.admin import brokers, groups, messages, security, tier, topics, trace
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
 from deploy.admin.output import Report, render_json, render_table
 from deploy.admin.parse import parse_consume_from, parse_message_types, parse_names, parse_retry_policy
@@ -200,7 +200,10 @@ def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParse
 
 def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    _leaf(actions, "list", shared, _broker_list, "brokers registered with the NameServer")
+    listing = _leaf(actions, "list", shared, _broker_list, "brokers registered with the NameServer")
+    listing.add_argument(
+        "--etcd", metavar="URL", help="etcd of the broker groups: list every member with its role, epoch and lag"
+    )
 
 
 # -- actions --------------------------------------------------------------------------------------
@@ -260,17 +263,7 @@ async def _message_trace(cluster: Cluster, args: argparse.Namespace) -> Report:
 
 
 async def _broker_list(cluster: Cluster, args: argparse.Namespace) -> Report:
-    rows = [
-        {
-            "broker": b.broker_name,
-            "cluster": b.cluster_name,
-            "address": b.address,
-            "topics": b.topic_count,
-            "last_heartbeat_s": round(b.last_heartbeat_age_s, 1),
-        }
-        for b in await cluster.brokers()
-    ]
-    return Report(columns=["broker", "cluster", "address", "topics", "last_heartbeat_s"], rows=rows)
+    return await brokers.list_brokers(cluster, args.etcd)
 
 
 # -- tiered storage -------------------------------------------------------------------------------

@@ -54,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="create topics and consumer groups on first use",
     )
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
+    parser.add_argument("--group", help="broker group to join (replication and failover; needs --etcd)")
+    parser.add_argument("--etcd", metavar="URL[,URL]", help="etcd client URLs of the broker group (http://host:port)")
+    parser.add_argument(
+        "--min-insync", type=int, metavar="N", help="acknowledge writes once N group members hold them (default 1)"
+    )
+    parser.add_argument("--repl-port", type=int, metavar="P", help="port replicas fetch the CommitLog from (0: free)")
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
@@ -76,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
             "store.commitlog.flush_policy": args.flush,
             "store.commitlog.segment_bytes": args.segment_bytes,
             "auto_create": args.auto_create,
+            "replication.group": args.group,
+            "replication.etcd": args.etcd.split(",") if args.etcd else None,
+            "replication.min_insync": args.min_insync,
+            "replication.port": args.repl_port,
             **metrics_overrides(args),
             **trace_overrides(args),
             **tier_overrides(args),

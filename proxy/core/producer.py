@@ -12,7 +12,7 @@ from broker.client import txid
 from broker.client.api import CallContext, OutgoingMessage, SendResult, TransactionResolution, TransactionSource
 from broker.client.recall import broker_of_recall_handle
 from common import metrics
-from common.errors import BadRequest, InvalidTransactionId, SluiceError
+from common.errors import BadRequest, InvalidTransactionId, SluiceError, Unavailable
 from proxy.core.routing import QueueSelector
 from proxy.directory import BrokerDirectory, BrokerRoute
 
@@ -69,7 +69,7 @@ class ProducerService:
         for (topic, broker, qid), indexes in placed.items():
             try:
                 batch = [items[i][1] for i in indexes]
-                results = await self._dir.broker(broker).send(topic, qid, batch, ctx=ctx)
+                results = await self._send_to(ctx, broker, topic, qid, batch)
                 for i, r in zip(indexes, results, strict=True):
                     outcomes[i] = r
                 metrics.count_in(topic, len(batch), sum(map(len, map(_BODY, batch))))
@@ -84,11 +84,24 @@ class ProducerService:
         try:
             route = await self._dir.route(topic)
             broker, qid = self._selector(topic).pick(topic, route, None)
-            results = await self._dir.broker(broker).send(topic, qid, messages, ctx=ctx)
+            results = await self._send_to(ctx, broker, topic, qid, messages)
         except SluiceError as exc:
             return [exc] * len(messages)
         metrics.count_in(topic, len(messages), sum(map(len, map(_BODY, messages))))
         return list(results)
+
+    async def _send_to(
+        self, ctx: CallContext, broker: str, topic: str, queue_id: int, messages: list[OutgoingMessage]
+    ) -> list[SendResult]:
+        """Send through `broker`; a retriable refusal is retried once if the broker has moved (a
+        broker group failed over to a new primary), else raised for the client to retry."""
+        try:
+            return await self._dir.broker(broker).send(topic, queue_id, messages, ctx=ctx)
+        except Unavailable:
+            moved = await self._dir.moved(broker)
+            if moved is None:
+                raise
+            return await moved.send(topic, queue_id, messages, ctx=ctx)
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,

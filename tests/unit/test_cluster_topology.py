@@ -24,6 +24,7 @@ from deploy.cluster.topology import ClusterSettings, Probe
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEPARATED = REPO_ROOT / "deploy" / "topologies" / "separated.toml"
+REPLICATED = REPO_ROOT / "deploy" / "topologies" / "replicated.toml"
 
 NAMESERVER = '[[nameserver]]\nname = "ns"\nport = 9876\nmetrics_port = 9976\n'
 BROKER = '[[broker]]\nname = "broker-a"\nport = 10911\n'
@@ -67,6 +68,23 @@ def test_separated_topology_builds_the_command_lines(tmp_path: Path) -> None:
         assert part in argv
     assert [p.port for p in proxy.probes] == [8182, 8183], "every worker's metrics port"
     assert proxy.stop_timeout_s == topology.settings.stop_timeout_s + 2.0, "plus the proxy's drain_s"
+
+
+def test_replicated_topology_starts_etcd_and_two_groups_of_three(tmp_path: Path) -> None:
+    topology = load_topology(REPLICATED, run_dir=tmp_path, port_offset=5)
+    groups = [[p.name for p in g] for g in topology.groups()]
+    assert groups[0] == ["etcd-1", "nameserver-1"]
+    assert groups[1] == ["g1-a", "g1-b", "g1-c", "g2-a", "g2-b", "g2-c"]
+    etcd = " ".join(topology.process("etcd-1").argv)
+    assert etcd.startswith("etcd --host 127.0.0.1 --port 2384 ") and "--peer-port 2385" in etcd
+    member = " ".join(topology.process("g2-b").argv)
+    assert "--group g2 --etcd http://127.0.0.1:2384 --min-insync 2" in member
+    assert topology.process("g2-b").config["broker"]["replication"]["lease_ttl_s"] == 3
+
+
+def test_a_grouped_broker_needs_etcd(tmp_path: Path) -> None:
+    grouped = '[[broker]]\nname = "b1"\nport = 10911\ngroup = "g1"\n'
+    assert "need etcd: add an [[etcd]]" in load_error(tmp_path, NAMESERVER + grouped)
 
 
 def test_port_offset_shifts_every_port_and_address(tmp_path: Path) -> None:

@@ -399,3 +399,28 @@ def test_separated_topology_has_the_promised_shape(tmp_path: Path) -> None:
 def test_merged_topology_is_one_up_process(tmp_path: Path) -> None:
     topology = load_topology(TOPOLOGY_DIR / "merged.toml", run_dir=tmp_path)
     assert [p.kind for p in topology.processes] == ["up"]
+
+
+# -- replicated overlay (deploy/k8s/replicated) ---------------------------------------------------------
+
+
+def test_replicated_overlay_runs_a_broker_group_with_etcd() -> None:
+    overlay = K8S_DIR / "replicated"
+    doc = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert doc["resources"][0] == "../", "the base, without its unreplicated brokers (patched away)"
+    docs = [d for r in doc["resources"][1:] for d in yaml.safe_load_all((overlay / r).read_text()) if d]
+    sets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "StatefulSet"}
+    assert set(sets) == {"sluice-etcd", "sluice-g1"}
+    group = sets["sluice-g1"]
+    assert group["spec"]["replicas"] == 3
+    args = pod_spec(group)["containers"][0]["args"]
+    assert args[0] == "broker"
+    known = command_flags("broker")
+    assert all(a in known for a in args[1:] if a.startswith("--")), args
+    parse_sluice(args)
+    assert flag(args, "--group") == "g1" and flag(args, "--min-insync") == "2"
+    etcd_service = next(d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "sluice-etcd")
+    client_port = next(p["port"] for p in etcd_service["spec"]["ports"] if p["name"] == "client")
+    assert flag(args, "--etcd") == f"http://sluice-etcd:{client_port}"
+    ports = {p["name"]: p["containerPort"] for p in pod_spec(group)["containers"][0]["ports"]}
+    assert ports["replication"] == int(flag(args, "--repl-port"))

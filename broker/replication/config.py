@@ -1,0 +1,44 @@
+"""`[broker.replication]`: the broker group a broker belongs to and how it replicates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ReplicationConfig:
+    # The broker group; empty (the default) means no replication and no etcd at all.
+    group: str = ""
+    # etcd client URLs (http://host:port); required with a group.
+    etcd: list[str] = field(default_factory=list)
+    # A write is acknowledged once every in-sync member holds it and at least this many are in sync.
+    min_insync: int = 1
+    # The member's etcd lease; a dead primary is replaced about this long after it stopped.
+    lease_ttl_s: int = 3
+    # The primary stops acknowledging this long before its lease could expire in etcd.
+    fence_margin_s: float = 0.5
+    # Where replicas connect to fetch the CommitLog (0: a free port, published in etcd).
+    port: int = 0
+    # A replica further behind than this (bytes) or not caught up for this long leaves the in-sync set.
+    max_lag_bytes: int = 64 * 1024 * 1024
+    max_lag_ms: int = 3_000
+    # Largest piece of CommitLog one replication frame carries.
+    max_frame_bytes: int = 4 * 1024 * 1024
+    # How often a member looks at the leader key (a failover is noticed within this).
+    poll_interval_ms: int = 200
+
+    def __post_init__(self) -> None:
+        if self.min_insync < 1:
+            raise ValueError(f"replication.min_insync must be at least 1, got {self.min_insync}")
+        if self.group and not self.etcd:
+            raise ValueError("replication.group needs replication.etcd (the etcd client URLs)")
+        if self.lease_ttl_s < 2:
+            raise ValueError(f"replication.lease_ttl_s must be at least 2 (etcd's minimum), got {self.lease_ttl_s}")
+        if not 0 <= self.fence_margin_s < self.lease_ttl_s / 2:
+            raise ValueError("replication.fence_margin_s must be below half the lease TTL")
+        if self.max_lag_bytes <= 0 or self.max_lag_ms <= 0 or self.max_frame_bytes <= 0:
+            raise ValueError("replication: max_lag_bytes, max_lag_ms and max_frame_bytes must be positive")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.group)

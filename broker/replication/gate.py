@@ -1,0 +1,196 @@
+"""The primary's acknowledgement gate and in-sync set (docs/replication.md).
+
+`wait(end)` returns once every member of the in-sync set holds the log up to `end` and the set
+(the primary included) has at least `min_insync` members; it raises `Unavailable` (retriable) at
+once when the set is too small, when this member's term is over (fenced), or when the set shrinks
+below the minimum while waiting.
+
+The in-sync set changes only in `maintain()`: a replica too far behind (bytes) or not caught up for
+too long leaves it **in etcd first, then here** (acknowledgements never stop waiting for a member
+that is still eligible for election); a replica that reached the log end joins it **here first,
+then in etcd** (it is never eligible before acknowledgements wait for it).
+
+Event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.replication.config import ReplicationConfig
+from broker.replication.coordinator import Coordinator, Leader
+from common.errors import Unavailable
+from common.logs import kv
+
+log = logging.getLogger("sluice.replication.gate")
+
+MAINTAIN_INTERVAL_S = 0.1
+
+
+@dataclass
+class ReplicaState:
+    name: str
+    acked: int = 0  # the replica's log end under its flush policy
+    caught_up_at: float = 0.0  # monotonic time it was last seen at the primary's log end
+    connected: bool = False
+
+
+class AckGate:
+    def __init__(
+        self,
+        config: ReplicationConfig,
+        coordinator: Coordinator,
+        leader: Leader,
+        insync: tuple[str, ...],
+        log_end: Callable[[], int],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._cfg = config
+        self._coord = coordinator
+        self.leader = leader
+        self._log_end = log_end
+        self._clock = clock
+        now = clock()
+        # Members etcd lists as in sync are eligible for election: acknowledgements wait for them
+        # until they are removed (in etcd first), connected or not.
+        self.insync: set[str] = {m for m in insync if m != leader.name}
+        self.replicas: dict[str, ReplicaState] = {m: ReplicaState(m, 0, now) for m in self.insync}
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+        self.deposed = False
+        self.fenced_writes = 0
+
+    # -- acknowledgements --------------------------------------------------------------------------
+
+    async def wait(self, end: int) -> None:
+        """Return once the write ending at `end` may be acknowledged (see the module doc)."""
+        self._check()
+        if not self._held(end):
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._waiters, (end, next(self._seq), fut))
+            await fut
+        self._check()  # the term may have ended while waiting (a pause, a lost lease)
+
+    def _check(self) -> None:
+        if self.deposed or not self._coord.term_valid():
+            self.fenced_writes += 1
+            raise Unavailable(
+                f"broker {self.leader.name} is no longer the primary of group {self._coord.group} "
+                f"(epoch {self.leader.epoch} ended); retry on the new primary"
+            )
+        have = 1 + len(self.insync)
+        if have < self._cfg.min_insync:
+            raise Unavailable(
+                f"group {self._coord.group} has {have} member(s) in sync, fewer than min_insync "
+                f"{self._cfg.min_insync}; the write was not stored durably enough, retry later"
+            )
+
+    def _held(self, end: int) -> bool:
+        replicas = self.replicas
+        return all(replicas[m].acked >= end for m in self.insync)
+
+    def _release(self) -> None:
+        waiters = self._waiters
+        if not self.insync:
+            floor = 1 << 62
+        else:
+            floor = min(self.replicas[m].acked for m in self.insync)
+        while waiters and waiters[0][0] <= floor:
+            fut = heapq.heappop(waiters)[2]
+            if not fut.done():
+                fut.set_result(None)
+
+    def _fail_all(self, message: str) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _, _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(Unavailable(message))
+
+    # -- replicas ----------------------------------------------------------------------------------
+
+    def connected(self, name: str) -> ReplicaState:
+        state = self.replicas.setdefault(name, ReplicaState(name, 0, self._clock()))
+        state.connected = True
+        return state
+
+    def disconnected(self, name: str) -> None:
+        state = self.replicas.get(name)
+        if state is not None:
+            state.connected = False
+
+    def on_ack(self, name: str, position: int) -> None:
+        state = self.replicas[name]
+        state.acked = max(state.acked, position)
+        if state.acked >= self._log_end():
+            state.caught_up_at = self._clock()
+        if name in self.insync:
+            self._release()
+
+    @property
+    def log_end(self) -> int:
+        return self._log_end()
+
+    def lag_bytes(self, name: str) -> int:
+        state = self.replicas.get(name)
+        return max(0, self._log_end() - (state.acked if state else 0))
+
+    # -- the in-sync set ---------------------------------------------------------------------------
+
+    async def maintain(self, stop: asyncio.Event) -> None:
+        """Keep the in-sync set (and etcd's copy) true to the replicas' lag until `stop`."""
+        while not stop.is_set() and not self.deposed:
+            try:
+                await self.maintain_once()
+            except Unavailable as exc:  # etcd unreachable: keep waiting for everyone; the term runs out
+                log.warning("could not update the in-sync set", extra=kv(error=exc.message))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), MAINTAIN_INTERVAL_S)
+        if self.deposed:
+            self._fail_all(f"broker {self.leader.name} is no longer the primary of group {self._coord.group}")
+
+    async def maintain_once(self) -> None:
+        now, end = self._clock(), self._log_end()
+        max_lag_s = self._cfg.max_lag_ms / 1000
+        for state in self.replicas.values():
+            if state.acked >= end:
+                state.caught_up_at = now
+        behind = {
+            m
+            for m in self.insync
+            if end - self.replicas[m].acked > self._cfg.max_lag_bytes or now - self.replicas[m].caught_up_at > max_lag_s
+        }
+        if behind:
+            await self._publish(self.insync - behind)  # etcd first: they stop being eligible
+            self.insync -= behind
+            log.warning(
+                "replicas left the in-sync set", extra=kv(group=self._coord.group, members=",".join(sorted(behind)))
+            )
+            if 1 + len(self.insync) < self._cfg.min_insync:
+                self._fail_all(f"group {self._coord.group} fell below min_insync {self._cfg.min_insync}; retry later")
+            else:
+                self._release()
+        caught_up = {m for m, s in self.replicas.items() if m not in self.insync and s.connected and s.acked >= end}
+        if caught_up:
+            self.insync |= caught_up  # here first: acknowledgements wait for them before they are eligible
+            await self._publish(self.insync)
+            log.info(
+                "replicas joined the in-sync set",
+                extra=kv(group=self._coord.group, members=",".join(sorted(caught_up))),
+            )
+
+    async def _publish(self, members: set[str]) -> None:
+        if not await self._coord.set_insync(self.leader, sorted(members)):
+            self.deposed = True
+            raise Unavailable(f"broker {self.leader.name} lost the leader key of group {self._coord.group}")
+
+
+def _names(members: set[str]) -> str:
+    return ",".join(sorted(members))

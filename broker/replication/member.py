@@ -1,0 +1,339 @@
+"""A broker process as a member of its group: a replica until elected, the primary until deposed.
+
+```
+ join (lease, member key) ─► loop:  leader key?
+     someone else ─► REPLICA: a bare MessageStore following it (Replica), until the leader changes
+     nobody       ─► campaign with our log end (only in-sync members can win) ─► PRIMARY
+     us           ─► PRIMARY: LocalBroker serving, AckGate on its store, ReplicationServer,
+                     registered with the NameServers under the group's name, until deposed
+                     (term deadline passed, lease lost, leader key not ours) ─► FENCED ─► loop
+```
+
+The gRPC service answers through `RoleSwitch`: the `LocalBroker` while primary, a refusal
+(`Unavailable`, naming the role) otherwise. Routes carry the group's name, so a failover moves the
+group's address in the NameServers and every queue keeps its id. Event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from broker.config import BrokerConfig
+from broker.local import BROKER_CFS, LocalBroker
+from broker.replication.coordinator import Coordinator, Leader, MemberInfo
+from broker.replication.epochs import LocalEpoch
+from broker.replication.gate import AckGate
+from broker.replication.primary import ReplicationServer
+from broker.replication.replica import LogMustChange, Replica, cut_log
+from broker.store.store import MessageStore
+from common import metrics
+from common.errors import Unavailable
+from common.logs import kv
+
+log = logging.getLogger("sluice.replication.member")
+
+STATUS_INTERVAL_S = 1.0
+
+# A registrar's `run(stop)` and `report_now()` (nameserver.client.BrokerRegistrar).
+RegistrarFactory = Callable[[LocalBroker], Any]
+
+
+class RoleSwitch:
+    """What the broker's gRPC service calls: the LocalBroker while primary, a refusal otherwise."""
+
+    def __init__(self, member_name: str, group: str) -> None:
+        self.current: LocalBroker | None = None
+        self.role = "joining"
+        self._member, self._group = member_name, group
+
+    def __getattr__(self, name: str) -> Any:
+        current = self.current
+        if current is not None:
+            return getattr(current, name)
+        if name == "name":
+            return self._group
+
+        async def refuse(*_args: object, **_kwargs: object) -> Any:
+            raise Unavailable(
+                f"broker {self._member} is a {self.role} of group {self._group}, not its primary; retry on the primary"
+            )
+
+        return refuse
+
+
+class GroupMember:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        switch: RoleSwitch,
+        advertised: str,
+        make_registrar: RegistrarFactory | None,
+        *,
+        token: str = "",
+    ) -> None:
+        self._cfg = config
+        self._repl = config.replication
+        self._switch = switch
+        self._advertised = advertised
+        self._make_registrar = make_registrar
+        self._token = token
+        self._repl_port = _pick_port(config.host, self._repl.port)
+        self._epoch = LocalEpoch(config.data_dir / "replication")
+        # Replicas reach the replication port at the host others reach this broker at.
+        member = MemberInfo(config.name, advertised, f"{advertised.rpartition(':')[0]}:{self._repl_port}")
+        self.coord = Coordinator(
+            self._repl.etcd[0],
+            config.cluster,
+            self._repl.group,
+            member,
+            lease_ttl_s=self._repl.lease_ttl_s,
+            fence_margin_s=self._repl.fence_margin_s,
+        )
+        self.gate: AckGate | None = None
+        self.replica: Replica | None = None
+        self.failovers = 0
+        self.fenced_writes = 0  # of terms that ended (the current gate counts its own)
+
+    @property
+    def _poll_s(self) -> float:
+        return self._repl.poll_interval_ms / 1000
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Be a member until `stop`; leaves the group (revoking the lease) on the way out."""
+        await self._retry(self.coord.start, stop)
+        lease_stop = asyncio.Event()
+        unregister = metrics.register_source(self.samples)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self.coord.keep_alive(lease_stop), name="etcd-lease")
+                try:
+                    await self._loop(stop)
+                finally:
+                    lease_stop.set()
+        finally:
+            unregister()
+            await self.coord.close()
+
+    def samples(self) -> list[metrics.Sample]:
+        """Scrape-time metrics of this member (docs/metrics.md)."""
+        me, group = (self._cfg.name, self._repl.group), self._repl.group
+        gate = self.gate
+        fenced = self.fenced_writes + (gate.fenced_writes if gate is not None else 0)
+        out: list[metrics.Sample] = [
+            (metrics.REPLICATION_PRIMARY, me, 1.0 if self._switch.role == "primary" else 0.0),
+            (metrics.REPLICATION_EPOCH, me, float(self._epoch.value)),
+            (metrics.REPLICATION_FAILOVERS, me, float(self.failovers)),
+            (metrics.REPLICATION_FENCED, me, float(fenced)),
+        ]
+        if gate is not None and self._switch.role == "primary":
+            out.append((metrics.REPLICATION_INSYNC, (group,), float(1 + len(gate.insync))))
+            out.extend((metrics.REPLICATION_LAG_BYTES, (group, n), float(gate.lag_bytes(n))) for n in gate.replicas)
+        return out
+
+    async def _loop(self, stop: asyncio.Event) -> None:
+        store: MessageStore | None = None
+        try:
+            while not stop.is_set():
+                if self.coord.lease_lost:  # our lease expired (a long pause): join again with a new one
+                    await self.coord.close()
+                    await self._retry(self.coord.start, stop)
+                try:
+                    leader = await self.coord.leader()
+                except Unavailable as exc:
+                    log.warning("etcd unreachable", extra=kv(error=exc.message))
+                    await _sleep(stop, self._poll_s)
+                    continue
+                if leader is not None and leader.name != self._cfg.name:
+                    store = store or await self._open_store()
+                    store = await self._follow(store, leader, stop)
+                    continue
+                if leader is not None:  # our own key from a previous run: it expires with that lease
+                    await _sleep(stop, self._poll_s)
+                    continue
+                store = store or await self._open_store()
+                won = await self._campaign(store)
+                if won is None:
+                    await _sleep(stop, self._poll_s)
+                    continue
+                await _in_executor(store.close)
+                store = None
+                await self._lead(won, stop)
+        finally:
+            if store is not None:
+                await _in_executor(store.close)
+
+    async def _campaign(self, store: MessageStore) -> Leader | None:
+        try:
+            return await self.coord.campaign(store.writer.written_position)
+        except Unavailable as exc:
+            log.warning("campaign failed", extra=kv(error=exc.message))
+            return None
+
+    # -- replica -----------------------------------------------------------------------------------
+
+    async def _open_store(self) -> MessageStore:
+        cfg = self._cfg
+        return await _in_executor(lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=BROKER_CFS))
+
+    async def _follow(self, store: MessageStore, leader: Leader, stop: asyncio.Event) -> MessageStore:
+        """Copy from `leader` until it is no longer the leader (or `stop`); returns the open store."""
+        self._switch.role = "replica"
+        replica = self.replica = Replica(
+            store, self._epoch, group=self._repl.group, name=self._cfg.name,
+            max_frame_bytes=self._repl.max_frame_bytes, token=self._token,
+        )  # fmt: skip
+        changed = asyncio.Event()
+        watcher = asyncio.create_task(self._watch_leader(leader, stop, changed))
+        try:
+            while not changed.is_set():
+                try:
+                    await replica.follow(leader, changed)
+                except LogMustChange as exc:
+                    await _in_executor(store.close)
+                    await _in_executor(functools.partial(cut_log, self._cfg.data_dir, exc.to_offset, exc.min_offset))
+                    store = await self._open_store()
+                    replica = self.replica = Replica(
+                        store, self._epoch, group=self._repl.group, name=self._cfg.name,
+                        max_frame_bytes=self._repl.max_frame_bytes, token=self._token,
+                    )  # fmt: skip
+                    continue
+                except Unavailable as exc:
+                    log.info("not following the primary", extra=kv(primary=leader.name, reason=exc.message))
+                await _sleep(changed, self._poll_s)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        return store
+
+    async def _watch_leader(self, leader: Leader, stop: asyncio.Event, changed: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(Unavailable):
+                if await self.coord.leader() != leader:
+                    break
+            await _sleep(stop, self._poll_s)
+        changed.set()
+
+    # -- primary -----------------------------------------------------------------------------------
+
+    async def _lead(self, leader: Leader, stop: asyncio.Event) -> None:
+        """Serve as primary of `leader`'s epoch until deposed or `stop`."""
+        self._epoch.set(leader.epoch)
+        self.failovers += 1 if leader.epoch > 1 else 0
+        broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group))
+        await broker.start()
+        store = broker.store
+        insync, _ = await self.coord.insync()
+        gate = self.gate = AckGate(
+            self._repl, self.coord, leader, insync.members if insync else (leader.name,),
+            lambda: store.writer.written_position,
+        )  # fmt: skip
+        store.ack_gate = gate.wait
+        server = ReplicationServer(
+            store, gate, self.coord.epochs, group=self._repl.group,
+            max_frame_bytes=self._repl.max_frame_bytes, token=self._token,
+        )  # fmt: skip
+        term_over = asyncio.Event()
+        try:
+            await server.start(self._cfg.host, self._repl_port)
+            self._switch.current, self._switch.role = broker, "primary"
+            registrar = self._make_registrar(broker) if self._make_registrar is not None else None
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(gate.maintain(term_over), name="in-sync-set")
+                tasks.create_task(self._publish_status(gate, term_over), name="group-status")
+
+                async def topics_changed() -> None:
+                    # Replicas first: a route must not lead to a topic a successor would not know.
+                    await server.sync_metadata(self._repl.max_lag_ms / 1000)
+                    if registrar is not None:
+                        await registrar.report_now()
+
+                broker.on_topics_changed = topics_changed
+                if registrar is not None:
+                    tasks.create_task(registrar.run(term_over), name="broker-registrar")
+                await self._hold_term(gate, leader, stop)
+                # Fenced: refuse at once, then stop serving and leave the NameServers.
+                self._switch.current, self._switch.role = None, "fenced primary"
+                broker.on_topics_changed = None
+                term_over.set()
+        finally:
+            self._switch.current = None
+            term_over.set()
+            await server.close()
+            await broker.close()
+            self.fenced_writes += gate.fenced_writes
+            self.gate = None
+            if not stop.is_set():
+                with contextlib.suppress(Unavailable):
+                    await self.coord.resign(leader)
+
+    async def _publish_status(self, gate: AckGate, stop: asyncio.Event) -> None:
+        """The primary's view of its replicas, in etcd every second (read by `sluice admin broker list`)."""
+        while not stop.is_set():
+            now, end = time.monotonic(), gate.log_end
+            replicas = {
+                name: {
+                    "in_sync": name in gate.insync,
+                    "lag_bytes": gate.lag_bytes(name),
+                    "lag_s": 0.0 if gate.lag_bytes(name) == 0 else round(now - state.caught_up_at, 3),
+                }
+                for name, state in gate.replicas.items()
+            }
+            status = {"primary": gate.leader.name, "epoch": gate.leader.epoch, "log_end": end, "replicas": replicas}
+            with contextlib.suppress(Unavailable):
+                await self.coord.put_status(status)
+            await _sleep(stop, STATUS_INTERVAL_S)
+
+    async def _hold_term(self, gate: AckGate, leader: Leader, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if gate.deposed or not self.coord.term_valid():
+                log.warning("term over: fenced", extra=kv(member=leader.name, epoch=leader.epoch))
+                return
+            try:
+                current = await self.coord.leader()
+            except Unavailable:
+                current = leader  # etcd unreachable: serve until the term deadline says otherwise
+            if current != leader:
+                log.warning("leader key is no longer ours: fenced", extra=kv(member=leader.name, epoch=leader.epoch))
+                return
+            await _sleep(stop, self._poll_s)
+        if stop.is_set():  # a clean shutdown hands the group over at once instead of after the TTL
+            with contextlib.suppress(Unavailable):
+                await self.coord.resign(leader)
+
+    async def _retry(self, call: Callable[[], Awaitable[None]], stop: asyncio.Event) -> None:
+        while True:
+            try:
+                await call()
+                return
+            except Unavailable as exc:
+                if stop.is_set():
+                    raise
+                log.warning("etcd unreachable; retrying", extra=kv(error=exc.message))
+                await _sleep(stop, 1.0)
+
+
+def _pick_port(host: str, port: int) -> int:
+    """`port`, or a free one when 0 (kept for the process's life: published in etcd once)."""
+    if port:
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+async def _sleep(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def _in_executor(fn: Callable[[], Any]) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, fn)

@@ -1,0 +1,229 @@
+"""The primary's replication server: streams the CommitLog to replicas and feeds their acks to the gate.
+
+Per connection: HELLO (the replica's group, name, last epoch, log end) → the primary answers START
+with where the replica's log must end before streaming (the epoch truncation rule, epochs.py;
+raised to the oldest offset this primary still stores) → DATA from there, as the log grows, while
+ACKs flow back to the `AckGate`. A newer connection of the same replica replaces the older one.
+Topic and consumer group metadata (RocksDB, not the CommitLog) travels as versioned META frames:
+the whole of it on connect and again whenever it changed, which `sync_metadata()` checks at once
+(the member calls it on every topic change, and waits for the in-sync replicas' META_ACKs) and a
+timer every `METADATA_CHECK_S` (group changes).
+Sends read the page cache through `SegmentSet.read` in the default executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from broker.metadata import CF_GROUPS, CF_TOPICS
+from broker.replication import protocol as P
+from broker.replication.epochs import Epoch, truncation_point
+from broker.replication.gate import AckGate
+from broker.store.store import MessageStore
+from common.errors import BadRequest, SluiceError, Unavailable
+from common.logs import kv
+
+log = logging.getLogger("sluice.replication.primary")
+
+HELLO_TIMEOUT_S = 5.0
+METADATA_CHECK_S = 0.5
+METADATA_CFS = (CF_TOPICS, CF_GROUPS)
+
+
+def metadata_snapshot(store: MessageStore) -> dict[str, dict[str, str]]:
+    """The topic and group column families (they are small)."""
+    return {cf: {k.decode(): v.decode() for k, v in store.index.cf(cf).items()} for cf in METADATA_CFS}
+
+
+def apply_metadata(store: MessageStore, payload: bytes) -> int:
+    """Make a replica's topic and group column families equal to a primary's snapshot; returns
+    its version."""
+    doc = P.parse_control(payload, "version", *METADATA_CFS)
+    for cf_name in METADATA_CFS:
+        cf, wanted = store.index.cf(cf_name), doc[cf_name]
+        if not isinstance(wanted, dict):
+            raise BadRequest(f"replicated metadata {cf_name} is not a table")
+        for key in [k for k, _ in cf.items() if k.decode() not in wanted]:
+            cf.delete(key)
+        for key, value in wanted.items():
+            cf.put(str(key).encode(), str(value).encode())
+    return int(doc["version"])
+
+
+class ReplicationServer:
+    def __init__(
+        self,
+        store: MessageStore,
+        gate: AckGate,
+        history: Callable[[], Awaitable[list[Epoch]]],
+        *,
+        group: str,
+        max_frame_bytes: int,
+        token: str = "",
+    ) -> None:
+        self._store = store
+        self._gate = gate
+        self._history = history
+        self._group = group
+        self._max_frame = max_frame_bytes
+        self._token = token
+        self._server: asyncio.Server | None = None
+        self._data = asyncio.Event()
+        self._connections: dict[str, asyncio.Task[None]] = {}
+        self._loop = asyncio.get_running_loop()
+        store.add_dispatch_listener(self._on_dispatch)
+        self._metadata = metadata_snapshot(store)
+        self._meta_version = 1
+        self._meta_acked: dict[str, int] = {}
+        self._metadata_task: asyncio.Task[None] | None = None
+
+    def _on_dispatch(self, _queues: set[tuple[str, int]]) -> None:  # writer thread
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody streams any more
+            self._loop.call_soon_threadsafe(self._data.set)
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen; returns the bound port."""
+        self._server = await asyncio.start_server(self._serve, host, port)
+        self._metadata_task = asyncio.create_task(self._watch_metadata(), name="replication-metadata")
+        bound: int = self._server.sockets[0].getsockname()[1]
+        log.info("replication server listening", extra=kv(group=self._group, port=bound))
+        return bound
+
+    async def _watch_metadata(self) -> None:
+        while True:
+            await asyncio.sleep(METADATA_CHECK_S)
+            self._refresh_metadata()
+
+    def _refresh_metadata(self) -> int:
+        snapshot = metadata_snapshot(self._store)
+        if snapshot != self._metadata:
+            self._metadata = snapshot
+            self._meta_version += 1
+            self._data.set()  # senders compare with the version they sent last
+        return self._meta_version
+
+    async def sync_metadata(self, timeout_s: float) -> None:
+        """Send changed metadata now and wait until every in-sync replica holds it; Unavailable
+        when that takes longer than `timeout_s` (the change stays, and replicas get it later)."""
+        version = self._refresh_metadata()
+        deadline = self._loop.time() + timeout_s
+        while any(self._meta_acked.get(m, 0) < version for m in self._gate.insync):
+            if self._loop.time() >= deadline:
+                raise Unavailable("a metadata change did not reach every in-sync replica in time")
+            await asyncio.sleep(0.01)
+
+    async def close(self) -> None:
+        if self._metadata_task is not None:
+            self._metadata_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._metadata_task
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections.values()):
+            task.cancel()
+        for task in list(self._connections.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        name = ""
+        try:
+            kind, payload = await asyncio.wait_for(P.read_frame(reader, 0), HELLO_TIMEOUT_S)
+            if kind is not P.FrameType.HELLO:
+                raise BadRequest("a replica must open with HELLO")
+            hello = P.parse_control(payload, "group", "name", "epoch", "log_end")
+            if hello["group"] != self._group:
+                raise BadRequest(f"this primary serves group {self._group}, not {hello['group']}")
+            if self._token and not hmac.compare_digest(str(hello.get("token", "")), self._token):
+                raise BadRequest("the replica's cluster token is missing or wrong")
+            name = str(hello["name"])
+            previous = self._connections.get(name)
+            if previous is not None:
+                previous.cancel()
+            current = asyncio.current_task()
+            assert current is not None
+            self._connections[name] = current
+            await self._stream(name, int(hello["epoch"]), int(hello["log_end"]), reader, writer)
+        except (SluiceError, ValueError) as exc:
+            message = exc.message if isinstance(exc, SluiceError) else str(exc)
+            log.warning("replica refused", extra=kv(replica=name, error=message))
+            writer.writelines(P.error(message))
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            pass  # replaced by a newer connection, or the server closes: this connection just ends
+        finally:
+            if name and self._connections.get(name) is asyncio.current_task():
+                del self._connections[name]
+                self._gate.disconnected(name)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _stream(
+        self, name: str, epoch: int, log_end: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        store = self._store
+        history = await self._history()
+        start = truncation_point(history, epoch, log_end, store.writer.written_position)
+        oldest = store.segments.min_offset()
+        start = max(start, oldest)  # older data is gone here: the replica restarts its log at `oldest`
+        body = {"epoch": self._gate.leader.epoch, "from_offset": start, "min_offset": oldest}
+        writer.writelines(P.control(P.FrameType.START, body))
+        await writer.drain()
+        if start != log_end:
+            return  # the replica truncates (or restarts its log) and reconnects
+        state = self._gate.connected(name)
+        self._gate.on_ack(name, log_end)
+        log.info("replica streaming", extra=kv(replica=name, from_position=start, epoch=body["epoch"]))
+        acks = asyncio.ensure_future(self._read_acks(name, reader))
+        try:
+            await self._send(start, writer, acks)
+        finally:
+            acks.cancel()
+            state.connected = False
+
+    async def _send(self, position: int, writer: asyncio.StreamWriter, acks: asyncio.Future[None]) -> None:
+        store, loop = self._store, asyncio.get_running_loop()
+        sent_version = 0
+        while not acks.done():
+            if sent_version != self._meta_version:
+                sent_version = self._meta_version
+                body = {"version": sent_version, **self._metadata}
+                writer.writelines(P.frame(P.FrameType.META, json.dumps(body, separators=(",", ":")).encode()))
+                await writer.drain()
+            self._data.clear()
+            end = store.writer.written_position
+            if position >= end:
+                waiter = asyncio.ensure_future(self._data.wait())
+                pending: list[asyncio.Future[Any]] = [waiter, acks]
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                continue
+            seg = store.segments.find(position)
+            size = min(self._max_frame, seg.end - position, end - position)
+            chunk = await loop.run_in_executor(None, store.segments.read, position, size)
+            writer.writelines(P.data(seg.base, position - seg.base, chunk))
+            await writer.drain()
+            position += size
+        acks.result()  # the replica went away: end this connection (raises what the reader saw)
+
+    async def _read_acks(self, name: str, reader: asyncio.StreamReader) -> None:
+        while True:
+            kind, payload = await P.read_frame(reader, 0)
+            if kind is P.FrameType.ACK:
+                self._gate.on_ack(name, P.parse_ack(payload))
+            elif kind is P.FrameType.META_ACK:
+                self._meta_acked[name] = P.parse_ack(payload)
+            elif kind is P.FrameType.ERROR:
+                raise BadRequest(f"replica {name} reported: {payload.decode(errors='replace')}")
+            else:
+                raise BadRequest(f"unexpected {kind.name} frame from replica {name}")

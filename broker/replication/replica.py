@@ -1,0 +1,183 @@
+"""A replica: follows its group's primary, copying the CommitLog byte for byte at the same offsets.
+
+`Replica.follow(leader)` connects, says where its log ends and which epoch it last held, and gets
+START: if the primary wants its log to end elsewhere (a divergent tail to drop, or a gap retention
+left on the primary), `follow` raises `LogMustChange` and the caller closes the store, runs
+`cut_log`, reopens it and follows again (recovery then trims the indexes to the shortened log).
+Otherwise it records the primary's epoch as its own and copies DATA through
+`MessageStore.append_copy` (whole records only; a record split across frames waits for its rest),
+acknowledging its new log end after each piece. META frames replace its topic and group metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from broker.replication import protocol as P
+from broker.replication.coordinator import Leader
+from broker.replication.epochs import LocalEpoch
+from broker.replication.primary import apply_metadata
+from broker.store.record import HEADER_SIZE, peek_size
+from broker.store.segments import SegmentSet
+from broker.store.store import MessageStore
+from common.errors import BadRequest, Unavailable
+from common.logs import kv
+
+log = logging.getLogger("sluice.replication.replica")
+
+CONNECT_TIMEOUT_S = 3.0
+
+
+class LogMustChange(Exception):
+    """The log must end at `to_offset` before following (`cut_log`); `min_offset` is the oldest
+    offset the primary still stores."""
+
+    def __init__(self, to_offset: int, min_offset: int) -> None:
+        super().__init__(f"the log must end at {to_offset} (primary keeps from {min_offset})")
+        self.to_offset, self.min_offset = to_offset, min_offset
+
+
+class Replica:
+    def __init__(
+        self,
+        store: MessageStore,
+        epoch: LocalEpoch,
+        *,
+        group: str,
+        name: str,
+        max_frame_bytes: int,
+        token: str = "",
+    ) -> None:
+        self._store = store
+        self._epoch = epoch
+        self._group = group
+        self._name = name
+        self._max_frame = max_frame_bytes
+        self._token = token
+        self.copied_bytes = 0
+
+    async def follow(self, leader: Leader, stop: asyncio.Event) -> None:
+        """Copy from `leader` until `stop` or the connection ends (raises Unavailable then)."""
+        host, _, port = leader.repl_address.rpartition(":")
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            raise Unavailable(f"cannot reach primary {leader.name} at {leader.repl_address}: {exc}") from None
+        try:
+            await self._session(leader, reader, writer, stop)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            raise Unavailable(f"the stream from primary {leader.name} ended ({type(exc).__name__})") from None
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _session(
+        self, leader: Leader, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stop: asyncio.Event
+    ) -> None:
+        store = self._store
+        end = store.writer.written_position
+        hello = {"group": self._group, "name": self._name, "epoch": self._epoch.value, "log_end": end}
+        if self._token:
+            hello["token"] = self._token
+        writer.writelines(P.control(P.FrameType.HELLO, hello))
+        await writer.drain()
+        kind, payload = await asyncio.wait_for(P.read_frame(reader, self._max_frame), CONNECT_TIMEOUT_S)
+        if kind is P.FrameType.ERROR:
+            raise Unavailable(f"primary {leader.name} refused: {payload.decode(errors='replace')}")
+        if kind is not P.FrameType.START:
+            raise BadRequest(f"primary {leader.name} answered {kind.name}, not START")
+        start = P.parse_control(payload, "epoch", "from_offset", "min_offset")
+        if int(start["from_offset"]) != end:
+            raise LogMustChange(int(start["from_offset"]), int(start["min_offset"]))
+        if int(start["epoch"]) > self._epoch.value:
+            self._epoch.set(int(start["epoch"]))  # the log now agrees with that epoch's history
+        log.info("following primary", extra=kv(primary=leader.name, epoch=start["epoch"], from_position=end))
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await self._copy(reader, writer, stopped)
+        finally:
+            stopped.cancel()
+
+    async def _copy(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stopped: asyncio.Future[Any]
+    ) -> None:
+        store = self._store
+        carry = bytearray()  # the start of a record whose rest is in the next frame
+        carry_at = (0, 0)  # (segment base, position) where `carry` begins
+        while True:
+            frame = asyncio.ensure_future(P.read_frame(reader, self._max_frame))
+            pending: list[asyncio.Future[Any]] = [frame, stopped]
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if not frame.done():
+                frame.cancel()
+                return
+            kind, payload = frame.result()
+            if kind is P.FrameType.META:
+                writer.writelines(P.meta_ack(apply_metadata(store, payload)))
+                await writer.drain()
+                continue
+            if kind is P.FrameType.ERROR:
+                raise Unavailable(f"primary ended the stream: {payload.decode(errors='replace')}")
+            if kind is not P.FrameType.DATA:
+                raise BadRequest(f"unexpected {kind.name} frame from the primary")
+            base, position, chunk = P.parse_data(payload)
+            if carry:
+                if (base, position) != (carry_at[0], carry_at[1] + len(carry)):
+                    raise BadRequest("the primary's data does not continue where the last frame ended")
+                carry += chunk
+                data: bytes | bytearray | memoryview = carry
+                base, position = carry_at
+            else:
+                data = chunk
+            whole = _whole_records(data)
+            if whole:
+                await store.append_copy(base, position, bytes(data[:whole]))
+                self.copied_bytes += whole
+                writer.writelines(P.ack(store.writer.written_position))
+                await writer.drain()
+            carry = bytearray(data[whole:])
+            carry_at = (base, position + whole)
+
+
+def _whole_records(data: bytes | bytearray | memoryview) -> int:
+    """How many leading bytes of `data` are whole records."""
+    at, end = 0, len(data)
+    while end - at >= HEADER_SIZE:
+        size = peek_size(data, at)[0]
+        if size < HEADER_SIZE or size > end - at:
+            break
+        at += size
+    return at
+
+
+def cut_log(data_dir: Path, to_offset: int, min_offset: int) -> None:
+    """Make the (closed) store's CommitLog end at `to_offset`: drop what lies beyond, or, when the
+    log and the primary's no longer overlap, start over empty at `to_offset` (a segment base on the
+    primary). The next open trims the indexes to match (recovery: the index is ahead of the log)."""
+    segments = SegmentSet(data_dir / "commitlog")
+    try:
+        end, first = segments.max_offset(), segments.min_offset()
+        restart = to_offset > end or to_offset < first
+        if not restart and to_offset < end:
+            seg = segments.find(to_offset)
+            segments.remove_after(seg)
+            segments.truncate(seg, to_offset - seg.base)
+    finally:
+        segments.close()
+    if restart:
+        log.warning("replica log starts over", extra=kv(data_dir=str(data_dir), at=to_offset))
+        shutil.rmtree(data_dir / "commitlog", ignore_errors=True)
+        shutil.rmtree(data_dir / "index", ignore_errors=True)
+        fresh = SegmentSet(data_dir / "commitlog")
+        fresh.create(to_offset)
+        fresh.close()
+    else:
+        log.warning(
+            "replica log truncated", extra=kv(data_dir=str(data_dir), to_position=to_offset, dropped=end - to_offset)
+        )

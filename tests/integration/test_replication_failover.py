@@ -1,0 +1,227 @@
+"""A broker group of three real `sluice broker` processes on a real etcd: SIGKILL the primary, a new
+one is elected from the in-sync set and holds every message the old one acknowledged; the killed
+member comes back with a wiped data directory and resyncs; a paused primary is fenced and rejoins as
+a replica; a short etcd pause changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aetcd
+import pytest
+
+from broker.client.api import OutgoingMessage, TopicSpec
+from broker.client.remote import RemoteBroker
+from common.errors import SluiceError
+from tests.helpers.broker_fixtures import ServerProcess, start_broker_process
+from tests.helpers.etcd import EtcdProcess, start_etcd
+
+GROUP = "g1"
+TOPIC = "orders"
+TIMEOUT_S = 120
+LEASE_TTL_S = 2
+
+
+@pytest.fixture
+def etcd(tmp_path: Path) -> Iterator[EtcdProcess]:
+    proc = start_etcd(tmp_path)
+    yield proc
+    proc.stop()
+
+
+def _settings(etcd: EtcdProcess) -> dict[str, Any]:
+    return {
+        "heartbeat_interval_s": 1.0,
+        "replication": {"group": GROUP, "etcd": [etcd.url], "min_insync": 2, "lease_ttl_s": LEASE_TTL_S,
+                        "max_lag_ms": 1500},
+    }  # fmt: skip
+
+
+async def _etcd_json(etcd: EtcdProcess, key: str) -> dict[str, Any] | None:
+    async with aetcd.Client(host="127.0.0.1", port=etcd.port, timeout=2) as client:
+        got = await client.get(f"/sluice/sluice/groups/{GROUP}/{key}".encode())
+    return None if got is None else json.loads(got.value)
+
+
+async def _wait_for(what: str, check: Any, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = await check()
+        if value:
+            return value
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def _send(remote: RemoteBroker, tag: str) -> str:
+    message_id = f"{tag}-{time.monotonic_ns()}"
+    await remote.send(TOPIC, 0, [OutgoingMessage(body=message_id.encode(), message_id=message_id)])
+    return message_id
+
+
+def test_failover_keeps_every_acknowledged_message(etcd: EtcdProcess, tmp_path: Path) -> None:
+    procs: dict[str, ServerProcess] = {}
+
+    def start(name: str) -> ServerProcess:
+        procs[name] = start_broker_process(tmp_path, name=name, settings=_settings(etcd))
+        return procs[name]
+
+    async def in_sync(n: int) -> bool:
+        got = await _etcd_json(etcd, "insync")
+        return got is not None and len(got["members"]) >= n
+
+    async def body() -> None:
+        for name in ("b1", "b2", "b3"):
+            await asyncio.to_thread(start, name)
+        leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
+        await _wait_for("three members in sync", lambda: in_sync(3))
+        first = leader["name"]
+        remote = RemoteBroker(GROUP, leader["address"], timeout_s=5)
+        await remote.create_topic(TopicSpec(TOPIC, queue_count=3))
+        acked = [await _send(remote, "before") for _ in range(40)]
+        # A replica refuses client calls, naming its role.
+        other = next(n for n in procs if n != first)
+        replica = RemoteBroker(GROUP, procs[other].address, timeout_s=5)
+        with pytest.raises(SluiceError, match="replica of group g1"):
+            await _send(replica, "wrong")
+        await replica.close()
+        procs[first].child.signal(signal.SIGKILL)
+        procs[first].child.popen.wait(10)
+        killed_at = time.monotonic()
+        await remote.close()
+
+        async def new_leader() -> dict[str, Any] | None:
+            got = await _etcd_json(etcd, "leader")
+            return got if got is not None and got["name"] != first else None
+
+        leader = await _wait_for("a new leader", new_leader)
+        assert leader["epoch"] == 2
+        remote = RemoteBroker(GROUP, leader["address"], timeout_s=5)
+
+        async def sent() -> str | None:
+            try:
+                return await _send(remote, "after")
+            except SluiceError:
+                return None
+
+        acked.append(await _wait_for("a send on the new primary", sent))
+        failover_s = time.monotonic() - killed_at
+        acked += [await _send(remote, "after") for _ in range(20)]
+        assert (await remote.get_topic(TOPIC)).queue_count == 3  # metadata survived the failover
+        for message_id in acked:
+            assert await remote.get_message(TOPIC, message_id), f"acknowledged message {message_id} was lost"
+        # The killed member returns with an empty data directory (a replaced disk): it resyncs from
+        # scratch, byte for byte, and rejoins the in-sync set.
+        shutil.rmtree(tmp_path / first)
+        await asyncio.to_thread(start, first)
+        await _wait_for("the old primary back in sync", lambda: in_sync(3))
+        got = await _etcd_json(etcd, "leader")
+        assert got is not None and got["name"] == leader["name"]
+        primary_log = sorted((tmp_path / leader["name"] / "commitlog").glob("*.log"))
+        resynced_log = sorted((tmp_path / first / "commitlog").glob("*.log"))
+        assert [p.read_bytes() for p in resynced_log] == [p.read_bytes() for p in primary_log]
+        await remote.close()
+        print(f"failover: first send acknowledged {failover_s:.2f} s after SIGKILL (lease TTL {LEASE_TTL_S} s)")
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    finally:
+        for proc in procs.values():
+            proc.stop()
+
+
+def _start_group(tmp_path: Path, etcd: EtcdProcess, procs: dict[str, ServerProcess]) -> None:
+    for name in ("b1", "b2", "b3"):
+        procs[name] = start_broker_process(tmp_path, name=name, settings=_settings(etcd))
+
+
+async def _in_sync(etcd: EtcdProcess, n: int) -> bool:
+    got = await _etcd_json(etcd, "insync")
+    return got is not None and len(got["members"]) >= n
+
+
+def test_a_paused_primary_is_fenced_and_rejoins_as_replica(etcd: EtcdProcess, tmp_path: Path) -> None:
+    procs: dict[str, ServerProcess] = {}
+
+    async def body() -> None:
+        await asyncio.to_thread(_start_group, tmp_path, etcd, procs)
+        leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
+        await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
+        old = RemoteBroker(GROUP, leader["address"], timeout_s=3)
+        await old.create_topic(TopicSpec(TOPIC, queue_count=3))
+        await _send(old, "before")
+        paused = procs[leader["name"]]
+        paused.child.signal(signal.SIGSTOP)
+        try:
+
+            async def new_leader() -> dict[str, Any] | None:
+                got = await _etcd_json(etcd, "leader")
+                return got if got is not None and got["name"] != leader["name"] else None
+
+            successor = await _wait_for("a new leader while the old one is paused", new_leader)
+            fresh = RemoteBroker(GROUP, successor["address"], timeout_s=3)
+            await _wait_for("a send on the new primary", lambda: _try_send(fresh))
+        finally:
+            paused.child.signal(signal.SIGCONT)
+        # Awake again, and clients still reach it: it must acknowledge nothing.
+        for _ in range(20):
+            with pytest.raises(SluiceError):
+                await _send(old, "stale")
+            await asyncio.sleep(0.05)
+        await _wait_for("the old primary back in sync as a replica", lambda: _in_sync(etcd, 3))
+        with pytest.raises(SluiceError, match="replica of group g1"):
+            await _send(old, "stale")
+        assert (await _etcd_json(etcd, "leader") or {}).get("name") == successor["name"]
+        await old.close()
+        await fresh.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    finally:
+        for proc in procs.values():
+            proc.stop()
+
+
+def test_the_primary_rides_out_a_short_etcd_pause(etcd: EtcdProcess, tmp_path: Path) -> None:
+    procs: dict[str, ServerProcess] = {}
+
+    async def body() -> None:
+        await asyncio.to_thread(_start_group, tmp_path, etcd, procs)
+        leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
+        await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
+        remote = RemoteBroker(GROUP, leader["address"], timeout_s=3)
+        await remote.create_topic(TopicSpec(TOPIC, queue_count=3))
+        etcd.child.signal(signal.SIGSTOP)  # shorter than the lease: nobody may take over
+        try:
+            served = [await _try_send(remote) for _ in range(3)]
+            await asyncio.sleep(0.5)
+        finally:
+            etcd.child.signal(signal.SIGCONT)
+        assert all(served), "the primary must keep serving while its lease surely lives"
+        await _wait_for("sends after the pause", lambda: _try_send(remote))
+        after = await _etcd_json(etcd, "leader")
+        assert after is not None and (after["name"], after["epoch"]) == (leader["name"], leader["epoch"]), (
+            "no failover (and no second primary) for a pause shorter than the lease"
+        )
+        await remote.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    finally:
+        for proc in procs.values():
+            proc.stop()
+
+
+async def _try_send(remote: RemoteBroker) -> str | None:
+    try:
+        return await _send(remote, "try")
+    except SluiceError:
+        return None
