@@ -3,6 +3,8 @@
     sluice admin [--namesrv HOST:PORT[;HOST:PORT]] [--json] [--timeout-s S] AREA ACTION ...
 
     topic create NAME --type normal|fifo|delay|transaction|mixed|a,b --queues N [--brokers a,b]
+    topic create NAME ... --update    (change an existing topic: more queues, other types)
+    topic update NAME --perm rw|r|w|none [--brokers a,b]
     topic list | topic describe NAME | topic delete NAME
     group create NAME [--fifo] [--max-attempts N] [--retry-policy P] [--consume-from C]
     group list | group describe NAME | group delete NAME
@@ -10,7 +12,7 @@
     client list [--group G | --topic T]    (who is connected, through which proxy)
     message get --topic T --id ID | message find --topic T --key K [--limit N]
     message trace --id ID    (the life of a message: sent, delivered, acked, dead-lettered, tiered)
-    broker list
+    broker list | broker drain NAME [--wait-s S] | broker undrain NAME
     tier status | tier upload-now TOPIC [--wait-s S] | tier evict-local TOPIC
     user create ACCESS_KEY --secret SECRET|- | user delete ACCESS_KEY | user list
     acl grant ACCESS_KEY --resource topic:NAME|group:NAME|topic:PREFIX*|* --actions PUB,SUB,ADMIN [--deny]
@@ -38,7 +40,7 @@ from broker.api import GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace
-from deploy.admin import clients, groups, messages, offsets, security, tier, topics, trace
+from deploy.admin import clients, drain, groups, messages, offsets, security, tier, topics, trace
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
 from deploy.admin.output import Report, render_json, render_table
 from deploy.admin.parse import (
@@ -157,6 +159,13 @@ def _add_topic(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser)
     )
     create.add_argument("--queues", type=int, default=DEFAULT_QUEUES, metavar="N", help="queues in all (default 8)")
     create.add_argument("--brokers", metavar="A,B", help="brokers to hold the queues (default: every registered one)")
+    create.add_argument("--update", action="store_true", help="change the topic if it exists (else refused)")
+    update = _leaf(actions, "update", shared, _topic_update, "make a topic read-only, write-only, both or neither")
+    update.add_argument("name", metavar="NAME")
+    update.add_argument(
+        "--perm", required=True, choices=sorted(topics.PERMISSIONS), help="rw (default of a topic), r, w or none"
+    )
+    update.add_argument("--brokers", metavar="A,B", help="only on these brokers (default: every broker holding it)")
     _leaf(actions, "list", shared, _topic_list, "list topics with their brokers and queue counts")
     describe = _leaf(actions, "describe", shared, _topic_describe, "offsets of every queue of a topic")
     describe.add_argument("name", metavar="NAME")
@@ -233,6 +242,13 @@ def _add_client(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser
 def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     _leaf(actions, "list", shared, _broker_list, "brokers registered with the NameServer")
+    draining = _leaf(actions, "drain", shared, _broker_drain, "stop writes to a broker; consumers finish what it holds")
+    draining.add_argument("broker", metavar="NAME")
+    draining.add_argument(
+        "--wait-s", type=float, default=0.0, metavar="S", help="wait up to S seconds for its backlog to be consumed"
+    )
+    undrain = _leaf(actions, "undrain", shared, _broker_undrain, "let a drained broker take writes again")
+    undrain.add_argument("broker", metavar="NAME")
 
 
 # -- actions --------------------------------------------------------------------------------------
@@ -240,7 +256,13 @@ def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser
 
 async def _topic_create(cluster: Cluster, args: argparse.Namespace) -> Report:
     brokers = parse_names(args.brokers) if args.brokers is not None else None
-    return await topics.create_topic(cluster, args.name, parse_message_types(args.type), args.queues, brokers)
+    return await topics.create_topic(cluster, args.name, parse_message_types(args.type), args.queues, brokers,
+                                     update=args.update)  # fmt: skip
+
+
+async def _topic_update(cluster: Cluster, args: argparse.Namespace) -> Report:
+    brokers = parse_names(args.brokers) if args.brokers is not None else None
+    return await topics.update_permission(cluster, args.name, topics.PERMISSIONS[args.perm], brokers)
 
 
 async def _topic_list(cluster: Cluster, args: argparse.Namespace) -> Report:
@@ -299,6 +321,16 @@ async def _message_find(cluster: Cluster, args: argparse.Namespace) -> Report:
 
 async def _message_trace(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await trace.trace_message(cluster, args.message_id)
+
+
+async def _broker_drain(cluster: Cluster, args: argparse.Namespace) -> Report:
+    if args.wait_s < 0:
+        raise ConfigError(f"--wait-s must not be negative, got {args.wait_s}")
+    return await drain.drain_broker(cluster, args.broker, wait_s=args.wait_s)
+
+
+async def _broker_undrain(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await drain.undrain_broker(cluster, args.broker)
 
 
 async def _broker_list(cluster: Cluster, args: argparse.Namespace) -> Report:

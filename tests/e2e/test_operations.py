@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from rocketmq import FilterExpression
+from rocketmq import FilterExpression, Message, Producer
+from rocketmq.v5.exception import ForbiddenException
 
 from tests.e2e.support import raw
 from tests.e2e.support.clients import message, producer, producer_and_consumer, receive_count, send_all
@@ -27,6 +28,14 @@ def _eventually(check: Callable[[], object], what: str, timeout_s: float = REPOR
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what}: not within {timeout_s} s")
         time.sleep(0.5)
+
+
+def _sent(p: Producer, msg: Message) -> bool:
+    try:
+        p.send(msg)
+    except ForbiddenException:
+        return False
+    return True
 
 
 def test_reset_offset_replays_and_skips_while_consumers_are_connected(
@@ -132,3 +141,60 @@ def test_describe_counts_queues_the_group_never_consumed(cluster: Cluster, uniqu
     assert described["lag"] == 8, described
     with producer_and_consumer(cluster.endpoints, topic, group, FilterExpression()) as (_, c):
         assert len(receive_count(c, 8)) == 8
+
+
+def test_topic_create_refuses_an_existing_topic_unless_update(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    topic = cluster.create_topic(unique("t"), queues=2)
+    with pytest.raises(AdminError, match=r"PRECONDITION_FAILED: topic \S+ already exists \(2 queue\(s\) of normal"):
+        cluster.admin("topic", "create", topic, "--queues", "4")
+    assert sum(r["queues"] for r in cluster.admin("topic", "list") if r["topic"] == topic) == 2  # unchanged
+    proc = cluster.admin_text("topic", "create", topic, "--queues", "4", "--type", "normal,fifo", "--update")
+    assert f"topic {topic} updated: queues 2 -> 4, types normal -> normal,fifo" in proc
+    assert sum(r["queues"] for r in cluster.admin("topic", "list") if r["topic"] == topic) == 4
+
+
+def test_topic_permission_stops_writes_then_reads(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    topic = cluster.create_topic(unique("t"), queues=2)
+    group = cluster.create_group(unique("g"))
+    with producer_and_consumer(cluster.endpoints, topic, group) as (p, c):
+        send_all(p, [message(topic, b"before")])
+        made = cluster.admin("topic", "update", topic, "--perm", "r")
+        assert {(b["before"], b["after"]) for b in made["brokers"]} == {("rw", "r")}
+        with pytest.raises(Exception, match=r"40300, topic \S+ (has no writable queue|is not writable)"):
+            send_all(p, [message(topic, b"refused")])
+        assert [m.body for m in receive_count(c, 1)] == [b"before"]  # consumers still read
+        cluster.admin("topic", "update", topic, "--perm", "rw")
+        _eventually(lambda: _sent(p, message(topic, b"after")), "a send once proxies refreshed the route (5 s)")
+        assert [m.body for m in receive_count(c, 1)] == [b"after"]
+    with pytest.raises(AdminError, match="not on broker"):
+        cluster.admin("topic", "update", topic, "--perm", "r", "--brokers", "nobody")
+
+
+def test_drain_moves_writes_away_and_waits_for_consumers(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    if len(cluster.brokers) < 2:
+        pytest.skip("needs two brokers (the separated topology)")
+    drained, other = cluster.brokers
+    topic = cluster.create_topic(unique("t"), queues=4)
+    group = cluster.create_group(unique("g"))
+    with producer(cluster.endpoints, topic) as p:
+        send_all(p, [message(topic, f"old{i}".encode()) for i in range(8)])
+    report = cluster.admin("broker", "drain", drained)
+    assert {t["topic"]: t["after"] for t in report["topics"]}[topic] == "read"
+    assert report["backlog"].get(group, 0) == 0  # consume-from latest: the group was created before the sends
+
+    def stored() -> dict[str, int]:
+        rows = cluster.admin("topic", "describe", topic)
+        return {b: sum(r["max_offset"] for r in rows if r["broker"] == b) for b in cluster.brokers}
+
+    before = stored()
+    with producer(cluster.endpoints, topic) as p:  # refused by the drained broker until proxies refresh (5 s)
+        for i in range(6):
+            _eventually(lambda i=i: _sent(p, message(topic, f"new{i}".encode())), "a send to the other broker")
+    after = stored()
+    assert after[drained] == before[drained] and after[other] == before[other] + 6
+    with producer_and_consumer(cluster.endpoints, topic, group) as (_, c):
+        receive_count(c, 14)  # everything, the drained broker's included
+    done = cluster.admin("broker", "drain", drained, "--wait-s", "10")
+    assert done["drained"] and done["backlog"] == {}
+    undone = cluster.admin("broker", "undrain", drained)
+    assert {t["topic"]: t["after"] for t in undone["topics"]}[topic] == "read_write"
