@@ -12,6 +12,10 @@
     client list [--group G | --topic T]    (who is connected, through which proxy)
     message get --topic T --id ID | message find --topic T --key K [--limit N]
     message trace --id ID    (the life of a message: sent, delivered, acked, dead-lettered, tiered)
+    message send TOPIC [--tag T] [--key K]... [--property K=V]... [--group MG] [--deliver-at TIME]
+                 (BODY | --file F | one message per line of stdin)
+    message tail TOPIC [--from latest|earliest|TIME] [--group G [--ack]] [--count N] [--for-s S]
+    message list TOPIC --queue Q --from-offset N [--count N] [--broker B]
     broker list | broker drain NAME [--wait-s S] | broker undrain NAME
     tier status | tier upload-now TOPIC [--wait-s S] | tier evict-local TOPIC
     user create ACCESS_KEY --secret SECRET|- | user delete ACCESS_KEY | user list
@@ -34,14 +38,16 @@ import asyncio
 import dataclasses
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeAlias
 
-from broker.api import GroupSpec
+from broker.api import ConsumeFrom, GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace
-from deploy.admin import clients, drain, groups, messages, offsets, security, tier, topics, trace
+from deploy.admin import clients, drain, groups, messages, offsets, produce, security, tier, topics, trace
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
+from deploy.admin.messages import MESSAGE_COLUMNS
 from deploy.admin.output import Report, render_json, render_table
 from deploy.admin.parse import (
     parse_consume_from,
@@ -58,6 +64,7 @@ DEFAULT_UPLOAD_WAIT_S = 300.0
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_QUEUES = 8
 DEFAULT_FIND_LIMIT = 64
+DEFAULT_LIST_COUNT = 20
 EXIT_FAILED = 1
 EXIT_BAD_ARGUMENT = 2
 
@@ -89,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(what, f"bad argument: {exc}", EXIT_BAD_ARGUMENT)
     except SluiceError as exc:
         return _fail(what, f"{exc.code.name}: {exc}", EXIT_FAILED)
-    print(render_json(report) if args.json else render_table(report), flush=True)
+    if not report.streamed:
+        print(render_json(report) if args.json else render_table(report), flush=True)
     return 0
 
 
@@ -229,6 +237,36 @@ def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParse
         "the life of a message: sent, delivered (per group, per attempt), acked, dead-lettered, tiered",
     )
     traced.add_argument("--id", required=True, metavar="ID", dest="message_id")
+    send = _leaf(actions, "send", shared, _message_send, "send messages: BODY, --file, or one per line of stdin")
+    send.add_argument("topic", metavar="TOPIC")
+    send.add_argument(
+        "body", metavar="BODY", nargs="?", help="the body (UTF-8), right after TOPIC; without it --file or stdin"
+    )
+    send.add_argument("--file", metavar="F", help="send the whole file as one message")
+    send.add_argument("--tag", metavar="T")
+    send.add_argument("--key", metavar="K", action="append", default=[], help="a key (repeatable)")
+    send.add_argument("--property", metavar="K=V", action="append", default=[], help="a property (repeatable)")
+    send.add_argument("--group", metavar="MG", dest="message_group", help="message group: a FIFO message")
+    send.add_argument("--deliver-at", metavar="TIME", help="a DELAY message: epoch ms or ISO-8601 (no zone: UTC)")
+    tail = _leaf(actions, "tail", shared, _message_tail, "print a topic's messages as they arrive (Ctrl-C stops)")
+    tail.add_argument("topic", metavar="TOPIC")
+    tail.add_argument(
+        "--from",
+        dest="start",
+        metavar="WHERE",
+        help="latest (default: what arrives from now on), earliest, or a time (epoch ms or ISO-8601); with "
+        "--group and no --from: what the group has not consumed yet",
+    )
+    tail.add_argument("--group", metavar="G", help="start at this group's consumed offsets (read only)")
+    tail.add_argument("--ack", action="store_true", help="consume as --group: receive and acknowledge")
+    tail.add_argument("--count", type=int, default=0, metavar="N", help="stop after N messages")
+    tail.add_argument("--for-s", type=float, default=0.0, metavar="S", help="stop after S seconds")
+    listing = _leaf(actions, "list", shared, _message_list, "browse a queue from an offset (changes no group)")
+    listing.add_argument("topic", metavar="TOPIC")
+    listing.add_argument("--queue", type=int, required=True, metavar="Q")
+    listing.add_argument("--from-offset", type=int, required=True, metavar="N")
+    listing.add_argument("--count", type=int, default=DEFAULT_LIST_COUNT, metavar="N", help="at most N per broker")
+    listing.add_argument("--broker", metavar="B", help="only this broker's queue Q")
 
 
 def _add_client(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
@@ -317,6 +355,58 @@ async def _message_find(cluster: Cluster, args: argparse.Namespace) -> Report:
     if args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")
     return await messages.find_messages(cluster, args.topic, args.key, args.limit)
+
+
+def _bodies(args: argparse.Namespace) -> list[bytes]:
+    """BODY, the whole --file, or one message per non-empty line of stdin (read before any call)."""
+    if args.body is not None and args.file is not None:
+        raise ConfigError("give a BODY or --file, not both")
+    if args.body is not None:
+        return [args.body.encode()]
+    if args.file is not None:
+        try:
+            return [Path(args.file).read_bytes()]
+        except OSError as exc:
+            raise ConfigError(f"--file {args.file}: {exc.strerror}") from None
+    return [line.rstrip(b"\r\n") for line in sys.stdin.buffer if line.strip()]
+
+
+async def _message_send(cluster: Cluster, args: argparse.Namespace) -> Report:
+    bodies = _bodies(args)
+    properties = {}
+    for item in args.property:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--property {item!r}: use KEY=VALUE")
+        properties[key] = value
+    deliver_at = parse_consume_from(args.deliver_at)[1] if args.deliver_at is not None else 0
+    options = produce.SendOptions(args.tag, tuple(args.key), properties, args.message_group, deliver_at)
+    return await produce.send_messages(cluster, args.topic, bodies, options)
+
+
+async def _message_tail(cluster: Cluster, args: argparse.Namespace) -> Report:
+    if args.count < 0 or args.for_s < 0:
+        raise ConfigError("--count and --for-s must not be negative")
+    if args.ack and not args.group:
+        raise ConfigError("--ack consumes as a group: give --group")
+    options = produce.TailOptions(group=args.group, ack=args.ack, count=args.count, for_s=args.for_s)
+    if args.start is not None:
+        where, at_ms = parse_consume_from(args.start)
+        options.start, options.start_ms = ("time", at_ms) if where is ConsumeFrom.TIMESTAMP else (where.value, 0)
+    elif args.group:
+        options.start = "group"
+    if not args.json:
+        print("  ".join(c.upper() for c in MESSAGE_COLUMNS), flush=True)
+    n = await produce.tail_messages(
+        cluster, args.topic, options, lambda b, m: print(produce.tail_line(b, m, args.json), flush=True)
+    )
+    if not args.json:
+        print(f"{n} message(s)", flush=True)
+    return Report(columns=[], streamed=True)
+
+
+async def _message_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await produce.list_messages(cluster, args.topic, args.queue, args.from_offset, args.count, args.broker)
 
 
 async def _message_trace(cluster: Cluster, args: argparse.Namespace) -> Report:

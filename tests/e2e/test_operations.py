@@ -4,7 +4,10 @@ Merged and separated topologies."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
 import time
 from collections.abc import Callable
 
@@ -14,7 +17,8 @@ from rocketmq.v5.exception import ForbiddenException
 
 from tests.e2e.support import raw
 from tests.e2e.support.clients import message, producer, producer_and_consumer, receive_count, send_all
-from tests.e2e.support.cluster import AdminError, Cluster
+from tests.e2e.support.cluster import SLUICE, AdminError, Cluster
+from tests.helpers.procs import REPO_ROOT
 
 REPORT_WAIT_S = 20.0  # proxies report their clients every 5 s
 
@@ -198,3 +202,81 @@ def test_drain_moves_writes_away_and_waits_for_consumers(cluster: Cluster, uniqu
     assert done["drained"] and done["backlog"] == {}
     undone = cluster.admin("broker", "undrain", drained)
     assert {t["topic"]: t["after"] for t in undone["topics"]}[topic] == "read_write"
+
+
+def _admin_proc(cluster: Cluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SLUICE, "admin", "--namesrv", cluster.namesrv, *args], cwd=REPO_ROOT, input=stdin,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+
+
+def test_message_send_list_and_tail_from_the_shell(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    topic = cluster.create_topic(unique("t"), queues=2)
+    group = cluster.create_group(unique("g"))
+    with producer_and_consumer(cluster.endpoints, topic, group) as (p, c):
+        one = cluster.admin("message", "send", topic, "hello", "--tag", "T1", "--key", "k1", "--property", "a=b")
+        lines = _admin_proc(cluster, "message", "send", topic, "--json", stdin="first\nsecond\n\nthird\n")
+        assert lines.returncode == 0, lines.stderr
+        sent = one + json.loads(lines.stdout)
+        got = {m.message_id: m for m in receive_count(c, 4)}  # the official client receives them
+        assert set(got) == {r["message_id"] for r in sent}
+        hello = got[one[0]["message_id"]]
+        assert (hello.body, hello.tag, hello.keys, hello.properties.get("a")) == (b"hello", "T1", {"k1"}, "b")
+        assert sorted(m.body for m in got.values()) == [b"first", b"hello", b"second", b"third"]
+
+        # Browse one queue from an offset: the same messages, no group touched.
+        queue, broker = sent[0]["queue"], sent[0]["broker"]
+        listed = cluster.admin("message", "list", topic, "--queue", str(queue), "--from-offset", "0",
+                               "--broker", broker)  # fmt: skip
+        assert one[0]["message_id"] in {m["message_id"] for m in listed}
+        assert all(m["queue_id"] == queue for m in listed)
+
+        # Tail from the start: everything stored so far, as JSON lines.
+        tail = _admin_proc(cluster, "message", "tail", topic, "--from", "earliest", "--count", "4", "--for-s", "20",
+                           "--json")  # fmt: skip
+        assert tail.returncode == 0, tail.stderr
+        assert {json.loads(line)["body_text"] for line in tail.stdout.splitlines()} == {
+            "hello", "first", "second", "third",
+        }  # fmt: skip
+
+        # Tail what arrives: started first, then the official producer sends.
+        argv = [*SLUICE, "admin", "--namesrv", cluster.namesrv, "message", "tail", topic, "--count", "2",
+                "--for-s", "30"]  # fmt: skip
+        follower = subprocess.Popen(argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            _eventually(lambda: follower.stdout is not None and follower.stdout.readline().startswith("BROKER"),
+                        "tail printed its header")  # fmt: skip
+            time.sleep(1.0)  # its start offsets are taken once the header is out; leave it a moment
+            send_all(p, [message(topic, b"live-1"), message(topic, b"live-2")])
+            out, err = follower.communicate(timeout=40)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
+        assert follower.returncode == 0, err
+        assert "live-1" in out and "live-2" in out and "2 message(s)" in out
+        assert "hello" not in out  # it started at the end
+
+        # Consume as the group: receive and ack (the group then has nothing left).
+        eaten = _admin_proc(cluster, "message", "tail", topic, "--group", group, "--ack", "--count", "2",
+                            "--for-s", "20", "--json")  # fmt: skip
+        assert eaten.returncode == 0, eaten.stderr
+        assert sorted(json.loads(line)["body_text"] for line in eaten.stdout.splitlines()) == ["live-1", "live-2"]
+    assert cluster.admin("group", "describe", group)["lag"] == 0
+
+
+def test_message_commands_refuse_bad_input(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    topic = cluster.create_topic(unique("t"), queues=2)
+    for args, wanted in [
+        (["send", topic, "x", "--property", "novalue"], "--property 'novalue': use KEY=VALUE"),
+        (["send", topic, "--file", "/nonexistent/f"], "--file /nonexistent/f: No such file"),
+        (["send", topic, "x", "--tag", "bad tag\u0001"], "ILLEGAL_MESSAGE_TAG"),
+        (["list", topic, "--queue", "9", "--from-offset", "0"], "holds queue 9"),
+        (["tail", topic, "--ack"], "--ack consumes as a group: give --group"),
+        (["send", unique("nosuch"), "x"], "TOPIC_NOT_FOUND"),
+    ]:
+        proc = _admin_proc(cluster, "message", *args)
+        assert proc.returncode in (1, 2) and wanted in proc.stderr and len(proc.stderr.splitlines()) == 1, (
+            args, proc.stderr,
+        )  # fmt: skip
