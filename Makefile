@@ -9,10 +9,23 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-install: $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+# pip runs again only when pyproject.toml changed since the last install (stamp files in the venv).
+# `make up` installs what the server needs; `make install` (and so `make test`) everything: Spark,
+# the test tools and the official clients are extras (`.[dev]`).
+SERVER_STAMP := $(VENV)/.sluice-server-installed
+DEV_STAMP := $(VENV)/.sluice-dev-installed
 
-up: install
+$(SERVER_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(SERVER_STAMP)
+
+install: $(DEV_STAMP)
+
+up: $(SERVER_STAMP)
 	$(BIN)/sluice up
 
 protos: install
