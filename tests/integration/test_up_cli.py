@@ -59,3 +59,20 @@ def test_up_serves_metrics_by_default_and_prints_where(tmp_path: Path) -> None:
 def test_version(tmp_path: Path) -> None:
     proc = _run("--version", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith("sluice ") and "Python 3." in proc.stdout
+
+
+def test_second_broker_on_a_data_dir_in_use_says_so_in_one_line(tmp_path: Path) -> None:
+    port = free_port()
+    data = tmp_path / "data"
+    first = start_process([*SLUICE, "broker", "--port", str(port), "--data-dir", str(data)], port=port,
+                          log_path=tmp_path / "first.log", name="broker")  # fmt: skip
+    try:
+        proc = _run("broker", "--port", str(free_port()), "--data-dir", str(data), cwd=tmp_path)
+    finally:
+        assert first.stop() == 0, first.tail()
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr  # log lines of its start and stop, then the one line of why
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"sluice broker: data directory {data} is in use by another process (RocksDB lock {data}/index/LOCK): is "
+        "another broker or sluice up running on it? give each its own --data-dir"
+    ), proc.stderr
