@@ -465,7 +465,8 @@ async def _tier_status(cluster: Cluster, args: argparse.Namespace) -> Report:
 async def _tier_upload_now(cluster: Cluster, args: argparse.Namespace) -> Report:
     if args.wait_s <= 0:
         raise ConfigError(f"--wait-s must be positive, got {args.wait_s}")
-    return await tier.upload_now(cluster, args.topic, args.wait_s)
+    return await tier.upload_now(cluster, args.topic, args.wait_s,
+                                 progress=lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
 
 
 async def _tier_evict_local(cluster: Cluster, args: argparse.Namespace) -> Report:
