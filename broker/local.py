@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
 
-from broker.api import (
+from broker.client.api import (
     SYSPROP_PRODUCER_CLIENT_ID,
     AckResult,
     ConnectedClient,

@@ -20,8 +20,8 @@ import sys
 import time
 from typing import Any
 
-from broker.api import TopicSpec
-from broker.remote import RemoteBroker
+from broker.client.api import TopicSpec
+from broker.client.remote import RemoteBroker
 from common.errors import BadRequest
 from common.model import SYSTEM_PREFIX, Permission
 from deploy.admin.cluster import Cluster

@@ -20,8 +20,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.api import SYSPROP_PRODUCER_CLIENT_ID, FilterSpec, OffsetPolicy, OutgoingMessage, PopRequest, StoredMessage
-from broker.remote import RemoteBroker
+from broker.client.api import (
+    SYSPROP_PRODUCER_CLIENT_ID,
+    FilterSpec,
+    OffsetPolicy,
+    OutgoingMessage,
+    PopRequest,
+    StoredMessage,
+)
+from broker.client.remote import RemoteBroker
 from common.errors import BadRequest, Forbidden
 from common.model import MessageType
 from deploy.admin.cluster import Cluster

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from broker.api import TierStatus, TierTopicStatus
+from broker.client.api import TierStatus, TierTopicStatus
 from common.errors import SluiceError
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from broker.api import TopicSpec, TopicStatus
-from broker.remote import RemoteBroker
+from broker.client.api import TopicSpec, TopicStatus
+from broker.client.remote import RemoteBroker
 from common.errors import BadRequest, PreconditionFailed, TopicNotFound
 from common.model import MessageType, Permission
 from deploy.admin.cluster import Cluster

@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeAlias
 
-from broker.api import ConsumeFrom, GroupSpec
+from broker.client.api import ConsumeFrom, GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace

@@ -18,7 +18,7 @@ from typing import cast
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from broker.api import OutgoingMessage, StoredMessage
+from broker.client.api import OutgoingMessage, StoredMessage
 from common.errors import BadRequest, IllegalConsumerGroup, IllegalTopic, MessageTypeConflict
 from common.model import DLQ_PREFIX, MessageType, validate_group_name, validate_topic_name
 from proto.apache.rocketmq.v2 import definition_pb2 as pb

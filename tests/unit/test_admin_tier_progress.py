@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from broker.api import TierStatus, TierTopicStatus
+from broker.client.api import TierStatus, TierTopicStatus
 from common.model import Permission
 from deploy.admin import tier
 from nameserver.model import BrokerQueues, TopicRoute
