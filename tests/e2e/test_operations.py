@@ -182,15 +182,16 @@ def test_drain_moves_writes_away_and_waits_for_consumers(cluster: Cluster, uniqu
     group = cluster.create_group(unique("g"))
     with producer(cluster.endpoints, topic) as p:
         send_all(p, [message(topic, f"old{i}".encode()) for i in range(8)])
-    report = cluster.admin("broker", "drain", drained)
-    assert {t["topic"]: t["after"] for t in report["topics"]}[topic] == "read"
-    assert report["backlog"].get(group, 0) == 0  # consume-from latest: the group was created before the sends
 
     def stored() -> dict[str, int]:
         rows = cluster.admin("topic", "describe", topic)
         return {b: sum(r["max_offset"] for r in rows if r["broker"] == b) for b in cluster.brokers}
 
     before = stored()
+    report = cluster.admin("broker", "drain", drained)
+    assert {t["topic"]: t["after"] for t in report["topics"]}[topic] == "read"
+    # The group was created before the sends: what it has not consumed on the drained broker is its backlog there.
+    assert report["backlog"].get(group, 0) == before[drained] > 0
     with producer(cluster.endpoints, topic) as p:  # refused by the drained broker until proxies refresh (5 s)
         for i in range(6):
             _eventually(lambda i=i: _sent(p, message(topic, f"new{i}".encode())), "a send to the other broker")
@@ -198,8 +199,8 @@ def test_drain_moves_writes_away_and_waits_for_consumers(cluster: Cluster, uniqu
     assert after[drained] == before[drained] and after[other] == before[other] + 6
     with producer_and_consumer(cluster.endpoints, topic, group) as (_, c):
         receive_count(c, 14)  # everything, the drained broker's included
-    done = cluster.admin("broker", "drain", drained, "--wait-s", "10")
-    assert done["drained"] and done["backlog"] == {}
+    done = cluster.admin("broker", "drain", drained)
+    assert group not in done["backlog"]  # other tests' groups on this shared cluster may still have some
     undone = cluster.admin("broker", "undrain", drained)
     assert {t["topic"]: t["after"] for t in undone["topics"]}[topic] == "read_write"
 
