@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import pkgutil
 import sys
 from types import ModuleType
@@ -33,6 +34,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="sluice",
         description="Sluice: a message broker for the Apache RocketMQ 5 gRPC clients.",
     )
+    parser.add_argument("--version", action="version", version=version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for mod in _command_modules(only):
@@ -40,6 +42,23 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
     return parser
+
+
+def _first_known(group: BaseExceptionGroup) -> BaseException | None:
+    for exc in group.exceptions:
+        if isinstance(exc, ConfigError | SluiceError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup) and (inner := _first_known(exc)) is not None:
+            return inner
+    return None
+
+
+def version() -> str:
+    try:
+        number = importlib.metadata.version("sluice")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        number = "unknown"
+    return f"sluice {number} (Python {sys.version.split()[0]})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         rc: int = args._run(args)
     except (ConfigError, SluiceError) as exc:
         print(f"sluice {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except BaseExceptionGroup as group:  # parts started together (sluice up): the first known cause
+        cause = _first_known(group)
+        if cause is None:
+            raise
+        print(f"sluice {args.command}: {cause}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

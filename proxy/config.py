@@ -187,6 +187,8 @@ class ProxyConfig:
     receive: ReceiveConfig = field(default_factory=ReceiveConfig)
     # Clients without a heartbeat or telemetry stream for this long are forgotten.
     client_expiry_s: float = 120.0
+    # How often the connected clients are reported to every broker (`sluice admin client list`).
+    client_report_s: float = 5.0
     metrics_port: int = 0
     # The fleet (navigation/): where to register, this proxy's zone, its endpoint per network
     # (default: {"default": advertised address}), the namespaces it serves (empty: all).
@@ -224,6 +226,8 @@ class ProxyConfig:
                              "(a message of the largest body clients are told must fit)")  # fmt: skip
         if self.flow.max_client_in_flight_bytes < self.max_message_bytes:
             raise ValueError("flow max_client_in_flight_bytes must be at least max_message_bytes (the largest request)")
+        if self.client_report_s <= 0:
+            raise ValueError(f"client_report_s must be positive, got {self.client_report_s}")
 
     @property
     def advertised_address(self) -> str:

@@ -291,7 +291,8 @@ class _EtcdErrors:
     async def __aenter__(self) -> None:
         return None
 
-    async def __aexit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+    async def __aexit__(self, *exc_info: object) -> bool:
+        exc = exc_info[1]
         if isinstance(exc, aetcd.exceptions.ClientError | TimeoutError):
             raise Unavailable(f"etcd: could not {self._what} ({type(exc).__name__}: {exc})") from exc
         return False

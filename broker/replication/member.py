@@ -82,7 +82,6 @@ class GroupMember:
         self._cfg = config
         self._repl = config.replication
         self._switch = switch
-        self._advertised = advertised
         self._make_registrar = make_registrar
         self._token = token
         self._repl_port = _pick_port(config.host, self._repl.port)

@@ -59,7 +59,6 @@ class Replica:
         self._name = name
         self._max_frame = max_frame_bytes
         self._token = token
-        self.copied_bytes = 0
 
     async def follow(self, leader: Leader, stop: asyncio.Event) -> None:
         """Copy from `leader` until `stop` or the connection ends (raises Unavailable then)."""
@@ -138,7 +137,6 @@ class Replica:
             whole = _whole_records(data)
             if whole:
                 await store.append_copy(base, position, bytes(data[:whole]))
-                self.copied_bytes += whole
                 writer.writelines(P.ack(store.writer.written_position))
                 await writer.drain()
             carry = bytearray(data[whole:])

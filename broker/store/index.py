@@ -20,6 +20,7 @@ from pathlib import Path
 import rocksdict
 
 from broker.store import keys as K
+from common.config import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,15 @@ class Index:
         opts = _options(cache)
         opts.set_db_write_buffer_size(write_buffer_bytes)
         names = list(K.STORE_CFS) + [n for n in extra_cfs if n not in K.STORE_CFS]
-        self.db = rocksdict.Rdict(str(path), opts, column_families={n: _options(cache) for n in names})
+        try:
+            self.db = rocksdict.Rdict(str(path), opts, column_families={n: _options(cache) for n in names})
+        except Exception as exc:  # rocksdict raises a bare Exception carrying RocksDB's status text
+            if "lock" in str(exc).lower():
+                raise ConfigError(
+                    f"data directory {path.parent} is in use by another process (RocksDB lock {path / 'LOCK'}): "
+                    "is another broker or sluice up running on it? give each its own --data-dir"
+                ) from None
+            raise
         self._cf = {n: self.db.get_column_family(n) for n in names}
         self._handles = {n: self.db.get_column_family_handle(n) for n in names}
         self._topic_ids: dict[str, int] = {}

@@ -41,24 +41,28 @@ async def _ask_every_broker(
 
 
 def _report(found: list[tuple[str, StoredMessage]]) -> Report:
-    rows = [
-        {
-            "broker": broker_name,
-            "queue": m.queue_id,
-            "offset": m.queue_offset,
-            "message_id": m.message_id,
-            "tag": m.tag,
-            "keys": list(m.keys),
-            "stored": format_time_ms(m.store_timestamp_ms),
-            "bytes": len(m.body),
-            "body": preview(m.body),
-        }
-        for broker_name, m in found
-    ]
-    return Report(columns=MESSAGE_COLUMNS, rows=rows, data=[_message_json(n, m) for n, m in found])
+    return Report(
+        columns=MESSAGE_COLUMNS,
+        rows=[message_row(n, m) for n, m in found],
+        data=[message_json(n, m) for n, m in found],
+    )
 
 
-def _message_json(broker_name: str, m: StoredMessage) -> dict[str, Any]:
+def message_row(broker_name: str, m: StoredMessage) -> dict[str, Any]:
+    return {
+        "broker": broker_name,
+        "queue": m.queue_id,
+        "offset": m.queue_offset,
+        "message_id": m.message_id,
+        "tag": m.tag,
+        "keys": list(m.keys),
+        "stored": format_time_ms(m.store_timestamp_ms),
+        "bytes": len(m.body),
+        "body": preview(m.body),
+    }
+
+
+def message_json(broker_name: str, m: StoredMessage) -> dict[str, Any]:
     try:
         text: str | None = m.body.decode("utf-8")
     except UnicodeDecodeError:

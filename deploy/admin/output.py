@@ -27,6 +27,7 @@ class Report:
     rows: list[dict[str, Any]] = field(default_factory=list)
     data: Any = None  # what --json prints, when it differs from the rows
     note: str = ""  # one line printed under the table (not in JSON)
+    streamed: bool = False  # the command printed its output as it went (message tail): print nothing more
 
 
 def render_table(report: Report) -> str:

@@ -10,13 +10,18 @@ call is safely in the bucket (or fails with HA_NOT_AVAILABLE after `--wait-s`).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
+from collections.abc import Callable
 from typing import Any
 
 from broker.client.api import TierStatus, TierTopicStatus
+from common.errors import SluiceError
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms
 
+PROGRESS_INTERVAL_S = 2.0
 STATUS_COLUMNS = ["broker", "topic", "local", "tiered", "lag_messages", "lag_s", "bytes", "objects", "error"]
 
 
@@ -67,10 +72,26 @@ async def status(cluster: Cluster) -> Report:
     return Report(columns=STATUS_COLUMNS, rows=rows, data=data, note=note)
 
 
-async def upload_now(cluster: Cluster, topic: str, wait_s: float) -> Report:
+async def upload_now(
+    cluster: Cluster, topic: str, wait_s: float, progress: Callable[[str], None] | None = None
+) -> Report:
+    """Tier everything of `topic` stored so far on every broker holding it; while the brokers work,
+    `progress` gets a line every PROGRESS_INTERVAL_S with the messages still waiting for upload."""
     route = await cluster.route(topic)
     targets = [(b.broker_name, b.address) for b in route.brokers]
-    answers = await cluster.on_each(targets, lambda b: b.tier_upload_now(topic, wait_s))
+    work = asyncio.ensure_future(cluster.on_each(targets, lambda b: b.tier_upload_now(topic, wait_s)))
+    started = time.monotonic()
+    while progress is not None and not work.done():
+        await asyncio.wait([work], timeout=PROGRESS_INTERVAL_S)
+        if work.done():
+            break
+        try:
+            statuses = await cluster.on_each(targets, lambda b: b.tier_status())
+        except SluiceError:
+            continue  # progress is best effort; the upload's own outcome decides
+        left = sum(t.lag_messages for st in statuses for t in st.topics if t.topic == topic)
+        progress(f"tiering {topic}: {left} message(s) still to upload after {time.monotonic() - started:.0f} s")
+    answers = await work
     return Report(
         columns=STATUS_COLUMNS,
         rows=[_row(name, st) for (name, _), st in zip(targets, answers, strict=True)],

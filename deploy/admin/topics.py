@@ -6,8 +6,11 @@ ids 0..share-1. Create and delete return only once the NameServer route shows th
 
 from __future__ import annotations
 
+import dataclasses
+
 from broker.client.api import TopicSpec, TopicStatus
-from common.errors import BadRequest
+from broker.client.remote import RemoteBroker
+from common.errors import BadRequest, PreconditionFailed, TopicNotFound
 from common.model import MessageType, Permission
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_types
@@ -21,8 +24,24 @@ async def create_topic(
     message_types: frozenset[MessageType],
     queue_count: int,
     broker_names: list[str] | None = None,
+    *,
+    update: bool = False,
 ) -> Report:
-    """Create `name` with `queue_count` queues over `broker_names` (default: every registered broker)."""
+    """Create `name` with `queue_count` queues over `broker_names` (default: every registered broker).
+
+    A topic that exists is refused (PRECONDITION_FAILED, saying what it is now) unless `update`:
+    then it is changed to the spec given (queues only grow; permissions stay) and the note says what
+    changed.
+    """
+    try:
+        existing: TopicRoute | None = await cluster.route(name)
+    except TopicNotFound:
+        existing = None
+    if existing is not None and not update:
+        raise PreconditionFailed(
+            f"topic {name} already exists ({_describe_route(existing)}); give --update to change it to "
+            f"{queue_count} queue(s) of {format_types(message_types)}"
+        )
     registered = {b.broker_name: b.address for b in await cluster.brokers()}
     chosen = sorted(registered) if broker_names is None else broker_names
     unknown = [n for n in chosen if n not in registered]
@@ -31,7 +50,8 @@ async def create_topic(
             f"broker(s) {', '.join(unknown)} not registered with the NameServer; registered: {', '.join(registered)}"
         )
     shares = spread_queues(queue_count, chosen)
-    specs = {n: TopicSpec(name, shares[n], message_types, Permission.READ_WRITE) for n in chosen}
+    kept = {b.broker_name: b.permission for b in existing.brokers} if existing is not None else {}
+    specs = {n: TopicSpec(name, shares[n], message_types, kept.get(n, Permission.READ_WRITE)) for n in chosen}
     await cluster.on_each([(n, registered[n]) for n in chosen], lambda b: b.create_topic(specs[b.name]))
 
     def shown(route: TopicRoute | None) -> bool:
@@ -53,8 +73,70 @@ async def create_topic(
         columns=["broker", "address", "queues", "queue_ids", "types"],
         rows=rows,
         data={"topic": name, "queue_count": queue_count, "message_types": format_types(message_types), "brokers": rows},
-        note=f"topic {name} created: {queue_count} queue(s) on {len(chosen)} broker(s)",
+        note=f"topic {name} created: {queue_count} queue(s) on {len(chosen)} broker(s)"
+        if existing is None
+        else f"topic {name} updated: {_changes(existing, shares, message_types)}",
     )
+
+
+def _describe_route(route: TopicRoute) -> str:
+    queues = sum(b.queue_count for b in route.brokers)
+    types = format_types({t for b in route.brokers for t in b.message_types})
+    return f"{queues} queue(s) of {types} on {', '.join(b.broker_name for b in route.brokers)}"
+
+
+def _changes(before: TopicRoute, shares: dict[str, int], types: frozenset[MessageType]) -> str:
+    old_queues = sum(b.queue_count for b in before.brokers)
+    old_types = format_types({t for b in before.brokers for t in b.message_types})
+    changes = []
+    if old_queues != sum(shares.values()):
+        changes.append(f"queues {old_queues} -> {sum(shares.values())}")
+    if old_types != format_types(types):
+        changes.append(f"types {old_types} -> {format_types(types)}")
+    added = sorted(set(shares) - {b.broker_name for b in before.brokers})
+    if added:
+        changes.append(f"now also on {', '.join(added)}")
+    return ", ".join(changes) or "nothing changed"
+
+
+async def update_permission(
+    cluster: Cluster, name: str, permission: Permission, broker_names: list[str] | None = None
+) -> Report:
+    """Make `name` readable and/or writable (on `broker_names`, default every broker holding it);
+    returns once the route shows it (clients see it at their next route refresh, within 30 s)."""
+    route = await cluster.route(name)
+    holders = {b.broker_name: b for b in route.brokers}
+    chosen = sorted(holders) if broker_names is None else broker_names
+    unknown = [n for n in chosen if n not in holders]
+    if unknown:
+        raise BadRequest(f"topic {name} is not on broker(s) {', '.join(unknown)}; it is on {', '.join(holders)}")
+
+    async def change(b: RemoteBroker) -> TopicSpec:
+        spec = await b.get_topic(name)
+        return await b.update_topic(dataclasses.replace(spec, permission=permission))
+
+    await cluster.on_each([(n, holders[n].address) for n in chosen], change)
+
+    def shown(r: TopicRoute | None) -> bool:
+        now = {b.broker_name: b.permission for b in r.brokers} if r else {}
+        return all(now.get(n) is permission for n in chosen)
+
+    await cluster.wait_for_route(name, shown, f"topic {name} was made {permission_name(permission)}")
+    rows = [{"broker": n, "before": permission_name(holders[n].permission), "after": permission_name(permission)}
+            for n in chosen]  # fmt: skip
+    return Report(
+        columns=["broker", "before", "after"],
+        rows=rows,
+        data={"topic": name, "permission": permission_name(permission), "brokers": rows},
+        note=f"topic {name}: {permission_name(permission)} on {len(chosen)} broker(s)",
+    )
+
+
+PERMISSIONS = {"rw": Permission.READ_WRITE, "r": Permission.READ, "w": Permission.WRITE, "none": Permission.NONE}
+
+
+def permission_name(permission: Permission) -> str:
+    return {v: k for k, v in PERMISSIONS.items()}[permission]
 
 
 async def list_topics(cluster: Cluster) -> Report:

@@ -218,6 +218,17 @@ def _all_ports(located: _Located) -> dict[str, int]:
     return roles
 
 
+def _status_ports(located: _Located) -> dict[str, int]:
+    """The ports `cluster status` shows: every role's, and each proxy worker's metrics port
+    (`metrics_port_1`, ...: worker i serves metrics_port + i)."""
+    entry = located.entry
+    roles = {role: port for role, port in entry.port_roles().items() if port}
+    if isinstance(entry, ProxyEntry):
+        for i, port in enumerate(entry.metrics_ports()[1:], start=1):
+            roles[f"metrics_port_{i}"] = port
+    return roles
+
+
 def _address(host: str, port: int) -> str:
     return host_port(connect_host(host), port)
 
@@ -260,7 +271,7 @@ def _spec(
         kind=kind,
         host=host,
         argv=tuple(argv),
-        ports={role: port for role, port in entry.port_roles().items() if port},
+        ports=_status_ports(located),
         config=config,
         config_path=config_path,
         data_dir=data_dir,

@@ -3,12 +3,20 @@
     sluice admin [--namesrv HOST:PORT[;HOST:PORT]] [--json] [--timeout-s S] AREA ACTION ...
 
     topic create NAME --type normal|fifo|delay|transaction|mixed|a,b --queues N [--brokers a,b]
+    topic create NAME ... --update    (change an existing topic: more queues, other types)
+    topic update NAME --perm rw|r|w|none [--brokers a,b]
     topic list | topic describe NAME | topic delete NAME
     group create NAME [--fifo] [--max-attempts N] [--retry-policy P] [--consume-from C]
     group list | group describe NAME | group delete NAME
+    group reset-offset NAME --topic T --to earliest|latest|TIME|OFFSET [--queue Q] [--broker B] [--dry-run]
+    client list [--group G | --topic T]    (who is connected, through which proxy)
     message get --topic T --id ID | message find --topic T --key K [--limit N]
     message trace --id ID    (the life of a message: sent, delivered, acked, dead-lettered, tiered)
-    broker list
+    message send TOPIC [--tag T] [--key K]... [--property K=V]... [--group MG] [--deliver-at TIME]
+                 (BODY | --file F | one message per line of stdin)
+    message tail TOPIC [--from latest|earliest|TIME] [--group G [--ack]] [--count N] [--for-s S]
+    message list TOPIC --queue Q --from-offset N [--count N] [--broker B]
+    broker list | broker drain NAME [--wait-s S] | broker undrain NAME
     tier status | tier upload-now TOPIC [--wait-s S] | tier evict-local TOPIC
     user create ACCESS_KEY --secret SECRET|- | user delete ACCESS_KEY | user list
     acl grant ACCESS_KEY --resource topic:NAME|group:NAME|topic:PREFIX*|* --actions PUB,SUB,ADMIN [--deny]
@@ -30,16 +38,24 @@ import asyncio
 import dataclasses
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeAlias
 
-from broker.client.api import GroupSpec
+from broker.client.api import ConsumeFrom, GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace
-from deploy.admin import brokers, groups, messages, security, tier, topics, trace
+from deploy.admin import brokers, clients, drain, groups, messages, offsets, produce, security, tier, topics, trace
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
+from deploy.admin.messages import MESSAGE_COLUMNS
 from deploy.admin.output import Report, render_json, render_table
-from deploy.admin.parse import parse_consume_from, parse_message_types, parse_names, parse_retry_policy
+from deploy.admin.parse import (
+    parse_consume_from,
+    parse_message_types,
+    parse_names,
+    parse_reset_target,
+    parse_retry_policy,
+)
 from proxy import names
 
 NAME = "admin"
@@ -48,6 +64,7 @@ DEFAULT_UPLOAD_WAIT_S = 300.0
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_QUEUES = 8
 DEFAULT_FIND_LIMIT = 64
+DEFAULT_LIST_COUNT = 20
 EXIT_FAILED = 1
 EXIT_BAD_ARGUMENT = 2
 
@@ -64,6 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_group(areas.add_parser("group", help="create, list, describe and delete consumer groups"), shared)
     _add_message(areas.add_parser("message", help="look messages up by id or key"), shared)
     _add_broker(areas.add_parser("broker", help="list the registered brokers"), shared)
+    _add_client(areas.add_parser("client", help="list the clients connected to the proxies"), shared)
     _add_tier(areas.add_parser("tier", help="tiered storage: status, upload now, evict local copies"), shared)
     _add_user(areas.add_parser("user", help="create, delete and list users (access key and secret)"), shared)
     _add_acl(areas.add_parser("acl", help="grant, revoke and list access rules of users"), shared)
@@ -78,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(what, f"bad argument: {exc}", EXIT_BAD_ARGUMENT)
     except SluiceError as exc:
         return _fail(what, f"{exc.code.name}: {exc}", EXIT_FAILED)
-    print(render_json(report) if args.json else render_table(report), flush=True)
+    if not report.streamed:
+        print(render_json(report) if args.json else render_table(report), flush=True)
     return 0
 
 
@@ -87,8 +106,8 @@ async def _execute(args: argparse.Namespace) -> Report:
         raise ConfigError(f"--timeout-s must be positive, got {args.timeout_s}")
     if args.namespace:
         validate_namespace(args.namespace)
-        for attr in ("name", "topic"):  # resources of topic, group and message commands
-            if args.area in ("topic", "group", "message") and isinstance(getattr(args, attr, None), str):
+        for attr in ("name", "topic", "group"):  # resources of topic, group, message and client commands
+            if args.area in ("topic", "group", "message", "client") and isinstance(getattr(args, attr, None), str):
                 setattr(args, attr, names.wrap(args.namespace, getattr(args, attr)))
     async with Cluster(args.namesrv, timeout_s=args.timeout_s, route_wait_s=DEFAULT_ROUTE_WAIT_S) as cluster:
         action: Action = args.run_action
@@ -148,6 +167,13 @@ def _add_topic(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser)
     )
     create.add_argument("--queues", type=int, default=DEFAULT_QUEUES, metavar="N", help="queues in all (default 8)")
     create.add_argument("--brokers", metavar="A,B", help="brokers to hold the queues (default: every registered one)")
+    create.add_argument("--update", action="store_true", help="change the topic if it exists (else refused)")
+    update = _leaf(actions, "update", shared, _topic_update, "make a topic read-only, write-only, both or neither")
+    update.add_argument("name", metavar="NAME")
+    update.add_argument(
+        "--perm", required=True, choices=sorted(topics.PERMISSIONS), help="rw (default of a topic), r, w or none"
+    )
+    update.add_argument("--brokers", metavar="A,B", help="only on these brokers (default: every broker holding it)")
     _leaf(actions, "list", shared, _topic_list, "list topics with their brokers and queue counts")
     describe = _leaf(actions, "describe", shared, _topic_describe, "offsets of every queue of a topic")
     describe.add_argument("name", metavar="NAME")
@@ -177,6 +203,21 @@ def _add_group(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser)
     describe.add_argument("name", metavar="NAME")
     delete = _leaf(actions, "delete", shared, _group_delete, "delete a consumer group from every broker")
     delete.add_argument("name", metavar="NAME")
+    reset = _leaf(
+        actions, "reset-offset", shared, _group_reset_offset,
+        "move where a group consumes a topic from (safe while its consumers are connected)",
+    )  # fmt: skip
+    reset.add_argument("name", metavar="NAME")
+    reset.add_argument("--topic", required=True, metavar="T")
+    reset.add_argument(
+        "--to",
+        required=True,
+        metavar="WHERE",
+        help="earliest, latest, an ISO-8601 time (no zone: UTC), or a queue offset (a plain number)",
+    )
+    reset.add_argument("--queue", type=int, metavar="Q", help="only this queue id (on every broker holding it)")
+    reset.add_argument("--broker", metavar="B", help="only the queues on this broker")
+    reset.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
 
 
 def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
@@ -196,6 +237,44 @@ def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParse
         "the life of a message: sent, delivered (per group, per attempt), acked, dead-lettered, tiered",
     )
     traced.add_argument("--id", required=True, metavar="ID", dest="message_id")
+    send = _leaf(actions, "send", shared, _message_send, "send messages: BODY, --file, or one per line of stdin")
+    send.add_argument("topic", metavar="TOPIC")
+    send.add_argument(
+        "body", metavar="BODY", nargs="?", help="the body (UTF-8), right after TOPIC; without it --file or stdin"
+    )
+    send.add_argument("--file", metavar="F", help="send the whole file as one message")
+    send.add_argument("--tag", metavar="T")
+    send.add_argument("--key", metavar="K", action="append", default=[], help="a key (repeatable)")
+    send.add_argument("--property", metavar="K=V", action="append", default=[], help="a property (repeatable)")
+    send.add_argument("--group", metavar="MG", dest="message_group", help="message group: a FIFO message")
+    send.add_argument("--deliver-at", metavar="TIME", help="a DELAY message: epoch ms or ISO-8601 (no zone: UTC)")
+    tail = _leaf(actions, "tail", shared, _message_tail, "print a topic's messages as they arrive (Ctrl-C stops)")
+    tail.add_argument("topic", metavar="TOPIC")
+    tail.add_argument(
+        "--from",
+        dest="start",
+        metavar="WHERE",
+        help="latest (default: what arrives from now on), earliest, or a time (epoch ms or ISO-8601); with "
+        "--group and no --from: what the group has not consumed yet",
+    )
+    tail.add_argument("--group", metavar="G", help="start at this group's consumed offsets (read only)")
+    tail.add_argument("--ack", action="store_true", help="consume as --group: receive and acknowledge")
+    tail.add_argument("--count", type=int, default=0, metavar="N", help="stop after N messages")
+    tail.add_argument("--for-s", type=float, default=0.0, metavar="S", help="stop after S seconds")
+    listing = _leaf(actions, "list", shared, _message_list, "browse a queue from an offset (changes no group)")
+    listing.add_argument("topic", metavar="TOPIC")
+    listing.add_argument("--queue", type=int, required=True, metavar="Q")
+    listing.add_argument("--from-offset", type=int, required=True, metavar="N")
+    listing.add_argument("--count", type=int, default=DEFAULT_LIST_COUNT, metavar="N", help="at most N per broker")
+    listing.add_argument("--broker", metavar="B", help="only this broker's queue Q")
+
+
+def _add_client(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = _leaf(actions, "list", shared, _client_list, "clients connected to the proxies (reported every 5 s)")
+    which = listing.add_mutually_exclusive_group()
+    which.add_argument("--group", metavar="G", help="only the consumers of this group")
+    which.add_argument("--topic", metavar="T", help="only clients publishing or subscribing this topic")
 
 
 def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
@@ -204,6 +283,13 @@ def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser
     listing.add_argument(
         "--etcd", metavar="URL", help="etcd of the broker groups: list every member with its role, epoch and lag"
     )
+    draining = _leaf(actions, "drain", shared, _broker_drain, "stop writes to a broker; consumers finish what it holds")
+    draining.add_argument("broker", metavar="NAME")
+    draining.add_argument(
+        "--wait-s", type=float, default=0.0, metavar="S", help="wait up to S seconds for its backlog to be consumed"
+    )
+    undrain = _leaf(actions, "undrain", shared, _broker_undrain, "let a drained broker take writes again")
+    undrain.add_argument("broker", metavar="NAME")
 
 
 # -- actions --------------------------------------------------------------------------------------
@@ -211,7 +297,13 @@ def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser
 
 async def _topic_create(cluster: Cluster, args: argparse.Namespace) -> Report:
     brokers = parse_names(args.brokers) if args.brokers is not None else None
-    return await topics.create_topic(cluster, args.name, parse_message_types(args.type), args.queues, brokers)
+    return await topics.create_topic(cluster, args.name, parse_message_types(args.type), args.queues, brokers,
+                                     update=args.update)  # fmt: skip
+
+
+async def _topic_update(cluster: Cluster, args: argparse.Namespace) -> Report:
+    brokers = parse_names(args.brokers) if args.brokers is not None else None
+    return await topics.update_permission(cluster, args.name, topics.PERMISSIONS[args.perm], brokers)
 
 
 async def _topic_list(cluster: Cluster, args: argparse.Namespace) -> Report:
@@ -248,6 +340,16 @@ async def _group_delete(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await groups.delete_group(cluster, args.name)
 
 
+async def _group_reset_offset(cluster: Cluster, args: argparse.Namespace) -> Report:
+    target = parse_reset_target(args.to)
+    return await offsets.reset_offsets(cluster, args.name, args.topic, target, queue=args.queue,
+                                       broker=args.broker, dry_run=args.dry_run)  # fmt: skip
+
+
+async def _client_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await clients.list_clients(cluster, group=args.group, topic=args.topic)
+
+
 async def _message_get(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await messages.get_message(cluster, args.topic, args.message_id)
 
@@ -258,8 +360,70 @@ async def _message_find(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await messages.find_messages(cluster, args.topic, args.key, args.limit)
 
 
+def _bodies(args: argparse.Namespace) -> list[bytes]:
+    """BODY, the whole --file, or one message per non-empty line of stdin (read before any call)."""
+    if args.body is not None and args.file is not None:
+        raise ConfigError("give a BODY or --file, not both")
+    if args.body is not None:
+        return [args.body.encode()]
+    if args.file is not None:
+        try:
+            return [Path(args.file).read_bytes()]
+        except OSError as exc:
+            raise ConfigError(f"--file {args.file}: {exc.strerror}") from None
+    return [line.rstrip(b"\r\n") for line in sys.stdin.buffer if line.strip()]
+
+
+async def _message_send(cluster: Cluster, args: argparse.Namespace) -> Report:
+    bodies = _bodies(args)
+    properties = {}
+    for item in args.property:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--property {item!r}: use KEY=VALUE")
+        properties[key] = value
+    deliver_at = parse_consume_from(args.deliver_at)[1] if args.deliver_at is not None else 0
+    options = produce.SendOptions(args.tag, tuple(args.key), properties, args.message_group, deliver_at)
+    return await produce.send_messages(cluster, args.topic, bodies, options)
+
+
+async def _message_tail(cluster: Cluster, args: argparse.Namespace) -> Report:
+    if args.count < 0 or args.for_s < 0:
+        raise ConfigError("--count and --for-s must not be negative")
+    if args.ack and not args.group:
+        raise ConfigError("--ack consumes as a group: give --group")
+    options = produce.TailOptions(group=args.group, ack=args.ack, count=args.count, for_s=args.for_s)
+    if args.start is not None:
+        where, at_ms = parse_consume_from(args.start)
+        options.start, options.start_ms = ("time", at_ms) if where is ConsumeFrom.TIMESTAMP else (where.value, 0)
+    elif args.group:
+        options.start = "group"
+    if not args.json:
+        print("  ".join(c.upper() for c in MESSAGE_COLUMNS), flush=True)
+    n = await produce.tail_messages(
+        cluster, args.topic, options, lambda b, m: print(produce.tail_line(b, m, args.json), flush=True)
+    )
+    if not args.json:
+        print(f"{n} message(s)", flush=True)
+    return Report(columns=[], streamed=True)
+
+
+async def _message_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await produce.list_messages(cluster, args.topic, args.queue, args.from_offset, args.count, args.broker)
+
+
 async def _message_trace(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await trace.trace_message(cluster, args.message_id)
+
+
+async def _broker_drain(cluster: Cluster, args: argparse.Namespace) -> Report:
+    if args.wait_s < 0:
+        raise ConfigError(f"--wait-s must not be negative, got {args.wait_s}")
+    return await drain.drain_broker(cluster, args.broker, wait_s=args.wait_s)
+
+
+async def _broker_undrain(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await drain.undrain_broker(cluster, args.broker)
 
 
 async def _broker_list(cluster: Cluster, args: argparse.Namespace) -> Report:
@@ -294,7 +458,8 @@ async def _tier_status(cluster: Cluster, args: argparse.Namespace) -> Report:
 async def _tier_upload_now(cluster: Cluster, args: argparse.Namespace) -> Report:
     if args.wait_s <= 0:
         raise ConfigError(f"--wait-s must be positive, got {args.wait_s}")
-    return await tier.upload_now(cluster, args.topic, args.wait_s)
+    return await tier.upload_now(cluster, args.topic, args.wait_s,
+                                 progress=lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
 
 
 async def _tier_evict_local(cluster: Cluster, args: argparse.Namespace) -> Report:

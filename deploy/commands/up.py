@@ -20,6 +20,7 @@ from common.config import load_config, read_toml
 from common.logs import setup_logging
 from deploy.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
 from deploy.ops import Readiness, ops_server
+from deploy.ports import require_free
 from deploy.runtime import serve
 from deploy.tierflags import add_tier_arguments, tier_overrides
 from nameserver.config import NameServerConfig
@@ -33,6 +34,12 @@ NAME = "up"
 HELP = "Run the merged topology (NameServer + broker + proxy in one process) on an embedded default."
 LOG_LEVELS = ("debug", "info", "warning", "error")
 STARTUP_TIMEOUT_S = 60.0
+# The ops endpoint's default port is the client port plus this: on by default, and a second
+# instance started with another --port gets another metrics port.
+METRICS_PORT_OFFSET = 1000
+SECOND_INSTANCE_HINT = (
+    "is another sluice up running? give this one other ports (--port, --namesrv-port, --broker-port, --metrics-port)"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,7 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tls-cert", metavar="PEM", help="serve clients over TLS with this certificate (and --tls-key)"
     )
     parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
-    parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help=f"HTTP port for /metrics, /healthz, /readyz (default: the client port + {METRICS_PORT_OFFSET}, "
+        "so 9081; 0 turns it off)",
+    )
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
@@ -76,6 +88,15 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
     return ns, broker, proxy
 
 
+def ops_port(flag: int | None, proxy: ProxyConfig) -> int:
+    """The flag, else `[proxy] metrics_port`, else the client port + METRICS_PORT_OFFSET (0: off)."""
+    if flag is not None:
+        return flag
+    if proxy.metrics_port:
+        return proxy.metrics_port
+    return proxy.port + METRICS_PORT_OFFSET if proxy.port else 0
+
+
 def security_overrides(args: argparse.Namespace) -> dict[str, object]:
     """The `[proxy]` overrides of `--auth`, `--tls-cert`, `--tls-key` (shared with `sluice proxy`)."""
     return {
@@ -89,16 +110,25 @@ def run(args: argparse.Namespace) -> int:
     ns_cfg, broker_cfg, proxy_cfg = configs(args)
     if proxy_cfg.tls.enabled:
         proxy_cfg.tls.read()  # a missing certificate is a one-line error before anything starts
+    metrics_port = ops_port(args.metrics_port, proxy_cfg)
+    require_free([("client", proxy_cfg.host, proxy_cfg.port), ("nameserver", ns_cfg.host, ns_cfg.port),
+                  ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port)],
+                 SECOND_INSTANCE_HINT)  # fmt: skip
     setup_logging(args.log_level, args.log_json)
     # One process, one switch: the proxy's table decides (the flag sets both).
     metrics.configure(proxy_cfg.metrics)
+
+    def proxy_ready(address: str) -> None:
+        print(f"proxy listening on {address} (clients connect here)", flush=True)
+        if metrics_port:
+            print(f"metrics on http://{proxy_cfg.host}:{metrics_port}/metrics (health: /healthz, /readyz)", flush=True)
 
     async def main(stop: asyncio.Event) -> int:
         ns_stop, broker_stop = asyncio.Event(), asyncio.Event()
         broker_ready: asyncio.Future[LocalBroker] = asyncio.get_running_loop().create_future()
         readiness = Readiness()
         readiness.set("proxy", False)
-        async with ops_server(proxy_cfg.host, args.metrics_port, readiness), asyncio.TaskGroup() as tasks:
+        async with ops_server(proxy_cfg.host, metrics_port, readiness), asyncio.TaskGroup() as tasks:
             ns_task = tasks.create_task(run_nameserver(
                 ns_cfg, ns_stop, on_ready=lambda a: print(f"nameserver listening on {a}", flush=True)))  # fmt: skip
             broker_task = tasks.create_task(run_broker(
@@ -107,9 +137,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 broker = await asyncio.wait_for(asyncio.shield(broker_ready), STARTUP_TIMEOUT_S)
                 directory = LocalDirectory(broker, topics_max=proxy_cfg.caches.topics_max)
-                await serve_proxy(ProxyApp(proxy_cfg, directory), stop,
-                                  on_ready=lambda a: print(f"proxy listening on {a} (clients connect here)",
-                                                           flush=True),
+                await serve_proxy(ProxyApp(proxy_cfg, directory), stop, on_ready=proxy_ready,
                                   on_readiness=lambda ok: readiness.set("proxy", ok))  # fmt: skip
             finally:
                 broker_stop.set()

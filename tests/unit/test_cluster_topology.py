@@ -67,6 +67,7 @@ def test_separated_topology_builds_the_command_lines(tmp_path: Path) -> None:
     for part in ("--navigation 127.0.0.1:9877", "--zone zone-b", "--workers 2", "--proxy-id proxy-b"):
         assert part in argv
     assert [p.port for p in proxy.probes] == [8182, 8183], "every worker's metrics port"
+    assert (proxy.ports["metrics_port"], proxy.ports["metrics_port_1"]) == (8182, 8183), "status shows every worker's"
     assert proxy.stop_timeout_s == topology.settings.stop_timeout_s + 2.0, "plus the proxy's drain_s"
 
 

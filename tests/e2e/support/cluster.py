@@ -84,6 +84,15 @@ class Cluster:
             raise AdminError(f"sluice admin {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
         return json.loads(proc.stdout) if proc.stdout.strip() else None
 
+    def admin_text(self, *args: str, timeout_s: float = ADMIN_TIMEOUT_S) -> str:
+        """Run `sluice admin --namesrv ... ARGS` (a table); returns stdout, raises AdminError."""
+        argv = [*SLUICE, "admin", "--namesrv", self.namesrv, *args]
+        proc = subprocess.run(argv, cwd=REPO_ROOT, env=_child_env(), capture_output=True, text=True,
+                              timeout=timeout_s, check=False)  # fmt: skip
+        if proc.returncode != 0:
+            raise AdminError(f"sluice admin {' '.join(args)} exited {proc.returncode}: {proc.stderr.strip()}")
+        return proc.stdout
+
     def create_topic(self, name: str, message_type: str = "normal", queues: int = 4) -> str:
         self.admin("topic", "create", name, "--type", message_type, "--queues", str(queues))
         return name

@@ -1,0 +1,78 @@
+"""`sluice up` as a process: one line and exit 2 when its ports are taken (it printed a 56-line
+ExceptionGroup), the metrics endpoint on by default and printed, and `sluice --version`."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from deploy.commands.up import METRICS_PORT_OFFSET
+from tests.helpers.procs import LOOPBACK, REPO_ROOT, free_port, port_open, start_process
+
+SLUICE = [sys.executable, "-m", "deploy.cli"]
+RUN_TIMEOUT_S = 60.0
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([*SLUICE, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, check=False)  # fmt: skip
+
+
+def test_up_on_taken_ports_says_which_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind((LOOPBACK, 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        ports = ["--port", str(free_port()), "--namesrv-port", str(free_port()), "--metrics-port", "0"]
+        proc = _run("up", "--data-dir", str(tmp_path / "data"), *ports, "--broker-port", str(busy), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [
+        f"sluice up: port(s) already in use: broker {LOOPBACK}:{busy}; is another sluice up running? give this "
+        "one other ports (--port, --namesrv-port, --broker-port, --metrics-port)"
+    ], proc.stderr
+    assert not (tmp_path / "data").exists()  # refused before anything started
+
+
+def test_up_serves_metrics_by_default_and_prints_where(tmp_path: Path) -> None:
+    port = free_port()
+    metrics_port = port + METRICS_PORT_OFFSET
+    if metrics_port > 65535 or port_open(LOOPBACK, metrics_port):
+        pytest.skip(f"the default metrics port {metrics_port} of client port {port} is not usable here")
+    argv = [*SLUICE, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port), "--namesrv-port",
+            str(free_port()), "--broker-port", str(free_port())]  # fmt: skip
+    child = start_process(argv, port=port, log_path=tmp_path / "up.log", name="up")
+    try:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{metrics_port}/metrics", timeout=10) as answer:
+            assert b"sluice_" in answer.read()
+        assert f"metrics on http://{LOOPBACK}:{metrics_port}/metrics" in child.output()
+    finally:
+        assert child.stop() == 0, child.tail()
+
+
+def test_version(tmp_path: Path) -> None:
+    proc = _run("--version", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("sluice ") and "Python 3." in proc.stdout
+
+
+def test_second_broker_on_a_data_dir_in_use_says_so_in_one_line(tmp_path: Path) -> None:
+    port = free_port()
+    data = tmp_path / "data"
+    first = start_process([*SLUICE, "broker", "--port", str(port), "--data-dir", str(data)], port=port,
+                          log_path=tmp_path / "first.log", name="broker")  # fmt: skip
+    try:
+        proc = _run("broker", "--port", str(free_port()), "--data-dir", str(data), cwd=tmp_path)
+    finally:
+        assert first.stop() == 0, first.tail()
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr  # log lines of its start and stop, then the one line of why
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"sluice broker: data directory {data} is in use by another process (RocksDB lock {data}/index/LOCK): is "
+        "another broker or sluice up running on it? give each its own --data-dir"
+    ), proc.stderr
