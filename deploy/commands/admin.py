@@ -7,7 +7,9 @@
     group create NAME [--fifo] [--max-attempts N] [--retry-policy P] [--consume-from C]
     group list | group describe NAME | group delete NAME
     message get --topic T --id ID | message find --topic T --key K [--limit N]
+    message list --topic T --from TIME [--to TIME] [--limit N]    (stored in that time range)
     message trace --id ID    (the life of a message: sent, delivered, acked, dead-lettered, tiered)
+    dlq list GROUP | dlq resend GROUP (--id ID ... | --all) [--to TOPIC]
     broker list
     tier status | tier upload-now TOPIC [--wait-s S] | tier evict-local TOPIC
     user create ACCESS_KEY --secret SECRET|- | user delete ACCESS_KEY | user list
@@ -29,6 +31,7 @@ import argparse
 import asyncio
 import dataclasses
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
@@ -36,10 +39,16 @@ from broker.api import GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace
-from deploy.admin import groups, messages, security, tier, topics, trace
+from deploy.admin import dlq, groups, messages, security, tier, topics, trace
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
 from deploy.admin.output import Report, render_json, render_table
-from deploy.admin.parse import parse_consume_from, parse_message_types, parse_names, parse_retry_policy
+from deploy.admin.parse import (
+    parse_consume_from,
+    parse_message_types,
+    parse_names,
+    parse_retry_policy,
+    parse_time_ms,
+)
 from proxy import names
 
 NAME = "admin"
@@ -63,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_topic(areas.add_parser("topic", help="create, list, describe and delete topics"), shared)
     _add_group(areas.add_parser("group", help="create, list, describe and delete consumer groups"), shared)
     _add_message(areas.add_parser("message", help="look messages up by id or key"), shared)
+    _add_dlq(areas.add_parser("dlq", help="list a group's dead letters and send them again"), shared)
     _add_broker(areas.add_parser("broker", help="list the registered brokers"), shared)
     _add_tier(areas.add_parser("tier", help="tiered storage: status, upload now, evict local copies"), shared)
     _add_user(areas.add_parser("user", help="create, delete and list users (access key and secret)"), shared)
@@ -87,8 +97,8 @@ async def _execute(args: argparse.Namespace) -> Report:
         raise ConfigError(f"--timeout-s must be positive, got {args.timeout_s}")
     if args.namespace:
         validate_namespace(args.namespace)
-        for attr in ("name", "topic"):  # resources of topic, group and message commands
-            if args.area in ("topic", "group", "message") and isinstance(getattr(args, attr, None), str):
+        for attr in ("name", "topic", "to"):  # resources of topic, group, message and dlq commands
+            if args.area in ("topic", "group", "message", "dlq") and isinstance(getattr(args, attr, None), str):
                 setattr(args, attr, names.wrap(args.namespace, getattr(args, attr)))
     async with Cluster(args.namesrv, timeout_s=args.timeout_s, route_wait_s=DEFAULT_ROUTE_WAIT_S) as cluster:
         action: Action = args.run_action
@@ -188,6 +198,11 @@ def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParse
     find.add_argument("--topic", required=True, metavar="T")
     find.add_argument("--key", required=True, metavar="K")
     find.add_argument("--limit", type=int, default=DEFAULT_FIND_LIMIT, metavar="N", help="at most N per broker")
+    listing = _leaf(actions, "list", shared, _message_list, "messages stored in a time range")
+    listing.add_argument("--topic", required=True, metavar="T")
+    listing.add_argument("--from", required=True, dest="begin", metavar="TIME", help="epoch ms or ISO-8601")
+    listing.add_argument("--to", dest="end", metavar="TIME", help="epoch ms or ISO-8601 (default: now)")
+    listing.add_argument("--limit", type=int, default=DEFAULT_FIND_LIMIT, metavar="N", help="at most N in all")
     traced = _leaf(
         actions,
         "trace",
@@ -196,6 +211,18 @@ def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParse
         "the life of a message: sent, delivered (per group, per attempt), acked, dead-lettered, tiered",
     )
     traced.add_argument("--id", required=True, metavar="ID", dest="message_id")
+
+
+def _add_dlq(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = _leaf(actions, "list", shared, _dlq_list, "the messages in %%DLQ%%GROUP: origin topic, attempts, body")
+    listing.add_argument("name", metavar="GROUP")
+    resend = _leaf(actions, "resend", shared, _dlq_resend, "send dead letters again, as new messages, to their topic")
+    resend.add_argument("name", metavar="GROUP")
+    which = resend.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", action="append", dest="ids", metavar="ID", help="a dead letter's message id (repeat)")
+    which.add_argument("--all", action="store_true", help="every dead letter of the group")
+    resend.add_argument("--to", metavar="TOPIC", help="send to this topic instead of each message's origin topic")
 
 
 def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
@@ -255,8 +282,22 @@ async def _message_find(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await messages.find_messages(cluster, args.topic, args.key, args.limit)
 
 
+async def _message_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    begin = parse_time_ms(args.begin, "--from")
+    end = parse_time_ms(args.end, "--to") if args.end else int(time.time() * 1000)
+    return await messages.list_messages(cluster, args.topic, begin, end, args.limit)
+
+
 async def _message_trace(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await trace.trace_message(cluster, args.message_id)
+
+
+async def _dlq_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await dlq.list_dead_letters(cluster, args.name)
+
+
+async def _dlq_resend(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await dlq.resend(cluster, args.name, None if args.all else args.ids, args.to)
 
 
 async def _broker_list(cluster: Cluster, args: argparse.Namespace) -> Report:

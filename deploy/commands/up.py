@@ -18,6 +18,8 @@ from broker.server import run_broker
 from common import metrics
 from common.config import load_config, read_toml
 from common.logs import setup_logging
+from deploy.console.config import ConsoleConfig
+from deploy.console.server import run_console
 from deploy.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
 from deploy.ops import Readiness, ops_server
 from deploy.runtime import serve
@@ -33,6 +35,8 @@ NAME = "up"
 HELP = "Run the merged topology (NameServer + broker + proxy in one process) on an embedded default."
 LOG_LEVELS = ("debug", "info", "warning", "error")
 STARTUP_TIMEOUT_S = 60.0
+DEFAULT_CONSOLE_PORT = 8080
+CONSOLE_OFF = -1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
+    parser.add_argument(
+        "--console-port",
+        type=int,
+        default=DEFAULT_CONSOLE_PORT,
+        help=f"HTTP port of the operator's console, on --host (default {DEFAULT_CONSOLE_PORT}; 0 picks one; -1: off)",
+    )
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
@@ -76,6 +86,16 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
     return ns, broker, proxy
 
 
+def console_config(args: argparse.Namespace, ns: NameServerConfig, proxy: ProxyConfig) -> ConsoleConfig | None:
+    """The console of the merged process: the `[console]` table, on --host, auth as the proxy's."""
+    if args.console_port == CONSOLE_OFF:
+        return None
+    data = read_toml(args.config) if args.config else {}
+    return load_config(ConsoleConfig, section="console", data=data, overrides={
+        "host": proxy.host, "port": args.console_port, "namesrv": f"{ns.host}:{ns.port}",
+        "auth": "on" if proxy.auth.enabled else "off"})  # fmt: skip
+
+
 def security_overrides(args: argparse.Namespace) -> dict[str, object]:
     """The `[proxy]` overrides of `--auth`, `--tls-cert`, `--tls-key` (shared with `sluice proxy`)."""
     return {
@@ -87,6 +107,7 @@ def security_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     ns_cfg, broker_cfg, proxy_cfg = configs(args)
+    console_cfg = console_config(args, ns_cfg, proxy_cfg)
     if proxy_cfg.tls.enabled:
         proxy_cfg.tls.read()  # a missing certificate is a one-line error before anything starts
     setup_logging(args.log_level, args.log_json)
@@ -104,14 +125,19 @@ def run(args: argparse.Namespace) -> int:
             broker_task = tasks.create_task(run_broker(
                 broker_cfg, broker_stop, on_ready=lambda a: print(f"broker listening on {a}", flush=True),
                 on_broker=broker_ready.set_result))  # fmt: skip
+            console_stop = asyncio.Event()
             try:
                 broker = await asyncio.wait_for(asyncio.shield(broker_ready), STARTUP_TIMEOUT_S)
+                if console_cfg is not None:
+                    tasks.create_task(run_console(console_cfg, console_stop, on_ready=lambda url: print(
+                        f"console listening on {url}", flush=True)))  # fmt: skip
                 directory = LocalDirectory(broker)
                 await serve_proxy(ProxyApp(proxy_cfg, directory), stop,
                                   on_ready=lambda a: print(f"proxy listening on {a} (clients connect here)",
                                                            flush=True),
                                   on_readiness=lambda ok: readiness.set("proxy", ok))  # fmt: skip
             finally:
+                console_stop.set()
                 broker_stop.set()
                 await broker_task
                 ns_stop.set()
