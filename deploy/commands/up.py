@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
@@ -30,6 +31,8 @@ from proxy.app import ProxyApp
 from proxy.config import ProxyConfig
 from proxy.directory import LocalDirectory
 from proxy.server import serve_proxy
+
+log = logging.getLogger("sluice.up")
 
 NAME = "up"
 HELP = "Run the merged topology (NameServer + broker + proxy in one process) on an embedded default."
@@ -96,6 +99,15 @@ def console_config(args: argparse.Namespace, ns: NameServerConfig, proxy: ProxyC
         "auth": "on" if proxy.auth.enabled else "off"})  # fmt: skip
 
 
+async def _console(config: ConsoleConfig, stop: asyncio.Event) -> None:
+    """The console, best effort: a taken port costs the console, never the broker and proxy."""
+    try:
+        await run_console(config, stop, on_ready=lambda url: print(f"console listening on {url}", flush=True))
+    except OSError as exc:
+        log.error("console not started: cannot listen on %s:%s: %s (give --console-port, or -1 for none)",
+                  config.host, config.port, exc.strerror or exc)  # fmt: skip
+
+
 def security_overrides(args: argparse.Namespace) -> dict[str, object]:
     """The `[proxy]` overrides of `--auth`, `--tls-cert`, `--tls-key` (shared with `sluice proxy`)."""
     return {
@@ -129,8 +141,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 broker = await asyncio.wait_for(asyncio.shield(broker_ready), STARTUP_TIMEOUT_S)
                 if console_cfg is not None:
-                    tasks.create_task(run_console(console_cfg, console_stop, on_ready=lambda url: print(
-                        f"console listening on {url}", flush=True)))  # fmt: skip
+                    tasks.create_task(_console(console_cfg, console_stop))
                 directory = LocalDirectory(broker)
                 await serve_proxy(ProxyApp(proxy_cfg, directory), stop,
                                   on_ready=lambda a: print(f"proxy listening on {a} (clients connect here)",

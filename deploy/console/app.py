@@ -124,8 +124,8 @@ async def act(request: web.Request, what: str, back: str, action: Callable[[], A
     try:
         note = await action()
     except (SluiceError, ConfigError) as exc:
-        log_action(request, what, f"refused: {_describe(exc)}")
-        return redirect_with(request, back, "error", f"{what}: {_describe(exc)}")
+        log_action(request, what, f"refused: {describe(exc)}")
+        return redirect_with(request, back, "error", f"{what}: {describe(exc)}")
     log_action(request, what, f"done: {note}")
     return redirect_with(request, done or back, "ok", note or f"{what}: done")
 
@@ -135,7 +135,7 @@ _NO_STORE = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "X-Content-
                                         "frame-ancestors 'none'; form-action 'self'"}  # fmt: skip
 
 
-def _describe(exc: Exception) -> str:
+def describe(exc: Exception) -> str:
     if isinstance(exc, SluiceError):
         return f"{exc.code.name}: {exc}"
     return f"bad input: {exc}"
@@ -151,16 +151,18 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except web.HTTPException:
         raise
     except (SluiceError, ConfigError) as exc:
-        status = 400 if isinstance(exc, ConfigError) or 400 <= _http_status(exc) < 500 else 502
-        return render(request, "error.html", status=status, message=_describe(exc))
+        return render(request, "error.html", status=error_status(exc), message=describe(exc))
     except Exception:
         log.exception("console page %s %s failed", request.method, request.path)
         return render(request, "error.html", status=500, message="INTERNAL_ERROR: the console failed; see its log")
 
 
-def _http_status(exc: SluiceError) -> int:
-    code = int(exc.code)
-    return code // 100 if code >= 10000 else 500  # apache.rocketmq.v2.Code: 40001 -> 400, 50001 -> 500
+def error_status(exc: SluiceError | ConfigError) -> int:
+    """The HTTP status of a page showing `exc`: 400 for bad input, 404 for not found, 502 otherwise."""
+    if isinstance(exc, ConfigError):
+        return 400
+    status = int(exc.code) // 100  # apache.rocketmq.v2.Code: 40402 -> 404
+    return status if 400 <= status < 500 else 502
 
 
 @web.middleware

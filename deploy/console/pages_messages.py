@@ -16,12 +16,12 @@ from typing import Any
 from aiohttp import web
 
 from common.config import ConfigError
-from common.errors import MessageNotFound
+from common.errors import MessageNotFound, SluiceError
 from common.model import DLQ_PREFIX, validate_topic_name
 from deploy.admin import messages, trace
 from deploy.admin.output import Report
 from deploy.admin.parse import parse_time_ms
-from deploy.console.app import console_of, render
+from deploy.console.app import console_of, describe, error_status, render
 
 SEARCH_LIMIT = 200
 HEX_BYTES_MAX = 4096
@@ -37,13 +37,14 @@ async def search(request: web.Request) -> web.Response:
     q = request.query
     form = {k: q.get(k, "").strip() for k in ("topic", "id", "key", "from", "to")}
     report: Report | None = None
-    error = ""
+    error, status = "", 200
     if any(form.values()):
         try:
             report = await _search(request, form)
-        except (ConfigError, MessageNotFound) as exc:  # other errors: the error page
-            error = str(exc)
-    return render(request, "messages.html", form=form, report=report, error=error, limit=SEARCH_LIMIT)
+        except (ConfigError, SluiceError) as exc:  # shown above the form, which keeps what was typed
+            error, status = describe(exc), error_status(exc)
+    return render(request, "messages.html", status=status, form=form, report=report, error=error,
+                  limit=SEARCH_LIMIT)  # fmt: skip
 
 
 async def _search(request: web.Request, form: dict[str, str]) -> Report:

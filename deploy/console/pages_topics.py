@@ -60,10 +60,12 @@ async def topic_page(request: web.Request) -> web.Response:
     console = console_of(request)
     name = request.match_info["name"]
     report = await topics.describe_topic(console.cluster, name)
-    console.history.record_topic(name, topic_point(report))
+    point = topic_point(report)
+    console.history.record_topic(name, point)
     chart = line_chart(console.history.topic_rate_in(name), title="messages in per second", unit="/s")
     tier_rows = [r for r in (await _tier_rows(console.cluster)) if r.get("topic") == name]
-    return render(request, "topic.html", name=name, report=report, chart=chart, tier_rows=tier_rows)
+    return render(request, "topic.html", name=name, report=report, point=point, chart=chart,
+                  tier_rows=tier_rows)  # fmt: skip
 
 
 async def topic_create(request: web.Request) -> web.StreamResponse:
