@@ -12,6 +12,7 @@ implementations (the internal RPC carries their codes). Every call is safe to re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple, Protocol, runtime_checkable
@@ -246,7 +247,10 @@ class BrokerApi(Protocol):
     async def delete_group(self, name: str) -> None: ...
     async def get_group(self, name: str, *, auto_create: bool = False) -> GroupInfo: ...
     async def list_groups(self) -> list[GroupInfo]: ...
-    async def group_status(self, name: str) -> GroupStatus: ...
+    async def group_status(self, name: str, topics: Sequence[str] = ()) -> GroupStatus:
+        """Every queue here of the topics the group consumed here, and of `topics` (counted from the
+        group's start position where it never consumed)."""
+        ...
 
     # produce
     async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]: ...
@@ -300,6 +304,18 @@ class BrokerApi(Protocol):
 
     # timers
     async def recall(self, topic: str, recall_handle: str) -> str: ...  # cancels a pending DELAY message
+
+    # operations (`sluice admin group reset-offset`, `sluice admin client list`)
+    async def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> OffsetReset:
+        """Consume the queue from `offset` on (clamped to the stored range): messages in flight are
+        forgotten (their receipt handles stop working) and the pull offset moves too."""
+        ...
+
+    async def report_clients(self, proxy: str, clients: list[ConnectedClient], ttl_ms: int) -> None:
+        """A proxy's connected clients, replacing its previous report; forgotten after `ttl_ms`."""
+        ...
+
+    async def list_clients(self) -> list[ConnectedClient]: ...  # as the proxies last reported them
 
 
 # -- message trace (appended: see broker/trace.py and docs/observability.md) -----------------------
@@ -376,3 +392,29 @@ class TierEvictResult:
     topic: str
     messages: int  # local index entries dropped: reads of them now come from the bucket
     segments: int  # whole CommitLog segments deleted because everything in them is tiered
+
+
+# -- operations -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetReset:
+    topic: str
+    queue_id: int
+    previous: int  # the group's consumed offset before the reset
+    offset: int  # where it consumes from now (the requested offset clamped to the stored range)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectedClient:
+    """A client connected to a proxy, as the proxy knows it from Settings and Heartbeats."""
+
+    client_id: str
+    language: str  # JAVA, PYTHON, NODE_JS, ... ("" until its Settings arrive)
+    version: str
+    client_type: str  # PRODUCER, PUSH_CONSUMER, SIMPLE_CONSUMER, ...
+    address: str  # host:port the client connects from
+    proxy: str  # the proxy it is connected to (its advertised address)
+    group: str  # consumers only
+    topics: tuple[str, ...]  # published or subscribed
+    last_seen_ms: int  # epoch ms of its last heartbeat, settings or stream activity

@@ -32,7 +32,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from broker import receipt
@@ -512,10 +512,11 @@ class PopEngine:
 
     # -- status ----------------------------------------------------------------------------------
 
-    def group_queues(self, group: GroupInfo) -> list[GroupQueueStatus]:
-        """Consumption status of every queue of every topic the group has consumed here."""
+    def group_queues(self, group: GroupInfo, topics: Sequence[str] = ()) -> list[GroupQueueStatus]:
+        """Consumption status of every queue of every topic the group has consumed here, and of
+        `topics` held here (a queue never consumed counts from the group's start position)."""
         g = group.spec.name
-        seen: dict[str, set[int]] = {}
+        seen: dict[str, set[int]] = {t: set() for t in topics if t in self._meta.topics}
         for topic, qid in self._state.queue_keys(g):  # one scan of the group's cursors
             seen.setdefault(topic, set()).add(qid)
         out = []
@@ -531,6 +532,20 @@ class PopEngine:
                 out.append(GroupQueueStatus(topic, qid, consumed, high, max(0, high - consumed),
                                             self._state.inflight[(g, topic, qid)]))  # fmt: skip
         return out
+
+    def reset(self, group: GroupInfo, topic: str, qid: int, offset: int) -> tuple[int, int]:
+        """Consume a queue from `offset` (clamped to what is stored, tiered included): the group's
+        entries of the queue are dropped. Returns (consumed offset before, offset now)."""
+        g = group.spec.name
+        cursor = self.cursor(group, topic, qid)
+        pending = self._state.first_pending_offset(g, topic, qid)
+        before = cursor if pending is None else min(pending, cursor)
+        low, high = self._store.queue_bounds(topic, qid)
+        floor = low if self._cold is None else self._cold.floor(topic, qid, low)
+        target = max(floor, min(offset, high))
+        self._state.reset_queue(g, topic, qid, target)
+        self._hub.notify((group_key(g),))  # long polls of the group look again
+        return before, target
 
     # -- tiered storage: what a pop needs from the bucket ----------------------------------------
 

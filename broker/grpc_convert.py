@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from broker.api import (
     AckResult,
     BackoffKind,
+    ConnectedClient,
     ConsumeFrom,
     FilterKind,
     FilterSpec,
@@ -518,3 +519,18 @@ def tier_evict_to_pb(r: TierEvictResult) -> pb.TierEvictLocalResponse:
 
 def tier_evict_from_pb(msg: pb.TierEvictLocalResponse) -> TierEvictResult:
     return TierEvictResult(msg.topic, msg.messages, msg.segments)
+
+
+# -- operations -----------------------------------------------------------------------------------
+
+
+def connected_client_to_pb(c: ConnectedClient) -> pb.ConnectedClient:
+    return pb.ConnectedClient(
+        client_id=c.client_id, language=c.language, version=c.version, client_type=c.client_type,
+        address=c.address, proxy=c.proxy, group=c.group, topics=list(c.topics), last_seen_ms=c.last_seen_ms,
+    )  # fmt: skip
+
+
+def connected_client_from_pb(msg: pb.ConnectedClient) -> ConnectedClient:
+    return ConnectedClient(msg.client_id, msg.language, msg.version, msg.client_type, msg.address, msg.proxy,
+                           msg.group, tuple(msg.topics), msg.last_seen_ms)  # fmt: skip

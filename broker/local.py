@@ -23,11 +23,13 @@ from operator import attrgetter
 from broker.api import (
     SYSPROP_PRODUCER_CLIENT_ID,
     AckResult,
+    ConnectedClient,
     FilterSpec,
     GroupInfo,
     GroupSpec,
     GroupStatus,
     OffsetPolicy,
+    OffsetReset,
     OutgoingMessage,
     PopRequest,
     PullResult,
@@ -46,6 +48,7 @@ from broker.api import (
     TransactionResolution,
     TransactionSource,
 )
+from broker.clients import ClientTable
 from broker.config import BrokerConfig
 from broker.consumer import PopEngine
 from broker.filter import FilterKind, MessageFilter, compile_filter
@@ -119,6 +122,7 @@ class LocalBroker:
         # Retention and tiering's evict-local both delete CommitLog segments: one at a time.
         self._retention_lock = threading.Lock()
         self._security: SecurityStore | None = None
+        self.clients = ClientTable()
 
     @property
     def name(self) -> str:
@@ -395,9 +399,9 @@ class LocalBroker:
     async def list_groups(self) -> list[GroupInfo]:
         return sorted(self.metadata.groups.values(), key=lambda i: i.spec.name)
 
-    async def group_status(self, name: str) -> GroupStatus:
+    async def group_status(self, name: str, topics: Sequence[str] = ()) -> GroupStatus:
         info = self.metadata.group(name)
-        return GroupStatus(info, tuple(self.engine.group_queues(info)))
+        return GroupStatus(info, tuple(self.engine.group_queues(info, topics)))
 
     # -- produce ---------------------------------------------------------------------------------
 
@@ -599,6 +603,24 @@ class LocalBroker:
             if cold is not None:
                 return min(cold, low)
         return local
+
+    async def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> OffsetReset:
+        info = self.metadata.group(group)
+        spec = self.metadata.topic(topic)
+        validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
+        if offset < 0:
+            raise BadRequest(f"offset must not be negative, got {offset}")
+        before, now = self.engine.reset(info, topic, queue_id, offset)
+        self.store.commit_offset(group, topic, queue_id, now)
+        log.info("consumer offset reset", extra=kv(group=group, topic=topic, queue=queue_id, previous=before,
+                                                   offset=now))  # fmt: skip
+        return OffsetReset(topic, queue_id, before, now)
+
+    async def report_clients(self, proxy: str, clients: list[ConnectedClient], ttl_ms: int) -> None:
+        self.clients.report(proxy, clients, ttl_ms)
+
+    async def list_clients(self) -> list[ConnectedClient]:
+        return self.clients.clients()
 
     # -- lookups ---------------------------------------------------------------------------------
 

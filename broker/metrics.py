@@ -50,13 +50,19 @@ def broker_samples(broker: LocalBroker) -> list[m.Sample]:
 
 
 def consumer_samples(broker: LocalBroker) -> list[m.Sample]:
-    """Lag and in-flight messages per (group, topic), summed over the broker's queues."""
+    """Lag and in-flight messages per (group, topic), summed over the broker's queues: of the topics
+    the group consumed here and of those its connected consumers subscribe to (as the proxies
+    report them), so a topic the group consumes on other brokers only is not left out here."""
     out: list[m.Sample] = []
     limit = broker.config.metrics.max_series_per_family
+    subscribed: dict[str, set[str]] = {}
+    for client in broker.clients.clients():
+        if client.group:
+            subscribed.setdefault(client.group, set()).update(client.topics)
     for info in list(broker.metadata.groups.values()):
         lag: dict[str, int] = {}
         inflight: dict[str, int] = {}
-        for q in broker.engine.group_queues(info):
+        for q in broker.engine.group_queues(info, sorted(subscribed.get(info.spec.name, ()))):
             lag[q.topic] = lag.get(q.topic, 0) + q.lag
             inflight[q.topic] = inflight.get(q.topic, 0) + q.in_flight
         for topic, n in lag.items():

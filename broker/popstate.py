@@ -225,6 +225,17 @@ class PopState:
     def batch(self) -> PopBatch:
         return PopBatch(self)
 
+    def reset_queue(self, group: str, topic: str, queue_id: int, cursor: int) -> None:
+        """Forget the group's entries of one queue and consume it from `cursor` (one WriteBatch)."""
+        prefix = queue_key(group, topic, queue_id)
+        batch = PopBatch(self)
+        for key, raw in self._msg.items(from_key=prefix):
+            if not key.startswith(prefix):
+                break
+            batch.remove(group, topic, queue_id, int(_U64.unpack_from(key, len(prefix))[0]), PopEntry.decode(raw))
+        batch.set_cursor(group, topic, queue_id, cursor)
+        batch.commit()
+
     def drop_group(self, group: str) -> None:
         """Forget every cursor and entry of a deleted group."""
         prefix = _name(group)

@@ -28,11 +28,13 @@ import grpc
 from broker import grpc_convert as convert
 from broker.api import (
     AckResult,
+    ConnectedClient,
     FilterSpec,
     GroupInfo,
     GroupSpec,
     GroupStatus,
     OffsetPolicy,
+    OffsetReset,
     OutgoingMessage,
     PopRequest,
     PullResult,
@@ -205,9 +207,9 @@ class RemoteBroker:
         response = await self._call(self._stub.ListGroups, pb.ListGroupsRequest())
         return [convert.group_info_from_pb(g) for g in response.groups]
 
-    async def group_status(self, name: str) -> GroupStatus:
+    async def group_status(self, name: str, topics: Sequence[str] = ()) -> GroupStatus:
         with _encoding("group_status"):
-            request = pb.GroupStatusRequest(name=name)
+            request = pb.GroupStatusRequest(name=name, topics=list(topics))
         response = await self._call(self._stub.GroupStatus, request)
         return convert.group_status_from_pb(response.status)
 
@@ -564,6 +566,25 @@ class RemoteBroker:
             request = pb.RecallRequest(topic=topic, recall_handle=recall_handle)
         response = await self._call(self._stub.Recall, request)
         return str(response.message_id)
+
+    # -- operations -----------------------------------------------------------------------------
+
+    async def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> OffsetReset:
+        with _encoding("reset_offset"):
+            request = pb.ResetOffsetRequest(group=group, topic=topic, queue_id=queue_id, offset=offset)
+        response = await self._call(self._stub.ResetOffset, request)
+        return OffsetReset(topic, queue_id, response.previous, response.offset)
+
+    async def report_clients(self, proxy: str, clients: list[ConnectedClient], ttl_ms: int) -> None:
+        with _encoding("report_clients"):
+            request = pb.ReportClientsRequest(
+                proxy=proxy, clients=[convert.connected_client_to_pb(c) for c in clients], ttl_ms=ttl_ms
+            )
+        await self._call(self._stub.ReportClients, request)
+
+    async def list_clients(self) -> list[ConnectedClient]:
+        response = await self._call(self._stub.ListClients, pb.ListClientsRequest())
+        return [convert.connected_client_from_pb(c) for c in response.clients]
 
     # -- internals ------------------------------------------------------------------------------
 

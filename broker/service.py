@@ -101,7 +101,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @internal_rpc
     async def GroupStatus(self, request: pb.GroupStatusRequest, context: Context) -> pb.GroupStatusResponse:
-        status = await self._api.group_status(request.name)
+        status = await self._api.group_status(request.name, list(request.topics))
         return pb.GroupStatusResponse(status=convert.group_status_to_pb(status))
 
     # -- produce --------------------------------------------------------------------------------
@@ -306,3 +306,21 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def Recall(self, request: pb.RecallRequest, context: Context) -> pb.RecallResponse:
         message_id = await self._api.recall(request.topic, request.recall_handle)
         return pb.RecallResponse(message_id=message_id)
+
+    # -- operations -----------------------------------------------------------------------------
+
+    @internal_rpc
+    async def ResetOffset(self, request: pb.ResetOffsetRequest, context: Context) -> pb.ResetOffsetResponse:
+        reset = await self._api.reset_offset(request.group, request.topic, request.queue_id, request.offset)
+        return pb.ResetOffsetResponse(previous=reset.previous, offset=reset.offset)
+
+    @internal_rpc
+    async def ReportClients(self, request: pb.ReportClientsRequest, context: Context) -> pb.ReportClientsResponse:
+        clients = [convert.connected_client_from_pb(c) for c in request.clients]
+        await self._api.report_clients(request.proxy, clients, request.ttl_ms)
+        return pb.ReportClientsResponse()
+
+    @internal_rpc
+    async def ListClients(self, request: pb.ListClientsRequest, context: Context) -> pb.ListClientsResponse:
+        clients = await self._api.list_clients()
+        return pb.ListClientsResponse(clients=[convert.connected_client_to_pb(c) for c in clients])

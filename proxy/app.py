@@ -14,6 +14,7 @@ from navigation.model import ProxyLoad
 from proxy.config import ProxyConfig
 from proxy.core.auth import AccessControl, AuthSettings
 from proxy.core.checkback import CheckBackRegistry, OrphanChecker
+from proxy.core.clientreport import ClientReporter
 from proxy.core.consumer import ConsumerService
 from proxy.core.limits import FlowControl
 from proxy.core.producer import ProducerService
@@ -45,6 +46,8 @@ class ProxyApp:
         self.flow = FlowControl(proxy_count=config.flow.proxy_count, burst_s=config.flow.burst_s)
         self.policy = PolicySource(self._security_stores, refresh_s=auth.policy_refresh_s)
         self.policy.subscribe(self._apply_policy)
+        self.client_reporter = ClientReporter(directory, self.sessions, config.advertised_address,
+                                              config.client_report_s)  # fmt: skip
 
     def _client_gone(self, client_id: str) -> None:
         self.renewer.release_client(client_id)
@@ -79,6 +82,7 @@ class ProxyApp:
         orphans = asyncio.create_task(self.orphans.run(stop), name="transaction-check-back")
         unregister = metrics.register_source(self.metric_samples)
         policy = asyncio.create_task(self.policy.run(stop), name="security-policy")
+        clients = asyncio.create_task(self.client_reporter.run(stop), name="client-report")
         try:
             while not stop.is_set():
                 self.sessions.sweep()
@@ -90,6 +94,7 @@ class ProxyApp:
             await announce
             await orphans
             await policy
+            await clients
             await self.fleet.close()
 
     def _security_stores(self) -> list[object]:

@@ -119,6 +119,8 @@ class ProxyConfig:
     receive: ReceiveConfig = field(default_factory=ReceiveConfig)
     # Clients without a heartbeat or telemetry stream for this long are forgotten.
     client_expiry_s: float = 120.0
+    # How often the connected clients are reported to every broker (`sluice admin client list`).
+    client_report_s: float = 5.0
     metrics_port: int = 0
     # The fleet (navigation/): where to register, this proxy's zone, its endpoint per network
     # (default: {"default": advertised address}), the namespaces it serves (empty: all).
@@ -146,3 +148,7 @@ class ProxyConfig:
     @property
     def advertised_address(self) -> str:
         return self.advertise or f"{self.host}:{self.port}"
+
+    def __post_init__(self) -> None:
+        if self.client_report_s <= 0:
+            raise ValueError(f"client_report_s must be positive, got {self.client_report_s}")

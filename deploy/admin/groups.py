@@ -12,6 +12,7 @@ from typing import Any
 from broker.api import BackoffKind, ConsumeFrom, GroupInfo, GroupSpec, GroupStatus, RetryPolicy
 from broker.remote import RemoteBroker
 from common.errors import ConsumerGroupNotFound
+from deploy.admin.clients import connected_clients
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms
 
@@ -60,9 +61,18 @@ async def list_groups(cluster: Cluster) -> Report:
 
 
 async def describe_group(cluster: Cluster, name: str) -> Report:
-    """Per broker, topic and queue: consumed offset, max offset, lag and messages in flight."""
+    """Per broker, topic and queue: consumed offset, max offset, lag and messages in flight.
+
+    A broker reports the topics the group consumed on it; a topic the group consumes elsewhere (or
+    that a connected member subscribes to) but never consumed on this broker is asked for by name,
+    so its queues count from the group's start position instead of being left out.
+    """
     targets = [(b.broker_name, b.address) for b in await cluster.brokers()]
-    statuses = await cluster.on_each(targets, lambda b: _status_or_none(b, name))
+    subscribed = {t for c in await connected_clients(cluster) if c.group == name for t in c.topics}
+    statuses = await cluster.on_each(targets, lambda b: _status_or_none(b, name, sorted(subscribed)))
+    consumed = subscribed | {q.topic for s in statuses if s is not None for q in s.queues}
+    if consumed != subscribed:  # ask again for the topics some broker reported and others may hold
+        statuses = await cluster.on_each(targets, lambda b: _status_or_none(b, name, sorted(consumed)))
     found = [(n, s) for (n, _), s in zip(targets, statuses, strict=True) if s is not None]
     if not found:
         raise ConsumerGroupNotFound(f"consumer group {name} does not exist on any registered broker")
@@ -108,9 +118,9 @@ async def delete_group(cluster: Cluster, name: str) -> Report:
     )
 
 
-async def _status_or_none(broker: RemoteBroker, name: str) -> GroupStatus | None:
+async def _status_or_none(broker: RemoteBroker, name: str, topics: list[str]) -> GroupStatus | None:
     try:
-        return await broker.group_status(name)
+        return await broker.group_status(name, topics)
     except ConsumerGroupNotFound:
         return None
 

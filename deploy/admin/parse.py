@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from broker.api import BackoffKind, ConsumeFrom, RetryPolicy
 from common.config import ConfigError
@@ -116,3 +117,29 @@ def spread_queues(queue_count: int, brokers: Sequence[str]) -> dict[str, int]:
         )
     base, extra = divmod(queue_count, len(brokers))
     return {name: base + (1 if i < extra else 0) for i, name in enumerate(brokers)}
+
+
+@dataclass(frozen=True)
+class ResetTarget:
+    """Where `group reset-offset --to` moves a group: earliest, latest, a time (epoch ms) or an offset."""
+
+    kind: str  # "earliest", "latest", "time", "offset"
+    value: int = 0
+
+
+def parse_reset_target(text: str) -> ResetTarget:
+    """`earliest`, `latest`, an ISO-8601 time (no zone: UTC), or a queue offset (a plain number)."""
+    word = text.strip().lower()
+    if word in ("earliest", "latest"):
+        return ResetTarget(word)
+    if word.isdigit():
+        return ResetTarget("offset", int(word))
+    try:
+        moment = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ConfigError(
+            f"--to {text!r}: use earliest, latest, an ISO-8601 time (e.g. 2024-05-01T12:00:00Z) or a queue offset"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return ResetTarget("time", int(moment.timestamp() * _MS_PER_S))

@@ -6,6 +6,8 @@
     topic list | topic describe NAME | topic delete NAME
     group create NAME [--fifo] [--max-attempts N] [--retry-policy P] [--consume-from C]
     group list | group describe NAME | group delete NAME
+    group reset-offset NAME --topic T --to earliest|latest|TIME|OFFSET [--queue Q] [--broker B] [--dry-run]
+    client list [--group G | --topic T]    (who is connected, through which proxy)
     message get --topic T --id ID | message find --topic T --key K [--limit N]
     message list --topic T --from TIME [--to TIME] [--limit N]    (stored in that time range)
     message trace --id ID    (the life of a message: sent, delivered, acked, dead-lettered, tiered)
@@ -39,13 +41,14 @@ from broker.api import GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace
-from deploy.admin import dlq, groups, messages, security, tier, topics, trace
+from deploy.admin import clients, dlq, groups, messages, offsets, security, tier, topics, trace
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
 from deploy.admin.output import Report, render_json, render_table
 from deploy.admin.parse import (
     parse_consume_from,
     parse_message_types,
     parse_names,
+    parse_reset_target,
     parse_retry_policy,
     parse_time_ms,
 )
@@ -74,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_message(areas.add_parser("message", help="look messages up by id or key"), shared)
     _add_dlq(areas.add_parser("dlq", help="list a group's dead letters and send them again"), shared)
     _add_broker(areas.add_parser("broker", help="list the registered brokers"), shared)
+    _add_client(areas.add_parser("client", help="list the clients connected to the proxies"), shared)
     _add_tier(areas.add_parser("tier", help="tiered storage: status, upload now, evict local copies"), shared)
     _add_user(areas.add_parser("user", help="create, delete and list users (access key and secret)"), shared)
     _add_acl(areas.add_parser("acl", help="grant, revoke and list access rules of users"), shared)
@@ -97,8 +101,12 @@ async def _execute(args: argparse.Namespace) -> Report:
         raise ConfigError(f"--timeout-s must be positive, got {args.timeout_s}")
     if args.namespace:
         validate_namespace(args.namespace)
-        for attr in ("name", "topic", "to"):  # resources of topic, group, message and dlq commands
-            if args.area in ("topic", "group", "message", "dlq") and isinstance(getattr(args, attr, None), str):
+        for attr in ("name", "topic", "group", "to"):  # resources of topic, group, message, client, dlq commands
+            if attr == "to" and args.area != "dlq":
+                continue  # `group reset-offset --to` names a position, not a topic
+            if args.area in ("topic", "group", "message", "client", "dlq") and isinstance(
+                getattr(args, attr, None), str
+            ):
                 setattr(args, attr, names.wrap(args.namespace, getattr(args, attr)))
     async with Cluster(args.namesrv, timeout_s=args.timeout_s, route_wait_s=DEFAULT_ROUTE_WAIT_S) as cluster:
         action: Action = args.run_action
@@ -187,6 +195,21 @@ def _add_group(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser)
     describe.add_argument("name", metavar="NAME")
     delete = _leaf(actions, "delete", shared, _group_delete, "delete a consumer group from every broker")
     delete.add_argument("name", metavar="NAME")
+    reset = _leaf(
+        actions, "reset-offset", shared, _group_reset_offset,
+        "move where a group consumes a topic from (safe while its consumers are connected)",
+    )  # fmt: skip
+    reset.add_argument("name", metavar="NAME")
+    reset.add_argument("--topic", required=True, metavar="T")
+    reset.add_argument(
+        "--to",
+        required=True,
+        metavar="WHERE",
+        help="earliest, latest, an ISO-8601 time (no zone: UTC), or a queue offset (a plain number)",
+    )
+    reset.add_argument("--queue", type=int, metavar="Q", help="only this queue id (on every broker holding it)")
+    reset.add_argument("--broker", metavar="B", help="only the queues on this broker")
+    reset.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
 
 
 def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
@@ -223,6 +246,14 @@ def _add_dlq(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -
     which.add_argument("--id", action="append", dest="ids", metavar="ID", help="a dead letter's message id (repeat)")
     which.add_argument("--all", action="store_true", help="every dead letter of the group")
     resend.add_argument("--to", metavar="TOPIC", help="send to this topic instead of each message's origin topic")
+
+
+def _add_client(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = _leaf(actions, "list", shared, _client_list, "clients connected to the proxies (reported every 5 s)")
+    which = listing.add_mutually_exclusive_group()
+    which.add_argument("--group", metavar="G", help="only the consumers of this group")
+    which.add_argument("--topic", metavar="T", help="only clients publishing or subscribing this topic")
 
 
 def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
@@ -270,6 +301,16 @@ async def _group_describe(cluster: Cluster, args: argparse.Namespace) -> Report:
 
 async def _group_delete(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await groups.delete_group(cluster, args.name)
+
+
+async def _group_reset_offset(cluster: Cluster, args: argparse.Namespace) -> Report:
+    target = parse_reset_target(args.to)
+    return await offsets.reset_offsets(cluster, args.name, args.topic, target, queue=args.queue,
+                                       broker=args.broker, dry_run=args.dry_run)  # fmt: skip
+
+
+async def _client_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await clients.list_clients(cluster, group=args.group, topic=args.topic)
 
 
 async def _message_get(cluster: Cluster, args: argparse.Namespace) -> Report:

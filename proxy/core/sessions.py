@@ -21,6 +21,7 @@ class ClientSession:
     group: str = ""  # cluster-wide (namespace-wrapped) group name
     topics: set[str] = field(default_factory=set)
     version: str = ""
+    address: str = ""  # the peer as gRPC names it (ipv4:HOST:PORT)
     streams: int = 0
     last_seen: float = field(default_factory=time.monotonic)
 

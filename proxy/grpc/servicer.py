@@ -72,7 +72,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             if req.HasField("group") and req.group.name:
                 group = names.wrap(req.group.resource_namespace or ctx.namespace, req.group.name)
                 await app.touch_group(group)
-            app.sessions.touch(ctx.client_id, client_type=int(req.client_type), group=group)
+            app.sessions.touch(ctx.client_id, client_type=int(req.client_type), group=group, address=ctx.peer)
             return spb.HeartbeatResponse(status=OK)
 
         return await self._unary("Heartbeat", spb.HeartbeatResponse, handle, request, context)

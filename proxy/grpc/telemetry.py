@@ -52,7 +52,7 @@ async def on_settings(app: ProxyApp, ctx: RequestContext, settings: pb.Settings)
     elif kind == "publishing":
         topics = {names.wrap(t.resource_namespace or ctx.namespace, t.name) for t in settings.publishing.topics}
     app.sessions.touch(ctx.client_id, language=language, client_type=int(settings.client_type), group=group_name,
-                       topics=topics, version=ctx.client_version)  # fmt: skip
+                       topics=topics, version=ctx.client_version, address=ctx.peer)  # fmt: skip
     return settings_reply(settings, header_language=ctx.language, group=group, cfg=app.config.settings)
 
 

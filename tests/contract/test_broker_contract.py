@@ -18,6 +18,7 @@ import pytest
 from broker.api import (
     BackoffKind,
     BrokerApi,
+    ConnectedClient,
     ConsumeFrom,
     FilterSpec,
     GroupSpec,
@@ -834,3 +835,58 @@ async def test_tier_calls_without_tiering_explain_how_to_enable_it(broker: Broke
     for call in (broker.tier_upload_now(topic, 5.0), broker.tier_evict_local(topic)):
         with pytest.raises(PreconditionFailed, match=r"\[broker.tiering\] bucket"):
             await call
+
+
+# -- operations: offset reset, group status of topics never consumed, client reports -------------
+
+
+async def test_reset_offset_moves_consumption_and_forgets_in_flight(broker: BrokerApi, scope: Scope) -> None:
+    topic = await new_topic(broker, scope, queues=2)
+    group = await new_group(broker, scope)
+    await broker.send(topic, 0, [out(scope, str(i)) for i in range(4)])
+    await wait_stored(broker, topic, {0: 4})
+    held = await pop_n(broker, group, topic, 4)  # all in flight, none acked
+    reset = await broker.reset_offset(group, topic, 0, 1)
+    assert (reset.topic, reset.queue_id, reset.previous, reset.offset) == (topic, 0, 0, 1)
+    again = await pop_n(broker, group, topic, 3)  # offsets 1..3 again, as first deliveries
+    assert bodies(again) == [b"1", b"2", b"3"] and {m.delivery_attempt for m in again} == {1}
+    stale = await broker.ack(group, topic, [held[0].receipt_handle])
+    assert not stale[0].ok  # the reset forgot it: its handle no longer acks anything
+    await ack_all(broker, group, topic, again)
+    assert (await broker.reset_offset(group, topic, 0, 99)).offset == 4  # clamped to the stored range
+    assert await broker.get_offset(group, topic, 0) == 4  # the pull offset moved too
+    await pop_none(broker, group, topic)
+    with expect_error(BadRequest):
+        await broker.reset_offset(group, topic, 2, 0)
+    with expect_error(BadRequest):
+        await broker.reset_offset(group, topic, 0, -1)
+    with expect_error(ConsumerGroupNotFound):
+        await broker.reset_offset(scope.group(), topic, 0, 0)
+    with expect_error(TopicNotFound):
+        await broker.reset_offset(group, scope.topic(), 0, 0)
+
+
+async def test_group_status_counts_named_topics_never_consumed(broker: BrokerApi, scope: Scope) -> None:
+    topic = await new_topic(broker, scope, queues=2)
+    group = await new_group(broker, scope, consume_from=ConsumeFrom.EARLIEST)
+    await broker.send(topic, 1, [out(scope, "a"), out(scope, "b")])
+    await wait_stored(broker, topic, {1: 2})
+    assert [q for q in (await broker.group_status(group)).queues if q.topic == topic] == []
+    named = {q.queue_id: q.lag for q in (await broker.group_status(group, [topic, scope.topic()])).queues}
+    assert named == {0: 0, 1: 2}  # from the group's start position; an unknown topic is left out
+
+
+async def test_client_reports_replace_and_expire(broker: BrokerApi, scope: Scope) -> None:
+    proxy = f"proxy-{scope.topic()}"
+    one = ConnectedClient("c1", "PYTHON", "5.1.2", "SIMPLE_CONSUMER", "127.0.0.1:5000", proxy, "g", ("t",), 1)
+    two = ConnectedClient("c2", "NODE_JS", "1.0", "PRODUCER", "127.0.0.1:5001", proxy, "", ("t", "u"), 2)
+    await broker.report_clients(proxy, [one, two], 60_000)
+    assert {c for c in await broker.list_clients() if c.proxy == proxy} == {one, two}
+    await broker.report_clients(proxy, [two], 200)
+    assert [c for c in await broker.list_clients() if c.proxy == proxy] == [two]
+    await asyncio.sleep(0.3)
+    assert [c for c in await broker.list_clients() if c.proxy == proxy] == []
+    with expect_error(BadRequest):
+        await broker.report_clients(proxy, [one], 0)
+    with expect_error(BadRequest):
+        await broker.report_clients("", [one], 1000)

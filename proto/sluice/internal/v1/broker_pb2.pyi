@@ -416,10 +416,12 @@ class ListGroupsResponse(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ...) -> None: ...
 
 class GroupStatusRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "topics")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GroupStatusResponse(_message.Message):
     __slots__ = ("status",)
@@ -907,3 +909,69 @@ class RecallResponse(_message.Message):
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     message_id: str
     def __init__(self, message_id: _Optional[str] = ...) -> None: ...
+
+class ResetOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id", "offset")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetResponse(_message.Message):
+    __slots__ = ("previous", "offset")
+    PREVIOUS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    previous: int
+    offset: int
+    def __init__(self, previous: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ConnectedClient(_message.Message):
+    __slots__ = ("client_id", "language", "version", "client_type", "address", "proxy", "group", "topics", "last_seen_ms")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PROXY_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_MS_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    language: str
+    version: str
+    client_type: str
+    address: str
+    proxy: str
+    group: str
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    last_seen_ms: int
+    def __init__(self, client_id: _Optional[str] = ..., language: _Optional[str] = ..., version: _Optional[str] = ..., client_type: _Optional[str] = ..., address: _Optional[str] = ..., proxy: _Optional[str] = ..., group: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., last_seen_ms: _Optional[int] = ...) -> None: ...
+
+class ReportClientsRequest(_message.Message):
+    __slots__ = ("proxy", "clients", "ttl_ms")
+    PROXY_FIELD_NUMBER: _ClassVar[int]
+    CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    proxy: str
+    clients: _containers.RepeatedCompositeFieldContainer[ConnectedClient]
+    ttl_ms: int
+    def __init__(self, proxy: _Optional[str] = ..., clients: _Optional[_Iterable[_Union[ConnectedClient, _Mapping]]] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+
+class ReportClientsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListClientsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListClientsResponse(_message.Message):
+    __slots__ = ("clients",)
+    CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    clients: _containers.RepeatedCompositeFieldContainer[ConnectedClient]
+    def __init__(self, clients: _Optional[_Iterable[_Union[ConnectedClient, _Mapping]]] = ...) -> None: ...

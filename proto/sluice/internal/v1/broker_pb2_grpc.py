@@ -215,6 +215,21 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.RecallRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.RecallResponse.FromString,
                 _registered_method=True)
+        self.ResetOffset = channel.unary_unary(
+                '/sluice.internal.v1.Broker/ResetOffset',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ResetOffsetRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ResetOffsetResponse.FromString,
+                _registered_method=True)
+        self.ReportClients = channel.unary_unary(
+                '/sluice.internal.v1.Broker/ReportClients',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ReportClientsRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ReportClientsResponse.FromString,
+                _registered_method=True)
+        self.ListClients = channel.unary_unary(
+                '/sluice.internal.v1.Broker/ListClients',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListClientsRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListClientsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -460,6 +475,26 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetOffset(self, request, context):
+        """Operations: move a group's consumption of one queue (`sluice admin group reset-offset`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportClients(self, request, context):
+        """Proxies report their connected clients; `sluice admin client list` reads them back.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListClients(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -642,6 +677,21 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.Recall,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.RecallRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.RecallResponse.SerializeToString,
+            ),
+            'ResetOffset': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetOffset,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ResetOffsetRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ResetOffsetResponse.SerializeToString,
+            ),
+            'ReportClients': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportClients,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ReportClientsRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ReportClientsResponse.SerializeToString,
+            ),
+            'ListClients': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListClients,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListClientsRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListClientsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1617,6 +1667,87 @@ class Broker:
             '/sluice.internal.v1.Broker/Recall',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.RecallRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.RecallResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetOffset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/ResetOffset',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ResetOffsetRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ResetOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportClients(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/ReportClients',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ReportClientsRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ReportClientsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListClients(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/ListClients',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListClientsRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListClientsResponse.FromString,
             options,
             channel_credentials,
             insecure,
