@@ -1,8 +1,11 @@
 """Consumer groups: the list (paged, with lag, in-flight and dead letters), a group's page, create, delete.
 
 A group's page shows per topic its backlog (lag), messages in flight and dead letters, its lag
-and consume-rate plots, and per queue the offsets (`describe_group`). Create and delete call
-`deploy.admin.groups` exactly as `sluice admin group create|delete` do, with the same parsing.
+and consume-rate plots, per queue the offsets (`describe_group`) and the clients connected
+(`deploy.admin.clients.list_clients`, as `sluice admin client list --group`). Create, delete and
+reset-offset call `deploy.admin.groups` and `deploy.admin.offsets.reset_offsets` exactly as
+`sluice admin group create|delete|reset-offset` do, with the same parsing; a reset needs the
+"confirm" box ticked and can be a dry run first.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ from broker.api import GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.model import dlq_topic
-from deploy.admin import groups, topics
+from deploy.admin import clients, groups, offsets, topics
 from deploy.admin.output import Report
-from deploy.admin.parse import parse_consume_from
+from deploy.admin.parse import parse_consume_from, parse_reset_target
 from deploy.console import fanout
-from deploy.console.app import act, console_of, render
+from deploy.console.app import act, console_of, render, session_of
 from deploy.console.charts import line_chart
 from deploy.console.history import group_point, topic_point
 from deploy.console.paging import paginate
@@ -31,6 +34,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/groups", group_create)
     router.add_get("/groups/{name}", group_page)
     router.add_post("/groups/{name}/delete", group_delete)
+    router.add_post("/groups/{name}/reset-offset", group_reset_offset)
 
 
 async def group_list(request: web.Request) -> web.Response:
@@ -65,13 +69,15 @@ async def group_page(request: web.Request) -> web.Response:
     report = await groups.describe_group(console.cluster, name)
     console.history.record_group(name, group_point(report))
     dead_letters = await _dead_letter_count(console, name)
+    connected = await clients.list_clients(console.cluster, group=name)
     per_topic = _per_topic(report)
     charts = [
         line_chart(console.history.group_lag(name), title="lag (messages not acknowledged)"),
         line_chart(console.history.group_rate_out(name), title="consumed per second", unit="/s"),
     ]
     return render(request, "group.html", name=name, report=report, per_topic=per_topic, charts=charts,
-                  group=report.data["group"], dead_letters=dead_letters)  # fmt: skip
+                  group=report.data["group"], dead_letters=dead_letters, clients=connected,
+                  preview=_take_preview(request))  # fmt: skip
 
 
 async def group_create(request: web.Request) -> web.StreamResponse:
@@ -105,6 +111,35 @@ async def group_delete(request: web.Request) -> web.StreamResponse:
         return (await groups.delete_group(console.cluster, name)).note
 
     return await act(request, f"delete group {name}", f"/groups/{name}", delete, done="/groups")
+
+
+async def group_reset_offset(request: web.Request) -> web.StreamResponse:
+    console = console_of(request)
+    name = request.match_info["name"]
+    form = await request.post()
+    topic = str(form.get("topic", "")).strip()
+    to = str(form.get("to", "")).strip()
+    dry_run = form.get("dry_run") == "on"
+
+    async def reset() -> str:
+        if not topic:
+            raise ConfigError("choose the topic whose offsets to reset")
+        target = parse_reset_target(to)
+        if not dry_run and form.get("confirm") != "on":
+            raise ConfigError("tick 'confirm' to reset the offsets (or choose a dry run first)")
+        report = await offsets.reset_offsets(console.cluster, name, topic, target, dry_run=dry_run)
+        if dry_run:
+            session_of(request).preview = report.rows
+        return report.note
+
+    what = f"{'dry run of ' if dry_run else ''}reset offsets of group {name} on topic {topic[:127]!r} to {to[:64]!r}"
+    return await act(request, what, f"/groups/{name}", reset)
+
+
+def _take_preview(request: web.Request) -> list[dict[str, Any]]:
+    session = session_of(request)
+    rows, session.preview = session.preview, []
+    return rows
 
 
 async def _dead_letter_count(console: Any, group: str) -> int:

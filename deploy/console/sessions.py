@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from common.security import Action, Effect, ResourceKind, SecurityDoc
 
@@ -34,6 +35,7 @@ class Session:
     user: str = ""  # "" until a login (or for good when the console runs without auth)
     seen_s: float = 0.0
     flashes: list[tuple[str, str]] = field(default_factory=list)  # (kind "ok"|"error", text), shown once
+    preview: list[dict[str, Any]] = field(default_factory=list)  # a dry run's rows, shown once
 
     def flash(self, kind: str, text: str) -> None:
         self.flashes.append((kind, text))

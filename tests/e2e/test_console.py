@@ -148,6 +148,38 @@ def test_a_dead_letter_is_found_resent_and_consumed(merged: Cluster, page: Any, 
         assert again.properties.get("SLUICE_RESENT_FROM") == poison
 
 
+def test_an_offset_reset_takes_effect_and_the_group_shows_its_clients(
+    merged: Cluster, page: Any, unique: Callable[[str], str]
+) -> None:
+    topic = merged.create_topic(unique("t"))
+    group = merged.create_group(unique("g"), consume_from="earliest")
+    with producer_and_consumer(merged.endpoints, topic, group) as (p, c):
+        send_all(p, [message(topic, b"old-%d" % i) for i in range(4)])
+        visit(page, f"{merged.console}/groups/{group}")
+        wait_for("the lag", lambda: _reload_text(page, "#lag") == "4")
+        wait_for("the consumer in the client list", lambda: c.client_id in _reload_text(page, "#clients"))
+
+        def reset(to: str, *, confirm: bool) -> None:
+            page.select_option("#reset [name=topic]", topic)
+            page.fill("#reset [name=to]", to)
+            page.set_checked("#reset [name=confirm]", confirm)
+            page.click("#reset button")
+            page.wait_for_url(f"**/groups/{group}")
+
+        reset("soon", confirm=True)
+        assert "use earliest, latest" in flash(page, "error")
+        reset("latest", confirm=False)
+        assert "tick 'confirm'" in flash(page, "error")
+        assert page.locator("#lag").inner_text() == "4"  # nothing changed
+        reset("latest", confirm=True)
+        assert "lag afterwards 0" in flash(page, "ok")
+        assert page.locator("#lag").inner_text() == "0"
+
+        send_all(p, [message(topic, b"new")])
+        got = receive_until(c, lambda got: len(got) >= 1)
+        assert [m.body for m in got] == [b"new"]
+
+
 def test_bad_input_in_every_form_changes_nothing(merged: Cluster, page: Any, unique: Callable[[str], str]) -> None:
     console = merged.console
     topics_before = {t["topic"] for t in merged.admin("topic", "list")}
