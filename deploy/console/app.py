@@ -1,9 +1,9 @@
 """The console's aiohttp application: shared state, the middlewares every request passes, rendering.
 
 Every request passes, in order:
-1. `_errors`: a `SluiceError` or `ConfigError` escaping a page becomes that page's error box with
+1. `_sessions`: finds or starts the browser's session (cookie `sluice_console`).
+2. `_errors`: a `SluiceError` or `ConfigError` escaping a page becomes that page's error box with
    the code's name and the message (never a traceback); anything else is logged and answered 500.
-2. `_sessions`: finds or starts the browser's session (cookie `sluice_console`).
 3. `_guard`: with `auth = "on"`, every page but /login and /static needs a logged-in admin user;
    every POST must carry the session's CSRF token (403 otherwise, nothing changed); with
    `read_only`, every POST but login and logout is refused (403).
@@ -53,7 +53,7 @@ class Console:
 
 
 CONSOLE = web.AppKey("console", Console)
-SESSION_KEY = "sluice.session"
+SESSION_KEY = web.RequestKey("session", Session)
 
 
 def console_of(request: web.Request) -> Console:
@@ -61,14 +61,13 @@ def console_of(request: web.Request) -> Console:
 
 
 def session_of(request: web.Request) -> Session:
-    session: Session = request[SESSION_KEY]
-    return session
+    return request[SESSION_KEY]
 
 
 def build_app(config: ConsoleConfig, cluster: Cluster, navigation: NavigationClient | None = None) -> web.Application:
     from deploy.console import pages_access, pages_cluster, pages_dlq, pages_groups, pages_messages, pages_topics
 
-    app = web.Application(middlewares=[_errors, _sessions, _guard], client_max_size=1024 * 1024)
+    app = web.Application(middlewares=[_sessions, _errors, _guard], client_max_size=1024 * 1024)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
     )
@@ -107,10 +106,10 @@ def render(request: web.Request, template: str, *, status: int = 200, **context:
     return web.Response(text=page, status=status, content_type="text/html", headers=_NO_STORE)
 
 
-def redirect_with(request: web.Request, location: str, kind: str, text: str) -> web.HTTPSeeOther:
-    """The answer to a POST: a one-shot message for the next page, and a redirect to it."""
+def redirect_with(request: web.Request, location: str, kind: str, text: str) -> web.Response:
+    """The answer to a POST: a one-shot message for the next page, and a redirect (303) to it."""
     session_of(request).flash(kind, text)
-    return web.HTTPSeeOther(location)
+    return web.Response(status=303, headers={"Location": location, **_NO_STORE})
 
 
 def log_action(request: web.Request, what: str, outcome: str) -> None:
@@ -119,7 +118,7 @@ def log_action(request: web.Request, what: str, outcome: str) -> None:
 
 
 async def act(request: web.Request, what: str, back: str, action: Callable[[], Awaitable[str]],
-              done: str | None = None) -> web.HTTPSeeOther:  # fmt: skip
+              done: str | None = None) -> web.Response:  # fmt: skip
     """Run one state change for a POST: log it, and redirect with its note or its error."""
     try:
         note = await action()
@@ -148,6 +147,10 @@ def describe(exc: Exception) -> str:
 async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
+    except web.HTTPNotFound:
+        if SESSION_KEY not in request:
+            raise
+        return render(request, "error.html", status=404, message=f"NOT_FOUND: the console has no page {request.path}")
     except web.HTTPException:
         raise
     except (SluiceError, ConfigError) as exc:

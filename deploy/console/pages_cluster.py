@@ -21,14 +21,14 @@ STALE_HEARTBEAT_S = 30.0  # the NameServer drops a broker after 120 s without he
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
-    router.add_get("/", lambda _: _to_cluster())
+    router.add_get("/", _to_cluster)
     router.add_get("/cluster", cluster_page)
     router.add_get("/login", login_page)
     router.add_post("/login", login)
     router.add_post("/logout", logout)
 
 
-async def _to_cluster() -> web.StreamResponse:
+async def _to_cluster(request: web.Request) -> web.StreamResponse:
     raise web.HTTPSeeOther("/cluster")
 
 
