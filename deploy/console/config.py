@@ -27,6 +27,9 @@ class ConsoleConfig:
     read_only: bool = False
     # Deadline of each call to a NameServer or broker.
     timeout_s: float = 5.0
+    # NameServer answers (brokers, topic list, routes) are reused this long: a page of 50 rows asks
+    # once, and a topic created or deleted elsewhere shows at most this late.
+    nameserver_cache_s: float = 1.0
     # Rows per page of a long list.
     page_rows: int = 50
     # Plots: topics and groups viewed in the last `history_s` are sampled every `sample_interval_s`,
@@ -47,6 +50,8 @@ class ConsoleConfig:
             raise ValueError("namesrv is empty; give the NameServers as HOST:PORT[;HOST:PORT]")
         if self.auth not in AUTH_MODES:
             raise ValueError(f"auth must be on or off, got {self.auth!r}")
+        if self.nameserver_cache_s < 0:
+            raise ValueError(f"nameserver_cache_s must be 0 (off) or more, got {self.nameserver_cache_s}")
         for name in ("timeout_s", "sample_interval_s", "history_s", "session_idle_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

@@ -24,7 +24,9 @@ SHUTDOWN_GRACE_S = 2.0
 async def run_console(config: ConsoleConfig, stop: asyncio.Event, on_ready: Callable[[str], None]) -> None:
     """Serve until `stop`; `on_ready(url)` once listening. OSError if the port cannot be bound."""
     navigation = NavigationClient(config.navigation, timeout_s=config.timeout_s) if config.navigation else None
-    async with Cluster(config.namesrv, timeout_s=config.timeout_s) as cluster:
+    async with Cluster(
+        config.namesrv, timeout_s=config.timeout_s, nameserver_cache_s=config.nameserver_cache_s
+    ) as cluster:
         app = build_app(config, cluster, navigation)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
         await runner.setup()
