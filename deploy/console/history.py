@@ -25,6 +25,7 @@ from typing import Any
 from common.errors import SluiceError
 from deploy.admin import groups, topics
 from deploy.admin.cluster import Cluster
+from deploy.admin.output import Report
 
 log = logging.getLogger("sluice.console")
 
@@ -136,13 +137,15 @@ class History:
             points.append((now, point))
 
 
-def topic_point(report: object) -> TopicPoint:
-    rows = getattr(report, "rows", [])
+def topic_point(report: Report) -> TopicPoint:
+    """The totals of a `describe_topic` report."""
+    rows = report.rows
     return TopicPoint(stored=sum(r["max_offset"] for r in rows), backlog=sum(r["messages"] for r in rows))
 
 
-def group_point(report: object) -> GroupPoint:
-    rows = getattr(report, "rows", [])
+def group_point(report: Report) -> GroupPoint:
+    """The totals of a `describe_group` report."""
+    rows = report.rows
     return GroupPoint(consumed=sum(r["consumed_offset"] for r in rows), lag=sum(r["lag"] for r in rows),
                       in_flight=sum(r["in_flight"] for r in rows))  # fmt: skip
 

@@ -20,6 +20,7 @@ from common.config import ConfigError
 from common.errors import SluiceError
 from common.model import dlq_topic
 from deploy.admin import clients, groups, offsets, topics
+from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report
 from deploy.admin.parse import parse_consume_from, parse_reset_target
 from deploy.console import fanout
@@ -68,7 +69,7 @@ async def group_page(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     report = await groups.describe_group(console.cluster, name)
     console.history.record_group(name, group_point(report))
-    dead_letters = await _dead_letter_count(console, name)
+    dead_letters = await _dead_letter_count(console.cluster, name)
     connected = await clients.list_clients(console.cluster, group=name)
     per_topic = _per_topic(report)
     charts = [
@@ -142,9 +143,9 @@ def _take_preview(request: web.Request) -> list[dict[str, Any]]:
     return rows
 
 
-async def _dead_letter_count(console: Any, group: str) -> int:
+async def _dead_letter_count(cluster: Cluster, group: str) -> int:
     try:
-        return topic_point(await topics.describe_topic(console.cluster, dlq_topic(group))).backlog
+        return topic_point(await topics.describe_topic(cluster, dlq_topic(group))).backlog
     except SluiceError:
         return 0  # no dead-letter topic: nothing was ever dead-lettered
 

@@ -11,6 +11,7 @@ against the same dead letters.
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ import pytest
 
 from tests.e2e.support.browser import browser_or_skip
 from tests.e2e.support.clients import message, producer_and_consumer, receive_until, send_all
-from tests.e2e.support.cluster import AdminError, Cluster, start_merged
+from tests.e2e.support.cluster import SLUICE, AdminError, Cluster, start_merged
+from tests.helpers.procs import LOOPBACK, free_port, start_process
 
 WAIT_S = 30.0
 SHORT_INVISIBLE_S = 1
@@ -298,22 +300,46 @@ def test_with_auth_only_an_admin_user_logs_in(tmp_path: Path, browser: Any) -> N
         assert not problems, "cluster teardown:\n" + "\n".join(problems)
 
 
-def test_the_dlq_cli_lists_resends_all_and_refuses_unknown_ids(merged: Cluster, unique: Callable[[str], str]) -> None:
-    topic = merged.create_topic(unique("t"))
-    group = merged.create_group(unique("g"), max_attempts=1)
-    with producer_and_consumer(merged.endpoints, topic, group) as (p, c):
-        ids = send_all(p, [message(topic, b"x%d" % i) for i in range(2)])
-        receive_until(c, lambda got: len(got) >= 2, invisible_s=SHORT_INVISIBLE_S, ack=False)
-        wait_for("both dead letters", lambda: len(merged.admin("dlq", "list", group)["dead_letters"]) == 2)
+def test_the_dlq_cli_lists_resends_all_and_refuses_unknown_ids(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """Both topologies: in the separated one the dead letters sit on whichever broker held each message."""
+    topic = cluster.create_topic(unique("t"))
+    group = cluster.create_group(unique("g"), max_attempts=1)
+    with producer_and_consumer(cluster.endpoints, topic, group) as (p, c):
+        ids = send_all(p, [message(topic, b"x%d" % i, keys=["dlq-key"]) for i in range(4)])
+        receive_until(c, lambda got: len(got) >= 4, invisible_s=SHORT_INVISIBLE_S, ack=False)
+        wait_for("the dead letters", lambda: len(cluster.admin("dlq", "list", group)["dead_letters"]) == 4)
+        listed = cluster.admin("message", "list", "--topic", topic, "--from", "0")
+        assert sorted(m["message_id"] for m in listed) == sorted(ids)
 
         with pytest.raises(AdminError, match="nothing was resent"):
-            merged.admin("dlq", "resend", group, "--id", ids[0], "--id", "01NOSUCH")
+            cluster.admin("dlq", "resend", group, "--id", ids[0], "--id", "01NOSUCH")
         with pytest.raises(AdminError, match="ILLEGAL_TOPIC"):
-            merged.admin("dlq", "resend", group, "--all", "--to", "%bad")
-        resent = merged.admin("dlq", "resend", group, "--all")["resent"]
+            cluster.admin("dlq", "resend", group, "--all", "--to", "%bad")
+        resent = cluster.admin("dlq", "resend", group, "--all")["resent"]
         assert sorted(r["message_id"] for r in resent) == sorted(ids)
         assert {r["topic"] for r in resent} == {topic}
 
-        again = receive_until(c, lambda got: len(got) >= 2)
+        again = receive_until(c, lambda got: len(got) >= 4)
         assert sorted(m.properties.get("SLUICE_RESENT_FROM") for m in again) == sorted(ids)
         assert sorted(m.message_id for m in again) == sorted(r["new_message_id"] for r in resent)
+
+
+def test_sluice_console_serves_any_cluster(cluster: Cluster, tmp_path: Path, unique: Callable[[str], str]) -> None:
+    """`sluice console --namesrv` as a process of its own, against both topologies, read-only."""
+    topic = cluster.create_topic(unique("t"))
+    group = cluster.create_group(unique("g"))
+    port = free_port()
+    argv = [*SLUICE, "console", "--namesrv", cluster.namesrv, "--port", str(port), "--read-only"]
+    child = start_process(argv, port=port, log_path=tmp_path / "console.log", name="console")
+    try:
+        base = f"http://{LOOPBACK}:{port}"
+        for path, expected in (("/cluster", cluster.brokers[-1]), (f"/topics?q={topic}", topic),
+                               (f"/topics/{topic}", "Queues"), (f"/groups?q={group}", group),
+                               (f"/groups/{group}", "Per queue"), ("/dlq", "Dead letters"),
+                               ("/access", "Users")):  # fmt: skip
+            with urllib.request.urlopen(base + path, timeout=30) as answer:
+                page = answer.read().decode()
+            assert answer.status == 200 and expected in page, path
+            assert "Create a topic" not in page and "Delete" not in page  # read-only: no forms
+    finally:
+        child.stop()
