@@ -27,6 +27,7 @@ from aiohttp import web
 from common.config import ConfigError
 from common.errors import SluiceError
 from deploy.admin.cluster import Cluster
+from deploy.admin.output import format_time_ms
 from deploy.console.config import ConsoleConfig
 from deploy.console.history import History
 from deploy.console.sessions import COOKIE, CSRF_FIELD, Session, Sessions, csrf_ok
@@ -71,6 +72,7 @@ def build_app(config: ConsoleConfig, cluster: Cluster, navigation: NavigationCli
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
     )
+    env.filters["time"] = format_time_ms
     app[CONSOLE] = Console(
         config=config,
         cluster=cluster,
