@@ -325,21 +325,37 @@ def test_the_dlq_cli_lists_resends_all_and_refuses_unknown_ids(cluster: Cluster,
 
 
 def test_sluice_console_serves_any_cluster(cluster: Cluster, tmp_path: Path, unique: Callable[[str], str]) -> None:
-    """`sluice console --namesrv` as a process of its own, against both topologies, read-only."""
+    """`sluice console --namesrv --navigation` as a process of its own, against both topologies,
+    read-only; its cluster page lists a proxy that joined the navigation server, with its zone."""
     topic = cluster.create_topic(unique("t"))
     group = cluster.create_group(unique("g"))
-    port = free_port()
-    argv = [*SLUICE, "console", "--namesrv", cluster.namesrv, "--port", str(port), "--read-only"]
-    child = start_process(argv, port=port, log_path=tmp_path / "console.log", name="console")
+    nav_port, nav_http, proxy_port, port = free_port(), free_port(), free_port(), free_port()
+    children = []
     try:
+        for argv, listen, name in (
+            ([*SLUICE, "navigation", "--port", str(nav_port), "--http-port", str(nav_http)], nav_port, "navigation"),
+            ([*SLUICE, "proxy", "--port", str(proxy_port), "--namesrv", cluster.namesrv, "--navigation",
+              f"{LOOPBACK}:{nav_port}", "--zone", "zone-7", "--proxy-id", "proxy-seen"], proxy_port, "proxy"),
+            ([*SLUICE, "console", "--namesrv", cluster.namesrv, "--navigation", f"{LOOPBACK}:{nav_port}",
+              "--port", str(port), "--read-only"], port, "console"),
+        ):  # fmt: skip
+            children.append(start_process(argv, port=listen, log_path=tmp_path / f"{name}.log", name=name))
         base = f"http://{LOOPBACK}:{port}"
-        for path, expected in (("/cluster", cluster.brokers[-1]), (f"/topics?q={topic}", topic),
-                               (f"/topics/{topic}", "Queues"), (f"/groups?q={group}", group),
-                               (f"/groups/{group}", "Per queue"), ("/dlq", "Dead letters"),
-                               ("/access", "Users")):  # fmt: skip
-            with urllib.request.urlopen(base + path, timeout=30) as answer:
-                page = answer.read().decode()
-            assert answer.status == 200 and expected in page, path
+        wait_for("the proxy on the cluster page", lambda: "zone-7" in _get(base + "/cluster"))
+        assert "proxy-seen" in _get(base + "/cluster")
+        for path, expected in ((f"/topics?q={topic}", topic), (f"/topics/{topic}", "Queues"),
+                               (f"/groups?q={group}", group), (f"/groups/{group}", "Per queue"),
+                               ("/dlq", "Dead letters"), ("/access", "Users")):  # fmt: skip
+            page = _get(base + path)
+            assert expected in page, path
             assert "Create a topic" not in page and "Delete" not in page  # read-only: no forms
     finally:
-        child.stop()
+        for child in reversed(children):
+            child.stop()
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        assert answer.status == 200, url
+        text: str = answer.read().decode()
+        return text
