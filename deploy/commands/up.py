@@ -61,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--console-port",
         type=int,
         default=DEFAULT_CONSOLE_PORT,
-        help=f"HTTP port of the operator's console, on --host (default {DEFAULT_CONSOLE_PORT}; 0 picks one; -1: off)",
+        help=f"HTTP port of the operator's console, on loopback (default {DEFAULT_CONSOLE_PORT}; 0 picks one; -1: off)",
     )
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
@@ -90,12 +90,13 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
 
 
 def console_config(args: argparse.Namespace, ns: NameServerConfig, proxy: ProxyConfig) -> ConsoleConfig | None:
-    """The console of the merged process: the `[console]` table, on --host, auth as the proxy's."""
+    """The console of the merged process: the `[console]` table, auth as the proxy's. It stays on
+    loopback even with `--host` (its own `[console] host` exposes it): a console is not for everyone."""
     if args.console_port == CONSOLE_OFF:
         return None
     data = read_toml(args.config) if args.config else {}
     return load_config(ConsoleConfig, section="console", data=data, overrides={
-        "host": proxy.host, "port": args.console_port, "namesrv": f"{ns.host}:{ns.port}",
+        "port": args.console_port, "namesrv": f"{ns.host}:{ns.port}",
         "auth": "on" if proxy.auth.enabled else "off"})  # fmt: skip
 
 
