@@ -20,7 +20,7 @@ import pytest
 
 from tests.e2e.support.browser import browser_or_skip
 from tests.e2e.support.clients import message, producer_and_consumer, receive_until, send_all
-from tests.e2e.support.cluster import SLUICE, AdminError, Cluster, start_merged
+from tests.e2e.support.cluster import SLUICE, START_TIMEOUT_S, AdminError, Cluster, start_merged
 from tests.helpers.procs import LOOPBACK, free_port, start_process
 
 WAIT_S = 30.0
@@ -339,7 +339,8 @@ def test_sluice_console_serves_any_cluster(cluster: Cluster, tmp_path: Path, uni
             ([*SLUICE, "console", "--namesrv", cluster.namesrv, "--navigation", f"{LOOPBACK}:{nav_port}",
               "--port", str(port), "--read-only"], port, "console"),
         ):  # fmt: skip
-            children.append(start_process(argv, port=listen, log_path=tmp_path / f"{name}.log", name=name))
+            children.append(start_process(argv, port=listen, log_path=tmp_path / f"{name}.log", name=name,
+                                        timeout_s=START_TIMEOUT_S))  # fmt: skip
         base = f"http://{LOOPBACK}:{port}"
         wait_for("the proxy on the cluster page", lambda: "zone-7" in _get(base + "/cluster"))
         assert "proxy-seen" in _get(base + "/cluster")
