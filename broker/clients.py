@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from broker.api import ConnectedClient
+from broker.client.api import ConnectedClient
 from common.errors import BadRequest
 
 MAX_REPORTING_PROXIES = 1_000

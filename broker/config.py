@@ -16,6 +16,8 @@ class PopConfig:
     max_invisible_ms: int = 12 * 3600 * 1000
     max_long_poll_ms: int = 30_000
     max_batch_messages: int = 32
+    # Compiled subscription filters kept (by kind and expression); a full cache starts over.
+    filter_cache_max: int = 10_000
     # How often due (invisible-expired) messages are looked for, for redelivery and dead-lettering.
     redelivery_scan_interval_ms: int = 200
     # Entries of the store one pop may scan past the filter before it returns what it has.

@@ -35,8 +35,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from broker import receipt
-from broker.api import AckResult, GroupInfo, GroupQueueStatus, PopRequest, StoredMessage, TopicSpec
+from broker.client import receipt
+from broker.client.api import AckResult, GroupInfo, GroupQueueStatus, PopRequest, StoredMessage, TopicSpec
 from broker.config import PopConfig
 from broker.filter import MessageFilter, TagFilter
 from broker.longpoll import LongPollHub, group_key, topic_key
@@ -383,9 +383,9 @@ class PopEngine:
                 done.add((qid, offset))
                 batch.remove(group, topic, qid, offset, entry)
                 release = release or bool(entry.message_group)
-                results.append(AckResult(handle, True))
+                results.append(AckResult(handle))
             except SluiceError as exc:
-                results.append(AckResult(handle, False, int(exc.code), exc.message))
+                results.append(AckResult(handle, exc))
         batch.commit()
         self._trace.acked_many(topic, group, list(done))
         if release:
@@ -442,9 +442,9 @@ class PopEngine:
                 rh, entry = self._resolve(group, topic, handle)
                 new = PopEntry(EntryState.INFLIGHT, entry.attempt, entry.version, until, entry.message_group)
                 batch.put(group, topic, rh.queue_id, rh.queue_offset, new, entry)
-                results.append(AckResult(handle, True))
+                results.append(AckResult(handle))
             except SluiceError as exc:
-                results.append(AckResult(handle, False, int(exc.code), exc.message))
+                results.append(AckResult(handle, exc))
         batch.commit()
         return results
 

@@ -3,9 +3,12 @@
 It owns the store, the metadata, the pop engine and its background tasks (redelivery scanning,
 retention), and, when `[broker.tiering]` is configured, tiered storage (`BrokerTiering`: the
 uploader task, the retention veto, and the cold reads that pop, pull, offset queries and lookups
-fall through to below the local copy of a queue). The merged topology's proxy calls it directly;
-a broker process serves it over the internal gRPC service (broker/service.py) to remote proxies
-and the admin tool.
+fall through to below the local copy of a queue). It assembles the parts and checks what a call
+names (topic, group, queue); the paths live in their own modules: sends in broker/produce.py,
+pop and acks in broker/consumer.py, pull, offsets, lookups and traces in broker/reads.py.
+
+The merged topology's proxy calls it directly; a broker process serves it over the internal gRPC
+service (broker/service.py) to remote proxies and the admin tool.
 """
 
 from __future__ import annotations
@@ -14,15 +17,13 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import attrgetter
 
-from broker.api import (
-    SYSPROP_PRODUCER_CLIENT_ID,
+from broker.client.api import (
+    NO_CONTEXT,
     AckResult,
+    CallContext,
     ConnectedClient,
     FilterSpec,
     GroupInfo,
@@ -43,7 +44,6 @@ from broker.api import (
     TopicSpec,
     TopicStatus,
     TraceEvent,
-    TraceKind,
     TransactionCheck,
     TransactionResolution,
     TransactionSource,
@@ -53,14 +53,15 @@ from broker.config import BrokerConfig
 from broker.consumer import PopEngine
 from broker.filter import FilterKind, MessageFilter, compile_filter
 from broker.longpoll import LongPollHub, topic_key
-from broker.messages import plainly_valid, records_of, to_record, to_stored, validate_message, validate_queue
+from broker.messages import validate_queue
 from broker.metadata import METADATA_CFS, Metadata, validate_group_spec
 from broker.metrics import broker_samples
 from broker.popstate import POP_CFS, PopState
+from broker.produce import Producer
+from broker.reads import Reader
 from broker.security_store import SECURITY_CFS, SecurityStore
 from broker.store.record import MessageRecord
-from broker.store.store import MessageStore, ReadStatus
-from broker.store.writer import AppendResult, AppendResults
+from broker.store.store import MessageStore
 from broker.tiering.manifest import SegmentEntry
 from broker.tiering.runtime import TIER_CFS, BrokerTiering, not_enabled
 from broker.tiering.uploader import TopicStatus as UploaderTopicStatus
@@ -75,6 +76,7 @@ from common.errors import (
     Forbidden,
     MessageTypeConflict,
     OffsetNotFound,
+    RequestTimeout,
     SluiceError,
     StoreClosed,
     TopicNotFound,
@@ -82,7 +84,6 @@ from common.errors import (
 from common.logs import kv
 from common.model import (
     ALL_MESSAGE_TYPES,
-    DLQ_PREFIX,
     MessageType,
     TopicInfo,
     dlq_topic,
@@ -91,8 +92,6 @@ from common.model import (
 )
 
 log = logging.getLogger("sluice.broker")
-COLUMNS_MIN = 4  # below this many messages, checking and converting them one by one costs less
-_MESSAGE_ID, _QUEUE_OFFSET = attrgetter("message_id"), attrgetter("queue_offset")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +105,8 @@ class _Parts:
     trace: TraceRecorder
     tiering: BrokerTiering | None
     timers: TimerService
+    producer: Producer
+    reader: Reader
 
 
 class LocalBroker:
@@ -171,7 +172,9 @@ class LocalBroker:
         timers = TimerService(cfg.name, store, cfg.timer, lambda topic: topic in metadata.topics)
         store.retention_pins.append(timers.min_position)
         transactions = TransactionService(cfg.name, store, cfg.transaction, cfg.advertised_address)
-        self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers)
+        producer = Producer(cfg.name, cfg, store, timers, transactions, trace)
+        reader = Reader(store, self.hub, tiering, trace, cfg.pop)
+        self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers, producer, reader)
         await transactions.start()
         self._security = SecurityStore(store.index)
         self._tasks = [
@@ -285,6 +288,9 @@ class LocalBroker:
     def tiering(self) -> BrokerTiering | None:
         """Tiered storage of this broker, None when not configured (or not running)."""
         return self._parts.tiering if self._parts is not None else None
+
+    def _reader(self) -> Reader:
+        return self._running().reader
 
     def _floor(self, topic: str, queue_id: int, local_low: int) -> int:
         tiering = self.tiering
@@ -405,66 +411,11 @@ class LocalBroker:
 
     # -- produce ---------------------------------------------------------------------------------
 
-    async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
+    async def send(
+        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[SendResult]:
         spec = await self.ensure_topic(topic)
-        if not spec.permission.writable:
-            raise Forbidden(f"topic {topic} is not writable on broker {self.name}")
-        if not messages:
-            raise BadRequest("no messages to send")
-        if len(messages) > self.config.limits.max_batch_messages:
-            raise BadRequest(f"{len(messages)} messages in one send; at most {self.config.limits.max_batch_messages}")
-        info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
-        validate_queue(info, queue_id)
-        host = self.config.advertised_address
-        limits = self.config.limits
-        # Who sent them is for the trace only, not stored.
-        clients = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
-        if len(messages) >= COLUMNS_MIN and plainly_valid(messages, info, limits):  # a batch: column by column
-            results = await self.store.append(records_of(topic, queue_id, messages, host))
-            return self._sent_plain(topic, queue_id, messages, results, clients[0])
-        timers = self.timers
-        plain = True  # NORMAL and FIFO only: the common case, stored as they come
-        for msg in messages:
-            validate_message(msg, info, limits)
-            mtype = msg.message_type
-            if mtype is not MessageType.NORMAL and mtype is not MessageType.FIFO:
-                plain = False
-                if mtype is MessageType.DELAY:
-                    timers.check_delivery_time(msg)
-        if plain:
-            if len(messages) >= COLUMNS_MIN:
-                records = records_of(topic, queue_id, messages, host)
-            else:
-                records = [to_record(topic, queue_id, m, host) for m in messages]
-            results = await self.store.append(records)
-            return self._sent_plain(topic, queue_id, messages, results, clients[0])
-        if any(m.message_type is MessageType.TRANSACTION for m in messages):
-            return await self._send_half(topic, queue_id, messages)
-        mixed: list[MessageRecord] = []
-        for msg in messages:
-            rec = to_record(topic, queue_id, msg, host)
-            mixed.append(timers.timer_record(rec) if msg.message_type is MessageType.DELAY else rec)
-        results = await self.store.append(mixed)
-        # Not plain and no transaction: at least one of them is a DELAY message.
-        delayed = [(topic, m.delivery_timestamp_ms, r) for m, r in zip(messages, results, strict=True)
-                   if m.message_type is MessageType.DELAY]  # fmt: skip
-        handles = iter(timers.index(delayed))
-        return [
-            SendResult(m.message_id, queue_id, r.queue_offset,
-                       recall_handle=next(handles) if m.message_type is MessageType.DELAY else "")
-            for m, r in zip(messages, results, strict=True)
-        ]  # fmt: skip
-
-    def _sent_plain(self, topic: str, queue_id: int, messages: list[OutgoingMessage],
-                    results: Sequence[AppendResult], client: str) -> list[SendResult]:  # fmt: skip
-        # One append takes consecutive offsets of its queue: one trace event for the whole range.
-        self.trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, client,
-                        messages[0].born_host)  # fmt: skip
-        if len(messages) == 1:
-            return [SendResult(messages[0].message_id, queue_id, results[0].queue_offset)]
-        # A one-run append keeps its results as columns: take the offsets without building results.
-        offsets = results.queue_offsets if isinstance(results, AppendResults) else map(_QUEUE_OFFSET, results)
-        return list(map(SendResult, map(_MESSAGE_ID, messages), repeat(queue_id), offsets))
+        return await self._running().producer.send(spec, queue_id, messages, ctx)
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
         name = dlq_topic(group)
@@ -495,12 +446,14 @@ class LocalBroker:
         filt = self._filters.get(key)
         if filt is None:
             filt = compile_filter(FilterKind(int(spec.kind)), spec.expression)
-            if len(self._filters) > 10_000:
+            if len(self._filters) >= self.config.pop.filter_cache_max:
                 self._filters.clear()
             self._filters[key] = filt
         return filt
 
-    async def pop(self, request: PopRequest) -> list[StoredMessage]:
+    async def pop(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]:
+        if ctx.expired():  # what it took would stay invisible with no one to receive it
+            raise RequestTimeout(f"the client's deadline passed before the pop from {request.topic} began")
         group = await self.get_group(request.group, auto_create=request.auto_create_group)
         topic = self.metadata.topic(request.topic)
         if not topic.permission.readable:
@@ -510,11 +463,15 @@ class LocalBroker:
         filt = self._filter(request.filter)
         return await self.engine.pop(request, group, topic, filt)
 
-    async def ack(self, group: str, topic: str, receipt_handles: list[str]) -> list[AckResult]:
+    async def ack(
+        self, group: str, topic: str, receipt_handles: list[str], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[AckResult]:
         self.metadata.group(group)
         return self.engine.ack(group, topic, receipt_handles)
 
-    async def change_invisible_duration(self, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
+    async def change_invisible_duration(
+        self, group: str, topic: str, receipt_handle: str, invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> str:
         self.metadata.group(group)
         return self.engine.change_invisible_duration(group, topic, receipt_handle, invisible_ms)
 
@@ -539,41 +496,7 @@ class LocalBroker:
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
         if max_messages <= 0:
             raise BadRequest(f"batch size must be positive, got {max_messages}")
-        filt = self._filter(filter)
-        deadline = time.monotonic() + min(long_poll_ms, self.config.pop.max_long_poll_ms) / 1000.0
-        n = min(max_messages, self.config.pop.max_batch_messages)
-        while True:
-            snapshot = self.hub.snapshot((topic_key(topic),))
-            res = self.store.read(topic, queue_id, offset, max_messages=n, tag_hashes=filt.tag_hashes)
-            if res.status is ReadStatus.OFFSET_TOO_SMALL:
-                cold = await self._pull_cold(topic, queue_id, offset, n, res.min_offset, res.max_offset)
-                if cold is not None:
-                    kept = [m for m in cold.messages if filt.matches(m.tag, m.properties)]
-                    return PullResult(kept, cold.next_offset, cold.min_offset, cold.max_offset)
-            msgs = [to_stored(r, 1) for r in res.messages if filt.matches(r.tag, r.properties)]
-            next_offset = res.next_offset
-            if res.status is ReadStatus.OFFSET_OVERFLOW:
-                next_offset = res.max_offset
-            remaining = deadline - time.monotonic()
-            if msgs or res.status in (ReadStatus.OFFSET_TOO_SMALL, ReadStatus.OFFSET_OVERFLOW) or remaining <= 0:
-                return PullResult(msgs, next_offset, res.min_offset, res.max_offset)
-            if res.status is ReadStatus.NO_MATCH:
-                offset = next_offset
-                continue
-            await self.hub.wait(snapshot, remaining)
-
-    async def _pull_cold(
-        self, topic: str, queue_id: int, offset: int, n: int, local_low: int, high: int
-    ) -> PullResult | None:
-        """Messages below the local copy read from the bucket (unfiltered), or None if it holds none there."""
-        tiering = self.tiering
-        if tiering is None or not tiering.covers(topic, queue_id, offset, local_low):
-            return None
-        recs = await tiering.read(topic, queue_id, offset, n)
-        if not recs:
-            return None
-        msgs = [to_stored(r, 1) for r in recs]
-        return PullResult(msgs, recs[-1].queue_offset + 1, tiering.floor(topic, queue_id, local_low), high)
+        return await self._reader().pull(topic, queue_id, offset, max_messages, self._filter(filter), long_poll_ms)
 
     async def get_offset(self, group: str, topic: str, queue_id: int) -> int:
         self.metadata.topic(topic)
@@ -591,18 +514,7 @@ class LocalBroker:
     async def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0) -> int:
         spec = self.metadata.topic(topic)
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
-        low, high = self.store.queue_bounds(topic, queue_id)
-        if policy is OffsetPolicy.BEGINNING:
-            return self._floor(topic, queue_id, low)
-        if policy is OffsetPolicy.END:
-            return high
-        local = self.store.offset_for_timestamp(topic, queue_id, timestamp_ms)
-        tiering = self.tiering
-        if local == low and tiering is not None and tiering.covers(topic, queue_id, 0, low):
-            cold = await tiering.offset_for_timestamp(topic, queue_id, timestamp_ms)
-            if cold is not None:
-                return min(cold, low)
-        return local
+        return await self._reader().query_offset(topic, queue_id, policy, timestamp_ms)
 
     async def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> OffsetReset:
         info = self.metadata.group(group)
@@ -625,22 +537,10 @@ class LocalBroker:
     # -- lookups ---------------------------------------------------------------------------------
 
     async def get_message(self, topic: str, message_id: str) -> list[StoredMessage]:
-        found = self.store.find_by_id(message_id, topic)
-        tiering = self.tiering
-        if not found and tiering is not None:
-            found = await tiering.find_by_id(topic, message_id)
-        return [to_stored(r, 1) for r in found]
+        return await self._reader().get_message(topic, message_id)
 
     async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]:
-        limit = min(max(limit, 1), 1000)
-        found = self.store.find_by_key(topic, key, limit)
-        tiering = self.tiering
-        if len(found) < limit and tiering is not None:
-            seen = {(r.queue_id, r.queue_offset) for r in found}
-            cold = await tiering.find_by_key(topic, key, limit)
-            found += [r for r in cold if (r.queue_id, r.queue_offset) not in seen][: limit - len(found)]
-            found.sort(key=lambda r: (r.queue_id, r.queue_offset))
-        return [to_stored(r, 1) for r in found]
+        return await self._reader().find_messages_by_key(topic, key, limit)
 
     # -- tiered storage --------------------------------------------------------------------------
 
@@ -682,11 +582,6 @@ class LocalBroker:
         """Half messages awaiting commit or rollback on this broker (0 while stopped); for gauges."""
         return 0 if self._parts is None else self._parts.transactions.backlog()
 
-    async def _send_half(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
-        if not all(m.message_type is MessageType.TRANSACTION for m in messages):
-            raise BadRequest("send TRANSACTION messages in their own request, not mixed with other types")
-        return await self.transactions.prepare(topic, queue_id, messages)
-
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
         source: TransactionSource,
@@ -713,8 +608,7 @@ class LocalBroker:
             raise BadRequest("a message id is required")
         if len(message_id) > self.config.limits.max_message_id_chars:
             raise BadRequest(f"message id longer than {self.config.limits.max_message_id_chars} characters")
-        trace, store = self.trace, self.store
-        return await asyncio.get_running_loop().run_in_executor(None, _lookup_trace, trace, store, message_id)
+        return await self._reader().message_trace(message_id)
 
     # -- security document (common/security.py; see broker/security_store.py) ---------------------
 
@@ -739,20 +633,6 @@ class LocalBroker:
         if MessageType.DELAY not in spec.message_types:
             raise MessageTypeConflict(f"topic {topic} does not accept DELAY messages, so it has none to recall")
         return await self.timers.recall(topic, recall_handle)
-
-
-def _lookup_trace(trace: TraceRecorder, store: MessageStore, message_id: str) -> list[TraceEvent]:
-    """The trace of a message: where the store holds it (message-id index) and the events at each copy."""
-    events: list[TraceEvent] = []
-    for rec in store.find_by_id(message_id):
-        found = trace.position_events(rec.topic, rec.queue_id, rec.queue_offset, message_id)
-        if not rec.topic.startswith(DLQ_PREFIX) and not any(e.kind is TraceKind.SENT for e in found):
-            # Stored while tracing was off (or its event expired): the store still knows when and from where.
-            detail = {"host": rec.born_host, "source": "store"}
-            found.append(TraceEvent(TraceKind.SENT, rec.store_timestamp_ms, rec.topic, rec.queue_id, rec.queue_offset,
-                                    message_id=message_id, detail=detail))  # fmt: skip
-        events.extend(found)
-    return sorted(events, key=lambda e: e.time_ms)
 
 
 def _tier_topic_status(st: UploaderTopicStatus) -> TierTopicStatus:

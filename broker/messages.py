@@ -7,10 +7,11 @@ Each check raises the protocol's specific error with a message that says what to
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from itertools import chain, repeat
 from operator import attrgetter
 
-from broker.api import OutgoingMessage, StoredMessage
+from broker.client.api import OutgoingMessage, StoredMessage
 from broker.config import LimitsConfig
 from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from common.errors import (
@@ -25,28 +26,79 @@ from common.errors import (
     MessageBodyTooLarge,
     MessagePropertiesTooLarge,
     MessageTypeConflict,
+    SluiceError,
 )
 from common.model import MessageType, TopicInfo
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+# -- the rules, each stated once -------------------------------------------------------------------
+# `validate_message` applies them message by message and raises the precise error;
+# `plainly_valid` applies the same predicates column by column (each distinct value once, the
+# printable check of all texts in one scan). Texts (ids, tags, keys, groups, property names) must
+# also be printable: `_printable`.
 
 
 def _printable(text: str) -> bool:
     return _CONTROL.search(text) is None
 
 
+def _body_ok(size: int, limits: LimitsConfig) -> bool:
+    return 0 < size <= limits.max_body_bytes
+
+
+def _id_ok(message_id: str, limits: LimitsConfig) -> bool:
+    return 0 < len(message_id) <= limits.max_message_id_chars
+
+
 def _valid_tag(tag: str, limits: LimitsConfig) -> bool:
     return bool(tag.strip()) and len(tag) <= limits.max_tag_chars and "|" not in tag and _printable(tag)
 
 
+def _key_ok(key: str, limits: LimitsConfig) -> bool:
+    return bool(key.strip()) and len(key) <= limits.max_key_chars
+
+
+def _group_ok(group: str, limits: LimitsConfig) -> bool:
+    return bool(group.strip()) and len(group) <= limits.max_message_group_chars
+
+
+def _properties_bytes(properties: Iterable[dict[str, str]]) -> int:
+    """UTF-8 bytes of the names and values of the given property maps together."""
+    names = "".join(chain.from_iterable(properties := list(properties)))
+    return len(names.encode()) + len("".join(chain.from_iterable(map(dict.values, properties))).encode())
+
+
+def _type_error(
+    mtype: MessageType, grouped: bool, delivery_ms: int, topic: TopicInfo, limits: LimitsConfig
+) -> SluiceError | None:
+    """What a message of this type may carry on this topic: None when the combination is allowed."""
+    if mtype not in topic.message_types:
+        accepted = ", ".join(sorted(t.name for t in topic.message_types))
+        return MessageTypeConflict(f"topic {topic.name} does not accept {mtype.name} messages (it accepts {accepted})")
+    if mtype is MessageType.FIFO:
+        if not grouped:
+            return IllegalMessageGroup(
+                f"a FIFO message needs a message group of 1-{limits.max_message_group_chars} printable characters"
+            )
+    elif grouped:
+        return MessageTypeConflict(f"only FIFO messages carry a message group, not {mtype.name} messages")
+    if mtype is MessageType.DELAY:
+        if delivery_ms <= 0:
+            return IllegalDeliveryTime("a DELAY message needs a delivery timestamp (when to deliver it)")
+    elif delivery_ms:
+        return MessageTypeConflict("only DELAY messages carry a delivery timestamp")
+    return None
+
+
 def validate_message(msg: OutgoingMessage, topic: TopicInfo, limits: LimitsConfig) -> None:
-    if not msg.body:
-        raise MessageBodyEmpty("message body is empty; send at least one byte")
-    if len(msg.body) > limits.max_body_bytes:
+    if not _body_ok(len(msg.body), limits):
+        if not msg.body:
+            raise MessageBodyEmpty("message body is empty; send at least one byte")
         raise MessageBodyTooLarge(
             f"message body is {len(msg.body)} bytes; this broker accepts at most {limits.max_body_bytes}"
         )
-    if not msg.message_id or len(msg.message_id) > limits.max_message_id_chars or not _printable(msg.message_id):
+    if not _id_ok(msg.message_id, limits) or not _printable(msg.message_id):
         raise IllegalMessageId(f"message id {msg.message_id[:64]!r} is empty, too long or not printable")
     if msg.tag is not None and not _valid_tag(msg.tag, limits):
         raise IllegalMessageTag(
@@ -55,22 +107,26 @@ def validate_message(msg: OutgoingMessage, topic: TopicInfo, limits: LimitsConfi
     if len(msg.keys) > limits.max_key_count:
         raise IllegalMessageKey(f"{len(msg.keys)} keys given; at most {limits.max_key_count} are allowed")
     for key in msg.keys:
-        if not key.strip() or len(key) > limits.max_key_chars or not _printable(key):
+        if not _key_ok(key, limits) or not _printable(key):
             raise IllegalMessageKey(f"key {key[:64]!r} is invalid: use 1-{limits.max_key_chars} printable characters")
     if len(msg.properties) > limits.max_property_count:
         raise MessagePropertiesTooLarge(
             f"{len(msg.properties)} user properties given; at most {limits.max_property_count} are allowed"
         )
-    size = 0
-    for k, v in msg.properties.items():
+    for k in msg.properties:
         if not k or not _printable(k):
             raise IllegalMessagePropertyKey(f"user property key {k[:64]!r} is empty or not printable")
-        size += len(k.encode()) + len(v.encode())
+    size = _properties_bytes((msg.properties,))
     if size > limits.max_properties_bytes:
         raise MessagePropertiesTooLarge(
             f"user properties take {size} bytes; at most {limits.max_properties_bytes} are allowed"
         )
-    _validate_type(msg, topic, limits)
+    group = msg.message_group
+    if msg.message_type is MessageType.FIFO and group and not (_group_ok(group, limits) and _printable(group)):
+        group = ""  # present but unusable: as missing
+    error = _type_error(msg.message_type, bool(group), msg.delivery_timestamp_ms, topic, limits)
+    if error is not None:
+        raise error
 
 
 _BODY, _ID, _TAG, _GROUP, _KEYS, _PROPS, _SYSPROPS, _TYPE, _BORN, _HOST, _DELIVERY, _GZIP = (
@@ -82,18 +138,17 @@ _PLAIN_TYPES = frozenset((MessageType.NORMAL, MessageType.FIFO))
 
 def plainly_valid(msgs: list[OutgoingMessage], topic: TopicInfo, limits: LimitsConfig) -> bool:
     """True when every message is a valid NORMAL or FIFO message for `topic` (what
-    `validate_message` would accept), checked column by column: each distinct tag, group and key
-    once, the texts of all messages in one regular-expression scan. False does not mean invalid:
-    the caller then validates message by message, which raises the precise error."""
+    `validate_message` would accept), checked column by column with the same rules: each distinct
+    tag, group and key once, the texts of all messages in one regular-expression scan. False does
+    not mean invalid: the caller then validates message by message, which raises the precise error."""
     bodies = list(map(len, map(_BODY, msgs)))
-    if min(bodies) == 0 or max(bodies) > limits.max_body_bytes:
+    if not (_body_ok(min(bodies), limits) and _body_ok(max(bodies), limits)):
         return False
     ids = list(map(_ID, msgs))
-    id_sizes = list(map(len, ids))
-    if min(id_sizes) == 0 or max(id_sizes) > limits.max_message_id_chars:
+    if not (_id_ok(min(ids, key=len), limits) and _id_ok(max(ids, key=len), limits)):
         return False
     types = set(map(_TYPE, msgs))
-    if not types <= _PLAIN_TYPES or not types <= topic.message_types or any(map(_DELIVERY, msgs)):
+    if not types <= _PLAIN_TYPES or any(map(_DELIVERY, msgs)):
         return False
     texts = ids  # checked for control characters at once, below
     tags = set(map(_TAG, msgs))
@@ -101,20 +156,18 @@ def plainly_valid(msgs: list[OutgoingMessage], topic: TopicInfo, limits: LimitsC
     if tags and not all(map(_valid_tag, tags, repeat(limits))):
         return False
     groups = set(map(_GROUP, msgs))
-    if MessageType.FIFO in types:
-        if len(types) > 1 or None in groups:
-            return False
-        if not all(g.strip() and len(g) <= limits.max_message_group_chars for g in groups if g is not None):
-            return False
-        texts = [*texts, *(g for g in groups if g is not None)]
-    elif groups != {None} and any(groups):
+    if not all(_group_ok(g, limits) for g in groups if g):
+        return False
+    texts = [*texts, *(g for g in groups if g)]
+    combos = set(zip(map(_TYPE, msgs), map(bool, map(_GROUP, msgs)), strict=True))  # (type, has a group)
+    if any(_type_error(t, grouped, 0, topic, limits) for t, grouped in combos):
         return False
     keys = list(map(_KEYS, msgs))
     if any(keys):
         if max(map(len, keys)) > limits.max_key_count:
             return False
         distinct = set(chain.from_iterable(keys))
-        if not all(k.strip() and len(k) <= limits.max_key_chars for k in distinct):
+        if not all(map(_key_ok, distinct, repeat(limits))):
             return False
         texts = [*texts, *distinct]
     props = list(map(_PROPS, msgs))
@@ -125,8 +178,7 @@ def plainly_valid(msgs: list[OutgoingMessage], topic: TopicInfo, limits: LimitsC
         if "" in names:
             return False
         # The bytes of all messages together within the limit: so is each message's share.
-        text = "".join(chain.from_iterable(props)) + "".join(chain.from_iterable(map(dict.values, props)))
-        if len(text.encode()) > limits.max_properties_bytes:
+        if _properties_bytes(props) > limits.max_properties_bytes:
             return False
         texts = [*texts, *names]
     return _CONTROL.search("".join(texts)) is None
@@ -140,26 +192,6 @@ def records_of(topic: str, queue_id: int, msgs: list[OutgoingMessage], store_hos
                     map(_TAG, msgs), map(_KEYS, msgs), map(_GROUP, msgs), map(_PROPS, msgs), map(_SYSPROPS, msgs),
                     map(int, map(_TYPE, msgs)), flags, map(_BORN, msgs), map(_HOST, msgs), repeat(store_host, n),
                     map(_DELIVERY, msgs)))  # fmt: skip
-
-
-def _validate_type(msg: OutgoingMessage, topic: TopicInfo, limits: LimitsConfig) -> None:
-    mtype = msg.message_type
-    if mtype not in topic.message_types:
-        accepted = ", ".join(sorted(t.name for t in topic.message_types))
-        raise MessageTypeConflict(f"topic {topic.name} does not accept {mtype.name} messages (it accepts {accepted})")
-    if mtype is MessageType.FIFO:
-        group = msg.message_group or ""
-        if not group.strip() or len(group) > limits.max_message_group_chars or not _printable(group):
-            raise IllegalMessageGroup(
-                f"a FIFO message needs a message group of 1-{limits.max_message_group_chars} printable characters"
-            )
-    elif msg.message_group:
-        raise MessageTypeConflict(f"only FIFO messages carry a message group, not {mtype.name} messages")
-    if mtype is MessageType.DELAY:
-        if msg.delivery_timestamp_ms <= 0:
-            raise IllegalDeliveryTime("a DELAY message needs a delivery timestamp (when to deliver it)")
-    elif msg.delivery_timestamp_ms:
-        raise MessageTypeConflict("only DELAY messages carry a delivery timestamp")
 
 
 def validate_queue(topic: TopicInfo, queue_id: int) -> None:

@@ -96,12 +96,8 @@ def msg_key(group: str, topic: str, queue_id: int, offset: int) -> bytes:
     return _name(group) + _name(topic) + _QO.pack(queue_id, offset)
 
 
-def due_key(group: str, until_ms: int, topic: str, queue_id: int, offset: int) -> bytes:
-    return _due_key(_name(group), until_ms, _name(topic), _QO.pack(queue_id, offset))
-
-
 def _due_key(group_name: bytes, until_ms: int, topic_name: bytes, queue_offset: bytes) -> bytes:
-    """`due_key` from the encoded parts (`_name` of group and topic, `_QO` of queue and offset), which
+    """The due key from its encoded parts (`_name` of group and topic, `_QO` of queue and offset), which
     PopBatch builds once per entry for its msg key too."""
     return group_name + _U64.pack(until_ms) + topic_name + queue_offset
 

@@ -1,6 +1,6 @@
 """`BrokerServicer`: the broker's internal gRPC edge (`sluice.internal.v1.Broker`).
 
-Each handler converts the request (`broker.grpc_convert`), awaits the one matching `BrokerApi`
+Each handler converts the request (`broker.client.grpc_convert`), awaits the one matching `BrokerApi`
 call and converts the result back; it holds no logic and no state of its own. `@internal_rpc` turns
 every exception into a coded status, so a `RemoteBroker` raises the class the `BrokerApi` raised;
 a request the converters reject (an unknown enum number) is BAD_REQUEST.
@@ -19,19 +19,27 @@ from typing import TypeAlias
 
 import grpc
 
-from broker import grpc_convert as convert
-from broker.api import BrokerApi
+from broker.client import grpc_convert as convert
+from broker.client.api import BrokerApi, CallContext
 from common import metrics
 from common.codes import Code
 from common.errors import SluiceError, Unsupported
-from common.logs import bind_request, kv
+from common.logs import bind_request, current_request, kv
 from common.security import SecurityStoreApi
-from proto.rpc import internal_rpc
+from proto.rpc import internal_rpc, wire_error
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
 Context: TypeAlias = grpc.aio.ServicerContext
 log = logging.getLogger("sluice.broker.rpc")
+
+
+def call_context(context: Context) -> CallContext:
+    """The context of the client request a call serves: the ids `@internal_rpc` bound from its
+    metadata, and its deadline (the caller's gRPC timeout)."""
+    request_id, client_id = current_request()
+    remaining = context.time_remaining()
+    return CallContext(request_id, client_id, deadline=None if remaining is None else time.monotonic() + remaining)
 
 
 class BrokerServicer(pb_grpc.BrokerServicer):
@@ -109,14 +117,15 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     @internal_rpc
     async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
         messages = [convert.outgoing_from_pb(m) for m in request.messages]
-        results = await self._api.send(request.topic, request.queue_id, messages)
+        results = await self._api.send(request.topic, request.queue_id, messages, ctx=call_context(context))
         return pb.SendResponse(results=[convert.send_result_to_pb(r) for r in results])
 
     @internal_rpc
     async def SendBatch(self, request: pb.SendBatchRequest, context: Context) -> pb.SendBatchResponse:
         # The sends run concurrently (their appends share the writer's group commit); each one's
         # failure is its own outcome, as if it had been a Send of its own.
-        outcomes = await asyncio.gather(*(self._send_one(s) for s in request.sends))
+        ctx = call_context(context)
+        outcomes = await asyncio.gather(*(self._send_one(s, ctx) for s in request.sends))
         return pb.SendBatchResponse(outcomes=outcomes)
 
     async def SendStream(self, requests: AsyncIterator[pb.SendStreamRequest], context: Context) -> None:
@@ -132,7 +141,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             if request.request_id or request.client_id:
                 bind_request(request.request_id, request.client_id)
             started = time.perf_counter()
-            outcomes = await asyncio.gather(*(self._send_one(s) for s in request.sends))
+            # The ids of a lone send; no deadline (the caller holds back sends whose deadline passed).
+            ctx = CallContext(request.request_id, request.client_id)
+            outcomes = await asyncio.gather(*(self._send_one(s, ctx) for s in request.sends))
             metrics.observe_internal_rpc("broker", "SendStream", Code.OK.name, time.perf_counter() - started)
             try:
                 async with write_lock:
@@ -147,28 +158,29 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         if serving:
             await asyncio.gather(*serving)
 
-    async def _send_one(self, send: pb.SendRequest) -> pb.SendOutcome:
+    async def _send_one(self, send: pb.SendRequest, ctx: CallContext) -> pb.SendOutcome:
         try:
             messages = [convert.outgoing_from_pb(m) for m in send.messages]
-            results = await self._api.send(send.topic, send.queue_id, messages)
-        except SluiceError as exc:
-            return pb.SendOutcome(error_code=int(exc.code), error_message=exc.message)
+            results = await self._api.send(send.topic, send.queue_id, messages, ctx=ctx)
         except Exception as exc:
-            log.exception("send of a batch failed", extra=kv(topic=send.topic, queue=send.queue_id))
-            return pb.SendOutcome(error_code=int(Code.INTERNAL_SERVER_ERROR),
-                                  error_message=f"internal error: {type(exc).__name__}: {exc}")  # fmt: skip
+            if not isinstance(exc, SluiceError):
+                log.exception("send of a batch failed", extra=kv(topic=send.topic, queue=send.queue_id))
+            code, message = wire_error(exc)
+            return pb.SendOutcome(error_code=int(code), error_message=message)
         return pb.SendOutcome(results=[convert.send_result_to_pb(r) for r in results])
 
     # -- pop consumption ------------------------------------------------------------------------
 
     @internal_rpc
     async def Pop(self, request: pb.PopRequest, context: Context) -> pb.PopResponse:
-        messages = await self._api.pop(convert.pop_request_from_pb(request))
+        messages = await self._api.pop(convert.pop_request_from_pb(request), ctx=call_context(context))
         return pb.PopResponse(messages=convert.stored_list_to_pb(messages))
 
     @internal_rpc
     async def Ack(self, request: pb.AckRequest, context: Context) -> pb.AckResponse:
-        results = await self._api.ack(request.group, request.topic, list(request.receipt_handles))
+        results = await self._api.ack(
+            request.group, request.topic, list(request.receipt_handles), ctx=call_context(context)
+        )
         return pb.AckResponse(results=[convert.ack_result_to_pb(r) for r in results])
 
     @internal_rpc
@@ -176,7 +188,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request: pb.ChangeInvisibleDurationRequest, context: Context
     ) -> pb.ChangeInvisibleDurationResponse:
         handle = await self._api.change_invisible_duration(
-            request.group, request.topic, request.receipt_handle, request.invisible_ms
+            request.group, request.topic, request.receipt_handle, request.invisible_ms, ctx=call_context(context)
         )
         return pb.ChangeInvisibleDurationResponse(receipt_handle=handle)
 

@@ -2,9 +2,11 @@
 
 Every error a client can cause, or a component can report across a process boundary, is a
 `SluiceError` subclass that carries its `apache.rocketmq.v2.Code` and whether retrying can help.
-Edges (the public gRPC proxy, the internal broker RPC, the admin CLI) turn exceptions into a
-status in exactly one function each, using `code_of`; anything that is not a `SluiceError`
-becomes INTERNAL_SERVER_ERROR there and is logged with its traceback.
+Edges turn exceptions into what they send in exactly one function each: the public gRPC proxy in
+`proxy.grpc.status.status_of`, the internal services in `proto.rpc.wire_error` (a call's status
+and each entry of a batch alike); anything that is not a `SluiceError` becomes
+INTERNAL_SERVER_ERROR there and is logged with its traceback. Inside, per-entry results (an
+`AckResult`, a send's outcome) carry the exception itself, never a bare code.
 
 The internal RPC carries (code, message) and `error_for_code` rebuilds the same class on the
 other side, so the proxy behaves the same with a Local or a Cluster backend.
@@ -90,16 +92,8 @@ class MessageTypeConflict(BadRequest):
     code = Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
 
 
-class UnrecognizedClientType(BadRequest):
-    code = Code.UNRECOGNIZED_CLIENT_TYPE
-
-
 class ClientIdRequired(BadRequest):
     code = Code.CLIENT_ID_REQUIRED
-
-
-class IllegalPollingTime(BadRequest):
-    code = Code.ILLEGAL_POLLING_TIME
 
 
 class IllegalOffset(BadRequest):
@@ -116,10 +110,6 @@ class MessageBodyEmpty(BadRequest):
 
 class MessagePropertiesTooLarge(BadRequest):
     code = Code.MESSAGE_PROPERTIES_TOO_LARGE
-
-
-class PayloadTooLarge(BadRequest):
-    code = Code.PAYLOAD_TOO_LARGE
 
 
 # -- access -------------------------------------------------------------------------------------
@@ -156,12 +146,6 @@ class OffsetNotFound(NotFound):
     code = Code.OFFSET_NOT_FOUND
 
 
-class QueueNotFound(NotFound):
-    """A queue id outside the topic's queues. The protocol has no narrower code than BAD_REQUEST."""
-
-    code = Code.BAD_REQUEST
-
-
 # -- state and capacity ------------------------------------------------------------------------
 
 
@@ -189,10 +173,6 @@ class Unavailable(SluiceError):
 
     code = Code.HA_NOT_AVAILABLE
     retriable = True
-
-
-class NotImplementedFeature(SluiceError):
-    code = Code.NOT_IMPLEMENTED
 
 
 class Unsupported(SluiceError):

@@ -60,7 +60,6 @@ class TopicInfo:
 # names starting with % are reserved for system topics (retry, DLQ) and cannot be created by users.
 _NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 DLQ_PREFIX = "%DLQ%"
-RETRY_PREFIX = "%RETRY%"
 SYSTEM_PREFIX = "%"
 
 

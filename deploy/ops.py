@@ -24,9 +24,10 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 
+from aiohttp.web import Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from common.httpserver import HttpError, Request, Response, Routes, json_response, serve_http, text_response
+from common.httpserver import HttpError, Routes, json_response, serve_http, text_response
 from common.logs import get_level, kv, set_level
 
 log = logging.getLogger("sluice.ops")
@@ -52,16 +53,17 @@ def routes(readiness: Readiness) -> Routes:
 
     async def readyz(_: Request) -> Response:
         body = json.dumps({"ready": readiness.ready(), "parts": readiness.parts()}) + "\n"
-        return Response(200 if readiness.ready() else 503, "application/json", body.encode())
+        return Response(status=200 if readiness.ready() else 503, body=body.encode(), content_type="application/json")
 
     async def metrics(_: Request) -> Response:
-        return Response(200, CONTENT_TYPE_LATEST, generate_latest(REGISTRY))
+        # The exposition type carries parameters (version, charset), which aiohttp's content_type refuses.
+        return Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def get_loglevel(_: Request) -> Response:
         return json_response({"level": get_level()})
 
     async def put_loglevel(request: Request) -> Response:
-        level = _parse_level(request.body)
+        level = _parse_level(await request.read())
         try:
             set_level(level)
         except ValueError as exc:

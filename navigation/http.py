@@ -1,4 +1,4 @@
-"""Navigation's plain-HTTP API over the registry (served by `common.httpserver`).
+"""Navigation's plain-HTTP API over the registry (aiohttp handlers, served by `common.httpserver`).
 
     GET /v1/endpoints?namespace=NS&network=NET&zone=Z&limit=N&format=json|text
     GET /v1/proxies
@@ -18,8 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from aiohttp.web import Request, Response
+
 from common.errors import BadRequest
-from common.httpserver import HttpError, Request, Response, Routes, json_response, text_response
+from common.httpserver import HttpError, Routes, json_response, text_response
 from navigation.model import (
     DEFAULT_NETWORK,
     EndpointQuery,

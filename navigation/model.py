@@ -152,7 +152,7 @@ def access_points(endpoints: Sequence[str]) -> list[str]:
 
     The Python client (rocketmq-python-client 5.x) takes the address kind of the FIRST address for
     all of them, refuses several DNS names, and cannot parse a bracketed IPv6 address (it splits
-    on ':'); PROTOCOL.md §11 allows several access points only as IP addresses. So: the best
+    on ':'): several access points work only as IP addresses. So: the best
     endpoint, followed by the others only when it and they are IPv4 addresses.
     """
     if not endpoints:

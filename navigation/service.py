@@ -123,6 +123,7 @@ async def run_navigation(
         NavigationHttp(registry, ready=_Readiness(registry, config.warmup_s, stop)).routes(),
         limits=config.http_limits,
         name="navigation-http",
+        grace_s=config.shutdown_grace_s,
     )
     await server.start()
     try:
@@ -144,7 +145,7 @@ async def run_navigation(
             tasks.create_task(_sweep(registry, config.sweep_interval_s, stop))
             await stop.wait()
     finally:
-        await asyncio.gather(http.close(config.shutdown_grace_s), server.stop(config.shutdown_grace_s))
+        await asyncio.gather(http.close(), server.stop(config.shutdown_grace_s))
         log.info("navigation stopped", extra=kv(grpc=grpc_address))
 
 

@@ -29,13 +29,20 @@ log = logging.getLogger("sluice.rpc")
 R = TypeVar("R")
 
 
-async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
-    code = code_of(exc)
+def wire_error(exc: BaseException) -> tuple[Code, str]:
+    """The one map from an exception to what the internal services send: its code and message,
+    whether as a call's status (`abort_with`) or as one entry's outcome of a batch. An exception
+    that is not a SluiceError is INTERNAL_SERVER_ERROR (its caller logs its traceback)."""
     if isinstance(exc, SluiceError):
-        message = exc.message
+        return exc.code, exc.message
+    return code_of(exc), f"internal error: {type(exc).__name__}: {exc}"
+
+
+async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> NoReturn:
+    code, message = wire_error(exc)
+    if isinstance(exc, SluiceError):
         status = grpc.StatusCode.UNAVAILABLE if exc.retriable else grpc.StatusCode.FAILED_PRECONDITION
     else:
-        message = f"internal error: {type(exc).__name__}: {exc}"
         status = grpc.StatusCode.INTERNAL
     await context.abort(status, message, trailing_metadata=((CODE_KEY, str(int(code))),))
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover

@@ -34,7 +34,7 @@ class ProxyApp:
         self.renewer = AutoRenewer(directory, config.receive)
         self.checkbacks = CheckBackRegistry()
         self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self._client_gone)
-        self.producer = ProducerService(directory)
+        self.producer = ProducerService(directory, topics_max=config.caches.topics_max)
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
         self._touched_groups: set[str] = set()
         self.in_flight = 0
@@ -64,7 +64,7 @@ class ProxyApp:
         if group in self._touched_groups:
             return
         await self.consumer.touch_group(group)
-        if len(self._touched_groups) > 100_000:
+        if len(self._touched_groups) >= self.config.caches.groups_max:
             self._touched_groups.clear()
         self._touched_groups.add(group)
 
@@ -77,24 +77,20 @@ class ProxyApp:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Background work until `stop`: auto renew, session expiry, announcing to navigation."""
-        renew = asyncio.create_task(self.renewer.run(stop), name="auto-renew")
-        announce = asyncio.create_task(self.fleet.run(stop), name="navigation-announcer")
-        orphans = asyncio.create_task(self.orphans.run(stop), name="transaction-check-back")
         unregister = metrics.register_source(self.metric_samples)
-        policy = asyncio.create_task(self.policy.run(stop), name="security-policy")
-        clients = asyncio.create_task(self.client_reporter.run(stop), name="client-report")
         try:
-            while not stop.is_set():
-                self.sessions.sweep()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 5.0)
+            async with asyncio.TaskGroup() as tasks:  # each ends on `stop`; all are cancelled if run is
+                tasks.create_task(self.renewer.run(stop), name="auto-renew")
+                tasks.create_task(self.fleet.run(stop), name="navigation-announcer")
+                tasks.create_task(self.orphans.run(stop), name="transaction-check-back")
+                tasks.create_task(self.policy.run(stop), name="security-policy")
+                tasks.create_task(self.client_reporter.run(stop), name="client-report")
+                while not stop.is_set():
+                    self.sessions.sweep()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), 5.0)
         finally:
             unregister()
-            await renew
-            await announce
-            await orphans
-            await policy
-            await clients
             await self.fleet.close()
 
     def _security_stores(self) -> list[object]:

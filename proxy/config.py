@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.client.remote import DEFAULT_MAX_PENDING_SENDS, DEFAULT_RECONNECT_BACKOFF_MAX_S, DEFAULT_TIMEOUT_S
 from common.config import ConfigError
 from common.metrics import MetricsConfig
 
@@ -34,6 +35,9 @@ class ReceiveConfig:
     # Time kept free before the client's deadline when long polling.
     deadline_margin_ms: int = 800
     max_batch_messages: int = 32
+    # Auto-renewed messages this proxy keeps invisible at once; beyond it a message is redelivered
+    # after its invisibility instead of renewed.
+    max_leases: int = 500_000
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,37 @@ class FlowConfig:
     def __post_init__(self) -> None:
         if self.max_in_flight < 1 or self.proxy_count < 1 or self.burst_s <= 0:
             raise ValueError("flow max_in_flight and proxy_count must be at least 1, burst_s positive")
+
+
+@dataclass(frozen=True)
+class BrokerClientConfig:
+    """How a proxy of the separated topology calls its brokers (`[proxy.brokers]`)."""
+
+    # Deadline of a call that has none from its client (admin calls, background work).
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S
+    # Sends queued for one broker behind the request in flight; beyond it: TOO_MANY_REQUESTS.
+    max_pending_sends: int = DEFAULT_MAX_PENDING_SENDS
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0 or self.reconnect_backoff_max_s <= 0 or self.max_pending_sends < 1:
+            raise ValueError("brokers timeout_s and reconnect_backoff_max_s must be positive, max_pending_sends >= 1")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Sizes of the proxy's lookup caches (`[proxy.caches]`): a full cache starts over rather than grow."""
+
+    # Topics whose queue selector and route are kept.
+    topics_max: int = 100_000
+    # Consumer groups known to exist (checked once per group, not per receive).
+    groups_max: int = 100_000
+    # (namespace, network) pairs whose advertised proxy endpoints are kept.
+    endpoints_max: int = 10_000
+
+    def __post_init__(self) -> None:
+        if min(self.topics_max, self.groups_max, self.endpoints_max) < 1:
+            raise ValueError("cache sizes must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -144,6 +179,8 @@ class ProxyConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     flow: FlowConfig = field(default_factory=FlowConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
+    brokers: BrokerClientConfig = field(default_factory=BrokerClientConfig)
+    caches: CacheConfig = field(default_factory=CacheConfig)
 
     @property
     def advertised_address(self) -> str:

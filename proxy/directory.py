@@ -15,21 +15,20 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from broker.api import BrokerApi, TopicSpec
+from broker.client.api import BrokerApi, TopicSpec
+from broker.client.remote import RemoteBroker
 from common.errors import TopicNotFound, Unavailable
 from common.logs import kv
 from common.model import MessageType, Permission
+from proxy.config import BrokerClientConfig, CacheConfig
 
 if TYPE_CHECKING:
-    from broker.local import LocalBroker
-    from broker.remote import RemoteBroker
     from nameserver.client import NameServerClient
 
 log = logging.getLogger("sluice.proxy.directory")
 
 # How long a route the NameServer suddenly does not know stays usable (several broker heartbeats).
 UNKNOWN_TOPIC_GRACE_S = 30.0
-_ROUTE_CACHE_MAX = 100_000  # topics whose merged route list LocalDirectory keeps; beyond it starts over
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,12 +51,21 @@ class BrokerDirectory(Protocol):
     async def close(self) -> None: ...
 
 
+class InProcessBroker(BrokerApi, Protocol):
+    """The broker of the merged topology (deploy/ hands in a `broker.local.LocalBroker`)."""
+
+    async def ensure_topic(self, name: str) -> TopicSpec:
+        """The topic's spec, creating it first where the broker auto-creates topics."""
+        ...
+
+
 class LocalDirectory:
     """The merged topology: one broker, called in-process."""
 
-    def __init__(self, broker: LocalBroker) -> None:
+    def __init__(self, broker: InProcessBroker, *, topics_max: int = CacheConfig.topics_max) -> None:
         self._broker = broker
         self._routes: dict[str, tuple[TopicSpec, list[BrokerRoute]]] = {}  # topic -> (spec, its route)
+        self._topics_max = topics_max
 
     async def route(self, topic: str) -> list[BrokerRoute]:
         spec = await self._broker.ensure_topic(topic)  # auto-creates when the broker does
@@ -65,8 +73,8 @@ class LocalDirectory:
         if cached is not None and cached[0] is spec:  # the same list while the topic is unchanged
             return cached[1]
         routes = [BrokerRoute(self._broker.name, spec.queue_count, spec.permission, spec.message_types)]
-        if len(self._routes) > _ROUTE_CACHE_MAX:
-            self._routes.clear()
+        if len(self._routes) >= self._topics_max:
+            self._routes.clear()  # bounded: a full cache starts over
         self._routes[topic] = (spec, routes)
         return routes
 
@@ -86,13 +94,24 @@ class LocalDirectory:
 class ClusterDirectory:
     """The separated topology: routes from the NameServer, brokers over gRPC."""
 
-    def __init__(self, namesrv: NameServerClient, *, refresh_s: float) -> None:
+    def __init__(
+        self,
+        namesrv: NameServerClient,
+        *,
+        refresh_s: float,
+        brokers: BrokerClientConfig | None = None,
+        topics_max: int = CacheConfig.topics_max,
+    ) -> None:
         self._ns = namesrv
         self._refresh_s = refresh_s
+        self._client = brokers or BrokerClientConfig()
+        self._topics_max = topics_max
         self._routes: dict[str, tuple[float, list[BrokerRoute]]] = {}
         self._addresses: dict[str, str] = {}
         self._brokers: dict[str, RemoteBroker] = {}
         self._task: asyncio.Task[None] | None = None
+        # Clients of brokers that moved, closing; `close` waits for them.
+        self._closing: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._refresh_loop(), name="route-refresh")
@@ -123,19 +142,24 @@ class ClusterDirectory:
         for b in route.brokers:
             self._learn(b.broker_name, b.address)
             routes.append(BrokerRoute(b.broker_name, b.queue_count, b.permission, b.message_types))
+        if len(self._routes) >= self._topics_max and topic not in self._routes:
+            self._routes.clear()  # bounded: the next refresh round asks only for topics still in use
         self._routes[topic] = (time.monotonic(), routes)
         return routes
 
     def _learn(self, name: str, address: str) -> None:
         if self._addresses.get(name) == address:
             return
-        from broker.remote import RemoteBroker
-
         old = self._brokers.pop(name, None)
-        if old is not None:
-            asyncio.get_running_loop().create_task(old.close())
+        if old is not None:  # calls in flight on it end as they are; owned until they have
+            task = asyncio.get_running_loop().create_task(old.close(), name=f"close-{name}")
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
         self._addresses[name] = address
-        self._brokers[name] = RemoteBroker(name, address)
+        c = self._client
+        self._brokers[name] = RemoteBroker(name, address, timeout_s=c.timeout_s,
+                                           reconnect_backoff_max_s=c.reconnect_backoff_max_s,
+                                           max_pending_sends=c.max_pending_sends)  # fmt: skip
         log.info("broker endpoint learned", extra=kv(broker=name, address=address))
 
     def broker(self, name: str) -> BrokerApi:
@@ -178,4 +202,6 @@ class ClusterDirectory:
                 await self._task
         for remote in self._brokers.values():
             await remote.close()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
         await self._ns.close()

@@ -76,6 +76,8 @@ class Fleet:
                     namespace, network, self._cfg.zone, limit=self._cfg.max_route_endpoints
                 )
                 cached = (time.monotonic(), found)
+                if len(self._cache) >= self._cfg.caches.endpoints_max and key not in self._cache:
+                    self._cache.clear()  # bounded: namespaces come from clients
                 self._cache[key] = cached
             except SluiceError as exc:
                 log.debug("navigation unavailable; using the last known endpoints", extra=kv(error=exc.message))

@@ -40,7 +40,11 @@ if TYPE_CHECKING:
 
 JOBS = ("topic-stats", "trace", "export", "package")
 EXIT_FAILED = 1
-_ERROR_LINE = re.compile(r"(?:common\.errors\.|spark_jobs\.s3\.)?([A-Z]\w+): (.+)")
+_ERROR_LINE = re.compile(r"(?:common\.errors\.|broker\.tiering\.\w+\.)?([A-Z]\w+): (.+)")
+# Errors of the shared tiering modules, by the name a worker's traceback gives them.
+_TIERING_ERRORS: dict[str, type[SluiceError]] = {
+    "SegmentCorrupted": errors.MessageCorrupted, "ObjectNotFound": errors.NotFound, "BucketNotFound": errors.NotFound,
+}  # fmt: skip
 
 _CONFIG_FLAGS = {  # flag dest -> SparkJobsConfig field
     "s3_endpoint": "endpoint_url", "s3_bucket": "bucket", "s3_prefix": "prefix", "s3_region": "region",
@@ -201,11 +205,9 @@ def spark_failure(exc: BaseException) -> SluiceError:
     for line in reversed(text.splitlines()):
         match = _ERROR_LINE.fullmatch(line.strip())
         if match:
-            cls = getattr(errors, match.group(1), None)
+            cls = _TIERING_ERRORS.get(match.group(1)) or getattr(errors, match.group(1), None)
             if isinstance(cls, type) and issubclass(cls, SluiceError):
                 return cls(match.group(2))
-            if match.group(1) in ("ObjectMissing", "BucketNotFound"):
-                return errors.NotFound(match.group(2))
     first = next((line for line in text.splitlines() if line.strip()), type(exc).__name__)
     return errors.InternalError(f"the Spark job failed: {first}")
 

@@ -1,14 +1,14 @@
 """`SparkJobsConfig`: the `[spark]` table of a Sluice TOML file, overridden by `sluice spark` flags.
 
-The S3 keys mean what the broker's `[broker.tiering]` keys of the same name mean, so one file can
-hold both and the jobs read the bucket the broker writes.
+The S3 keys are `S3Settings` (broker/tiering/s3store.py), the broker's `[broker.tiering]` keys of
+the same names, so one file can hold both and the jobs read the bucket the broker writes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spark_jobs.s3 import S3Settings
+from broker.tiering.s3store import S3Settings
 
 
 @dataclass(frozen=True)

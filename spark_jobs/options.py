@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from broker.tiering.s3store import S3Settings
 from common.errors import BadRequest
-from spark_jobs.s3 import S3Settings
 
 DEFAULT_PREFIX = "sluice"
 DEFAULT_SPLIT_BYTES = 128 << 20

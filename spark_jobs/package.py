@@ -1,7 +1,8 @@
 """The `--py-files` archive for spark-submit: the packages a driver and its executors import.
 
-Executors need `spark_jobs` and `common` (errors, logs, config) plus pyarrow and boto3 installed in
-their Python; nothing of the broker is shipped or imported.
+Executors need `spark_jobs`, `common` (errors, logs, config) and, of the broker, only the tiered
+format and its S3 access (`broker/tiering/format.py`, `s3store.py`, `objectstore.py`, which import
+nothing else of it), plus pyarrow and boto3 installed in their Python.
 """
 
 from __future__ import annotations
@@ -10,6 +11,14 @@ import zipfile
 from pathlib import Path
 
 PACKAGES = ("spark_jobs", "common")
+# The shared tiered-format modules; their packages' __init__ files import nothing.
+MODULES = (
+    "broker/__init__.py",
+    "broker/tiering/__init__.py",
+    "broker/tiering/format.py",
+    "broker/tiering/objectstore.py",
+    "broker/tiering/s3store.py",
+)
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -19,4 +28,6 @@ def build_zip(output: Path, root: Path = ROOT) -> Path:
         for package in PACKAGES:
             for path in sorted((root / package).rglob("*.py")):
                 zf.write(path, path.relative_to(root).as_posix())
+        for module in MODULES:
+            zf.write(root / module, module)
     return output

@@ -25,9 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from common.errors import NotFound
-from common.logs import kv
-from spark_jobs.layout import (
+from broker.tiering.format import (
     SegmentRef,
     TopicManifest,
     decode_name,
@@ -37,8 +35,11 @@ from spark_jobs.layout import (
     normalise_prefix,
     parse_manifest,
 )
+from broker.tiering.objectstore import MeteredObjectStore, ObjectNotFound
+from broker.tiering.s3store import S3ObjectStore
+from common.errors import NotFound
+from common.logs import kv
 from spark_jobs.options import ScanOptions
-from spark_jobs.s3 import Bucket
 
 log = logging.getLogger("sluice.spark.planner")
 
@@ -118,11 +119,11 @@ def pack(tasks: list[ScanTask], opts: ScanOptions) -> list[list[ScanTask]]:
     return partitions
 
 
-def _children(bucket: Bucket, prefix: str) -> list[str]:
+def _children(bucket: S3ObjectStore, prefix: str) -> list[str]:
     return [decode_name(p[len(prefix) :].rstrip("/")) for p in bucket.child_prefixes(prefix)]
 
 
-def _locations(bucket: Bucket, opts: ScanOptions) -> list[tuple[str, str, str]]:
+def _locations(bucket: S3ObjectStore, opts: ScanOptions) -> list[tuple[str, str, str]]:
     """(cluster, broker, topic) triples that may hold wanted data, by name or by listing."""
     root = normalise_prefix(opts.prefix)
     root_dir = root + "/" if root else ""
@@ -141,22 +142,24 @@ def _locations(bucket: Bucket, opts: ScanOptions) -> list[tuple[str, str, str]]:
     return out
 
 
-def _topics_in_bucket(bucket: Bucket, opts: ScanOptions) -> list[str]:
+def _topics_in_bucket(bucket: S3ObjectStore, opts: ScanOptions) -> list[str]:
     everything = ScanOptions(s3=opts.s3, prefix=opts.prefix, clusters=opts.clusters, brokers=opts.brokers)
     return sorted({t for _, _, t in _locations(bucket, everything)})
 
 
-def plan_scan(opts: ScanOptions, bucket: Bucket | None = None) -> ScanPlan:
+def plan_scan(opts: ScanOptions, bucket: S3ObjectStore | None = None) -> ScanPlan:
     """The tasks of a scan. Raises NotFound for a missing bucket or a named topic with no tiered data."""
-    bucket = bucket or Bucket(opts.s3)
-    bucket.check()
-    before = bucket.gets
+    bucket = bucket or S3ObjectStore(opts.s3)
+    bucket.check_bucket()
+    counted = MeteredObjectStore(bucket)
     manifests: list[TopicManifest] = []
     for cluster, broker, topic in _locations(bucket, opts):
         key = manifest_key(opts.prefix, cluster, broker, topic)
-        raw = bucket.get_optional(key)
-        if raw is not None:
-            manifests.append(parse_manifest(raw, f"{opts.s3.describe()}/{key}"))
+        try:
+            raw = counted.get(key)
+        except ObjectNotFound:
+            continue
+        manifests.append(parse_manifest(raw, f"{opts.s3.describe()}/{key}"))
     found = {m.topic for m in manifests}
     missing = sorted(opts.topics - found) if opts.only_topics is None else []
     if missing:
@@ -175,6 +178,6 @@ def plan_scan(opts: ScanOptions, bucket: Bucket | None = None) -> ScanPlan:
                 plan.bytes_selected += seg.size
                 plan.tasks.extend(tasks_for(seg, opts))
     plan.partitions = pack(plan.tasks, opts)
-    plan.gets = bucket.gets - before
+    plan.gets = counted.snapshot().gets
     log.info("scan planned", extra=kv(summary=plan.summary(), bucket=opts.s3.describe(), prefix=opts.prefix))
     return plan

@@ -6,14 +6,14 @@
   (`queue_id`, `queue_offset`, `store_timestamp`) overlap the wanted range, fetched as coalesced
   byte ranges (one GET per run of neighbouring row groups).
 
-Page CRCs are verified and the file's `sluice.format_version` checked; a damaged or foreign object
-raises `MessageCorrupted` naming the object. Rows are then filtered exactly (queues, offsets, time,
+Footer, metadata and ranged reads are broker/tiering/format.py's, the broker's own: page CRCs are
+verified and the segment metadata checked; a damaged or foreign object raises `SegmentCorrupted`
+(a `MessageCorrupted`) naming the object. Rows are then filtered exactly (queues, offsets, time,
 keys, message ids) with pyarrow compute and returned as Arrow record batches in `schema.ARROW_SCHEMA`.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 from collections.abc import Iterator
@@ -25,80 +25,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from common.errors import MessageCorrupted
+from broker.tiering.format import (
+    TAIL_BYTES,
+    SegmentCorrupted,
+    open_segment,
+    read_footer,
+    read_row_groups,
+    row_group_span,
+    segment_info,
+)
+from broker.tiering.objectstore import MeteredObjectStore, ObjectStore
+from broker.tiering.s3store import S3ObjectStore, S3Settings
 from common.logs import kv
-from spark_jobs.layout import FORMAT_VERSION
 from spark_jobs.options import ScanOptions
 from spark_jobs.planner import ScanTask
-from spark_jobs.s3 import Bucket, S3Settings
 from spark_jobs.schema import ARROW_SCHEMA, READ_COLUMNS
 
 log = logging.getLogger("sluice.spark.scan")
 
-TAIL_BYTES = 64 << 10  # one GET usually holds the whole footer of a segment
 COALESCE_GAP_BYTES = 1 << 20  # neighbouring row groups closer than this are fetched in one GET
 BATCH_ROWS = 8192
-_DECODE_ERRORS = (pa.ArrowException, OSError, ValueError, TypeError, IndexError, KeyError)
-_FOOTER_TRAILER = 8  # u32 footer length + "PAR1"
-
-
-class _SparseObject(io.RawIOBase):
-    """A read-only file over the byte ranges of one object fetched so far; other reads GET what they need."""
-
-    def __init__(self, bucket: Bucket, key: str, size: int) -> None:
-        self._bucket, self._key, self._size = bucket, key, size
-        self._ranges: list[tuple[int, bytes]] = []
-        self._pos = 0
-
-    def add(self, start: int, data: bytes) -> None:
-        self._ranges.append((start, data))
-
-    def fetch(self, start: int, end: int) -> bytes:
-        data = self._bucket.get(self._key, start, end)
-        self.add(start, data)
-        return data
-
-    def covered(self, start: int, end: int) -> bool:
-        return any(base <= start and end <= base + len(data) for base, data in self._ranges)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        want = min(len(buffer), self._size - self._pos)
-        if want <= 0:
-            return 0
-        start, end = self._pos, self._pos + want
-        for base, data in self._ranges:
-            if base <= start and end <= base + len(data):
-                buffer[:want] = data[start - base : end - base]
-                break
-        else:
-            buffer[:want] = self.fetch(start, end)
-        self._pos = end
-        return want
-
-    def footer(self, tail_bytes: int) -> pq.FileMetaData:
-        """The file's metadata from its tail: one GET, a second one only for a footer larger than `tail_bytes`."""
-        tail_start = max(0, self._size - tail_bytes)
-        tail = self.fetch(tail_start, self._size)
-        length = int.from_bytes(tail[-_FOOTER_TRAILER:-4], "little") + _FOOTER_TRAILER
-        if tail[-4:] != b"PAR1" or length > self._size:
-            raise ValueError("no Parquet footer at the end of the object")
-        if length > len(tail):
-            tail = self.fetch(self._size - length, tail_start) + tail
-        return pq.read_metadata(pa.BufferReader(tail[len(tail) - length :]))
 
 
 @dataclass(frozen=True)
@@ -133,16 +79,6 @@ def _stats(meta: pq.RowGroupMetaData, index: int | None) -> tuple[Any, Any] | No
     return stats.min, stats.max
 
 
-def _row_group_span(meta: pq.RowGroupMetaData) -> tuple[int, int]:
-    starts, ends = [], []
-    for c in range(meta.num_columns):
-        cc = meta.column(c)
-        begin = cc.dictionary_page_offset if cc.has_dictionary_page else cc.data_page_offset
-        starts.append(begin)
-        ends.append(begin + cc.total_compressed_size)
-    return min(starts), max(ends)
-
-
 def _coalesce(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     merged: list[tuple[int, int]] = []
     for start, end in sorted(spans):
@@ -153,18 +89,6 @@ def _coalesce(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return merged
 
 
-def _open(source: object, where: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
-    try:
-        pf = pq.ParquetFile(source, metadata=metadata, page_checksum_verification=True)
-    except _DECODE_ERRORS as exc:
-        raise MessageCorrupted(f"{where} is not a readable Parquet segment: {exc}") from None
-    meta = {k.decode(): v.decode() for k, v in (pf.metadata.metadata or {}).items()}
-    version = meta.get("sluice.format_version")
-    if version != str(FORMAT_VERSION):
-        raise MessageCorrupted(f"{where} has format version {version}; this reader supports {FORMAT_VERSION}")
-    return pf
-
-
 def _selected_row_groups(pf: pq.ParquetFile, task: ScanTask, opts: ScanOptions) -> tuple[list[int], list]:
     meta = pf.metadata
     columns = {meta.schema.column(i).name: i for i in range(meta.num_columns)}
@@ -172,40 +96,34 @@ def _selected_row_groups(pf: pq.ParquetFile, task: ScanTask, opts: ScanOptions) 
     picked, spans = [], []
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
-        span = _row_group_span(rg)
+        span = row_group_span(rg)
         if task.start <= span[0] < task.end and wanted.row_group(rg, columns):
             picked.append(i)
             spans.append(span)
     return picked, spans
 
 
-def _read_table(task: ScanTask, opts: ScanOptions, bucket: Bucket) -> pa.Table | None:
+def _read_table(task: ScanTask, opts: ScanOptions, objects: ObjectStore) -> pa.Table | None:
     seg = task.segment
     where = f"object {seg.key!r} in {opts.s3.describe()}"
     if task.whole:
-        pf = _open(pa.BufferReader(bucket.get(seg.key)), where)
+        pf = open_segment(pa.BufferReader(objects.get(seg.key)), where)
+        segment_info(pf.metadata, where)
         groups = list(range(pf.metadata.num_row_groups))
     else:
-        sparse = _SparseObject(bucket, seg.key, seg.size)
-        try:
-            metadata = sparse.footer(TAIL_BYTES)
-        except _DECODE_ERRORS as exc:
-            raise MessageCorrupted(f"{where} is not a readable Parquet segment: {exc}") from None
-        pf = _open(pa.PythonFile(sparse, mode="r"), where, metadata)
+        metadata, _, file = read_footer(objects, seg.key, seg.size, where, TAIL_BYTES)
+        pf = open_segment(file, where, metadata)
         groups, spans = _selected_row_groups(pf, task, opts)
         for start, end in _coalesce(spans):
-            if not sparse.covered(start, end):  # a small object came whole with its footer
-                sparse.fetch(start, end)
+            if not file.covered(start, end):  # a small object came whole with its footer
+                file.fetch(start, end)
     if not groups:
         return None
     names = set(pf.schema_arrow.names)
     missing = [c for c in READ_COLUMNS if c not in names]
     if missing:
-        raise MessageCorrupted(f"{where} lacks column(s) {', '.join(missing)}")
-    try:
-        return pf.read_row_groups(groups, columns=READ_COLUMNS)
-    except _DECODE_ERRORS as exc:
-        raise MessageCorrupted(f"{where} is unreadable (row groups {groups}): {exc}") from None
+        raise SegmentCorrupted(f"{where} lacks column(s) {', '.join(missing)}")
+    return read_row_groups(pf, groups, where, READ_COLUMNS)
 
 
 def _row_filter(table: pa.Table, opts: ScanOptions) -> pa.Array | None:
@@ -250,27 +168,27 @@ def _shape(table: pa.Table, task: ScanTask) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
-_buckets: dict[S3Settings, Bucket] = {}
-_buckets_lock = threading.Lock()
+_stores: dict[S3Settings, S3ObjectStore] = {}
+_stores_lock = threading.Lock()
 
 
-def shared_bucket(settings: S3Settings) -> Bucket:
+def shared_store(settings: S3Settings) -> S3ObjectStore:
     """One client per settings per Python worker: building a boto3 client costs more than a small GET."""
-    with _buckets_lock:
-        bucket = _buckets.get(settings)
-        if bucket is None:
-            bucket = _buckets[settings] = Bucket(settings)
-        return bucket
+    with _stores_lock:
+        store = _stores.get(settings)
+        if store is None:
+            store = _stores[settings] = S3ObjectStore(settings)
+        return store
 
 
-def read_task(task: ScanTask, opts: ScanOptions, bucket: Bucket | None = None) -> Iterator[pa.RecordBatch]:
+def read_task(task: ScanTask, opts: ScanOptions, objects: ObjectStore | None = None) -> Iterator[pa.RecordBatch]:
     """The wanted rows of one task as record batches of at most BATCH_ROWS rows."""
-    bucket = bucket or shared_bucket(opts.s3)
-    table = _read_table(task, opts, bucket)
+    counted = MeteredObjectStore(objects or shared_store(opts.s3))
+    table = _read_table(task, opts, counted)
     if table is None:
         return
     mask = _row_filter(table, opts)
     if mask is not None:
         table = table.filter(mask)
-    log.debug("task read", extra=kv(key=task.segment.key, rows=table.num_rows, gets=bucket.gets))
+    log.debug("task read", extra=kv(key=task.segment.key, rows=table.num_rows, gets=counted.snapshot().gets))
     yield from _shape(table, task).to_batches(max_chunksize=BATCH_ROWS)

@@ -40,7 +40,7 @@ from pyspark.sql.types import StructType
 
 from spark_jobs.options import ScanOptions
 from spark_jobs.planner import ScanTask, plan_scan
-from spark_jobs.scan import read_task, shared_bucket
+from spark_jobs.scan import read_task, shared_store
 from spark_jobs.schema import SPARK_DDL
 
 NAME = "sluice"
@@ -142,6 +142,6 @@ class SluiceReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _TaskPartition):
-            bucket = shared_bucket(self.opts.s3)
+            store = shared_store(self.opts.s3)
             for task in partition.tasks:
-                yield from read_task(task, self.opts, bucket)
+                yield from read_task(task, self.opts, store)

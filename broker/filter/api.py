@@ -11,15 +11,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from enum import IntEnum
 
-
-class FilterKind(IntEnum):
-    """The protocol's `FilterType` numbers."""
-
-    TAG = 1
-    SQL = 2
-
+from broker.client.api import FilterKind
 
 # A filter expression arrives in every subscription from the network; bound it before doing any
 # work proportional to its size. 4096 characters is far beyond any hand-written filter.

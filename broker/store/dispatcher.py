@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import operator
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -36,9 +35,7 @@ log = logging.getLogger("sluice.store.dispatch")
 DispatchListener = Callable[[set[tuple[str, int]]], None]
 _MAX_INDEXED_ID = 255
 _MAX_INDEXED_KEY = 0xFFFF
-_VECTOR_MIN = 4  # below this many records a run is indexed record by record (set-up cost)
 _drain: Callable[[Iterable[object]], None] = collections.deque[object](maxlen=0).extend  # consume an iterator in C
-_PHYS, _SIZE, _STORE_TS = (operator.itemgetter(i) for i in (1, 2, 3))  # fields of AppendResult
 _Blocks = dict[tuple[int, int, int], list[Any]]  # open ConsumeQueue blocks of a round (`_gather`)
 
 
@@ -57,7 +54,9 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
     """Write the index entries and checkpoint for `runs` (in physical order) in one batch.
 
     A run of one queue is indexed with C-level `map`s (no Python bytecode per record); mixed runs
-    record by record. Both write the same entries. ConsumeQueue entries are gathered per (segment,
+    record by record. Both write the same entries. Which is which the writer decides: it gives an
+    append a run of its own only when it has enough records to repay the maps' set-up
+    (`writer.RUN_MIN`) and lets smaller ones share a mixed run. ConsumeQueue entries are gathered per (segment,
     topic, queue) while their offsets follow on, and written as blocks at the end."""
     batch = index.batch()
     put = batch.put
@@ -67,21 +66,14 @@ def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
     topic_ids: dict[str, int] = {}
     blocks: _Blocks = {}  # (segment base, topic id, queue id) -> open block
     for cols, results, queue, seg_base in runs:
-        if queue is not None and len(results) >= _VECTOR_MIN:
+        if queue is not None:
             topic, qid = queue
             tid = topic_ids.get(topic)
             if tid is None:
                 tid = topic_ids[topic] = index.intern_topic(topic, batch)
-            stamps: Iterable[int]
-            if isinstance(results, AppendResults):  # the writer's columns, as they are
-                first, physs, sizes = results.first_offset, results.physical_offsets, results.sizes
-                stamps = repeat(results.store_timestamp_ms)
-            else:
-                first = results[0].queue_offset
-                physs = list(map(_PHYS, results))
-                sizes = list(map(_SIZE, results))
-                stamp = results[0].store_timestamp_ms  # one round's: the same for the whole run
-                stamps = repeat(stamp) if results[-1].store_timestamp_ms == stamp else map(_STORE_TS, results)
+            assert isinstance(results, AppendResults), "the writer keeps a one-queue run's results as columns"
+            first, physs, sizes = results.first_offset, results.physical_offsets, results.sizes
+            stamps = repeat(results.store_timestamp_ms)
             entries = b"".join(map(cq_value, physs, sizes, cols.tag_hashes, stamps))
             _gather(blocks, put, cq, (seg_base, tid, qid), first, len(results), entries)
             mids = cols.message_ids

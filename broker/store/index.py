@@ -4,8 +4,8 @@ One RocksDB instance per broker (via rocksdict, raw bytes keys). Column families
 keys.py; other broker modules (pop state, metadata) add their own through `extra_cfs`, so a
 single WriteBatch can update the store and broker state atomically.
 
-Thread-safety: RocksDB handles are thread-safe. Topic interning is done by the dispatcher thread
-only (`intern_topic`); lookups (`topic_id`) may run on any thread.
+Thread-safety: RocksDB handles are thread-safe. Topic interning is done by the writer thread
+(which runs the dispatch) only (`intern_topic`); lookups (`topic_id`) may run on any thread.
 """
 
 from __future__ import annotations

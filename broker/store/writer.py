@@ -1,6 +1,6 @@
 """The CommitLog writer: one thread owns the active segment and group-commits appends.
 
-Callers hand over already encoded records, one buffer per append (`record.encode_batch`); the
+Callers hand over already encoded records, one buffer per append (`record.encode_columns`); the
 writer drains everything that queued up while it was busy, assigns queue offsets and physical
 offsets in one place, seals the records in place (offsets + CRC), writes the round with one
 `pwritev` of those buffers (no copy), and under the `sync` policy makes it durable with one
@@ -8,12 +8,14 @@ offsets in one place, seals the records in place (offsets + CRC), writes the rou
 after the write and a flusher thread fsyncs every `flush_interval_ms`.
 
 Cost: everything here runs under the GIL, so Python work per record bounds the store's throughput.
-An append whose records all go to one queue and fit in the active segment (the common case: a
-batched send, or a single message) is sealed with C-level `map`s (`record.seal_run`) and its
-results are built the same way; mixed-queue appends and segment rolls take a per-record path.
-The dispatcher gets the round as `Run`s (one per append and segment), not one object per record.
+Every record is sealed by `record.seal_at`. An append whose records all go to one queue and fit in
+the active segment (the common case: a batched send, or a single message) is sealed in one loop
+and, from `RUN_MIN` records on, keeps its results as columns (`AppendResults`) and is a run of its
+own for the dispatcher; mixed-queue appends and segment rolls take a per-record path. The
+dispatcher gets the round as `Run`s (one per large append and segment; small appends share one),
+not one object per record.
 
-Invariants (asserted): physical offsets are contiguous and increasing; queue offsets are strictly
+Invariants: physical offsets are contiguous and increasing; queue offsets are strictly
 increasing per queue; a round that fails to write is rolled back (file truncated, queue offsets
 restored) and every caller of the round gets the error, so no caller is acknowledged for bytes that
 are not in the file.
@@ -32,11 +34,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, count, repeat
+from itertools import count, repeat
 from typing import NamedTuple, overload
 
 from broker.store.config import CommitLogConfig
-from broker.store.record import seal, seal_at, seal_run
+from broker.store.record import seal_at
 from broker.store.segments import Segment, SegmentSet
 from common.errors import StoreClosed, TooManyRequests, Unavailable
 from common.logs import kv
@@ -156,13 +158,6 @@ class Columns(NamedTuple):
             )
         )
 
-    def append(self, meta: RecordMeta) -> None:
-        self.topics.append(meta.topic)
-        self.queue_ids.append(meta.queue_id)
-        self.tag_hashes.append(meta.tag_hash)
-        self.message_ids.append(meta.message_id)
-        self.keys.append(meta.keys)
-
     def extend(self, other: Columns) -> None:
         self.topics.extend(other.topics)
         self.queue_ids.extend(other.queue_ids)
@@ -178,7 +173,7 @@ class Run(NamedTuple):
     then consecutive), None when they are mixed."""
 
     columns: Columns
-    results: Sequence[AppendResult]  # an `AppendResults` when `queue` is set and the run was sealed by maps
+    results: Sequence[AppendResult]  # an `AppendResults` when `queue` is set
     queue: tuple[str, int] | None
     segment_base: int
 
@@ -189,31 +184,25 @@ _new_run = functools.partial(tuple.__new__, Run)
 new_columns = functools.partial(tuple.__new__, Columns)
 
 
-new_meta = functools.partial(tuple.__new__, RecordMeta)
-
-
 def empty_columns() -> Columns:
     return new_columns(([], [], [], [], []))
 
 
-def columns_of(meta: RecordMeta) -> Columns:
-    return new_columns(([meta.topic], [meta.queue_id], [meta.tag_hash], [meta.message_id], [meta.keys]))
-
-
 Waiter = concurrent.futures.Future | tuple[asyncio.AbstractEventLoop, asyncio.Future]
 
-# Below this many records an append is sealed record by record: setting up the C-level pipeline of
-# `seal_run` costs about as much as a few records of the per-record path.
-_VECTOR_MIN = 4
+# An append of at least this many records to one queue is a run of its own, which the dispatcher
+# indexes with C-level maps; smaller ones (single sends) share one run per round, indexed record by
+# record, so the per-run set-up is paid once (the maps cost ~4 us more set-up than a record's loop).
+RUN_MIN = 4
 # pwritev takes at most IOV_MAX buffers per call.
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
 @dataclass(slots=True)
 class _Pending:
-    buf: bytearray  # the append's records, encoded back to back (record.encode_batch)
+    buf: bytearray  # the append's records, encoded back to back (record.encode_columns)
     sizes: list[int]
-    columns: Columns | RecordMeta  # a single send carries its RecordMeta: fewer objects
+    columns: Columns
     queue: tuple[str, int] | None  # the one queue of all records, None if several
     waiter: Waiter
 
@@ -263,12 +252,12 @@ class CommitLogWriter:
         self,
         buf: bytearray,
         sizes: list[int],
-        columns: Columns | RecordMeta,
+        columns: Columns,
         queue: tuple[str, int] | None,
         waiter: Waiter,
     ) -> None:
         """Queue one append: `buf` holds its records back to back (`sizes`), `columns` describes
-        them (a RecordMeta for a single record), `queue` is their one (topic, queue id) or None if
+        them, `queue` is their one (topic, queue id) or None if
         they target several queues."""
         with self._cond:
             if self._closed:
@@ -342,42 +331,20 @@ class CommitLogWriter:
                 entry = self._queue_entry(queue, saved)
                 qoff = entry[0]
                 n = len(sizes)
-                if n >= _VECTOR_MIN:  # sealed in C-level maps
-                    physs = list(accumulate(sizes, initial=base + pos))
-                    physs.pop()  # where the run ends
-                    seal_run(buf, memoryview(buf), 0, sizes, qoff, physs, now_ms)
-                    sealed = AppendResults(qoff, physs, sizes, now_ms)
-                    phys = physs[n - 1]
+                physs = _seal_queue(buf, sizes, qoff, base + pos, now_ms)
+                phys = physs[n - 1]
+                cols = item.columns
+                if n >= RUN_MIN:  # a run of its own, indexed by the dispatcher's maps
                     if small_results:
                         runs.append(_new_run((small_columns, small_results, None, base)))
                         small_columns, small_results = empty_columns(), []
-                    runs.append(_new_run((item.columns, sealed, queue, base)))
-                    results.append(sealed)
-                elif n == 1:  # a single send
-                    phys = base + pos
-                    seal(buf, qoff, phys, now_ms)
-                    out = [_new_result((qoff, phys, nbytes, now_ms))]
-                    small_columns.append(item.columns)  # type: ignore[arg-type]  # a RecordMeta
-                    small_results += out
-                    results.append(out)
-                else:
-                    view = memoryview(buf)
-                    out = []
-                    start = 0
-                    for size in sizes:
-                        phys = base + pos + start
-                        seal_at(buf, view, start, size, qoff, phys, now_ms)
-                        out.append(_new_result((qoff, phys, size, now_ms)))
-                        qoff += 1
-                        start += size
-                    qoff -= n
-                    cols = item.columns
-                    if isinstance(cols, Columns):
-                        small_columns.extend(cols)
-                    else:  # a single send's RecordMeta
-                        small_columns.append(cols)
-                    small_results += out
-                    results.append(out)
+                    sealed: Sequence[AppendResult] = AppendResults(qoff, physs, sizes, now_ms)
+                    runs.append(_new_run((cols, sealed, queue, base)))
+                else:  # a single send or a few records: they share the round's small run
+                    sealed = list(map(_new_result, zip(count(qoff), physs, sizes, repeat(now_ms))))
+                    small_columns.extend(cols)
+                    small_results += sealed
+                results.append(sealed)
                 entry[0] = qoff + n
                 entry[1] = phys
                 pos += nbytes
@@ -426,13 +393,13 @@ class CommitLogWriter:
         chunk_from = start = 0  # byte offsets in `buf`
         cur_key: tuple[str, int] | None = None
         entry: list[int] = []
-        cols = item.columns if isinstance(item.columns, Columns) else columns_of(item.columns)
+        cols = item.columns
         for i, (size, topic, queue_id) in enumerate(zip(item.sizes, cols.topics, cols.queue_ids, strict=True)):
             if pos > 0 and pos + size > seg_limit:
                 if start > chunk_from:
                     chunks.append(view[chunk_from:start])
                 if i > run_from:
-                    runs.append(_new_run((cols.slice(run_from, i), out[run_from:i], item.queue, base)))
+                    runs.append(_run_of(cols.slice(run_from, i), out[run_from:i], item.queue, base))
                 self._write(chunks, pos)
                 chunks.clear()
                 self._roll()
@@ -453,7 +420,7 @@ class CommitLogWriter:
             chunks.append(view[chunk_from:start])
         if len(out) > run_from:
             rest = cols if run_from == 0 else cols.slice(run_from)
-            runs.append(_new_run((rest, out if run_from == 0 else out[run_from:], item.queue, base)))
+            runs.append(_run_of(rest, out[run_from:], item.queue, base))
         return out, base, pos
 
     def _write(self, chunks: list[bytearray | memoryview], new_size: int) -> None:
@@ -546,6 +513,31 @@ class CommitLogWriter:
         ident = self._thread.ident
         assert ident is not None, "the writer thread starts in __init__"
         return ident
+
+
+def _run_of(columns: Columns, results: list[AppendResult], queue: tuple[str, int] | None, base: int) -> Run:
+    """The run of a part of a record-by-record append: a one-queue part keeps its results as
+    columns, as the dispatcher's maps take them."""
+    if queue is None:
+        return _new_run((columns, results, None, base))
+    physs, sizes = [r.physical_offset for r in results], [r.size for r in results]
+    first = results[0]
+    return _new_run((columns, AppendResults(first.queue_offset, physs, sizes, first.store_timestamp_ms), queue, base))
+
+
+def _seal_queue(buf: bytearray, sizes: list[int], queue_offset: int, physical_offset: int, now_ms: int) -> list[int]:
+    """Seal the records of `buf` (back to back, `sizes`) as consecutive offsets of one queue from
+    `queue_offset`, the first at `physical_offset`; returns each record's physical offset."""
+    view = memoryview(buf)
+    physs: list[int] = []
+    start = 0
+    for size in sizes:
+        seal_at(buf, view, start, size, queue_offset, physical_offset, now_ms)
+        physs.append(physical_offset)
+        queue_offset += 1
+        physical_offset += size
+        start += size
+    return physs
 
 
 def _complete(items: list[_Pending], results: list[Sequence[AppendResult]] | None, err: BaseException | None) -> None:

@@ -1,10 +1,9 @@
 """Ranged reads of one tiered segment object: its footer and single row groups, with few GETs.
 
-A point read costs one GET for the footer (the object's last 64 KiB, more only for a larger footer;
-the parsed footer is then cached by the reader) and one GET per row group, whose byte range the
-manifest records; read-ahead fetches a run of adjacent row groups with one GET of their span
-(`fetch_row_groups`). pyarrow decodes through `RangedFile`, a read-only file over the fetched ranges that
-GETs any other range it is asked for (so an unexpected read is slower, never wrong).
+A point read costs one GET for the footer (`format.read_footer`; the parsed footer is then cached
+by the reader) and one GET per row group, whose byte range the manifest records; read-ahead fetches
+a run of adjacent row groups with one GET of their span (`fetch_row_groups`). pyarrow decodes
+through `format.RangedFile`.
 
 Checks, each failing with `SegmentCorrupted` naming the object: the object is as long as the
 manifest says (a short answer means it was truncated), the Parquet magic and footer parse, the
@@ -15,112 +14,29 @@ the manifest says. Object store errors (`Unavailable`, `ObjectNotFound`) pass th
 
 from __future__ import annotations
 
-import bisect
-import io
 import itertools
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker.tiering.manifest import SegmentEntry
-from broker.tiering.objectstore import ObjectStore
-from broker.tiering.segment import (
+from broker.tiering.format import (
+    RangedFile,
     SegmentCorrupted,
     open_segment,
+    read_footer,
     read_row_group,
     row_group_byte_ranges,
-    segment_info,
+    truncated,
 )
-
-TAIL_BYTES = 64 << 10
-_MAGIC = b"PAR1"
-
-
-class RangedFile(io.RawIOBase):
-    """A seekable read-only view of `size` bytes of an object, served from fetched ranges."""
-
-    def __init__(self, objects: ObjectStore, key: str, size: int, ranges: dict[int, bytes] | None = None) -> None:
-        super().__init__()
-        self._objects = objects
-        self._key = key
-        self._size = size
-        self._pos = 0
-        self._starts: list[int] = []
-        self._chunks: list[bytes] = []
-        for start, data in sorted((ranges or {}).items()):
-            self.add(start, data)
-
-    def add(self, start: int, data: bytes) -> None:
-        i = bisect.bisect_left(self._starts, start)
-        self._starts.insert(i, start)
-        self._chunks.insert(i, data)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def _slice(self, start: int, end: int) -> bytes | None:
-        i = bisect.bisect_right(self._starts, start) - 1
-        if i >= 0 and start - self._starts[i] + (end - start) <= len(self._chunks[i]):
-            off = start - self._starts[i]
-            return self._chunks[i][off : off + end - start]
-        return None
-
-    def read(self, n: int = -1) -> bytes:
-        end = self._size if n is None or n < 0 else min(self._size, self._pos + n)
-        if end <= self._pos:
-            return b""
-        data = self._slice(self._pos, end)
-        if data is None:
-            data = self._objects.get(self._key, self._pos, end)
-            if len(data) != end - self._pos:
-                raise truncated(self._key, self._size)
-            self.add(self._pos, data)
-        self._pos = end
-        return data
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        data = self.read(len(buffer))
-        memoryview(buffer)[: len(data)] = data
-        return len(data)
-
-
-def truncated(key: str, size: int) -> SegmentCorrupted:
-    return SegmentCorrupted(f"tiered object {key} is shorter than the {size} bytes its manifest records (truncated?)")
+from broker.tiering.manifest import SegmentEntry
+from broker.tiering.objectstore import ObjectStore
 
 
 def fetch_footer(objects: ObjectStore, topic: str, entry: SegmentEntry) -> pq.FileMetaData:
     """The object's Parquet footer, checked against the manifest entry."""
-    key, size = entry.key, entry.size
-    tail_len = min(size, TAIL_BYTES)
-    tail = objects.get(key, size - tail_len, size)
-    if len(tail) != tail_len:
-        raise truncated(key, size)
-    if tail[-4:] != _MAGIC:
-        raise SegmentCorrupted(f"tiered object {key} does not end with the Parquet magic (corrupt or not a segment)")
-    footer_len = int.from_bytes(tail[-8:-4], "little")
-    if footer_len + 8 > size:
-        raise SegmentCorrupted(f"tiered object {key} declares a {footer_len}-byte footer in {size} bytes")
-    ranges = {size - tail_len: tail}
-    if footer_len + 8 > tail_len:
-        start = size - footer_len - 8
-        head = objects.get(key, start, size - tail_len)
-        if len(head) != size - tail_len - start:
-            raise truncated(key, size)
-        ranges[start] = head
-    md = open_segment(RangedFile(objects, key, size, ranges), f"tiered object {key}").metadata
-    info = segment_info(md, f"tiered object {key}")
+    key = entry.key
+    md, info, _ = read_footer(objects, key, entry.size, f"tiered object {key}")
     if info.topic != topic or info.rows != entry.rows:
         raise SegmentCorrupted(
             f"tiered object {key} holds {info.rows} rows of topic {info.topic!r}; the manifest expects "

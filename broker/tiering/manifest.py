@@ -34,14 +34,11 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
+from broker.tiering.format import RowGroupRef, manifest_json, manifest_key, segment_json, segment_key, topic_dir
 from broker.tiering.kv import CF_TIER, KV
 from broker.tiering.objectstore import ObjectStore
-from broker.tiering.segment import FORMAT_VERSION, RowGroupRef
 
-MIRROR_NAME = "manifest.json"
-MIRROR_KIND = "sluice-tier-manifest"
 _EPOCH = b"e"
 _U64 = struct.Struct(">Q")
 
@@ -49,10 +46,6 @@ _U64 = struct.Struct(">Q")
 def _topic_key(topic: str) -> bytes:
     raw = topic.encode("utf-8")
     return struct.pack(">H", len(raw)) + raw
-
-
-def _enc(part: str) -> str:
-    return quote(part, safe="-_.~")
 
 
 @dataclass(frozen=True)
@@ -69,12 +62,10 @@ class SegmentEntry:
     row_groups: tuple[RowGroupRef, ...] = ()
 
     def to_json(self, *, row_groups: bool = True) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "seq": self.seq, "key": self.key, "size": self.size, "sha256": self.sha256, "rows": self.rows,
-            "queues": {str(q): [a, b] for q, (a, b) in sorted(self.queues.items())},
-            "min_store_timestamp_ms": self.min_store_ms, "max_store_timestamp_ms": self.max_store_ms,
-            "uploaded_ms": self.uploaded_ms,
-        }  # fmt: skip
+        doc = segment_json(
+            self.seq, self.key, self.size, self.sha256, self.rows, self.queues, self.min_store_ms, self.max_store_ms,
+            self.uploaded_ms,
+        )  # fmt: skip
         if row_groups:
             doc["row_groups"] = [
                 [g.first_queue, g.first_offset, g.last_queue, g.last_offset, g.rows, g.start, g.end]
@@ -124,7 +115,7 @@ class Manifest:
         self.kv = kv
         self.cluster = cluster
         self.broker = broker
-        self._base = "/".join(p for p in (prefix.strip("/"), _enc(cluster), _enc(broker)) if p)
+        self._prefix = prefix
         raw = kv.get(_EPOCH)
         if raw is None:
             raw = secrets.token_hex(6).encode("ascii")
@@ -138,13 +129,13 @@ class Manifest:
     # -- naming ----------------------------------------------------------------------------------
 
     def topic_prefix(self, topic: str) -> str:
-        return f"{self._base}/{_enc(topic)}/"
+        return topic_dir(self._prefix, self.cluster, self.broker, topic)
 
     def object_key(self, topic: str, seq: int) -> str:
-        return f"{self.topic_prefix(topic)}{seq:010d}-{self.epoch}.parquet"
+        return segment_key(self._prefix, self.cluster, self.broker, topic, seq, self.epoch)
 
     def mirror_key(self, topic: str) -> str:
-        return self.topic_prefix(topic) + MIRROR_NAME
+        return manifest_key(self._prefix, self.cluster, self.broker, topic)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -259,13 +250,11 @@ class Manifest:
         """(view version, manifest.json bytes) of a topic, as documented in docs/tiered-format.md."""
         with self._lock:
             view = self._view(topic)
-            doc = {
-                "kind": MIRROR_KIND, "format_version": FORMAT_VERSION, "cluster": self.cluster,
-                "broker": self.broker, "topic": topic, "epoch": self.epoch, "updated_ms": int(time.time() * 1000),
-                "tiered_end": {str(q): e for q, e in sorted(view.progress.ends.items())},
-                "segments": [s.to_json(row_groups=False) for s in view.segments],
-            }  # fmt: skip
-            return view.version, json.dumps(doc, indent=1).encode()
+            body = manifest_json(
+                self.cluster, self.broker, topic, self.epoch, int(time.time() * 1000), view.progress.ends,
+                [s.to_json(row_groups=False) for s in view.segments],
+            )  # fmt: skip
+            return view.version, body
 
     def mirror_stale(self, topic: str) -> bool:
         with self._lock:

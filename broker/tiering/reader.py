@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from broker.store.record import MessageRecord
 from broker.tiering import expiry
-from broker.tiering.cache import CacheStats, LruCache
+from broker.tiering.cache import LruCache
 from broker.tiering.config import TieringConfig
 from broker.tiering.fetch import fetch_footer, fetch_row_group, fetch_row_groups, scan_columns
 from broker.tiering.manifest import Manifest, SegmentEntry
@@ -69,9 +69,6 @@ class ColdReader:
     def close(self) -> None:
         self._closed = True
         self._prefetcher.shutdown(wait=True, cancel_futures=True)
-
-    def cache_stats(self) -> CacheStats:
-        return self._cache.stats()
 
     # -- segments and row groups -----------------------------------------------------------------
 

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from broker.api import TierEvictResult
+from broker.client.api import TierEvictResult
 from broker.store import keys as K
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
@@ -96,10 +96,6 @@ class BrokerTiering:
         return await asyncio.get_running_loop().run_in_executor(self._reads, functools.partial(fn, *args))
 
     # -- offsets (in memory: cheap enough for the event loop) ------------------------------------
-
-    def tiered_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
-        """(first tiered offset still in the bucket, tiered end) of a queue."""
-        return self.reader.bounds(topic, queue_id)
 
     def floor(self, topic: str, queue_id: int, local_low: int) -> int:
         """The oldest offset of the queue readable locally or from the bucket."""

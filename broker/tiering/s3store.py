@@ -1,15 +1,18 @@
-"""`S3ObjectStore`: the object store seam over boto3, for AWS S3 and S3-compatible stores.
+"""S3 access for tiering, the broker's and the Spark source's alike: `S3Settings` and `S3ObjectStore`.
 
-Every call is bounded: botocore's connect and read timeouts and a fixed number of attempts
-(`TieringConfig.connect_timeout_s`, `read_timeout_s`, `max_attempts`, standard retry mode). Objects
-of `multipart_threshold_bytes` or more go up as a multipart upload of `multipart_part_bytes` parts
+`S3Settings` says how to reach the bucket (one meaning for every key, whoever reads it: the
+broker's `[broker.tiering]`, `sluice spark` flags, the Spark source's options); it is frozen and
+picklable, so it travels to Spark executors. Every call is bounded: botocore's connect and read
+timeouts and `max_attempts` tries in all (the first included; standard retry mode). Objects of
+`multipart_threshold_bytes` or more go up as a multipart upload of `multipart_part_bytes` parts
 (aborted if any part fails). Every request body carries Content-MD5, so the server rejects bytes
 damaged in transit; the whole object's SHA-256 travels as user metadata `sha256`, and a put reports
 success only after a HEAD shows the expected size and SHA-256.
 
 Errors: connection failures, timeouts, throttling and 5xx answers become `Unavailable` (retriable);
-a missing key on `get` is `ObjectNotFound`; other refusals (access denied, no such bucket, missing
-credentials) are `InternalError`. Every message names the endpoint, bucket and key.
+a missing key on `get` is `ObjectNotFound`; `check_bucket` raises `BucketNotFound` for a missing
+bucket; other refusals (access denied, no such bucket, missing credentials) are `InternalError`.
+Every message names the endpoint, bucket and key.
 
 Thread-safety: the boto3 client is thread-safe; one `S3ObjectStore` serves every thread.
 """
@@ -21,15 +24,15 @@ import contextlib
 import hashlib
 import io
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, BinaryIO, TypeVar
 
 import boto3
 import botocore.config
 import botocore.exceptions
 
-from broker.tiering.config import TieringConfig
 from broker.tiering.objectstore import SHA256_METADATA_KEY, ObjectInfo, ObjectNotFound, hash_stream
-from common.errors import InternalError, SluiceError, Unavailable
+from common.errors import InternalError, NotFound, SluiceError, Unavailable
 
 T = TypeVar("T")
 
@@ -41,27 +44,55 @@ _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _CONFIG_ERRORS = (botocore.exceptions.NoCredentialsError, botocore.exceptions.PartialCredentialsError)
 
 
-def make_client(config: TieringConfig) -> Any:
-    """A boto3 S3 client built from the tiering configuration (standard credential chain unless keys are set)."""
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How to reach the bucket. Empty keys mean the standard AWS credential chain."""
+
+    bucket: str
+    endpoint_url: str = ""  # "" = AWS's own endpoint for `region`
+    region: str = "us-east-1"
+    access_key_id: str = ""
+    secret_access_key: str = ""
+    session_token: str = ""
+    addressing_style: str = "auto"  # auto, path or virtual
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 30.0
+    max_attempts: int = 3  # tries per call in all, the first included
+    max_pool_connections: int = 10
+
+    def describe(self) -> str:
+        """Bucket and endpoint, for messages (never credentials)."""
+        return f"s3://{self.bucket} at {self.endpoint_url or 'aws:' + self.region}"
+
+
+class BucketNotFound(NotFound):
+    """The bucket does not exist at the endpoint."""
+
+
+def make_client(settings: S3Settings) -> Any:
+    """A boto3 S3 client for `settings`."""
     session = boto3.session.Session(
-        aws_access_key_id=config.access_key_id or None,
-        aws_secret_access_key=config.secret_access_key or None,
-        aws_session_token=config.session_token or None,
-        region_name=config.region,
+        aws_access_key_id=settings.access_key_id or None,
+        aws_secret_access_key=settings.secret_access_key or None,
+        aws_session_token=settings.session_token or None,
+        region_name=settings.region,
     )
     client_config = botocore.config.Config(
-        connect_timeout=config.connect_timeout_s,
-        read_timeout=config.read_timeout_s,
+        connect_timeout=settings.connect_timeout_s,
+        read_timeout=settings.read_timeout_s,
         # botocore reads `max_attempts` as retries after the first try; `total_max_attempts` counts every try.
-        retries={"total_max_attempts": config.max_attempts, "mode": "standard"},
-        s3={"addressing_style": config.addressing_style},
-        max_pool_connections=max(10, 2 * config.upload_concurrency + 4),
+        retries={"total_max_attempts": max(1, settings.max_attempts), "mode": "standard"},
+        s3={"addressing_style": settings.addressing_style},
+        max_pool_connections=settings.max_pool_connections,
         # Integrity is ours (Content-MD5 per request, SHA-256 per object); botocore's newer default
         # CRC trailers are not understood by every S3-compatible store.
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
     )
-    return session.client("s3", endpoint_url=config.endpoint_url or None, config=client_config)
+    return session.client("s3", endpoint_url=settings.endpoint_url or None, config=client_config)
 
 
 def _md5_b64(data: bytes) -> str:
@@ -69,17 +100,25 @@ def _md5_b64(data: bytes) -> str:
 
 
 class S3ObjectStore:
-    def __init__(self, config: TieringConfig, client: Any = None) -> None:
-        if not config.bucket:
-            raise ValueError("S3ObjectStore needs tiering.bucket")
-        self.bucket = config.bucket
-        self.endpoint = config.endpoint_url or f"aws:{config.region}"
-        self.client = client if client is not None else make_client(config)
-        self._threshold_bytes = config.multipart_threshold_bytes
-        self._part_bytes = config.multipart_part_bytes
+    def __init__(
+        self,
+        settings: S3Settings,
+        *,
+        multipart_threshold_bytes: int = 16 * MIB,
+        multipart_part_bytes: int = 8 * MIB,
+        client: Any = None,
+    ) -> None:
+        if not settings.bucket:
+            raise ValueError("S3ObjectStore needs a bucket")
+        self.settings = settings
+        self.bucket = settings.bucket
+        self.endpoint = settings.endpoint_url or f"aws:{settings.region}"
+        self.client = client if client is not None else make_client(settings)
+        self._threshold_bytes = multipart_threshold_bytes
+        self._part_bytes = multipart_part_bytes
 
     def describe(self) -> str:
-        return f"s3://{self.bucket} at {self.endpoint}"
+        return self.settings.describe()
 
     # -- error mapping ---------------------------------------------------------------------------
 
@@ -135,15 +174,33 @@ class S3ObjectStore:
         etag = str(resp.get("ETag", "")).strip('"')
         return ObjectInfo(key, int(resp["ContentLength"]), meta.get(SHA256_METADATA_KEY, ""), etag)
 
+    def _pages(self, prefix: str, **listing: str) -> Iterator[dict[str, Any]]:
+        """The pages of a ListObjectsV2 of `prefix`, each fetched under the error mapping."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = iter(paginator.paginate(Bucket=self.bucket, Prefix=prefix, **listing))
+        while (page := self._call("LIST", prefix + "*", lambda: next(pages, None))) is not None:
+            yield page
+
     def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
-        it = iter(pages)
-        while True:
-            page = self._call("LIST", prefix + "*", lambda: next(it, None))
-            if page is None:
-                return
+        for page in self._pages(prefix):
             for item in page.get("Contents", ()):
                 yield ObjectInfo(item["Key"], int(item["Size"]), "", str(item.get("ETag", "")).strip('"'))
+
+    def child_prefixes(self, prefix: str) -> Iterator[str]:
+        """The "directories" directly under `prefix` (which ends with `/` or is empty), with their `/`."""
+        for page in self._pages(prefix, Delimiter="/"):
+            for common in page.get("CommonPrefixes", ()):
+                yield str(common["Prefix"])
+
+    def check_bucket(self) -> None:
+        """Raise BucketNotFound if the bucket does not exist (one HEAD)."""
+        try:
+            self._call("HEAD bucket", "", lambda: self.client.head_bucket(Bucket=self.bucket))
+        except ObjectNotFound:  # HEAD answers a bare 404, without the NoSuchBucket code
+            raise BucketNotFound(
+                f"bucket {self.bucket!r} does not exist at {self.endpoint}: check the bucket and endpoint settings "
+                "(the broker's tiering.bucket and tiering.endpoint_url)"
+            ) from None
 
     # -- writes ----------------------------------------------------------------------------------
 

@@ -1,9 +1,9 @@
-"""Tiered segment codec (format version 1): `MessageRecord`s to a Parquet object and back. Pure, no I/O.
+"""Tiered segment codec: `MessageRecord`s to a segment object and back (the format is format.py's).
 
 One segment holds messages of one topic stored on one broker, every queue of the topic, rows
 sorted by (queue_id, queue_offset), zstd-compressed, written in row groups of at most
 `row_group_rows` rows and about `row_group_bytes` of uncompressed messages, so a point read fetches
-one small row group. docs/tiered-format.md is the public contract; this table is its schema:
+one small row group. docs/tiered-format.md is the public contract; format.SCHEMA its schema:
 
 | column             | Arrow type                  | null | meaning                                        |
 |--------------------|-----------------------------|------|------------------------------------------------|
@@ -29,15 +29,12 @@ one small row group. docs/tiered-format.md is the public contract; this table is
 | commitlog_size     | int64                       | no   | encoded record size in the CommitLog           |
 
 Timestamps beyond the int64 range (year 292 million) are clamped to it. Parquet key-value
-metadata (all values strings): `sluice.format_version`, `sluice.topic`, `sluice.cluster`,
-`sluice.broker`, `sluice.queues` (JSON {"<queue_id>": [first_offset, last_offset]}),
-`sluice.min_store_timestamp_ms`, `sluice.max_store_timestamp_ms`, `sluice.rows`, `sluice.sort`.
+metadata: `format.info_to_metadata`.
 """
 
 from __future__ import annotations
 
 import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise, repeat
@@ -47,75 +44,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from broker.store.record import FLAG_BODY_GZIP, MessageRecord
-from common.errors import MessageCorrupted
+from broker.tiering.format import (
+    DICTIONARY_COLUMNS,
+    FORMAT_VERSION,
+    SCHEMA,
+    STATISTICS_COLUMNS,
+    RowGroupRef,
+    SegmentCorrupted,
+    SegmentInfo,
+    info_to_metadata,
+    open_segment,
+    read_row_groups,
+    row_group_byte_ranges,
+    segment_info,
+)
 
-FORMAT_VERSION = 1
-META_PREFIX = "sluice."
-SORT_ORDER = "queue_id,queue_offset"
 _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1
 _ROW_OVERHEAD_BYTES = 128  # estimate for a record whose encoded size is unknown
-_TS = pa.timestamp("ms", tz="UTC")
-_MAP = pa.map_(pa.string(), pa.string())
-
-SCHEMA = pa.schema(
-    [
-        pa.field("queue_id", pa.int32(), nullable=False),
-        pa.field("queue_offset", pa.int64(), nullable=False),
-        pa.field("message_id", pa.string(), nullable=False),
-        pa.field("tag", pa.string()),
-        pa.field("keys", pa.list_(pa.string()), nullable=False),
-        pa.field("message_group", pa.string()),
-        pa.field("properties", _MAP, nullable=False),
-        pa.field("system_properties", _MAP, nullable=False),
-        pa.field("body", pa.binary(), nullable=False),
-        pa.field("body_gzip", pa.bool_(), nullable=False),
-        pa.field("flags", pa.int32(), nullable=False),
-        pa.field("message_type", pa.int16(), nullable=False),
-        pa.field("born_timestamp", _TS, nullable=False),
-        pa.field("store_timestamp", _TS, nullable=False),
-        pa.field("delivery_timestamp", _TS),
-        pa.field("delivery_attempt", pa.int64(), nullable=False),
-        pa.field("born_host", pa.string(), nullable=False),
-        pa.field("store_host", pa.string(), nullable=False),
-        pa.field("commitlog_position", pa.int64(), nullable=False),
-        pa.field("commitlog_size", pa.int64(), nullable=False),
-    ]
-)
-# Small, repetitive columns get dictionaries; statistics only where readers prune by them.
-_DICTIONARY_COLUMNS = ["tag", "message_group", "born_host", "store_host", "message_type", "flags", "body_gzip"]
-_STATISTICS_COLUMNS = ["queue_id", "queue_offset", "store_timestamp", "born_timestamp", "commitlog_position"]
-
-
-class SegmentCorrupted(MessageCorrupted):
-    """A tiered object that is not a valid segment of a supported version; the message names it."""
-
-
-@dataclass(frozen=True, slots=True)
-class RowGroupRef:
-    """One row group: its first and last (queue_id, queue_offset) and its bytes [start, end) in the object."""
-
-    first_queue: int
-    first_offset: int
-    last_queue: int
-    last_offset: int
-    rows: int
-    start: int
-    end: int
-
-
-@dataclass(frozen=True)
-class SegmentInfo:
-    """What the file's key-value metadata says about a segment."""
-
-    format_version: int
-    topic: str
-    cluster: str
-    broker: str
-    queues: dict[int, tuple[int, int]]  # queue id -> (first offset, last offset), inclusive
-    min_store_ms: int
-    max_store_ms: int
-    rows: int
 
 
 @dataclass(frozen=True)
@@ -257,7 +203,7 @@ def encode_segment(
     sizes = _row_group_sizes(ordered, row_group_rows, row_group_bytes)
     sink = io.BytesIO()
     writer = pq.ParquetWriter(
-        sink, SCHEMA, compression="zstd", use_dictionary=_DICTIONARY_COLUMNS, write_statistics=_STATISTICS_COLUMNS,
+        sink, SCHEMA, compression="zstd", use_dictionary=DICTIONARY_COLUMNS, write_statistics=STATISTICS_COLUMNS,
         write_page_checksum=True,
     )  # fmt: skip
     try:
@@ -280,77 +226,9 @@ def encode_segment(
     return EncodedSegment(data, info, tuple(refs))
 
 
-def info_to_metadata(info: SegmentInfo) -> dict[str, str]:
-    queues = {str(q): [first, last] for q, (first, last) in sorted(info.queues.items())}
-    return {
-        META_PREFIX + "format_version": str(info.format_version),
-        META_PREFIX + "topic": info.topic,
-        META_PREFIX + "cluster": info.cluster,
-        META_PREFIX + "broker": info.broker,
-        META_PREFIX + "queues": json.dumps(queues, separators=(",", ":")),
-        META_PREFIX + "min_store_timestamp_ms": str(info.min_store_ms),
-        META_PREFIX + "max_store_timestamp_ms": str(info.max_store_ms),
-        META_PREFIX + "rows": str(info.rows),
-        META_PREFIX + "sort": SORT_ORDER,
-    }
-
-
-def segment_info(metadata: pq.FileMetaData, where: str = "segment") -> SegmentInfo:
-    """Parse and check a segment's key-value metadata. Raises SegmentCorrupted naming `where`."""
-    raw = {k.decode("utf-8"): v.decode("utf-8") for k, v in (metadata.metadata or {}).items()}
-    try:
-        version = int(raw[META_PREFIX + "format_version"])
-        if version != FORMAT_VERSION:
-            raise SegmentCorrupted(f"{where} has format version {version}; this reader supports {FORMAT_VERSION}")
-        queues = {int(q): (int(r[0]), int(r[1])) for q, r in json.loads(raw[META_PREFIX + "queues"]).items()}
-        return SegmentInfo(
-            version, raw[META_PREFIX + "topic"], raw[META_PREFIX + "cluster"], raw[META_PREFIX + "broker"], queues,
-            int(raw[META_PREFIX + "min_store_timestamp_ms"]), int(raw[META_PREFIX + "max_store_timestamp_ms"]),
-            int(raw[META_PREFIX + "rows"]),
-        )  # fmt: skip
-    except (KeyError, ValueError, TypeError, IndexError) as exc:
-        raise SegmentCorrupted(f"{where} has missing or malformed sluice metadata: {exc!r}") from None
-
-
-def row_group_byte_ranges(metadata: pq.FileMetaData) -> list[tuple[int, int]]:
-    """Bytes [start, end) of every row group in the object, from the footer's column chunk offsets."""
-    ranges = []
-    for i in range(metadata.num_row_groups):
-        rg = metadata.row_group(i)
-        starts, ends = [], []
-        for c in range(rg.num_columns):
-            cc = rg.column(c)
-            begin = cc.dictionary_page_offset if cc.has_dictionary_page else cc.data_page_offset
-            starts.append(begin)
-            ends.append(begin + cc.total_compressed_size)
-        ranges.append((min(starts), max(ends)))
-    return ranges
-
-
-_DECODE_ERRORS = (pa.ArrowException, OSError, ValueError, TypeError, IndexError, KeyError)
-
-
-def open_segment(source: object, where: str, metadata: pq.FileMetaData | None = None) -> pq.ParquetFile:
-    """A ParquetFile over `source` with page checksums verified; SegmentCorrupted naming `where` if unreadable."""
-    try:
-        return pq.ParquetFile(source, metadata=metadata, page_checksum_verification=True)
-    except _DECODE_ERRORS as exc:
-        raise SegmentCorrupted(f"{where} is not a readable Parquet segment: {exc}") from None
-
-
-def read_row_group(pf: pq.ParquetFile, index: int, where: str, columns: Sequence[str] | None = None) -> pa.Table:
-    try:
-        return pf.read_row_group(index, columns=list(columns) if columns is not None else None)
-    except _DECODE_ERRORS as exc:
-        raise SegmentCorrupted(f"{where}: row group {index} is unreadable: {exc}") from None
-
-
 def decode_segment(data: bytes, where: str = "segment") -> tuple[SegmentInfo, list[MessageRecord]]:
     """Every record of a whole segment object, in (queue_id, queue_offset) order."""
     pf = open_segment(pa.BufferReader(data), where)
     info = segment_info(pf.metadata, where)
-    try:
-        table = pf.read()
-    except _DECODE_ERRORS as exc:
-        raise SegmentCorrupted(f"{where} is unreadable: {exc}") from None
+    table = read_row_groups(pf, range(pf.metadata.num_row_groups), where)
     return info, table_to_records(table, info.topic)

@@ -1,7 +1,8 @@
 """`open_object_store(config)`: the object store a `TieringConfig` describes.
 
 An `endpoint_url` of the form `file:///some/dir` selects `LocalDirObjectStore(<dir>/<bucket>)` (for
-users without S3, and for single-host trials); anything else is `S3ObjectStore` over boto3.
+users without S3, and for single-host trials); anything else is `S3ObjectStore` over boto3
+(`s3_store`), with the `S3Settings` the configuration's keys of the same names make (`s3_settings`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 from broker.tiering.config import TieringConfig
 from broker.tiering.localstore import LocalDirObjectStore
 from broker.tiering.objectstore import ObjectStore
-from broker.tiering.s3store import S3ObjectStore
+from broker.tiering.s3store import S3ObjectStore, S3Settings
 
 FILE_SCHEME = "file://"
 
@@ -21,4 +22,22 @@ def open_object_store(config: TieringConfig) -> ObjectStore:
         raise ValueError("tiering is disabled: tiering.bucket is not set")
     if config.endpoint_url.startswith(FILE_SCHEME):
         return LocalDirObjectStore(Path(config.endpoint_url.removeprefix(FILE_SCHEME)) / config.bucket)
-    return S3ObjectStore(config)
+    return s3_store(config)
+
+
+def s3_settings(config: TieringConfig) -> S3Settings:
+    return S3Settings(
+        bucket=config.bucket, endpoint_url=config.endpoint_url, region=config.region,
+        access_key_id=config.access_key_id, secret_access_key=config.secret_access_key,
+        session_token=config.session_token, addressing_style=config.addressing_style,
+        connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s,
+        max_attempts=config.max_attempts, max_pool_connections=max(10, 2 * config.upload_concurrency + 4),
+    )  # fmt: skip
+
+
+def s3_store(config: TieringConfig) -> S3ObjectStore:
+    return S3ObjectStore(
+        s3_settings(config),
+        multipart_threshold_bytes=config.multipart_threshold_bytes,
+        multipart_part_bytes=config.multipart_part_bytes,
+    )

@@ -1,4 +1,5 @@
-"""RocksDB layouts of the timer index and the recall handle. Pure functions, no I/O.
+"""RocksDB layouts of the timer index. Pure functions, no I/O. (The recall handle a DELAY message's
+send receipt carries is in broker/client/recall.py: the proxy decodes it too.)
 
 Column families (keys big-endian so byte order is numeric order, values little-endian):
 
@@ -10,18 +11,13 @@ Column families (keys big-endian so byte order is numeric order, values little-e
   The same timers by CommitLog position: the smallest is the oldest byte retention must keep.
 - `timer_state`: b"n:" + topic -> pending count u64; b"inflight" -> the `timer` key of the last
   entry of the delivery batch being appended (present only while a batch is in flight).
-
-Recall handle (opaque to clients, self-describing to Sluice, like receipt handles):
-    <broker name> "~" base64url(format u8 = 1, due_ms u64, position u64, topic_crc u32)
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
-from broker.handles import name_crc, unwrap, wrap
-from common.errors import BadRequest
+from broker.client.handles import name_crc
 
 CF_TIMER = "timer"
 CF_TIMER_POS = "timer_pos"
@@ -43,8 +39,6 @@ _KEY = struct.Struct(">QQ")
 _U64BE = struct.Struct(">Q")
 _U64 = struct.Struct("<Q")
 _VALUE = struct.Struct("<IH")
-_HANDLE = struct.Struct("<BQQI")
-_HANDLE_FORMAT = 1
 MAX_KEY = _KEY.pack((1 << 64) - 1, (1 << 64) - 1)
 
 
@@ -94,34 +88,3 @@ def round_up(ms: int, precision_ms: int) -> int:
 
 def topic_crc(topic: str) -> int:
     return name_crc(topic)
-
-
-@dataclass(frozen=True, slots=True)
-class RecallHandle:
-    broker: str
-    due_ms: int
-    position: int
-    topic_crc: int
-
-    def encode(self) -> str:
-        raw = _HANDLE.pack(_HANDLE_FORMAT, self.due_ms, self.position, self.topic_crc)
-        return wrap(self.broker, raw)
-
-    @property
-    def key(self) -> bytes:
-        return timer_key(self.due_ms, self.position)
-
-
-def decode_recall_handle(text: str) -> RecallHandle:
-    """Parse a recall handle; anything malformed is BadRequest with a readable message."""
-    broker, (fmt, due, pos, crc) = unwrap(
-        text, _HANDLE, what="recall handle", error=BadRequest,
-        hint="; use the recall handle from the DELAY message's send receipt",
-    )  # fmt: skip
-    if fmt != _HANDLE_FORMAT:
-        raise BadRequest(f"recall handle has unknown format {fmt}")
-    return RecallHandle(broker, due, pos, crc)
-
-
-def broker_of_recall_handle(text: str) -> str:
-    return decode_recall_handle(text).broker

@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.api import OutgoingMessage
+from broker.client.api import OutgoingMessage
+from broker.client.recall import RecallHandle, decode_recall_handle
 from broker.config import TimerConfig
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, PreparedAppend
@@ -43,7 +44,7 @@ from common.logs import kv
 log = logging.getLogger("sluice.broker.timer")
 
 # A delivery timestamp this far ahead is a millisecond value the Python client put in the seconds
-# field (PROTOCOL.md §5.4): the year ~5138 and beyond.
+# field (it passes `delivery_timestamp` there unchanged): the year ~5138 and beyond.
 _SECONDS_AS_MS_THRESHOLD_MS = 10**14
 
 
@@ -141,7 +142,7 @@ class TimerService:
             batch.put(TK.pos_key(res.physical_offset), TK.u64(due), self._h_pos)
             added[topic] = added.get(topic, 0) + 1
             earliest = due if earliest is None else min(earliest, due)
-            handles.append(TK.RecallHandle(self._broker, due, res.physical_offset, TK.topic_crc(topic)).encode())
+            handles.append(RecallHandle(self._broker, due, res.physical_offset, TK.topic_crc(topic)).encode())
         for topic, n in added.items():
             batch.put(TK.count_key(topic), TK.u64(self._counts.get(topic, 0) + n), self._h_state)
         self._index.write(batch)
@@ -169,13 +170,13 @@ class TimerService:
 
     async def recall(self, topic: str, handle_text: str) -> str:
         """Cancel a pending timer; its message id. NotFound when it was delivered, recalled or unknown."""
-        handle = TK.decode_recall_handle(handle_text)
+        handle = decode_recall_handle(handle_text)
         if handle.broker != self._broker:
             raise BadRequest(f"recall handle belongs to broker {handle.broker}, not {self._broker}")
         if handle.topic_crc != TK.topic_crc(topic):
             raise BadRequest(f"recall handle was not issued for topic {topic}")
         async with self._lock:
-            raw = self._timer.get(handle.key)
+            raw = self._timer.get(key := TK.timer_key(handle.due_ms, handle.position))
             if raw is None:
                 raise NotFound(
                     f"no pending delay message for this recall handle in topic {topic}: "
@@ -187,7 +188,7 @@ class TimerService:
             except (OffsetNotFound, MessageCorrupted):
                 message_id = ""
             batch = self._index.batch()
-            self._drop(batch, [(handle.key, handle.position, target)])
+            self._drop(batch, [(key, handle.position, target)])
             self._index.write(batch)
             self._commit_counts([target])
             self._generation += 1

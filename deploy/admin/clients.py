@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from broker.api import ConnectedClient
+from broker.client.api import ConnectedClient
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from broker.api import FilterSpec, OutgoingMessage, StoredMessage
+from broker.client.api import FilterSpec, OutgoingMessage, StoredMessage
 from common.errors import BadRequest, MessageNotFound, NotFound, TopicNotFound
 from common.model import MessageType, dlq_topic, validate_group_name, validate_topic_name
 from deploy.admin.cluster import Cluster

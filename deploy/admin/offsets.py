@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from broker.api import GroupQueueStatus, OffsetPolicy
-from broker.remote import RemoteBroker
+from broker.client.api import GroupQueueStatus, OffsetPolicy
+from broker.client.remote import RemoteBroker
 from common.errors import BadRequest
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report

@@ -1,4 +1,4 @@
-"""Parsing of `sluice admin` arguments into `broker.api` values, and the spread of a topic's queues.
+"""Parsing of `sluice admin` arguments into `broker.client.api` values, and the spread of a topic's queues.
 
 Every function raises `ConfigError` with a message that says what was expected, so the command
 prints one line and exits 2. Pure: no I/O.
@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from broker.api import BackoffKind, ConsumeFrom, RetryPolicy
+from broker.client.api import BackoffKind, ConsumeFrom, RetryPolicy
 from common.config import ConfigError
 from common.model import ALL_MESSAGE_TYPES, MessageType
 

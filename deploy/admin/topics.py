@@ -6,7 +6,7 @@ ids 0..share-1. Create and delete return only once the NameServer route shows th
 
 from __future__ import annotations
 
-from broker.api import TopicSpec, TopicStatus
+from broker.client.api import TopicSpec, TopicStatus
 from common.errors import BadRequest
 from common.model import MessageType, Permission
 from deploy.admin.cluster import Cluster

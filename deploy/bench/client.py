@@ -1,8 +1,8 @@
 """A minimal RocketMQ 5 gRPC client on grpc.aio for the load generator.
 
-It sends what the official clients send (PROTOCOL.md §1.3 headers; §4.1, §4.3, §4.6, §4.7
-requests) and nothing more: no telemetry stream, no heartbeats (the proxy needs neither to serve
-data-plane calls, checklist 22). Differences from the official clients, on purpose:
+It sends what the official clients send (their request headers; QueryRoute, SendMessage,
+ReceiveMessage and AckMessage requests) and nothing more: no telemetry stream, no heartbeats (the
+proxy needs neither to serve data-plane calls). Differences from the official clients, on purpose:
 
 - SendMessage may carry N messages per call (the official clients send exactly one);
 - AckMessage carries every entry of a received batch in one call (the official clients ack one
@@ -80,7 +80,7 @@ def _duration(seconds: float) -> Duration:
 def signed_headers(access_key: str, secret: str, second: int) -> tuple[tuple[str, str], ...]:
     """The `x-mq-date-time` and `authorization` headers of every request sent during `second`.
 
-    Signed as the official clients do (PROTOCOL.md §1.4): HMAC-SHA1 of the date-time with the
+    Signed as the official clients do: HMAC-SHA1 of the date-time with the
     secret. The Python client (rocketmq/v5/util/signature.py, `Signature.metadata`) stamps
     `datetime.now().strftime("%Y%m%dT%H%M%SZ")` on every request and signs only that value, so all
     its requests within one second carry byte-for-byte the same two headers; a generator that signs

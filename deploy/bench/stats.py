@@ -61,14 +61,6 @@ class Histogram:
     def mean_s(self) -> float:
         return self.sum_s / self.total if self.total else 0.0
 
-    def merge(self, other: Histogram) -> None:
-        for i, c in enumerate(other.counts):
-            if c:
-                self.counts[i] += c
-        self.total += other.total
-        self.sum_s += other.sum_s
-        self.max_s = max(self.max_s, other.max_s)
-
     def summary_ms(self) -> dict[str, float]:
         return {
             "p50": round(self.percentile_s(0.50) * 1000, 3),

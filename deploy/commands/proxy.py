@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     async def main(stop: asyncio.Event) -> int:
         readiness = Readiness()
         readiness.set("proxy", False)
-        directory = ClusterDirectory(NameServerClient(config.namesrv), refresh_s=config.route_refresh_s)
+        directory = ClusterDirectory(NameServerClient(config.namesrv), refresh_s=config.route_refresh_s,
+                                     brokers=config.brokers, topics_max=config.caches.topics_max)  # fmt: skip
         with contextlib.suppress(Unavailable):
             await directory.refresh_brokers()
         directory.start()

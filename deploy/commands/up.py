@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
                 broker = await asyncio.wait_for(asyncio.shield(broker_ready), STARTUP_TIMEOUT_S)
                 if console_cfg is not None:
                     tasks.create_task(_console(console_cfg, console_stop))
-                directory = LocalDirectory(broker)
+                directory = LocalDirectory(broker, topics_max=proxy_cfg.caches.topics_max)
                 await serve_proxy(ProxyApp(proxy_cfg, directory), stop,
                                   on_ready=lambda a: print(f"proxy listening on {a} (clients connect here)",
                                                            flush=True),

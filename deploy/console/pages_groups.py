@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from broker.api import GroupSpec
+from broker.client.api import GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.model import dlq_topic

@@ -1,6 +1,6 @@
 """Authentication (request signatures) and authorisation (access rules), on our own dataclasses.
 
-Signature (PROTOCOL.md §1.4): the `authorization` header is
+Signature (as the official clients sign): the `authorization` header is
 `MQv2-HMAC-SHA1 Credential=AK[/...], SignedHeaders=x-mq-date-time, Signature=HEX` and
 HEX = HMAC-SHA1(secret, value of x-mq-date-time), in either hex case. Only the date-time is signed,
 so a verified (authorization header, date-time) pair stays valid for as long as the user's

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 
-from broker.api import ConnectedClient
+from broker.client.api import ConnectedClient
 from common.logs import kv
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proxy.core.sessions import ClientSession, SessionRegistry

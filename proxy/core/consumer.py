@@ -11,11 +11,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from broker import receipt
-from broker.api import AckResult, BrokerApi, FilterSpec, PopRequest, StoredMessage
+from broker.client import receipt
+from broker.client.api import AckResult, BrokerApi, CallContext, FilterSpec, PopRequest, StoredMessage
 from common import metrics
-from common.codes import Code
-from common.errors import Forbidden, InvalidReceiptHandle, SluiceError
+from common.errors import Forbidden, InternalError, InvalidReceiptHandle, SluiceError
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
 from proxy.core.renewer import AutoRenewer
@@ -23,7 +22,7 @@ from proxy.core.routing import real_broker
 from proxy.directory import BrokerDirectory, BrokerRoute
 
 # A position no broker answered for (none is left so: every handle is routed or refused first).
-_UNANSWERED = AckResult("", False, int(Code.INTERNAL_SERVER_ERROR), "no broker answered for this receipt handle")
+_UNANSWERED = AckResult("", InternalError("no broker answered for this receipt handle"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +60,7 @@ class ConsumerService:
         batch = max(1, min(spec.batch_size or self._cfg.max_batch_messages, self._cfg.max_batch_messages))
         request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
                              auto_create_group=True)  # fmt: skip
-        messages = await self._dir.broker(broker).pop(request)
+        messages = await self._dir.broker(broker).pop(request, ctx=ctx)
         if messages:
             metrics.count_out(spec.topic, spec.group, len(messages), sum(len(m.body) for m in messages))
         if auto_renew:
@@ -78,7 +77,7 @@ class ConsumerService:
             raise InvalidReceiptHandle(f"receipt handle names broker {name}, which is not part of this cluster")
         return api
 
-    async def ack(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
+    async def ack(self, ctx: CallContext, group: str, topic: str, handles: list[str]) -> list[AckResult]:
         # Results are placed by position, not by handle: a handle given twice gets two answers
         # (the broker acks the first and refuses the second).
         by_broker: dict[str, list[int]] = {}
@@ -88,13 +87,13 @@ class ConsumerService:
             try:
                 by_broker.setdefault(receipt.broker_of(h), []).append(i)
             except SluiceError as exc:
-                out[i] = AckResult(h, False, int(exc.code), exc.message)
+                out[i] = AckResult(h, exc)
                 unrouted = True
         if len(by_broker) == 1 and not unrouted:
-            out = await self._ack_on(group, topic, handles)  # the usual request: one broker, in order
+            out = await self._ack_on(ctx, group, topic, handles)  # the usual request: one broker, in order
         else:
             for positions in by_broker.values():
-                answers = await self._ack_on(group, topic, [handles[i] for i in positions])
+                answers = await self._ack_on(ctx, group, topic, [handles[i] for i in positions])
                 for i, r in zip(positions, answers, strict=True):
                     out[i] = r
         if self._renewer.leases:
@@ -103,17 +102,19 @@ class ConsumerService:
         metrics.count_acked(topic, group, sum(1 for r in out if r.ok))
         return out
 
-    async def _ack_on(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
+    async def _ack_on(self, ctx: CallContext, group: str, topic: str, handles: list[str]) -> list[AckResult]:
         """Acks of handles of one broker, in their order; a broker that fails fails each of them."""
         try:
             api = await self._handle_broker(handles[0])
-            return await api.ack(group, topic, handles)
+            return await api.ack(group, topic, handles, ctx=ctx)
         except SluiceError as exc:
-            return [AckResult(h, False, int(exc.code), exc.message) for h in handles]
+            return [AckResult(h, exc) for h in handles]
 
-    async def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+    async def change_invisible_duration(
+        self, ctx: CallContext, group: str, topic: str, handle: str, invisible_ms: int
+    ) -> str:
         api = await self._handle_broker(handle)
-        new = await api.change_invisible_duration(group, topic, handle, invisible_ms)
+        new = await api.change_invisible_duration(group, topic, handle, invisible_ms, ctx=ctx)
         self._renewer.remove(handle)
         return new
 

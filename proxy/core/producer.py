@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from operator import attrgetter, itemgetter
 
-from broker.api import OutgoingMessage, SendResult, TransactionResolution, TransactionSource
-from broker.timer.keys import broker_of_recall_handle
-from broker.transaction import txid
+from broker.client import txid
+from broker.client.api import CallContext, OutgoingMessage, SendResult, TransactionResolution, TransactionSource
+from broker.client.recall import broker_of_recall_handle
 from common import metrics
 from common.errors import BadRequest, InvalidTransactionId, SluiceError
 from proxy.core.routing import QueueSelector
@@ -22,24 +22,25 @@ _GROUP, _BODY = attrgetter("message_group"), attrgetter("body")
 
 
 class ProducerService:
-    def __init__(self, directory: BrokerDirectory) -> None:
+    def __init__(self, directory: BrokerDirectory, *, topics_max: int) -> None:
         self._dir = directory
         self._selectors: dict[str, QueueSelector] = {}
+        self._topics_max = topics_max
 
     def _selector(self, topic: str) -> QueueSelector:
         selector = self._selectors.get(topic)
         if selector is None:
-            if len(self._selectors) > 100_000:
+            if len(self._selectors) >= self._topics_max:
                 self._selectors.clear()
             selector = self._selectors[topic] = QueueSelector()
         return selector
 
-    async def send(self, items: list[tuple[str, OutgoingMessage]]) -> list[SendOutcome]:
+    async def send(self, ctx: CallContext, items: list[tuple[str, OutgoingMessage]]) -> list[SendOutcome]:
         """Store messages given as (cluster-wide topic, message); outcomes in request order."""
         messages = list(map(_MESSAGE, items))
         topic = items[0][0]
         if not any(map(_GROUP, messages)) and list(map(_TOPIC, items)).count(topic) == len(items):
-            return await self._send_one_queue(topic, messages)
+            return await self._send_one_queue(ctx, topic, messages)
         placed: dict[tuple[str, str, int], list[int]] = {}
         outcomes: list[SendOutcome | None] = [None] * len(items)
         batch_queue: dict[str, tuple[str, int]] = {}
@@ -68,7 +69,7 @@ class ProducerService:
         for (topic, broker, qid), indexes in placed.items():
             try:
                 batch = [items[i][1] for i in indexes]
-                results = await self._dir.broker(broker).send(topic, qid, batch)
+                results = await self._dir.broker(broker).send(topic, qid, batch, ctx=ctx)
                 for i, r in zip(indexes, results, strict=True):
                     outcomes[i] = r
                 metrics.count_in(topic, len(batch), sum(map(len, map(_BODY, batch))))
@@ -77,13 +78,13 @@ class ProducerService:
                     outcomes[i] = exc
         return [o if o is not None else SluiceError("message was not placed") for o in outcomes]
 
-    async def _send_one_queue(self, topic: str, messages: list[OutgoingMessage]) -> list[SendOutcome]:
+    async def _send_one_queue(self, ctx: CallContext, topic: str, messages: list[OutgoingMessage]) -> list[SendOutcome]:
         """`send` of messages of one topic without a message group (the usual batch): they take
         one queue and one append, so there is nothing to place message by message."""
         try:
             route = await self._dir.route(topic)
             broker, qid = self._selector(topic).pick(topic, route, None)
-            results = await self._dir.broker(broker).send(topic, qid, messages)
+            results = await self._dir.broker(broker).send(topic, qid, messages, ctx=ctx)
         except SluiceError as exc:
             return [exc] * len(messages)
         metrics.count_in(topic, len(messages), sum(map(len, map(_BODY, messages))))

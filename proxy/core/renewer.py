@@ -26,7 +26,6 @@ from proxy.directory import BrokerDirectory
 
 log = logging.getLogger("sluice.proxy.renew")
 
-MAX_LEASES = 500_000
 RELEASE_INVISIBLE_MS = 1_000
 
 
@@ -49,9 +48,10 @@ class AutoRenewer:
         self._dir = directory
         self._cfg = config
         self.leases: dict[str, Lease] = {}
+        self._releasing: set[asyncio.Task[None]] = set()  # releases under way; `run` waits for them
 
     def add(self, client_id: str, broker: str, group: str, topic: str, handle: str, until_ms: int) -> None:
-        if len(self.leases) >= MAX_LEASES:
+        if len(self.leases) >= self._cfg.max_leases:
             return  # bounded: beyond this the message is redelivered after its invisibility
         self.leases[handle] = Lease(broker, group, topic, client_id, until_ms, _now_ms())
 
@@ -65,7 +65,9 @@ class AutoRenewer:
             return
         leases = [(h, self.leases.pop(h)) for h in handles]
         log.info("releasing messages of a departed client", extra=kv(client_id=client_id, messages=len(leases)))
-        asyncio.get_running_loop().create_task(self._release(leases))
+        task = asyncio.get_running_loop().create_task(self._release(leases), name=f"release-{client_id}")
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
 
     async def _release(self, leases: list[tuple[str, Lease]]) -> None:
         for handle, lease in leases:
@@ -103,10 +105,15 @@ class AutoRenewer:
 
     async def run(self, stop: asyncio.Event) -> None:
         interval = self._cfg.renew_interval_ms / 1000.0
-        while not stop.is_set():
-            try:
-                await self.renew_due()
-            except Exception:
-                log.exception("auto renew round failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+        try:
+            while not stop.is_set():
+                try:
+                    await self.renew_due()
+                except Exception:
+                    log.exception("auto renew round failed")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), interval)
+        finally:
+            for task in list(self._releasing):  # the messages become visible when their invisibility ends
+                task.cancel()
+            await asyncio.gather(*self._releasing, return_exceptions=True)

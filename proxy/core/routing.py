@@ -2,7 +2,7 @@
 
 Routes list the real brokers' queues; each queue's endpoint is a proxy endpoint (this proxy, or
 the fleet's from navigation), because clients send all data-plane calls to route endpoints
-(PROTOCOL.md §1.8). Every broker has a queue 0, which the Node client needs.
+(the route's endpoints, never the address they connected to). Every broker has a queue 0, which the Node client needs.
 
 The client's queue choice on send is only a hint (clients hash FIFO message groups differently,
 and Python always reports queue 0): the proxy picks the queue. A FIFO message group always maps to

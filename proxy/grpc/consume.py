@@ -4,7 +4,7 @@ QueryOffset.
 
 ReceiveMessage answers with exactly one status frame (OK, MESSAGE_NOT_FOUND when nothing came
 within the long poll, or the error), the messages, a delivery timestamp, and then ends the stream:
-the clients only process a receive at end of stream (PROTOCOL.md checklist 11-12).
+the official clients only process a receive at end of stream.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from broker import receipt
-from broker.api import FilterKind, FilterSpec, OffsetPolicy
+from broker.client import receipt
+from broker.client.api import FilterKind, FilterSpec, OffsetPolicy
 from common import metrics
 from common.codes import Code
 from common.errors import BadRequest, IllegalFilterExpression, InvalidReceiptHandle
@@ -43,7 +43,7 @@ def _ms(duration: object) -> int:
 
 
 def long_poll_ms(app: ProxyApp, ctx: RequestContext, request: spb.ReceiveMessageRequest) -> int:
-    """Poll as long as asked, but answer before the client's deadline (PROTOCOL.md §1.6)."""
+    """Poll as long as asked, but answer before the client's deadline (its gRPC timeout)."""
     margin_ms = app.config.receive.deadline_margin_ms
     remaining = ctx.remaining_s()
     budget = None if remaining is None else int(remaining * 1000) - margin_ms
@@ -104,7 +104,7 @@ async def ack_message(app: ProxyApp, ctx: RequestContext, request: spb.AckMessag
     if not request.entries:
         raise BadRequest("the request carries no entry to acknowledge")
     handles = [e.receipt_handle for e in request.entries]
-    results = await app.consumer.ack(group, topic, handles)
+    results = await app.consumer.ack(ctx, group, topic, handles)
     # Entries are filled in place in the response (hot path: once per acknowledged message);
     # passing built messages to a constructor would copy each through a serialise and a parse.
     response = spb.AckMessageResponse()
@@ -112,11 +112,11 @@ async def ack_message(app: ProxyApp, ctx: RequestContext, request: spb.AckMessag
     for e, handle, r in zip(request.entries, handles, results, strict=True):
         entry = add(message_id=e.message_id, receipt_handle=handle)
         st = entry.status
-        if r.ok:
+        if r.error is None:
             st.code = OK.code
             st.message = OK.message
         else:
-            st.CopyFrom(status(Code(r.error_code), r.error_message))
+            st.CopyFrom(status_of(r.error, "AckMessage"))
     response.status.CopyFrom(common_status(e.status for e in response.entries))
     return response
 
@@ -128,7 +128,7 @@ async def change_invisible_duration(
         _, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
         _, topic = convert.resource_name(request.topic, ctx.namespace)
         handle = await app.consumer.change_invisible_duration(
-            group, topic, request.receipt_handle, _ms(request.invisible_duration)
+            ctx, group, topic, request.receipt_handle, _ms(request.invisible_duration)
         )
     except Exception as exc:  # the Python client reads the handle even on failure: echo the old one
         return spb.ChangeInvisibleDurationResponse(

@@ -2,9 +2,9 @@
 
 Inbound (SendMessage): validates what only the wire format can get wrong (missing topic, unknown
 message type) and builds `OutgoingMessage`s; content rules (body size, tags, keys) are the
-broker's. Outbound (ReceiveMessage): builds a `Message` with everything the official clients need
-(PROTOCOL.md §5.1): MD5 body digest in upper-case hex, encoding IDENTITY or GZIP, delivery attempt,
-receipt handle, store time and host, queue id and offset.
+broker's. Outbound (ReceiveMessage): builds a `Message` with everything the official clients need:
+MD5 body digest in upper-case hex, encoding IDENTITY or GZIP, delivery attempt, receipt handle,
+store time and host, queue id and offset.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import cast
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from broker.api import OutgoingMessage, StoredMessage
+from broker.client.api import OutgoingMessage, StoredMessage
 from common.errors import BadRequest, IllegalConsumerGroup, IllegalTopic, MessageTypeConflict
 from common.model import DLQ_PREFIX, MessageType, validate_group_name, validate_topic_name
 from proto.apache.rocketmq.v2 import definition_pb2 as pb

@@ -1,7 +1,7 @@
 """QueryRoute and QueryAssignment at the edge: our routes as `MessageQueue`s the clients accept.
 
 Every queue carries broker id 0, a READ/WRITE permission and the topic's accepted message types;
-its broker endpoints are a proxy endpoint with one address (PROTOCOL.md checklist 16-19).
+its broker endpoints are a proxy endpoint with one address (what both official clients accept).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Each method builds the request context, admits the request (`guard.admit`: in-flight bound,
 signature and access rules when auth is on, rate limits), calls its handler (route, produce,
 consume, telemetry modules) and turns any failure into the response's Status via `status_of` —
-never a gRPC error, never a crash. RPCs for features Sluice does not have yet answer NOT_IMPLEMENTED.
+never a gRPC error, never a crash. SyncLiteSubscription (lite topics, not in Sluice) answers UNSUPPORTED.
 
 Every unary RPC, ReceiveMessage and PullMessage is counted by the Code of its answer and timed
 (`common.metrics.observe_rpc`); Telemetry streams live as long as the client and are not timed.
@@ -181,7 +181,3 @@ def _answered(rpc: str, code: str, seconds: float) -> None:
     metrics.observe_rpc(rpc, code, seconds)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("rpc answered", extra=kv(rpc=rpc, code=code, ms=round(seconds * _MS_PER_S, 3)))
-
-
-def _not_yet(feature: str) -> Any:
-    return status(Code.NOT_IMPLEMENTED, f"{feature} are not supported by this Sluice version yet")

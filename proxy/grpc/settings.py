@@ -1,6 +1,6 @@
 """The effective Settings the proxy answers each client's Telemetry Settings with.
 
-Rules from PROTOCOL.md §3.2-3.3: always status OK plus settings of the same kind (publishing or
+Rules the official clients rely on: always status OK plus settings of the same kind (publishing or
 subscription) as the request; producers get `max_body_size > 0` and an exponential backoff policy
 (the Node client crashes without one); push consumers get the group's FIFO flag, a receive batch
 size, a long-polling timeout and a retry policy in the form their client reads: Python reads only
@@ -9,9 +9,7 @@ size, a long-polling timeout and a retry policy in the form their client reads: 
 
 from __future__ import annotations
 
-from typing import cast
-
-from broker.api import BackoffKind, GroupInfo, RetryPolicy
+from broker.client.api import BackoffKind, GroupInfo, RetryPolicy
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.config import ClientSettingsConfig
@@ -81,10 +79,3 @@ def settings_reply(
         attempts = group.spec.max_delivery_attempts if group else 16
         _consumer_backoff(out.backoff_policy, policy, attempts, wants_customized_backoff(request, header_language))
     return spb.TelemetryCommand(status=OK, settings=out)
-
-
-def client_type_name(value: int) -> str:
-    try:
-        return pb.ClientType.Name(cast(pb.ClientType, value))
-    except ValueError:
-        return str(value)

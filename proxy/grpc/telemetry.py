@@ -2,7 +2,7 @@
 
 Each client Settings gets an immediate reply (status OK + effective settings). Writes go through a
 small bounded queue, because some clients stop reading the stream (the Python push consumer does
-after its first settings, PROTOCOL.md §3.5): a full queue drops settings replies instead of
+after its first settings): a full queue drops settings replies instead of
 blocking the proxy. The server never ends the stream; it ends when the client closes it.
 """
 
@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 
-from broker.api import GroupInfo
+from broker.client.api import GroupInfo
 from common.errors import SluiceError
 from common.logs import kv
 from proto.apache.rocketmq.v2 import definition_pb2 as pb

@@ -1,7 +1,7 @@
 """Transactions at the edge: EndTransaction, and the RecoverOrphanedTransactionCommand pushed to producers.
 
 EndTransaction: the topic names are checked as everywhere, the transaction id must be present
-(INVALID_TRANSACTION_ID otherwise, PROTOCOL.md §4.10), and the resolution and source numbers must
+(INVALID_TRANSACTION_ID otherwise), and the resolution and source numbers must
 be known; the call then goes to the broker named by the transaction id. A resolution of
 UNSPECIFIED (a Python TransactionChecker may answer it) leaves the transaction pending.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.api import TransactionCheck, TransactionResolution, TransactionSource
+from broker.client.api import TransactionCheck, TransactionResolution, TransactionSource
 from common.errors import BadRequest, InvalidTransactionId
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb

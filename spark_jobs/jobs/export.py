@@ -26,10 +26,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
+from broker.tiering.s3store import S3Settings
 from common.errors import BadRequest
 from spark_jobs.options import ScanOptions
 from spark_jobs.planner import ScanTask, plan_scan
-from spark_jobs.s3 import S3Settings
 from spark_jobs.scan import read_task
 
 SUCCESS_MARKER = "_SUCCESS"

@@ -8,8 +8,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from broker.tiering.s3store import S3Settings
 from spark_jobs.jobs.export import Destination
-from spark_jobs.s3 import S3Settings
 
 
 def write_rows(rows: Sequence[Mapping[str, Any]], output: str, s3: S3Settings, name: str) -> str:

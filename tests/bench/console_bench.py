@@ -29,7 +29,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from broker.api import ConsumeFrom, FilterSpec, GroupSpec, OutgoingMessage, PopRequest  # noqa: E402
+from broker.client.api import ConsumeFrom, FilterSpec, GroupSpec, OutgoingMessage, PopRequest  # noqa: E402
 from common.model import MessageType  # noqa: E402
 from deploy.admin import dlq, groups, topics  # noqa: E402
 from deploy.admin.cluster import Cluster  # noqa: E402

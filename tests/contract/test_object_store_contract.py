@@ -22,7 +22,7 @@ import pytest
 from broker.tiering.config import MIB, TieringConfig
 from broker.tiering.localstore import LocalDirObjectStore
 from broker.tiering.objectstore import ObjectNotFound, ObjectStore
-from broker.tiering.s3store import S3ObjectStore
+from broker.tiering.stores import s3_store
 from common.errors import Unavailable
 
 if TYPE_CHECKING:  # imported by pytest as a plugin (below), so its asserts are rewritten
@@ -39,7 +39,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStor
         yield LocalDirObjectStore(tmp_path / "objects")
         return
     config: TieringConfig = request.getfixturevalue("s3_config")
-    yield S3ObjectStore(dataclasses.replace(config, multipart_threshold_bytes=5 * MIB, multipart_part_bytes=5 * MIB))
+    yield s3_store(dataclasses.replace(config, multipart_threshold_bytes=5 * MIB, multipart_part_bytes=5 * MIB))
 
 
 def sha(data: bytes) -> str:
@@ -106,7 +106,7 @@ def test_large_objects_and_streams(store: ObjectStore) -> None:
 
 
 def test_s3_outage_is_unavailable_naming_the_object(s3_server: MotoS3Server, s3_config: TieringConfig) -> None:
-    store = S3ObjectStore(s3_config)
+    store = s3_store(s3_config)
     store.put("o/k", b"data")
     with s3_server.outage():
         for call in (lambda: store.get("o/k"), lambda: store.put("o/k2", b"x"), lambda: store.head("o/k"),

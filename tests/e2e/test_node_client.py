@@ -3,8 +3,7 @@ and receives against the same server as the Python client, in both topologies.
 
 Set-up installs the package with npm into tests/e2e/node/node_modules (git-ignored); if npm cannot
 install it (no network, no npm), the tests are skipped with the reason. The Node client is given a
-single proxy: it joins several `;`-separated addresses into one grpc-js target, which is not valid
-(PROTOCOL.md §10.25).
+single proxy: it joins several `;`-separated addresses into one grpc-js target, which is not valid.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """DELAY messages and RecallMessage with the official Python client, in both topologies.
 
-The Python client puts `Message.delivery_timestamp` into the Timestamp's *seconds* unchanged
-(PROTOCOL.md §5.4), so these tests schedule in whole seconds, as its example does. Timing checks
+The Python client puts `Message.delivery_timestamp` into the Timestamp's *seconds* unchanged,
+so these tests schedule in whole seconds, as its example does. Timing checks
 say only "not before the delivery time" (client and server share this machine's clock); waits for
 delivery are bounded and generous.
 """

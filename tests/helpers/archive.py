@@ -26,7 +26,7 @@ from typing import Any
 import broker.store.writer as writer_module
 from broker.store.record import MessageRecord
 from broker.tiering.config import TieringConfig
-from broker.tiering.s3store import S3ObjectStore
+from broker.tiering.stores import s3_store
 from tests.helpers.tiering import BROKER, CLUSTER, TierRig, open_rig
 
 _clock_lock = threading.Lock()
@@ -87,7 +87,7 @@ def message(topic: str, queue_id: int, message_id: str, *, keys: Sequence[str] =
 class ArchiveBuilder:
     def __init__(self, data_dir: Path, config: TieringConfig) -> None:
         self.config = config
-        self.rig: TierRig = open_rig(data_dir, config, S3ObjectStore(config))
+        self.rig: TierRig = open_rig(data_dir, config, s3_store(config))
         self.produced: list[Produced] = []
 
     def produce(self, records: Sequence[MessageRecord], store_ms: int) -> list[Produced]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from broker.api import (
+from broker.client.api import (
     ConsumeFrom,
     FilterKind,
     FilterSpec,
@@ -33,7 +33,7 @@ from broker.api import (
     StoredMessage,
     TopicSpec,
 )
-from broker.remote import RemoteBroker
+from broker.client.remote import RemoteBroker
 from common.codes import Code
 from common.errors import (
     BadRequest,
@@ -231,7 +231,7 @@ def test_bad_input_raises_the_same_error_classes_and_broker_keeps_serving(cluste
                 with pytest.raises(expected):
                     await call
             [ack] = await remote.ack("strict-g", "strict", ["not-a-handle"])
-            assert not ack.ok and ack.error_code == Code.INVALID_RECEIPT_HANDLE
+            assert not ack.ok and ack.error is not None and ack.error.code == Code.INVALID_RECEIPT_HANDLE
             assert (await remote.get_topic("strict")).queue_count == 2  # still serving
 
     asyncio.run(body())

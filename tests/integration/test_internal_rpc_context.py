@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,12 +14,12 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from broker.api import OutgoingMessage, SendResult, TopicSpec
+from broker.client.api import NO_CONTEXT, AckResult, CallContext, OutgoingMessage, SendResult, TopicSpec
+from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
-from broker.remote import RemoteBroker
 from broker.service import BrokerServicer
-from common.errors import TopicNotFound
+from common.errors import ConsumerGroupNotFound, RequestTimeout, TopicNotFound
 from common.logs import RequestContextFilter, bind_request, current_request
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
@@ -93,21 +94,36 @@ class _SeesRequest(LocalBroker):
     def __init__(self, config: BrokerConfig) -> None:
         super().__init__(config)
         self.seen: dict[str, tuple[str, str]] = {}  # first message id -> (request id, client id)
+        self.contexts: dict[str, CallContext] = {}  # first message id or handle -> the call's context
 
-    async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
+    async def send(
+        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[SendResult]:
         self.seen[messages[0].message_id] = current_request()
-        return await super().send(topic, queue_id, messages)
+        self.contexts[messages[0].message_id] = ctx
+        return await super().send(topic, queue_id, messages, ctx=ctx)
+
+    async def ack(
+        self, group: str, topic: str, receipt_handles: list[str], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[AckResult]:
+        self.contexts[receipt_handles[0]] = ctx
+        return await super().ack(group, topic, receipt_handles, ctx=ctx)
+
+
+async def _served(tmp_path: Path, **remote_options: float) -> tuple[_SeesRequest, grpc.aio.Server, RemoteBroker]:
+    """A `_SeesRequest` broker served over the internal service on loopback, and a client of it."""
+    broker = _SeesRequest(BrokerConfig(name="ctx-broker", data_dir=tmp_path / "b"))
+    await broker.start()
+    server = grpc.aio.server()
+    pb_grpc.add_BrokerServicer_to_server(BrokerServicer(broker), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return broker, server, RemoteBroker("ctx-broker", f"127.0.0.1:{port}", **remote_options)
 
 
 def test_a_lone_send_on_the_stream_carries_its_request_and_client_ids(tmp_path: Path) -> None:
     async def scenario() -> _SeesRequest:
-        broker = _SeesRequest(BrokerConfig(name="ctx-broker", data_dir=tmp_path / "b"))
-        await broker.start()
-        server = grpc.aio.server()
-        pb_grpc.add_BrokerServicer_to_server(BrokerServicer(broker), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        remote = RemoteBroker("ctx-broker", f"127.0.0.1:{port}")
+        broker, server, remote = await _served(tmp_path)
         try:
             await remote.create_topic(TopicSpec("ctx-send", 2))
 
@@ -132,3 +148,40 @@ def test_a_lone_send_on_the_stream_carries_its_request_and_client_ids(tmp_path: 
         "pair-b": ("", ""),
         "no-request": ("", ""),
     }
+
+
+def test_a_call_context_reaches_the_broker_with_its_ids_and_deadline(tmp_path: Path) -> None:
+    """The context the proxy's edge builds goes to BrokerApi as it is: over the internal RPC its ids
+    travel as metadata and its deadline as the call's timeout, and the broker's service rebuilds it.
+    A send whose deadline has already passed is refused (REQUEST_TIMEOUT) and not stored."""
+
+    sent_deadline: list[float] = []
+
+    async def scenario() -> _SeesRequest:
+        broker, server, remote = await _served(tmp_path, timeout_s=30.0)
+        try:
+            await remote.create_topic(TopicSpec("ctx-deadline", 1))
+            ctx = CallContext("req-9", "client-9", "ns", deadline=time.monotonic() + 3.0)
+            with pytest.raises(ConsumerGroupNotFound):  # served all the same: the broker saw the context
+                await remote.ack("no-group", "ctx-deadline", ["a-handle"], ctx=ctx)
+            sent_deadline.append(ctx.deadline or 0.0)
+            late = CallContext("req-10", "client-9", deadline=time.monotonic() - 0.1)
+            with pytest.raises(RequestTimeout):
+                await remote.send("ctx-deadline", 0, [OutgoingMessage(body=b"x", message_id="late")], ctx=late)
+            with pytest.raises(RequestTimeout):  # the same refusal from the broker in this process
+                await broker.send("ctx-deadline", 0, [OutgoingMessage(body=b"x", message_id="late")], ctx=late)
+            assert (await broker.topic_status("ctx-deadline")).queues[0].max_offset == 0  # nothing stored
+        finally:
+            await remote.close()
+            await server.stop(None)
+            await broker.close()
+        return broker
+
+    broker = asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+    seen = broker.contexts["a-handle"]
+    assert (seen.request_id, seen.client_id) == ("req-9", "client-9")
+    # The broker saw the caller's deadline (3 s from then; one process, one monotonic clock), not
+    # the client's 30 s default timeout; the late send never reached it.
+    assert seen.deadline is not None and seen.deadline <= sent_deadline[0] + 0.05
+    assert seen.deadline > sent_deadline[0] - 3.0
+    assert broker.contexts["late"] is not None  # the in-process call reached it, and refused

@@ -14,12 +14,12 @@ from typing import Any
 import grpc
 import pytest
 
-from broker.api import OutgoingMessage, TopicSpec
+from broker.client.api import OutgoingMessage, TopicSpec
+from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
-from broker.remote import RemoteBroker
 from broker.service import BrokerServicer
-from common.errors import BadRequest, SluiceError, TopicNotFound
+from common.errors import BadRequest, SluiceError, TooManyRequests, TopicNotFound
 from common.model import MessageType
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
@@ -177,6 +177,32 @@ def test_sends_after_close_fail_as_unavailable(tmp_path: Path) -> None:
                 await remote.send(TOPIC, 0, _messages("x", 1))
             assert err.value.retriable
         finally:
+            await server.stop(None)
+            await broker.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+
+def test_sends_beyond_max_pending_are_refused_and_the_queue_drains(tmp_path: Path) -> None:
+    """Five sends made at once with room for two waiting: the two are stored, the other three are
+    TOO_MANY_REQUESTS at once (nothing queued without bound behind the broker); once the queue has
+    drained, sends are accepted again."""
+
+    async def scenario() -> None:
+        broker, server, _, remote = await _serve(tmp_path)
+        bounded = RemoteBroker("batch-broker", remote.address, max_pending_sends=2)
+        try:
+            results = await asyncio.gather(
+                *(bounded.send(TOPIC, 0, _messages(f"p{i}", 1)) for i in range(5)), return_exceptions=True
+            )
+            assert [r[0].message_id for r in results[:2]] == ["p0-0", "p1-0"]
+            for refused in results[2:]:
+                assert isinstance(refused, TooManyRequests) and "max_pending_sends" in refused.message
+            (later,) = await bounded.send(TOPIC, 0, _messages("q", 1))
+            assert later.queue_offset == 2
+        finally:
+            await bounded.close()
+            await remote.close()
             await server.stop(None)
             await broker.close()
 

@@ -120,17 +120,18 @@ def test_queue_and_offset_options_and_row_group_pruning(
     assert ids(df) == want and len(want) == 6
     # Without Spark: the same task reads fewer bytes than its object when row groups can be skipped.
     import spark_jobs.scan
-    from spark_jobs.s3 import Bucket
+    from broker.tiering.objectstore import MeteredObjectStore
+    from broker.tiering.s3store import S3ObjectStore
 
     monkeypatch.setattr(spark_jobs.scan, "TAIL_BYTES", 2048)  # test segments are smaller than the default tail
 
     opts = ScanOptions.parse(archive.options(topic=ORDERS, queues="2", fromOffset="0", toOffset="2"))
     plan = plan_scan(opts)
     assert len(plan.tasks) == 1 and not plan.tasks[0].whole
-    bucket = Bucket(opts.s3)
-    rows = sum(b.num_rows for b in read_task(plan.tasks[0], opts, bucket))
-    assert rows == 2 and bucket.bytes_read < plan.tasks[0].segment.size  # footer + 1 of 4 row groups
-    assert bucket.gets <= 3  # the footer (at most two GETs) and the one row group holding both rows
+    counted = MeteredObjectStore(S3ObjectStore(opts.s3))
+    rows = sum(b.num_rows for b in read_task(plan.tasks[0], opts, counted))
+    assert rows == 2 and counted.counters.get_bytes < plan.tasks[0].segment.size  # footer + 1 of 4 row groups
+    assert counted.counters.gets <= 3  # the footer (at most two GETs) and the one row group holding both rows
 
 
 def test_empty_range_is_an_empty_result(spark: SparkSession, archive: Archive) -> None:

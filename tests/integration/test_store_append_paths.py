@@ -1,8 +1,9 @@
 """The writer's and dispatcher's append paths write the same log and index as record by record.
 
-The writer seals one-queue appends with C-level maps and the dispatcher indexes them the same way
-(`writer.Run`, `dispatcher.index_runs`); single sends share a run; mixed-queue appends and segment
-rolls inside an append go record by record. Recovery re-dispatches with the per-record path
+One-queue appends of `writer.RUN_MIN` records or more are runs of their own, which the dispatcher
+indexes with C-level maps (`writer.Run`, `dispatcher.index_runs`); smaller ones (single sends)
+share a run; mixed-queue appends go record by record, and a segment roll inside an append splits
+it into one run per segment. Recovery re-dispatches with the per-record path
 (`index_records`). So: append a mix of all shapes, dump every index entry, rebuild the index from
 the CommitLog alone, and the dumps must be equal; every record must read back, by queue, id, key
 and tag, with bytes equal to `encode` + `seal`.
@@ -54,7 +55,7 @@ def shapes() -> list[list[MessageRecord]]:
         out.append([nxt("orders", rnd % 3) for _ in range(40)])  # one queue, vectored
         out.append([nxt("orders", 0)])  # single sends share a run
         out.append([nxt("pay-ü", 1, keys=("k1", f"k-{rnd}"))])
-        out.append([nxt("orders", 2) for _ in range(3)])  # below the vector threshold
+        out.append([nxt("orders", 2) for _ in range(3)])  # below RUN_MIN: shares the round's run
         out.append([nxt("orders", rnd % 2, id_len=24 + i % 3) for i in range(8)])  # ids of several lengths
         out.append([nxt("pay-ü", 0, id_len=0) for _ in range(5)])  # no message ids
         out.append([nxt("pay-ü", 3, keys=("k1",)) for _ in range(6)])  # keys on the vectored path

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from broker.tiering.config import TieringConfig
 from broker.tiering.errorcount import ErrorCountingObjectStore
 from broker.tiering.objectstore import ObjectNotFound
-from broker.tiering.s3store import S3ObjectStore
+from broker.tiering.stores import s3_store
 from common.errors import Unavailable
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ def errors(operation: str) -> float:
 
 
 def test_failed_calls_are_counted_by_operation(s3_config: TieringConfig, s3_server: MotoS3Server) -> None:
-    store = ErrorCountingObjectStore(S3ObjectStore(s3_config), "tier-b")
+    store = ErrorCountingObjectStore(s3_store(s3_config), "tier-b")
     before = {op: errors(op) for op in ("put", "get", "head", "list", "delete")}
     store.put("a/1", b"data")
     store.put_stream("a/2", io.BytesIO(b"more"))

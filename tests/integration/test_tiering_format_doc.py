@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from broker.tiering.config import TieringConfig
-from broker.tiering.s3store import S3ObjectStore
+from broker.tiering.stores import s3_store
 from tests.helpers.tiering import BROKER, CLUSTER, fill, open_rig
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ PER_QUEUE = 90
 def produce(s3_config: TieringConfig, data_dir: Path) -> dict[tuple[int, int], Any]:
     """Tier TOPIC; return the messages as the broker stored them, by (queue id, offset)."""
     config = dataclasses.replace(s3_config, min_age_s=0.0, segment_target_bytes=12 << 10, row_group_rows=20)
-    rig = open_rig(data_dir, config, S3ObjectStore(config))
+    rig = open_rig(data_dir, config, s3_store(config))
     try:
         fill(rig.store, (TOPIC,), QUEUES, PER_QUEUE)
 

@@ -22,10 +22,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from broker.tiering.config import TieringConfig
-from broker.tiering.fetch import TAIL_BYTES
+from broker.tiering.format import TAIL_BYTES, SegmentCorrupted
 from broker.tiering.reader import ColdReader
 from broker.tiering.s3store import S3ObjectStore
-from broker.tiering.segment import SegmentCorrupted
+from broker.tiering.stores import s3_store
 from common.errors import Unavailable
 from tests.helpers.tiering import TierRig, fill, open_rig
 
@@ -45,7 +45,7 @@ def base_config(s3_config: TieringConfig, **kw: object) -> TieringConfig:
 def rig_one_segment(s3_config: TieringConfig, tmp_path: Path) -> Iterator[TierRig]:
     """One queue, 2,000 incompressible 1 KB messages, one segment of 64-row row groups."""
     config = base_config(s3_config, segment_target_bytes=8 << 20, row_group_rows=64, row_group_bytes=1 << 20)
-    rig = open_rig(tmp_path / "broker", config, S3ObjectStore(config))
+    rig = open_rig(tmp_path / "broker", config, s3_store(config))
     fill(rig.store, ("orders",), 1, 2000, body_bytes=1000)
     asyncio.run(asyncio.wait_for(rig.uploader.upload_now("orders"), WAIT_S))
     asyncio.run(rig.uploader.close())
@@ -57,7 +57,7 @@ def rig_one_segment(s3_config: TieringConfig, tmp_path: Path) -> Iterator[TierRi
 def rig_many_segments(s3_config: TieringConfig, tmp_path: Path) -> Iterator[TierRig]:
     """Two topics of three queues in several segments each."""
     config = base_config(s3_config, segment_target_bytes=16 << 10, row_group_rows=16)
-    rig = open_rig(tmp_path / "broker", config, S3ObjectStore(config))
+    rig = open_rig(tmp_path / "broker", config, s3_store(config))
     fill(rig.store, ("orders", "keep"), 3, 80)
 
     async def tier() -> None:

@@ -28,8 +28,7 @@ from broker.tiering.config import TieringConfig
 from broker.tiering.localstore import LocalDirObjectStore
 from broker.tiering.objectstore import MeteredObjectStore, ObjectInfo, ObjectStore
 from broker.tiering.reader import ColdReader
-from broker.tiering.s3store import S3ObjectStore
-from broker.tiering.stores import open_object_store
+from broker.tiering.stores import open_object_store, s3_store
 from common.errors import Unavailable
 from tests.helpers.tiering import TierRig, fill, open_rig
 
@@ -57,7 +56,7 @@ def rigs(tmp_path: Path) -> Iterator[Callable[..., TierRig]]:
     opened: list[TierRig] = []
 
     def make(config: TieringConfig, objects: ObjectStore | None = None) -> TierRig:
-        rig = open_rig(tmp_path / "broker", config, objects or S3ObjectStore(config))
+        rig = open_rig(tmp_path / "broker", config, objects or s3_store(config))
         opened.append(rig)
         return rig
 
@@ -246,7 +245,7 @@ class CrashAfterSecondSegment(MeteredObjectStore):
 def test_crash_between_upload_and_manifest_leaves_no_gap_or_duplicate(
     config: TieringConfig, rigs: Callable[..., TierRig]
 ) -> None:
-    crashing = CrashAfterSecondSegment(S3ObjectStore(config))
+    crashing = CrashAfterSecondSegment(s3_store(config))
     rig = rigs(config, crashing)
     fill(rig.store, ("orders",), QUEUES, 60, seed=1)
 

@@ -1,4 +1,4 @@
-"""`broker.grpc_convert`: every BrokerApi dataclass survives dataclass → proto → bytes → proto → dataclass.
+"""`broker.client.grpc_convert`: every BrokerApi dataclass survives dataclass → proto → bytes → proto → dataclass.
 
 Values are drawn by hypothesis within the wire ranges (int32 ids and counts, int64 offsets and
 times, valid UTF-8 text). Also: None travels as an absent optional field (not ""), absent
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import grpc_convert as convert
-from broker.api import (
+from broker.client import grpc_convert as convert
+from broker.client.api import (
     AckResult,
     BackoffKind,
     ConsumeFrom,
@@ -38,7 +38,7 @@ from broker.api import (
     TopicSpec,
     TopicStatus,
 )
-from common.errors import BadRequest
+from common.errors import BadRequest, ConsumerGroupNotFound, InternalError, InvalidReceiptHandle, TooManyRequests
 from common.model import MessageType, Permission
 from proto.sluice.internal.v1 import broker_pb2 as pb
 
@@ -136,7 +136,6 @@ pop_requests = st.builds(
     auto_create_group=st.booleans(),
 )
 send_results = st.builds(SendResult, TEXT, INT32, INT64, TEXT, TEXT)
-ack_results = st.builds(AckResult, TEXT, st.booleans(), INT32, TEXT)
 pull_results = st.builds(PullResult, st.lists(stored_messages, max_size=3), INT64, INT64, INT64)
 
 
@@ -160,7 +159,6 @@ ROUND_TRIPS: dict[str, tuple[st.SearchStrategy[Any], Callable[[Any], Any], Calla
     "SendResult": (send_results, convert.send_result_to_pb, convert.send_result_from_pb),
     "FilterSpec": (filter_specs, convert.filter_to_pb, convert.filter_from_pb),
     "PopRequest": (pop_requests, convert.pop_request_to_pb, convert.pop_request_from_pb),
-    "AckResult": (ack_results, convert.ack_result_to_pb, convert.ack_result_from_pb),
     "PullResult": (pull_results, convert.pull_result_to_pb, convert.pull_result_from_pb),
 }
 
@@ -183,7 +181,7 @@ def test_offset_policy_round_trip(policy: OffsetPolicy) -> None:
 
 
 def test_every_dataclass_field_has_a_proto_field() -> None:
-    """A field added to a dataclass in broker/api.py must be added to broker.proto too."""
+    """A field added to a dataclass in broker/client/api.py must be added to broker.proto too."""
     pairs: list[tuple[Any, Any]] = [
         (TopicSpec, pb.TopicSpec),
         (RetryPolicy, pb.RetryPolicy),
@@ -198,12 +196,26 @@ def test_every_dataclass_field_has_a_proto_field() -> None:
         (StoredMessage, pb.StoredMessage),
         (FilterSpec, pb.FilterSpec),
         (PopRequest, pb.PopRequest),
-        (AckResult, pb.AckResult),
         (PullResult, pb.PullResult),
     ]
     for cls, message in pairs:
         names = cls._fields if issubclass(cls, tuple) else [f.name for f in dataclasses.fields(cls)]  # NamedTuple
         assert set(names) == set(message.DESCRIPTOR.fields_by_name), cls.__name__
+
+
+ERROR_CLASSES = st.sampled_from([InvalidReceiptHandle, ConsumerGroupNotFound, TooManyRequests, InternalError])
+
+
+@settings(max_examples=60, deadline=None)
+@given(TEXT, st.none() | st.builds(lambda cls, text: cls(text or "x"), ERROR_CLASSES, TEXT))
+def test_an_ack_result_carries_its_error_class_and_message_over_the_wire(handle: str, error: Any) -> None:
+    """AckResult holds the error itself; the wire holds its code and message (the broker edge's
+    one map, `proto.rpc.wire_error`), from which the client rebuilds the same class."""
+    back = through_wire(AckResult(handle, error), convert.ack_result_to_pb, convert.ack_result_from_pb)
+    assert back.receipt_handle == handle and back.ok is (error is None)
+    if error is not None:
+        assert type(back.error) is type(error) and back.error.message == error.message
+    assert set(pb.AckResult.DESCRIPTOR.fields_by_name) == {"receipt_handle", "ok", "error_code", "error_message"}
 
 
 def test_none_travels_as_absent_optional_field() -> None:

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from broker.api import StoredMessage
+from broker.client.api import StoredMessage
 from common.config import ConfigError
 from common.errors import MessageNotFound
 from common.model import MessageType

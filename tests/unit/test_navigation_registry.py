@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from aiohttp.test_utils import make_mocked_request
+from aiohttp.web import Response
+from yarl import URL
 
 from common.config import ConfigError, load_config
 from common.errors import BadRequest, TooManyRequests
-from common.httpserver import HttpError, Request, Response
+from common.httpserver import HttpError
 from navigation import convert
 from navigation.client import parse_addresses
 from navigation.config import NavigationConfig
@@ -373,9 +376,9 @@ def get(registry: Registry, path: str, ready: bool = True, **query: str) -> Resp
 
     async def call() -> Response:
         try:
-            return await handler(Request("GET", path, query, {}))
+            return cast(Response, await handler(make_mocked_request("GET", str(URL(path).with_query(query)))))
         except HttpError as exc:  # the server turns these into JSON errors; here the status is enough
-            return Response(exc.status, body=exc.message.encode())
+            return Response(status=exc.status, body=exc.message.encode())
 
     return asyncio.run(call())
 
@@ -395,7 +398,8 @@ def test_http_endpoints_json_text_and_no_proxy(registry: Registry) -> None:
         "connected_clients": 0,
     }
     text = get(registry, "/v1/endpoints", format="text")
-    assert (text.status, text.body, text.content_type) == (200, b"10.0.0.1:1;10.0.0.1:2", "text/plain; charset=utf-8")
+    assert (text.status, text.body) == (200, b"10.0.0.1:1;10.0.0.1:2")
+    assert text.headers["Content-Type"] == "text/plain; charset=utf-8"
     none_text = get(registry, "/v1/endpoints", network="public", format="text")
     assert none_text.status == 503 and b"no proxy available" in none_text.body
     none_json = get(registry, "/v1/endpoints", network="public")

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker import receipt
-from broker.api import AckResult, StoredMessage
+from broker.client import receipt
+from broker.client.api import AckResult, CallContext, StoredMessage
 from common.codes import Code
 from common.errors import InvalidReceiptHandle
 from common.model import MessageType
@@ -105,7 +105,7 @@ class _Consumer:
         self.results = results
         self.asked: list[tuple[str, str, list[str]]] = []
 
-    async def ack(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
+    async def ack(self, ctx: CallContext, group: str, topic: str, handles: list[str]) -> list[AckResult]:
         self.asked.append((group, topic, handles))
         return [self.results[h] for h in handles]
 
@@ -113,7 +113,7 @@ class _Consumer:
 def _ack(results: dict[str, AckResult]) -> tuple[spb.AckMessageResponse, _Consumer]:
     consumer = _Consumer(results)
     app = cast(ProxyApp, SimpleNamespace(consumer=consumer))
-    ctx = RequestContext("cid", "", "PYTHON", "5", "r1", "127.0.0.1", None)
+    ctx = RequestContext(request_id="r1", client_id="cid", language="PYTHON", client_version="5", peer="127.0.0.1")
     request = spb.AckMessageRequest(
         group=pb.Resource(name="g"),
         topic=pb.Resource(name="t"),
@@ -123,7 +123,7 @@ def _ack(results: dict[str, AckResult]) -> tuple[spb.AckMessageResponse, _Consum
 
 
 def test_an_ack_answers_every_entry_with_its_handle_and_status() -> None:
-    response, consumer = _ack({"b~1": AckResult("b~1", True), "b~2": AckResult("b~2", True)})
+    response, consumer = _ack({"b~1": AckResult("b~1"), "b~2": AckResult("b~2")})
     assert consumer.asked == [("g", "t", ["b~1", "b~2"])]
     assert [(e.message_id, e.receipt_handle, e.status.code, e.status.message) for e in response.entries] == [
         ("m0", "b~1", Code.OK, "OK"),
@@ -133,8 +133,8 @@ def test_an_ack_answers_every_entry_with_its_handle_and_status() -> None:
 
 
 def test_an_ack_with_mixed_results_is_multiple_results_with_each_entrys_code() -> None:
-    bad = AckResult("b~2", False, int(Code.INVALID_RECEIPT_HANDLE), "this handle is spent")
-    response, _ = _ack({"b~1": AckResult("b~1", True), "b~2": bad})
+    bad = AckResult("b~2", InvalidReceiptHandle("this handle is spent"))
+    response, _ = _ack({"b~1": AckResult("b~1"), "b~2": bad})
     assert [(e.status.code, e.status.message) for e in response.entries] == [
         (Code.OK, "OK"),
         (Code.INVALID_RECEIPT_HANDLE, "this handle is spent"),
@@ -143,7 +143,7 @@ def test_an_ack_with_mixed_results_is_multiple_results_with_each_entrys_code() -
 
 
 def test_an_ack_failing_alike_answers_that_failure_at_the_top() -> None:
-    bad = AckResult("b~1", False, int(Code.INVALID_RECEIPT_HANDLE), "")
+    bad = AckResult("b~1", InvalidReceiptHandle(""))
     response, _ = _ack({"b~1": bad})
-    assert (response.status.code, response.status.message) == (Code.INVALID_RECEIPT_HANDLE, "INVALID_RECEIPT_HANDLE")
+    assert (response.status.code, response.status.message) == (Code.INVALID_RECEIPT_HANDLE, "InvalidReceiptHandle")
     assert response.entries[0].status == response.status

@@ -30,7 +30,8 @@ def context(namespace: str = "", user: tuple[str, str] | None = None) -> Request
     auth = ""
     if user is not None:
         auth = f"MQv2-HMAC-SHA1 Credential={user[0]}, SignedHeaders=x-mq-date-time, Signature={sign(user[1], DATE)}"
-    return RequestContext("cid", namespace, "PYTHON", "5.1.2", "rid", "peer", None, auth, DATE)
+    return RequestContext(request_id="rid", client_id="cid", namespace=namespace, language="PYTHON",
+                          client_version="5.1.2", peer="peer", authorization=auth, date_time=DATE)  # fmt: skip
 
 
 def app(*, auth: bool = False, max_in_flight: int = 10) -> ProxyApp:

@@ -1,15 +1,14 @@
 """Batch encoding and sealing of the CommitLog codec (broker/store/record.py).
 
-`encode_batch` + `seal_run`/`seal_at` are the writer's fast path; they must produce exactly the
-bytes of `encode` + `seal` record by record (the on-disk format v1 is a contract), and reject bad
-input with the same errors.
+`encode_columns` (its vector path and its per-record path) + `seal_at` are the store's append path;
+they must produce exactly the bytes of `encode` + `seal` record by record (the on-disk format v1 is
+a contract), and reject bad input with the same errors.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import zlib
-from collections.abc import Callable
 from itertools import accumulate
 
 import pytest
@@ -22,11 +21,9 @@ from broker.store.record import (
     crc32,
     decode,
     encode,
-    encode_batch,
     encode_columns,
     seal,
     seal_at,
-    seal_run,
 )
 from common.errors import BadRequest
 
@@ -73,22 +70,12 @@ def test_batch_encoding_and_sealing_write_the_same_bytes_as_record_by_record(
 ) -> None:
     first_phys = 1 << 33
     expected = reference(recs, first_qoff, first_phys)
-    buf, sizes, one_queue = encode_batch(recs, NO_LIMIT)
-    assert sizes == [r.size for r in recs]
-    assert one_queue == (len({(r.topic, r.queue_id) for r in recs}) == 1)
+    enc = encode_columns(recs, NO_LIMIT)
+    buf, sizes = enc.buf, enc.sizes
+    assert sizes == [len(encode(dataclasses.replace(r))) for r in recs]
+    assert enc.one_queue == (len({(r.topic, r.queue_id) for r in recs}) == 1)
     starts = list(accumulate(sizes, initial=0))[:-1]
     physs = [first_phys + s for s in starts]
-
-    vectored = bytearray(buf)
-    seal_run(vectored, memoryview(vectored), 0, sizes, first_qoff, physs, STORE_TS)
-    assert bytes(vectored) == expected
-    # A run that starts inside a buffer (after other records) seals only its own records.
-    tail = bytearray(buf)
-    k = len(sizes) // 2
-    seal_run(tail, memoryview(tail), starts[k], sizes[k:], first_qoff + k, physs[k:], STORE_TS)
-    assert bytes(tail[starts[k] :]) == expected[starts[k] :]
-    assert bytes(tail[: starts[k]]) == bytes(buf[: starts[k]])
-    assert bytes(vectored) == expected
 
     one_by_one = bytearray(buf)
     view = memoryview(one_by_one)
@@ -179,9 +166,9 @@ def test_the_crc_is_zlibs_crc32() -> None:
 
 
 @pytest.mark.parametrize("all_bad", [False, True])  # all bad: a uniform batch (the vector path)
-@pytest.mark.parametrize("encoder", [encode_batch, encode_columns])
 @pytest.mark.parametrize("count", [1, 5])
-def test_batch_encoding_rejects_what_encode_rejects(count: int, encoder: Callable[..., object], all_bad: bool) -> None:
+def test_batch_encoding_rejects_what_encode_rejects(count: int, all_bad: bool) -> None:
+    encoder = encode_columns
     good = MessageRecord(topic="t", queue_id=0, body=b"x")
 
     def batch(bad: MessageRecord) -> list[MessageRecord]:

@@ -8,6 +8,7 @@ layouts sort numerically, and `next_prefix` is the tight exclusive end of a pref
 from __future__ import annotations
 
 import dataclasses
+import re
 import struct
 import zlib
 
@@ -16,17 +17,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.store import keys as K
+from broker.store import record
 from broker.store.record import (
     CRC_START,
+    HEADER_FIELDS,
     HEADER_SIZE,
     MAGIC,
     MAX_U16,
     OFF_CRC,
+    OFFSETS,
     MessageRecord,
     decode,
     encode,
+    encode_columns,
     peek_size,
     seal,
+    seal_at,
 )
 from common.errors import BadRequest, MessageCorrupted
 
@@ -160,6 +166,42 @@ def test_seal_rewrites_offsets_and_crc() -> None:
     assert (got.queue_offset, got.physical_offset, got.store_timestamp_ms) == (10, 20, 30)
     (crc,) = struct.unpack_from("<I", buf, OFF_CRC)
     assert crc == zlib.crc32(bytes(buf[CRC_START:]))
+
+
+# -- the format itself --------------------------------------------------------------------------------
+
+# One record with every field set, as format version 1 stores it (bytes written before the codec's
+# structs were derived from its field table): the codec must keep writing exactly these.
+GOLDEN = bytes.fromhex(
+    "92000000534c5543d905a4ca01020100070000002a0000000000000000000000020000007b68e5cf8b0100000068e5cf8b"
+    "010000887be5cf8b010000030000000500000006000400040001000a000a000100010001006f726465727330314142746167"
+    "416731302e302e302e313a3131302e302e302e323a3202006b310100700100000076010073010000007768656c6c6f"
+)
+GOLDEN_RECORD = MessageRecord(
+    topic="orders", queue_id=7, body=b"hello", message_id="01AB", tag="tagA", keys=("k1",), message_group="g",
+    properties={"p": "v"}, system_properties={"s": "w"}, message_type=2, flags=1, born_timestamp_ms=1_700_000_000_000,
+    born_host="10.0.0.1:1", store_host="10.0.0.2:2", delivery_timestamp_ms=1_700_000_005_000, delivery_attempt=3,
+)  # fmt: skip
+
+
+def test_format_v1_bytes_do_not_change() -> None:
+    buf = encode(dataclasses.replace(GOLDEN_RECORD))
+    seal(buf, 42, 1 << 33, 1_700_000_000_123)
+    assert bytes(buf) == GOLDEN
+    batch = [dataclasses.replace(GOLDEN_RECORD) for _ in range(5)]  # the vector path
+    enc = encode_columns(batch, 1 << 20)
+    assert enc.uniform
+    seal_at(enc.buf, memoryview(enc.buf), 0, len(GOLDEN), 42, 1 << 33, 1_700_000_000_123)
+    assert bytes(enc.buf[: len(GOLDEN)]) == GOLDEN
+
+
+def test_the_docstring_table_is_the_field_table() -> None:
+    """The codec's docstring states the header field by field; its structs come from HEADER_FIELDS."""
+    rows = re.findall(r"^\| (\d+) +\| (\d+) +\| (\w+)", record.__doc__ or "", re.MULTILINE)
+    assert [(int(offset), int(size), name) for offset, size, name in rows] == [
+        (OFFSETS[name], struct.calcsize("<" + code), name) for name, code in HEADER_FIELDS
+    ]
+    assert re.search(rf"^\| {HEADER_SIZE} +\| \.\.\. +\| variable part", record.__doc__ or "", re.MULTILINE)
 
 
 # -- damage ------------------------------------------------------------------------------------------

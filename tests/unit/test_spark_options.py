@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan, StringStartsWith
 
+from broker.tiering.format import manifest_key, parse_manifest
 from common.config import ConfigError
 from common.errors import BadRequest, MessageCorrupted
 from spark_jobs import cli
-from spark_jobs.layout import manifest_key, parse_manifest
 from spark_jobs.options import ScanOptions, parse_time
 from spark_jobs.planner import pack, segment_inside, segment_overlaps, tasks_for
 from spark_jobs.source import narrow_options
@@ -127,3 +127,25 @@ def test_job_config_from_toml_and_flags(tmp_path: Path) -> None:
         cli.job_config(args)
     with pytest.raises(BadRequest, match="--s3-bucket is required"):
         cli.job_config(parser.parse_args(["trace", "--key", "k"]))
+
+
+def test_py_files_archive_imports_the_source_without_the_rest_of_the_broker(tmp_path: Path) -> None:
+    """The `--py-files` zip alone (no worktree on the path) runs the planner and the executor's reader."""
+    import subprocess
+    import sys
+
+    from spark_jobs.package import build_zip
+
+    archive = build_zip(tmp_path / "sluice.zip")
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(archive)!r}); import spark_jobs.source, spark_jobs.scan; "
+        "assert spark_jobs.scan.__file__.startswith(sys.path[0]), spark_jobs.scan.__file__; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'broker')))"
+    )
+    # -I: neither PYTHONPATH nor the current directory; only the archive and the installed packages.
+    done = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout))
+    assert loaded == {
+        "broker", "broker.tiering", "broker.tiering.format", "broker.tiering.objectstore", "broker.tiering.s3store",
+    }  # fmt: skip

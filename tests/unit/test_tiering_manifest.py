@@ -13,9 +13,9 @@ import json
 import pytest
 
 from broker.tiering.cache import LruCache
+from broker.tiering.format import RowGroupRef
 from broker.tiering.kv import MemoryKV
 from broker.tiering.manifest import Manifest, SegmentEntry
-from broker.tiering.segment import RowGroupRef
 
 
 def entry(manifest: Manifest, topic: str, seq: int, queues: dict[int, tuple[int, int]], per_rg: int) -> SegmentEntry:

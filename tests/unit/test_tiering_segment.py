@@ -20,15 +20,8 @@ from hypothesis import strategies as st
 
 from broker.store.record import MessageRecord
 from broker.tiering.config import TieringConfig
-from broker.tiering.segment import (
-    FORMAT_VERSION,
-    SCHEMA,
-    SegmentCorrupted,
-    decode_segment,
-    encode_segment,
-    records_to_table,
-    table_to_records,
-)
+from broker.tiering.format import FORMAT_VERSION, SCHEMA, SegmentCorrupted
+from broker.tiering.segment import decode_segment, encode_segment, records_to_table, table_to_records
 from common.config import ConfigError, load_config
 
 PROPS = settings(deadline=None, derandomize=True, database=None, max_examples=60)

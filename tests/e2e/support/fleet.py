@@ -113,9 +113,6 @@ class Fleet:
     def navigation_http(self) -> str:
         return f"http://{LOOPBACK}:{self.port('navigation-1', 'http_port')}"
 
-    def proxy_names(self) -> list[str]:
-        return [p["name"] for p in self.state()["processes"] if p["kind"] == "proxy"]
-
     def pid(self, name: str) -> int:
         proc = self.record(name)
         if proc["pid"] is None or proc["state"] != "running":

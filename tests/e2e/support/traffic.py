@@ -157,10 +157,6 @@ class Traffic:
         with self._lock:
             return [f for f in self.failures if start <= f.at <= end]
 
-    def sent_ids(self) -> set[str]:
-        with self._lock:
-            return set(self.sent)
-
     def not_acked(self) -> set[str]:
         """Sent messages neither acked by the consumer nor found acked by the broker (`wait_all_acked`)."""
         with self._lock:

@@ -1,7 +1,7 @@
 """`BrokerApi`: what the proxy (and the admin tool) can ask of one broker.
 
 Two implementations pass one contract suite (tests/contract): `LocalBroker` (broker/local.py, the
-broker in this process; plain awaits) and `RemoteBroker` (broker/remote.py, a gRPC client of the
+broker in this process; plain awaits) and `RemoteBroker` (broker/client/remote.py, a gRPC client of the
 broker's internal service). A proxy talks to several brokers through a directory of BrokerApi
 objects keyed by broker name; everything here concerns the one broker it is called on.
 
@@ -12,13 +12,40 @@ implementations (the internal RPC carries their codes). Every call is safe to re
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from broker.filter.api import FilterKind
+from common.errors import SluiceError
 from common.model import MessageType, Permission
+
+# -- the call ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """Whom a call serves and until when: built once at the proxy's edge from the client's request
+    (proxy/grpc/status.py) and passed through the proxy's core to `BrokerApi`. A `RemoteBroker`
+    sends the ids as call metadata and the deadline as the gRPC timeout; the broker's service
+    rebuilds the context on its side. Calls made for no client (admin, background work) pass
+    `NO_CONTEXT`."""
+
+    request_id: str = ""
+    client_id: str = ""
+    namespace: str = ""
+    deadline: float | None = None  # a time.monotonic() value; None: no deadline
+
+    def remaining_s(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def expired(self) -> bool:
+        return self.deadline is not None and self.deadline <= time.monotonic()
+
+
+NO_CONTEXT = CallContext()
+
 
 # -- metadata -------------------------------------------------------------------------------------
 
@@ -165,6 +192,13 @@ class StoredMessage:
     invisible_until_ms: int = 0  # set by pop
 
 
+class FilterKind(IntEnum):
+    """The protocol's `FilterType` numbers."""
+
+    TAG = 1
+    SQL = 2
+
+
 @dataclass(frozen=True, slots=True)
 class FilterSpec:
     kind: FilterKind = FilterKind.TAG
@@ -185,10 +219,15 @@ class PopRequest:
 
 @dataclass(frozen=True, slots=True)
 class AckResult:
+    """One handle's outcome: `error` None when it was done, else why not (each edge maps it to
+    its wire code in its one error function)."""
+
     receipt_handle: str
-    ok: bool
-    error_code: int = 0  # an apache.rocketmq.v2 Code when not ok
-    error_message: str = ""
+    error: SluiceError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,13 +292,17 @@ class BrokerApi(Protocol):
         ...
 
     # produce
-    async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]: ...
+    async def send(
+        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[SendResult]: ...  # RequestTimeout, nothing stored, when ctx's deadline has passed
 
     # pop consumption
-    async def pop(self, request: PopRequest) -> list[StoredMessage]: ...
-    async def ack(self, group: str, topic: str, receipt_handles: list[str]) -> list[AckResult]: ...
+    async def pop(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]: ...
+    async def ack(
+        self, group: str, topic: str, receipt_handles: list[str], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[AckResult]: ...
     async def change_invisible_duration(
-        self, group: str, topic: str, receipt_handle: str, invisible_ms: int
+        self, group: str, topic: str, receipt_handle: str, invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
     ) -> str: ...
     async def nack(self, group: str, topic: str, receipt_handle: str) -> str: ...
     async def renew(

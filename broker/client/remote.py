@@ -1,6 +1,6 @@
 """`RemoteBroker`: `BrokerApi` over the broker's internal gRPC service (the Cluster backend).
 
-One grpc.aio channel to one broker. Each method converts its arguments (`broker.grpc_convert`),
+One grpc.aio channel to one broker. Each method converts its arguments (`broker.client.grpc_convert`),
 makes one unary call (`send`: one request on the broker's send stream) and converts the answer
 back, so callers see exactly what a `LocalBroker` returns. Contract:
 
@@ -19,15 +19,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from broker import grpc_convert as convert
-from broker.api import (
+from broker.client import grpc_convert as convert
+from broker.client.api import (
+    NO_CONTEXT,
     AckResult,
+    CallContext,
     ConnectedClient,
     FilterSpec,
     GroupInfo,
@@ -51,7 +54,15 @@ from broker.api import (
     TransactionSource,
 )
 from common.config import ConfigError
-from common.errors import BadRequest, InternalError, SluiceError, Unavailable, error_for_code
+from common.errors import (
+    BadRequest,
+    InternalError,
+    RequestTimeout,
+    SluiceError,
+    TooManyRequests,
+    Unavailable,
+    error_for_code,
+)
 from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, current_request
 from proto import token
 from proto.rpc import error_from_rpc
@@ -73,10 +84,13 @@ _MS_PER_S = 1000.0
 # size limit of the internal RPC:
 MAX_SENDS_PER_BATCH = 64
 MAX_BATCH_BYTES = 8 * 1024 * 1024
+# Sends waiting for their request to leave; beyond it a send is refused (TOO_MANY_REQUESTS) rather
+# than queued without limit behind a slow broker.
+DEFAULT_MAX_PENDING_SENDS = 10_000
 
 
 class RemoteBroker:
-    """One broker reached over gRPC; implements `broker.api.BrokerApi`."""
+    """One broker reached over gRPC; implements `broker.client.api.BrokerApi`."""
 
     def __init__(
         self,
@@ -86,9 +100,13 @@ class RemoteBroker:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         max_message_bytes: int = convert.MAX_MESSAGE_BYTES,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        max_pending_sends: int = DEFAULT_MAX_PENDING_SENDS,
     ) -> None:
-        if timeout_s <= 0 or reconnect_backoff_max_s <= 0 or max_message_bytes <= 0:
-            raise ConfigError("RemoteBroker timeout_s, reconnect_backoff_max_s and max_message_bytes must be positive")
+        if timeout_s <= 0 or reconnect_backoff_max_s <= 0 or max_message_bytes <= 0 or max_pending_sends <= 0:
+            raise ConfigError(
+                "RemoteBroker timeout_s, reconnect_backoff_max_s, max_message_bytes and max_pending_sends must be "
+                "positive"
+            )
         self._name = name
         self._address = address
         self._timeout_s = timeout_s
@@ -108,6 +126,7 @@ class RemoteBroker:
         self._closed = False
         # Sends waiting for the next call, and the task making the calls while there are any (`send`).
         self._pending_sends: list[_PendingSend] = []
+        self._max_pending_sends = max_pending_sends
         self._sender: asyncio.Task[None] | None = None
         self._send_batch_ok = True  # False once the broker answered SendBatch with UNIMPLEMENTED
         # The send stream (`_send_streamed`): the open call, its reader task, the requests awaiting
@@ -215,18 +234,29 @@ class RemoteBroker:
 
     # -- produce --------------------------------------------------------------------------------
 
-    async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
+    async def send(
+        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[SendResult]:
         """Store `messages` in one queue. Sends to this broker leave one request at a time, and sends
-        made meanwhile leave together in the next: see `_drain_sends`."""
+        made meanwhile leave together in the next: see `_drain_sends`. A send still waiting when
+        `ctx`'s deadline passes does not leave (RequestTimeout)."""
         with _encoding("send"):
             request = pb.SendRequest(
                 topic=topic, queue_id=queue_id, messages=[convert.outgoing_to_pb(m) for m in messages]
             )
         if self._closed:
             raise Unavailable(f"{self._target}: client is closed")
+        if ctx.expired():
+            raise RequestTimeout(f"{self._target}: the client's deadline passed before the send")
+        if len(self._pending_sends) >= self._max_pending_sends:
+            raise TooManyRequests(
+                f"{self._target}: {len(self._pending_sends)} sends are already waiting for it "
+                f"(max_pending_sends); retry later"
+            )
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[SendResult]] = loop.create_future()
-        self._pending_sends.append(_PendingSend(request, future, current_request(), sum(len(m.body) for m in messages)))
+        pending = _PendingSend(request, future, _ids(ctx), sum(len(m.body) for m in messages), ctx.deadline)
+        self._pending_sends.append(pending)
         if self._sender is None:
             self._sender = loop.create_task(self._drain_sends(), name=f"send-to-{self._name}")
         return await future
@@ -266,6 +296,8 @@ class RemoteBroker:
             if taken and size + p.body_bytes > MAX_BATCH_BYTES:
                 break
             i += 1
+            if p.deadline is not None and p.deadline <= time.monotonic():
+                _settle(p.future, RequestTimeout(f"{self._target}: the client's deadline passed before the send left"))
             if not p.future.done():
                 taken.append(p)
                 size += p.body_bytes
@@ -274,7 +306,7 @@ class RemoteBroker:
 
     async def _send_single(self, p: _PendingSend) -> None:
         try:
-            response = await self._call(self._stub.Send, p.request, ids=p.ids)
+            response = await self._call(self._stub.Send, p.request, _batch_timeout([p], self._timeout_s), ids=p.ids)
             outcome: list[SendResult] | BaseException = [convert.send_result_from_pb(r) for r in response.results]
         except asyncio.CancelledError:
             _settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
@@ -295,7 +327,7 @@ class RemoteBroker:
             request_id, client_id = batch[0].ids if len(batch) == 1 else ("", "")
             await call.write(pb.SendStreamRequest(id=rid, sends=[p.request for p in batch], request_id=request_id,
                                                   client_id=client_id))  # fmt: skip
-            response = await asyncio.wait_for(answer, self._timeout_s)
+            response = await asyncio.wait_for(answer, _batch_timeout(batch, self._timeout_s))
         except _Unimplemented:
             raise
         except asyncio.CancelledError:
@@ -405,24 +437,28 @@ class RemoteBroker:
 
     # -- pop consumption ------------------------------------------------------------------------
 
-    async def pop(self, request: PopRequest) -> list[StoredMessage]:
+    async def pop(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]:
         with _encoding("pop"):
             message = convert.pop_request_to_pb(request)
-        response = await self._call(self._stub.Pop, message, self._long_poll_timeout_s(request.long_poll_ms))
+        response = await self._call(self._stub.Pop, message, self._long_poll_timeout_s(request.long_poll_ms), ctx=ctx)
         return convert.stored_list_from_pb(response.messages)
 
-    async def ack(self, group: str, topic: str, receipt_handles: list[str]) -> list[AckResult]:
+    async def ack(
+        self, group: str, topic: str, receipt_handles: list[str], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[AckResult]:
         with _encoding("ack"):
             request = pb.AckRequest(group=group, topic=topic, receipt_handles=receipt_handles)
-        response = await self._call(self._stub.Ack, request)
+        response = await self._call(self._stub.Ack, request, ctx=ctx)
         return [convert.ack_result_from_pb(r) for r in response.results]
 
-    async def change_invisible_duration(self, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
+    async def change_invisible_duration(
+        self, group: str, topic: str, receipt_handle: str, invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> str:
         with _encoding("change_invisible_duration"):
             request = pb.ChangeInvisibleDurationRequest(
                 group=group, topic=topic, receipt_handle=receipt_handle, invisible_ms=invisible_ms
             )
-        response = await self._call(self._stub.ChangeInvisibleDuration, request)
+        response = await self._call(self._stub.ChangeInvisibleDuration, request, ctx=ctx)
         return str(response.receipt_handle)
 
     async def nack(self, group: str, topic: str, receipt_handle: str) -> str:
@@ -592,17 +628,23 @@ class RemoteBroker:
         return max(long_poll_ms, 0) / _MS_PER_S + self._timeout_s
 
     async def _call(
-        self, method: Any, request: Any, timeout_s: float | None = None, *, ids: tuple[str, str] | None = None
-    ) -> Any:
-        """One unary call carrying the request id and client id of the request it serves: `ids`, else
-        those of the current task."""
+        self, method: Any, request: Any, timeout_s: float | None = None, *, ids: tuple[str, str] | None = None,
+        ctx: CallContext = NO_CONTEXT,
+    ) -> Any:  # fmt: skip
+        """One unary call carrying the request id and client id of the request it serves (`ids`, else
+        `ctx`'s, else those of the current task) and timed out at `ctx`'s deadline if it is sooner."""
         if self._closed:
             raise Unavailable(f"{self._target}: client is closed")
-        request_id, client_id = current_request() if ids is None else ids
+        request_id, client_id = _ids(ctx) if ids is None else ids
         metadata = ((MD_REQUEST_ID, request_id), (MD_CLIENT_ID, client_id)) if request_id or client_id else None
+        timeout = timeout_s if timeout_s is not None else self._timeout_s
+        remaining = ctx.remaining_s()
+        if remaining is not None:
+            if remaining <= 0:
+                raise RequestTimeout(f"{self._target}: the client's deadline passed before the call")
+            timeout = min(timeout, remaining)
         try:
-            return await method(request, timeout=timeout_s if timeout_s is not None else self._timeout_s,
-                                metadata=metadata)  # fmt: skip
+            return await method(request, timeout=timeout, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED and method is self._stub.SendBatch:
                 raise _Unimplemented from None
@@ -615,6 +657,22 @@ class _PendingSend:
     future: asyncio.Future[list[SendResult]]
     ids: tuple[str, str]  # request id and client id of the request the send serves
     body_bytes: int
+    deadline: float | None  # its client's (time.monotonic()); None: none
+
+
+def _ids(ctx: CallContext) -> tuple[str, str]:
+    """(request id, client id) a call carries: the context's, else those bound to the current task."""
+    return (ctx.request_id, ctx.client_id) if ctx.request_id or ctx.client_id else current_request()
+
+
+def _batch_timeout(batch: list[_PendingSend], timeout_s: float) -> float:
+    """How long to wait for the answer to sends: `timeout_s`, or less when every send's client
+    stops waiting sooner (the latest of their deadlines; at least a millisecond)."""
+    deadlines = [p.deadline for p in batch]
+    if None in deadlines:
+        return timeout_s
+    latest = max(d for d in deadlines if d is not None)
+    return max(0.001, min(timeout_s, latest - time.monotonic()))
 
 
 class _Unimplemented(Exception):

@@ -1,7 +1,7 @@
-"""Conversions between the `broker.api` dataclasses and the `sluice.internal.v1` Broker messages.
+"""Conversions between the `broker.client.api` dataclasses and the `sluice.internal.v1` Broker messages.
 
 The one place that maps one to the other, used by both ends of the internal RPC: the servicer
-(`broker/service.py`) decodes requests and encodes results, the client (`broker/remote.py`) the
+(`broker/service.py`) decodes requests and encodes results, the client (`broker/client/remote.py`) the
 reverse. Nothing else in the broker sees protobuf.
 
 Invariants:
@@ -9,7 +9,7 @@ Invariants:
   (int32 queue ids and counts, int64 offsets and times); tests/unit/test_broker_convert.py checks it.
 - `None` (tag, message_group, a pop's queue id) travels as an absent `optional` field, never as "".
 - Enum numbers from the wire are checked: an unknown one is a `BadRequest` naming the field (the
-  peer speaks a version we do not know), never a crash. Enums of broker/api.py accept 0
+  peer speaks a version we do not know), never a crash. Enums of broker/client/api.py accept 0
   (UNSPECIFIED) as their dataclass default; `OffsetPolicy` has no default and rejects it.
 
 Send and Pop carry batches of messages on the hot path, so the message converters build each
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any, TypeVar
 
-from broker.api import (
+from broker.client.api import (
     AckResult,
     BackoffKind,
     ConnectedClient,
@@ -53,8 +53,9 @@ from broker.api import (
     TransactionResolution,
     TransactionSource,
 )
-from common.errors import BadRequest
+from common.errors import BadRequest, error_for_code
 from common.model import MessageType, Permission
+from proto.rpc import wire_error
 from proto.sluice.internal.v1 import broker_pb2 as pb
 
 E = TypeVar("E", bound=Enum)
@@ -400,13 +401,16 @@ def pop_request_from_pb(msg: pb.PopRequest) -> PopRequest:
 
 
 def ack_result_to_pb(r: AckResult) -> pb.AckResult:
-    return pb.AckResult(
-        receipt_handle=r.receipt_handle, ok=r.ok, error_code=r.error_code, error_message=r.error_message
-    )
+    if r.error is None:
+        return pb.AckResult(receipt_handle=r.receipt_handle, ok=True)
+    code, message = wire_error(r.error)
+    return pb.AckResult(receipt_handle=r.receipt_handle, ok=False, error_code=int(code), error_message=message)
 
 
 def ack_result_from_pb(msg: pb.AckResult) -> AckResult:
-    return AckResult(msg.receipt_handle, msg.ok, msg.error_code, msg.error_message)
+    if msg.ok:
+        return AckResult(msg.receipt_handle)
+    return AckResult(msg.receipt_handle, error_for_code(msg.error_code, msg.error_message))
 
 
 def pull_result_to_pb(result: PullResult) -> pb.PullResult:

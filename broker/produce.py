@@ -1,0 +1,111 @@
+"""The send path of one broker: a send is checked against its topic and the broker's limits, then
+stored as plain records (NORMAL and FIFO), timers (DELAY) or half messages (TRANSACTION).
+
+A send of several plain messages is checked and converted column by column (`plainly_valid`,
+`records_of`); below `COLUMNS_MIN` messages, message by message, which costs less there:
+one 1 KiB message 24-28 µs one by one against 80-116 µs by columns, 32 messages 880 against
+540-620 µs (tests/bench/switch_bench.py on a shared, noisy 2-core machine). A batch the column
+check refuses is checked message by message, which raises the precise error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import repeat
+from operator import attrgetter
+
+from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, CallContext, OutgoingMessage, SendResult, TopicSpec
+from broker.config import BrokerConfig
+from broker.messages import plainly_valid, records_of, to_record, validate_message, validate_queue
+from broker.store.record import MessageRecord
+from broker.store.store import MessageStore
+from broker.store.writer import AppendResult, AppendResults
+from broker.timer.service import TimerService
+from broker.trace import TraceRecorder
+from broker.transaction.service import TransactionService
+from common.errors import BadRequest, Forbidden, RequestTimeout
+from common.model import MessageType, TopicInfo
+
+COLUMNS_MIN = 4  # below this many messages, checking and converting them one by one costs less
+_MESSAGE_ID, _QUEUE_OFFSET = attrgetter("message_id"), attrgetter("queue_offset")
+
+
+class Producer:
+    def __init__(
+        self, name: str, config: BrokerConfig, store: MessageStore, timers: TimerService,
+        transactions: TransactionService, trace: TraceRecorder,
+    ) -> None:  # fmt: skip
+        self._name = name
+        self._config = config
+        self._store = store
+        self._timers = timers
+        self._transactions = transactions
+        self._trace = trace
+
+    async def send(
+        self, spec: TopicSpec, queue_id: int, messages: list[OutgoingMessage], ctx: CallContext
+    ) -> list[SendResult]:
+        """Store `messages` in queue `queue_id` of the topic `spec` describes, all or none; none
+        once the deadline of `ctx` has passed (its client has stopped waiting for the answer)."""
+        if ctx.expired():
+            raise RequestTimeout(f"the client's deadline passed before the send to {spec.name} was stored")
+        topic = spec.name
+        if not spec.permission.writable:
+            raise Forbidden(f"topic {topic} is not writable on broker {self._name}")
+        if not messages:
+            raise BadRequest("no messages to send")
+        if len(messages) > self._config.limits.max_batch_messages:
+            raise BadRequest(f"{len(messages)} messages in one send; at most {self._config.limits.max_batch_messages}")
+        info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
+        validate_queue(info, queue_id)
+        host = self._config.advertised_address
+        limits = self._config.limits
+        # Who sent them is for the trace only, not stored.
+        clients = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
+        if len(messages) >= COLUMNS_MIN and plainly_valid(messages, info, limits):  # a batch: column by column
+            results = await self._store.append(records_of(topic, queue_id, messages, host))
+            return self._sent_plain(topic, queue_id, messages, results, clients[0])
+        timers = self._timers
+        plain = True  # NORMAL and FIFO only: the common case, stored as they come
+        for msg in messages:
+            validate_message(msg, info, limits)
+            mtype = msg.message_type
+            if mtype is not MessageType.NORMAL and mtype is not MessageType.FIFO:
+                plain = False
+                if mtype is MessageType.DELAY:
+                    timers.check_delivery_time(msg)
+        if plain:  # fewer than COLUMNS_MIN (or a batch the column check could not vouch for)
+            results = await self._store.append([to_record(topic, queue_id, m, host) for m in messages])
+            return self._sent_plain(topic, queue_id, messages, results, clients[0])
+        if any(m.message_type is MessageType.TRANSACTION for m in messages):
+            return await self._send_half(topic, queue_id, messages)
+        mixed: list[MessageRecord] = []
+        for msg in messages:
+            rec = to_record(topic, queue_id, msg, host)
+            mixed.append(timers.timer_record(rec) if msg.message_type is MessageType.DELAY else rec)
+        results = await self._store.append(mixed)
+        # Not plain and no transaction: at least one of them is a DELAY message.
+        delayed = [(topic, m.delivery_timestamp_ms, r) for m, r in zip(messages, results, strict=True)
+                   if m.message_type is MessageType.DELAY]  # fmt: skip
+        handles = iter(timers.index(delayed))
+        return [
+            SendResult(m.message_id, queue_id, r.queue_offset,
+                       recall_handle=next(handles) if m.message_type is MessageType.DELAY else "")
+            for m, r in zip(messages, results, strict=True)
+        ]  # fmt: skip
+
+    def _sent_plain(self, topic: str, queue_id: int, messages: list[OutgoingMessage],
+                    results: Sequence[AppendResult], client: str) -> list[SendResult]:  # fmt: skip
+        # One append takes consecutive offsets of its queue: one trace event for the whole range.
+        self._trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, client,
+                        messages[0].born_host)  # fmt: skip
+        if len(messages) == 1:
+            return [SendResult(messages[0].message_id, queue_id, results[0].queue_offset)]
+        # A one-run append keeps its results as columns: take the offsets without building results.
+        offsets = results.queue_offsets if isinstance(results, AppendResults) else map(_QUEUE_OFFSET, results)
+        return list(map(SendResult, map(_MESSAGE_ID, messages), repeat(queue_id), offsets))
+
+    async def _send_half(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
+        if not all(m.message_type is MessageType.TRANSACTION for m in messages):
+            raise BadRequest("send TRANSACTION messages in their own request, not mixed with other types")
+        return await self._transactions.prepare(topic, queue_id, messages)

@@ -1,0 +1,37 @@
+"""Names `make deadcode` (vulture) must not report: used, but in ways vulture cannot see.
+
+Each entry says why. Dead code is deleted, never listed here. Format: vulture's whitelist (a name,
+or `_.attribute`, is a use of it).
+"""
+
+# ruff: noqa
+# mypy: ignore-errors
+
+# gRPC servicer methods: grpc calls them by the service's method names.
+_.RegisterBroker, _.UnregisterBroker, _.GetRoute, _.ListBrokers  # nameserver/service.py
+_.RegisterProxy, _.UnregisterProxy, _.GetEndpoints, _.ListProxies  # navigation/service.py
+_.QueryAssignment, _.ForwardMessageToDeadLetterQueue, _.PullMessage, _.NotifyClientTermination  # proxy
+
+# Protobuf fields set for the wire (vulture sees a store to an attribute nobody reads).
+_.checksum, _.on, _.validate_message_type, _.lite_topic, _.priority
+_.lite_subscription_quota, _.max_lite_topic_size
+
+# Framework hooks and protocols called by name.
+_.pushFilters  # Spark's DataSourceReader
+_.seekable, _.readinto  # io.RawIOBase, read by pyarrow
+_.log_request  # http.server.BaseHTTPRequestHandler (tests/helpers/s3.py)
+_.required  # argparse subparsers (deploy/cli.py)
+_.teardown  # hypothesis RuleBasedStateMachine
+NONE  # common.model.Permission: the wire enum's value 1
+updated_at  # deploy/cluster/state.py: written to the state file for operators
+
+# Error kinds of wire codes that item 4 of issue 16 (deadlines through the core) is to raise;
+# delete them if nothing does once that lands.
+RequestTimeout, ProxyTimeout
+
+# Dead, in files other engineers are rewriting as this lands (issue 16 parts A and C): delete
+# there, then drop these lines.
+message_type_from_pb  # broker/client/grpc_convert.py
+_.group_offsets  # broker/store/index.py
+_.count_by_language  # proxy/core/sessions.py
+_.deleted_segments, _.last_round_seconds, dispatch_max_lag_ms  # broker/store: set, never read
