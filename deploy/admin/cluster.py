@@ -9,6 +9,11 @@ so this normally returns on the first poll.
 
 Every call is bounded by `timeout_s`. An unreachable NameServer is an `Unavailable` whose message
 says so plainly.
+
+`nameserver_cache_s` (default 0: off) keeps the NameServer's answers (brokers, topic list, routes)
+that long: the console sets it so that one page describing 50 topics or groups asks for the broker
+list once, not 50 times. `wait_for_route` always asks afresh and drops the cache, so a change made
+through this Cluster shows at once.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from broker.client.remote import RemoteBroker
 from common.errors import SluiceError, TopicNotFound, Unavailable
@@ -28,16 +33,20 @@ T = TypeVar("T")
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_ROUTE_WAIT_S = 10.0
 _ROUTE_POLL_INTERVAL_S = 0.1
+_CACHE_ENTRIES_MAX = 10_000
 
 
 class Cluster:
     def __init__(
-        self, namesrv: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, route_wait_s: float = DEFAULT_ROUTE_WAIT_S
-    ) -> None:
+        self, namesrv: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, route_wait_s: float = DEFAULT_ROUTE_WAIT_S,
+        nameserver_cache_s: float = 0.0,
+    ) -> None:  # fmt: skip
         self._nameserver = NameServerClient(namesrv, timeout_s=timeout_s)
         self._timeout_s = timeout_s
         self._route_wait_s = route_wait_s
         self._brokers: dict[str, RemoteBroker] = {}
+        self._cache_s = nameserver_cache_s
+        self._cache: dict[str, tuple[float, Any]] = {}  # "brokers" | "topics" | "route:NAME" -> (expiry, answer)
 
     async def __aenter__(self) -> Cluster:
         return self
@@ -54,21 +63,22 @@ class Cluster:
 
     async def brokers(self) -> list[BrokerStatus]:
         """Every live registered broker, sorted by name; Unavailable if none is registered."""
-        brokers = await self._ask_nameserver(self._nameserver.list_brokers())
+        brokers = await self._cached("brokers", self._nameserver.list_brokers)
         if not brokers:
             raise Unavailable(f"no broker is registered with the NameServer at {self._addresses()}; start one")
         return sorted(brokers, key=lambda b: b.broker_name)
 
     async def route(self, topic: str) -> TopicRoute:
-        return await self._ask_nameserver(self._nameserver.get_route(topic))
+        return await self._cached(f"route:{topic}", lambda: self._nameserver.get_route(topic))
 
     async def topics(self) -> list[TopicSummary]:
-        return await self._ask_nameserver(self._nameserver.list_topics())
+        return await self._cached("topics", self._nameserver.list_topics)
 
     async def wait_for_route(self, topic: str, done: Callable[[TopicRoute | None], bool], what: str) -> None:
         """Poll the route of `topic` (None: no broker holds it) until `done(route)`; Unavailable after the bound."""
         deadline = time.monotonic() + self._route_wait_s
         while True:
+            self._cache.clear()
             try:
                 route: TopicRoute | None = await self.route(topic)
             except TopicNotFound:
@@ -107,6 +117,20 @@ class Cluster:
         return results
 
     # -- internals ------------------------------------------------------------------------------
+
+    async def _cached(self, key: str, ask: Callable[[], Awaitable[T]]) -> T:
+        if self._cache_s <= 0:
+            return await self._ask_nameserver(ask())
+        now = time.monotonic()
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] > now:
+            answer: T = hit[1]
+            return answer
+        answer = await self._ask_nameserver(ask())
+        if len(self._cache) >= _CACHE_ENTRIES_MAX:
+            self._cache.clear()
+        self._cache[key] = (now + self._cache_s, answer)
+        return answer
 
     def _addresses(self) -> str:
         return ";".join(self._nameserver.addresses)

@@ -86,6 +86,22 @@ def parse_consume_from(text: str) -> tuple[ConsumeFrom, int]:
     return ConsumeFrom.TIMESTAMP, int(moment.timestamp() * _MS_PER_S)
 
 
+def parse_time_ms(text: str, what: str) -> int:
+    """A moment as epoch milliseconds or ISO-8601 (no zone: UTC); ConfigError naming `what` otherwise."""
+    word = text.strip()
+    if word.isdigit():
+        return int(word)
+    try:
+        moment = dt.datetime.fromisoformat(word)
+    except ValueError:
+        raise ConfigError(
+            f"{what} {text[:64]!r} is not a time: use epoch milliseconds or ISO-8601 (e.g. 2024-05-01T12:00:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return int(moment.timestamp() * _MS_PER_S)
+
+
 def spread_queues(queue_count: int, brokers: Sequence[str]) -> dict[str, int]:
     """Share `queue_count` queues over `brokers`: each gets at least one, the first ones the remainder.
 

@@ -11,11 +11,13 @@
     group reset-offset NAME --topic T --to earliest|latest|TIME|OFFSET [--queue Q] [--broker B] [--dry-run]
     client list [--group G | --topic T]    (who is connected, through which proxy)
     message get --topic T --id ID | message find --topic T --key K [--limit N]
+    message range --topic T --from TIME [--to TIME] [--limit N]    (stored in that time range)
     message trace --id ID    (the life of a message: sent, delivered, acked, dead-lettered, tiered)
     message send TOPIC [--tag T] [--key K]... [--property K=V]... [--group MG] [--deliver-at TIME]
                  (BODY | --file F | one message per line of stdin)
     message tail TOPIC [--from latest|earliest|TIME] [--group G [--ack]] [--count N] [--for-s S]
     message list TOPIC --queue Q --from-offset N [--count N] [--broker B]
+    dlq list GROUP | dlq resend GROUP (--id ID ... | --all) [--to TOPIC]
     broker list | broker drain NAME [--wait-s S] | broker undrain NAME
     tier status | tier upload-now TOPIC [--wait-s S] | tier evict-local TOPIC
     user create ACCESS_KEY --secret SECRET|- | user delete ACCESS_KEY | user list
@@ -37,6 +39,7 @@ import argparse
 import asyncio
 import dataclasses
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeAlias
@@ -45,7 +48,7 @@ from broker.client.api import ConsumeFrom, GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace
-from deploy.admin import brokers, clients, drain, groups, messages, offsets, produce, security, tier, topics, trace
+from deploy.admin import brokers, clients, dlq, drain, groups, messages, offsets, produce, security, tier, topics, trace
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
 from deploy.admin.messages import MESSAGE_COLUMNS
 from deploy.admin.output import Report, render_json, render_table
@@ -55,6 +58,7 @@ from deploy.admin.parse import (
     parse_names,
     parse_reset_target,
     parse_retry_policy,
+    parse_time_ms,
 )
 from proxy import names
 
@@ -80,6 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_topic(areas.add_parser("topic", help="create, list, describe and delete topics"), shared)
     _add_group(areas.add_parser("group", help="create, list, describe and delete consumer groups"), shared)
     _add_message(areas.add_parser("message", help="look messages up by id or key"), shared)
+    _add_dlq(areas.add_parser("dlq", help="list a group's dead letters and send them again"), shared)
     _add_broker(areas.add_parser("broker", help="list the registered brokers"), shared)
     _add_client(areas.add_parser("client", help="list the clients connected to the proxies"), shared)
     _add_tier(areas.add_parser("tier", help="tiered storage: status, upload now, evict local copies"), shared)
@@ -106,8 +111,12 @@ async def _execute(args: argparse.Namespace) -> Report:
         raise ConfigError(f"--timeout-s must be positive, got {args.timeout_s}")
     if args.namespace:
         validate_namespace(args.namespace)
-        for attr in ("name", "topic", "group"):  # resources of topic, group, message and client commands
-            if args.area in ("topic", "group", "message", "client") and isinstance(getattr(args, attr, None), str):
+        for attr in ("name", "topic", "group", "to"):  # resources of topic, group, message, client, dlq commands
+            if attr == "to" and args.area != "dlq":
+                continue  # `group reset-offset --to` names a position, not a topic
+            if args.area in ("topic", "group", "message", "client", "dlq") and isinstance(
+                getattr(args, attr, None), str
+            ):
                 setattr(args, attr, names.wrap(args.namespace, getattr(args, attr)))
     async with Cluster(args.namesrv, timeout_s=args.timeout_s, route_wait_s=DEFAULT_ROUTE_WAIT_S) as cluster:
         action: Action = args.run_action
@@ -229,6 +238,11 @@ def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParse
     find.add_argument("--topic", required=True, metavar="T")
     find.add_argument("--key", required=True, metavar="K")
     find.add_argument("--limit", type=int, default=DEFAULT_FIND_LIMIT, metavar="N", help="at most N per broker")
+    ranged = _leaf(actions, "range", shared, _message_range, "messages stored in a time range")
+    ranged.add_argument("--topic", required=True, metavar="T")
+    ranged.add_argument("--from", required=True, dest="begin", metavar="TIME", help="epoch ms or ISO-8601")
+    ranged.add_argument("--to", dest="end", metavar="TIME", help="epoch ms or ISO-8601 (default: now)")
+    ranged.add_argument("--limit", type=int, default=DEFAULT_FIND_LIMIT, metavar="N", help="at most N in all")
     traced = _leaf(
         actions,
         "trace",
@@ -267,6 +281,18 @@ def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParse
     listing.add_argument("--from-offset", type=int, required=True, metavar="N")
     listing.add_argument("--count", type=int, default=DEFAULT_LIST_COUNT, metavar="N", help="at most N per broker")
     listing.add_argument("--broker", metavar="B", help="only this broker's queue Q")
+
+
+def _add_dlq(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = _leaf(actions, "list", shared, _dlq_list, "the messages in %%DLQ%%GROUP: origin topic, attempts, body")
+    listing.add_argument("name", metavar="GROUP")
+    resend = _leaf(actions, "resend", shared, _dlq_resend, "send dead letters again, as new messages, to their topic")
+    resend.add_argument("name", metavar="GROUP")
+    which = resend.add_mutually_exclusive_group(required=True)
+    which.add_argument("--id", action="append", dest="ids", metavar="ID", help="a dead letter's message id (repeat)")
+    which.add_argument("--all", action="store_true", help="every dead letter of the group")
+    resend.add_argument("--to", metavar="TOPIC", help="send to this topic instead of each message's origin topic")
 
 
 def _add_client(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
@@ -412,6 +438,12 @@ async def _message_list(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await produce.list_messages(cluster, args.topic, args.queue, args.from_offset, args.count, args.broker)
 
 
+async def _message_range(cluster: Cluster, args: argparse.Namespace) -> Report:
+    begin = parse_time_ms(args.begin, "--from")
+    end = parse_time_ms(args.end, "--to") if args.end else int(time.time() * 1000)
+    return await messages.list_messages(cluster, args.topic, begin, end, args.limit)
+
+
 async def _message_trace(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await trace.trace_message(cluster, args.message_id)
 
@@ -424,6 +456,14 @@ async def _broker_drain(cluster: Cluster, args: argparse.Namespace) -> Report:
 
 async def _broker_undrain(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await drain.undrain_broker(cluster, args.broker)
+
+
+async def _dlq_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await dlq.list_dead_letters(cluster, args.name)
+
+
+async def _dlq_resend(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await dlq.resend(cluster, args.name, None if args.all else args.ids, args.to)
 
 
 async def _broker_list(cluster: Cluster, args: argparse.Namespace) -> Report:

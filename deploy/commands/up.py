@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
@@ -18,6 +19,8 @@ from broker.server import run_broker
 from common import metrics
 from common.config import load_config, read_toml
 from common.logs import setup_logging
+from deploy.console.config import ConsoleConfig
+from deploy.console.server import run_console
 from deploy.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
 from deploy.ops import Readiness, ops_server
 from deploy.ports import require_free
@@ -30,6 +33,8 @@ from proxy.config import ProxyConfig
 from proxy.directory import LocalDirectory
 from proxy.server import serve_proxy
 
+log = logging.getLogger("sluice.up")
+
 NAME = "up"
 HELP = "Run the merged topology (NameServer + broker + proxy in one process) on an embedded default."
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -40,6 +45,8 @@ METRICS_PORT_OFFSET = 1000
 SECOND_INSTANCE_HINT = (
     "is another sluice up running? give this one other ports (--port, --namesrv-port, --broker-port, --metrics-port)"
 )
+DEFAULT_CONSOLE_PORT = 8080
+CONSOLE_OFF = -1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help=f"HTTP port for /metrics, /healthz, /readyz (default: the client port + {METRICS_PORT_OFFSET}, "
         "so 9081; 0 turns it off)",
+    )
+    parser.add_argument(
+        "--console-port",
+        type=int,
+        default=DEFAULT_CONSOLE_PORT,
+        help=f"HTTP port of the operator's console, on loopback (default {DEFAULT_CONSOLE_PORT}; 0 picks one; -1: off)",
     )
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
@@ -97,6 +110,26 @@ def ops_port(flag: int | None, proxy: ProxyConfig) -> int:
     return proxy.port + METRICS_PORT_OFFSET if proxy.port else 0
 
 
+def console_config(args: argparse.Namespace, ns: NameServerConfig, proxy: ProxyConfig) -> ConsoleConfig | None:
+    """The console of the merged process: the `[console]` table, auth as the proxy's. It stays on
+    loopback even with `--host` (its own `[console] host` exposes it): a console is not for everyone."""
+    if args.console_port == CONSOLE_OFF:
+        return None
+    data = read_toml(args.config) if args.config else {}
+    return load_config(ConsoleConfig, section="console", data=data, overrides={
+        "port": args.console_port, "namesrv": f"{ns.host}:{ns.port}",
+        "auth": "on" if proxy.auth.enabled else "off"})  # fmt: skip
+
+
+async def _console(config: ConsoleConfig, stop: asyncio.Event) -> None:
+    """The console, best effort: a taken port costs the console, never the broker and proxy."""
+    try:
+        await run_console(config, stop, on_ready=lambda url: print(f"console listening on {url}", flush=True))
+    except OSError as exc:
+        log.error("console not started: cannot listen on %s:%s: %s (give --console-port, or -1 for none)",
+                  config.host, config.port, exc.strerror or exc)  # fmt: skip
+
+
 def security_overrides(args: argparse.Namespace) -> dict[str, object]:
     """The `[proxy]` overrides of `--auth`, `--tls-cert`, `--tls-key` (shared with `sluice proxy`)."""
     return {
@@ -108,6 +141,7 @@ def security_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     ns_cfg, broker_cfg, proxy_cfg = configs(args)
+    console_cfg = console_config(args, ns_cfg, proxy_cfg)
     if proxy_cfg.tls.enabled:
         proxy_cfg.tls.read()  # a missing certificate is a one-line error before anything starts
     metrics_port = ops_port(args.metrics_port, proxy_cfg)
@@ -134,12 +168,16 @@ def run(args: argparse.Namespace) -> int:
             broker_task = tasks.create_task(run_broker(
                 broker_cfg, broker_stop, on_ready=lambda a: print(f"broker listening on {a}", flush=True),
                 on_broker=broker_ready.set_result))  # fmt: skip
+            console_stop = asyncio.Event()
             try:
                 broker = await asyncio.wait_for(asyncio.shield(broker_ready), STARTUP_TIMEOUT_S)
+                if console_cfg is not None:
+                    tasks.create_task(_console(console_cfg, console_stop))
                 directory = LocalDirectory(broker, topics_max=proxy_cfg.caches.topics_max)
                 await serve_proxy(ProxyApp(proxy_cfg, directory), stop, on_ready=proxy_ready,
                                   on_readiness=lambda ok: readiness.set("proxy", ok))  # fmt: skip
             finally:
+                console_stop.set()
                 broker_stop.set()
                 await broker_task
                 ns_stop.set()

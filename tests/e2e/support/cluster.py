@@ -56,6 +56,7 @@ class Cluster:
     # How each process was started (argv, port, ready line), so a test can restart it.
     launches: dict[str, tuple[list[str], int, str]] = field(default_factory=dict)
     ops: dict[str, str] = field(default_factory=dict)  # process name -> host:port of its ops endpoint
+    console: str = ""  # merged: the operator's console, http://host:port
 
     @property
     def endpoints(self) -> str:
@@ -175,11 +176,13 @@ def _start(
 
 def start_merged(root: Path, *, auto_create: bool = False, extra_args: Sequence[str] = ()) -> Cluster:
     root.mkdir(parents=True, exist_ok=True)
-    port, ns_port, broker_port = free_port(), free_port(), free_port()
-    cluster = Cluster("merged", root, f"{LOOPBACK}:{ns_port}", [f"{LOOPBACK}:{port}"], ["broker-a"])
+    port, ns_port, broker_port, console_port = free_port(), free_port(), free_port(), free_port()
+    cluster = Cluster("merged", root, f"{LOOPBACK}:{ns_port}", [f"{LOOPBACK}:{port}"], ["broker-a"],
+                      console=f"http://{LOOPBACK}:{console_port}")  # fmt: skip
     argv = [
         *SLUICE, "up", "--data-dir", str(root / "data"), "--port", str(port), "--namesrv-port", str(ns_port),
-        "--broker-port", str(broker_port), *([] if auto_create else ["--no-auto-create"]), *extra_args,
+        "--broker-port", str(broker_port), "--console-port", str(console_port),
+        *([] if auto_create else ["--no-auto-create"]), *extra_args,
     ]  # fmt: skip
     try:
         _start(cluster, f"up-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")

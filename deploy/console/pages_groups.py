@@ -1,0 +1,160 @@
+"""Consumer groups: the list (paged, with lag, in-flight and dead letters), a group's page, create, delete.
+
+A group's page shows per topic its backlog (lag), messages in flight and dead letters, its lag
+and consume-rate plots, per queue the offsets (`describe_group`) and the clients connected
+(`deploy.admin.clients.list_clients`, as `sluice admin client list --group`). Create, delete and
+reset-offset call `deploy.admin.groups` and `deploy.admin.offsets.reset_offsets` exactly as
+`sluice admin group create|delete|reset-offset` do, with the same parsing; a reset needs the
+"confirm" box ticked and can be a dry run first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from aiohttp import web
+
+from broker.client.api import GroupSpec
+from common.config import ConfigError
+from common.errors import SluiceError
+from common.model import dlq_topic
+from deploy.admin import clients, groups, offsets, topics
+from deploy.admin.cluster import Cluster
+from deploy.admin.output import Report
+from deploy.admin.parse import parse_consume_from, parse_reset_target
+from deploy.console import fanout
+from deploy.console.app import act, console_of, render, session_of
+from deploy.console.charts import line_chart
+from deploy.console.history import group_point, topic_point
+from deploy.console.paging import paginate
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/groups", group_list)
+    router.add_post("/groups", group_create)
+    router.add_get("/groups/{name}", group_page)
+    router.add_post("/groups/{name}/delete", group_delete)
+    router.add_post("/groups/{name}/reset-offset", group_reset_offset)
+
+
+async def group_list(request: web.Request) -> web.Response:
+    console = console_of(request)
+    cluster = console.cluster
+    listed = (await groups.list_groups(cluster)).rows
+    page = paginate(request, listed, lambda r: r["group"], console.config.page_rows)
+    dlq_topics = {r["topic"] for r in (await topics.list_topics(cluster)).rows}
+    described = await fanout.each(page.items, lambda r: groups.describe_group(cluster, r["group"]))
+    with_dlq = [r["group"] for r in page.items if dlq_topic(r["group"]) in dlq_topics]
+    dlq_reports = await fanout.each(with_dlq, lambda g: topics.describe_topic(cluster, dlq_topic(g)))
+    dead = {g: (None if isinstance(r, SluiceError) else topic_point(r).backlog)
+            for g, r in zip(with_dlq, dlq_reports, strict=True)}  # fmt: skip
+    rows = []
+    for row, report in zip(page.items, described, strict=True):
+        figures: dict[str, Any] = {"lag": None, "in_flight": None, "rate_out_per_s": None, "error": ""}
+        if isinstance(report, SluiceError):
+            figures["error"] = str(report)
+        else:
+            point = group_point(report)
+            console.history.record_group(row["group"], point)
+            rate = console.history.last_rate_out(row["group"])
+            figures.update(lag=point.lag, in_flight=point.in_flight,
+                           rate_out_per_s=None if rate is None else round(rate, 2))  # fmt: skip
+        rows.append({**row, **figures, "dead_letters": dead.get(row["group"], 0)})
+    return render(request, "groups.html", page=page, rows=rows)
+
+
+async def group_page(request: web.Request) -> web.Response:
+    console = console_of(request)
+    name = request.match_info["name"]
+    report = await groups.describe_group(console.cluster, name)
+    console.history.record_group(name, group_point(report))
+    dead_letters = await _dead_letter_count(console.cluster, name)
+    connected = await clients.list_clients(console.cluster, group=name)
+    per_topic = _per_topic(report)
+    charts = [
+        line_chart(console.history.group_lag(name), title="lag (messages not acknowledged)"),
+        line_chart(console.history.group_rate_out(name), title="consumed per second", unit="/s"),
+    ]
+    return render(request, "group.html", name=name, report=report, per_topic=per_topic, charts=charts,
+                  group=report.data["group"], dead_letters=dead_letters, clients=connected,
+                  preview=_take_preview(request))  # fmt: skip
+
+
+async def group_create(request: web.Request) -> web.StreamResponse:
+    console = console_of(request)
+    form = await request.post()
+    name = str(form.get("name", "")).strip()
+
+    async def create() -> str:
+        consume_from, timestamp_ms = parse_consume_from(str(form.get("consume_from", "latest")) or "latest")
+        spec = GroupSpec(name, fifo=form.get("fifo") == "on", consume_from=consume_from,
+                         consume_from_timestamp_ms=timestamp_ms)  # fmt: skip
+        attempts = str(form.get("max_attempts", "")).strip()
+        if attempts:
+            if not attempts.isdigit():
+                raise ConfigError(f"max attempts must be a whole number, got {attempts[:32]!r}")
+            spec = dataclasses.replace(spec, max_delivery_attempts=int(attempts))
+        return (await groups.create_group(console.cluster, spec)).note
+
+    return await act(request, f"create group {name[:127]!r}", "/groups", create,
+                     done=f"/groups/{name}" if name else None)  # fmt: skip
+
+
+async def group_delete(request: web.Request) -> web.StreamResponse:
+    console = console_of(request)
+    name = request.match_info["name"]
+    form = await request.post()
+
+    async def delete() -> str:
+        if form.get("confirm") != name:
+            raise ConfigError(f"type the group's name ({name}) to confirm its deletion")
+        return (await groups.delete_group(console.cluster, name)).note
+
+    return await act(request, f"delete group {name}", f"/groups/{name}", delete, done="/groups")
+
+
+async def group_reset_offset(request: web.Request) -> web.StreamResponse:
+    console = console_of(request)
+    name = request.match_info["name"]
+    form = await request.post()
+    topic = str(form.get("topic", "")).strip()
+    to = str(form.get("to", "")).strip()
+    dry_run = form.get("dry_run") == "on"
+
+    async def reset() -> str:
+        if not topic:
+            raise ConfigError("choose the topic whose offsets to reset")
+        target = parse_reset_target(to)
+        if not dry_run and form.get("confirm") != "on":
+            raise ConfigError("tick 'confirm' to reset the offsets (or choose a dry run first)")
+        report = await offsets.reset_offsets(console.cluster, name, topic, target, dry_run=dry_run)
+        if dry_run:
+            session_of(request).preview = report.rows
+        return report.note
+
+    what = f"{'dry run of ' if dry_run else ''}reset offsets of group {name} on topic {topic[:127]!r} to {to[:64]!r}"
+    return await act(request, what, f"/groups/{name}", reset)
+
+
+def _take_preview(request: web.Request) -> list[dict[str, Any]]:
+    session = session_of(request)
+    rows, session.preview = session.preview, []
+    return rows
+
+
+async def _dead_letter_count(cluster: Cluster, group: str) -> int:
+    try:
+        return topic_point(await topics.describe_topic(cluster, dlq_topic(group))).backlog
+    except SluiceError:
+        return 0  # no dead-letter topic: nothing was ever dead-lettered
+
+
+def _per_topic(report: Report) -> list[dict[str, Any]]:
+    totals: dict[str, dict[str, Any]] = {}
+    for row in report.rows:
+        t = totals.setdefault(row["topic"], {"topic": row["topic"], "queues": 0, "lag": 0, "in_flight": 0})
+        t["queues"] += 1
+        t["lag"] += row["lag"]
+        t["in_flight"] += row["in_flight"]
+    return [totals[k] for k in sorted(totals)]

@@ -1,0 +1,362 @@
+"""The operator's console in a real headless Chromium, against a real merged Sluice (`sluice up`
+serves it on `--console-port`) with traffic from the official Python client.
+
+Every page renders (screenshots under the test's tmp_path); a stalled group's lag shows; a dead
+letter is found, resent from the page and consumed; every form refuses bad input with a message on
+the page and changes nothing; a POST without the CSRF token is refused; with `--auth on`, a user
+without admin rights cannot log in and an admin can. `sluice admin dlq list|resend` is checked
+against the same dead letters.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.support.browser import browser_or_skip
+from tests.e2e.support.clients import message, producer_and_consumer, receive_until, send_all
+from tests.e2e.support.cluster import SLUICE, START_TIMEOUT_S, AdminError, Cluster, start_merged
+from tests.helpers.procs import LOOPBACK, free_port, start_process
+
+WAIT_S = 30.0
+SHORT_INVISIBLE_S = 1
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    started = start_merged(tmp_path_factory.mktemp("console-merged"))
+    try:
+        yield started
+    finally:
+        problems = started.stop()
+        assert not problems, "cluster teardown:\n" + "\n".join(problems)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    with browser_or_skip(tmp_path_factory.mktemp("chromium-profile")) as context:
+        yield context
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    opened = browser.new_page()
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def visit(page: Any, url: str, status: int = 200) -> None:
+    response = page.goto(url)
+    assert response is not None and response.status == status, f"{url}: {response and response.status}"
+
+
+def flash(page: Any, kind: str) -> str:
+    text: str = page.locator(f".flash.{kind}").first.inner_text()
+    return text
+
+
+def wait_for(what: str, probe: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not probe():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
+        time.sleep(0.3)
+
+
+def test_every_page_renders_and_a_stalled_group_shows_its_lag(
+    merged: Cluster, page: Any, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
+    topic = merged.create_topic(unique("orders"))
+    group = merged.create_group(unique("billing"), consume_from="earliest")
+    with producer_and_consumer(merged.endpoints, topic, group) as (p, c):
+        ids = send_all(p, [message(topic, b'{"order": %d}' % i, tag="new", keys=[f"k{i}"]) for i in range(5)])
+        receive_until(c, lambda got: len(got) >= 2, max_messages=2)  # two acked, then the consumer stalls
+    shots = tmp_path / "screenshots"
+    console = merged.console
+
+    visit(page, f"{console}/cluster")
+    assert page.locator("#brokers").inner_text().count("broker-a") == 1
+    assert "ok" in page.locator("#brokers .health").first.inner_text()
+    page.screenshot(path=str(shots / "cluster.png"), full_page=True)
+
+    visit(page, f"{console}/topics?q={topic}")
+    assert topic in page.locator("#topics").inner_text()
+    page.screenshot(path=str(shots / "topics.png"), full_page=True)
+    page.locator("#topics a", has_text=topic).click()
+    assert page.locator("h1").inner_text() == f"Topic {topic}"
+    assert page.locator("#stored").inner_text() == "5"
+
+    visit(page, f"{console}/groups/{group}")
+    wait_for("the lag of the stalled group", lambda: _reload_text(page, "#lag") == "3")
+    page.screenshot(path=str(shots / "group.png"), full_page=True)
+    visit(page, f"{console}/groups?q={group}")
+    assert group in page.locator("#groups").inner_text()
+    page.screenshot(path=str(shots / "groups.png"), full_page=True)
+
+    visit(page, f"{console}/messages?topic={topic}&key=k3")
+    assert ids[3] in page.locator("#results").inner_text()
+    visit(page, f"{console}/messages?topic={topic}")  # by time: the last hour
+    assert all(i in page.locator("#results").inner_text() for i in ids)
+    page.locator("#results a", has_text=ids[0]).click()
+    assert '"order": 0' in page.locator("#body").inner_text()  # JSON, pretty-printed
+    assert "sent" in page.locator("#trace").inner_text()
+    page.screenshot(path=str(shots / "message.png"), full_page=True)
+
+    for path, name in (("/dlq", "dlq"), ("/access", "access")):
+        visit(page, console + path)
+        page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+    assert sorted(p.name for p in shots.iterdir()) == sorted(
+        f"{n}.png" for n in ("cluster", "topics", "groups", "group", "message", "dlq", "access")
+    )
+
+
+def _reload_text(page: Any, selector: str) -> str:
+    page.reload()
+    text: str = page.locator(selector).inner_text().strip()
+    return text
+
+
+def test_a_dead_letter_is_found_resent_and_consumed(merged: Cluster, page: Any, unique: Callable[[str], str]) -> None:
+    topic = merged.create_topic(unique("pay"))
+    group = merged.create_group(unique("payer"), max_attempts=1)
+    with producer_and_consumer(merged.endpoints, topic, group) as (p, c):
+        (poison,) = send_all(p, [message(topic, b"poison", tag="bad")])
+        receive_until(c, lambda got: len(got) >= 1, invisible_s=SHORT_INVISIBLE_S, ack=False)
+
+        def listed() -> list[dict[str, Any]]:
+            doc = merged.admin("dlq", "list", group)
+            return [d for d in doc["dead_letters"] if d["message_id"] == poison]
+
+        wait_for("the dead letter", lambda: bool(listed()))
+        (letter,) = listed()
+        assert (letter["origin_topic"], letter["attempts"]) == (topic, 1)
+
+        visit(page, f"{merged.console}/dlq/{group}")
+        row = page.locator("#dead-letters tr", has_text=poison)
+        assert topic in row.inner_text()
+        row.locator("input[name=id]").check()
+        page.locator("#resend button").click()  # the confirmation dialog is accepted
+        page.wait_for_url(f"**/dlq/{group}")
+        assert "1 dead letter(s) resent" in flash(page, "ok")
+
+        (again,) = receive_until(c, lambda got: len(got) >= 1)  # acked
+        assert again.body == b"poison" and again.message_id != poison
+        assert again.properties.get("SLUICE_RESENT_FROM") == poison
+
+
+def test_an_offset_reset_takes_effect_and_the_group_shows_its_clients(
+    merged: Cluster, page: Any, unique: Callable[[str], str]
+) -> None:
+    topic = merged.create_topic(unique("t"))
+    group = merged.create_group(unique("g"), consume_from="earliest")
+    with producer_and_consumer(merged.endpoints, topic, group) as (p, c):
+        send_all(p, [message(topic, b"old-%d" % i) for i in range(4)])
+        visit(page, f"{merged.console}/groups/{group}")
+        wait_for("the lag", lambda: _reload_text(page, "#lag") == "4")
+        wait_for("the consumer in the client list", lambda: c.client_id in _reload_text(page, "#clients"))
+
+        def reset(to: str, *, confirm: bool) -> None:
+            page.select_option("#reset [name=topic]", topic)
+            page.fill("#reset [name=to]", to)
+            page.set_checked("#reset [name=confirm]", confirm)
+            page.click("#reset button")
+            page.wait_for_url(f"**/groups/{group}")
+
+        reset("soon", confirm=True)
+        assert "use earliest, latest" in flash(page, "error")
+        reset("latest", confirm=False)
+        assert "tick 'confirm'" in flash(page, "error")
+        assert page.locator("#lag").inner_text() == "4"  # nothing changed
+        reset("latest", confirm=True)
+        assert "lag afterwards 0" in flash(page, "ok")
+        assert page.locator("#lag").inner_text() == "0"
+
+        send_all(p, [message(topic, b"new")])
+        got = receive_until(c, lambda got: len(got) >= 1)
+        assert [m.body for m in got] == [b"new"]
+
+
+def test_bad_input_in_every_form_changes_nothing(merged: Cluster, page: Any, unique: Callable[[str], str]) -> None:
+    console = merged.console
+    topics_before = {t["topic"] for t in merged.admin("topic", "list")}
+    groups_before = {g["group"] for g in merged.admin("group", "list")}
+    acl_before = merged.admin("acl", "list")
+
+    def submit(path: str, form: str, fields: dict[str, str], expected: str) -> None:
+        visit(page, console + path)
+        for name, value in fields.items():
+            page.locator(f"{form} [name={name}]").fill(value)
+        page.locator(f"{form} button").click()
+        page.wait_for_load_state()
+        assert expected in flash(page, "error"), page.content()
+
+    topics_form, groups_form = "form[action='/topics']", "form[action='/groups']"
+    page.goto(f"{console}/topics")
+    page.eval_on_selector(topics_form + " [name=name]", "e => e.removeAttribute('pattern')")  # the server must refuse
+    page.locator(topics_form + " [name=name]").fill("bad name!")
+    page.locator(topics_form + " button").click()
+    page.wait_for_load_state()
+    assert "ILLEGAL_TOPIC" in flash(page, "error")
+    submit("/topics", topics_form, {"name": unique("t"), "queues": "many"}, "queues must be a whole number")
+    submit("/topics", topics_form, {"name": unique("t"), "type": "sometimes"}, "sometimes")
+    submit("/groups", groups_form, {"name": "%weird"}, "ILLEGAL_CONSUMER_GROUP")
+    submit("/groups", groups_form, {"name": unique("g"), "max_attempts": "x"}, "max attempts must be a whole number")
+    submit("/groups", groups_form, {"name": unique("g"), "consume_from": "yesterday"}, "yesterday")
+    submit("/access", "#grant", {"access_key": "nobody", "resource": "queue:x", "actions": "PUB"}, "queue:x")
+    submit("/access", "#grant", {"access_key": "nobody", "resource": "*", "actions": "FLY"}, "FLY")
+    submit("/access", "#limit-set", {"name": "t", "messages_per_s": "-1"}, "must be 0 (no limit) or more")
+
+    visit(page, f"{console}/messages?topic={unique('gone')}", status=404)
+    assert "TOPIC_NOT_FOUND" in flash(page, "error")
+    topic = merged.create_topic(unique("t"))
+    visit(page, f"{console}/messages?topic={topic}&from=last+week", status=400)
+    assert "is not a time" in flash(page, "error")
+    visit(page, f"{console}/messages?topic={topic}&from=2024-01-02T00:00:00Z&to=2024-01-01T00:00:00Z", status=400)
+    assert "the time range is empty" in flash(page, "error")
+    visit(page, f"{console}/messages?topic={topic}&id=0000NOSUCHID", status=404)
+    assert "no message with id 0000NOSUCHID" in flash(page, "error")
+    visit(page, f"{console}/groups/{unique('nogroup')}", status=404)
+    assert "CONSUMER_GROUP_NOT_FOUND" in flash(page, "error")
+
+    # A dead letter id that does not exist: nothing is resent (the form posted as the page would).
+    group = merged.create_group(unique("g"))
+    visit(page, f"{console}/dlq/{group}")
+    status = _post_with_token(page, f"/dlq/{group}/resend", {"id": "01NOSUCHDEADLETTER"})
+    assert status == 200
+    assert "nothing was resent" in flash(page, "error")
+    # Deleting without typing the name to confirm.
+    visit(page, f"{console}/topics/{topic}")
+    page.locator("form.danger button").click()
+    page.wait_for_load_state()
+    assert "to confirm its deletion" in flash(page, "error")
+
+    assert {t["topic"] for t in merged.admin("topic", "list")} == topics_before | {topic}
+    assert {g["group"] for g in merged.admin("group", "list")} == groups_before | {group}
+    assert merged.admin("acl", "list") == acl_before
+
+
+def _post_with_token(page: Any, path: str, fields: dict[str, str], token: str | None = "page") -> int:
+    """POST a form from the page's own origin (with the page's CSRF token, another, or none); the status."""
+    script = """async ([path, fields, token]) => {
+        const body = new URLSearchParams(fields);
+        const mine = document.querySelector("input[name=csrf]");
+        if (token === "page" && mine) body.set("csrf", mine.value); else if (token) body.set("csrf", token);
+        const r = await fetch(path, {method: "POST", body, redirect: "follow"});
+        document.open(); document.write(await r.text()); document.close();
+        return r.status;
+    }"""
+    status: int = page.evaluate(script, [path, fields, token])
+    return status
+
+
+def test_a_post_without_the_csrf_token_is_refused(merged: Cluster, page: Any, unique: Callable[[str], str]) -> None:
+    name = unique("csrf")
+    visit(page, f"{merged.console}/topics")
+    assert _post_with_token(page, "/topics", {"name": name, "queues": "1"}, token=None) == 403
+    assert "CSRF" in flash(page, "error")
+    visit(page, f"{merged.console}/topics")
+    assert _post_with_token(page, "/topics", {"name": name, "queues": "1"}, token="forged") == 403
+    assert name not in {t["topic"] for t in merged.admin("topic", "list")}
+    # The same form with the page's token goes through.
+    visit(page, f"{merged.console}/topics")
+    assert _post_with_token(page, "/topics", {"name": name, "queues": "1"}) == 200
+    assert name in {t["topic"] for t in merged.admin("topic", "list")}
+
+
+def test_with_auth_only_an_admin_user_logs_in(tmp_path: Path, browser: Any) -> None:
+    cluster = start_merged(tmp_path / "auth", extra_args=["--auth", "on"])
+    try:
+        cluster.admin("user", "create", "ops", "--secret", "ops-secret")
+        cluster.admin("acl", "grant", "ops", "--resource", "*", "--actions", "ADMIN")
+        cluster.admin("user", "create", "app", "--secret", "app-secret")
+        cluster.admin("acl", "grant", "app", "--resource", "topic:orders", "--actions", "PUB,SUB")
+        page = browser.new_page()
+        try:
+            visit(page, f"{cluster.console}/topics")  # redirected to the login page
+            assert page.url.startswith(f"{cluster.console}/login")
+            for key, secret, refusal in (("app", "app-secret", "has no admin rights"),
+                                         ("ops", "wrong", "unknown user or wrong secret")):  # fmt: skip
+                page.fill("[name=access_key]", key)
+                page.fill("[name=secret]", secret)
+                page.click("form[action='/login'] button")
+                page.wait_for_load_state()
+                assert refusal in flash(page, "error")
+                assert page.url.startswith(f"{cluster.console}/login")
+            page.fill("[name=access_key]", "ops")
+            page.fill("[name=secret]", "ops-secret")
+            page.click("form[action='/login'] button")
+            page.wait_for_url(f"{cluster.console}/topics")
+            assert page.locator("h1").inner_text() == "Topics"
+        finally:
+            page.close()
+    finally:
+        problems = cluster.stop()
+        assert not problems, "cluster teardown:\n" + "\n".join(problems)
+
+
+def test_the_dlq_cli_lists_resends_all_and_refuses_unknown_ids(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """Both topologies: in the separated one the dead letters sit on whichever broker held each message."""
+    topic = cluster.create_topic(unique("t"))
+    group = cluster.create_group(unique("g"), max_attempts=1)
+    with producer_and_consumer(cluster.endpoints, topic, group) as (p, c):
+        ids = send_all(p, [message(topic, b"x%d" % i, keys=["dlq-key"]) for i in range(4)])
+        receive_until(c, lambda got: len(got) >= 4, invisible_s=SHORT_INVISIBLE_S, ack=False)
+        wait_for("the dead letters", lambda: len(cluster.admin("dlq", "list", group)["dead_letters"]) == 4)
+        listed = cluster.admin("message", "range", "--topic", topic, "--from", "0")
+        assert sorted(m["message_id"] for m in listed) == sorted(ids)
+
+        with pytest.raises(AdminError, match="nothing was resent"):
+            cluster.admin("dlq", "resend", group, "--id", ids[0], "--id", "01NOSUCH")
+        with pytest.raises(AdminError, match="ILLEGAL_TOPIC"):
+            cluster.admin("dlq", "resend", group, "--all", "--to", "%bad")
+        resent = cluster.admin("dlq", "resend", group, "--all")["resent"]
+        assert sorted(r["message_id"] for r in resent) == sorted(ids)
+        assert {r["topic"] for r in resent} == {topic}
+
+        again = receive_until(c, lambda got: len(got) >= 4)
+        assert sorted(m.properties.get("SLUICE_RESENT_FROM") for m in again) == sorted(ids)
+        assert sorted(m.message_id for m in again) == sorted(r["new_message_id"] for r in resent)
+
+
+def test_sluice_console_serves_any_cluster(cluster: Cluster, tmp_path: Path, unique: Callable[[str], str]) -> None:
+    """`sluice console --namesrv --navigation` as a process of its own, against both topologies,
+    read-only; its cluster page lists a proxy that joined the navigation server, with its zone."""
+    topic = cluster.create_topic(unique("t"))
+    group = cluster.create_group(unique("g"))
+    nav_port, nav_http, proxy_port, port = free_port(), free_port(), free_port(), free_port()
+    children = []
+    try:
+        for argv, listen, name in (
+            ([*SLUICE, "navigation", "--port", str(nav_port), "--http-port", str(nav_http)], nav_port, "navigation"),
+            ([*SLUICE, "proxy", "--port", str(proxy_port), "--namesrv", cluster.namesrv, "--navigation",
+              f"{LOOPBACK}:{nav_port}", "--zone", "zone-7", "--proxy-id", "proxy-seen"], proxy_port, "proxy"),
+            ([*SLUICE, "console", "--namesrv", cluster.namesrv, "--navigation", f"{LOOPBACK}:{nav_port}",
+              "--port", str(port), "--read-only"], port, "console"),
+        ):  # fmt: skip
+            children.append(start_process(argv, port=listen, log_path=tmp_path / f"{name}.log", name=name,
+                                        timeout_s=START_TIMEOUT_S))  # fmt: skip
+        base = f"http://{LOOPBACK}:{port}"
+        wait_for("the proxy on the cluster page", lambda: "zone-7" in _get(base + "/cluster"))
+        assert "proxy-seen" in _get(base + "/cluster")
+        for path, expected in ((f"/topics?q={topic}", topic), (f"/topics/{topic}", "Queues"),
+                               (f"/groups?q={group}", group), (f"/groups/{group}", "Per queue"),
+                               ("/dlq", "Dead letters"), ("/access", "Users")):  # fmt: skip
+            page = _get(base + path)
+            assert expected in page, path
+            assert "Create a topic" not in page and "Delete" not in page  # read-only: no forms
+    finally:
+        for child in reversed(children):
+            child.stop()
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        assert answer.status == 200, url
+        text: str = answer.read().decode()
+        return text

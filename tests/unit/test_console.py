@@ -1,0 +1,203 @@
+"""The console's own logic, without a cluster: the request guard (CSRF, read-only, login), sessions,
+admin rights, paging, charts, body rendering, plot history, and the dead-letter copy rules.
+
+The application is served for real (aiohttp's test server on loopback); its NameServer address
+points at a closed port, so a request that passes the guard fails to reach the cluster and shows
+that as a message. The browser tests (tests/e2e/test_console.py) cover the pages against a real cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from broker.client.api import StoredMessage
+from common.config import ConfigError
+from common.errors import MessageNotFound
+from common.model import MessageType
+from common.security import Action, Effect, Pattern, ResourceKind, Rule, SecurityDoc, User
+from deploy.admin import dlq
+from deploy.admin.cluster import Cluster
+from deploy.admin.parse import parse_time_ms
+from deploy.console.app import build_app
+from deploy.console.charts import line_chart
+from deploy.console.config import ConsoleConfig
+from deploy.console.history import GroupPoint, History, TopicPoint
+from deploy.console.pages_cluster import _safe_next
+from deploy.console.pages_messages import body_view
+from deploy.console.paging import paginate
+from deploy.console.sessions import Sessions, check_login, is_admin
+
+CLOSED = "127.0.0.1:1"  # nothing listens: calls to the cluster fail with UNAVAILABLE
+TOKEN = re.compile(r'name="csrf-token" content="([^"]+)"')
+
+
+def serve(config: ConsoleConfig, body: Callable[[TestClient[web.Request, web.Application]], Awaitable[None]]) -> None:
+    async def main() -> None:
+        cluster = Cluster(config.namesrv, timeout_s=0.5)
+        async with TestClient(TestServer(build_app(config, cluster))) as client:
+            await body(client)
+        await cluster.close()
+
+    asyncio.run(main())
+
+
+async def token_of(client: TestClient[web.Request, web.Application], path: str) -> str:
+    page = await client.get(path)
+    found = TOKEN.search(await page.text())
+    assert found, "no CSRF field on " + path
+    return found.group(1)
+
+
+def test_a_post_without_or_with_a_wrong_csrf_token_is_refused_and_with_it_reaches_the_action() -> None:
+    async def body(client: TestClient[web.Request, web.Application]) -> None:
+        token = await token_of(client, "/nowhere")  # every page, even a 404, carries the token
+        for sent in ({}, {"csrf": "forged"}):
+            answer = await client.post("/topics", data={"name": "t", **sent})
+            assert answer.status == 403
+            assert "CSRF" in await answer.text()
+        answer = await client.post("/topics", data={"name": "t", "queues": "1", "csrf": token})
+        assert answer.history[0].status == 303  # back to /topics, which shows the outcome (and fails itself)
+        assert "create topic &#39;t&#39;: HA_NOT_AVAILABLE: cannot reach any NameServer" in await answer.text()
+
+    serve(ConsoleConfig(namesrv=CLOSED), body)
+
+
+def test_read_only_refuses_every_change() -> None:
+    async def body(client: TestClient[web.Request, web.Application]) -> None:
+        token = await token_of(client, "/nowhere")
+        for path in ("/topics", "/groups/g/delete", "/dlq/g/resend", "/access/users", "/groups/g/reset-offset"):
+            answer = await client.post(path, data={"csrf": token, "name": "t"})
+            assert answer.status == 403, path
+            assert "read-only" in await answer.text()
+
+    serve(ConsoleConfig(namesrv=CLOSED, read_only=True), body)
+
+
+def test_with_auth_every_page_but_login_needs_a_login() -> None:
+    async def body(client: TestClient[web.Request, web.Application]) -> None:
+        answer = await client.get("/topics?q=x", allow_redirects=False)
+        assert answer.status == 303 and answer.headers["Location"] == "/login?next=/topics?q=x"
+        login = await client.get("/login")
+        assert login.status == 200 and 'name="secret"' in await login.text()
+        answer = await client.post("/topics", data={"csrf": await token_of(client, "/login")})
+        assert answer.status == 401
+        assert (await client.get("/static/console.css")).status == 200
+
+    serve(ConsoleConfig(namesrv=CLOSED, auth="on"), body)
+
+
+def test_a_login_may_only_send_back_to_a_page_of_the_console() -> None:
+    assert _safe_next("/groups/g?page=2") == "/groups/g?page=2"
+    for outside in ("//evil.example/", "https://evil.example/", "/\\evil", ""):
+        assert _safe_next(outside) == ""
+
+
+def test_sessions_expire_renew_and_are_bounded() -> None:
+    now = [0.0]
+    sessions = Sessions(idle_s=10, max_sessions=2, clock=lambda: now[0])
+    first = sessions.new()
+    assert sessions.get(first.session_id) is first
+    renewed = sessions.renew(first, "ops")
+    assert renewed.user == "ops" and renewed.session_id != first.session_id and renewed.csrf != first.csrf
+    assert sessions.get(first.session_id) is None
+    sessions.new()
+    sessions.new()  # the third pushes out the least recently used one
+    assert sessions.get(renewed.session_id) is None
+    later = sessions.new()
+    now[0] = 11
+    assert sessions.get(later.session_id) is None
+
+
+def _rule(key: str, pattern: Pattern, actions: frozenset[Action], effect: Effect = Effect.ALLOW) -> Rule:
+    return Rule(key, "", pattern, actions, effect)
+
+
+def test_only_a_user_with_admin_on_everything_may_log_in() -> None:
+    everything = Pattern(ResourceKind.ANY, "", True)
+    doc = SecurityDoc(
+        users=(User("ops", "s1"), User("app", "s2"), User("denied", "s3")),
+        rules=(
+            _rule("ops", everything, frozenset({Action.ADMIN})),
+            _rule("app", Pattern(ResourceKind.TOPIC, "orders"), frozenset({Action.ADMIN})),
+            _rule("denied", everything, frozenset({Action.ADMIN})),
+            _rule("denied", everything, frozenset({Action.PUB}), Effect.DENY),
+        ),
+    )
+    assert check_login(doc, "ops", "s1") == ""
+    assert check_login(doc, "ops", "wrong") == check_login(doc, "nobody", "s1") == "unknown user or wrong secret"
+    assert "no admin rights" in check_login(doc, "app", "s2")
+    assert not is_admin(doc, "denied")
+
+
+def test_paging_filters_and_clamps_the_page_number() -> None:
+    from aiohttp.test_utils import make_mocked_request
+
+    names = [f"topic-{i:04d}" for i in range(1000)]
+    page = paginate(make_mocked_request("GET", "/topics?page=3"), names, str, 50)
+    assert (page.number, page.pages, page.first, page.last, page.items[0]) == (3, 20, 101, 150, "topic-0100")
+    page = paginate(make_mocked_request("GET", "/topics?page=999&q=-09"), names, str, 50)
+    assert (page.number, page.total, page.items[-1]) == (2, 100, "topic-0999")
+    page = paginate(make_mocked_request("GET", "/topics?page=-1"), names, str, 50)
+    assert page.number == 1
+
+
+def test_charts_draw_a_line_or_say_they_are_collecting() -> None:
+    assert "collecting" in line_chart([(1.0, 2.0)], title="lag")
+    svg = line_chart([(0.0, 0.0), (10.0, 5.0), (20.0, 2.5)], title="lag <b>", unit="/s")
+    assert "<polyline" in svg and "lag &lt;b&gt;" in svg and "<b>2.50/s</b> now" in svg
+
+
+def test_a_body_shows_as_json_text_or_hex() -> None:
+    assert body_view(b'{"a":[1,2]}') == {"kind": "json", "text": '{\n  "a": [\n    1,\n    2\n  ]\n}'}
+    assert body_view("héllo".encode()) == {"kind": "text", "text": "héllo"}
+    view = body_view(bytes(range(250, 256)) + b"AB")
+    assert view["kind"] == "hex" and view["text"].startswith("00000000  fa fb fc fd fe ff 41 42")
+    assert body_view(b"")["kind"] == "empty"
+
+
+def test_history_gives_rates_between_points_and_forgets_the_least_recently_viewed() -> None:
+    now = [1000.0]
+    history = History(history_s=3600, interval_s=10, watched_max=2, clock=lambda: now[0])
+    history.record_topic("t", TopicPoint(stored=100, backlog=100))
+    assert history.last_rate_in("t") is None
+    now[0] += 10
+    history.record_topic("t", TopicPoint(stored=150, backlog=150))
+    assert history.topic_rate_in("t") == [(1010.0, 5.0)]
+    history.record_group("g", GroupPoint(consumed=0, lag=7, in_flight=1))
+    assert history.group_lag("g") == [(1010.0, 7.0)]
+    history.record_group("h", GroupPoint(consumed=0, lag=0, in_flight=0))  # a third: "t" is dropped
+    assert history.topic_rate_in("t") == []
+
+
+def test_times_parse_as_epoch_ms_or_iso() -> None:
+    assert parse_time_ms("1700000000000", "from") == 1_700_000_000_000
+    assert parse_time_ms("2024-01-01T00:00:00Z", "from") == parse_time_ms("2024-01-01T00:00:00", "from")
+    with pytest.raises(ConfigError, match="from 'yesterday' is not a time"):
+        parse_time_ms("yesterday", "from")
+
+
+def _stored(message_type: MessageType, group: str | None = None) -> StoredMessage:
+    return StoredMessage(
+        topic="%DLQ%g", queue_id=0, queue_offset=3, body=b"x", message_id="01OLD", message_type=message_type,
+        tag="t", keys=("k",), message_group=group, properties={"p": "1"},
+        system_properties={"DLQ_ORIGIN_TOPIC": "orders"}, born_timestamp_ms=1, born_host="h",
+        store_timestamp_ms=2, store_host="s", delivery_timestamp_ms=0, delivery_attempt=1,
+    )  # fmt: skip
+
+
+def test_a_resent_dead_letter_is_a_new_message_naming_the_original() -> None:
+    fifo = dlq._copy_of(_stored(MessageType.FIFO, "m1"))
+    assert (fifo.message_type, fifo.message_group, fifo.tag, fifo.keys) == (MessageType.FIFO, "m1", "t", ("k",))
+    assert fifo.properties == {"p": "1", dlq.RESENT_FROM_PROPERTY: "01OLD"} and fifo.message_id != "01OLD"
+    delayed = dlq._copy_of(_stored(MessageType.DELAY))
+    assert (delayed.message_type, delayed.delivery_timestamp_ms) == (MessageType.NORMAL, 0)
+    letters = [dlq.DeadLetter("broker-a", _stored(MessageType.NORMAL))]
+    with pytest.raises(MessageNotFound, match="01NOPE; nothing was resent"):
+        dlq._choose(letters, ["01OLD", "01NOPE"], "g")
+    assert dlq._choose(letters, ["01OLD", "01OLD"], "g") == letters
