@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from broker import receipt
+from broker import priority, receipt
 from broker.api import AckResult, GroupInfo, GroupQueueStatus, PopRequest, StoredMessage, TopicSpec
 from broker.config import PopConfig
 from broker.filter import MessageFilter, TagFilter
@@ -137,6 +137,8 @@ class PopEngine:
                 await self._hub.wait(snapshot, remaining)
 
     def _queues(self, req: PopRequest, topic: TopicSpec) -> list[int]:
+        if MessageType.PRIORITY in topic.message_types:
+            return priority.pop_queues(topic)  # every level of this broker, most urgent first
         if req.queue_id is not None:
             return [req.queue_id]
         start = next(self._rotation) % topic.queue_count

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
 
+from broker import priority
 from broker.api import (
     SYSPROP_PRODUCER_CLIENT_ID,
     AckResult,
@@ -27,6 +28,9 @@ from broker.api import (
     GroupInfo,
     GroupSpec,
     GroupStatus,
+    LiteRemoval,
+    LiteSync,
+    LiteTopicList,
     OffsetPolicy,
     OutgoingMessage,
     PopRequest,
@@ -49,11 +53,15 @@ from broker.api import (
 from broker.config import BrokerConfig
 from broker.consumer import PopEngine
 from broker.filter import FilterKind, MessageFilter, compile_filter
+from broker.lite.keys import LITE_CFS
+from broker.lite.service import LiteService, check_lite_spec, is_lite
+from broker.lite.state import LiteState
 from broker.longpoll import LongPollHub, topic_key
 from broker.messages import plainly_valid, records_of, to_record, to_stored, validate_message, validate_queue
 from broker.metadata import METADATA_CFS, Metadata, validate_group_spec
 from broker.metrics import broker_samples
 from broker.popstate import POP_CFS, PopState
+from broker.priority import check_priority_spec, is_priority
 from broker.security_store import SECURITY_CFS, SecurityStore
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
@@ -69,6 +77,7 @@ from broker.transaction.service import TransactionService
 from common import metrics
 from common.errors import (
     BadRequest,
+    ClientIdRequired,
     Forbidden,
     MessageTypeConflict,
     OffsetNotFound,
@@ -80,6 +89,7 @@ from common.logs import kv
 from common.model import (
     ALL_MESSAGE_TYPES,
     DLQ_PREFIX,
+    EXCLUSIVE_TYPES,
     MessageType,
     TopicInfo,
     dlq_topic,
@@ -103,6 +113,7 @@ class _Parts:
     trace: TraceRecorder
     tiering: BrokerTiering | None
     timers: TimerService
+    lite: LiteService
 
 
 class LocalBroker:
@@ -134,7 +145,7 @@ class LocalBroker:
             lambda: MessageStore(
                 cfg.data_dir,
                 cfg.store,
-                extra_cfs=METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_CFS + TIMER_CFS,
+                extra_cfs=METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_CFS + TIMER_CFS + LITE_CFS,
             ),
         )
         store = self._store
@@ -167,7 +178,15 @@ class LocalBroker:
         timers = TimerService(cfg.name, store, cfg.timer, lambda topic: topic in metadata.topics)
         store.retention_pins.append(timers.min_position)
         transactions = TransactionService(cfg.name, store, cfg.transaction, cfg.advertised_address)
-        self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers)
+        lite = LiteService(store=store, state=LiteState(store.index, cfg.lite.cache_size), pop_state=pop_state,
+                           engine=engine, hub=self.hub, trace=trace, config=cfg.lite, limits=cfg.limits,
+                           host=cfg.advertised_address)  # fmt: skip
+
+        def lite_dispatched(touched: set[tuple[str, int]]) -> None:
+            loop.call_soon_threadsafe(lite.on_dispatch, list(touched))
+
+        store.add_dispatch_listener(lite_dispatched)
+        self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers, lite)
         await transactions.start()
         self._security = SecurityStore(store.index)
         self._tasks = [
@@ -180,6 +199,7 @@ class LocalBroker:
                 name="transaction-sweep",
             ),
             asyncio.create_task(timers.run(self._stop), name="timer-scheduler"),
+            asyncio.create_task(lite.run_sweeper(self._stop, metadata.topics), name="lite-sweeper"),
         ]
         self._trace_task = asyncio.create_task(trace.run(self._stop), name="trace-writer")
         self._unregister_metrics = metrics.register_source(lambda: broker_samples(self))
@@ -249,6 +269,10 @@ class LocalBroker:
     def timers(self) -> TimerService:
         return self._running().timers
 
+    @property
+    def lite(self) -> LiteService:
+        return self._running().lite
+
     async def _every(self, interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
         """Run `step` every `interval_s` until the broker stops (the step logs its own failures)."""
         while not self._stop.is_set():
@@ -308,6 +332,10 @@ class LocalBroker:
             )
         if not spec.message_types:
             raise BadRequest("a topic must accept at least one message type")
+        if is_lite(spec):
+            check_lite_spec(spec)
+        elif is_priority(spec):
+            check_priority_spec(spec)
 
     async def create_topic(self, spec: TopicSpec) -> TopicSpec:
         """Create a topic, or update it when it exists (idempotent for the same spec).
@@ -337,7 +365,10 @@ class LocalBroker:
         return await self.create_topic(spec)
 
     async def delete_topic(self, name: str) -> None:
+        spec = self.metadata.topic(name)
         self.metadata.delete_topic(name)
+        if is_lite(spec):
+            self.lite.drop_topic(name)
         log.info("topic deleted", extra=kv(topic=name))
         await self._topics_changed()
 
@@ -350,20 +381,20 @@ class LocalBroker:
     async def topic_status(self, name: str) -> TopicStatus:
         spec = self.metadata.topic(name)
         queues = []
-        for q in range(spec.queue_count):
+        for q in priority.pop_queues(spec) if is_priority(spec) else range(spec.queue_count):
             low, high = self.store.queue_bounds(name, q)
             queues.append(QueueStatus(q, self._floor(name, q, low), high))
         return TopicStatus(spec, tuple(queues), half_messages=self.transactions.backlog(name),
                            pending_timers=self.timers.pending_count(name))  # fmt: skip
 
-    async def ensure_topic(self, name: str) -> TopicSpec:
-        """The topic; on first use it is created (accepting every message type) when this broker
-        auto-creates, else TopicNotFound. `create_topic` validates the name."""
+    async def ensure_topic(self, name: str, first: MessageType = MessageType.NORMAL) -> TopicSpec:
+        """The topic; on first use it is created when this broker auto-creates, else TopicNotFound:
+        a LITE or PRIORITY topic when the first message (of type `first`) is one, else a topic
+        accepting every other type. `create_topic` validates the name."""
         spec = self.metadata.topics.get(name)
         if spec is None and self.config.auto_create:
-            spec = await self.create_topic(
-                TopicSpec(name, self.config.auto_create_queue_count, frozenset(ALL_MESSAGE_TYPES))
-            )
+            types = frozenset({first}) if first in EXCLUSIVE_TYPES else frozenset(ALL_MESSAGE_TYPES)
+            spec = await self.create_topic(TopicSpec(name, self.config.auto_create_queue_count, types))
         return spec if spec is not None else self.metadata.topic(name)
 
     # -- groups ----------------------------------------------------------------------------------
@@ -402,13 +433,19 @@ class LocalBroker:
     # -- produce ---------------------------------------------------------------------------------
 
     async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
-        spec = await self.ensure_topic(topic)
+        spec = await self.ensure_topic(topic, messages[0].message_type if messages else MessageType.NORMAL)
         if not spec.permission.writable:
             raise Forbidden(f"topic {topic} is not writable on broker {self.name}")
         if not messages:
             raise BadRequest("no messages to send")
         if len(messages) > self.config.limits.max_batch_messages:
             raise BadRequest(f"{len(messages)} messages in one send; at most {self.config.limits.max_batch_messages}")
+        if spec.message_types & EXCLUSIVE_TYPES:  # lite topics and priority levels have queues of their own
+            validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
+            clients = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
+            if is_lite(spec):
+                return await self.lite.send(spec, messages, clients)
+            return await self._send_priority(spec, messages, clients)
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
         validate_queue(info, queue_id)
         host = self.config.advertised_address
@@ -450,6 +487,21 @@ class LocalBroker:
                        recall_handle=next(handles) if m.message_type is MessageType.DELAY else "")
             for m, r in zip(messages, results, strict=True)
         ]  # fmt: skip
+
+    async def _send_priority(self, spec: TopicSpec, messages: list[OutgoingMessage],
+                             clients: list[str]) -> list[SendResult]:  # fmt: skip
+        info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
+        host = self.config.advertised_address
+        records = []
+        for msg in messages:
+            validate_message(msg, info, self.config.limits)
+            records.append(to_record(spec.name, priority.level_queue(priority.priority_of(msg, spec)), msg, host))
+        results = await self.store.append(records)
+        out = []
+        for msg, rec, r, client in zip(messages, records, results, clients, strict=True):
+            self.trace.sent(spec.name, rec.queue_id, r.queue_offset, r.queue_offset + 1, client, msg.born_host)
+            out.append(SendResult(msg.message_id, rec.queue_id, r.queue_offset))
+        return out
 
     def _sent_plain(self, topic: str, queue_id: int, messages: list[OutgoingMessage],
                     results: Sequence[AppendResult], client: str) -> list[SendResult]:  # fmt: skip
@@ -504,11 +556,18 @@ class LocalBroker:
         if request.queue_id is not None:
             validate_queue(TopicInfo(topic.name, topic.queue_count), request.queue_id)
         filt = self._filter(request.filter)
+        if is_lite(topic) or request.lite_client:
+            check_lite_consumer(topic, request.lite_client)
+            return await self.lite.pop(request, group, topic, filt)
         return await self.engine.pop(request, group, topic, filt)
 
     async def ack(self, group: str, topic: str, receipt_handles: list[str]) -> list[AckResult]:
         self.metadata.group(group)
-        return self.engine.ack(group, topic, receipt_handles)
+        results = self.engine.ack(group, topic, receipt_handles)
+        spec = self.metadata.topics.get(topic)
+        if spec is not None and is_lite(spec):
+            self.lite.after_ack(group)
+        return results
 
     async def change_invisible_duration(self, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
         self.metadata.group(group)
@@ -717,6 +776,42 @@ class LocalBroker:
         if MessageType.DELAY not in spec.message_types:
             raise MessageTypeConflict(f"topic {topic} does not accept DELAY messages, so it has none to recall")
         return await self.timers.recall(topic, recall_handle)
+
+    # -- lite topics (docs/lite-topics.md) --------------------------------------------------------
+
+    def _lite_topic(self, name: str) -> TopicSpec:
+        spec = self.metadata.topic(name)
+        if not is_lite(spec):
+            types = ", ".join(sorted(t.name for t in spec.message_types))
+            raise BadRequest(f"topic {name} is not a LITE topic (it accepts {types}): lite consumers bind to a topic "
+                             "created with --type lite")  # fmt: skip
+        return spec
+
+    async def sync_lite_subscription(self, sync: LiteSync) -> None:
+        validate_group_name(sync.group)
+        if not sync.client_id:
+            raise ClientIdRequired("a lite subscription belongs to a client: the request carries no client id")
+        spec = self._lite_topic(sync.topic)
+        await self.get_group(sync.group, auto_create=True)
+        self.lite.sync(spec, sync)
+
+    async def list_lite_topics(self, topic: str, group: str = "", limit: int = 100) -> LiteTopicList:
+        spec = self._lite_topic(topic)
+        if group:
+            self.metadata.group(group)
+        return self.lite.list(spec, group, limit)
+
+    async def claim_lite_removals(self, client_ids: list[str]) -> list[LiteRemoval]:
+        return self.lite.claim_removals(client_ids)
+
+
+def check_lite_consumer(topic: TopicSpec, client_id: str) -> None:
+    if not is_lite(topic):
+        raise BadRequest(f"topic {topic.name} is not a LITE topic: lite consumers bind to a topic created with "
+                         "--type lite")  # fmt: skip
+    if not client_id:
+        raise BadRequest(f"topic {topic.name} is a LITE topic: consume it with a lite consumer "
+                         "(LiteSimpleConsumer, LitePushConsumer)")  # fmt: skip
 
 
 def _lookup_trace(trace: TraceRecorder, store: MessageStore, message_id: str) -> list[TraceEvent]:

@@ -32,6 +32,9 @@ from broker.api import (
     GroupInfo,
     GroupSpec,
     GroupStatus,
+    LiteRemoval,
+    LiteSync,
+    LiteTopicList,
     OffsetPolicy,
     OutgoingMessage,
     PopRequest,
@@ -564,6 +567,21 @@ class RemoteBroker:
             request = pb.RecallRequest(topic=topic, recall_handle=recall_handle)
         response = await self._call(self._stub.Recall, request)
         return str(response.message_id)
+
+    # -- lite topics ----------------------------------------------------------------------------
+
+    async def sync_lite_subscription(self, sync: LiteSync) -> None:
+        with _encoding("sync lite subscription"):
+            request = convert.lite_sync_to_pb(sync)
+        await self._call(self._stub.SyncLiteSubscription, request)
+
+    async def list_lite_topics(self, topic: str, group: str = "", limit: int = 100) -> LiteTopicList:
+        request = pb.ListLiteTopicsRequest(topic=topic, group=group, limit=limit)
+        return convert.lite_list_from_pb(await self._call(self._stub.ListLiteTopics, request))
+
+    async def claim_lite_removals(self, client_ids: list[str]) -> list[LiteRemoval]:
+        request = pb.ClaimLiteRemovalsRequest(client_ids=client_ids)
+        return convert.lite_removals_from_pb(await self._call(self._stub.ClaimLiteRemovals, request))
 
     # -- internals ------------------------------------------------------------------------------
 

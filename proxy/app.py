@@ -16,6 +16,7 @@ from proxy.core.auth import AccessControl, AuthSettings
 from proxy.core.checkback import CheckBackRegistry, OrphanChecker
 from proxy.core.consumer import ConsumerService
 from proxy.core.limits import FlowControl
+from proxy.core.lite import LiteRouter
 from proxy.core.producer import ProducerService
 from proxy.core.renewer import AutoRenewer
 from proxy.core.sessions import SessionRegistry
@@ -35,6 +36,8 @@ class ProxyApp:
         self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self._client_gone)
         self.producer = ProducerService(directory)
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
+        self.lite = LiteRouter(directory, config.settings.lite_subscription_quota, config.settings.lite_removal_poll_ms)
+        self.consumer.lite = self.lite
         self._touched_groups: set[str] = set()
         self.in_flight = 0
         self.fleet = Fleet(config, self._load)
@@ -79,6 +82,7 @@ class ProxyApp:
         orphans = asyncio.create_task(self.orphans.run(stop), name="transaction-check-back")
         unregister = metrics.register_source(self.metric_samples)
         policy = asyncio.create_task(self.policy.run(stop), name="security-policy")
+        lite = asyncio.create_task(self.lite.run(stop), name="lite-removals")
         try:
             while not stop.is_set():
                 self.sessions.sweep()
@@ -90,6 +94,7 @@ class ProxyApp:
             await announce
             await orphans
             await policy
+            await lite
             await self.fleet.close()
 
     def _security_stores(self) -> list[object]:

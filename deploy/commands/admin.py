@@ -3,6 +3,8 @@
     sluice admin [--namesrv HOST:PORT[;HOST:PORT]] [--json] [--timeout-s S] AREA ACTION ...
 
     topic create NAME --type normal|fifo|delay|transaction|mixed|a,b --queues N [--brokers a,b]
+    topic create NAME --type lite [--lite-expiration 10m] [--max-lite-topics N] | --type priority [--max-priority 9]
+    lite list BIND_TOPIC [--group G] [--limit N]
     topic list | topic describe NAME | topic delete NAME
     group create NAME [--fifo] [--max-attempts N] [--retry-policy P] [--consume-from C]
     group list | group describe NAME | group delete NAME
@@ -39,7 +41,13 @@ from common.security import Effect, Limit, LimitScope, parse_actions, parse_patt
 from deploy.admin import groups, messages, security, tier, topics, trace
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
 from deploy.admin.output import Report, render_json, render_table
-from deploy.admin.parse import parse_consume_from, parse_message_types, parse_names, parse_retry_policy
+from deploy.admin.parse import (
+    parse_consume_from,
+    parse_duration_s,
+    parse_message_types,
+    parse_names,
+    parse_retry_policy,
+)
 from proxy import names
 
 NAME = "admin"
@@ -64,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_group(areas.add_parser("group", help="create, list, describe and delete consumer groups"), shared)
     _add_message(areas.add_parser("message", help="look messages up by id or key"), shared)
     _add_broker(areas.add_parser("broker", help="list the registered brokers"), shared)
+    _add_lite(areas.add_parser("lite", help="lite topics of a LITE bind topic: list"), shared)
     _add_tier(areas.add_parser("tier", help="tiered storage: status, upload now, evict local copies"), shared)
     _add_user(areas.add_parser("user", help="create, delete and list users (access key and secret)"), shared)
     _add_acl(areas.add_parser("acl", help="grant, revoke and list access rules of users"), shared)
@@ -88,7 +97,7 @@ async def _execute(args: argparse.Namespace) -> Report:
     if args.namespace:
         validate_namespace(args.namespace)
         for attr in ("name", "topic"):  # resources of topic, group and message commands
-            if args.area in ("topic", "group", "message") and isinstance(getattr(args, attr, None), str):
+            if args.area in ("topic", "group", "message", "lite") and isinstance(getattr(args, attr, None), str):
                 setattr(args, attr, names.wrap(args.namespace, getattr(args, attr)))
     async with Cluster(args.namesrv, timeout_s=args.timeout_s, route_wait_s=DEFAULT_ROUTE_WAIT_S) as cluster:
         action: Action = args.run_action
@@ -144,8 +153,13 @@ def _add_topic(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser)
         "--type",
         default="normal",
         metavar="TYPE",
-        help="normal, fifo, delay, transaction, mixed (all four) or a comma list such as normal,delay",
+        help="normal, fifo, delay, transaction, mixed (all four), a comma list such as normal,delay; or lite, "
+        "priority (alone)",
     )
+    create.add_argument("--max-priority", type=int, metavar="N", help="priority topics: priorities 0..N (default 9)")
+    create.add_argument("--lite-expiration", metavar="D", help="lite topics: removed after D without a message "
+                        "(e.g. 30s, 10m; default 10m)")  # fmt: skip
+    create.add_argument("--max-lite-topics", type=int, metavar="N", help="lite topics per broker (default: its limit)")
     create.add_argument("--queues", type=int, default=DEFAULT_QUEUES, metavar="N", help="queues in all (default 8)")
     create.add_argument("--brokers", metavar="A,B", help="brokers to hold the queues (default: every registered one)")
     _leaf(actions, "list", shared, _topic_list, "list topics with their brokers and queue counts")
@@ -153,6 +167,14 @@ def _add_topic(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser)
     describe.add_argument("name", metavar="NAME")
     delete = _leaf(actions, "delete", shared, _topic_delete, "delete a topic from every broker holding it")
     delete.add_argument("name", metavar="NAME")
+
+
+def _add_lite(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    lst = _leaf(actions, "list", shared, _lite_list, "lite topics of a bind topic: backlog, last write, subscribers")
+    lst.add_argument("topic", metavar="BIND_TOPIC")
+    lst.add_argument("--group", default="", metavar="G", help="backlog as seen by consumer group G")
+    lst.add_argument("--limit", type=int, default=100, metavar="N", help="at most N, largest backlog first")
 
 
 def _add_group(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
@@ -208,7 +230,20 @@ def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser
 
 async def _topic_create(cluster: Cluster, args: argparse.Namespace) -> Report:
     brokers = parse_names(args.brokers) if args.brokers is not None else None
-    return await topics.create_topic(cluster, args.name, parse_message_types(args.type), args.queues, brokers)
+    attributes: dict[str, int] = {}
+    if args.max_priority is not None:
+        attributes["max_priority"] = args.max_priority
+    if args.lite_expiration is not None:
+        attributes["lite_expiration_s"] = parse_duration_s(args.lite_expiration, "--lite-expiration")
+    if args.max_lite_topics is not None:
+        attributes["max_lite_topics"] = args.max_lite_topics
+    return await topics.create_topic(cluster, args.name, parse_message_types(args.type), args.queues, brokers,
+                                     attributes)  # fmt: skip
+
+
+async def _lite_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    group = names.wrap(args.namespace, args.group) if args.namespace and args.group else args.group
+    return await topics.list_lite_topics(cluster, args.topic, group, args.limit)
 
 
 async def _topic_list(cluster: Cluster, args: argparse.Namespace) -> Report:

@@ -28,7 +28,7 @@ from proto.apache.rocketmq.v2 import service_pb2_grpc
 from proxy import names
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
-from proxy.grpc import consume, guard, produce, route, telemetry, transaction
+from proxy.grpc import consume, guard, lite, produce, route, telemetry, transaction
 from proxy.grpc.status import OK, code_name, request_context, status, status_of
 
 log = logging.getLogger("sluice.proxy.rpc")
@@ -174,7 +174,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         return await self._unary("RecallMessage", spb.RecallMessageResponse, produce.recall_message, request, context)
 
     async def SyncLiteSubscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return spb.SyncLiteSubscriptionResponse(status=status(Code.UNSUPPORTED, "lite topics are not supported"))
+        return await self._unary("SyncLiteSubscription", spb.SyncLiteSubscriptionResponse, lite.sync_lite_subscription,
+                                 request, context)  # fmt: skip
 
 
 def _answered(rpc: str, code: str, seconds: float) -> None:

@@ -20,7 +20,7 @@ from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy import names
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
-from proxy.grpc import transaction
+from proxy.grpc import lite, transaction
 from proxy.grpc.settings import settings_reply
 
 log = logging.getLogger("sluice.proxy.telemetry")
@@ -74,6 +74,9 @@ async def telemetry(
                 except SluiceError as exc:
                     log.warning("settings not applied", extra=kv(client_id=ctx.client_id, error=exc.message))
                     continue
+                if cmd.settings.client_type in lite.LITE_CLIENT_TYPES:  # its stream carries removal notices
+                    app.lite.register(stream_id, ctx.client_id, lite.removal_notify(out, MAX_QUEUED_COMMANDS,
+                                                                                    ctx.namespace))  # fmt: skip
                 if cmd.settings.client_type == pb.PRODUCER:  # its stream can carry transaction check-backs
                     app.checkbacks.register(stream_id, ctx.client_id, transaction.producer_topics(ctx, cmd.settings),
                                             deliver)  # fmt: skip
@@ -93,4 +96,5 @@ async def telemetry(
     finally:
         reader.cancel()
         app.checkbacks.unregister(stream_id)
+        app.lite.unregister(stream_id)
         app.sessions.stream_closed(ctx.client_id)
