@@ -49,11 +49,27 @@ async def sync_lite_subscription(
     if action is None:
         raise BadRequest(f"unknown lite subscription action {request.action}")
     limit = app.config.settings.max_lite_topic_chars
-    lite_topics = tuple(dict.fromkeys(validate_lite_topic_name(n, limit) for n in request.lite_topic_set))
+    wanted = list(request.lite_topic_set)
+    if python_split_name(ctx, action, wanted):
+        wanted = ["".join(wanted)]
+    lite_topics = tuple(dict.fromkeys(validate_lite_topic_name(n, limit) for n in wanted))
     offset = offset_option(request.offset_option) if request.HasField("offset_option") else None
     version = request.version if request.HasField("version") else 0
     await app.lite.sync(LiteSync(group, topic, ctx.client_id, action, lite_topics, version, offset))
     return spb.SyncLiteSubscriptionResponse(status=OK)
+
+
+def python_split_name(ctx: RequestContext, action: LiteAction, names: list[str]) -> bool:
+    """The Python client (5.1.2) builds a subscribe_lite request with `lite_topic_set.extend(name)`,
+    which sends the name's characters one by one, in order. Its API subscribes one lite topic per
+    PARTIAL_ADD (several names only travel in its COMPLETE_ADD resync), so a PARTIAL_ADD of several
+    one-character names from it is one name split up: the proxy joins it again."""
+    return (
+        action is LiteAction.PARTIAL_ADD
+        and ctx.language.upper() == "PYTHON"
+        and len(names) > 1
+        and all(len(n) == 1 for n in names)
+    )
 
 
 def removal_notify(out: asyncio.Queue[spb.TelemetryCommand | None], max_queued: int, namespace: str) -> Notify:
