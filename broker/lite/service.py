@@ -123,21 +123,33 @@ class LiteService:
     def _granule_ms(self, spec: TopicSpec) -> int:
         return max(100, min(60_000, self._expiration_ms(spec) // 10))
 
-    def resolve(self, spec: TopicSpec, topic_id: int, name: str, now: int, *, write: bool) -> LiteRecord:
-        """The lite topic `name` of a bind topic, created if new (LITE_TOPIC_QUOTA_EXCEEDED beyond
-        the quota); a write moves its expiry (once per granule)."""
-        rec = self.state.get(topic_id, name)
-        if rec is None:
-            if self.state.count(topic_id) >= self._max_topics(spec):
+    def resolve(
+        self, spec: TopicSpec, topic_id: int, names: Iterable[str], now: int, *, write: bool
+    ) -> tuple[dict[str, LiteRecord], set[str]]:
+        """The lite topics `names` of a bind topic and which of them are new: those are created
+        together, or none is (LITE_TOPIC_QUOTA_EXCEEDED beyond the quota). A write moves an
+        existing one's expiry (once per granule)."""
+        found: dict[str, LiteRecord] = {}
+        missing: list[str] = []
+        granule = self._granule_ms(spec)
+        for name in dict.fromkeys(names):
+            rec = self.state.get(topic_id, name)
+            if rec is None:
+                missing.append(name)
+                continue
+            if write and now - rec.last_write_ms >= granule:
+                self.state.touch(topic_id, name, rec, now, self._expiration_ms(spec))
+            found[name] = rec
+        if missing:
+            held, limit = self.state.count(topic_id), self._max_topics(spec)
+            if held + len(missing) > limit:
                 raise LiteTopicQuotaExceeded(
-                    f"topic {spec.name} holds {self.state.count(topic_id)} lite topics on this broker, its limit; "
-                    f"lite topic {name!r} cannot be created"
+                    f"topic {spec.name} holds {held} lite topics on this broker and may hold {limit}; "
+                    f"{len(missing)} more cannot be created"
                 )
-            rec = self.state.create(topic_id, name, now, now + self._expiration_ms(spec))
-            self.created += 1
-        elif write and now - rec.last_write_ms >= self._granule_ms(spec):
-            self.state.touch(topic_id, name, rec, now, self._expiration_ms(spec))
-        return rec
+            found.update(self.state.create_many(topic_id, missing, now, now + self._expiration_ms(spec)))
+            self.created += len(missing)
+        return found, set(missing)
 
     async def send(self, spec: TopicSpec, messages: list[OutgoingMessage], clients: list[str]) -> list[SendResult]:
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
@@ -150,13 +162,16 @@ class LiteService:
             names.append(validate_lite_topic_name(name, self._cfg.max_name_chars))
         tid = self.state.topic_id(spec.name, create=True)
         assert tid is not None
-        now = now_ms()
-        qids = [self.resolve(spec, tid, name, now, write=True).queue_id for name in names]
-        records = [to_record(spec.name, q, m, self._host) for q, m in zip(qids, messages, strict=True)]
-        results = await self._store.append(records)
+        records, _ = self.resolve(spec, tid, names, now_ms(), write=True)
+        qids = [records[name].queue_id for name in names]
+        host = self._host
+        results = await self._store.append(
+            [to_record(spec.name, q, m, host) for q, m in zip(qids, messages, strict=True)]
+        )
         out = []
+        sent = self._trace.sent
         for msg, qid, r, client in zip(messages, qids, results, clients, strict=True):
-            self._trace.sent(spec.name, qid, r.queue_offset, r.queue_offset + 1, client, msg.born_host)
+            sent(spec.name, qid, r.queue_offset, r.queue_offset + 1, client, msg.born_host)
             out.append(SendResult(msg.message_id, qid, r.queue_offset))
         return out
 
@@ -210,7 +225,7 @@ class LiteService:
         if sync.version and sync.version < client.version:
             return  # an older request overtaken by a newer one: nothing to change
         wanted: list[str] = [validate_lite_topic_name(n, self._cfg.max_name_chars) for n in sync.lite_topics]
-        current = set(client.names) | self.state.subscriptions(sync.group, client.topic_id, sync.client_id)
+        current = set(client.names)  # loaded from the store with the client
         action = sync.action
         if action is LiteAction.PARTIAL_ADD:
             new = current | set(wanted)
@@ -227,27 +242,22 @@ class LiteService:
                 f"its quota is {quota}"
             )
         added, removed = new - current, current - new
-        missing = [n for n in added if self.state.get(client.topic_id, n) is None]
-        if missing and self.state.count(client.topic_id) + len(missing) > self._max_topics(spec):
-            raise LiteTopicQuotaExceeded(f"topic {spec.name} cannot hold {len(missing)} more lite topics on this "
-                                         f"broker (it holds {self.state.count(client.topic_id)}, limit "
-                                         f"{self._max_topics(spec)})")  # fmt: skip
-        now = now_ms()
-        batch = self._pop.batch()
         starts = added if sync.offset is None else set(wanted) & new
-        for name in sorted(new & (added | starts)):
-            rec = self.resolve(spec, client.topic_id, name, now, write=False)
-            if name in starts:
-                self._start_at(batch, sync.group, spec.name, rec.queue_id, sync.offset)
+        records, created = self.resolve(spec, client.topic_id, sorted(new & (added | starts)), now_ms(), write=False)
+        batch = self._pop.batch()
+        for name in starts:
+            if name in created:  # new and empty: the group starts at its beginning
+                batch.set_cursor(sync.group, spec.name, records[name].queue_id, 0)
+            else:
+                self._start_at(batch, sync.group, spec.name, records[name].queue_id, sync.offset)
         batch.commit()
         self.state.change_subscriptions(sync.group, client.topic_id, sync.client_id, added, removed)
         for name in removed:
             self._watch_drop(client, name)
         for name in added:
-            rec2 = self.state.get(client.topic_id, name)
-            if rec2 is not None:
-                self._watch_add(client, name, rec2.queue_id)
-                client.ready[rec2.queue_id] = None
+            qid = records[name].queue_id
+            self._watch_add(client, name, qid)
+            client.ready[qid] = None
         if sync.version:
             client.version = sync.version
         if added:

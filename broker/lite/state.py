@@ -67,23 +67,30 @@ class LiteState:
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
 
-    def create(self, topic_id: int, name: str, now_ms: int, expires_ms: int) -> LiteRecord:
-        """A new lite topic (the caller checked it does not exist and the quota)."""
+    def create_many(self, topic_id: int, names: list[str], now_ms: int, expires_ms: int) -> dict[str, LiteRecord]:
+        """New lite topics, in one WriteBatch (the caller checked they do not exist, and the quota)."""
         meta = self._meta.setdefault(topic_id, [0, 0])
-        qid = K.LITE_QUEUE_BASE + meta[0]
-        if qid > K.MAX_LITE_QUEUE:
+        first = K.LITE_QUEUE_BASE + meta[0]
+        if first + len(names) - 1 > K.MAX_LITE_QUEUE:
             raise OverflowError("lite topic numbers of this bind topic are exhausted")
-        rec = LiteRecord(qid, now_ms, now_ms)
         batch = self._index.batch()
-        batch.put(K.name_key(topic_id, name), K.RECORD.pack(qid, now_ms, now_ms), self._h[K.CF_LITE_NAME])
-        batch.put(K.id_key(topic_id, qid), name.encode(), self._h[K.CF_LITE_ID])
-        batch.put(K.exp_key(expires_ms, topic_id, qid), b"", self._h[K.CF_LITE_EXP])
-        batch.put(K.U32.pack(topic_id), K.META.pack(meta[0] + 1, meta[1] + 1), self._h[K.CF_LITE_META])
+        h_name, h_id, h_exp = self._h[K.CF_LITE_NAME], self._h[K.CF_LITE_ID], self._h[K.CF_LITE_EXP]
+        value_tail = K.RECORD.pack(0, now_ms, now_ms)[4:]
+        out: dict[str, LiteRecord] = {}
+        for qid, name in enumerate(names, first):
+            raw = name.encode()
+            batch.put(K.U32.pack(topic_id) + raw, K.U32.pack(qid) + value_tail, h_name)
+            batch.put(K.id_key(topic_id, qid), raw, h_id)
+            batch.put(K.exp_key(expires_ms, topic_id, qid), b"", h_exp)
+            out[name] = LiteRecord(qid, now_ms, now_ms)
+        batch.put(K.U32.pack(topic_id), K.META.pack(meta[0] + len(names), meta[1] + len(names)),
+                  self._h[K.CF_LITE_META])  # fmt: skip
         self._index.write(batch)
-        meta[0] += 1
-        meta[1] += 1
-        self._remember(topic_id, name, rec)
-        return rec
+        meta[0] += len(names)
+        meta[1] += len(names)
+        for name, rec in out.items():
+            self._remember(topic_id, name, rec)
+        return out
 
     def touch(self, topic_id: int, name: str, rec: LiteRecord, now_ms: int, expiration_ms: int) -> None:
         """Record a write at `now_ms`: moves the lite topic's expiry (the caller calls this only
