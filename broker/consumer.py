@@ -137,7 +137,7 @@ class PopEngine:
                 await self._hub.wait(snapshot, remaining)
 
     def _queues(self, req: PopRequest, topic: TopicSpec) -> list[int]:
-        if MessageType.PRIORITY in topic.message_types:
+        if priority.is_priority(topic):
             return priority.pop_queues(topic)  # every level of this broker, most urgent first
         if req.queue_id is not None:
             return [req.queue_id]

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import repeat
 from operator import attrgetter
 
@@ -332,10 +332,11 @@ class LocalBroker:
             )
         if not spec.message_types:
             raise BadRequest("a topic must accept at least one message type")
-        if is_lite(spec):
-            check_lite_spec(spec)
-        elif is_priority(spec):
-            check_priority_spec(spec)
+        if spec.message_types & EXCLUSIVE_TYPES and spec.message_types != UNDECIDED_TYPES:
+            if MessageType.LITE in spec.message_types:
+                check_lite_spec(spec)
+            else:
+                check_priority_spec(spec)
 
     async def create_topic(self, spec: TopicSpec) -> TopicSpec:
         """Create a topic, or update it when it exists (idempotent for the same spec).
@@ -387,14 +388,23 @@ class LocalBroker:
         return TopicStatus(spec, tuple(queues), half_messages=self.transactions.backlog(name),
                            pending_timers=self.timers.pending_count(name))  # fmt: skip
 
-    async def ensure_topic(self, name: str, first: MessageType = MessageType.NORMAL) -> TopicSpec:
-        """The topic; on first use it is created when this broker auto-creates, else TopicNotFound:
-        a LITE or PRIORITY topic when the first message (of type `first`) is one, else a topic
-        accepting every other type. `create_topic` validates the name."""
+    async def ensure_topic(self, name: str, first: MessageType | None = None) -> TopicSpec:
+        """The topic; on first use it is created when this broker auto-creates, else TopicNotFound.
+
+        An auto-created topic takes the type of its first message (`first`, when a send creates
+        it): a LITE or PRIORITY topic for such a message, else a topic accepting every other type.
+        Created by a route lookup, before any message, it accepts every type (so clients that check
+        a message's type against the route send it) until its first message decides.
+        `create_topic` validates the name."""
         spec = self.metadata.topics.get(name)
         if spec is None and self.config.auto_create:
-            types = frozenset({first}) if first in EXCLUSIVE_TYPES else frozenset(ALL_MESSAGE_TYPES)
+            types = UNDECIDED_TYPES if first is None else _auto_types(first)
             spec = await self.create_topic(TopicSpec(name, self.config.auto_create_queue_count, types))
+        elif spec is not None and first is not None and spec.message_types == UNDECIDED_TYPES:
+            spec = replace(spec, message_types=_auto_types(first))
+            self.metadata.put_topic(spec)
+            log.info("auto-created topic typed by its first message", extra=kv(topic=name, type=first.name))
+            await self._topics_changed()
         return spec if spec is not None else self.metadata.topic(name)
 
     # -- groups ----------------------------------------------------------------------------------
@@ -433,7 +443,7 @@ class LocalBroker:
     # -- produce ---------------------------------------------------------------------------------
 
     async def send(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
-        spec = await self.ensure_topic(topic, messages[0].message_type if messages else MessageType.NORMAL)
+        spec = await self.ensure_topic(topic, messages[0].message_type if messages else None)
         if not spec.permission.writable:
             raise Forbidden(f"topic {topic} is not writable on broker {self.name}")
         if not messages:
@@ -803,6 +813,13 @@ class LocalBroker:
 
     async def claim_lite_removals(self, client_ids: list[str]) -> list[LiteRemoval]:
         return self.lite.claim_removals(client_ids)
+
+
+UNDECIDED_TYPES: frozenset[MessageType] = frozenset(MessageType)  # an auto-created topic before its first message
+
+
+def _auto_types(first: MessageType) -> frozenset[MessageType]:
+    return frozenset({first}) if first in EXCLUSIVE_TYPES else ALL_MESSAGE_TYPES
 
 
 def check_lite_consumer(topic: TopicSpec, client_id: str) -> None:

@@ -18,8 +18,11 @@ PRIORITY_QUEUE_BASE = 1 << 16
 MAX_PRIORITY_LIMIT = 99
 
 
+_PRIORITY_ONLY = frozenset({MessageType.PRIORITY})
+
+
 def is_priority(spec: TopicSpec) -> bool:
-    return MessageType.PRIORITY in spec.message_types
+    return spec.message_types == _PRIORITY_ONLY
 
 
 def check_priority_spec(spec: TopicSpec) -> None:

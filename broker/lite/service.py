@@ -70,8 +70,11 @@ MAX_REMOVALS_PER_CLIENT = 10_000
 MAX_READY_CHECKS = 4_096  # lite topics a pop looks at, at most (the rotation continues next pop)
 
 
+_LITE_ONLY = frozenset({MessageType.LITE})
+
+
 def is_lite(spec: TopicSpec) -> bool:
-    return MessageType.LITE in spec.message_types
+    return spec.message_types == _LITE_ONLY
 
 
 @dataclass(eq=False)

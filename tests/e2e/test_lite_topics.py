@@ -23,6 +23,7 @@ from tests.e2e.support.clients import configuration, message, producer, receive_
 from tests.e2e.support.cluster import Cluster, start_merged
 
 WAIT_S = 30.0
+RESTART_WAIT_S = 90.0  # bounded; generous for a loaded machine
 
 
 def lite_message(topic: str, lite_topic: str, body: bytes) -> Message:
@@ -211,16 +212,25 @@ def test_expired_lite_topic_is_announced_to_its_subscriber(cluster: Cluster, uni
 
 def test_lite_subscriptions_survive_a_restart(tmp_path: Path, unique: Callable[[str], str]) -> None:
     """Merged: the whole process restarts; the consumer's subscriptions are the broker's, so it keeps
-    receiving without re-subscribing (its COMPLETE_ADD resync comes only every 30 s)."""
-    cluster = start_merged(tmp_path)
+    receiving without re-subscribing (its COMPLETE_ADD resync comes only every 30 s). Also: merged
+    auto-create makes a topic of the type of its first message."""
+    cluster = start_merged(tmp_path, auto_create=True)
     try:
+        auto_lite, auto_priority = unique("auto-l"), unique("auto-p")
+        with producer(cluster.endpoints, auto_lite, auto_priority) as p:
+            p.send(lite_message(auto_lite, "first", b"creates a lite topic"))
+            urgent = message(auto_priority, b"creates a priority topic")
+            urgent.priority = 3
+            p.send(urgent)
+        assert cluster.admin("lite", "list", auto_lite)["lite_topics"] == 1
+        assert {row["types"] for row in cluster.admin("topic", "describe", auto_priority)} == {"priority"}
         topic = create_lite_topic(cluster, unique("t"))
         group = cluster.create_group(unique("g"))
         consumer = lite_consumer(cluster, topic, group)
         try:
             consumer.subscribe_lite("session-9")
             cluster.restart(next(iter(cluster.processes)))
-            deadline = time.monotonic() + WAIT_S
+            deadline = time.monotonic() + RESTART_WAIT_S
             while True:
                 try:
                     with producer(cluster.endpoints, topic) as p:
@@ -230,7 +240,7 @@ def test_lite_subscriptions_survive_a_restart(tmp_path: Path, unique: Callable[[
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.5)
-            got = receive_until(consumer, lambda g: len(g) >= 1, timeout_s=WAIT_S, retry_unavailable=True)  # type: ignore[arg-type]
+            got = receive_until(consumer, lambda g: len(g) >= 1, timeout_s=RESTART_WAIT_S, retry_unavailable=True)  # type: ignore[arg-type]
             assert [m.body for m in got] == [b"after-restart"]
         finally:
             consumer.shutdown()
