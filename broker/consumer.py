@@ -35,8 +35,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from broker import priority, receipt
-from broker.api import AckResult, GroupInfo, GroupQueueStatus, PopRequest, StoredMessage, TopicSpec
+from broker import priority
+from broker.client import receipt
+from broker.client.api import AckResult, GroupInfo, GroupQueueStatus, PopRequest, StoredMessage, TopicSpec
 from broker.config import PopConfig
 from broker.filter import MessageFilter, TagFilter
 from broker.longpoll import LongPollHub, group_key, topic_key

@@ -21,7 +21,7 @@ from itertools import repeat
 from operator import attrgetter
 
 from broker import priority
-from broker.api import (
+from broker.client.api import (
     SYSPROP_PRODUCER_CLIENT_ID,
     AckResult,
     FilterSpec,

@@ -10,7 +10,7 @@ import re
 from itertools import chain, repeat
 from operator import attrgetter
 
-from broker.api import OutgoingMessage, StoredMessage
+from broker.client.api import OutgoingMessage, StoredMessage
 from broker.config import LimitsConfig
 from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from common.errors import (

@@ -10,7 +10,7 @@ import json
 import time
 from typing import Any
 
-from broker.api import BackoffKind, ConsumeFrom, GroupInfo, GroupSpec, RetryPolicy, TopicSpec
+from broker.client.api import BackoffKind, ConsumeFrom, GroupInfo, GroupSpec, RetryPolicy, TopicSpec
 from broker.store.index import Index
 from common.errors import BadRequest, ConsumerGroupNotFound, TopicNotFound
 from common.model import MessageType, Permission

@@ -10,7 +10,7 @@ stays in its level's queue, so it keeps its priority; a dead-lettered copy keeps
 
 from __future__ import annotations
 
-from broker.api import OutgoingMessage, TopicSpec
+from broker.client.api import OutgoingMessage, TopicSpec
 from common.errors import BadRequest, MessageTypeConflict
 from common.model import SYSPROP_PRIORITY, MessageType
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import grpc
 
+from broker.client.grpc_convert import MAX_MESSAGE_BYTES
 from broker.config import BrokerConfig
-from broker.grpc_convert import MAX_MESSAGE_BYTES
 from broker.local import LocalBroker
 from broker.service import BrokerServicer
 from common.config import ConfigError

@@ -1,6 +1,6 @@
 """`BrokerServicer`: the broker's internal gRPC edge (`sluice.internal.v1.Broker`).
 
-Each handler converts the request (`broker.grpc_convert`), awaits the one matching `BrokerApi`
+Each handler converts the request (`broker.client.grpc_convert`), awaits the one matching `BrokerApi`
 call and converts the result back; it holds no logic and no state of its own. `@internal_rpc` turns
 every exception into a coded status, so a `RemoteBroker` raises the class the `BrokerApi` raised;
 a request the converters reject (an unknown enum number) is BAD_REQUEST.
@@ -19,8 +19,8 @@ from typing import TypeAlias
 
 import grpc
 
-from broker import grpc_convert as convert
-from broker.api import BrokerApi
+from broker.client import grpc_convert as convert
+from broker.client.api import BrokerApi
 from common import metrics
 from common.codes import Code
 from common.errors import SluiceError, Unsupported

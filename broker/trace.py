@@ -29,7 +29,7 @@ from typing import Any
 import rocksdict
 
 from broker import tracekeys as K
-from broker.api import TraceEvent, TraceKind
+from broker.client.api import TraceEvent, TraceKind
 from broker.config import TraceConfig
 from common import metrics
 from common.logs import kv

@@ -15,14 +15,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from broker.api import BrokerApi, TopicSpec
+from broker.client.api import BrokerApi, TopicSpec
 from common.errors import TopicNotFound, Unavailable
 from common.logs import kv
 from common.model import MessageType, Permission
 
 if TYPE_CHECKING:
+    from broker.client.remote import RemoteBroker
     from broker.local import LocalBroker
-    from broker.remote import RemoteBroker
     from nameserver.client import NameServerClient
 
 log = logging.getLogger("sluice.proxy.directory")
@@ -129,7 +129,7 @@ class ClusterDirectory:
     def _learn(self, name: str, address: str) -> None:
         if self._addresses.get(name) == address:
             return
-        from broker.remote import RemoteBroker
+        from broker.client.remote import RemoteBroker
 
         old = self._brokers.pop(name, None)
         if old is not None:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from broker.api import (
+from broker.client.api import (
     GroupInfo,
     LiteAction,
     LiteOffset,

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from broker.api import TierEvictResult
+from broker.client.api import TierEvictResult
 from broker.store import keys as K
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore

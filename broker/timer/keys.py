@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from broker.handles import name_crc, unwrap, wrap
+from broker.client.handles import name_crc, unwrap, wrap
 from common.errors import BadRequest
 
 CF_TIMER = "timer"

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.api import OutgoingMessage
+from broker.client.api import OutgoingMessage
 from broker.config import TimerConfig
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, PreparedAppend

@@ -22,7 +22,8 @@ import asyncio
 import logging
 import time
 
-from broker.api import (
+from broker.client import txid
+from broker.client.api import (
     OutgoingMessage,
     SendResult,
     StoredMessage,
@@ -34,7 +35,6 @@ from broker.config import TransactionConfig
 from broker.messages import to_record, to_stored
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
-from broker.transaction import txid
 from broker.transaction.pending import HalfEntry, HalfState, PendingTable
 from common.errors import (
     InvalidTransactionId,

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from broker.remote import RemoteBroker
+from broker.client.remote import RemoteBroker
 from common.errors import SluiceError, TopicNotFound, Unavailable
 from nameserver.client import NameServerClient
 from nameserver.model import BrokerStatus, TopicRoute, TopicSummary

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.api import BackoffKind, ConsumeFrom, GroupInfo, GroupSpec, GroupStatus, RetryPolicy
-from broker.remote import RemoteBroker
+from broker.client.api import BackoffKind, ConsumeFrom, GroupInfo, GroupSpec, GroupStatus, RetryPolicy
+from broker.client.remote import RemoteBroker
 from common.errors import ConsumerGroupNotFound
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms

@@ -10,8 +10,8 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.api import StoredMessage
-from broker.remote import RemoteBroker
+from broker.client.api import StoredMessage
+from broker.client.remote import RemoteBroker
 from common.errors import MessageNotFound
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms, preview

@@ -1,4 +1,4 @@
-"""Parsing of `sluice admin` arguments into `broker.api` values, and the spread of a topic's queues.
+"""Parsing of `sluice admin` arguments into `broker.client.api` values, and the spread of a topic's queues.
 
 Every function raises `ConfigError` with a message that says what was expected, so the command
 prints one line and exits 2. Pure: no I/O.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from broker.api import BackoffKind, ConsumeFrom, RetryPolicy
+from broker.client.api import BackoffKind, ConsumeFrom, RetryPolicy
 from common.config import ConfigError
 from common.model import ALL_MESSAGE_TYPES, EXCLUSIVE_TYPES, MessageType
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from broker.api import TierStatus, TierTopicStatus
+from broker.client.api import TierStatus, TierTopicStatus
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms
 

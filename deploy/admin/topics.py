@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from broker.api import TopicSpec, TopicStatus
+from broker.client.api import TopicSpec, TopicStatus
 from common.errors import BadRequest
 from common.model import MessageType, Permission
 from deploy.admin.cluster import Cluster

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.api import TraceEvent, TraceKind
+from broker.client.api import TraceEvent, TraceKind
 from common.errors import MessageNotFound
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms

@@ -34,7 +34,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
-from broker.api import GroupSpec
+from broker.client.api import GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.api import TransactionCheck
+from broker.client.api import TransactionCheck
 from common.errors import SluiceError
 from common.logs import kv
 from proxy.config import TransactionCheckConfig

@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from broker import receipt
-from broker.api import AckResult, BrokerApi, FilterSpec, PopRequest, StoredMessage
+from broker.client import receipt
+from broker.client.api import AckResult, BrokerApi, FilterSpec, PopRequest, StoredMessage
 from common import metrics
 from common.codes import Code
 from common.errors import Forbidden, InvalidReceiptHandle, SluiceError

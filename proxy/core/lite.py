@@ -14,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from broker.api import LiteAction, LiteRemoval, LiteSync, PopRequest, StoredMessage
+from broker.client.api import LiteAction, LiteRemoval, LiteSync, PopRequest, StoredMessage
 from common.errors import Forbidden, LiteSubscriptionQuotaExceeded, SluiceError
 from common.logs import kv
 from proxy.core.routing import lite_broker

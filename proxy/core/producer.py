@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from operator import attrgetter, itemgetter
 
-from broker.api import OutgoingMessage, SendResult, TransactionResolution, TransactionSource
+from broker.client import txid
+from broker.client.api import OutgoingMessage, SendResult, TransactionResolution, TransactionSource
 from broker.timer.keys import broker_of_recall_handle
-from broker.transaction import txid
 from common import metrics
 from common.errors import BadRequest, InvalidTransactionId, SluiceError
 from common.model import SYSPROP_LITE_TOPIC, MessageType

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-from broker import receipt
-from broker.api import FilterKind, FilterSpec, OffsetPolicy
+from broker.client import receipt
+from broker.client.api import FilterKind, FilterSpec, OffsetPolicy
 from common import metrics
 from common.codes import Code
 from common.errors import BadRequest, IllegalFilterExpression, InvalidReceiptHandle

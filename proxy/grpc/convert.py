@@ -18,7 +18,7 @@ from typing import cast
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from broker.api import OutgoingMessage, StoredMessage
+from broker.client.api import OutgoingMessage, StoredMessage
 from common.errors import BadRequest, IllegalConsumerGroup, IllegalTopic, MessageTypeConflict
 from common.model import (
     DLQ_PREFIX,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.api import LiteAction, LiteOffset, LiteOffsetPolicy, LiteRemoval, LiteSync
+from broker.client.api import LiteAction, LiteOffset, LiteOffsetPolicy, LiteRemoval, LiteSync
 from common.errors import BadRequest, ClientIdRequired
 from common.model import validate_lite_topic_name
 from proto.apache.rocketmq.v2 import definition_pb2 as pb

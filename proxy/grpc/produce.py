@@ -12,7 +12,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import cast
 
-from broker.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage
+from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage
 from common.codes import Code
 from common.errors import MessageBodyTooLarge, SluiceError
 from proto.apache.rocketmq.v2 import definition_pb2 as pb

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from broker.api import BackoffKind, GroupInfo, RetryPolicy
+from broker.client.api import BackoffKind, GroupInfo, RetryPolicy
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.config import ClientSettingsConfig

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 
-from broker.api import GroupInfo
+from broker.client.api import GroupInfo
 from common.errors import SluiceError
 from common.logs import kv
 from proto.apache.rocketmq.v2 import definition_pb2 as pb

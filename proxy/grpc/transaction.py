@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.api import TransactionCheck, TransactionResolution, TransactionSource
+from broker.client.api import TransactionCheck, TransactionResolution, TransactionSource
 from common.errors import BadRequest, InvalidTransactionId
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb

@@ -35,10 +35,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `tests.helpers` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from broker.api import BrokerApi, ConsumeFrom, GroupSpec, OutgoingMessage, PopRequest, TopicSpec  # noqa: E402
+from broker.client.api import BrokerApi, ConsumeFrom, GroupSpec, OutgoingMessage, PopRequest, TopicSpec  # noqa: E402
+from broker.client.remote import RemoteBroker  # noqa: E402
 from broker.config import BrokerConfig  # noqa: E402
 from broker.local import LocalBroker  # noqa: E402
-from broker.remote import RemoteBroker  # noqa: E402
 from common.config import load_config  # noqa: E402
 from deploy.runtime import install_uvloop  # noqa: E402
 from tests.helpers.broker_fixtures import start_broker_process  # noqa: E402

@@ -40,7 +40,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `tests.helpers` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from broker.api import (  # noqa: E402
+from broker.client.api import (  # noqa: E402
     GroupSpec,
     LiteAction,
     LiteSync,
@@ -48,7 +48,7 @@ from broker.api import (  # noqa: E402
     PopRequest,
     TopicSpec,
 )
-from broker.remote import RemoteBroker  # noqa: E402
+from broker.client.remote import RemoteBroker  # noqa: E402
 from common.model import SYSPROP_LITE_TOPIC, SYSPROP_PRIORITY, MessageType  # noqa: E402
 from tests.helpers.broker_fixtures import start_broker_process  # noqa: E402
 

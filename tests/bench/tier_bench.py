@@ -35,7 +35,7 @@ from typing import Any
 
 import boto3
 
-from broker.api import FilterSpec, TopicSpec
+from broker.client.api import FilterSpec, TopicSpec
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.store.config import CommitLogConfig, RetentionConfig, StoreConfig

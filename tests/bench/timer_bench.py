@@ -36,8 +36,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `tests.helpers` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from broker.api import FilterSpec, OutgoingMessage, TopicSpec  # noqa: E402
-from broker.remote import RemoteBroker  # noqa: E402
+from broker.client.api import FilterSpec, OutgoingMessage, TopicSpec  # noqa: E402
+from broker.client.remote import RemoteBroker  # noqa: E402
 from common.model import MessageType  # noqa: E402
 from tests.helpers.broker_fixtures import start_broker_process  # noqa: E402
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from broker.api import BrokerApi
+from broker.client.api import BrokerApi
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from common.config import load_config
@@ -113,7 +113,7 @@ def broker(
         finally:
             contract_loop.run_until_complete(asyncio.wait_for(local.close(), _SETUP_TIMEOUT_S))
         return
-    from broker.remote import RemoteBroker
+    from broker.client.remote import RemoteBroker
 
     proc = request.getfixturevalue("remote_process")
 

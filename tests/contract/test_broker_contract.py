@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
-from broker.api import (
+from broker.client.api import (
     BackoffKind,
     BrokerApi,
     ConsumeFrom,

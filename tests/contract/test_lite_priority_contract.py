@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from broker.api import (
+from broker.client.api import (
     BrokerApi,
     GroupSpec,
     LiteAction,

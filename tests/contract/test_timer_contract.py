@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from broker.api import BrokerApi, GroupSpec, OutgoingMessage, PopRequest, StoredMessage, TopicSpec
+from broker.client.api import BrokerApi, GroupSpec, OutgoingMessage, PopRequest, StoredMessage, TopicSpec
 from common.errors import BadRequest, IllegalDeliveryTime, MessageTypeConflict, NotFound
 from common.model import MessageType
 from tests.contract.conftest import TIMER_MAX_DELAY_MS, Scope

@@ -7,7 +7,7 @@ Trace events are written in the background (every flush interval), so tests wait
 
 from __future__ import annotations
 
-from broker.api import SYSPROP_PRODUCER_CLIENT_ID, BackoffKind, BrokerApi, RetryPolicy, TraceEvent, TraceKind
+from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, BackoffKind, BrokerApi, RetryPolicy, TraceEvent, TraceKind
 from common.errors import BadRequest
 from common.model import dlq_topic
 from tests.contract.conftest import Scope

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from broker.api import (
+from broker.client.api import (
     BrokerApi,
     OutgoingMessage,
     SendResult,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from broker.remote import RemoteBroker
+from broker.client.remote import RemoteBroker
 from tests.helpers.procs import (
     DEFAULT_START_TIMEOUT_S,
     DEFAULT_STOP_TIMEOUT_S,

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.api import BrokerApi, ConsumeFrom, GroupSpec, OutgoingMessage, PopRequest, StoredMessage, TopicSpec
-from broker.remote import RemoteBroker
+from broker.client.api import BrokerApi, ConsumeFrom, GroupSpec, OutgoingMessage, PopRequest, StoredMessage, TopicSpec
+from broker.client.remote import RemoteBroker
 from common.errors import SluiceError
 from common.model import MessageType, dlq_topic
 from tests.helpers.broker_fixtures import SLUICE_ARGV, to_toml

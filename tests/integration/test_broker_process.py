@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from broker.api import (
+from broker.client.api import (
     ConsumeFrom,
     FilterKind,
     FilterSpec,
@@ -33,7 +33,7 @@ from broker.api import (
     StoredMessage,
     TopicSpec,
 )
-from broker.remote import RemoteBroker
+from broker.client.remote import RemoteBroker
 from common.codes import Code
 from common.errors import (
     BadRequest,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.api import OutgoingMessage, SendResult, TopicSpec
-from broker.remote import RemoteBroker
+from broker.client.api import OutgoingMessage, SendResult, TopicSpec
+from broker.client.remote import RemoteBroker
 from common.errors import Unauthorized
 from proto import token
 from tests.helpers.broker_fixtures import SLUICE_ARGV, ServerProcess, _wait_for_line

@@ -13,10 +13,10 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from broker.api import OutgoingMessage, SendResult, TopicSpec
+from broker.client.api import OutgoingMessage, SendResult, TopicSpec
+from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
-from broker.remote import RemoteBroker
 from broker.service import BrokerServicer
 from common.errors import TopicNotFound
 from common.logs import RequestContextFilter, bind_request, current_request

@@ -14,10 +14,10 @@ from typing import Any
 import grpc
 import pytest
 
-from broker.api import OutgoingMessage, TopicSpec
+from broker.client.api import OutgoingMessage, TopicSpec
+from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
-from broker.remote import RemoteBroker
 from broker.service import BrokerServicer
 from common.errors import BadRequest, SluiceError, TopicNotFound
 from common.model import MessageType

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from broker.remote import RemoteBroker
+from broker.client.remote import RemoteBroker
 from common.errors import PreconditionFailed
 from common.security import Action, Effect, LimitScope, decode
 from tests.helpers.broker_fixtures import (

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from broker.api import (
+from broker.client.api import (
     ConsumeFrom,
     FilterSpec,
     GroupSpec,
@@ -38,9 +38,9 @@ from broker.api import (
     StoredMessage,
     TopicSpec,
 )
+from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
-from broker.remote import RemoteBroker
 from broker.store.config import CommitLogConfig, RetentionConfig, StoreConfig
 from broker.tiering.config import TieringConfig
 from common.errors import MessageCorrupted, PreconditionFailed, Unavailable

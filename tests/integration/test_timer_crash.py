@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from broker.api import BrokerApi, FilterSpec, OutgoingMessage, StoredMessage, TopicSpec
+from broker.client.api import BrokerApi, FilterSpec, OutgoingMessage, StoredMessage, TopicSpec
+from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
-from broker.remote import RemoteBroker
 from broker.timer.service import TimerService
 from common.config import load_config
 from common.errors import SluiceError

@@ -8,8 +8,8 @@ import signal
 import time
 from pathlib import Path
 
-from broker.api import SYSPROP_PRODUCER_CLIENT_ID, GroupSpec, OutgoingMessage, PopRequest, TopicSpec, TraceKind
-from broker.remote import RemoteBroker
+from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, GroupSpec, OutgoingMessage, PopRequest, TopicSpec, TraceKind
+from broker.client.remote import RemoteBroker
 from tests.helpers.broker_fixtures import ServerProcess, start_broker_process
 
 WAIT_S = 20.0

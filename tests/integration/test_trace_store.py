@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from broker.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage, TraceKind
+from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage, TraceKind
 from broker.config import BrokerConfig, TraceConfig
 from broker.local import LocalBroker
 from broker.store.index import Index

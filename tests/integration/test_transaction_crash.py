@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.api import (
+from broker.client.api import (
     BrokerApi,
     ConsumeFrom,
     GroupSpec,
@@ -31,9 +31,9 @@ from broker.api import (
     TransactionResolution,
     TransactionSource,
 )
+from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig, TransactionConfig
 from broker.local import LocalBroker
-from broker.remote import RemoteBroker
 from broker.transaction.pending import HalfState
 from common.errors import SluiceError
 from common.model import MessageType

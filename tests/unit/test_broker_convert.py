@@ -1,4 +1,4 @@
-"""`broker.grpc_convert`: every BrokerApi dataclass survives dataclass → proto → bytes → proto → dataclass.
+"""`broker.client.grpc_convert`: every BrokerApi dataclass survives dataclass → proto → bytes → proto → dataclass.
 
 Values are drawn by hypothesis within the wire ranges (int32 ids and counts, int64 offsets and
 times, valid UTF-8 text). Also: None travels as an absent optional field (not ""), absent
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import grpc_convert as convert
-from broker.api import (
+from broker.client import grpc_convert as convert
+from broker.client.api import (
     AckResult,
     BackoffKind,
     ConsumeFrom,
@@ -183,7 +183,7 @@ def test_offset_policy_round_trip(policy: OffsetPolicy) -> None:
 
 
 def test_every_dataclass_field_has_a_proto_field() -> None:
-    """A field added to a dataclass in broker/api.py must be added to broker.proto too."""
+    """A field added to a dataclass in broker/client/api.py must be added to broker.proto too."""
     pairs: list[tuple[Any, Any]] = [
         (TopicSpec, pb.TopicSpec),
         (RetryPolicy, pb.RetryPolicy),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.api import OutgoingMessage
+from broker.client.api import OutgoingMessage
 from broker.config import LimitsConfig
 from broker.messages import plainly_valid, records_of, to_record, validate_message
 from common.errors import SluiceError

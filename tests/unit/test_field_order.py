@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from broker.api import StoredMessage
+from broker.client.api import StoredMessage
 from broker.store.record import RECORD_FIELDS, MessageRecord
 from common.model import require_field_order
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker import handles, receipt
+from broker.client import handles, receipt
 from common.errors import InvalidReceiptHandle, SluiceError
 
 NAMES = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker import grpc_convert as convert
-from broker.api import LiteAction, LiteOffset, LiteOffsetPolicy, LiteSync, OutgoingMessage, TopicSpec
+from broker.client import grpc_convert as convert
+from broker.client.api import LiteAction, LiteOffset, LiteOffsetPolicy, LiteSync, OutgoingMessage, TopicSpec
 from broker.lite import keys as K
 from broker.priority import level_of, level_queue, pop_queues, priority_of
 from common.config import ConfigError

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker import receipt
-from broker.api import AckResult, StoredMessage
+from broker.client import receipt
+from broker.client.api import AckResult, StoredMessage
 from common.codes import Code
 from common.errors import InvalidReceiptHandle
 from common.model import MessageType

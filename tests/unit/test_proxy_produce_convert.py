@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.api import SYSPROP_PRODUCER_CLIENT_ID
+from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proxy.grpc import convert
 

@@ -1,12 +1,12 @@
-"""Tiered-storage messages of the internal protocol: field parity with broker/api.py and round trips."""
+"""Tiered-storage messages of the internal protocol: field parity with broker/client/api.py and round trips."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from broker import grpc_convert as convert
-from broker.api import TierEvictResult, TierQueueStatus, TierStatus, TierTopicStatus
+from broker.client import grpc_convert as convert
+from broker.client.api import TierEvictResult, TierQueueStatus, TierStatus, TierTopicStatus
 from proto.sluice.internal.v1 import broker_pb2 as pb
 
 TOPIC_STATUS = TierTopicStatus(

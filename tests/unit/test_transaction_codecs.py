@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.api import StoredMessage, TransactionCheck
-from broker.transaction import txid
+from broker.client import txid
+from broker.client.api import StoredMessage, TransactionCheck
 from broker.transaction.pending import HalfEntry, HalfState
 from common.errors import InvalidTransactionId, StoreCorrupted, Unavailable
 from common.model import MessageType

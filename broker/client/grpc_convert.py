@@ -1,7 +1,7 @@
-"""Conversions between the `broker.api` dataclasses and the `sluice.internal.v1` Broker messages.
+"""Conversions between the `broker.client.api` dataclasses and the `sluice.internal.v1` Broker messages.
 
 The one place that maps one to the other, used by both ends of the internal RPC: the servicer
-(`broker/service.py`) decodes requests and encodes results, the client (`broker/remote.py`) the
+(`broker/service.py`) decodes requests and encodes results, the client (`broker/client/remote.py`) the
 reverse. Nothing else in the broker sees protobuf.
 
 Invariants:
@@ -9,7 +9,7 @@ Invariants:
   (int32 queue ids and counts, int64 offsets and times); tests/unit/test_broker_convert.py checks it.
 - `None` (tag, message_group, a pop's queue id) travels as an absent `optional` field, never as "".
 - Enum numbers from the wire are checked: an unknown one is a `BadRequest` naming the field (the
-  peer speaks a version we do not know), never a crash. Enums of broker/api.py accept 0
+  peer speaks a version we do not know), never a crash. Enums of broker/client/api.py accept 0
   (UNSPECIFIED) as their dataclass default; `OffsetPolicy` has no default and rejects it.
 
 Send and Pop carry batches of messages on the hot path, so the message converters build each
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any, TypeVar
 
-from broker.api import (
+from broker.client.api import (
     AckResult,
     BackoffKind,
     ConsumeFrom,

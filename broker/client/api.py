@@ -1,7 +1,7 @@
 """`BrokerApi`: what the proxy (and the admin tool) can ask of one broker.
 
 Two implementations pass one contract suite (tests/contract): `LocalBroker` (broker/local.py, the
-broker in this process; plain awaits) and `RemoteBroker` (broker/remote.py, a gRPC client of the
+broker in this process; plain awaits) and `RemoteBroker` (broker/client/remote.py, a gRPC client of the
 broker's internal service). A proxy talks to several brokers through a directory of BrokerApi
 objects keyed by broker name; everything here concerns the one broker it is called on.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from broker.handles import unwrap, wrap
+from broker.client.handles import unwrap, wrap
 from common.errors import InvalidTransactionId
 
 _FORMAT = 1

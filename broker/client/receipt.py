@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from broker.handles import broker_name, fast_unwrap, name_crc, unwrap, wrap
+from broker.client.handles import broker_name, fast_unwrap, name_crc, unwrap, wrap
 from common.errors import InvalidReceiptHandle
 
 _FORMAT = 1

@@ -1,6 +1,6 @@
 """`RemoteBroker`: `BrokerApi` over the broker's internal gRPC service (the Cluster backend).
 
-One grpc.aio channel to one broker. Each method converts its arguments (`broker.grpc_convert`),
+One grpc.aio channel to one broker. Each method converts its arguments (`broker.client.grpc_convert`),
 makes one unary call (`send`: one request on the broker's send stream) and converts the answer
 back, so callers see exactly what a `LocalBroker` returns. Contract:
 
@@ -25,8 +25,8 @@ from typing import Any
 
 import grpc
 
-from broker import grpc_convert as convert
-from broker.api import (
+from broker.client import grpc_convert as convert
+from broker.client.api import (
     AckResult,
     FilterSpec,
     GroupInfo,
@@ -77,7 +77,7 @@ MAX_BATCH_BYTES = 8 * 1024 * 1024
 
 
 class RemoteBroker:
-    """One broker reached over gRPC; implements `broker.api.BrokerApi`."""
+    """One broker reached over gRPC; implements `broker.client.api.BrokerApi`."""
 
     def __init__(
         self,
