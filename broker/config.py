@@ -93,6 +93,24 @@ class TimerConfig:
 
 
 @dataclass(frozen=True)
+class LiteConfig:
+    """Lite topics (docs/lite-topics.md)."""
+
+    # Lite topics one bind topic may hold on this broker when the topic sets no `max_lite_topics`.
+    max_lite_topics: int = 1_000_000
+    # Lite topics one client may subscribe to when its proxy announces no smaller quota.
+    max_subscriptions: int = 20_000
+    max_name_chars: int = 64
+    # How often expired lite topics are removed, and at most how many per run (bounded work).
+    sweep_interval_ms: int = 1_000
+    sweep_batch: int = 10_000
+    # Lite topics whose name -> id mapping stays cached (active ones; idle ones cost nothing).
+    cache_size: int = 100_000
+    # A client with no pop or sync for this long is forgotten in memory (its subscriptions stay stored).
+    idle_client_s: float = 600.0
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     name: str = "broker-a"
     cluster: str = "sluice"
@@ -118,6 +136,7 @@ class BrokerConfig:
     timer: TimerConfig = field(default_factory=TimerConfig)
     # Broker groups (`[broker.replication]`, docs/replication.md): off unless `group` is set.
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
+    lite: LiteConfig = field(default_factory=LiteConfig)
 
     @property
     def advertised_address(self) -> str:

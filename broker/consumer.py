@@ -35,6 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from broker import priority
 from broker.client import receipt
 from broker.client.api import AckResult, GroupInfo, GroupQueueStatus, PopRequest, StoredMessage, TopicSpec
 from broker.config import PopConfig
@@ -137,6 +138,8 @@ class PopEngine:
                 await self._hub.wait(snapshot, remaining)
 
     def _queues(self, req: PopRequest, topic: TopicSpec) -> list[int]:
+        if priority.is_priority(topic):
+            return priority.pop_queues(topic)  # every level of this broker, most urgent first
         if req.queue_id is not None:
             return [req.queue_id]
         start = next(self._rotation) % topic.queue_count

@@ -18,8 +18,9 @@ import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from broker import priority
 from broker.client.api import (
     NO_CONTEXT,
     AckResult,
@@ -29,6 +30,9 @@ from broker.client.api import (
     GroupInfo,
     GroupSpec,
     GroupStatus,
+    LiteRemoval,
+    LiteSync,
+    LiteTopicList,
     OffsetPolicy,
     OffsetReset,
     OutgoingMessage,
@@ -52,11 +56,15 @@ from broker.clients import ClientTable
 from broker.config import BrokerConfig
 from broker.consumer import PopEngine
 from broker.filter import FilterKind, MessageFilter, compile_filter
+from broker.lite.keys import LITE_CFS
+from broker.lite.service import LiteService, check_lite_spec, is_lite
+from broker.lite.state import LiteState
 from broker.longpoll import LongPollHub, topic_key
 from broker.messages import validate_queue
 from broker.metadata import METADATA_CFS, Metadata, validate_group_spec
 from broker.metrics import broker_samples
 from broker.popstate import POP_CFS, PopState
+from broker.priority import check_priority_spec, is_priority
 from broker.produce import Producer
 from broker.reads import Reader
 from broker.security_store import SECURITY_CFS, SecurityStore
@@ -73,6 +81,7 @@ from broker.transaction.service import TransactionService
 from common import metrics
 from common.errors import (
     BadRequest,
+    ClientIdRequired,
     Forbidden,
     MessageTypeConflict,
     OffsetNotFound,
@@ -84,6 +93,7 @@ from common.errors import (
 from common.logs import kv
 from common.model import (
     ALL_MESSAGE_TYPES,
+    EXCLUSIVE_TYPES,
     MessageType,
     TopicInfo,
     dlq_topic,
@@ -107,10 +117,11 @@ class _Parts:
     timers: TimerService
     producer: Producer
     reader: Reader
+    lite: LiteService
 
 
 # Every column family a broker's store holds (a replica opens the same store with the same list).
-BROKER_CFS = METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_CFS + TIMER_CFS
+BROKER_CFS = METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_CFS + TIMER_CFS + LITE_CFS
 
 
 class LocalBroker:
@@ -176,9 +187,18 @@ class LocalBroker:
         timers = TimerService(cfg.name, store, cfg.timer, lambda topic: topic in metadata.topics)
         store.retention_pins.append(timers.min_position)
         transactions = TransactionService(cfg.name, store, cfg.transaction, cfg.advertised_address)
-        producer = Producer(cfg.name, cfg, store, timers, transactions, trace)
+        lite = LiteService(store=store, state=LiteState(store.index, cfg.lite.cache_size), pop_state=pop_state,
+                           engine=engine, hub=self.hub, trace=trace, config=cfg.lite, limits=cfg.limits,
+                           host=cfg.advertised_address)  # fmt: skip
+
+        def lite_dispatched(touched: set[tuple[str, int]]) -> None:
+            loop.call_soon_threadsafe(lite.on_dispatch, list(touched))
+
+        store.add_dispatch_listener(lite_dispatched)
+        producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)
         reader = Reader(store, self.hub, tiering, trace, cfg.pop)
-        self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers, producer, reader)
+        self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers, producer, reader,
+                             lite)  # fmt: skip
         await transactions.start()
         self._security = SecurityStore(store.index)
         self._tasks = [
@@ -191,6 +211,7 @@ class LocalBroker:
                 name="transaction-sweep",
             ),
             asyncio.create_task(timers.run(self._stop), name="timer-scheduler"),
+            asyncio.create_task(lite.run_sweeper(self._stop, metadata.topics), name="lite-sweeper"),
         ]
         self._trace_task = asyncio.create_task(trace.run(self._stop), name="trace-writer")
         self._unregister_metrics = metrics.register_source(lambda: broker_samples(self))
@@ -260,6 +281,10 @@ class LocalBroker:
     def timers(self) -> TimerService:
         return self._running().timers
 
+    @property
+    def lite(self) -> LiteService:
+        return self._running().lite
+
     async def _every(self, interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
         """Run `step` every `interval_s` until the broker stops (the step logs its own failures)."""
         while not self._stop.is_set():
@@ -322,6 +347,11 @@ class LocalBroker:
             )
         if not spec.message_types:
             raise BadRequest("a topic must accept at least one message type")
+        if spec.message_types & EXCLUSIVE_TYPES and spec.message_types != UNDECIDED_TYPES:
+            if MessageType.LITE in spec.message_types:
+                check_lite_spec(spec)
+            else:
+                check_priority_spec(spec)
 
     async def create_topic(self, spec: TopicSpec) -> TopicSpec:
         """Create a topic, or update it when it exists (idempotent for the same spec).
@@ -351,7 +381,10 @@ class LocalBroker:
         return await self.create_topic(spec)
 
     async def delete_topic(self, name: str) -> None:
+        spec = self.metadata.topic(name)
         self.metadata.delete_topic(name)
+        if is_lite(spec):
+            self.lite.drop_topic(name)
         log.info("topic deleted", extra=kv(topic=name))
         await self._topics_changed()
 
@@ -364,20 +397,29 @@ class LocalBroker:
     async def topic_status(self, name: str) -> TopicStatus:
         spec = self.metadata.topic(name)
         queues = []
-        for q in range(spec.queue_count):
+        for q in priority.pop_queues(spec) if is_priority(spec) else range(spec.queue_count):
             low, high = self.store.queue_bounds(name, q)
             queues.append(QueueStatus(q, self._floor(name, q, low), high))
         return TopicStatus(spec, tuple(queues), half_messages=self.transactions.backlog(name),
                            pending_timers=self.timers.pending_count(name))  # fmt: skip
 
-    async def ensure_topic(self, name: str) -> TopicSpec:
-        """The topic; on first use it is created (accepting every message type) when this broker
-        auto-creates, else TopicNotFound. `create_topic` validates the name."""
+    async def ensure_topic(self, name: str, first: MessageType | None = None) -> TopicSpec:
+        """The topic; on first use it is created when this broker auto-creates, else TopicNotFound.
+
+        An auto-created topic takes the type of its first message (`first`, when a send creates
+        it): a LITE or PRIORITY topic for such a message, else a topic accepting every other type.
+        Created by a route lookup, before any message, it accepts every type (so clients that check
+        a message's type against the route send it) until its first message decides.
+        `create_topic` validates the name."""
         spec = self.metadata.topics.get(name)
         if spec is None and self.config.auto_create:
-            spec = await self.create_topic(
-                TopicSpec(name, self.config.auto_create_queue_count, frozenset(ALL_MESSAGE_TYPES))
-            )
+            types = UNDECIDED_TYPES if first is None else _auto_types(first)
+            spec = await self.create_topic(TopicSpec(name, self.config.auto_create_queue_count, types))
+        elif spec is not None and first is not None and spec.message_types == UNDECIDED_TYPES:
+            spec = replace(spec, message_types=_auto_types(first))
+            self.metadata.put_topic(spec)
+            log.info("auto-created topic typed by its first message", extra=kv(topic=name, type=first.name))
+            await self._topics_changed()
         return spec if spec is not None else self.metadata.topic(name)
 
     # -- groups ----------------------------------------------------------------------------------
@@ -418,7 +460,7 @@ class LocalBroker:
     async def send(
         self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
     ) -> list[SendResult]:
-        spec = await self.ensure_topic(topic)
+        spec = await self.ensure_topic(topic, messages[0].message_type if messages else None)
         return await self._running().producer.send(spec, queue_id, messages, ctx)
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
@@ -465,13 +507,20 @@ class LocalBroker:
         if request.queue_id is not None:
             validate_queue(TopicInfo(topic.name, topic.queue_count), request.queue_id)
         filt = self._filter(request.filter)
+        if is_lite(topic) or request.lite_client:
+            check_lite_consumer(topic, request.lite_client)
+            return await self.lite.pop(request, group, topic, filt)
         return await self.engine.pop(request, group, topic, filt)
 
     async def ack(
         self, group: str, topic: str, receipt_handles: list[str], *, ctx: CallContext = NO_CONTEXT
     ) -> list[AckResult]:
         self.metadata.group(group)
-        return self.engine.ack(group, topic, receipt_handles)
+        results = self.engine.ack(group, topic, receipt_handles)
+        spec = self.metadata.topics.get(topic)
+        if spec is not None and is_lite(spec):
+            self.lite.after_ack(group)
+        return results
 
     async def change_invisible_duration(
         self, group: str, topic: str, receipt_handle: str, invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
@@ -637,6 +686,49 @@ class LocalBroker:
         if MessageType.DELAY not in spec.message_types:
             raise MessageTypeConflict(f"topic {topic} does not accept DELAY messages, so it has none to recall")
         return await self.timers.recall(topic, recall_handle)
+
+    # -- lite topics (docs/lite-topics.md) --------------------------------------------------------
+
+    def _lite_topic(self, name: str) -> TopicSpec:
+        spec = self.metadata.topic(name)
+        if not is_lite(spec):
+            types = ", ".join(sorted(t.name for t in spec.message_types))
+            raise BadRequest(f"topic {name} is not a LITE topic (it accepts {types}): lite consumers bind to a topic "
+                             "created with --type lite")  # fmt: skip
+        return spec
+
+    async def sync_lite_subscription(self, sync: LiteSync) -> None:
+        validate_group_name(sync.group)
+        if not sync.client_id:
+            raise ClientIdRequired("a lite subscription belongs to a client: the request carries no client id")
+        spec = self._lite_topic(sync.topic)
+        await self.get_group(sync.group, auto_create=True)
+        self.lite.sync(spec, sync)
+
+    async def list_lite_topics(self, topic: str, group: str = "", limit: int = 100) -> LiteTopicList:
+        spec = self._lite_topic(topic)
+        if group:
+            self.metadata.group(group)
+        return self.lite.list(spec, group, limit)
+
+    async def claim_lite_removals(self, client_ids: list[str]) -> list[LiteRemoval]:
+        return self.lite.claim_removals(client_ids)
+
+
+UNDECIDED_TYPES: frozenset[MessageType] = frozenset(MessageType)  # an auto-created topic before its first message
+
+
+def _auto_types(first: MessageType) -> frozenset[MessageType]:
+    return frozenset({first}) if first in EXCLUSIVE_TYPES else ALL_MESSAGE_TYPES
+
+
+def check_lite_consumer(topic: TopicSpec, client_id: str) -> None:
+    if not is_lite(topic):
+        raise BadRequest(f"topic {topic.name} is not a LITE topic: lite consumers bind to a topic created with "
+                         "--type lite")  # fmt: skip
+    if not client_id:
+        raise BadRequest(f"topic {topic.name} is a LITE topic: consume it with a lite consumer "
+                         "(LiteSimpleConsumer, LitePushConsumer)")  # fmt: skip
 
 
 def _tier_topic_status(st: UploaderTopicStatus) -> TierTopicStatus:

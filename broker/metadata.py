@@ -26,6 +26,9 @@ def topic_to_json(spec: TopicSpec) -> dict[str, Any]:
         "queue_count": spec.queue_count,
         "message_types": sorted(t.name for t in spec.message_types),
         "permission": spec.permission.name,
+        "max_priority": spec.max_priority,
+        "lite_expiration_s": spec.lite_expiration_s,
+        "max_lite_topics": spec.max_lite_topics,
     }
 
 
@@ -35,6 +38,10 @@ def topic_from_json(doc: dict[str, Any]) -> TopicSpec:
         queue_count=int(doc["queue_count"]),
         message_types=frozenset(MessageType[t] for t in doc["message_types"]),
         permission=Permission[doc["permission"]],
+        # Absent in topics saved before priority and lite topics: the defaults.
+        max_priority=int(doc.get("max_priority", 9)),
+        lite_expiration_s=int(doc.get("lite_expiration_s", 600)),
+        max_lite_topics=int(doc.get("max_lite_topics", 0)),
     )
 
 

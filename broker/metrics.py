@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.lite.service import is_lite
+from broker.priority import is_priority, level_of, pop_queues
 from broker.tiering.uploader import tier_metric_samples
 from common import metrics as m
 
@@ -42,10 +44,29 @@ def broker_samples(broker: LocalBroker) -> list[m.Sample]:
         (m.TRANSACTION_HALF, labels, float(broker.half_message_backlog())),
         (m.TIMER_PENDING, labels, float(broker.timers.pending_count())),
     ]
+    out.extend(lite_and_priority_samples(broker))
     out.extend(consumer_samples(broker))
     tiering = broker.tiering
     if tiering is not None:
         out.extend(tier_metric_samples(name, tiering.uploader))
+    return out
+
+
+def lite_and_priority_samples(broker: LocalBroker) -> list[m.Sample]:
+    """Lite topics per bind topic, subscriptions, expirations; stored messages per priority level."""
+    name = broker.name
+    lite = broker.lite
+    out: list[m.Sample] = [
+        (m.LITE_SUBSCRIPTIONS, (name,), float(lite.subscriptions())),
+        (m.LITE_EXPIRED, (name,), float(lite.expired)),
+    ]
+    for spec in list(broker.metadata.topics.values()):
+        if is_lite(spec):
+            out.append((m.LITE_TOPICS, (name, spec.name), float(lite.count(spec.name))))
+        elif is_priority(spec):
+            for qid in pop_queues(spec):
+                low, high = broker.store.queue_bounds(spec.name, qid)
+                out.append((m.PRIORITY_MESSAGES, (name, spec.name, str(level_of(qid))), float(high - low)))
     return out
 
 

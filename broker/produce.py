@@ -1,5 +1,7 @@
 """The send path of one broker: a send is checked against its topic and the broker's limits, then
-stored as plain records (NORMAL and FIFO), timers (DELAY) or half messages (TRANSACTION).
+stored as plain records (NORMAL and FIFO), timers (DELAY) or half messages (TRANSACTION); a LITE
+topic's messages go to its lite topics (broker/lite/), a PRIORITY topic's to the queue of their
+level (broker/priority.py).
 
 A send of several plain messages is checked and converted column by column (`plainly_valid`,
 `records_of`); below `COLUMNS_MIN` messages, message by message, which costs less there:
@@ -14,8 +16,10 @@ from collections.abc import Sequence
 from itertools import repeat
 from operator import attrgetter
 
+from broker import priority
 from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, CallContext, OutgoingMessage, SendResult, TopicSpec
 from broker.config import BrokerConfig
+from broker.lite.service import LiteService, is_lite
 from broker.messages import plainly_valid, records_of, to_record, validate_message, validate_queue
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
@@ -24,7 +28,7 @@ from broker.timer.service import TimerService
 from broker.trace import TraceRecorder
 from broker.transaction.service import TransactionService
 from common.errors import BadRequest, Forbidden, RequestTimeout
-from common.model import MessageType, TopicInfo
+from common.model import EXCLUSIVE_TYPES, MessageType, TopicInfo
 
 COLUMNS_MIN = 4  # below this many messages, checking and converting them one by one costs less
 _MESSAGE_ID, _QUEUE_OFFSET = attrgetter("message_id"), attrgetter("queue_offset")
@@ -33,7 +37,7 @@ _MESSAGE_ID, _QUEUE_OFFSET = attrgetter("message_id"), attrgetter("queue_offset"
 class Producer:
     def __init__(
         self, name: str, config: BrokerConfig, store: MessageStore, timers: TimerService,
-        transactions: TransactionService, trace: TraceRecorder,
+        transactions: TransactionService, trace: TraceRecorder, lite: LiteService,
     ) -> None:  # fmt: skip
         self._name = name
         self._config = config
@@ -41,6 +45,7 @@ class Producer:
         self._timers = timers
         self._transactions = transactions
         self._trace = trace
+        self._lite = lite
 
     async def send(
         self, spec: TopicSpec, queue_id: int, messages: list[OutgoingMessage], ctx: CallContext
@@ -56,6 +61,12 @@ class Producer:
             raise BadRequest("no messages to send")
         if len(messages) > self._config.limits.max_batch_messages:
             raise BadRequest(f"{len(messages)} messages in one send; at most {self._config.limits.max_batch_messages}")
+        if spec.message_types & EXCLUSIVE_TYPES:  # lite topics and priority levels have queues of their own
+            validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
+            senders = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
+            if is_lite(spec):
+                return await self._lite.send(spec, messages, senders)
+            return await self._send_priority(spec, messages, senders)
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
         validate_queue(info, queue_id)
         host = self._config.advertised_address
@@ -93,6 +104,21 @@ class Producer:
                        recall_handle=next(handles) if m.message_type is MessageType.DELAY else "")
             for m, r in zip(messages, results, strict=True)
         ]  # fmt: skip
+
+    async def _send_priority(self, spec: TopicSpec, messages: list[OutgoingMessage],
+                             clients: list[str]) -> list[SendResult]:  # fmt: skip
+        info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
+        host = self._config.advertised_address
+        records = []
+        for msg in messages:
+            validate_message(msg, info, self._config.limits)
+            records.append(to_record(spec.name, priority.level_queue(priority.priority_of(msg, spec)), msg, host))
+        results = await self._store.append(records)
+        out = []
+        for msg, rec, r, client in zip(messages, records, results, clients, strict=True):
+            self._trace.sent(spec.name, rec.queue_id, r.queue_offset, r.queue_offset + 1, client, msg.born_host)
+            out.append(SendResult(msg.message_id, rec.queue_id, r.queue_offset))
+        return out
 
     def _sent_plain(self, topic: str, queue_id: int, messages: list[OutgoingMessage],
                     results: Sequence[AppendResult], client: str) -> list[SendResult]:  # fmt: skip

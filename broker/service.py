@@ -336,3 +336,21 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def ListClients(self, request: pb.ListClientsRequest, context: Context) -> pb.ListClientsResponse:
         clients = await self._api.list_clients()
         return pb.ListClientsResponse(clients=[convert.connected_client_to_pb(c) for c in clients])
+
+    @internal_rpc
+    async def SyncLiteSubscription(
+        self, request: pb.SyncLiteSubscriptionRequest, context: Context
+    ) -> pb.SyncLiteSubscriptionResponse:
+        await self._api.sync_lite_subscription(convert.lite_sync_from_pb(request))
+        return pb.SyncLiteSubscriptionResponse()
+
+    @internal_rpc
+    async def ListLiteTopics(self, request: pb.ListLiteTopicsRequest, context: Context) -> pb.ListLiteTopicsResponse:
+        result = await self._api.list_lite_topics(request.topic, request.group, request.limit or 100)
+        return convert.lite_list_to_pb(result)
+
+    @internal_rpc
+    async def ClaimLiteRemovals(
+        self, request: pb.ClaimLiteRemovalsRequest, context: Context
+    ) -> pb.ClaimLiteRemovalsResponse:
+        return convert.lite_removals_to_pb(await self._api.claim_lite_removals(list(request.client_ids)))

@@ -92,6 +92,10 @@ class MessageTypeConflict(BadRequest):
     code = Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
 
 
+class IllegalLiteTopic(BadRequest):
+    code = Code.ILLEGAL_LITE_TOPIC
+
+
 class ClientIdRequired(BadRequest):
     code = Code.CLIENT_ID_REQUIRED
 
@@ -160,6 +164,18 @@ class PreconditionFailed(SluiceError):
 class TooManyRequests(SluiceError):
     code = Code.TOO_MANY_REQUESTS
     retriable = True
+
+
+class LiteTopicQuotaExceeded(SluiceError):
+    """A bind topic already holds as many lite topics as it may (its `max_lite_topics`)."""
+
+    code = Code.LITE_TOPIC_QUOTA_EXCEEDED
+
+
+class LiteSubscriptionQuotaExceeded(SluiceError):
+    """A lite consumer would subscribe to more lite topics than its quota."""
+
+    code = Code.LITE_SUBSCRIPTION_QUOTA_EXCEEDED
 
 
 class RequestTimeout(SluiceError):

@@ -242,6 +242,17 @@ DISK_TOTAL_BYTES = ScrapeFamily(
 TIMER_PENDING = ScrapeFamily(
     "sluice_timer_pending_messages", "Delay (timer) messages waiting for their delivery time", ("broker",)
 )
+LITE_TOPICS = ScrapeFamily("sluice_lite_topics", "Lite topics held, per bind topic", ("broker", "topic"))
+LITE_SUBSCRIPTIONS = ScrapeFamily(
+    "sluice_lite_subscriptions", "Lite subscriptions of the lite consumers active on the broker", ("broker",)
+)
+LITE_EXPIRED = ScrapeFamily(
+    "sluice_lite_topics_expired_total", "Lite topics removed after their expiration since the broker started",
+    ("broker",), "counter",
+)  # fmt: skip
+PRIORITY_MESSAGES = ScrapeFamily(
+    "sluice_priority_messages", "Messages stored per priority level of a priority topic", ("broker", "topic", "level")
+)
 TRANSACTION_HALF = ScrapeFamily(
     "sluice_transaction_half_messages", "Transactional half messages waiting for commit or rollback", ("broker",)
 )
@@ -288,6 +299,7 @@ SCRAPE_FAMILIES: tuple[ScrapeFamily, ...] = (
     DISK_USED_BYTES, DISK_TOTAL_BYTES, TIMER_PENDING, TRANSACTION_HALF, TIER_UPLOAD_LAG, TRACE_PENDING, SERIES_DROPPED,
     REPLICATION_PRIMARY, REPLICATION_EPOCH, REPLICATION_LAG_BYTES, REPLICATION_INSYNC, REPLICATION_FAILOVERS,
     REPLICATION_FENCED,
+    LITE_TOPICS, LITE_SUBSCRIPTIONS, LITE_EXPIRED, PRIORITY_MESSAGES,
 )  # fmt: skip
 
 Sample = tuple[ScrapeFamily, tuple[str, ...], float]

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field, fields
 from enum import IntEnum
 
-from common.errors import IllegalConsumerGroup, IllegalTopic
+from common.errors import IllegalConsumerGroup, IllegalLiteTopic, IllegalTopic
 
 
 class MessageType(IntEnum):
@@ -18,6 +18,8 @@ class MessageType(IntEnum):
     FIFO = 2
     DELAY = 3
     TRANSACTION = 4
+    LITE = 5  # a message of a lite topic inside a LITE (bind) topic: docs/lite-topics.md
+    PRIORITY = 6  # a message with a priority, for a PRIORITY topic: docs/priority.md
 
     @classmethod
     def parse(cls, text: str) -> MessageType:
@@ -28,7 +30,16 @@ class MessageType(IntEnum):
             raise ValueError(f"unknown message type {text!r}; use one of {allowed}") from None
 
 
-ALL_MESSAGE_TYPES: frozenset[MessageType] = frozenset(MessageType)
+# The types a topic may mix ("mixed" topics, auto-created topics). LITE and PRIORITY topics accept
+# only their own type: their messages are stored in queues of their own (lite topics, levels).
+ALL_MESSAGE_TYPES: frozenset[MessageType] = frozenset(
+    (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
+)
+EXCLUSIVE_TYPES: frozenset[MessageType] = frozenset((MessageType.LITE, MessageType.PRIORITY))
+# System properties a message carries through the broker API (set by the proxy from the wire's
+# `SystemProperties.lite_topic` / `.priority`, stored with the message, delivered back).
+SYSPROP_LITE_TOPIC = "LITE_TOPIC"
+SYSPROP_PRIORITY = "PRIORITY"
 
 
 class Permission(IntEnum):
@@ -81,6 +92,23 @@ def validate_group_name(name: str) -> str:
     if not _NAME_RE.match(name) or name.startswith(SYSTEM_PREFIX):
         raise IllegalConsumerGroup(
             f"consumer group name {name[:64]!r} is invalid: use 1-127 characters from letters, digits, '-', '_'"
+        )
+    return name
+
+
+# Lite topic names: letters, digits and "-_.:@#=", up to a length the server announces to lite consumers
+# (Settings.max_lite_topic_size) and enforces.
+_LITE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:@#=-]+$")
+
+
+def validate_lite_topic_name(name: str, max_chars: int) -> str:
+    if not name:
+        raise IllegalLiteTopic("lite topic name is empty")
+    if len(name) > max_chars:
+        raise IllegalLiteTopic(f"lite topic name {name[:32]!r}... is {len(name)} characters long; at most {max_chars}")
+    if not _LITE_NAME_RE.match(name):
+        raise IllegalLiteTopic(
+            f"lite topic name {name[:64]!r} is invalid: use letters, digits and '-', '_', '.', ':', '@', '#', '='"
         )
     return name
 

@@ -18,6 +18,7 @@ from proxy.core.clientreport import ClientReporter
 from proxy.core.consumer import ConsumerService
 from proxy.core.inflight import InFlightBytes
 from proxy.core.limits import FlowControl
+from proxy.core.lite import LiteRouter
 from proxy.core.producer import ProducerService
 from proxy.core.renewer import AutoRenewer
 from proxy.core.sessions import SessionRegistry
@@ -37,6 +38,8 @@ class ProxyApp:
         self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self._client_gone)
         self.producer = ProducerService(directory, topics_max=config.caches.topics_max)
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
+        self.lite = LiteRouter(directory, config.settings.lite_subscription_quota, config.settings.lite_removal_poll_ms)
+        self.consumer.lite = self.lite
         self._touched_groups: set[str] = set()
         self.in_flight = 0
         self.in_flight_bytes = InFlightBytes(config.flow.max_in_flight_bytes, config.flow.max_client_in_flight_bytes)
@@ -90,6 +93,7 @@ class ProxyApp:
                 tasks.create_task(self.orphans.run(stop), name="transaction-check-back")
                 tasks.create_task(self.policy.run(stop), name="security-policy")
                 tasks.create_task(self.client_reporter.run(stop), name="client-report")
+                tasks.create_task(self.lite.run(stop), name="lite-removals")
                 while not stop.is_set():
                     self.sessions.sweep()
                     with contextlib.suppress(TimeoutError):

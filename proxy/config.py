@@ -23,6 +23,11 @@ class ClientSettingsConfig:
     producer_backoff_max_ms: int = 1_000
     long_polling_timeout_s: int = 20
     receive_batch_size: int = 32
+    # Lite consumers (docs/lite-topics.md): lite topics one client may subscribe to, longest name.
+    lite_subscription_quota: int = 10_000
+    max_lite_topic_chars: int = 64
+    # How often brokers are asked which lite topics they removed from this proxy's clients.
+    lite_removal_poll_ms: int = 1_000
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,9 @@ class TopicSpec:
     queue_count: int = 8
     message_types: frozenset[MessageType] = frozenset({MessageType.NORMAL})
     permission: Permission = Permission.READ_WRITE
+    max_priority: int = 9  # PRIORITY topics: priorities 0..max_priority (larger is more urgent)
+    lite_expiration_s: int = 600  # LITE topics: a lite topic without a new message this long is removed
+    max_lite_topics: int = 0  # LITE topics: lite topics per broker (0: the broker's limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +218,7 @@ class PopRequest:
     filter: FilterSpec = field(default_factory=FilterSpec)
     long_poll_ms: int = 0
     auto_create_group: bool = False
+    lite_client: str = ""  # a lite consumer's client id: pop from the lite topics it subscribes to
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +364,13 @@ class BrokerApi(Protocol):
 
     async def list_clients(self) -> list[ConnectedClient]: ...  # as the proxies last reported them
 
+    # lite topics (docs/lite-topics.md)
+    async def sync_lite_subscription(self, sync: LiteSync) -> None: ...
+    async def list_lite_topics(self, topic: str, group: str = "", limit: int = 100) -> LiteTopicList: ...
+    async def claim_lite_removals(
+        self, client_ids: list[str]
+    ) -> list[LiteRemoval]: ...  # unsubscribed by the broker (expired, deleted): tell these clients
+
 
 # -- message trace (appended: see broker/trace.py and docs/observability.md) -----------------------
 
@@ -461,3 +472,69 @@ class ConnectedClient:
     group: str  # consumers only
     topics: tuple[str, ...]  # published or subscribed
     last_seen_ms: int  # epoch ms of its last heartbeat, settings or stream activity
+
+
+# -- lite topics (appended: see broker/lite/ and docs/lite-topics.md) -------------------------------
+
+
+class LiteAction(Enum):
+    """How a SyncLiteSubscription changes a client's set (numbers as apache.rocketmq.v2)."""
+
+    PARTIAL_ADD = 0
+    PARTIAL_REMOVE = 1
+    COMPLETE_ADD = 2  # the whole set: replaces what the client subscribed to before
+    COMPLETE_REMOVE = 3  # drop the whole set
+
+
+class LiteOffsetPolicy(Enum):
+    LAST = 0  # where the group left off (a lite topic it never consumed: its oldest message)
+    MIN = 1
+    MAX = 2
+
+
+@dataclass(frozen=True, slots=True)
+class LiteOffset:
+    """Where a newly added lite topic starts for the group: exactly one field is set."""
+
+    policy: LiteOffsetPolicy | None = None
+    offset: int | None = None
+    tail_n: int | None = None
+    timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LiteSync:
+    group: str
+    topic: str  # the bind topic
+    client_id: str
+    action: LiteAction
+    lite_topics: tuple[str, ...]
+    version: int = 0  # 0: unversioned; else a request older than the last one applied is ignored
+    offset: LiteOffset | None = None
+    quota: int = 0  # subscriptions a client may hold (0: the broker's limit)
+
+
+@dataclass(frozen=True, slots=True)
+class LiteTopicInfo:
+    name: str
+    backlog: int  # messages stored (for a group: not yet consumed by it)
+    last_write_ms: int
+    created_ms: int
+    subscribers: int  # clients subscribed
+
+
+@dataclass(frozen=True, slots=True)
+class LiteTopicList:
+    topic: str
+    count: int  # lite topics of the bind topic on this broker
+    topics: tuple[LiteTopicInfo, ...]  # the largest backlogs first, at most `limit`
+
+
+@dataclass(frozen=True, slots=True)
+class LiteRemoval:
+    """A lite topic the broker removed from a client's subscriptions (NotifyUnsubscribeLiteCommand)."""
+
+    client_id: str
+    group: str
+    topic: str
+    lite_topic: str

@@ -33,6 +33,13 @@ from broker.client.api import (
     GroupQueueStatus,
     GroupSpec,
     GroupStatus,
+    LiteAction,
+    LiteOffset,
+    LiteOffsetPolicy,
+    LiteRemoval,
+    LiteSync,
+    LiteTopicInfo,
+    LiteTopicList,
     OffsetPolicy,
     OutgoingMessage,
     PopRequest,
@@ -133,7 +140,13 @@ def topic_spec_to_pb(spec: TopicSpec) -> pb.TopicSpec:
         queue_count=spec.queue_count,
         message_types=message_types_to_pb(spec.message_types),
         permission=int(spec.permission),
+        max_priority=spec.max_priority,
+        lite_expiration_s=spec.lite_expiration_s,
+        max_lite_topics=spec.max_lite_topics,
     )
+
+
+_DEFAULT_SPEC = TopicSpec("-")
 
 
 def topic_spec_from_pb(msg: pb.TopicSpec) -> TopicSpec:
@@ -142,6 +155,11 @@ def topic_spec_from_pb(msg: pb.TopicSpec) -> TopicSpec:
         queue_count=msg.queue_count,
         message_types=message_types_from_pb(msg.message_types),
         permission=permission_from_pb(msg.permission),
+        max_priority=msg.max_priority if msg.HasField("max_priority") else _DEFAULT_SPEC.max_priority,
+        lite_expiration_s=msg.lite_expiration_s
+        if msg.HasField("lite_expiration_s")
+        else _DEFAULT_SPEC.lite_expiration_s,
+        max_lite_topics=msg.max_lite_topics,
     )
 
 
@@ -384,6 +402,7 @@ def pop_request_to_pb(request: PopRequest) -> pb.PopRequest:
         filter=filter_to_pb(request.filter),
         long_poll_ms=request.long_poll_ms,
         auto_create_group=request.auto_create_group,
+        lite_client=request.lite_client,
     )
 
 
@@ -397,6 +416,7 @@ def pop_request_from_pb(msg: pb.PopRequest) -> PopRequest:
         filter=filter_or_default(msg),
         long_poll_ms=msg.long_poll_ms,
         auto_create_group=msg.auto_create_group,
+        lite_client=msg.lite_client,
     )
 
 
@@ -538,3 +558,52 @@ def connected_client_to_pb(c: ConnectedClient) -> pb.ConnectedClient:
 def connected_client_from_pb(msg: pb.ConnectedClient) -> ConnectedClient:
     return ConnectedClient(msg.client_id, msg.language, msg.version, msg.client_type, msg.address, msg.proxy,
                            msg.group, tuple(msg.topics), msg.last_seen_ms)  # fmt: skip
+
+
+# -- lite topics ----------------------------------------------------------------------------------
+
+
+def lite_sync_to_pb(sync: LiteSync) -> pb.SyncLiteSubscriptionRequest:
+    out = pb.SyncLiteSubscriptionRequest(
+        group=sync.group, topic=sync.topic, client_id=sync.client_id, action=sync.action.value,
+        lite_topics=list(sync.lite_topics), version=sync.version, quota=sync.quota,
+    )  # fmt: skip
+    o = sync.offset
+    if o is not None:
+        out.offset.CopyFrom(pb.LiteOffset(policy=0 if o.policy is None else o.policy.value + 1, offset=o.offset,
+                                          tail_n=o.tail_n, timestamp_ms=o.timestamp_ms))  # fmt: skip
+    return out
+
+
+def lite_sync_from_pb(msg: pb.SyncLiteSubscriptionRequest) -> LiteSync:
+    offset = None
+    if msg.HasField("offset"):
+        o = msg.offset
+        policy = None if o.policy == 0 else _lookup({p.value + 1: p for p in LiteOffsetPolicy}, o.policy, "policy")
+        offset = LiteOffset(policy, o.offset if o.HasField("offset") else None,
+                            o.tail_n if o.HasField("tail_n") else None,
+                            o.timestamp_ms if o.HasField("timestamp_ms") else None)  # fmt: skip
+    action = _lookup({a.value: a for a in LiteAction}, msg.action, "lite subscription action")
+    return LiteSync(msg.group, msg.topic, msg.client_id, action, tuple(msg.lite_topics), msg.version, offset,
+                    msg.quota)  # fmt: skip
+
+
+def lite_list_to_pb(result: LiteTopicList) -> pb.ListLiteTopicsResponse:
+    return pb.ListLiteTopicsResponse(topic=result.topic, count=result.count, topics=[
+        pb.LiteTopicInfo(name=t.name, backlog=t.backlog, last_write_ms=t.last_write_ms, created_ms=t.created_ms,
+                         subscribers=t.subscribers) for t in result.topics])  # fmt: skip
+
+
+def lite_list_from_pb(msg: pb.ListLiteTopicsResponse) -> LiteTopicList:
+    infos = (LiteTopicInfo(t.name, t.backlog, t.last_write_ms, t.created_ms, t.subscribers) for t in msg.topics)
+    return LiteTopicList(msg.topic, msg.count, tuple(infos))
+
+
+def lite_removals_to_pb(removals: list[LiteRemoval]) -> pb.ClaimLiteRemovalsResponse:
+    return pb.ClaimLiteRemovalsResponse(removals=[
+        pb.LiteRemoval(client_id=r.client_id, group=r.group, topic=r.topic, lite_topic=r.lite_topic)
+        for r in removals])  # fmt: skip
+
+
+def lite_removals_from_pb(msg: pb.ClaimLiteRemovalsResponse) -> list[LiteRemoval]:
+    return [LiteRemoval(r.client_id, r.group, r.topic, r.lite_topic) for r in msg.removals]

@@ -36,6 +36,9 @@ from broker.client.api import (
     GroupInfo,
     GroupSpec,
     GroupStatus,
+    LiteRemoval,
+    LiteSync,
+    LiteTopicList,
     OffsetPolicy,
     OffsetReset,
     OutgoingMessage,
@@ -621,6 +624,21 @@ class RemoteBroker:
     async def list_clients(self) -> list[ConnectedClient]:
         response = await self._call(self._stub.ListClients, pb.ListClientsRequest())
         return [convert.connected_client_from_pb(c) for c in response.clients]
+
+    # -- lite topics ----------------------------------------------------------------------------
+
+    async def sync_lite_subscription(self, sync: LiteSync) -> None:
+        with _encoding("sync lite subscription"):
+            request = convert.lite_sync_to_pb(sync)
+        await self._call(self._stub.SyncLiteSubscription, request)
+
+    async def list_lite_topics(self, topic: str, group: str = "", limit: int = 100) -> LiteTopicList:
+        request = pb.ListLiteTopicsRequest(topic=topic, group=group, limit=limit)
+        return convert.lite_list_from_pb(await self._call(self._stub.ListLiteTopics, request))
+
+    async def claim_lite_removals(self, client_ids: list[str]) -> list[LiteRemoval]:
+        request = pb.ClaimLiteRemovalsRequest(client_ids=client_ids)
+        return convert.lite_removals_from_pb(await self._call(self._stub.ClaimLiteRemovals, request))
 
     # -- internals ------------------------------------------------------------------------------
 

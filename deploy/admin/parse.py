@@ -12,14 +12,15 @@ from dataclasses import dataclass
 
 from broker.client.api import BackoffKind, ConsumeFrom, RetryPolicy
 from common.config import ConfigError
-from common.model import ALL_MESSAGE_TYPES, MessageType
+from common.model import ALL_MESSAGE_TYPES, EXCLUSIVE_TYPES, MessageType
 
 MIXED = "mixed"
 _MS_PER_S = 1000
 
 
 def parse_message_types(text: str) -> frozenset[MessageType]:
-    """`normal`, `fifo`, `delay`, `transaction`, `mixed` (all four), or a comma list like `normal,delay`."""
+    """`normal`, `fifo`, `delay`, `transaction`, `mixed` (all four), or a comma list like `normal,delay`;
+    `lite` and `priority` stand alone (docs/lite-topics.md, docs/priority.md)."""
     types: set[MessageType] = set()
     for part in text.split(","):
         word = part.strip().lower()
@@ -31,7 +32,22 @@ def parse_message_types(text: str) -> frozenset[MessageType]:
         except ValueError:
             allowed = ", ".join([*(t.name.lower() for t in MessageType), MIXED])
             raise ConfigError(f"--type {text!r}: {word!r} is not a message type; use {allowed}") from None
+    if len(types) > 1 and types & EXCLUSIVE_TYPES:
+        raise ConfigError(f"--type {text!r}: lite and priority topics accept only their own type; give it alone")
     return frozenset(types)
+
+
+_UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration_s(text: str, flag: str) -> int:
+    """`90`, `90s`, `10m`, `2h`, `1d` → whole seconds (at least 1)."""
+    word = text.strip().lower()
+    unit = _UNITS_S.get(word[-1:], 0) if word else 0
+    number = word[:-1] if unit else word
+    if not number.isdigit() or int(number) * (unit or 1) < 1:
+        raise ConfigError(f"{flag} {text!r}: use a positive duration such as 30s, 10m, 2h or 1d")
+    return int(number) * (unit or 1)
 
 
 def parse_names(text: str) -> list[str]:

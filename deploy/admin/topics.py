@@ -7,6 +7,7 @@ ids 0..share-1. Create and delete return only once the NameServer route shows th
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 
 from broker.client.api import TopicSpec, TopicStatus
 from broker.client.remote import RemoteBroker
@@ -17,6 +18,8 @@ from deploy.admin.output import Report, format_types
 from deploy.admin.parse import spread_queues
 from nameserver.model import TopicRoute
 
+LARGEST_LITE_TOPICS = 10
+
 
 async def create_topic(
     cluster: Cluster,
@@ -24,6 +27,7 @@ async def create_topic(
     message_types: frozenset[MessageType],
     queue_count: int,
     broker_names: list[str] | None = None,
+    attributes: dict[str, int] | None = None,
     *,
     update: bool = False,
 ) -> Report:
@@ -51,7 +55,9 @@ async def create_topic(
         )
     shares = spread_queues(queue_count, chosen)
     kept = {b.broker_name: b.permission for b in existing.brokers} if existing is not None else {}
-    specs = {n: TopicSpec(name, shares[n], message_types, kept.get(n, Permission.READ_WRITE)) for n in chosen}
+    attrs = attributes or {}  # max_priority, lite_expiration_s, max_lite_topics
+    specs = {n: TopicSpec(name, shares[n], message_types, kept.get(n, Permission.READ_WRITE), **attrs)
+             for n in chosen}  # fmt: skip
     await cluster.on_each([(n, registered[n]) for n in chosen], lambda b: b.create_topic(specs[b.name]))
 
     def shown(route: TopicRoute | None) -> bool:
@@ -172,12 +178,56 @@ async def describe_topic(cluster: Cluster, name: str) -> Report:
         for (broker_name, _), status in zip(targets, statuses, strict=True)
         for q in status.queues
     ]
+    note = (f"topic {name}: {len(rows)} queue(s) on {len(targets)} broker(s), "
+            f"{sum(s.pending_timers for s in statuses)} pending timer(s)")  # fmt: skip
+    data: dict[str, object] | None = None
+    if statuses and MessageType.LITE in statuses[0].spec.message_types:
+        lists = await cluster.on_each(targets, lambda b: b.list_lite_topics(name, "", LARGEST_LITE_TOPICS))
+        largest = sorted((t for lst in lists for t in lst.topics), key=lambda t: -t.backlog)[:LARGEST_LITE_TOPICS]
+        note += f", {sum(lst.count for lst in lists)} lite topic(s); largest: " + (
+            ", ".join(f"{t.name} ({t.backlog})" for t in largest) or "none"
+        )
+        data = {"queues": rows, "lite_topics": sum(lst.count for lst in lists),
+                "largest_lite_topics": [{"name": t.name, "backlog": t.backlog} for t in largest]}  # fmt: skip
     return Report(
         columns=["broker", "queue", "min_offset", "max_offset", "messages", "permission", "types", "half_messages"],
         rows=rows,
-        note=f"topic {name}: {len(rows)} queue(s) on {len(targets)} broker(s), "
-        f"{sum(s.pending_timers for s in statuses)} pending timer(s)",
+        data=data,
+        note=note,
     )
+
+
+async def list_lite_topics(cluster: Cluster, topic: str, group: str, limit: int) -> Report:
+    """The lite topics of a bind topic, largest backlog first, with their last write."""
+    route = await cluster.route(topic)
+    targets = [(b.broker_name, b.address) for b in route.brokers]
+    lists = await cluster.on_each(targets, lambda b: b.list_lite_topics(topic, group, limit))
+    rows = sorted(
+        (
+            {
+                "lite_topic": t.name,
+                "broker": broker_name,
+                "backlog": t.backlog,
+                "last_write": _when(t.last_write_ms),
+                "subscribers": t.subscribers,
+            }
+            for (broker_name, _), lst in zip(targets, lists, strict=True)
+            for t in lst.topics
+        ),
+        key=lambda r: (-int(r["backlog"]), str(r["lite_topic"])),  # type: ignore[call-overload]
+    )[:limit]
+    count = sum(lst.count for lst in lists)
+    scope = f" (backlog of group {group})" if group else ""
+    return Report(
+        columns=["lite_topic", "broker", "backlog", "last_write", "subscribers"],
+        rows=rows,
+        data={"topic": topic, "lite_topics": count, "group": group, "largest": rows},
+        note=f"topic {topic}: {count} lite topic(s){scope}; {len(rows)} shown, largest backlog first",
+    )
+
+
+def _when(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z" if ms else ""
 
 
 async def delete_topic(cluster: Cluster, name: str) -> Report:

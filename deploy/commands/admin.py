@@ -4,7 +4,9 @@
 
     topic create NAME --type normal|fifo|delay|transaction|mixed|a,b --queues N [--brokers a,b]
     topic create NAME ... --update    (change an existing topic: more queues, other types)
+    topic create NAME --type lite [--lite-expiration 10m] [--max-lite-topics N] | --type priority [--max-priority 9]
     topic update NAME --perm rw|r|w|none [--brokers a,b]
+    lite list BIND_TOPIC [--group G] [--limit N]
     topic list | topic describe NAME | topic delete NAME
     group create NAME [--fifo] [--max-attempts N] [--retry-policy P] [--consume-from C]
     group list | group describe NAME | group delete NAME
@@ -54,6 +56,7 @@ from deploy.admin.messages import MESSAGE_COLUMNS
 from deploy.admin.output import Report, render_json, render_table
 from deploy.admin.parse import (
     parse_consume_from,
+    parse_duration_s,
     parse_message_types,
     parse_names,
     parse_reset_target,
@@ -87,6 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_dlq(areas.add_parser("dlq", help="list a group's dead letters and send them again"), shared)
     _add_broker(areas.add_parser("broker", help="list the registered brokers"), shared)
     _add_client(areas.add_parser("client", help="list the clients connected to the proxies"), shared)
+    _add_lite(areas.add_parser("lite", help="lite topics of a LITE bind topic: list"), shared)
     _add_tier(areas.add_parser("tier", help="tiered storage: status, upload now, evict local copies"), shared)
     _add_user(areas.add_parser("user", help="create, delete and list users (access key and secret)"), shared)
     _add_acl(areas.add_parser("acl", help="grant, revoke and list access rules of users"), shared)
@@ -111,12 +115,11 @@ async def _execute(args: argparse.Namespace) -> Report:
         raise ConfigError(f"--timeout-s must be positive, got {args.timeout_s}")
     if args.namespace:
         validate_namespace(args.namespace)
-        for attr in ("name", "topic", "group", "to"):  # resources of topic, group, message, client, dlq commands
+        for attr in ("name", "topic", "group", "to"):  # resources of topic, group, message, client, dlq, lite
             if attr == "to" and args.area != "dlq":
                 continue  # `group reset-offset --to` names a position, not a topic
-            if args.area in ("topic", "group", "message", "client", "dlq") and isinstance(
-                getattr(args, attr, None), str
-            ):
+            value = getattr(args, attr, None)
+            if args.area in ("topic", "group", "message", "client", "dlq", "lite") and isinstance(value, str) and value:
                 setattr(args, attr, names.wrap(args.namespace, getattr(args, attr)))
     async with Cluster(args.namesrv, timeout_s=args.timeout_s, route_wait_s=DEFAULT_ROUTE_WAIT_S) as cluster:
         action: Action = args.run_action
@@ -172,8 +175,13 @@ def _add_topic(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser)
         "--type",
         default="normal",
         metavar="TYPE",
-        help="normal, fifo, delay, transaction, mixed (all four) or a comma list such as normal,delay",
+        help="normal, fifo, delay, transaction, mixed (all four), a comma list such as normal,delay; or lite, "
+        "priority (alone)",
     )
+    create.add_argument("--max-priority", type=int, metavar="N", help="priority topics: priorities 0..N (default 9)")
+    create.add_argument("--lite-expiration", metavar="D", help="lite topics: removed after D without a message "
+                        "(e.g. 30s, 10m; default 10m)")  # fmt: skip
+    create.add_argument("--max-lite-topics", type=int, metavar="N", help="lite topics per broker (default: its limit)")
     create.add_argument("--queues", type=int, default=DEFAULT_QUEUES, metavar="N", help="queues in all (default 8)")
     create.add_argument("--brokers", metavar="A,B", help="brokers to hold the queues (default: every registered one)")
     create.add_argument("--update", action="store_true", help="change the topic if it exists (else refused)")
@@ -188,6 +196,14 @@ def _add_topic(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser)
     describe.add_argument("name", metavar="NAME")
     delete = _leaf(actions, "delete", shared, _topic_delete, "delete a topic from every broker holding it")
     delete.add_argument("name", metavar="NAME")
+
+
+def _add_lite(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    lst = _leaf(actions, "list", shared, _lite_list, "lite topics of a bind topic: backlog, last write, subscribers")
+    lst.add_argument("topic", metavar="BIND_TOPIC")
+    lst.add_argument("--group", default="", metavar="G", help="backlog as seen by consumer group G")
+    lst.add_argument("--limit", type=int, default=100, metavar="N", help="at most N, largest backlog first")
 
 
 def _add_group(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
@@ -323,13 +339,25 @@ def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser
 
 async def _topic_create(cluster: Cluster, args: argparse.Namespace) -> Report:
     brokers = parse_names(args.brokers) if args.brokers is not None else None
+    attributes: dict[str, int] = {}
+    if args.max_priority is not None:
+        attributes["max_priority"] = args.max_priority
+    if args.lite_expiration is not None:
+        attributes["lite_expiration_s"] = parse_duration_s(args.lite_expiration, "--lite-expiration")
+    if args.max_lite_topics is not None:
+        attributes["max_lite_topics"] = args.max_lite_topics
     return await topics.create_topic(cluster, args.name, parse_message_types(args.type), args.queues, brokers,
-                                     update=args.update)  # fmt: skip
+                                     attributes, update=args.update)  # fmt: skip
 
 
 async def _topic_update(cluster: Cluster, args: argparse.Namespace) -> Report:
     brokers = parse_names(args.brokers) if args.brokers is not None else None
     return await topics.update_permission(cluster, args.name, topics.PERMISSIONS[args.perm], brokers)
+
+
+async def _lite_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    # The namespace (if any) is already on the topic and the group (see _execute).
+    return await topics.list_lite_topics(cluster, args.topic, args.group, args.limit)
 
 
 async def _topic_list(cluster: Cluster, args: argparse.Namespace) -> Report:

@@ -15,8 +15,10 @@ from broker.client import receipt
 from broker.client.api import AckResult, BrokerApi, CallContext, FilterSpec, PopRequest, StoredMessage
 from common import metrics
 from common.errors import Forbidden, InternalError, InvalidReceiptHandle, SluiceError
+from common.model import MessageType
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
+from proxy.core.lite import LiteRouter
 from proxy.core.renewer import AutoRenewer
 from proxy.core.routing import real_broker
 from proxy.directory import BrokerDirectory, BrokerRoute
@@ -42,6 +44,7 @@ class ConsumerService:
         self._renewer = renewer
         self._cfg = config
         self._rotation = itertools.count()
+        self.lite: LiteRouter | None = None
 
     def _pick_broker(self, routes: list[BrokerRoute], hint: str, topic: str) -> str:
         readable = [r.broker for r in routes if r.permission.readable]
@@ -54,13 +57,19 @@ class ConsumerService:
 
     async def receive(self, ctx: RequestContext, spec: ReceiveSpec) -> list[StoredMessage]:
         routes = await self._dir.route(spec.topic)
-        broker = self._pick_broker(routes, spec.broker_hint, spec.topic)
         auto_renew = spec.invisible_ms is None
         invisible_ms = self._cfg.auto_renew_invisible_ms if spec.invisible_ms is None else spec.invisible_ms
         batch = max(1, min(spec.batch_size or self._cfg.max_batch_messages, self._cfg.max_batch_messages))
-        request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
-                             auto_create_group=True)  # fmt: skip
-        messages = await self._dir.broker(broker).pop(request, ctx=ctx)
+        if self.lite is not None and any(MessageType.LITE in r.message_types for r in routes):
+            # A lite consumer reads one queue of the route; its lite topics live on every broker.
+            request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
+                                 auto_create_group=True, lite_client=ctx.client_id)  # fmt: skip
+            broker, messages = await self.lite.receive(request, ctx=ctx)
+        else:
+            broker = self._pick_broker(routes, spec.broker_hint, spec.topic)
+            request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
+                                 auto_create_group=True)  # fmt: skip
+            messages = await self._dir.broker(broker).pop(request, ctx=ctx)
         if messages:
             metrics.count_out(spec.topic, spec.group, len(messages), sum(len(m.body) for m in messages))
         if auto_renew:

@@ -13,7 +13,8 @@ from broker.client.api import CallContext, OutgoingMessage, SendResult, Transact
 from broker.client.recall import broker_of_recall_handle
 from common import metrics
 from common.errors import BadRequest, InvalidTransactionId, SluiceError, Unavailable
-from proxy.core.routing import QueueSelector
+from common.model import SYSPROP_LITE_TOPIC, MessageType
+from proxy.core.routing import QueueSelector, lite_broker
 from proxy.directory import BrokerDirectory, BrokerRoute
 
 SendOutcome = SendResult | SluiceError
@@ -39,7 +40,8 @@ class ProducerService:
         """Store messages given as (cluster-wide topic, message); outcomes in request order."""
         messages = list(map(_MESSAGE, items))
         topic = items[0][0]
-        if not any(map(_GROUP, messages)) and list(map(_TOPIC, items)).count(topic) == len(items):
+        lite = any(m.message_type is MessageType.LITE for m in messages)
+        if not lite and not any(map(_GROUP, messages)) and list(map(_TOPIC, items)).count(topic) == len(items):
             return await self._send_one_queue(ctx, topic, messages)
         placed: dict[tuple[str, str, int], list[int]] = {}
         outcomes: list[SendOutcome | None] = [None] * len(items)
@@ -57,7 +59,10 @@ class ProducerService:
                 continue
             try:
                 selector = self._selector(topic)
-                if msg.message_group:
+                lite_topic = msg.system_properties.get(SYSPROP_LITE_TOPIC)
+                if lite_topic is not None:  # a lite topic lives on one broker (docs/lite-topics.md)
+                    broker, qid = lite_broker(topic, route, lite_topic), 0
+                elif msg.message_group:
                     broker, qid = selector.pick(topic, route, msg.message_group)
                 else:  # messages of one request without a group share one queue: one append
                     if topic not in batch_queue:

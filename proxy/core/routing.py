@@ -74,3 +74,13 @@ class QueueSelector:
             digest = hashlib.blake2b(message_group.encode(), digest_size=8).digest()
             return writable[int.from_bytes(digest, "big") % len(writable)]
         return writable[next(self._counter) % len(writable)]
+
+
+def lite_broker(topic: str, routes: list[BrokerRoute], lite_topic: str) -> str:
+    """The broker that holds a lite topic: a hash of its name over the bind topic's writable brokers,
+    so its messages form one ordered queue and its subscriptions go to the same broker."""
+    brokers = sorted(r.broker for r in routes if r.permission.writable)
+    if not brokers:
+        raise Forbidden(f"topic {topic} has no writable queue")
+    digest = hashlib.blake2b(lite_topic.encode(), digest_size=8).digest()
+    return brokers[int.from_bytes(digest, "big") % len(brokers)]

@@ -28,7 +28,14 @@ from common.errors import (
     MessageTypeConflict,
     SluiceError,
 )
-from common.model import DLQ_PREFIX, MessageType, validate_group_name, validate_topic_name
+from common.model import (
+    DLQ_PREFIX,
+    SYSPROP_LITE_TOPIC,
+    SYSPROP_PRIORITY,
+    MessageType,
+    validate_group_name,
+    validate_topic_name,
+)
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proxy import names
 
@@ -37,9 +44,10 @@ _TYPES: dict[int, MessageType] = {
     pb.FIFO: MessageType.FIFO,
     pb.DELAY: MessageType.DELAY,
     pb.TRANSACTION: MessageType.TRANSACTION,
+    pb.LITE: MessageType.LITE,
+    pb.PRIORITY: MessageType.PRIORITY,
 }
 _TYPES_OR_NORMAL = {**_TYPES, pb.MESSAGE_TYPE_UNSPECIFIED: MessageType.NORMAL}  # what `message_type` accepts
-_KNOWN_UNSUPPORTED: dict[int, str] = {pb.LITE: "LITE", pb.PRIORITY: "PRIORITY"}
 SYSPROP_TRACE_CONTEXT = "TRACE_CONTEXT"
 SYSPROP_TX_RECOVERY_MS = "TRANSACTION_RECOVERY_MS"
 
@@ -84,8 +92,6 @@ def message_type(value: int) -> MessageType:
     mtype = _TYPES.get(value)
     if mtype is not None:
         return mtype
-    if value in _KNOWN_UNSUPPORTED:
-        raise MessageTypeConflict(f"{_KNOWN_UNSUPPORTED[value]} messages are not supported by Sluice")
     if value == pb.MESSAGE_TYPE_UNSPECIFIED:
         return MessageType.NORMAL
     raise BadRequest(f"unknown message type {value}")
@@ -132,6 +138,8 @@ def outgoing(msg: pb.Message, peer: str, body: bytes | None = None) -> OutgoingM
     if sp.HasField("orphaned_transaction_recovery_duration"):
         d = sp.orphaned_transaction_recovery_duration
         sysprops[SYSPROP_TX_RECOVERY_MS] = str(duration_ms(d, "orphaned_transaction_recovery_duration"))
+    if sp.HasField("lite_topic") or sp.HasField("priority"):
+        _lite_or_priority(sp, mtype, sysprops)
     keys = sp.keys
     props = msg.user_properties
     born = sp.born_timestamp
@@ -155,6 +163,23 @@ def outgoing(msg: pb.Message, peer: str, body: bytes | None = None) -> OutgoingM
     )
 
 
+def _lite_or_priority(sp: pb.SystemProperties, mtype: MessageType, sysprops: dict[str, str]) -> None:
+    """Carry a message's lite topic or priority to the broker; refuse it with a type it cannot have."""
+    if sp.HasField("lite_topic"):
+        if mtype is not MessageType.LITE:
+            raise MessageTypeConflict(f"a {mtype.name} message cannot carry a lite topic; only LITE messages do")
+        sysprops[SYSPROP_LITE_TOPIC] = sp.lite_topic
+    if sp.HasField("priority"):
+        if mtype is not MessageType.PRIORITY:
+            raise MessageTypeConflict(
+                f"a {mtype.name} message cannot carry a priority; only PRIORITY messages do (priority cannot be "
+                "combined with a message group, a delivery time or a lite topic)"
+            )
+        sysprops[SYSPROP_PRIORITY] = str(sp.priority)
+    elif mtype is MessageType.PRIORITY:
+        raise BadRequest("a PRIORITY message needs a priority")
+
+
 _SP = attrgetter("system_properties")
 _BODY = attrgetter("body")
 _SCALARS = attrgetter("message_id", "message_type", "tag", "message_group", "born_host", "body_encoding")
@@ -163,7 +188,7 @@ _PROPS = attrgetter("user_properties")
 _BORN = attrgetter("born_timestamp")
 _TS = attrgetter("seconds", "nanos")
 _HAS = {name: methodcaller("HasField", name) for name in ("tag", "message_group", "trace_context",
-        "orphaned_transaction_recovery_duration", "delivery_timestamp")}  # fmt: skip
+        "orphaned_transaction_recovery_duration", "delivery_timestamp", "lite_topic", "priority")}  # fmt: skip
 
 
 def _optional(values: tuple[str, ...], sps: list[pb.SystemProperties], name: str) -> list[str | None]:
@@ -187,7 +212,11 @@ def outgoing_many(msgs: Sequence[pb.Message], peer: str, sysprops: dict[str, str
     sps = list(map(_SP, msgs))
     if any(map(_HAS["trace_context"], sps)) or any(map(_HAS["orphaned_transaction_recovery_duration"], sps)):
         return None
-    if any(map(_HAS["delivery_timestamp"], sps)):
+    if (
+        any(map(_HAS["delivery_timestamp"], sps))
+        or any(map(_HAS["lite_topic"], sps))
+        or any(map(_HAS["priority"], sps))
+    ):
         return None
     ids, raw_types, tags, groups, hosts, encodings = zip(*map(_SCALARS, sps), strict=True)
     types = list(map(_TYPES_OR_NORMAL.get, raw_types))
@@ -266,6 +295,12 @@ def fill_delivered(out: pb.Message, msg: StoredMessage, namespace: str) -> None:
         trace = sysprops.get(SYSPROP_TRACE_CONTEXT)
         if trace:
             sp.trace_context = trace
+        lite = sysprops.get(SYSPROP_LITE_TOPIC)
+        if lite is not None:
+            sp.lite_topic = lite
+        level = sysprops.get(SYSPROP_PRIORITY)
+        if level is not None and level.isdigit():
+            sp.priority = int(level)
         origin = sysprops.get("DLQ_ORIGIN_TOPIC")
         if origin is not None and msg.topic.startswith(DLQ_PREFIX):
             sp.dead_letter_queue.topic = names.unwrap(namespace, origin)

@@ -8,7 +8,8 @@ access rules are scoped to namespaces, so a rule of namespace A never matches a 
 
 What each RPC needs: QueryRoute PUB or SUB on the topic; SendMessage, EndTransaction and
 RecallMessage PUB on the topic; Heartbeat SUB on its group if it names one; QueryAssignment,
-ReceiveMessage, Ack, ChangeInvisibleDuration, ForwardToDLQ, Pull and the offset RPCs SUB on the
+ReceiveMessage, Ack, ChangeInvisibleDuration, ForwardToDLQ, SyncLiteSubscription (the bind topic),
+Pull and the offset RPCs SUB on the
 group and the topic they name; NotifyClientTermination and Telemetry only a valid signature.
 """
 
@@ -49,7 +50,8 @@ def resources(request: Any, ctx: RequestContext) -> Iterator[Need]:
         if isinstance(request, spb.HeartbeatRequest) and request.HasField("group") and request.group.name:
             yield _res(group, request.group, ctx, _SUB)
     elif isinstance(request, (spb.QueryAssignmentRequest, spb.AckMessageRequest, spb.ChangeInvisibleDurationRequest,
-                              spb.ForwardMessageToDeadLetterQueueRequest)):  # fmt: skip
+                              spb.ForwardMessageToDeadLetterQueueRequest,
+                              spb.SyncLiteSubscriptionRequest)):  # fmt: skip
         yield _res(group, request.group, ctx, _SUB)
         yield _res(topic, request.topic, ctx, _SUB)
     elif isinstance(request, (spb.ReceiveMessageRequest, spb.PullMessageRequest, spb.UpdateOffsetRequest,

@@ -23,15 +23,14 @@ from typing import Any, TypeVar
 import grpc
 
 from common import metrics
-from common.codes import Code
 from common.logs import kv
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proto.apache.rocketmq.v2 import service_pb2_grpc
 from proxy import names
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
-from proxy.grpc import consume, guard, produce, route, telemetry, transaction
-from proxy.grpc.status import OK, code_name, request_context, status, status_of
+from proxy.grpc import consume, guard, lite, produce, route, telemetry, transaction
+from proxy.grpc.status import OK, code_name, request_context, status_of
 
 log = logging.getLogger("sluice.proxy.rpc")
 _MS_PER_S = 1000.0
@@ -176,7 +175,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         return await self._unary("RecallMessage", spb.RecallMessageResponse, produce.recall_message, request, context)
 
     async def SyncLiteSubscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        return spb.SyncLiteSubscriptionResponse(status=status(Code.UNSUPPORTED, "lite topics are not supported"))
+        return await self._unary("SyncLiteSubscription", spb.SyncLiteSubscriptionResponse, lite.sync_lite_subscription,
+                                 request, context)  # fmt: skip
 
 
 def _answered(rpc: str, code: str, seconds: float) -> None:

@@ -75,6 +75,9 @@ def settings_reply(
         sub.receive_batch_size = cfg.receive_batch_size
         if not request.subscription.HasField("long_polling_timeout") or int(request.client_type) == pb.PUSH_CONSUMER:
             sub.long_polling_timeout.seconds = cfg.long_polling_timeout_s
+        if int(request.client_type) in (pb.LITE_PUSH_CONSUMER, pb.LITE_SIMPLE_CONSUMER):
+            sub.lite_subscription_quota = cfg.lite_subscription_quota
+            sub.max_lite_topic_size = cfg.max_lite_topic_chars
         policy = group.spec.retry_policy if group else RetryPolicy()
         attempts = group.spec.max_delivery_attempts if group else 16
         _consumer_backoff(out.backoff_policy, policy, attempts, wants_customized_backoff(request, header_language))

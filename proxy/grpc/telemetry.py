@@ -21,7 +21,8 @@ from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
 from proxy.core.checkback import Deliver
-from proxy.grpc import convert, transaction
+from proxy.core.lite import Notify
+from proxy.grpc import convert, lite, transaction
 from proxy.grpc.settings import settings_reply
 from proxy.grpc.status import status_of
 
@@ -73,7 +74,7 @@ async def on_settings(app: ProxyApp, ctx: RequestContext, settings: pb.Settings)
 
 
 async def _settings_reply(
-    app: ProxyApp, ctx: RequestContext, settings: pb.Settings, stream_id: int, deliver: Deliver
+    app: ProxyApp, ctx: RequestContext, settings: pb.Settings, stream_id: int, deliver: Deliver, notify: Notify
 ) -> spb.TelemetryCommand:
     """The reply to one Settings: the effective settings, or a status saying why they were not
     applied (the stream stays open either way; the client may send corrected settings)."""
@@ -81,6 +82,8 @@ async def _settings_reply(
         reply = await on_settings(app, ctx, settings)
     except Exception as exc:  # SluiceError: the client's mistake, told in the status; else INTERNAL, logged
         return spb.TelemetryCommand(status=status_of(exc, "Telemetry"))
+    if settings.client_type in lite.LITE_CLIENT_TYPES:  # its stream carries removal notices
+        app.lite.register(stream_id, ctx.client_id, notify)
     if settings.client_type == pb.PRODUCER:  # its stream can carry transaction check-backs
         app.checkbacks.register(stream_id, ctx.client_id, transaction.producer_topics(ctx, settings), deliver)
     return reply
@@ -93,6 +96,7 @@ async def telemetry(
     app.sessions.stream_opened(ctx.client_id)
     stream_id = id(out)
     deliver = transaction.stream_deliver(out, MAX_QUEUED_COMMANDS)
+    notify = lite.removal_notify(out, MAX_QUEUED_COMMANDS, ctx.namespace)  # lite consumers' removal notices
 
     async def read() -> None:
         try:
@@ -102,7 +106,7 @@ async def telemetry(
                 elif cmd.WhichOneof("command") != "settings":
                     continue  # stack traces, verify results: accepted and ignored
                 else:
-                    reply = await _settings_reply(app, ctx, cmd.settings, stream_id, deliver)
+                    reply = await _settings_reply(app, ctx, cmd.settings, stream_id, deliver, notify)
                 if out.qsize() < MAX_QUEUED_COMMANDS:
                     out.put_nowait(reply)
         except asyncio.CancelledError:
@@ -119,4 +123,5 @@ async def telemetry(
     finally:
         reader.cancel()
         app.checkbacks.unregister(stream_id)
+        app.lite.unregister(stream_id)
         app.sessions.stream_closed(ctx.client_id)

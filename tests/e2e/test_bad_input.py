@@ -258,10 +258,10 @@ def test_unknown_topic(s: Stub, target: Target) -> None:
     assert send_code(s, raw.message(f"{target.topic}-nope")) == "TOPIC_NOT_FOUND"
 
 
-# -- features answered as unavailable --------------------------------------------------------------
+# -- malformed handles and lite subscriptions of normal topics --------------------------------------
 
 
-def test_unimplemented_rpcs(s: Stub, target: Target) -> None:
+def test_recall_and_lite_subscription_bad_input(s: Stub, target: Target) -> None:
     md, timeout = raw.headers(), raw.RPC_TIMEOUT_S
     recall = s.RecallMessage(spb.RecallMessageRequest(topic=raw.resource(target.topic), recall_handle="h"),
                              metadata=md, timeout=timeout)  # fmt: skip
@@ -270,7 +270,8 @@ def test_unimplemented_rpcs(s: Stub, target: Target) -> None:
                                                                   group=raw.resource(target.group),
                                                                   lite_topic_set=["x"]),
                                   metadata=md, timeout=timeout)  # fmt: skip
-    assert raw.code_name(lite.status.code) == "UNSUPPORTED"
+    # target.topic is a NORMAL topic: lite consumers bind to LITE topics (docs/lite-topics.md)
+    assert raw.code_name(lite.status.code) == "BAD_REQUEST" and "not a LITE topic" in lite.status.message
 
 
 # -- transactions ------------------------------------------------------------------------------------

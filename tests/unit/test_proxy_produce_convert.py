@@ -38,7 +38,7 @@ def messages(draw: st.DrawFn) -> pb.Message:
     sp.born_timestamp.nanos = draw(st.integers(0, 999_999_999))
     sp.born_host = draw(st.sampled_from(["", "10.1.2.3"]))
     sp.body_encoding = draw(st.sampled_from([pb.IDENTITY, pb.GZIP, pb.ENCODING_UNSPECIFIED]))
-    rare = draw(st.sampled_from(["", "", "", "trace", "recovery", "delivery", "type"]))
+    rare = draw(st.sampled_from(["", "", "", "trace", "recovery", "delivery", "type", "lite", "priority"]))
     if rare == "trace":
         sp.trace_context = draw(texts)
     elif rare == "recovery":
@@ -46,7 +46,13 @@ def messages(draw: st.DrawFn) -> pb.Message:
     elif rare == "delivery":
         sp.delivery_timestamp.seconds = 1_900_000_000
     elif rare == "type":
+        sp.message_type = 99  # a type this proxy does not know  # type: ignore[assignment]
+    elif rare == "lite":
         sp.message_type = pb.LITE
+        sp.lite_topic = "chat-1"
+    elif rare == "priority":
+        sp.message_type = pb.PRIORITY
+        sp.priority = 3
     return m
 
 
@@ -66,7 +72,8 @@ def test_outgoing_many_equals_outgoing_or_declines(msgs: list[pb.Message]) -> No
     sps = [m.system_properties for m in msgs]
     needs_one_by_one = any(
         sp.HasField("trace_context") or sp.HasField("orphaned_transaction_recovery_duration")
-        or sp.HasField("delivery_timestamp") or sp.message_type == pb.LITE or not sp.born_host
+        or sp.HasField("delivery_timestamp") or sp.message_type == 99 or sp.HasField("lite_topic")
+        or sp.HasField("priority") or not sp.born_host
         for sp in sps
     )  # fmt: skip
     if needs_one_by_one:

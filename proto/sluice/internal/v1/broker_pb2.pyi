@@ -62,16 +62,22 @@ class RetryPolicy(_message.Message):
     def __init__(self, kind: _Optional[_Union[BackoffKind, str]] = ..., initial_ms: _Optional[int] = ..., max_ms: _Optional[int] = ..., multiplier: _Optional[float] = ..., customized_ms: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TopicSpec(_message.Message):
-    __slots__ = ("name", "queue_count", "message_types", "permission")
+    __slots__ = ("name", "queue_count", "message_types", "permission", "max_priority", "lite_expiration_s", "max_lite_topics")
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPES_FIELD_NUMBER: _ClassVar[int]
     PERMISSION_FIELD_NUMBER: _ClassVar[int]
+    MAX_PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    LITE_EXPIRATION_S_FIELD_NUMBER: _ClassVar[int]
+    MAX_LITE_TOPICS_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue_count: int
     message_types: _containers.RepeatedScalarFieldContainer[int]
     permission: int
-    def __init__(self, name: _Optional[str] = ..., queue_count: _Optional[int] = ..., message_types: _Optional[_Iterable[int]] = ..., permission: _Optional[int] = ...) -> None: ...
+    max_priority: int
+    lite_expiration_s: int
+    max_lite_topics: int
+    def __init__(self, name: _Optional[str] = ..., queue_count: _Optional[int] = ..., message_types: _Optional[_Iterable[int]] = ..., permission: _Optional[int] = ..., max_priority: _Optional[int] = ..., lite_expiration_s: _Optional[int] = ..., max_lite_topics: _Optional[int] = ...) -> None: ...
 
 class GroupSpec(_message.Message):
     __slots__ = ("name", "fifo", "max_delivery_attempts", "retry_policy", "consume_from", "consume_from_timestamp_ms")
@@ -488,7 +494,7 @@ class SendStreamResponse(_message.Message):
     def __init__(self, id: _Optional[int] = ..., outcomes: _Optional[_Iterable[_Union[SendOutcome, _Mapping]]] = ...) -> None: ...
 
 class PopRequest(_message.Message):
-    __slots__ = ("group", "topic", "queue_id", "max_messages", "invisible_ms", "filter", "long_poll_ms", "auto_create_group")
+    __slots__ = ("group", "topic", "queue_id", "max_messages", "invisible_ms", "filter", "long_poll_ms", "auto_create_group", "lite_client")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -497,6 +503,7 @@ class PopRequest(_message.Message):
     FILTER_FIELD_NUMBER: _ClassVar[int]
     LONG_POLL_MS_FIELD_NUMBER: _ClassVar[int]
     AUTO_CREATE_GROUP_FIELD_NUMBER: _ClassVar[int]
+    LITE_CLIENT_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     queue_id: int
@@ -505,7 +512,8 @@ class PopRequest(_message.Message):
     filter: FilterSpec
     long_poll_ms: int
     auto_create_group: bool
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., filter: _Optional[_Union[FilterSpec, _Mapping]] = ..., long_poll_ms: _Optional[int] = ..., auto_create_group: _Optional[bool] = ...) -> None: ...
+    lite_client: str
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., filter: _Optional[_Union[FilterSpec, _Mapping]] = ..., long_poll_ms: _Optional[int] = ..., auto_create_group: _Optional[bool] = ..., lite_client: _Optional[str] = ...) -> None: ...
 
 class PopResponse(_message.Message):
     __slots__ = ("messages",)
@@ -975,3 +983,97 @@ class ListClientsResponse(_message.Message):
     CLIENTS_FIELD_NUMBER: _ClassVar[int]
     clients: _containers.RepeatedCompositeFieldContainer[ConnectedClient]
     def __init__(self, clients: _Optional[_Iterable[_Union[ConnectedClient, _Mapping]]] = ...) -> None: ...
+
+class LiteOffset(_message.Message):
+    __slots__ = ("policy", "offset", "tail_n", "timestamp_ms")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TAIL_N_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    policy: int
+    offset: int
+    tail_n: int
+    timestamp_ms: int
+    def __init__(self, policy: _Optional[int] = ..., offset: _Optional[int] = ..., tail_n: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class SyncLiteSubscriptionRequest(_message.Message):
+    __slots__ = ("group", "topic", "client_id", "action", "lite_topics", "version", "offset", "quota")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    LITE_TOPICS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    client_id: str
+    action: int
+    lite_topics: _containers.RepeatedScalarFieldContainer[str]
+    version: int
+    offset: LiteOffset
+    quota: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., client_id: _Optional[str] = ..., action: _Optional[int] = ..., lite_topics: _Optional[_Iterable[str]] = ..., version: _Optional[int] = ..., offset: _Optional[_Union[LiteOffset, _Mapping]] = ..., quota: _Optional[int] = ...) -> None: ...
+
+class SyncLiteSubscriptionResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListLiteTopicsRequest(_message.Message):
+    __slots__ = ("topic", "group", "limit")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    group: str
+    limit: int
+    def __init__(self, topic: _Optional[str] = ..., group: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class LiteTopicInfo(_message.Message):
+    __slots__ = ("name", "backlog", "last_write_ms", "created_ms", "subscribers")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    LAST_WRITE_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    backlog: int
+    last_write_ms: int
+    created_ms: int
+    subscribers: int
+    def __init__(self, name: _Optional[str] = ..., backlog: _Optional[int] = ..., last_write_ms: _Optional[int] = ..., created_ms: _Optional[int] = ..., subscribers: _Optional[int] = ...) -> None: ...
+
+class ListLiteTopicsResponse(_message.Message):
+    __slots__ = ("topic", "count", "topics")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    count: int
+    topics: _containers.RepeatedCompositeFieldContainer[LiteTopicInfo]
+    def __init__(self, topic: _Optional[str] = ..., count: _Optional[int] = ..., topics: _Optional[_Iterable[_Union[LiteTopicInfo, _Mapping]]] = ...) -> None: ...
+
+class ClaimLiteRemovalsRequest(_message.Message):
+    __slots__ = ("client_ids",)
+    CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    client_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, client_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class LiteRemoval(_message.Message):
+    __slots__ = ("client_id", "group", "topic", "lite_topic")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    LITE_TOPIC_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    group: str
+    topic: str
+    lite_topic: str
+    def __init__(self, client_id: _Optional[str] = ..., group: _Optional[str] = ..., topic: _Optional[str] = ..., lite_topic: _Optional[str] = ...) -> None: ...
+
+class ClaimLiteRemovalsResponse(_message.Message):
+    __slots__ = ("removals",)
+    REMOVALS_FIELD_NUMBER: _ClassVar[int]
+    removals: _containers.RepeatedCompositeFieldContainer[LiteRemoval]
+    def __init__(self, removals: _Optional[_Iterable[_Union[LiteRemoval, _Mapping]]] = ...) -> None: ...

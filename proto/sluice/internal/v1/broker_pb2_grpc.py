@@ -230,6 +230,21 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListClientsRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListClientsResponse.FromString,
                 _registered_method=True)
+        self.SyncLiteSubscription = channel.unary_unary(
+                '/sluice.internal.v1.Broker/SyncLiteSubscription',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SyncLiteSubscriptionRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SyncLiteSubscriptionResponse.FromString,
+                _registered_method=True)
+        self.ListLiteTopics = channel.unary_unary(
+                '/sluice.internal.v1.Broker/ListLiteTopics',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListLiteTopicsRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListLiteTopicsResponse.FromString,
+                _registered_method=True)
+        self.ClaimLiteRemovals = channel.unary_unary(
+                '/sluice.internal.v1.Broker/ClaimLiteRemovals',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimLiteRemovalsRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimLiteRemovalsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -495,6 +510,25 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SyncLiteSubscription(self, request, context):
+        """Lite topics (docs/lite-topics.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListLiteTopics(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClaimLiteRemovals(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -692,6 +726,21 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ListClients,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListClientsRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListClientsResponse.SerializeToString,
+            ),
+            'SyncLiteSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncLiteSubscription,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SyncLiteSubscriptionRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SyncLiteSubscriptionResponse.SerializeToString,
+            ),
+            'ListLiteTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLiteTopics,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListLiteTopicsRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListLiteTopicsResponse.SerializeToString,
+            ),
+            'ClaimLiteRemovals': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimLiteRemovals,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimLiteRemovalsRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimLiteRemovalsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1748,6 +1797,87 @@ class Broker:
             '/sluice.internal.v1.Broker/ListClients',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListClientsRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListClientsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SyncLiteSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/SyncLiteSubscription',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SyncLiteSubscriptionRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SyncLiteSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLiteTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/ListLiteTopics',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListLiteTopicsRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ListLiteTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClaimLiteRemovals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/ClaimLiteRemovals',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimLiteRemovalsRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimLiteRemovalsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,1 @@
+"""Lite topics: millions of light, ordered sub-channels inside a LITE bind topic (docs/lite-topics.md)."""

@@ -1,0 +1,470 @@
+"""`LiteService`: lite topics in one broker: send, subscriptions, fair ordered pops, expiry.
+
+* **Send.** A LITE message names its lite topic (system property `LITE_TOPIC`). The lite topic is
+  created on first use (quota: the bind topic's `max_lite_topics`) and the message is stored in the
+  lite topic's own queue of the bind topic (broker/lite/keys.py), whatever queue the producer chose.
+* **Subscriptions** belong to a (group, bind topic, client id), are stored (broker/lite/state.py)
+  and change with `sync` (SyncLiteSubscription's four actions). A client's set is loaded into
+  memory when it syncs or pops; a client idle for `idle_client_s` is dropped from memory only.
+* **Pops** of a lite consumer take, round robin over its subscribed lite topics that may hold
+  messages (`ready`), at most one new message per lite topic, and only from a lite topic with
+  nothing in flight for the group: each lite topic is consumed in order (its next message once the
+  previous one is acknowledged, dead-lettered, or visible again for a retry), and one hot lite
+  topic cannot starve the others. Dispatches mark the lite topics they touched ready for the
+  clients watching them and wake their long polls.
+* **Expiry.** A lite topic without a new message for its bind topic's `lite_expiration_s` is
+  removed by a sweep over the expiry index (due first, bounded per run); its subscribers get a
+  `LiteRemoval` that proxies claim and turn into NotifyUnsubscribeLiteCommand.
+
+Event-loop thread only (like the pop engine whose internals the pop reuses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import heapq
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from broker.client.api import (
+    GroupInfo,
+    LiteAction,
+    LiteOffset,
+    LiteOffsetPolicy,
+    LiteRemoval,
+    LiteSync,
+    LiteTopicInfo,
+    LiteTopicList,
+    OutgoingMessage,
+    PopRequest,
+    SendResult,
+    StoredMessage,
+    TopicSpec,
+)
+from broker.config import LimitsConfig, LiteConfig
+from broker.consumer import PopEngine, _Cold, now_ms
+from broker.filter import MessageFilter
+from broker.lite.state import LiteRecord, LiteState
+from broker.longpoll import LongPollHub, group_key, topic_key
+from broker.messages import to_record, validate_message
+from broker.popstate import PopBatch, PopState, queue_key
+from broker.store.store import MessageStore
+from broker.trace import TraceRecorder
+from common.errors import (
+    BadRequest,
+    IllegalInvisibleTime,
+    IllegalLiteTopic,
+    LiteSubscriptionQuotaExceeded,
+    LiteTopicQuotaExceeded,
+    MessageTypeConflict,
+)
+from common.logs import kv
+from common.model import SYSPROP_LITE_TOPIC, MessageType, TopicInfo, validate_lite_topic_name
+
+log = logging.getLogger("sluice.broker.lite")
+MAX_REMOVALS_PER_CLIENT = 10_000
+MAX_READY_CHECKS = 4_096  # lite topics a pop looks at, at most (the rotation continues next pop)
+
+
+_LITE_ONLY = frozenset({MessageType.LITE})
+
+
+def is_lite(spec: TopicSpec) -> bool:
+    return spec.message_types == _LITE_ONLY
+
+
+@dataclass(eq=False)
+class _Client:
+    """A lite consumer's subscriptions in memory (while it is active)."""
+
+    group: str
+    topic: str
+    topic_id: int
+    client_id: str
+    names: dict[str, int] = field(default_factory=dict)  # subscribed lite topic -> its queue id
+    qids: set[int] = field(default_factory=set)
+    ready: collections.OrderedDict[int, None] = field(default_factory=collections.OrderedDict)
+    version: int = 0
+    seen: float = field(default_factory=time.monotonic)
+
+
+ClientKey = tuple[str, str, str]  # group, bind topic, client id
+
+
+class LiteService:
+    def __init__(
+        self, *, store: MessageStore, state: LiteState, pop_state: PopState, engine: PopEngine, hub: LongPollHub,
+        trace: TraceRecorder, config: LiteConfig, limits: LimitsConfig, host: str,
+    ) -> None:  # fmt: skip
+        self._store = store
+        self.state = state
+        self._pop = pop_state
+        self._engine = engine
+        self._hub = hub
+        self._trace = trace
+        self._cfg = config
+        self._limits = limits
+        self._host = host
+        self._clients: dict[ClientKey, _Client] = {}
+        self._watch: dict[tuple[str, int], set[_Client]] = {}  # (bind topic, queue id) -> clients
+        self._removals: dict[str, list[LiteRemoval]] = {}
+        self.expired = 0
+        self.created = 0
+
+    # -- send ------------------------------------------------------------------------------------
+
+    def _expiration_ms(self, spec: TopicSpec) -> int:
+        return max(1, spec.lite_expiration_s) * 1000
+
+    def _max_topics(self, spec: TopicSpec) -> int:
+        return spec.max_lite_topics or self._cfg.max_lite_topics
+
+    def _granule_ms(self, spec: TopicSpec) -> int:
+        return max(100, min(60_000, self._expiration_ms(spec) // 10))
+
+    def resolve(
+        self, spec: TopicSpec, topic_id: int, names: Iterable[str], now: int, *, write: bool
+    ) -> tuple[dict[str, LiteRecord], set[str]]:
+        """The lite topics `names` of a bind topic and which of them are new: those are created
+        together, or none is (LITE_TOPIC_QUOTA_EXCEEDED beyond the quota). A write moves an
+        existing one's expiry (once per granule)."""
+        found: dict[str, LiteRecord] = {}
+        missing: list[str] = []
+        granule = self._granule_ms(spec)
+        for name in dict.fromkeys(names):
+            rec = self.state.get(topic_id, name)
+            if rec is None:
+                missing.append(name)
+                continue
+            if write and now - rec.last_write_ms >= granule:
+                self.state.touch(topic_id, name, rec, now, self._expiration_ms(spec))
+            found[name] = rec
+        if missing:
+            held, limit = self.state.count(topic_id), self._max_topics(spec)
+            if held + len(missing) > limit:
+                raise LiteTopicQuotaExceeded(
+                    f"topic {spec.name} holds {held} lite topics on this broker and may hold {limit}; "
+                    f"{len(missing)} more cannot be created"
+                )
+            found.update(self.state.create_many(topic_id, missing, now, now + self._expiration_ms(spec)))
+            self.created += len(missing)
+        return found, set(missing)
+
+    async def send(self, spec: TopicSpec, messages: list[OutgoingMessage], clients: list[str]) -> list[SendResult]:
+        info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
+        names: list[str] = []
+        for msg in messages:
+            validate_message(msg, info, self._limits)
+            name = msg.system_properties.get(SYSPROP_LITE_TOPIC)
+            if name is None:
+                raise IllegalLiteTopic(f"topic {spec.name} is a LITE topic: a message needs a lite topic")
+            names.append(validate_lite_topic_name(name, self._cfg.max_name_chars))
+        tid = self.state.topic_id(spec.name, create=True)
+        assert tid is not None
+        records, _ = self.resolve(spec, tid, names, now_ms(), write=True)
+        qids = [records[name].queue_id for name in names]
+        host = self._host
+        results = await self._store.append(
+            [to_record(spec.name, q, m, host) for q, m in zip(qids, messages, strict=True)]
+        )
+        out = []
+        sent = self._trace.sent
+        for msg, qid, r, client in zip(messages, qids, results, clients, strict=True):
+            sent(spec.name, qid, r.queue_offset, r.queue_offset + 1, client, msg.born_host)
+            out.append(SendResult(msg.message_id, qid, r.queue_offset))
+        return out
+
+    def on_dispatch(self, touched: Iterable[tuple[str, int]]) -> None:
+        """Mark dispatched lite queues ready for the clients that watch them, and wake those."""
+        groups: set[str] = set()
+        for key in touched:
+            for client in self._watch.get(key, ()):
+                client.ready[key[1]] = None
+                groups.add(client.group)
+        if groups:
+            self._hub.notify([group_key(g) for g in groups])
+
+    # -- subscriptions ---------------------------------------------------------------------------
+
+    def _client(self, group: str, spec: TopicSpec, client_id: str) -> _Client:
+        key = (group, spec.name, client_id)
+        client = self._clients.get(key)
+        if client is None:
+            tid = self.state.topic_id(spec.name, create=True)
+            assert tid is not None
+            client = _Client(group, spec.name, tid, client_id)
+            for name in self.state.subscriptions(group, tid, client_id):
+                rec = self.state.get(tid, name)
+                if rec is not None:
+                    self._watch_add(client, name, rec.queue_id)
+            client.ready.update((q, None) for q in client.qids)
+            self._clients[key] = client
+        client.seen = time.monotonic()
+        return client
+
+    def _watch_add(self, client: _Client, name: str, qid: int) -> None:
+        client.names[name] = qid
+        client.qids.add(qid)
+        self._watch.setdefault((client.topic, qid), set()).add(client)
+
+    def _watch_drop(self, client: _Client, name: str) -> None:
+        qid = client.names.pop(name, None)
+        if qid is None:
+            return
+        client.qids.discard(qid)
+        client.ready.pop(qid, None)
+        watchers = self._watch.get((client.topic, qid))
+        if watchers is not None:
+            watchers.discard(client)
+            if not watchers:
+                del self._watch[(client.topic, qid)]
+
+    def sync(self, spec: TopicSpec, sync: LiteSync) -> None:
+        client = self._client(sync.group, spec, sync.client_id)
+        if sync.version and sync.version < client.version:
+            return  # an older request overtaken by a newer one: nothing to change
+        wanted: list[str] = [validate_lite_topic_name(n, self._cfg.max_name_chars) for n in sync.lite_topics]
+        current = set(client.names)  # loaded from the store with the client
+        action = sync.action
+        if action is LiteAction.PARTIAL_ADD:
+            new = current | set(wanted)
+        elif action is LiteAction.PARTIAL_REMOVE:
+            new = current - set(wanted)
+        elif action is LiteAction.COMPLETE_ADD:
+            new = set(wanted)
+        else:
+            new = set()
+        quota = min(sync.quota or self._cfg.max_subscriptions, self._cfg.max_subscriptions)
+        if len(new) > quota and len(new) > len(current):
+            raise LiteSubscriptionQuotaExceeded(
+                f"client {sync.client_id} would subscribe to {len(new)} lite topics of {spec.name}; "
+                f"its quota is {quota}"
+            )
+        added, removed = new - current, current - new
+        starts = added if sync.offset is None else set(wanted) & new
+        records, created = self.resolve(spec, client.topic_id, sorted(new & (added | starts)), now_ms(), write=False)
+        batch = self._pop.batch()
+        for name in starts:
+            if name in created:  # new and empty: the group starts at its beginning
+                batch.set_cursor(sync.group, spec.name, records[name].queue_id, 0)
+            else:
+                self._start_at(batch, sync.group, spec.name, records[name].queue_id, sync.offset)
+        batch.commit()
+        self.state.change_subscriptions(sync.group, client.topic_id, sync.client_id, added, removed)
+        for name in removed:
+            self._watch_drop(client, name)
+        for name in added:
+            qid = records[name].queue_id
+            self._watch_add(client, name, qid)
+            client.ready[qid] = None
+        if sync.version:
+            client.version = sync.version
+        if added:
+            self._hub.notify([group_key(sync.group)])
+        log.debug("lite subscription synced", extra=kv(group=sync.group, topic=spec.name, action=action.name,
+                                                       added=len(added), removed=len(removed)))  # fmt: skip
+
+    def _start_at(self, batch: PopBatch, group: str, topic: str, qid: int, option: LiteOffset | None) -> None:
+        """Set where the group starts in a newly subscribed lite topic (kept when it has a cursor
+        and the option is absent or LAST)."""
+        has_cursor = self._pop.cursor(group, topic, qid) is not None
+        low, high = self._store.queue_bounds(topic, qid)
+        if option is None or option.policy is LiteOffsetPolicy.LAST:
+            if has_cursor:
+                return
+            start = low
+        elif option.policy is LiteOffsetPolicy.MIN:
+            start = low
+        elif option.policy is LiteOffsetPolicy.MAX:
+            start = high
+        elif option.offset is not None:
+            start = min(max(option.offset, low), high)
+        elif option.tail_n is not None:
+            start = max(low, high - max(0, option.tail_n))
+        elif option.timestamp_ms is not None:
+            start = self._store.offset_for_timestamp(topic, qid, option.timestamp_ms)
+        else:
+            start = low
+        batch.set_cursor(group, topic, qid, start)
+
+    # -- pop -------------------------------------------------------------------------------------
+
+    async def pop(self, req: PopRequest, group: GroupInfo, spec: TopicSpec, filt: MessageFilter) -> list[StoredMessage]:
+        cfg = self._engine._cfg
+        if not cfg.min_invisible_ms <= req.invisible_ms <= cfg.max_invisible_ms:
+            raise IllegalInvisibleTime(
+                f"invisible duration {req.invisible_ms} ms is outside "
+                f"[{cfg.min_invisible_ms}, {cfg.max_invisible_ms}] ms"
+            )
+        g = req.group
+        client = self._client(g, spec, req.lite_client)
+        n = max(1, min(req.max_messages, cfg.max_batch_messages))
+        deadline = time.monotonic() + min(req.long_poll_ms, cfg.max_long_poll_ms) / 1000.0
+        keys = (topic_key(spec.name), group_key(g))
+        while True:
+            snapshot = self._hub.snapshot(keys)
+            found = self._pop_once(client, group, spec.name, filt, n, req.invisible_ms)
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0:
+                return found
+            await self._hub.wait(snapshot, remaining)
+            client.seen = time.monotonic()
+
+    def _pop_once(
+        self, client: _Client, group: GroupInfo, topic: str, filt: MessageFilter, n: int, invisible_ms: int
+    ) -> list[StoredMessage]:
+        now = now_ms()
+        until = now + invisible_ms
+        out: list[StoredMessage] = []
+        batch = self._pop.batch()
+        cold = _Cold()
+        engine = self._engine
+        g = client.group
+        engine._redeliver(group, topic, client.qids, filt, n, now, until, batch, out, set(), cold)
+        inflight = self._pop.inflight
+        ready = client.ready
+        for _ in range(min(len(ready), MAX_READY_CHECKS)):
+            if len(out) >= n:
+                break
+            qid, _ = ready.popitem(last=False)
+            if qid not in client.qids:
+                continue
+            if inflight.get((g, topic, qid), 0) > 0:
+                ready[qid] = None  # in order: its next message once this one is done
+                continue
+            before = len(out)
+            engine._take_new(group, topic, qid, filt, before + 1, until, batch, out, set(), cold)
+            if len(out) > before:
+                ready[qid] = None  # may hold more: to the back of the rotation
+        batch.commit()
+        if out and self._trace.enabled:
+            self._trace.delivered_many(topic, g, [(m.queue_id, m.queue_offset, m.delivery_attempt) for m in out])
+        return out
+
+    def after_ack(self, group: str) -> None:
+        """An acknowledged lite message frees its lite topic's next one: wake the group's polls."""
+        self._hub.notify([group_key(group)])
+
+    # -- expiry and removals ---------------------------------------------------------------------
+
+    def sweep(self, specs: dict[str, TopicSpec]) -> int:
+        """Remove expired lite topics (at most `sweep_batch`); how many were removed."""
+        now = now_ms()
+        removed = 0
+        for expires, tid, qid in self.state.due(now, self._cfg.sweep_batch):
+            name = self.state.name_of(tid, qid)
+            topic = self._store.index.topic_name(tid)
+            spec = specs.get(topic) if topic is not None else None
+            rec = self.state.get(tid, name) if name is not None else None
+            if name is None or topic is None or spec is None or rec is None or rec.queue_id != qid:
+                self.state.drop_expiry_key(expires, tid, qid)
+                continue
+            exp_ms = self._expiration_ms(spec)
+            if now - rec.last_write_ms < exp_ms:  # a stale key (the expiration changed): re-index
+                self.state.drop_expiry_key(expires, tid, qid)
+                self.state.touch(tid, name, rec, rec.last_write_ms, exp_ms)
+                continue
+            self._remove(spec.name, tid, name, rec, expires)
+            removed += 1
+        self._forget_idle()
+        return removed
+
+    def _remove(self, topic: str, tid: int, name: str, rec: LiteRecord, expires: int) -> None:
+        subscribers = self.state.subscribers(tid, name)
+        self.state.remove(tid, name, rec, expires)
+        cursors = self._pop._cursor
+        for group, client_id in subscribers:
+            with contextlib.suppress(KeyError):
+                del cursors[queue_key(group, topic, rec.queue_id)]
+            queue = self._removals.setdefault(client_id, [])
+            if len(queue) < MAX_REMOVALS_PER_CLIENT:
+                queue.append(LiteRemoval(client_id, group, topic, name))
+            client = self._clients.get((group, topic, client_id))
+            if client is not None:
+                self._watch_drop(client, name)
+        self.expired += 1
+        log.info("lite topic removed", extra=kv(topic=topic, lite_topic=name, subscribers=len(subscribers)))
+
+    def drop_topic(self, topic: str) -> None:
+        """The bind topic was deleted: forget its lite topics and tell their subscribers."""
+        tid = self._store.index.topic_id(topic)
+        if tid is None:
+            return
+        for name, rec in list(self.state.lite_topics(tid)):
+            self._remove(topic, tid, name, rec, rec.last_write_ms)
+        for key in [k for k in self._clients if k[1] == topic]:
+            del self._clients[key]
+
+    def claim_removals(self, client_ids: list[str]) -> list[LiteRemoval]:
+        out: list[LiteRemoval] = []
+        for cid in client_ids:
+            out.extend(self._removals.pop(cid, ()))
+        return out
+
+    def _forget_idle(self) -> None:
+        cutoff = time.monotonic() - self._cfg.idle_client_s
+        for key, client in list(self._clients.items()):
+            if client.seen < cutoff:
+                for name in list(client.names):
+                    self._watch_drop(client, name)
+                del self._clients[key]
+        if len(self._removals) > 100_000:  # clients that never came back for theirs
+            self._removals.clear()
+
+    async def run_sweeper(self, stop: asyncio.Event, specs: dict[str, TopicSpec]) -> None:
+        interval = self._cfg.sweep_interval_ms / 1000.0
+        while not stop.is_set():
+            try:
+                self.sweep(specs)
+            except Exception:
+                log.exception("lite topic sweep failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def subscriptions(self) -> int:
+        return sum(len(c.names) for c in self._clients.values())
+
+    def count(self, topic: str) -> int:
+        tid = self._store.index.topic_id(topic)
+        return 0 if tid is None else self.state.count(tid)
+
+    def list(self, spec: TopicSpec, group: str, limit: int) -> LiteTopicList:
+        if limit <= 0 or limit > 10_000:
+            raise BadRequest(f"limit must be between 1 and 10000, got {limit}")
+        tid = self._store.index.topic_id(spec.name)
+        if tid is None:
+            return LiteTopicList(spec.name, 0, ())
+        rows: list[tuple[int, str, LiteTopicInfo]] = []
+        for name, rec in self.state.lite_topics(tid):
+            low, high = self._store.queue_bounds(spec.name, rec.queue_id)
+            if group:
+                cursor = self._pop.cursor(group, spec.name, rec.queue_id)
+                pending = self._pop.first_pending_offset(group, spec.name, rec.queue_id)
+                done = low if cursor is None else (cursor if pending is None else min(cursor, pending))
+                backlog = max(0, high - done)
+            else:
+                backlog = high - low
+            info = LiteTopicInfo(name, backlog, rec.last_write_ms, rec.created_ms,
+                                 len(self.state.subscribers(tid, name)))  # fmt: skip
+            item = (backlog, name, info)
+            if len(rows) < limit:
+                heapq.heappush(rows, item)
+            else:
+                heapq.heappushpop(rows, item)
+        ordered = sorted(rows, key=lambda r: (-r[0], r[1]))
+        return LiteTopicList(spec.name, self.state.count(tid), tuple(r[2] for r in ordered))
+
+
+def check_lite_spec(spec: TopicSpec) -> None:
+    if spec.lite_expiration_s < 1:
+        raise BadRequest(f"lite expiration must be at least 1 s, got {spec.lite_expiration_s}")
+    if spec.max_lite_topics < 0:
+        raise BadRequest(f"max lite topics must not be negative, got {spec.max_lite_topics}")
+    if spec.message_types != frozenset({MessageType.LITE}):
+        raise MessageTypeConflict("a LITE topic accepts only LITE messages: do not combine it with other types")

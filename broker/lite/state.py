@@ -1,0 +1,200 @@
+"""What a broker keeps about lite topics, in RocksDB (layouts: broker/lite/keys.py).
+
+Nothing here holds a Python object per lite topic: a lite topic is a handful of RocksDB keys. In
+memory are a bounded cache of recently written lite topics (name -> queue id and the last write
+recorded), and per bind topic its next lite number and live count. Single-writer: the broker's
+event loop thread calls everything here (each call is a few RocksDB gets and one WriteBatch).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from broker.lite import keys as K
+from broker.store.index import Index
+
+
+@dataclass(slots=True)
+class LiteRecord:
+    queue_id: int
+    created_ms: int
+    last_write_ms: int
+
+
+class LiteState:
+    def __init__(self, index: Index, cache_size: int) -> None:
+        self._index = index
+        self._cf = {name: index.cf(name) for name in K.LITE_CFS}
+        self._h = {name: index.handle(name) for name in K.LITE_CFS}
+        self._cache: collections.OrderedDict[tuple[int, str], LiteRecord] = collections.OrderedDict()
+        self._cache_size = max(1, cache_size)
+        self._meta: dict[int, list[int]] = {}  # topic_id -> [next lite number, live lite topics]
+        for key, value in self._cf[K.CF_LITE_META].items():
+            self._meta[K.U32.unpack(key)[0]] = list(K.META.unpack(value))
+
+    # -- bind topics -----------------------------------------------------------------------------
+
+    def topic_id(self, topic: str, *, create: bool) -> int | None:
+        tid = self._index.topic_id(topic)
+        if tid is None and create:
+            batch = self._index.batch()
+            tid = self._index.intern_topic(topic, batch)
+            self._index.write(batch)
+        return tid
+
+    def count(self, topic_id: int) -> int:
+        meta = self._meta.get(topic_id)
+        return meta[1] if meta is not None else 0
+
+    # -- lite topics -----------------------------------------------------------------------------
+
+    def get(self, topic_id: int, name: str) -> LiteRecord | None:
+        rec = self._cache.get((topic_id, name))
+        if rec is not None:
+            self._cache.move_to_end((topic_id, name))
+            return rec
+        raw = self._cf[K.CF_LITE_NAME].get(K.name_key(topic_id, name))
+        if raw is None:
+            return None
+        rec = LiteRecord(*K.RECORD.unpack(raw))
+        self._remember(topic_id, name, rec)
+        return rec
+
+    def _remember(self, topic_id: int, name: str, rec: LiteRecord) -> None:
+        self._cache[(topic_id, name)] = rec
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def create_many(self, topic_id: int, names: list[str], now_ms: int, expires_ms: int) -> dict[str, LiteRecord]:
+        """New lite topics, in one WriteBatch (the caller checked they do not exist, and the quota)."""
+        meta = self._meta.setdefault(topic_id, [0, 0])
+        first = K.LITE_QUEUE_BASE + meta[0]
+        if first + len(names) - 1 > K.MAX_LITE_QUEUE:
+            raise OverflowError("lite topic numbers of this bind topic are exhausted")
+        batch = self._index.batch()
+        h_name, h_id, h_exp = self._h[K.CF_LITE_NAME], self._h[K.CF_LITE_ID], self._h[K.CF_LITE_EXP]
+        value_tail = K.RECORD.pack(0, now_ms, now_ms)[4:]
+        out: dict[str, LiteRecord] = {}
+        for qid, name in enumerate(names, first):
+            raw = name.encode()
+            batch.put(K.U32.pack(topic_id) + raw, K.U32.pack(qid) + value_tail, h_name)
+            batch.put(K.id_key(topic_id, qid), raw, h_id)
+            batch.put(K.exp_key(expires_ms, topic_id, qid), b"", h_exp)
+            out[name] = LiteRecord(qid, now_ms, now_ms)
+        batch.put(K.U32.pack(topic_id), K.META.pack(meta[0] + len(names), meta[1] + len(names)),
+                  self._h[K.CF_LITE_META])  # fmt: skip
+        self._index.write(batch)
+        meta[0] += len(names)
+        meta[1] += len(names)
+        for name, rec in out.items():
+            self._remember(topic_id, name, rec)
+        return out
+
+    def touch(self, topic_id: int, name: str, rec: LiteRecord, now_ms: int, expiration_ms: int) -> None:
+        """Record a write at `now_ms`: moves the lite topic's expiry (the caller calls this only
+        when the recorded last write is older than its granularity, so a hot lite topic costs one
+        update per granule, not one per message)."""
+        batch = self._index.batch()
+        h_exp = self._h[K.CF_LITE_EXP]
+        batch.delete(K.exp_key(rec.last_write_ms + expiration_ms, topic_id, rec.queue_id), h_exp)
+        batch.put(K.exp_key(now_ms + expiration_ms, topic_id, rec.queue_id), b"", h_exp)
+        batch.put(K.name_key(topic_id, name), K.RECORD.pack(rec.queue_id, rec.created_ms, now_ms),
+                  self._h[K.CF_LITE_NAME])  # fmt: skip
+        self._index.write(batch)
+        rec.last_write_ms = now_ms
+
+    def name_of(self, topic_id: int, queue_id: int) -> str | None:
+        raw = self._cf[K.CF_LITE_ID].get(K.id_key(topic_id, queue_id))
+        return None if raw is None else bytes(raw).decode()
+
+    def due(self, now_ms: int, limit: int) -> list[tuple[int, int, int]]:
+        """(expires_ms, topic_id, queue_id) of up to `limit` lite topics expired at `now_ms`, oldest
+        first: a range scan of the expiry index from its start, never a scan of all lite topics."""
+        out: list[tuple[int, int, int]] = []
+        for key, _ in self._cf[K.CF_LITE_EXP].items():
+            expires, tid, qid = K.EXP.unpack(key)
+            if expires > now_ms or len(out) >= limit:
+                break
+            out.append((expires, tid, qid))
+        return out
+
+    def remove(self, topic_id: int, name: str, rec: LiteRecord, expires_ms: int) -> None:
+        """Delete a lite topic: its records, its ConsumeQueue, its subscriptions (the caller
+        collected the subscribers first)."""
+        batch = self._index.batch()
+        qid = rec.queue_id
+        batch.delete(K.name_key(topic_id, name), self._h[K.CF_LITE_NAME])
+        batch.delete(K.id_key(topic_id, qid), self._h[K.CF_LITE_ID])
+        batch.delete(K.exp_key(expires_ms, topic_id, qid), self._h[K.CF_LITE_EXP])
+        self._index.delete_cq_below(batch, topic_id, qid, 1 << 62)
+        prefix = K.subr_prefix(topic_id, name)
+        for group, client in self.subscribers(topic_id, name):
+            batch.delete(K.sub_key(group, topic_id, client, name), self._h[K.CF_LITE_SUB])
+        batch.delete_range(prefix, K.next_prefix(prefix), self._h[K.CF_LITE_SUBR])
+        meta = self._meta.setdefault(topic_id, [0, 1])
+        meta[1] = max(0, meta[1] - 1)
+        batch.put(K.U32.pack(topic_id), K.META.pack(*meta), self._h[K.CF_LITE_META])
+        self._index.write(batch)
+        self._cache.pop((topic_id, name), None)
+
+    def drop_expiry_key(self, expires_ms: int, topic_id: int, queue_id: int) -> None:
+        self._cf[K.CF_LITE_EXP].delete(K.exp_key(expires_ms, topic_id, queue_id))
+
+    def lite_topics(self, topic_id: int) -> Iterator[tuple[str, LiteRecord]]:
+        """Every lite topic of a bind topic (admin listings only: a scan of that bind topic)."""
+        prefix = K.U32.pack(topic_id)
+        for key, value in self._cf[K.CF_LITE_NAME].items(from_key=prefix):
+            if not key.startswith(prefix):
+                return
+            yield key[4:].decode(), LiteRecord(*K.RECORD.unpack(value))
+
+    def drop_topic(self, topic_id: int) -> list[str]:
+        """Forget every lite topic of a deleted bind topic; their names (for notifications)."""
+        names = [name for name, _ in self.lite_topics(topic_id)]
+        for name in names:
+            rec = self.get(topic_id, name)
+            if rec is not None:
+                # The expiry key is found by its scan: remove() deletes the one it is given.
+                self.remove(topic_id, name, rec, 0)
+        stale = [k for k, _ in self._cf[K.CF_LITE_EXP].items() if K.EXP.unpack(k)[1] == topic_id] if names else []
+        batch = self._index.batch()
+        for key in stale:
+            batch.delete(key, self._h[K.CF_LITE_EXP])
+        self._index.write(batch)
+        return names
+
+    # -- subscriptions ---------------------------------------------------------------------------
+
+    def subscriptions(self, group: str, topic_id: int, client_id: str) -> set[str]:
+        prefix = K.client_prefix(group, topic_id, client_id)
+        out = set()
+        for key, _ in self._cf[K.CF_LITE_SUB].items(from_key=prefix):
+            if not key.startswith(prefix):
+                break
+            out.add(key[len(prefix) :].decode())
+        return out
+
+    def subscribers(self, topic_id: int, name: str) -> list[tuple[str, str]]:
+        """(group, client id) of every subscription to one lite topic."""
+        prefix = K.subr_prefix(topic_id, name)
+        out = []
+        for key, _ in self._cf[K.CF_LITE_SUBR].items(from_key=prefix):
+            if not key.startswith(prefix):
+                break
+            out.append(K.parse_subr_tail(key, len(prefix)))
+        return out
+
+    def change_subscriptions(
+        self, group: str, topic_id: int, client_id: str, added: set[str], removed: set[str]
+    ) -> None:
+        batch = self._index.batch()
+        h_sub, h_subr = self._h[K.CF_LITE_SUB], self._h[K.CF_LITE_SUBR]
+        for name in added:
+            batch.put(K.sub_key(group, topic_id, client_id, name), b"", h_sub)
+            batch.put(K.subr_key(topic_id, name, group, client_id), b"", h_subr)
+        for name in removed:
+            batch.delete(K.sub_key(group, topic_id, client_id, name), h_sub)
+            batch.delete(K.subr_key(topic_id, name, group, client_id), h_subr)
+        self._index.write(batch)

@@ -1,0 +1,125 @@
+"""Lite consumers in the proxy: SyncLiteSubscription routed to the brokers that hold the lite
+topics, receives gathered from every broker of the bind topic, and removal notices delivered on
+the clients' Telemetry streams (docs/lite-topics.md).
+
+A lite topic lives on one broker (`routing.lite_broker`, the same hash producers are placed by), so
+a client's subscription set is split by broker: each broker stores the part it holds. COMPLETE_ADD
+and COMPLETE_REMOVE go to every broker of the bind topic (a broker whose part is empty clears it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from broker.client.api import NO_CONTEXT, CallContext, LiteAction, LiteRemoval, LiteSync, PopRequest, StoredMessage
+from common.errors import Forbidden, LiteSubscriptionQuotaExceeded, SluiceError
+from common.logs import kv
+from proxy.core.routing import lite_broker
+from proxy.directory import BrokerDirectory
+
+log = logging.getLogger("sluice.proxy.lite")
+Notify = Callable[[LiteRemoval], bool]  # False: the stream's queue is full
+
+
+class LiteRouter:
+    def __init__(self, directory: BrokerDirectory, quota: int, poll_ms: int) -> None:
+        self._dir = directory
+        self._quota = quota
+        self._poll_s = poll_ms / 1000.0
+        self._streams: dict[int, tuple[str, Notify]] = {}  # telemetry stream id -> (client id, deliver)
+        self._pending: dict[str, list[LiteRemoval]] = {}  # claimed, not yet delivered (stream queue full)
+
+    async def sync(self, sync: LiteSync) -> None:
+        if sync.action is LiteAction.COMPLETE_ADD and len(set(sync.lite_topics)) > self._quota:
+            raise LiteSubscriptionQuotaExceeded(
+                f"{len(set(sync.lite_topics))} lite topics asked for; a client may subscribe to {self._quota}"
+            )
+        routes = await self._dir.route(sync.topic)
+        brokers = sorted(r.broker for r in routes if r.permission.writable)
+        if not brokers:
+            raise Forbidden(f"topic {sync.topic} has no writable queue")
+        parts: dict[str, list[str]] = {b: [] for b in brokers}
+        for name in sync.lite_topics:
+            parts[lite_broker(sync.topic, routes, name)].append(name)
+        complete = sync.action in (LiteAction.COMPLETE_ADD, LiteAction.COMPLETE_REMOVE)
+        for broker, names in parts.items():
+            if names or complete:
+                part = LiteSync(sync.group, sync.topic, sync.client_id, sync.action, tuple(names), sync.version,
+                                sync.offset, self._quota)  # fmt: skip
+                await self._dir.broker(broker).sync_lite_subscription(part)
+
+    async def receive(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> tuple[str, list[StoredMessage]]:
+        """Pop from every broker of the bind topic: first without waiting, in turn; then a long
+        poll on all of them at once, taking the first answer with messages (a broker whose answer
+        comes after is cancelled; a pop it had already served is delivered again after its
+        invisible duration)."""
+        routes = await self._dir.route(request.topic)
+        brokers = sorted(r.broker for r in routes if r.permission.readable)
+        if not brokers:
+            raise Forbidden(f"topic {request.topic} has no readable queue")
+        if len(brokers) == 1:
+            return brokers[0], await self._dir.broker(brokers[0]).pop(request, ctx=ctx)
+        quick = PopRequest(request.group, request.topic, None, request.max_messages, request.invisible_ms,
+                           request.filter, 0, request.auto_create_group, request.lite_client)  # fmt: skip
+        for name in brokers:
+            found = await self._dir.broker(name).pop(quick, ctx=ctx)
+            if found:
+                return name, found
+        if request.long_poll_ms <= 0:
+            return brokers[0], []
+        tasks = {asyncio.create_task(self._dir.broker(n).pop(request, ctx=ctx)): n for n in brokers}
+        try:
+            pending = set(tasks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    if task.exception() is None and task.result():
+                        return tasks[task], task.result()
+            return brokers[0], []
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+
+    # -- removal notices -------------------------------------------------------------------------
+
+    def register(self, stream_id: int, client_id: str, notify: Notify) -> None:
+        self._streams[stream_id] = (client_id, notify)
+
+    def unregister(self, stream_id: int) -> None:
+        self._streams.pop(stream_id, None)
+
+    async def poll_once(self) -> None:
+        clients = sorted({cid for cid, _ in self._streams.values()})
+        if not clients:
+            return
+        for name in self._dir.broker_names():
+            try:
+                removals = await self._dir.broker(name).claim_lite_removals(clients)
+            except SluiceError as exc:
+                log.debug("could not claim lite removals", extra=kv(broker=name, error=exc.message))
+                continue
+            for r in removals:
+                self._pending.setdefault(r.client_id, []).append(r)
+        for stream_client, notify in list(self._streams.values()):
+            queue = self._pending.get(stream_client)
+            while queue:
+                if not notify(queue[0]):
+                    break
+                queue.pop(0)
+            if queue is not None and not queue:
+                del self._pending[stream_client]
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.poll_once()
+            except Exception:
+                log.exception("lite removal poll failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._poll_s)

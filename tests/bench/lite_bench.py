@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Lite topic and priority benchmark on a real broker process (docs/lite-topics.md, docs/priority.md).
+
+    .venv/bin/python tests/bench/lite_bench.py [--lite-topics 1000000] [--bind-topics 10]
+        [--active 1000,100000] [--messages 20000] [--subscribe 10000] [--priority-backlog 100000] [--json]
+
+A `sluice broker` child process (async flush) is driven over loopback gRPC through `RemoteBroker`,
+as a proxy drives it. Phases (each skipped when its flag is 0):
+
+1. Scale: `--lite-topics` lite topics over `--bind-topics` bind topics, one message each. Reports the
+   growth of the index directory (RocksDB, measured after a clean stop, so memtables are on disk)
+   per lite topic and the broker's RSS growth. Targets: < 200 bytes of index per lite topic,
+   < 300 MiB RSS growth.
+2. Throughput at each `--active` count: `--messages` lite messages sent round robin over that many
+   lite topics (32 per send), then received by consumers subscribed to all of them (pop 32, ack),
+   against a NORMAL topic's send and pop+ack rates measured in the same run. Target: >= 80%.
+3. COMPLETE_ADD of `--subscribe` lite topics (created by it) answered in < 1 s.
+4. Priority: a `--priority-backlog` over 10 levels consumed strictly highest first (checked), at
+   >= 80% of a NORMAL topic's consume rate in the same run.
+
+The run stops by itself; the child is stopped by PID and the temp dir removed. Figures on a shared
+2-core machine are noisy: compare within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:  # run as a script: make `tests.helpers` importable
+    sys.path.insert(0, str(REPO_ROOT))
+
+from broker.client.api import (  # noqa: E402
+    GroupSpec,
+    LiteAction,
+    LiteSync,
+    OutgoingMessage,
+    PopRequest,
+    TopicSpec,
+)
+from broker.client.remote import RemoteBroker  # noqa: E402
+from common.model import SYSPROP_LITE_TOPIC, SYSPROP_PRIORITY, MessageType  # noqa: E402
+from tests.helpers.broker_fixtures import start_broker_process  # noqa: E402
+
+BROKER = "lite-bench"
+BATCH = 32
+SCALE_BATCH = 500
+CONCURRENCY = 8
+BODY = b"x" * 64
+SETTINGS = {"store": {"commitlog": {"flush_policy": "async"}},
+            "lite": {"max_subscriptions": 200_000, "max_lite_topics": 2_000_000}}  # fmt: skip
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def lite(topic_name: str, i: int, mid: str) -> OutgoingMessage:
+    return OutgoingMessage(BODY, mid, MessageType.LITE, system_properties={SYSPROP_LITE_TOPIC: topic_name})
+
+
+async def run_all(api: RemoteBroker, jobs: list[Any]) -> None:
+    sem = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(job: Any) -> None:
+        async with sem:
+            await job()
+
+    await asyncio.gather(*(one(j) for j in jobs))
+
+
+async def scale(api: RemoteBroker, n: int, binds: int) -> None:
+    per = n // binds
+    for b in range(binds):
+        await api.create_topic(TopicSpec(f"bind-{b}", 1, frozenset({MessageType.LITE}), max_lite_topics=per + 1))
+    jobs = []
+    for b in range(binds):
+        for start in range(0, per, SCALE_BATCH):
+            batch = [lite(f"s{i}", i, f"b{b}-{i}") for i in range(start, min(per, start + SCALE_BATCH))]
+            jobs.append(lambda b=b, batch=batch: api.send(f"bind-{b}", 0, batch))
+    await run_all(api, jobs)
+
+
+async def send_rate(api: RemoteBroker, topic: str, msgs: list[OutgoingMessage]) -> float:
+    started = time.perf_counter()
+    await run_all(api, [lambda i=i: api.send(topic, 0, msgs[i : i + BATCH]) for i in range(0, len(msgs), BATCH)])
+    return len(msgs) / (time.perf_counter() - started)
+
+
+async def drain(api: RemoteBroker, topic: str, group: str, total: int, clients: list[str]) -> tuple[float, list[int]]:
+    """Pop 32 and ack until `total` arrived; rate and the order of priorities seen."""
+    got = 0
+    order: list[int] = []
+    started = time.perf_counter()
+
+    async def consumer(client: str) -> None:
+        nonlocal got
+        while got < total:
+            msgs = await api.pop(PopRequest(group, topic, None, BATCH, 60_000, long_poll_ms=500, lite_client=client))
+            if not msgs:
+                continue
+            got += len(msgs)
+            order.extend(int(m.system_properties.get(SYSPROP_PRIORITY, "0")) for m in msgs)
+            await api.ack(group, topic, [m.receipt_handle for m in msgs])
+
+    await asyncio.gather(*(consumer(c) for c in clients))
+    return got / (time.perf_counter() - started), order
+
+
+async def throughput(api: RemoteBroker, active: int, messages: int) -> dict[str, Any]:
+    topic, normal = f"thr-lite-{active}", f"thr-normal-{active}"
+    await api.create_topic(TopicSpec(topic, 1, frozenset({MessageType.LITE}), max_lite_topics=active + 1))
+    await api.create_topic(TopicSpec(normal, 1))
+    group = f"g-{active}"
+    await api.create_group(GroupSpec(group))
+    per_client = 10_000
+    clients = [f"c{i}" for i in range((active + per_client - 1) // per_client)]
+    names = [f"l{i}" for i in range(active)]
+    for k, client in enumerate(clients):
+        part = tuple(names[k * per_client : (k + 1) * per_client])
+        await api.sync_lite_subscription(LiteSync(group, topic, client, LiteAction.COMPLETE_ADD, part))
+    lite_msgs = [lite(names[i % active], i, f"t{active}-{i}") for i in range(messages)]
+    normal_msgs = [OutgoingMessage(BODY, f"n{active}-{i}") for i in range(messages)]
+    normal_send = await send_rate(api, normal, normal_msgs)
+    lite_send = await send_rate(api, topic, lite_msgs)
+    normal_recv, _ = await drain(api, normal, group, messages, [""])
+    lite_recv, _ = await drain(api, topic, group, messages, clients)
+    return {
+        "active_lite_topics": active, "messages": messages,
+        "send_msg_s": {"lite": round(lite_send), "normal": round(normal_send),
+                       "ratio": round(lite_send / normal_send, 2)},
+        "receive_msg_s": {"lite": round(lite_recv), "normal": round(normal_recv),
+                          "ratio": round(lite_recv / normal_recv, 2)},
+    }  # fmt: skip
+
+
+async def complete_add(api: RemoteBroker, n: int) -> dict[str, Any]:
+    await api.create_topic(TopicSpec("sub-bind", 1, frozenset({MessageType.LITE})))
+    await api.create_group(GroupSpec("sub-g"))
+    names = tuple(f"sub-{i}" for i in range(n))
+    started = time.perf_counter()
+    await api.sync_lite_subscription(LiteSync("sub-g", "sub-bind", "c-sub", LiteAction.COMPLETE_ADD, names))
+    first = time.perf_counter() - started
+    started = time.perf_counter()
+    await api.sync_lite_subscription(LiteSync("sub-g", "sub-bind", "c-sub", LiteAction.COMPLETE_ADD, names))
+    again = time.perf_counter() - started
+    return {"lite_topics": n, "first_s": round(first, 3), "resync_s": round(again, 3), "under_1s": first < 1.0}
+
+
+async def priority(api: RemoteBroker, backlog: int) -> dict[str, Any]:
+    await api.create_topic(TopicSpec("prio", 1, frozenset({MessageType.PRIORITY}), max_priority=9))
+    await api.create_topic(TopicSpec("prio-normal", 1))
+    await api.create_group(GroupSpec("prio-g"))
+    rnd = random.Random(7)
+    levels = [str(rnd.randrange(10)) for _ in range(backlog)]
+    msgs = [OutgoingMessage(BODY, f"p{i}", MessageType.PRIORITY, system_properties={SYSPROP_PRIORITY: level})
+            for i, level in enumerate(levels)]  # fmt: skip
+    await send_rate(api, "prio", msgs)
+    await send_rate(api, "prio-normal", [OutgoingMessage(BODY, f"q{i}") for i in range(backlog)])
+    normal_rate, _ = await drain(api, "prio-normal", "prio-g", backlog, [""])
+    rate, order = await drain(api, "prio", "prio-g", backlog, [""])
+    strict = all(a >= b for a, b in itertools.pairwise(order))
+    return {"backlog": backlog, "strictly_highest_first": strict, "consume_msg_s": round(rate),
+            "normal_consume_msg_s": round(normal_rate), "ratio": round(rate / normal_rate, 2)}  # fmt: skip
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="lite-bench-"))
+    out: dict[str, Any] = {}
+    proc = start_broker_process(root, settings=SETTINGS, name=BROKER)
+    try:
+        api = RemoteBroker(BROKER, proc.address, timeout_s=120.0)
+        try:
+            if args.lite_topics:
+                index = root / BROKER / "index"
+                await api.create_topic(TopicSpec("warm", 1))
+                await asyncio.sleep(1)
+                rss0 = rss_mib(proc.child.pid)
+                started = time.perf_counter()
+                await scale(api, args.lite_topics, args.bind_topics)
+                took = time.perf_counter() - started
+                rss1 = rss_mib(proc.child.pid)
+                out["scale"] = {"lite_topics": args.lite_topics, "bind_topics": args.bind_topics,
+                                "send_s": round(took, 1), "rss_mib_before": round(rss0, 1),
+                                "rss_mib_after": round(rss1, 1), "rss_growth_mib": round(rss1 - rss0, 1),
+                                "index_dir": str(index)}  # fmt: skip
+            for active in args.active:
+                out.setdefault("throughput", []).append(await throughput(api, active, args.messages))
+            if args.subscribe:
+                out["complete_add"] = await complete_add(api, args.subscribe)
+            if args.priority_backlog:
+                out["priority"] = await priority(api, args.priority_backlog)
+        finally:
+            await api.close()
+    finally:
+        proc.stop()
+        if "scale" in out:
+            # After a clean stop every RocksDB memtable is on disk (SST or WAL).
+            size = dir_bytes(root / BROKER / "index")
+            out["scale"]["index_bytes"] = size
+            out["scale"]["index_bytes_per_lite_topic"] = round(size / args.lite_topics, 1)
+            del out["scale"]["index_dir"]
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lite-topics", type=int, default=1_000_000)
+    p.add_argument("--bind-topics", type=int, default=10)
+    p.add_argument("--active", type=lambda s: [int(x) for x in s.split(",") if x], default=[1000, 100_000])
+    p.add_argument("--messages", type=int, default=20_000)
+    p.add_argument("--subscribe", type=int, default=10_000)
+    p.add_argument("--priority-backlog", type=int, default=100_000)
+    p.add_argument("--json", action="store_true")
+    return p.parse_args()
+
+
+if __name__ == "__main__":
+    ns = parse()
+    result = asyncio.run(main(ns))
+    print(json.dumps(result, indent=None if ns.json else 2))

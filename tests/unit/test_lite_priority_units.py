@@ -1,0 +1,102 @@
+"""Pure parts of lite topics and priority messages: names, key layouts, conversions, admin parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.client import grpc_convert as convert
+from broker.client.api import LiteAction, LiteOffset, LiteOffsetPolicy, LiteSync, OutgoingMessage, TopicSpec
+from broker.lite import keys as K
+from broker.priority import level_of, level_queue, pop_queues, priority_of
+from common.config import ConfigError
+from common.errors import BadRequest, IllegalLiteTopic, MessageTypeConflict
+from common.model import SYSPROP_PRIORITY, MessageType, validate_lite_topic_name
+from deploy.admin.parse import parse_duration_s, parse_message_types
+from proxy.context import RequestContext
+from proxy.grpc.lite import python_split_name
+
+
+@pytest.mark.parametrize("name", ["", "x" * 65, "has space", "tab\t", "slash/", "%RETRY%x", "é"])
+def test_bad_lite_topic_names_are_refused(name: str) -> None:
+    with pytest.raises(IllegalLiteTopic):
+        validate_lite_topic_name(name, 64)
+
+
+def test_good_lite_topic_names_pass() -> None:
+    for name in ("a", "chat-42", "user@tenant:session.7", "k=v#1", "x" * 64):
+        assert validate_lite_topic_name(name, 64) == name
+
+
+def test_priority_range_and_queues() -> None:
+    spec = TopicSpec("p", 1, frozenset({MessageType.PRIORITY}), max_priority=3)
+    msg = OutgoingMessage(b"x", "id", MessageType.PRIORITY, system_properties={SYSPROP_PRIORITY: "3"})
+    assert priority_of(msg, spec) == 3
+    for bad in ("4", "-1", "high"):
+        msg.system_properties[SYSPROP_PRIORITY] = bad
+        with pytest.raises(BadRequest):
+            priority_of(msg, spec)
+    assert [level_of(q) for q in pop_queues(spec)] == [3, 2, 1, 0]
+    assert level_of(level_queue(7)) == 7
+
+
+def test_lite_key_layouts_round_trip_and_order() -> None:
+    key = K.subr_key(7, "chat-1", "group-a", "client-b")
+    assert K.parse_subr_tail(key, len(K.subr_prefix(7, "chat-1"))) == ("group-a", "client-b")
+    sub = K.sub_key("group-a", 7, "client-b", "chat-1")
+    assert K.parse_group_client(sub, len(K.group_prefix("group-a", 7))) == ("client-b", "chat-1")
+    assert K.exp_key(1, 9, 9) < K.exp_key(2, 0, 0), "the expiry index is ordered by deadline first"
+    assert K.next_prefix(b"ab\xff") == b"ac"
+
+
+def test_lite_sync_converts_both_ways() -> None:
+    for offset in (None, LiteOffset(LiteOffsetPolicy.MAX), LiteOffset(offset=5), LiteOffset(tail_n=2),
+                   LiteOffset(timestamp_ms=123)):  # fmt: skip
+        sync = LiteSync("g", "t", "c", LiteAction.COMPLETE_ADD, ("a", "b"), 3, offset, 10)
+        assert convert.lite_sync_from_pb(convert.lite_sync_to_pb(sync)) == sync
+
+
+def test_topic_spec_attributes_travel_and_default_when_absent() -> None:
+    spec = TopicSpec("p", 2, frozenset({MessageType.PRIORITY}), max_priority=5, lite_expiration_s=30, max_lite_topics=9)
+    assert convert.topic_spec_from_pb(convert.topic_spec_to_pb(spec)) == spec
+    old = convert.pb.TopicSpec(name="n", queue_count=1, message_types=[1], permission=4)  # from an older sender
+    got = convert.topic_spec_from_pb(old)
+    assert (got.max_priority, got.lite_expiration_s, got.max_lite_topics) == (9, 600, 0)
+
+
+def test_admin_parses_lite_and_priority_types_and_durations() -> None:
+    assert parse_message_types("lite") == frozenset({MessageType.LITE})
+    assert parse_message_types("priority") == frozenset({MessageType.PRIORITY})
+    with pytest.raises(ConfigError):
+        parse_message_types("lite,normal")
+    assert [parse_duration_s(t, "--x") for t in ("90", "30s", "10m", "2h", "1d")] == [90, 30, 600, 7200, 86400]
+    for bad in ("", "0", "m", "5w", "-3s"):
+        with pytest.raises(ConfigError):
+            parse_duration_s(bad, "--x")
+
+
+def test_python_split_subscribe_name_is_recognised_only_where_it_can_happen() -> None:
+    py = RequestContext("r", "c", language="PYTHON", client_version="5.1.2", peer="peer")
+    node = RequestContext("r", "c", language="NODE_JS", client_version="1.0.8", peer="peer")
+    assert python_split_name(py, LiteAction.PARTIAL_ADD, list("chat-a"))
+    assert not python_split_name(py, LiteAction.PARTIAL_ADD, ["a"])
+    assert not python_split_name(py, LiteAction.COMPLETE_ADD, list("chat-a"))
+    assert not python_split_name(node, LiteAction.PARTIAL_ADD, list("chat-a"))
+    assert not python_split_name(py, LiteAction.PARTIAL_ADD, ["ab", "c"])
+
+
+def test_proxy_refuses_a_priority_or_lite_topic_on_the_wrong_type() -> None:
+    from proto.apache.rocketmq.v2 import definition_pb2 as pb
+    from proxy.grpc import convert as edge
+
+    msg = pb.Message(body=b"x")
+    msg.topic.name = "t"
+    msg.system_properties.message_id = "id"
+    msg.system_properties.message_type = pb.FIFO
+    msg.system_properties.message_group = "g"
+    msg.system_properties.priority = 1
+    with pytest.raises(MessageTypeConflict):
+        edge.outgoing(msg, "peer")
+    msg.system_properties.message_type = pb.PRIORITY
+    msg.system_properties.ClearField("message_group")
+    assert edge.outgoing(msg, "peer").system_properties[SYSPROP_PRIORITY] == "1"
+    assert edge.outgoing_many([msg], "peer", {}) is None, "the column path leaves priority to `outgoing`"
