@@ -44,6 +44,11 @@ STATIC = {
     "sluice_store_disk_total_bytes", "sluice_store_rocksdb_bytes", "sluice_proxy_in_flight_requests",
     "sluice_dead_lettered_messages_total",  # moves in the dead-letter test below
     "sluice_proxy_in_flight_bytes", "sluice_proxy_undecodable_requests_total",  # test_hostile_input.py
+    # Broker groups only (tests/e2e/test_replication.py): this cluster has no etcd and no replicas.
+    "sluice_replication_is_primary", "sluice_replication_epoch", "sluice_replication_lag_bytes",
+    "sluice_replication_insync_members", "sluice_replication_failovers_total", "sluice_replication_fenced_writes_total",
+    # LITE and PRIORITY topics only (tests/e2e/test_lite_topics.py, test_priority.py): this test sends to a normal one.
+    "sluice_lite_topics", "sluice_lite_subscriptions", "sluice_lite_topics_expired_total", "sluice_priority_messages",
 }  # fmt: skip
 
 
