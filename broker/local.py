@@ -191,8 +191,11 @@ class LocalBroker:
                            engine=engine, hub=self.hub, trace=trace, config=cfg.lite, limits=cfg.limits,
                            host=cfg.advertised_address)  # fmt: skip
 
+        # The listener reaches the lite service through this broker, not directly: the store holds
+        # its listeners, and a store -> listener -> service -> store cycle would keep the pop state's
+        # and trace's RocksDB handles (so the database's lock) alive after close.
         def lite_dispatched(touched: set[tuple[str, int]]) -> None:
-            loop.call_soon_threadsafe(lite.on_dispatch, list(touched))
+            loop.call_soon_threadsafe(self._lite_dispatched, list(touched))
 
         store.add_dispatch_listener(lite_dispatched)
         producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)
@@ -284,6 +287,10 @@ class LocalBroker:
     @property
     def lite(self) -> LiteService:
         return self._running().lite
+
+    def _lite_dispatched(self, touched: list[tuple[str, int]]) -> None:
+        if self._parts is not None:  # a dispatch that lands after close wakes nobody
+            self._parts.lite.on_dispatch(touched)
 
     async def _every(self, interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
         """Run `step` every `interval_s` until the broker stops (the step logs its own failures)."""

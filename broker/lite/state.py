@@ -26,12 +26,12 @@ class LiteRecord:
 class LiteState:
     def __init__(self, index: Index, cache_size: int) -> None:
         self._index = index
-        self._cf = {name: index.cf(name) for name in K.LITE_CFS}
-        self._h = {name: index.handle(name) for name in K.LITE_CFS}
+        # Column families are looked up on the index at each use, never held here: RocksDB keeps
+        # its lock while any handle is alive, and the store must reopen after a close.
         self._cache: collections.OrderedDict[tuple[int, str], LiteRecord] = collections.OrderedDict()
         self._cache_size = max(1, cache_size)
         self._meta: dict[int, list[int]] = {}  # topic_id -> [next lite number, live lite topics]
-        for key, value in self._cf[K.CF_LITE_META].items():
+        for key, value in self._index.cf(K.CF_LITE_META).items():
             self._meta[K.U32.unpack(key)[0]] = list(K.META.unpack(value))
 
     # -- bind topics -----------------------------------------------------------------------------
@@ -55,7 +55,7 @@ class LiteState:
         if rec is not None:
             self._cache.move_to_end((topic_id, name))
             return rec
-        raw = self._cf[K.CF_LITE_NAME].get(K.name_key(topic_id, name))
+        raw = self._index.cf(K.CF_LITE_NAME).get(K.name_key(topic_id, name))
         if raw is None:
             return None
         rec = LiteRecord(*K.RECORD.unpack(raw))
@@ -74,7 +74,8 @@ class LiteState:
         if first + len(names) - 1 > K.MAX_LITE_QUEUE:
             raise OverflowError("lite topic numbers of this bind topic are exhausted")
         batch = self._index.batch()
-        h_name, h_id, h_exp = self._h[K.CF_LITE_NAME], self._h[K.CF_LITE_ID], self._h[K.CF_LITE_EXP]
+        handle = self._index.handle
+        h_name, h_id, h_exp = handle(K.CF_LITE_NAME), handle(K.CF_LITE_ID), handle(K.CF_LITE_EXP)
         value_tail = K.RECORD.pack(0, now_ms, now_ms)[4:]
         out: dict[str, LiteRecord] = {}
         for qid, name in enumerate(names, first):
@@ -84,7 +85,7 @@ class LiteState:
             batch.put(K.exp_key(expires_ms, topic_id, qid), b"", h_exp)
             out[name] = LiteRecord(qid, now_ms, now_ms)
         batch.put(K.U32.pack(topic_id), K.META.pack(meta[0] + len(names), meta[1] + len(names)),
-                  self._h[K.CF_LITE_META])  # fmt: skip
+                  self._index.handle(K.CF_LITE_META))  # fmt: skip
         self._index.write(batch)
         meta[0] += len(names)
         meta[1] += len(names)
@@ -97,23 +98,23 @@ class LiteState:
         when the recorded last write is older than its granularity, so a hot lite topic costs one
         update per granule, not one per message)."""
         batch = self._index.batch()
-        h_exp = self._h[K.CF_LITE_EXP]
+        h_exp = self._index.handle(K.CF_LITE_EXP)
         batch.delete(K.exp_key(rec.last_write_ms + expiration_ms, topic_id, rec.queue_id), h_exp)
         batch.put(K.exp_key(now_ms + expiration_ms, topic_id, rec.queue_id), b"", h_exp)
         batch.put(K.name_key(topic_id, name), K.RECORD.pack(rec.queue_id, rec.created_ms, now_ms),
-                  self._h[K.CF_LITE_NAME])  # fmt: skip
+                  self._index.handle(K.CF_LITE_NAME))  # fmt: skip
         self._index.write(batch)
         rec.last_write_ms = now_ms
 
     def name_of(self, topic_id: int, queue_id: int) -> str | None:
-        raw = self._cf[K.CF_LITE_ID].get(K.id_key(topic_id, queue_id))
+        raw = self._index.cf(K.CF_LITE_ID).get(K.id_key(topic_id, queue_id))
         return None if raw is None else bytes(raw).decode()
 
     def due(self, now_ms: int, limit: int) -> list[tuple[int, int, int]]:
         """(expires_ms, topic_id, queue_id) of up to `limit` lite topics expired at `now_ms`, oldest
         first: a range scan of the expiry index from its start, never a scan of all lite topics."""
         out: list[tuple[int, int, int]] = []
-        for key, _ in self._cf[K.CF_LITE_EXP].items():
+        for key, _ in self._index.cf(K.CF_LITE_EXP).items():
             expires, tid, qid = K.EXP.unpack(key)
             if expires > now_ms or len(out) >= limit:
                 break
@@ -125,27 +126,27 @@ class LiteState:
         collected the subscribers first)."""
         batch = self._index.batch()
         qid = rec.queue_id
-        batch.delete(K.name_key(topic_id, name), self._h[K.CF_LITE_NAME])
-        batch.delete(K.id_key(topic_id, qid), self._h[K.CF_LITE_ID])
-        batch.delete(K.exp_key(expires_ms, topic_id, qid), self._h[K.CF_LITE_EXP])
+        batch.delete(K.name_key(topic_id, name), self._index.handle(K.CF_LITE_NAME))
+        batch.delete(K.id_key(topic_id, qid), self._index.handle(K.CF_LITE_ID))
+        batch.delete(K.exp_key(expires_ms, topic_id, qid), self._index.handle(K.CF_LITE_EXP))
         self._index.delete_cq_below(batch, topic_id, qid, 1 << 62)
         prefix = K.subr_prefix(topic_id, name)
         for group, client in self.subscribers(topic_id, name):
-            batch.delete(K.sub_key(group, topic_id, client, name), self._h[K.CF_LITE_SUB])
-        batch.delete_range(prefix, K.next_prefix(prefix), self._h[K.CF_LITE_SUBR])
+            batch.delete(K.sub_key(group, topic_id, client, name), self._index.handle(K.CF_LITE_SUB))
+        batch.delete_range(prefix, K.next_prefix(prefix), self._index.handle(K.CF_LITE_SUBR))
         meta = self._meta.setdefault(topic_id, [0, 1])
         meta[1] = max(0, meta[1] - 1)
-        batch.put(K.U32.pack(topic_id), K.META.pack(*meta), self._h[K.CF_LITE_META])
+        batch.put(K.U32.pack(topic_id), K.META.pack(*meta), self._index.handle(K.CF_LITE_META))
         self._index.write(batch)
         self._cache.pop((topic_id, name), None)
 
     def drop_expiry_key(self, expires_ms: int, topic_id: int, queue_id: int) -> None:
-        self._cf[K.CF_LITE_EXP].delete(K.exp_key(expires_ms, topic_id, queue_id))
+        self._index.cf(K.CF_LITE_EXP).delete(K.exp_key(expires_ms, topic_id, queue_id))
 
     def lite_topics(self, topic_id: int) -> Iterator[tuple[str, LiteRecord]]:
         """Every lite topic of a bind topic (admin listings only: a scan of that bind topic)."""
         prefix = K.U32.pack(topic_id)
-        for key, value in self._cf[K.CF_LITE_NAME].items(from_key=prefix):
+        for key, value in self._index.cf(K.CF_LITE_NAME).items(from_key=prefix):
             if not key.startswith(prefix):
                 return
             yield key[4:].decode(), LiteRecord(*K.RECORD.unpack(value))
@@ -158,10 +159,10 @@ class LiteState:
             if rec is not None:
                 # The expiry key is found by its scan: remove() deletes the one it is given.
                 self.remove(topic_id, name, rec, 0)
-        stale = [k for k, _ in self._cf[K.CF_LITE_EXP].items() if K.EXP.unpack(k)[1] == topic_id] if names else []
+        stale = [k for k, _ in self._index.cf(K.CF_LITE_EXP).items() if K.EXP.unpack(k)[1] == topic_id] if names else []
         batch = self._index.batch()
         for key in stale:
-            batch.delete(key, self._h[K.CF_LITE_EXP])
+            batch.delete(key, self._index.handle(K.CF_LITE_EXP))
         self._index.write(batch)
         return names
 
@@ -170,7 +171,7 @@ class LiteState:
     def subscriptions(self, group: str, topic_id: int, client_id: str) -> set[str]:
         prefix = K.client_prefix(group, topic_id, client_id)
         out = set()
-        for key, _ in self._cf[K.CF_LITE_SUB].items(from_key=prefix):
+        for key, _ in self._index.cf(K.CF_LITE_SUB).items(from_key=prefix):
             if not key.startswith(prefix):
                 break
             out.add(key[len(prefix) :].decode())
@@ -180,7 +181,7 @@ class LiteState:
         """(group, client id) of every subscription to one lite topic."""
         prefix = K.subr_prefix(topic_id, name)
         out = []
-        for key, _ in self._cf[K.CF_LITE_SUBR].items(from_key=prefix):
+        for key, _ in self._index.cf(K.CF_LITE_SUBR).items(from_key=prefix):
             if not key.startswith(prefix):
                 break
             out.append(K.parse_subr_tail(key, len(prefix)))
@@ -190,7 +191,7 @@ class LiteState:
         self, group: str, topic_id: int, client_id: str, added: set[str], removed: set[str]
     ) -> None:
         batch = self._index.batch()
-        h_sub, h_subr = self._h[K.CF_LITE_SUB], self._h[K.CF_LITE_SUBR]
+        h_sub, h_subr = self._index.handle(K.CF_LITE_SUB), self._index.handle(K.CF_LITE_SUBR)
         for name in added:
             batch.put(K.sub_key(group, topic_id, client_id, name), b"", h_sub)
             batch.put(K.subr_key(topic_id, name, group, client_id), b"", h_subr)
