@@ -25,13 +25,6 @@ _.teardown  # hypothesis RuleBasedStateMachine
 NONE  # common.model.Permission: the wire enum's value 1
 updated_at  # deploy/cluster/state.py: written to the state file for operators
 
-# Error kinds of wire codes that item 4 of issue 16 (deadlines through the core) is to raise;
-# delete them if nothing does once that lands.
-RequestTimeout, ProxyTimeout
+ProxyTimeout  # common.errors: the class of the wire code PROXY_TIMEOUT (error_for_code rebuilds it)
 
-# Dead, in files other engineers are rewriting as this lands (issue 16 parts A and C): delete
-# there, then drop these lines.
-message_type_from_pb  # broker/client/grpc_convert.py
-_.group_offsets  # broker/store/index.py
-_.count_by_language  # proxy/core/sessions.py
 _.deleted_segments, _.last_round_seconds, dispatch_max_lag_ms  # broker/store: set, never read

@@ -107,10 +107,6 @@ def _lookup(table: Mapping[Any, E], value: int, what: str) -> E:
         raise BadRequest(f"unknown {what} {value}; known: {known}") from None
 
 
-def message_type_from_pb(value: int) -> MessageType:
-    return _lookup(_MESSAGE_TYPES, value, "message type")
-
-
 def message_types_from_pb(values: Iterable[int]) -> frozenset[MessageType]:
     return frozenset(_lookup(_MESSAGE_TYPES, v, "message type") for v in values)
 

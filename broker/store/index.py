@@ -289,10 +289,3 @@ class Index:
 
     def put_offset(self, group: str, topic_id: int, queue_id: int, offset: int) -> None:
         self._cf[K.CF_OFFSETS].put(K.offsets_key(group, topic_id, queue_id), K.U64.pack(offset))
-
-    def group_offsets(self, group: str) -> Iterator[tuple[int, int, int]]:
-        """(topic_id, queue_id, offset) of every committed offset of a group."""
-        prefix = K.offsets_group_prefix(group)
-        for key, value in self._prefix_scan(K.CF_OFFSETS, prefix):
-            tid, qid = K.queue_prefix_parse(key[len(prefix) :])
-            yield tid, qid, int(K.U64.unpack(value)[0])

@@ -69,9 +69,3 @@ class SessionRegistry:
             key = (s.language or "UNKNOWN", s.version or "UNKNOWN")
             out[key] = out.get(key, 0) + 1
         return out
-
-    def count_by_language(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for s in self.sessions.values():
-            out[s.language or "UNKNOWN"] = out.get(s.language or "UNKNOWN", 0) + 1
-        return out
