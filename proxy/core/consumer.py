@@ -26,6 +26,10 @@ from proxy.directory import BrokerDirectory, BrokerRoute
 # A position no broker answered for (none is left so: every handle is routed or refused first).
 _UNANSWERED = AckResult("", InternalError("no broker answered for this receipt handle"))
 
+# A bind topic accepts LITE messages only; an auto-created topic not yet typed by its first message
+# advertises every type, LITE included, and is read as a normal topic.
+_LITE_ONLY = frozenset({MessageType.LITE})
+
 
 @dataclass(frozen=True, slots=True)
 class ReceiveSpec:
@@ -60,7 +64,7 @@ class ConsumerService:
         auto_renew = spec.invisible_ms is None
         invisible_ms = self._cfg.auto_renew_invisible_ms if spec.invisible_ms is None else spec.invisible_ms
         batch = max(1, min(spec.batch_size or self._cfg.max_batch_messages, self._cfg.max_batch_messages))
-        if self.lite is not None and any(MessageType.LITE in r.message_types for r in routes):
+        if self.lite is not None and any(r.message_types == _LITE_ONLY for r in routes):
             # A lite consumer reads one queue of the route; its lite topics live on every broker.
             request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
                                  auto_create_group=True, lite_client=ctx.client_id)  # fmt: skip
