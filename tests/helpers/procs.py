@@ -12,6 +12,7 @@ without installing the package. Every wait here has a timeout.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -37,14 +38,48 @@ class ProcessStartError(RuntimeError):
 _handed_out: set[int] = set()
 
 
+# Under pytest-xdist each worker draws ports from a block of its own below the kernel's ephemeral
+# range (32768 and up on Linux): ports drawn by port 0 were shared by every worker and by outgoing
+# connections, so a port one worker drew could be bound by another before its server started.
+# The top WORKER_PORT_SPARE of a block stay undrawn: `sluice up` opens its metrics port at the
+# client port + 1000.
+WORKER_PORT_BASE = 10_000
+WORKER_PORT_BLOCK = 4_000
+WORKER_PORT_SPARE = 1_000
+
+
+def _worker_block() -> range | None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not worker[2:].isdigit():
+        return None
+    base = WORKER_PORT_BASE + int(worker[2:]) * WORKER_PORT_BLOCK
+    return range(base, base + WORKER_PORT_BLOCK - WORKER_PORT_SPARE)
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(host: str = LOOPBACK) -> int:
-    """A port that was free a moment ago (bound to port 0, then released), and never one this
-    process handed out before: a topology draws several ports before any server binds them, and
-    the kernel may offer a just-released port again (two servers then collide on one port)."""
+    """A port that was free a moment ago, and never one this process handed out before: a
+    topology draws several ports before any server binds them, and the kernel may offer a
+    just-released port again (two servers then collide on one port). Under xdist, from this
+    worker's block; otherwise from the kernel (bound to port 0, then released)."""
+    block = _worker_block()
     while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((host, 0))
-            port: int = sock.getsockname()[1]
+        if block is not None:
+            port = random.choice(block)
+            if port in _handed_out or not _bindable(host, port):
+                continue
+        else:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind((host, 0))
+                port = sock.getsockname()[1]
         if port not in _handed_out:
             _handed_out.add(port)
             return port
