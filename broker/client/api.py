@@ -371,6 +371,9 @@ class BrokerApi(Protocol):
         self, client_ids: list[str]
     ) -> list[LiteRemoval]: ...  # unsubscribed by the broker (expired, deleted): tell these clients
 
+    # what the broker runs and how its store keeps up (`sluice admin broker list`, the console)
+    async def broker_info(self) -> BrokerInfo: ...
+
 
 # -- message trace (appended: see broker/trace.py and docs/observability.md) -----------------------
 
@@ -538,3 +541,18 @@ class LiteRemoval:
     group: str
     topic: str
     lite_topic: str
+
+
+# -- broker information ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    version: str  # of the Sluice the broker runs
+    started_ms: int  # when the broker started (epoch ms)
+    disk_used_bytes: int  # of the filesystem holding the data directory
+    disk_total_bytes: int
+    store_bytes: int  # CommitLog and index on local disk
+    unflushed_bytes: int  # written to the CommitLog, not yet flushed: the store's lag
+    dispatch_lag_bytes: int  # written, not yet indexed (invisible to consumers)
+    dispatch_lag_ms: int  # store-to-index delay of the last dispatch round

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from broker.client.api import (
     AckResult,
     BackoffKind,
+    BrokerInfo,
     ConnectedClient,
     ConsumeFrom,
     FilterKind,
@@ -603,3 +604,19 @@ def lite_removals_to_pb(removals: list[LiteRemoval]) -> pb.ClaimLiteRemovalsResp
 
 def lite_removals_from_pb(msg: pb.ClaimLiteRemovalsResponse) -> list[LiteRemoval]:
     return [LiteRemoval(r.client_id, r.group, r.topic, r.lite_topic) for r in msg.removals]
+
+
+# -- broker information ---------------------------------------------------------------------------
+
+
+def broker_info_to_pb(info: BrokerInfo) -> pb.BrokerInfoResponse:
+    return pb.BrokerInfoResponse(
+        version=info.version, started_ms=info.started_ms, disk_used_bytes=info.disk_used_bytes,
+        disk_total_bytes=info.disk_total_bytes, store_bytes=info.store_bytes, unflushed_bytes=info.unflushed_bytes,
+        dispatch_lag_bytes=info.dispatch_lag_bytes, dispatch_lag_ms=info.dispatch_lag_ms,
+    )  # fmt: skip
+
+
+def broker_info_from_pb(msg: pb.BrokerInfoResponse) -> BrokerInfo:
+    return BrokerInfo(msg.version, msg.started_ms, msg.disk_used_bytes, msg.disk_total_bytes, msg.store_bytes,
+                      msg.unflushed_bytes, msg.dispatch_lag_bytes, msg.dispatch_lag_ms)  # fmt: skip

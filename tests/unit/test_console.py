@@ -32,6 +32,7 @@ from deploy.console.pages_cluster import _safe_next
 from deploy.console.pages_messages import body_view
 from deploy.console.paging import paginate
 from deploy.console.sessions import Sessions, check_login, is_admin
+from deploy.console.units import human_bytes, human_duration
 
 CLOSED = "127.0.0.1:1"  # nothing listens: calls to the cluster fail with UNAVAILABLE
 TOKEN = re.compile(r'name="csrf-token" content="([^"]+)"')
@@ -201,3 +202,8 @@ def test_a_resent_dead_letter_is_a_new_message_naming_the_original() -> None:
     with pytest.raises(MessageNotFound, match="01NOPE; nothing was resent"):
         dlq._choose(letters, ["01OLD", "01NOPE"], "g")
     assert dlq._choose(letters, ["01OLD", "01OLD"], "g") == letters
+
+
+def test_bytes_and_durations_read_as_an_operator_reads_them() -> None:
+    assert [human_bytes(n) for n in (None, 0, 1023, 1536, 5 * 1024**3)] == ["", "0 B", "1023 B", "1.5 KiB", "5.0 GiB"]
+    assert [human_duration(s) for s in (None, 0, 75, 3_600, 93_784)] == ["", "0s", "1m 15s", "1h", "1d 2h"]

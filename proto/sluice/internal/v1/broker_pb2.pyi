@@ -1077,3 +1077,27 @@ class ClaimLiteRemovalsResponse(_message.Message):
     REMOVALS_FIELD_NUMBER: _ClassVar[int]
     removals: _containers.RepeatedCompositeFieldContainer[LiteRemoval]
     def __init__(self, removals: _Optional[_Iterable[_Union[LiteRemoval, _Mapping]]] = ...) -> None: ...
+
+class BrokerInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BrokerInfoResponse(_message.Message):
+    __slots__ = ("version", "started_ms", "disk_used_bytes", "disk_total_bytes", "store_bytes", "unflushed_bytes", "dispatch_lag_bytes", "dispatch_lag_ms")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    DISK_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STORE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UNFLUSHED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    started_ms: int
+    disk_used_bytes: int
+    disk_total_bytes: int
+    store_bytes: int
+    unflushed_bytes: int
+    dispatch_lag_bytes: int
+    dispatch_lag_ms: int
+    def __init__(self, version: _Optional[str] = ..., started_ms: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_total_bytes: _Optional[int] = ..., store_bytes: _Optional[int] = ..., unflushed_bytes: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., dispatch_lag_ms: _Optional[int] = ...) -> None: ...
