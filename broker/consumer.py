@@ -533,7 +533,8 @@ class PopEngine:
                 consumed = cursor if pending is None else min(pending, cursor)
                 high = self._store.queue_bounds(topic, qid)[1]
                 out.append(GroupQueueStatus(topic, qid, consumed, high, max(0, high - consumed),
-                                            self._state.inflight[(g, topic, qid)]))  # fmt: skip
+                                            self._state.inflight[(g, topic, qid)],
+                                            self._state.retrying(g, topic, qid)))  # fmt: skip
         return out
 
     def reset(self, group: GroupInfo, topic: str, qid: int, offset: int) -> tuple[int, int]:

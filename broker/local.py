@@ -411,11 +411,13 @@ class LocalBroker:
     async def topic_status(self, name: str) -> TopicStatus:
         spec = self.metadata.topic(name)
         queues = []
+        local_bytes = 0
         for q in priority.pop_queues(spec) if is_priority(spec) else range(spec.queue_count):
             low, high = self.store.queue_bounds(name, q)
             queues.append(QueueStatus(q, self._floor(name, q, low), high))
+            local_bytes += self.store.queue_bytes_estimate(name, q)
         return TopicStatus(spec, tuple(queues), half_messages=self.transactions.backlog(name),
-                           pending_timers=self.timers.pending_count(name))  # fmt: skip
+                           pending_timers=self.timers.pending_count(name), local_bytes=local_bytes)  # fmt: skip
 
     async def ensure_topic(self, name: str, first: MessageType | None = None) -> TopicSpec:
         """The topic; on first use it is created when this broker auto-creates, else TopicNotFound.

@@ -119,6 +119,10 @@ class TopicStatus:
     queues: tuple[QueueStatus, ...]
     half_messages: int = 0  # transactional messages of this topic awaiting commit or rollback
     pending_timers: int = 0  # DELAY messages of the topic not delivered yet
+    # Bytes of the topic's messages on this broker's local disk, estimated: the messages stored
+    # locally times the mean size of each queue's newest ConsumeQueue block (exact sums would read
+    # every entry). Tiered bytes are in `tier_status`.
+    local_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +133,7 @@ class GroupQueueStatus:
     max_offset: int
     lag: int  # messages not yet acknowledged (max_offset - consumed_offset)
     in_flight: int  # delivered, not yet acknowledged
+    retrying: int = 0  # not yet done and delivered more than once (nacked or timed out before)
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,6 +168,7 @@ def topic_status_to_pb(status: TopicStatus) -> pb.TopicStatus:
         ],
         half_messages=status.half_messages,
         pending_timers=status.pending_timers,
+        local_bytes=status.local_bytes,
     )
 
 
@@ -177,6 +178,7 @@ def topic_status_from_pb(msg: pb.TopicStatus) -> TopicStatus:
         queues=tuple(QueueStatus(q.queue_id, q.min_offset, q.max_offset) for q in msg.queues),
         half_messages=msg.half_messages,
         pending_timers=msg.pending_timers,
+        local_bytes=msg.local_bytes,
     )
 
 
@@ -244,6 +246,7 @@ def group_status_to_pb(status: GroupStatus) -> pb.GroupStatus:
                 max_offset=q.max_offset,
                 lag=q.lag,
                 in_flight=q.in_flight,
+                retrying=q.retrying,
             )
             for q in status.queues
         ],
@@ -254,7 +257,7 @@ def group_status_from_pb(msg: pb.GroupStatus) -> GroupStatus:
     return GroupStatus(
         info=group_info_from_pb(msg.info),
         queues=tuple(
-            GroupQueueStatus(q.topic, q.queue_id, q.consumed_offset, q.max_offset, q.lag, q.in_flight)
+            GroupQueueStatus(q.topic, q.queue_id, q.consumed_offset, q.max_offset, q.lag, q.in_flight, q.retrying)
             for q in msg.queues
         ),
     )

@@ -80,11 +80,12 @@ topic_statuses = st.builds(
     TopicStatus,
     spec=topic_specs,
     queues=st.lists(st.builds(QueueStatus, INT32, INT64, INT64), max_size=4).map(tuple),
+    local_bytes=INT64,
 )
 group_statuses = st.builds(
     GroupStatus,
     info=group_infos,
-    queues=st.lists(st.builds(GroupQueueStatus, TEXT, INT32, INT64, INT64, INT64, INT64), max_size=4).map(tuple),
+    queues=st.lists(st.builds(GroupQueueStatus, TEXT, INT32, INT64, INT64, INT64, INT64, INT64), max_size=4).map(tuple),
 )
 outgoing_messages = st.builds(
     OutgoingMessage,
