@@ -397,6 +397,7 @@ class LocalBroker:
     async def delete_topic(self, name: str) -> None:
         spec = self.metadata.topic(name)
         self.metadata.delete_topic(name)
+        self.engine.delivered.pop(name, None)
         if is_lite(spec):
             self.lite.drop_topic(name)
         log.info("topic deleted", extra=kv(topic=name))
@@ -417,7 +418,8 @@ class LocalBroker:
             queues.append(QueueStatus(q, self._floor(name, q, low), high))
             local_bytes += self.store.queue_bytes_estimate(name, q)
         return TopicStatus(spec, tuple(queues), half_messages=self.transactions.backlog(name),
-                           pending_timers=self.timers.pending_count(name), local_bytes=local_bytes)  # fmt: skip
+                           pending_timers=self.timers.pending_count(name), local_bytes=local_bytes,
+                           delivered=self.engine.delivered[name])  # fmt: skip
 
     async def ensure_topic(self, name: str, first: MessageType | None = None) -> TopicSpec:
         """The topic; on first use it is created when this broker auto-creates, else TopicNotFound.
@@ -565,7 +567,9 @@ class LocalBroker:
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
         if max_messages <= 0:
             raise BadRequest(f"batch size must be positive, got {max_messages}")
-        return await self._reader().pull(topic, queue_id, offset, max_messages, self._filter(filter), long_poll_ms)
+        result = await self._reader().pull(topic, queue_id, offset, max_messages, self._filter(filter), long_poll_ms)
+        self.engine.delivered[topic] += len(result.messages)
+        return result
 
     async def get_offset(self, group: str, topic: str, queue_id: int) -> int:
         self.metadata.topic(topic)

@@ -123,6 +123,7 @@ class TopicStatus:
     # locally times the mean size of each queue's newest ConsumeQueue block (exact sums would read
     # every entry). Tiered bytes are in `tier_status`.
     local_bytes: int = 0
+    delivered: int = 0  # messages handed to consumers since the broker started (every attempt, pop and pull)
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,6 +169,7 @@ def topic_status_to_pb(status: TopicStatus) -> pb.TopicStatus:
         half_messages=status.half_messages,
         pending_timers=status.pending_timers,
         local_bytes=status.local_bytes,
+        delivered=status.delivered,
     )
 
 
@@ -179,6 +180,7 @@ def topic_status_from_pb(msg: pb.TopicStatus) -> TopicStatus:
         half_messages=msg.half_messages,
         pending_timers=msg.pending_timers,
         local_bytes=msg.local_bytes,
+        delivered=msg.delivered,
     )
 
 

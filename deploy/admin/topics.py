@@ -175,6 +175,7 @@ async def describe_topic(cluster: Cluster, name: str) -> Report:
             "half_messages": status.half_messages,  # per broker: transactions awaiting commit or rollback
             "broker_pending_timers": status.pending_timers,  # JSON only: per broker, not per queue
             "broker_local_bytes": status.local_bytes,  # JSON only, per broker: estimated bytes on its disk
+            "broker_delivered": status.delivered,  # JSON only, per broker: deliveries since it started
         }
         for (broker_name, _), status in zip(targets, statuses, strict=True)
         for q in status.queues

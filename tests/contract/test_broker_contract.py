@@ -741,6 +741,7 @@ async def test_group_status_tracks_lag_in_flight_and_retries(broker: BrokerApi, 
     assert again[0].delivery_attempt == 2
     status = {q.queue_id: q for q in (await broker.group_status(group)).queues if q.topic == topic}
     assert {s.queue_id: s.retrying for s in status.values() if s.retrying} == {got[0].queue_id: 1}
+    assert (await broker.topic_status(topic)).delivered == 6  # five deliveries and one retry
     await ack_all(broker, group, topic, got[1:] + again)
     await eventually(lambda: group_settled(broker, group, topic), "lag and in-flight 0 after the acks")
     status = {q.queue_id: q for q in (await broker.group_status(group)).queues if q.topic == topic}

@@ -81,6 +81,7 @@ topic_statuses = st.builds(
     spec=topic_specs,
     queues=st.lists(st.builds(QueueStatus, INT32, INT64, INT64), max_size=4).map(tuple),
     local_bytes=INT64,
+    delivered=INT64,
 )
 group_statuses = st.builds(
     GroupStatus,

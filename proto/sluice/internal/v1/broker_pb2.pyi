@@ -114,18 +114,20 @@ class QueueStatus(_message.Message):
     def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
 
 class TopicStatus(_message.Message):
-    __slots__ = ("spec", "queues", "half_messages", "pending_timers", "local_bytes")
+    __slots__ = ("spec", "queues", "half_messages", "pending_timers", "local_bytes", "delivered")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     HALF_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PENDING_TIMERS_FIELD_NUMBER: _ClassVar[int]
     LOCAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
     spec: TopicSpec
     queues: _containers.RepeatedCompositeFieldContainer[QueueStatus]
     half_messages: int
     pending_timers: int
     local_bytes: int
-    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., half_messages: _Optional[int] = ..., pending_timers: _Optional[int] = ..., local_bytes: _Optional[int] = ...) -> None: ...
+    delivered: int
+    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., half_messages: _Optional[int] = ..., pending_timers: _Optional[int] = ..., local_bytes: _Optional[int] = ..., delivered: _Optional[int] = ...) -> None: ...
 
 class GroupQueueStatus(_message.Message):
     __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight", "retrying")
