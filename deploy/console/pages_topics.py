@@ -70,10 +70,12 @@ async def topic_page(request: web.Request) -> web.Response:
     report = await topics.describe_topic(console.cluster, name)
     point = topic_point(report)
     console.history.record_topic(name, point)
+    rate_in, rate_out = await console.plots.topic_rate_in(name), await console.plots.topic_rate_out(name)
     charts = [
-        line_chart(console.history.topic_rate_in(name), title="messages in per second", unit="/s"),
-        line_chart(console.history.topic_rate_out(name), title="messages out per second (every delivery)", unit="/s"),
-    ]
+        line_chart(rate_in.points, title="messages in per second", unit="/s", source=rate_in.source),
+        line_chart(rate_out.points, title="messages out per second (every delivery)", unit="/s",
+                   source=rate_out.source),
+    ]  # fmt: skip
     tier_rows = [r for r in (await _tier_rows(console.cluster)) if r.get("topic") == name]
     lite = report.data if isinstance(report.data, dict) else None
     return render(request, "topic.html", name=name, report=report, point=point, charts=charts, tier_rows=tier_rows,
