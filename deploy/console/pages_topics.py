@@ -16,7 +16,7 @@ from aiohttp import web
 
 from common.config import ConfigError
 from common.errors import SluiceError
-from common.model import SYSTEM_PREFIX
+from common.model import EXCLUSIVE_TYPES, SYSTEM_PREFIX
 from deploy.admin import tier, topics
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report
@@ -119,6 +119,11 @@ async def topic_update(request: web.Request) -> web.StreamResponse:
         types = parse_message_types(types_text or current["types"])
         notes = []
         if queues != current["queues"] or types != parse_message_types(current["types"]):
+            if parse_message_types(current["types"]) & EXCLUSIVE_TYPES:
+                raise ConfigError(
+                    f"topic {name} is a {current['types']} topic: change it with `sluice admin topic create "
+                    "--update`, which takes its lite or priority settings too"
+                )
             report = await topics.create_topic(console.cluster, name, types, queues, current["brokers"], update=True)
             notes.append(report.note)
         if perm not in (KEEP, current["perm"]):
