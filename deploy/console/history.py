@@ -6,7 +6,7 @@ group shown on a page is *watched* for `history_s` after its last view (at most 
 least recently viewed dropped first), and every `sample_interval_s` the sampler reads the watched
 ones through the admin functions (`describe_topic`, `describe_group`) and appends a point. A page
 also records the figures it has just read (`record_topic`, `record_group`), so a plot starts with
-the first view. Rates are differences of offsets between points, per second.
+the first view, and the sampler leaves out what a page recorded within the last interval. Rates are differences of offsets between points, per second.
 
 `History` is used from the event loop's thread only.
 """
@@ -110,8 +110,15 @@ class History:
             await self.sample(cluster)
 
     async def sample(self, cluster: Cluster) -> None:
+        """A point for every watched topic and group that no page gave one within the last interval:
+        a list page being looked at records its 50 rows itself, and reading them again here would
+        only compete with the pages (the broker may share the console's process and event loop)."""
         self._forget_stale()
+        fresh_after = self._clock() - self._interval_s
         for kind, name in list(self._watched):
+            points = (self._topics if kind == "topic" else self._groups).get(name)
+            if points and points[-1][0] > fresh_after:
+                continue
             try:
                 if kind == "topic":
                     self._append(self._topics, name, topic_point(await topics.describe_topic(cluster, name)))

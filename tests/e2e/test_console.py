@@ -225,6 +225,10 @@ def test_bad_input_in_every_form_changes_nothing(merged: Cluster, page: Any, uni
     submit("/access", "#grant", {"access_key": "nobody", "resource": "queue:x", "actions": "PUB"}, "queue:x")
     submit("/access", "#grant", {"access_key": "nobody", "resource": "*", "actions": "FLY"}, "FLY")
     submit("/access", "#limit-set", {"name": "t", "messages_per_s": "-1"}, "must be 0 (no limit) or more")
+    submit("/access", "#limit-set", {"name": "t", "messages_per_s": "fast"}, "messages per s must be a number")
+    submit("/access", "#user-delete", {"access_key": "nobody-here"}, "user nobody-here does not exist")
+    submit("/access", "#revoke", {"access_key": "nobody-here", "resource": "*"}, "has no such rule")
+    submit("/access", "#limit-delete", {"namespace": "no-such-ns"}, "no such limit")
 
     visit(page, f"{console}/messages?topic={unique('gone')}", status=404)
     assert "TOPIC_NOT_FOUND" in flash(page, "error")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import pytest
 from aiohttp import web
@@ -18,7 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from broker.client.api import StoredMessage
 from common.config import ConfigError
-from common.errors import MessageNotFound
+from common.errors import MessageNotFound, TopicNotFound
 from common.model import MessageType
 from common.security import Action, Effect, Pattern, ResourceKind, Rule, SecurityDoc, User
 from deploy.admin import dlq
@@ -174,6 +175,24 @@ def test_history_gives_rates_between_points_and_forgets_the_least_recently_viewe
     assert history.group_lag("g") == [(1010.0, 7.0)]
     history.record_group("h", GroupPoint(consumed=0, lag=0, in_flight=0))  # a third: "t" is dropped
     assert history.topic_rate_in("t") == []
+
+
+def test_the_sampler_reads_only_what_no_page_recorded_within_the_interval() -> None:
+    now = [1000.0]
+    history = History(history_s=3600, interval_s=10, watched_max=10, clock=lambda: now[0])
+    asked: list[str] = []
+
+    class Unreachable:  # stands in for a Cluster: every topic lookup is counted, then fails
+        async def route(self, name: str) -> None:
+            asked.append(name)
+            raise TopicNotFound(name)
+
+    history.record_topic("seen", TopicPoint(stored=1, backlog=1))
+    now[0] += 5
+    history.record_topic("viewed-now", TopicPoint(stored=1, backlog=1))
+    now[0] += 6  # "seen" was recorded 11 s ago, "viewed-now" 6 s ago
+    asyncio.run(history.sample(cast(Cluster, Unreachable())))
+    assert asked == ["seen"]
 
 
 def test_times_parse_as_epoch_ms_or_iso() -> None:
