@@ -22,6 +22,7 @@
     dlq list GROUP | dlq resend GROUP (--id ID ... | --all) [--to TOPIC]
     broker list | broker drain NAME [--wait-s S] | broker undrain NAME
     proxy list --navigation HOST:PORT    (zone, load, draining)
+    nameserver list    (each NameServer of --namesrv: answering, brokers, topics)
     tier status | tier upload-now TOPIC [--wait-s S] | tier evict-local TOPIC
     user create ACCESS_KEY --secret SECRET|- | user delete ACCESS_KEY | user list
     acl grant ACCESS_KEY --resource topic:NAME|group:NAME|topic:PREFIX*|* --actions PUB,SUB,ADMIN [--deny]
@@ -58,6 +59,7 @@ from deploy.admin import (
     drain,
     groups,
     messages,
+    nameservers,
     offsets,
     produce,
     proxies,
@@ -107,6 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_broker(areas.add_parser("broker", help="list the registered brokers"), shared)
     _add_client(areas.add_parser("client", help="list the clients connected to the proxies"), shared)
     _add_proxy(areas.add_parser("proxy", help="list the proxies a navigation server knows"), shared)
+    _add_nameserver(areas.add_parser("nameserver", help="ask each NameServer of --namesrv on its own"), shared)
     _add_lite(areas.add_parser("lite", help="lite topics of a LITE bind topic: list"), shared)
     _add_tier(areas.add_parser("tier", help="tiered storage: status, upload now, evict local copies"), shared)
     _add_user(areas.add_parser("user", help="create, delete and list users (access key and secret)"), shared)
@@ -336,6 +339,11 @@ def _add_client(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser
     which.add_argument("--topic", metavar="T", help="only clients publishing or subscribing this topic")
 
 
+def _add_nameserver(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _leaf(actions, "list", shared, _nameserver_list, "each NameServer: does it answer, how many brokers and topics")
+
+
 def _add_proxy(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = _leaf(actions, "list", shared, _proxy_list, "proxies of a navigation server: zone, load, draining")
@@ -515,6 +523,10 @@ async def _dlq_list(cluster: Cluster, args: argparse.Namespace) -> Report:
 
 async def _dlq_resend(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await dlq.resend(cluster, args.name, None if args.all else args.ids, args.to)
+
+
+async def _nameserver_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await nameservers.list_nameservers(args.namesrv, args.timeout_s)
 
 
 async def _proxy_list(cluster: Cluster, args: argparse.Namespace) -> Report:

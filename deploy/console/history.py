@@ -6,7 +6,8 @@ group shown on a page is *watched* for `history_s` after its last view (at most 
 least recently viewed dropped first), and every `sample_interval_s` the sampler reads the watched
 ones through the admin functions (`describe_topic`, `describe_group`) and appends a point. A page
 also records the figures it has just read (`record_topic`, `record_group`), so a plot starts with
-the first view, and the sampler leaves out what a page recorded within the last interval. Rates are differences of offsets between points, per second.
+the first view, and the sampler leaves out what a page recorded within the last interval. Rates
+are differences of offsets (or delivery counts) between points, per second.
 
 `History` is used from the event loop's thread only.
 """

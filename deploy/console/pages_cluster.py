@@ -1,10 +1,11 @@
 """Cluster page (NameServers, brokers, proxies, tiering at a glance) and login/logout.
 
-Health at a glance: a broker is "ok" while its last heartbeat is younger than `STALE_HEARTBEAT_S`
-and it answers, "disk" when its data filesystem is fuller than `DISK_WARN_PCT`; a proxy is "ok"
-while navigation lists it and it is not draining. Every figure comes from the admin functions
-(`brokers.list_brokers` as `sluice admin broker list --json`: version, uptime, disk, store and
-dispatch lag; `tier.status`) and the navigation client's proxy list (zone, load, draining).
+Health at a glance: a NameServer is "ok" when it answers on its own; a broker is "ok" while its
+last heartbeat is younger than `STALE_HEARTBEAT_S` and it answers, "disk" when its data filesystem
+is fuller than `DISK_WARN_PCT`; a proxy is "ok" while navigation lists it and it is not draining.
+Every figure comes from the admin functions: `nameservers.list_nameservers` (`sluice admin
+nameserver list`), `brokers.list_brokers` (`broker list --json`: version, uptime, disk, store and
+dispatch lag), `tier.status` and `proxies.list_proxies` (`proxy list`: zone, load, draining).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from common.errors import SluiceError
-from deploy.admin import brokers, proxies, security, tier
+from deploy.admin import brokers, nameservers, proxies, security, tier
 from deploy.console.app import SESSION_KEY, console_of, log_action, render, session_of
 from deploy.console.sessions import check_login
 from deploy.console.units import human_bytes, human_duration
@@ -38,9 +39,10 @@ async def _to_cluster(request: web.Request) -> web.StreamResponse:
 
 async def cluster_page(request: web.Request) -> web.Response:
     console = console_of(request)
-    listed, tiering, proxies = await asyncio.gather(
-        brokers.list_brokers(console.cluster, None), _tiering(console.cluster), _proxies(request)
-    )
+    listed, tiering, proxies, nameserver_report = await asyncio.gather(
+        brokers.list_brokers(console.cluster, None), _tiering(console.cluster), _proxies(request),
+        nameservers.list_nameservers(console.config.namesrv, console.config.timeout_s),
+    )  # fmt: skip
     broker_rows = [
         {
             "broker": b["name"],
@@ -61,8 +63,7 @@ async def cluster_page(request: web.Request) -> web.Response:
         }
         for b in listed.rows
     ]
-    nameservers = [{"nameserver": a, "health": "ok"} for a in console.config.namesrv.split(";") if a]
-    return render(request, "cluster.html", brokers=broker_rows, nameservers=nameservers, proxies=proxies,
+    return render(request, "cluster.html", brokers=broker_rows, nameservers=nameserver_report.rows, proxies=proxies,
                   navigation=console.config.navigation)  # fmt: skip
 
 
@@ -90,7 +91,12 @@ def _dispatch_lag(row: dict[str, Any]) -> str:
 
 
 async def _tiering(cluster: Any) -> dict[str, str]:
-    report = await tier.status(cluster)
+    """Per broker: off, on (with what is left to upload), or failing; {} when a broker does not answer
+    (its row says why; tiering shows "unknown")."""
+    try:
+        report = await tier.status(cluster)
+    except SluiceError:
+        return {}
     states = {}
     for broker in report.data:
         if not broker["enabled"]:

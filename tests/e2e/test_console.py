@@ -90,6 +90,9 @@ def test_every_page_renders_and_a_stalled_group_shows_its_lag(
     (listed,) = merged.admin("broker", "list")
     assert listed["version"] == sluice_version() and sluice_version() in brokers
     assert f"({listed['disk_used_pct']} %)" in brokers and listed["store_bytes"] > 0
+    (nameserver,) = merged.admin("nameserver", "list")
+    assert (nameserver["health"], nameserver["brokers"]) == ("ok", 1)
+    assert page.locator("#nameservers").inner_text().split("\n")[-1].split("\t")[:3] == ["ok", merged.namesrv, "1"]
     page.screenshot(path=str(shots / "cluster.png"), full_page=True)
 
     visit(page, f"{console}/topics?q={topic}")

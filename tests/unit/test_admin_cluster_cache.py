@@ -1,5 +1,6 @@
 """`Cluster.reuse`: a slowly changing answer (the proxies' client reports) is asked once per cache
-time when the Cluster caches (the console), and every time when it does not (`sluice admin`)."""
+time when the Cluster caches (the console), and every time when it does not (`sluice admin`); and
+`nameserver list` says which NameServer does not answer."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from common.errors import Unavailable
 from deploy.admin.cluster import Cluster
+from deploy.admin.nameservers import list_nameservers
 
 CLOSED = "127.0.0.1:1"
 
@@ -45,3 +47,9 @@ def test_a_reused_broker_failure_keeps_its_own_message() -> None:
                 await cluster.reuse("clients", ask)
 
     asyncio.run(main())
+
+
+def test_a_nameserver_that_does_not_answer_is_listed_as_unreachable() -> None:
+    report = asyncio.run(list_nameservers(CLOSED, timeout_s=1))
+    assert [(r["nameserver"], r["health"], r["brokers"]) for r in report.rows] == [(CLOSED, "unreachable", None)]
+    assert report.rows[0]["error"] and report.note == "1 NameServer(s), 1 not answering"
