@@ -28,6 +28,7 @@ when no other queue had anything to deliver.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -107,6 +108,9 @@ class PopEngine:
         self._trace = trace
         self._rotation = itertools.count()
         self.dead_lettered = 0
+        # Messages handed to consumers per topic since start (every delivery attempt, pop and pull):
+        # `topic_status` reports it, and the console plots a topic's rate out from it.
+        self.delivered: collections.Counter[str] = collections.Counter()
 
     # -- pop -------------------------------------------------------------------------------------
 
@@ -165,6 +169,7 @@ class PopEngine:
                 break
             self._take_new(group, topic.name, qid, filt, n, until, batch, out, claimed, cold)
         batch.commit()
+        self.delivered[topic.name] += len(out)
         if out and self._trace.enabled:
             self._trace.delivered_many(topic.name, group.spec.name,
                                        [(m.queue_id, m.queue_offset, m.delivery_attempt) for m in out])  # fmt: skip
@@ -533,7 +538,8 @@ class PopEngine:
                 consumed = cursor if pending is None else min(pending, cursor)
                 high = self._store.queue_bounds(topic, qid)[1]
                 out.append(GroupQueueStatus(topic, qid, consumed, high, max(0, high - consumed),
-                                            self._state.inflight[(g, topic, qid)]))  # fmt: skip
+                                            self._state.inflight[(g, topic, qid)],
+                                            self._state.retrying(g, topic, qid)))  # fmt: skip
         return out
 
     def reset(self, group: GroupInfo, topic: str, qid: int, offset: int) -> tuple[int, int]:

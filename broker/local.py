@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -24,6 +25,7 @@ from broker import priority
 from broker.client.api import (
     NO_CONTEXT,
     AckResult,
+    BrokerInfo,
     CallContext,
     ConnectedClient,
     FilterSpec,
@@ -100,8 +102,11 @@ from common.model import (
     validate_group_name,
     validate_topic_name,
 )
+from common.version import sluice_version
 
 log = logging.getLogger("sluice.broker")
+
+_MS_PER_S = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +143,7 @@ class LocalBroker:
         # Retention and tiering's evict-local both delete CommitLog segments: one at a time.
         self._retention_lock = threading.Lock()
         self._security: SecurityStore | None = None
+        self._started_ms = 0
         self.clients = ClientTable()
 
     @property
@@ -220,6 +226,7 @@ class LocalBroker:
         self._unregister_metrics = metrics.register_source(lambda: broker_samples(self))
         if tiering is not None:
             self._tasks.append(asyncio.create_task(tiering.run(), name="tier-uploader"))
+        self._started_ms = int(time.time() * _MS_PER_S)
         log.info("broker started", extra=kv(name=cfg.name, data_dir=str(cfg.data_dir), topics=len(self.metadata.topics),
                                             groups=len(self.metadata.groups)))  # fmt: skip
 
@@ -390,6 +397,7 @@ class LocalBroker:
     async def delete_topic(self, name: str) -> None:
         spec = self.metadata.topic(name)
         self.metadata.delete_topic(name)
+        self.engine.delivered.pop(name, None)
         if is_lite(spec):
             self.lite.drop_topic(name)
         log.info("topic deleted", extra=kv(topic=name))
@@ -404,11 +412,14 @@ class LocalBroker:
     async def topic_status(self, name: str) -> TopicStatus:
         spec = self.metadata.topic(name)
         queues = []
+        local_bytes = 0
         for q in priority.pop_queues(spec) if is_priority(spec) else range(spec.queue_count):
             low, high = self.store.queue_bounds(name, q)
             queues.append(QueueStatus(q, self._floor(name, q, low), high))
+            local_bytes += self.store.queue_bytes_estimate(name, q)
         return TopicStatus(spec, tuple(queues), half_messages=self.transactions.backlog(name),
-                           pending_timers=self.timers.pending_count(name))  # fmt: skip
+                           pending_timers=self.timers.pending_count(name), local_bytes=local_bytes,
+                           delivered=self.engine.delivered[name])  # fmt: skip
 
     async def ensure_topic(self, name: str, first: MessageType | None = None) -> TopicSpec:
         """The topic; on first use it is created when this broker auto-creates, else TopicNotFound.
@@ -556,7 +567,9 @@ class LocalBroker:
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
         if max_messages <= 0:
             raise BadRequest(f"batch size must be positive, got {max_messages}")
-        return await self._reader().pull(topic, queue_id, offset, max_messages, self._filter(filter), long_poll_ms)
+        result = await self._reader().pull(topic, queue_id, offset, max_messages, self._filter(filter), long_poll_ms)
+        self.engine.delivered[topic] += len(result.messages)
+        return result
 
     async def get_offset(self, group: str, topic: str, queue_id: int) -> int:
         self.metadata.topic(topic)
@@ -720,6 +733,20 @@ class LocalBroker:
 
     async def claim_lite_removals(self, client_ids: list[str]) -> list[LiteRemoval]:
         return self.lite.claim_removals(client_ids)
+
+    # -- broker information ----------------------------------------------------------------------
+
+    async def broker_info(self) -> BrokerInfo:
+        self._running()
+        stats = self.store.stats()
+        used, total = self.store.disk_usage()
+        return BrokerInfo(
+            version=sluice_version(), started_ms=self._started_ms, disk_used_bytes=used, disk_total_bytes=total,
+            store_bytes=max(0, stats.commitlog_end - stats.commitlog_min) + stats.index_bytes,
+            unflushed_bytes=max(0, stats.written_position - stats.flushed_position),
+            dispatch_lag_bytes=max(0, stats.written_position - stats.dispatched_position),
+            dispatch_lag_ms=stats.dispatch_last_lag_ms,
+        )  # fmt: skip
 
 
 UNDECIDED_TYPES: frozenset[MessageType] = frozenset(MessageType)  # an auto-created topic before its first message

@@ -176,6 +176,21 @@ class PopState:
             return int(_U64.unpack_from(it.key(), len(prefix))[0])
         return None
 
+    def retrying(self, group: str, topic: str, queue_id: int) -> int:
+        """Entries of the queue delivered more than once: messages being retried. Scans the
+        queue's entries only when it has some (in flight, or waiting behind a FIFO message group),
+        so a queue at rest costs nothing."""
+        qk = (group, topic, queue_id)
+        if not self.inflight[qk] and qk not in self.fifo:
+            return 0
+        prefix = queue_key(group, topic, queue_id)
+        count = 0
+        for key, value in self._msg.items(from_key=prefix):
+            if not key.startswith(prefix):
+                break
+            count += PopEntry.decode(value).attempt > 1
+        return count
+
     def due(self, group: str, now_ms: int, limit: int) -> Iterator[tuple[int, str, int, int]]:
         """(invisible_until_ms, topic, queue_id, offset) of INFLIGHT entries of `group` due by now.
 

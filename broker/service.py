@@ -354,3 +354,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         self, request: pb.ClaimLiteRemovalsRequest, context: Context
     ) -> pb.ClaimLiteRemovalsResponse:
         return convert.lite_removals_to_pb(await self._api.claim_lite_removals(list(request.client_ids)))
+
+    # -- broker information ---------------------------------------------------------------------
+
+    @internal_rpc
+    async def BrokerInfo(self, request: pb.BrokerInfoRequest, context: Context) -> pb.BrokerInfoResponse:
+        return convert.broker_info_to_pb(await self._api.broker_info())

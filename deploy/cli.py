@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import pkgutil
 import sys
 from types import ModuleType
@@ -12,6 +11,7 @@ from types import ModuleType
 import deploy.commands
 from common.config import ConfigError
 from common.errors import SluiceError
+from common.version import sluice_version
 from proto import token
 
 
@@ -54,11 +54,7 @@ def _first_known(group: BaseExceptionGroup) -> BaseException | None:
 
 
 def version() -> str:
-    try:
-        number = importlib.metadata.version("sluice")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
-        number = "unknown"
-    return f"sluice {number} (Python {sys.version.split()[0]})"
+    return f"sluice {sluice_version()} (Python {sys.version.split()[0]})"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -119,6 +119,11 @@ class TopicStatus:
     queues: tuple[QueueStatus, ...]
     half_messages: int = 0  # transactional messages of this topic awaiting commit or rollback
     pending_timers: int = 0  # DELAY messages of the topic not delivered yet
+    # Bytes of the topic's messages on this broker's local disk, estimated: the messages stored
+    # locally times the mean size of each queue's newest ConsumeQueue block (exact sums would read
+    # every entry). Tiered bytes are in `tier_status`.
+    local_bytes: int = 0
+    delivered: int = 0  # messages handed to consumers since the broker started (every attempt, pop and pull)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +134,7 @@ class GroupQueueStatus:
     max_offset: int
     lag: int  # messages not yet acknowledged (max_offset - consumed_offset)
     in_flight: int  # delivered, not yet acknowledged
+    retrying: int = 0  # not yet done and delivered more than once (nacked or timed out before)
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +377,9 @@ class BrokerApi(Protocol):
         self, client_ids: list[str]
     ) -> list[LiteRemoval]: ...  # unsubscribed by the broker (expired, deleted): tell these clients
 
+    # what the broker runs and how its store keeps up (`sluice admin broker list`, the console)
+    async def broker_info(self) -> BrokerInfo: ...
+
 
 # -- message trace (appended: see broker/trace.py and docs/observability.md) -----------------------
 
@@ -538,3 +547,18 @@ class LiteRemoval:
     group: str
     topic: str
     lite_topic: str
+
+
+# -- broker information ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    version: str  # of the Sluice the broker runs
+    started_ms: int  # when the broker started (epoch ms)
+    disk_used_bytes: int  # of the filesystem holding the data directory
+    disk_total_bytes: int
+    store_bytes: int  # CommitLog and index on local disk
+    unflushed_bytes: int  # written to the CommitLog, not yet flushed: the store's lag
+    dispatch_lag_bytes: int  # written, not yet indexed (invisible to consumers)
+    dispatch_lag_ms: int  # store-to-index delay of the last dispatch round

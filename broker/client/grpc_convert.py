@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from broker.client.api import (
     AckResult,
     BackoffKind,
+    BrokerInfo,
     ConnectedClient,
     ConsumeFrom,
     FilterKind,
@@ -167,6 +168,8 @@ def topic_status_to_pb(status: TopicStatus) -> pb.TopicStatus:
         ],
         half_messages=status.half_messages,
         pending_timers=status.pending_timers,
+        local_bytes=status.local_bytes,
+        delivered=status.delivered,
     )
 
 
@@ -176,6 +179,8 @@ def topic_status_from_pb(msg: pb.TopicStatus) -> TopicStatus:
         queues=tuple(QueueStatus(q.queue_id, q.min_offset, q.max_offset) for q in msg.queues),
         half_messages=msg.half_messages,
         pending_timers=msg.pending_timers,
+        local_bytes=msg.local_bytes,
+        delivered=msg.delivered,
     )
 
 
@@ -243,6 +248,7 @@ def group_status_to_pb(status: GroupStatus) -> pb.GroupStatus:
                 max_offset=q.max_offset,
                 lag=q.lag,
                 in_flight=q.in_flight,
+                retrying=q.retrying,
             )
             for q in status.queues
         ],
@@ -253,7 +259,7 @@ def group_status_from_pb(msg: pb.GroupStatus) -> GroupStatus:
     return GroupStatus(
         info=group_info_from_pb(msg.info),
         queues=tuple(
-            GroupQueueStatus(q.topic, q.queue_id, q.consumed_offset, q.max_offset, q.lag, q.in_flight)
+            GroupQueueStatus(q.topic, q.queue_id, q.consumed_offset, q.max_offset, q.lag, q.in_flight, q.retrying)
             for q in msg.queues
         ),
     )
@@ -603,3 +609,19 @@ def lite_removals_to_pb(removals: list[LiteRemoval]) -> pb.ClaimLiteRemovalsResp
 
 def lite_removals_from_pb(msg: pb.ClaimLiteRemovalsResponse) -> list[LiteRemoval]:
     return [LiteRemoval(r.client_id, r.group, r.topic, r.lite_topic) for r in msg.removals]
+
+
+# -- broker information ---------------------------------------------------------------------------
+
+
+def broker_info_to_pb(info: BrokerInfo) -> pb.BrokerInfoResponse:
+    return pb.BrokerInfoResponse(
+        version=info.version, started_ms=info.started_ms, disk_used_bytes=info.disk_used_bytes,
+        disk_total_bytes=info.disk_total_bytes, store_bytes=info.store_bytes, unflushed_bytes=info.unflushed_bytes,
+        dispatch_lag_bytes=info.dispatch_lag_bytes, dispatch_lag_ms=info.dispatch_lag_ms,
+    )  # fmt: skip
+
+
+def broker_info_from_pb(msg: pb.BrokerInfoResponse) -> BrokerInfo:
+    return BrokerInfo(msg.version, msg.started_ms, msg.disk_used_bytes, msg.disk_total_bytes, msg.store_bytes,
+                      msg.unflushed_bytes, msg.dispatch_lag_bytes, msg.dispatch_lag_ms)  # fmt: skip

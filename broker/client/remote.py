@@ -30,6 +30,7 @@ from broker.client import grpc_convert as convert
 from broker.client.api import (
     NO_CONTEXT,
     AckResult,
+    BrokerInfo,
     CallContext,
     ConnectedClient,
     FilterSpec,
@@ -639,6 +640,11 @@ class RemoteBroker:
     async def claim_lite_removals(self, client_ids: list[str]) -> list[LiteRemoval]:
         request = pb.ClaimLiteRemovalsRequest(client_ids=client_ids)
         return convert.lite_removals_from_pb(await self._call(self._stub.ClaimLiteRemovals, request))
+
+    # -- broker information ---------------------------------------------------------------------
+
+    async def broker_info(self) -> BrokerInfo:
+        return convert.broker_info_from_pb(await self._call(self._stub.BrokerInfo, pb.BrokerInfoRequest()))
 
     # -- internals ------------------------------------------------------------------------------
 

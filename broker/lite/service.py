@@ -341,6 +341,7 @@ class LiteService:
             if len(out) > before:
                 ready[qid] = None  # may hold more: to the back of the rotation
         batch.commit()
+        engine.delivered[topic] += len(out)
         if out and self._trace.enabled:
             self._trace.delivered_many(topic, g, [(m.queue_id, m.queue_offset, m.delivery_attempt) for m in out])
         return out

@@ -225,6 +225,21 @@ class MessageStore:
         tid = self.index.topic_id(topic)
         return (0, 0) if tid is None else self.index.queue_bounds(tid, queue_id)
 
+    def queue_bytes_estimate(self, topic: str, queue_id: int) -> int:
+        """Bytes of a queue's local messages, estimated as their count times the mean record size
+        of the queue's newest ConsumeQueue block (one seek, whatever the queue holds)."""
+        tid = self.index.topic_id(topic)
+        if tid is None:
+            return 0
+        low, high = self.index.queue_bounds(tid, queue_id)
+        if high <= low:
+            return 0
+        block = self.index.cq_block(tid, queue_id, high - 1)
+        if block is None:
+            return 0
+        sizes = [size for _, size, _, _ in K.CQ_VALUE.iter_unpack(block[1])]
+        return (high - low) * sum(sizes) // len(sizes)
+
     def read(
         self,
         topic: str,

@@ -20,7 +20,12 @@ CLIENT_COLUMNS = ["client_id", "type", "language", "version", "address", "proxy"
 
 
 async def connected_clients(cluster: Cluster) -> list[ConnectedClient]:
-    """Every client some proxy reported, once per (proxy, client id), sorted by group, then client id."""
+    """Every client some proxy reported, once per (proxy, client id), sorted by group, then client id.
+    Reused for the Cluster's cache time (the console's `group describe` of 50 groups asks once)."""
+    return await cluster.reuse("clients", lambda: _ask_clients(cluster))
+
+
+async def _ask_clients(cluster: Cluster) -> list[ConnectedClient]:
     targets = [(b.broker_name, b.address) for b in await cluster.brokers()]
     reports: list[list[ConnectedClient]] = await cluster.on_each(targets, lambda b: b.list_clients())
     merged: dict[tuple[str, str], ConnectedClient] = {}

@@ -11,9 +11,10 @@ Every call is bounded by `timeout_s`. An unreachable NameServer is an `Unavailab
 says so plainly.
 
 `nameserver_cache_s` (default 0: off) keeps the NameServer's answers (brokers, topic list, routes)
-that long: the console sets it so that one page describing 50 topics or groups asks for the broker
-list once, not 50 times. `wait_for_route` always asks afresh and drops the cache, so a change made
-through this Cluster shows at once.
+that long, and other answers that change slowly through `reuse` (the proxies' client reports, sent
+every few seconds): the console sets it so that one page describing 50 topics or groups asks for
+the broker list and the connected clients once, not 50 times. `wait_for_route` always asks afresh
+and drops the cache, so a change made through this Cluster shows at once.
 """
 
 from __future__ import annotations
@@ -92,6 +93,10 @@ class Cluster:
                 )
             await asyncio.sleep(_ROUTE_POLL_INTERVAL_S)
 
+    async def reuse(self, key: str, ask: Callable[[], Awaitable[T]]) -> T:
+        """`ask()`, or its answer of less than `nameserver_cache_s` ago under `key` (always asks when 0)."""
+        return await self._cached(f"reuse:{key}", ask, nameserver=False)
+
     # -- brokers --------------------------------------------------------------------------------
 
     def broker(self, name: str, address: str) -> RemoteBroker:
@@ -118,15 +123,21 @@ class Cluster:
 
     # -- internals ------------------------------------------------------------------------------
 
-    async def _cached(self, key: str, ask: Callable[[], Awaitable[T]]) -> T:
+    async def _cached(self, key: str, ask: Callable[[], Awaitable[T]], *, nameserver: bool = True) -> T:
+        """`ask()` (a NameServer call unless `nameserver` is false: its Unavailable is worded so),
+        or its answer of less than `nameserver_cache_s` ago."""
+
+        async def fresh() -> T:
+            return await (self._ask_nameserver(ask()) if nameserver else ask())
+
         if self._cache_s <= 0:
-            return await self._ask_nameserver(ask())
+            return await fresh()
         now = time.monotonic()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
             answer: T = hit[1]
             return answer
-        answer = await self._ask_nameserver(ask())
+        answer = await fresh()
         if len(self._cache) >= _CACHE_ENTRIES_MAX:
             self._cache.clear()
         self._cache[key] = (now + self._cache_s, answer)

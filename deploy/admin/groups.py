@@ -11,7 +11,8 @@ from typing import Any
 
 from broker.client.api import BackoffKind, ConsumeFrom, GroupInfo, GroupSpec, GroupStatus, RetryPolicy
 from broker.client.remote import RemoteBroker
-from common.errors import ConsumerGroupNotFound
+from common.errors import ConsumerGroupNotFound, TopicNotFound
+from common.model import dlq_topic
 from deploy.admin.clients import connected_clients
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms
@@ -85,23 +86,44 @@ async def describe_group(cluster: Cluster, name: str) -> Report:
             "max_offset": q.max_offset,
             "lag": q.lag,
             "in_flight": q.in_flight,
+            "retrying": q.retrying,
         }
         for broker_name, status in found
         for q in sorted(status.queues, key=lambda q: (q.topic, q.queue_id))
     ]
     lag = sum(q.lag for _, status in found for q in status.queues)
     in_flight = sum(q.in_flight for _, status in found for q in status.queues)
+    retrying = sum(q.retrying for _, status in found for q in status.queues)
+    dead_letters = await dead_letter_count(cluster, name)
     return Report(
-        columns=["broker", "topic", "queue", "consumed_offset", "max_offset", "lag", "in_flight"],
+        columns=["broker", "topic", "queue", "consumed_offset", "max_offset", "lag", "in_flight", "retrying"],
         rows=rows,
         data={
             "group": group_row(found[0][1].info.spec, [n for n, _ in found]),
             "queues": rows,
             "lag": lag,
             "in_flight": in_flight,
+            "retrying": retrying,
+            "dead_letters": dead_letters,
         },
-        note=f"group {name}: lag {lag}, in flight {in_flight}, on {len(found)} broker(s)",
+        note=f"group {name}: lag {lag}, in flight {in_flight}, retrying {retrying}, dead letters {dead_letters}, "
+        f"on {len(found)} broker(s)",
     )
+
+
+async def dead_letter_count(cluster: Cluster, group: str) -> int:
+    """Messages stored in the group's dead-letter topic `%DLQ%<group>` (0 when it has none: the
+    topic is created with the first dead letter)."""
+    name = dlq_topic(group)
+    if name not in {t.name for t in await cluster.topics()}:
+        return 0
+    try:
+        route = await cluster.route(name)
+    except TopicNotFound:  # deleted since the topic list was read
+        return 0
+    statuses = await cluster.on_each([(b.broker_name, b.address) for b in route.brokers],
+                                     lambda b: b.topic_status(name))  # fmt: skip
+    return sum(q.max_offset - q.min_offset for s in statuses for q in s.queues)
 
 
 async def delete_group(cluster: Cluster, name: str) -> Report:

@@ -174,12 +174,15 @@ async def describe_topic(cluster: Cluster, name: str) -> Report:
             "types": format_types(status.spec.message_types),
             "half_messages": status.half_messages,  # per broker: transactions awaiting commit or rollback
             "broker_pending_timers": status.pending_timers,  # JSON only: per broker, not per queue
+            "broker_local_bytes": status.local_bytes,  # JSON only, per broker: estimated bytes on its disk
+            "broker_delivered": status.delivered,  # JSON only, per broker: deliveries since it started
         }
         for (broker_name, _), status in zip(targets, statuses, strict=True)
         for q in status.queues
     ]
     note = (f"topic {name}: {len(rows)} queue(s) on {len(targets)} broker(s), "
-            f"{sum(s.pending_timers for s in statuses)} pending timer(s)")  # fmt: skip
+            f"{sum(s.pending_timers for s in statuses)} pending timer(s), "
+            f"about {sum(s.local_bytes for s in statuses)} byte(s) on local disk")  # fmt: skip
     data: dict[str, object] | None = None
     if statuses and MessageType.LITE in statuses[0].spec.message_types:
         lists = await cluster.on_each(targets, lambda b: b.list_lite_topics(name, "", LARGEST_LITE_TOPICS))

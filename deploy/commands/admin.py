@@ -21,6 +21,8 @@
     message list TOPIC --queue Q --from-offset N [--count N] [--broker B]
     dlq list GROUP | dlq resend GROUP (--id ID ... | --all) [--to TOPIC]
     broker list | broker drain NAME [--wait-s S] | broker undrain NAME
+    proxy list --navigation HOST:PORT    (zone, load, draining)
+    nameserver list    (each NameServer of --namesrv: answering, brokers, topics)
     tier status | tier upload-now TOPIC [--wait-s S] | tier evict-local TOPIC
     user create ACCESS_KEY --secret SECRET|- | user delete ACCESS_KEY | user list
     acl grant ACCESS_KEY --resource topic:NAME|group:NAME|topic:PREFIX*|* --actions PUB,SUB,ADMIN [--deny]
@@ -50,7 +52,22 @@ from broker.client.api import ConsumeFrom, GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace
-from deploy.admin import brokers, clients, dlq, drain, groups, messages, offsets, produce, security, tier, topics, trace
+from deploy.admin import (
+    brokers,
+    clients,
+    dlq,
+    drain,
+    groups,
+    messages,
+    nameservers,
+    offsets,
+    produce,
+    proxies,
+    security,
+    tier,
+    topics,
+    trace,
+)
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
 from deploy.admin.messages import MESSAGE_COLUMNS
 from deploy.admin.output import Report, render_json, render_table
@@ -63,6 +80,7 @@ from deploy.admin.parse import (
     parse_retry_policy,
     parse_time_ms,
 )
+from navigation.client import NavigationClient
 from proxy import names
 
 NAME = "admin"
@@ -90,6 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_dlq(areas.add_parser("dlq", help="list a group's dead letters and send them again"), shared)
     _add_broker(areas.add_parser("broker", help="list the registered brokers"), shared)
     _add_client(areas.add_parser("client", help="list the clients connected to the proxies"), shared)
+    _add_proxy(areas.add_parser("proxy", help="list the proxies a navigation server knows"), shared)
+    _add_nameserver(areas.add_parser("nameserver", help="ask each NameServer of --namesrv on its own"), shared)
     _add_lite(areas.add_parser("lite", help="lite topics of a LITE bind topic: list"), shared)
     _add_tier(areas.add_parser("tier", help="tiered storage: status, upload now, evict local copies"), shared)
     _add_user(areas.add_parser("user", help="create, delete and list users (access key and secret)"), shared)
@@ -319,6 +339,17 @@ def _add_client(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser
     which.add_argument("--topic", metavar="T", help="only clients publishing or subscribing this topic")
 
 
+def _add_nameserver(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _leaf(actions, "list", shared, _nameserver_list, "each NameServer: does it answer, how many brokers and topics")
+
+
+def _add_proxy(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = _leaf(actions, "list", shared, _proxy_list, "proxies of a navigation server: zone, load, draining")
+    listing.add_argument("--navigation", required=True, metavar="HOST:PORT", help="the navigation server to ask")
+
+
 def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = _leaf(actions, "list", shared, _broker_list, "brokers registered with the NameServer")
@@ -492,6 +523,15 @@ async def _dlq_list(cluster: Cluster, args: argparse.Namespace) -> Report:
 
 async def _dlq_resend(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await dlq.resend(cluster, args.name, None if args.all else args.ids, args.to)
+
+
+async def _nameserver_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await nameservers.list_nameservers(args.namesrv, args.timeout_s)
+
+
+async def _proxy_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    async with NavigationClient(args.navigation, timeout_s=args.timeout_s) as navigation:
+        return await proxies.list_proxies(navigation)
 
 
 async def _broker_list(cluster: Cluster, args: argparse.Namespace) -> Report:

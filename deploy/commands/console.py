@@ -1,7 +1,7 @@
 """`sluice console`: the operator's console in the browser, until SIGTERM/SIGINT.
 
     sluice console --namesrv HOST:PORT [--navigation HOST:PORT] [--port 8080] [--host H]
-                   [--auth on|off] [--read-only] [--config FILE]
+                   [--auth on|off] [--read-only] [--prometheus URL] [--config FILE]
 
 Configuration: the `[console]` table of `--config`, flags overriding it (deploy/console/config.py).
 Prints one line once listening (`console listening on http://HOST:PORT`). See docs/console.md.
@@ -31,17 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="HTTP port (default 8080; 0 picks a free one)")
     parser.add_argument("--auth", choices=("on", "off"), help="require a login of a Sluice admin user (default off)")
     parser.add_argument("--read-only", action="store_true", default=None, help="show, never change")
-    parser.add_argument("--prometheus", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--prometheus", metavar="URL", help="read plots from this Prometheus (default: own samples)")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.prometheus:
-        raise ConfigError("--prometheus is not supported yet: plots come from the console's own samples")
     config = load_config(ConsoleConfig, section="console", path=args.config, overrides={
         "namesrv": args.namesrv, "navigation": args.navigation, "host": args.host, "port": args.port,
-        "auth": args.auth, "read_only": args.read_only})  # fmt: skip
+        "auth": args.auth, "read_only": args.read_only, "prometheus": args.prometheus})  # fmt: skip
     setup_logging(args.log_level, args.log_json)
 
     async def main(stop: asyncio.Event) -> int:

@@ -30,6 +30,7 @@ from deploy.admin.cluster import Cluster
 from deploy.admin.output import format_time_ms
 from deploy.console.config import ConsoleConfig
 from deploy.console.history import History
+from deploy.console.plots import MemoryPlots, Plots, PrometheusPlots
 from deploy.console.sessions import COOKIE, CSRF_FIELD, Session, Sessions, csrf_ok
 from navigation.client import NavigationClient
 
@@ -50,6 +51,7 @@ class Console:
     navigation: NavigationClient | None
     sessions: Sessions
     history: History
+    plots: Plots
     templates: jinja2.Environment
 
 
@@ -73,16 +75,26 @@ def build_app(config: ConsoleConfig, cluster: Cluster, navigation: NavigationCli
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
     )
     env.filters["time"] = format_time_ms
+    history = History(history_s=config.history_s, interval_s=config.sample_interval_s, watched_max=config.watched_max)
+    plots: Plots = MemoryPlots(history)
+    if config.prometheus:
+        plots = PrometheusPlots(config.prometheus, history=history, range_s=config.history_s,
+                                step_s=config.sample_interval_s, window_s=config.prometheus_rate_window_s,
+                                timeout_s=config.timeout_s)  # fmt: skip
     app[CONSOLE] = Console(
         config=config,
         cluster=cluster,
         navigation=navigation,
         sessions=Sessions(idle_s=config.session_idle_s, max_sessions=config.sessions_max),
-        history=History(
-            history_s=config.history_s, interval_s=config.sample_interval_s, watched_max=config.watched_max
-        ),
+        history=history,
+        plots=plots,
         templates=env,
     )
+
+    async def close_plots(_: web.Application) -> None:
+        await plots.close()
+
+    app.on_cleanup.append(close_plots)
     app.router.add_static("/static/", HERE / "static")
     for module in (pages_cluster, pages_topics, pages_groups, pages_messages, pages_dlq, pages_access):
         module.add_routes(app.router)

@@ -13,10 +13,12 @@ from html import escape
 WIDTH, HEIGHT, PAD = 480, 120, 4
 
 
-def line_chart(points: Sequence[tuple[float, float]], *, title: str, unit: str = "") -> str:
+def line_chart(points: Sequence[tuple[float, float]], *, title: str, unit: str = "", source: str = "") -> str:
+    """`source` (where the points come from) is shown after the title."""
     label = escape(title)
+    origin = f' <span class="muted">({escape(source)})</span>' if source else ""
     if len(points) < 2:
-        return (f'<figure class="chart"><figcaption>{label}</figcaption>'
+        return (f'<figure class="chart"><figcaption>{label}{origin}</figcaption>'
                 '<p class="muted">collecting: a point is added every sampling interval while the page is watched</p>'
                 "</figure>")  # fmt: skip
     t0, t1 = points[0][0], points[-1][0]
@@ -29,7 +31,7 @@ def line_chart(points: Sequence[tuple[float, float]], *, title: str, unit: str =
     last = points[-1][1]
     return (
         f'<figure class="chart"><figcaption>{label}: <b>{_num(last)}{escape(unit)}</b> now, '
-        f"max {_num(top)}{escape(unit)}, last {_span(t1 - t0)}</figcaption>"
+        f"max {_num(top)}{escape(unit)}, last {_span(t1 - t0)}{origin}</figcaption>"
         f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{label}" preserveAspectRatio="none">'
         f'<line x1="0" y1="{HEIGHT - PAD}" x2="{WIDTH}" y2="{HEIGHT - PAD}" class="axis"/>'
         f'<polyline points="{coords}" class="series"/></svg></figure>'

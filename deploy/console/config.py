@@ -11,6 +11,7 @@ from dataclasses import dataclass
 DEFAULT_PORT = 8080
 MAX_PORT = 65535
 AUTH_MODES = ("on", "off")
+PROMETHEUS_SCHEMES = ("http://", "https://")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,11 @@ class ConsoleConfig:
     sample_interval_s: float = 10.0
     history_s: float = 3600.0
     watched_max: int = 200
+    # Prometheus (`http://HOST:9090`) that scrapes the cluster: plots are read from it (the last
+    # `history_s`, one point per `sample_interval_s`) instead of the console's samples. "" = off.
+    prometheus: str = ""
+    # The range of PromQL `rate()` for rates read from Prometheus (at least 2 scrape intervals).
+    prometheus_rate_window_s: float = 60.0
     # A session (login and CSRF token) ends after this long without a request.
     session_idle_s: float = 3600.0
     sessions_max: int = 10_000
@@ -48,11 +54,13 @@ class ConsoleConfig:
             raise ValueError(f"port {self.port} is out of range 0..{MAX_PORT}")
         if not self.namesrv:
             raise ValueError("namesrv is empty; give the NameServers as HOST:PORT[;HOST:PORT]")
+        if self.prometheus and not self.prometheus.startswith(PROMETHEUS_SCHEMES):
+            raise ValueError(f"prometheus must be an http:// or https:// URL, got {self.prometheus!r}")
         if self.auth not in AUTH_MODES:
             raise ValueError(f"auth must be on or off, got {self.auth!r}")
         if self.nameserver_cache_s < 0:
             raise ValueError(f"nameserver_cache_s must be 0 (off) or more, got {self.nameserver_cache_s}")
-        for name in ("timeout_s", "sample_interval_s", "history_s", "session_idle_s"):
+        for name in ("timeout_s", "sample_interval_s", "history_s", "session_idle_s", "prometheus_rate_window_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("page_rows", "watched_max", "sessions_max"):

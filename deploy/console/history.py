@@ -6,7 +6,8 @@ group shown on a page is *watched* for `history_s` after its last view (at most 
 least recently viewed dropped first), and every `sample_interval_s` the sampler reads the watched
 ones through the admin functions (`describe_topic`, `describe_group`) and appends a point. A page
 also records the figures it has just read (`record_topic`, `record_group`), so a plot starts with
-the first view. Rates are differences of offsets between points, per second.
+the first view, and the sampler leaves out what a page recorded within the last interval. Rates
+are differences of offsets (or delivery counts) between points, per second.
 
 `History` is used from the event loop's thread only.
 """
@@ -36,6 +37,8 @@ Point = tuple[float, float]  # (epoch seconds, value)
 class TopicPoint:
     stored: int  # sum of the queues' max offsets: every message ever stored
     backlog: int  # messages currently stored (max - min)
+    delivered: int = 0  # handed to consumers since each broker started (every attempt)
+    local_bytes: int = 0  # estimated bytes on the brokers' disks
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,7 @@ class GroupPoint:
     consumed: int  # sum of the consumed offsets
     lag: int
     in_flight: int
+    retrying: int = 0
 
 
 class History:
@@ -71,6 +75,10 @@ class History:
         """Messages stored per second, between consecutive points."""
         return _rates([(t, p.stored) for t, p in self._topics.get(name, ())])
 
+    def topic_rate_out(self, name: str) -> list[Point]:
+        """Messages delivered per second (every attempt), between consecutive points."""
+        return _rates([(t, p.delivered) for t, p in self._topics.get(name, ())])
+
     def group_rate_out(self, name: str) -> list[Point]:
         """Messages consumed (acknowledged or dead-lettered) per second, between consecutive points."""
         return _rates([(t, p.consumed) for t, p in self._groups.get(name, ())])
@@ -86,6 +94,10 @@ class History:
         rates = self.group_rate_out(name)
         return rates[-1][1] if rates else None
 
+    def last_topic_rate_out(self, name: str) -> float | None:
+        rates = self.topic_rate_out(name)
+        return rates[-1][1] if rates else None
+
     # -- the sampler ----------------------------------------------------------------------------
 
     async def run(self, cluster: Cluster, stop: asyncio.Event) -> None:
@@ -99,8 +111,15 @@ class History:
             await self.sample(cluster)
 
     async def sample(self, cluster: Cluster) -> None:
+        """A point for every watched topic and group that no page gave one within the last interval:
+        a list page being looked at records its 50 rows itself, and reading them again here would
+        only compete with the pages (the broker may share the console's process and event loop)."""
         self._forget_stale()
+        fresh_after = self._clock() - self._interval_s
         for kind, name in list(self._watched):
+            points = (self._topics if kind == "topic" else self._groups).get(name)
+            if points and points[-1][0] > fresh_after:
+                continue
             try:
                 if kind == "topic":
                     self._append(self._topics, name, topic_point(await topics.describe_topic(cluster, name)))
@@ -140,14 +159,22 @@ class History:
 def topic_point(report: Report) -> TopicPoint:
     """The totals of a `describe_topic` report."""
     rows = report.rows
-    return TopicPoint(stored=sum(r["max_offset"] for r in rows), backlog=sum(r["messages"] for r in rows))
+    return TopicPoint(stored=sum(r["max_offset"] for r in rows), backlog=sum(r["messages"] for r in rows),
+                      delivered=_per_broker_sum(rows, "broker_delivered"),
+                      local_bytes=_per_broker_sum(rows, "broker_local_bytes"))  # fmt: skip
 
 
 def group_point(report: Report) -> GroupPoint:
     """The totals of a `describe_group` report."""
     rows = report.rows
     return GroupPoint(consumed=sum(r["consumed_offset"] for r in rows), lag=sum(r["lag"] for r in rows),
-                      in_flight=sum(r["in_flight"] for r in rows))  # fmt: skip
+                      in_flight=sum(r["in_flight"] for r in rows),
+                      retrying=sum(r.get("retrying", 0) for r in rows))  # fmt: skip
+
+
+def _per_broker_sum(rows: list[dict[str, Any]], key: str) -> int:
+    """A figure `describe_topic` repeats on every queue row of a broker, summed once per broker."""
+    return sum({r["broker"]: r.get(key, 0) for r in rows}.values())
 
 
 def _rates(points: list[tuple[float, int]]) -> list[Point]:

@@ -1,8 +1,11 @@
 """Cluster page (NameServers, brokers, proxies, tiering at a glance) and login/logout.
 
-Health at a glance: a broker is "ok" while its last heartbeat is younger than `STALE_HEARTBEAT_S`,
-a proxy while navigation lists it and it is not draining. Every figure comes from the admin
-functions (`Cluster.brokers`, `tier.status`) and the navigation client's proxy list.
+Health at a glance: a NameServer is "ok" when it answers on its own; a broker is "ok" while its
+last heartbeat is younger than `STALE_HEARTBEAT_S` and it answers, "disk" when its data filesystem
+is fuller than `DISK_WARN_PCT`; a proxy is "ok" while navigation lists it and it is not draining.
+Every figure comes from the admin functions: `nameservers.list_nameservers` (`sluice admin
+nameserver list`), `brokers.list_brokers` (`broker list --json`: version, uptime, disk, store and
+dispatch lag), `tier.status` and `proxies.list_proxies` (`proxy list`: zone, load, draining).
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from typing import Any
 from aiohttp import web
 
 from common.errors import SluiceError
-from deploy.admin import security, tier
+from deploy.admin import brokers, nameservers, proxies, security, tier
 from deploy.console.app import SESSION_KEY, console_of, log_action, render, session_of
 from deploy.console.sessions import check_login
+from deploy.console.units import human_bytes, human_duration
 
 STALE_HEARTBEAT_S = 30.0  # the NameServer drops a broker after 120 s without heartbeat
+DISK_WARN_PCT = 85.0  # below the store's default `max_disk_used_ratio` (90 %), where retention deletes
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
@@ -34,29 +39,64 @@ async def _to_cluster(request: web.Request) -> web.StreamResponse:
 
 async def cluster_page(request: web.Request) -> web.Response:
     console = console_of(request)
-    brokers, tiering, proxies = await asyncio.gather(
-        console.cluster.brokers(), _tiering(console.cluster), _proxies(request), return_exceptions=False
-    )
+    listed, tiering, proxies, nameserver_report = await asyncio.gather(
+        brokers.list_brokers(console.cluster, None), _tiering(console.cluster), _proxies(request),
+        nameservers.list_nameservers(console.config.namesrv, console.config.timeout_s),
+    )  # fmt: skip
     broker_rows = [
         {
-            "broker": b.broker_name,
-            "health": "ok" if b.last_heartbeat_age_s < STALE_HEARTBEAT_S else "stale",
-            "role": "broker",
-            "cluster": b.cluster_name,
-            "address": b.address,
-            "topics": b.topic_count,
-            "tiering": tiering.get(b.broker_name, "unknown"),
-            "last_heartbeat_s": round(b.last_heartbeat_age_s, 1),
+            "broker": b["name"],
+            "health": _broker_health(b),
+            "role": b["role"],
+            "cluster": b.get("cluster", ""),
+            "address": b["address"],
+            "version": b.get("version", ""),
+            "uptime": human_duration(b.get("uptime_s")),
+            "disk": _disk(b),
+            "store": human_bytes(b.get("store_bytes")),
+            "store_lag": human_bytes(b.get("unflushed_bytes")),
+            "dispatch_lag": _dispatch_lag(b),
+            "topics": b.get("topics"),
+            "tiering": tiering.get(b["name"], "unknown"),
+            "last_heartbeat_s": b.get("last_heartbeat_s"),
+            "error": b.get("error", ""),
         }
-        for b in brokers
+        for b in listed.rows
     ]
-    nameservers = [{"nameserver": a, "health": "ok"} for a in console.config.namesrv.split(";") if a]
-    return render(request, "cluster.html", brokers=broker_rows, nameservers=nameservers, proxies=proxies,
+    return render(request, "cluster.html", brokers=broker_rows, nameservers=nameserver_report.rows, proxies=proxies,
                   navigation=console.config.navigation)  # fmt: skip
 
 
+def _broker_health(row: dict[str, Any]) -> str:
+    if row.get("error") or row.get("last_heartbeat_s", 0) >= STALE_HEARTBEAT_S:
+        return "stale"
+    pct = row.get("disk_used_pct")
+    return "disk" if pct is not None and pct > DISK_WARN_PCT else "ok"
+
+
+def _disk(row: dict[str, Any]) -> str:
+    """ "4.2 GiB of 50.0 GiB (8.4 %)" of the broker's data filesystem; "" when it did not answer."""
+    if row.get("disk_total_bytes") is None:
+        return ""
+    pct = row["disk_used_pct"]
+    share = "" if pct is None else f" ({pct} %)"
+    return f"{human_bytes(row['disk_used_bytes'])} of {human_bytes(row['disk_total_bytes'])}{share}"
+
+
+def _dispatch_lag(row: dict[str, Any]) -> str:
+    """Bytes written but not indexed yet, and the delay of the last dispatch round."""
+    if row.get("dispatch_lag_bytes") is None:
+        return ""
+    return f"{human_bytes(row['dispatch_lag_bytes'])}, {row['dispatch_lag_ms']} ms"
+
+
 async def _tiering(cluster: Any) -> dict[str, str]:
-    report = await tier.status(cluster)
+    """Per broker: off, on (with what is left to upload), or failing; {} when a broker does not answer
+    (its row says why; tiering shows "unknown")."""
+    try:
+        report = await tier.status(cluster)
+    except SluiceError:
+        return {}
     states = {}
     for broker in report.data:
         if not broker["enabled"]:
@@ -74,21 +114,10 @@ async def _proxies(request: web.Request) -> list[dict[str, Any]] | str:
     if navigation is None:
         return []
     try:
-        listed = await navigation.list_proxies()
+        listed = await proxies.list_proxies(navigation)
     except SluiceError as exc:
         return f"navigation server unreachable: {exc}"
-    return [
-        {
-            "proxy": p.proxy_id,
-            "health": "draining" if p.draining else "ok",
-            "zone": p.zone,
-            "endpoints": dict(p.endpoints),
-            "clients": p.load.connected_clients,
-            "in_flight": p.load.in_flight_requests,
-            "last_heartbeat_s": round(p.last_heartbeat_age_s, 1),
-        }
-        for p in sorted(listed, key=lambda p: p.proxy_id)
-    ]
+    return [{**p, "health": "draining" if p["draining"] else "ok"} for p in listed.rows]
 
 
 async def login_page(request: web.Request) -> web.Response:

@@ -1,7 +1,9 @@
-"""Consumer groups: the list (paged, with lag, in-flight and dead letters), a group's page, create, delete.
+"""Consumer groups: the list (paged, with lag, in-flight, retries and dead letters), a group's page,
+create, delete.
 
-A group's page shows per topic its backlog (lag), messages in flight and dead letters, its lag
-and consume-rate plots, per queue the offsets (`describe_group`) and the clients connected
+A group's page shows per topic its backlog (lag), messages in flight and being retried, its dead
+letters, its lag and consume-rate plots, per queue the offsets (`describe_group`, as
+`sluice admin group describe --json`: lag, in flight, retrying, dead letters) and the clients connected
 (`deploy.admin.clients.list_clients`, as `sluice admin client list --group`). Create, delete and
 reset-offset call `deploy.admin.groups` and `deploy.admin.offsets.reset_offsets` exactly as
 `sluice admin group create|delete|reset-offset` do, with the same parsing; a reset needs the
@@ -18,15 +20,13 @@ from aiohttp import web
 from broker.client.api import GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
-from common.model import dlq_topic
-from deploy.admin import clients, groups, offsets, topics
-from deploy.admin.cluster import Cluster
+from deploy.admin import clients, groups, offsets
 from deploy.admin.output import Report
 from deploy.admin.parse import parse_consume_from, parse_reset_target
 from deploy.console import fanout
 from deploy.console.app import act, console_of, render, session_of
 from deploy.console.charts import line_chart
-from deploy.console.history import group_point, topic_point
+from deploy.console.history import group_point
 from deploy.console.paging import paginate
 
 
@@ -43,24 +43,21 @@ async def group_list(request: web.Request) -> web.Response:
     cluster = console.cluster
     listed = (await groups.list_groups(cluster)).rows
     page = paginate(request, listed, lambda r: r["group"], console.config.page_rows)
-    dlq_topics = {r["topic"] for r in (await topics.list_topics(cluster)).rows}
     described = await fanout.each(page.items, lambda r: groups.describe_group(cluster, r["group"]))
-    with_dlq = [r["group"] for r in page.items if dlq_topic(r["group"]) in dlq_topics]
-    dlq_reports = await fanout.each(with_dlq, lambda g: topics.describe_topic(cluster, dlq_topic(g)))
-    dead = {g: (None if isinstance(r, SluiceError) else topic_point(r).backlog)
-            for g, r in zip(with_dlq, dlq_reports, strict=True)}  # fmt: skip
     rows = []
     for row, report in zip(page.items, described, strict=True):
-        figures: dict[str, Any] = {"lag": None, "in_flight": None, "rate_out_per_s": None, "error": ""}
+        figures: dict[str, Any] = {"lag": None, "in_flight": None, "retrying": None, "dead_letters": None,
+                                   "rate_out_per_s": None, "error": ""}  # fmt: skip
         if isinstance(report, SluiceError):
             figures["error"] = str(report)
         else:
             point = group_point(report)
             console.history.record_group(row["group"], point)
             rate = console.history.last_rate_out(row["group"])
-            figures.update(lag=point.lag, in_flight=point.in_flight,
+            figures.update(lag=point.lag, in_flight=point.in_flight, retrying=point.retrying,
+                           dead_letters=report.data["dead_letters"],
                            rate_out_per_s=None if rate is None else round(rate, 2))  # fmt: skip
-        rows.append({**row, **figures, "dead_letters": dead.get(row["group"], 0)})
+        rows.append({**row, **figures})
     return render(request, "groups.html", page=page, rows=rows)
 
 
@@ -69,15 +66,15 @@ async def group_page(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     report = await groups.describe_group(console.cluster, name)
     console.history.record_group(name, group_point(report))
-    dead_letters = await _dead_letter_count(console.cluster, name)
     connected = await clients.list_clients(console.cluster, group=name)
     per_topic = _per_topic(report)
+    lag, rate = await console.plots.group_lag(name), await console.plots.group_rate_out(name)
     charts = [
-        line_chart(console.history.group_lag(name), title="lag (messages not acknowledged)"),
-        line_chart(console.history.group_rate_out(name), title="consumed per second", unit="/s"),
+        line_chart(lag.points, title="lag (messages not acknowledged)", source=lag.source),
+        line_chart(rate.points, title="consumed per second", unit="/s", source=rate.source),
     ]
     return render(request, "group.html", name=name, report=report, per_topic=per_topic, charts=charts,
-                  group=report.data["group"], dead_letters=dead_letters, clients=connected,
+                  group=report.data["group"], dead_letters=report.data["dead_letters"], clients=connected,
                   preview=_take_preview(request))  # fmt: skip
 
 
@@ -143,18 +140,13 @@ def _take_preview(request: web.Request) -> list[dict[str, Any]]:
     return rows
 
 
-async def _dead_letter_count(cluster: Cluster, group: str) -> int:
-    try:
-        return topic_point(await topics.describe_topic(cluster, dlq_topic(group))).backlog
-    except SluiceError:
-        return 0  # no dead-letter topic: nothing was ever dead-lettered
-
-
 def _per_topic(report: Report) -> list[dict[str, Any]]:
     totals: dict[str, dict[str, Any]] = {}
     for row in report.rows:
-        t = totals.setdefault(row["topic"], {"topic": row["topic"], "queues": 0, "lag": 0, "in_flight": 0})
+        t = totals.setdefault(row["topic"], {"topic": row["topic"], "queues": 0, "lag": 0, "in_flight": 0,
+                                             "retrying": 0})  # fmt: skip
         t["queues"] += 1
         t["lag"] += row["lag"]
         t["in_flight"] += row["in_flight"]
+        t["retrying"] += row["retrying"]
     return [totals[k] for k in sorted(totals)]

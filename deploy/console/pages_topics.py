@@ -1,9 +1,11 @@
-"""Topics: the list (paged, with backlog, rate in and bytes tiered), a topic's page, create and delete.
+"""Topics: the list (paged, with backlog, rates, bytes on disk and in S3, lite topics), a topic's
+page (queues, rate in/out plots, tiering, lite topics), create, change and delete.
 
-Create and delete call `deploy.admin.topics` exactly as `sluice admin topic create|delete` does, with
-the same parsing of the type and the same validation (by the brokers); a refused change shows the
-error and changes nothing. System topics (`%DLQ%...`, names starting with `%`) are left out of the
-list; dead letters have their own page.
+Create, change and delete call `deploy.admin.topics` exactly as `sluice admin topic create [--update]
+| update --perm | delete` do, with the same parsing of the type and the same validation (by the
+brokers: queues never shrink, names are checked); a refused change shows the error and changes
+nothing. A change keeps the topic on the brokers that hold it (`--brokers` of the CLI). System topics
+(`%DLQ%...`, names starting with `%`) are left out of the list; dead letters have their own page.
 """
 
 from __future__ import annotations
@@ -14,23 +16,27 @@ from aiohttp import web
 
 from common.config import ConfigError
 from common.errors import SluiceError
-from common.model import SYSTEM_PREFIX
+from common.model import EXCLUSIVE_TYPES, SYSTEM_PREFIX
 from deploy.admin import tier, topics
 from deploy.admin.cluster import Cluster
+from deploy.admin.output import Report
 from deploy.admin.parse import parse_message_types
 from deploy.console import fanout
 from deploy.console.app import act, console_of, render
 from deploy.console.charts import line_chart
 from deploy.console.history import topic_point
 from deploy.console.paging import paginate
+from deploy.console.units import human_bytes
 
-TYPES_HINT = "normal, fifo, delay, transaction, mixed or a list such as normal,delay"
+TYPES_HINT = "normal, fifo, delay, transaction, mixed or a list such as normal,delay; lite or priority alone"
+KEEP = ""  # a change form's field left as it is
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/topics", topic_list)
     router.add_post("/topics", topic_create)
     router.add_get("/topics/{name}", topic_page)
+    router.add_post("/topics/{name}/update", topic_update)
     router.add_post("/topics/{name}/delete", topic_delete)
 
 
@@ -43,16 +49,18 @@ async def topic_list(request: web.Request) -> web.Response:
     tiered = await _tiered_bytes(console.cluster)
     rows = []
     for row, report in zip(page.items, described, strict=True):
-        figures: dict[str, Any] = {"stored": None, "backlog": None, "rate_in_per_s": None, "error": ""}
+        figures: dict[str, Any] = {"stored": None, "backlog": None, "rate_in_per_s": None, "rate_out_per_s": None,
+                                   "on_disk": "", "lite_topics": None, "error": ""}  # fmt: skip
         if isinstance(report, SluiceError):
             figures["error"] = str(report)
         else:
             point = topic_point(report)
             console.history.record_topic(row["topic"], point)
-            rate = console.history.last_rate_in(row["topic"])
-            figures.update(stored=point.stored, backlog=point.backlog,
-                           rate_in_per_s=None if rate is None else round(rate, 2))  # fmt: skip
-        rows.append({**row, **figures, "bytes_in_s3": tiered.get(row["topic"], 0)})
+            figures.update(stored=point.stored, backlog=point.backlog, on_disk=human_bytes(point.local_bytes),
+                           rate_in_per_s=_rounded(console.history.last_rate_in(row["topic"])),
+                           rate_out_per_s=_rounded(console.history.last_topic_rate_out(row["topic"])),
+                           lite_topics=_lite_count(report))  # fmt: skip
+        rows.append({**row, **figures, "in_s3": human_bytes(tiered.get(row["topic"], 0))})
     return render(request, "topics.html", page=page, rows=rows, types_hint=TYPES_HINT)
 
 
@@ -62,10 +70,19 @@ async def topic_page(request: web.Request) -> web.Response:
     report = await topics.describe_topic(console.cluster, name)
     point = topic_point(report)
     console.history.record_topic(name, point)
-    chart = line_chart(console.history.topic_rate_in(name), title="messages in per second", unit="/s")
+    rate_in, rate_out = await console.plots.topic_rate_in(name), await console.plots.topic_rate_out(name)
+    charts = [
+        line_chart(rate_in.points, title="messages in per second", unit="/s", source=rate_in.source),
+        line_chart(rate_out.points, title="messages out per second (every delivery)", unit="/s",
+                   source=rate_out.source),
+    ]  # fmt: skip
     tier_rows = [r for r in (await _tier_rows(console.cluster)) if r.get("topic") == name]
-    return render(request, "topic.html", name=name, report=report, point=point, chart=chart,
-                  tier_rows=tier_rows)  # fmt: skip
+    lite = report.data if isinstance(report.data, dict) else None
+    return render(request, "topic.html", name=name, report=report, point=point, charts=charts, tier_rows=tier_rows,
+                  on_disk=human_bytes(point.local_bytes),
+                  in_s3=human_bytes(sum(int(r.get("bytes") or 0) for r in tier_rows)),
+                  lite=lite, current=_current(report), permissions=sorted(topics.PERMISSIONS),
+                  types_hint=TYPES_HINT)  # fmt: skip
 
 
 async def topic_create(request: web.Request) -> web.StreamResponse:
@@ -76,13 +93,45 @@ async def topic_create(request: web.Request) -> web.StreamResponse:
     queues_text = str(form.get("queues", "8")).strip()
 
     async def create() -> str:
-        if not queues_text.isdigit() or int(queues_text) < 1:
-            raise ConfigError(f"queues must be a whole number of at least 1, got {queues_text[:32]!r}")
-        report = await topics.create_topic(console.cluster, name, parse_message_types(types_text), int(queues_text))
+        queues = _queue_count(queues_text)
+        report = await topics.create_topic(console.cluster, name, parse_message_types(types_text), queues)
         return report.note
 
     return await act(request, f"create topic {name[:127]!r}", "/topics", create,
                      done=f"/topics/{name}" if name else None)  # fmt: skip
+
+
+async def topic_update(request: web.Request) -> web.StreamResponse:
+    """Change queues and types (`topic create --update --brokers <its brokers>`) and/or the permission
+    (`topic update --perm`); a field left as it is changes nothing."""
+    console = console_of(request)
+    name = request.match_info["name"]
+    form = await request.post()
+    perm = str(form.get("perm", KEEP)).strip()
+    types_text = str(form.get("type", KEEP)).strip()
+    queues_text = str(form.get("queues", KEEP)).strip()
+
+    async def update() -> str:
+        if perm != KEEP and perm not in topics.PERMISSIONS:
+            raise ConfigError(f"permission must be one of {', '.join(sorted(topics.PERMISSIONS))}, got {perm[:16]!r}")
+        current = _current(await topics.describe_topic(console.cluster, name))
+        queues = current["queues"] if queues_text == KEEP else _queue_count(queues_text)
+        types = parse_message_types(types_text or current["types"])
+        notes = []
+        if queues != current["queues"] or types != parse_message_types(current["types"]):
+            if parse_message_types(current["types"]) & EXCLUSIVE_TYPES:
+                raise ConfigError(
+                    f"topic {name} is a {current['types']} topic: change it with `sluice admin topic create "
+                    "--update`, which takes its lite or priority settings too"
+                )
+            report = await topics.create_topic(console.cluster, name, types, queues, current["brokers"], update=True)
+            notes.append(report.note)
+        if perm not in (KEEP, current["perm"]):
+            notes.append((await topics.update_permission(console.cluster, name, topics.PERMISSIONS[perm])).note)
+        return "; ".join(notes) or f"topic {name}: nothing to change"
+
+    what = f"change topic {name} (queues {queues_text[:16]!r}, type {types_text[:64]!r}, permission {perm[:16]!r})"
+    return await act(request, what, f"/topics/{name}", update)
 
 
 async def topic_delete(request: web.Request) -> web.StreamResponse:
@@ -96,6 +145,33 @@ async def topic_delete(request: web.Request) -> web.StreamResponse:
         return (await topics.delete_topic(console.cluster, name)).note
 
     return await act(request, f"delete topic {name}", f"/topics/{name}", delete, done="/topics")
+
+
+def _queue_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"queues must be a whole number of at least 1, got {text[:32]!r}")
+    return int(text)
+
+
+def _current(report: Report) -> dict[str, Any]:
+    """What a topic is now, from its `describe_topic` report: queues, types, brokers, permission."""
+    rows = report.rows
+    perms = {r["permission"] for r in rows}
+    perm_names = {p.name.lower(): short for short, p in topics.PERMISSIONS.items()}
+    return {
+        "queues": len(rows),
+        "types": rows[0]["types"] if rows else "normal",
+        "brokers": sorted({r["broker"] for r in rows}),
+        "perm": perm_names.get(perms.pop(), KEEP) if len(perms) == 1 else KEEP,  # mixed: nothing to keep
+    }
+
+
+def _lite_count(report: Report) -> int | None:
+    return int(report.data["lite_topics"]) if isinstance(report.data, dict) else None
+
+
+def _rounded(rate: float | None) -> float | None:
+    return None if rate is None else round(rate, 2)
 
 
 async def _tier_rows(cluster: Cluster) -> list[dict[str, Any]]:

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """How fast the console's pages answer on a cluster with 1,000 topics and 1,000 consumer groups.
 
-    .venv/bin/python tests/bench/console_bench.py [--topics 1000] [--groups 1000] [--rounds 20] [--json]
+    .venv/bin/python tests/bench/console_bench.py [--topics 1000] [--groups 1000] [--rounds 50] [--json]
 
 Starts one merged `sluice up` (its console on a free port, data in a temp dir), creates the topics
 and groups through the admin functions (`deploy.admin.topics.create_topic`, `groups.create_group`),
 produces a few messages with keys and dead-letters one, then fetches every page `--rounds` times
-over plain HTTP (one page at a time, as one operator would) and prints p50, p95 and max per page.
-Target: every page under 300 ms. The first fetch of each page is left out (it loads templates).
+over plain HTTP (one page at a time, as one operator would) and prints p50, p99 and max per page
+(every GET page of the console: cluster, topic and group lists and pages, message searches and a
+message, dead letters, access, and a page that does not exist).
+Target: every page's p99 under 300 ms. The first fetch of each page is left out (it loads templates).
 The figures depend on the machine: on a shared 2-core machine, rerun on a quiet one.
 Every process is stopped by PID and the temp dir removed.
 """
@@ -17,11 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -91,36 +95,51 @@ def pages(names: dict[str, str], topic_count: int, group_count: int) -> dict[str
         "dead-letter groups": "/dlq",
         "dead letters": f"/dlq/{g}",
         "access": "/access",
+        "messages (form)": "/messages",
+        "messages by id": f"/messages?topic={t}&id={m}",
+        "not found": "/no-such-page",
     }
 
 
-def fetch_ms(url: str) -> float:
+EXPECTED_STATUS = {"/no-such-page": 404}
+
+
+def fetch_ms(console: str, path: str) -> float:
     started = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=30) as answer:
-        answer.read()
-        if answer.status != 200:
-            raise RuntimeError(f"{url}: HTTP {answer.status}")
+    try:
+        with urllib.request.urlopen(console + path, timeout=30) as answer:
+            answer.read()
+            status = answer.status
+    except urllib.error.HTTPError as refused:
+        refused.read()
+        status = refused.code
+    if status != EXPECTED_STATUS.get(path, 200):
+        raise RuntimeError(f"{path}: HTTP {status}")
     return (time.perf_counter() - started) * 1000
 
 
 def measure(console: str, paths: dict[str, str], rounds: int) -> dict[str, dict[str, float]]:
     for path in paths.values():
-        fetch_ms(console + path)  # warm: templates compiled, channels open
+        fetch_ms(console, path)  # warm: templates compiled, channels open
     samples: dict[str, list[float]] = {name: [] for name in paths}
     for _ in range(rounds):
         for name, path in paths.items():
-            samples[name].append(fetch_ms(console + path))
-    return {
-        name: {"p50_ms": statistics.median(s), "p95_ms": sorted(s)[max(0, int(len(s) * 0.95) - 1)], "max_ms": max(s)}
-        for name, s in samples.items()
-    }
+            samples[name].append(fetch_ms(console, path))
+    return {name: {"p50_ms": statistics.median(s), "p99_ms": percentile(s, 0.99), "max_ms": max(s)}
+            for name, s in samples.items()}  # fmt: skip
+
+
+def percentile(samples: list[float], share: float) -> float:
+    """The nearest-rank percentile: the smallest sample at or above `share` of them."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(len(ordered) * share) - 1)]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topics", type=int, default=1000)
     parser.add_argument("--groups", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="console-bench-"))
@@ -139,14 +158,14 @@ def main() -> int:
     finally:
         child.stop()
         shutil.rmtree(root, ignore_errors=True)
-    worst = max(f["p95_ms"] for f in figures.values())
+    worst = max(f["p99_ms"] for f in figures.values())
     if args.json:
         print(json.dumps({"topics": args.topics, "groups": args.groups, "pages": figures, "target_ms": TARGET_MS}))
     else:
-        print(f"{'page':<24} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
+        print(f"{'page':<24} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
         for name, f in figures.items():
-            print(f"{name:<24} {f['p50_ms']:>8.1f} {f['p95_ms']:>8.1f} {f['max_ms']:>8.1f}")
-        print(f"worst p95 {worst:.1f} ms: {'within' if worst < TARGET_MS else 'OVER'} the {TARGET_MS:.0f} ms target")
+            print(f"{name:<24} {f['p50_ms']:>8.1f} {f['p99_ms']:>8.1f} {f['max_ms']:>8.1f}")
+        print(f"worst p99 {worst:.1f} ms: {'within' if worst < TARGET_MS else 'OVER'} the {TARGET_MS:.0f} ms target")
     return 0 if worst < TARGET_MS else 1
 
 

@@ -723,22 +723,40 @@ async def test_long_poll_wakes_on_ack_in_fifo_group(broker: BrokerApi, scope: Sc
 # -- group status ------------------------------------------------------------------------------
 
 
-async def test_group_status_tracks_lag_and_in_flight(broker: BrokerApi, scope: Scope) -> None:
+async def test_group_status_tracks_lag_in_flight_and_retries(broker: BrokerApi, scope: Scope) -> None:
     topic = await new_topic(broker, scope, queues=3)
     group = await new_group(broker, scope)
     for q, n in enumerate((2, 0, 3)):
         if n:
             await broker.send(topic, q, [out(scope, f"{q}-{i}") for i in range(n)])
     await wait_stored(broker, topic, {0: 2, 2: 3})
+    assert (await broker.topic_status(topic)).local_bytes >= 5 * len(b"0-0")  # records carry headers too
     got = await pop_n(broker, group, topic, 5)
     status = {q.queue_id: q for q in (await broker.group_status(group)).queues if q.topic == topic}
-    assert {(q, s.in_flight, s.lag, s.max_offset) for q, s in status.items() if s.max_offset} == {
-        (0, 2, 2, 2), (2, 3, 3, 3),
+    assert {(q, s.in_flight, s.lag, s.max_offset, s.retrying) for q, s in status.items() if s.max_offset} == {
+        (0, 2, 2, 2, 0), (2, 3, 3, 3, 0),
     }  # fmt: skip
-    await ack_all(broker, group, topic, got)
+    await broker.nack(group, topic, got[0].receipt_handle)  # delivered again: a retry
+    again = await pop_n(broker, group, topic, 1)
+    assert again[0].delivery_attempt == 2
+    status = {q.queue_id: q for q in (await broker.group_status(group)).queues if q.topic == topic}
+    assert {s.queue_id: s.retrying for s in status.values() if s.retrying} == {got[0].queue_id: 1}
+    assert (await broker.topic_status(topic)).delivered == 6  # five deliveries and one retry
+    await ack_all(broker, group, topic, got[1:] + again)
     await eventually(lambda: group_settled(broker, group, topic), "lag and in-flight 0 after the acks")
     status = {q.queue_id: q for q in (await broker.group_status(group)).queues if q.topic == topic}
     assert status[0].consumed_offset == 2 and status[2].consumed_offset == 3
+
+
+async def test_broker_info_reports_version_uptime_disk_and_store(broker: BrokerApi, scope: Scope) -> None:
+    topic = await new_topic(broker, scope, queues=1)
+    await broker.send(topic, 0, [out(scope, "x")])
+    await wait_stored(broker, topic, {0: 1})
+    info = await broker.broker_info()
+    assert info.version and 0 < info.started_ms <= time.time() * 1000
+    assert 0 < info.disk_used_bytes <= info.disk_total_bytes
+    assert info.store_bytes > 0
+    assert min(info.unflushed_bytes, info.dispatch_lag_bytes, info.dispatch_lag_ms) >= 0
 
 
 # -- pull and offsets --------------------------------------------------------------------------

@@ -10,6 +10,7 @@ against the same dead letters.
 
 from __future__ import annotations
 
+import re
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from common.version import sluice_version
 from tests.e2e.support.browser import browser_or_skip
 from tests.e2e.support.clients import message, producer_and_consumer, receive_until, send_all
 from tests.e2e.support.cluster import SLUICE, START_TIMEOUT_S, AdminError, Cluster, start_merged
@@ -81,8 +83,16 @@ def test_every_page_renders_and_a_stalled_group_shows_its_lag(
     console = merged.console
 
     visit(page, f"{console}/cluster")
-    assert page.locator("#brokers").inner_text().count("broker-a") == 1
+    brokers = page.locator("#brokers").inner_text()
+    assert brokers.count("broker-a") == 1
     assert "ok" in page.locator("#brokers .health").first.inner_text()
+    # What `sluice admin broker list --json` reports, on the page: version, disk use, store bytes.
+    (listed,) = merged.admin("broker", "list")
+    assert listed["version"] == sluice_version() and sluice_version() in brokers
+    assert f"({listed['disk_used_pct']} %)" in brokers and listed["store_bytes"] > 0
+    (nameserver,) = merged.admin("nameserver", "list")
+    assert (nameserver["health"], nameserver["brokers"]) == ("ok", 1)
+    assert page.locator("#nameservers").inner_text().split("\n")[-1].split("\t")[:3] == ["ok", merged.namesrv, "1"]
     page.screenshot(path=str(shots / "cluster.png"), full_page=True)
 
     visit(page, f"{console}/topics?q={topic}")
@@ -91,6 +101,10 @@ def test_every_page_renders_and_a_stalled_group_shows_its_lag(
     page.locator("#topics a", has_text=topic).click()
     assert page.locator("h1").inner_text() == f"Topic {topic}"
     assert page.locator("#stored").inner_text() == "5"
+    assert re.fullmatch(r"[1-9][\d.]* (B|KiB)", page.locator("#on-disk").inner_text())  # five small messages
+    assert page.locator("#in-s3").inner_text() == "0 B"  # no tiering
+    assert "messages out per second" in page.locator(".charts").inner_text()
+    page.screenshot(path=str(shots / "topic.png"), full_page=True)
 
     visit(page, f"{console}/groups/{group}")
     wait_for("the lag of the stalled group", lambda: _reload_text(page, "#lag") == "3")
@@ -112,7 +126,7 @@ def test_every_page_renders_and_a_stalled_group_shows_its_lag(
         visit(page, console + path)
         page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
     assert sorted(p.name for p in shots.iterdir()) == sorted(
-        f"{n}.png" for n in ("cluster", "topics", "groups", "group", "message", "dlq", "access")
+        f"{n}.png" for n in ("cluster", "topics", "topic", "groups", "group", "message", "dlq", "access")
     )
 
 
@@ -136,6 +150,9 @@ def test_a_dead_letter_is_found_resent_and_consumed(merged: Cluster, page: Any, 
         wait_for("the dead letter", lambda: bool(listed()))
         (letter,) = listed()
         assert (letter["origin_topic"], letter["attempts"]) == (topic, 1)
+        visit(page, f"{merged.console}/groups/{group}")
+        assert page.locator("#dead-letters").inner_text() == "1"
+        assert merged.admin("group", "describe", group)["dead_letters"] == 1
 
         visit(page, f"{merged.console}/dlq/{group}")
         row = page.locator("#dead-letters tr", has_text=poison)
@@ -211,6 +228,10 @@ def test_bad_input_in_every_form_changes_nothing(merged: Cluster, page: Any, uni
     submit("/access", "#grant", {"access_key": "nobody", "resource": "queue:x", "actions": "PUB"}, "queue:x")
     submit("/access", "#grant", {"access_key": "nobody", "resource": "*", "actions": "FLY"}, "FLY")
     submit("/access", "#limit-set", {"name": "t", "messages_per_s": "-1"}, "must be 0 (no limit) or more")
+    submit("/access", "#limit-set", {"name": "t", "messages_per_s": "fast"}, "messages per s must be a number")
+    submit("/access", "#user-delete", {"access_key": "nobody-here"}, "user nobody-here does not exist")
+    submit("/access", "#revoke", {"access_key": "nobody-here", "resource": "*"}, "has no such rule")
+    submit("/access", "#limit-delete", {"namespace": "no-such-ns"}, "no such limit")
 
     visit(page, f"{console}/messages?topic={unique('gone')}", status=404)
     assert "TOPIC_NOT_FOUND" in flash(page, "error")
@@ -269,13 +290,14 @@ def test_a_post_without_the_csrf_token_is_refused(merged: Cluster, page: Any, un
     assert name in {t["topic"] for t in merged.admin("topic", "list")}
 
 
-def test_with_auth_only_an_admin_user_logs_in(tmp_path: Path, browser: Any) -> None:
+def test_with_auth_only_an_admin_user_logs_in_and_sees_users_rules_and_limits(tmp_path: Path, browser: Any) -> None:
     cluster = start_merged(tmp_path / "auth", extra_args=["--auth", "on"])
     try:
         cluster.admin("user", "create", "ops", "--secret", "ops-secret")
         cluster.admin("acl", "grant", "ops", "--resource", "*", "--actions", "ADMIN")
         cluster.admin("user", "create", "app", "--secret", "app-secret")
         cluster.admin("acl", "grant", "app", "--resource", "topic:orders", "--actions", "PUB,SUB")
+        cluster.admin("limit", "set", "--topic", "orders", "--messages-per-s", "250")
         page = browser.new_page()
         try:
             visit(page, f"{cluster.console}/topics")  # redirected to the login page
@@ -293,6 +315,13 @@ def test_with_auth_only_an_admin_user_logs_in(tmp_path: Path, browser: Any) -> N
             page.click("form[action='/login'] button")
             page.wait_for_url(f"{cluster.console}/topics")
             assert page.locator("h1").inner_text() == "Topics"
+            visit(page, f"{cluster.console}/access")
+            assert {"ops", "app"} <= set(page.locator("#users").inner_text().split())
+            rules = page.locator("#rules").inner_text()
+            assert "topic:orders" in rules and "ADMIN" in rules
+            assert "orders" in page.locator("#limits").inner_text() and "250" in page.locator("#limits").inner_text()
+            assert "ops-secret" not in page.content()  # secrets are never shown
+            page.screenshot(path=str(tmp_path / "access-auth.png"), full_page=True)
         finally:
             page.close()
     finally:
@@ -344,6 +373,8 @@ def test_sluice_console_serves_any_cluster(cluster: Cluster, tmp_path: Path, uni
         base = f"http://{LOOPBACK}:{port}"
         wait_for("the proxy on the cluster page", lambda: "zone-7" in _get(base + "/cluster"))
         assert "proxy-seen" in _get(base + "/cluster")
+        listed = cluster.admin("proxy", "list", "--navigation", f"{LOOPBACK}:{nav_port}")  # the same, from the CLI
+        assert [(p["proxy"], p["zone"], p["draining"]) for p in listed] == [("proxy-seen", "zone-7", False)]
         for path, expected in ((f"/topics?q={topic}", topic), (f"/topics/{topic}", "Queues"),
                                (f"/groups?q={group}", group), (f"/groups/{group}", "Per queue"),
                                ("/dlq", "Dead letters"), ("/access", "Users")):  # fmt: skip
@@ -360,3 +391,94 @@ def _get(url: str) -> str:
         assert answer.status == 200, url
         text: str = answer.read().decode()
         return text
+
+
+def test_a_retried_message_shows_on_its_groups_page(merged: Cluster, page: Any, unique: Callable[[str], str]) -> None:
+    topic = merged.create_topic(unique("t"))
+    group = merged.create_group(unique("g"), max_attempts=5, consume_from="earliest")
+    with producer_and_consumer(merged.endpoints, topic, group) as (p, c):
+        send_all(p, [message(topic, b"flaky")])
+        receive_until(c, lambda got: len(got) >= 1, invisible_s=SHORT_INVISIBLE_S, ack=False)  # not acked: retried
+        (again,) = receive_until(c, lambda got: len(got) >= 1, invisible_s=int(WAIT_S), ack=False)
+        assert again.delivery_attempt == 2
+        visit(page, f"{merged.console}/groups/{group}")
+        assert (page.locator("#retrying").inner_text(), page.locator("#in-flight").inner_text()) == ("1", "1")
+        assert topic in page.locator("#per-topic").inner_text()
+        assert merged.admin("group", "describe", group)["retrying"] == 1
+        c.ack(again)
+
+
+def test_a_topic_is_changed_from_its_page_with_the_clis_checks(
+    merged: Cluster, page: Any, unique: Callable[[str], str]
+) -> None:
+    topic = merged.create_topic(unique("t"), queues=4)
+
+    def change(queues: str, types: str, perm: str) -> None:
+        visit(page, f"{merged.console}/topics/{topic}")
+        page.fill("#update [name=queues]", queues)
+        page.fill("#update [name=type]", types)
+        page.select_option("#update [name=perm]", perm)
+        page.click("#update button")
+        page.wait_for_url(f"**/topics/{topic}")
+
+    def described() -> tuple[int, set[str], set[str]]:
+        rows = merged.admin("topic", "describe", topic)
+        return len(rows), {r["types"] for r in rows}, {r["permission"] for r in rows}
+
+    before = described()
+    for queues, types, perm, refusal in (("2", "normal", "", "would strand the messages"),
+                                         ("many", "normal", "", "queues must be a whole number"),
+                                         ("6", "sometimes", "", "'sometimes' is not a message type"),
+                                         ("6", "normal,lite", "", "lite and priority topics accept only")):  # fmt: skip
+        change(queues, types, perm)
+        assert refusal in flash(page, "error"), (queues, types)
+    assert described() == before  # nothing changed
+    change("6", "normal,delay", "r")
+    assert "updated: queues 4 -> 6, types normal -> normal,delay" in flash(page, "ok")
+    assert page.locator("#perm").inner_text() == "r"
+    assert described() == (6, {"normal,delay"}, {"read"})
+
+
+def test_read_only_offers_no_change_and_refuses_every_post(
+    merged: Cluster, browser: Any, tmp_path: Path, unique: Callable[[str], str]
+) -> None:
+    """`sluice console --read-only` in Chromium: no page offers a form that changes anything, and a
+    POST with the page's own CSRF token is refused (403) with nothing changed."""
+    topic = merged.create_topic(unique("t"))
+    group = merged.create_group(unique("g"))
+    port = free_port()
+    child = start_process([*SLUICE, "console", "--namesrv", merged.namesrv, "--port", str(port), "--read-only"],
+                          port=port, log_path=tmp_path / "console.log", name="console",
+                          timeout_s=START_TIMEOUT_S)  # fmt: skip
+    page = browser.new_page()
+    try:
+        base = f"http://{LOOPBACK}:{port}"
+        for path in ("/cluster", "/topics", f"/topics/{topic}", "/groups", f"/groups/{group}",
+                     f"/messages?topic={topic}", "/dlq", f"/dlq/{group}", "/access"):  # fmt: skip
+            visit(page, base + path)
+            assert page.locator("form[method=post]").count() == 0, path
+            assert "read-only" in page.locator("header").inner_text(), path
+        page.screenshot(path=str(tmp_path / "read-only-access.png"), full_page=True)
+        visit(page, f"{base}/topics")
+        for path, fields in (("/topics", {"name": unique("t"), "queues": "1"}),
+                             (f"/topics/{topic}/delete", {"confirm": topic}),
+                             (f"/topics/{topic}/update", {"queues": "8", "type": "normal", "perm": "r"}),
+                             (f"/groups/{group}/delete", {"confirm": group}),
+                             (f"/groups/{group}/reset-offset", {"topic": topic, "to": "latest", "confirm": "on"}),
+                             (f"/dlq/{group}/resend", {"all": "on"}),
+                             ("/access/users", {"access_key": "u", "secret": "s"})):  # fmt: skip
+            assert _post_with_token(page, path, fields, token=_token(page, base)) == 403, path
+            assert "read-only" in flash(page, "error")
+        assert topic in {t["topic"] for t in merged.admin("topic", "list")}
+        assert group in {g["group"] for g in merged.admin("group", "list")}
+        assert {r["permission"] for r in merged.admin("topic", "describe", topic)} == {"read_write"}
+    finally:
+        page.close()
+        child.stop()
+
+
+def _token(page: Any, base: str) -> str:
+    """The CSRF token of the page's session (every page carries it in a meta tag)."""
+    visit(page, f"{base}/topics")
+    token: str = page.locator("meta[name=csrf-token]").get_attribute("content")
+    return token

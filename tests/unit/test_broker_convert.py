@@ -20,6 +20,7 @@ from broker.client import grpc_convert as convert
 from broker.client.api import (
     AckResult,
     BackoffKind,
+    BrokerInfo,
     ConsumeFrom,
     FilterKind,
     FilterSpec,
@@ -79,11 +80,13 @@ topic_statuses = st.builds(
     TopicStatus,
     spec=topic_specs,
     queues=st.lists(st.builds(QueueStatus, INT32, INT64, INT64), max_size=4).map(tuple),
+    local_bytes=INT64,
+    delivered=INT64,
 )
 group_statuses = st.builds(
     GroupStatus,
     info=group_infos,
-    queues=st.lists(st.builds(GroupQueueStatus, TEXT, INT32, INT64, INT64, INT64, INT64), max_size=4).map(tuple),
+    queues=st.lists(st.builds(GroupQueueStatus, TEXT, INT32, INT64, INT64, INT64, INT64, INT64), max_size=4).map(tuple),
 )
 outgoing_messages = st.builds(
     OutgoingMessage,
@@ -137,6 +140,7 @@ pop_requests = st.builds(
 )
 send_results = st.builds(SendResult, TEXT, INT32, INT64, TEXT, TEXT)
 pull_results = st.builds(PullResult, st.lists(stored_messages, max_size=3), INT64, INT64, INT64)
+broker_infos = st.builds(BrokerInfo, TEXT, INT64, INT64, INT64, INT64, INT64, INT64, INT64)
 
 
 def through_wire(value: T, to_pb: Callable[[T], Any], from_pb: Callable[[Any], T]) -> T:
@@ -160,6 +164,7 @@ ROUND_TRIPS: dict[str, tuple[st.SearchStrategy[Any], Callable[[Any], Any], Calla
     "FilterSpec": (filter_specs, convert.filter_to_pb, convert.filter_from_pb),
     "PopRequest": (pop_requests, convert.pop_request_to_pb, convert.pop_request_from_pb),
     "PullResult": (pull_results, convert.pull_result_to_pb, convert.pull_result_from_pb),
+    "BrokerInfo": (broker_infos, convert.broker_info_to_pb, convert.broker_info_from_pb),
 }
 
 
@@ -197,6 +202,7 @@ def test_every_dataclass_field_has_a_proto_field() -> None:
         (FilterSpec, pb.FilterSpec),
         (PopRequest, pb.PopRequest),
         (PullResult, pb.PullResult),
+        (BrokerInfo, pb.BrokerInfoResponse),
     ]
     for cls, message in pairs:
         names = cls._fields if issubclass(cls, tuple) else [f.name for f in dataclasses.fields(cls)]  # NamedTuple

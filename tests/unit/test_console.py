@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import pytest
 from aiohttp import web
@@ -18,7 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from broker.client.api import StoredMessage
 from common.config import ConfigError
-from common.errors import MessageNotFound
+from common.errors import MessageNotFound, TopicNotFound
 from common.model import MessageType
 from common.security import Action, Effect, Pattern, ResourceKind, Rule, SecurityDoc, User
 from deploy.admin import dlq
@@ -32,6 +33,7 @@ from deploy.console.pages_cluster import _safe_next
 from deploy.console.pages_messages import body_view
 from deploy.console.paging import paginate
 from deploy.console.sessions import Sessions, check_login, is_admin
+from deploy.console.units import human_bytes, human_duration
 
 CLOSED = "127.0.0.1:1"  # nothing listens: calls to the cluster fail with UNAVAILABLE
 TOKEN = re.compile(r'name="csrf-token" content="([^"]+)"')
@@ -175,6 +177,24 @@ def test_history_gives_rates_between_points_and_forgets_the_least_recently_viewe
     assert history.topic_rate_in("t") == []
 
 
+def test_the_sampler_reads_only_what_no_page_recorded_within_the_interval() -> None:
+    now = [1000.0]
+    history = History(history_s=3600, interval_s=10, watched_max=10, clock=lambda: now[0])
+    asked: list[str] = []
+
+    class Unreachable:  # stands in for a Cluster: every topic lookup is counted, then fails
+        async def route(self, name: str) -> None:
+            asked.append(name)
+            raise TopicNotFound(name)
+
+    history.record_topic("seen", TopicPoint(stored=1, backlog=1))
+    now[0] += 5
+    history.record_topic("viewed-now", TopicPoint(stored=1, backlog=1))
+    now[0] += 6  # "seen" was recorded 11 s ago, "viewed-now" 6 s ago
+    asyncio.run(history.sample(cast(Cluster, Unreachable())))
+    assert asked == ["seen"]
+
+
 def test_times_parse_as_epoch_ms_or_iso() -> None:
     assert parse_time_ms("1700000000000", "from") == 1_700_000_000_000
     assert parse_time_ms("2024-01-01T00:00:00Z", "from") == parse_time_ms("2024-01-01T00:00:00", "from")
@@ -201,3 +221,8 @@ def test_a_resent_dead_letter_is_a_new_message_naming_the_original() -> None:
     with pytest.raises(MessageNotFound, match="01NOPE; nothing was resent"):
         dlq._choose(letters, ["01OLD", "01NOPE"], "g")
     assert dlq._choose(letters, ["01OLD", "01OLD"], "g") == letters
+
+
+def test_bytes_and_durations_read_as_an_operator_reads_them() -> None:
+    assert [human_bytes(n) for n in (None, 0, 1023, 1536, 5 * 1024**3)] == ["", "0 B", "1023 B", "1.5 KiB", "5.0 GiB"]
+    assert [human_duration(s) for s in (None, 0, 75, 3_600, 93_784)] == ["", "0s", "1m 15s", "1h", "1d 2h"]

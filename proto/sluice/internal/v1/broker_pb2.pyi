@@ -114,32 +114,38 @@ class QueueStatus(_message.Message):
     def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
 
 class TopicStatus(_message.Message):
-    __slots__ = ("spec", "queues", "half_messages", "pending_timers")
+    __slots__ = ("spec", "queues", "half_messages", "pending_timers", "local_bytes", "delivered")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     HALF_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PENDING_TIMERS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
     spec: TopicSpec
     queues: _containers.RepeatedCompositeFieldContainer[QueueStatus]
     half_messages: int
     pending_timers: int
-    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., half_messages: _Optional[int] = ..., pending_timers: _Optional[int] = ...) -> None: ...
+    local_bytes: int
+    delivered: int
+    def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., half_messages: _Optional[int] = ..., pending_timers: _Optional[int] = ..., local_bytes: _Optional[int] = ..., delivered: _Optional[int] = ...) -> None: ...
 
 class GroupQueueStatus(_message.Message):
-    __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight")
+    __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight", "retrying")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    RETRYING_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     consumed_offset: int
     max_offset: int
     lag: int
     in_flight: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., consumed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ...) -> None: ...
+    retrying: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., consumed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., retrying: _Optional[int] = ...) -> None: ...
 
 class GroupStatus(_message.Message):
     __slots__ = ("info", "queues")
@@ -1077,3 +1083,27 @@ class ClaimLiteRemovalsResponse(_message.Message):
     REMOVALS_FIELD_NUMBER: _ClassVar[int]
     removals: _containers.RepeatedCompositeFieldContainer[LiteRemoval]
     def __init__(self, removals: _Optional[_Iterable[_Union[LiteRemoval, _Mapping]]] = ...) -> None: ...
+
+class BrokerInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BrokerInfoResponse(_message.Message):
+    __slots__ = ("version", "started_ms", "disk_used_bytes", "disk_total_bytes", "store_bytes", "unflushed_bytes", "dispatch_lag_bytes", "dispatch_lag_ms")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    DISK_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STORE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UNFLUSHED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_LAG_MS_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    started_ms: int
+    disk_used_bytes: int
+    disk_total_bytes: int
+    store_bytes: int
+    unflushed_bytes: int
+    dispatch_lag_bytes: int
+    dispatch_lag_ms: int
+    def __init__(self, version: _Optional[str] = ..., started_ms: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_total_bytes: _Optional[int] = ..., store_bytes: _Optional[int] = ..., unflushed_bytes: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., dispatch_lag_ms: _Optional[int] = ...) -> None: ...

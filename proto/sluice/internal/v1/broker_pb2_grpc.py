@@ -245,6 +245,11 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimLiteRemovalsRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimLiteRemovalsResponse.FromString,
                 _registered_method=True)
+        self.BrokerInfo = channel.unary_unary(
+                '/sluice.internal.v1.Broker/BrokerInfo',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.BrokerInfoRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.BrokerInfoResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -529,6 +534,13 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BrokerInfo(self, request, context):
+        """What the broker runs and how its store keeps up (`sluice admin broker list`, the console).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -741,6 +753,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.ClaimLiteRemovals,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimLiteRemovalsRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimLiteRemovalsResponse.SerializeToString,
+            ),
+            'BrokerInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.BrokerInfo,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.BrokerInfoRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.BrokerInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1878,6 +1895,33 @@ class Broker:
             '/sluice.internal.v1.Broker/ClaimLiteRemovals',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimLiteRemovalsRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ClaimLiteRemovalsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BrokerInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/BrokerInfo',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.BrokerInfoRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.BrokerInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,
