@@ -33,6 +33,8 @@ from broker.replication.epochs import LocalEpoch
 from broker.replication.gate import AckGate
 from broker.replication.primary import ReplicationServer
 from broker.replication.replica import LogMustChange, Replica, cut_log
+from broker.replication.state import REPLICATED_CFS
+from broker.store.statelog import StateRecorder
 from broker.store.store import MessageStore
 from common import metrics
 from common.errors import Unavailable
@@ -230,12 +232,16 @@ class GroupMember:
         broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group))
         await broker.start()
         store = broker.store
+        recorder = StateRecorder(REPLICATED_CFS, {cf: store.index.handle(cf) for cf in REPLICATED_CFS},
+                                 lambda: store.writer.written_position, self._repl.max_lag_bytes)  # fmt: skip
+        store.index.recorder = recorder  # what started before is in every replica's snapshot
         insync, _ = await self.coord.insync()
         gate = self.gate = AckGate(
             self._repl, self.coord, leader, insync.members if insync else (leader.name,),
-            lambda: store.writer.written_position,
+            lambda: store.writer.written_position, state_seq=lambda: recorder.seq,
         )  # fmt: skip
         store.ack_gate = gate.wait
+        store.state_gate = gate.wait_state
         server = ReplicationServer(
             store, gate, self.coord.epochs, group=self._repl.group,
             max_frame_bytes=self._repl.max_frame_bytes, token=self._token,

@@ -121,6 +121,9 @@ class MessageStore:
         # A replicated primary's acknowledgement gate (docs/replication.md): awaited with the end
         # of every append before it is acknowledged; None (no replication) costs one test.
         self.ack_gate: Callable[[int], Awaitable[None]] | None = None
+        # Its wait for the replicated consumer state (acks, offsets, timer and half-message
+        # indexes): awaited before such a change is acknowledged; None without replication.
+        self.state_gate: Callable[[], Awaitable[None]] | None = None
         self._closed = False
         log.info(
             "store opened",
