@@ -66,12 +66,6 @@ class RecordingBatch:
         if name is not None:
             self.ops.append((DELETE_RANGE, name, begin, end))
 
-    def is_empty(self) -> bool:
-        return bool(self.wb.is_empty())
-
-    def len(self) -> int:
-        return int(self.wb.len())
-
 
 class StateRecorder:
     """The numbered changes of a primary's replicated column families since replicas last caught up.

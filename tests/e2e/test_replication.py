@@ -1,6 +1,9 @@
 """A replicated broker group under the official client: SIGKILL the primary under load, in a bounded
 loop, and check the history: every send the client saw acknowledged is consumable afterwards
-(with --min-insync 2), duplicates are reported, per-message-group order holds.
+(with --min-insync 2), duplicates are reported, per-message-group order holds. And consumer state:
+SIGKILL the primary right after acks, offset commits and a DELAY send were answered OK; the new
+primary redelivers no acked message, redelivers the popped-but-unacked ones after their
+invisibility, keeps the committed offsets and fires the pending timer once.
 
 Topology: etcd (started here), a NameServer, one group of three `sluice broker --group g1` members,
 one proxy. The killed member is started again at once (same port and data) and rejoins as a replica.
@@ -16,10 +19,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from rocketmq import FilterExpression
+from rocketmq import FilterExpression, Producer, SimpleConsumer
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.v5.model import Message
 
+from tests.e2e.support import raw
 from tests.e2e.support.clients import message, producer, receive_until, simple_consumer
 from tests.e2e.support.cluster import LOOPBACK, SLUICE, Cluster, _start, _wait_for_brokers
+from tests.e2e.support.history import History
 from tests.helpers.etcd import EtcdProcess, start_etcd
 from tests.helpers.procs import free_port
 
@@ -159,3 +167,141 @@ def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
     assert [r["role"] for r in rows].count("primary") == 1
     assert {r["epoch"] for r in rows} == {KILLS + 1}
     assert all(isinstance(r["lag_bytes"], int) for r in rows)
+
+
+# -- consumer state across failovers -----------------------------------------------------------------
+
+STATE_ROUNDS = 2  # SIGKILLs of the primary, each right after acks and offset commits were answered OK
+PER_ROUND = 40
+HOLD_EVERY = 4  # every 4th delivery stays un-acked: in flight when the primary dies
+SHORT_INVISIBLE_S = 6
+DELAY_AFTER_KILL_S = 8
+QUEUES = 4
+
+
+def _retrying(what: str, call: Callable[[], object], timeout_s: float = 30.0) -> object:
+    """`call()` until it succeeds (retriable refusals while a group fails over)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"{what} kept failing: {exc}") from exc
+            time.sleep(0.3)
+
+
+def _commit_offset(proxy: str, group: str, topic: str, queue: int, offset: int) -> None:
+    queue_pb = pb.MessageQueue(topic=raw.resource(topic), id=queue, broker=pb.Broker(name=GROUP))
+    with raw.stub(proxy) as s:
+        request = spb.UpdateOffsetRequest(group=raw.resource(group), message_queue=queue_pb, offset=offset)
+        reply = s.UpdateOffset(request, metadata=raw.headers(), timeout=raw.RPC_TIMEOUT_S)
+    assert reply.status.code == pb.OK, raw.code_name(reply.status.code)
+
+
+def _committed_offset(proxy: str, group: str, topic: str, queue: int) -> int:
+    queue_pb = pb.MessageQueue(topic=raw.resource(topic), id=queue, broker=pb.Broker(name=GROUP))
+    with raw.stub(proxy) as s:
+        reply = s.GetOffset(spb.GetOffsetRequest(group=raw.resource(group), message_queue=queue_pb),
+                            metadata=raw.headers(), timeout=raw.RPC_TIMEOUT_S)  # fmt: skip
+    assert reply.status.code == pb.OK, raw.code_name(reply.status.code)
+    return int(reply.offset)
+
+
+def _consume(consumer: SimpleConsumer, history: History, held: list[Message], done: Callable[[], bool],
+             *, hold: bool, timeout_s: float = 90.0) -> None:  # fmt: skip
+    """Receive until `done()`: ack each delivery (recording acks answered OK), or with `hold` keep
+    every HOLD_EVERY-th one un-acked."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"consumption did not finish: {history.verdict().summary()}"
+        try:
+            batch = consumer.receive(16, SHORT_INVISIBLE_S)
+        except Exception:  # retriable while the group fails over
+            time.sleep(0.3)
+            continue
+        for msg in batch:
+            body = msg.body.decode()
+            history.delivered(body)
+            if hold and sum(history.deliveries.values()) % HOLD_EVERY == 0:
+                held.append(msg)
+                continue
+            try:
+                consumer.ack(msg)
+            except Exception:  # not answered OK: it may come back, and that is allowed
+                continue
+            history.acked(body)
+
+
+def _fail_over(cluster: Cluster) -> None:
+    """SIGKILL the primary, wait for another member to take the group, start the victim again."""
+    victim = _primary(cluster)
+    cluster.kill(victim)
+    _wait("a new primary", lambda: _primary(cluster) != victim)
+    argv, port, ready = cluster.launches[victim]
+    _start(cluster, victim, argv, port, ready, log_name=f"{victim}-again-{time.monotonic_ns()}")
+    cluster.killed.discard(victim)
+
+
+def test_acks_offsets_and_timers_survive_sigkill_of_the_primary(
+    replicated: tuple[Cluster, EtcdProcess], unique: Callable[[str], str]
+) -> None:
+    cluster, _ = replicated
+    topic = cluster.create_topic(unique("t"), queues=QUEUES)
+    delay_topic = cluster.create_topic(unique("d"), message_type="delay", queues=1)
+    group = cluster.create_group(unique("g"))
+    delay_group = cluster.create_group(unique("dg"), consume_from="earliest")
+    offsets_group = unique("pull")
+    proxy = cluster.proxies[0]
+    history = History()
+    held: list[Message] = []
+    committed: dict[int, int] = {}
+    delayed_body = "delayed-once"
+    with producer(cluster.endpoints, topic, delay_topic) as client, \
+            simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:  # fmt: skip
+        for round_no in range(STATE_ROUNDS):
+            bodies = [f"r{round_no}-{i}" for i in range(PER_ROUND)]
+            for body in bodies:
+                _retrying("a send", lambda body=body: client.send(message(topic, body.encode())))  # type: ignore[misc]
+                history.sent(body)
+            if round_no == 0:  # a timer pending across the failover: due after the kill
+                delayed = message(delay_topic, delayed_body.encode())
+                delayed.delivery_timestamp = int(time.time()) + DELAY_AFTER_KILL_S
+                _send_delayed(client, delayed)
+            wanted = set(bodies)
+            _consume(consumer, history, held, lambda wanted=wanted: wanted <= set(history.deliveries), hold=True)  # type: ignore[misc]
+            for q in range(QUEUES):
+                committed[q] = 10 * round_no + q + 1
+                _retrying("an offset commit", lambda q=q: _commit_offset(proxy, offsets_group, topic, q, committed[q]))  # type: ignore[misc]
+            _fail_over(cluster)  # right after the acks and commits above were answered OK
+        # Everything: the held messages come back after their invisibility; every one gets acked.
+        everything = set(history.sends)
+        _consume(consumer, history, held, lambda: everything <= history.acks, hold=False)
+    verdict = history.verdict()
+    print(f"history: {verdict.summary()}; held un-acked at the kills: {len(held)}")
+    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
+    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+    assert held and all(history.deliveries[m.body.decode()] >= 2 for m in held), "held messages did not come back"
+    for q, offset in committed.items():
+        got = _retrying("an offset read", lambda q=q: _committed_offset(proxy, offsets_group, topic, q))  # type: ignore[misc]
+        assert got == offset, f"queue {q}: committed offset {offset}, after the failovers {got}"
+    # The timer fires once, on the primary that holds it after the failovers.
+    fired: list[str] = []
+    with simple_consumer(cluster.endpoints, delay_group, {delay_topic: FilterExpression()}) as delays:
+        deadline = time.monotonic() + 60
+        quiet_until = None
+        while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
+            try:
+                batch = delays.receive(16, SHORT_INVISIBLE_S)
+            except Exception:
+                time.sleep(0.3)
+                continue
+            for msg in batch:
+                fired.append(msg.body.decode())
+                _retrying("an ack", lambda msg=msg: delays.ack(msg))  # type: ignore[misc]
+                quiet_until = quiet_until or time.monotonic() + 2 * SHORT_INVISIBLE_S
+    assert fired == [delayed_body], f"the pending timer fired {fired}"
+
+
+def _send_delayed(client: Producer, msg: Message) -> None:
+    _retrying("a delayed send", lambda: client.send(msg))

@@ -61,8 +61,9 @@ async def _primary(etcd: EtcdProcess, group: str, data_dir: Path, cfg: Replicati
                              lambda: store.writer.written_position, cfg.max_lag_bytes)  # fmt: skip
     store.index.recorder = recorder
     port = free_port()
-    coord = Coordinator(etcd.url, "test", group, MemberInfo("p", "-", f"127.0.0.1:{port}"),
-                        lease_ttl_s=2, fence_margin_s=0.3)
+    coord = Coordinator(
+        etcd.url, "test", group, MemberInfo("p", "-", f"127.0.0.1:{port}"), lease_ttl_s=2, fence_margin_s=0.3
+    )
     await coord.start()
     stop = asyncio.Event()
     async with asyncio.TaskGroup() as tasks:
