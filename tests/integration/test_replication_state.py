@@ -148,3 +148,40 @@ def test_state_reaches_the_replica_before_the_wait_returns(etcd: EtcdProcess, tm
             replica_store.close()
 
     asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+
+
+def test_recorder_numbers_replicated_changes_and_bounds_its_backlog(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path / "p", StoreConfig(), extra_cfs=BROKER_CFS)
+    index = store.index
+    recorder = StateRecorder(REPLICATED_CFS, {cf: index.handle(cf) for cf in REPLICATED_CFS},
+                             lambda: store.writer.written_position, max_backlog_bytes=64)  # fmt: skip
+    index.recorder = recorder
+    try:
+        batch = index.batch()  # the dispatcher's families are not replicated: not recorded
+        batch.put(b"k", b"v", index.handle("segq"))
+        index.write(batch)
+        assert recorder.seq == 0
+        seq, _ = recorder.snapshot(index.cf)  # a stream starts: changes are kept from here
+        for n in range(3):
+            batch = index.batch()
+            batch.put(f"key{n}".encode(), b"v" * 8, index.handle("offsets"))
+            batch.delete(b"gone", index.handle("txn"))
+            batch.put(b"k", b"v", index.handle("segq"))
+            index.write(batch)
+        changes = recorder.since(seq)
+        assert changes is not None and [c.seq for c in changes] == [1, 2, 3]
+        assert [op[1] for op in changes[0].ops] == ["offsets", "txn"]
+        for n in range(10):  # past the 64-byte backlog: the oldest are dropped
+            batch = index.batch()
+            batch.put(f"more{n}".encode(), b"v" * 16, index.handle("offsets"))
+            index.write(batch)
+        assert recorder.since(seq) is None  # that stream must start over from a snapshot
+        assert recorder.since(recorder.seq) == []
+        recorder.release(None)  # nobody streams: nothing is kept
+        batch = index.batch()
+        batch.put(b"late", b"v", index.handle("offsets"))
+        index.write(batch)
+        assert not recorder.changes and recorder.seq == 14
+    finally:
+        index.recorder = None
+        store.close()
