@@ -74,6 +74,7 @@ class AckGate:
         self._seq = itertools.count()
         self.deposed = False
         self.fenced_writes = 0
+        self.draining = ""  # why new writes are refused (a planned switchover), or empty
 
     # -- acknowledgements --------------------------------------------------------------------------
 
@@ -97,6 +98,8 @@ class AckGate:
         self._check()
 
     def _check(self) -> None:
+        if self.draining:
+            raise Unavailable(f"{self.draining}; retry on the new primary")
         if self.deposed or not self._coord.term_valid():
             self.fenced_writes += 1
             raise Unavailable(
@@ -153,6 +156,11 @@ class AckGate:
             state.caught_up_at = self._clock()
         if name in self.insync:
             self._release()
+
+    def caught_up(self, name: str) -> bool:
+        """Whether replica `name` holds the log end and the latest state change."""
+        state = self.replicas.get(name)
+        return state is not None and self._caught_up(state, self._log_end())
 
     def _caught_up(self, state: ReplicaState, end: int) -> bool:
         return state.acked >= end and state.state_acked >= self._state_seq()

@@ -6,7 +6,8 @@
      nobody       ─► campaign with our log end (only in-sync members can win) ─► PRIMARY
      us           ─► PRIMARY: LocalBroker serving, AckGate on its store, ReplicationServer,
                      registered with the NameServers under the group's name, until deposed
-                     (term deadline passed, lease lost, leader key not ours) ─► FENCED ─► loop
+                     (term deadline passed, lease lost, leader key not ours, or handed over to
+                     another member by a planned switchover: switchover.py) ─► FENCED ─► loop
 ```
 
 The gRPC service answers through `RoleSwitch`: the `LocalBroker` while primary, a refusal
@@ -34,6 +35,7 @@ from broker.replication.gate import AckGate
 from broker.replication.primary import ReplicationServer
 from broker.replication.replica import LogMustChange, Replica, cut_log
 from broker.replication.state import REPLICATED_CFS
+from broker.replication.switchover import hand_over
 from broker.store.statelog import StateRecorder
 from broker.store.store import MessageStore
 from common import metrics
@@ -304,11 +306,18 @@ class GroupMember:
                 return
             try:
                 current = await self.coord.leader()
+                request = await self.coord.switchover_request()
             except Unavailable:
-                current = leader  # etcd unreachable: serve until the term deadline says otherwise
+                current, request = leader, None  # etcd unreachable: serve until the term deadline says otherwise
             if current != leader:
                 log.warning("leader key is no longer ours: fenced", extra=kv(member=leader.name, epoch=leader.epoch))
                 return
+            if request is not None and "error" not in request and request.get("to") != leader.name:
+                with contextlib.suppress(Unavailable):
+                    if await hand_over(gate, self.coord, leader, request, self._repl.max_lag_ms / 1000):
+                        return
+                if gate.deposed:
+                    return
             await _sleep(stop, self._poll_s)
         if stop.is_set():  # a clean shutdown hands the group over at once instead of after the TTL
             with contextlib.suppress(Unavailable):
