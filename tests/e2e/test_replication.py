@@ -3,7 +3,8 @@ loop, and check the history: every send the client saw acknowledged is consumabl
 (with --min-insync 2), duplicates are reported, per-message-group order holds. And consumer state:
 SIGKILL the primary right after acks, offset commits and a DELAY send were answered OK; the new
 primary redelivers no acked message, redelivers the popped-but-unacked ones after their
-invisibility, keeps the committed offsets and fires the pending timer once.
+invisibility, keeps the committed offsets and fires the pending timer once; a half message left
+undecided is checked back by the new primary, one rolled back before the kill stays discarded.
 
 Topology: etcd (started here), a NameServer, one group of three `sluice broker --group g1` members,
 one proxy. The killed member is started again at once (same port and data) and rejoins as a replica.
@@ -19,13 +20,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from rocketmq import FilterExpression, Producer, SimpleConsumer
+from rocketmq import FilterExpression, Producer, SimpleConsumer, TransactionChecker, TransactionResolution
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.v5.model import Message
 
 from broker.client import receipt
 from tests.e2e.support import raw
+from tests.e2e.support.clients import configuration as client_configuration
 from tests.e2e.support.clients import message, producer, receive_until, simple_consumer
 from tests.e2e.support.cluster import LOOPBACK, SLUICE, Cluster, _start, _wait_for_brokers
 from tests.e2e.support.history import History
@@ -42,8 +44,14 @@ heartbeat_interval_s = 1.0
 [broker.replication]
 lease_ttl_s = 2
 max_lag_ms = 1500
+[broker.transaction]
+default_recovery_ms = 2000
+check_interval_ms = 2000
+max_checks = 60
 [proxy]
 route_refresh_s = 1.0
+[proxy.transaction]
+poll_interval_ms = 300
 """
 
 
@@ -367,3 +375,54 @@ def test_planned_switchover_loses_nothing(
     rows = lambda: [r for r in cluster.admin("broker", "list", "--etcd", etcd.url) or [] if r["group"] == GROUP]  # noqa: E731
     _wait("every member in sync", lambda: sum(bool(r["in_sync"]) for r in rows()) == len(MEMBERS))
     assert [r["name"] for r in rows() if r["role"] == "primary"] == [target]
+
+
+class _CommitAfterFailover(TransactionChecker):
+    """Leaves every check-back undecided until `decide` is set, then commits; remembers what it was asked."""
+
+    def __init__(self) -> None:
+        self.decide = threading.Event()
+        self.asked: list[str] = []
+
+    def check(self, message: Message) -> int:  # type: ignore[override]
+        self.asked.append(message.body.decode())
+        if self.decide.is_set():
+            return int(TransactionResolution.COMMIT)
+        return int(TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
+
+
+def test_half_messages_are_checked_back_by_the_new_primary(
+    replicated: tuple[Cluster, EtcdProcess], unique: Callable[[str], str]
+) -> None:
+    cluster, _ = replicated
+    topic = cluster.create_topic(unique("tx"), message_type="transaction", queues=1)
+    group = cluster.create_group(unique("g"), consume_from="earliest")
+    checker = _CommitAfterFailover()
+    client = Producer(client_configuration(cluster.endpoints), (topic,), checker)
+    client.startup()
+    try:
+        undecided = client.begin_transaction()
+        _retrying("a half message", lambda: client.send(message(topic, b"undecided"), undecided))
+        rolled_back = client.begin_transaction()
+        _retrying("a half message", lambda: client.send(message(topic, b"rolled-back"), rolled_back))
+        rolled_back.rollback()
+        _fail_over(cluster)  # the undecided half message is in the new primary's half-message index
+        checker.decide.set()
+        got: list[str] = []
+        with simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:
+            deadline = time.monotonic() + 60
+            quiet_until: float | None = None
+            while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
+                try:
+                    batch = consumer.receive(16, SHORT_INVISIBLE_S)
+                except Exception:
+                    time.sleep(0.3)
+                    continue
+                for msg in batch:
+                    got.append(msg.body.decode())
+                    _retrying("an ack", lambda msg=msg: consumer.ack(msg))  # type: ignore[misc]
+                    quiet_until = quiet_until or time.monotonic() + 2 * SHORT_INVISIBLE_S
+    finally:
+        client.shutdown()
+    assert got == ["undecided"], f"after the failover the consumer got {got}"
+    assert "undecided" in checker.asked and "rolled-back" not in checker.asked
