@@ -17,6 +17,7 @@ Sends read the page cache through `SegmentSet.read` in the default executor.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hmac
 import json
@@ -89,6 +90,9 @@ class ReplicationServer:
         self._metadata_task: asyncio.Task[None] | None = None
         self._recorder: StateRecorder | None = store.index.recorder
         self._state_sent: dict[str, int] = {}  # replica -> the last state change sent to it
+        # Snapshots read RocksDB here, one at a time; close() waits for a read in progress, since
+        # the store closes right after (a task cancelled while awaiting it leaves the thread running).
+        self._snapshot_reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="repl-snapshot")
         if self._recorder is not None:
             self._recorder.on_change = self._wake
 
@@ -147,6 +151,7 @@ class ReplicationServer:
                 await task
         if self._server is not None:
             await self._server.wait_closed()
+        await asyncio.get_running_loop().run_in_executor(None, self._snapshot_reader.shutdown)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         name = ""
@@ -215,7 +220,8 @@ class ReplicationServer:
         assert recorder is not None
         seq, iterators = recorder.snapshot(self._store.index.cf)
         self._state_sent[name] = seq  # changes after `seq` are kept for this stream from now on
-        pieces = await asyncio.get_running_loop().run_in_executor(None, self._snapshot_pieces, seq, iterators)
+        loop = asyncio.get_running_loop()
+        pieces = await loop.run_in_executor(self._snapshot_reader, self._snapshot_pieces, seq, iterators)
         for piece in pieces:
             writer.writelines(P.frame(P.FrameType.STATE, piece))
             await writer.drain()
