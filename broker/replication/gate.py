@@ -97,6 +97,10 @@ class AckGate:
             await fut
         self._check()
 
+    def admit(self) -> None:
+        """Refuse (Unavailable) a write that `wait` would refuse, before it is written."""
+        self._check()
+
     def _check(self) -> None:
         if self.draining:
             raise Unavailable(f"{self.draining}; retry on the new primary")

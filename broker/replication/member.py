@@ -243,6 +243,7 @@ class GroupMember:
             lambda: store.writer.written_position, state_seq=lambda: recorder.seq,
         )  # fmt: skip
         store.ack_gate = gate.wait
+        store.admit = gate.admit
         store.state_gate = gate.wait_state
         server = ReplicationServer(
             store, gate, self.coord.epochs, group=self._repl.group,
