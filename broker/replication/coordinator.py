@@ -135,6 +135,7 @@ class Coordinator:
                 await asyncio.sleep(0.5)
             else:
                 raise Unavailable(f"another live member of group {self.group} is named {self.member.name}")
+            self.lease_lost = False  # a new lease: keep_alive refreshes it, and this member may lead again
         log.info("joined broker group", extra=kv(group=self.group, member=self.member.name, lease_ttl_s=self._ttl_s))
 
     async def close(self) -> None:
@@ -164,12 +165,13 @@ class Coordinator:
         return True
 
     async def keep_alive(self, stop: asyncio.Event) -> None:
-        """Refresh the lease every TTL/3 until `stop`, or until etcd says it expired."""
+        """Refresh the lease every TTL/3 until `stop`. A lease etcd says expired is left alone until
+        the member joins again with a new one (`start()`), which is then refreshed in turn."""
         interval = self._ttl_s / 3
         while not stop.is_set():
             try:
-                if not await self.refresh():
-                    return
+                if self._lease is not None and not self.lease_lost:
+                    await self.refresh()
             except Unavailable as exc:
                 log.warning("lease refresh failed; retrying", extra=kv(error=exc.message))
             with contextlib.suppress(TimeoutError):
