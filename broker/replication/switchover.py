@@ -93,6 +93,10 @@ async def switch_over(endpoint: str, cluster: str, group: str, target: str, time
             return {"group": group, "from": target, "to": target, "epoch": before["epoch"]}
         request = dump_record({"to": target})
         tx = client.transactions
+        stale = await client.get(request_key)
+        if stale is not None and "error" in load_record(stale.value):  # answered, its requester gone
+            await client.transaction(compare=[tx.value(request_key) == stale.value],
+                                     success=[tx.delete(request_key)], failure=[])  # fmt: skip
         placed, _ = await client.transaction(
             compare=[tx.create(request_key) == 0], success=[tx.put(request_key, request)], failure=[]
         )

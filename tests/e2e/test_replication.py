@@ -29,7 +29,7 @@ from broker.client import receipt
 from tests.e2e.support import raw
 from tests.e2e.support.clients import configuration as client_configuration
 from tests.e2e.support.clients import message, producer, receive_until, simple_consumer
-from tests.e2e.support.cluster import LOOPBACK, SLUICE, Cluster, _start, _wait_for_brokers
+from tests.e2e.support.cluster import LOOPBACK, SLUICE, AdminError, Cluster, _start, _wait_for_brokers
 from tests.e2e.support.history import History
 from tests.helpers.etcd import EtcdProcess, start_etcd
 from tests.helpers.procs import free_port
@@ -90,6 +90,15 @@ def _primary(cluster: Cluster) -> str:
     return next(n for n in MEMBERS if cluster.launches[n][1] == int(address.rsplit(":", 1)[1]))
 
 
+def _new_primary(cluster: Cluster, old: str) -> bool:
+    """Whether the NameServer routes the group to a member other than `old` (between the old
+    primary leaving and the new one registering, it routes the group nowhere: not yet)."""
+    try:
+        return _primary(cluster) != old
+    except (AdminError, StopIteration):
+        return False
+
+
 def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
@@ -140,7 +149,7 @@ def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
             argv, port, ready = cluster.launches[victim]
             _start(cluster, victim, argv, port, ready, log_name=f"{victim}-again{len(failovers)}")
             cluster.killed.discard(victim)
-            _wait("a new primary", lambda victim=victim: _primary(cluster) != victim)  # type: ignore[misc]
+            _wait("a new primary", lambda victim=victim: _new_primary(cluster, victim))  # type: ignore[misc]
     finally:
         stop.set()
         worker.join(60)
@@ -252,7 +261,7 @@ def _fail_over(cluster: Cluster) -> None:
     """SIGKILL the primary, wait for another member to take the group, start the victim again."""
     victim = _primary(cluster)
     cluster.kill(victim)
-    _wait("a new primary", lambda: _primary(cluster) != victim)
+    _wait("a new primary", lambda: _new_primary(cluster, victim))
     argv, port, ready = cluster.launches[victim]
     _start(cluster, victim, argv, port, ready, log_name=f"{victim}-again-{time.monotonic_ns()}")
     cluster.killed.discard(victim)
@@ -355,11 +364,13 @@ def test_planned_switchover_loses_nothing(
         try:
             _wait("some sends", lambda: len(history.sends) >= 20)
             _consume(consumer, history, held, lambda: len(history.acks) >= 10, hold=False)
+            with pytest.raises(AdminError, match="not an in-sync replica"):  # refused, nothing changes
+                cluster.admin("broker", "switchover", GROUP, "--to", "nobody", "--etcd", etcd.url)
             before = _primary(cluster)
             target = next(m for m in MEMBERS if m != before)
             done = cluster.admin("broker", "switchover", GROUP, "--to", target, "--etcd", etcd.url)
             assert done == [{"group": GROUP, "from": before, "to": target, "epoch": 2}]
-            _wait("routes to the new primary", lambda: _primary(cluster) == target)
+            _wait("routes to the new primary", lambda: _new_primary(cluster, before) and _primary(cluster) == target)
             sent_at_switch = len(history.sends)
             _wait("sends after the switchover", lambda: len(history.sends) >= sent_at_switch + 20)
         finally:
