@@ -90,13 +90,18 @@ def _primary(cluster: Cluster) -> str:
     return next(n for n in MEMBERS if cluster.launches[n][1] == int(address.rsplit(":", 1)[1]))
 
 
-def _new_primary(cluster: Cluster, old: str) -> bool:
-    """Whether the NameServer routes the group to a member other than `old` (between the old
-    primary leaving and the new one registering, it routes the group nowhere: not yet)."""
+def _routed_primary(cluster: Cluster) -> str | None:
+    """`_primary`, or None while the NameServer routes the group nowhere (between one primary
+    leaving and the next registering)."""
     try:
-        return _primary(cluster) != old
+        return _primary(cluster)
     except (AdminError, StopIteration):
-        return False
+        return None
+
+
+def _new_primary(cluster: Cluster, old: str) -> bool:
+    """Whether the NameServer routes the group to a member other than `old`."""
+    return _routed_primary(cluster) not in (None, old)
 
 
 def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
@@ -259,6 +264,7 @@ def _stored_copy(msg: Message) -> tuple[int, int]:
 
 def _fail_over(cluster: Cluster) -> None:
     """SIGKILL the primary, wait for another member to take the group, start the victim again."""
+    _wait("a routed primary", lambda: _routed_primary(cluster) is not None)
     victim = _primary(cluster)
     cluster.kill(victim)
     _wait("a new primary", lambda: _new_primary(cluster, victim))
@@ -440,3 +446,55 @@ def test_half_messages_are_checked_back_by_the_new_primary(
         client.shutdown()
     assert got == ["undecided"], f"after the failover the consumer got {got}"
     assert "undecided" in checker.asked and "rolled-back" not in checker.asked
+
+
+RACING_KILLS = 2
+
+
+def test_acks_racing_sigkills_are_never_undone(
+    replicated: tuple[Cluster, EtcdProcess], unique: Callable[[str], str]
+) -> None:
+    """A producer and an acking consumer run while the primary is SIGKILLed at random moments: acks in
+    flight at a kill may fail (their messages come back), but no ack answered OK is undone."""
+    cluster, _ = replicated
+    topic = cluster.create_topic(unique("t"), queues=QUEUES)
+    group = cluster.create_group(unique("g"))
+    rng = random.Random(SEED)
+    history = History()
+    held: list[Message] = []
+    stop = threading.Event()
+
+    def produce(client: Producer) -> None:
+        n = 0
+        while not stop.is_set():
+            try:
+                client.send(message(topic, f"a{n}".encode()))
+            except Exception:  # retriable refusals during a failover
+                time.sleep(0.05)
+                continue
+            history.sent(f"a{n}")
+            n += 1
+
+    with producer(cluster.endpoints, topic) as client, \
+            simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:  # fmt: skip
+        worker = threading.Thread(target=produce, args=(client,), name="producer")
+        consuming = threading.Thread(target=_consume, args=(consumer, history, held, stop.is_set), kwargs={
+            "hold": False, "timeout_s": 300.0}, name="consumer")  # fmt: skip
+        worker.start()
+        consuming.start()
+        try:
+            for _ in range(RACING_KILLS):
+                time.sleep(rng.uniform(1.0, 3.0))
+                acked_before = len(history.acks)
+                _fail_over(cluster)
+                _wait("acks to succeed again", lambda n=acked_before: len(history.acks) > n + 5)  # type: ignore[misc]
+        finally:
+            stop.set()
+            worker.join(60)
+            consuming.join(60)
+        everything = set(history.sends)
+        _consume(consumer, history, held, lambda: everything <= history.acks, hold=False)
+    verdict = history.verdict()
+    print(f"racing history: {verdict.summary()}")
+    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
+    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
