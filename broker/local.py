@@ -479,7 +479,19 @@ class LocalBroker:
         self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
     ) -> list[SendResult]:
         spec = await self.ensure_topic(topic, messages[0].message_type if messages else None)
-        return await self._running().producer.send(spec, queue_id, messages, ctx)
+        results = await self._running().producer.send(spec, queue_id, messages, ctx)
+        if self.store.state_gate is not None and (
+            is_lite(spec) or any(m.message_type in _INDEXED_TYPES for m in messages)
+        ):
+            await self.store.state_gate()  # the timer, half-message or lite index the send wrote
+        return results
+
+    async def _state_replicated(self) -> None:
+        """A replicated primary: wait until the in-sync replicas hold every consumer state change made
+        so far (docs/replication.md); without replication, nothing to wait for."""
+        gate = self.store.state_gate
+        if gate is not None:
+            await gate()
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
         name = dlq_topic(group)
@@ -538,24 +550,32 @@ class LocalBroker:
         spec = self.metadata.topics.get(topic)
         if spec is not None and is_lite(spec):
             self.lite.after_ack(group)
+        await self._state_replicated()
         return results
 
     async def change_invisible_duration(
         self, group: str, topic: str, receipt_handle: str, invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
     ) -> str:
         self.metadata.group(group)
-        return self.engine.change_invisible_duration(group, topic, receipt_handle, invisible_ms)
+        handle = self.engine.change_invisible_duration(group, topic, receipt_handle, invisible_ms)
+        await self._state_replicated()
+        return handle
 
     async def nack(self, group: str, topic: str, receipt_handle: str) -> str:
-        return self.engine.nack(self.metadata.group(group), topic, receipt_handle)
+        handle = self.engine.nack(self.metadata.group(group), topic, receipt_handle)
+        await self._state_replicated()
+        return handle
 
     async def renew(self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int) -> list[AckResult]:
         self.metadata.group(group)
-        return self.engine.renew(group, topic, receipt_handles, invisible_ms)
+        results = self.engine.renew(group, topic, receipt_handles, invisible_ms)
+        await self._state_replicated()
+        return results
 
     async def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
         self.metadata.group(group)
         await self.engine.forward_to_dead_letter(group, topic, receipt_handle)
+        await self._state_replicated()
 
     # -- pull and offsets ------------------------------------------------------------------------
 
@@ -583,6 +603,7 @@ class LocalBroker:
         validate_group_name(group)
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
         self.store.commit_offset(group, topic, queue_id, offset)
+        await self._state_replicated()
 
     async def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0) -> int:
         spec = self.metadata.topic(topic)
@@ -597,6 +618,7 @@ class LocalBroker:
             raise BadRequest(f"offset must not be negative, got {offset}")
         before, now = self.engine.reset(info, topic, queue_id, offset)
         self.store.commit_offset(group, topic, queue_id, now)
+        await self._state_replicated()
         log.info("consumer offset reset", extra=kv(group=group, topic=topic, queue=queue_id, previous=before,
                                                    offset=now))  # fmt: skip
         return OffsetReset(topic, queue_id, before, now)
@@ -663,6 +685,7 @@ class LocalBroker:
             raise TopicNotFound(f"topic {topic} no longer exists on broker {self.name}: recreate it to commit, or roll "
                                 "the transaction back")  # fmt: skip
         await self.transactions.end(topic, message_id, transaction_id, resolution, source)
+        await self._state_replicated()
 
     async def claim_transaction_checks(self, topics: list[str], max_checks: int) -> list[TransactionCheck]:
         return self.transactions.claim(topics, max(0, max_checks))
@@ -705,7 +728,9 @@ class LocalBroker:
         spec = self.metadata.topic(topic)
         if MessageType.DELAY not in spec.message_types:
             raise MessageTypeConflict(f"topic {topic} does not accept DELAY messages, so it has none to recall")
-        return await self.timers.recall(topic, recall_handle)
+        message_id = await self.timers.recall(topic, recall_handle)
+        await self._state_replicated()
+        return message_id
 
     # -- lite topics (docs/lite-topics.md) --------------------------------------------------------
 
@@ -724,6 +749,7 @@ class LocalBroker:
         spec = self._lite_topic(sync.topic)
         await self.get_group(sync.group, auto_create=True)
         self.lite.sync(spec, sync)
+        await self._state_replicated()
 
     async def list_lite_topics(self, topic: str, group: str = "", limit: int = 100) -> LiteTopicList:
         spec = self._lite_topic(topic)
@@ -749,6 +775,8 @@ class LocalBroker:
         )  # fmt: skip
 
 
+# Message types whose send also writes consumer state (the timer index, the half-message index).
+_INDEXED_TYPES = frozenset({MessageType.DELAY, MessageType.TRANSACTION})
 UNDECIDED_TYPES: frozenset[MessageType] = frozenset(MessageType)  # an auto-created topic before its first message
 
 

@@ -141,7 +141,9 @@ class LiteState:
         self._cache.pop((topic_id, name), None)
 
     def drop_expiry_key(self, expires_ms: int, topic_id: int, queue_id: int) -> None:
-        self._index.cf(K.CF_LITE_EXP).delete(K.exp_key(expires_ms, topic_id, queue_id))
+        batch = self._index.batch()  # a batch, so that a replicated primary records it
+        batch.delete(K.exp_key(expires_ms, topic_id, queue_id), self._index.handle(K.CF_LITE_EXP))
+        self._index.write(batch)
 
     def lite_topics(self, topic_id: int) -> Iterator[tuple[str, LiteRecord]]:
         """Every lite topic of a bind topic (admin listings only: a scan of that bind topic)."""

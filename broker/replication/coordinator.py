@@ -9,6 +9,7 @@ Keys under `/sluice/<cluster>/groups/<group>/` (docs/replication.md):
 | `epochs/<number, 20 digits>` | JSON {name, start_offset} | permanent |
 | `insync` | JSON {epoch, members} | permanent; written by that epoch's primary only |
 | `status` | JSON {primary, epoch, log_end, replicas: {name: {in_sync, lag_bytes, lag_s}}} | the primary's lease |
+| `switchover` | JSON {to, error?}: a planned switchover asked for (switchover.py) | until done or refused |
 
 Invariants: exactly one `leader` at a time (created only if absent, in one transaction with the
 next epoch); a leader is only ever created by a member of the latest `insync` set (or, in a group
@@ -127,13 +128,14 @@ class Coordinator:
             # A member's name is its identity in the group: taken only while no live lease holds
             # it (a restarted member waits out its previous lease, at most one TTL).
             for _ in range(self._ttl_s * 4 + 4):
-                put = tx.put(key, _dump(asdict(self.member)), lease=self._lease)
+                put = tx.put(key, dump_record(asdict(self.member)), lease=self._lease)
                 joined, _ = await self._client.transaction(compare=[tx.create(key) == 0], success=[put], failure=[])
                 if joined:
                     break
                 await asyncio.sleep(0.5)
             else:
                 raise Unavailable(f"another live member of group {self.group} is named {self.member.name}")
+            self.lease_lost = False  # a new lease: keep_alive refreshes it, and this member may lead again
         log.info("joined broker group", extra=kv(group=self.group, member=self.member.name, lease_ttl_s=self._ttl_s))
 
     async def close(self) -> None:
@@ -163,12 +165,13 @@ class Coordinator:
         return True
 
     async def keep_alive(self, stop: asyncio.Event) -> None:
-        """Refresh the lease every TTL/3 until `stop`, or until etcd says it expired."""
+        """Refresh the lease every TTL/3 until `stop`. A lease etcd says expired is left alone until
+        the member joins again with a new one (`start()`), which is then refreshed in turn."""
         interval = self._ttl_s / 3
         while not stop.is_set():
             try:
-                if not await self.refresh():
-                    return
+                if self._lease is not None and not self.lease_lost:
+                    await self.refresh()
             except Unavailable as exc:
                 log.warning("lease refresh failed; retrying", extra=kv(error=exc.message))
             with contextlib.suppress(TimeoutError):
@@ -187,7 +190,7 @@ class Coordinator:
     async def leader(self) -> Leader | None:
         async with self._etcd("read the leader"):
             got = await self._client.get(self._leader_key)
-        return None if got is None else Leader(**_load(got.value))
+        return None if got is None else Leader(**load_record(got.value))
 
     async def insync(self) -> tuple[InSync | None, int]:
         """The latest in-sync set and its mod revision (0 when the group has none yet)."""
@@ -195,20 +198,20 @@ class Coordinator:
             got = await self._client.get(self._insync_key)
         if got is None:
             return None, 0
-        raw = _load(got.value)
+        raw = load_record(got.value)
         return InSync(int(raw["epoch"]), tuple(raw["members"])), got.mod_revision
 
     async def epochs(self) -> list[Epoch]:
         """The group's epoch history, oldest first."""
         async with self._etcd("read the epochs"):
             found = await self._client.get_prefix(self._key("epochs", ""))
-        history = [Epoch(int(kv_.key.rsplit(b"/", 1)[1]), int(_load(kv_.value)["start_offset"])) for kv_ in found]
+        history = [Epoch(int(kv_.key.rsplit(b"/", 1)[1]), int(load_record(kv_.value)["start_offset"])) for kv_ in found]
         return sorted(history)
 
     async def members(self) -> dict[str, MemberInfo]:
         async with self._etcd("read the members"):
             found = await self._client.get_prefix(self._key("members", ""))
-        return {m.name: m for m in (MemberInfo(**_load(kv_.value)) for kv_ in found)}
+        return {m.name: m for m in (MemberInfo(**load_record(kv_.value)) for kv_ in found)}
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -230,9 +233,12 @@ class Coordinator:
         tx = self._client.transactions
         compare = [tx.create(self._leader_key) == 0, tx.mod(self._insync_key) == insync_rev]
         success = [
-            tx.put(self._leader_key, _dump(asdict(leader)), lease=self._lease),
-            tx.put(self._key("epochs", f"{epoch:020d}"), _dump({"name": self.member.name, "start_offset": log_end})),
-            tx.put(self._insync_key, _dump(new_insync)),
+            tx.put(self._leader_key, dump_record(asdict(leader)), lease=self._lease),
+            tx.put(
+                self._key("epochs", f"{epoch:020d}"),
+                dump_record({"name": self.member.name, "start_offset": log_end}),
+            ),
+            tx.put(self._insync_key, dump_record(new_insync)),
         ]
         async with self._etcd("campaign"):
             won, _ = await self._client.transaction(compare=compare, success=success, failure=[])
@@ -246,7 +252,7 @@ class Coordinator:
             return None
         async with self._etcd("read an epoch"):
             got = await self._client.get(self._key("epochs", f"{epoch.number:020d}"))
-        return None if got is None else str(_load(got.value)["name"])
+        return None if got is None else str(load_record(got.value)["name"])
 
     async def set_insync(self, leader: Leader, members: list[str]) -> bool:
         """Publish the in-sync set as `leader` (this member); False when it is no longer the leader."""
@@ -254,35 +260,68 @@ class Coordinator:
             return False  # names are unique among live members (start())
         value = {"epoch": leader.epoch, "members": [leader.name, *sorted(m for m in members if m != leader.name)]}
         tx = self._client.transactions
-        compare = [tx.value(self._leader_key) == _dump(asdict(leader))]
+        compare = [tx.value(self._leader_key) == dump_record(asdict(leader))]
         async with self._etcd("publish the in-sync set"):
             ok, _ = await self._client.transaction(
-                compare=compare, success=[tx.put(self._insync_key, _dump(value))], failure=[]
+                compare=compare, success=[tx.put(self._insync_key, dump_record(value))], failure=[]
             )
         return bool(ok)
+
+    async def switchover_request(self) -> dict[str, Any] | None:
+        """The pending planned switchover ({to, error?}), if any."""
+        async with self._etcd("read the switchover request"):
+            got = await self._client.get(self._key("switchover"))
+        return None if got is None else load_record(got.value)
+
+    async def refuse_switchover(self, request: dict[str, Any], reason: str) -> None:
+        """Answer a switchover request with an error (the admin tool reports it and removes the key)."""
+        tx = self._client.transactions
+        key = self._key("switchover")
+        async with self._etcd("refuse the switchover"):
+            answer = dump_record({**request, "error": reason})
+            await self._client.transaction(
+                compare=[tx.value(key) == dump_record(request)], success=[tx.put(key, answer)], failure=[]
+            )
+
+    async def hand_over(self, leader: Leader, request: dict[str, Any]) -> bool:
+        """Make `request["to"]` the only member eligible for election and give up the leader key, in one
+        transaction that holds only while `leader` is still ours and the request still stands."""
+        tx = self._client.transactions
+        key = self._key("switchover")
+        insync = {"epoch": leader.epoch, "members": [str(request["to"])]}
+        async with self._etcd("hand over"):
+            done, _ = await self._client.transaction(
+                compare=[
+                    tx.value(self._leader_key) == dump_record(asdict(leader)),
+                    tx.value(key) == dump_record(request),
+                ],
+                success=[tx.put(self._insync_key, dump_record(insync)), tx.delete(self._leader_key), tx.delete(key)],
+                failure=[],
+            )
+        return bool(done)
 
     async def put_status(self, status: dict[str, Any]) -> None:
         """Publish the primary's view of its replicas (for `sluice admin broker list`), on its lease."""
         async with self._etcd("publish the group status"):
-            await self._client.put(self._key("status"), _dump(status), lease=self._lease)
+            await self._client.put(self._key("status"), dump_record(status), lease=self._lease)
 
     async def resign(self, leader: Leader) -> None:
         """Give up the leader key if it is still `leader` (a planned switchover or shutdown)."""
         tx = self._client.transactions
         async with self._etcd("resign"):
             await self._client.transaction(
-                compare=[tx.value(self._leader_key) == _dump(asdict(leader))],
+                compare=[tx.value(self._leader_key) == dump_record(asdict(leader))],
                 success=[tx.delete(self._leader_key)],
                 failure=[],
             )
 
     # -- errors ------------------------------------------------------------------------------------
 
-    def _etcd(self, what: str) -> _EtcdErrors:
-        return _EtcdErrors(what)
+    def _etcd(self, what: str) -> EtcdErrors:
+        return EtcdErrors(what)
 
 
-class _EtcdErrors:
+class EtcdErrors:
     """Turns etcd client failures into `Unavailable` naming what was being done."""
 
     def __init__(self, what: str) -> None:
@@ -304,23 +343,23 @@ async def read_groups(endpoint: str, cluster: str) -> dict[str, dict[str, Any]]:
     host, port = parse_endpoint(endpoint)
     prefix = f"/sluice/{cluster}/groups/"
     groups: dict[str, dict[str, Any]] = {}
-    async with _EtcdErrors("read the broker groups"), aetcd.Client(host=host, port=port, timeout=3) as client:
+    async with EtcdErrors("read the broker groups"), aetcd.Client(host=host, port=port, timeout=3) as client:
         found = await client.get_prefix(prefix.encode())
     for item in found:
         group, _, rest = item.key.decode()[len(prefix) :].partition("/")
         view = groups.setdefault(group, {"members": {}, "leader": None, "insync": None, "status": None})
         if rest.startswith("members/"):
-            view["members"][rest[len("members/") :]] = _load(item.value)
+            view["members"][rest[len("members/") :]] = load_record(item.value)
         elif rest in ("leader", "insync", "status"):
-            view[rest] = _load(item.value)
+            view[rest] = load_record(item.value)
     return groups
 
 
-def _dump(value: dict[str, Any]) -> bytes:
+def dump_record(value: dict[str, Any]) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _load(raw: bytes) -> dict[str, Any]:
+def load_record(raw: bytes) -> dict[str, Any]:
     value = json.loads(raw)
     if not isinstance(value, dict):
         raise Unavailable(f"etcd holds a malformed group record: {raw[:80]!r}")

@@ -3,7 +3,10 @@
 `wait(end)` returns once every member of the in-sync set holds the log up to `end` and the set
 (the primary included) has at least `min_insync` members; it raises `Unavailable` (retriable) at
 once when the set is too small, when this member's term is over (fenced), or when the set shrinks
-below the minimum while waiting.
+below the minimum while waiting. `wait_state()` does the same for the replicated consumer state:
+it returns once every in-sync member applied every state change made so far (an ack, an offset
+commit, a timer or half message indexed by a send). A replica is caught up (for joining the set,
+and for its time lag) only when it holds both the log end and the latest state change.
 
 The in-sync set changes only in `maintain()`: a replica too far behind (bytes) or not caught up for
 too long leaves it **in etcd first, then here** (acknowledgements never stop waiting for a member
@@ -38,6 +41,7 @@ MAINTAIN_INTERVAL_S = 0.1
 class ReplicaState:
     name: str
     acked: int = 0  # the replica's log end under its flush policy
+    state_acked: int = 0  # the last state change the replica applied
     caught_up_at: float = 0.0  # monotonic time it was last seen at the primary's log end
     connected: bool = False
 
@@ -51,22 +55,26 @@ class AckGate:
         insync: tuple[str, ...],
         log_end: Callable[[], int],
         *,
+        state_seq: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._cfg = config
         self._coord = coordinator
         self.leader = leader
         self._log_end = log_end
+        self._state_seq = state_seq
         self._clock = clock
         now = clock()
         # Members etcd lists as in sync are eligible for election: acknowledgements wait for them
         # until they are removed (in etcd first), connected or not.
         self.insync: set[str] = {m for m in insync if m != leader.name}
-        self.replicas: dict[str, ReplicaState] = {m: ReplicaState(m, 0, now) for m in self.insync}
+        self.replicas: dict[str, ReplicaState] = {m: ReplicaState(m, caught_up_at=now) for m in self.insync}
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._state_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         self.deposed = False
         self.fenced_writes = 0
+        self.draining = ""  # why new writes are refused (a planned switchover), or empty
 
     # -- acknowledgements --------------------------------------------------------------------------
 
@@ -79,7 +87,23 @@ class AckGate:
             await fut
         self._check()  # the term may have ended while waiting (a pause, a lost lease)
 
+    async def wait_state(self) -> None:
+        """Return once every in-sync member holds every state change made so far."""
+        self._check()
+        seq = self._state_seq()
+        if not all(self.replicas[m].state_acked >= seq for m in self.insync):
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._state_waiters, (seq, next(self._seq), fut))
+            await fut
+        self._check()
+
+    def admit(self) -> None:
+        """Refuse (Unavailable) a write that `wait` would refuse, before it is written."""
+        self._check()
+
     def _check(self) -> None:
+        if self.draining:
+            raise Unavailable(f"{self.draining}; retry on the new primary")
         if self.deposed or not self._coord.term_valid():
             self.fenced_writes += 1
             raise Unavailable(
@@ -98,18 +122,13 @@ class AckGate:
         return all(replicas[m].acked >= end for m in self.insync)
 
     def _release(self) -> None:
-        waiters = self._waiters
-        if not self.insync:
-            floor = 1 << 62
-        else:
-            floor = min(self.replicas[m].acked for m in self.insync)
-        while waiters and waiters[0][0] <= floor:
-            fut = heapq.heappop(waiters)[2]
-            if not fut.done():
-                fut.set_result(None)
+        replicas, insync = self.replicas, self.insync
+        _release_upto(self._waiters, min((replicas[m].acked for m in insync), default=None))
+        _release_upto(self._state_waiters, min((replicas[m].state_acked for m in insync), default=None))
 
     def _fail_all(self, message: str) -> None:
-        waiters, self._waiters = self._waiters, []
+        waiters = self._waiters + self._state_waiters
+        self._waiters, self._state_waiters = [], []
         for _, _, fut in waiters:
             if not fut.done():
                 fut.set_exception(Unavailable(message))
@@ -117,7 +136,7 @@ class AckGate:
     # -- replicas ----------------------------------------------------------------------------------
 
     def connected(self, name: str) -> ReplicaState:
-        state = self.replicas.setdefault(name, ReplicaState(name, 0, self._clock()))
+        state = self.replicas.setdefault(name, ReplicaState(name, caught_up_at=self._clock()))
         state.connected = True
         return state
 
@@ -129,10 +148,26 @@ class AckGate:
     def on_ack(self, name: str, position: int) -> None:
         state = self.replicas[name]
         state.acked = max(state.acked, position)
-        if state.acked >= self._log_end():
+        self._acked(name, state)
+
+    def on_state_ack(self, name: str, seq: int) -> None:
+        state = self.replicas[name]
+        state.state_acked = max(state.state_acked, seq)
+        self._acked(name, state)
+
+    def _acked(self, name: str, state: ReplicaState) -> None:
+        if self._caught_up(state, self._log_end()):
             state.caught_up_at = self._clock()
         if name in self.insync:
             self._release()
+
+    def caught_up(self, name: str) -> bool:
+        """Whether replica `name` holds the log end and the latest state change."""
+        state = self.replicas.get(name)
+        return state is not None and self._caught_up(state, self._log_end())
+
+    def _caught_up(self, state: ReplicaState, end: int) -> bool:
+        return state.acked >= end and state.state_acked >= self._state_seq()
 
     @property
     def log_end(self) -> int:
@@ -160,7 +195,7 @@ class AckGate:
         now, end = self._clock(), self._log_end()
         max_lag_s = self._cfg.max_lag_ms / 1000
         for state in self.replicas.values():
-            if state.acked >= end:
+            if self._caught_up(state, end):
                 state.caught_up_at = now
         behind = {
             m
@@ -177,7 +212,9 @@ class AckGate:
                 self._fail_all(f"group {self._coord.group} fell below min_insync {self._cfg.min_insync}; retry later")
             else:
                 self._release()
-        caught_up = {m for m, s in self.replicas.items() if m not in self.insync and s.connected and s.acked >= end}
+        caught_up = {
+            m for m, s in self.replicas.items() if m not in self.insync and s.connected and self._caught_up(s, end)
+        }
         if caught_up:
             self.insync |= caught_up  # here first: acknowledgements wait for them before they are eligible
             await self._publish(self.insync)
@@ -190,6 +227,14 @@ class AckGate:
         if not await self._coord.set_insync(self.leader, sorted(members)):
             self.deposed = True
             raise Unavailable(f"broker {self.leader.name} lost the leader key of group {self._coord.group}")
+
+
+def _release_upto(waiters: list[tuple[int, int, asyncio.Future[None]]], floor: int | None) -> None:
+    """Resolve the waiters (a heap) up to `floor`; every one when None (no replica to wait for)."""
+    while waiters and (floor is None or waiters[0][0] <= floor):
+        fut = heapq.heappop(waiters)[2]
+        if not fut.done():
+            fut.set_result(None)
 
 
 def _names(members: set[str]) -> str:

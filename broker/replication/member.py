@@ -6,7 +6,8 @@
      nobody       ─► campaign with our log end (only in-sync members can win) ─► PRIMARY
      us           ─► PRIMARY: LocalBroker serving, AckGate on its store, ReplicationServer,
                      registered with the NameServers under the group's name, until deposed
-                     (term deadline passed, lease lost, leader key not ours) ─► FENCED ─► loop
+                     (term deadline passed, lease lost, leader key not ours, or handed over to
+                     another member by a planned switchover: switchover.py) ─► FENCED ─► loop
 ```
 
 The gRPC service answers through `RoleSwitch`: the `LocalBroker` while primary, a refusal
@@ -33,6 +34,9 @@ from broker.replication.epochs import LocalEpoch
 from broker.replication.gate import AckGate
 from broker.replication.primary import ReplicationServer
 from broker.replication.replica import LogMustChange, Replica, cut_log
+from broker.replication.state import REPLICATED_CFS
+from broker.replication.switchover import hand_over
+from broker.store.statelog import StateRecorder
 from broker.store.store import MessageStore
 from common import metrics
 from common.errors import Unavailable
@@ -230,12 +234,17 @@ class GroupMember:
         broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group))
         await broker.start()
         store = broker.store
+        recorder = StateRecorder(REPLICATED_CFS, {cf: store.index.handle(cf) for cf in REPLICATED_CFS},
+                                 lambda: store.writer.written_position, self._repl.max_lag_bytes)  # fmt: skip
+        store.index.recorder = recorder  # what started before is in every replica's snapshot
         insync, _ = await self.coord.insync()
         gate = self.gate = AckGate(
             self._repl, self.coord, leader, insync.members if insync else (leader.name,),
-            lambda: store.writer.written_position,
+            lambda: store.writer.written_position, state_seq=lambda: recorder.seq,
         )  # fmt: skip
         store.ack_gate = gate.wait
+        store.admit = gate.admit
+        store.state_gate = gate.wait_state
         server = ReplicationServer(
             store, gate, self.coord.epochs, group=self._repl.group,
             max_frame_bytes=self._repl.max_frame_bytes, token=self._token,
@@ -298,11 +307,18 @@ class GroupMember:
                 return
             try:
                 current = await self.coord.leader()
+                request = await self.coord.switchover_request()
             except Unavailable:
-                current = leader  # etcd unreachable: serve until the term deadline says otherwise
+                current, request = leader, None  # etcd unreachable: serve until the term deadline says otherwise
             if current != leader:
                 log.warning("leader key is no longer ours: fenced", extra=kv(member=leader.name, epoch=leader.epoch))
                 return
+            if request is not None and "error" not in request and request.get("to") != leader.name:
+                with contextlib.suppress(Unavailable):
+                    if await hand_over(gate, self.coord, leader, request, self._repl.max_lag_ms / 1000):
+                        return
+                if gate.deposed:
+                    return
             await _sleep(stop, self._poll_s)
         if stop.is_set():  # a clean shutdown hands the group over at once instead of after the TTL
             with contextlib.suppress(Unavailable):

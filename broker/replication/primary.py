@@ -8,12 +8,16 @@ Topic and consumer group metadata (RocksDB, not the CommitLog) travels as versio
 the whole of it on connect and again whenever it changed, which `sync_metadata()` checks at once
 (the member calls it on every topic change, and waits for the in-sync replicas' META_ACKs) and a
 timer every `METADATA_CHECK_S` (group changes).
+Consumer state (RocksDB column families, state.py) travels as STATE frames when the store has a
+`StateRecorder`: a snapshot on connect (after START, before any DATA), then every change, each sent
+only once the DATA up to the position it was made at is sent; STATE_ACKs flow back to the gate.
 Sends read the page cache through `SegmentSet.read` in the default executor.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hmac
 import json
@@ -23,8 +27,10 @@ from typing import Any
 
 from broker.metadata import CF_GROUPS, CF_TOPICS
 from broker.replication import protocol as P
+from broker.replication import state as S
 from broker.replication.epochs import Epoch, truncation_point
 from broker.replication.gate import AckGate
+from broker.store.statelog import Op, StateRecorder, snapshot_ops
 from broker.store.store import MessageStore
 from common.errors import BadRequest, SluiceError, Unavailable
 from common.logs import kv
@@ -82,8 +88,18 @@ class ReplicationServer:
         self._meta_version = 1
         self._meta_acked: dict[str, int] = {}
         self._metadata_task: asyncio.Task[None] | None = None
+        self._recorder: StateRecorder | None = store.index.recorder
+        self._state_sent: dict[str, int] = {}  # replica -> the last state change sent to it
+        # Snapshots read RocksDB here, one at a time; close() waits for a read in progress, since
+        # the store closes right after (a task cancelled while awaiting it leaves the thread running).
+        self._snapshot_reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="repl-snapshot")
+        if self._recorder is not None:
+            self._recorder.on_change = self._wake
 
     def _on_dispatch(self, _queues: set[tuple[str, int]]) -> None:  # writer thread
+        self._wake()
+
+    def _wake(self) -> None:  # any thread
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody streams any more
             self._loop.call_soon_threadsafe(self._data.set)
 
@@ -119,6 +135,9 @@ class ReplicationServer:
             await asyncio.sleep(0.01)
 
     async def close(self) -> None:
+        if self._recorder is not None:
+            self._recorder.on_change = None
+            self._recorder.release(None)
         if self._metadata_task is not None:
             self._metadata_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -132,6 +151,7 @@ class ReplicationServer:
                 await task
         if self._server is not None:
             await self._server.wait_closed()
+        await asyncio.get_running_loop().run_in_executor(None, self._snapshot_reader.shutdown)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         name = ""
@@ -164,6 +184,8 @@ class ReplicationServer:
             if name and self._connections.get(name) is asyncio.current_task():
                 del self._connections[name]
                 self._gate.disconnected(name)
+                if self._state_sent.pop(name, None) is not None:
+                    self._release_state()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -186,12 +208,69 @@ class ReplicationServer:
         log.info("replica streaming", extra=kv(replica=name, from_position=start, epoch=body["epoch"]))
         acks = asyncio.ensure_future(self._read_acks(name, reader))
         try:
-            await self._send(start, writer, acks)
+            state_seq = await self._send_snapshot(name, writer) if self._recorder is not None else 0
+            await self._send(name, start, state_seq, writer, acks)
         finally:
             acks.cancel()
             state.connected = False
 
-    async def _send(self, position: int, writer: asyncio.StreamWriter, acks: asyncio.Future[None]) -> None:
+    async def _send_snapshot(self, name: str, writer: asyncio.StreamWriter) -> int:
+        """Send the whole replicated state as of now (STATE frames flagged SNAPSHOT); its seq."""
+        recorder = self._recorder
+        assert recorder is not None
+        seq, iterators = recorder.snapshot(self._store.index.cf)
+        self._state_sent[name] = seq  # changes after `seq` are kept for this stream from now on
+        loop = asyncio.get_running_loop()
+        pieces = await loop.run_in_executor(self._snapshot_reader, self._snapshot_pieces, seq, iterators)
+        for piece in pieces:
+            writer.writelines(P.frame(P.FrameType.STATE, piece))
+            await writer.drain()
+        return seq
+
+    def _snapshot_pieces(self, seq: int, iterators: list[tuple[str, object]]) -> list[bytes]:
+        """The snapshot's STATE payloads, each within the frame limit (runs in an executor)."""
+        pieces: list[bytes] = []
+        ops: list[Op] = []
+        size, budget = 0, self._max_frame // 2  # room for the topic names keys may carry
+        for op in snapshot_ops(iterators):
+            ops.append(op)
+            size += len(op[2]) + len(op[3]) + len(op[1])
+            if size >= budget:
+                pieces.append(S.encode(S.SNAPSHOT, seq, ops, self._store.index))
+                ops, size = [], 0
+        pieces.append(S.encode(S.SNAPSHOT | S.LAST, seq, ops, self._store.index))
+        return pieces
+
+    def _release_state(self) -> None:
+        if self._recorder is not None:
+            self._recorder.release(min(self._state_sent.values()) if self._state_sent else None)
+
+    async def _send_state(self, name: str, seq: int, position: int, writer: asyncio.StreamWriter) -> int:
+        """Send the state changes after `seq` made at or before CommitLog `position` (the replica
+        holds what they refer to); returns the last one sent."""
+        recorder = self._recorder
+        assert recorder is not None
+        changes = recorder.since(seq)
+        if changes is None:
+            raise Unavailable(f"replica {name} fell too far behind on state changes: it starts over from a snapshot")
+        sent = seq
+        for change in changes:
+            if change.position > position:
+                break
+            payload = S.encode(0, change.seq, change.ops, self._store.index)
+            if len(payload) > self._max_frame:
+                raise Unavailable(f"a state change of {len(payload)} bytes exceeds a frame: replica {name} resyncs")
+            writer.writelines(P.frame(P.FrameType.STATE, payload))
+            sent = change.seq
+        if sent != seq:
+            await writer.drain()
+            self._state_sent[name] = sent
+            self._release_state()
+        return sent
+
+    async def _send(
+        self, name: str, position: int, state_seq: int, writer: asyncio.StreamWriter, acks: asyncio.Future[None]
+    ) -> None:
         store, loop = self._store, asyncio.get_running_loop()
         sent_version = 0
         while not acks.done():
@@ -202,6 +281,8 @@ class ReplicationServer:
                 await writer.drain()
             self._data.clear()
             end = store.writer.written_position
+            if self._recorder is not None:
+                state_seq = await self._send_state(name, state_seq, position, writer)
             if position >= end:
                 waiter = asyncio.ensure_future(self._data.wait())
                 pending: list[asyncio.Future[Any]] = [waiter, acks]
@@ -223,6 +304,8 @@ class ReplicationServer:
                 self._gate.on_ack(name, P.parse_ack(payload))
             elif kind is P.FrameType.META_ACK:
                 self._meta_acked[name] = P.parse_ack(payload)
+            elif kind is P.FrameType.STATE_ACK:
+                self._gate.on_state_ack(name, P.parse_ack(payload))
             elif kind is P.FrameType.ERROR:
                 raise BadRequest(f"replica {name} reported: {payload.decode(errors='replace')}")
             else:

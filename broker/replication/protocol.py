@@ -19,6 +19,8 @@ Every frame is a header and a payload:
 | ERROR 5 | either | UTF-8 text for a person; the connection closes after it |
 | META 6 | primary → replica | JSON: version, and {column family: {key: value}} of all topic and group metadata |
 | META_ACK 7 | replica → primary | u64: the metadata version the replica now holds |
+| STATE 8 | primary → replica | one numbered change of the replicated consumer state, or a snapshot piece (state.py) |
+| STATE_ACK 9 | replica → primary | u64: the last state change the replica applied |
 
 DATA carries a piece of the CommitLog that never crosses a segment; it need not end on a record
 boundary (the replica writes whole records and keeps the rest for the next piece). The records'
@@ -51,6 +53,8 @@ class FrameType(IntEnum):
     ERROR = 5
     META = 6
     META_ACK = 7
+    STATE = 8
+    STATE_ACK = 9
 
 
 def frame(kind: FrameType, payload: bytes | bytearray | memoryview) -> list[bytes | bytearray | memoryview]:
@@ -78,6 +82,10 @@ def meta_ack(version: int) -> list[bytes | bytearray | memoryview]:
     return frame(FrameType.META_ACK, _ACK.pack(version))
 
 
+def state_ack(seq: int) -> list[bytes | bytearray | memoryview]:
+    return frame(FrameType.STATE_ACK, _ACK.pack(seq))
+
+
 def error(message: str) -> list[bytes | bytearray | memoryview]:
     return frame(FrameType.ERROR, message.encode()[:MAX_CONTROL_BYTES])
 
@@ -92,7 +100,8 @@ async def read_frame(reader: asyncio.StreamReader, max_payload_bytes: int) -> tu
         ftype = FrameType(kind)
     except ValueError:
         raise BadRequest(f"unknown replication frame type {kind}") from None
-    limit = max_payload_bytes + _DATA.size if ftype in (FrameType.DATA, FrameType.META) else MAX_CONTROL_BYTES
+    bulk = (FrameType.DATA, FrameType.META, FrameType.STATE)
+    limit = max_payload_bytes + _DATA.size if ftype in bulk else MAX_CONTROL_BYTES
     if size > limit:
         raise BadRequest(f"replication frame of {size} bytes exceeds {limit}")
     return ftype, await reader.readexactly(size)

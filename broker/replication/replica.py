@@ -6,7 +6,9 @@ left on the primary), `follow` raises `LogMustChange` and the caller closes the 
 `cut_log`, reopens it and follows again (recovery then trims the indexes to the shortened log).
 Otherwise it records the primary's epoch as its own and copies DATA through
 `MessageStore.append_copy` (whole records only; a record split across frames waits for its rest),
-acknowledging its new log end after each piece. META frames replace its topic and group metadata.
+acknowledging its new log end after each piece. META frames replace its topic and group metadata;
+STATE frames (a snapshot, then each change in order) update its consumer state (state.py), each
+acknowledged with STATE_ACK once written.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from broker.replication import protocol as P
 from broker.replication.coordinator import Leader
 from broker.replication.epochs import LocalEpoch
 from broker.replication.primary import apply_metadata
+from broker.replication.state import StateApplier
 from broker.store.record import HEADER_SIZE, peek_size
 from broker.store.segments import SegmentSet
 from broker.store.store import MessageStore
@@ -59,6 +62,7 @@ class Replica:
         self._name = name
         self._max_frame = max_frame_bytes
         self._token = token
+        self._state = StateApplier(store.index)
 
     async def follow(self, leader: Leader, stop: asyncio.Event) -> None:
         """Copy from `leader` until `stop` or the connection ends (raises Unavailable then)."""
@@ -80,6 +84,7 @@ class Replica:
         self, leader: Leader, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stop: asyncio.Event
     ) -> None:
         store = self._store
+        self._state = StateApplier(store.index)  # a snapshot cut off with the last connection is dropped
         end = store.writer.written_position
         hello = {"group": self._group, "name": self._name, "epoch": self._epoch.value, "log_end": end}
         if self._token:
@@ -120,6 +125,12 @@ class Replica:
             if kind is P.FrameType.META:
                 writer.writelines(P.meta_ack(apply_metadata(store, payload)))
                 await writer.drain()
+                continue
+            if kind is P.FrameType.STATE:
+                applied = self._state.apply(payload)
+                if applied is not None:
+                    writer.writelines(P.state_ack(applied))
+                    await writer.drain()
                 continue
             if kind is P.FrameType.ERROR:
                 raise Unavailable(f"primary ended the stream: {payload.decode(errors='replace')}")

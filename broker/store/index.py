@@ -20,6 +20,7 @@ from pathlib import Path
 import rocksdict
 
 from broker.store import keys as K
+from broker.store.statelog import RecordingBatch, StateRecorder
 from common.config import ConfigError
 
 
@@ -72,6 +73,9 @@ class Index:
         self._topic_ids: dict[str, int] = {}
         self._topic_names: dict[int, str] = {}
         self._intern_lock = threading.Lock()
+        # A replicated primary's recorder of consumer state changes (statelog.py); None: batches
+        # are plain RocksDB WriteBatches, as without replication.
+        self.recorder: StateRecorder | None = None
         self._load_topics()
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -83,10 +87,22 @@ class Index:
         return self._handles[name]
 
     def batch(self) -> rocksdict.WriteBatch:
-        return rocksdict.WriteBatch(raw_mode=True)
+        recorder = self.recorder
+        if recorder is None:
+            return rocksdict.WriteBatch(raw_mode=True)
+        return RecordingBatch(recorder.names)  # WriteBatch's methods, recorded
 
-    def write(self, batch: rocksdict.WriteBatch) -> None:
-        self.db.write(batch)
+    def write(self, batch: rocksdict.WriteBatch | RecordingBatch) -> None:
+        if type(batch) is not RecordingBatch:
+            self.db.write(batch)
+            return
+        recorder = self.recorder
+        if not batch.ops or recorder is None:
+            self.db.write(batch.wb)
+            return
+        with recorder.lock:  # numbered in the order RocksDB applies them (statelog.py)
+            self.db.write(batch.wb)
+            recorder.record(batch.ops)
 
     def close(self) -> None:
         """Flush and release the database. RocksDB keeps its lock while any handle (column family,
@@ -288,4 +304,6 @@ class Index:
         return None if raw is None else int(K.U64.unpack(raw)[0])
 
     def put_offset(self, group: str, topic_id: int, queue_id: int, offset: int) -> None:
-        self._cf[K.CF_OFFSETS].put(K.offsets_key(group, topic_id, queue_id), K.U64.pack(offset))
+        batch = self.batch()  # a batch, so that a replicated primary records it
+        batch.put(K.offsets_key(group, topic_id, queue_id), K.U64.pack(offset), self._handles[K.CF_OFFSETS])
+        self.write(batch)

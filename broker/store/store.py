@@ -121,6 +121,13 @@ class MessageStore:
         # A replicated primary's acknowledgement gate (docs/replication.md): awaited with the end
         # of every append before it is acknowledged; None (no replication) costs one test.
         self.ack_gate: Callable[[int], Awaitable[None]] | None = None
+        # Its admission check, before anything is written: a write the gate would refuse anyway
+        # (fenced, draining for a switchover, too few in sync) is refused before it reaches the
+        # CommitLog, so the client's retry does not leave a second copy.
+        self.admit: Callable[[], None] | None = None
+        # Its wait for the replicated consumer state (acks, offsets, timer and half-message
+        # indexes): awaited before such a change is acknowledged; None without replication.
+        self.state_gate: Callable[[], Awaitable[None]] | None = None
         self._closed = False
         log.info(
             "store opened",
@@ -173,6 +180,8 @@ class MessageStore:
     async def append(self, records: Sequence[MessageRecord]) -> Sequence[AppendResult]:
         """Append records (any topics and queues) durably per the flush policy; results in order."""
         buf, sizes, columns, queue = self._prepare(records)
+        if self.admit is not None:
+            self.admit()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Sequence[AppendResult]] = loop.create_future()
         self.writer.submit(buf, sizes, columns, queue, (loop, fut))
@@ -188,6 +197,8 @@ class MessageStore:
 
     async def append_prepared(self, prepared: PreparedAppend) -> Sequence[AppendResult]:
         """Append records encoded by `prepare` (once: the writer seals the buffers in place)."""
+        if self.admit is not None:
+            self.admit()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Sequence[AppendResult]] = loop.create_future()
         self.writer.submit(prepared.buf, prepared.sizes, prepared.columns, prepared.queue, (loop, fut))

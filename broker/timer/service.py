@@ -298,7 +298,9 @@ class TimerService:
 
     async def _deliver_batch(self, st: _Staged) -> None:
         due = st.due
-        self._state.put(TK.STATE_INFLIGHT, due[-1].key)
+        marker = self._index.batch()  # a batch, so that a replicated primary records it
+        marker.put(TK.STATE_INFLIGHT, due[-1].key, self._h_state)
+        self._index.write(marker)
         self._needs_check = True
         if st.prepared is not None:
             await self._store.append_prepared(st.prepared)

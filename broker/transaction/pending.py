@@ -118,11 +118,15 @@ class PendingTable:
 
     def update(self, entry: HalfEntry) -> None:
         """Persist a changed entry (state, checks, next check) and reschedule it."""
-        self._cf.put(_KEY.pack(entry.position), entry.encode())
+        batch = self._index.batch()  # a batch, so that a replicated primary records it
+        batch.put(_KEY.pack(entry.position), entry.encode(), self._index.handle(CF_TXN))
+        self._index.write(batch)
         self._schedule(entry)
 
     def delete(self, entry: HalfEntry) -> None:
-        self._cf.delete(_KEY.pack(entry.position))
+        batch = self._index.batch()
+        batch.delete(_KEY.pack(entry.position), self._index.handle(CF_TXN))
+        self._index.write(batch)
         if self.entries.pop(entry.position, None) is not None:
             left = self.per_topic.get(entry.topic, 1) - 1
             if left > 0:

@@ -5,7 +5,10 @@ Each registered broker is also asked what it runs and how its store keeps up (`B
 version, uptime, disk use of its data filesystem, bytes in its store, bytes written but not yet
 flushed (the store's lag) or not yet indexed (the dispatch lag, with the delay of the last dispatch
 round). A broker that cannot answer keeps its row, with the reason in `error`. The table shows the
-main figures; `--json` every field (the console's cluster page shows the same)."""
+main figures; `--json` every field (the console's cluster page shows the same).
+
+`sluice admin broker switchover GROUP --to NAME --etcd URL`: a planned switchover with zero loss
+(broker/replication/switchover.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +18,13 @@ from typing import Any
 
 from broker.client.api import BrokerInfo
 from broker.replication.coordinator import read_groups
+from broker.replication.switchover import switch_over
 from common.errors import SluiceError
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms
 
+SWITCHOVER_COLUMNS = ["group", "from", "to", "epoch"]
+DEFAULT_CLUSTER = "sluice"  # [broker] cluster's default, for a group the NameServers do not list (yet)
 COLUMNS = ["name", "group", "role", "epoch", "in_sync", "lag_bytes", "lag_s", "address", "topics", "last_heartbeat_s",
            "version", "uptime_s", "disk_used_pct", "store_bytes", "unflushed_bytes", "dispatch_lag_bytes",
            "error"]  # fmt: skip
@@ -87,3 +93,11 @@ def member_rows(group: str, view: dict[str, Any]) -> list[dict[str, Any]]:
             "address": info["address"],
         })  # fmt: skip
     return rows
+
+
+async def switchover(cluster: Cluster, etcd: str, group: str, target: str, timeout_s: float) -> Report:
+    """Hand `group` over to its member `target`; returns once `target` is its primary."""
+    registered = await cluster.brokers()
+    name = next((b.cluster_name for b in registered if b.broker_name == group), DEFAULT_CLUSTER)
+    done = await switch_over(etcd, name, group, target, timeout_s)
+    return Report(columns=SWITCHOVER_COLUMNS, rows=[done])

@@ -20,7 +20,8 @@
     message tail TOPIC [--from latest|earliest|TIME] [--group G [--ack]] [--count N] [--for-s S]
     message list TOPIC --queue Q --from-offset N [--count N] [--broker B]
     dlq list GROUP | dlq resend GROUP (--id ID ... | --all) [--to TOPIC]
-    broker list | broker drain NAME [--wait-s S] | broker undrain NAME
+    broker list [--etcd URL] | broker drain NAME [--wait-s S] | broker undrain NAME
+    broker switchover GROUP --to NAME --etcd URL [--wait-s S]
     proxy list --navigation HOST:PORT    (zone, load, draining)
     nameserver list    (each NameServer of --namesrv: answering, brokers, topics)
     tier status | tier upload-now TOPIC [--wait-s S] | tier evict-local TOPIC
@@ -86,6 +87,7 @@ from proxy import names
 NAME = "admin"
 HELP = "Manage topics and consumer groups, and look messages up, through the NameServers."
 DEFAULT_UPLOAD_WAIT_S = 300.0
+SWITCHOVER_WAIT_S = 30.0
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 DEFAULT_QUEUES = 8
 DEFAULT_FIND_LIMIT = 64
@@ -363,6 +365,14 @@ def _add_broker(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser
     )
     undrain = _leaf(actions, "undrain", shared, _broker_undrain, "let a drained broker take writes again")
     undrain.add_argument("broker", metavar="NAME")
+    switching = _leaf(actions, "switchover", shared, _broker_switchover,
+                      "planned switchover of a broker group's primary to another member, losing nothing")  # fmt: skip
+    switching.add_argument("group", metavar="GROUP")
+    switching.add_argument("--to", required=True, metavar="NAME", help="the in-sync member to become primary")
+    switching.add_argument("--etcd", required=True, metavar="URL", help="etcd of the broker groups")
+    switching.add_argument(
+        "--wait-s", type=float, default=SWITCHOVER_WAIT_S, metavar="S", help="give up (and withdraw) after S seconds"
+    )
 
 
 # -- actions --------------------------------------------------------------------------------------
@@ -536,6 +546,12 @@ async def _proxy_list(cluster: Cluster, args: argparse.Namespace) -> Report:
 
 async def _broker_list(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await brokers.list_brokers(cluster, args.etcd)
+
+
+async def _broker_switchover(cluster: Cluster, args: argparse.Namespace) -> Report:
+    if args.wait_s <= 0:
+        raise ConfigError(f"--wait-s must be positive, got {args.wait_s}")
+    return await brokers.switchover(cluster, args.etcd, args.group, args.to, args.wait_s)
 
 
 # -- tiered storage -------------------------------------------------------------------------------

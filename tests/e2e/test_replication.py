@@ -1,6 +1,10 @@
 """A replicated broker group under the official client: SIGKILL the primary under load, in a bounded
 loop, and check the history: every send the client saw acknowledged is consumable afterwards
-(with --min-insync 2), duplicates are reported, per-message-group order holds.
+(with --min-insync 2), duplicates are reported, per-message-group order holds. And consumer state:
+SIGKILL the primary right after acks, offset commits and a DELAY send were answered OK; the new
+primary redelivers no acked message, redelivers the popped-but-unacked ones after their
+invisibility, keeps the committed offsets and fires the pending timer once; a half message left
+undecided is checked back by the new primary, one rolled back before the kill stays discarded.
 
 Topology: etcd (started here), a NameServer, one group of three `sluice broker --group g1` members,
 one proxy. The killed member is started again at once (same port and data) and rejoins as a replica.
@@ -16,10 +20,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from rocketmq import FilterExpression
+from rocketmq import FilterExpression, Producer, SimpleConsumer, TransactionChecker, TransactionResolution
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.v5.model import Message
 
+from broker.client import receipt
+from tests.e2e.support import raw
+from tests.e2e.support.clients import configuration as client_configuration
 from tests.e2e.support.clients import message, producer, receive_until, simple_consumer
-from tests.e2e.support.cluster import LOOPBACK, SLUICE, Cluster, _start, _wait_for_brokers
+from tests.e2e.support.cluster import LOOPBACK, SLUICE, AdminError, Cluster, _start, _wait_for_brokers
+from tests.e2e.support.history import History
 from tests.helpers.etcd import EtcdProcess, start_etcd
 from tests.helpers.procs import free_port
 
@@ -33,8 +44,14 @@ heartbeat_interval_s = 1.0
 [broker.replication]
 lease_ttl_s = 2
 max_lag_ms = 1500
+[broker.transaction]
+default_recovery_ms = 2000
+check_interval_ms = 2000
+max_checks = 60
 [proxy]
 route_refresh_s = 1.0
+[proxy.transaction]
+poll_interval_ms = 300
 """
 
 
@@ -71,6 +88,20 @@ def _primary(cluster: Cluster) -> str:
     rows = cluster.admin("broker", "list") or []
     address = next(r["address"] for r in rows if r["broker"] == GROUP)
     return next(n for n in MEMBERS if cluster.launches[n][1] == int(address.rsplit(":", 1)[1]))
+
+
+def _routed_primary(cluster: Cluster) -> str | None:
+    """`_primary`, or None while the NameServer routes the group nowhere (between one primary
+    leaving and the next registering)."""
+    try:
+        return _primary(cluster)
+    except (AdminError, StopIteration):
+        return None
+
+
+def _new_primary(cluster: Cluster, old: str) -> bool:
+    """Whether the NameServer routes the group to a member other than `old`."""
+    return _routed_primary(cluster) not in (None, old)
 
 
 def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
@@ -123,7 +154,7 @@ def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
             argv, port, ready = cluster.launches[victim]
             _start(cluster, victim, argv, port, ready, log_name=f"{victim}-again{len(failovers)}")
             cluster.killed.discard(victim)
-            _wait("a new primary", lambda victim=victim: _primary(cluster) != victim)  # type: ignore[misc]
+            _wait("a new primary", lambda victim=victim: _new_primary(cluster, victim))  # type: ignore[misc]
     finally:
         stop.set()
         worker.join(60)
@@ -159,3 +190,311 @@ def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
     assert [r["role"] for r in rows].count("primary") == 1
     assert {r["epoch"] for r in rows} == {KILLS + 1}
     assert all(isinstance(r["lag_bytes"], int) for r in rows)
+
+
+# -- consumer state across failovers -----------------------------------------------------------------
+
+STATE_ROUNDS = 2  # SIGKILLs of the primary, each right after acks and offset commits were answered OK
+PER_ROUND = 40
+HOLD_EVERY = 4  # every 4th delivery stays un-acked: in flight when the primary dies
+SHORT_INVISIBLE_S = 6
+DELAY_AFTER_KILL_S = 8
+QUEUES = 4
+
+
+def _retrying(what: str, call: Callable[[], object], timeout_s: float = 30.0) -> object:
+    """`call()` until it succeeds (retriable refusals while a group fails over)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"{what} kept failing: {exc}") from exc
+            time.sleep(0.3)
+
+
+def _commit_offset(proxy: str, group: str, topic: str, queue: int, offset: int) -> None:
+    queue_pb = pb.MessageQueue(topic=raw.resource(topic), id=queue, broker=pb.Broker(name=GROUP))
+    with raw.stub(proxy) as s:
+        request = spb.UpdateOffsetRequest(group=raw.resource(group), message_queue=queue_pb, offset=offset)
+        reply = s.UpdateOffset(request, metadata=raw.headers(), timeout=raw.RPC_TIMEOUT_S)
+    assert reply.status.code == pb.OK, raw.code_name(reply.status.code)
+
+
+def _committed_offset(proxy: str, group: str, topic: str, queue: int) -> int:
+    queue_pb = pb.MessageQueue(topic=raw.resource(topic), id=queue, broker=pb.Broker(name=GROUP))
+    with raw.stub(proxy) as s:
+        reply = s.GetOffset(spb.GetOffsetRequest(group=raw.resource(group), message_queue=queue_pb),
+                            metadata=raw.headers(), timeout=raw.RPC_TIMEOUT_S)  # fmt: skip
+    assert reply.status.code == pb.OK, raw.code_name(reply.status.code)
+    return int(reply.offset)
+
+
+def _consume(consumer: SimpleConsumer, history: History, held: list[Message], done: Callable[[], bool],
+             *, hold: bool, timeout_s: float = 90.0) -> None:  # fmt: skip
+    """Receive until `done()`: ack each delivery (recording acks answered OK), or with `hold` keep
+    every HOLD_EVERY-th one un-acked."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"consumption did not finish: {history.verdict().summary()}"
+        try:
+            batch = consumer.receive(16, SHORT_INVISIBLE_S)
+        except Exception:  # retriable while the group fails over
+            time.sleep(0.3)
+            continue
+        for msg in batch:
+            body, copy = msg.body.decode(), _stored_copy(msg)
+            history.delivered(body, copy)
+            if hold and sum(history.deliveries.values()) % HOLD_EVERY == 0:
+                held.append(msg)
+                continue
+            try:
+                consumer.ack(msg)
+            except Exception:  # not answered OK: it may come back, and that is allowed
+                continue
+            history.acked(body, copy)
+
+
+def _stored_copy(msg: Message) -> tuple[int, int]:
+    """(queue id, queue offset) of the stored message a delivery is, from its receipt handle."""
+    _, queue_id, queue_offset, *_ = receipt.fields(msg.receipt_handle)
+    return queue_id, queue_offset
+
+
+def _fail_over(cluster: Cluster) -> None:
+    """SIGKILL the primary, wait for another member to take the group, start the victim again."""
+    _wait("a routed primary", lambda: _routed_primary(cluster) is not None)
+    victim = _primary(cluster)
+    cluster.kill(victim)
+    _wait("a new primary", lambda: _new_primary(cluster, victim))
+    argv, port, ready = cluster.launches[victim]
+    _start(cluster, victim, argv, port, ready, log_name=f"{victim}-again-{time.monotonic_ns()}")
+    cluster.killed.discard(victim)
+
+
+def test_acks_offsets_and_timers_survive_sigkill_of_the_primary(
+    replicated: tuple[Cluster, EtcdProcess], unique: Callable[[str], str]
+) -> None:
+    cluster, _ = replicated
+    topic = cluster.create_topic(unique("t"), queues=QUEUES)
+    delay_topic = cluster.create_topic(unique("d"), message_type="delay", queues=1)
+    group = cluster.create_group(unique("g"))
+    delay_group = cluster.create_group(unique("dg"), consume_from="earliest")
+    offsets_group = unique("pull")
+    proxy = cluster.proxies[0]
+    history = History()
+    held: list[Message] = []
+    committed: dict[int, int] = {}
+    delayed_body = "delayed-once"
+    with producer(cluster.endpoints, topic, delay_topic) as client, \
+            simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:  # fmt: skip
+        for round_no in range(STATE_ROUNDS):
+            bodies = [f"r{round_no}-{i}" for i in range(PER_ROUND)]
+            for body in bodies:
+                _retrying("a send", lambda body=body: client.send(message(topic, body.encode())))  # type: ignore[misc]
+                history.sent(body)
+            if round_no == 0:  # a timer pending across the failover: due after the kill
+                delayed = message(delay_topic, delayed_body.encode())
+                delayed.delivery_timestamp = int(time.time()) + DELAY_AFTER_KILL_S
+                _send_delayed(client, delayed)
+            wanted = set(bodies)
+            _consume(consumer, history, held, lambda wanted=wanted: wanted <= set(history.deliveries), hold=True)  # type: ignore[misc]
+            for q in range(QUEUES):
+                committed[q] = 10 * round_no + q + 1
+                _retrying("an offset commit", lambda q=q: _commit_offset(proxy, offsets_group, topic, q, committed[q]))  # type: ignore[misc]
+            _fail_over(cluster)  # right after the acks and commits above were answered OK
+        # Everything: the held messages come back after their invisibility; every one gets acked.
+        everything = set(history.sends)
+        _consume(consumer, history, held, lambda: everything <= history.acks, hold=False)
+    verdict = history.verdict()
+    print(f"history: {verdict.summary()}; held un-acked at the kills: {len(held)}")
+    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
+    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+    assert held and all(history.deliveries[m.body.decode()] >= 2 for m in held), "held messages did not come back"
+    for q, offset in committed.items():
+        got = _retrying("an offset read", lambda q=q: _committed_offset(proxy, offsets_group, topic, q))  # type: ignore[misc]
+        assert got == offset, f"queue {q}: committed offset {offset}, after the failovers {got}"
+    # The timer fires once, on the primary that holds it after the failovers.
+    fired: list[str] = []
+    with simple_consumer(cluster.endpoints, delay_group, {delay_topic: FilterExpression()}) as delays:
+        deadline = time.monotonic() + 60
+        quiet_until = None
+        while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
+            try:
+                batch = delays.receive(16, SHORT_INVISIBLE_S)
+            except Exception:
+                time.sleep(0.3)
+                continue
+            for msg in batch:
+                fired.append(msg.body.decode())
+                _retrying("an ack", lambda msg=msg: delays.ack(msg))  # type: ignore[misc]
+                quiet_until = quiet_until or time.monotonic() + 2 * SHORT_INVISIBLE_S
+    assert fired == [delayed_body], f"the pending timer fired {fired}"
+
+
+def _send_delayed(client: Producer, msg: Message) -> None:
+    _retrying("a delayed send", lambda: client.send(msg))
+
+
+def test_planned_switchover_loses_nothing(
+    replicated: tuple[Cluster, EtcdProcess], unique: Callable[[str], str]
+) -> None:
+    """`sluice admin broker switchover` under load: the chosen member becomes primary, every send
+    acknowledged before, during and after is consumable, no acked message comes back."""
+    cluster, etcd = replicated
+    topic = cluster.create_topic(unique("t"), queues=QUEUES)
+    group = cluster.create_group(unique("g"))
+    history = History()
+    held: list[Message] = []
+    stop = threading.Event()
+    refused: Counter[str] = Counter()
+
+    def produce(client: Producer) -> None:
+        n = 0
+        while not stop.is_set():
+            body = f"s{n}"
+            try:
+                client.send(message(topic, body.encode()))
+            except Exception as exc:  # retriable refusals while the group switches over
+                refused[type(exc).__name__] += 1
+                time.sleep(0.05)
+                continue
+            history.sent(body)
+            n += 1
+
+    with producer(cluster.endpoints, topic) as client, \
+            simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:  # fmt: skip
+        worker = threading.Thread(target=produce, args=(client,), name="producer")
+        worker.start()
+        try:
+            _wait("some sends", lambda: len(history.sends) >= 20)
+            _consume(consumer, history, held, lambda: len(history.acks) >= 10, hold=False)
+            with pytest.raises(AdminError, match="not an in-sync replica"):  # refused, nothing changes
+                cluster.admin("broker", "switchover", GROUP, "--to", "nobody", "--etcd", etcd.url)
+            before = _primary(cluster)
+            target = next(m for m in MEMBERS if m != before)
+            done = cluster.admin("broker", "switchover", GROUP, "--to", target, "--etcd", etcd.url, "--wait-s", "20")
+            assert [{k: v for k, v in row.items() if k != "epoch"} for row in done] == [
+                {"group": GROUP, "from": before, "to": target}
+            ]
+            assert done[0]["epoch"] >= 2  # a new term (2, unless the loaded machine caused a failover before)
+            _wait("routes to the new primary", lambda: _new_primary(cluster, before) and _primary(cluster) == target)
+            sent_at_switch = len(history.sends)
+            _wait("sends after the switchover", lambda: len(history.sends) >= sent_at_switch + 20)
+        finally:
+            stop.set()
+            worker.join(60)
+        everything = set(history.sends)
+        _consume(consumer, history, held, lambda: everything <= history.acks, hold=False)
+    verdict = history.verdict()
+    print(f"switchover history: {verdict.summary()}; refused sends {dict(refused)}")
+    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
+    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+    # The old primary rejoins as a replica and catches up: the whole group in sync again.
+    rows = lambda: [r for r in cluster.admin("broker", "list", "--etcd", etcd.url) or [] if r["group"] == GROUP]  # noqa: E731
+    _wait("every member in sync", lambda: sum(bool(r["in_sync"]) for r in rows()) == len(MEMBERS))
+    assert [r["name"] for r in rows() if r["role"] == "primary"] == [target]
+
+
+class _CommitAfterFailover(TransactionChecker):
+    """Leaves every check-back undecided until `decide` is set, then commits; remembers what it was asked."""
+
+    def __init__(self) -> None:
+        self.decide = threading.Event()
+        self.asked: list[str] = []
+
+    def check(self, message: Message) -> int:  # type: ignore[override]
+        self.asked.append(message.body.decode())
+        if self.decide.is_set():
+            return int(TransactionResolution.COMMIT)
+        return int(TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
+
+
+def test_half_messages_are_checked_back_by_the_new_primary(
+    replicated: tuple[Cluster, EtcdProcess], unique: Callable[[str], str]
+) -> None:
+    cluster, _ = replicated
+    topic = cluster.create_topic(unique("tx"), message_type="transaction", queues=1)
+    group = cluster.create_group(unique("g"), consume_from="earliest")
+    checker = _CommitAfterFailover()
+    client = Producer(client_configuration(cluster.endpoints), (topic,), checker)
+    client.startup()
+    try:
+        undecided = client.begin_transaction()
+        _retrying("a half message", lambda: client.send(message(topic, b"undecided"), undecided))
+        rolled_back = client.begin_transaction()
+        _retrying("a half message", lambda: client.send(message(topic, b"rolled-back"), rolled_back))
+        rolled_back.rollback()
+        _fail_over(cluster)  # the undecided half message is in the new primary's half-message index
+        checker.decide.set()
+        got: list[str] = []
+        with simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:
+            deadline = time.monotonic() + 60
+            quiet_until: float | None = None
+            while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
+                try:
+                    batch = consumer.receive(16, SHORT_INVISIBLE_S)
+                except Exception:
+                    time.sleep(0.3)
+                    continue
+                for msg in batch:
+                    got.append(msg.body.decode())
+                    _retrying("an ack", lambda msg=msg: consumer.ack(msg))  # type: ignore[misc]
+                    quiet_until = quiet_until or time.monotonic() + 2 * SHORT_INVISIBLE_S
+    finally:
+        client.shutdown()
+    assert got == ["undecided"], f"after the failover the consumer got {got}"
+    assert "undecided" in checker.asked and "rolled-back" not in checker.asked
+
+
+RACING_KILLS = 2
+
+
+def test_acks_racing_sigkills_are_never_undone(
+    replicated: tuple[Cluster, EtcdProcess], unique: Callable[[str], str]
+) -> None:
+    """A producer and an acking consumer run while the primary is SIGKILLed at random moments: acks in
+    flight at a kill may fail (their messages come back), but no ack answered OK is undone."""
+    cluster, _ = replicated
+    topic = cluster.create_topic(unique("t"), queues=QUEUES)
+    group = cluster.create_group(unique("g"))
+    rng = random.Random(SEED)
+    history = History()
+    held: list[Message] = []
+    stop = threading.Event()
+
+    def produce(client: Producer) -> None:
+        n = 0
+        while not stop.is_set():
+            try:
+                client.send(message(topic, f"a{n}".encode()))
+            except Exception:  # retriable refusals during a failover
+                time.sleep(0.05)
+                continue
+            history.sent(f"a{n}")
+            n += 1
+
+    with producer(cluster.endpoints, topic) as client, \
+            simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:  # fmt: skip
+        worker = threading.Thread(target=produce, args=(client,), name="producer")
+        consuming = threading.Thread(target=_consume, args=(consumer, history, held, stop.is_set), kwargs={
+            "hold": False, "timeout_s": 300.0}, name="consumer")  # fmt: skip
+        worker.start()
+        consuming.start()
+        try:
+            for _ in range(RACING_KILLS):
+                time.sleep(rng.uniform(1.0, 3.0))
+                acked_before = len(history.acks)
+                _fail_over(cluster)
+                _wait("acks to succeed again", lambda n=acked_before: len(history.acks) > n + 5)  # type: ignore[misc]
+        finally:
+            stop.set()
+            worker.join(60)
+            consuming.join(60)
+        everything = set(history.sends)
+        _consume(consumer, history, held, lambda: everything <= history.acks, hold=False)
+    verdict = history.verdict()
+    print(f"racing history: {verdict.summary()}")
+    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
+    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"

@@ -125,3 +125,32 @@ def test_term_ends_when_etcd_is_unreachable(etcd: EtcdProcess, tmp_path: Path) -
         await a.close()
 
     _run(body())
+
+
+def test_a_member_that_lost_its_lease_joins_again_and_may_lead(etcd: EtcdProcess) -> None:
+    """After etcd expired its lease (a long pause), a member joins again with a new lease that its
+    keep-alive refreshes: its term is valid again past a TTL, and it can be elected."""
+
+    async def body() -> None:
+        a = _member(etcd, "g-rejoin", "m1")
+        await a.start()
+        stop = asyncio.Event()
+        keeper = asyncio.create_task(a.keep_alive(stop))
+        try:
+            await a._client.revoke_lease(a._lease.id)  # what etcd does to the lease of a paused member
+            for _ in range(100):
+                if a.lease_lost:
+                    break
+                await asyncio.sleep(0.05)
+            assert a.lease_lost and not a.term_valid()
+            await a.close()  # what GroupMember does on a lost lease: leave, then join again
+            await a.start()
+            await asyncio.sleep(TTL_S * 1.5)  # past the new lease's first TTL: refreshed meanwhile
+            assert not a.lease_lost and a.term_valid()
+            assert await a.campaign(0) is not None
+        finally:
+            stop.set()
+            await keeper
+            await a.close()
+
+    _run(body())

@@ -229,7 +229,10 @@ def _config_args(config: Path | None) -> list[str]:
 def _wait_for_brokers(cluster: Cluster, count: int) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
-        rows = cluster.admin("broker", "list") or []
+        try:
+            rows = cluster.admin("broker", "list") or []
+        except AdminError:  # none registered yet (a replicated group registers once it elected a primary)
+            rows = []
         if len(rows) >= count:
             return
         if time.monotonic() >= deadline:
