@@ -184,9 +184,9 @@ class RemoteBroker:
             request = pb.DeleteTopicRequest(name=name)
         await self._call(self._stub.DeleteTopic, request)
 
-    async def get_topic(self, name: str) -> TopicSpec:
+    async def get_topic(self, name: str, *, auto_create: bool = False) -> TopicSpec:
         with _encoding("get_topic"):
-            request = pb.GetTopicRequest(name=name)
+            request = pb.GetTopicRequest(name=name, auto_create=auto_create)
         response = await self._call(self._stub.GetTopic, request)
         return convert.topic_spec_from_pb(response.spec)
 

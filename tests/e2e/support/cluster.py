@@ -2,11 +2,12 @@
 
 Two topologies, one `Cluster` object:
 
-- **merged**: one `sluice up` process (NameServer + broker + proxy), free ports, its own data dir.
+- **merged**: one `sluice up` command (NameServer + broker, and its default proxy worker processes, one
+  per core), free ports, its own data dir.
   Started with `--no-auto-create` by default, so both topologies behave alike: every topic and
   group a test uses is created with `sluice admin`, and an unknown topic is TOPIC_NOT_FOUND.
 - **separated**: `sluice nameserver`, two `sluice broker` (broker-a, broker-b, own data dirs) and two
-  `sluice proxy --namesrv ...`. The client endpoint string names both proxies
+  `sluice proxy --namesrv ...` (the first with its default workers, the second `--workers 1`). The client endpoint string names both proxies
   (`"127.0.0.1:P1;127.0.0.1:P2"`); the Python client connects pick-first.
 
 Every process serves its ops endpoint (`--metrics-port`, /metrics, /loglevel) on a free port of its
@@ -34,7 +35,7 @@ from typing import Any
 from tests.helpers.procs import LOOPBACK, REPO_ROOT, ChildProcess, ProcessStartError, free_port, start_process
 
 SLUICE = [sys.executable, "-m", "deploy.cli"]
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 ADMIN_TIMEOUT_S = 30.0
 BROKER_NAMES = ("broker-a", "broker-b")
@@ -212,8 +213,10 @@ def start_separated(
         _wait_for_brokers(cluster, len(BROKER_NAMES))
         for i in range(2):
             port = proxy_ports[i] if proxy_ports else free_port()
+            # The first proxy runs its default worker processes (one per core), the second one process.
+            workers = ["--workers", "1"] if i == 1 and "--workers" not in proxy_args else []
             argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), *_config_args(config),
-                    *proxy_args]  # fmt: skip
+                    *workers, *proxy_args]  # fmt: skip
             _start(cluster, f"proxy-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
             cluster.proxies.append(f"{LOOPBACK}:{port}")
     except BaseException:
