@@ -33,7 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.procs import LOOPBACK, REPO_ROOT, ChildProcess, ProcessStartError, free_port, start_process
+from tests.helpers.procs import (
+    LOOPBACK,
+    REPO_ROOT,
+    ChildProcess,
+    ProcessStartError,
+    free_port,
+    process_tree,
+    start_process,
+)
 
 SLUICE = [sys.executable, "-m", "deploy.cli"]
 START_TIMEOUT_S = 60.0
@@ -119,10 +127,16 @@ class Cluster:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def kill(self, name: str) -> None:
-        """SIGKILL one process (a crash), remembered so that teardown expects it dead."""
+        """SIGKILL one process (a crash), remembered so that teardown expects it dead. Returns once
+        its children (proxy workers, which die with it) are gone too: they hold its port."""
         self.killed.add(name)
-        self.processes[name].signal(signal.SIGKILL)
-        self.processes[name].popen.wait(timeout=STOP_TIMEOUT_S)
+        child = self.processes[name]
+        children = process_tree(child.pid)[1:]
+        child.signal(signal.SIGKILL)
+        child.popen.wait(timeout=STOP_TIMEOUT_S)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def stop(self) -> list[str]:
         """Stop every process, newest first; returns problems (non-zero exits, survivors)."""
@@ -162,6 +176,8 @@ def _start(
     cluster: Cluster, name: str, argv: Sequence[str], port: int, ready_line: str, *, log_name: str = ""
 ) -> ChildProcess:
     cluster.launches[name] = (list(argv), port, ready_line)
+    log_path = cluster.root / f"{log_name or name}.log"
+    logged = log_path.stat().st_size if log_path.exists() else 0  # a restart appends to the same log
     ops_port = free_port()
     cluster.ops[name] = f"{LOOPBACK}:{ops_port}"
     child = start_process([*argv, "--metrics-port", str(ops_port)], port=port,
@@ -169,7 +185,7 @@ def _start(
                           timeout_s=START_TIMEOUT_S)  # fmt: skip
     cluster.processes[name] = child
     deadline = time.monotonic() + START_TIMEOUT_S
-    while ready_line not in child.output():
+    while ready_line not in child.output()[logged:]:  # this start's line, not an earlier one's
         if not child.running() or time.monotonic() >= deadline:
             raise ProcessStartError(f"{name} did not print {ready_line!r}; last lines:\n{child.tail()}")
         time.sleep(0.05)
