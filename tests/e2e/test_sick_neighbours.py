@@ -56,7 +56,9 @@ def sick(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # One process per proxy: route caches and in-flight limits are a process's own, and these tests
     # measure those of the proxy they talk to (a proxy's workers each have theirs; docs/workers.md).
     cluster = start_separated(
-        root / "cluster", config=config, proxy_args=["--peers", peers, "--drain-s", "0", "--workers", "1"],
+        root / "cluster",
+        config=config,
+        proxy_args=["--peers", peers, "--drain-s", "0", "--workers", "1"],
         proxy_ports=ports,
     )
     try:
