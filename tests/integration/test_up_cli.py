@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -52,7 +53,11 @@ def test_up_serves_metrics_by_default_and_prints_where(tmp_path: Path) -> None:
     try:
         with urllib.request.urlopen(f"http://{LOOPBACK}:{metrics_port}/metrics", timeout=10) as answer:
             assert b"sluice_" in answer.read()
-        assert f"metrics on http://{LOOPBACK}:{metrics_port}/metrics" in child.output()
+        # Printed once every proxy worker is ready, which may be after the first one listens.
+        deadline = time.monotonic() + UP_START_TIMEOUT_S
+        while f"metrics on http://{LOOPBACK}:{metrics_port}/metrics" not in child.output():
+            assert time.monotonic() < deadline and child.running(), child.tail()
+            time.sleep(0.1)
     finally:
         assert child.stop() == 0, child.tail()
 
