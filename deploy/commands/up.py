@@ -1,12 +1,13 @@
 """`sluice up`: the merged topology — NameServer, broker and proxy started by one command.
 
-One Python process uses one core, so by default the client-facing proxy runs in one worker process
-per core (`--workers`, deploy/workerpool.py), all on the client port; this process keeps the
-NameServer and the broker, which the workers reach over the broker's internal gRPC port as
-separate proxies would, and serves one metrics endpoint for all of them. With `--workers 1` all of
-it runs in this one process and the proxy calls the broker in-process (no serialisation). Either
-way the broker registers with the embedded NameServer, so `sluice admin --namesrv
-127.0.0.1:9876 ...` works against it. Topics and groups are created on first use unless
+One Python process uses one core. With `--workers N` (default: one per core on a machine with at
+least MERGED_WORKERS_MIN_CORES usable cores, else 1) the client-facing proxy runs in N worker
+processes on the client port (deploy/workerpool.py); this process keeps the NameServer and the
+broker, which the workers reach over the broker's internal gRPC port as separate proxies would,
+and serves one metrics endpoint for all of them. With one worker all of it runs in this one
+process and the proxy calls the broker in-process (no serialisation). Either way the broker
+registers with the embedded NameServer, so `sluice admin --namesrv 127.0.0.1:9876 ...` works
+against it. Topics and groups are created on first use unless
 `--no-auto-create` is given. Configuration: the `[nameserver]`, `[broker]` and `[proxy]` tables of
 `--config`, with flags overriding them. Stops in reverse order on SIGTERM/SIGINT.
 """
@@ -32,7 +33,14 @@ from deploy.ops import Readiness, ops_server
 from deploy.ports import require_free
 from deploy.runtime import serve
 from deploy.tierflags import add_tier_arguments, tier_overrides
-from deploy.workerpool import WorkerPool, log_flags, worker_count
+from deploy.workerpool import (
+    MERGED_WORKERS_MIN_CORES,
+    WorkerPool,
+    available_cores,
+    log_flags,
+    merged_workers,
+    worker_count,
+)
 from nameserver.config import NameServerConfig
 from nameserver.service import run_nameserver
 from proxy.app import ProxyApp
@@ -67,8 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-auto-create", action="store_true", help="do not create topics and groups on first use")
     parser.add_argument(
         "--workers", type=int,
-        help="proxy processes serving the client port, one core each (default: the cores this process may use; "
-        "1: everything in one process)",
+        help="proxy processes serving the client port, one core each (default: one per core from "
+        f"{MERGED_WORKERS_MIN_CORES} usable cores on, else 1: everything in one process)",
     )  # fmt: skip
     parser.add_argument("--auth", choices=("on", "off"), help="require signed requests and access rules (default off)")
     parser.add_argument(
@@ -152,7 +160,7 @@ def security_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    workers = worker_count(args.workers)
+    workers = worker_count(args.workers, default=merged_workers(available_cores()))
     ns_cfg, broker_cfg, proxy_cfg = configs(args)
     console_cfg = console_config(args, ns_cfg, proxy_cfg)
     if proxy_cfg.tls.enabled:
