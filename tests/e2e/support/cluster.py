@@ -2,8 +2,8 @@
 
 Two topologies, one `Cluster` object:
 
-- **merged**: one `sluice up` command (NameServer + broker, and its default proxy worker processes, one
-  per core), free ports, its own data dir.
+- **merged**: one `sluice up` command (NameServer + broker + proxy; the proxy in worker processes
+  with `extra_args=["--workers", "N"]`), free ports, its own data dir.
   Started with `--no-auto-create` by default, so both topologies behave alike: every topic and
   group a test uses is created with `sluice admin`, and an unknown topic is TOPIC_NOT_FOUND.
 - **separated**: `sluice nameserver`, two `sluice broker` (broker-a, broker-b, own data dirs) and two
