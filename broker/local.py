@@ -403,8 +403,8 @@ class LocalBroker:
         log.info("topic deleted", extra=kv(topic=name))
         await self._topics_changed()
 
-    async def get_topic(self, name: str) -> TopicSpec:
-        return self.metadata.topic(name)
+    async def get_topic(self, name: str, *, auto_create: bool = False) -> TopicSpec:
+        return await self.ensure_topic(name) if auto_create else self.metadata.topic(name)
 
     async def list_topics(self) -> list[TopicSpec]:
         return sorted(self.metadata.topics.values(), key=lambda s: s.name)

@@ -67,7 +67,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @internal_rpc
     async def GetTopic(self, request: pb.GetTopicRequest, context: Context) -> pb.GetTopicResponse:
-        spec = await self._api.get_topic(request.name)
+        spec = await self._api.get_topic(request.name, auto_create=request.auto_create)
         return pb.GetTopicResponse(spec=convert.topic_spec_to_pb(spec))
 
     @internal_rpc

@@ -29,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from common.httpserver import HttpError, Routes, json_response, serve_http, text_response
 from common.logs import get_level, kv, set_level
+from deploy.opsmerge import Children, forward_put, merge, scrape
 
 log = logging.getLogger("sluice.ops")
 
@@ -47,17 +48,25 @@ class Readiness:
         return dict(self._parts)
 
 
-def routes(readiness: Readiness) -> Routes:
+def routes(readiness: Readiness, children: Children | None = None) -> Routes:
+    """The endpoint's routes; with `children` (a parent's workers) /metrics merges theirs
+    (deploy/opsmerge.py), /readyz needs every worker ready and PUT /loglevel reaches them too."""
+
     async def healthz(_: Request) -> Response:
         return text_response("ok\n")
 
     async def readyz(_: Request) -> Response:
-        body = json.dumps({"ready": readiness.ready(), "parts": readiness.parts()}) + "\n"
-        return Response(status=200 if readiness.ready() else 503, body=body.encode(), content_type="application/json")
+        parts = readiness.parts()
+        if children is not None:
+            parts["workers"] = children.ready()
+        ready = bool(parts) and all(parts.values())
+        body = json.dumps({"ready": ready, "parts": parts}) + "\n"
+        return Response(status=200 if ready else 503, body=body.encode(), content_type="application/json")
 
     async def metrics(_: Request) -> Response:
+        body = generate_latest(REGISTRY) if children is None else merge(REGISTRY.collect(), await scrape(children))
         # The exposition type carries parameters (version, charset), which aiohttp's content_type refuses.
-        return Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def get_loglevel(_: Request) -> Response:
         return json_response({"level": get_level()})
@@ -69,6 +78,8 @@ def routes(readiness: Readiness) -> Routes:
         except ValueError as exc:
             raise HttpError(400, str(exc)) from None
         log.warning("log level changed", extra=kv(level=level, by=request.remote))
+        if children is not None:
+            await forward_put(children, "/loglevel", level.encode())
         return json_response({"level": get_level()})
 
     return {
@@ -94,19 +105,34 @@ def _parse_level(body: bytes) -> str:
 
 
 async def serve_ops(
-    host: str, port: int, readiness: Readiness, stop: asyncio.Event, *, on_ready: Callable[[int], None] | None = None
+    host: str,
+    port: int,
+    readiness: Readiness,
+    stop: asyncio.Event,
+    *,
+    on_ready: Callable[[int], None] | None = None,
+    children: Children | None = None,
 ) -> None:
-    await serve_http(routes(readiness), host, port, stop, on_ready=on_ready, grace_s=1.0, name="ops")
+    await serve_http(routes(readiness, children), host, port, stop, on_ready=on_ready, grace_s=1.0, name="ops")
 
 
 @contextlib.asynccontextmanager
-async def ops_server(host: str, port: int | None, readiness: Readiness) -> AsyncIterator[None]:
-    """Serve the ops endpoint (when a port is given) for the duration of the block."""
-    if not port:
+async def ops_server(
+    host: str,
+    port: int | None,
+    readiness: Readiness,
+    *,
+    children: Children | None = None,
+    on_ready: Callable[[int], None] | None = None,
+) -> AsyncIterator[None]:
+    """Serve the ops endpoint for the duration of the block: on `port`, or on an ephemeral port
+    when `port` is 0 and `on_ready` wants to learn it; no endpoint when `port` is 0 or None."""
+    if not port and on_ready is None:
         yield
         return
     stop = asyncio.Event()
-    task = asyncio.create_task(serve_ops(host, port, readiness, stop), name="ops-http")
+    task = asyncio.create_task(serve_ops(host, port or 0, readiness, stop, on_ready=on_ready, children=children),
+                               name="ops-http")  # fmt: skip
     try:
         yield
     finally:

@@ -7,8 +7,11 @@ SIGTERM or SIGINT, after which `main` is expected to shut its component down and
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import gc
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 
@@ -46,6 +49,24 @@ def serve(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:
         return await main(stop)
 
     return asyncio.run(runner())
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def set_parent_death_signal(sig: signal.Signals) -> None:
+    """Linux: have the kernel send `sig` to this process when its parent exits (prctl
+    PR_SET_PDEATHSIG); elsewhere nothing."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """A supervised child: SIGKILL when the supervisor `parent_pid` exits, and exit at once if it
+    already has (it may have died before the signal was armed)."""
+    set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        raise SystemExit(f"supervisor {parent_pid} is gone; exiting")
 
 
 def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:

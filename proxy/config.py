@@ -216,6 +216,10 @@ class ProxyConfig:
     drain_long_poll_ms: int = 500
     # Share the listening port with sibling workers (SO_REUSEPORT; set by --workers).
     reuse_port: bool = False
+    # A topic the NameServer does not know: ask the brokers to create it (each does only where its
+    # own auto_create is on). `sluice up` sets it for its proxy workers, so that topics are created
+    # on first use there as in the single-process merged topology.
+    auto_create_topics: bool = False
     transaction: TransactionCheckConfig = field(default_factory=TransactionCheckConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)

@@ -120,8 +120,10 @@ class ClusterDirectory:
         refresh_s: float,
         brokers: BrokerClientConfig | None = None,
         topics_max: int = CacheConfig.topics_max,
+        auto_create: bool = False,
     ) -> None:
         self._ns = namesrv
+        self._auto_create = auto_create
         self._refresh_s = refresh_s
         self._client = brokers or BrokerClientConfig()
         self._topics_max = topics_max
@@ -164,15 +166,34 @@ class ClusterDirectory:
                 # that was good moments ago stays in use instead of failing clients meanwhile.
                 return cached[1]
             self._routes.pop(topic, None)
-            raise
+            if not self._auto_create:
+                raise
+            return self._cache(topic, await self._create(topic))
         routes = []
         for b in route.brokers:
             self._learn(b.broker_name, b.address)
             routes.append(BrokerRoute(b.broker_name, b.queue_count, b.permission, b.message_types))
+        return self._cache(topic, routes)
+
+    def _cache(self, topic: str, routes: list[BrokerRoute]) -> list[BrokerRoute]:
         if len(self._routes) >= self._topics_max and topic not in self._routes:
             self._routes.clear()  # bounded: the next refresh round asks only for topics still in use
         self._routes[topic] = (time.monotonic(), routes)
         return routes
+
+    async def _create(self, topic: str) -> list[BrokerRoute]:
+        """A topic no NameServer knows, created on the first broker that auto-creates topics (the
+        NameServers learn of it from that broker; the refresh loop then takes their route)."""
+        if not self._brokers:
+            with contextlib.suppress(Unavailable):
+                await self.refresh_brokers()
+        for name in sorted(self._brokers):
+            try:
+                spec = await self._brokers[name].get_topic(topic, auto_create=True)
+            except TopicNotFound:
+                continue  # this broker does not auto-create: try the next
+            return [BrokerRoute(name, spec.queue_count, spec.permission, spec.message_types)]
+        raise TopicNotFound(f"topic {topic} does not exist (and no broker creates topics on first use)")
 
     def _learn(self, name: str, address: str) -> None:
         if self._addresses.get(name) == address:

@@ -57,6 +57,7 @@ from broker.client.api import (
     TransactionResolution,
     TransactionSource,
 )
+from broker.client.coalesce import AckCoalescer
 from common.config import ConfigError
 from common.errors import (
     BadRequest,
@@ -87,6 +88,9 @@ _MS_PER_S = 1000.0
 # call); a broker without it gets SendBatch calls. Bounds of one request, far below the message
 # size limit of the internal RPC:
 MAX_SENDS_PER_BATCH = 64
+# Acks of one (group, topic) that arrive together leave in one Ack call of at most this many handles
+# (broker/client/coalesce.py); far below the internal RPC's message size limit.
+MAX_ACKS_PER_CALL = 256
 MAX_BATCH_BYTES = 8 * 1024 * 1024
 # Sends waiting for their request to leave; beyond it a send is refused (TOO_MANY_REQUESTS) rather
 # than queued without limit behind a slow broker.
@@ -138,6 +142,7 @@ class RemoteBroker:
         self._stream: Any = None
         self._stream_reader: asyncio.Task[None] | None = None
         self._stream_waiting: dict[int, asyncio.Future[pb.SendStreamResponse]] = {}
+        self._acks = AckCoalescer(self._ack_call, max_handles=MAX_ACKS_PER_CALL, target=self._target)
         self._stream_ids = itertools.count(1)
         self._stream_ok = True
 
@@ -185,9 +190,9 @@ class RemoteBroker:
             request = pb.DeleteTopicRequest(name=name)
         await self._call(self._stub.DeleteTopic, request)
 
-    async def get_topic(self, name: str) -> TopicSpec:
+    async def get_topic(self, name: str, *, auto_create: bool = False) -> TopicSpec:
         with _encoding("get_topic"):
-            request = pb.GetTopicRequest(name=name)
+            request = pb.GetTopicRequest(name=name, auto_create=auto_create)
         response = await self._call(self._stub.GetTopic, request)
         return convert.topic_spec_from_pb(response.spec)
 
@@ -450,9 +455,17 @@ class RemoteBroker:
     async def ack(
         self, group: str, topic: str, receipt_handles: list[str], *, ctx: CallContext = NO_CONTEXT
     ) -> list[AckResult]:
+        """Acks that arrive together leave in one call (broker/client/coalesce.py)."""
+        if ctx.expired():
+            raise RequestTimeout(f"{self._target}: the client's deadline passed before the ack")
+        return await self._acks.ack(group, topic, receipt_handles, ctx.deadline, _ids(ctx))
+
+    async def _ack_call(
+        self, group: str, topic: str, handles: list[str], timeout_s: float | None, ids: tuple[str, str]
+    ) -> list[AckResult]:
         with _encoding("ack"):
-            request = pb.AckRequest(group=group, topic=topic, receipt_handles=receipt_handles)
-        response = await self._call(self._stub.Ack, request, ctx=ctx)
+            request = pb.AckRequest(group=group, topic=topic, receipt_handles=handles)
+        response = await self._call(self._stub.Ack, request, timeout_s, ids=ids)
         return [convert.ack_result_from_pb(r) for r in response.results]
 
     async def change_invisible_duration(

@@ -1,4 +1,5 @@
-"""CPU time used during the measured window: by the generator, by watched server processes, by the machine.
+"""CPU time used during the measured window: by the generator, by watched server processes (with their
+child processes, such as proxy workers), by the machine.
 
 On a small shared machine the generator and the servers compete for the same cores, and other work
 may run too. CPU seconds per message are steadier than messages per second under such contention,
@@ -27,10 +28,20 @@ def _ticks_s() -> float:
 _TICK_S = _ticks_s()
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (a `sluice up` and its proxy workers); [] once it is gone."""
+    try:
+        children = (_PROC / str(pid) / "task" / str(pid) / "children").read_text().split()
+    except OSError:
+        return [pid] if (_PROC / str(pid)).exists() else []
+    return [pid, *(p for child in children for p in process_tree(int(child)))]
+
+
 def process_cpu_s(pids: tuple[int, ...]) -> float:
-    """User + system CPU seconds of every thread of `pids` (processes that vanished count 0)."""
+    """User + system CPU seconds of every thread of `pids` and their descendants, as they are now
+    (processes that vanished count 0)."""
     total = 0
-    for pid in pids:
+    for pid in {p for root in pids for p in process_tree(root)}:
         try:
             fields = (_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):

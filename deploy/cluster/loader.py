@@ -62,7 +62,8 @@ SECTIONS: dict[str, tuple[tuple[str, type], ...]] = {
 }
 # Flags the topology sets from an entry's keys; `args` may not repeat them.
 _COMMON_FLAGS = ("--config", "--host", "--port", "--metrics-port", "--log-level")
-_WORKERS = ("--workers", "--reuse-port", "--worker-index")  # the last two are internal to --workers
+# The last four are internal to --workers (deploy/workerpool.py).
+_WORKERS = ("--workers", "--reuse-port", "--worker-index", "--supervisor-pid", "--ops-file")
 RESERVED_FLAGS: dict[str, frozenset[str]] = {
     "etcd": frozenset((*_COMMON_FLAGS, "--name", "--peer-port", "--data-dir")),
     "nameserver": frozenset(_COMMON_FLAGS),
@@ -210,23 +211,8 @@ def _check_relations(entries: list[_Located]) -> None:
 
 
 def _all_ports(located: _Located) -> dict[str, int]:
-    entry = located.entry
-    roles = {role: port for role, port in entry.port_roles().items() if port}
-    if isinstance(entry, ProxyEntry):
-        for i, port in enumerate(entry.metrics_ports()[1:], start=1):
-            roles[f"metrics_port of worker {i}"] = port
-    return roles
-
-
-def _status_ports(located: _Located) -> dict[str, int]:
-    """The ports `cluster status` shows: every role's, and each proxy worker's metrics port
-    (`metrics_port_1`, ...: worker i serves metrics_port + i)."""
-    entry = located.entry
-    roles = {role: port for role, port in entry.port_roles().items() if port}
-    if isinstance(entry, ProxyEntry):
-        for i, port in enumerate(entry.metrics_ports()[1:], start=1):
-            roles[f"metrics_port_{i}"] = port
-    return roles
+    """Every port of an entry, by role (a proxy's workers share its port and its metrics port)."""
+    return {role: port for role, port in located.entry.port_roles().items() if port}
 
 
 def _address(host: str, port: int) -> str:
@@ -271,7 +257,7 @@ def _spec(
         kind=kind,
         host=host,
         argv=tuple(argv),
-        ports=_status_ports(located),
+        ports=_all_ports(located),
         config=config,
         config_path=config_path,
         data_dir=data_dir,
@@ -294,7 +280,9 @@ def _kind_flags(kind: str, entry: Entry, host: str, data_dir: Path | None, names
         if entry.advertise:
             flags += ["--advertise", entry.advertise]
     elif isinstance(entry, ProxyEntry):
-        flags += ["--namesrv", namesrv, "--proxy-id", entry.name, "--workers", str(entry.workers)]
+        flags += ["--namesrv", namesrv, "--proxy-id", entry.name]
+        if entry.workers:
+            flags += ["--workers", str(entry.workers)]
         if navigation:
             flags += ["--navigation", navigation]
         if entry.zone:
@@ -319,8 +307,6 @@ def _data_dir(entry: Entry, run_dir: Path) -> Path | None:
 
 def _probes(kind: str, entry: Entry, host: str) -> tuple[Probe, ...]:
     target = connect_host(host)
-    if isinstance(entry, ProxyEntry) and entry.metrics_port:
-        return tuple(Probe(target, port, "/readyz") for port in entry.metrics_ports())
     if entry.metrics_port:
         return (Probe(target, entry.metrics_port, "/readyz"),)
     ports = [entry.port, entry.http_port] if isinstance(entry, NavigationEntry) else [entry.port]

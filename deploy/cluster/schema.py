@@ -92,22 +92,18 @@ class BrokerEntry(Entry):
 @dataclass(frozen=True, kw_only=True)
 class ProxyEntry(Entry):
     zone: str = ""
-    workers: int = 1
+    workers: int = 0  # processes on its port (0: the cores the proxy may use); one metrics endpoint for all
     advertise: list[str] = field(default_factory=list)  # [NETWORK=]HOST:PORT, each passed as --advertise
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 1 <= self.workers <= WORKERS_MAX:
-            raise ValueError(f"workers must be in 1..{WORKERS_MAX}, got {self.workers}")
+        if not 0 <= self.workers <= WORKERS_MAX:
+            raise ValueError(f"workers must be in 0..{WORKERS_MAX} (0: one per core), got {self.workers}")
         if not ZONE_PATTERN.fullmatch(self.zone):
             raise ValueError(f"zone {self.zone!r}: use up to 64 letters, digits, '.', '_' and '-'")
         for endpoint in self.advertise:
             if not ENDPOINT_PATTERN.fullmatch(endpoint.partition("=")[2] or endpoint):
                 raise ValueError(f"advertise {endpoint!r}: use [NETWORK=]HOST:PORT")
-
-    def metrics_ports(self) -> list[int]:
-        """Worker i of a proxy serves its metrics on metrics_port + i."""
-        return [self.metrics_port + i for i in range(self.workers)] if self.metrics_port else []
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,6 @@ it leads); every wait is bounded; the state file is rewritten after every change
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -46,6 +45,7 @@ from deploy.cluster import probe, tomlwrite
 from deploy.cluster.errors import ClusterError
 from deploy.cluster.state import ClusterState, ProcessState, now_iso, write_state
 from deploy.cluster.topology import ProcessSpec, Topology
+from deploy.runtime import set_parent_death_signal
 
 log = logging.getLogger("sluice.cluster")
 
@@ -53,7 +53,6 @@ TICK_S = 0.1
 PROBE_INTERVAL_S = 0.25
 KILL_WAIT_S = 5.0
 TAIL_LINES = 20
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -348,9 +347,8 @@ def child_env() -> dict[str, str]:
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the supervisor dies (Linux prctl PR_SET_PDEATHSIG)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    """In the child, before exec: SIGTERM when the supervisor dies."""
+    set_parent_death_signal(signal.SIGTERM)
 
 
 def _kill(popen: subprocess.Popen[bytes]) -> int | None:

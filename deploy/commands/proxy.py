@@ -3,7 +3,8 @@
 It serves `apache.rocketmq.v2.MessagingService` to the official clients and reaches brokers
 through the routes the NameServers report. With `--navigation` it joins the fleet: it announces
 itself (zone, endpoint per network, load) and advertises the fleet's endpoints in routes; on
-SIGTERM it drains (see proxy/server.py). `--workers N` runs N processes on one port.
+SIGTERM it drains (see proxy/server.py). `--workers N` (default: the cores it may use) runs N
+processes on one port under this one (deploy/workerpool.py), with one metrics endpoint for all.
 Configuration: the `[proxy]` table of `--config`, flags override it. Prints one line once
 listening (`proxy listening on HOST:PORT`).
 """
@@ -13,7 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 from common import metrics
 from common.config import ConfigError, load_config
@@ -22,8 +25,8 @@ from common.logs import setup_logging
 from deploy.commands.up import security_overrides
 from deploy.obsflags import add_observability_arguments, metrics_overrides
 from deploy.ops import Readiness, ops_server
-from deploy.runtime import serve
-from deploy.workers import run_workers
+from deploy.runtime import die_with_parent, serve
+from deploy.workerpool import WorkerPool, log_flags, worker_count
 from nameserver.client import NameServerClient, parse_addresses
 from navigation.client import parse_addresses as parse_navigation
 from proxy.app import ProxyApp
@@ -34,6 +37,8 @@ from proxy.server import serve_proxy
 NAME = "proxy"
 HELP = "Run a proxy: the RocketMQ 5 gRPC endpoint for clients, in front of brokers."
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# A worker's operations endpoint: loopback only, for its parent.
+OPS_HOST = "127.0.0.1"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,9 +58,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--proxy-id", help="identity in navigation (default: endpoint-pid)")
     parser.add_argument("--drain-s", type=float, help="after SIGTERM keep serving this long (with navigation or peers)")
-    parser.add_argument("--workers", type=int, default=1, help="processes sharing the port (SO_REUSEPORT)")
+    parser.add_argument(
+        "--workers", type=int,
+        help="processes serving the port (SO_REUSEPORT), one core each (default: the cores this process may use)",
+    )  # fmt: skip
+    # Set by the parent of workers (deploy/workerpool.py), not by people.
     parser.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--supervisor-pid", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ops-file", help=argparse.SUPPRESS)
     parser.add_argument("--auth", choices=("on", "off"), help="require signed requests and access rules (default off)")
     parser.add_argument(
         "--tls-cert", metavar="PEM", help="serve clients over TLS with this certificate (and --tls-key)"
@@ -83,14 +94,11 @@ def _advertise(values: list[str] | None) -> tuple[str | None, dict[str, str] | N
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
-    if args.workers > 1:
-        setup_logging(args.log_level, args.log_json)
-        return run_workers(NAME, sys.argv[2:], args.workers)
+    worker = args.supervisor_pid is not None
+    if worker:
+        die_with_parent(args.supervisor_pid)
+    workers = 1 if worker else worker_count(args.workers)
     default_endpoint, networks = _advertise(args.advertise)
-    proxy_id = f"{args.proxy_id}-w{args.worker_index}" if args.proxy_id and args.reuse_port else args.proxy_id
-    metrics_port = args.metrics_port + args.worker_index if args.metrics_port else args.metrics_port
     config = load_config(
         ProxyConfig, section="proxy", path=args.config,
         overrides={
@@ -98,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
             "namesrv": parse_addresses(args.namesrv) if args.namesrv else None,
             "navigation": parse_navigation(args.navigation) if args.navigation else None, "zone": args.zone,
             "peers": parse_navigation(args.peers) if args.peers else None,
-            "proxy_id": proxy_id, "drain_s": args.drain_s, "reuse_port": args.reuse_port or None,
-            "metrics_port": metrics_port, **metrics_overrides(args),
+            "proxy_id": args.proxy_id, "drain_s": args.drain_s, "reuse_port": args.reuse_port or None,
+            "metrics_port": args.metrics_port, **metrics_overrides(args),
             **security_overrides(args),
         },
     )  # fmt: skip
@@ -107,24 +115,63 @@ def run(args: argparse.Namespace) -> int:
         config.tls.read()  # a missing certificate is a one-line error before anything starts
     if not config.namesrv:
         raise ConfigError("--namesrv is required (or namesrv in the [proxy] table of the config file)")
+    if config.reuse_port and config.proxy_id:
+        config = replace(config, proxy_id=f"{config.proxy_id}-w{args.worker_index}")
     setup_logging(args.log_level, args.log_json)
     metrics.configure(config.metrics)
+    if workers > 1:
+        return serve_workers(config, workers, log_flags(args.log_level, args.log_json))
+    if worker:
+        ops_file = args.ops_file
+        return serve(lambda stop: serve_one(config, stop, ops_file=ops_file))
+    return serve(lambda stop: serve_one(config, stop, on_listening=print_listening))
+
+
+def print_listening(address: str) -> None:
+    print(f"proxy listening on {address}", flush=True)
+
+
+async def serve_one(
+    config: ProxyConfig,
+    stop: asyncio.Event,
+    *,
+    on_listening: Callable[[str], None] | None = None,
+    ops_file: str | None = None,
+) -> int:
+    """One proxy process. A worker (`ops_file`) serves its operations endpoint on an ephemeral
+    loopback port and writes that port to `ops_file` for its parent, which announces the pool."""
+    readiness = Readiness()
+    readiness.set("proxy", False)
+    directory = ClusterDirectory(NameServerClient(config.namesrv), refresh_s=config.route_refresh_s,
+                                 brokers=config.brokers, topics_max=config.caches.topics_max,
+                                 auto_create=config.auto_create_topics)  # fmt: skip
+    with contextlib.suppress(Unavailable):
+        await directory.refresh_brokers()
+    directory.start()
+
+    def ops_ready(port: int) -> None:
+        assert ops_file is not None
+        Path(ops_file).write_text(f"{OPS_HOST}:{port}\n")
+
+    try:
+        ops = (ops_server(OPS_HOST, 0, readiness, on_ready=ops_ready) if ops_file
+               else ops_server(config.host, config.metrics_port, readiness))  # fmt: skip
+        async with ops:
+            await serve_proxy(ProxyApp(config, directory), stop, on_ready=on_listening,
+                              on_readiness=lambda ok: readiness.set("proxy", ok))  # fmt: skip
+    finally:
+        await directory.close()
+    return 0
+
+
+def serve_workers(config: ProxyConfig, count: int, log_flags: list[str]) -> int:
+    """`count` workers serving `config`; this process supervises them and serves the operations
+    endpoint (`metrics_port`) for all of them."""
+    pool = WorkerPool(config, count, log_flags)
 
     async def main(stop: asyncio.Event) -> int:
-        readiness = Readiness()
-        readiness.set("proxy", False)
-        directory = ClusterDirectory(NameServerClient(config.namesrv), refresh_s=config.route_refresh_s,
-                                     brokers=config.brokers, topics_max=config.caches.topics_max)  # fmt: skip
-        with contextlib.suppress(Unavailable):
-            await directory.refresh_brokers()
-        directory.start()
-        try:
-            async with ops_server(config.host, config.metrics_port, readiness):
-                app = ProxyApp(config, directory)
-                await serve_proxy(app, stop, on_ready=lambda a: print(f"proxy listening on {a}", flush=True),
-                                  on_readiness=lambda ok: readiness.set("proxy", ok))  # fmt: skip
-        finally:
-            await directory.close()
-        return 0
+        async with ops_server(config.host, config.metrics_port, Readiness(), children=pool):
+            return await pool.run(stop, on_ready=lambda: print_listening(
+                f"{config.host}:{config.port} ({count} workers)"))  # fmt: skip
 
     return serve(main)

@@ -1,8 +1,13 @@
-"""`sluice up`: the merged topology — NameServer, broker and proxy in one process.
+"""`sluice up`: the merged topology — NameServer, broker and proxy started by one command.
 
-The proxy calls the broker in-process (no serialisation); the broker also serves its internal
-gRPC service and registers with the embedded NameServer, so `sluice admin --namesrv
-127.0.0.1:9876 ...` works against it. Topics and groups are created on first use unless
+One Python process uses one core. With `--workers N` (default: one per core on a machine with at
+least MERGED_WORKERS_MIN_CORES usable cores, else 1) the client-facing proxy runs in N worker
+processes on the client port (deploy/workerpool.py); this process keeps the NameServer and the
+broker, which the workers reach over the broker's internal gRPC port as separate proxies would,
+and serves one metrics endpoint for all of them. With one worker all of it runs in this one
+process and the proxy calls the broker in-process (no serialisation). Either way the broker
+registers with the embedded NameServer, so `sluice admin --namesrv 127.0.0.1:9876 ...` works
+against it. Topics and groups are created on first use unless
 `--no-auto-create` is given. Configuration: the `[nameserver]`, `[broker]` and `[proxy]` tables of
 `--config`, with flags overriding them. Stops in reverse order on SIGTERM/SIGINT.
 """
@@ -12,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+from dataclasses import replace
 
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
@@ -19,6 +25,7 @@ from broker.server import run_broker
 from common import metrics
 from common.config import load_config, read_toml
 from common.logs import setup_logging
+from deploy.cluster.topology import connect_host
 from deploy.console.config import ConsoleConfig
 from deploy.console.server import run_console
 from deploy.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
@@ -26,6 +33,14 @@ from deploy.ops import Readiness, ops_server
 from deploy.ports import require_free
 from deploy.runtime import serve
 from deploy.tierflags import add_tier_arguments, tier_overrides
+from deploy.workerpool import (
+    MERGED_WORKERS_MIN_CORES,
+    WorkerPool,
+    available_cores,
+    log_flags,
+    merged_workers,
+    worker_count,
+)
 from nameserver.config import NameServerConfig
 from nameserver.service import run_nameserver
 from proxy.app import ProxyApp
@@ -36,7 +51,7 @@ from proxy.server import serve_proxy
 log = logging.getLogger("sluice.up")
 
 NAME = "up"
-HELP = "Run the merged topology (NameServer + broker + proxy in one process) on an embedded default."
+HELP = "Run the merged topology (NameServer + broker + proxy, one command) on an embedded default."
 LOG_LEVELS = ("debug", "info", "warning", "error")
 STARTUP_TIMEOUT_S = 60.0
 # The ops endpoint's default port is the client port plus this: on by default, and a second
@@ -58,6 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--broker-port", type=int, help="broker's internal port (default 10911)")
     parser.add_argument("--flush", choices=("sync", "async"), help="acknowledge after fsync (sync) or write (async)")
     parser.add_argument("--no-auto-create", action="store_true", help="do not create topics and groups on first use")
+    parser.add_argument(
+        "--workers", type=int,
+        help="proxy processes serving the client port, one core each (default: one per core from "
+        f"{MERGED_WORKERS_MIN_CORES} usable cores on, else 1: everything in one process)",
+    )  # fmt: skip
     parser.add_argument("--auth", choices=("on", "off"), help="require signed requests and access rules (default off)")
     parser.add_argument(
         "--tls-cert", metavar="PEM", help="serve clients over TLS with this certificate (and --tls-key)"
@@ -140,6 +160,7 @@ def security_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    workers = worker_count(args.workers, default=merged_workers(available_cores()))
     ns_cfg, broker_cfg, proxy_cfg = configs(args)
     console_cfg = console_config(args, ns_cfg, proxy_cfg)
     if proxy_cfg.tls.enabled:
@@ -152,17 +173,38 @@ def run(args: argparse.Namespace) -> int:
     # One process, one switch: the proxy's table decides (the flag sets both).
     metrics.configure(proxy_cfg.metrics)
 
-    def proxy_ready(address: str) -> None:
-        print(f"proxy listening on {address} (clients connect here)", flush=True)
+    def proxy_ready(address: str, how: str = "") -> None:
+        print(f"proxy listening on {address} (clients connect here{how})", flush=True)
         if metrics_port:
             print(f"metrics on http://{proxy_cfg.host}:{metrics_port}/metrics (health: /healthz, /readyz)", flush=True)
+
+    pool: WorkerPool | None = None
+    if workers > 1:
+        # The workers are proxies of the embedded NameServer's cluster, creating topics on first
+        # use where the broker does; the parent's endpoint serves their metrics.
+        worker_cfg = replace(proxy_cfg, namesrv=[f"{connect_host(ns_cfg.host)}:{ns_cfg.port}"],
+                             auto_create_topics=broker_cfg.auto_create, metrics_port=0)  # fmt: skip
+        pool = WorkerPool(worker_cfg, workers, log_flags(args.log_level, args.log_json))
+
+    async def serve_clients(broker: LocalBroker, stop: asyncio.Event, readiness: Readiness) -> None:
+        if pool is None:
+            directory = LocalDirectory(broker, topics_max=proxy_cfg.caches.topics_max)
+            await serve_proxy(ProxyApp(proxy_cfg, directory), stop, on_ready=proxy_ready,
+                              on_readiness=lambda ok: readiness.set("proxy", ok))  # fmt: skip
+            return
+        readiness.set("proxy", True)  # the workers' readiness is the pool's (ops_server children)
+        address = f"{proxy_cfg.host}:{proxy_cfg.port}"
+        code = await pool.run(stop, on_ready=lambda: proxy_ready(address, f"; {workers} worker processes"))
+        if code:
+            raise SystemExit(f"proxy workers could not be kept running on {address}; see the log above")
 
     async def main(stop: asyncio.Event) -> int:
         ns_stop, broker_stop = asyncio.Event(), asyncio.Event()
         broker_ready: asyncio.Future[LocalBroker] = asyncio.get_running_loop().create_future()
         readiness = Readiness()
         readiness.set("proxy", False)
-        async with ops_server(proxy_cfg.host, metrics_port, readiness), asyncio.TaskGroup() as tasks:
+        ops = ops_server(proxy_cfg.host, metrics_port, readiness, children=pool)
+        async with ops, asyncio.TaskGroup() as tasks:
             ns_task = tasks.create_task(run_nameserver(
                 ns_cfg, ns_stop, on_ready=lambda a: print(f"nameserver listening on {a}", flush=True)))  # fmt: skip
             broker_task = tasks.create_task(run_broker(
@@ -173,9 +215,7 @@ def run(args: argparse.Namespace) -> int:
                 broker = await asyncio.wait_for(asyncio.shield(broker_ready), STARTUP_TIMEOUT_S)
                 if console_cfg is not None:
                     tasks.create_task(_console(console_cfg, console_stop))
-                directory = LocalDirectory(broker, topics_max=proxy_cfg.caches.topics_max)
-                await serve_proxy(ProxyApp(proxy_cfg, directory), stop, on_ready=proxy_ready,
-                                  on_readiness=lambda ok: readiness.set("proxy", ok))  # fmt: skip
+                await serve_clients(broker, stop, readiness)
             finally:
                 console_stop.set()
                 broker_stop.set()

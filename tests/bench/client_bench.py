@@ -195,16 +195,17 @@ def start_echo(root: Path) -> tuple[Server, str]:
     return Server("echo", [child.pid], [child.stop]), f"{LOOPBACK}:{port}"
 
 
-def start_merged(root: Path) -> tuple[Server, str, str]:
+def start_merged(root: Path, workers: list[str]) -> tuple[Server, str, str]:
     port, ns_port, broker_port = free_port(), free_port(), free_port()
     argv = [*SLUICE_ARGV, "up", "--data-dir", str(root / "merged"), "--port", str(port), "--namesrv-port",
-            str(ns_port), "--broker-port", str(broker_port), "--flush", "async", "--log-level", "warning"]  # fmt: skip
+            str(ns_port), "--broker-port", str(broker_port), "--flush", "async", "--log-level", "warning",
+            "--console-port", "-1", *workers]  # fmt: skip
     child = start_process(argv, port=port, log_path=root / "merged.log", name="sluice-up", timeout_s=START_TIMEOUT_S)
     _wait_line(child, "proxy listening on")
     return Server("merged", [child.pid], [child.stop]), f"{LOOPBACK}:{port}", f"{LOOPBACK}:{ns_port}"
 
 
-def start_separated(root: Path) -> tuple[Server, str, str]:
+def start_separated(root: Path, workers: list[str]) -> tuple[Server, str, str]:
     children: list[ChildProcess | ServerProcess] = []
     try:
         ns = start_nameserver_process(root, "--log-level", "warning", timeout_s=START_TIMEOUT_S)
@@ -212,7 +213,8 @@ def start_separated(root: Path) -> tuple[Server, str, str]:
         children.append(start_broker_process(root, name="broker-a", namesrv=ns.address,
                                              extra_args=["--flush", "async", "--log-level", "warning"]))  # fmt: skip
         port = free_port()
-        argv = [*SLUICE_ARGV, "proxy", "--namesrv", ns.address, "--port", str(port), "--log-level", "warning"]
+        argv = [*SLUICE_ARGV, "proxy", "--namesrv", ns.address, "--port", str(port), "--log-level", "warning",
+                *workers]  # fmt: skip
         proxy = start_process(argv, port=port, log_path=root / "proxy.log", name="sluice-proxy")
         children.append(proxy)
         _wait_line(proxy, "proxy listening on")
@@ -271,14 +273,6 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
             return
 
 
-def _tree(pid: int) -> list[int]:
-    """`pid` and its descendants (RabbitMQ's CPU is in beam.smp, a child of the start script)."""
-    out = [pid]
-    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split() if Path(f"/proc/{pid}").exists() else []:
-        out += _tree(int(child))
-    return out
-
-
 def start_nats(root: Path) -> tuple[Server, str]:
     binary = shutil.which("nats-server")
     if binary is None:
@@ -305,7 +299,7 @@ def start_rabbitmq(root: Path) -> tuple[Server, str]:
            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}"}  # fmt: skip
     proc = _popen_server("rabbitmq", [str(script)], root, env)
     _wait_port(port, proc, "rabbitmq-server", timeout_s=90.0)
-    return Server("rabbitmq", _tree(proc.pid), [lambda: _stop_group(proc)]), f"amqp://guest:guest@{LOOPBACK}:{port}/"
+    return Server("rabbitmq", [proc.pid], [lambda: _stop_group(proc)]), f"amqp://guest:guest@{LOOPBACK}:{port}/"
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -379,7 +373,7 @@ def run(args: argparse.Namespace, root: Path) -> list[Row]:
     topologies = ("merged", "separated") if args.topology == "both" else (args.topology,)
     for name in topologies:
         starter = start_merged if name == "merged" else start_separated
-        server, endpoint, namesrv = starter(root / name)
+        server, endpoint, namesrv = starter(root / name, ["--workers", str(args.workers)] if args.workers else [])
         try:
             rows += sluice_rows(name, server, endpoint, namesrv, args.seconds, modules)
         finally:
@@ -432,6 +426,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=8.0, help="measured seconds per phase (default 8)")
     ap.add_argument("--topology", choices=("merged", "separated", "both"), default="merged")
+    ap.add_argument("--workers", type=int, help="proxy worker processes (default: Sluice's default, one per core)")
     ap.add_argument("--install-peers", action="store_true", help="apt-get/pip install RabbitMQ, NATS and their clients")
     ap.add_argument("--no-node", action="store_true", help="skip the official Node.js client")
     ap.add_argument("--no-peers", action="store_true", help="skip RabbitMQ and NATS")

@@ -46,9 +46,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from deploy.bench.cpu import process_tree  # noqa: E402
 from tests.e2e.support.fleet import Fleet, start_fleet  # noqa: E402
 
 SLUICE = [sys.executable, "-m", "deploy.cli"]
@@ -122,41 +125,36 @@ class Phase:
 # -- the fleet ------------------------------------------------------------------------------------
 
 
-def metrics_ports(fleet: Fleet, name: str) -> list[int]:
-    """A process's metrics ports: worker i of a proxy serves on metrics_port + i."""
-    spec = fleet.record(name)
-    workers = int(_flag(spec["command"], "--workers") or 1)
-    return [int(spec["ports"]["metrics_port"]) + i for i in range(workers)]
-
-
-def _flag(argv: list[str], flag: str) -> str | None:
-    return argv[argv.index(flag) + 1] if flag in argv else None
-
-
-def cpu_seconds(port: int) -> float:
+def cpu_seconds(port: int) -> list[float]:
+    """`process_cpu_seconds_total` from one metrics endpoint: each worker's (label `worker`, in
+    index order) where the process has workers (their supervisor's own few polls are left out),
+    else the process's own."""
+    own: list[float] = []
+    workers: dict[int, float] = {}
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=HTTP_TIMEOUT_S) as answer:
-        for line in answer.read().decode().splitlines():
-            if line.startswith("process_cpu_seconds_total "):
-                return float(line.split()[1])
+        for family in text_string_to_metric_families(answer.read().decode()):
+            if family.name == "process_cpu_seconds":
+                for sample in family.samples:
+                    if "worker" in sample.labels:
+                        workers[int(sample.labels["worker"])] = sample.value
+                    else:
+                        own.append(sample.value)
+    if workers:
+        return [workers[i] for i in sorted(workers)]
+    if own:
+        return own
     raise RuntimeError(f"no process_cpu_seconds_total on :{port}/metrics")
 
 
 def process_cpu(fleet: Fleet) -> dict[str, list[float]]:
     """CPU seconds so far of every process of the topology, per worker, from /metrics."""
-    names = [p["name"] for p in fleet.state()["processes"]]
-    return {n: [cpu_seconds(port) for port in metrics_ports(fleet, n)] for n in names}
+    return {p["name"]: cpu_seconds(int(fleet.record(p["name"])["ports"]["metrics_port"]))
+            for p in fleet.state()["processes"]}  # fmt: skip
 
 
 def server_pids(fleet: Fleet) -> list[int]:
     """Every process of the topology, with the workers of proxies started with --workers."""
-    pids: list[int] = []
-    for proc in fleet.state()["processes"]:
-        pid = int(proc["pid"])
-        pids.append(pid)
-        children = Path(f"/proc/{pid}/task/{pid}/children")
-        if children.exists():
-            pids += [int(c) for c in children.read_text().split()]
-    return pids
+    return [pid for proc in fleet.state()["processes"] for pid in process_tree(int(proc["pid"]))]
 
 
 # -- measuring ------------------------------------------------------------------------------------

@@ -53,8 +53,13 @@ def sick(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     config.write_text(CONFIG)
     ports = [free_port(), free_port()]
     peers = ";".join(f"{LOOPBACK}:{port}" for port in ports)  # each proxy leaves itself out
+    # One process per proxy: route caches and in-flight limits are a process's own, and these tests
+    # measure those of the proxy they talk to (a proxy's workers each have theirs; docs/workers.md).
     cluster = start_separated(
-        root / "cluster", config=config, proxy_args=["--peers", peers, "--drain-s", "0"], proxy_ports=ports
+        root / "cluster",
+        config=config,
+        proxy_args=["--peers", peers, "--drain-s", "0", "--workers", "1"],
+        proxy_ports=ports,
     )
     try:
         yield cluster

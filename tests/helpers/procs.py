@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+# Re-exported for the end-to-end helpers; stdlib only, safe beside the official client's protobufs.
+from deploy.bench.cpu import process_tree as process_tree
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 DEFAULT_START_TIMEOUT_S = 15.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tests.helpers.procs import LOOPBACK, REPO_ROOT, free_port, port_open, start
 
 SLUICE = [sys.executable, "-m", "deploy.cli"]
 RUN_TIMEOUT_S = 60.0
+UP_START_TIMEOUT_S = 60.0  # its proxy workers start after it: two Python start-ups in a row
 
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -47,11 +49,15 @@ def test_up_serves_metrics_by_default_and_prints_where(tmp_path: Path) -> None:
         pytest.skip(f"the default metrics port {metrics_port} of client port {port} is not usable here")
     argv = [*SLUICE, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port), "--namesrv-port",
             str(free_port()), "--broker-port", str(free_port())]  # fmt: skip
-    child = start_process(argv, port=port, log_path=tmp_path / "up.log", name="up")
+    child = start_process(argv, port=port, log_path=tmp_path / "up.log", name="up", timeout_s=UP_START_TIMEOUT_S)
     try:
         with urllib.request.urlopen(f"http://{LOOPBACK}:{metrics_port}/metrics", timeout=10) as answer:
             assert b"sluice_" in answer.read()
-        assert f"metrics on http://{LOOPBACK}:{metrics_port}/metrics" in child.output()
+        # Printed once every proxy worker is ready, which may be after the first one listens.
+        deadline = time.monotonic() + UP_START_TIMEOUT_S
+        while f"metrics on http://{LOOPBACK}:{metrics_port}/metrics" not in child.output():
+            assert time.monotonic() < deadline and child.running(), child.tail()
+            time.sleep(0.1)
     finally:
         assert child.stop() == 0, child.tail()
 

@@ -66,8 +66,8 @@ def test_separated_topology_builds_the_command_lines(tmp_path: Path) -> None:
     argv = " ".join(proxy.argv)
     for part in ("--navigation 127.0.0.1:9877", "--zone zone-b", "--workers 2", "--proxy-id proxy-b"):
         assert part in argv
-    assert [p.port for p in proxy.probes] == [8182, 8183], "every worker's metrics port"
-    assert (proxy.ports["metrics_port"], proxy.ports["metrics_port_1"]) == (8182, 8183), "status shows every worker's"
+    assert [p.port for p in proxy.probes] == [8182], "one metrics endpoint answers for every worker"
+    assert proxy.ports["metrics_port"] == 8182 and "metrics_port_1" not in proxy.ports
     assert proxy.stop_timeout_s == topology.settings.stop_timeout_s + 2.0, "plus the proxy's drain_s"
 
 
@@ -128,8 +128,6 @@ BAD_FILES = [
     ("port zero", NAMESERVER + '[[broker]]\nname = "b"\nport = 0\n', "port 0 is out of range 1..65535"),
     ("same name", NAMESERVER + BROKER + BROKER.replace("10911", "10912"), "name 'broker-a' is used twice"),
     ("same port", NAMESERVER + BROKER + PROXY.replace("8081", "9976"), "port 9976 is used twice (ns metrics_port"),
-    ("worker port", NAMESERVER + PROXY + "metrics_port = 9000\nworkers = 2\n" + BROKER.replace("10911", "9001"),
-     "port 9001 is used twice (broker-a port and proxy-a metrics_port of worker 1)"),
     ("merged and separated", NAMESERVER + '[[up]]\nname = "u"\nport = 1\nnamesrv_port = 2\nbroker_port = 3\n',
      "merged ([[up]] only) or separated"),
     ("no nameserver", PROXY, "brokers and proxies need a NameServer"),
@@ -141,7 +139,7 @@ BAD_FILES = [
     ("reserved config key", NAMESERVER + BROKER + "[config.broker]\nport = 1\n", "broker.port of broker-a are set by"),
     ("unknown flag", NAMESERVER + BROKER + 'args = ["--bogus"]\n', "sluice broker has no flag --bogus"),
     ("reserved flag", NAMESERVER + BROKER + 'args = ["--port", "1"]\n', "--port is set by the topology"),
-    ("workers", NAMESERVER + PROXY + "workers = 0\n", "workers must be in 1..64"),
+    ("workers", NAMESERVER + PROXY + "workers = -1\n", "workers must be in 0..64 (0: one per core)"),
     ("zone", NAMESERVER + PROXY + 'zone = "a b"\n', "zone 'a b'"),
     ("advertise", NAMESERVER + PROXY + 'advertise = ["nowhere"]\n', "advertise 'nowhere'"),
     ("wildcard", NAMESERVER + PROXY + 'host = "0.0.0.0"\n', "proxy proxy-a listens on '0.0.0.0': set advertise"),

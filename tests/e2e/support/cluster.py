@@ -2,12 +2,14 @@
 
 Two topologies, one `Cluster` object:
 
-- **merged**: one `sluice up` process (NameServer + broker + proxy), free ports, its own data dir.
+- **merged**: one `sluice up` command (NameServer + broker + proxy; the proxy in worker processes
+  with `extra_args=["--workers", "N"]`), free ports, its own data dir.
   Started with `--no-auto-create` by default, so both topologies behave alike: every topic and
   group a test uses is created with `sluice admin`, and an unknown topic is TOPIC_NOT_FOUND.
 - **separated**: `sluice nameserver`, two `sluice broker` (broker-a, broker-b, own data dirs) and two
-  `sluice proxy --namesrv ...`. The client endpoint string names both proxies
-  (`"127.0.0.1:P1;127.0.0.1:P2"`); the Python client connects pick-first.
+  `sluice proxy --namesrv ...` (the first with its default workers, the second `--workers 1`). The
+  client endpoint string names both proxies (`"127.0.0.1:P1;127.0.0.1:P2"`); the Python client
+  connects pick-first.
 
 Every process serves its ops endpoint (`--metrics-port`, /metrics, /loglevel) on a free port of its
 own, listed in `Cluster.ops` by process name. Topics and groups are created through `sluice admin`
@@ -31,10 +33,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.procs import LOOPBACK, REPO_ROOT, ChildProcess, ProcessStartError, free_port, start_process
+from tests.helpers.procs import (
+    LOOPBACK,
+    REPO_ROOT,
+    ChildProcess,
+    ProcessStartError,
+    free_port,
+    process_tree,
+    start_process,
+)
 
 SLUICE = [sys.executable, "-m", "deploy.cli"]
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 ADMIN_TIMEOUT_S = 30.0
 BROKER_NAMES = ("broker-a", "broker-b")
@@ -117,10 +127,16 @@ class Cluster:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def kill(self, name: str) -> None:
-        """SIGKILL one process (a crash), remembered so that teardown expects it dead."""
+        """SIGKILL one process (a crash), remembered so that teardown expects it dead. Returns once
+        its children (proxy workers, which die with it) are gone too: they hold its port."""
         self.killed.add(name)
-        self.processes[name].signal(signal.SIGKILL)
-        self.processes[name].popen.wait(timeout=STOP_TIMEOUT_S)
+        child = self.processes[name]
+        children = process_tree(child.pid)[1:]
+        child.signal(signal.SIGKILL)
+        child.popen.wait(timeout=STOP_TIMEOUT_S)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def stop(self) -> list[str]:
         """Stop every process, newest first; returns problems (non-zero exits, survivors)."""
@@ -160,6 +176,8 @@ def _start(
     cluster: Cluster, name: str, argv: Sequence[str], port: int, ready_line: str, *, log_name: str = ""
 ) -> ChildProcess:
     cluster.launches[name] = (list(argv), port, ready_line)
+    log_path = cluster.root / f"{log_name or name}.log"
+    logged = log_path.stat().st_size if log_path.exists() else 0  # a restart appends to the same log
     ops_port = free_port()
     cluster.ops[name] = f"{LOOPBACK}:{ops_port}"
     child = start_process([*argv, "--metrics-port", str(ops_port)], port=port,
@@ -167,7 +185,7 @@ def _start(
                           timeout_s=START_TIMEOUT_S)  # fmt: skip
     cluster.processes[name] = child
     deadline = time.monotonic() + START_TIMEOUT_S
-    while ready_line not in child.output():
+    while ready_line not in child.output()[logged:]:  # this start's line, not an earlier one's
         if not child.running() or time.monotonic() >= deadline:
             raise ProcessStartError(f"{name} did not print {ready_line!r}; last lines:\n{child.tail()}")
         time.sleep(0.05)
@@ -212,8 +230,10 @@ def start_separated(
         _wait_for_brokers(cluster, len(BROKER_NAMES))
         for i in range(2):
             port = proxy_ports[i] if proxy_ports else free_port()
+            # The first proxy runs its default worker processes (one per core), the second one process.
+            workers = ["--workers", "1"] if i == 1 and "--workers" not in proxy_args else []
             argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), *_config_args(config),
-                    *proxy_args]  # fmt: skip
+                    *workers, *proxy_args]  # fmt: skip
             _start(cluster, f"proxy-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
             cluster.proxies.append(f"{LOOPBACK}:{port}")
     except BaseException:

@@ -212,7 +212,7 @@ class Fleet:
         port, metrics_port = free_port(), free_port()
         argv = [*SLUICE, "proxy", "--host", LOOPBACK, "--port", str(port), "--namesrv", self.namesrv,
                 "--navigation", self.navigation, "--zone", zone, "--proxy-id", name, "--drain-s", f"{drain_s:g}",
-                "--metrics-port", str(metrics_port)]  # fmt: skip
+                "--metrics-port", str(metrics_port), "--workers", "1"]  # fmt: skip
         child = start_process(argv, port=port, log_path=self.run_dir / "logs" / f"{name}.log", name=name,
                               timeout_s=START_TIMEOUT_S)  # fmt: skip
         self.extra[name] = child
@@ -266,13 +266,12 @@ def derived_topology(shipped: Mapping[str, Any], restart_delay_s: float | None) 
 
 
 def topology_ports(topology: Mapping[str, Any]) -> list[int]:
-    """Every port the topology binds (before an offset): ports, HTTP ports, each worker's metrics port."""
+    """Every port the topology binds (before an offset): ports, HTTP ports, metrics ports (a proxy's
+    workers share its ports)."""
     ports: list[int] = []
     for kind in ("nameserver", "navigation", "broker", "proxy", "up"):
         for entry in topology.get(kind, []):
             ports += [int(v) for k, v in entry.items() if (k == "port" or k.endswith("_port")) and v]
-            if kind == "proxy" and entry.get("metrics_port"):
-                ports += [int(entry["metrics_port"]) + i for i in range(1, int(entry.get("workers", 1)))]
     return ports
 
 

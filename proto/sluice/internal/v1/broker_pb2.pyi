@@ -336,10 +336,12 @@ class DeleteTopicResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class GetTopicRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "auto_create")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    AUTO_CREATE_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    auto_create: bool
+    def __init__(self, name: _Optional[str] = ..., auto_create: _Optional[bool] = ...) -> None: ...
 
 class GetTopicResponse(_message.Message):
     __slots__ = ("spec",)
