@@ -50,6 +50,7 @@ POLL_S = 0.5
 # `sluice up` runs proxy workers by default from this many usable cores on (merged_workers).
 MERGED_WORKERS_MIN_CORES = 4
 PROBE_TIMEOUT_S = 2.0
+UNANSWERED_NOT_READY = 3  # probes in a row without an answer before a worker counts as not ready
 
 
 def available_cores() -> int:
@@ -92,6 +93,7 @@ class _Worker:
     restarts: int = 0
     ready: bool = False
     ops: str = ""  # host:port of its operations endpoint, once it wrote its ops file
+    unanswered: int = 0  # probes in a row that got no answer
 
 
 @dataclass
@@ -129,7 +131,7 @@ class WorkerPool:
         assert self._run_dir is not None
         ops_file = self._run_dir / f"worker-{w.index}.ops"
         ops_file.unlink(missing_ok=True)
-        w.ready, w.ops = False, ""
+        w.ready, w.ops, w.unanswered = False, "", 0
         argv = [sys.executable, "-m", "deploy.cli", "proxy", "--config", str(self._run_dir / "proxy.toml"),
                 "--reuse-port", "--worker-index", str(w.index), "--supervisor-pid", str(os.getpid()),
                 "--ops-file", str(ops_file), *self.log_args]  # fmt: skip
@@ -178,8 +180,13 @@ class WorkerPool:
         try:
             async with http.get(f"http://{w.ops}/readyz") as response:
                 w.ready = response.status == 200
+                w.unanswered = 0
         except (aiohttp.ClientError, TimeoutError):
-            w.ready = False
+            # A worker busy for a moment (a loaded machine) stays as it was; one that does not
+            # answer several probes in a row is not ready. A worker that answers 503 is not ready at once.
+            w.unanswered += 1
+            if w.unanswered >= UNANSWERED_NOT_READY:
+                w.ready = False
 
     async def _stop_all(self) -> None:
         running = [w.proc for w in self._workers if w.proc is not None and w.proc.poll() is None]
