@@ -29,6 +29,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from broker.client.api import (
     GroupInfo,
@@ -47,10 +48,11 @@ from broker.client.api import (
 )
 from broker.config import LimitsConfig, LiteConfig
 from broker.consumer import PopEngine, _Cold, now_ms
-from broker.filter import MessageFilter
+from broker.filter import MessageFilter, TagFilter
+from broker.lite.heads import deliver_heads, read_heads
 from broker.lite.state import LiteRecord, LiteState
 from broker.longpoll import LongPollHub, group_key, topic_key
-from broker.messages import to_record, validate_message
+from broker.messages import COLUMNS_MIN, plainly_valid, records_at, validate_message
 from broker.popstate import PopBatch, PopState, queue_key
 from broker.store.store import MessageStore
 from broker.trace import TraceRecorder
@@ -71,6 +73,7 @@ MAX_READY_CHECKS = 4_096  # lite topics a pop looks at, at most (the rotation co
 
 
 _LITE_ONLY = frozenset({MessageType.LITE})
+_MESSAGE_ID, _BORN_HOST = attrgetter("message_id"), attrgetter("born_host")
 
 
 def is_lite(spec: TopicSpec) -> bool:
@@ -155,28 +158,26 @@ class LiteService:
         return found, set(missing)
 
     async def send(self, spec: TopicSpec, messages: list[OutgoingMessage], clients: list[str]) -> list[SendResult]:
+        """Store each message in its lite topic's queue: one append, one trace item, validated
+        column by column (message by message only to name the error of a batch that fails)."""
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
-        names: list[str] = []
-        for msg in messages:
-            validate_message(msg, info, self._limits)
-            name = msg.system_properties.get(SYSPROP_LITE_TOPIC)
-            if name is None:
-                raise IllegalLiteTopic(f"topic {spec.name} is a LITE topic: a message needs a lite topic")
-            names.append(validate_lite_topic_name(name, self._cfg.max_name_chars))
+        if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, self._limits, _LITE_ONLY):
+            for msg in messages:
+                validate_message(msg, info, self._limits)
+        named = [m.system_properties.get(SYSPROP_LITE_TOPIC) for m in messages]
+        if None in named:
+            raise IllegalLiteTopic(f"topic {spec.name} is a LITE topic: a message needs a lite topic")
+        names = [n for n in named if n is not None]
+        for name in set(names):
+            validate_lite_topic_name(name, self._cfg.max_name_chars)
         tid = self.state.topic_id(spec.name, create=True)
         assert tid is not None
         records, _ = self.resolve(spec, tid, names, now_ms(), write=True)
         qids = [records[name].queue_id for name in names]
-        host = self._host
-        results = await self._store.append(
-            [to_record(spec.name, q, m, host) for q, m in zip(qids, messages, strict=True)]
-        )
-        out = []
-        sent = self._trace.sent
-        for msg, qid, r, client in zip(messages, qids, results, clients, strict=True):
-            sent(spec.name, qid, r.queue_offset, r.queue_offset + 1, client, msg.born_host)
-            out.append(SendResult(msg.message_id, qid, r.queue_offset))
-        return out
+        results = await self._store.append(records_at(spec.name, qids, messages, self._host))
+        offsets = [r.queue_offset for r in results]
+        self._trace.sent_each(spec.name, list(zip(qids, offsets, clients, map(_BORN_HOST, messages), strict=True)))
+        return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets))
 
     def on_dispatch(self, touched: Iterable[tuple[str, int]]) -> None:
         """Mark dispatched lite queues ready for the clients that watch them, and wake those."""
@@ -258,9 +259,10 @@ class LiteService:
         for name in removed:
             self._watch_drop(client, name)
         for name in added:
-            qid = records[name].queue_id
-            self._watch_add(client, name, qid)
-            client.ready[qid] = None
+            self._watch_add(client, name, records[name].queue_id)
+        # Ready: what may hold a message for the group now, i.e. what was added or had its start
+        # moved; a lite topic this sync created is empty, and its first dispatch makes it ready.
+        client.ready.update((records[name].queue_id, None) for name in (added | starts) & new if name not in created)
         if sync.version:
             client.version = sync.version
         if added:
@@ -317,6 +319,9 @@ class LiteService:
     def _pop_once(
         self, client: _Client, group: GroupInfo, topic: str, filt: MessageFilter, n: int, invisible_ms: int
     ) -> list[StoredMessage]:
+        """Redeliveries first, then one new message from each of up to n lite topics taken round
+        robin from the client's `ready` ones (those that may hold a message for it), skipping lite
+        topics with a message in flight for the group (their order)."""
         now = now_ms()
         until = now + invisible_ms
         out: list[StoredMessage] = []
@@ -325,21 +330,37 @@ class LiteService:
         engine = self._engine
         g = client.group
         engine._redeliver(group, topic, client.qids, filt, n, now, until, batch, out, set(), cold)
+        plain = isinstance(filt, TagFilter) and filt.tags is None
         inflight = self._pop.inflight
         ready = client.ready
-        for _ in range(min(len(ready), MAX_READY_CHECKS)):
-            if len(out) >= n:
+        again: list[int] = []  # back into the rotation after this pop, not visited twice in it
+        checks = 0
+        while len(out) < n and ready and checks < MAX_READY_CHECKS:
+            picked: list[int] = []
+            while ready and len(out) + len(picked) < n and checks < MAX_READY_CHECKS:
+                qid, _ = ready.popitem(last=False)
+                checks += 1
+                if qid not in client.qids:
+                    continue
+                if inflight.get((g, topic, qid), 0) > 0:
+                    again.append(qid)  # in order: its next message once this one is done
+                    continue
+                picked.append(qid)
+            if not picked:
                 break
-            qid, _ = ready.popitem(last=False)
-            if qid not in client.qids:
-                continue
-            if inflight.get((g, topic, qid), 0) > 0:
-                ready[qid] = None  # in order: its next message once this one is done
-                continue
-            before = len(out)
-            engine._take_new(group, topic, qid, filt, before + 1, until, batch, out, set(), cold)
-            if len(out) > before:
-                ready[qid] = None  # may hold more: to the back of the rotation
+            general = picked
+            if plain:
+                heads, _, general = read_heads(self._store, self._pop, g, topic, client.topic_id, picked)
+                for head, rec in deliver_heads(self._store, heads, g, topic, until, batch):
+                    out.append(engine._deliver(rec, 1, 1, until, g))
+                    if head.more:
+                        again.append(head.queue_id)
+            for qid in general:
+                before = len(out)
+                engine._take_new(group, topic, qid, filt, before + 1, until, batch, out, set(), cold)
+                if len(out) > before:
+                    again.append(qid)  # may hold more
+        ready.update(dict.fromkeys(again))
         batch.commit()
         if out and self._trace.enabled:
             self._trace.delivered_many(topic, g, [(m.queue_id, m.queue_offset, m.delivery_attempt) for m in out])

@@ -265,7 +265,7 @@ class MessageStore:
                     break
             if scanned >= self.config.read.max_scan_entries:
                 break
-        messages = self._load_entries(picked)
+        messages = self.load_entries(picked)
         status = ReadStatus.FOUND if messages else ReadStatus.NO_MATCH
         return ReadResult(status, messages, next_offset, low, high)
 
@@ -273,7 +273,7 @@ class MessageStore:
         data = self.segments.read(physical_offset, size)
         return decode(data, 0, where=f"commitlog position {physical_offset}")
 
-    def _load_entries(self, entries: list[CqEntry]) -> list[MessageRecord]:
+    def load_entries(self, entries: list[CqEntry]) -> list[MessageRecord]:
         """The records of index entries, in order. Entries back to back in one segment are read with
         one pread: a batch sent to one queue is stored contiguously, so a pop of 32 messages costs
         one system call instead of 32."""
