@@ -7,9 +7,9 @@
 A `sluice broker` child process (async flush) is driven over loopback gRPC through `RemoteBroker`,
 as a proxy drives it. Phases (each skipped when its flag is 0):
 
-1. Scale: `--lite-topics` lite topics over `--bind-topics` bind topics, one message each. Reports the
-   growth of the index directory (RocksDB, measured after a clean stop, so memtables are on disk)
-   per lite topic and the broker's RSS growth. Targets: < 200 bytes of index per lite topic,
+1. Scale, on a broker of its own: `--lite-topics` lite topics over `--bind-topics` bind topics, one
+   message each. Reports the growth of the index directory (RocksDB, measured after a clean stop, so
+   memtables are on disk) per lite topic and the broker's RSS growth. Targets: < 200 bytes of index per lite topic,
    < 300 MiB RSS growth.
 2. Throughput at each `--active` count: `--messages` lite messages sent round robin over that many
    lite topics (32 per send), then received by consumers subscribed to all of them (pop 32, ack),
@@ -18,7 +18,8 @@ as a proxy drives it. Phases (each skipped when its flag is 0):
 4. Priority: a `--priority-backlog` over 10 levels consumed strictly highest first (checked), at
    >= 80% of a NORMAL topic's consume rate in the same run.
 
-The run stops by itself; the child is stopped by PID and the temp dir removed. Figures on a shared
+Phases 2-4 share a second broker. The run stops by itself; each child is stopped by PID and its
+temp dir removed. Figures on a shared
 2-core machine are noisy: compare within one run.
 """
 
@@ -181,26 +182,49 @@ async def priority(api: RemoteBroker, backlog: int) -> dict[str, Any]:
             "normal_consume_msg_s": round(normal_rate), "ratio": round(rate / normal_rate, 2)}  # fmt: skip
 
 
+async def scale_phase(args: argparse.Namespace) -> dict[str, Any]:
+    """Phase 1 on a broker of its own: the index it leaves is the lite topics' and their messages'
+    alone (measured after a clean stop), not that of the other phases' pops and traces."""
+    root = Path(tempfile.mkdtemp(prefix="lite-bench-scale-"))
+    proc = start_broker_process(root, settings=SETTINGS, name=BROKER)
+    out: dict[str, Any] = {"lite_topics": args.lite_topics, "bind_topics": args.bind_topics}
+    index_before = 0
+    try:
+        api = RemoteBroker(BROKER, proc.address, timeout_s=120.0)
+        try:
+            await api.create_topic(TopicSpec("warm", 1))
+            await asyncio.sleep(1)
+            index_before = dir_bytes(root / BROKER / "index")
+            rss0 = rss_mib(proc.child.pid)
+            started = time.perf_counter()
+            await scale(api, args.lite_topics, args.bind_topics)
+            out["send_s"] = round(time.perf_counter() - started, 1)
+            rss1 = rss_mib(proc.child.pid)
+            out.update(rss_mib_before=round(rss0, 1), rss_mib_after=round(rss1, 1),
+                       rss_growth_mib=round(rss1 - rss0, 1))  # fmt: skip
+        finally:
+            await api.close()
+    finally:
+        proc.stop()
+        # After a clean stop every RocksDB memtable is on disk (SST or WAL).
+        grown = dir_bytes(root / BROKER / "index") - index_before
+        out["index_bytes"] = grown
+        out["index_bytes_per_lite_topic"] = round(grown / args.lite_topics, 1)
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix="lite-bench-"))
     out: dict[str, Any] = {}
+    if args.lite_topics:
+        out["scale"] = await scale_phase(args)
+    if not (args.active or args.subscribe or args.priority_backlog):
+        return out
+    root = Path(tempfile.mkdtemp(prefix="lite-bench-"))
     proc = start_broker_process(root, settings=SETTINGS, name=BROKER)
     try:
         api = RemoteBroker(BROKER, proc.address, timeout_s=120.0)
         try:
-            if args.lite_topics:
-                index = root / BROKER / "index"
-                await api.create_topic(TopicSpec("warm", 1))
-                await asyncio.sleep(1)
-                rss0 = rss_mib(proc.child.pid)
-                started = time.perf_counter()
-                await scale(api, args.lite_topics, args.bind_topics)
-                took = time.perf_counter() - started
-                rss1 = rss_mib(proc.child.pid)
-                out["scale"] = {"lite_topics": args.lite_topics, "bind_topics": args.bind_topics,
-                                "send_s": round(took, 1), "rss_mib_before": round(rss0, 1),
-                                "rss_mib_after": round(rss1, 1), "rss_growth_mib": round(rss1 - rss0, 1),
-                                "index_dir": str(index)}  # fmt: skip
             for active in args.active:
                 out.setdefault("throughput", []).append(await throughput(api, active, args.messages))
             if args.subscribe:
@@ -211,12 +235,6 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await api.close()
     finally:
         proc.stop()
-        if "scale" in out:
-            # After a clean stop every RocksDB memtable is on disk (SST or WAL).
-            size = dir_bytes(root / BROKER / "index")
-            out["scale"]["index_bytes"] = size
-            out["scale"]["index_bytes_per_lite_topic"] = round(size / args.lite_topics, 1)
-            del out["scale"]["index_dir"]
         shutil.rmtree(root, ignore_errors=True)
     return out
 
