@@ -135,17 +135,14 @@ class LiteService:
         """The lite topics `names` of a bind topic and which of them are new: those are created
         together, or none is (LITE_TOPIC_QUOTA_EXCEEDED beyond the quota). A write moves an
         existing one's expiry (once per granule)."""
-        found: dict[str, LiteRecord] = {}
-        missing: list[str] = []
-        granule = self._granule_ms(spec)
-        for name in dict.fromkeys(names):
-            rec = self.state.get(topic_id, name)
-            if rec is None:
-                missing.append(name)
-                continue
-            if write and now - rec.last_write_ms >= granule:
-                self.state.touch(topic_id, name, rec, now, self._expiration_ms(spec))
-            found[name] = rec
+        wanted = list(dict.fromkeys(names))
+        found = self.state.get_many(topic_id, wanted)
+        missing = [name for name in wanted if name not in found]
+        if write:
+            granule = self._granule_ms(spec)
+            stale = [(name, rec) for name, rec in found.items() if now - rec.last_write_ms >= granule]
+            if stale:
+                self.state.touch(topic_id, stale, now, self._expiration_ms(spec))
         if missing:
             held, limit = self.state.count(topic_id), self._max_topics(spec)
             if held + len(missing) > limit:
@@ -198,10 +195,8 @@ class LiteService:
             tid = self.state.topic_id(spec.name, create=True)
             assert tid is not None
             client = _Client(group, spec.name, tid, client_id)
-            for name in self.state.subscriptions(group, tid, client_id):
-                rec = self.state.get(tid, name)
-                if rec is not None:
-                    self._watch_add(client, name, rec.queue_id)
+            for name, rec in self.state.get_many(tid, sorted(self.state.subscriptions(group, tid, client_id))).items():
+                self._watch_add(client, name, rec.queue_id)
             client.ready.update((q, None) for q in client.qids)
             self._clients[key] = client
         client.seen = time.monotonic()
@@ -249,11 +244,10 @@ class LiteService:
         starts = added if sync.offset is None else set(wanted) & new
         records, created = self.resolve(spec, client.topic_id, sorted(new & (added | starts)), now_ms(), write=False)
         batch = self._pop.batch()
-        for name in starts:
-            if name in created:  # new and empty: the group starts at its beginning
-                batch.set_cursor(sync.group, spec.name, records[name].queue_id, 0)
-            else:
-                self._start_at(batch, sync.group, spec.name, records[name].queue_id, sync.offset)
+        for name in starts & created:  # new and empty: the group starts at its beginning
+            batch.set_cursor(sync.group, spec.name, records[name].queue_id, 0)
+        known = [records[name].queue_id for name in starts - created]
+        self._start_many(batch, sync.group, spec.name, known, sync.offset)
         batch.commit()
         self.state.change_subscriptions(sync.group, client.topic_id, sync.client_id, added, removed)
         for name in removed:
@@ -270,28 +264,31 @@ class LiteService:
         log.debug("lite subscription synced", extra=kv(group=sync.group, topic=spec.name, action=action.name,
                                                        added=len(added), removed=len(removed)))  # fmt: skip
 
-    def _start_at(self, batch: PopBatch, group: str, topic: str, qid: int, option: LiteOffset | None) -> None:
-        """Set where the group starts in a newly subscribed lite topic (kept when it has a cursor
-        and the option is absent or LAST)."""
-        has_cursor = self._pop.cursor(group, topic, qid) is not None
-        low, high = self._store.queue_bounds(topic, qid)
+    def _start_many(self, batch: PopBatch, group: str, topic: str, qids: list[int], option: LiteOffset | None) -> None:
+        """Set where the group starts in newly subscribed lite topics that exist. Without an option
+        (or LAST) a lite topic the group has a cursor in keeps it, so the cursors come from one
+        multi-get and only lite topics without one are looked at; an explicit option places each."""
         if option is None or option.policy is LiteOffsetPolicy.LAST:
-            if has_cursor:
-                return
-            start = low
-        elif option.policy is LiteOffsetPolicy.MIN:
-            start = low
-        elif option.policy is LiteOffsetPolicy.MAX:
-            start = high
-        elif option.offset is not None:
-            start = min(max(option.offset, low), high)
-        elif option.tail_n is not None:
-            start = max(low, high - max(0, option.tail_n))
-        elif option.timestamp_ms is not None:
-            start = self._store.offset_for_timestamp(topic, qid, option.timestamp_ms)
-        else:
-            start = low
-        batch.set_cursor(group, topic, qid, start)
+            for qid, cursor in zip(qids, self._pop.cursors(group, topic, qids), strict=True):
+                if cursor is None:
+                    batch.set_cursor(group, topic, qid, self._store.queue_bounds(topic, qid)[0])
+            return
+        for qid in qids:
+            batch.set_cursor(group, topic, qid, self._start_of(topic, qid, option))
+
+    def _start_of(self, topic: str, qid: int, option: LiteOffset) -> int:
+        low, high = self._store.queue_bounds(topic, qid)
+        if option.policy is LiteOffsetPolicy.MIN:
+            return low
+        if option.policy is LiteOffsetPolicy.MAX:
+            return high
+        if option.offset is not None:
+            return min(max(option.offset, low), high)
+        if option.tail_n is not None:
+            return max(low, high - max(0, option.tail_n))
+        if option.timestamp_ms is not None:
+            return self._store.offset_for_timestamp(topic, qid, option.timestamp_ms)
+        return low
 
     # -- pop -------------------------------------------------------------------------------------
 
@@ -387,7 +384,7 @@ class LiteService:
             exp_ms = self._expiration_ms(spec)
             if now - rec.last_write_ms < exp_ms:  # a stale key (the expiration changed): re-index
                 self.state.drop_expiry_key(expires, tid, qid)
-                self.state.touch(tid, name, rec, rec.last_write_ms, exp_ms)
+                self.state.touch(tid, [(name, rec)], rec.last_write_ms, exp_ms)
                 continue
             self._remove(spec.name, tid, name, rec, expires)
             removed += 1

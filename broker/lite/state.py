@@ -62,6 +62,26 @@ class LiteState:
         self._remember(topic_id, name, rec)
         return rec
 
+    def get_many(self, topic_id: int, names: list[str]) -> dict[str, LiteRecord]:
+        """`get` of several lite topics: the cache, then one multi-get for the others."""
+        out: dict[str, LiteRecord] = {}
+        cache = self._cache
+        missing: list[str] = []
+        for name in names:
+            rec = cache.get((topic_id, name))
+            if rec is None:
+                missing.append(name)
+            else:
+                cache.move_to_end((topic_id, name))
+                out[name] = rec
+        if missing:
+            raws = self._index.cf(K.CF_LITE_NAME).get([K.name_key(topic_id, name) for name in missing])
+            for name, raw in zip(missing, raws, strict=True):
+                if raw is not None:
+                    out[name] = rec = LiteRecord(*K.RECORD.unpack(raw))
+                    self._remember(topic_id, name, rec)
+        return out
+
     def _remember(self, topic_id: int, name: str, rec: LiteRecord) -> None:
         self._cache[(topic_id, name)] = rec
         if len(self._cache) > self._cache_size:
@@ -93,18 +113,19 @@ class LiteState:
             self._remember(topic_id, name, rec)
         return out
 
-    def touch(self, topic_id: int, name: str, rec: LiteRecord, now_ms: int, expiration_ms: int) -> None:
-        """Record a write at `now_ms`: moves the lite topic's expiry (the caller calls this only
-        when the recorded last write is older than its granularity, so a hot lite topic costs one
-        update per granule, not one per message)."""
+    def touch(self, topic_id: int, stale: list[tuple[str, LiteRecord]], now_ms: int, expiration_ms: int) -> None:
+        """Record a write at `now_ms` to the lite topics `stale` (name, record), in one WriteBatch:
+        moves their expiry (the caller passes only lite topics whose recorded last write is older
+        than its granularity, so a hot lite topic costs one update per granule, not per message)."""
         batch = self._index.batch()
-        h_exp = self._index.handle(K.CF_LITE_EXP)
-        batch.delete(K.exp_key(rec.last_write_ms + expiration_ms, topic_id, rec.queue_id), h_exp)
-        batch.put(K.exp_key(now_ms + expiration_ms, topic_id, rec.queue_id), b"", h_exp)
-        batch.put(K.name_key(topic_id, name), K.RECORD.pack(rec.queue_id, rec.created_ms, now_ms),
-                  self._index.handle(K.CF_LITE_NAME))  # fmt: skip
+        h_exp, h_name = self._index.handle(K.CF_LITE_EXP), self._index.handle(K.CF_LITE_NAME)
+        for name, rec in stale:
+            batch.delete(K.exp_key(rec.last_write_ms + expiration_ms, topic_id, rec.queue_id), h_exp)
+            batch.put(K.exp_key(now_ms + expiration_ms, topic_id, rec.queue_id), b"", h_exp)
+            batch.put(K.name_key(topic_id, name), K.RECORD.pack(rec.queue_id, rec.created_ms, now_ms), h_name)
         self._index.write(batch)
-        rec.last_write_ms = now_ms
+        for _, rec in stale:
+            rec.last_write_ms = now_ms
 
     def name_of(self, topic_id: int, queue_id: int) -> str | None:
         raw = self._index.cf(K.CF_LITE_ID).get(K.id_key(topic_id, queue_id))
