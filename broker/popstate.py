@@ -268,11 +268,17 @@ class PopBatch:
         self._wb = state._index.batch()
         self._mem: list[tuple[QueueKey, int, PopEntry | None, PopEntry | None]] = []  # FIFO entries only
         self._inflight: dict[QueueKey, int] = {}  # net change of INFLIGHT entries without a message group
+        self._cursors: dict[QueueKey, int] = {}  # cursors set
         self.empty = True
 
     def set_cursor(self, group: str, topic: str, queue_id: int, cursor: int) -> None:
         self._wb.put(queue_key(group, topic, queue_id), _U64.pack(cursor), self._s.h_cursor)
+        self._cursors[(group, topic, queue_id)] = cursor
         self.empty = False
+
+    def cursor_set(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The cursor this batch sets for a queue, if it sets one."""
+        return self._cursors.get((group, topic, queue_id))
 
     def _lower_floor(self, group: str, until_ms: int) -> None:
         due_floor = self._s.due_floor

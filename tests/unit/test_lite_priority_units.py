@@ -7,7 +7,7 @@ import pytest
 from broker.client import grpc_convert as convert
 from broker.client.api import LiteAction, LiteOffset, LiteOffsetPolicy, LiteSync, OutgoingMessage, TopicSpec
 from broker.lite import keys as K
-from broker.priority import level_of, level_queue, pop_queues, priority_of
+from broker.priority import EmptyLevels, level_of, level_queue, pop_queues, priority_of
 from common.config import ConfigError
 from common.errors import BadRequest, IllegalLiteTopic, MessageTypeConflict
 from common.model import SYSPROP_PRIORITY, MessageType, validate_lite_topic_name
@@ -100,3 +100,18 @@ def test_proxy_refuses_a_priority_or_lite_topic_on_the_wrong_type() -> None:
     msg.system_properties.ClearField("message_group")
     assert edge.outgoing(msg, "peer").system_properties[SYSPROP_PRIORITY] == "1"
     assert edge.outgoing_many([msg], "peer", {}) is None, "the column path leaves priority to `outgoing`"
+
+
+def test_empty_levels_hold_until_a_dispatch_or_a_forget() -> None:
+    levels = EmptyLevels()
+    assert not levels.is_drained("g", "t", 65545)
+    levels.drained("g", "t", 65545)
+    assert levels.is_drained("g", "t", 65545) and not levels.is_drained("g2", "t", 65545)
+    levels.dispatched("t", 65545)
+    assert not levels.is_drained("g", "t", 65545), "a write to the level makes it worth reading"
+    levels.drained("g", "t", 65545)
+    levels.drained("g2", "t", 65544)
+    levels.forget("g", "t")
+    assert not levels.is_drained("g", "t", 65545) and levels.is_drained("g2", "t", 65544)
+    levels.forget(None, "t")
+    assert not levels.is_drained("g2", "t", 65544)
