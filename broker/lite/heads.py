@@ -4,9 +4,10 @@ A lite topic is consumed one message at a time (its next message once the previo
 a pop of n messages reads the head of up to n lite topics, not n messages of one queue. Read one by
 one through the store's general queue read, each head cost three RocksDB iterators (the queue's
 bounds, then its ConsumeQueue) and a cursor get: several times a normal pop's cost per message.
-Here the group's cursors of all candidates come from one multi-get, each head from one ConsumeQueue
-seek (which also tells whether a message follows it), and the CommitLog records of all heads from
-one pass that reads messages stored back to back (a send to several lite topics) with one pread.
+Here the group's cursors of all candidates come from one multi-get, each head from one seek of one
+shared ConsumeQueue iterator (which also tells whether a message follows it), and the CommitLog
+records of all heads from one pass that reads messages stored back to back (a send to several lite
+topics) with one pread.
 
 Only the plain case is read here: a cursor that exists, a head stored locally at exactly the cursor,
 a filter that takes every message. Anything else (a lite topic the group never started, offsets
@@ -17,7 +18,6 @@ it; `take_heads` reports those queues to the caller.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import islice
 
 from broker.popstate import PopBatch, PopState
 from broker.store.index import CqEntry
@@ -40,25 +40,16 @@ def read_heads(
     cursors = pop.cursors(group, topic, queue_ids)
     heads: list[Head] = []
     empty: list[int] = []
-    general: list[int] = []
-    entries_from = store.index.cq_entries
-    for qid, cursor in zip(queue_ids, cursors, strict=True):
-        if cursor is None:
-            general.append(qid)
+    general: list[int] = [qid for qid, cursor in zip(queue_ids, cursors, strict=True) if cursor is None]
+    known = [(qid, cursor) for qid, cursor in zip(queue_ids, cursors, strict=True) if cursor is not None]
+    for (qid, cursor), (entry, more) in zip(known, store.index.cq_heads(topic_id, known), strict=True):
+        if entry is not None:
+            heads.append(Head(qid, entry, more))
             continue
-        found = list(islice(entries_from(topic_id, qid, cursor), 2))
-        if not found:
-            # Nothing at or after the cursor. The cursor may also be past a queue that lost its
-            # tail in a crash: the general read repairs that, and it is rare, so look only at the
-            # cheap case (a cursor at the end) here.
-            low, high = store.index.queue_bounds(topic_id, qid)
-            (empty if low <= cursor == high else general).append(qid)
-            continue
-        head = found[0]
-        if head.queue_offset != cursor:  # below the first stored offset: retention deleted some
-            general.append(qid)
-            continue
-        heads.append(Head(qid, head, len(found) > 1))
+        # Nothing stored at the cursor: usually the queue ends there. A cursor below what retention
+        # kept, or past a queue that lost its tail in a crash, is the general read's to repair.
+        low, high = store.index.queue_bounds(topic_id, qid)
+        (empty if low <= cursor == high else general).append(qid)
     return heads, empty, general
 
 

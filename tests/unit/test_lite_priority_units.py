@@ -44,7 +44,8 @@ def test_lite_key_layouts_round_trip_and_order() -> None:
     assert K.parse_subr_tail(key, len(K.subr_prefix(7, "chat-1"))) == ("group-a", "client-b")
     sub = K.sub_key("group-a", 7, "client-b", "chat-1")
     assert K.parse_group_client(sub, len(K.group_prefix("group-a", 7))) == ("client-b", "chat-1")
-    assert K.exp_key(1, 9, 9) < K.exp_key(2, 0, 0), "the expiry index is ordered by deadline first"
+    assert K.exp_key(1, 9, "zz") < K.exp_key(2, 0, "a"), "the expiry index is ordered by deadline first"
+    assert K.parse_exp_key(K.exp_key(1_700_000_000_000, 7, "chat:1")) == (1_700_000_000_000, 7, "chat:1")
     assert K.next_prefix(b"ab\xff") == b"ac"
 
 
