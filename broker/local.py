@@ -714,13 +714,13 @@ class LocalBroker:
                              "created with --type lite")  # fmt: skip
         return spec
 
-    async def sync_lite_subscription(self, sync: LiteSync) -> None:
+    async def sync_lite_subscription(self, sync: LiteSync) -> int:
         validate_group_name(sync.group)
         if not sync.client_id:
             raise ClientIdRequired("a lite subscription belongs to a client: the request carries no client id")
         spec = self._lite_topic(sync.topic)
         await self.get_group(sync.group, auto_create=True)
-        self.lite.sync(spec, sync)
+        return self.lite.sync(spec, sync)
 
     async def list_lite_topics(self, topic: str, group: str = "", limit: int = 100) -> LiteTopicList:
         spec = self._lite_topic(topic)

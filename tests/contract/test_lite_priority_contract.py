@@ -114,8 +114,10 @@ async def test_lite_subscription_actions_and_offset_option(broker: BrokerApi, sc
     await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.COMPLETE_REMOVE, ()))
     await broker.send(topic, 0, [lite(scope, "x", "late")])
     assert await broker.pop(pop(group, topic, "c1")) == []
-    await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.COMPLETE_ADD, ("x",), version=5))
-    await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.COMPLETE_REMOVE, (), version=4))
+    assert await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.COMPLETE_ADD, ("x",),
+                                                        version=5)) == 1, "answers its count"  # fmt: skip
+    assert await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.COMPLETE_REMOVE, (),
+                                                        version=4)) == 1, "an older one: no change"  # fmt: skip
     assert [m.body for m in await drain(broker, group, topic, "c1", 1)] == [b"late"], "an older version is ignored"
 
 
