@@ -369,6 +369,7 @@ class BrokerApi(Protocol):
         """Apply a client's subscription change on this broker; how many lite topics of the bind
         topic the client then holds here."""
         ...
+
     async def list_lite_topics(self, topic: str, group: str = "", limit: int = 100) -> LiteTopicList: ...
     async def claim_lite_removals(
         self, client_ids: list[str]
