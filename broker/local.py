@@ -536,7 +536,7 @@ class LocalBroker:
         results = self.engine.ack(group, topic, receipt_handles)
         spec = self.metadata.topics.get(topic)
         if spec is not None and is_lite(spec):
-            self.lite.after_ack(group)
+            self.lite.after_ack(group, topic, [r.receipt_handle for r in results if r.error is None])
         return results
 
     async def change_invisible_duration(

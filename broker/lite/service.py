@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from broker.client import receipt
 from broker.client.api import (
     GroupInfo,
     LiteAction,
@@ -51,7 +52,7 @@ from broker.consumer import PopEngine, _Cold, now_ms
 from broker.filter import MessageFilter, TagFilter
 from broker.lite.heads import deliver_heads, read_heads
 from broker.lite.state import LiteRecord, LiteState
-from broker.longpoll import LongPollHub, group_key, topic_key
+from broker.longpoll import LongPollHub, group_key, lite_client_key
 from broker.messages import COLUMNS_MIN, plainly_valid, records_at, validate_message
 from broker.popstate import PopBatch, PopState, queue_key
 from broker.store.store import MessageStore
@@ -93,6 +94,10 @@ class _Client:
     ready: collections.OrderedDict[int, None] = field(default_factory=collections.OrderedDict)
     version: int = 0
     seen: float = field(default_factory=time.monotonic)
+    wake_key: str = ""  # its long polls' own key (set on creation)
+
+    def __post_init__(self) -> None:
+        self.wake_key = lite_client_key(self.group, self.client_id)
 
 
 ClientKey = tuple[str, str, str]  # group, bind topic, client id
@@ -180,13 +185,13 @@ class LiteService:
         """Mark dispatched lite queues ready for the clients that watch them, and wake those. They
         join the rotation in queue order, which is creation order: lite topics written together
         tend to be popped together, and their heads, stored back to back, read with one pread."""
-        groups: set[str] = set()
+        woken: set[str] = set()
         for key in sorted(touched):
             for client in self._watch.get(key, ()):
                 client.ready[key[1]] = None
-                groups.add(client.group)
-        if groups:
-            self._hub.notify([group_key(g) for g in groups])
+                woken.add(client.wake_key)
+        if woken:
+            self._hub.notify(woken)
 
     # -- subscriptions ---------------------------------------------------------------------------
 
@@ -263,7 +268,7 @@ class LiteService:
         if sync.version:
             client.version = sync.version
         if added:
-            self._hub.notify([group_key(sync.group)])
+            self._hub.notify([client.wake_key])
         log.debug("lite subscription synced", extra=kv(group=sync.group, topic=spec.name, action=action.name,
                                                        added=len(added), removed=len(removed)))  # fmt: skip
         return len(client.names)
@@ -307,7 +312,9 @@ class LiteService:
         client = self._client(g, spec, req.lite_client)
         n = max(1, min(req.max_messages, cfg.max_batch_messages))
         deadline = time.monotonic() + min(req.long_poll_ms, cfg.max_long_poll_ms) / 1000.0
-        keys = (topic_key(spec.name), group_key(g))
+        # Its own key (dispatches into its lite topics, acks freeing their next message, its syncs)
+        # and the group's (redeliveries, resets): not the bind topic's, which every send moves.
+        keys = (client.wake_key, group_key(g))
         while True:
             snapshot = self._hub.snapshot(keys)
             found = self._pop_once(client, group, spec.name, filt, n, req.invisible_ms)
@@ -367,9 +374,14 @@ class LiteService:
             self._trace.delivered_many(topic, g, [(m.queue_id, m.queue_offset, m.delivery_attempt) for m in out])
         return out
 
-    def after_ack(self, group: str) -> None:
-        """An acknowledged lite message frees its lite topic's next one: wake the group's polls."""
-        self._hub.notify([group_key(group)])
+    def after_ack(self, group: str, topic: str, handles: list[str]) -> None:
+        """An acknowledged lite message frees its lite topic's next one: wake the polls of the
+        group's clients that watch those lite topics."""
+        woken: set[str] = set()
+        for qid in {receipt.fields(h)[1] for h in handles}:
+            woken.update(c.wake_key for c in self._watch.get((topic, qid), ()) if c.group == group)
+        if woken:
+            self._hub.notify(woken)
 
     # -- expiry and removals ---------------------------------------------------------------------
 
@@ -433,6 +445,7 @@ class LiteService:
                 for name in list(client.names):
                     self._watch_drop(client, name)
                 del self._clients[key]
+                self._hub.forget(client.wake_key)
         if len(self._removals) > 100_000:  # clients that never came back for theirs
             self._removals.clear()
 
