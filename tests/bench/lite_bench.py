@@ -180,7 +180,15 @@ async def throughput(api: RemoteBroker, active: int, messages: int) -> dict[str,
     for k, client in enumerate(clients):
         part = tuple(names[k * per_client : (k + 1) * per_client])
         await api.sync_lite_subscription(LiteSync(group, topic, client, LiteAction.COMPLETE_ADD, part))
-    lite_msgs = [lite(names[i % active], i, f"t{active}-{i}") for i in range(messages)]
+
+    # Every consumer gets its share, as every consumer of the normal topic does: message i goes to
+    # consumer i % len(clients), to its lite topics round robin.
+    def target(i: int) -> str:
+        k = i % len(clients)
+        mine = min(per_client, active - k * per_client)
+        return names[k * per_client + (i // len(clients)) % mine]
+
+    lite_msgs = [lite(target(i), i, f"t{active}-{i}") for i in range(messages)]
     normal_msgs = [plain(f"n{active}-{i}") for i in range(messages)]
     normal_send, lite_send = await interleaved_send_rates(api, (normal, normal_msgs), (topic, lite_msgs))
     # As many consumers of the normal topic as lite consumers (one per 10,000 subscriptions).
