@@ -107,6 +107,7 @@ class PopEngine:
         self._dead_letter = dead_letter
         self._trace = trace
         self._rotation = itertools.count()
+        self.levels = priority.EmptyLevels()  # priority levels each group has drained
         self.dead_lettered = 0
         # Messages handed to consumers per topic since start (every delivery attempt, pop and pull):
         # `topic_status` reports it, and the console plots a topic's rate out from it.
@@ -164,10 +165,17 @@ class PopEngine:
                 if len(out) >= n:
                     break
                 self._release_waiting(group, topic.name, qid, n, until, batch, out, claimed, cold)
+        levels = self.levels if priority.is_priority(topic) and self._cold is None else None
+        g = group.spec.name
         for qid in queues:
             if len(out) >= n:
                 break
+            if levels is not None and levels.is_drained(g, topic.name, qid):
+                continue
+            before = len(out)
             self._take_new(group, topic.name, qid, filt, n, until, batch, out, claimed, cold)
+            if levels is not None and len(out) == before and self._at_end(batch, g, topic.name, qid):
+                levels.drained(g, topic.name, qid)
         batch.commit()
         self.delivered[topic.name] += len(out)
         if out and self._trace.enabled:
@@ -283,6 +291,13 @@ class PopEngine:
             cursor = consumed_to
         if cursor != start or self._state.cursor(g, topic, qid) is None:
             batch.set_cursor(g, topic, qid, cursor)
+
+    def _at_end(self, batch: PopBatch, g: str, topic: str, qid: int) -> bool:
+        """Whether the group's cursor in a queue (as this pop leaves it) is at the queue's end."""
+        cursor = batch.cursor_set(g, topic, qid)
+        if cursor is None:
+            cursor = self._state.cursor(g, topic, qid)
+        return cursor is not None and cursor == self._store.queue_bounds(topic, qid)[1]
 
     def cursor(self, group: GroupInfo, topic: str, qid: int) -> int:
         """The group's next never-delivered offset, initialised from its start position."""
@@ -553,6 +568,7 @@ class PopEngine:
         floor = low if self._cold is None else self._cold.floor(topic, qid, low)
         target = max(floor, min(offset, high))
         self._state.reset_queue(g, topic, qid, target)
+        self.levels.forget(g, topic)
         self._hub.notify((group_key(g),))  # long polls of the group look again
         return before, target
 

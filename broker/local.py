@@ -200,10 +200,10 @@ class LocalBroker:
         # The listener reaches the lite service through this broker, not directly: the store holds
         # its listeners, and a store -> listener -> service -> store cycle would keep the pop state's
         # and trace's RocksDB handles (so the database's lock) alive after close.
-        def lite_dispatched(touched: set[tuple[str, int]]) -> None:
-            loop.call_soon_threadsafe(self._lite_dispatched, list(touched))
+        def dispatched(touched: set[tuple[str, int]]) -> None:
+            loop.call_soon_threadsafe(self._dispatched, list(touched))
 
-        store.add_dispatch_listener(lite_dispatched)
+        store.add_dispatch_listener(dispatched)
         producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)
         reader = Reader(store, self.hub, tiering, trace, cfg.pop)
         self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers, producer, reader,
@@ -295,9 +295,17 @@ class LocalBroker:
     def lite(self) -> LiteService:
         return self._running().lite
 
-    def _lite_dispatched(self, touched: list[tuple[str, int]]) -> None:
-        if self._parts is not None:  # a dispatch that lands after close wakes nobody
-            self._parts.lite.on_dispatch(touched)
+    def _dispatched(self, touched: list[tuple[str, int]]) -> None:
+        """A dispatch round indexed messages of these queues: lite topics' watchers become ready,
+        priority levels are worth reading again."""
+        parts = self._parts
+        if parts is None:  # a dispatch that lands after close wakes nobody
+            return
+        parts.lite.on_dispatch(touched)
+        topics, levels = parts.metadata.topics, parts.engine.levels
+        for topic, qid in touched:
+            if qid >= priority.PRIORITY_QUEUE_BASE and (spec := topics.get(topic)) is not None and is_priority(spec):
+                levels.dispatched(topic, qid)
 
     async def _every(self, interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
         """Run `step` every `interval_s` until the broker stops (the step logs its own failures)."""
@@ -400,6 +408,7 @@ class LocalBroker:
         self.engine.delivered.pop(name, None)
         if is_lite(spec):
             self.lite.drop_topic(name)
+        self.engine.levels.forget(None, name)
         log.info("topic deleted", extra=kv(topic=name))
         await self._topics_changed()
 
@@ -458,6 +467,7 @@ class LocalBroker:
     async def delete_group(self, name: str) -> None:
         self.metadata.delete_group(name)
         self.pop_state.drop_group(name)
+        self.engine.levels.forget(name, None)
         log.info("consumer group deleted", extra=kv(group=name))
 
     async def get_group(self, name: str, *, auto_create: bool = False) -> GroupInfo:
@@ -549,7 +559,7 @@ class LocalBroker:
         results = self.engine.ack(group, topic, receipt_handles)
         spec = self.metadata.topics.get(topic)
         if spec is not None and is_lite(spec):
-            self.lite.after_ack(group)
+            self.lite.after_ack(group, topic, [r.receipt_handle for r in results if r.error is None])
         await self._state_replicated()
         return results
 
@@ -742,14 +752,15 @@ class LocalBroker:
                              "created with --type lite")  # fmt: skip
         return spec
 
-    async def sync_lite_subscription(self, sync: LiteSync) -> None:
+    async def sync_lite_subscription(self, sync: LiteSync) -> int:
         validate_group_name(sync.group)
         if not sync.client_id:
             raise ClientIdRequired("a lite subscription belongs to a client: the request carries no client id")
         spec = self._lite_topic(sync.topic)
         await self.get_group(sync.group, auto_create=True)
-        self.lite.sync(spec, sync)
+        subscribed = self.lite.sync(spec, sync)
         await self._state_replicated()
+        return subscribed
 
     async def list_lite_topics(self, topic: str, group: str = "", limit: int = 100) -> LiteTopicList:
         spec = self._lite_topic(topic)

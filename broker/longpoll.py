@@ -56,6 +56,11 @@ class LongPollHub:
                 if not fut.done():
                     fut.set_result(None)
 
+    def forget(self, key: str) -> None:
+        """Drop the version of a key nobody waits on (a departed lite consumer's)."""
+        if key not in self._waiters:
+            self._versions.pop(key, None)
+
     def notify_threadsafe(self, keys: Iterable[str]) -> None:
         self._loop.call_soon_threadsafe(self.notify, list(keys))
 
@@ -66,3 +71,8 @@ def topic_key(topic: str) -> str:
 
 def group_key(group: str) -> str:
     return f"g:{group}"
+
+
+def lite_client_key(group: str, client_id: str) -> str:
+    """One lite consumer: woken by what concerns its own lite topics, not by the whole group's."""
+    return f"l:{group}\0{client_id}"

@@ -134,10 +134,13 @@ _BODY, _ID, _TAG, _GROUP, _KEYS, _PROPS, _SYSPROPS, _TYPE, _BORN, _HOST, _DELIVE
                             "message_type", "born_timestamp_ms", "born_host", "delivery_timestamp_ms", "body_gzip")
 )  # fmt: skip
 _PLAIN_TYPES = frozenset((MessageType.NORMAL, MessageType.FIFO))
+COLUMNS_MIN = 4  # below this many messages, checking and converting them one by one costs less
 
 
-def plainly_valid(msgs: list[OutgoingMessage], topic: TopicInfo, limits: LimitsConfig) -> bool:
-    """True when every message is a valid NORMAL or FIFO message for `topic` (what
+def plainly_valid(
+    msgs: list[OutgoingMessage], topic: TopicInfo, limits: LimitsConfig, types: frozenset[MessageType] = _PLAIN_TYPES
+) -> bool:
+    """True when every message is a valid message of one of `types` (NORMAL or FIFO unless told) for `topic` (what
     `validate_message` would accept), checked column by column with the same rules: each distinct
     tag, group and key once, the texts of all messages in one regular-expression scan. False does
     not mean invalid: the caller then validates message by message, which raises the precise error."""
@@ -147,8 +150,7 @@ def plainly_valid(msgs: list[OutgoingMessage], topic: TopicInfo, limits: LimitsC
     ids = list(map(_ID, msgs))
     if not (_id_ok(min(ids, key=len), limits) and _id_ok(max(ids, key=len), limits)):
         return False
-    types = set(map(_TYPE, msgs))
-    if not types <= _PLAIN_TYPES or any(map(_DELIVERY, msgs)):
+    if not set(map(_TYPE, msgs)) <= types or any(map(_DELIVERY, msgs)):
         return False
     texts = ids  # checked for control characters at once, below
     tags = set(map(_TAG, msgs))
@@ -186,9 +188,16 @@ def plainly_valid(msgs: list[OutgoingMessage], topic: TopicInfo, limits: LimitsC
 
 def records_of(topic: str, queue_id: int, msgs: list[OutgoingMessage], store_host: str) -> list[MessageRecord]:
     """`to_record` of each message, built column by column (no Python bytecode per message)."""
+    return records_at(topic, repeat(queue_id, len(msgs)), msgs, store_host)
+
+
+def records_at(
+    topic: str, queue_ids: Iterable[int], msgs: list[OutgoingMessage], store_host: str
+) -> list[MessageRecord]:
+    """`records_of` with a queue per message (lite topics: each message goes to its lite topic's queue)."""
     n = len(msgs)
     flags = (FLAG_BODY_GZIP if gzip else 0 for gzip in map(_GZIP, msgs)) if any(map(_GZIP, msgs)) else repeat(0, n)
-    return list(map(MessageRecord, repeat(topic, n), repeat(queue_id, n), map(_BODY, msgs), map(_ID, msgs),
+    return list(map(MessageRecord, repeat(topic, n), queue_ids, map(_BODY, msgs), map(_ID, msgs),
                     map(_TAG, msgs), map(_KEYS, msgs), map(_GROUP, msgs), map(_PROPS, msgs), map(_SYSPROPS, msgs),
                     map(int, map(_TYPE, msgs)), flags, map(_BORN, msgs), map(_HOST, msgs), repeat(store_host, n),
                     map(_DELIVERY, msgs)))  # fmt: skip

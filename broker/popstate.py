@@ -159,6 +159,13 @@ class PopState:
         raw = self._cursor.get(queue_key(group, topic, queue_id))
         return None if raw is None else int(_U64.unpack(raw)[0])
 
+    def cursors(self, group: str, topic: str, queue_ids: list[int]) -> list[int | None]:
+        """`cursor` of several queues of one topic, in one multi-get."""
+        prefix = _name(group) + _name(topic)
+        pack = _U32.pack
+        raws = self._cursor.get([prefix + pack(q) for q in queue_ids])
+        return [None if raw is None else int(_U64.unpack(raw)[0]) for raw in raws]
+
     def entry(self, group: str, topic: str, queue_id: int, offset: int) -> PopEntry | None:
         raw = self._msg.get(msg_key(group, topic, queue_id, offset))
         return None if raw is None else PopEntry.decode(raw)
@@ -276,11 +283,17 @@ class PopBatch:
         self._wb = state._index.batch()
         self._mem: list[tuple[QueueKey, int, PopEntry | None, PopEntry | None]] = []  # FIFO entries only
         self._inflight: dict[QueueKey, int] = {}  # net change of INFLIGHT entries without a message group
+        self._cursors: dict[QueueKey, int] = {}  # cursors set
         self.empty = True
 
     def set_cursor(self, group: str, topic: str, queue_id: int, cursor: int) -> None:
         self._wb.put(queue_key(group, topic, queue_id), _U64.pack(cursor), self._s.h_cursor)
+        self._cursors[(group, topic, queue_id)] = cursor
         self.empty = False
+
+    def cursor_set(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The cursor this batch sets for a queue, if it sets one."""
+        return self._cursors.get((group, topic, queue_id))
 
     def _lower_floor(self, group: str, until_ms: int) -> None:
         due_floor = self._s.due_floor
@@ -343,7 +356,11 @@ class PopBatch:
         self._s._index.write(self._wb)
         inflight = self._s.inflight
         for qk, delta in self._inflight.items():
-            inflight[qk] += delta
+            count = inflight[qk] + delta
+            if count:
+                inflight[qk] = count
+            else:  # no key per idle queue (a broker may hold a million lite topics' queues)
+                del inflight[qk]
         for qk, offset, old, new in self._mem:
             self._apply(qk, offset, old, new)
 

@@ -20,7 +20,15 @@ from broker import priority
 from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, CallContext, OutgoingMessage, SendResult, TopicSpec
 from broker.config import BrokerConfig
 from broker.lite.service import LiteService, is_lite
-from broker.messages import plainly_valid, records_of, to_record, validate_message, validate_queue
+from broker.messages import (
+    COLUMNS_MIN,
+    plainly_valid,
+    records_at,
+    records_of,
+    to_record,
+    validate_message,
+    validate_queue,
+)
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 from broker.store.writer import AppendResult, AppendResults
@@ -30,8 +38,8 @@ from broker.transaction.service import TransactionService
 from common.errors import BadRequest, Forbidden, RequestTimeout
 from common.model import EXCLUSIVE_TYPES, MessageType, TopicInfo
 
-COLUMNS_MIN = 4  # below this many messages, checking and converting them one by one costs less
-_MESSAGE_ID, _QUEUE_OFFSET = attrgetter("message_id"), attrgetter("queue_offset")
+_MESSAGE_ID, _QUEUE_OFFSET, _BORN_HOST = attrgetter("message_id"), attrgetter("queue_offset"), attrgetter("born_host")
+_PRIORITY_ONLY = frozenset({MessageType.PRIORITY})
 
 
 class Producer:
@@ -108,17 +116,15 @@ class Producer:
     async def _send_priority(self, spec: TopicSpec, messages: list[OutgoingMessage],
                              clients: list[str]) -> list[SendResult]:  # fmt: skip
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
-        host = self._config.advertised_address
-        records = []
-        for msg in messages:
-            validate_message(msg, info, self._config.limits)
-            records.append(to_record(spec.name, priority.level_queue(priority.priority_of(msg, spec)), msg, host))
-        results = await self._store.append(records)
-        out = []
-        for msg, rec, r, client in zip(messages, records, results, clients, strict=True):
-            self._trace.sent(spec.name, rec.queue_id, r.queue_offset, r.queue_offset + 1, client, msg.born_host)
-            out.append(SendResult(msg.message_id, rec.queue_id, r.queue_offset))
-        return out
+        limits = self._config.limits
+        if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, limits, _PRIORITY_ONLY):
+            for msg in messages:
+                validate_message(msg, info, limits)
+        qids = [priority.level_queue(priority.priority_of(msg, spec)) for msg in messages]
+        results = await self._store.append(records_at(spec.name, qids, messages, self._config.advertised_address))
+        offsets = [r.queue_offset for r in results]
+        self._trace.sent_each(spec.name, list(zip(qids, offsets, clients, map(_BORN_HOST, messages), strict=True)))
+        return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets))
 
     def _sent_plain(self, topic: str, queue_id: int, messages: list[OutgoingMessage],
                     results: Sequence[AppendResult], client: str) -> list[SendResult]:  # fmt: skip

@@ -341,8 +341,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def SyncLiteSubscription(
         self, request: pb.SyncLiteSubscriptionRequest, context: Context
     ) -> pb.SyncLiteSubscriptionResponse:
-        await self._api.sync_lite_subscription(convert.lite_sync_from_pb(request))
-        return pb.SyncLiteSubscriptionResponse()
+        subscribed = await self._api.sync_lite_subscription(convert.lite_sync_from_pb(request))
+        return pb.SyncLiteSubscriptionResponse(subscribed=subscribed)
 
     @internal_rpc
     async def ListLiteTopics(self, request: pb.ListLiteTopicsRequest, context: Context) -> pb.ListLiteTopicsResponse:

@@ -42,11 +42,11 @@ TRACE_CFS = (CF_TRACE,)
 # A pending event: (kind, time_ms, topic, queue, offset, fields) — encoded only when flushed. Fields
 # are (group, attempt) for deliveries and acks (stored compact), a dict for the rarer events (JSON).
 _Pending = tuple[TraceKind, int, str, int, int, "dict[str, Any] | tuple[str, int]"]
-# The deliveries of one pop or the acks of one request, kept as one item until flushed: (kind,
-# time_ms, topic, group, positions), a position being (queue, offset, attempt) for deliveries and
-# (queue, offset) for acks. One tuple per call on the event loop instead of one per message.
-_Run = tuple[TraceKind, int, str, str, "list[tuple[int, ...]]"]
-_COMPACT_KINDS = (TraceKind.DELIVERED, TraceKind.ACKED)
+# The deliveries of one pop, the acks of one request or the sends of one multi-queue append, kept as
+# one item until flushed: (kind, time_ms, topic, group, positions), a position being (queue, offset,
+# attempt) for deliveries, (queue, offset) for acks and (queue, offset, client id, host) for sends.
+# One tuple per call on the event loop instead of one per message.
+_Run = tuple[TraceKind, int, str, str, "list[tuple[Any, ...]]"]
 
 
 def now_ms() -> int:
@@ -85,6 +85,12 @@ class TraceRecorder:
         if self.enabled and end > start:
             self._add((TraceKind.SENT, now_ms(), topic, queue_id, end,
                        {"start": start, "end": end, "client": client_id, "host": born_host}))  # fmt: skip
+
+    def sent_each(self, topic: str, sends: list[tuple[int, int, str, str]]) -> None:
+        """An append that stored each message in a queue of its own (lite topics, priority levels):
+        (queue, offset, client id, host) per message, kept as one pending item."""
+        if self.enabled and sends:
+            self._add_run((TraceKind.SENT, now_ms(), topic, "", sends))
 
     def delivered(self, topic: str, queue_id: int, offset: int, group: str, attempt: int) -> None:
         self.delivered_many(topic, group, [(queue_id, offset, attempt)])
@@ -156,7 +162,7 @@ class TraceRecorder:
         for kind, t, topic, qid, offset, fields in _expand(items):
             bucket = t // self._bucket_ms
             seq = next(self._seq) & K.U32_MAX
-            if isinstance(fields, tuple):  # delivered / acked: the hot ones, compact
+            if isinstance(fields, tuple):  # delivered / acked / sent one per queue: the hot ones, compact
                 prefix = prefixes.get((bucket, topic))
                 if prefix is None:
                     prefix = prefixes[(bucket, topic)] = K.topic_prefix(bucket, topic)
@@ -271,6 +277,9 @@ def _expand(items: list[_Pending | _Run]) -> Iterator[_Pending]:
             fields = (group, 0)
             for qid, offset in positions:
                 yield kind, t, topic, qid, offset, fields
+        elif kind is TraceKind.SENT:  # stored as compact position events, text "client\0host"
+            for qid, offset, client, host in positions:
+                yield kind, t, topic, qid, offset, (f"{client}\0{host}", 0)
         else:
             for qid, offset, attempt in positions:
                 yield kind, t, topic, qid, offset, (group, attempt)

@@ -19,11 +19,16 @@ that may hold `offset`.
 
 Values come in two encodings, told apart by their first byte:
 
-    compact (deliveries and acks, the frequent events), first byte 0x02:
-        version u8 = 2 | kind u8 (1 delivered, 2 acked) | attempt u32 | group (UTF-8, the rest)
+    compact (deliveries, acks, and sends of one message per queue), first byte 0x02:
+        version u8 = 2 | kind u8 (1 delivered, 2 acked, 3 sent) | attempt u32 | text (UTF-8, the rest):
+        the group; for a send, the producer's client id, 0x00, its host
     JSON (every other event), first byte `{`: an object with `"v": 1` and the event's fields.
 
 The compact form keeps the consume path cheap: one struct pack per event instead of a JSON dump.
+An append whose messages go to queues of their own (a lite topic's messages, one per lite topic; a
+priority topic's, one per level) is recorded as one compact `sent` position event per message
+rather than a `s` range per queue: a range key and a JSON document per message cost a lite send
+more than the message's own index entries.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ _TAIL = struct.Struct(">QI")  # time_ms, seq
 _POS_TAIL = struct.Struct(">IQQI")  # queue, offset, time_ms, seq
 _COMPACT = struct.Struct(">BBI")  # version, kind, attempt
 COMPACT_VERSION = 2
-COMPACT_KINDS = {"delivered": 1, "acked": 2}
+COMPACT_KINDS = {"delivered": 1, "acked": 2, "sent": 3}
+_SENT_CODE = COMPACT_KINDS["sent"]
 _COMPACT_NAMES = {code: name for name, code in COMPACT_KINDS.items()}
 U32_MAX = 0xFFFFFFFF
 
@@ -113,7 +119,11 @@ def decode_value(raw: bytes, time_ms: int = 0) -> dict[str, Any]:
         kind = _COMPACT_NAMES.get(code)
         if kind is None:
             raise ValueError(f"unknown compact trace event kind {code}")
-        return {"k": kind, "t": time_ms, "attempt": attempt, "group": raw[_COMPACT.size :].decode("utf-8")}
+        text = raw[_COMPACT.size :].decode("utf-8")
+        if code == _SENT_CODE:
+            client, _, host = text.partition("\0")
+            return {"k": kind, "t": time_ms, "client": client, "host": host}
+        return {"k": kind, "t": time_ms, "attempt": attempt, "group": text}
     doc = json.loads(raw)
     if not isinstance(doc, dict) or doc.get("v") != FORMAT_VERSION:
         raise ValueError("unknown trace value format")

@@ -38,7 +38,8 @@ class ProxyApp:
         self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self._client_gone)
         self.producer = ProducerService(directory, topics_max=config.caches.topics_max)
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
-        self.lite = LiteRouter(directory, config.settings.lite_subscription_quota, config.settings.lite_removal_poll_ms)
+        self.lite = LiteRouter(directory, config.settings.lite_subscription_quota, config.settings.lite_removal_poll_ms,
+                               config.caches.lite_clients_max)  # fmt: skip
         self.consumer.lite = self.lite
         self._touched_groups: set[str] = set()
         self.in_flight = 0

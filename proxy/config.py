@@ -146,9 +146,12 @@ class CacheConfig:
     groups_max: int = 100_000
     # (namespace, network) pairs whose advertised proxy endpoints are kept.
     endpoints_max: int = 10_000
+    # Lite consumers (client, group, bind topic) whose subscription counts per broker are kept, to
+    # hold each one to its quota across the brokers of its bind topic.
+    lite_clients_max: int = 100_000
 
     def __post_init__(self) -> None:
-        if min(self.topics_max, self.groups_max, self.endpoints_max) < 1:
+        if min(self.topics_max, self.groups_max, self.endpoints_max, self.lite_clients_max) < 1:
             raise ValueError("cache sizes must be at least 1")
 
 

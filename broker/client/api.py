@@ -374,7 +374,11 @@ class BrokerApi(Protocol):
     async def list_clients(self) -> list[ConnectedClient]: ...  # as the proxies last reported them
 
     # lite topics (docs/lite-topics.md)
-    async def sync_lite_subscription(self, sync: LiteSync) -> None: ...
+    async def sync_lite_subscription(self, sync: LiteSync) -> int:
+        """Apply a client's subscription change on this broker; how many lite topics of the bind
+        topic the client then holds here."""
+        ...
+
     async def list_lite_topics(self, topic: str, group: str = "", limit: int = 100) -> LiteTopicList: ...
     async def claim_lite_removals(
         self, client_ids: list[str]

@@ -641,10 +641,11 @@ class RemoteBroker:
 
     # -- lite topics ----------------------------------------------------------------------------
 
-    async def sync_lite_subscription(self, sync: LiteSync) -> None:
+    async def sync_lite_subscription(self, sync: LiteSync) -> int:
         with _encoding("sync lite subscription"):
             request = convert.lite_sync_to_pb(sync)
-        await self._call(self._stub.SyncLiteSubscription, request)
+        response = await self._call(self._stub.SyncLiteSubscription, request)
+        return int(response.subscribed)
 
     async def list_lite_topics(self, topic: str, group: str = "", limit: int = 100) -> LiteTopicList:
         request = pb.ListLiteTopicsRequest(topic=topic, group=group, limit=limit)

@@ -8,14 +8,15 @@ pop state, receipt handles, retries and trace are the store's and the pop engine
 | column family | key | value |
 |---|---|---|
 | `lite_name` | topic_id u32, lite name | queue_id u32, created_ms u64, last_write_ms u64 |
-| `lite_id` | topic_id u32, queue_id u32 | lite name |
-| `lite_exp` | expires_ms u64, topic_id u32, queue_id u32 | empty: the expiry index, due first |
+| `lite_exp` | expires_ms u64, topic_id u32, lite name | empty: the expiry index, due first |
 | `lite_meta` | topic_id u32 | next lite number u32, live lite topics u32 |
 | `lite_sub` | u16 size + group, topic_id u32, u16 size + client id, lite name | empty |
 | `lite_subr` | topic_id u32, u16 size + lite name, u16 size + group, u16 size + client id | empty |
 
-`lite_sub` holds each client's set (prefix scan per client); `lite_subr` answers "who subscribes to
-this lite topic" when it expires (prefix scan per lite topic).
+A lite topic is two rows: its record, found by name (every send and subscription), and its expiry
+key, which names it, so the sweep needs no row from queue id back to name. `lite_sub` holds each
+client's set (prefix scan per client); `lite_subr` answers "who subscribes to this lite topic" when
+it expires (prefix scan per lite topic); both exist only for subscribed lite topics.
 """
 
 from __future__ import annotations
@@ -23,20 +24,18 @@ from __future__ import annotations
 import struct
 
 CF_LITE_NAME = "lite_name"
-CF_LITE_ID = "lite_id"
 CF_LITE_EXP = "lite_exp"
 CF_LITE_META = "lite_meta"
 CF_LITE_SUB = "lite_sub"
 CF_LITE_SUBR = "lite_subr"
-LITE_CFS = (CF_LITE_NAME, CF_LITE_ID, CF_LITE_EXP, CF_LITE_META, CF_LITE_SUB, CF_LITE_SUBR)
+LITE_CFS = (CF_LITE_NAME, CF_LITE_EXP, CF_LITE_META, CF_LITE_SUB, CF_LITE_SUBR)
 
 LITE_QUEUE_BASE = 1 << 16  # queue ids of lite topics start here (the route's queues stay below)
 MAX_LITE_QUEUE = (1 << 31) - 1  # queue ids travel as int32
 
 U16 = struct.Struct(">H")
 U32 = struct.Struct(">I")
-PAIR = struct.Struct(">II")
-EXP = struct.Struct(">QII")
+EXP_HEAD = struct.Struct(">QI")  # expires_ms, topic_id: an expiry key without the name
 RECORD = struct.Struct(">IQQ")
 META = struct.Struct(">II")
 
@@ -45,12 +44,14 @@ def name_key(topic_id: int, name: str) -> bytes:
     return U32.pack(topic_id) + name.encode()
 
 
-def id_key(topic_id: int, queue_id: int) -> bytes:
-    return PAIR.pack(topic_id, queue_id)
+def exp_key(expires_ms: int, topic_id: int, name: str) -> bytes:
+    return EXP_HEAD.pack(expires_ms, topic_id) + name.encode()
 
 
-def exp_key(expires_ms: int, topic_id: int, queue_id: int) -> bytes:
-    return EXP.pack(expires_ms, topic_id, queue_id)
+def parse_exp_key(key: bytes) -> tuple[int, int, str]:
+    """(expires_ms, topic_id, lite name) of a `lite_exp` key."""
+    expires, tid = EXP_HEAD.unpack_from(key)
+    return expires, tid, key[EXP_HEAD.size :].decode()
 
 
 def _text(value: str) -> bytes:

@@ -29,7 +29,9 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
+from broker.client import receipt
 from broker.client.api import (
     GroupInfo,
     LiteAction,
@@ -47,10 +49,11 @@ from broker.client.api import (
 )
 from broker.config import LimitsConfig, LiteConfig
 from broker.consumer import PopEngine, _Cold, now_ms
-from broker.filter import MessageFilter
+from broker.filter import MessageFilter, TagFilter
+from broker.lite.heads import deliver_heads, read_heads
 from broker.lite.state import LiteRecord, LiteState
-from broker.longpoll import LongPollHub, group_key, topic_key
-from broker.messages import to_record, validate_message
+from broker.longpoll import LongPollHub, group_key, lite_client_key
+from broker.messages import COLUMNS_MIN, plainly_valid, records_at, validate_message
 from broker.popstate import PopBatch, PopState, queue_key
 from broker.store.store import MessageStore
 from broker.trace import TraceRecorder
@@ -71,6 +74,7 @@ MAX_READY_CHECKS = 4_096  # lite topics a pop looks at, at most (the rotation co
 
 
 _LITE_ONLY = frozenset({MessageType.LITE})
+_MESSAGE_ID, _BORN_HOST = attrgetter("message_id"), attrgetter("born_host")
 
 
 def is_lite(spec: TopicSpec) -> bool:
@@ -90,6 +94,10 @@ class _Client:
     ready: collections.OrderedDict[int, None] = field(default_factory=collections.OrderedDict)
     version: int = 0
     seen: float = field(default_factory=time.monotonic)
+    wake_key: str = ""  # its long polls' own key (set on creation)
+
+    def __post_init__(self) -> None:
+        self.wake_key = lite_client_key(self.group, self.client_id)
 
 
 ClientKey = tuple[str, str, str]  # group, bind topic, client id
@@ -132,17 +140,14 @@ class LiteService:
         """The lite topics `names` of a bind topic and which of them are new: those are created
         together, or none is (LITE_TOPIC_QUOTA_EXCEEDED beyond the quota). A write moves an
         existing one's expiry (once per granule)."""
-        found: dict[str, LiteRecord] = {}
-        missing: list[str] = []
-        granule = self._granule_ms(spec)
-        for name in dict.fromkeys(names):
-            rec = self.state.get(topic_id, name)
-            if rec is None:
-                missing.append(name)
-                continue
-            if write and now - rec.last_write_ms >= granule:
-                self.state.touch(topic_id, name, rec, now, self._expiration_ms(spec))
-            found[name] = rec
+        wanted = list(dict.fromkeys(names))
+        found = self.state.get_many(topic_id, wanted)
+        missing = [name for name in wanted if name not in found]
+        if write:
+            granule = self._granule_ms(spec)
+            stale = [(name, rec) for name, rec in found.items() if now - rec.last_write_ms >= granule]
+            if stale:
+                self.state.touch(topic_id, stale, now, self._expiration_ms(spec))
         if missing:
             held, limit = self.state.count(topic_id), self._max_topics(spec)
             if held + len(missing) > limit:
@@ -155,38 +160,38 @@ class LiteService:
         return found, set(missing)
 
     async def send(self, spec: TopicSpec, messages: list[OutgoingMessage], clients: list[str]) -> list[SendResult]:
+        """Store each message in its lite topic's queue: one append, one trace item, validated
+        column by column (message by message only to name the error of a batch that fails)."""
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
-        names: list[str] = []
-        for msg in messages:
-            validate_message(msg, info, self._limits)
-            name = msg.system_properties.get(SYSPROP_LITE_TOPIC)
-            if name is None:
-                raise IllegalLiteTopic(f"topic {spec.name} is a LITE topic: a message needs a lite topic")
-            names.append(validate_lite_topic_name(name, self._cfg.max_name_chars))
+        if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, self._limits, _LITE_ONLY):
+            for msg in messages:
+                validate_message(msg, info, self._limits)
+        named = [m.system_properties.get(SYSPROP_LITE_TOPIC) for m in messages]
+        if None in named:
+            raise IllegalLiteTopic(f"topic {spec.name} is a LITE topic: a message needs a lite topic")
+        names = [n for n in named if n is not None]
+        for name in set(names):
+            validate_lite_topic_name(name, self._cfg.max_name_chars)
         tid = self.state.topic_id(spec.name, create=True)
         assert tid is not None
         records, _ = self.resolve(spec, tid, names, now_ms(), write=True)
         qids = [records[name].queue_id for name in names]
-        host = self._host
-        results = await self._store.append(
-            [to_record(spec.name, q, m, host) for q, m in zip(qids, messages, strict=True)]
-        )
-        out = []
-        sent = self._trace.sent
-        for msg, qid, r, client in zip(messages, qids, results, clients, strict=True):
-            sent(spec.name, qid, r.queue_offset, r.queue_offset + 1, client, msg.born_host)
-            out.append(SendResult(msg.message_id, qid, r.queue_offset))
-        return out
+        results = await self._store.append(records_at(spec.name, qids, messages, self._host))
+        offsets = [r.queue_offset for r in results]
+        self._trace.sent_each(spec.name, list(zip(qids, offsets, clients, map(_BORN_HOST, messages), strict=True)))
+        return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets))
 
     def on_dispatch(self, touched: Iterable[tuple[str, int]]) -> None:
-        """Mark dispatched lite queues ready for the clients that watch them, and wake those."""
-        groups: set[str] = set()
-        for key in touched:
+        """Mark dispatched lite queues ready for the clients that watch them, and wake those. They
+        join the rotation in queue order, which is creation order: lite topics written together
+        tend to be popped together, and their heads, stored back to back, read with one pread."""
+        woken: set[str] = set()
+        for key in sorted(touched):
             for client in self._watch.get(key, ()):
                 client.ready[key[1]] = None
-                groups.add(client.group)
-        if groups:
-            self._hub.notify([group_key(g) for g in groups])
+                woken.add(client.wake_key)
+        if woken:
+            self._hub.notify(woken)
 
     # -- subscriptions ---------------------------------------------------------------------------
 
@@ -197,10 +202,8 @@ class LiteService:
             tid = self.state.topic_id(spec.name, create=True)
             assert tid is not None
             client = _Client(group, spec.name, tid, client_id)
-            for name in self.state.subscriptions(group, tid, client_id):
-                rec = self.state.get(tid, name)
-                if rec is not None:
-                    self._watch_add(client, name, rec.queue_id)
+            for name, rec in self.state.get_many(tid, sorted(self.state.subscriptions(group, tid, client_id))).items():
+                self._watch_add(client, name, rec.queue_id)
             client.ready.update((q, None) for q in client.qids)
             self._clients[key] = client
         client.seen = time.monotonic()
@@ -223,10 +226,11 @@ class LiteService:
             if not watchers:
                 del self._watch[(client.topic, qid)]
 
-    def sync(self, spec: TopicSpec, sync: LiteSync) -> None:
+    def sync(self, spec: TopicSpec, sync: LiteSync) -> int:
+        """Apply a subscription change; how many lite topics the client then holds here."""
         client = self._client(sync.group, spec, sync.client_id)
         if sync.version and sync.version < client.version:
-            return  # an older request overtaken by a newer one: nothing to change
+            return len(client.names)  # an older request overtaken by a newer one: nothing to change
         wanted: list[str] = [validate_lite_topic_name(n, self._cfg.max_name_chars) for n in sync.lite_topics]
         current = set(client.names)  # loaded from the store with the client
         action = sync.action
@@ -248,48 +252,52 @@ class LiteService:
         starts = added if sync.offset is None else set(wanted) & new
         records, created = self.resolve(spec, client.topic_id, sorted(new & (added | starts)), now_ms(), write=False)
         batch = self._pop.batch()
-        for name in starts:
-            if name in created:  # new and empty: the group starts at its beginning
-                batch.set_cursor(sync.group, spec.name, records[name].queue_id, 0)
-            else:
-                self._start_at(batch, sync.group, spec.name, records[name].queue_id, sync.offset)
+        for name in starts & created:  # new and empty: the group starts at its beginning
+            batch.set_cursor(sync.group, spec.name, records[name].queue_id, 0)
+        known = [records[name].queue_id for name in starts - created]
+        self._start_many(batch, sync.group, spec.name, known, sync.offset)
         batch.commit()
         self.state.change_subscriptions(sync.group, client.topic_id, sync.client_id, added, removed)
         for name in removed:
             self._watch_drop(client, name)
         for name in added:
-            qid = records[name].queue_id
-            self._watch_add(client, name, qid)
-            client.ready[qid] = None
+            self._watch_add(client, name, records[name].queue_id)
+        # Ready: what may hold a message for the group now, i.e. what was added or had its start
+        # moved; a lite topic this sync created is empty, and its first dispatch makes it ready.
+        client.ready.update((records[name].queue_id, None) for name in (added | starts) & new if name not in created)
         if sync.version:
             client.version = sync.version
         if added:
-            self._hub.notify([group_key(sync.group)])
+            self._hub.notify([client.wake_key])
         log.debug("lite subscription synced", extra=kv(group=sync.group, topic=spec.name, action=action.name,
                                                        added=len(added), removed=len(removed)))  # fmt: skip
+        return len(client.names)
 
-    def _start_at(self, batch: PopBatch, group: str, topic: str, qid: int, option: LiteOffset | None) -> None:
-        """Set where the group starts in a newly subscribed lite topic (kept when it has a cursor
-        and the option is absent or LAST)."""
-        has_cursor = self._pop.cursor(group, topic, qid) is not None
-        low, high = self._store.queue_bounds(topic, qid)
+    def _start_many(self, batch: PopBatch, group: str, topic: str, qids: list[int], option: LiteOffset | None) -> None:
+        """Set where the group starts in newly subscribed lite topics that exist. Without an option
+        (or LAST) a lite topic the group has a cursor in keeps it, so the cursors come from one
+        multi-get and only lite topics without one are looked at; an explicit option places each."""
         if option is None or option.policy is LiteOffsetPolicy.LAST:
-            if has_cursor:
-                return
-            start = low
-        elif option.policy is LiteOffsetPolicy.MIN:
-            start = low
-        elif option.policy is LiteOffsetPolicy.MAX:
-            start = high
-        elif option.offset is not None:
-            start = min(max(option.offset, low), high)
-        elif option.tail_n is not None:
-            start = max(low, high - max(0, option.tail_n))
-        elif option.timestamp_ms is not None:
-            start = self._store.offset_for_timestamp(topic, qid, option.timestamp_ms)
-        else:
-            start = low
-        batch.set_cursor(group, topic, qid, start)
+            for qid, cursor in zip(qids, self._pop.cursors(group, topic, qids), strict=True):
+                if cursor is None:
+                    batch.set_cursor(group, topic, qid, self._store.queue_bounds(topic, qid)[0])
+            return
+        for qid in qids:
+            batch.set_cursor(group, topic, qid, self._start_of(topic, qid, option))
+
+    def _start_of(self, topic: str, qid: int, option: LiteOffset) -> int:
+        low, high = self._store.queue_bounds(topic, qid)
+        if option.policy is LiteOffsetPolicy.MIN:
+            return low
+        if option.policy is LiteOffsetPolicy.MAX:
+            return high
+        if option.offset is not None:
+            return min(max(option.offset, low), high)
+        if option.tail_n is not None:
+            return max(low, high - max(0, option.tail_n))
+        if option.timestamp_ms is not None:
+            return self._store.offset_for_timestamp(topic, qid, option.timestamp_ms)
+        return low
 
     # -- pop -------------------------------------------------------------------------------------
 
@@ -304,7 +312,9 @@ class LiteService:
         client = self._client(g, spec, req.lite_client)
         n = max(1, min(req.max_messages, cfg.max_batch_messages))
         deadline = time.monotonic() + min(req.long_poll_ms, cfg.max_long_poll_ms) / 1000.0
-        keys = (topic_key(spec.name), group_key(g))
+        # Its own key (dispatches into its lite topics, acks freeing their next message, its syncs)
+        # and the group's (redeliveries, resets): not the bind topic's, which every send moves.
+        keys = (client.wake_key, group_key(g))
         while True:
             snapshot = self._hub.snapshot(keys)
             found = self._pop_once(client, group, spec.name, filt, n, req.invisible_ms)
@@ -317,6 +327,9 @@ class LiteService:
     def _pop_once(
         self, client: _Client, group: GroupInfo, topic: str, filt: MessageFilter, n: int, invisible_ms: int
     ) -> list[StoredMessage]:
+        """Redeliveries first, then one new message from each of up to n lite topics taken round
+        robin from the client's `ready` ones (those that may hold a message for it), skipping lite
+        topics with a message in flight for the group (their order)."""
         now = now_ms()
         until = now + invisible_ms
         out: list[StoredMessage] = []
@@ -325,30 +338,51 @@ class LiteService:
         engine = self._engine
         g = client.group
         engine._redeliver(group, topic, client.qids, filt, n, now, until, batch, out, set(), cold)
+        plain = isinstance(filt, TagFilter) and filt.tags is None
         inflight = self._pop.inflight
         ready = client.ready
-        for _ in range(min(len(ready), MAX_READY_CHECKS)):
-            if len(out) >= n:
+        again: list[int] = []  # back into the rotation after this pop, not visited twice in it
+        checks = 0
+        while len(out) < n and ready and checks < MAX_READY_CHECKS:
+            picked: list[int] = []
+            while ready and len(out) + len(picked) < n and checks < MAX_READY_CHECKS:
+                qid, _ = ready.popitem(last=False)
+                checks += 1
+                if qid not in client.qids:
+                    continue
+                if inflight.get((g, topic, qid), 0) > 0:
+                    again.append(qid)  # in order: its next message once this one is done
+                    continue
+                picked.append(qid)
+            if not picked:
                 break
-            qid, _ = ready.popitem(last=False)
-            if qid not in client.qids:
-                continue
-            if inflight.get((g, topic, qid), 0) > 0:
-                ready[qid] = None  # in order: its next message once this one is done
-                continue
-            before = len(out)
-            engine._take_new(group, topic, qid, filt, before + 1, until, batch, out, set(), cold)
-            if len(out) > before:
-                ready[qid] = None  # may hold more: to the back of the rotation
+            general = picked
+            if plain:
+                heads, _, general = read_heads(self._store, self._pop, g, topic, client.topic_id, picked)
+                for head, rec in deliver_heads(self._store, heads, g, topic, until, batch):
+                    out.append(engine._deliver(rec, 1, 1, until, g))
+                    if head.more:
+                        again.append(head.queue_id)
+            for qid in general:
+                before = len(out)
+                engine._take_new(group, topic, qid, filt, before + 1, until, batch, out, set(), cold)
+                if len(out) > before:
+                    again.append(qid)  # may hold more
+        ready.update(dict.fromkeys(again))
         batch.commit()
         engine.delivered[topic] += len(out)
         if out and self._trace.enabled:
             self._trace.delivered_many(topic, g, [(m.queue_id, m.queue_offset, m.delivery_attempt) for m in out])
         return out
 
-    def after_ack(self, group: str) -> None:
-        """An acknowledged lite message frees its lite topic's next one: wake the group's polls."""
-        self._hub.notify([group_key(group)])
+    def after_ack(self, group: str, topic: str, handles: list[str]) -> None:
+        """An acknowledged lite message frees its lite topic's next one: wake the polls of the
+        group's clients that watch those lite topics."""
+        woken: set[str] = set()
+        for qid in {receipt.fields(h)[1] for h in handles}:
+            woken.update(c.wake_key for c in self._watch.get((topic, qid), ()) if c.group == group)
+        if woken:
+            self._hub.notify(woken)
 
     # -- expiry and removals ---------------------------------------------------------------------
 
@@ -356,18 +390,17 @@ class LiteService:
         """Remove expired lite topics (at most `sweep_batch`); how many were removed."""
         now = now_ms()
         removed = 0
-        for expires, tid, qid in self.state.due(now, self._cfg.sweep_batch):
-            name = self.state.name_of(tid, qid)
+        for expires, tid, name in self.state.due(now, self._cfg.sweep_batch):
             topic = self._store.index.topic_name(tid)
             spec = specs.get(topic) if topic is not None else None
-            rec = self.state.get(tid, name) if name is not None else None
-            if name is None or topic is None or spec is None or rec is None or rec.queue_id != qid:
-                self.state.drop_expiry_key(expires, tid, qid)
+            rec = self.state.get(tid, name)
+            if spec is None or rec is None:  # the lite topic or its bind topic is gone: a leftover key
+                self.state.drop_expiry_key(expires, tid, name)
                 continue
             exp_ms = self._expiration_ms(spec)
             if now - rec.last_write_ms < exp_ms:  # a stale key (the expiration changed): re-index
-                self.state.drop_expiry_key(expires, tid, qid)
-                self.state.touch(tid, name, rec, rec.last_write_ms, exp_ms)
+                self.state.drop_expiry_key(expires, tid, name)
+                self.state.touch(tid, [(name, rec)], rec.last_write_ms, exp_ms)
                 continue
             self._remove(spec.name, tid, name, rec, expires)
             removed += 1
@@ -413,6 +446,7 @@ class LiteService:
                 for name in list(client.names):
                     self._watch_drop(client, name)
                 del self._clients[key]
+                self._hub.forget(client.wake_key)
         if len(self._removals) > 100_000:  # clients that never came back for theirs
             self._removals.clear()
 

@@ -62,6 +62,26 @@ class LiteState:
         self._remember(topic_id, name, rec)
         return rec
 
+    def get_many(self, topic_id: int, names: list[str]) -> dict[str, LiteRecord]:
+        """`get` of several lite topics: the cache, then one multi-get for the others."""
+        out: dict[str, LiteRecord] = {}
+        cache = self._cache
+        missing: list[str] = []
+        for name in names:
+            rec = cache.get((topic_id, name))
+            if rec is None:
+                missing.append(name)
+            else:
+                cache.move_to_end((topic_id, name))
+                out[name] = rec
+        if missing:
+            raws = self._index.cf(K.CF_LITE_NAME).get([K.name_key(topic_id, name) for name in missing])
+            for name, raw in zip(missing, raws, strict=True):
+                if raw is not None:
+                    out[name] = rec = LiteRecord(*K.RECORD.unpack(raw))
+                    self._remember(topic_id, name, rec)
+        return out
+
     def _remember(self, topic_id: int, name: str, rec: LiteRecord) -> None:
         self._cache[(topic_id, name)] = rec
         if len(self._cache) > self._cache_size:
@@ -74,15 +94,14 @@ class LiteState:
         if first + len(names) - 1 > K.MAX_LITE_QUEUE:
             raise OverflowError("lite topic numbers of this bind topic are exhausted")
         batch = self._index.batch()
-        handle = self._index.handle
-        h_name, h_id, h_exp = handle(K.CF_LITE_NAME), handle(K.CF_LITE_ID), handle(K.CF_LITE_EXP)
+        h_name, h_exp = self._index.handle(K.CF_LITE_NAME), self._index.handle(K.CF_LITE_EXP)
         value_tail = K.RECORD.pack(0, now_ms, now_ms)[4:]
+        tid_raw, exp_head = K.U32.pack(topic_id), K.EXP_HEAD.pack(expires_ms, topic_id)
         out: dict[str, LiteRecord] = {}
         for qid, name in enumerate(names, first):
             raw = name.encode()
-            batch.put(K.U32.pack(topic_id) + raw, K.U32.pack(qid) + value_tail, h_name)
-            batch.put(K.id_key(topic_id, qid), raw, h_id)
-            batch.put(K.exp_key(expires_ms, topic_id, qid), b"", h_exp)
+            batch.put(tid_raw + raw, K.U32.pack(qid) + value_tail, h_name)
+            batch.put(exp_head + raw, b"", h_exp)
             out[name] = LiteRecord(qid, now_ms, now_ms)
         batch.put(K.U32.pack(topic_id), K.META.pack(meta[0] + len(names), meta[1] + len(names)),
                   self._index.handle(K.CF_LITE_META))  # fmt: skip
@@ -93,32 +112,29 @@ class LiteState:
             self._remember(topic_id, name, rec)
         return out
 
-    def touch(self, topic_id: int, name: str, rec: LiteRecord, now_ms: int, expiration_ms: int) -> None:
-        """Record a write at `now_ms`: moves the lite topic's expiry (the caller calls this only
-        when the recorded last write is older than its granularity, so a hot lite topic costs one
-        update per granule, not one per message)."""
+    def touch(self, topic_id: int, stale: list[tuple[str, LiteRecord]], now_ms: int, expiration_ms: int) -> None:
+        """Record a write at `now_ms` to the lite topics `stale` (name, record), in one WriteBatch:
+        moves their expiry (the caller passes only lite topics whose recorded last write is older
+        than its granularity, so a hot lite topic costs one update per granule, not per message)."""
         batch = self._index.batch()
-        h_exp = self._index.handle(K.CF_LITE_EXP)
-        batch.delete(K.exp_key(rec.last_write_ms + expiration_ms, topic_id, rec.queue_id), h_exp)
-        batch.put(K.exp_key(now_ms + expiration_ms, topic_id, rec.queue_id), b"", h_exp)
-        batch.put(K.name_key(topic_id, name), K.RECORD.pack(rec.queue_id, rec.created_ms, now_ms),
-                  self._index.handle(K.CF_LITE_NAME))  # fmt: skip
+        h_exp, h_name = self._index.handle(K.CF_LITE_EXP), self._index.handle(K.CF_LITE_NAME)
+        for name, rec in stale:
+            batch.delete(K.exp_key(rec.last_write_ms + expiration_ms, topic_id, name), h_exp)
+            batch.put(K.exp_key(now_ms + expiration_ms, topic_id, name), b"", h_exp)
+            batch.put(K.name_key(topic_id, name), K.RECORD.pack(rec.queue_id, rec.created_ms, now_ms), h_name)
         self._index.write(batch)
-        rec.last_write_ms = now_ms
+        for _, rec in stale:
+            rec.last_write_ms = now_ms
 
-    def name_of(self, topic_id: int, queue_id: int) -> str | None:
-        raw = self._index.cf(K.CF_LITE_ID).get(K.id_key(topic_id, queue_id))
-        return None if raw is None else bytes(raw).decode()
-
-    def due(self, now_ms: int, limit: int) -> list[tuple[int, int, int]]:
-        """(expires_ms, topic_id, queue_id) of up to `limit` lite topics expired at `now_ms`, oldest
+    def due(self, now_ms: int, limit: int) -> list[tuple[int, int, str]]:
+        """(expires_ms, topic_id, lite name) of up to `limit` lite topics expired at `now_ms`, oldest
         first: a range scan of the expiry index from its start, never a scan of all lite topics."""
-        out: list[tuple[int, int, int]] = []
+        out: list[tuple[int, int, str]] = []
         for key, _ in self._index.cf(K.CF_LITE_EXP).items():
-            expires, tid, qid = K.EXP.unpack(key)
+            expires, tid, name = K.parse_exp_key(key)
             if expires > now_ms or len(out) >= limit:
                 break
-            out.append((expires, tid, qid))
+            out.append((expires, tid, name))
         return out
 
     def remove(self, topic_id: int, name: str, rec: LiteRecord, expires_ms: int) -> None:
@@ -127,8 +143,7 @@ class LiteState:
         batch = self._index.batch()
         qid = rec.queue_id
         batch.delete(K.name_key(topic_id, name), self._index.handle(K.CF_LITE_NAME))
-        batch.delete(K.id_key(topic_id, qid), self._index.handle(K.CF_LITE_ID))
-        batch.delete(K.exp_key(expires_ms, topic_id, qid), self._index.handle(K.CF_LITE_EXP))
+        batch.delete(K.exp_key(expires_ms, topic_id, name), self._index.handle(K.CF_LITE_EXP))
         self._index.delete_cq_below(batch, topic_id, qid, 1 << 62)
         prefix = K.subr_prefix(topic_id, name)
         for group, client in self.subscribers(topic_id, name):
@@ -140,9 +155,9 @@ class LiteState:
         self._index.write(batch)
         self._cache.pop((topic_id, name), None)
 
-    def drop_expiry_key(self, expires_ms: int, topic_id: int, queue_id: int) -> None:
+    def drop_expiry_key(self, expires_ms: int, topic_id: int, name: str) -> None:
         batch = self._index.batch()  # a batch, so that a replicated primary records it
-        batch.delete(K.exp_key(expires_ms, topic_id, queue_id), self._index.handle(K.CF_LITE_EXP))
+        batch.delete(K.exp_key(expires_ms, topic_id, name), self._index.handle(K.CF_LITE_EXP))
         self._index.write(batch)
 
     def lite_topics(self, topic_id: int) -> Iterator[tuple[str, LiteRecord]]:
@@ -152,21 +167,6 @@ class LiteState:
             if not key.startswith(prefix):
                 return
             yield key[4:].decode(), LiteRecord(*K.RECORD.unpack(value))
-
-    def drop_topic(self, topic_id: int) -> list[str]:
-        """Forget every lite topic of a deleted bind topic; their names (for notifications)."""
-        names = [name for name, _ in self.lite_topics(topic_id)]
-        for name in names:
-            rec = self.get(topic_id, name)
-            if rec is not None:
-                # The expiry key is found by its scan: remove() deletes the one it is given.
-                self.remove(topic_id, name, rec, 0)
-        stale = [k for k, _ in self._index.cf(K.CF_LITE_EXP).items() if K.EXP.unpack(k)[1] == topic_id] if names else []
-        batch = self._index.batch()
-        for key in stale:
-            batch.delete(key, self._index.handle(K.CF_LITE_EXP))
-        self._index.write(batch)
-        return names
 
     # -- subscriptions ---------------------------------------------------------------------------
 

@@ -57,7 +57,6 @@ def _after_group(key: bytes) -> int:
 _TOPIC_AT: dict[str, Callable[[bytes], int]] = {
     SK.CF_OFFSETS: _after_group,
     LK.CF_LITE_NAME: lambda _key: 0,
-    LK.CF_LITE_ID: lambda _key: 0,
     LK.CF_LITE_EXP: lambda _key: 8,
     LK.CF_LITE_META: lambda _key: 0,
     LK.CF_LITE_SUB: _after_group,

@@ -44,6 +44,10 @@ class ReadConfig:
     max_batch_bytes: int = 32 << 20
     # ConsumeQueue entries one read may scan while skipping filtered messages.
     max_scan_entries: int = 10_000
+    # Records of one read that lie at most this many bytes apart in the CommitLog are read with one
+    # pread, the bytes between them read and dropped: a lite consumer's pop takes the heads of many
+    # lite topics, written at about the same time but seldom back to back.
+    coalesce_gap_bytes: int = 64 << 10
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,33 @@ class Index:
             skip = 0
             it.next()
 
+    def cq_heads(self, topic_id: int, positions: Sequence[tuple[int, int]]) -> list[tuple[CqEntry | None, bool]]:
+        """For each (queue, offset) of one topic: the ConsumeQueue entry at exactly that offset (None
+        when no stored block holds it: the queue ends there, or retention deleted it) and whether
+        the queue holds an entry after it. One iterator for all of them: creating a RocksDB iterator
+        costs more than a seek, and a lite topic's pop reads the heads of up to 32 queues."""
+        it = self._cf[K.CF_CQ].iter()
+        out: list[tuple[CqEntry | None, bool]] = []
+        for queue_id, offset in positions:
+            prefix = K.queue_prefix(topic_id, queue_id)
+            it.seek_for_prev(K.cq_key(topic_id, queue_id, offset))
+            if not it.valid() or not it.key().startswith(prefix):
+                out.append((None, False))
+                continue
+            key, value = it.key(), it.value()
+            first = K.cq_key_parse(key)[2]
+            end = first + len(value) // K.CQ_ENTRY
+            if end <= offset:
+                out.append((None, False))
+                continue
+            phys, size, tag_hash, ts = K.CQ_VALUE.unpack_from(value, (offset - first) * K.CQ_ENTRY)
+            more = end > offset + 1
+            if not more:
+                it.next()
+                more = it.valid() and it.key().startswith(prefix)
+            out.append((CqEntry(offset, phys, size, tag_hash, ts), more))
+        return out
+
     def cq_block(self, topic_id: int, queue_id: int, queue_offset: int) -> tuple[int, bytes] | None:
         """(first offset, entries) of the ConsumeQueue block holding `queue_offset`, if any."""
         it = self._cf[K.CF_CQ].iter()

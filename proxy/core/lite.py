@@ -5,11 +5,19 @@ the clients' Telemetry streams (docs/lite-topics.md).
 A lite topic lives on one broker (`routing.lite_broker`, the same hash producers are placed by), so
 a client's subscription set is split by broker: each broker stores the part it holds. COMPLETE_ADD
 and COMPLETE_REMOVE go to every broker of the bind topic (a broker whose part is empty clears it).
+
+The subscription quota is the client's across brokers. A COMPLETE_ADD names the whole set, checked
+here. Every broker answers a sync with the client's count there; the router keeps those counts per
+client (a bounded cache), and a PARTIAL_ADD's part may grow the client's set on its broker only up
+to the quota less what the client holds on the others. A client this proxy has not seen sync yet
+(it reconnected to another proxy) counts nothing elsewhere until its next sync; the Python client's
+COMPLETE_ADD every 30 s brings the counts back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 from collections.abc import Callable
@@ -25,12 +33,15 @@ Notify = Callable[[LiteRemoval], bool]  # False: the stream's queue is full
 
 
 class LiteRouter:
-    def __init__(self, directory: BrokerDirectory, quota: int, poll_ms: int) -> None:
+    def __init__(self, directory: BrokerDirectory, quota: int, poll_ms: int, clients_max: int) -> None:
         self._dir = directory
         self._quota = quota
         self._poll_s = poll_ms / 1000.0
         self._streams: dict[int, tuple[str, Notify]] = {}  # telemetry stream id -> (client id, deliver)
         self._pending: dict[str, list[LiteRemoval]] = {}  # claimed, not yet delivered (stream queue full)
+        # (client id, group, bind topic) -> lite topics the client holds per broker, as brokers last said
+        self._held: collections.OrderedDict[tuple[str, str, str], dict[str, int]] = collections.OrderedDict()
+        self._held_max = clients_max
 
     async def sync(self, sync: LiteSync) -> None:
         if sync.action is LiteAction.COMPLETE_ADD and len(set(sync.lite_topics)) > self._quota:
@@ -44,12 +55,38 @@ class LiteRouter:
         parts: dict[str, list[str]] = {b: [] for b in brokers}
         for name in sync.lite_topics:
             parts[lite_broker(sync.topic, routes, name)].append(name)
+        key = (sync.client_id, sync.group, sync.topic)
+        held = self._held.get(key, {})
         complete = sync.action in (LiteAction.COMPLETE_ADD, LiteAction.COMPLETE_REMOVE)
         for broker, names in parts.items():
             if names or complete:
+                quota = self._part_quota(held, broker) if sync.action is LiteAction.PARTIAL_ADD else self._quota
                 part = LiteSync(sync.group, sync.topic, sync.client_id, sync.action, tuple(names), sync.version,
-                                sync.offset, self._quota)  # fmt: skip
-                await self._dir.broker(broker).sync_lite_subscription(part)
+                                sync.offset, quota)  # fmt: skip
+                held = self._remember(key, broker, await self._dir.broker(broker).sync_lite_subscription(part))
+
+    def _part_quota(self, held: dict[str, int], broker: str) -> int:
+        """How many lite topics a PARTIAL_ADD may leave the client holding on `broker`: the quota
+        less what it holds on the other brokers (never below what it holds there already)."""
+        room = self._quota - sum(n for b, n in held.items() if b != broker)
+        if room < 1 and held.get(broker, 0) == 0:  # every name of the part would be new there
+            raise LiteSubscriptionQuotaExceeded(
+                f"the client holds {self._quota - room} lite topics on other brokers; a client may subscribe to "
+                f"{self._quota}"
+            )
+        return max(room, held.get(broker, 0), 1)
+
+    def _remember(self, key: tuple[str, str, str], broker: str, count: int) -> dict[str, int]:
+        held = self._held.pop(key, {})
+        if count:
+            held[broker] = count
+        else:
+            held.pop(broker, None)
+        if held:
+            self._held[key] = held  # most recent last
+            if len(self._held) > self._held_max:
+                self._held.popitem(last=False)
+        return held
 
     async def receive(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> tuple[str, list[StoredMessage]]:
         """Pop from every broker of the bind topic: first without waiting, in turn; then a long

@@ -7,9 +7,9 @@
 A `sluice broker` child process (async flush) is driven over loopback gRPC through `RemoteBroker`,
 as a proxy drives it. Phases (each skipped when its flag is 0):
 
-1. Scale: `--lite-topics` lite topics over `--bind-topics` bind topics, one message each. Reports the
-   growth of the index directory (RocksDB, measured after a clean stop, so memtables are on disk)
-   per lite topic and the broker's RSS growth. Targets: < 200 bytes of index per lite topic,
+1. Scale, on a broker of its own: `--lite-topics` lite topics over `--bind-topics` bind topics, one
+   message each. Reports the growth of the index directory (RocksDB, measured after a clean stop, so
+   memtables are on disk) per lite topic and the broker's RSS growth. Targets: < 200 bytes of index per lite topic,
    < 300 MiB RSS growth.
 2. Throughput at each `--active` count: `--messages` lite messages sent round robin over that many
    lite topics (32 per send), then received by consumers subscribed to all of them (pop 32, ack),
@@ -18,7 +18,8 @@ as a proxy drives it. Phases (each skipped when its flag is 0):
 4. Priority: a `--priority-backlog` over 10 levels consumed strictly highest first (checked), at
    >= 80% of a NORMAL topic's consume rate in the same run.
 
-The run stops by itself; the child is stopped by PID and the temp dir removed. Figures on a shared
+Phases 2-4 share a second broker. The run stops by itself; each child is stopped by PID and its
+temp dir removed. Figures on a shared
 2-core machine are noisy: compare within one run.
 """
 
@@ -41,6 +42,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make `tests.helpers` impo
     sys.path.insert(0, str(REPO_ROOT))
 
 from broker.client.api import (  # noqa: E402
+    SYSPROP_PRODUCER_CLIENT_ID,
     GroupSpec,
     LiteAction,
     LiteSync,
@@ -56,7 +58,9 @@ BROKER = "lite-bench"
 BATCH = 32
 SCALE_BATCH = 500
 CONCURRENCY = 8
+SEND_ROUNDS = 8  # turns of a send-rate comparison
 BODY = b"x" * 64
+PRODUCER_ID = "bench-producer@127.0.0.1"
 SETTINGS = {"store": {"commitlog": {"flush_policy": "async"}},
             "lite": {"max_subscriptions": 200_000, "max_lite_topics": 2_000_000}}  # fmt: skip
 
@@ -72,8 +76,18 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def as_proxy(**system_properties: str) -> dict[str, str]:
+    """A message's system properties as a proxy hands them to a broker: every message names its
+    producer's client id (for the trace), so a NORMAL message's map is not empty either."""
+    return {SYSPROP_PRODUCER_CLIENT_ID: PRODUCER_ID, **system_properties}
+
+
+def plain(mid: str) -> OutgoingMessage:
+    return OutgoingMessage(BODY, mid, system_properties=as_proxy())
+
+
 def lite(topic_name: str, i: int, mid: str) -> OutgoingMessage:
-    return OutgoingMessage(BODY, mid, MessageType.LITE, system_properties={SYSPROP_LITE_TOPIC: topic_name})
+    return OutgoingMessage(BODY, mid, MessageType.LITE, system_properties=as_proxy(**{SYSPROP_LITE_TOPIC: topic_name}))
 
 
 async def run_all(api: RemoteBroker, jobs: list[Any]) -> None:
@@ -104,8 +118,23 @@ async def send_rate(api: RemoteBroker, topic: str, msgs: list[OutgoingMessage]) 
     return len(msgs) / (time.perf_counter() - started)
 
 
-async def drain(api: RemoteBroker, topic: str, group: str, total: int, clients: list[str]) -> tuple[float, list[int]]:
-    """Pop 32 and ack until `total` arrived; rate and the order of priorities seen."""
+async def interleaved_send_rates(api: RemoteBroker, *targets: tuple[str, list[OutgoingMessage]]) -> list[float]:
+    """Send rates of several (topic, messages), sent in turns of 1/SEND_ROUNDS each: on a shared
+    machine the load moves within seconds, and a comparison of two phases run one after the other
+    measured the neighbours as much as the broker."""
+    spent = [0.0] * len(targets)
+    for r in range(SEND_ROUNDS):
+        for k, (topic, msgs) in enumerate(targets):
+            part = msgs[r * len(msgs) // SEND_ROUNDS : (r + 1) * len(msgs) // SEND_ROUNDS]
+            spent[k] += len(part) / await send_rate(api, topic, part)
+    return [len(msgs) / t for (_, msgs), t in zip(targets, spent, strict=True)]
+
+
+async def drain(
+    api: RemoteBroker, topic: str, group: str, total: int, clients: list[str]
+) -> tuple[int, float, list[int]]:
+    """Pop 32 and ack with one consumer per client until `total` arrived; (messages, seconds, the
+    order of priorities seen)."""
     got = 0
     order: list[int] = []
     started = time.perf_counter()
@@ -121,7 +150,22 @@ async def drain(api: RemoteBroker, topic: str, group: str, total: int, clients: 
             await api.ack(group, topic, [m.receipt_handle for m in msgs])
 
     await asyncio.gather(*(consumer(c) for c in clients))
-    return got / (time.perf_counter() - started), order
+    return got, time.perf_counter() - started, order
+
+
+async def interleaved_receive_rates(
+    api: RemoteBroker, group: str, total: int, *targets: tuple[str, list[str]]
+) -> list[float]:
+    """Pop+ack rates of several (topic, consumers' client ids) over backlogs of `total` each,
+    drained in turns of 1/SEND_ROUNDS (see interleaved_send_rates)."""
+    got, spent = [0] * len(targets), [0.0] * len(targets)
+    for r in range(SEND_ROUNDS):
+        for k, (topic, clients) in enumerate(targets):
+            want = (r + 1) * total // SEND_ROUNDS - got[k]
+            n, seconds, _ = await drain(api, topic, group, want, clients)
+            got[k] += n
+            spent[k] += seconds
+    return [n / t for n, t in zip(got, spent, strict=True)]
 
 
 async def throughput(api: RemoteBroker, active: int, messages: int) -> dict[str, Any]:
@@ -136,12 +180,20 @@ async def throughput(api: RemoteBroker, active: int, messages: int) -> dict[str,
     for k, client in enumerate(clients):
         part = tuple(names[k * per_client : (k + 1) * per_client])
         await api.sync_lite_subscription(LiteSync(group, topic, client, LiteAction.COMPLETE_ADD, part))
-    lite_msgs = [lite(names[i % active], i, f"t{active}-{i}") for i in range(messages)]
-    normal_msgs = [OutgoingMessage(BODY, f"n{active}-{i}") for i in range(messages)]
-    normal_send = await send_rate(api, normal, normal_msgs)
-    lite_send = await send_rate(api, topic, lite_msgs)
-    normal_recv, _ = await drain(api, normal, group, messages, [""])
-    lite_recv, _ = await drain(api, topic, group, messages, clients)
+
+    # Every consumer gets its share, as every consumer of the normal topic does: message i goes to
+    # consumer i % len(clients), to its lite topics round robin.
+    def target(i: int) -> str:
+        k = i % len(clients)
+        mine = min(per_client, active - k * per_client)
+        return names[k * per_client + (i // len(clients)) % mine]
+
+    lite_msgs = [lite(target(i), i, f"t{active}-{i}") for i in range(messages)]
+    normal_msgs = [plain(f"n{active}-{i}") for i in range(messages)]
+    normal_send, lite_send = await interleaved_send_rates(api, (normal, normal_msgs), (topic, lite_msgs))
+    # As many consumers of the normal topic as lite consumers (one per 10,000 subscriptions).
+    normal_recv, lite_recv = await interleaved_receive_rates(api, group, messages, (normal, [""] * len(clients)),
+                                                             (topic, clients))  # fmt: skip
     return {
         "active_lite_topics": active, "messages": messages,
         "send_msg_s": {"lite": round(lite_send), "normal": round(normal_send),
@@ -161,7 +213,15 @@ async def complete_add(api: RemoteBroker, n: int) -> dict[str, Any]:
     started = time.perf_counter()
     await api.sync_lite_subscription(LiteSync("sub-g", "sub-bind", "c-sub", LiteAction.COMPLETE_ADD, names))
     again = time.perf_counter() - started
-    return {"lite_topics": n, "first_s": round(first, 3), "resync_s": round(again, 3), "under_1s": first < 1.0}
+    # The same set from a new client (a consumer restarted with a new client id) once every lite
+    # topic holds a message: each one needs its start position, none is created.
+    msgs = [lite(name, k, f"sub-m{k}") for k, name in enumerate(names)]
+    await send_rate(api, "sub-bind", msgs)
+    started = time.perf_counter()
+    await api.sync_lite_subscription(LiteSync("sub-g", "sub-bind", "c-sub-2", LiteAction.COMPLETE_ADD, names))
+    existing = time.perf_counter() - started
+    return {"lite_topics": n, "first_s": round(first, 3), "resync_s": round(again, 3),
+            "new_client_existing_s": round(existing, 3), "under_1s": max(first, existing) < 1.0}  # fmt: skip
 
 
 async def priority(api: RemoteBroker, backlog: int) -> dict[str, Any]:
@@ -170,37 +230,61 @@ async def priority(api: RemoteBroker, backlog: int) -> dict[str, Any]:
     await api.create_group(GroupSpec("prio-g"))
     rnd = random.Random(7)
     levels = [str(rnd.randrange(10)) for _ in range(backlog)]
-    msgs = [OutgoingMessage(BODY, f"p{i}", MessageType.PRIORITY, system_properties={SYSPROP_PRIORITY: level})
-            for i, level in enumerate(levels)]  # fmt: skip
+    msgs = [OutgoingMessage(BODY, f"p{i}", MessageType.PRIORITY, system_properties=as_proxy(**{SYSPROP_PRIORITY: lvl}))
+            for i, lvl in enumerate(levels)]  # fmt: skip
     await send_rate(api, "prio", msgs)
-    await send_rate(api, "prio-normal", [OutgoingMessage(BODY, f"q{i}") for i in range(backlog)])
-    normal_rate, _ = await drain(api, "prio-normal", "prio-g", backlog, [""])
-    rate, order = await drain(api, "prio", "prio-g", backlog, [""])
+    await send_rate(api, "prio-normal", [plain(f"q{i}") for i in range(backlog)])
+    normal_n, normal_s, _ = await drain(api, "prio-normal", "prio-g", backlog, [""])
+    n, seconds, order = await drain(api, "prio", "prio-g", backlog, [""])
+    normal_rate, rate = normal_n / normal_s, n / seconds
     strict = all(a >= b for a, b in itertools.pairwise(order))
     return {"backlog": backlog, "strictly_highest_first": strict, "consume_msg_s": round(rate),
             "normal_consume_msg_s": round(normal_rate), "ratio": round(rate / normal_rate, 2)}  # fmt: skip
 
 
+async def scale_phase(args: argparse.Namespace) -> dict[str, Any]:
+    """Phase 1 on a broker of its own: the index it leaves is the lite topics' and their messages'
+    alone (measured after a clean stop), not that of the other phases' pops and traces."""
+    root = Path(tempfile.mkdtemp(prefix="lite-bench-scale-"))
+    proc = start_broker_process(root, settings=SETTINGS, name=BROKER)
+    out: dict[str, Any] = {"lite_topics": args.lite_topics, "bind_topics": args.bind_topics}
+    index_before = 0
+    try:
+        api = RemoteBroker(BROKER, proc.address, timeout_s=120.0)
+        try:
+            await api.create_topic(TopicSpec("warm", 1))
+            await asyncio.sleep(1)
+            index_before = dir_bytes(root / BROKER / "index")
+            rss0 = rss_mib(proc.child.pid)
+            started = time.perf_counter()
+            await scale(api, args.lite_topics, args.bind_topics)
+            out["send_s"] = round(time.perf_counter() - started, 1)
+            rss1 = rss_mib(proc.child.pid)
+            out.update(rss_mib_before=round(rss0, 1), rss_mib_after=round(rss1, 1),
+                       rss_growth_mib=round(rss1 - rss0, 1))  # fmt: skip
+        finally:
+            await api.close()
+    finally:
+        proc.stop()
+        # After a clean stop every RocksDB memtable is on disk (SST or WAL).
+        grown = dir_bytes(root / BROKER / "index") - index_before
+        out["index_bytes"] = grown
+        out["index_bytes_per_lite_topic"] = round(grown / args.lite_topics, 1)
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix="lite-bench-"))
     out: dict[str, Any] = {}
+    if args.lite_topics:
+        out["scale"] = await scale_phase(args)
+    if not (args.active or args.subscribe or args.priority_backlog):
+        return out
+    root = Path(tempfile.mkdtemp(prefix="lite-bench-"))
     proc = start_broker_process(root, settings=SETTINGS, name=BROKER)
     try:
         api = RemoteBroker(BROKER, proc.address, timeout_s=120.0)
         try:
-            if args.lite_topics:
-                index = root / BROKER / "index"
-                await api.create_topic(TopicSpec("warm", 1))
-                await asyncio.sleep(1)
-                rss0 = rss_mib(proc.child.pid)
-                started = time.perf_counter()
-                await scale(api, args.lite_topics, args.bind_topics)
-                took = time.perf_counter() - started
-                rss1 = rss_mib(proc.child.pid)
-                out["scale"] = {"lite_topics": args.lite_topics, "bind_topics": args.bind_topics,
-                                "send_s": round(took, 1), "rss_mib_before": round(rss0, 1),
-                                "rss_mib_after": round(rss1, 1), "rss_growth_mib": round(rss1 - rss0, 1),
-                                "index_dir": str(index)}  # fmt: skip
             for active in args.active:
                 out.setdefault("throughput", []).append(await throughput(api, active, args.messages))
             if args.subscribe:
@@ -211,12 +295,6 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await api.close()
     finally:
         proc.stop()
-        if "scale" in out:
-            # After a clean stop every RocksDB memtable is on disk (SST or WAL).
-            size = dir_bytes(root / BROKER / "index")
-            out["scale"]["index_bytes"] = size
-            out["scale"]["index_bytes_per_lite_topic"] = round(size / args.lite_topics, 1)
-            del out["scale"]["index_dir"]
         shutil.rmtree(root, ignore_errors=True)
     return out
 

@@ -10,6 +10,7 @@ import time
 
 from broker.client.api import (
     BrokerApi,
+    ConsumeFrom,
     GroupSpec,
     LiteAction,
     LiteOffset,
@@ -113,8 +114,10 @@ async def test_lite_subscription_actions_and_offset_option(broker: BrokerApi, sc
     await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.COMPLETE_REMOVE, ()))
     await broker.send(topic, 0, [lite(scope, "x", "late")])
     assert await broker.pop(pop(group, topic, "c1")) == []
-    await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.COMPLETE_ADD, ("x",), version=5))
-    await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.COMPLETE_REMOVE, (), version=4))
+    assert await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.COMPLETE_ADD, ("x",),
+                                                        version=5)) == 1, "answers its count"  # fmt: skip
+    assert await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.COMPLETE_REMOVE, (),
+                                                        version=4)) == 1, "an older one: no change"  # fmt: skip
     assert [m.body for m in await drain(broker, group, topic, "c1", 1)] == [b"late"], "an older version is ignored"
 
 
@@ -196,3 +199,25 @@ async def test_priority_retry_keeps_its_priority_and_bad_input_is_refused(broker
         await broker.create_topic(TopicSpec(scope.topic(), 1, PRIORITY | {MessageType.NORMAL}))
     status = await broker.topic_status(topic)
     assert sum(q.max_offset - q.min_offset for q in status.queues) == 2, "nothing refused was stored"
+
+
+async def test_a_drained_priority_level_is_read_again_after_a_send(broker: BrokerApi, scope: Scope) -> None:
+    """Pops skip the levels a group drained until a dispatch writes to them: an urgent message sent
+    after the urgent level ran dry still comes before the lower backlog; a group created again
+    starts over."""
+    topic, group = scope.topic(), scope.group()
+    await broker.create_topic(TopicSpec(topic, 1, PRIORITY, max_priority=3))
+    await broker.create_group(GroupSpec(group))
+    await broker.send(topic, 0, [prio(scope, 3, "u0")] + [prio(scope, 0, f"low{i}") for i in range(4)])
+
+    async def pop_ack(n: int) -> list[bytes]:
+        got = await broker.pop(PopRequest(group, topic, None, n, 30_000, long_poll_ms=2_000))
+        await broker.ack(group, topic, [m.receipt_handle for m in got])
+        return [m.body for m in got]
+
+    assert await pop_ack(2) == [b"u0", b"low0"], "level 3 is drained after this pop"
+    await broker.send(topic, 0, [prio(scope, 3, "u1")])
+    assert await pop_ack(2) == [b"u1", b"low1"]
+    await broker.delete_group(group)
+    await broker.create_group(GroupSpec(group, consume_from=ConsumeFrom.EARLIEST))
+    assert await pop_ack(1) == [b"u0"], "a group created again starts over"

@@ -174,6 +174,25 @@ def test_lite_bad_input_and_quotas(cluster: Cluster, unique: Callable[[str], str
         assert raw.code_name(raw.send(s, to_normal).status.code) == "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"
 
 
+def test_subscription_quota_counts_every_broker(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """A client's lite subscriptions are held to the proxy's quota (10,000) across the brokers of its
+    bind topic: two PARTIAL_ADDs of 6,000 each cannot both succeed, however the names spread."""
+    topic = create_lite_topic(cluster, unique("t"))
+    group = cluster.create_group(unique("g"))
+    client_id = f"e2e-quota-{unique('c')}"
+
+    def add(names: list[str]) -> str:
+        request = raw.spb.SyncLiteSubscriptionRequest(action=raw.pb.PARTIAL_ADD, topic=raw.resource(topic),
+                                                      group=raw.resource(group), lite_topic_set=names)  # fmt: skip
+        with raw.stub(cluster.first_proxy) as s:
+            response = s.SyncLiteSubscription(request, metadata=raw.headers(client_id=client_id), timeout=WAIT_S)
+        return raw.code_name(response.status.code)
+
+    assert add([f"a{i}" for i in range(6_000)]) == "OK"
+    assert add([f"b{i}" for i in range(6_000)]) == "LITE_SUBSCRIPTION_QUOTA_EXCEEDED"
+    assert add(["a1", "a2"]) == "OK", "names the client holds already are no growth"
+
+
 def test_expired_lite_topic_is_announced_to_its_subscriber(cluster: Cluster, unique: Callable[[str], str]) -> None:
     topic = create_lite_topic(cluster, unique("t"), "--lite-expiration", "2s")
     group = cluster.create_group(unique("g"))

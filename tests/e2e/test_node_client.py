@@ -128,3 +128,35 @@ def test_node_client_transactions(cluster: Cluster, unique: Callable[[str], str]
     assert not any(r["corrupted"] for r in result["received"])
     orphan = next(r for r in result["received"] if r["body"] == "node-orphan")
     assert {"messageId": orphan["messageId"], "body": "node-orphan", "topic": topic} in result["checked"]
+
+
+def test_node_client_lite_push_consumer_and_priority(cluster: Cluster, unique: Callable[[str], str],
+                                                     node: str) -> None:  # fmt: skip
+    """LitePushConsumer (subscribe, receive only subscribed lite topics in order, unsubscribe) and
+    priority sends received most urgent first per broker (docs/lite-topics.md, docs/priority.md)."""
+    lite_topic = unique("lite")
+    cluster.admin("topic", "create", lite_topic, "--type", "lite", "--queues", str(len(cluster.brokers)))
+    priority_topic = unique("prio")
+    cluster.admin("topic", "create", priority_topic, "--type", "priority", "--queues", "2")
+    per_lite = 5
+    result = run_node(node, "lite_and_priority.js", endpoints=cluster.first_proxy, liteTopic=lite_topic,
+                      liteGroup=cluster.create_group(unique("node-lite")), priorityTopic=priority_topic,
+                      priorityGroup=cluster.create_group(unique("node-prio"), consume_from="earliest"),
+                      perLite=per_lite, timeoutMs=90_000)  # fmt: skip
+
+    by_lite: dict[str, list[str]] = {}
+    for r in result["lite"]:
+        by_lite.setdefault(r["liteTopic"], []).append(r["body"])
+    assert set(by_lite) == {"a", "b"}, "only the subscribed lite topics, never c"
+    assert by_lite["b"] == [f"b-{i}" for i in range(per_lite)], "each lite topic in order, b nothing after unsubscribe"
+    assert by_lite["a"] == [f"a-{i}" for i in range(per_lite)] + ["a-after"]
+    assert result["liteTopicSet"] == ["a"]
+
+    got = result["priority"]
+    assert sorted(r["body"] for r in got) == sorted(f"p{i}" for i in range(30))
+    by_broker: dict[str, list[int]] = {}
+    for r in got:
+        assert r["priority"] == 1 + int(r["body"][1:]) % 9, "a received message carries its priority"
+        by_broker.setdefault(r["handle"].split("~", 1)[0], []).append(r["priority"])
+    for levels in by_broker.values():
+        assert levels == sorted(levels, reverse=True), levels

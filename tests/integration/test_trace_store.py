@@ -66,6 +66,24 @@ def test_events_are_found_by_position(index: Index) -> None:
     assert rec.position_events("orders", 2, 41, "ID-4") == []  # another queue
 
 
+def test_a_send_to_queues_of_their_own_is_one_compact_event_per_message(index: Index) -> None:
+    rec = recorder(index)
+    rec.sent_each("chats", [(65536, 0, "client-a", "10.0.0.1"), (65537, 0, "client-a", "10.0.0.1"),
+                            (65536, 1, "client-b", "10.0.0.2")])  # fmt: skip
+    assert rec.pending == 3, "one pending item, counted per message"
+    rec.delivered("chats", 65537, 0, "g1", 1)
+    rec.flush(rec.take())
+    [sent] = rec.position_events("chats", 65536, 1, "ID-1")
+    assert (sent.kind, sent.queue_id, sent.queue_offset, sent.client_id, sent.detail["host"]) == (
+        TraceKind.SENT, 65536, 1, "client-b", "10.0.0.2",
+    )  # fmt: skip
+    events = rec.position_events("chats", 65537, 0, "ID-2")
+    assert [(e.kind, e.client_id, e.group) for e in events] == [
+        (TraceKind.SENT, "client-a", ""), (TraceKind.DELIVERED, "", "g1"),
+    ]  # fmt: skip
+    assert rec.position_events("chats", 65538, 0, "ID-3") == []
+
+
 def test_a_full_buffer_drops_and_counts(index: Index) -> None:
     rec = recorder(index, max_pending_events=2)
     before = REGISTRY.get_sample_value("sluice_trace_events_dropped_total", {"broker": "b1"}) or 0.0

@@ -7,7 +7,7 @@ import pytest
 from broker.client import grpc_convert as convert
 from broker.client.api import LiteAction, LiteOffset, LiteOffsetPolicy, LiteSync, OutgoingMessage, TopicSpec
 from broker.lite import keys as K
-from broker.priority import level_of, level_queue, pop_queues, priority_of
+from broker.priority import EmptyLevels, level_of, level_queue, pop_queues, priority_of
 from common.config import ConfigError
 from common.errors import BadRequest, IllegalLiteTopic, MessageTypeConflict
 from common.model import SYSPROP_PRIORITY, MessageType, validate_lite_topic_name
@@ -44,7 +44,8 @@ def test_lite_key_layouts_round_trip_and_order() -> None:
     assert K.parse_subr_tail(key, len(K.subr_prefix(7, "chat-1"))) == ("group-a", "client-b")
     sub = K.sub_key("group-a", 7, "client-b", "chat-1")
     assert K.parse_group_client(sub, len(K.group_prefix("group-a", 7))) == ("client-b", "chat-1")
-    assert K.exp_key(1, 9, 9) < K.exp_key(2, 0, 0), "the expiry index is ordered by deadline first"
+    assert K.exp_key(1, 9, "zz") < K.exp_key(2, 0, "a"), "the expiry index is ordered by deadline first"
+    assert K.parse_exp_key(K.exp_key(1_700_000_000_000, 7, "chat:1")) == (1_700_000_000_000, 7, "chat:1")
     assert K.next_prefix(b"ab\xff") == b"ac"
 
 
@@ -100,3 +101,18 @@ def test_proxy_refuses_a_priority_or_lite_topic_on_the_wrong_type() -> None:
     msg.system_properties.ClearField("message_group")
     assert edge.outgoing(msg, "peer").system_properties[SYSPROP_PRIORITY] == "1"
     assert edge.outgoing_many([msg], "peer", {}) is None, "the column path leaves priority to `outgoing`"
+
+
+def test_empty_levels_hold_until_a_dispatch_or_a_forget() -> None:
+    levels = EmptyLevels()
+    assert not levels.is_drained("g", "t", 65545)
+    levels.drained("g", "t", 65545)
+    assert levels.is_drained("g", "t", 65545) and not levels.is_drained("g2", "t", 65545)
+    levels.dispatched("t", 65545)
+    assert not levels.is_drained("g", "t", 65545), "a write to the level makes it worth reading"
+    levels.drained("g", "t", 65545)
+    levels.drained("g2", "t", 65544)
+    levels.forget("g", "t")
+    assert not levels.is_drained("g", "t", 65545) and levels.is_drained("g2", "t", 65544)
+    levels.forget(None, "t")
+    assert not levels.is_drained("g2", "t", 65544)

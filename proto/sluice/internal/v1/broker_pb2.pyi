@@ -1025,8 +1025,10 @@ class SyncLiteSubscriptionRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., client_id: _Optional[str] = ..., action: _Optional[int] = ..., lite_topics: _Optional[_Iterable[str]] = ..., version: _Optional[int] = ..., offset: _Optional[_Union[LiteOffset, _Mapping]] = ..., quota: _Optional[int] = ...) -> None: ...
 
 class SyncLiteSubscriptionResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("subscribed",)
+    SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    subscribed: int
+    def __init__(self, subscribed: _Optional[int] = ...) -> None: ...
 
 class ListLiteTopicsRequest(_message.Message):
     __slots__ = ("topic", "group", "limit")
