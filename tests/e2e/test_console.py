@@ -364,7 +364,8 @@ def test_sluice_console_serves_any_cluster(cluster: Cluster, tmp_path: Path, uni
         for argv, listen, name in (
             ([*SLUICE, "navigation", "--port", str(nav_port), "--http-port", str(nav_http)], nav_port, "navigation"),
             ([*SLUICE, "proxy", "--port", str(proxy_port), "--namesrv", cluster.namesrv, "--navigation",
-              f"{LOOPBACK}:{nav_port}", "--zone", "zone-7", "--proxy-id", "proxy-seen"], proxy_port, "proxy"),
+              f"{LOOPBACK}:{nav_port}", "--zone", "zone-7", "--proxy-id", "proxy-seen", "--workers", "1"],
+             proxy_port, "proxy"),
             ([*SLUICE, "console", "--namesrv", cluster.namesrv, "--navigation", f"{LOOPBACK}:{nav_port}",
               "--port", str(port), "--read-only"], port, "console"),
         ):  # fmt: skip

@@ -6,6 +6,9 @@ deliveries and acks also by the stored copy (queue and queue offset, from the re
 send the client retried may be stored twice, and delivering its second copy after the first was
 acked is a duplicate, not an ack forgotten. `verdict()` counts:
 
+A failed ack (`ack_failed`) may have been applied before the broker died: its message may come
+back (and is then acked again) or not.
+
 - acknowledged: sends answered OK;
 - consumed: distinct acknowledged sends delivered at least once;
 - lost: acknowledged sends never delivered;
@@ -44,6 +47,9 @@ class History:
     acks: set[str] = field(default_factory=set)
     acked_copies: set[Stored] = field(default_factory=set)
     after_ack: list[str] = field(default_factory=list)
+    # Messages whose ack failed (a kill): the broker may or may not have applied it before it died,
+    # so the message may come back or not; either is allowed.
+    unsure: set[str] = field(default_factory=set)
 
     def sent(self, body: str) -> None:
         self.sends.append(body)
@@ -56,6 +62,13 @@ class History:
     def acked(self, body: str, copy: Stored) -> None:
         self.acks.add(body)
         self.acked_copies.add(copy)
+
+    def ack_failed(self, body: str) -> None:
+        self.unsure.add(body)
+
+    def settled(self) -> set[str]:
+        """Messages acked OK, or whose ack's outcome is unknown: nothing more can be waited for."""
+        return self.acks | self.unsure
 
     def verdict(self) -> Verdict:
         wanted = set(self.sends)
