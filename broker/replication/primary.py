@@ -175,7 +175,8 @@ class ReplicationServer:
         except (SluiceError, ValueError) as exc:
             message = exc.message if isinstance(exc, SluiceError) else str(exc)
             log.warning("replica refused", extra=kv(replica=name, error=message))
-            writer.writelines(P.error(message))
+            if not writer.is_closing():  # uvloop raises on a write to a closed transport
+                writer.writelines(P.error(message))
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         except asyncio.CancelledError:

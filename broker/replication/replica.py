@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +90,7 @@ class Replica:
         hello = {"group": self._group, "name": self._name, "epoch": self._epoch.value, "log_end": end}
         if self._token:
             hello["token"] = self._token
-        writer.writelines(P.control(P.FrameType.HELLO, hello))
-        await writer.drain()
+        await _send(writer, P.control(P.FrameType.HELLO, hello))
         kind, payload = await asyncio.wait_for(P.read_frame(reader, self._max_frame), CONNECT_TIMEOUT_S)
         if kind is P.FrameType.ERROR:
             raise Unavailable(f"primary {leader.name} refused: {payload.decode(errors='replace')}")
@@ -123,14 +123,12 @@ class Replica:
                 return
             kind, payload = frame.result()
             if kind is P.FrameType.META:
-                writer.writelines(P.meta_ack(apply_metadata(store, payload)))
-                await writer.drain()
+                await _send(writer, P.meta_ack(apply_metadata(store, payload)))
                 continue
             if kind is P.FrameType.STATE:
                 applied = self._state.apply(payload)
                 if applied is not None:
-                    writer.writelines(P.state_ack(applied))
-                    await writer.drain()
+                    await _send(writer, P.state_ack(applied))
                 continue
             if kind is P.FrameType.ERROR:
                 raise Unavailable(f"primary ended the stream: {payload.decode(errors='replace')}")
@@ -148,10 +146,19 @@ class Replica:
             whole = _whole_records(data)
             if whole:
                 await store.append_copy(base, position, bytes(data[:whole]))
-                writer.writelines(P.ack(store.writer.written_position))
-                await writer.drain()
+                await _send(writer, P.ack(store.writer.written_position))
             carry = bytearray(data[whole:])
             carry_at = (base, position + whole)
+
+
+async def _send(writer: asyncio.StreamWriter, frames: Iterable[bytes | bytearray | memoryview]) -> None:
+    """Write frames to the primary. A connection that closed meanwhile (the primary went away while
+    a copy was being stored) is a ConnectionResetError, which ends the session like any lost
+    connection; uvloop's transport would raise RuntimeError for the write."""
+    if writer.is_closing():
+        raise ConnectionResetError("the connection to the primary is closed")
+    writer.writelines(frames)
+    await writer.drain()
 
 
 def _whole_records(data: bytes | bytearray | memoryview) -> int:
