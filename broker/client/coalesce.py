@@ -12,15 +12,19 @@ own handles, in its order; a failed call fails each of its callers with that err
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from broker.client.api import AckResult
 from common.errors import RequestTimeout, Unavailable
 
-# (group, topic, handles, timeout_s or None for the default, (request id, client id) to carry)
-AckCall = Callable[[str, str, list[str], float | None, tuple[str, str]], Awaitable[list[AckResult]]]
+T = TypeVar("T")
+
+# (group, topic, handles, timeout_s, (request id, client id) to carry)
+AckCall = Callable[[str, str, list[str], float, tuple[str, str]], Awaitable[list[AckResult]]]
 
 
 @dataclass(slots=True)
@@ -33,16 +37,17 @@ class _Waiting:
 
 @dataclass(slots=True)
 class _Lane:
-    waiting: list[_Waiting] = field(default_factory=list)
+    waiting: collections.deque[_Waiting] = field(default_factory=collections.deque)
     task: asyncio.Task[None] | None = None
 
 
 class AckCoalescer:
     """Acks per (group, topic), one call in flight per pair; `call` makes the Ack call."""
 
-    def __init__(self, call: AckCall, *, max_handles: int, target: str) -> None:
+    def __init__(self, call: AckCall, *, max_handles: int, timeout_s: float, target: str) -> None:
         self._call = call
         self._max = max_handles
+        self._timeout_s = timeout_s
         self._target = target
         self._lanes: dict[tuple[str, str], _Lane] = {}
 
@@ -66,7 +71,7 @@ class AckCoalescer:
         finally:
             lane.task = None
             for w in lane.waiting:  # only when this task was cancelled (the loop is shutting down)
-                _settle(w.future, Unavailable(f"{self._target}: the ack was cancelled"))
+                settle(w.future, Unavailable(f"{self._target}: the ack was cancelled"))
             lane.waiting.clear()
             if self._lanes.get(key) is lane:
                 del self._lanes[key]
@@ -77,9 +82,9 @@ class AckCoalescer:
         count = 0
         now = time.monotonic()
         while lane.waiting and (not taken or count + len(lane.waiting[0].handles) <= self._max):
-            w = lane.waiting.pop(0)
+            w = lane.waiting.popleft()
             if w.deadline is not None and w.deadline <= now:
-                _settle(w.future, RequestTimeout(f"{self._target}: the client's deadline passed before the ack left"))
+                settle(w.future, RequestTimeout(f"{self._target}: the client's deadline passed before the ack left"))
             if not w.future.done():
                 taken.append(w)
                 count += len(w.handles)
@@ -87,28 +92,40 @@ class AckCoalescer:
 
     async def _send(self, key: tuple[str, str], taken: list[_Waiting]) -> None:
         handles = [h for w in taken for h in w.handles]
-        deadlines = [w.deadline for w in taken]
-        timeout = None if None in deadlines else max(0.001, max(d for d in deadlines if d) - time.monotonic())
+        timeout = batch_timeout((w.deadline for w in taken), self._timeout_s)
         try:
             # A lone ack carries its request's ids, as a call of its own would; several carry none.
             ids = taken[0].ids if len(taken) == 1 else ("", "")
             results = await self._call(key[0], key[1], handles, timeout, ids)
         except asyncio.CancelledError:
             for w in taken:
-                _settle(w.future, Unavailable(f"{self._target}: the ack was cancelled"))
+                settle(w.future, Unavailable(f"{self._target}: the ack was cancelled"))
             raise
         except Exception as exc:
             for w in taken:
-                _settle(w.future, exc)
+                settle(w.future, exc)
             return
         start = 0
         for w in taken:
-            _settle(w.future, results[start : start + len(w.handles)])
+            settle(w.future, results[start : start + len(w.handles)])
             start += len(w.handles)
 
 
-def _settle(future: asyncio.Future[list[AckResult]], outcome: list[AckResult] | BaseException) -> None:
-    if future.done():  # the caller was cancelled meanwhile
+def batch_timeout(deadlines: Iterable[float | None], timeout_s: float) -> float:
+    """How long to wait for the answer to one call serving several callers: `timeout_s`, or less
+    when every caller stops waiting sooner (the latest of their deadlines, on time.monotonic(); at
+    least a millisecond). A caller without a deadline waits `timeout_s`."""
+    latest = 0.0
+    for deadline in deadlines:
+        if deadline is None:
+            return timeout_s
+        latest = max(latest, deadline)
+    return max(0.001, min(timeout_s, latest - time.monotonic()))
+
+
+def settle(future: asyncio.Future[T], outcome: T | BaseException) -> None:
+    """Give a waiting caller its outcome, unless it stopped waiting (was cancelled) meanwhile."""
+    if future.done():
         return
     if isinstance(outcome, BaseException):
         future.set_exception(outcome)

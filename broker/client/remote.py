@@ -57,7 +57,7 @@ from broker.client.api import (
     TransactionResolution,
     TransactionSource,
 )
-from broker.client.coalesce import AckCoalescer
+from broker.client.coalesce import AckCoalescer, batch_timeout, settle
 from common.config import ConfigError
 from common.errors import (
     BadRequest,
@@ -142,7 +142,9 @@ class RemoteBroker:
         self._stream: Any = None
         self._stream_reader: asyncio.Task[None] | None = None
         self._stream_waiting: dict[int, asyncio.Future[pb.SendStreamResponse]] = {}
-        self._acks = AckCoalescer(self._ack_call, max_handles=MAX_ACKS_PER_CALL, target=self._target)
+        self._acks = AckCoalescer(
+            self._ack_call, max_handles=MAX_ACKS_PER_CALL, timeout_s=timeout_s, target=self._target
+        )
         self._stream_ids = itertools.count(1)
         self._stream_ok = True
 
@@ -291,7 +293,7 @@ class RemoteBroker:
             self._sender = None
             if self._pending_sends:  # only when this task was cancelled (the loop is shutting down)
                 for p in self._pending_sends:
-                    _settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
+                    settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
                 self._pending_sends = []
 
     def _take_sends(self) -> list[_PendingSend]:
@@ -306,7 +308,7 @@ class RemoteBroker:
                 break
             i += 1
             if p.deadline is not None and p.deadline <= time.monotonic():
-                _settle(p.future, RequestTimeout(f"{self._target}: the client's deadline passed before the send left"))
+                settle(p.future, RequestTimeout(f"{self._target}: the client's deadline passed before the send left"))
             if not p.future.done():
                 taken.append(p)
                 size += p.body_bytes
@@ -318,11 +320,11 @@ class RemoteBroker:
             response = await self._call(self._stub.Send, p.request, _batch_timeout([p], self._timeout_s), ids=p.ids)
             outcome: list[SendResult] | BaseException = [convert.send_result_from_pb(r) for r in response.results]
         except asyncio.CancelledError:
-            _settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
+            settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
             raise
         except Exception as exc:
             outcome = exc
-        _settle(p.future, outcome)
+        settle(p.future, outcome)
 
     async def _send_streamed(self, batch: list[_PendingSend]) -> None:
         """One request on the send stream, opened if there is none; its answer settles the sends.
@@ -440,9 +442,9 @@ class RemoteBroker:
             return
         for p, outcome in zip(batch, outcomes, strict=True):
             if outcome.error_code:
-                _settle(p.future, error_for_code(outcome.error_code, outcome.error_message))
+                settle(p.future, error_for_code(outcome.error_code, outcome.error_message))
             else:
-                _settle(p.future, [convert.send_result_from_pb(r) for r in outcome.results])
+                settle(p.future, [convert.send_result_from_pb(r) for r in outcome.results])
 
     # -- pop consumption ------------------------------------------------------------------------
 
@@ -461,7 +463,7 @@ class RemoteBroker:
         return await self._acks.ack(group, topic, receipt_handles, ctx.deadline, _ids(ctx))
 
     async def _ack_call(
-        self, group: str, topic: str, handles: list[str], timeout_s: float | None, ids: tuple[str, str]
+        self, group: str, topic: str, handles: list[str], timeout_s: float, ids: tuple[str, str]
     ) -> list[AckResult]:
         with _encoding("ack"):
             request = pb.AckRequest(group=group, topic=topic, receipt_handles=handles)
@@ -704,13 +706,7 @@ def _ids(ctx: CallContext) -> tuple[str, str]:
 
 
 def _batch_timeout(batch: list[_PendingSend], timeout_s: float) -> float:
-    """How long to wait for the answer to sends: `timeout_s`, or less when every send's client
-    stops waiting sooner (the latest of their deadlines; at least a millisecond)."""
-    deadlines = [p.deadline for p in batch]
-    if None in deadlines:
-        return timeout_s
-    latest = max(d for d in deadlines if d is not None)
-    return max(0.001, min(timeout_s, latest - time.monotonic()))
+    return batch_timeout((p.deadline for p in batch), timeout_s)
 
 
 class _Unimplemented(Exception):
@@ -719,16 +715,7 @@ class _Unimplemented(Exception):
 
 def _settle_all(batch: list[_PendingSend], error: BaseException) -> None:
     for p in batch:
-        _settle(p.future, error)
-
-
-def _settle(future: asyncio.Future[list[SendResult]], outcome: list[SendResult] | BaseException) -> None:
-    if future.done():  # the caller was cancelled meanwhile
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
+        settle(p.future, error)
 
 
 @contextlib.contextmanager

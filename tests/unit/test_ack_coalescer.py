@@ -24,7 +24,7 @@ class Broker:
         self.fail = fail
 
     async def call(
-        self, group: str, topic: str, handles: list[str], timeout_s: float | None, ids: tuple[str, str]
+        self, group: str, topic: str, handles: list[str], timeout_s: float, ids: tuple[str, str]
     ) -> list[AckResult]:
         self.calls.append((group, topic, list(handles), ids))
         await self.gate.wait()
@@ -36,7 +36,7 @@ class Broker:
 def test_acks_made_while_one_is_in_flight_leave_together() -> None:
     async def run() -> None:
         broker = Broker()
-        acks = AckCoalescer(broker.call, max_handles=100, target="b")
+        acks = AckCoalescer(broker.call, max_handles=100, timeout_s=5.0, target="b")
         broker.gate.clear()
         first = asyncio.create_task(acks.ack("g", "t", ["h0"], None, ("r0", "c0")))
         await asyncio.sleep(0)  # the first call is now in flight
@@ -63,7 +63,7 @@ def test_acks_made_while_one_is_in_flight_leave_together() -> None:
 def test_a_call_carries_at_most_max_handles() -> None:
     async def run() -> None:
         broker = Broker()
-        acks = AckCoalescer(broker.call, max_handles=4, target="b")
+        acks = AckCoalescer(broker.call, max_handles=4, timeout_s=5.0, target="b")
         results = await asyncio.gather(*(acks.ack("g", "t", [f"h{i}a", f"h{i}b"], None, ("", "")) for i in range(5)))
         assert [[r.receipt_handle for r in rs] for rs in results] == [[f"h{i}a", f"h{i}b"] for i in range(5)]
         assert all(len(handles) <= 4 for _, _, handles, _ in broker.calls)
@@ -74,7 +74,7 @@ def test_a_call_carries_at_most_max_handles() -> None:
 def test_a_failed_call_fails_each_caller_and_an_expired_one_never_leaves() -> None:
     async def run() -> None:
         broker = Broker(fail=Unavailable("broker gone"))
-        acks = AckCoalescer(broker.call, max_handles=100, target="b")
+        acks = AckCoalescer(broker.call, max_handles=100, timeout_s=5.0, target="b")
         broker.gate.clear()
         first = asyncio.create_task(acks.ack("g", "t", ["h0"], None, ("", "")))
         await asyncio.sleep(0)
