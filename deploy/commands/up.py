@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         # The workers are proxies of the embedded NameServer's cluster, creating topics on first
         # use where the broker does; the parent's endpoint serves their metrics.
         worker_cfg = replace(proxy_cfg, namesrv=[f"{connect_host(ns_cfg.host)}:{ns_cfg.port}"],
-                             auto_create_topics=broker_cfg.auto_create, metrics_port=0)  # fmt: skip
+                             auto_create_topics=broker_cfg.auto_create)  # fmt: skip
         pool = WorkerPool(worker_cfg, workers, log_flags(args.log_level, args.log_json))
 
     async def serve_clients(broker: LocalBroker, stop: asyncio.Event, readiness: Readiness) -> None:

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from proto.apache.rocketmq.v2 import definition_pb2 as d
 from proto.apache.rocketmq.v2 import service_pb2 as s
 from proto.apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
-from tests.helpers.procs import LOOPBACK, ChildProcess, free_port, start_process
+from tests.helpers.procs import LOOPBACK, ChildProcess, free_port, process_tree, start_process
 
 SLUICE = [sys.executable, "-m", "deploy.cli"]
 CONNECTIONS = 16  # the kernel spreads connections over the workers: all on one has odds 2**-15
@@ -51,8 +51,7 @@ def _wait_ready(ops: str) -> dict[str, object]:
 
 
 def _children(pid: int) -> list[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    return [int(p) for p in path.read_text().split()] if path.exists() else []
+    return process_tree(pid)[1:]  # the workers (they start no processes of their own)
 
 
 def _alive(pid: int) -> bool:
