@@ -257,6 +257,25 @@ def _consume(consumer: SimpleConsumer, history: History, held: list[Message], do
             history.acked(body, copy)
 
 
+def _receive_until_quiet(consumer: SimpleConsumer, timeout_s: float = 60.0) -> list[str]:
+    """Bodies received (each acked) until nothing more came for two invisible durations after the
+    first message, or `timeout_s` passed; receive errors while the group fails over are retried."""
+    got: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    quiet_until: float | None = None
+    while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
+        try:
+            batch = consumer.receive(16, SHORT_INVISIBLE_S)
+        except Exception:
+            time.sleep(0.3)
+            continue
+        for msg in batch:
+            got.append(msg.body.decode())
+            _retrying("an ack", lambda msg=msg: consumer.ack(msg))  # type: ignore[misc]
+            quiet_until = quiet_until or time.monotonic() + 2 * SHORT_INVISIBLE_S
+    return got
+
+
 def _stored_copy(msg: Message) -> tuple[int, int]:
     """(queue id, queue offset) of the stored message a delivery is, from its receipt handle."""
     _, queue_id, queue_offset, *_ = receipt.fields(msg.receipt_handle)
@@ -317,20 +336,8 @@ def test_acks_offsets_and_timers_survive_sigkill_of_the_primary(
         got = _retrying("an offset read", lambda q=q: _committed_offset(proxy, offsets_group, topic, q))  # type: ignore[misc]
         assert got == offset, f"queue {q}: committed offset {offset}, after the failovers {got}"
     # The timer fires once, on the primary that holds it after the failovers.
-    fired: list[str] = []
     with simple_consumer(cluster.endpoints, delay_group, {delay_topic: FilterExpression()}) as delays:
-        deadline = time.monotonic() + 60
-        quiet_until = None
-        while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
-            try:
-                batch = delays.receive(16, SHORT_INVISIBLE_S)
-            except Exception:
-                time.sleep(0.3)
-                continue
-            for msg in batch:
-                fired.append(msg.body.decode())
-                _retrying("an ack", lambda msg=msg: delays.ack(msg))  # type: ignore[misc]
-                quiet_until = quiet_until or time.monotonic() + 2 * SHORT_INVISIBLE_S
+        fired = _receive_until_quiet(delays)
     assert fired == [delayed_body], f"the pending timer fired {fired}"
 
 
@@ -429,20 +436,8 @@ def test_half_messages_are_checked_back_by_the_new_primary(
         rolled_back.rollback()
         _fail_over(cluster)  # the undecided half message is in the new primary's half-message index
         checker.decide.set()
-        got: list[str] = []
         with simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:
-            deadline = time.monotonic() + 60
-            quiet_until: float | None = None
-            while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
-                try:
-                    batch = consumer.receive(16, SHORT_INVISIBLE_S)
-                except Exception:
-                    time.sleep(0.3)
-                    continue
-                for msg in batch:
-                    got.append(msg.body.decode())
-                    _retrying("an ack", lambda msg=msg: consumer.ack(msg))  # type: ignore[misc]
-                    quiet_until = quiet_until or time.monotonic() + 2 * SHORT_INVISIBLE_S
+            got = _receive_until_quiet(consumer)
     finally:
         client.shutdown()
     assert got == ["undecided"], f"after the failover the consumer got {got}"
