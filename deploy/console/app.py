@@ -143,6 +143,21 @@ async def act(request: web.Request, what: str, back: str, action: Callable[[], A
     return redirect_with(request, done or back, "ok", note or f"{what}: done")
 
 
+async def delete_confirmed(request: web.Request, kind: str, delete: Callable[[str], Awaitable[str]],
+                           home: str) -> web.Response:  # fmt: skip
+    """A delete form's POST (`/<home>/<name>/delete`): done only when the form's `confirm` field
+    repeats the name; `delete(name)` returns the note shown after."""
+    name = request.match_info["name"]
+    form = await request.post()
+
+    async def run() -> str:
+        if form.get("confirm") != name:
+            raise ConfigError(f"type the {kind}'s name ({name}) to confirm its deletion")
+        return await delete(name)
+
+    return await act(request, f"delete {kind} {name}", f"{home}/{name}", run, done=home)
+
+
 _NO_STORE = {"Cache-Control": "no-store", "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff",
              "Content-Security-Policy": "default-src 'self'; style-src 'self'; img-src 'self' data:; "
                                         "frame-ancestors 'none'; form-action 'self'"}  # fmt: skip

@@ -24,7 +24,7 @@ from deploy.admin import clients, groups, offsets
 from deploy.admin.output import Report
 from deploy.admin.parse import parse_consume_from, parse_reset_target
 from deploy.console import fanout
-from deploy.console.app import act, console_of, render, session_of
+from deploy.console.app import act, console_of, delete_confirmed, render, session_of
 from deploy.console.charts import line_chart
 from deploy.console.history import group_point
 from deploy.console.paging import paginate
@@ -100,15 +100,11 @@ async def group_create(request: web.Request) -> web.StreamResponse:
 
 async def group_delete(request: web.Request) -> web.StreamResponse:
     console = console_of(request)
-    name = request.match_info["name"]
-    form = await request.post()
 
-    async def delete() -> str:
-        if form.get("confirm") != name:
-            raise ConfigError(f"type the group's name ({name}) to confirm its deletion")
+    async def delete(name: str) -> str:
         return (await groups.delete_group(console.cluster, name)).note
 
-    return await act(request, f"delete group {name}", f"/groups/{name}", delete, done="/groups")
+    return await delete_confirmed(request, "group", delete, "/groups")
 
 
 async def group_reset_offset(request: web.Request) -> web.StreamResponse:

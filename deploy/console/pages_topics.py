@@ -22,7 +22,7 @@ from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report
 from deploy.admin.parse import parse_message_types
 from deploy.console import fanout
-from deploy.console.app import act, console_of, render
+from deploy.console.app import act, console_of, delete_confirmed, render
 from deploy.console.charts import line_chart
 from deploy.console.history import topic_point
 from deploy.console.paging import paginate
@@ -136,15 +136,11 @@ async def topic_update(request: web.Request) -> web.StreamResponse:
 
 async def topic_delete(request: web.Request) -> web.StreamResponse:
     console = console_of(request)
-    name = request.match_info["name"]
-    form = await request.post()
 
-    async def delete() -> str:
-        if form.get("confirm") != name:
-            raise ConfigError(f"type the topic's name ({name}) to confirm its deletion")
+    async def delete(name: str) -> str:
         return (await topics.delete_topic(console.cluster, name)).note
 
-    return await act(request, f"delete topic {name}", f"/topics/{name}", delete, done="/topics")
+    return await delete_confirmed(request, "topic", delete, "/topics")
 
 
 def _queue_count(text: str) -> int:
