@@ -127,9 +127,14 @@ class WorkerPool:
             await self._stop_all()
             shutil.rmtree(self._run_dir, ignore_errors=True)
 
+    def _ops_file(self, w: _Worker) -> Path:
+        """Where worker `w` writes the address of its operations endpoint."""
+        assert self._run_dir is not None
+        return self._run_dir / f"worker-{w.index}.ops"
+
     def _start(self, w: _Worker) -> None:
         assert self._run_dir is not None
-        ops_file = self._run_dir / f"worker-{w.index}.ops"
+        ops_file = self._ops_file(w)
         ops_file.unlink(missing_ok=True)
         w.ready, w.ops, w.unanswered = False, "", 0
         argv = [sys.executable, "-m", "deploy.cli", "proxy", "--config", str(self._run_dir / "proxy.toml"),
@@ -172,9 +177,8 @@ class WorkerPool:
 
     async def _probe(self, w: _Worker, http: aiohttp.ClientSession) -> None:
         if not w.ops:
-            assert self._run_dir is not None
             with contextlib.suppress(OSError):
-                w.ops = (self._run_dir / f"worker-{w.index}.ops").read_text().strip()
+                w.ops = self._ops_file(w).read_text().strip()
             if not w.ops:
                 return
         try:
