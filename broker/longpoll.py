@@ -4,7 +4,7 @@ becoming visible again, a FIFO message group being released).
 
 Each key has a version counter. A waiter snapshots the versions of its keys *before* it looks for
 messages and waits only if none changed since, so a wakeup between "found nothing" and "started
-waiting" is never missed. Event-loop thread only; `notify_threadsafe` is for the store's writer.
+waiting" is never missed. Event-loop thread only; `notify_threadsafe` is for the store's dispatch, on any thread.
 """
 
 from __future__ import annotations
@@ -62,7 +62,11 @@ class LongPollHub:
             self._versions.pop(key, None)
 
     def notify_threadsafe(self, keys: Iterable[str]) -> None:
-        self._loop.call_soon_threadsafe(self.notify, list(keys))
+        """`notify` from any thread: the writer's, or the loop's own when it wrote inline."""
+        if asyncio._get_running_loop() is self._loop:
+            self.notify(keys)
+        else:
+            self._loop.call_soon_threadsafe(self.notify, list(keys))
 
 
 def topic_key(topic: str) -> str:

@@ -96,7 +96,7 @@ class ReplicationServer:
         if self._recorder is not None:
             self._recorder.on_change = self._wake
 
-    def _on_dispatch(self, _queues: set[tuple[str, int]]) -> None:  # writer thread
+    def _on_dispatch(self, _queues: set[tuple[str, int]]) -> None:  # the writer's thread or the loop
         self._wake()
 
     def _wake(self) -> None:  # any thread

@@ -7,12 +7,13 @@ checkpoint; all in the same WriteBatch, so the indexes and the checkpoint never
 disagree. Consumers only see dispatched records. Listeners (long polling) are told which queues
 received messages after every round.
 
-The writer thread calls `dispatch` once a round is durable under the flush policy and before it
-acknowledges the round, so nothing is visible before it is durable and every acknowledged message
-is already visible (read-your-writes). Dispatch runs on the writer thread
-rather than its own: the work is Python-bound, the GIL serialises it anyway, and a thread hand-off
-per round cost ~15% of append throughput (measured with tests/bench/store_bench.py). RocksDB's
-write releases the GIL, so the event loop keeps encoding the next appends meanwhile.
+The writer calls `dispatch` (on its thread, or on the event loop for a round of small appends)
+once a round is durable under the flush policy and before it acknowledges the round, so nothing
+is visible before it is durable and every acknowledged message is already visible
+(read-your-writes). Dispatch runs where the round was written rather than on a thread of its own:
+the work is Python-bound, the GIL serialises it anyway, and a thread hand-off per round cost ~15%
+of append throughput (measured with tests/bench/store_bench.py). RocksDB's write releases the
+GIL, so the event loop keeps encoding the next appends meanwhile when the writer thread writes.
 """
 
 from __future__ import annotations

@@ -151,7 +151,8 @@ class MessageStore:
         log.info("store closed", extra=kv(data_dir=str(self.data_dir)))
 
     def add_dispatch_listener(self, listener: DispatchListener) -> None:
-        """`listener(queues)` runs on the writer thread after each round's dispatch with the (topic, queue) set."""
+        """`listener(queues)` runs after each round's dispatch with the (topic, queue) set, on the thread
+        that wrote the round (the writer's, or the event loop's for small appends): it must be thread-safe."""
         self.dispatcher.add_listener(listener)
 
     # -- appends ---------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
-"""The CommitLog writer: one thread owns the active segment and group-commits appends.
+"""The CommitLog writer: group-commits appends to the active segment, one round at a time.
 
 Callers hand over already encoded records, one buffer per append (`record.encode_columns`); the
 writer drains everything that queued up while it was busy, assigns queue offsets and physical
 offsets in one place, seals the records in place (offsets + CRC), writes the round with one
 `pwritev` of those buffers (no copy), and under the `sync` policy makes it durable with one
 `fdatasync` before any caller of the round is acknowledged. Under `async`, callers are acknowledged
-after the write and a flusher thread fsyncs every `flush_interval_ms`.
+after the write and a flusher thread fsyncs every `flush_interval_ms`. Under `async`, small
+appends made on an event loop skip the thread: the loop writes them itself, one round per loop
+iteration (`_inline_round`; docs/storage-format.md), under the same one-round-at-a-time lock.
 
 Cost: everything here runs under the GIL, so Python work per record bounds the store's throughput.
 Every record is sealed by `record.seal_at`. An append whose records all go to one queue and fit in
@@ -243,6 +245,11 @@ class CommitLogWriter:
         self._idle = False  # the writer waits on the condition (guarded by it)
         self._next_qoff: dict[tuple[str, int], list[int]] = {}  # (topic, qid) -> [next offset, last phys]
         self._fd_lock = threading.Lock()
+        # One round at a time, on the writer thread or inline on an event loop (`_inline_round`).
+        self._round_lock = threading.Lock()
+        self._inline_max = config.inline_append_max_bytes if config.flush_policy == "async" else 0
+        self._inline: list[_Pending] = []  # appends made on `_inline_loop` in its current iteration
+        self._inline_loop: asyncio.AbstractEventLoop | None = None
         active = segments.active
         assert active is not None, "the store creates the first segment before starting the writer"
         self._seg: Segment = active
@@ -279,9 +286,24 @@ class CommitLogWriter:
                 raise Unavailable(f"the broker's store stopped accepting writes ({failure}); restart the broker")
             if len(self._queue) >= self._cfg.max_pending_appends:
                 raise TooManyRequests("the broker's write queue is full; retry after a short backoff")
-            self._queue.append(_Pending(buf, sizes, columns, queue, waiter))
+            pending = _Pending(buf, sizes, columns, queue, waiter)
+            if len(buf) <= self._inline_max and isinstance(waiter, tuple) and self._inline_on(waiter[0]):
+                self._inline.append(pending)
+                return
+            self._queue.append(pending)
             if self._idle:  # a busy writer drains the queue anyway: no wake-up syscall per append
                 self._cond.notify()
+
+    def _inline_on(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether an append made on `loop` (its own thread: `append` awaits there) is written by
+        that loop: the store's first loop takes them, and schedules one round per loop iteration."""
+        if self._inline_loop is None:
+            self._inline_loop = loop
+        elif self._inline_loop is not loop:
+            return False
+        if not self._inline:
+            loop.call_soon(self._inline_round)
+        return True
 
     def submit_copy(
         self,
@@ -309,7 +331,7 @@ class CommitLogWriter:
         self._stop_flusher.set()
         if self._flusher is not None:
             self._flusher.join()
-        with self._fd_lock:
+        with self._round_lock, self._fd_lock:  # an inline round may be writing (close runs off the loop)
             os.fdatasync(self._fd)
             os.close(self._fd)
             self._fd = -1
@@ -330,10 +352,30 @@ class CommitLogWriter:
                 self._queue.clear()
                 copies = list(self._copies)
                 self._copies.clear()
-            for copy in copies:  # a replica has no appends of its own, a primary no copies
-                self._copy(copy)
-            if items:
-                self._round(items)
+            with self._round_lock:
+                for copy in copies:  # a replica has no appends of its own, a primary no copies
+                    self._copy(copy)
+                if items:
+                    self._round(items)
+
+    def _inline_round(self) -> None:
+        """Write the appends made on the loop during its last iteration, on the loop (async policy,
+        small appends): no hand-off to the writer thread and back. Should the writer thread be in
+        a round of its own (a large append), they go to it rather than block the loop."""
+        items, self._inline = self._inline, []
+        if self._closed:
+            _complete(items, None, StoreClosed("the store is closed"), on_loop=True)
+            return
+        if not self._round_lock.acquire(blocking=False):
+            with self._cond:
+                self._queue.extend(items)
+                if self._idle:
+                    self._cond.notify()
+            return
+        try:
+            self._round(items, on_loop=True)
+        finally:
+            self._round_lock.release()
 
     def _copy(self, item: _Copy) -> None:
         """Write one replicated piece at the end of the log (writer thread)."""
@@ -366,7 +408,7 @@ class CommitLogWriter:
             self._on_written([item.run])
         _complete([item], None if err else [[]], err)
 
-    def _round(self, items: list[_Pending]) -> None:
+    def _round(self, items: list[_Pending], *, on_loop: bool = False) -> None:
         started = time.perf_counter()
         now_ms = time.time_ns() // 1_000_000
         start_seg, start_size = self._seg, self._seg.size
@@ -427,7 +469,7 @@ class CommitLogWriter:
             self._rollback(start_seg, start_size, saved)
             log.error("commitlog write failed; round rolled back", extra=kv(error=str(exc), appends=len(items)))
             err = Unavailable(f"the broker could not write to its commitlog ({exc.strerror or exc}); retry later")
-            _complete(items, None, err)
+            _complete(items, None, err, on_loop=on_loop)
             return
         self.written_position = self._seg.end
         self.rounds += 1
@@ -437,7 +479,7 @@ class CommitLogWriter:
         # Index before acknowledging: an acknowledged message is already visible (read-your-writes),
         # and the woken event loop does not contend with the dispatch for the GIL.
         self._on_written(runs)
-        _complete(items, results, None)
+        _complete(items, results, None, on_loop=on_loop)
 
     def _seal_each(
         self,
@@ -607,8 +649,13 @@ def _seal_queue(buf: bytearray, sizes: list[int], queue_offset: int, physical_of
 
 
 def _complete(
-    items: Sequence[_Pending | _Copy], results: list[Sequence[AppendResult]] | None, err: BaseException | None
+    items: Sequence[_Pending | _Copy],
+    results: list[Sequence[AppendResult]] | None,
+    err: BaseException | None,
+    *,
+    on_loop: bool = False,
 ) -> None:
+    """Resolve the waiters of `items`; `on_loop`: this runs on their (one) event loop's thread."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, object]]] = {}
     for i, item in enumerate(items):
         outcome: object = err if err is not None else results[i] if results else None
@@ -622,6 +669,9 @@ def _complete(
             loop, fut = w
             by_loop.setdefault(loop, []).append((fut, outcome))
     for loop, pairs in by_loop.items():
+        if on_loop:
+            _resolve(pairs)
+            continue
         with contextlib.suppress(RuntimeError):  # the caller's loop is closed; nobody waits any more
             loop.call_soon_threadsafe(_resolve, pairs)
 

@@ -6,7 +6,9 @@ share a run; mixed-queue appends go record by record, and a segment roll inside 
 it into one run per segment. Recovery re-dispatches with the per-record path
 (`index_records`). So: append a mix of all shapes, dump every index entry, rebuild the index from
 the CommitLog alone, and the dumps must be equal; every record must read back, by queue, id, key
-and tag, with bytes equal to `encode` + `seal`.
+and tag, with bytes equal to `encode` + `seal`. All of it three ways: every append written by the
+event loop (the default for appends this small), every append handed to the writer thread, and
+both at once (appends above a small inline limit go to the thread while the loop writes the rest).
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from broker.store import keys as K
 from broker.store.config import CommitLogConfig, StoreConfig
 from broker.store.record import MessageRecord, encode, seal
 from broker.store.store import MessageStore
 from broker.store.writer import AppendResult
 from broker.tags import tag_hash
+from common.errors import StoreClosed
 
 SEGMENT_BYTES = 64 << 10  # small: some appends roll the segment in their middle
 CONFIG = StoreConfig(commitlog=CommitLogConfig(segment_bytes=SEGMENT_BYTES))
@@ -82,9 +87,13 @@ async def append_concurrently(store: MessageStore, appends: list[list[MessageRec
     return list(await asyncio.gather(*(store.append(a) for a in appends)))
 
 
-def test_fast_paths_write_what_record_by_record_writes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inline_bytes", [64 << 10, 0, 4 << 10], ids=["loop", "thread", "both"])
+def test_fast_paths_write_what_record_by_record_writes(tmp_path: Path, inline_bytes: int) -> None:
     appends = shapes()
-    store = MessageStore(tmp_path / "s", CONFIG)
+    config = dataclasses.replace(
+        CONFIG, commitlog=dataclasses.replace(CONFIG.commitlog, inline_append_max_bytes=inline_bytes)
+    )
+    store = MessageStore(tmp_path / "s", config)
     try:
         results = asyncio.run(append_concurrently(store, appends))
         assert store.wait_dispatched(30)
@@ -121,3 +130,22 @@ def test_fast_paths_write_what_record_by_record_writes(tmp_path: Path) -> None:
     finally:
         store.close()
     assert after == before
+
+
+def test_an_append_left_for_the_loop_when_the_store_closes_fails_with_store_closed(tmp_path: Path) -> None:
+    async def run() -> None:
+        store = MessageStore(tmp_path / "s", CONFIG)
+        first = await store.append([message(1, "orders", 0)])
+        pending = asyncio.ensure_future(store.append([message(2, "orders", 0)]))
+        await asyncio.sleep(0)  # the append is made and waits for the loop's round
+        store.close()  # before that round runs
+        with pytest.raises(StoreClosed):
+            await pending
+        reopened = MessageStore(tmp_path / "s", CONFIG)
+        try:
+            assert reopened.queue_bounds("orders", 0) == (0, 1)
+            assert reopened.get("orders", 0, first[0].queue_offset).message_id == message(1, "orders", 0).message_id
+        finally:
+            reopened.close()
+
+    asyncio.run(run())
