@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
-"""What one round trip costs on bare grpc.aio: a unary call against a message on an open stream.
+"""What one round trip costs on bare grpc.aio: a unary call against a message on an open stream;
+and what the frames of a server stream cost against the same bytes in one answer.
 
-    .venv/bin/python tests/bench/grpc_stream_bench.py [--calls 4000] [--payload 1400]
+    .venv/bin/python tests/bench/grpc_stream_bench.py [--calls 4000] [--payload 1400] [--frames 34]
 
-Starts an echo server (a unary method and a bidirectional stream, raw bytes, uvloop) as a child
-process on 127.0.0.1, makes `--calls` round trips one at a time each way from this process, and
-prints the wall time per round trip and the CPU time of the server and of the client per round trip
-(from /proc). This is why the proxy sends to a broker on a SendStream (docs/broker-service.md).
-The server is stopped by PID at the end.
+Starts an echo server (a unary method, a bidirectional stream and a server stream, raw bytes,
+uvloop) as a child process on 127.0.0.1, makes `--calls` round trips one at a time each way from
+this process, and prints the wall time per round trip and the CPU time of the server and of the
+client per round trip (from /proc). This is why the proxy sends to a broker on a SendStream
+(docs/broker-service.md).
+
+Then, with 8 callers at once for `--seconds`, a server stream of `--frames` frames of `--payload`
+bytes against one unary answer of the same bytes: the server's CPU per call and per frame. A
+ReceiveMessage of 32 messages is 34 frames (a status, the messages, a delivery timestamp; the
+protocol has one message per frame), so this is what gRPC alone costs a receive, before any of
+Sluice's code runs (docs/benchmarks.md). The server is stopped by PID at the end.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 import uvloop
@@ -44,11 +51,23 @@ async def serve(port: int) -> None:
         async for request in requests:
             yield request
 
+    async def frames(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        count, size = (int(x) for x in request.split(b","))
+        frame = b"x" * size
+        for _ in range(count):
+            yield frame
+
+    async def whole(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        count, size = (int(x) for x in request.split(b","))
+        return b"x" * (size * count)
+
     handler = grpc.method_handlers_generic_handler(
         "bench.Echo",
         {
             "Unary": grpc.unary_unary_rpc_method_handler(unary, _same, _same),
             "Stream": grpc.stream_stream_rpc_method_handler(bidi, _same, _same),
+            "Frames": grpc.unary_stream_rpc_method_handler(frames, _same, _same),
+            "Whole": grpc.unary_unary_rpc_method_handler(whole, _same, _same),
         },
     )
     server = grpc.aio.server()
@@ -89,10 +108,47 @@ async def measure(port: int, server_pid: int, calls: int, payload: bytes) -> Non
         await stream.done_writing()
 
 
+async def _calls_until(once: Callable[[], Awaitable[None]], end: float) -> int:
+    done = 0
+    while time.monotonic() < end:
+        await once()
+        done += 1
+    return done
+
+
+async def measure_frames(port: int, server_pid: int, frames: int, size: int, seconds: float) -> None:
+    """Server CPU per call: `frames` frames of `size` bytes on a server stream, against one answer."""
+    request = f"{frames},{size}".encode()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        streamed = channel.unary_stream("/bench.Echo/Frames", _same, _same)
+        whole = channel.unary_unary("/bench.Echo/Whole", _same, _same)
+
+        async def stream_once() -> None:
+            async for _ in streamed(request):
+                pass
+
+        async def whole_once() -> None:
+            await whole(request)
+
+        print(f"\n{frames} x {size} B, 8 callers{'':<12}{'calls/s':>10}{'server CPU µs/call':>20}{'µs/frame':>10}")
+        for name, once in ((f"{frames} stream frames", stream_once), ("one unary answer", whole_once)):
+            for _ in range(WARMUP_CALLS // 8):
+                await once()
+            end = time.monotonic() + seconds
+            s0, t0 = cpu_s(server_pid), time.perf_counter()
+            done = sum(await asyncio.gather(*(_calls_until(once, end) for _ in range(8))))
+            s1, t1 = cpu_s(server_pid), time.perf_counter()
+            per_call = (s1 - s0) * 1e6 / max(done, 1)
+            frames_per_call = frames if name.endswith("frames") else 1
+            print(f"{name:<34}{done / (t1 - t0):>10,.0f}{per_call:>20.0f}{per_call / frames_per_call:>10.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=4000)
     parser.add_argument("--payload", type=int, default=1400, help="bytes each way")
+    parser.add_argument("--frames", type=int, default=34, help="frames of a server stream (0: skip that part)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds of each frames run")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
     uvloop.install()
@@ -104,6 +160,8 @@ def main() -> None:
     try:
         time.sleep(START_WAIT_S)
         asyncio.run(measure(port, server.pid, args.calls, b"x" * args.payload))
+        if args.frames:
+            asyncio.run(measure_frames(port, server.pid, args.frames, args.payload, args.seconds))
     finally:
         server.kill()
         server.wait()
