@@ -70,6 +70,7 @@ from broker.priority import check_priority_spec, is_priority
 from broker.produce import Producer
 from broker.reads import Reader
 from broker.security_store import SECURITY_CFS, SecurityStore
+from broker.store.dispatcher import Touched
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 from broker.tiering.manifest import SegmentEntry
@@ -177,7 +178,7 @@ class LocalBroker:
         metadata = Metadata(store.index)
         pop_state = PopState(store.index)
         self.hub = LongPollHub(loop)
-        store.add_dispatch_listener(lambda touched: self.hub.notify_threadsafe({topic_key(t) for t, _ in touched}))
+        store.add_dispatch_listener(lambda touched: self.hub.notify_threadsafe(map(topic_key, touched)))
         trace = TraceRecorder(cfg.name, cfg.trace, store.index.cf(CF_TRACE), store.index.handle(CF_TRACE),
                               store.index.batch, store.index.write)  # fmt: skip
         engine = PopEngine(
@@ -200,8 +201,8 @@ class LocalBroker:
         # The listener reaches the lite service through this broker, not directly: the store holds
         # its listeners, and a store -> listener -> service -> store cycle would keep the pop state's
         # and trace's RocksDB handles (so the database's lock) alive after close.
-        def dispatched(touched: set[tuple[str, int]]) -> None:
-            loop.call_soon_threadsafe(self._dispatched, list(touched))
+        def dispatched(touched: Touched) -> None:
+            loop.call_soon_threadsafe(self._dispatched, touched)
 
         store.add_dispatch_listener(dispatched)
         producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)
@@ -295,17 +296,23 @@ class LocalBroker:
     def lite(self) -> LiteService:
         return self._running().lite
 
-    def _dispatched(self, touched: list[tuple[str, int]]) -> None:
-        """A dispatch round indexed messages of these queues: lite topics' watchers become ready,
-        priority levels are worth reading again."""
+    def _dispatched(self, touched: Touched) -> None:
+        """A dispatch round indexed messages of these queues (by topic): lite topics' watchers
+        become ready, priority levels are worth reading again."""
         parts = self._parts
         if parts is None:  # a dispatch that lands after close wakes nobody
             return
-        parts.lite.on_dispatch(touched)
-        topics, levels = parts.metadata.topics, parts.engine.levels
-        for topic, qid in touched:
-            if qid >= priority.PRIORITY_QUEUE_BASE and (spec := topics.get(topic)) is not None and is_priority(spec):
-                levels.dispatched(topic, qid)
+        topics, levels, lite = parts.metadata.topics, parts.engine.levels, parts.lite
+        for topic, qids in touched.items():
+            spec = topics.get(topic)
+            if spec is None or not spec.message_types & EXCLUSIVE_TYPES:
+                continue
+            if is_lite(spec):
+                lite.on_dispatch(topic, qids)
+            elif is_priority(spec):
+                for qid in qids:
+                    if qid >= priority.PRIORITY_QUEUE_BASE:
+                        levels.dispatched(topic, qid)
 
     async def _every(self, interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
         """Run `step` every `interval_s` until the broker stops (the step logs its own failures)."""

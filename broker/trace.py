@@ -19,11 +19,13 @@ Thread rules: `sent`/`delivered`/... and `run` on the event loop's thread; `flus
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
+from itertools import repeat
 from typing import Any
 
 import rocksdict
@@ -35,13 +37,14 @@ from common import metrics
 from common.logs import kv
 
 log = logging.getLogger("sluice.broker.trace")
+_drain: Callable[[Iterable[object]], None] = collections.deque[object](maxlen=0).extend  # consume an iterator in C
 
 CF_TRACE = "trace"
 TRACE_CFS = (CF_TRACE,)
 
-# A pending event: (kind, time_ms, topic, queue, offset, fields) — encoded only when flushed. Fields
-# are (group, attempt) for deliveries and acks (stored compact), a dict for the rarer events (JSON).
-_Pending = tuple[TraceKind, int, str, int, int, "dict[str, Any] | tuple[str, int]"]
+# A pending event: (kind, time_ms, topic, queue, offset, fields) — encoded only when flushed, its
+# fields as a JSON document.
+_Pending = tuple[TraceKind, int, str, int, int, "dict[str, Any]"]
 # The deliveries of one pop, the acks of one request or the sends of one multi-queue append, kept as
 # one item until flushed: (kind, time_ms, topic, group, positions), a position being (queue, offset,
 # attempt) for deliveries, (queue, offset) for acks and (queue, offset, client id, host) for sends.
@@ -158,21 +161,13 @@ class TraceRecorder:
         batch = self._new_batch()
         put, cf = batch.put, self._handle
         prefixes: dict[tuple[int, str], bytes] = {}
-        groups: dict[str, bytes] = {}
-        for kind, t, topic, qid, offset, fields in _expand(items):
+        for item in items:
+            if len(item) == 5:
+                self._put_run(put, item, prefixes)
+                continue
+            kind, t, topic, qid, offset, fields = item
             bucket = t // self._bucket_ms
             seq = next(self._seq) & K.U32_MAX
-            if isinstance(fields, tuple):  # delivered / acked / sent one per queue: the hot ones, compact
-                prefix = prefixes.get((bucket, topic))
-                if prefix is None:
-                    prefix = prefixes[(bucket, topic)] = K.topic_prefix(bucket, topic)
-                group, attempt = fields
-                raw_group = groups.get(group)
-                if raw_group is None:
-                    raw_group = groups[group] = group.encode("utf-8")
-                value = K.encode_compact(kind.value, attempt, raw_group)
-                put(K.position_key_after(prefix, qid, offset, t, seq), value, cf)
-                continue
             if kind is TraceKind.SENT:
                 key = K.range_key(K.KIND_SENT, bucket, topic, qid, offset, seq)
             elif kind is TraceKind.TIERED:
@@ -181,6 +176,37 @@ class TraceRecorder:
                 key = K.position_key(bucket, topic, qid, offset, t, seq)
             put(key, K.encode_value({"k": kind.value, "t": t, **fields}), cf)
         self._write(batch)
+
+    def _put_run(self, put: Callable[..., None], run: _Run, prefixes: dict[tuple[int, str], bytes]) -> None:
+        """Put the compact position events of one run (a pop's deliveries, an ack request's acks,
+        the sends of an append to queues of their own) with C-level maps: one key per message, one
+        value per distinct text and attempt (a lite send's messages share their producer)."""
+        kind, t, topic, group, positions = run
+        bucket = t // self._bucket_ms
+        prefix = prefixes.get((bucket, topic))
+        if prefix is None:
+            prefix = prefixes[(bucket, topic)] = K.topic_prefix(bucket, topic)
+        n = len(positions)
+        columns = list(zip(*positions, strict=True))
+        qids, offsets = columns[0], columns[1]
+        texts: Iterable[str]
+        attempts: Iterable[int]
+        if kind is TraceKind.SENT:  # text "client\0host"
+            texts, attempts = map("{}\0{}".format, columns[2], columns[3]), repeat(0, n)
+        else:
+            texts = repeat(group, n)
+            attempts = columns[2] if kind is TraceKind.DELIVERED else repeat(0, n)
+        values: dict[tuple[str, int], bytes] = {}
+
+        def value_of(text: str, attempt: int) -> bytes:
+            value = values.get((text, attempt))
+            if value is None:
+                value = values[(text, attempt)] = K.encode_compact(kind.value, attempt, text.encode("utf-8"))
+            return value
+
+        seqs = map(K.U32_MAX.__and__, itertools.islice(self._seq, n))
+        keys = K.position_keys_after(prefix, qids, offsets, t, seqs)
+        _drain(map(put, keys, map(value_of, texts, attempts), repeat(self._handle)))
 
     def expire(self, now: int | None = None) -> None:
         """Delete every bucket older than max_age_s."""
@@ -264,22 +290,3 @@ def _event(doc: dict[str, Any], topic: str, queue_id: int, offset: int) -> Trace
         message_id=str(doc.get("id", "")), group=str(doc.get("group", "")), attempt=int(doc.get("attempt", 0)),
         client_id=str(doc.get("client", "")), detail=detail,
     )  # fmt: skip
-
-
-def _expand(items: list[_Pending | _Run]) -> Iterator[_Pending]:
-    """Every event of pending items, runs unrolled (in the flushing thread, off the event loop)."""
-    for item in items:
-        if len(item) == 6:
-            yield item
-            continue
-        kind, t, topic, group, positions = item
-        if kind is TraceKind.ACKED:
-            fields = (group, 0)
-            for qid, offset in positions:
-                yield kind, t, topic, qid, offset, fields
-        elif kind is TraceKind.SENT:  # stored as compact position events, text "client\0host"
-            for qid, offset, client, host in positions:
-                yield kind, t, topic, qid, offset, (f"{client}\0{host}", 0)
-        else:
-            for qid, offset, attempt in positions:
-                yield kind, t, topic, qid, offset, (group, attempt)

@@ -29,6 +29,12 @@ CF_LITE_META = "lite_meta"
 CF_LITE_SUB = "lite_sub"
 CF_LITE_SUBR = "lite_subr"
 LITE_CFS = (CF_LITE_NAME, CF_LITE_EXP, CF_LITE_META, CF_LITE_SUB, CF_LITE_SUBR)
+# The first layout (before two rows per lite topic) had a `lite_id` column family, topic_id u32 +
+# queue_id u32 -> lite name, and expiry keys expires_ms u64 + topic_id u32 + queue_id u32. A store
+# that still has it is migrated on open (`LiteState.migrate_v1`).
+CF_LITE_ID_V1 = "lite_id"
+ID_V1 = struct.Struct(">II")
+EXP_V1 = struct.Struct(">QII")
 
 LITE_QUEUE_BASE = 1 << 16  # queue ids of lite topics start here (the route's queues stay below)
 MAX_LITE_QUEUE = (1 << 31) - 1  # queue ids travel as int32

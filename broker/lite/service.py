@@ -118,7 +118,7 @@ class LiteService:
         self._limits = limits
         self._host = host
         self._clients: dict[ClientKey, _Client] = {}
-        self._watch: dict[tuple[str, int], set[_Client]] = {}  # (bind topic, queue id) -> clients
+        self._watch: dict[str, dict[int, set[_Client]]] = {}  # bind topic -> queue id -> clients
         self._removals: dict[str, list[LiteRemoval]] = {}
         self.expired = 0
         self.created = 0
@@ -181,14 +181,19 @@ class LiteService:
         self._trace.sent_each(spec.name, list(zip(qids, offsets, clients, map(_BORN_HOST, messages), strict=True)))
         return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets))
 
-    def on_dispatch(self, touched: Iterable[tuple[str, int]]) -> None:
-        """Mark dispatched lite queues ready for the clients that watch them, and wake those. They
-        join the rotation in queue order, which is creation order: lite topics written together
-        tend to be popped together, and their heads, stored back to back, read with one pread."""
+    def on_dispatch(self, topic: str, qids: Iterable[int]) -> None:
+        """Mark dispatched lite queues of a bind topic ready for the clients that watch them, and
+        wake those. They join the rotation in queue order, which is creation order: lite topics
+        written together tend to be popped together, and their heads, stored back to back, read
+        with one pread. Only watched queues are looked at further (a send touches one queue per
+        message, most of them often unwatched)."""
+        watch = self._watch.get(topic)
+        if not watch:
+            return
         woken: set[str] = set()
-        for key in sorted(touched):
-            for client in self._watch.get(key, ()):
-                client.ready[key[1]] = None
+        for qid in sorted(filter(watch.__contains__, qids)):
+            for client in watch[qid]:
+                client.ready[qid] = None
                 woken.add(client.wake_key)
         if woken:
             self._hub.notify(woken)
@@ -212,7 +217,7 @@ class LiteService:
     def _watch_add(self, client: _Client, name: str, qid: int) -> None:
         client.names[name] = qid
         client.qids.add(qid)
-        self._watch.setdefault((client.topic, qid), set()).add(client)
+        self._watch.setdefault(client.topic, {}).setdefault(qid, set()).add(client)
 
     def _watch_drop(self, client: _Client, name: str) -> None:
         qid = client.names.pop(name, None)
@@ -220,11 +225,15 @@ class LiteService:
             return
         client.qids.discard(qid)
         client.ready.pop(qid, None)
-        watchers = self._watch.get((client.topic, qid))
-        if watchers is not None:
-            watchers.discard(client)
-            if not watchers:
-                del self._watch[(client.topic, qid)]
+        watch = self._watch.get(client.topic)
+        watchers = None if watch is None else watch.get(qid)
+        if watch is None or watchers is None:
+            return
+        watchers.discard(client)
+        if not watchers:
+            del watch[qid]
+            if not watch:
+                del self._watch[client.topic]
 
     def sync(self, spec: TopicSpec, sync: LiteSync) -> int:
         """Apply a subscription change; how many lite topics the client then holds here."""
@@ -379,8 +388,9 @@ class LiteService:
         """An acknowledged lite message frees its lite topic's next one: wake the polls of the
         group's clients that watch those lite topics."""
         woken: set[str] = set()
+        watch = self._watch.get(topic, {})
         for qid in {receipt.fields(h)[1] for h in handles}:
-            woken.update(c.wake_key for c in self._watch.get((topic, qid), ()) if c.group == group)
+            woken.update(c.wake_key for c in watch.get(qid, ()) if c.group == group)
         if woken:
             self._hub.notify(woken)
 

@@ -9,11 +9,16 @@ event loop thread calls everything here (each call is a few RocksDB gets and one
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from broker.lite import keys as K
 from broker.store.index import Index
+from common.logs import kv
+
+log = logging.getLogger("sluice.broker.lite")
+_MIGRATE_CHUNK = 10_000  # expiry keys per WriteBatch of a layout migration
 
 
 @dataclass(slots=True)
@@ -31,8 +36,38 @@ class LiteState:
         self._cache: collections.OrderedDict[tuple[int, str], LiteRecord] = collections.OrderedDict()
         self._cache_size = max(1, cache_size)
         self._meta: dict[int, list[int]] = {}  # topic_id -> [next lite number, live lite topics]
+        self.migrate_v1()
         for key, value in self._index.cf(K.CF_LITE_META).items():
             self._meta[K.U32.unpack(key)[0]] = list(K.META.unpack(value))
+
+    def migrate_v1(self) -> int:
+        """Move a store of the first lite layout (keys.py: `CF_LITE_ID_V1`) to this one: each old
+        expiry key (expires, topic id, queue id) becomes (expires, topic id, name), its name taken
+        from the old id -> name row, then the old column family is dropped. Each chunk deletes the
+        id rows it used with the keys it moved, so a migration cut short resumes where it
+        stopped. How many expiry keys moved."""
+        index = self._index
+        if K.CF_LITE_ID_V1 not in index.unused_cfs:
+            return 0
+        ids = index.cf(K.CF_LITE_ID_V1)
+        h_exp, h_id = index.handle(K.CF_LITE_EXP), index.handle(K.CF_LITE_ID_V1)
+        old = [key for key, _ in index.cf(K.CF_LITE_EXP).items() if len(key) == K.EXP_V1.size]
+        moved = 0
+        for at in range(0, len(old), _MIGRATE_CHUNK):
+            chunk = old[at : at + _MIGRATE_CHUNK]
+            id_keys = [K.ID_V1.pack(*K.EXP_V1.unpack(key)[1:]) for key in chunk]
+            batch = index.batch()
+            for key, id_key, name in zip(chunk, id_keys, ids.get(id_keys), strict=True):
+                if name is None:  # a new-layout key whose name is 4 bytes long
+                    continue
+                batch.delete(key, h_exp)
+                batch.put(key[: K.EXP_HEAD.size] + name, b"", h_exp)
+                batch.delete(id_key, h_id)
+                moved += 1
+            index.write(batch)
+        index.drop_cf(K.CF_LITE_ID_V1)
+        log.info("lite topics migrated to the two-row layout", extra=kv(expiry_keys=moved))
+        return moved
 
     # -- bind topics -----------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from broker.replication import protocol as P
 from broker.replication import state as S
 from broker.replication.epochs import Epoch, truncation_point
 from broker.replication.gate import AckGate
+from broker.store.dispatcher import Touched
 from broker.store.statelog import Op, StateRecorder, snapshot_ops
 from broker.store.store import MessageStore
 from common.errors import BadRequest, SluiceError, Unavailable
@@ -96,7 +97,7 @@ class ReplicationServer:
         if self._recorder is not None:
             self._recorder.on_change = self._wake
 
-    def _on_dispatch(self, _queues: set[tuple[str, int]]) -> None:  # the writer's thread or the loop
+    def _on_dispatch(self, _queues: Touched) -> None:  # the writer's thread or the loop
         self._wake()
 
     def _wake(self) -> None:  # any thread

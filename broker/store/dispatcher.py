@@ -5,7 +5,7 @@ round one ConsumeQueue block (the round's entries of that queue, keys.py) and th
 offset the queue reached in the segment (`segq`, used by retention); per round the dispatch
 checkpoint; all in the same WriteBatch, so the indexes and the checkpoint never
 disagree. Consumers only see dispatched records. Listeners (long polling) are told which queues
-received messages after every round.
+received messages after every round, grouped by topic (`Touched`).
 
 The writer calls `dispatch` (on its thread, or on the event loop for a round of small appends)
 once a round is durable under the flush policy and before it acknowledges the round, so nothing
@@ -33,14 +33,17 @@ from common.logs import kv
 
 log = logging.getLogger("sluice.store.dispatch")
 
-DispatchListener = Callable[[set[tuple[str, int]]], None]
+# The queues a round wrote to, by topic: listeners do their work per topic (a lite topic's send
+# touches one queue per message, so a listener's per-queue work is kept to what needs it).
+Touched = dict[str, set[int]]
+DispatchListener = Callable[[Touched], None]
 _MAX_INDEXED_ID = 255
 _MAX_INDEXED_KEY = 0xFFFF
 _drain: Callable[[Iterable[object]], None] = collections.deque[object](maxlen=0).extend  # consume an iterator in C
 _Blocks = dict[tuple[int, int, int], list[Any]]  # open ConsumeQueue blocks of a round (`_gather`)
 
 
-def index_records(index: Index, records: Sequence[Written]) -> set[tuple[str, int]]:
+def index_records(index: Index, records: Sequence[Written]) -> Touched:
     """Write the index entries and checkpoint for `records` (in physical order) in one batch."""
     runs = []
     for w in records:
@@ -51,69 +54,80 @@ def index_records(index: Index, records: Sequence[Written]) -> set[tuple[str, in
     return index_runs(index, runs)
 
 
-def index_runs(index: Index, runs: Sequence[Run]) -> set[tuple[str, int]]:
+def index_runs(index: Index, runs: Sequence[Run]) -> Touched:
     """Write the index entries and checkpoint for `runs` (in physical order) in one batch.
 
-    A run of one queue is indexed with C-level `map`s (no Python bytecode per record); mixed runs
-    record by record. Both write the same entries. Which is which the writer decides: it gives an
-    append a run of its own only when it has enough records to repay the maps' set-up
-    (`writer.RUN_MIN`) and lets smaller ones share a mixed run. ConsumeQueue entries are gathered per (segment,
-    topic, queue) while their offsets follow on, and written as blocks at the end."""
+    A run whose results are columns (`AppendResults`: one append, to one queue or to several) is
+    indexed with C-level `map`s for its values and keys; a run of small appends (single sends, which
+    share one) or of records recovery found, record by record. Both write the same entries. The
+    writer decides which is which: it gives an append a run of its own when it has enough records
+    to repay the maps' set-up (`writer.RUN_MIN`) or targets several queues. ConsumeQueue entries
+    are gathered per (segment, topic, queue) while their offsets follow on, and written as blocks
+    at the end."""
     batch = index.batch()
     put = batch.put
     cq, msgid, keyidx, segq = (index.handle(n) for n in (K.CF_CQ, K.CF_MSGID, K.CF_KEYIDX, K.CF_SEGQ))
     cq_value, u32 = K.CQ_VALUE.pack, K.U32.pack
     msgid_key, keyidx_key = K.msgid_key, K.keyidx_key
     topic_ids: dict[str, int] = {}
+
+    def tid_of(topic: str) -> int:
+        tid = topic_ids.get(topic)
+        if tid is None:
+            tid = topic_ids[topic] = index.intern_topic(topic, batch)
+        return tid
+
     blocks: _Blocks = {}  # (segment base, topic id, queue id) -> open block
     for cols, results, queue, seg_base in runs:
-        if queue is not None:
-            topic, qid = queue
-            tid = topic_ids.get(topic)
-            if tid is None:
-                tid = topic_ids[topic] = index.intern_topic(topic, batch)
-            assert isinstance(results, AppendResults), "the writer keeps a one-queue run's results as columns"
-            first, physs, sizes = results.first_offset, results.physical_offsets, results.sizes
-            stamps = repeat(results.store_timestamp_ms)
-            entries = b"".join(map(cq_value, physs, sizes, cols.tag_hashes, stamps))
-            _gather(blocks, put, cq, (seg_base, tid, qid), first, len(results), entries)
-            mids = cols.message_ids
-            lengths = set(map(len, mids))
-            id_len = lengths.pop() if len(lengths) == 1 else 0
-            if 0 < id_len <= _MAX_INDEXED_ID:  # the usual case: ids of one length
-                id_keys = map(K.msgid_key_struct(id_len).pack, repeat(seg_base), repeat(id_len), mids, physs)
-                _drain(map(put, id_keys, map(u32, sizes), repeat(msgid)))
-            else:
-                for mid, phys, size in zip(mids, physs, sizes, strict=True):
-                    if mid and len(mid) <= _MAX_INDEXED_ID:
-                        put(msgid_key(seg_base, mid, phys), u32(size), msgid)
-            if any(cols.keys):
-                for keys, phys, size in zip(cols.keys, physs, sizes, strict=True):
-                    for key in keys:
-                        kb = key.encode("utf-8")
-                        if kb and len(kb) <= _MAX_INDEXED_KEY:
-                            put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)
+        if type(results) is not AppendResults:
+            for topic, qid, th, mid, keys, (qoff, phys, size, store_ts) in zip(*cols, results, strict=True):
+                tid = tid_of(topic)
+                _gather(blocks, put, cq, (seg_base, tid, qid), qoff, 1, cq_value(phys, size, th, store_ts))
+                if mid and len(mid) <= _MAX_INDEXED_ID:
+                    put(msgid_key(seg_base, mid, phys), u32(size), msgid)
+                for key in keys:
+                    kb = key.encode("utf-8")
+                    if kb and len(kb) <= _MAX_INDEXED_KEY:
+                        put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)
             continue
-        for topic, qid, th, mid, keys, (qoff, phys, size, store_ts) in zip(*cols, results, strict=True):
-            tid = topic_ids.get(topic)
-            if tid is None:
-                tid = topic_ids[topic] = index.intern_topic(topic, batch)
-            _gather(blocks, put, cq, (seg_base, tid, qid), qoff, 1, cq_value(phys, size, th, store_ts))
-            if mid and len(mid) <= _MAX_INDEXED_ID:
-                put(msgid_key(seg_base, mid, phys), u32(size), msgid)
-            for key in keys:
-                kb = key.encode("utf-8")
-                if kb and len(kb) <= _MAX_INDEXED_KEY:
-                    put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)
+        physs, sizes, n = results.physical_offsets, results.sizes, len(results)
+        entries = map(cq_value, physs, sizes, cols.tag_hashes, repeat(results.store_timestamp_ms))
+        topics = cols.topics
+        if queue is not None:  # one queue: one block
+            tids: Sequence[int] = [tid_of(queue[0])] * n
+            _gather(blocks, put, cq, (seg_base, tids[0], queue[1]), results.queue_offsets[0], n, b"".join(entries))
+        else:  # several queues (a lite or priority send): each entry joins its queue's block
+            tids = [tid_of(topics[0])] * n if topics.count(topics[0]) == n else list(map(tid_of, topics))
+            where = zip(repeat(seg_base, n), tids, cols.queue_ids, strict=True)
+            for key, qoff, entry in zip(where, results.queue_offsets, entries, strict=True):
+                _gather(blocks, put, cq, key, qoff, 1, entry)
+        mids = cols.message_ids
+        lengths = set(map(len, mids))
+        id_len = lengths.pop() if len(lengths) == 1 else 0
+        if 0 < id_len <= _MAX_INDEXED_ID:  # the usual case: ids of one length
+            id_keys = map(K.msgid_key_struct(id_len).pack, repeat(seg_base), repeat(id_len), mids, physs)
+            _drain(map(put, id_keys, map(u32, sizes), repeat(msgid)))
+        else:
+            for mid, phys, size in zip(mids, physs, sizes, strict=True):
+                if mid and len(mid) <= _MAX_INDEXED_ID:
+                    put(msgid_key(seg_base, mid, phys), u32(size), msgid)
+        if any(cols.keys):
+            for tid, keys, phys, size in zip(tids, cols.keys, physs, sizes, strict=True):
+                for key in keys:
+                    kb = key.encode("utf-8")
+                    if kb and len(kb) <= _MAX_INDEXED_KEY:
+                        put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)
     segq_key, u64 = K.SEGQ_KEY.pack, K.U64.pack
+    by_tid: dict[int, set[int]] = {tid: set() for tid in topic_ids.values()}
     for (base, tid, qid), block in blocks.items():
         _put_block(put, cq, tid, qid, block)
         # A queue's last block in a segment ends at its highest offset there.
         put(segq_key(base, tid, qid), u64(block[1] - 1), segq)
+        by_tid[tid].add(qid)
     last = runs[-1].results[-1]
     index.put_checkpoint(batch, last.physical_offset + last.size)
     index.write(batch)
-    return {(index.topic_name(tid) or "", qid) for (_, tid, qid) in blocks}
+    return {index.topic_name(tid) or "": qids for tid, qids in by_tid.items()}
 
 
 def _gather(blocks: _Blocks, put: Callable[..., None], cq: object, where: tuple[int, int, int], first: int, n: int,

@@ -46,6 +46,9 @@ def _options(cache: rocksdict.Cache) -> rocksdict.Options:
     return opts
 
 
+_DEFAULT_CF = "default"  # RocksDB's own, always present
+
+
 class Index:
     def __init__(
         self, path: Path, *, cache_bytes: int = 64 << 20, write_buffer_bytes: int = 128 << 20,
@@ -59,8 +62,15 @@ class Index:
         opts = _options(cache)
         opts.set_db_write_buffer_size(write_buffer_bytes)
         names = list(K.STORE_CFS) + [n for n in extra_cfs if n not in K.STORE_CFS]
+        # RocksDB refuses to open a database without naming every column family it holds, so
+        # those this opener does not use (one a layout change retired, or a feature's this
+        # opener leaves out) are opened too; `unused_cfs` names them and `drop_cf` removes one.
+        existing = rocksdict.Rdict.list_cf(str(path), opts) if (path / "CURRENT").exists() else []
+        self.unused_cfs = frozenset(existing) - {*names, _DEFAULT_CF}
         try:
-            self.db = rocksdict.Rdict(str(path), opts, column_families={n: _options(cache) for n in names})
+            self.db = rocksdict.Rdict(
+                str(path), opts, column_families={n: _options(cache) for n in [*names, *sorted(self.unused_cfs)]}
+            )
         except Exception as exc:  # rocksdict raises a bare Exception carrying RocksDB's status text
             if "lock" in str(exc).lower():
                 raise ConfigError(
@@ -68,8 +78,8 @@ class Index:
                     "is another broker or sluice up running on it? give each its own --data-dir"
                 ) from None
             raise
-        self._cf = {n: self.db.get_column_family(n) for n in names}
-        self._handles = {n: self.db.get_column_family_handle(n) for n in names}
+        self._cf = {n: self.db.get_column_family(n) for n in [*names, *self.unused_cfs]}
+        self._handles = {n: self.db.get_column_family_handle(n) for n in self._cf}
         self._topic_ids: dict[str, int] = {}
         self._topic_names: dict[int, str] = {}
         self._intern_lock = threading.Lock()
@@ -85,6 +95,16 @@ class Index:
 
     def handle(self, name: str) -> rocksdict.ColumnFamily:
         return self._handles[name]
+
+    def drop_cf(self, name: str) -> None:
+        """Drop an unused column family and everything it holds (a layout change's migration,
+        once it has moved what it needs out of it); nothing if there is no such unused one."""
+        if name not in self.unused_cfs:
+            return
+        self._cf.pop(name).close()
+        del self._handles[name]
+        self.db.drop_column_family(name)
+        self.unused_cfs -= {name}
 
     def batch(self) -> rocksdict.WriteBatch:
         recorder = self.recorder

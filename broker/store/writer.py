@@ -13,9 +13,10 @@ Cost: everything here runs under the GIL, so Python work per record bounds the s
 Every record is sealed by `record.seal_at`. An append whose records all go to one queue and fit in
 the active segment (the common case: a batched send, or a single message) is sealed in one loop
 and, from `RUN_MIN` records on, keeps its results as columns (`AppendResults`) and is a run of its
-own for the dispatcher; mixed-queue appends and segment rolls take a per-record path. The
-dispatcher gets the round as `Run`s (one per large append and segment; small appends share one),
-not one object per record.
+own for the dispatcher; so is an append to several queues that fits (a lite or priority send: each
+record takes its own queue's next offset). Only an append the segment rolls inside takes the
+record-by-record path. The dispatcher gets the round as `Run`s (one per large append and segment;
+small appends share one), not one object per record.
 
 Invariants: physical offsets are contiguous and increasing; queue offsets are strictly
 increasing per queue; a round that fails to write is rolled back (file truncated, queue offsets
@@ -71,24 +72,22 @@ class AppendResult(NamedTuple):
 
 
 class AppendResults(Sequence[AppendResult]):
-    """The results of an append sealed as one run (one queue, consecutive offsets, one store time),
-    kept as the writer's columns: an `AppendResult` is built only when one is read. Building one
-    object per record on the writer thread cost ~0.18 us per message of GIL time (store_bench),
-    though callers mostly want the offsets (`queue_offsets`) or nothing, and the dispatcher takes
-    the columns as they are."""
+    """The results of an append sealed as one run, kept as the writer's columns: an `AppendResult`
+    is built only when one is read. Building one object per record on the writer thread cost ~0.18
+    us per message of GIL time (store_bench), though callers mostly want the offsets
+    (`queue_offsets`) or nothing, and the dispatcher takes the columns as they are. One store time
+    for all; the queue offsets are a range for an append to one queue (consecutive offsets), a list
+    for one to several queues (a lite or priority send: one queue per message, or per level)."""
 
-    __slots__ = ("first_offset", "physical_offsets", "sizes", "store_timestamp_ms")
+    __slots__ = ("physical_offsets", "queue_offsets", "sizes", "store_timestamp_ms")
 
-    def __init__(self, first_offset: int, physical_offsets: list[int], sizes: list[int], store_timestamp_ms: int):
-        assert len(physical_offsets) == len(sizes)
-        self.first_offset = first_offset
+    def __init__(self, queue_offsets: range | list[int], physical_offsets: list[int], sizes: list[int],
+                 store_timestamp_ms: int):  # fmt: skip
+        assert len(queue_offsets) == len(physical_offsets) == len(sizes)
+        self.queue_offsets = queue_offsets
         self.physical_offsets = physical_offsets
         self.sizes = sizes
         self.store_timestamp_ms = store_timestamp_ms
-
-    @property
-    def queue_offsets(self) -> range:
-        return range(self.first_offset, self.first_offset + len(self.sizes))
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -106,10 +105,10 @@ class AppendResults(Sequence[AppendResult]):
         j = i + n if i < 0 else i
         if not 0 <= j < n:
             raise IndexError(f"result {i} of an append of {n}")
-        return _new_result((self.first_offset + j, self.physical_offsets[j], self.sizes[j], self.store_timestamp_ms))
+        return _new_result((self.queue_offsets[j], self.physical_offsets[j], self.sizes[j], self.store_timestamp_ms))
 
     def __iter__(self) -> Iterator[AppendResult]:
-        return map(_new_result, zip(count(self.first_offset), self.physical_offsets, self.sizes,
+        return map(_new_result, zip(self.queue_offsets, self.physical_offsets, self.sizes,
                                     repeat(self.store_timestamp_ms)))  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
@@ -175,7 +174,7 @@ class Run(NamedTuple):
     then consecutive), None when they are mixed."""
 
     columns: Columns
-    results: Sequence[AppendResult]  # an `AppendResults` when `queue` is set
+    results: Sequence[AppendResult]  # an `AppendResults` when `queue` is set or the run is one append
     queue: tuple[str, int] | None
     segment_base: int
 
@@ -398,7 +397,7 @@ class CommitLogWriter:
                 os.fdatasync(self._fd)
                 self.flushed_position = self._seg.end
         except OSError as exc:
-            self._rollback(start_seg, start_size, {})
+            self._rollback(start_seg, start_size)
             err = Unavailable(f"the replica could not write to its commitlog ({exc.strerror or exc})")
         except BadRequest as exc:
             err = exc
@@ -412,7 +411,6 @@ class CommitLogWriter:
         started = time.perf_counter()
         now_ms = time.time_ns() // 1_000_000
         start_seg, start_size = self._seg, self._seg.size
-        saved: dict[tuple[str, int], list[int] | None] = {}
         runs: list[Run] = []
         results: list[Sequence[AppendResult]] = []
         chunks: list[bytearray | memoryview] = []
@@ -426,17 +424,27 @@ class CommitLogWriter:
             for item in items:
                 sizes, queue, buf = item.sizes, item.queue, item.buf
                 nbytes = len(buf)
-                if queue is None or (pos + nbytes > seg_limit and (pos > 0 or len(sizes) > 1)):
-                    # Mixed queues, or the segment rolls inside this append: record by record.
+                if pos + nbytes > seg_limit and (pos > 0 or len(sizes) > 1):
+                    # The segment rolls inside this append: record by record.
                     if small_results:
                         runs.append(_new_run((small_columns, small_results, None, base)))
                         small_columns, small_results = empty_columns(), []
                     view = memoryview(buf)
-                    out, base, pos = self._seal_each(item, view, chunks, runs, saved, base, pos, now_ms)
+                    out, base, pos = self._seal_each(item, view, chunks, runs, base, pos, now_ms)
                     results.append(out)
                     continue
+                if queue is None:  # several queues (a lite or priority send): a run of its own
+                    if small_results:
+                        runs.append(_new_run((small_columns, small_results, None, base)))
+                        small_columns, small_results = empty_columns(), []
+                    mixed = self._seal_mixed(item, base + pos, now_ms)
+                    runs.append(_new_run((item.columns, mixed, None, base)))
+                    results.append(mixed)
+                    pos += nbytes
+                    chunks.append(buf)
+                    continue
                 # The common case: one queue, and the append fits in the active segment.
-                entry = self._queue_entry(queue, saved)
+                entry = self._queue_entry(queue)
                 qoff = entry[0]
                 n = len(sizes)
                 physs = _seal_queue(buf, sizes, qoff, base + pos, now_ms)
@@ -446,7 +454,7 @@ class CommitLogWriter:
                     if small_results:
                         runs.append(_new_run((small_columns, small_results, None, base)))
                         small_columns, small_results = empty_columns(), []
-                    sealed: Sequence[AppendResult] = AppendResults(qoff, physs, sizes, now_ms)
+                    sealed: Sequence[AppendResult] = AppendResults(range(qoff, qoff + n), physs, sizes, now_ms)
                     runs.append(_new_run((cols, sealed, queue, base)))
                 else:  # a single send or a few records: they share the round's small run
                     sealed = list(map(_new_result, zip(count(qoff), physs, sizes, repeat(now_ms))))
@@ -466,7 +474,7 @@ class CommitLogWriter:
                 observe_flush(time.perf_counter() - started)
                 self.flushed_position = self._seg.end
         except OSError as exc:
-            self._rollback(start_seg, start_size, saved)
+            self._rollback(start_seg, start_size)
             log.error("commitlog write failed; round rolled back", extra=kv(error=str(exc), appends=len(items)))
             err = Unavailable(f"the broker could not write to its commitlog ({exc.strerror or exc}); retry later")
             _complete(items, None, err, on_loop=on_loop)
@@ -487,7 +495,6 @@ class CommitLogWriter:
         view: memoryview,
         chunks: list[bytearray | memoryview],
         runs: list[Run],
-        saved: dict[tuple[str, int], list[int] | None],
         base: int,
         pos: int,
         now_ms: int,
@@ -516,7 +523,7 @@ class CommitLogWriter:
             phys = base + pos
             key = (topic, queue_id)
             if key != cur_key:  # batches usually target one queue: one lookup per run
-                cur_key, entry = key, self._queue_entry(key, saved)
+                cur_key, entry = key, self._queue_entry(key)
             qoff = entry[0]
             entry[0] = qoff + 1
             entry[1] = phys
@@ -561,12 +568,35 @@ class CommitLogWriter:
             self._fd = os.open(self._seg.path, os.O_WRONLY)
         log.info("commitlog rolled to a new segment", extra=kv(segment=self._seg.name()))
 
-    def _queue_entry(self, key: tuple[str, int], saved: dict[tuple[str, int], list[int] | None]) -> list[int]:
-        """The mutable [next queue offset, last physical offset] of a queue, remembering its value
-        at the start of the round so a failed round can be rolled back."""
+    def _seal_mixed(self, item: _Pending, phys: int, now_ms: int) -> AppendResults:
+        """Seal an append to several queues that fits in the active segment, its first record at
+        `phys`: each record takes its queue's next offset. Its results stay columns, which the
+        dispatcher indexes as they are."""
+        buf, sizes, cols = item.buf, item.sizes, item.columns
+        view = memoryview(buf)
+        cache = self._next_qoff
+        qoffs: list[int] = []
+        physs: list[int] = []
+        start = 0
+        for size, key in zip(sizes, zip(cols.topics, cols.queue_ids, strict=True), strict=True):
+            entry = cache.get(key)
+            if entry is None:
+                entry = self._queue_entry(key)
+            qoff = entry[0]
+            entry[0] = qoff + 1
+            entry[1] = phys
+            seal_at(buf, view, start, size, qoff, phys, now_ms)
+            qoffs.append(qoff)
+            physs.append(phys)
+            start += size
+            phys += size
+        return AppendResults(qoffs, physs, sizes, now_ms)
+
+    def _queue_entry(self, key: tuple[str, int]) -> list[int]:
+        """The mutable [next queue offset, last physical offset] of a queue. A failed round
+        forgets them all (`_rollback`): the index then knows every queue's end, since each round
+        is dispatched before the next one starts."""
         entry = self._next_qoff.get(key)
-        if key not in saved:
-            saved[key] = None if entry is None else list(entry)
         if entry is None:
             if len(self._next_qoff) >= self._cfg.queue_offset_cache_size:
                 self._evict()
@@ -582,12 +612,8 @@ class CommitLogWriter:
         for k in victims:
             del self._next_qoff[k]
 
-    def _rollback(self, seg: Segment, size: int, saved: dict[tuple[str, int], list[int] | None]) -> None:
-        for key, entry in saved.items():
-            if entry is None:
-                self._next_qoff.pop(key, None)
-            else:
-                self._next_qoff[key] = entry
+    def _rollback(self, seg: Segment, size: int) -> None:
+        self._next_qoff.clear()  # the next offsets of the queues this round wrote are the index's again
         try:
             if self._seg is not seg:
                 # The round rolled into new segments: drop them and go back to the old one.
@@ -630,7 +656,8 @@ def _run_of(columns: Columns, results: list[AppendResult], queue: tuple[str, int
         return _new_run((columns, results, None, base))
     physs, sizes = [r.physical_offset for r in results], [r.size for r in results]
     first = results[0]
-    return _new_run((columns, AppendResults(first.queue_offset, physs, sizes, first.store_timestamp_ms), queue, base))
+    offsets = range(first.queue_offset, first.queue_offset + len(results))
+    return _new_run((columns, AppendResults(offsets, physs, sizes, first.store_timestamp_ms), queue, base))
 
 
 def _seal_queue(buf: bytearray, sizes: list[int], queue_offset: int, physical_offset: int, now_ms: int) -> list[int]:

@@ -2,8 +2,9 @@
 
 One-queue appends of `writer.RUN_MIN` records or more are runs of their own, which the dispatcher
 indexes with C-level maps (`writer.Run`, `dispatcher.index_runs`); smaller ones (single sends)
-share a run; mixed-queue appends go record by record, and a segment roll inside an append splits
-it into one run per segment. Recovery re-dispatches with the per-record path
+share a run; an append to several queues (a lite or priority send) is a run of its own whose
+results are columns too, and a segment roll inside an append splits it into one run per segment,
+record by record. Recovery re-dispatches with the per-record path
 (`index_records`). So: append a mix of all shapes, dump every index entry, rebuild the index from
 the CommitLog alone, and the dumps must be equal; every record must read back, by queue, id, key
 and tag, with bytes equal to `encode` + `seal`. All of it three ways: every append written by the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,12 +24,13 @@ from pathlib import Path
 import pytest
 
 from broker.store import keys as K
+from broker.store import writer as writer_module
 from broker.store.config import CommitLogConfig, StoreConfig
 from broker.store.record import MessageRecord, encode, seal
 from broker.store.store import MessageStore
 from broker.store.writer import AppendResult
 from broker.tags import tag_hash
-from common.errors import StoreClosed
+from common.errors import StoreClosed, Unavailable
 
 SEGMENT_BYTES = 64 << 10  # small: some appends roll the segment in their middle
 CONFIG = StoreConfig(commitlog=CommitLogConfig(segment_bytes=SEGMENT_BYTES))
@@ -65,6 +68,8 @@ def shapes() -> list[list[MessageRecord]]:
         out.append([nxt("pay-ü", 0, id_len=0) for _ in range(5)])  # no message ids
         out.append([nxt("pay-ü", 3, keys=("k1",)) for _ in range(6)])  # keys on the vectored path
         out.append([nxt(("orders", "pay-ü", "日志")[i % 3], i % 4) for i in range(9)])  # mixed queues
+        # One topic, several queues, some twice (a lite send), with keys on some.
+        out.append([nxt("orders", 65536 + i % 5, keys=("k2",) if i % 2 else ()) for i in range(12)])
     return out
 
 
@@ -116,6 +121,7 @@ def test_fast_paths_write_what_record_by_record_writes(tmp_path: Path, inline_by
             assert sorted(offsets) == list(range(len(offsets))), f"queue offsets of {queue} are not 0..n-1"
             assert store.queue_bounds(*queue) == (0, len(offsets))
         assert len(store.find_by_key("pay-ü", "k1", limit=1000)) == 12 + 12 * 6
+        assert len(store.find_by_key("orders", "k2", limit=1000)) == 12 * 6
         read = store.read("orders", 0, 0, max_messages=1000, tag_hashes=frozenset({tag_hash("a")}))
         assert read.messages and all(m.tag == "a" for m in read.messages)
     finally:
@@ -149,3 +155,30 @@ def test_an_append_left_for_the_loop_when_the_store_closes_fails_with_store_clos
             reopened.close()
 
     asyncio.run(run())
+
+
+def test_a_failed_round_gives_its_queue_offsets_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round whose write fails is rolled back: the next appends take the offsets it had taken,
+    for one queue and for several alike."""
+    store = MessageStore(tmp_path / "s", CONFIG)
+    try:
+        store.append_blocking([message(i, "orders", 0) for i in range(5)])
+        store.append_blocking([message(10 + i, "orders", 65536 + i % 3) for i in range(6)])
+        real = writer_module.os.pwritev
+
+        def disk_full(*args: object) -> int:
+            monkeypatch.setattr(writer_module.os, "pwritev", real)  # once
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(writer_module.os, "pwritev", disk_full)
+        with pytest.raises(Unavailable):
+            store.append_blocking([message(20 + i, "orders", 65536 + i % 3) for i in range(6)])
+        mixed = store.append_blocking([message(30 + i, "orders", 65536 + i % 3) for i in range(6)])
+        one = store.append_blocking([message(40 + i, "orders", 0) for i in range(5)])
+        assert [r.queue_offset for r in mixed] == [2, 2, 2, 3, 3, 3]
+        assert [r.queue_offset for r in one] == [5, 6, 7, 8, 9]
+        assert store.wait_dispatched(30)
+        assert [store.queue_bounds("orders", q) for q in (0, 65536, 65537, 65538)] == [(0, 10), (0, 4), (0, 4), (0, 4)]
+        assert store.get("orders", 65537, 2).body == message(31, "orders", 0).body
+    finally:
+        store.close()
