@@ -90,8 +90,9 @@ class GroupMember:
         self._token = token
         self._repl_port = _pick_port(config.host, self._repl.port)
         self._epoch = LocalEpoch(config.data_dir / "replication")
-        # Replicas reach the replication port at the host others reach this broker at.
-        member = MemberInfo(config.name, advertised, f"{advertised.rpartition(':')[0]}:{self._repl_port}")
+        # Replicas reach the replication port at the host others reach this broker at, unless told otherwise.
+        repl_address = self._repl.advertise or f"{advertised.rpartition(':')[0]}:{self._repl_port}"
+        member = MemberInfo(config.name, advertised, repl_address)
         self.coord = Coordinator(
             self._repl.etcd[0],
             config.cluster,
