@@ -232,7 +232,9 @@ class GroupMember:
         """Serve as primary of `leader`'s epoch until deposed or `stop`."""
         self._epoch.set(leader.epoch)
         self.failovers += 1 if leader.epoch > 1 else 0
-        broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group))
+        # Its pop entries get versions of this term: a handle of an earlier primary for an offset
+        # this one reused (its message never got here) matches no entry (popstate.first_version).
+        broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group), term=leader.epoch)
         await broker.start()
         store = broker.store
         recorder = StateRecorder(REPLICATED_CFS, {cf: store.index.handle(cf) for cf in REPLICATED_CFS},
