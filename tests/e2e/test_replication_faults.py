@@ -12,7 +12,10 @@ history check (docs/replication.md):
   unsettled (history.py defines it), and nothing acknowledged is lost;
 - **lite topics across a failover**: a LiteSimpleConsumer's subscriptions are the group's
   replicated state: after a SIGKILL of the primary it keeps receiving only its lite topics, in
-  order, acked messages are not redelivered, nothing acknowledged is lost.
+  order, acked messages are not redelivered, nothing acknowledged is lost;
+- **a receipt handle of a message the old primary lost** (delivered before any replica held it:
+  the partition makes that certain) acks nothing on the new primary, which stored another message
+  at that queue offset.
 
 Topology (support/replicated.py): etcd (started here), a NameServer, one group of three members
 with `--min-insync 2`, one proxy. Each test is bounded by its waits' timeouts.
@@ -20,6 +23,7 @@ with `--min-insync 2`, one proxy. Each test is bounded by its waits' timeouts.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -36,6 +40,7 @@ from tests.e2e.support.clients import message, producer, simple_consumer
 from tests.e2e.support.cluster import Cluster
 from tests.e2e.support.history import History
 from tests.e2e.support.replicated import (
+    CONFIG,
     MEMBERS,
     consume,
     fail_over,
@@ -43,6 +48,7 @@ from tests.e2e.support.replicated import (
     primary,
     retrying,
     start_replicated,
+    stored_copy,
     wait,
 )
 from tests.e2e.test_lite_topics import create_lite_topic, lite_consumer, lite_message
@@ -65,7 +71,13 @@ class Group:
 @pytest.fixture
 def group(tmp_path: Path) -> Iterator[Group]:
     """The replicated group, each member's replication port behind a fault proxy of its own."""
-    etcd = start_etcd(tmp_path)
+    with _group(tmp_path, CONFIG) as g:
+        yield g
+
+
+@contextlib.contextmanager
+def _group(root: Path, config_text: str) -> Iterator[Group]:
+    etcd = start_etcd(root)
     paths: dict[str, FaultProxy] = {}
     cluster: Cluster | None = None
     try:
@@ -74,7 +86,7 @@ def group(tmp_path: Path) -> Iterator[Group]:
             repl_port = free_port()
             paths[name] = FaultProxy(f"{LOOPBACK}:{repl_port}").start()
             args[name] = ["--repl-port", str(repl_port), "--repl-advertise", paths[name].address]
-        cluster = start_replicated(tmp_path, etcd.url, member_args=args)
+        cluster = start_replicated(root, etcd.url, member_args=args, config_text=config_text)
         yield Group(cluster, etcd, paths)
     finally:
         problems = cluster.stop() if cluster is not None else []
@@ -287,3 +299,57 @@ def retrying_send(client: Producer, msg: Message, timeout_s: float = 60.0) -> No
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.3)
+
+
+# Replicas stay in the in-sync set (eligible) this long while cut off: the test kills the primary
+# well inside it.
+PATIENT_CONFIG = CONFIG.replace("max_lag_ms = 1500", "max_lag_ms = 20000")
+
+
+def test_a_handle_of_a_message_the_old_primary_lost_acks_nothing_on_the_new(
+    tmp_path: Path, unique: Callable[[str], str]
+) -> None:
+    """A consumer may receive a message the replicas do not hold yet (dispatch comes before the
+    acknowledgement gate). If the primary dies then, the new primary stores other messages at that
+    queue offset; the old receipt handle names the same broker (the group), queue and offset. Its
+    ack must be refused, not remove the entry of whatever the new primary delivered there."""
+    with _group(tmp_path, PATIENT_CONFIG) as g:
+        cluster = g.cluster
+        topic = cluster.create_topic(unique("t"), queues=1)
+        consumers = cluster.create_group(unique("g"))
+        wait("every member in sync", lambda: list(_in_sync(g).values()) == [True] * len(MEMBERS))
+        leader = primary(cluster)
+        with producer(cluster.endpoints, topic) as client, \
+                simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as first, \
+                simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as second:  # fmt: skip
+            g.paths[leader].set_mode(Mode.BLACKHOLE)  # the replicas never get what is sent now
+            stranded = threading.Thread(target=_send_once, args=(client, message(topic, b"stranded")), daemon=True)
+            stranded.start()
+            got = []
+            while not got:  # delivered by the old primary before any replica held it
+                got = first.receive(1, 60)
+            stale = got[0]
+            assert stale.body == b"stranded"
+            fail_over(cluster)  # the replicas were still in sync (eligible): one of them takes over
+            g.paths[leader].set_mode(Mode.FORWARD)
+            stranded.join(60)
+            retrying_send(client, message(topic, b"other"))
+            fresh: list[Message] = []
+            while len(fresh) < 1:
+                fresh += retrying("a receive", lambda: second.receive(16, 60))  # type: ignore[operator]
+            at_stale_offset = [m for m in fresh if stored_copy(m) == stored_copy(stale)]
+            assert at_stale_offset, f"the new primary stored nothing at {stored_copy(stale)}: {fresh}"
+            try:
+                first.ack(stale)  # a handle the new primary never issued
+            except Exception as exc:
+                assert "receipt handle" in str(exc), exc
+            else:
+                taken = [m.body.decode() for m in at_stale_offset]
+                raise AssertionError(f"the old primary's handle acked {taken}, delivered by the new primary")
+            for m in fresh:
+                second.ack(m)  # the deliveries the new primary did make are still theirs to ack
+
+
+def _send_once(client: Producer, msg: Message) -> None:
+    with contextlib.suppress(Exception):  # refused or cut off with the primary: never acknowledged
+        client.send(msg)

@@ -45,12 +45,13 @@ poll_interval_ms = 300
 
 
 def start_replicated(
-    root: Path, etcd_url: str, *, members: Sequence[str] = MEMBERS, member_args: Mapping[str, Sequence[str]] = {}
-) -> Cluster:
-    """NameServer, the group's members (each with `member_args[name]` added), one proxy. On a start
-    failure the processes already started are stopped."""
+    root: Path, etcd_url: str, *, members: Sequence[str] = MEMBERS, member_args: Mapping[str, Sequence[str]] = {},
+    config_text: str = CONFIG,
+) -> Cluster:  # fmt: skip
+    """NameServer, the group's members (each with `member_args[name]` added), one proxy, all with
+    `config_text` as their --config. On a start failure the processes already started are stopped."""
     config = root / "replicated.toml"
-    config.write_text(CONFIG)
+    config.write_text(config_text)
     ns_port = free_port()
     cluster = Cluster("replicated", root, f"{LOOPBACK}:{ns_port}", [], [GROUP])
     try:
