@@ -59,6 +59,7 @@ from tests.helpers.procs import LOOPBACK, free_port
 SEED = 18
 QUEUES = 4
 REFUSED_SENDS = 3  # sends refused during a partition before it heals
+WAIT_S = 60.0
 
 
 @dataclass
@@ -325,8 +326,10 @@ def test_a_handle_of_a_message_the_old_primary_lost_acks_nothing_on_the_new(
             g.paths[leader].set_mode(Mode.BLACKHOLE)  # the replicas never get what is sent now
             stranded = threading.Thread(target=_send_once, args=(client, message(topic, b"stranded")), daemon=True)
             stranded.start()
-            got = []
+            got: list[Message] = []
+            deadline = time.monotonic() + WAIT_S
             while not got:  # delivered by the old primary before any replica held it
+                assert time.monotonic() < deadline, "the old primary did not deliver the stranded message"
                 got = first.receive(1, 60)
             stale = got[0]
             assert stale.body == b"stranded"
@@ -335,7 +338,9 @@ def test_a_handle_of_a_message_the_old_primary_lost_acks_nothing_on_the_new(
             stranded.join(60)
             retrying_send(client, message(topic, b"other"))
             fresh: list[Message] = []
-            while len(fresh) < 1:
+            deadline = time.monotonic() + WAIT_S
+            while not fresh:
+                assert time.monotonic() < deadline, "the new primary delivered nothing"
                 fresh += retrying("a receive", lambda: second.receive(16, 60))  # type: ignore[operator]
             at_stale_offset = [m for m in fresh if stored_copy(m) == stored_copy(stale)]
             assert at_stale_offset, f"the new primary stored nothing at {stored_copy(stale)}: {fresh}"
