@@ -3,8 +3,8 @@ history check (docs/replication.md):
 
 - a **partition** between the primary and its replicas, through a TCP fault proxy on the path the
   replicas dial (each member publishes its proxy's address with `--repl-advertise`): with
-  `--min-insync 2` the primary stops acknowledging sends once the replicas left the in-sync set
-  (retriable refusals), and acknowledges again once the path heals and they caught up; a SIGKILL of
+  `--min-insync 2` the primary stops acknowledging sends (and consumers' acks) once the replicas
+  left the in-sync set (retriable refusals), and acknowledges again once the path heals and they caught up; a SIGKILL of
   the primary afterwards loses nothing acknowledged. Both ways a path breaks: a blackhole (bytes
   stall, connections stay open) and resets (every connection closed, reconnects refused);
 - **FIFO order across failovers with acks**: a FIFO consumer group acks while the primary is
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from rocketmq import FilterExpression, Producer
+from rocketmq import FilterExpression, Producer, SimpleConsumer
 from rocketmq.v5.model import Message
 
 from tests.e2e.support.clients import message, producer, simple_consumer
@@ -41,6 +41,7 @@ from tests.e2e.support.cluster import Cluster
 from tests.e2e.support.history import History
 from tests.e2e.support.replicated import (
     CONFIG,
+    INVISIBLE_S,
     MEMBERS,
     consume,
     fail_over,
@@ -139,7 +140,8 @@ def test_partition_between_primary_and_replicas_stops_acknowledgements(
     def refused_since(t: float) -> int:
         return sum(1 for a in attempts if a.error and a.started >= t)
 
-    with producer(cluster.endpoints, topic) as client:
+    with producer(cluster.endpoints, topic) as client, \
+            simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as consumer:  # fmt: skip
         worker = threading.Thread(target=produce, args=(client,), name="producer")
         worker.start()
         try:
@@ -148,13 +150,16 @@ def test_partition_between_primary_and_replicas_stops_acknowledgements(
                 wait("sends", lambda: acked_since(time.monotonic() - 1.0) > 0)
                 leader = primary(cluster)
                 replicas = [m for m in MEMBERS if m != leader]
-                group.paths[leader].set_mode(mode)
+                path = group.paths[leader]
+                connections = path.connections
+                path.set_mode(mode)
                 wait(f"the replicas to leave the in-sync set ({mode.value})",
                      lambda rs=replicas: not any(_in_sync(group)[r] for r in rs))  # type: ignore[misc]  # fmt: skip
                 cut = time.monotonic()  # etcd no longer lists them: nothing may be acknowledged now
                 wait("refused sends", lambda t=cut: refused_since(t) >= REFUSED_SENDS)  # type: ignore[misc]
+                _ack_is_refused(consumer, history)  # a consumer's ack waits for the in-sync set as a send does
                 healed = time.monotonic()
-                group.paths[leader].set_mode(Mode.FORWARD)
+                path.set_mode(Mode.FORWARD)
                 during = [a for a in attempts if a.started >= cut and a.ended <= healed]
                 assert during and not [a.body for a in during if not a.error], (
                     f"sends acknowledged while the replicas were cut off ({mode.value})"
@@ -166,19 +171,37 @@ def test_partition_between_primary_and_replicas_stops_acknowledgements(
                 wait(f"the replicas to rejoin the in-sync set ({mode.value})", lambda: all(_in_sync(group).values()))
                 wait("sends acknowledged after the partition healed", lambda t=healed: acked_since(t) >= 5)  # type: ignore[misc]
                 assert primary(cluster) == leader, "the primary kept its term (etcd was reachable)"
+                if mode is Mode.BLACKHOLE:  # TCP held on: the stalled streams simply went on
+                    assert path.connections == connections, "a replica reconnected through a blackhole"
+                else:  # reset: the replicas came back on new connections
+                    assert path.connections >= connections + len(replicas)
         finally:
             stop.set()
             worker.join(60)
-    # The replicas caught up with everything acknowledged: the successor of a SIGKILLed primary holds it.
-    fail_over(cluster)
-    held: list[Message] = []
-    everything = set(history.sends)
-    with simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as consumer:
+        # The replicas caught up with everything acknowledged: the successor of a SIGKILLed primary holds it.
+        fail_over(cluster)
+        held: list[Message] = []
+        everything = set(history.sends)
         consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
     verdict = history.verdict()
     print(f"partition history: {verdict.summary()}")
     assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
     assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+
+
+def _ack_is_refused(consumer: SimpleConsumer, history: History) -> None:
+    """Receive one message (a pop does not wait for replicas) and check that its ack is refused for
+    want of in-sync members; the history records it as delivered with a failed ack."""
+    deadline = time.monotonic() + WAIT_S
+    got: list[Message] = []
+    while not got:
+        assert time.monotonic() < deadline, "nothing received while partitioned"
+        got = consumer.receive(1, INVISIBLE_S)
+    msg = got[0]
+    history.delivered(msg.body.decode(), stored_copy(msg))
+    with pytest.raises(Exception, match="min_insync"):
+        consumer.ack(msg)
+    history.ack_failed(msg.body.decode())
 
 
 FIFO_KILLS = 2
