@@ -74,7 +74,7 @@ class Replica:
             raise Unavailable(f"cannot reach primary {leader.name} at {leader.repl_address}: {exc}") from None
         try:
             await self._session(leader, reader, writer, stop)
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+        except (asyncio.IncompleteReadError, OSError) as exc:  # OSError: a lost connection, or no START in time
             raise Unavailable(f"the stream from primary {leader.name} ended ({type(exc).__name__})") from None
         finally:
             writer.close()

@@ -215,3 +215,30 @@ def test_a_divergent_tail_is_truncated(etcd: EtcdProcess, tmp_path: Path) -> Non
             old.close()
 
     asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+
+
+def test_a_primary_that_never_answers_hello_is_unavailable(tmp_path: Path) -> None:
+    """A connection that opens but stays silent (a partition past a relay, a hung primary) ends the
+    attempt with Unavailable, which the member retries; it used to escape as TimeoutError and end
+    the broker process."""
+
+    async def body() -> None:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # takes HELLO, answers nothing until the replica hangs up
+            writer.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        store = MessageStore(tmp_path / "r", STORE, extra_cfs=METADATA_CFS)
+        try:
+            replica = Replica(store, LocalEpoch(tmp_path / "r" / "replication"), group="g", name="r",
+                              max_frame_bytes=16 * 1024)  # fmt: skip
+            leader = Leader("p", 1, 0, "-", f"127.0.0.1:{port}")
+            with pytest.raises(Unavailable, match="TimeoutError"):
+                await replica.follow(leader, asyncio.Event())
+        finally:
+            store.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
