@@ -13,6 +13,7 @@ history check (docs/replication.md):
 - **lite topics across a failover**: a LiteSimpleConsumer's subscriptions are the group's
   replicated state: after a SIGKILL of the primary it keeps receiving only its lite topics, in
   order, acked messages are not redelivered, nothing acknowledged is lost;
+- **a replica started during a partition** retries its silent HELLO until the path heals;
 - **a receipt handle of a message the old primary lost** (delivered before any replica held it:
   the partition makes that certain) acks nothing on the new primary, which stored another message
   at that queue offset.
@@ -47,6 +48,7 @@ from tests.e2e.support.replicated import (
     fail_over,
     group_listing,
     primary,
+    restart,
     retrying,
     start_replicated,
     stored_copy,
@@ -381,3 +383,25 @@ def test_a_handle_of_a_message_the_old_primary_lost_acks_nothing_on_the_new(
 def _send_once(client: Producer, msg: Message) -> None:
     with contextlib.suppress(Exception):  # refused or cut off with the primary: never acknowledged
         client.send(msg)
+
+
+def test_a_replica_started_during_a_partition_waits_it_out(group: Group, unique: Callable[[str], str]) -> None:
+    """A replica (re)started while its primary's replication path is a blackhole connects, says
+    HELLO and hears nothing: it must keep trying, not give up for good, and rejoin once healed."""
+    cluster = group.cluster
+    topic = cluster.create_topic(unique("t"), queues=QUEUES)
+    wait("every member in sync", lambda: list(_in_sync(group).values()) == [True] * len(MEMBERS))
+    leader = primary(cluster)
+    victim = next(m for m in MEMBERS if m != leader)
+    path = group.paths[leader]
+    path.set_mode(Mode.BLACKHOLE)
+    cluster.kill(victim)
+    connections = path.connections
+    restart(cluster, victim)
+    wait("the restarted replica to try again after its first silent attempt",
+         lambda: path.connections >= connections + 2 or not cluster.processes[victim].running())  # fmt: skip
+    assert cluster.processes[victim].running(), f"{victim} exited:\n{cluster.processes[victim].tail(30)}"
+    path.set_mode(Mode.FORWARD)
+    wait("every member in sync again", lambda: list(_in_sync(group).values()) == [True] * len(MEMBERS))
+    with producer(cluster.endpoints, topic) as client:
+        retrying_send(client, message(topic, b"after"))
