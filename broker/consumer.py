@@ -43,7 +43,7 @@ from broker.config import PopConfig
 from broker.filter import MessageFilter, TagFilter
 from broker.longpoll import LongPollHub, group_key, topic_key
 from broker.metadata import Metadata
-from broker.popstate import EntryState, PopBatch, PopEntry, PopState
+from broker.popstate import EntryState, PopBatch, PopEntry, PopState, next_version
 from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from broker.store.store import MessageStore, ReadResult, ReadStatus
 from broker.tiering.runtime import BrokerTiering
@@ -204,7 +204,8 @@ class PopEngine:
             if not filt.matches(rec.tag, rec.properties):
                 batch.remove(g, t, qid, offset, entry)  # the subscription no longer wants it
                 continue
-            new = PopEntry(EntryState.INFLIGHT, entry.attempt + 1, entry.version + 1, until, entry.message_group)
+            version = next_version(entry.version)
+            new = PopEntry(EntryState.INFLIGHT, entry.attempt + 1, version, until, entry.message_group)
             batch.put(g, t, qid, offset, new, entry)
             if entry.message_group:
                 claimed.add((qid, entry.message_group))
@@ -230,7 +231,7 @@ class PopEngine:
             rec = self._load(g, topic, qid, offset, entry, batch, cold)
             if rec is None:
                 continue
-            new = PopEntry(EntryState.INFLIGHT, entry.attempt + 1, entry.version + 1, until, mg)
+            new = PopEntry(EntryState.INFLIGHT, entry.attempt + 1, next_version(entry.version), until, mg)
             batch.put(g, topic, qid, offset, new, entry)
             claimed.add((qid, mg))
             out.append(self._deliver(rec, new.attempt, new.version, until, g))
@@ -272,6 +273,7 @@ class PopEngine:
             consumed_to = res.next_offset
             # Hot loop (once per new message): bound methods and the tag test are looked up once.
             add, deliver, append = batch.add_inflight, self._deliver, out.append
+            version, held_version = self._state.first_version, self._state.waiting_version
             everything = isinstance(filt, TagFilter) and filt.tags is None
             for rec in res.messages:
                 if len(out) >= n:
@@ -283,11 +285,12 @@ class PopEngine:
                 if mg:
                     lane = self._state.fifo.get((g, topic, qid), {}).get(mg)
                     if (qid, mg) in claimed or (lane is not None and (lane.outstanding or lane.waiting)):
-                        batch.put(g, topic, qid, rec.queue_offset, PopEntry(EntryState.WAITING, 0, 0, 0, mg), None)
+                        held = PopEntry(EntryState.WAITING, 0, held_version, 0, mg)
+                        batch.put(g, topic, qid, rec.queue_offset, held, None)
                         continue
                     claimed.add((qid, mg))
                 add(g, topic, qid, rec.queue_offset, until, mg)
-                append(deliver(rec, 1, 1, until, g))
+                append(deliver(rec, 1, version, until, g))
             cursor = consumed_to
         if cursor != start or self._state.cursor(g, topic, qid) is None:
             batch.set_cursor(g, topic, qid, cursor)
@@ -438,7 +441,7 @@ class PopEngine:
     ) -> str:
         """Move a resolved in-flight entry's deadline to now + invisible_ms; returns the new handle."""
         until = now_ms() + invisible_ms
-        new = PopEntry(EntryState.INFLIGHT, entry.attempt, entry.version + 1, until, entry.message_group)
+        new = PopEntry(EntryState.INFLIGHT, entry.attempt, next_version(entry.version), until, entry.message_group)
         batch = self._state.batch()
         batch.put(group, topic, rh.queue_id, rh.queue_offset, new, entry)
         batch.commit()

@@ -131,8 +131,9 @@ BROKER_CFS = METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_
 
 
 class LocalBroker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, term: int = 0) -> None:
         self.config = config
+        self._term = term  # a replicated primary's epoch (receipt handle versions, popstate.first_version)
         self.on_topics_changed: Callable[[], Awaitable[object]] | None = None
         self._store: MessageStore | None = None
         self._parts: _Parts | None = None
@@ -176,7 +177,7 @@ class LocalBroker:
                 await loop.run_in_executor(None, store.close)
                 raise
         metadata = Metadata(store.index)
-        pop_state = PopState(store.index)
+        pop_state = PopState(store.index, term=self._term)
         self.hub = LongPollHub(loop)
         store.add_dispatch_listener(lambda touched: self.hub.notify_threadsafe(map(topic_key, touched)))
         trace = TraceRecorder(cfg.name, cfg.trace, store.index.cf(CF_TRACE), store.index.handle(CF_TRACE),

@@ -18,6 +18,9 @@ Keys are length-prefixed UTF-8 names and big-endian numbers (byte order = numeri
   entry value = u8 state, u32 delivery attempt, u32 handle version, u64 invisible_until_ms,
                 u16 len + message group
 
+The handle version of a new entry's first delivery is 1, or, on a replicated primary, derived from
+its epoch (`first_version`); it grows by one (wrapping) on every redelivery and invisible-duration change.
+
 Every change to a group's state is one WriteBatch (`PopBatch.commit`), and memory follows only after
 the batch is written, so a crash leaves either the old or the new state, never a mix.
 Single-writer: all mutations run on the broker's event loop thread.
@@ -46,6 +49,22 @@ _ENTRY = struct.Struct("<BIIQH")
 _QO = struct.Struct(">IQ")  # queue id, offset: how every pop_msg and pop_due key ends
 QueueKey = tuple[str, str, int]  # group, topic, queue id
 _NO_DEADLINE = (1 << 64) - 1
+
+
+_VERSION_MASK = (1 << 32) - 1  # versions are u32 and wrap
+TERM_VERSION_SHIFT = 16  # a replicated primary's term owns 2**16 versions of every entry it creates
+
+
+def first_version(term: int) -> int:
+    """The version of an entry's first delivery when a primary of `term` creates it (0: a broker
+    outside a replicated group, version 1). Per term, so that a receipt handle an earlier primary
+    issued for a queue offset a successor reused (the earlier primary's message there never reached
+    it: it dispatched before the replicas held it) names a version the successor's entry lacks."""
+    return ((term << TERM_VERSION_SHIFT) + 1) & _VERSION_MASK
+
+
+def next_version(version: int) -> int:
+    return (version + 1) & _VERSION_MASK
 
 
 class EntryState(IntEnum):
@@ -124,8 +143,11 @@ class FifoLane:
 
 
 class PopState:
-    def __init__(self, index: Index) -> None:
+    def __init__(self, index: Index, *, term: int = 0) -> None:
         self._index = index
+        self.first_version = first_version(term)  # of entries created here (`first_version`)
+        # of WAITING entries created here: their first delivery is `next_version` of it, `first_version`
+        self.waiting_version = (self.first_version - 1) & _VERSION_MASK
         self._cursor = index.cf(CF_POP_CURSOR)
         self._msg = index.cf(CF_POP_MSG)
         self._due = index.cf(CF_POP_DUE)
@@ -318,13 +340,15 @@ class PopBatch:
     def add_inflight(
         self, group: str, topic: str, queue_id: int, offset: int, until_ms: int, message_group: str
     ) -> None:
-        """`put` of a first delivery (attempt 1, version 1) of an offset that has no entry yet."""
+        """`put` of a first delivery (attempt 1, the state's first version) of an offset that has no entry yet."""
         wb, s = self._wb, self._s
         g, t, qo = _name(group), _name(topic), _QO.pack(queue_id, offset)
+        version = s.first_version
         if message_group:
-            self.put(group, topic, queue_id, offset, PopEntry(EntryState.INFLIGHT, 1, 1, until_ms, message_group), None)
+            entry = PopEntry(EntryState.INFLIGHT, 1, version, until_ms, message_group)
+            self.put(group, topic, queue_id, offset, entry, None)
             return
-        wb.put(g + t + qo, _ENTRY.pack(EntryState.INFLIGHT, 1, 1, until_ms, 0), s.h_msg)
+        wb.put(g + t + qo, _ENTRY.pack(EntryState.INFLIGHT, 1, version, until_ms, 0), s.h_msg)
         wb.put(_due_key(g, until_ms, t, qo), b"", s.h_due)
         self._lower_floor(group, until_ms)
         qk = (group, topic, queue_id)

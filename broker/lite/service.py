@@ -369,7 +369,7 @@ class LiteService:
             if plain:
                 heads, _, general = read_heads(self._store, self._pop, g, topic, client.topic_id, picked)
                 for head, rec in deliver_heads(self._store, heads, g, topic, until, batch):
-                    out.append(engine._deliver(rec, 1, 1, until, g))
+                    out.append(engine._deliver(rec, 1, self._pop.first_version, until, g))
                     if head.more:
                         again.append(head.queue_id)
             for qid in general:

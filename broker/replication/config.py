@@ -19,6 +19,10 @@ class ReplicationConfig:
     fence_margin_s: float = 0.5
     # Where replicas connect to fetch the CommitLog (0: a free port, published in etcd).
     port: int = 0
+    # host:port replicas connect to for this member's replication endpoint, published in etcd
+    # (default: the broker's advertised host and `port`); set it when a NAT, a load balancer or a
+    # relay sits between the members.
+    advertise: str = ""
     # A replica further behind than this (bytes) or not caught up for this long leaves the in-sync set.
     max_lag_bytes: int = 64 * 1024 * 1024
     max_lag_ms: int = 3_000
@@ -38,6 +42,9 @@ class ReplicationConfig:
             raise ValueError("replication.fence_margin_s must be below half the lease TTL")
         if self.max_lag_bytes <= 0 or self.max_lag_ms <= 0 or self.max_frame_bytes <= 0:
             raise ValueError("replication: max_lag_bytes, max_lag_ms and max_frame_bytes must be positive")
+        host, sep, port = self.advertise.rpartition(":")
+        if self.advertise and (not sep or not host or not port.isdigit()):
+            raise ValueError(f"replication.advertise must be host:port, got {self.advertise!r}")
 
     @property
     def enabled(self) -> bool:

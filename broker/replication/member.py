@@ -90,8 +90,9 @@ class GroupMember:
         self._token = token
         self._repl_port = _pick_port(config.host, self._repl.port)
         self._epoch = LocalEpoch(config.data_dir / "replication")
-        # Replicas reach the replication port at the host others reach this broker at.
-        member = MemberInfo(config.name, advertised, f"{advertised.rpartition(':')[0]}:{self._repl_port}")
+        # Replicas reach the replication port at the host others reach this broker at, unless told otherwise.
+        repl_address = self._repl.advertise or f"{advertised.rpartition(':')[0]}:{self._repl_port}"
+        member = MemberInfo(config.name, advertised, repl_address)
         self.coord = Coordinator(
             self._repl.etcd[0],
             config.cluster,
@@ -231,7 +232,9 @@ class GroupMember:
         """Serve as primary of `leader`'s epoch until deposed or `stop`."""
         self._epoch.set(leader.epoch)
         self.failovers += 1 if leader.epoch > 1 else 0
-        broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group))
+        # Its pop entries get versions of this term: a handle of an earlier primary for an offset
+        # this one reused (its message never got here) matches no entry (popstate.first_version).
+        broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group), term=leader.epoch)
         await broker.start()
         store = broker.store
         recorder = StateRecorder(REPLICATED_CFS, {cf: store.index.handle(cf) for cf in REPLICATED_CFS},

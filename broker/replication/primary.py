@@ -279,7 +279,7 @@ class ReplicationServer:
             if sent_version != self._meta_version:
                 sent_version = self._meta_version
                 body = {"version": sent_version, **self._metadata}
-                writer.writelines(P.frame(P.FrameType.META, json.dumps(body, separators=(",", ":")).encode()))
+                writer.writelines(P.meta(json.dumps(body, separators=(",", ":")).encode(), self._max_frame))
                 await writer.drain()
             self._data.clear()
             end = store.writer.written_position

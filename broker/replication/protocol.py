@@ -21,6 +21,11 @@ Every frame is a header and a payload:
 | META_ACK 7 | replica → primary | u64: the metadata version the replica now holds |
 | STATE 8 | primary → replica | one numbered change of the replicated consumer state, or a snapshot piece (state.py) |
 | STATE_ACK 9 | replica → primary | u64: the last state change the replica applied |
+| META_PART 10 | primary → replica | a leading piece of a META payload too large for one frame |
+
+A META payload larger than the frame limit travels as META_PART frames followed by one META frame
+with its last piece; the replica joins them (`meta`). A payload that fits is one META frame, as
+before META_PART existed.
 
 DATA carries a piece of the CommitLog that never crosses a segment; it need not end on a record
 boundary (the replica writes whole records and keeps the rest for the next piece). The records'
@@ -55,6 +60,7 @@ class FrameType(IntEnum):
     META_ACK = 7
     STATE = 8
     STATE_ACK = 9
+    META_PART = 10
 
 
 def frame(kind: FrameType, payload: bytes | bytearray | memoryview) -> list[bytes | bytearray | memoryview]:
@@ -76,6 +82,16 @@ def data(segment_base: int, position: int, chunk: bytes | memoryview) -> list[by
 
 def ack(position: int) -> list[bytes | bytearray | memoryview]:
     return frame(FrameType.ACK, _ACK.pack(position))
+
+
+def meta(payload: bytes, max_payload_bytes: int) -> list[bytes | bytearray | memoryview]:
+    """The frames of one META payload: META_PART pieces of at most `max_payload_bytes`, then META."""
+    view = memoryview(payload)
+    buffers: list[bytes | bytearray | memoryview] = []
+    while len(view) > max_payload_bytes:
+        buffers += frame(FrameType.META_PART, view[:max_payload_bytes])
+        view = view[max_payload_bytes:]
+    return buffers + frame(FrameType.META, view)
 
 
 def meta_ack(version: int) -> list[bytes | bytearray | memoryview]:
@@ -100,7 +116,7 @@ async def read_frame(reader: asyncio.StreamReader, max_payload_bytes: int) -> tu
         ftype = FrameType(kind)
     except ValueError:
         raise BadRequest(f"unknown replication frame type {kind}") from None
-    bulk = (FrameType.DATA, FrameType.META, FrameType.STATE)
+    bulk = (FrameType.DATA, FrameType.META, FrameType.META_PART, FrameType.STATE)
     limit = max_payload_bytes + _DATA.size if ftype in bulk else MAX_CONTROL_BYTES
     if size > limit:
         raise BadRequest(f"replication frame of {size} bytes exceeds {limit}")

@@ -6,7 +6,8 @@ left on the primary), `follow` raises `LogMustChange` and the caller closes the 
 `cut_log`, reopens it and follows again (recovery then trims the indexes to the shortened log).
 Otherwise it records the primary's epoch as its own and copies DATA through
 `MessageStore.append_copy` (whole records only; a record split across frames waits for its rest),
-acknowledging its new log end after each piece. META frames replace its topic and group metadata;
+acknowledging its new log end after each piece. META frames (after any META_PART pieces of the
+same payload) replace its topic and group metadata;
 STATE frames (a snapshot, then each change in order) update its consumer state (state.py), each
 acknowledged with STATE_ACK once written.
 """
@@ -74,7 +75,7 @@ class Replica:
             raise Unavailable(f"cannot reach primary {leader.name} at {leader.repl_address}: {exc}") from None
         try:
             await self._session(leader, reader, writer, stop)
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+        except (asyncio.IncompleteReadError, OSError) as exc:  # OSError: a lost connection, or no START in time
             raise Unavailable(f"the stream from primary {leader.name} ended ({type(exc).__name__})") from None
         finally:
             writer.close()
@@ -114,6 +115,7 @@ class Replica:
         store = self._store
         carry = bytearray()  # the start of a record whose rest is in the next frame
         carry_at = (0, 0)  # (segment base, position) where `carry` begins
+        meta_parts = bytearray()  # the leading pieces of a META payload larger than a frame
         while True:
             frame = asyncio.ensure_future(P.read_frame(reader, self._max_frame))
             pending: list[asyncio.Future[Any]] = [frame, stopped]
@@ -122,8 +124,13 @@ class Replica:
                 frame.cancel()
                 return
             kind, payload = frame.result()
+            if kind is P.FrameType.META_PART:
+                meta_parts += payload
+                continue
             if kind is P.FrameType.META:
-                await _send(writer, P.meta_ack(apply_metadata(store, payload)))
+                document = bytes(meta_parts + payload) if meta_parts else payload
+                meta_parts.clear()
+                await _send(writer, P.meta_ack(apply_metadata(store, document)))
                 continue
             if kind is P.FrameType.STATE:
                 applied = self._state.apply(payload)

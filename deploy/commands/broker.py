@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--min-insync", type=int, metavar="N", help="acknowledge writes once N group members hold them (default 1)"
     )
     parser.add_argument("--repl-port", type=int, metavar="P", help="port replicas fetch the CommitLog from (0: free)")
+    parser.add_argument(
+        "--repl-advertise", metavar="HOST:PORT", help="address replicas dial for the replication port (in etcd)"
+    )
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
@@ -86,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             "replication.etcd": args.etcd.split(",") if args.etcd else None,
             "replication.min_insync": args.min_insync,
             "replication.port": args.repl_port,
+            "replication.advertise": args.repl_advertise,
             **metrics_overrides(args),
             **trace_overrides(args),
             **tier_overrides(args),

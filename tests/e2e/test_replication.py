@@ -25,91 +25,45 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.v5.model import Message
 
-from broker.client import receipt
 from tests.e2e.support import raw
 from tests.e2e.support.clients import configuration as client_configuration
 from tests.e2e.support.clients import message, producer, receive_until, simple_consumer
-from tests.e2e.support.cluster import LOOPBACK, SLUICE, AdminError, Cluster, _start, _wait_for_brokers
+from tests.e2e.support.cluster import AdminError, Cluster
 from tests.e2e.support.history import History
+from tests.e2e.support.replicated import (
+    GROUP,
+    INVISIBLE_S,
+    MEMBERS,
+    consume,
+    fail_over,
+    group_listing,
+    new_primary,
+    primary,
+    restart,
+    retrying,
+    start_replicated,
+    wait,
+)
 from tests.helpers.etcd import EtcdProcess, start_etcd
-from tests.helpers.procs import free_port
 
-GROUP = "g1"
-MEMBERS = ("b1", "b2", "b3")
 KILLS = 3
 SEED = 18
-CONFIG = """
-[broker]
-heartbeat_interval_s = 1.0
-[broker.replication]
-lease_ttl_s = 2
-max_lag_ms = 1500
-[broker.transaction]
-default_recovery_ms = 2000
-check_interval_ms = 2000
-max_checks = 60
-[proxy]
-route_refresh_s = 1.0
-[proxy.transaction]
-poll_interval_ms = 300
-"""
 
 
 @pytest.fixture
 def replicated(tmp_path: Path) -> Iterator[tuple[Cluster, EtcdProcess]]:
     etcd = start_etcd(tmp_path)
-    config = tmp_path / "replicated.toml"
-    config.write_text(CONFIG)
-    ns_port = free_port()
-    cluster = Cluster("replicated", tmp_path, f"{LOOPBACK}:{ns_port}", [], [GROUP])
     try:
-        _start(cluster, "nameserver", [*SLUICE, "nameserver", "--port", str(ns_port)], ns_port,
-               f"nameserver listening on {cluster.namesrv}")  # fmt: skip
-        for name in MEMBERS:
-            port = free_port()
-            argv = [*SLUICE, "broker", "--name", name, "--port", str(port), "--data-dir", str(tmp_path / name),
-                    "--namesrv", cluster.namesrv, "--group", GROUP, "--etcd", etcd.url, "--min-insync", "2",
-                    "--config", str(config)]  # fmt: skip
-            _start(cluster, name, argv, port, f"broker {name} listening on {LOOPBACK}:{port}")
-        _wait_for_brokers(cluster, 1)
-        port = free_port()
-        argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), "--config", str(config)]
-        _start(cluster, "proxy", argv, port, f"proxy listening on {LOOPBACK}:{port}")
-        cluster.proxies.append(f"{LOOPBACK}:{port}")
+        cluster = start_replicated(tmp_path, etcd.url)
+    except BaseException:
+        etcd.stop()
+        raise
+    try:
         yield cluster, etcd
     finally:
         problems = cluster.stop()
         etcd.stop()
     assert not problems, "\n".join(problems)
-
-
-def _primary(cluster: Cluster) -> str:
-    """The member whose address the NameServer routes the group to."""
-    rows = cluster.admin("broker", "list") or []
-    address = next(r["address"] for r in rows if r["broker"] == GROUP)
-    return next(n for n in MEMBERS if cluster.launches[n][1] == int(address.rsplit(":", 1)[1]))
-
-
-def _routed_primary(cluster: Cluster) -> str | None:
-    """`_primary`, or None while the NameServer routes the group nowhere (between one primary
-    leaving and the next registering)."""
-    try:
-        return _primary(cluster)
-    except (AdminError, StopIteration):
-        return None
-
-
-def _new_primary(cluster: Cluster, old: str) -> bool:
-    """Whether the NameServer routes the group to a member other than `old`."""
-    return _routed_primary(cluster) not in (None, old)
-
-
-def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
@@ -145,16 +99,14 @@ def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
     try:
         for _ in range(KILLS):
             time.sleep(rng.uniform(1.0, 3.0))
-            victim = _primary(cluster)
+            victim = primary(cluster)
             before = len(acked)
             killed_at = time.monotonic()
             cluster.kill(victim)
-            _wait("sends to succeed again", lambda before=before: len(acked) > before + 5)  # type: ignore[misc]
+            wait("sends to succeed again", lambda before=before: len(acked) > before + 5)  # type: ignore[misc]
             failovers.append(time.monotonic() - killed_at)
-            argv, port, ready = cluster.launches[victim]
-            _start(cluster, victim, argv, port, ready, log_name=f"{victim}-again{len(failovers)}")
-            cluster.killed.discard(victim)
-            _wait("a new primary", lambda victim=victim: _new_primary(cluster, victim))  # type: ignore[misc]
+            restart(cluster, victim)
+            wait("a new primary", lambda victim=victim: new_primary(cluster, victim))  # type: ignore[misc]
     finally:
         stop.set()
         worker.join(60)
@@ -182,9 +134,9 @@ def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
 
     # Every member listed with its role, epoch and lag; the restarted one back in sync.
     def listing() -> list[dict[str, object]]:
-        return [r for r in cluster.admin("broker", "list", "--etcd", etcd.url) or [] if r["group"] == GROUP]
+        return group_listing(cluster, etcd.url)
 
-    _wait("every member in sync", lambda: sum(bool(r["in_sync"]) for r in listing()) == len(MEMBERS))
+    wait("every member in sync", lambda: sum(bool(r["in_sync"]) for r in listing()) == len(MEMBERS))
     rows = listing()
     assert sorted(r["name"] for r in rows) == sorted(MEMBERS)
     assert [r["role"] for r in rows].count("primary") == 1
@@ -196,22 +148,8 @@ def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
 
 STATE_ROUNDS = 2  # SIGKILLs of the primary, each right after acks and offset commits were answered OK
 PER_ROUND = 40
-HOLD_EVERY = 4  # every 4th delivery stays un-acked: in flight when the primary dies
-SHORT_INVISIBLE_S = 6
 DELAY_AFTER_KILL_S = 8
 QUEUES = 4
-
-
-def _retrying(what: str, call: Callable[[], object], timeout_s: float = 30.0) -> object:
-    """`call()` until it succeeds (retriable refusals while a group fails over)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return call()
-        except Exception as exc:
-            if time.monotonic() >= deadline:
-                raise AssertionError(f"{what} kept failing: {exc}") from exc
-            time.sleep(0.3)
 
 
 def _commit_offset(proxy: str, group: str, topic: str, queue: int, offset: int) -> None:
@@ -231,32 +169,6 @@ def _committed_offset(proxy: str, group: str, topic: str, queue: int) -> int:
     return int(reply.offset)
 
 
-def _consume(consumer: SimpleConsumer, history: History, held: list[Message], done: Callable[[], bool],
-             *, hold: bool, timeout_s: float = 90.0) -> None:  # fmt: skip
-    """Receive until `done()`: ack each delivery (recording acks answered OK), or with `hold` keep
-    every HOLD_EVERY-th one un-acked."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"consumption did not finish: {history.verdict().summary()}"
-        try:
-            batch = consumer.receive(16, SHORT_INVISIBLE_S)
-        except Exception:  # retriable while the group fails over
-            time.sleep(0.3)
-            continue
-        for msg in batch:
-            body, copy = msg.body.decode(), _stored_copy(msg)
-            history.delivered(body, copy)
-            if hold and sum(history.deliveries.values()) % HOLD_EVERY == 0:
-                held.append(msg)
-                continue
-            try:
-                consumer.ack(msg)
-            except Exception:  # not answered OK: it may come back, and that is allowed
-                history.ack_failed(body)
-                continue
-            history.acked(body, copy)
-
-
 def _receive_until_quiet(consumer: SimpleConsumer, timeout_s: float = 60.0) -> list[str]:
     """Bodies received (each acked) until nothing more came for two invisible durations after the
     first message, or `timeout_s` passed; receive errors while the group fails over are retried."""
@@ -265,32 +177,15 @@ def _receive_until_quiet(consumer: SimpleConsumer, timeout_s: float = 60.0) -> l
     quiet_until: float | None = None
     while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
         try:
-            batch = consumer.receive(16, SHORT_INVISIBLE_S)
+            batch = consumer.receive(16, INVISIBLE_S)
         except Exception:
             time.sleep(0.3)
             continue
         for msg in batch:
             got.append(msg.body.decode())
-            _retrying("an ack", lambda msg=msg: consumer.ack(msg))  # type: ignore[misc]
-            quiet_until = quiet_until or time.monotonic() + 2 * SHORT_INVISIBLE_S
+            retrying("an ack", lambda msg=msg: consumer.ack(msg))  # type: ignore[misc]
+            quiet_until = quiet_until or time.monotonic() + 2 * INVISIBLE_S
     return got
-
-
-def _stored_copy(msg: Message) -> tuple[int, int]:
-    """(queue id, queue offset) of the stored message a delivery is, from its receipt handle."""
-    _, queue_id, queue_offset, *_ = receipt.fields(msg.receipt_handle)
-    return queue_id, queue_offset
-
-
-def _fail_over(cluster: Cluster) -> None:
-    """SIGKILL the primary, wait for another member to take the group, start the victim again."""
-    _wait("a routed primary", lambda: _routed_primary(cluster) is not None)
-    victim = _primary(cluster)
-    cluster.kill(victim)
-    _wait("a new primary", lambda: _new_primary(cluster, victim))
-    argv, port, ready = cluster.launches[victim]
-    _start(cluster, victim, argv, port, ready, log_name=f"{victim}-again-{time.monotonic_ns()}")
-    cluster.killed.discard(victim)
 
 
 def test_acks_offsets_and_timers_survive_sigkill_of_the_primary(
@@ -312,28 +207,28 @@ def test_acks_offsets_and_timers_survive_sigkill_of_the_primary(
         for round_no in range(STATE_ROUNDS):
             bodies = [f"r{round_no}-{i}" for i in range(PER_ROUND)]
             for body in bodies:
-                _retrying("a send", lambda body=body: client.send(message(topic, body.encode())))  # type: ignore[misc]
+                retrying("a send", lambda body=body: client.send(message(topic, body.encode())))  # type: ignore[misc]
                 history.sent(body)
             if round_no == 0:  # a timer pending across the failover: due after the kill
                 delayed = message(delay_topic, delayed_body.encode())
                 delayed.delivery_timestamp = int(time.time()) + DELAY_AFTER_KILL_S
                 _send_delayed(client, delayed)
             wanted = set(bodies)
-            _consume(consumer, history, held, lambda wanted=wanted: wanted <= set(history.deliveries), hold=True)  # type: ignore[misc]
+            consume(consumer, history, held, lambda wanted=wanted: wanted <= set(history.deliveries), hold=True)  # type: ignore[misc]
             for q in range(QUEUES):
                 committed[q] = 10 * round_no + q + 1
-                _retrying("an offset commit", lambda q=q: _commit_offset(proxy, offsets_group, topic, q, committed[q]))  # type: ignore[misc]
-            _fail_over(cluster)  # right after the acks and commits above were answered OK
+                retrying("an offset commit", lambda q=q: _commit_offset(proxy, offsets_group, topic, q, committed[q]))  # type: ignore[misc]
+            fail_over(cluster)  # right after the acks and commits above were answered OK
         # Everything: the held messages come back after their invisibility; every one gets acked.
         everything = set(history.sends)
-        _consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+        consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
     verdict = history.verdict()
     print(f"history: {verdict.summary()}; held un-acked at the kills: {len(held)}")
     assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
     assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
     assert held and all(history.deliveries[m.body.decode()] >= 2 for m in held), "held messages did not come back"
     for q, offset in committed.items():
-        got = _retrying("an offset read", lambda q=q: _committed_offset(proxy, offsets_group, topic, q))  # type: ignore[misc]
+        got = retrying("an offset read", lambda q=q: _committed_offset(proxy, offsets_group, topic, q))  # type: ignore[misc]
         assert got == offset, f"queue {q}: committed offset {offset}, after the failovers {got}"
     # The timer fires once, on the primary that holds it after the failovers.
     with simple_consumer(cluster.endpoints, delay_group, {delay_topic: FilterExpression()}) as delays:
@@ -342,7 +237,7 @@ def test_acks_offsets_and_timers_survive_sigkill_of_the_primary(
 
 
 def _send_delayed(client: Producer, msg: Message) -> None:
-    _retrying("a delayed send", lambda: client.send(msg))
+    retrying("a delayed send", lambda: client.send(msg))
 
 
 def test_planned_switchover_loses_nothing(
@@ -376,32 +271,32 @@ def test_planned_switchover_loses_nothing(
         worker = threading.Thread(target=produce, args=(client,), name="producer")
         worker.start()
         try:
-            _wait("some sends", lambda: len(history.sends) >= 20)
-            _consume(consumer, history, held, lambda: len(history.acks) >= 10, hold=False)
+            wait("some sends", lambda: len(history.sends) >= 20)
+            consume(consumer, history, held, lambda: len(history.acks) >= 10, hold=False)
             with pytest.raises(AdminError, match="not an in-sync replica"):  # refused, nothing changes
                 cluster.admin("broker", "switchover", GROUP, "--to", "nobody", "--etcd", etcd.url)
-            before = _primary(cluster)
+            before = primary(cluster)
             target = next(m for m in MEMBERS if m != before)
             done = cluster.admin("broker", "switchover", GROUP, "--to", target, "--etcd", etcd.url, "--wait-s", "20")
             assert [{k: v for k, v in row.items() if k != "epoch"} for row in done] == [
                 {"group": GROUP, "from": before, "to": target}
             ]
             assert done[0]["epoch"] >= 2  # a new term (2, unless the loaded machine caused a failover before)
-            _wait("routes to the new primary", lambda: _new_primary(cluster, before) and _primary(cluster) == target)
+            wait("routes to the new primary", lambda: new_primary(cluster, before) and primary(cluster) == target)
             sent_at_switch = len(history.sends)
-            _wait("sends after the switchover", lambda: len(history.sends) >= sent_at_switch + 20)
+            wait("sends after the switchover", lambda: len(history.sends) >= sent_at_switch + 20)
         finally:
             stop.set()
             worker.join(60)
         everything = set(history.sends)
-        _consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+        consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
     verdict = history.verdict()
     print(f"switchover history: {verdict.summary()}; refused sends {dict(refused)}")
     assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
     assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
     # The old primary rejoins as a replica and catches up: the whole group in sync again.
-    rows = lambda: [r for r in cluster.admin("broker", "list", "--etcd", etcd.url) or [] if r["group"] == GROUP]  # noqa: E731
-    _wait("every member in sync", lambda: sum(bool(r["in_sync"]) for r in rows()) == len(MEMBERS))
+    rows = lambda: group_listing(cluster, etcd.url)  # noqa: E731
+    wait("every member in sync", lambda: sum(bool(r["in_sync"]) for r in rows()) == len(MEMBERS))
     assert [r["name"] for r in rows() if r["role"] == "primary"] == [target]
 
 
@@ -430,11 +325,11 @@ def test_half_messages_are_checked_back_by_the_new_primary(
     client.startup()
     try:
         undecided = client.begin_transaction()
-        _retrying("a half message", lambda: client.send(message(topic, b"undecided"), undecided))
+        retrying("a half message", lambda: client.send(message(topic, b"undecided"), undecided))
         rolled_back = client.begin_transaction()
-        _retrying("a half message", lambda: client.send(message(topic, b"rolled-back"), rolled_back))
+        retrying("a half message", lambda: client.send(message(topic, b"rolled-back"), rolled_back))
         rolled_back.rollback()
-        _fail_over(cluster)  # the undecided half message is in the new primary's half-message index
+        fail_over(cluster)  # the undecided half message is in the new primary's half-message index
         checker.decide.set()
         with simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:
             got = _receive_until_quiet(consumer)
@@ -474,7 +369,7 @@ def test_acks_racing_sigkills_are_never_undone(
     with producer(cluster.endpoints, topic) as client, \
             simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:  # fmt: skip
         worker = threading.Thread(target=produce, args=(client,), name="producer")
-        consuming = threading.Thread(target=_consume, args=(consumer, history, held, stop.is_set), kwargs={
+        consuming = threading.Thread(target=consume, args=(consumer, history, held, stop.is_set), kwargs={
             "hold": False, "timeout_s": 300.0}, name="consumer")  # fmt: skip
         worker.start()
         consuming.start()
@@ -482,14 +377,14 @@ def test_acks_racing_sigkills_are_never_undone(
             for _ in range(RACING_KILLS):
                 time.sleep(rng.uniform(1.0, 3.0))
                 acked_before = len(history.acks)
-                _fail_over(cluster)
-                _wait("acks to succeed again", lambda n=acked_before: len(history.acks) > n + 5)  # type: ignore[misc]
+                fail_over(cluster)
+                wait("acks to succeed again", lambda n=acked_before: len(history.acks) > n + 5)  # type: ignore[misc]
         finally:
             stop.set()
             worker.join(60)
             consuming.join(60)
         everything = set(history.sends)
-        _consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+        consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
     verdict = history.verdict()
     print(f"racing history: {verdict.summary()}")
     assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"

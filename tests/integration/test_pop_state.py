@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.popstate import POP_CFS, EntryState, PopEntry, PopState
+from broker.popstate import POP_CFS, EntryState, PopEntry, PopState, first_version, next_version
 from broker.store.index import Index
 
 
@@ -78,3 +78,18 @@ def test_add_inflight_writes_what_put_writes(index: Index) -> None:
     a, b = state.entries("g", "t", [(0, 7)]), state.entries("g", "u", [(0, 7)])
     assert a == b and a[0] is not None
     assert sorted(t for _, t, _, _ in state.due("g", 1_234, 10)) == ["t", "u"]
+
+
+def test_a_replicated_primarys_entries_start_at_versions_of_its_term(index: Index) -> None:
+    """Two terms never issue the same handle version for an entry each created at the same offset."""
+    assert PopState(index).first_version == 1  # outside a replicated group: as before
+    term_2, term_3 = PopState(index, term=2), PopState(index, term=3)
+    assert term_2.first_version != term_3.first_version
+    batch = term_3.batch()
+    batch.add_inflight("g", "t", 0, 0, 1_000, "")
+    batch.add_inflight("g", "t", 0, 1, 1_000, "mg")
+    batch.commit()
+    entries = [PopEntry.decode(raw or b"") for raw in term_3.entries("g", "t", [(0, 0), (0, 1)])]
+    assert {e.version for e in entries} == {first_version(3)}
+    assert next_version(term_3.waiting_version) == term_3.first_version  # a held FIFO message's first delivery
+    assert next_version((1 << 32) - 1) == 0  # u32 versions wrap

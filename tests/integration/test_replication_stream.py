@@ -215,3 +215,58 @@ def test_a_divergent_tail_is_truncated(etcd: EtcdProcess, tmp_path: Path) -> Non
             old.close()
 
     asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+
+
+def test_a_primary_that_never_answers_hello_is_unavailable(tmp_path: Path) -> None:
+    """A connection that opens but stays silent (a partition past a relay, a hung primary) ends the
+    attempt with Unavailable, which the member retries; it used to escape as TimeoutError and end
+    the broker process."""
+
+    async def body() -> None:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # takes HELLO, answers nothing until the replica hangs up
+            writer.close()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        store = MessageStore(tmp_path / "r", STORE, extra_cfs=METADATA_CFS)
+        try:
+            replica = Replica(store, LocalEpoch(tmp_path / "r" / "replication"), group="g", name="r",
+                              max_frame_bytes=16 * 1024)  # fmt: skip
+            leader = Leader("p", 1, 0, "-", f"127.0.0.1:{port}")
+            with pytest.raises(Unavailable, match="TimeoutError"):
+                await replica.follow(leader, asyncio.Event())
+        finally:
+            store.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+
+
+def test_metadata_larger_than_a_frame_reaches_the_replica(etcd: EtcdProcess, tmp_path: Path) -> None:
+    """Topic and group metadata is one versioned document; larger than a frame, it travels as
+    META_PART pieces and a last META (a replica used to refuse the oversized frame and exit)."""
+    frame_bytes = 16 * 1024  # what `_follow`'s replicas accept
+    cfg = ReplicationConfig(group="g-meta", etcd=[etcd.url], min_insync=1, max_frame_bytes=frame_bytes)
+    topics = {f"topic-{i:04d}".encode(): b'{"queues": 8, "padding": "' + b"x" * 100 + b'"}' for i in range(400)}
+
+    async def body() -> None:
+        async with _primary(etcd, "g-meta", tmp_path / "p", cfg) as primary:
+            for key, value in topics.items():
+                primary.store.index.cf(CF_TOPICS).put(key, value)
+            replica_store = MessageStore(tmp_path / "r", STORE, extra_cfs=METADATA_CFS)
+            replica_store, _replica, task, stop = await _follow(
+                replica_store, tmp_path / "r", primary.leader, "g-meta", "r"
+            )
+            for _ in range(200):
+                if dict(replica_store.index.cf(CF_TOPICS).items()) == topics or task.done():
+                    break
+                await asyncio.sleep(0.05)
+            assert not task.done(), f"the replica stopped following: {task.exception()!r}"
+            assert dict(replica_store.index.cf(CF_TOPICS).items()) == topics
+            stop.set()
+            await task
+            replica_store.close()
+
+    asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))

@@ -16,7 +16,18 @@ back (and is then acked again) or not.
   0: an acknowledged ack survives a failover);
 - duplicates: deliveries beyond the first of a message (expected for messages that were not
   acked in time, e.g. held past their invisibility on purpose, and for sends stored twice;
-  reported, not an error).
+  reported, not an error);
+- out_of_order: deliveries that broke the order of an ordered stream (below; must be 0).
+
+**Ordered streams** (a FIFO message group, a lite topic): a send recorded with `stream=S` is the
+next message of S, in the order its `sent` calls came (the producer sends the next one only after
+the previous was acknowledged). The order holds when **no message of S is delivered while an
+earlier acknowledged message of S is unsettled**, i.e. neither acked OK nor with a failed ack
+(which the broker may have applied). Redelivery of a message whose ack was not answered OK is
+allowed, even after later messages of S: only an ack answered OK must survive a failover. A message
+delivered that no send of the history names (a send whose answer was lost, never retried) does not
+take part. This is what FIFO across failovers means here: the broker hands out a message of a
+group only after every earlier one was acked, whichever primary holds the group.
 """
 
 from __future__ import annotations
@@ -34,10 +45,12 @@ class Verdict:
     lost: list[str]
     redelivered_after_ack: list[str]
     duplicates: int
+    out_of_order: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (f"acknowledged {self.acknowledged}, consumed {self.consumed}, lost {len(self.lost)}, "
-                f"redelivered-after-ack {len(self.redelivered_after_ack)}, duplicates {self.duplicates}")  # fmt: skip
+                f"redelivered-after-ack {len(self.redelivered_after_ack)}, duplicates {self.duplicates}, "
+                f"out-of-order {len(self.out_of_order)}")  # fmt: skip
 
 
 @dataclass
@@ -50,21 +63,30 @@ class History:
     # Messages whose ack failed (a kill): the broker may or may not have applied it before it died,
     # so the message may come back or not; either is allowed.
     unsure: set[str] = field(default_factory=set)
+    # Ordered streams: each one's acknowledged sends in order; and the consumer's deliveries and
+    # settlements (True: delivered, False: acked or ack failed), in the order they happened.
+    streams: dict[str, list[str]] = field(default_factory=dict)
+    consumed_log: list[tuple[bool, str]] = field(default_factory=list)
 
-    def sent(self, body: str) -> None:
+    def sent(self, body: str, *, stream: str | None = None) -> None:
         self.sends.append(body)
+        if stream is not None:
+            self.streams.setdefault(stream, []).append(body)
 
     def delivered(self, body: str, copy: Stored) -> None:
         if copy in self.acked_copies:
             self.after_ack.append(body)
         self.deliveries[body] += 1
+        self.consumed_log.append((True, body))
 
     def acked(self, body: str, copy: Stored) -> None:
         self.acks.add(body)
         self.acked_copies.add(copy)
+        self.consumed_log.append((False, body))
 
     def ack_failed(self, body: str) -> None:
         self.unsure.add(body)
+        self.consumed_log.append((False, body))
 
     def settled(self) -> set[str]:
         """Messages acked OK, or whose ack's outcome is unknown: nothing more can be waited for."""
@@ -79,4 +101,24 @@ class History:
             lost=sorted(wanted - consumed),
             redelivered_after_ack=list(self.after_ack),
             duplicates=sum(n - 1 for n in self.deliveries.values()),
+            out_of_order=self._out_of_order(),
         )
+
+    def _out_of_order(self) -> list[str]:
+        """Deliveries made while an earlier acknowledged message of their stream was unsettled."""
+        place = {body: (stream, i) for stream, bodies in self.streams.items() for i, body in enumerate(bodies)}
+        settled: dict[str, set[int]] = {stream: set() for stream in self.streams}
+        prefix = dict.fromkeys(self.streams, 0)  # per stream: how many leading messages are settled
+        broken: list[str] = []
+        for delivery, body in self.consumed_log:
+            if body not in place:
+                continue
+            stream, i = place[body]
+            if delivery:
+                if prefix[stream] < i:
+                    broken.append(f"{body} (stream {stream}: {self.streams[stream][prefix[stream]]} unsettled)")
+                continue
+            settled[stream].add(i)
+            while prefix[stream] in settled[stream]:
+                prefix[stream] += 1
+        return broken

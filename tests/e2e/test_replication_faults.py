@@ -1,0 +1,407 @@
+"""A replicated broker group under faults other than a plain crash, with the official client and a
+history check (docs/replication.md):
+
+- a **partition** between the primary and its replicas, through a TCP fault proxy on the path the
+  replicas dial (each member publishes its proxy's address with `--repl-advertise`): with
+  `--min-insync 2` the primary stops acknowledging sends (and consumers' acks) once the replicas
+  left the in-sync set (retriable refusals), and acknowledges again once the path heals and they caught up; a SIGKILL of
+  the primary afterwards loses nothing acknowledged. Both ways a path breaks: a blackhole (bytes
+  stall, connections stay open) and resets (every connection closed, reconnects refused);
+- **FIFO order across failovers with acks**: a FIFO consumer group acks while the primary is
+  SIGKILLed; no message of a message group is delivered while an earlier acknowledged one is
+  unsettled (history.py defines it), and nothing acknowledged is lost;
+- **lite topics across a failover**: a LiteSimpleConsumer's subscriptions are the group's
+  replicated state: after a SIGKILL of the primary it keeps receiving only its lite topics, in
+  order, acked messages are not redelivered, nothing acknowledged is lost;
+- **a replica started during a partition** retries its silent HELLO until the path heals;
+- **a receipt handle of a message the old primary lost** (delivered before any replica held it:
+  the partition makes that certain) acks nothing on the new primary, which stored another message
+  at that queue offset.
+
+Topology (support/replicated.py): etcd (started here), a NameServer, one group of three members
+with `--min-insync 2`, one proxy. Each test is bounded by its waits' timeouts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from rocketmq import FilterExpression, Producer, SimpleConsumer
+from rocketmq.v5.model import Message
+
+from tests.e2e.support.clients import message, producer, simple_consumer
+from tests.e2e.support.cluster import Cluster
+from tests.e2e.support.history import History
+from tests.e2e.support.replicated import (
+    CONFIG,
+    INVISIBLE_S,
+    MEMBERS,
+    consume,
+    fail_over,
+    group_listing,
+    primary,
+    restart,
+    retrying,
+    start_replicated,
+    stored_copy,
+    wait,
+)
+from tests.e2e.test_lite_topics import create_lite_topic, lite_consumer, lite_message
+from tests.helpers.etcd import EtcdProcess, start_etcd
+from tests.helpers.faultproxy import FaultProxy, Mode
+from tests.helpers.procs import LOOPBACK, free_port
+
+SEED = 18
+QUEUES = 4
+REFUSED_SENDS = 3  # sends refused during a partition before it heals
+WAIT_S = 60.0
+
+
+@dataclass
+class Group:
+    cluster: Cluster
+    etcd: EtcdProcess
+    paths: dict[str, FaultProxy]  # member -> the fault proxy in front of its replication port
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[Group]:
+    """The replicated group, each member's replication port behind a fault proxy of its own."""
+    with _group(tmp_path, CONFIG) as g:
+        yield g
+
+
+@contextlib.contextmanager
+def _group(root: Path, config_text: str) -> Iterator[Group]:
+    etcd = start_etcd(root)
+    paths: dict[str, FaultProxy] = {}
+    cluster: Cluster | None = None
+    try:
+        args: dict[str, list[str]] = {}
+        for name in MEMBERS:
+            repl_port = free_port()
+            paths[name] = FaultProxy(f"{LOOPBACK}:{repl_port}").start()
+            args[name] = ["--repl-port", str(repl_port), "--repl-advertise", paths[name].address]
+        cluster = start_replicated(root, etcd.url, member_args=args, config_text=config_text)
+        yield Group(cluster, etcd, paths)
+    finally:
+        problems = cluster.stop() if cluster is not None else []
+        for path in paths.values():
+            path.stop()
+        etcd.stop()
+    assert not problems, "\n".join(problems)
+
+
+def _in_sync(g: Group) -> dict[str, bool]:
+    return {str(r["name"]): bool(r["in_sync"]) for r in group_listing(g.cluster, g.etcd.url)}
+
+
+@dataclass
+class Attempt:
+    body: str
+    started: float
+    ended: float
+    error: str  # empty: acknowledged
+
+
+def test_partition_between_primary_and_replicas_stops_acknowledgements(
+    group: Group, unique: Callable[[str], str]
+) -> None:
+    cluster = group.cluster
+    topic = cluster.create_topic(unique("t"), queues=QUEUES)
+    consumers = cluster.create_group(unique("g"))
+    history = History()
+    attempts: list[Attempt] = []
+    stop = threading.Event()
+
+    def produce(client: Producer) -> None:
+        n = 0
+        while not stop.is_set():
+            body, started = f"p{n}", time.monotonic()
+            try:
+                client.send(message(topic, body.encode()))
+            except Exception as exc:  # refused while the group is short of in-sync members
+                attempts.append(Attempt(body, started, time.monotonic(), f"{type(exc).__name__}: {exc}"))
+                time.sleep(0.1)
+                continue
+            attempts.append(Attempt(body, started, time.monotonic(), ""))
+            history.sent(body)
+            n += 1
+
+    def acked_since(t: float) -> int:
+        return sum(1 for a in attempts if not a.error and a.started >= t)
+
+    def refused_since(t: float) -> int:
+        return sum(1 for a in attempts if a.error and a.started >= t)
+
+    with producer(cluster.endpoints, topic) as client, \
+            simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as consumer:  # fmt: skip
+        worker = threading.Thread(target=produce, args=(client,), name="producer")
+        worker.start()
+        try:
+            wait("every member in sync", lambda: list(_in_sync(group).values()) == [True] * len(MEMBERS))
+            for mode in (Mode.BLACKHOLE, Mode.CLOSE):
+                wait("sends", lambda: acked_since(time.monotonic() - 1.0) > 0)
+                leader = primary(cluster)
+                replicas = [m for m in MEMBERS if m != leader]
+                path = group.paths[leader]
+                connections = path.connections
+                path.set_mode(mode)
+                wait(f"the replicas to leave the in-sync set ({mode.value})",
+                     lambda rs=replicas: not any(_in_sync(group)[r] for r in rs))  # type: ignore[misc]  # fmt: skip
+                cut = time.monotonic()  # etcd no longer lists them: nothing may be acknowledged now
+                wait("refused sends", lambda t=cut: refused_since(t) >= REFUSED_SENDS)  # type: ignore[misc]
+                _ack_is_refused(consumer, history)  # a consumer's ack waits for the in-sync set as a send does
+                healed = time.monotonic()
+                path.set_mode(Mode.FORWARD)
+                during = [a for a in attempts if a.started >= cut and a.ended <= healed]
+                assert during and not [a.body for a in during if not a.error], (
+                    f"sends acknowledged while the replicas were cut off ({mode.value})"
+                )
+                refusals = Counter(a.error.split(":", 1)[0] for a in during)
+                assert all("min_insync" in a.error for a in during), f"refused otherwise: {during[-1].error}"
+                print(f"{mode.value}: {len(during)} sends refused while partitioned: {dict(refusals)}; "
+                      f"e.g. {during[-1].error[:200]}")  # fmt: skip
+                wait(f"the replicas to rejoin the in-sync set ({mode.value})", lambda: all(_in_sync(group).values()))
+                wait("sends acknowledged after the partition healed", lambda t=healed: acked_since(t) >= 5)  # type: ignore[misc]
+                assert primary(cluster) == leader, "the primary kept its term (etcd was reachable)"
+                if mode is Mode.BLACKHOLE:  # TCP held on: the stalled streams simply went on
+                    assert path.connections == connections, "a replica reconnected through a blackhole"
+                else:  # reset: the replicas came back on new connections
+                    assert path.connections >= connections + len(replicas)
+        finally:
+            stop.set()
+            worker.join(60)
+        # The replicas caught up with everything acknowledged: the successor of a SIGKILLed primary holds it.
+        fail_over(cluster)
+        held: list[Message] = []
+        everything = set(history.sends)
+        consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+    verdict = history.verdict()
+    print(f"partition history: {verdict.summary()}")
+    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
+    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+
+
+def _ack_is_refused(consumer: SimpleConsumer, history: History) -> None:
+    """Receive one message (a pop does not wait for replicas) and check that its ack is refused for
+    want of in-sync members; the history records it as delivered with a failed ack."""
+    deadline = time.monotonic() + WAIT_S
+    got: list[Message] = []
+    while not got:
+        assert time.monotonic() < deadline, "nothing received while partitioned"
+        got = consumer.receive(1, INVISIBLE_S)
+    msg = got[0]
+    history.delivered(msg.body.decode(), stored_copy(msg))
+    with pytest.raises(Exception, match="min_insync"):
+        consumer.ack(msg)
+    history.ack_failed(msg.body.decode())
+
+
+FIFO_KILLS = 2
+MESSAGE_GROUPS = 6
+
+
+def test_fifo_groups_keep_their_order_across_failovers_with_acks(group: Group, unique: Callable[[str], str]) -> None:
+    """A producer sends per message group with increasing sequence numbers (retrying the same one
+    until acknowledged), a FIFO consumer group receives and acks, and the primary is SIGKILLed at
+    random moments: no delivery breaks a message group's order (history.py), no ack answered OK is
+    undone, nothing acknowledged is lost."""
+    cluster = group.cluster
+    topic = cluster.create_topic(unique("t"), message_type="fifo", queues=QUEUES)
+    consumers = cluster.create_group(unique("g"), fifo=True)
+    rng = random.Random(SEED)
+    history = History()
+    held: list[Message] = []
+    stop = threading.Event()
+
+    def produce(client: Producer) -> None:
+        seq: Counter[str] = Counter()
+        keys = random.Random(SEED + 1)
+        while not stop.is_set():
+            key = f"k{keys.randrange(MESSAGE_GROUPS)}"
+            body = f"{key}:{seq[key]}"
+            try:
+                client.send(message(topic, body.encode(), group=key))
+            except Exception:  # retriable refusals during a failover: the same number is tried again
+                time.sleep(0.05)
+                continue
+            history.sent(body, stream=key)
+            seq[key] += 1
+
+    with producer(cluster.endpoints, topic) as client, \
+            simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as consumer:  # fmt: skip
+        worker = threading.Thread(target=produce, args=(client,), name="producer")
+        consuming = threading.Thread(target=consume, args=(consumer, history, held, stop.is_set), kwargs={
+            "hold": False, "timeout_s": 300.0}, name="consumer")  # fmt: skip
+        worker.start()
+        consuming.start()
+        try:
+            for _ in range(FIFO_KILLS):
+                time.sleep(rng.uniform(1.0, 3.0))
+                acked_before = len(history.acks)
+                fail_over(cluster)
+                wait("acks to succeed again", lambda n=acked_before: len(history.acks) > n + 5)  # type: ignore[misc]
+        finally:
+            stop.set()
+            worker.join(60)
+            consuming.join(60)
+        everything = set(history.sends)
+        consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+    verdict = history.verdict()
+    print(f"FIFO history: {verdict.summary()}; message groups {len(history.streams)}")
+    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
+    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+    assert not verdict.out_of_order, f"message group order broken: {verdict.out_of_order[:10]}"
+
+
+LITE_SUBSCRIBED = ("chat-a", "chat-b")
+LITE_OTHER = "chat-c"
+LITE_ROUND = 10  # messages per lite topic per round
+LITE_QUIET_S = 2 * 6  # after the last expected message: two invisible durations for stragglers
+
+
+def test_lite_subscriptions_and_messages_survive_a_failover(group: Group, unique: Callable[[str], str]) -> None:
+    """A LiteSimpleConsumer subscribed to two lite topics (of three sent to) acks a round of
+    messages, the primary is SIGKILLed right after, and a second round is sent to the new primary:
+    the consumer gets only its lite topics, each in order, nothing it acked again, and nothing
+    acknowledged to the producer is missing. The client re-sends its subscriptions only every
+    30 s: what the new primary delivers, it delivers from the replicated subscriptions."""
+    cluster = group.cluster
+    topic = create_lite_topic(cluster, unique("t"))
+    consumers = cluster.create_group(unique("g"))
+    history = History()
+    held: list[Message] = []
+    consumer = lite_consumer(cluster, topic, consumers)
+    try:
+        for lite in LITE_SUBSCRIBED:
+            consumer.subscribe_lite(lite)
+        with producer(cluster.endpoints, topic) as client:
+            for round_no in range(2):
+                for i in range(LITE_ROUND):
+                    for lite in (*LITE_SUBSCRIBED, LITE_OTHER):
+                        body = f"{lite}:{round_no}:{i}"
+                        retrying_send(client, lite_message(topic, lite, body.encode()))
+                        if lite != LITE_OTHER:
+                            history.sent(body, stream=lite)
+                wanted = set(history.sends)
+                consume(consumer, history, held, lambda w=wanted: w <= history.settled(), hold=False)  # type: ignore[misc]
+                if round_no == 0:
+                    fail_over(cluster)  # right after the acks above were answered OK
+                    # The new primary holds the subscriptions (stored state, not the client's resync).
+                    listing = lambda: cluster.admin("lite", "list", topic, "--group", consumers)  # noqa: E731
+                    rows = retrying("a lite listing", listing)["largest"]  # type: ignore[index]
+                    subscribers = {row["lite_topic"]: row["subscribers"] for row in rows}
+                    assert subscribers == {"chat-a": 1, "chat-b": 1, LITE_OTHER: 0}, subscribers
+        quiet_until = time.monotonic() + LITE_QUIET_S
+        consume(consumer, history, held, lambda: time.monotonic() >= quiet_until, hold=False)
+    finally:
+        consumer.shutdown()
+    verdict = history.verdict()
+    strays = [body for body in history.deliveries if body.startswith(f"{LITE_OTHER}:")]
+    print(f"lite history: {verdict.summary()}")
+    assert not strays, f"lite topics nobody subscribed to were delivered: {strays[:10]}"
+    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
+    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+    assert not verdict.out_of_order, f"lite topic order broken: {verdict.out_of_order[:10]}"
+
+
+def retrying_send(client: Producer, msg: Message, timeout_s: float = 60.0) -> None:
+    """Send until acknowledged (retriable refusals while the group fails over)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            client.send(msg)
+            return
+        except Exception:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.3)
+
+
+# Replicas stay in the in-sync set (eligible) this long while cut off: the test kills the primary
+# well inside it.
+PATIENT_CONFIG = CONFIG.replace("max_lag_ms = 1500", "max_lag_ms = 20000")
+
+
+def test_a_handle_of_a_message_the_old_primary_lost_acks_nothing_on_the_new(
+    tmp_path: Path, unique: Callable[[str], str]
+) -> None:
+    """A consumer may receive a message the replicas do not hold yet (dispatch comes before the
+    acknowledgement gate). If the primary dies then, the new primary stores other messages at that
+    queue offset; the old receipt handle names the same broker (the group), queue and offset. Its
+    ack must be refused, not remove the entry of whatever the new primary delivered there."""
+    with _group(tmp_path, PATIENT_CONFIG) as g:
+        cluster = g.cluster
+        topic = cluster.create_topic(unique("t"), queues=1)
+        consumers = cluster.create_group(unique("g"))
+        wait("every member in sync", lambda: list(_in_sync(g).values()) == [True] * len(MEMBERS))
+        leader = primary(cluster)
+        with producer(cluster.endpoints, topic) as client, \
+                simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as first, \
+                simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as second:  # fmt: skip
+            g.paths[leader].set_mode(Mode.BLACKHOLE)  # the replicas never get what is sent now
+            stranded = threading.Thread(target=_send_once, args=(client, message(topic, b"stranded")), daemon=True)
+            stranded.start()
+            got: list[Message] = []
+            deadline = time.monotonic() + WAIT_S
+            while not got:  # delivered by the old primary before any replica held it
+                assert time.monotonic() < deadline, "the old primary did not deliver the stranded message"
+                got = first.receive(1, 60)
+            stale = got[0]
+            assert stale.body == b"stranded"
+            fail_over(cluster)  # the replicas were still in sync (eligible): one of them takes over
+            g.paths[leader].set_mode(Mode.FORWARD)
+            stranded.join(60)
+            retrying_send(client, message(topic, b"other"))
+            fresh: list[Message] = []
+            deadline = time.monotonic() + WAIT_S
+            while not fresh:
+                assert time.monotonic() < deadline, "the new primary delivered nothing"
+                fresh += retrying("a receive", lambda: second.receive(16, 60))  # type: ignore[operator]
+            at_stale_offset = [m for m in fresh if stored_copy(m) == stored_copy(stale)]
+            assert at_stale_offset, f"the new primary stored nothing at {stored_copy(stale)}: {fresh}"
+            try:
+                first.ack(stale)  # a handle the new primary never issued
+            except Exception as exc:
+                assert "receipt handle" in str(exc), exc
+            else:
+                taken = [m.body.decode() for m in at_stale_offset]
+                raise AssertionError(f"the old primary's handle acked {taken}, delivered by the new primary")
+            for m in fresh:
+                second.ack(m)  # the deliveries the new primary did make are still theirs to ack
+
+
+def _send_once(client: Producer, msg: Message) -> None:
+    with contextlib.suppress(Exception):  # refused or cut off with the primary: never acknowledged
+        client.send(msg)
+
+
+def test_a_replica_started_during_a_partition_waits_it_out(group: Group, unique: Callable[[str], str]) -> None:
+    """A replica (re)started while its primary's replication path is a blackhole connects, says
+    HELLO and hears nothing: it must keep trying, not give up for good, and rejoin once healed."""
+    cluster = group.cluster
+    topic = cluster.create_topic(unique("t"), queues=QUEUES)
+    wait("every member in sync", lambda: list(_in_sync(group).values()) == [True] * len(MEMBERS))
+    leader = primary(cluster)
+    victim = next(m for m in MEMBERS if m != leader)
+    path = group.paths[leader]
+    path.set_mode(Mode.BLACKHOLE)
+    cluster.kill(victim)
+    connections = path.connections
+    restart(cluster, victim)
+    wait("the restarted replica to try again after its first silent attempt",
+         lambda: path.connections >= connections + 2 or not cluster.processes[victim].running())  # fmt: skip
+    assert cluster.processes[victim].running(), f"{victim} exited:\n{cluster.processes[victim].tail(30)}"
+    path.set_mode(Mode.FORWARD)
+    wait("every member in sync again", lambda: list(_in_sync(group).values()) == [True] * len(MEMBERS))
+    with producer(cluster.endpoints, topic) as client:
+        retrying_send(client, message(topic, b"after"))
