@@ -209,12 +209,12 @@ class _Pending:
 
 class _Copy(NamedTuple):
     """Records a replica copies from its primary: `data` (whole records, already sealed) belongs at
-    `segment_base + position`, where this log ends; `run` indexes them."""
+    `segment_base + position`, where this log ends; `runs` index them."""
 
     segment_base: int
     position: int
     data: bytes | bytearray | memoryview
-    run: Run
+    runs: list[Run]
     waiter: Waiter
 
 
@@ -288,16 +288,16 @@ class CommitLogWriter:
         segment_base: int,
         position: int,
         data: bytes | bytearray | memoryview,
-        run: Run,
+        runs: list[Run],
         waiter: Waiter,
     ) -> None:
         """Queue records copied from a primary (docs/replication.md): written as they are at the
-        same offsets (rolling to `segment_base` when the primary did), indexed by `run`, then
+        same offsets (rolling to `segment_base` when the primary did), indexed by `runs`, then
         `waiter` gets None. A gap or overlap with this log's end fails the waiter with BadRequest."""
         with self._cond:
             if self._closed:
                 raise StoreClosed("the store is closed")
-            self._copies.append(_Copy(segment_base, position, data, run, waiter))
+            self._copies.append(_Copy(segment_base, position, data, runs, waiter))
             if self._idle:
                 self._cond.notify()
 
@@ -330,41 +330,66 @@ class CommitLogWriter:
                 self._queue.clear()
                 copies = list(self._copies)
                 self._copies.clear()
-            for copy in copies:  # a replica has no appends of its own, a primary no copies
-                self._copy(copy)
+            if copies:  # a replica has no appends of its own, a primary no copies
+                self._copy(copies)
             if items:
                 self._round(items)
 
-    def _copy(self, item: _Copy) -> None:
-        """Write one replicated piece at the end of the log (writer thread)."""
+    def _copy(self, items: list[_Copy]) -> None:
+        """Write replicated pieces at the end of the log (writer thread). Pieces that follow each other
+        in one segment are written together: one pwritev, one fdatasync (sync policy) and one
+        dispatch (one RocksDB batch) for all of them, so a replica catching up on a backlog pays
+        those per round, not per piece."""
+        group: list[_Copy] = []
+        for item in items:
+            try:
+                end = self._seg.end + sum(len(g.data) for g in group)
+                if item.segment_base != self._seg.base:
+                    if item.segment_base != end or item.position != 0:
+                        raise BadRequest(
+                            f"replicated data for segment {item.segment_base}+{item.position} does not follow "
+                            f"this log's end {end}"
+                        )
+                    self._copy_group(group)  # the pieces before the roll belong to the old segment
+                    group = []
+                    self._roll()
+                if item.segment_base + item.position != end:
+                    raise BadRequest(
+                        f"replicated data at {item.segment_base + item.position} but this log ends at {end}"
+                    )
+            except BadRequest as exc:
+                self._copy_group(group)
+                group = []
+                _complete([item], None, exc)
+                continue
+            except OSError as exc:  # the roll failed
+                self._copy_group(group)
+                group = []
+                failure = Unavailable(f"the replica could not roll its commitlog ({exc.strerror or exc})")
+                _complete([item], None, failure)
+                continue
+            group.append(item)
+        self._copy_group(group)
+
+    def _copy_group(self, group: list[_Copy]) -> None:
+        """Write pieces that follow this log's end in its active segment, in one go."""
+        if not group:
+            return
         err: BaseException | None = None
         start_seg, start_size = self._seg, self._seg.size
         try:
-            if item.segment_base != self._seg.base:
-                if item.segment_base != self._seg.end or item.position != 0:
-                    raise BadRequest(
-                        f"replicated data for segment {item.segment_base}+{item.position} does not follow "
-                        f"this log's end {self._seg.end}"
-                    )
-                self._roll()
-            if item.segment_base + item.position != self._seg.end:
-                raise BadRequest(
-                    f"replicated data at {item.segment_base + item.position} but this log ends at {self._seg.end}"
-                )
-            self._write([item.data], self._seg.size + len(item.data))  # type: ignore[list-item]
+            self._write([g.data for g in group], start_size + sum(len(g.data) for g in group))  # type: ignore[misc]
             if self._cfg.flush_policy == "sync":
                 os.fdatasync(self._fd)
                 self.flushed_position = self._seg.end
         except OSError as exc:
             self._rollback(start_seg, start_size, {})
             err = Unavailable(f"the replica could not write to its commitlog ({exc.strerror or exc})")
-        except BadRequest as exc:
-            err = exc
         if err is None:
             self.written_position = self._seg.end
             self._next_qoff.clear()  # queue ends come from the index (this writer sealed none of these)
-            self._on_written([item.run])
-        _complete([item], None if err else [[]], err)
+            self._on_written([run for g in group for run in g.runs])
+        _complete(group, None if err else [[] for _ in group], err)
 
     def _round(self, items: list[_Pending]) -> None:
         started = time.perf_counter()
