@@ -6,7 +6,8 @@ left on the primary), `follow` raises `LogMustChange` and the caller closes the 
 `cut_log`, reopens it and follows again (recovery then trims the indexes to the shortened log).
 Otherwise it records the primary's epoch as its own and copies DATA through
 `MessageStore.append_copy` (whole records only; a record split across frames waits for its rest),
-acknowledging its new log end after each piece. META frames replace its topic and group metadata;
+acknowledging its new log end as pieces are written (several in flight: `COPY_PIPELINE_DEPTH`;
+a STATE frame waits until those are written). META frames replace its topic and group metadata;
 STATE frames (a snapshot, then each change in order) update its consumer state (state.py), each
 acknowledged with STATE_ACK once written.
 """
@@ -14,10 +15,11 @@ acknowledged with STATE_ACK once written.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,8 @@ from common.logs import kv
 log = logging.getLogger("sluice.replication.replica")
 
 CONNECT_TIMEOUT_S = 3.0
+# Copied pieces (DATA frames, at most max_frame_bytes each) in flight to the store's writer at once.
+COPY_PIPELINE_DEPTH = 4
 
 
 class LogMustChange(Exception):
@@ -114,41 +118,102 @@ class Replica:
         store = self._store
         carry = bytearray()  # the start of a record whose rest is in the next frame
         carry_at = (0, 0)  # (segment base, position) where `carry` begins
+        # Copies handed to the store's writer and not yet acknowledged, oldest first: the next
+        # frame is read and verified while earlier ones are written (the writer joins queued
+        # copies into one write and one dispatch).
+        copies = _Copies()
+        acker = asyncio.ensure_future(self._ack_copies(copies, writer))
+        try:
+            while True:
+                frame = asyncio.ensure_future(P.read_frame(reader, self._max_frame))
+                pending: list[asyncio.Future[Any]] = [frame, stopped, acker]
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if acker.done():
+                    frame.cancel()
+                    acker.result()  # raises what ended it
+                if not frame.done():
+                    frame.cancel()
+                    return
+                kind, payload = frame.result()
+                if kind is P.FrameType.META:
+                    await _send(writer, P.meta_ack(apply_metadata(store, payload)))
+                    continue
+                if kind is P.FrameType.STATE:
+                    await copies.drained(acker)  # a change never lands before the data it refers to
+                    applied = self._state.apply(payload)
+                    if applied is not None:
+                        await _send(writer, P.state_ack(applied))
+                    continue
+                if kind is P.FrameType.ERROR:
+                    raise Unavailable(f"primary ended the stream: {payload.decode(errors='replace')}")
+                if kind is not P.FrameType.DATA:
+                    raise BadRequest(f"unexpected {kind.name} frame from the primary")
+                base, position, chunk = P.parse_data(payload)
+                if carry:
+                    if (base, position) != (carry_at[0], carry_at[1] + len(carry)):
+                        raise BadRequest("the primary's data does not continue where the last frame ended")
+                    carry += chunk
+                    data: bytes | bytearray | memoryview = carry
+                    base, position = carry_at
+                else:
+                    data = chunk
+                whole = _whole_records(data)
+                if whole:
+                    piece = data[:whole] if isinstance(data, memoryview) else bytes(data[:whole])
+                    await copies.room(acker)
+                    copies.add(store.append_copy(base, position, piece))
+                carry = bytearray(data[whole:])
+                carry_at = (base, position + whole)
+        finally:
+            acker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await acker
+
+    async def _ack_copies(self, copies: _Copies, writer: asyncio.StreamWriter) -> None:
+        """Acknowledge copies as they are written: one ACK (the log end) for all that are done."""
         while True:
-            frame = asyncio.ensure_future(P.read_frame(reader, self._max_frame))
-            pending: list[asyncio.Future[Any]] = [frame, stopped]
-            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if not frame.done():
-                frame.cancel()
-                return
-            kind, payload = frame.result()
-            if kind is P.FrameType.META:
-                await _send(writer, P.meta_ack(apply_metadata(store, payload)))
-                continue
-            if kind is P.FrameType.STATE:
-                applied = self._state.apply(payload)
-                if applied is not None:
-                    await _send(writer, P.state_ack(applied))
-                continue
-            if kind is P.FrameType.ERROR:
-                raise Unavailable(f"primary ended the stream: {payload.decode(errors='replace')}")
-            if kind is not P.FrameType.DATA:
-                raise BadRequest(f"unexpected {kind.name} frame from the primary")
-            base, position, chunk = P.parse_data(payload)
-            if carry:
-                if (base, position) != (carry_at[0], carry_at[1] + len(carry)):
-                    raise BadRequest("the primary's data does not continue where the last frame ended")
-                carry += chunk
-                data: bytes | bytearray | memoryview = carry
-                base, position = carry_at
-            else:
-                data = chunk
-            whole = _whole_records(data)
-            if whole:
-                await store.append_copy(base, position, bytes(data[:whole]))
-                await _send(writer, P.ack(store.writer.written_position))
-            carry = bytearray(data[whole:])
-            carry_at = (base, position + whole)
+            await copies.written()
+            await _send(writer, P.ack(self._store.writer.written_position))
+
+
+class _Copies:
+    """A replica's copies in flight, oldest first (event loop only)."""
+
+    def __init__(self) -> None:
+        self._futures: collections.deque[asyncio.Future[object]] = collections.deque()
+        self._changed = asyncio.Event()
+
+    def add(self, fut: asyncio.Future[object]) -> None:
+        self._futures.append(fut)
+        self._changed.set()
+
+    async def written(self) -> None:
+        """Wait for the oldest copy, then drop every finished one (raises a failed copy's error)."""
+        while not self._futures:
+            self._changed.clear()
+            await self._changed.wait()
+        await self._futures[0]
+        while self._futures and self._futures[0].done():
+            self._futures.popleft().result()
+        self._changed.set()
+
+    async def room(self, acker: asyncio.Future[None]) -> None:
+        """Wait until fewer than COPY_PIPELINE_DEPTH copies are in flight."""
+        await self._until(lambda: len(self._futures) < COPY_PIPELINE_DEPTH, acker)
+
+    async def drained(self, acker: asyncio.Future[None]) -> None:
+        """Wait until every copy handed over is written."""
+        await self._until(lambda: not self._futures, acker)
+
+    async def _until(self, ready: Callable[[], bool], acker: asyncio.Future[None]) -> None:
+        while not ready():
+            self._changed.clear()
+            changed = asyncio.ensure_future(self._changed.wait())
+            await asyncio.wait([changed, acker], return_when=asyncio.FIRST_COMPLETED)
+            changed.cancel()
+            if acker.done():
+                acker.result()  # raises what ended the acknowledging
+                raise ConnectionResetError("the replica stopped acknowledging")
 
 
 async def _send(writer: asyncio.StreamWriter, frames: Iterable[bytes | bytearray | memoryview]) -> None:

@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -211,6 +212,18 @@ def disk_write_mib_s(directory: Path, mib: int) -> float:
     return mib / elapsed
 
 
+def _profile(out: str, pids: dict[str, int]) -> list[subprocess.Popen[bytes]]:
+    """py-spy (raw folded stacks) on each member while it catches up, into `out`-<name>.txt."""
+    if not out:
+        return []
+    spy = Path(sys.executable).parent / "py-spy"
+    return [
+        subprocess.Popen([str(spy), "record", "--nonblocking", "-f", "raw", "-o", f"{out}-{name}.txt",
+                          "--pid", str(pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for name, pid in pids.items()
+    ]  # fmt: skip
+
+
 async def catchup_phase(root: Path, etcd: EtcdProcess, args: argparse.Namespace) -> None:
     group = Group(root / "catchup", etcd, 2, 1)
     try:
@@ -229,6 +242,7 @@ async def catchup_phase(root: Path, etcd: EtcdProcess, args: argparse.Namespace)
         disk = disk_write_mib_s(group.root, args.catchup_mib)
         launched = time.monotonic()
         await asyncio.to_thread(group.start, replica)
+        profilers = _profile(args.profile_catchup, {n: group.procs[n].child.pid for n in group.names})
         have = _log_bytes(group.root / replica)
         while _log_bytes(group.root / replica) == have:  # noqa: ASYNC110 (another process writes the files)
             await asyncio.sleep(0.01)
@@ -236,6 +250,9 @@ async def catchup_phase(root: Path, etcd: EtcdProcess, args: argparse.Namespace)
         while _log_bytes(group.root / replica) < total:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
         elapsed = time.monotonic() - started
+        for profiler in profilers:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            profiler.wait(30)
         speed = (total - have) / (1 << 20) / elapsed
         print(f"catch-up of {(total - have) / (1 << 20):.0f} MiB: {elapsed:.1f} s = {speed:.0f} MiB/s (from the "
               f"first copied byte; {started - launched:.1f} s to start); disk sequential write {disk:.0f} MiB/s; "
@@ -266,4 +283,10 @@ if __name__ == "__main__":
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--catchup-mib", type=int, default=1024)
     parser.add_argument("--phases", default="produce,failover,catchup")
+    parser.add_argument(
+        "--profile-catchup",
+        default="",
+        metavar="PREFIX",
+        help="record py-spy profiles of the members during catch-up into PREFIX-<member>.txt",
+    )
     asyncio.run(main(parser.parse_args()))
