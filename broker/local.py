@@ -130,8 +130,11 @@ BROKER_CFS = METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_
 
 
 class LocalBroker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, new_term: bool = False) -> None:
+        """`new_term`: this broker serves a new primary term of a replicated group (member.py);
+        tiering then starts a new object key epoch (broker/tiering/manifest.py)."""
         self.config = config
+        self._new_term = new_term
         self.on_topics_changed: Callable[[], Awaitable[object]] | None = None
         self._store: MessageStore | None = None
         self._parts: _Parts | None = None
@@ -169,7 +172,8 @@ class LocalBroker:
             try:
                 lock = self._retention_lock
                 tiering = await loop.run_in_executor(None, lambda: BrokerTiering(
-                    store, cfg.tiering, cluster=cfg.cluster, broker=cfg.name, retention_lock=lock))  # fmt: skip
+                    store, cfg.tiering, cluster=cfg.cluster, broker=cfg.name, retention_lock=lock,
+                    new_epoch=self._new_term))  # fmt: skip
             except BaseException:
                 self._store = None
                 await loop.run_in_executor(None, store.close)
@@ -724,6 +728,8 @@ class LocalBroker:
 
     async def put_security(self, version: int, data: bytes) -> None:
         self._security_store().put(version, data)
+        if self.store.state_gate is not None:  # a replicated primary: the in-sync replicas hold it
+            await self.store.state_gate()
         log.info("security document stored", extra=kv(version=version, size_bytes=len(data)))
 
     def _security_store(self) -> SecurityStore:

@@ -38,6 +38,11 @@ log = logging.getLogger("sluice.broker.trace")
 
 CF_TRACE = "trace"
 TRACE_CFS = (CF_TRACE,)
+# Events per RocksDB WriteBatch of a flush. On a replicated primary each batch is one state change
+# sent to the replicas as one frame (docs/replication.md); a full pending list (max_pending_events)
+# in one batch could exceed a frame (4 MiB by default). 5,000 events are at most about 1 MiB (the
+# JSON ones are the largest, ~200 bytes with their key).
+FLUSH_BATCH_EVENTS = 5_000
 
 # A pending event: (kind, time_ms, topic, queue, offset, fields) — encoded only when flushed. Fields
 # are (group, attempt) for deliveries and acks (stored compact), a dict for the rarer events (JSON).
@@ -159,7 +164,11 @@ class TraceRecorder:
         put, cf = batch.put, self._handle
         prefixes: dict[tuple[int, str], bytes] = {}
         groups: dict[str, bytes] = {}
-        for kind, t, topic, qid, offset, fields in _expand(items):
+        for n, (kind, t, topic, qid, offset, fields) in enumerate(_expand(items), 1):
+            if n % FLUSH_BATCH_EVENTS == 0:
+                self._write(batch)
+                batch = self._new_batch()
+                put = batch.put
             bucket = t // self._bucket_ms
             seq = next(self._seq) & K.U32_MAX
             if isinstance(fields, tuple):  # delivered / acked / sent one per queue: the hot ones, compact

@@ -28,10 +28,13 @@ import rocksdict
 
 from broker.lite import keys as LK
 from broker.popstate import POP_CFS
+from broker.security_store import SECURITY_CFS
 from broker.store import keys as SK
 from broker.store.index import Index
 from broker.store.statelog import DELETE, DELETE_RANGE, PUT, Op
+from broker.tiering.kv import CF_TIER
 from broker.timer.keys import TIMER_CFS
+from broker.trace import TRACE_CFS
 from broker.transaction.pending import TXN_CFS
 from common.errors import BadRequest
 
@@ -39,9 +42,13 @@ SNAPSHOT, LAST = 1, 2
 
 # Everything a consumer relies on that lives in RocksDB rather than in the CommitLog: pop cursors,
 # in-flight entries and their deadlines, committed offsets, pending timers, half messages, lite
-# topics and subscriptions. (Topic and group metadata travel as META frames; the CommitLog's
-# indexes are rebuilt by each member's dispatcher.)
-REPLICATED_CFS: tuple[str, ...] = (*POP_CFS, SK.CF_OFFSETS, *TIMER_CFS, *TXN_CFS, *LK.LITE_CFS)
+# topics and subscriptions; and what a successor must continue: the security document, tiering's
+# manifest (what is uploaded, so a new primary neither re-tiers nor skips a range) and the message
+# trace. (Topic and group metadata travel as META frames; the CommitLog's indexes are rebuilt by
+# each member's dispatcher.)
+REPLICATED_CFS: tuple[str, ...] = (
+    *POP_CFS, SK.CF_OFFSETS, *TIMER_CFS, *TXN_CFS, *LK.LITE_CFS, *SECURITY_CFS, CF_TIER, *TRACE_CFS,
+)  # fmt: skip
 
 _HEAD = struct.Struct("<BQI")
 _OP = struct.Struct("<BHHII")

@@ -18,7 +18,8 @@ sequence order (a gap appears only where local retention deleted data before it 
 mirror never lists an object that is not in the bucket (objects are deleted only after a mirror
 without them was written). Object keys are deterministic from (topic, sequence, epoch), so a segment
 re-uploaded after a crash overwrites the same key; the epoch keeps a broker that lost its disk from
-overwriting objects of its previous life.
+overwriting objects of its previous life, and each primary term of a replicated broker group starts
+a new one (the manifest itself is replicated: docs/replication.md).
 
 Thread-safety: every method may be called from any thread (one lock guards the in-memory view).
 """
@@ -111,13 +112,16 @@ class _TopicView:
 
 
 class Manifest:
-    def __init__(self, kv: KV, *, prefix: str, cluster: str, broker: str) -> None:
+    def __init__(self, kv: KV, *, prefix: str, cluster: str, broker: str, new_epoch: bool = False) -> None:
+        """`new_epoch`: start a new epoch even if the store has one (a replicated broker group's new
+        primary: objects a deposed primary may still be uploading keep the old epoch in their keys,
+        so they can never overwrite this term's objects of the same sequence)."""
         self.kv = kv
         self.cluster = cluster
         self.broker = broker
         self._prefix = prefix
         raw = kv.get(_EPOCH)
-        if raw is None:
+        if raw is None or new_epoch:
             raw = secrets.token_hex(6).encode("ascii")
             kv.put(_EPOCH, raw)
         self.epoch = raw.decode("ascii")
