@@ -34,7 +34,7 @@ from broker.replication.epochs import LocalEpoch
 from broker.replication.gate import AckGate
 from broker.replication.primary import ReplicationServer
 from broker.replication.replica import LogMustChange, Replica, cut_log
-from broker.replication.state import REPLICATED_CFS
+from broker.replication.state import REPLICATED_CFS, snapshot_incomplete
 from broker.replication.switchover import hand_over
 from broker.store.statelog import StateRecorder
 from broker.store.store import MessageStore
@@ -174,6 +174,9 @@ class GroupMember:
                 await _in_executor(store.close)
 
     async def _campaign(self, store: MessageStore) -> Leader | None:
+        if snapshot_incomplete(store.index):
+            log.warning("not campaigning: this member's replicated state is a partly applied snapshot")
+            return None
         try:
             return await self.coord.campaign(store.writer.written_position)
         except Unavailable as exc:

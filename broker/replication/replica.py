@@ -67,7 +67,7 @@ class Replica:
         self._name = name
         self._max_frame = max_frame_bytes
         self._token = token
-        self._state = StateApplier(store.index)
+        self._state = StateApplier(store.index, max_frame_bytes)
 
     async def follow(self, leader: Leader, stop: asyncio.Event) -> None:
         """Copy from `leader` until `stop` or the connection ends (raises Unavailable then)."""
@@ -89,7 +89,7 @@ class Replica:
         self, leader: Leader, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stop: asyncio.Event
     ) -> None:
         store = self._store
-        self._state = StateApplier(store.index)  # a snapshot cut off with the last connection is dropped
+        self._state = StateApplier(store.index, self._max_frame)  # a new connection starts with a new snapshot
         end = store.writer.written_position
         hello = {"group": self._group, "name": self._name, "epoch": self._epoch.value, "log_end": end}
         if self._token:
