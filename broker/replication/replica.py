@@ -209,7 +209,8 @@ class _Copies:
         while not ready():
             self._changed.clear()
             changed = asyncio.ensure_future(self._changed.wait())
-            await asyncio.wait([changed, acker], return_when=asyncio.FIRST_COMPLETED)
+            waiting: list[asyncio.Future[Any]] = [changed, acker]
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             changed.cancel()
             if acker.done():
                 acker.result()  # raises what ended the acknowledging
