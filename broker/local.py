@@ -130,11 +130,12 @@ BROKER_CFS = METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_
 
 
 class LocalBroker:
-    def __init__(self, config: BrokerConfig, *, new_term: bool = False) -> None:
-        """`new_term`: this broker serves a new primary term of a replicated group (member.py);
-        tiering then starts a new object key epoch (broker/tiering/manifest.py)."""
+    def __init__(self, config: BrokerConfig, *, term_valid: Callable[[], bool] | None = None) -> None:
+        """`term_valid`: this broker serves a primary term of a replicated group (member.py), valid
+        while it returns True; tiering then starts a new object key epoch and overwrites another
+        broker's manifest.json only while the term is valid (broker/tiering/manifest.py)."""
         self.config = config
-        self._new_term = new_term
+        self._term_valid = term_valid
         self.on_topics_changed: Callable[[], Awaitable[object]] | None = None
         self._store: MessageStore | None = None
         self._parts: _Parts | None = None
@@ -171,9 +172,10 @@ class LocalBroker:
         if cfg.tiering.enabled:
             try:
                 lock = self._retention_lock
+                term = self._term_valid
                 tiering = await loop.run_in_executor(None, lambda: BrokerTiering(
                     store, cfg.tiering, cluster=cfg.cluster, broker=cfg.name, retention_lock=lock,
-                    new_epoch=self._new_term))  # fmt: skip
+                    new_epoch=term is not None, may_overwrite=term or (lambda: True)))  # fmt: skip
             except BaseException:
                 self._store = None
                 await loop.run_in_executor(None, store.close)

@@ -234,7 +234,7 @@ class GroupMember:
         """Serve as primary of `leader`'s epoch until deposed or `stop`."""
         self._epoch.set(leader.epoch)
         self.failovers += 1 if leader.epoch > 1 else 0
-        broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group), new_term=True)
+        broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group), term_valid=self.coord.term_valid)
         await broker.start()
         store = broker.store
         recorder = StateRecorder(REPLICATED_CFS, {cf: store.index.handle(cf) for cf in REPLICATED_CFS},
