@@ -194,6 +194,8 @@ Waiter = concurrent.futures.Future | tuple[asyncio.AbstractEventLoop, asyncio.Fu
 # indexes with C-level maps; smaller ones (single sends) share one run per round, indexed record by
 # record, so the per-run set-up is paid once (the maps cost ~4 us more set-up than a record's loop).
 RUN_MIN = 4
+# Rounds of copied records (a replica's) written but not yet indexed, at most.
+COPY_DISPATCH_DEPTH = 2
 # pwritev takes at most IOV_MAX buffers per call.
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
@@ -237,6 +239,8 @@ class CommitLogWriter:
         self._failed = failed
         self._queue: collections.deque[_Pending] = collections.deque()
         self._copies: collections.deque[_Copy] = collections.deque()  # a replica's (submit_copy)
+        self._copy_dispatcher: concurrent.futures.ThreadPoolExecutor | None = None  # started by the first copy
+        self._copy_dispatches: collections.deque[concurrent.futures.Future[None]] = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
         self._stop_flusher = threading.Event()
@@ -306,6 +310,8 @@ class CommitLogWriter:
             self._closed = True
             self._cond.notify_all()
         self._thread.join()
+        if self._copy_dispatcher is not None:  # indexing of copies ends before the index closes
+            self._copy_dispatcher.shutdown(wait=True)
         self._stop_flusher.set()
         if self._flusher is not None:
             self._flusher.join()
@@ -388,8 +394,20 @@ class CommitLogWriter:
         if err is None:
             self.written_position = self._seg.end
             self._next_qoff.clear()  # queue ends come from the index (this writer sealed none of these)
-            self._on_written([run for g in group for run in g.runs])
+            self._dispatch_copies([run for g in group for run in g.runs])
         _complete(group, None if err else [[] for _ in group], err)
+
+    def _dispatch_copies(self, runs: list[Run]) -> None:
+        """Index copied records in the copy dispatcher's thread, while this thread writes the next
+        pieces (a replica catching up spends about as long indexing as writing). A copy is complete
+        once written: recovery re-dispatches what a crash left unindexed, and a replica serves no
+        reads before it is promoted, which closes (and so drains) this store first. At most
+        COPY_DISPATCH_DEPTH rounds wait to be indexed."""
+        if self._copy_dispatcher is None:
+            self._copy_dispatcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="copy-dispatch")
+        while len(self._copy_dispatches) >= COPY_DISPATCH_DEPTH:
+            self._copy_dispatches.popleft().result()
+        self._copy_dispatches.append(self._copy_dispatcher.submit(self._on_written, runs))
 
     def _round(self, items: list[_Pending]) -> None:
         started = time.perf_counter()
