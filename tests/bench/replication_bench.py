@@ -5,10 +5,11 @@ drives the primary over the internal gRPC API (RemoteBroker), so the figures are
 
     .venv/bin/python tests/bench/replication_bench.py [--seconds 5] [--kills 20] [--catchup-mib 1024]
 
-1. produce: a standalone broker, then a group of three with `--min-insync 1` and `2` (fresh data
-   each; in a healthy group both wait for every in-sync member, docs/replication.md): closed-loop throughput
-   with B=1 and B=32 messages per send (`--concurrency` senders), then 1,000 msg/s open loop with
-   B=1 and its send latency (p50, p99); the ratio min-insync 2 / 1 per B.
+1. produce: a standalone broker and two groups of three, `--min-insync 1` and `2`, running side by
+   side (in a healthy group both wait for every in-sync member, docs/replication.md): closed-loop
+   throughput with B=1 and B=32 messages per send (`--concurrency` senders), measured in turns of
+   a second each so that load drifting on a shared machine weighs on all three alike; then 1,000
+   msg/s open loop with B=1 and its send latency (p50, p99); the ratio min-insync 2 / 1 per B.
 2. failover: `--kills` times, SIGKILL the primary of a three-member group (min-insync 2) and time
    until a send on the group's new primary is acknowledged (distribution: p50, p90, p99, max).
 3. catch-up: a two-member group (min-insync 1); stop the replica, write `--catchup-mib` through the
@@ -54,6 +55,7 @@ P99_SEND_MS = 10.0  # at 1,000 msg/s, B=1, --min-insync 2
 FAILOVER_P99_S = 5.0
 CATCHUP_DISK_RATIO = 0.50
 SUMMARY: list[str] = []
+ROUND_S = 1.0  # one turn of a produce measurement (produce_phase)
 
 
 def _target(figure: str, met: bool, target: str) -> str:
@@ -139,36 +141,58 @@ def _pct(values: list[float], q: float) -> float:
 
 
 async def produce_phase(root: Path, etcd: EtcdProcess, args: argparse.Namespace) -> None:
-    """min_insync 0 here means a standalone broker (no group, no etcd): what replication costs."""
-    results: dict[tuple[int, int], float] = {}
-    for min_insync in (0, 1, 2):
-        group = Group(root / f"produce-{min_insync}", etcd, 3 if min_insync else 1, max(1, min_insync))
-        if not min_insync:
-            group.settings = {}
-        try:
+    """min_insync 0 here means a standalone broker (no group, no etcd): what replication costs.
+
+    The three set-ups run side by side and are measured in turns of `ROUND_S` (each idle while
+    another is measured), so a shared machine's load drifting during the run weighs on all three
+    alike instead of on whichever was measured last."""
+    setups = (0, 1, 2)
+    groups: dict[int, Group] = {}
+    remotes: dict[int, RemoteBroker] = {}
+    try:
+        for min_insync in setups:
+            group = groups[min_insync] = Group(root / f"produce-{min_insync}", etcd, 3 if min_insync else 1,
+                                               max(1, min_insync))  # fmt: skip
+            if not min_insync:
+                group.settings = {}
             for name in group.names:
                 await asyncio.to_thread(group.start, name)
+        for min_insync in setups:
             if min_insync:
-                leader = await group.wait_in_sync(3)
+                leader = await groups[min_insync].wait_in_sync(3)
             else:
-                leader = {"address": group.procs["m0"].address}
-            remote = RemoteBroker(group.group, leader["address"], timeout_s=10)
-            await remote.create_topic(TopicSpec(TOPIC, queue_count=4))
-            for batch in (1, 32):
-                await closed_loop(remote, batch, args.concurrency, 1.0)  # warm-up
-                results[(min_insync, batch)] = await closed_loop(remote, batch, args.concurrency, args.seconds)
-                print(f"produce min_insync={min_insync} B={batch}: {results[(min_insync, batch)]:,.0f} msg/s")
-            lat = await open_loop(remote, 1000, args.seconds)
+                leader = {"address": groups[0].procs["m0"].address}
+            remotes[min_insync] = RemoteBroker(groups[min_insync].group, leader["address"], timeout_s=10)
+            await remotes[min_insync].create_topic(TopicSpec(TOPIC, queue_count=4))
+        results: dict[tuple[int, int], float] = {}
+        rounds = max(1, round(args.seconds / ROUND_S))
+        for batch in (1, 32):
+            for min_insync in setups:
+                await closed_loop(remotes[min_insync], batch, args.concurrency, 1.0)  # warm-up
+            per_round: dict[int, list[float]] = {m: [] for m in setups}
+            for _ in range(rounds):
+                for min_insync in setups:
+                    rate = await closed_loop(remotes[min_insync], batch, args.concurrency, args.seconds / rounds)
+                    per_round[min_insync].append(rate)
+            for min_insync in setups:
+                results[(min_insync, batch)] = statistics.mean(per_round[min_insync])
+                print(f"produce min_insync={min_insync} B={batch}: {results[(min_insync, batch)]:,.0f} msg/s "
+                      f"(mean of {rounds} turns of {args.seconds / rounds:.1f} s: "
+                      f"{', '.join(f'{r:,.0f}' for r in per_round[min_insync])})")  # fmt: skip
+        for min_insync in setups:
+            lat = await open_loop(remotes[min_insync], 1000, args.seconds)
             p99_ms = _pct(lat, 0.99) * 1000
             figure = (f"produce min_insync={min_insync} 1,000 msg/s B=1: p50 {_pct(lat, 0.5) * 1000:.2f} ms, "
                       f"p99 {p99_ms:.2f} ms")  # fmt: skip
             print(_target(figure, p99_ms < P99_SEND_MS, f"p99 < {P99_SEND_MS:.0f} ms") if min_insync == 2 else figure)
+    finally:
+        for remote in remotes.values():
             await remote.close()
-        finally:
+        for group in groups.values():
             group.stop()
     for batch in (1, 32):
         ratio = results[(2, batch)] / results[(1, batch)]
-        figure = (f"ratio min_insync 2 / 1, B={batch}: {ratio:.0%}; "
+        figure = (f"ratio min_insync 2 / 1, B={batch}: {ratio:.1%}; "
                   f"min_insync 2 / standalone: {results[(2, batch)] / results[(0, batch)]:.0%}")  # fmt: skip
         print(_target(figure, ratio >= MIN_INSYNC_RATIO, f">= {MIN_INSYNC_RATIO:.0%} for 2 / 1"))
 
@@ -275,7 +299,7 @@ async def catchup_phase(root: Path, etcd: EtcdProcess, args: argparse.Namespace)
         speed = (total - have) / (1 << 20) / elapsed
         figure = (f"catch-up of {(total - have) / (1 << 20):.0f} MiB: {elapsed:.1f} s = {speed:.0f} MiB/s (from the "
                   f"first copied byte; {started - launched:.1f} s to start); disk sequential write {disk:.0f} MiB/s; "
-                  f"ratio {speed / disk:.0%}")  # fmt: skip
+                  f"ratio {speed / disk:.1%}")  # fmt: skip
         print(_target(figure, speed / disk >= CATCHUP_DISK_RATIO, f">= {CATCHUP_DISK_RATIO:.0%} of the disk"))
     finally:
         group.stop()
