@@ -168,6 +168,9 @@ class Replica:
             acker.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await acker
+            # Copies already handed over are written all the same: the next session must start
+            # from the log end they leave (its HELLO names it), not from before them.
+            await copies.settled()
 
     async def _ack_copies(self, copies: _Copies, writer: asyncio.StreamWriter) -> None:
         """Acknowledge copies as they are written: one ACK (the log end) for all that are done."""
@@ -177,25 +180,42 @@ class Replica:
 
 
 class _Copies:
-    """A replica's copies in flight, oldest first (event loop only)."""
+    """A replica's copies in flight, oldest first (event loop only). Who waits for a change
+    registers a future before yielding (`_next_change`), so no change between its check and its
+    wait can be missed."""
 
     def __init__(self) -> None:
         self._futures: collections.deque[asyncio.Future[object]] = collections.deque()
-        self._changed = asyncio.Event()
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def _changed(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _next_change(self) -> asyncio.Future[None]:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        return waiter
 
     def add(self, fut: asyncio.Future[object]) -> None:
         self._futures.append(fut)
-        self._changed.set()
+        self._changed()
 
     async def written(self) -> None:
         """Wait for the oldest copy, then drop every finished one (raises a failed copy's error)."""
         while not self._futures:
-            self._changed.clear()
-            await self._changed.wait()
-        await self._futures[0]
+            await self._next_change()
+        await asyncio.shield(self._futures[0])  # cancelling the acknowledging leaves the copy alone
         while self._futures and self._futures[0].done():
             self._futures.popleft().result()
-        self._changed.set()
+        self._changed()
+
+    async def settled(self) -> None:
+        """Wait until the writer is done with every copy handed over (written or failed)."""
+        if self._futures:
+            await asyncio.wait(list(self._futures))
 
     async def room(self, acker: asyncio.Future[None]) -> None:
         """Wait until fewer than COPY_PIPELINE_DEPTH copies are in flight."""
@@ -207,11 +227,9 @@ class _Copies:
 
     async def _until(self, ready: Callable[[], bool], acker: asyncio.Future[None]) -> None:
         while not ready():
-            self._changed.clear()
-            changed = asyncio.ensure_future(self._changed.wait())
+            changed = self._next_change()
             waiting: list[asyncio.Future[Any]] = [changed, acker]
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            changed.cancel()
             if acker.done():
                 acker.result()  # raises what ended the acknowledging
                 raise ConnectionResetError("the replica stopped acknowledging")
