@@ -131,9 +131,15 @@ BROKER_CFS = METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_
 
 
 class LocalBroker:
-    def __init__(self, config: BrokerConfig, *, term: int = 0) -> None:
+    def __init__(self, config: BrokerConfig, *, term: int = 0, term_valid: Callable[[], bool] | None = None) -> None:
+        """`term`, `term_valid`: this broker serves primary term `term` of a replicated group
+        (member.py), valid while `term_valid` returns True. Its pop entries get receipt handle
+        versions of that term (popstate.first_version); tiering starts a new object key epoch and
+        overwrites another broker's manifest.json only while the term is valid
+        (broker/tiering/manifest.py)."""
         self.config = config
-        self._term = term  # a replicated primary's epoch (receipt handle versions, popstate.first_version)
+        self._term = term
+        self._term_valid = term_valid
         self.on_topics_changed: Callable[[], Awaitable[object]] | None = None
         self._store: MessageStore | None = None
         self._parts: _Parts | None = None
@@ -170,8 +176,10 @@ class LocalBroker:
         if cfg.tiering.enabled:
             try:
                 lock = self._retention_lock
+                term = self._term_valid
                 tiering = await loop.run_in_executor(None, lambda: BrokerTiering(
-                    store, cfg.tiering, cluster=cfg.cluster, broker=cfg.name, retention_lock=lock))  # fmt: skip
+                    store, cfg.tiering, cluster=cfg.cluster, broker=cfg.name, retention_lock=lock,
+                    new_epoch=term is not None, may_overwrite=term or (lambda: True)))  # fmt: skip
             except BaseException:
                 self._store = None
                 await loop.run_in_executor(None, store.close)
@@ -732,6 +740,8 @@ class LocalBroker:
 
     async def put_security(self, version: int, data: bytes) -> None:
         self._security_store().put(version, data)
+        if self.store.state_gate is not None:  # a replicated primary: the in-sync replicas hold it
+            await self.store.state_gate()
         log.info("security document stored", extra=kv(version=version, size_bytes=len(data)))
 
     def _security_store(self) -> SecurityStore:

@@ -5,7 +5,9 @@ newest version durably in the RocksDB column family `security` under one key, as
 big-endian version followed by the encoded document, and refuses a write whose version is not
 above the one held, so a slow or repeated write can never roll the document back. Every broker
 holds a copy: `sluice admin` writes each one, proxies read the highest version they can reach.
-Mutations run on the broker's event loop thread.
+Mutations run on the broker's event loop thread. A write goes through `Index.batch()` /
+`Index.write()`, so a replicated primary records it as a state change (docs/replication.md) and
+the broker acknowledges it once the in-sync replicas hold it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
 
 class SecurityStore:
     def __init__(self, index: Index) -> None:
+        self._index = index
         self._cf = index.cf(CF_SECURITY)
         raw = self._cf.get(_KEY)
         if raw is None:
@@ -40,5 +43,7 @@ class SecurityStore:
                 f"the security document changed meanwhile (this broker holds version {self.version}, "
                 f"the write was version {version}); run the command again"
             )
-        self._cf.put(_KEY, _VERSION.pack(version) + data)
+        batch = self._index.batch()
+        batch.put(_KEY, _VERSION.pack(version) + data, self._index.handle(CF_SECURITY))
+        self._index.write(batch)
         self.version, self.data = version, data

@@ -41,6 +41,11 @@ _drain: Callable[[Iterable[object]], None] = collections.deque[object](maxlen=0)
 
 CF_TRACE = "trace"
 TRACE_CFS = (CF_TRACE,)
+# Events per RocksDB WriteBatch of a flush. On a replicated primary each batch is one state change
+# sent to the replicas as one frame (docs/replication.md); a full pending list (max_pending_events)
+# in one batch could exceed a frame (4 MiB by default). 5,000 events are at most about 1 MiB (the
+# JSON ones are the largest, ~200 bytes with their key).
+FLUSH_BATCH_EVENTS = 5_000
 
 # A pending event: (kind, time_ms, topic, queue, offset, fields) — encoded only when flushed, its
 # fields as a JSON document.
@@ -161,10 +166,18 @@ class TraceRecorder:
         batch = self._new_batch()
         put, cf = batch.put, self._handle
         prefixes: dict[tuple[int, str], bytes] = {}
+        events = 0  # in `batch`: each batch is one state change on a replicated primary, so bounded
         for item in items:
+            if events >= FLUSH_BATCH_EVENTS:
+                self._write(batch)
+                batch = self._new_batch()
+                put = batch.put
+                events = 0
             if len(item) == 5:
                 self._put_run(put, item, prefixes)
+                events += len(item[4])
                 continue
+            events += 1
             kind, t, topic, qid, offset, fields = item
             bucket = t // self._bucket_ms
             seq = next(self._seq) & K.U32_MAX

@@ -34,7 +34,7 @@ from broker.replication.epochs import LocalEpoch
 from broker.replication.gate import AckGate
 from broker.replication.primary import ReplicationServer
 from broker.replication.replica import LogMustChange, Replica, cut_log
-from broker.replication.state import REPLICATED_CFS
+from broker.replication.state import REPLICATED_CFS, snapshot_incomplete
 from broker.replication.switchover import hand_over
 from broker.store.statelog import StateRecorder
 from broker.store.store import MessageStore
@@ -175,6 +175,9 @@ class GroupMember:
                 await _in_executor(store.close)
 
     async def _campaign(self, store: MessageStore) -> Leader | None:
+        if snapshot_incomplete(store.index):
+            log.warning("not campaigning: this member's replicated state is a partly applied snapshot")
+            return None
         try:
             return await self.coord.campaign(store.writer.written_position)
         except Unavailable as exc:
@@ -234,7 +237,8 @@ class GroupMember:
         self.failovers += 1 if leader.epoch > 1 else 0
         # Its pop entries get versions of this term: a handle of an earlier primary for an offset
         # this one reused (its message never got here) matches no entry (popstate.first_version).
-        broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group), term=leader.epoch)
+        broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group), term=leader.epoch,
+                             term_valid=self.coord.term_valid)  # fmt: skip
         await broker.start()
         store = broker.store
         recorder = StateRecorder(REPLICATED_CFS, {cf: store.index.handle(cf) for cf in REPLICATED_CFS},

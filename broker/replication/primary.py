@@ -22,7 +22,7 @@ import contextlib
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from broker.metadata import CF_GROUPS, CF_TOPICS
@@ -91,6 +91,7 @@ class ReplicationServer:
         self._metadata_task: asyncio.Task[None] | None = None
         self._recorder: StateRecorder | None = store.index.recorder
         self._state_sent: dict[str, int] = {}  # replica -> the last state change sent to it
+        self.snapshot_frames = 0  # STATE frames of snapshots sent so far
         # Snapshots read RocksDB here, one at a time; close() waits for a read in progress, since
         # the store closes right after (a task cancelled while awaiting it leaves the thread running).
         self._snapshot_reader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="repl-snapshot")
@@ -217,31 +218,33 @@ class ReplicationServer:
             state.connected = False
 
     async def _send_snapshot(self, name: str, writer: asyncio.StreamWriter) -> int:
-        """Send the whole replicated state as of now (STATE frames flagged SNAPSHOT); its seq."""
+        """Send the whole replicated state as of now (STATE frames flagged SNAPSHOT); its seq.
+
+        Streamed: the reader thread encodes one piece (at most half a frame of keys and values)
+        while the last one is sent, so memory stays bounded whatever the state's size."""
         recorder = self._recorder
         assert recorder is not None
         seq, iterators = recorder.snapshot(self._store.index.cf)
         self._state_sent[name] = seq  # changes after `seq` are kept for this stream from now on
         loop = asyncio.get_running_loop()
-        pieces = await loop.run_in_executor(self._snapshot_reader, self._snapshot_pieces, seq, iterators)
-        for piece in pieces:
+        pieces = self._snapshot_pieces(seq, iterators)
+        while (piece := await loop.run_in_executor(self._snapshot_reader, next, pieces, None)) is not None:
             writer.writelines(P.frame(P.FrameType.STATE, piece))
             await writer.drain()
+            self.snapshot_frames += 1
         return seq
 
-    def _snapshot_pieces(self, seq: int, iterators: list[tuple[str, object]]) -> list[bytes]:
-        """The snapshot's STATE payloads, each within the frame limit (runs in an executor)."""
-        pieces: list[bytes] = []
+    def _snapshot_pieces(self, seq: int, iterators: list[tuple[str, object]]) -> Iterator[bytes]:
+        """The snapshot's STATE payloads, each within the frame limit (advanced in the reader thread)."""
         ops: list[Op] = []
         size, budget = 0, self._max_frame // 2  # room for the topic names keys may carry
         for op in snapshot_ops(iterators):
             ops.append(op)
             size += len(op[2]) + len(op[3]) + len(op[1])
             if size >= budget:
-                pieces.append(S.encode(S.SNAPSHOT, seq, ops, self._store.index))
+                yield S.encode(S.SNAPSHOT, seq, ops, self._store.index)
                 ops, size = [], 0
-        pieces.append(S.encode(S.SNAPSHOT | S.LAST, seq, ops, self._store.index))
-        return pieces
+        yield S.encode(S.SNAPSHOT | S.LAST, seq, ops, self._store.index)
 
     def _release_state(self) -> None:
         if self._recorder is not None:

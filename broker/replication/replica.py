@@ -6,7 +6,8 @@ left on the primary), `follow` raises `LogMustChange` and the caller closes the 
 `cut_log`, reopens it and follows again (recovery then trims the indexes to the shortened log).
 Otherwise it records the primary's epoch as its own and copies DATA through
 `MessageStore.append_copy` (whole records only; a record split across frames waits for its rest),
-acknowledging its new log end after each piece. META frames (after any META_PART pieces of the
+acknowledging its new log end as pieces are written (several in flight: `COPY_PIPELINE_DEPTH`;
+a STATE frame waits until those are written). META frames (after any META_PART pieces of the
 same payload) replace its topic and group metadata;
 STATE frames (a snapshot, then each change in order) update its consumer state (state.py), each
 acknowledged with STATE_ACK once written.
@@ -15,10 +16,11 @@ acknowledged with STATE_ACK once written.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,8 @@ from common.logs import kv
 log = logging.getLogger("sluice.replication.replica")
 
 CONNECT_TIMEOUT_S = 3.0
+# Copied pieces (DATA frames, at most max_frame_bytes each) in flight to the store's writer at once.
+COPY_PIPELINE_DEPTH = 4
 
 
 class LogMustChange(Exception):
@@ -64,7 +68,7 @@ class Replica:
         self._name = name
         self._max_frame = max_frame_bytes
         self._token = token
-        self._state = StateApplier(store.index)
+        self._state = StateApplier(store.index, max_frame_bytes)
 
     async def follow(self, leader: Leader, stop: asyncio.Event) -> None:
         """Copy from `leader` until `stop` or the connection ends (raises Unavailable then)."""
@@ -86,7 +90,7 @@ class Replica:
         self, leader: Leader, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, stop: asyncio.Event
     ) -> None:
         store = self._store
-        self._state = StateApplier(store.index)  # a snapshot cut off with the last connection is dropped
+        self._state = StateApplier(store.index, self._max_frame)  # a new connection starts with a new snapshot
         end = store.writer.written_position
         hello = {"group": self._group, "name": self._name, "epoch": self._epoch.value, "log_end": end}
         if self._token:
@@ -116,46 +120,126 @@ class Replica:
         carry = bytearray()  # the start of a record whose rest is in the next frame
         carry_at = (0, 0)  # (segment base, position) where `carry` begins
         meta_parts = bytearray()  # the leading pieces of a META payload larger than a frame
+        # Copies handed to the store's writer and not yet acknowledged, oldest first: the next
+        # frame is read and verified while earlier ones are written (the writer joins queued
+        # copies into one write and one dispatch).
+        copies = _Copies()
+        acker = asyncio.ensure_future(self._ack_copies(copies, writer))
+        try:
+            while True:
+                frame = asyncio.ensure_future(P.read_frame(reader, self._max_frame))
+                pending: list[asyncio.Future[Any]] = [frame, stopped, acker]
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if acker.done():
+                    frame.cancel()
+                    acker.result()  # raises what ended it
+                if not frame.done():
+                    frame.cancel()
+                    return
+                kind, payload = frame.result()
+                if kind is P.FrameType.META_PART:
+                    meta_parts += payload
+                    continue
+                if kind is P.FrameType.META:
+                    document = bytes(meta_parts + payload) if meta_parts else payload
+                    meta_parts.clear()
+                    await _send(writer, P.meta_ack(apply_metadata(store, document)))
+                    continue
+                if kind is P.FrameType.STATE:
+                    await copies.drained(acker)  # a change never lands before the data it refers to
+                    applied = self._state.apply(payload)
+                    if applied is not None:
+                        await _send(writer, P.state_ack(applied))
+                    continue
+                if kind is P.FrameType.ERROR:
+                    raise Unavailable(f"primary ended the stream: {payload.decode(errors='replace')}")
+                if kind is not P.FrameType.DATA:
+                    raise BadRequest(f"unexpected {kind.name} frame from the primary")
+                base, position, chunk = P.parse_data(payload)
+                if carry:
+                    if (base, position) != (carry_at[0], carry_at[1] + len(carry)):
+                        raise BadRequest("the primary's data does not continue where the last frame ended")
+                    carry += chunk
+                    data: bytes | bytearray | memoryview = carry
+                    base, position = carry_at
+                else:
+                    data = chunk
+                whole = _whole_records(data)
+                if whole:
+                    piece = data[:whole] if isinstance(data, memoryview) else bytes(data[:whole])
+                    await copies.room(acker)
+                    copies.add(store.append_copy(base, position, piece))
+                carry = bytearray(data[whole:])
+                carry_at = (base, position + whole)
+        finally:
+            acker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await acker
+            # Copies already handed over are written all the same: the next session must start
+            # from the log end they leave (its HELLO names it), not from before them.
+            await copies.settled()
+
+    async def _ack_copies(self, copies: _Copies, writer: asyncio.StreamWriter) -> None:
+        """Acknowledge copies as they are written: one ACK (the log end) for all that are done."""
         while True:
-            frame = asyncio.ensure_future(P.read_frame(reader, self._max_frame))
-            pending: list[asyncio.Future[Any]] = [frame, stopped]
-            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if not frame.done():
-                frame.cancel()
-                return
-            kind, payload = frame.result()
-            if kind is P.FrameType.META_PART:
-                meta_parts += payload
-                continue
-            if kind is P.FrameType.META:
-                document = bytes(meta_parts + payload) if meta_parts else payload
-                meta_parts.clear()
-                await _send(writer, P.meta_ack(apply_metadata(store, document)))
-                continue
-            if kind is P.FrameType.STATE:
-                applied = self._state.apply(payload)
-                if applied is not None:
-                    await _send(writer, P.state_ack(applied))
-                continue
-            if kind is P.FrameType.ERROR:
-                raise Unavailable(f"primary ended the stream: {payload.decode(errors='replace')}")
-            if kind is not P.FrameType.DATA:
-                raise BadRequest(f"unexpected {kind.name} frame from the primary")
-            base, position, chunk = P.parse_data(payload)
-            if carry:
-                if (base, position) != (carry_at[0], carry_at[1] + len(carry)):
-                    raise BadRequest("the primary's data does not continue where the last frame ended")
-                carry += chunk
-                data: bytes | bytearray | memoryview = carry
-                base, position = carry_at
-            else:
-                data = chunk
-            whole = _whole_records(data)
-            if whole:
-                await store.append_copy(base, position, bytes(data[:whole]))
-                await _send(writer, P.ack(store.writer.written_position))
-            carry = bytearray(data[whole:])
-            carry_at = (base, position + whole)
+            await copies.written()
+            await _send(writer, P.ack(self._store.writer.written_position))
+
+
+class _Copies:
+    """A replica's copies in flight, oldest first (event loop only). Who waits for a change
+    registers a future before yielding (`_next_change`), so no change between its check and its
+    wait can be missed."""
+
+    def __init__(self) -> None:
+        self._futures: collections.deque[asyncio.Future[object]] = collections.deque()
+        self._waiters: list[asyncio.Future[None]] = []
+
+    def _changed(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _next_change(self) -> asyncio.Future[None]:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        return waiter
+
+    def add(self, fut: asyncio.Future[object]) -> None:
+        self._futures.append(fut)
+        self._changed()
+
+    async def written(self) -> None:
+        """Wait for the oldest copy, then drop every finished one (raises a failed copy's error)."""
+        while not self._futures:
+            await self._next_change()
+        await asyncio.shield(self._futures[0])  # cancelling the acknowledging leaves the copy alone
+        while self._futures and self._futures[0].done():
+            self._futures.popleft().result()
+        self._changed()
+
+    async def settled(self) -> None:
+        """Wait until the writer is done with every copy handed over (written or failed)."""
+        if self._futures:
+            await asyncio.wait(list(self._futures))
+
+    async def room(self, acker: asyncio.Future[None]) -> None:
+        """Wait until fewer than COPY_PIPELINE_DEPTH copies are in flight."""
+        await self._until(lambda: len(self._futures) < COPY_PIPELINE_DEPTH, acker)
+
+    async def drained(self, acker: asyncio.Future[None]) -> None:
+        """Wait until every copy handed over is written."""
+        await self._until(lambda: not self._futures, acker)
+
+    async def _until(self, ready: Callable[[], bool], acker: asyncio.Future[None]) -> None:
+        while not ready():
+            changed = self._next_change()
+            waiting: list[asyncio.Future[Any]] = [changed, acker]
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if acker.done():
+                acker.result()  # raises what ended the acknowledging
+                raise ConnectionResetError("the replica stopped acknowledging")
 
 
 async def _send(writer: asyncio.StreamWriter, frames: Iterable[bytes | bytearray | memoryview]) -> None:

@@ -28,10 +28,13 @@ import rocksdict
 
 from broker.lite import keys as LK
 from broker.popstate import POP_CFS
+from broker.security_store import SECURITY_CFS
 from broker.store import keys as SK
 from broker.store.index import Index
 from broker.store.statelog import DELETE, DELETE_RANGE, PUT, Op
+from broker.tiering.kv import CF_TIER
 from broker.timer.keys import TIMER_CFS
+from broker.trace import TRACE_CFS
 from broker.transaction.pending import TXN_CFS
 from common.errors import BadRequest
 
@@ -39,9 +42,13 @@ SNAPSHOT, LAST = 1, 2
 
 # Everything a consumer relies on that lives in RocksDB rather than in the CommitLog: pop cursors,
 # in-flight entries and their deadlines, committed offsets, pending timers, half messages, lite
-# topics and subscriptions. (Topic and group metadata travel as META frames; the CommitLog's
-# indexes are rebuilt by each member's dispatcher.)
-REPLICATED_CFS: tuple[str, ...] = (*POP_CFS, SK.CF_OFFSETS, *TIMER_CFS, *TXN_CFS, *LK.LITE_CFS)
+# topics and subscriptions; and what a successor must continue: the security document, tiering's
+# manifest (what is uploaded, so a new primary neither re-tiers nor skips a range) and the message
+# trace. (Topic and group metadata travel as META frames; the CommitLog's indexes are rebuilt by
+# each member's dispatcher.)
+REPLICATED_CFS: tuple[str, ...] = (
+    *POP_CFS, SK.CF_OFFSETS, *TIMER_CFS, *TXN_CFS, *LK.LITE_CFS, *SECURITY_CFS, CF_TIER, *TRACE_CFS,
+)  # fmt: skip
 
 _HEAD = struct.Struct("<BQI")
 _OP = struct.Struct("<BHHII")
@@ -108,34 +115,64 @@ def decode(payload: bytes) -> tuple[int, int, list[tuple[int, str, str, bytes, b
     return flags, seq, ops
 
 
-class StateApplier:
-    """A replica's side: applies changes in order, snapshots atomically (one WriteBatch from the
-    first piece to the last: a replica cut off mid-snapshot keeps its previous state whole)."""
+# In the store's `meta` column family (not replicated) while a snapshot is being applied: the
+# replicated column families then hold a mix of the old state and part of the new, so the member
+# must not campaign (member.py) until a later snapshot completes.
+SNAPSHOT_INCOMPLETE_KEY = b"r:snapshot-incomplete"
 
-    def __init__(self, index: Index) -> None:
+
+def snapshot_incomplete(index: Index) -> bool:
+    """True while this member's replicated state is a partly applied snapshot."""
+    return index.cf(SK.CF_META).get(SNAPSHOT_INCOMPLETE_KEY) is not None
+
+
+class StateApplier:
+    """A replica's side: applies changes in order, each as one WriteBatch; a snapshot piece by piece.
+
+    A snapshot may be larger than memory, so its pieces are written as they come (memory stays
+    bounded by a frame): the first marks the state incomplete (`SNAPSHOT_INCOMPLETE_KEY`) and clears
+    the replicated column families in bounded batches, the last piece's batch removes the mark. A
+    replica cut off mid-snapshot keeps the mark until the next snapshot completes: it is not
+    eligible for election meanwhile (its state is neither the old one nor the new)."""
+
+    def __init__(self, index: Index, max_batch_bytes: int) -> None:
         self._index = index
-        self._snapshot: rocksdict.WriteBatch | None = None
+        self._max_batch = max_batch_bytes
+        self._in_snapshot = False
 
     def apply(self, payload: bytes) -> int | None:
         """Apply one STATE frame; the seq this replica now holds, or None (a snapshot continues)."""
         flags, seq, ops = decode(payload)
         index = self._index
+        if flags & SNAPSHOT and not self._in_snapshot:
+            self._in_snapshot = True
+            self._clear()
+        batch = index.batch()
+        self._add(batch, ops)
+        if flags & SNAPSHOT and not flags & LAST:
+            index.write(batch)
+            return None
         if flags & SNAPSHOT:
-            if self._snapshot is None:
-                self._snapshot = index.batch()
-                for cf in REPLICATED_CFS:  # the snapshot replaces everything held so far
-                    handle = index.handle(cf)
-                    for key, _ in index.cf(cf).items():
-                        self._snapshot.delete(key, handle)
-            self._add(self._snapshot, ops)
-            if not flags & LAST:
-                return None
-            batch, self._snapshot = self._snapshot, None
-        else:
-            batch = index.batch()
-            self._add(batch, ops)
+            self._in_snapshot = False
+            batch.delete(SNAPSHOT_INCOMPLETE_KEY, index.handle(SK.CF_META))
         index.write(batch)
         return seq
+
+    def _clear(self) -> None:
+        """Mark the state incomplete, then delete everything replicated (a snapshot replaces it)."""
+        index = self._index
+        batch = index.batch()
+        batch.put(SNAPSHOT_INCOMPLETE_KEY, b"", index.handle(SK.CF_META))
+        index.write(batch)
+        for cf in REPLICATED_CFS:
+            handle, batch, size = index.handle(cf), index.batch(), 0
+            for key in index.cf(cf).keys():  # noqa: SIM118 (a raw-mode Rdict cannot be iterated itself)
+                batch.delete(key, handle)
+                size += len(key)
+                if size >= self._max_batch:
+                    index.write(batch)
+                    batch, size = index.batch(), 0
+            index.write(batch)
 
     def _add(self, batch: rocksdict.WriteBatch, ops: list[tuple[int, str, str, bytes, bytes]]) -> None:
         index = self._index

@@ -443,6 +443,72 @@ def peek_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, i
 
 def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, where: str = "") -> MessageRecord:
     """Decode and verify the record at `pos`. Raises MessageCorrupted naming `where` on any mismatch."""
+    h = _check(buf, pos, where)
+    try:
+        return _decode_checked(memoryview(buf)[pos : pos + h[0]], h)
+    except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
+        raise MessageCorrupted(f"record at {where or pos} has a malformed body: {exc}") from None
+
+
+class CopiedRecords(NamedTuple):
+    """What the dispatcher indexes of records copied from a primary (`verify_copied`), one list per field."""
+
+    topics: list[str]
+    queue_ids: list[int]
+    tags: list[str]
+    message_ids: list[bytes]
+    keys: list[tuple[str, ...]]
+    queue_offsets: list[int]
+    sizes: list[int]
+    store_timestamps_ms: list[int]
+
+
+def verify_copied(buf: bytes | bytearray | memoryview, position: int) -> CopiedRecords:
+    """Verify the whole records of `buf`, which belong at CommitLog `position`, as `decode` does
+    (magic, size, version, CRC) and that each says it lives where it is; read only what the
+    dispatcher indexes (no properties, no body, no MessageRecord: ~3x cheaper than `decode` per
+    1 KiB record). A replica runs it on every piece it copies (store.copied_run)."""
+    view = memoryview(buf)
+    out = CopiedRecords([], [], [], [], [], [], [], [])
+    topics, qids, tags, mids, keys_out, qoffs, sizes, stamps = out
+    at, end = 0, len(view)
+    unpack_u16 = _U16.unpack_from
+    while at < end:
+        h = _check(view, at, position + at)
+        total, phys = h[0], h[8]
+        if phys != position + at:
+            raise MessageCorrupted(f"record at {position + at} says it lives at {phys}")
+        try:
+            p = at + HEADER_SIZE
+            e_topic = p + h[14]
+            e_mid = e_topic + h[15]
+            e_tag = e_mid + h[16]
+            topics.append(str(view[p:e_topic], "utf-8"))
+            mids.append(bytes(view[e_topic:e_mid]))
+            tags.append(str(view[e_mid:e_tag], "utf-8"))
+            n_keys = h[20]
+            if n_keys:
+                k = e_tag + h[17] + h[18] + h[19]  # past message group, born host and store host
+                keys: list[str] = []
+                for _ in range(n_keys):
+                    (n,) = unpack_u16(view, k)
+                    keys.append(str(view[k + 2 : k + 2 + n], "utf-8"))
+                    k += 2 + n
+                keys_out.append(tuple(keys))
+            else:
+                keys_out.append(())
+        except (struct.error, UnicodeDecodeError) as exc:
+            raise MessageCorrupted(f"record at {position + at} has a malformed body: {exc}") from None
+        qids.append(h[6])
+        qoffs.append(h[7])
+        sizes.append(total)
+        stamps.append(h[9])
+        at += total
+    return out
+
+
+def _check(buf: bytes | bytearray | memoryview, pos: int, where: str | int) -> tuple[int, ...]:
+    """The header of the record at `pos`, its magic, size, version and CRC verified."""
     view = memoryview(buf)
     avail = len(view) - pos
     if avail < HEADER_SIZE:
@@ -455,16 +521,12 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, where: str = ""
         raise MessageCorrupted(f"record at {where or pos} declares size {total} but {avail} bytes are available")
     if version != VERSION:
         raise MessageCorrupted(f"record at {where or pos} has unknown format version {version}")
-    rec_view = view[pos : pos + total]
-    actual = crc32(rec_view[CRC_START:])
+    actual = crc32(view[pos + CRC_START : pos + total])
     if actual != crc:
         raise MessageCorrupted(
             f"record at {where or pos} failed its CRC check (stored {crc:08x}, computed {actual:08x})"
         )
-    try:
-        return _decode_checked(rec_view, h)
-    except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
-        raise MessageCorrupted(f"record at {where or pos} has a malformed body: {exc}") from None
+    return h
 
 
 def _decode_checked(v: memoryview, h: tuple[int, ...]) -> MessageRecord:

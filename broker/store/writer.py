@@ -195,6 +195,8 @@ Waiter = concurrent.futures.Future | tuple[asyncio.AbstractEventLoop, asyncio.Fu
 # indexes with C-level maps; smaller ones (single sends) share one run per round, indexed record by
 # record, so the per-run set-up is paid once (the maps cost ~4 us more set-up than a record's loop).
 RUN_MIN = 4
+# Rounds of copied records (a replica's) written but not yet indexed, at most.
+COPY_DISPATCH_DEPTH = 2
 # pwritev takes at most IOV_MAX buffers per call.
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
@@ -210,12 +212,12 @@ class _Pending:
 
 class _Copy(NamedTuple):
     """Records a replica copies from its primary: `data` (whole records, already sealed) belongs at
-    `segment_base + position`, where this log ends; `run` indexes them."""
+    `segment_base + position`, where this log ends; `runs` index them."""
 
     segment_base: int
     position: int
     data: bytes | bytearray | memoryview
-    run: Run
+    runs: list[Run]
     waiter: Waiter
 
 
@@ -238,6 +240,8 @@ class CommitLogWriter:
         self._failed = failed
         self._queue: collections.deque[_Pending] = collections.deque()
         self._copies: collections.deque[_Copy] = collections.deque()  # a replica's (submit_copy)
+        self._copy_dispatcher: concurrent.futures.ThreadPoolExecutor | None = None  # started by the first copy
+        self._copy_dispatches: collections.deque[concurrent.futures.Future[None]] = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
         self._stop_flusher = threading.Event()
@@ -309,16 +313,16 @@ class CommitLogWriter:
         segment_base: int,
         position: int,
         data: bytes | bytearray | memoryview,
-        run: Run,
+        runs: list[Run],
         waiter: Waiter,
     ) -> None:
         """Queue records copied from a primary (docs/replication.md): written as they are at the
-        same offsets (rolling to `segment_base` when the primary did), indexed by `run`, then
+        same offsets (rolling to `segment_base` when the primary did), indexed by `runs`, then
         `waiter` gets None. A gap or overlap with this log's end fails the waiter with BadRequest."""
         with self._cond:
             if self._closed:
                 raise StoreClosed("the store is closed")
-            self._copies.append(_Copy(segment_base, position, data, run, waiter))
+            self._copies.append(_Copy(segment_base, position, data, runs, waiter))
             if self._idle:
                 self._cond.notify()
 
@@ -327,6 +331,8 @@ class CommitLogWriter:
             self._closed = True
             self._cond.notify_all()
         self._thread.join()
+        if self._copy_dispatcher is not None:  # indexing of copies ends before the index closes
+            self._copy_dispatcher.shutdown(wait=True)
         self._stop_flusher.set()
         if self._flusher is not None:
             self._flusher.join()
@@ -352,8 +358,8 @@ class CommitLogWriter:
                 copies = list(self._copies)
                 self._copies.clear()
             with self._round_lock:
-                for copy in copies:  # a replica has no appends of its own, a primary no copies
-                    self._copy(copy)
+                if copies:  # a replica has no appends of its own, a primary no copies
+                    self._copy(copies)
                 if items:
                     self._round(items)
 
@@ -376,36 +382,73 @@ class CommitLogWriter:
         finally:
             self._round_lock.release()
 
-    def _copy(self, item: _Copy) -> None:
-        """Write one replicated piece at the end of the log (writer thread)."""
+    def _copy(self, items: list[_Copy]) -> None:
+        """Write replicated pieces at the end of the log (writer thread). Pieces that follow each other
+        in one segment are written together: one pwritev, one fdatasync (sync policy) and one
+        dispatch (one RocksDB batch) for all of them, so a replica catching up on a backlog pays
+        those per round, not per piece."""
+        group: list[_Copy] = []
+        for item in items:
+            try:
+                end = self._seg.end + sum(len(g.data) for g in group)
+                if item.segment_base != self._seg.base:
+                    if item.segment_base != end or item.position != 0:
+                        raise BadRequest(
+                            f"replicated data for segment {item.segment_base}+{item.position} does not follow "
+                            f"this log's end {end}"
+                        )
+                    self._copy_group(group)  # the pieces before the roll belong to the old segment
+                    group = []
+                    self._roll()
+                if item.segment_base + item.position != end:
+                    raise BadRequest(
+                        f"replicated data at {item.segment_base + item.position} but this log ends at {end}"
+                    )
+            except BadRequest as exc:
+                self._copy_group(group)
+                group = []
+                _complete([item], None, exc)
+                continue
+            except OSError as exc:  # the roll failed
+                self._copy_group(group)
+                group = []
+                failure = Unavailable(f"the replica could not roll its commitlog ({exc.strerror or exc})")
+                _complete([item], None, failure)
+                continue
+            group.append(item)
+        self._copy_group(group)
+
+    def _copy_group(self, group: list[_Copy]) -> None:
+        """Write pieces that follow this log's end in its active segment, in one go."""
+        if not group:
+            return
         err: BaseException | None = None
         start_seg, start_size = self._seg, self._seg.size
         try:
-            if item.segment_base != self._seg.base:
-                if item.segment_base != self._seg.end or item.position != 0:
-                    raise BadRequest(
-                        f"replicated data for segment {item.segment_base}+{item.position} does not follow "
-                        f"this log's end {self._seg.end}"
-                    )
-                self._roll()
-            if item.segment_base + item.position != self._seg.end:
-                raise BadRequest(
-                    f"replicated data at {item.segment_base + item.position} but this log ends at {self._seg.end}"
-                )
-            self._write([item.data], self._seg.size + len(item.data))  # type: ignore[list-item]
+            self._write([g.data for g in group], start_size + sum(len(g.data) for g in group))  # type: ignore[misc]
             if self._cfg.flush_policy == "sync":
                 os.fdatasync(self._fd)
                 self.flushed_position = self._seg.end
         except OSError as exc:
             self._rollback(start_seg, start_size)
             err = Unavailable(f"the replica could not write to its commitlog ({exc.strerror or exc})")
-        except BadRequest as exc:
-            err = exc
         if err is None:
             self.written_position = self._seg.end
             self._next_qoff.clear()  # queue ends come from the index (this writer sealed none of these)
-            self._on_written([item.run])
-        _complete([item], None if err else [[]], err)
+            self._dispatch_copies([run for g in group for run in g.runs])
+        _complete(group, None if err else [[] for _ in group], err)
+
+    def _dispatch_copies(self, runs: list[Run]) -> None:
+        """Index copied records in the copy dispatcher's thread, while this thread writes the next
+        pieces (a replica catching up spends about as long indexing as writing). A copy is complete
+        once written: recovery re-dispatches what a crash left unindexed, and a replica serves no
+        reads before it is promoted, which closes (and so drains) this store first. At most
+        COPY_DISPATCH_DEPTH rounds wait to be indexed."""
+        if self._copy_dispatcher is None:
+            self._copy_dispatcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="copy-dispatch")
+        while len(self._copy_dispatches) >= COPY_DISPATCH_DEPTH:
+            self._copy_dispatches.popleft().result()
+        self._copy_dispatches.append(self._copy_dispatcher.submit(self._on_written, runs))
 
     def _round(self, items: list[_Pending], *, on_loop: bool = False) -> None:
         started = time.perf_counter()

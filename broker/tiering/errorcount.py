@@ -39,6 +39,9 @@ class ErrorCountingObjectStore:
     def put(self, key: str, data: bytes) -> ObjectInfo:
         return self._counted("put", lambda: self.inner.put(key, data))
 
+    def put_if(self, key: str, data: bytes, etag: str) -> ObjectInfo:
+        return self._counted("put", lambda: self.inner.put_if(key, data, etag))
+
     def put_stream(self, key: str, stream: BinaryIO) -> ObjectInfo:
         return self._counted("put", lambda: self.inner.put_stream(key, stream))
 

@@ -17,13 +17,14 @@ import hashlib
 import io
 import json
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from broker.tiering.objectstore import HASH_CHUNK_BYTES, ObjectInfo, ObjectNotFound
-from common.errors import BadRequest, Unavailable
+from common.errors import BadRequest, PreconditionFailed, Unavailable
 
 META_DIR = ".meta"
 _TMP_PREFIX = ".tmp-"
@@ -33,6 +34,7 @@ class LocalDirObjectStore:
     def __init__(self, root: Path) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
+        self._conditional = threading.Lock()  # put_if's check and write
 
     def describe(self) -> str:
         return f"directory {self.root}"
@@ -53,6 +55,18 @@ class LocalDirObjectStore:
 
     def put(self, key: str, data: bytes) -> ObjectInfo:
         return self.put_stream(key, io.BytesIO(data))
+
+    def put_if(self, key: str, data: bytes, etag: str) -> ObjectInfo:
+        """A version's etag is its SHA-256 here. Conditional among the writers of this process only
+        (one lock): a directory shared by several processes gives no such guarantee."""
+        with self._conditional:
+            current = self.head(key)
+            if (current.sha256 if current is not None else "") != etag or (current is not None and not etag):
+                raise PreconditionFailed(
+                    f"conditional put of {key} in {self.describe()}: the object changed "
+                    f"({'it is not version ' + etag if etag else 'it exists'})"
+                )
+            return self.put(key, data)
 
     def put_stream(self, key: str, stream: BinaryIO) -> ObjectInfo:
         path = self._path(key)
@@ -126,7 +140,7 @@ class LocalDirObjectStore:
             meta = json.loads(self._meta_path(key).read_text())
             if int(meta["size"]) == st.st_size and int(meta["inode"]) == st.st_ino:
                 sha = str(meta["sha256"])
-        return ObjectInfo(key, st.st_size, sha)
+        return ObjectInfo(key, st.st_size, sha, sha)
 
     def list_objects(self, prefix: str) -> Iterator[ObjectInfo]:
         # Walk only the deepest directory the prefix names, then filter by the full prefix.

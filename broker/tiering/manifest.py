@@ -18,7 +18,8 @@ sequence order (a gap appears only where local retention deleted data before it 
 mirror never lists an object that is not in the bucket (objects are deleted only after a mirror
 without them was written). Object keys are deterministic from (topic, sequence, epoch), so a segment
 re-uploaded after a crash overwrites the same key; the epoch keeps a broker that lost its disk from
-overwriting objects of its previous life.
+overwriting objects of its previous life, and each primary term of a replicated broker group starts
+a new one (the manifest itself is replicated: docs/replication.md).
 
 Thread-safety: every method may be called from any thread (one lock guards the in-memory view).
 """
@@ -31,13 +32,14 @@ import secrets
 import struct
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from broker.tiering.format import RowGroupRef, manifest_json, manifest_key, segment_json, segment_key, topic_dir
 from broker.tiering.kv import CF_TIER, KV
 from broker.tiering.objectstore import ObjectStore
+from common.errors import PreconditionFailed
 
 _EPOCH = b"e"
 _U64 = struct.Struct(">Q")
@@ -111,13 +113,21 @@ class _TopicView:
 
 
 class Manifest:
-    def __init__(self, kv: KV, *, prefix: str, cluster: str, broker: str) -> None:
+    def __init__(
+        self, kv: KV, *, prefix: str, cluster: str, broker: str, new_epoch: bool = False,
+        may_overwrite: Callable[[], bool] = lambda: True,
+    ) -> None:  # fmt: skip
+        """`new_epoch`: start a new epoch even if the store has one (a replicated broker group's new
+        primary: objects a deposed primary may still be uploading keep the old epoch in their keys,
+        so they can never overwrite this term's objects of the same sequence). `may_overwrite()`:
+        whether this broker may replace a manifest.json another broker wrote after its own last
+        one (a group member: only while its primary term is valid)."""
         self.kv = kv
         self.cluster = cluster
         self.broker = broker
         self._prefix = prefix
         raw = kv.get(_EPOCH)
-        if raw is None:
+        if raw is None or new_epoch:
             raw = secrets.token_hex(6).encode("ascii")
             kv.put(_EPOCH, raw)
         self.epoch = raw.decode("ascii")
@@ -125,6 +135,8 @@ class Manifest:
         self._views: dict[str, _TopicView] = {}
         self._mirrored: dict[str, int] = {}  # topic -> view version in the bucket
         self._mirror_locks: dict[str, threading.Lock] = {}
+        self._mirror_etags: dict[str, str] = {}  # topic -> etag of the manifest.json this manifest wrote last
+        self._may_overwrite = may_overwrite
 
     # -- naming ----------------------------------------------------------------------------------
 
@@ -264,15 +276,39 @@ class Manifest:
         """Upload the topic's manifest.json (blocking; raises the object store's errors).
 
         Writes of one topic are serialised, so an older document never lands after a newer one (an
-        expired object is deleted only after a document without it was written).
+        expired object is deleted only after a document without it was written). Each is an S3
+        conditional write on the version this manifest wrote last (If-Match): a deposed primary of
+        a broker group cannot replace the document of the primary that followed it.
         """
         with self._lock:
             mirror_lock = self._mirror_locks.setdefault(topic, threading.Lock())
         with mirror_lock:
             version, body = self.mirror_document(topic)
-            objects.put(self.mirror_key(topic), body)
+            key = self.mirror_key(topic)
+            etag = self._mirror_etags.get(topic)
+            if etag is None:  # this manifest's first document of the topic replaces whatever is there
+                etag = _etag_of(objects, key)
+            try:
+                info = objects.put_if(key, body, etag)
+            except PreconditionFailed:
+                # Written by another broker since this one's last document: a newer primary of the
+                # group (this one is deposed: it must not overwrite), or a deposed one that finished
+                # a write after waking up (the current primary overwrites it).
+                if not self._may_overwrite():
+                    raise PreconditionFailed(
+                        f"the bucket's manifest of topic {topic} was written by another broker and this one's "
+                        "primary term is over: not overwriting it"
+                    ) from None
+                info = objects.put_if(key, body, _etag_of(objects, key))
             with self._lock:
                 self._mirrored[topic] = version
+                self._mirror_etags[topic] = info.etag
+
+
+def _etag_of(objects: ObjectStore, key: str) -> str:
+    """The etag of the object at `key` ("" when there is none: a write must create it)."""
+    info = objects.head(key)
+    return "" if info is None else info.etag
 
 
 __all__ = ["CF_TIER", "Manifest", "Progress", "SegmentEntry"]

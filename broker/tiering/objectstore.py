@@ -11,6 +11,11 @@ Contract (every method is blocking and bounded; call it from a worker thread, ne
   expected size and the SHA-256 the writer computed (kept as object metadata). Re-putting a key
   replaces it. A failed or unverified put raises; the key then holds the old object, the new one,
   or nothing, never a mix that passes verification.
+- `put_if(key, data, etag)` is a conditional write (S3's If-Match / If-None-Match): it stores the
+  object only if the key's current version has `etag` (an `ObjectInfo.etag` from `head` or an
+  earlier `put_if`), or, with `etag=""`, only if the key holds nothing; otherwise it raises
+  `PreconditionFailed` and changes nothing. It returns the new version's `ObjectInfo` (with its etag).
+  The tiered manifest's mirror uses it (manifest.py). Small objects only (no multipart).
 - `get(key, start, end)` returns bytes [start, min(end, size)); `b""` when start >= size.
 - `head(key)` returns size and SHA-256 (`""` if the object carries none), or None if absent.
 - `list_objects(prefix)` yields every object whose key starts with `prefix`, in key order (no SHA-256).
@@ -53,6 +58,8 @@ class ObjectStore(Protocol):
         ...
 
     def put(self, key: str, data: bytes) -> ObjectInfo: ...
+
+    def put_if(self, key: str, data: bytes, etag: str) -> ObjectInfo: ...
 
     def put_stream(self, key: str, stream: BinaryIO) -> ObjectInfo:
         """Upload a seekable stream from its current position to its end."""
@@ -115,6 +122,12 @@ class MeteredObjectStore:
 
     def put(self, key: str, data: bytes) -> ObjectInfo:
         info = self.inner.put(key, data)
+        self._count("puts")
+        self._count("put_bytes", len(data))
+        return info
+
+    def put_if(self, key: str, data: bytes, etag: str) -> ObjectInfo:
+        info = self.inner.put_if(key, data, etag)
         self._count("puts")
         self._count("put_bytes", len(data))
         return info

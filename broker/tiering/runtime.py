@@ -67,14 +67,20 @@ class BrokerTiering:
         broker: str,
         retention_lock: threading.Lock,
         objects: ObjectStore | None = None,
+        new_epoch: bool = False,
+        may_overwrite: Callable[[], bool] = lambda: True,
     ) -> None:
-        """Blocking (RocksDB reads, building the S3 client): construct it off the event loop."""
+        """Blocking (RocksDB reads, building the S3 client): construct it off the event loop.
+        `new_epoch`, `may_overwrite`: a primary term of a broker group (Manifest)."""
         self.store = store
         self.config = config
         self.objects = MeteredObjectStore(
             ErrorCountingObjectStore(objects if objects is not None else open_object_store(config), broker)
         )
-        self.manifest = Manifest(RocksKV(store.index), prefix=config.prefix, cluster=cluster, broker=broker)
+        self.manifest = Manifest(
+            RocksKV(store.index), prefix=config.prefix, cluster=cluster, broker=broker, new_epoch=new_epoch,
+            may_overwrite=may_overwrite,
+        )  # fmt: skip
         self.uploader = Uploader(store, self.manifest, self.objects, config)
         self.reader = ColdReader(self.manifest, self.objects, config)
         self._retention_lock = retention_lock

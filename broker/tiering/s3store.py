@@ -32,7 +32,7 @@ import botocore.config
 import botocore.exceptions
 
 from broker.tiering.objectstore import SHA256_METADATA_KEY, ObjectInfo, ObjectNotFound, hash_stream
-from common.errors import InternalError, NotFound, SluiceError, Unavailable
+from common.errors import InternalError, NotFound, PreconditionFailed, SluiceError, Unavailable
 
 T = TypeVar("T")
 
@@ -41,6 +41,8 @@ _RETRIABLE_CODES = frozenset(
      "RequestTimeTooSkewed", "OperationAborted"}
 )  # fmt: skip
 _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+# A conditional write whose condition failed (412), or that raced another conditional write (409).
+_CONDITION_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict"})
 _CONFIG_ERRORS = (botocore.exceptions.NoCredentialsError, botocore.exceptions.PartialCredentialsError)
 
 
@@ -206,6 +208,29 @@ class S3ObjectStore:
 
     def put(self, key: str, data: bytes) -> ObjectInfo:
         return self.put_stream(key, io.BytesIO(data))
+
+    def put_if(self, key: str, data: bytes, etag: str) -> ObjectInfo:
+        sha = hashlib.sha256(data).hexdigest()
+        condition = {"IfMatch": f'"{etag}"'} if etag else {"IfNoneMatch": "*"}
+
+        def put() -> dict[str, Any]:
+            try:
+                resp: dict[str, Any] = self.client.put_object(
+                    Bucket=self.bucket, Key=key, Body=data, ContentMD5=_md5_b64(data),
+                    Metadata={SHA256_METADATA_KEY: sha}, **condition,
+                )  # fmt: skip
+            except botocore.exceptions.ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code", ""))
+                if code in _CONDITION_CODES or (etag and code in _MISSING_CODES):  # If-Match on no object: 404
+                    raise PreconditionFailed(
+                        f"S3 conditional PUT of s3://{self.bucket}/{key} at {self.endpoint}: the object changed "
+                        f"({'it is not version ' + etag if etag else 'it exists'})"
+                    ) from None
+                raise
+            return resp
+
+        resp = self._call("PUT", key, put)
+        return ObjectInfo(key, len(data), sha, str(resp.get("ETag", "")).strip('"'))
 
     def put_stream(self, key: str, stream: BinaryIO) -> ObjectInfo:
         size, sha = hash_stream(stream)

@@ -23,7 +23,7 @@ from broker.tiering.config import MIB, TieringConfig
 from broker.tiering.localstore import LocalDirObjectStore
 from broker.tiering.objectstore import ObjectNotFound, ObjectStore
 from broker.tiering.stores import s3_store
-from common.errors import Unavailable
+from common.errors import PreconditionFailed, Unavailable
 
 if TYPE_CHECKING:  # imported by pytest as a plugin (below), so its asserts are rewritten
     from tests.helpers.s3 import MotoS3Server
@@ -83,6 +83,24 @@ def test_put_replaces_and_delete_is_idempotent(store: ObjectStore) -> None:
     assert store.head("k/x") is None
     with pytest.raises(ObjectNotFound, match="k/x"):
         store.get("k/x")
+
+
+def test_conditional_puts_replace_only_the_version_named(store: ObjectStore) -> None:
+    first = store.put_if("c/manifest.json", b"one", "")  # create only
+    assert store.get("c/manifest.json") == b"one" and first.etag
+    head = store.head("c/manifest.json")
+    assert head is not None and head.etag == first.etag
+    with pytest.raises(PreconditionFailed, match=r"c/manifest\.json"):
+        store.put_if("c/manifest.json", b"clobber", "")  # it exists
+    second = store.put_if("c/manifest.json", b"two", first.etag)
+    assert store.get("c/manifest.json") == b"two" and second.etag != first.etag
+    with pytest.raises(PreconditionFailed):
+        store.put_if("c/manifest.json", b"stale", first.etag)  # a writer that missed "two"
+    assert store.get("c/manifest.json") == b"two"
+    store.delete("c/manifest.json")
+    with pytest.raises(PreconditionFailed):
+        store.put_if("c/manifest.json", b"gone", second.etag)
+    assert store.head("c/manifest.json") is None
 
 
 def test_list_by_prefix_in_key_order(store: ObjectStore) -> None:

@@ -19,13 +19,14 @@ import pytest
 
 from broker.local import BROKER_CFS
 from broker.popstate import EntryState, PopState
+from broker.replication import state as S
 from broker.replication.config import ReplicationConfig
 from broker.replication.coordinator import Coordinator, Leader, MemberInfo
 from broker.replication.epochs import LocalEpoch
 from broker.replication.gate import AckGate
 from broker.replication.primary import ReplicationServer
 from broker.replication.replica import Replica
-from broker.replication.state import REPLICATED_CFS
+from broker.replication.state import REPLICATED_CFS, StateApplier, snapshot_incomplete
 from broker.store.config import StoreConfig
 from broker.store.record import MessageRecord
 from broker.store.statelog import StateRecorder
@@ -52,6 +53,7 @@ class Primary:
     gate: AckGate
     leader: Leader
     recorder: StateRecorder
+    server: ReplicationServer
 
 
 @contextlib.asynccontextmanager
@@ -78,7 +80,7 @@ async def _primary(etcd: EtcdProcess, group: str, data_dir: Path, cfg: Replicati
         await server.start("127.0.0.1", port)
         tasks.create_task(gate.maintain(stop))
         try:
-            yield Primary(store, gate, leader, recorder)
+            yield Primary(store, gate, leader, recorder, server)
         finally:
             stop.set()
             await server.close()
@@ -148,6 +150,57 @@ def test_state_reaches_the_replica_before_the_wait_returns(etcd: EtcdProcess, tm
             replica_store.close()
 
     asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+
+
+def test_a_snapshot_larger_than_a_frame_streams_in_pieces(etcd: EtcdProcess, tmp_path: Path) -> None:
+    """State of many frames reaches a replica whole; what the replica held before is replaced."""
+    frame = 16 << 10
+    cfg = ReplicationConfig(group="g-big", etcd=[etcd.url], min_insync=2, max_lag_ms=5_000, max_frame_bytes=frame)
+
+    async def body() -> None:
+        async with _primary(etcd, "g-big", tmp_path / "p", cfg) as primary:
+            index = primary.store.index
+            for start in range(0, 4000, 500):  # ~1 MiB of trace and security state: ~130 frames
+                batch = index.batch()
+                for n in range(start, start + 500):
+                    batch.put(f"trace-{n:06d}".encode(), bytes(200), index.handle("trace"))
+                index.write(batch)
+            replica_store = MessageStore(tmp_path / "r", StoreConfig(), extra_cfs=BROKER_CFS)
+            stale = replica_store.index.batch()
+            stale.put(b"not-on-the-primary", b"x", replica_store.index.handle("trace"))
+            replica_store.index.write(stale)
+            stop = asyncio.Event()
+            replica = Replica(replica_store, LocalEpoch(tmp_path / "r" / "replication"), group="g-big",
+                              name="r", max_frame_bytes=frame)  # fmt: skip
+            following = asyncio.create_task(replica.follow(primary.leader, stop))
+            for _ in range(600):
+                if "r" in primary.gate.insync:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.wait_for(primary.gate.wait_state(), 30)  # holds the snapshot
+            assert primary.server.snapshot_frames > 1
+            for cf in REPLICATED_CFS:
+                assert list(replica_store.index.cf(cf).items()) == list(index.cf(cf).items()), cf
+            assert not snapshot_incomplete(replica_store.index)
+            stop.set()
+            await following
+            replica_store.close()
+
+    asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+
+
+def test_a_replica_cut_off_mid_snapshot_is_marked_incomplete(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path / "r", StoreConfig(), extra_cfs=BROKER_CFS)
+    try:
+        applier = StateApplier(store.index, 1 << 10)
+        put = (1, "trace", b"k", b"v")
+        assert applier.apply(S.encode(S.SNAPSHOT, 5, [put], store.index)) is None
+        assert snapshot_incomplete(store.index)  # a member in this state does not campaign
+        assert StateApplier(store.index, 1 << 10).apply(S.encode(S.SNAPSHOT | S.LAST, 9, [], store.index)) == 9
+        assert not snapshot_incomplete(store.index)
+        assert list(store.index.cf("trace").items()) == []  # the complete snapshot replaced the piece
+    finally:
+        store.close()
 
 
 def test_recorder_numbers_replicated_changes_and_bounds_its_backlog(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage, Trace
 from broker.config import BrokerConfig, TraceConfig
 from broker.local import LocalBroker
 from broker.store.index import Index
-from broker.trace import CF_TRACE, TraceRecorder, now_ms
+from broker.trace import CF_TRACE, FLUSH_BATCH_EVENTS, TraceRecorder, now_ms
 
 HOUR_MS = 3_600_000
 
@@ -110,6 +110,24 @@ def test_runs_of_a_pop_and_an_ack_are_stored_as_single_events(index: Index) -> N
 
     assert events("a", 5) == events("b", 5) == [(TraceKind.DELIVERED, 1, "g1"), (TraceKind.ACKED, 0, "g1")]
     assert events("a", 6) == events("b", 6) == [(TraceKind.DELIVERED, 2, "g1")]
+
+
+def test_a_large_flush_is_written_in_bounded_batches(index: Index) -> None:
+    """Each batch is one replicated state change (one frame to the replicas): a flush of many
+    events is cut into batches of at most FLUSH_BATCH_EVENTS, and every event is stored."""
+    written: list[int] = []
+
+    def write(batch: object) -> None:
+        written.append(len(batch))  # type: ignore[arg-type]
+        index.write(batch)  # type: ignore[arg-type]
+
+    cfg = TraceConfig(max_pending_events=10 * FLUSH_BATCH_EVENTS)
+    rec = TraceRecorder("b1", cfg, index.cf(CF_TRACE), index.handle(CF_TRACE), index.batch, write)
+    n = 2 * FLUSH_BATCH_EVENTS + 7
+    rec.delivered_many("t", "g1", [(0, offset, 1) for offset in range(n)])
+    rec.flush(rec.take())
+    assert len(written) == 3 and max(written) <= FLUSH_BATCH_EVENTS and sum(written) == n
+    assert [e.attempt for e in rec.position_events("t", 0, n - 1, "ID")] == [1]
 
 
 def test_a_full_buffer_drops_the_rest_of_a_run(index: Index) -> None:

@@ -9,13 +9,16 @@ epoch; the mirror document has the documented shape.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from broker.tiering.cache import LruCache
 from broker.tiering.format import RowGroupRef
 from broker.tiering.kv import MemoryKV
+from broker.tiering.localstore import LocalDirObjectStore
 from broker.tiering.manifest import Manifest, SegmentEntry
+from common.errors import PreconditionFailed
 
 
 def entry(manifest: Manifest, topic: str, seq: int, queues: dict[int, tuple[int, int]], per_rg: int) -> SegmentEntry:
@@ -95,6 +98,38 @@ def test_mirror_document_and_staleness() -> None:
     assert doc["tiered_end"] == {"3": 2}
     assert doc["segments"] == [seg.to_json(row_groups=False)]
     assert SegmentEntry.from_json(seg.to_json()) == seg
+
+
+def test_a_new_term_starts_a_new_epoch_on_the_same_state() -> None:
+    kv = MemoryKV()
+    old = Manifest(kv, prefix="p", cluster="c", broker="g1")
+    add(old, "t", {0: (0, 9)})
+    new = Manifest(kv, prefix="p", cluster="c", broker="g1", new_epoch=True)  # a replicated group's next primary
+    assert new.epoch != old.epoch and new.progress("t").next_seq == 1
+    assert new.segments("t")[0].key == old.object_key("t", 0)  # recorded objects keep their keys
+    assert new.object_key("t", 1) != old.object_key("t", 1)  # the next uploads cannot collide with the old term's
+
+
+def test_a_deposed_writer_cannot_replace_the_mirror_of_the_next(tmp_path: Path) -> None:
+    objects = LocalDirObjectStore(tmp_path)
+    term_over = False
+    deposed = Manifest(MemoryKV(), prefix="p", cluster="c", broker="g1", may_overwrite=lambda: not term_over)
+    add(deposed, "t", {0: (0, 9)})
+    deposed.write_mirror(objects, "t")
+    successor = Manifest(MemoryKV(), prefix="p", cluster="c", broker="g1", new_epoch=True)
+    add(successor, "t", {0: (0, 19)})
+    successor.write_mirror(objects, "t")  # its first document replaces the old one
+    term_over = True
+    add(deposed, "t", {0: (10, 14)})
+    with pytest.raises(PreconditionFailed, match="term is over"):
+        deposed.write_mirror(objects, "t")
+    assert json.loads(objects.get(successor.mirror_key("t")))["tiered_end"] == {"0": 20}
+    # A writer whose term is valid replaces a document written behind its back (a deposed
+    # primary's first write after waking up), and goes on from there.
+    objects.put(successor.mirror_key("t"), b"{}")
+    add(successor, "t", {0: (20, 29)})
+    successor.write_mirror(objects, "t")
+    assert json.loads(objects.get(successor.mirror_key("t")))["tiered_end"] == {"0": 30}
 
 
 def test_lru_cache_is_bounded_by_bytes() -> None:
