@@ -56,6 +56,7 @@ from broker.longpoll import LongPollHub, group_key, lite_client_key
 from broker.messages import COLUMNS_MIN, plainly_valid, records_at, validate_message
 from broker.popstate import PopBatch, PopState, queue_key
 from broker.store.store import MessageStore
+from broker.store.writer import offsets_of, span_of
 from broker.trace import TraceRecorder
 from common.errors import (
     BadRequest,
@@ -74,7 +75,7 @@ MAX_READY_CHECKS = 4_096  # lite topics a pop looks at, at most (the rotation co
 
 
 _LITE_ONLY = frozenset({MessageType.LITE})
-_MESSAGE_ID, _BORN_HOST = attrgetter("message_id"), attrgetter("born_host")
+_MESSAGE_ID = attrgetter("message_id")
 
 
 def is_lite(spec: TopicSpec) -> bool:
@@ -160,7 +161,8 @@ class LiteService:
         return found, set(missing)
 
     async def send(self, spec: TopicSpec, messages: list[OutgoingMessage], clients: list[str]) -> list[SendResult]:
-        """Store each message in its lite topic's queue: one append, one trace item, validated
+        """Store each message in its lite topic's queue: one append, one trace event (its producer
+        is the first message's: a send is one producer's request), validated
         column by column (message by message only to name the error of a batch that fails)."""
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
         if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, self._limits, _LITE_ONLY):
@@ -177,9 +179,8 @@ class LiteService:
         records, _ = self.resolve(spec, tid, names, now_ms(), write=True)
         qids = [records[name].queue_id for name in names]
         results = await self._store.append(records_at(spec.name, qids, messages, self._host))
-        offsets = [r.queue_offset for r in results]
-        self._trace.sent_each(spec.name, list(zip(qids, offsets, clients, map(_BORN_HOST, messages), strict=True)))
-        return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets))
+        self._trace.sent_append(spec.name, *span_of(results), clients[0], messages[0].born_host)
+        return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets_of(results)))
 
     def on_dispatch(self, topic: str, qids: Iterable[int]) -> None:
         """Mark dispatched lite queues of a bind topic ready for the clients that watch them, and
