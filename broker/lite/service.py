@@ -139,11 +139,14 @@ class LiteService:
         self, spec: TopicSpec, topic_id: int, names: Iterable[str], now: int, *, write: bool
     ) -> tuple[dict[str, LiteRecord], set[str]]:
         """The lite topics `names` of a bind topic and which of them are new: those are created
-        together, or none is (LITE_TOPIC_QUOTA_EXCEEDED beyond the quota). A write moves an
-        existing one's expiry (once per granule)."""
+        together, or none is (ILLEGAL_LITE_TOPIC for a bad name, LITE_TOPIC_QUOTA_EXCEEDED beyond
+        the quota). Only new names are checked: an existing lite topic's passed when it was
+        created. A write moves an existing one's expiry (once per granule)."""
         wanted = list(dict.fromkeys(names))
         found = self.state.get_many(topic_id, wanted)
         missing = [name for name in wanted if name not in found]
+        for name in missing:
+            validate_lite_topic_name(name, self._cfg.max_name_chars)
         if write:
             granule = self._granule_ms(spec)
             stale = [(name, rec) for name, rec in found.items() if now - rec.last_write_ms >= granule]
@@ -171,9 +174,7 @@ class LiteService:
         named = [m.system_properties.get(SYSPROP_LITE_TOPIC) for m in messages]
         if None in named:
             raise IllegalLiteTopic(f"topic {spec.name} is a LITE topic: a message needs a lite topic")
-        names = [n for n in named if n is not None]
-        for name in set(names):
-            validate_lite_topic_name(name, self._cfg.max_name_chars)
+        names = [n for n in named if n is not None]  # checked by `resolve` if new
         tid = self.state.topic_id(spec.name, create=True)
         assert tid is not None
         records, _ = self.resolve(spec, tid, names, now_ms(), write=True)
