@@ -110,14 +110,11 @@ def topic_prefix(bucket: int, topic: str) -> bytes:
     return bucket_prefix(KIND_POSITION, bucket) + _text(topic)
 
 
-def position_key_after(prefix: bytes, queue_id: int, offset: int, time_ms: int, seq: int) -> bytes:
-    return prefix + _POS_TAIL.pack(queue_id, offset, time_ms, seq)
-
-
 def position_keys_after(
     prefix: bytes, queue_ids: Iterable[int], offsets: Iterable[int], time_ms: int, seqs: Iterable[int]
 ) -> Iterator[bytes]:
-    """`position_key_after` of each (queue, offset, seq), one time for all (a run of events)."""
+    """The position keys of a run of events of one time, below `prefix` (`topic_prefix`): one per
+    (queue, offset, seq)."""
     return map(prefix.__add__, map(_POS_TAIL.pack, queue_ids, offsets, repeat(time_ms), seqs))
 
 
