@@ -31,14 +31,14 @@ from broker.messages import (
 )
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
-from broker.store.writer import AppendResult, AppendResults
+from broker.store.writer import AppendResult, offsets_of, span_of
 from broker.timer.service import TimerService
 from broker.trace import TraceRecorder
 from broker.transaction.service import TransactionService
 from common.errors import BadRequest, Forbidden, RequestTimeout
 from common.model import EXCLUSIVE_TYPES, MessageType, TopicInfo
 
-_MESSAGE_ID, _QUEUE_OFFSET, _BORN_HOST = attrgetter("message_id"), attrgetter("queue_offset"), attrgetter("born_host")
+_MESSAGE_ID = attrgetter("message_id")
 _PRIORITY_ONLY = frozenset({MessageType.PRIORITY})
 
 
@@ -122,9 +122,8 @@ class Producer:
                 validate_message(msg, info, limits)
         qids = [priority.level_queue(priority.priority_of(msg, spec)) for msg in messages]
         results = await self._store.append(records_at(spec.name, qids, messages, self._config.advertised_address))
-        offsets = [r.queue_offset for r in results]
-        self._trace.sent_each(spec.name, list(zip(qids, offsets, clients, map(_BORN_HOST, messages), strict=True)))
-        return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets))
+        self._trace.sent_append(spec.name, *span_of(results), clients[0], messages[0].born_host)
+        return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets_of(results)))
 
     def _sent_plain(self, topic: str, queue_id: int, messages: list[OutgoingMessage],
                     results: Sequence[AppendResult], client: str) -> list[SendResult]:  # fmt: skip
@@ -134,8 +133,7 @@ class Producer:
         if len(messages) == 1:
             return [SendResult(messages[0].message_id, queue_id, results[0].queue_offset)]
         # A one-run append keeps its results as columns: take the offsets without building results.
-        offsets = results.queue_offsets if isinstance(results, AppendResults) else map(_QUEUE_OFFSET, results)
-        return list(map(SendResult, map(_MESSAGE_ID, messages), repeat(queue_id), offsets))
+        return list(map(SendResult, map(_MESSAGE_ID, messages), repeat(queue_id), offsets_of(results)))
 
     async def _send_half(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
         if not all(m.message_type is MessageType.TRANSACTION for m in messages):

@@ -114,7 +114,7 @@ def _lookup_trace(trace: TraceRecorder, store: MessageStore, message_id: str) ->
     """The trace of a message: where the store holds it (message-id index) and the events at each copy."""
     events: list[TraceEvent] = []
     for rec in store.find_by_id(message_id):
-        found = trace.position_events(rec.topic, rec.queue_id, rec.queue_offset, message_id)
+        found = trace.position_events(rec.topic, rec.queue_id, rec.queue_offset, message_id, rec.physical_offset)
         if not rec.topic.startswith(DLQ_PREFIX) and not any(e.kind is TraceKind.SENT for e in found):
             # Stored while tracing was off (or its event expired): the store still knows when and from where.
             detail = {"host": rec.born_host, "source": "store"}

@@ -24,7 +24,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
 from typing import Any
 
@@ -37,6 +37,7 @@ from common import metrics
 from common.logs import kv
 
 log = logging.getLogger("sluice.broker.trace")
+_APPEND = -1  # the queue of a pending `sent` event of an append to several queues: keyed by its CommitLog range
 _drain: Callable[[Iterable[object]], None] = collections.deque[object](maxlen=0).extend  # consume an iterator in C
 
 CF_TRACE = "trace"
@@ -50,10 +51,9 @@ FLUSH_BATCH_EVENTS = 5_000
 # A pending event: (kind, time_ms, topic, queue, offset, fields) — encoded only when flushed, its
 # fields as a JSON document.
 _Pending = tuple[TraceKind, int, str, int, int, "dict[str, Any]"]
-# The deliveries of one pop, the acks of one request or the sends of one multi-queue append, kept as
-# one item until flushed: (kind, time_ms, topic, group, positions), a position being (queue, offset,
-# attempt) for deliveries, (queue, offset) for acks and (queue, offset, client id, host) for sends.
-# One tuple per call on the event loop instead of one per message.
+# The deliveries of one pop or the acks of one request, kept as one item until flushed: (kind,
+# time_ms, topic, group, positions), a position being (queue, offset, attempt) for deliveries and
+# (queue, offset) for acks. One tuple per call on the event loop instead of one per message.
 _Run = tuple[TraceKind, int, str, str, "list[tuple[Any, ...]]"]
 
 
@@ -94,11 +94,13 @@ class TraceRecorder:
             self._add((TraceKind.SENT, now_ms(), topic, queue_id, end,
                        {"start": start, "end": end, "client": client_id, "host": born_host}))  # fmt: skip
 
-    def sent_each(self, topic: str, sends: list[tuple[int, int, str, str]]) -> None:
-        """An append that stored each message in a queue of its own (lite topics, priority levels):
-        (queue, offset, client id, host) per message, kept as one pending item."""
-        if self.enabled and sends:
-            self._add_run((TraceKind.SENT, now_ms(), topic, "", sends))
+    def sent_append(self, topic: str, start: int, end: int, client_id: str, born_host: str) -> None:
+        """One append whose messages went to queues of their own (lite topics, priority levels) took
+        CommitLog positions [start, end) for a producer: one event for the append, however many
+        queues."""
+        if self.enabled and end > start:
+            fields = {"start_position": start, "end_position": end, "client": client_id, "host": born_host}
+            self._add((TraceKind.SENT, now_ms(), topic, _APPEND, end, fields))
 
     def delivered(self, topic: str, queue_id: int, offset: int, group: str, attempt: int) -> None:
         self.delivered_many(topic, group, [(queue_id, offset, attempt)])
@@ -166,22 +168,26 @@ class TraceRecorder:
         batch = self._new_batch()
         put, cf = batch.put, self._handle
         prefixes: dict[tuple[int, str], bytes] = {}
-        events = 0  # in `batch`: each batch is one state change on a replicated primary, so bounded
-        for item in items:
-            if events >= FLUSH_BATCH_EVENTS:
+        # Each batch is one state change on a replicated primary (one frame to the replicas): at
+        # most FLUSH_BATCH_EVENTS events; a longer run is cut into parts.
+        events = 0
+        for item in _split_runs(items, FLUSH_BATCH_EVENTS):
+            size = len(item[4]) if len(item) == 5 else 1
+            if events and events + size > FLUSH_BATCH_EVENTS:
                 self._write(batch)
                 batch = self._new_batch()
                 put = batch.put
                 events = 0
+            events += size
             if len(item) == 5:
                 self._put_run(put, item, prefixes)
-                events += len(item[4])
                 continue
-            events += 1
             kind, t, topic, qid, offset, fields = item
             bucket = t // self._bucket_ms
             seq = next(self._seq) & K.U32_MAX
-            if kind is TraceKind.SENT:
+            if kind is TraceKind.SENT and qid == _APPEND:
+                key = K.append_key(bucket, topic, offset, seq)
+            elif kind is TraceKind.SENT:
                 key = K.range_key(K.KIND_SENT, bucket, topic, qid, offset, seq)
             elif kind is TraceKind.TIERED:
                 key = K.range_key(K.KIND_TIERED, bucket, topic, qid, offset, seq)
@@ -191,9 +197,8 @@ class TraceRecorder:
         self._write(batch)
 
     def _put_run(self, put: Callable[..., None], run: _Run, prefixes: dict[tuple[int, str], bytes]) -> None:
-        """Put the compact position events of one run (a pop's deliveries, an ack request's acks,
-        the sends of an append to queues of their own) with C-level maps: one key per message, one
-        value per distinct text and attempt (a lite send's messages share their producer)."""
+        """Put the compact position events of one run (a pop's deliveries, an ack request's acks)
+        with C-level maps: one key per message, one value per distinct attempt."""
         kind, t, topic, group, positions = run
         bucket = t // self._bucket_ms
         prefix = prefixes.get((bucket, topic))
@@ -202,24 +207,19 @@ class TraceRecorder:
         n = len(positions)
         columns = list(zip(*positions, strict=True))
         qids, offsets = columns[0], columns[1]
-        texts: Iterable[str]
-        attempts: Iterable[int]
-        if kind is TraceKind.SENT:  # text "client\0host"
-            texts, attempts = map("{}\0{}".format, columns[2], columns[3]), repeat(0, n)
-        else:
-            texts = repeat(group, n)
-            attempts = columns[2] if kind is TraceKind.DELIVERED else repeat(0, n)
-        values: dict[tuple[str, int], bytes] = {}
+        attempts: Iterable[int] = columns[2] if kind is TraceKind.DELIVERED else repeat(0, n)
+        raw_group = group.encode("utf-8")
+        values: dict[int, bytes] = {}
 
-        def value_of(text: str, attempt: int) -> bytes:
-            value = values.get((text, attempt))
+        def value_of(attempt: int) -> bytes:
+            value = values.get(attempt)
             if value is None:
-                value = values[(text, attempt)] = K.encode_compact(kind.value, attempt, text.encode("utf-8"))
+                value = values[attempt] = K.encode_compact(kind.value, attempt, raw_group)
             return value
 
         seqs = map(K.U32_MAX.__and__, itertools.islice(self._seq, n))
         keys = K.position_keys_after(prefix, qids, offsets, t, seqs)
-        _drain(map(put, keys, map(value_of, texts, attempts), repeat(self._handle)))
+        _drain(map(put, keys, map(value_of, attempts), repeat(self._handle)))
 
     def expire(self, now: int | None = None) -> None:
         """Delete every bucket older than max_age_s."""
@@ -266,11 +266,16 @@ class TraceRecorder:
             it.next()
         return out
 
-    def position_events(self, topic: str, queue_id: int, offset: int, message_id: str) -> list[TraceEvent]:
-        """Every event of the message stored at (topic, queue, offset): sent, consumption, tiered."""
+    def position_events(
+        self, topic: str, queue_id: int, offset: int, message_id: str, position: int | None = None
+    ) -> list[TraceEvent]:
+        """Every event of the message stored at (topic, queue, offset), whose CommitLog position
+        is `position` if known: sent, consumption, tiered."""
         out = []
         for bucket in self._buckets():
             out.extend(self._in_range(K.KIND_SENT, bucket, topic, queue_id, offset, message_id))
+            if position is not None:
+                out.extend(self._in_append(bucket, topic, queue_id, offset, position, message_id))
             for doc in self._scan(K.position_prefix(bucket, topic, queue_id, offset)):
                 doc.setdefault("id", message_id)
                 out.append(_event(doc, topic, queue_id, offset))
@@ -292,6 +297,21 @@ class TraceRecorder:
         doc["id"] = message_id
         return [_event(doc, topic, queue_id, offset)]
 
+    def _in_append(
+        self, bucket: int, topic: str, queue_id: int, offset: int, position: int, message_id: str
+    ) -> list[TraceEvent]:
+        """The `sent` event of one bucket's append whose CommitLog range holds `position`, if any."""
+        prefix = K.append_prefix(bucket, topic)
+        it = self._cf.iter()
+        it.seek(K.range_seek(prefix, position))
+        if not it.valid() or not it.key().startswith(prefix):
+            return []
+        doc = K.decode_value(it.value())
+        if not doc["start_position"] <= position < doc["end_position"]:
+            return []
+        doc["id"] = message_id
+        return [_event(doc, topic, queue_id, offset)]
+
 
 _DETAIL_FIELDS = ("host", "source", "invisible_ms", "dlq_topic", "dlq_offset", "object", "start", "end")
 
@@ -303,3 +323,14 @@ def _event(doc: dict[str, Any], topic: str, queue_id: int, offset: int) -> Trace
         message_id=str(doc.get("id", "")), group=str(doc.get("group", "")), attempt=int(doc.get("attempt", 0)),
         client_id=str(doc.get("client", "")), detail=detail,
     )  # fmt: skip
+
+
+def _split_runs(items: list[_Pending | _Run], limit: int) -> Iterator[_Pending | _Run]:
+    """`items`, each run of more than `limit` events cut into runs of at most `limit`."""
+    for item in items:
+        if len(item) == 5 and len(item[4]) > limit:
+            kind, t, topic, group, positions = item
+            for i in range(0, len(positions), limit):
+                yield kind, t, topic, group, positions[i : i + limit]
+        else:
+            yield item

@@ -5,6 +5,7 @@ retention deletes whole buckets with one range deletion per kind and a lookup se
 bucket. Integers are big-endian; strings are UTF-8 with a u16 length in front.
 
     sent batches:               b"s" | bucket u32 | topic (u16 len + bytes) | queue u32 | end u64 | seq u32
+    sent appends:               b"a" | bucket u32 | topic (u16 len + bytes) | end position u64 | seq u32
     position events:            b"p" | bucket u32 | topic (u16 len + bytes) | queue u32 | offset u64
                                      | time_ms u64 | seq u32
     tiered ranges:              b"t" | bucket u32 | topic (u16 len + bytes) | queue u32 | end u64 | seq u32
@@ -15,20 +16,23 @@ as the offset range [start, end) it took in its queue (the producer's client id 
 produce path pays one event per request, not per message. A lookup finds a message's positions
 through the store's message-id index, then scans the `p` keys of each position and seeks the `s`
 and `t` ranges: a range key ends with `end`, so the first key after `offset + 1` is the range
-that may hold `offset`.
+that may hold `offset`. An append whose messages go to queues of their own (a lite topic's
+messages, one per lite topic; a priority topic's, one per level) is one `a` event keyed by the
+CommitLog range it took (an append's records are contiguous): the lookup, which knows the
+message's position from the message-id index, seeks it the same way.
 
 Values come in two encodings, told apart by their first byte:
 
-    compact (deliveries, acks, and sends of one message per queue), first byte 0x02:
+    compact (deliveries and acks), first byte 0x02:
         version u8 = 2 | kind u8 (1 delivered, 2 acked, 3 sent) | attempt u32 | text (UTF-8, the rest):
         the group; for a send, the producer's client id, 0x00, its host
     JSON (every other event), first byte `{`: an object with `"v": 1` and the event's fields.
 
 The compact form keeps the consume path cheap: one struct pack per event instead of a JSON dump.
-An append whose messages go to queues of their own (a lite topic's messages, one per lite topic; a
-priority topic's, one per level) is recorded as one compact `sent` position event per message
-rather than a `s` range per queue: a range key and a JSON document per message cost a lite send
-more than the message's own index entries.
+Compact `sent` position events (one per message of a lite or priority send) are what stores
+written before `a` events hold; they are still read. One event per append instead: those were a
+RocksDB entry per message at a random place of the memtable, which cost a lite send more than the
+message's own ConsumeQueue entry.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ FORMAT_VERSION = 1
 KIND_SENT = b"s"
 KIND_POSITION = b"p"
 KIND_TIERED = b"t"
-KINDS = (KIND_SENT, KIND_POSITION, KIND_TIERED)
+KIND_APPEND = b"a"
+KINDS = (KIND_SENT, KIND_POSITION, KIND_TIERED, KIND_APPEND)
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -78,6 +83,15 @@ def range_key(kind: bytes, bucket: int, topic: str, queue_id: int, end: int, seq
     return range_queue_prefix(kind, bucket, topic, queue_id) + _U64.pack(end) + _U32.pack(seq)
 
 
+def append_prefix(bucket: int, topic: str) -> bytes:
+    return bucket_prefix(KIND_APPEND, bucket) + _text(topic)
+
+
+def append_key(bucket: int, topic: str, end: int, seq: int) -> bytes:
+    """The key of an append's `sent` event: `end` is where its records end in the CommitLog."""
+    return append_prefix(bucket, topic) + _U64.pack(end) + _U32.pack(seq)
+
+
 def range_seek(queue_prefix: bytes, offset: int) -> bytes:
     """Where the first range whose end is past `offset` starts."""
     return queue_prefix + _U64.pack(offset + 1)
@@ -96,14 +110,11 @@ def topic_prefix(bucket: int, topic: str) -> bytes:
     return bucket_prefix(KIND_POSITION, bucket) + _text(topic)
 
 
-def position_key_after(prefix: bytes, queue_id: int, offset: int, time_ms: int, seq: int) -> bytes:
-    return prefix + _POS_TAIL.pack(queue_id, offset, time_ms, seq)
-
-
 def position_keys_after(
     prefix: bytes, queue_ids: Iterable[int], offsets: Iterable[int], time_ms: int, seqs: Iterable[int]
 ) -> Iterator[bytes]:
-    """`position_key_after` of each (queue, offset, seq), one time for all (a run of events)."""
+    """The position keys of a run of events of one time, below `prefix` (`topic_prefix`): one per
+    (queue, offset, seq)."""
     return map(prefix.__add__, map(_POS_TAIL.pack, queue_ids, offsets, repeat(time_ms), seqs))
 
 

@@ -56,6 +56,7 @@ from broker.longpoll import LongPollHub, group_key, lite_client_key
 from broker.messages import COLUMNS_MIN, plainly_valid, records_at, validate_message
 from broker.popstate import PopBatch, PopState, queue_key
 from broker.store.store import MessageStore
+from broker.store.writer import offsets_of, span_of
 from broker.trace import TraceRecorder
 from common.errors import (
     BadRequest,
@@ -74,7 +75,7 @@ MAX_READY_CHECKS = 4_096  # lite topics a pop looks at, at most (the rotation co
 
 
 _LITE_ONLY = frozenset({MessageType.LITE})
-_MESSAGE_ID, _BORN_HOST = attrgetter("message_id"), attrgetter("born_host")
+_MESSAGE_ID = attrgetter("message_id")
 
 
 def is_lite(spec: TopicSpec) -> bool:
@@ -138,11 +139,14 @@ class LiteService:
         self, spec: TopicSpec, topic_id: int, names: Iterable[str], now: int, *, write: bool
     ) -> tuple[dict[str, LiteRecord], set[str]]:
         """The lite topics `names` of a bind topic and which of them are new: those are created
-        together, or none is (LITE_TOPIC_QUOTA_EXCEEDED beyond the quota). A write moves an
-        existing one's expiry (once per granule)."""
+        together, or none is (ILLEGAL_LITE_TOPIC for a bad name, LITE_TOPIC_QUOTA_EXCEEDED beyond
+        the quota). Only new names are checked: an existing lite topic's passed when it was
+        created. A write moves an existing one's expiry (once per granule)."""
         wanted = list(dict.fromkeys(names))
         found = self.state.get_many(topic_id, wanted)
         missing = [name for name in wanted if name not in found]
+        for name in missing:
+            validate_lite_topic_name(name, self._cfg.max_name_chars)
         if write:
             granule = self._granule_ms(spec)
             stale = [(name, rec) for name, rec in found.items() if now - rec.last_write_ms >= granule]
@@ -160,7 +164,8 @@ class LiteService:
         return found, set(missing)
 
     async def send(self, spec: TopicSpec, messages: list[OutgoingMessage], clients: list[str]) -> list[SendResult]:
-        """Store each message in its lite topic's queue: one append, one trace item, validated
+        """Store each message in its lite topic's queue: one append, one trace event (its producer
+        is the first message's: a send is one producer's request), validated
         column by column (message by message only to name the error of a batch that fails)."""
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
         if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, self._limits, _LITE_ONLY):
@@ -169,17 +174,14 @@ class LiteService:
         named = [m.system_properties.get(SYSPROP_LITE_TOPIC) for m in messages]
         if None in named:
             raise IllegalLiteTopic(f"topic {spec.name} is a LITE topic: a message needs a lite topic")
-        names = [n for n in named if n is not None]
-        for name in set(names):
-            validate_lite_topic_name(name, self._cfg.max_name_chars)
+        names = [n for n in named if n is not None]  # checked by `resolve` if new
         tid = self.state.topic_id(spec.name, create=True)
         assert tid is not None
         records, _ = self.resolve(spec, tid, names, now_ms(), write=True)
         qids = [records[name].queue_id for name in names]
         results = await self._store.append(records_at(spec.name, qids, messages, self._host))
-        offsets = [r.queue_offset for r in results]
-        self._trace.sent_each(spec.name, list(zip(qids, offsets, clients, map(_BORN_HOST, messages), strict=True)))
-        return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets))
+        self._trace.sent_append(spec.name, *span_of(results), clients[0], messages[0].born_host)
+        return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets_of(results)))
 
     def on_dispatch(self, topic: str, qids: Iterable[int]) -> None:
         """Mark dispatched lite queues of a bind topic ready for the clients that watch them, and

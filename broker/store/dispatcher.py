@@ -1,8 +1,8 @@
 """The dispatcher: turns written CommitLog records into index entries, one WriteBatch per round.
 
 Per record it writes the message-id entry and one key-index entry per key; per queue, segment and
-round one ConsumeQueue block (the round's entries of that queue, keys.py) and the highest queue
-offset the queue reached in the segment (`segq`, used by retention); per round the dispatch
+round one ConsumeQueue block (the round's entries of that queue, keys.py); per queue and segment,
+once, a `segq` key listing the queue in the segment (for retention); per round the dispatch
 checkpoint; all in the same WriteBatch, so the indexes and the checkpoint never
 disagree. Consumers only see dispatched records. Listeners (long polling) are told which queues
 received messages after every round, grouped by topic (`Touched`).
@@ -38,6 +38,8 @@ log = logging.getLogger("sluice.store.dispatch")
 Touched = dict[str, set[int]]
 DispatchListener = Callable[[Touched], None]
 _MAX_INDEXED_ID = 255
+# `segq` keys the dispatcher remembers having put (~70 bytes each); beyond it, it forgets them all.
+LISTED_MAX = 100_000
 _MAX_INDEXED_KEY = 0xFFFF
 _drain: Callable[[Iterable[object]], None] = collections.deque[object](maxlen=0).extend  # consume an iterator in C
 _Blocks = dict[tuple[int, int, int], list[Any]]  # open ConsumeQueue blocks of a round (`_gather`)
@@ -54,7 +56,7 @@ def index_records(index: Index, records: Sequence[Written]) -> Touched:
     return index_runs(index, runs)
 
 
-def index_runs(index: Index, runs: Sequence[Run]) -> Touched:
+def index_runs(index: Index, runs: Sequence[Run], listed: set[bytes] | None = None) -> Touched:
     """Write the index entries and checkpoint for `runs` (in physical order) in one batch.
 
     A run whose results are columns (`AppendResults`: one append, to one queue or to several) is
@@ -121,8 +123,14 @@ def index_runs(index: Index, runs: Sequence[Run]) -> Touched:
     by_tid: dict[int, set[int]] = {tid: set() for tid in topic_ids.values()}
     for (base, tid, qid), block in blocks.items():
         _put_block(put, cq, tid, qid, block)
-        # A queue's last block in a segment ends at its highest offset there.
-        put(segq_key(base, tid, qid), u64(block[1] - 1), segq)
+        # The segment lists the queue once (`listed`: the keys put already, if the caller keeps
+        # them), with an offset of it there; retention finds the highest from it (keys.py).
+        key = segq_key(base, tid, qid)
+        if listed is None:
+            put(key, u64(block[1] - 1), segq)
+        elif key not in listed:
+            put(key, u64(block[1] - 1), segq)
+            listed.add(key)
         by_tid[tid].add(qid)
     last = runs[-1].results[-1]
     index.put_checkpoint(batch, last.physical_offset + last.size)
@@ -172,6 +180,7 @@ class Dispatcher:
         self.max_lag_ms = 0
         self.records = 0
         self.failed: BaseException | None = None
+        self._listed: set[bytes] = set()  # `segq` keys put by this process (bounded: LISTED_MAX)
 
     def add_listener(self, listener: DispatchListener) -> None:
         self._listeners.append(listener)
@@ -192,7 +201,9 @@ class Dispatcher:
         if not runs or self.failed is not None:
             return
         try:
-            touched = index_runs(self._index, runs)
+            if len(self._listed) > LISTED_MAX:
+                self._listed.clear()  # a queue listed again costs a put, nothing else
+            touched = index_runs(self._index, runs, self._listed)
         except Exception as exc:  # RocksDB failure: stop dispatching, keep the commitlog as truth
             self.failed = exc
             log.exception("dispatch failed; records stay in the commitlog and are re-dispatched on restart")

@@ -263,6 +263,23 @@ class Index:
         first = int(K.cq_key_parse(key)[2])
         return (first, value) if first + len(value) // K.CQ_ENTRY > queue_offset else None
 
+    def segment_queue_max(self, topic_id: int, queue_id: int, listed: int, segment_end: int) -> int:
+        """The highest offset of a queue whose record lies below `segment_end`, from `listed`, an
+        offset of the queue in that segment (its `segq` value): a binary search over the
+        ConsumeQueue, as a queue's records lie in offset order. The dispatcher lists a queue in a
+        segment once, not with every round (keys.py), so the highest offset is found here. Entries
+        already gone (tiering's local eviction) are not searched: `listed` if none is left."""
+        low, high = self.queue_bounds(topic_id, queue_id)
+        best, lo, hi = listed, max(listed, low), high
+        while lo < hi:
+            mid = (lo + hi) // 2
+            block = self.cq_block(topic_id, queue_id, mid)
+            if block is not None and K.CQ_VALUE.unpack_from(block[1], (mid - block[0]) * K.CQ_ENTRY)[0] < segment_end:
+                best, lo = mid, mid + 1
+            else:
+                hi = mid
+        return best
+
     def cq_entry(self, topic_id: int, queue_id: int, queue_offset: int) -> CqEntry | None:
         block = self.cq_block(topic_id, queue_id, queue_offset)
         if block is None:

@@ -15,7 +15,11 @@ Column families (key -> value):
   overlap. A one-entry block is byte for byte the one-key-per-message layout stores had before.
 - `msgid`: segment_base u64, id length u8, message id, physical_offset u64 -> size u32
 - `keyidx`: segment_base u64, topic_id u32, key length u16, key, physical_offset u64 -> size u32
-- `segq`: segment_base u64, topic_id u32, queue_id u32 -> highest queue_offset in that segment u64
+- `segq`: segment_base u64, topic_id u32, queue_id u32 -> a queue_offset of the queue in that
+  segment u64: the queue has records there. The dispatcher puts it when the queue first appears in
+  the segment (per process: it remembers the keys it put), not with every round, which cost a lite
+  send a random memtable insert per message; readers find the highest offset there from it with
+  `Index.segment_queue_max`. Stores written before hold the highest offset, which is as good.
 - `offsets`: group length u16, group, topic_id u32, queue_id u32 -> committed consumer offset u64
 - `meta`: b"checkpoint" -> dispatch position u64 (the next CommitLog byte to dispatch);
   b"t:" + topic name -> topic_id u32; b"i:" + topic_id u32 -> topic name;

@@ -403,18 +403,22 @@ def _tail_of(rec: MessageRecord) -> bytes:
 
 
 def _tails(records: Sequence[MessageRecord]) -> list[bytes]:
-    """`_tail_of` each record. Records with as many user properties each and no keys or system
-    properties (a batched send) get theirs from C-level maps over all pairs, cut into one tail per
-    record; anything else (or a key too long, which `_tail` names) record by record."""
+    """`_tail_of` each record. Records without keys and with as many user properties each and as
+    many system properties each (a batched send; a lite or priority send, whose messages each name
+    their lite topic or priority) get theirs from C-level maps over all pairs, user properties then
+    system properties, cut into one tail per record; anything else (or a key too long, which
+    `_tail` names) record by record."""
     props = list(map(_GET_PROPS, records))
-    counts = set(map(len, props))
-    if len(counts) != 1 or any(map(_GET_KEYS, records)) or any(map(_GET_SYSPROPS, records)):
+    sysprops = list(map(_GET_SYSPROPS, records))
+    counts, sys_counts = set(map(len, props)), set(map(len, sysprops))
+    if len(counts) != 1 or len(sys_counts) != 1 or any(map(_GET_KEYS, records)):
         return list(map(_tail_of, records))
-    (count,) = counts
-    names = list(map(str.encode, itertools.chain.from_iterable(props)))
+    count = counts.pop() + sys_counts.pop()
+    names = list(map(str.encode, itertools.chain.from_iterable(map(itertools.chain, props, sysprops))))
     if not names or max(map(len, names)) > MAX_U16:
         return list(map(_tail_of, records))
-    values = list(map(str.encode, itertools.chain.from_iterable(map(dict.values, props))))
+    values = list(map(str.encode, itertools.chain.from_iterable(
+        map(itertools.chain, map(dict.values, props), map(dict.values, sysprops)))))  # fmt: skip
     parts = itertools.chain.from_iterable(
         zip(map(_U16.pack, map(len, names)), names, map(_U32.pack, map(len, values)), values, strict=True)
     )

@@ -3,7 +3,8 @@
 A sealed segment goes when its newest record is older than `max_age_s` (its file's mtime is the
 time of its last write) or while the disk is fuller than `max_disk_used_ratio`. The active segment
 and anything not yet dispatched are never deleted. Index entries go with the segment, without a
-full scan: the `segq` table says which queues the segment held and up to which offset, so each
+full scan: the `segq` table says which queues the segment held (and an offset of each there, from
+which the highest is found in the ConsumeQueue), so each
 queue loses its prefix with one range delete and records its new floor (a queue left empty keeps
 its offsets); message-id and key entries are prefixed by the segment and go with one range delete
 per column family.
@@ -67,7 +68,7 @@ class Retention:
                     extra=kv(segment=oldest.name(), reason="age" if too_old else "disk"),
                 )
                 break
-            self.drop_index_entries(oldest.base)
+            self.drop_index_entries(oldest)
             self._segments.delete_oldest()
             deleted += 1
             self.deleted_segments += 1
@@ -79,9 +80,10 @@ class Retention:
             )
         return deleted
 
-    def drop_index_entries(self, segment_base: int) -> None:
+    def drop_index_entries(self, segment: Segment) -> None:
         index = self._index
         batch = index.batch()
+        segment_base = segment.base
         prefix = K.segment_prefix(segment_base)
         cq, meta = index.handle(K.CF_CQ), index.handle(K.CF_META)
         queues = 0
@@ -89,7 +91,7 @@ class Retention:
             if not key.startswith(prefix):
                 break
             _, tid, qid = K.segq_key_parse(key)
-            max_offset = K.U64.unpack(value)[0]
+            max_offset = index.segment_queue_max(tid, qid, K.U64.unpack(value)[0], segment.end)
             batch.delete_range(K.cq_key(tid, qid, 0), K.cq_key(tid, qid, max_offset + 1), cq)
             # The floor only rises: tiering's evict-local may already have raised it past this segment.
             old = index.cf(K.CF_META).get(K.queue_floor_key(tid, qid))

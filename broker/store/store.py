@@ -34,7 +34,16 @@ from broker.store.record import CopiedRecords, MessageRecord, decode, encode_col
 from broker.store.recovery import RecoveryReport, recover
 from broker.store.retention import Retention
 from broker.store.segments import SegmentSet
-from broker.store.writer import RUN_MIN, AppendResult, AppendResults, Columns, CommitLogWriter, Run, new_columns
+from broker.store.writer import (
+    RUN_MIN,
+    AppendResult,
+    AppendResults,
+    Columns,
+    CommitLogWriter,
+    Run,
+    new_columns,
+    span_of,
+)
 from broker.tags import tag_hash
 from common.errors import BadRequest, IllegalOffset, MessageCorrupted, OffsetNotFound, StoreClosed
 from common.logs import kv
@@ -440,8 +449,7 @@ class MessageStore:
 
 def _end_of(results: Sequence[AppendResult]) -> int:
     """Where the last record of an append ends in the CommitLog (appends are contiguous)."""
-    last = results[len(results) - 1]
-    return last.physical_offset + last.size
+    return span_of(results)[1]
 
 
 def copied_runs(data: bytes | bytearray | memoryview, segment_base: int, position: int) -> list[Run]:

@@ -127,6 +127,17 @@ class AppendResults(Sequence[AppendResult]):
         return f"AppendResults({list(self)!r})"
 
 
+def offsets_of(results: Sequence[AppendResult]) -> Sequence[int]:
+    """The queue offsets an append took, in order (columns kept as they are)."""
+    return results.queue_offsets if isinstance(results, AppendResults) else [r.queue_offset for r in results]
+
+
+def span_of(results: Sequence[AppendResult]) -> tuple[int, int]:
+    """The CommitLog positions [start, end) an append took (its records are contiguous)."""
+    last = results[len(results) - 1]
+    return results[0].physical_offset, last.physical_offset + last.size
+
+
 class Written(NamedTuple):
     """A record recovery found in the commitlog, to re-dispatch (`dispatcher.index_records`)."""
 

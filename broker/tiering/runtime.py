@@ -207,7 +207,7 @@ class BrokerTiering:
                     break
                 if not self.uploader.may_delete(segs[0]):
                     break
-                store.retention.drop_index_entries(segs[0].base)
+                store.retention.drop_index_entries(segs[0])
                 store.segments.delete_oldest()
                 segments += 1
         log.info("evicted tiered data from local disk", extra=kv(topic=topic, messages=dropped, segments=segments))

@@ -311,9 +311,9 @@ class Uploader:
     def may_delete(self, segment: Segment) -> bool:
         """True when every message of this CommitLog segment is tiered (`Retention.may_delete`).
 
-        The store's `segq` table lists, per segment, each (topic, queue) it holds and the highest
-        queue offset in it; the segment may go when each of those offsets is below the queue's tiered
-        end. Correct however topics interleave in segments; costs one short RocksDB scan.
+        The store's `segq` table lists, per segment, each (topic, queue) it holds (its highest
+        offset there is found from the ConsumeQueue); the segment may go when each of those offsets
+        is below the queue's tiered end. Correct however topics interleave in segments; costs one short RocksDB scan.
         """
         index = self.store.index
         prefix = K.segment_prefix(segment.base)
@@ -322,7 +322,8 @@ class Uploader:
                 break
             _, tid, qid = K.segq_key_parse(key)
             topic = index.topic_name(tid)
-            if topic is None or self.manifest.tiered_end(topic, qid) <= K.U64.unpack(value)[0]:
+            highest = index.segment_queue_max(tid, qid, K.U64.unpack(value)[0], segment.end)
+            if topic is None or self.manifest.tiered_end(topic, qid) <= highest:
                 if any(s.failures for s in self._states.values()):
                     self._warn_paused()
                 return False

@@ -203,7 +203,9 @@ def _add_topic(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser)
     create.add_argument("--max-priority", type=int, metavar="N", help="priority topics: priorities 0..N (default 9)")
     create.add_argument("--lite-expiration", metavar="D", help="lite topics: removed after D without a message "
                         "(e.g. 30s, 10m; default 10m)")  # fmt: skip
-    create.add_argument("--max-lite-topics", type=int, metavar="N", help="lite topics per broker (default: its limit)")
+    create.add_argument("--max-lite-topics", type=int, metavar="N",
+                        help="lite topics per broker: on k brokers the topic holds up to k x N "
+                             "(default: the broker's limit)")  # fmt: skip
     create.add_argument("--queues", type=int, default=DEFAULT_QUEUES, metavar="N", help="queues in all (default 8)")
     create.add_argument("--brokers", metavar="A,B", help="brokers to hold the queues (default: every registered one)")
     create.add_argument("--update", action="store_true", help="change the topic if it exists (else refused)")

@@ -7,9 +7,19 @@ Trace events are written in the background (every flush interval), so tests wait
 
 from __future__ import annotations
 
-from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, BackoffKind, BrokerApi, RetryPolicy, TraceEvent, TraceKind
+from broker.client.api import (
+    SYSPROP_PRODUCER_CLIENT_ID,
+    BackoffKind,
+    BrokerApi,
+    OutgoingMessage,
+    RetryPolicy,
+    SendResult,
+    TopicSpec,
+    TraceEvent,
+    TraceKind,
+)
 from common.errors import BadRequest
-from common.model import dlq_topic
+from common.model import MessageType, dlq_topic
 from tests.contract.conftest import Scope
 from tests.contract.test_broker_contract import (
     SHORT_INVISIBLE_MS,
@@ -22,6 +32,7 @@ from tests.contract.test_broker_contract import (
     out,
     pop_n,
 )
+from tests.contract.test_lite_priority_contract import lite, prio
 
 
 async def _trace_until(api: BrokerApi, message_id: str, kinds: list[TraceKind]) -> list[TraceEvent]:
@@ -34,6 +45,19 @@ async def _trace_until(api: BrokerApi, message_id: str, kinds: list[TraceKind]) 
         return all(have.count(k) >= kinds.count(k) for k in set(kinds))
 
     await eventually(complete, f"trace of {message_id} holding {[k.value for k in kinds]}")
+    return found
+
+
+async def _producer_traced(api: BrokerApi, message_id: str) -> list[TraceEvent]:
+    """The trace once it holds the recorded send (until the trace is flushed, a lookup answers with
+    the store's own "sent" event, without the producer's client id)."""
+    found: list[TraceEvent] = []
+
+    async def recorded() -> bool:
+        found[:] = await api.message_trace(message_id)
+        return any(e.client_id for e in found)
+
+    await eventually(recorded, f"the recorded send of {message_id}")
     return found
 
 
@@ -83,3 +107,26 @@ async def test_trace_of_unknown_and_bad_ids(broker: BrokerApi, scope: Scope) -> 
         await broker.message_trace("")
     with expect_error(BadRequest):
         await broker.message_trace("x" * 10_000)
+
+
+async def test_trace_of_lite_and_priority_sends(broker: BrokerApi, scope: Scope) -> None:
+    """A send whose messages go to queues of their own (lite topics, priority levels) is traced as
+    one event for the whole append: each message's trace shows it, with the producer's client id,
+    at the message's own queue and offset."""
+    lite_topic = scope.topic()
+    await broker.create_topic(TopicSpec(lite_topic, 1, frozenset({MessageType.LITE})))
+    prio_topic = scope.topic()
+    await broker.create_topic(TopicSpec(prio_topic, 1, frozenset({MessageType.PRIORITY}), max_priority=9))
+    lite_msgs = [lite(scope, name, name) for name in ("a", "b", "c")]
+    prio_msgs = [prio(scope, level) for level in (2, 7)]
+    sent: list[tuple[OutgoingMessage, SendResult]] = []
+    for topic, msgs in ((lite_topic, lite_msgs), (prio_topic, prio_msgs)):
+        for m in msgs:
+            m.system_properties[SYSPROP_PRODUCER_CLIENT_ID] = "client-9"
+        sent += zip(msgs, await broker.send(topic, 0, msgs), strict=True)
+    for msg, result in sent:
+        [event] = await _producer_traced(broker, msg.message_id)
+        assert (event.kind, event.client_id) == (TraceKind.SENT, "client-9"), event
+        assert (event.queue_id, event.queue_offset) == (result.queue_id, result.queue_offset)
+    lite_queues, prio_queues = ({r.queue_id for _, r in part} for part in (sent[:3], sent[3:]))
+    assert (len(lite_queues), len(prio_queues)) == (3, 2), "each message in a queue of its own"

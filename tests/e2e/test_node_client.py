@@ -8,10 +8,12 @@ single proxy: it joins several `;`-separated addresses into one grpc-js target, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from rocketmq import FilterExpression
 
 from tests.e2e.support import raw
 from tests.e2e.support.clients import message, producer, receive_count, send_all, simple_consumer
-from tests.e2e.support.cluster import Cluster
+from tests.e2e.support.cluster import Cluster, start_merged, start_separated
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 PACKAGE = "rocketmq-client-nodejs"
@@ -160,3 +162,134 @@ def test_node_client_lite_push_consumer_and_priority(cluster: Cluster, unique: C
         by_broker.setdefault(r["handle"].split("~", 1)[0], []).append(r["priority"])
     for levels in by_broker.values():
         assert levels == sorted(levels, reverse=True), levels
+
+
+LITE_TOPIC_QUOTA_EXCEEDED = 42901
+EXPIRY_WAIT_S = 30.0  # bounded; expiry after 2 s, swept every second
+
+
+def lite_topic(cluster: Cluster, name: str, *extra: str) -> str:
+    cluster.admin("topic", "create", name, "--type", "lite", "--queues", str(len(cluster.brokers)), *extra)
+    return name
+
+
+def test_node_client_lite_quotas(cluster: Cluster, unique: Callable[[str], str], node: str) -> None:
+    """Quotas with the Node.js LitePushConsumer and Producer: the consumer takes the server's
+    subscription quota and lite topic name size from its settings; subscribing to, or sending to,
+    more lite topics than the bind topic may hold on a broker is refused with
+    LITE_TOPIC_QUOTA_EXCEEDED (42901; the producer's LiteTopicQuotaExceededException), and a refused
+    subscription is not in the consumer's set.
+
+    Not covered here: the server's LITE_SUBSCRIPTION_QUOTA_EXCEEDED (42902). rocketmq-client-nodejs
+    1.0.8's LitePushConsumer checks its own set against `Settings.lite_subscription_quota` before
+    every subscribeLite (its LiteSubscriptionManager throws a ClientException 429 of its own) and
+    subscribes one lite topic per request, so it reaches the server's check only after 10,000
+    subscribe requests; that refusal is covered with raw requests (test_lite_topics.py)."""
+    topic = lite_topic(cluster, unique("t"), "--max-lite-topics", "3")
+    result = run_node(node, "lite_limits.js", mode="quota", endpoints=cluster.first_proxy, liteTopic=topic,
+                      liteGroup=cluster.create_group(unique("g")), timeoutMs=60_000)  # fmt: skip
+    assert result["settings"] == {"liteSubscriptionQuota": 10_000, "maxLiteTopicSize": 64}
+    room = 3 * len(cluster.brokers)
+    subscribed = [s["name"] for s in result["subscribed"] if s["ok"]]
+    refused = [s for s in result["subscribed"] if not s["ok"]]
+    assert 3 <= len(subscribed) <= room, result["subscribed"]
+    assert refused and all(s["code"] == LITE_TOPIC_QUOTA_EXCEEDED for s in refused), refused
+    assert result["liteTopicSet"] == sorted(subscribed), "a refused subscription is not the client's"
+    refused_sends = [s for s in result["sent"] if not s["ok"]]
+    assert len(refused_sends) >= len(result["sent"]) - (room - len(subscribed)), result["sent"]
+    for s in refused_sends:
+        assert (s["code"], s["exception"]) == (LITE_TOPIC_QUOTA_EXCEEDED, "LiteTopicQuotaExceededException"), s
+    assert cluster.admin("lite", "list", topic)["lite_topics"] == len(subscribed) + len(result["sent"]) - len(
+        refused_sends
+    ), "nothing refused was stored"
+
+
+def test_node_client_lite_expiry(cluster: Cluster, unique: Callable[[str], str], node: str) -> None:
+    """A lite topic the Node.js LitePushConsumer subscribed to expires (2 s without a message): the
+    server removes it with its subscription and sends NotifyUnsubscribeLiteCommand on the client's
+    Telemetry stream (checked with raw requests in test_lite_topics.py), and the client keeps working.
+
+    What the Node client does with the notification is not checked: rocketmq-client-nodejs 1.0.8's
+    TelemetrySession handles settings, orphaned transactions, verify, stack trace and reconnect
+    commands only; a NOTIFY_UNSUBSCRIBE_LITE_COMMAND goes to its default branch ("Receive
+    unrecognized command"), so LitePushConsumerImpl.onNotifyUnsubscribeLiteCommand is never called
+    and the expired name stays in getLiteTopicSet() (recorded as `liteTopicSetAfter`)."""
+    topic = lite_topic(cluster, unique("t"), "--lite-expiration", "2s")
+    options = {"mode": "expiry", "endpoints": cluster.first_proxy, "liteTopic": topic,
+               "liteGroup": cluster.create_group(unique("g")), "timeoutMs": 60_000}  # fmt: skip
+    with node_script(node, "lite_limits.js", options) as proc:
+        _result_line(proc, "stage")
+        assert cluster.admin("lite", "list", topic)["lite_topics"] == 1
+        deadline = time.monotonic() + EXPIRY_WAIT_S
+        while cluster.admin("lite", "list", topic)["lite_topics"]:
+            assert time.monotonic() < deadline, "the lite topic did not expire"
+            time.sleep(0.5)
+        result = _finish(proc)
+    assert result["liteTopicSet"] == ["short-lived"]
+    assert [r["body"] for r in result["received"]] == ["next-1"], "the consumer outlived the notification"
+
+
+@pytest.mark.parametrize("kind", ["merged", "separated"])
+def test_node_client_lite_resync_after_a_proxy_restart(kind: str, tmp_path: Path, unique: Callable[[str], str],
+                                                       node: str) -> None:  # fmt: skip
+    """After its proxy restarts (merged: the whole process), the Node.js LitePushConsumer's
+    periodic COMPLETE_ADD (every 30 s) through the new proxy restores its subscriptions: the test
+    drops them on the server (a COMPLETE_REMOVE under the client's id) once the proxy is back, and a
+    message to its lite topic still arrives. A cluster of its own: the restart would disturb the
+    shared ones."""
+    cluster = start_merged(tmp_path) if kind == "merged" else start_separated(tmp_path)
+    try:
+        topic = lite_topic(cluster, unique("t"))
+        group = cluster.create_group(unique("g"))
+        options = {"mode": "resync", "endpoints": cluster.first_proxy, "liteTopic": topic, "liteGroup": group,
+                   "timeoutMs": 110_000}  # fmt: skip
+        with node_script(node, "lite_limits.js", options) as proc:
+            ready = json.loads(_result_line(proc, "stage"))
+            proxy = cluster.proxy_process(cluster.first_proxy) if kind == "separated" else next(iter(cluster.processes))
+            cluster.restart(proxy)
+            request = raw.spb.SyncLiteSubscriptionRequest(action=raw.pb.COMPLETE_REMOVE, topic=raw.resource(topic),
+                                                          group=raw.resource(group))  # fmt: skip
+            with raw.stub(cluster.first_proxy) as s:
+                response = s.SyncLiteSubscription(request, metadata=raw.headers(client_id=ready["clientId"]),
+                                                  timeout=raw.RPC_TIMEOUT_S)  # fmt: skip
+            assert raw.code_name(response.status.code) == "OK"
+            result = _finish(proc)
+        assert [r["body"] for r in result["received"]] == ["before", "after"]
+        assert result["liteTopicSet"] == ["keep"]
+    finally:
+        assert not cluster.stop()
+
+
+@contextlib.contextmanager
+def node_script(node: str, script: str, options: dict[str, Any]) -> Iterator[subprocess.Popen[str]]:
+    """A Node script that pauses for the test (it reads a line from stdin); killed if still running
+    at the end."""
+    proc = subprocess.Popen([node, script, json.dumps(options)], cwd=NODE_DIR, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=SCRIPT_TIMEOUT_S)
+
+
+def _finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    """Let a paused Node script go on; its result, which must hold no error."""
+    assert proc.stdin is not None
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    result: dict[str, Any] = json.loads(_result_line(proc, "error"))
+    assert result["error"] is None, f"node client failed: {result['error']}"
+    return result
+
+
+def _result_line(proc: subprocess.Popen[str], key: str) -> str:
+    """The next stdout line of a running Node script that is a JSON object holding `key` (bounded
+    by the script's own deadline: it prints its result and exits when that passes)."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("{") and f'"{key}"' in line:
+            return line
+    stderr = proc.stderr.read() if proc.stderr is not None else ""
+    raise AssertionError(f"node exited {proc.wait()} without a {key} line; stderr:\n{stderr}")

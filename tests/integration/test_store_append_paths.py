@@ -74,7 +74,15 @@ def shapes() -> list[list[MessageRecord]]:
 
 
 def dump(store: MessageStore) -> dict[str, list[tuple[bytes, bytes]]]:
-    out = {cf: list(store.index.cf(cf).items()) for cf in (K.CF_MSGID, K.CF_KEYIDX, K.CF_SEGQ, K.CF_META)}
+    out = {cf: list(store.index.cf(cf).items()) for cf in (K.CF_MSGID, K.CF_KEYIDX, K.CF_META)}
+    # `segq` lists each queue of a segment with an offset of it there, put once per process (the
+    # live dispatch) or per record (recovery): compare the highest offset each one leads to.
+    ends = {seg.base: seg.end for seg in store.segments.all()}
+    out[K.CF_SEGQ] = []
+    for key, value in store.index.cf(K.CF_SEGQ).items():
+        base, tid, qid = K.segq_key_parse(key)
+        highest = store.index.segment_queue_max(tid, qid, K.U64.unpack(value)[0], ends[base])
+        out[K.CF_SEGQ].append((key, K.U64.pack(highest)))
     # ConsumeQueue blocks are cut where rounds (or recovery's batches) end, so compare entries:
     # every block expanded to one (key, entry) per offset, as stores kept them before blocks.
     entries = []

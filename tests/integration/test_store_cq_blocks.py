@@ -233,3 +233,45 @@ def test_delete_below_an_offset_inside_a_block_keeps_the_rest(
             assert store.get(TOPIC, 0, end).message_id == f"id-{end}"
     finally:
         store.close()
+
+
+def test_retention_of_queues_listed_once_per_segment(tmp_path: Path) -> None:
+    """Appends to many queues at once (lite sends) over several rounds and segments: the dispatcher
+    lists each queue in a segment once, with an offset it had then, and retention still deletes
+    exactly the entries of each deleted segment (it finds the highest from the listed one); after a
+    restart (the listing forgotten) the same holds."""
+    queues = [65536 + q for q in range(7)]
+
+    def sends(store: MessageStore, start: int, rounds: int) -> int:
+        n = start
+        for _ in range(rounds):
+            store.append_blocking([msg(n + i, queue_id=queues[(n + i) % len(queues)], size=300) for i in range(9)])
+            n += 9
+        return n
+
+    store = MessageStore(tmp_path / "s", SMALL_SEGMENTS)
+    try:
+        n = sends(store, 0, 40)
+    finally:
+        store.close()
+    store = MessageStore(tmp_path / "s", SMALL_SEGMENTS)
+    try:
+        n = sends(store, n, 40)
+        segs = store.segments.all()
+        assert len(segs) >= 4
+        tid = store.index.topic_id(TOPIC)
+        assert tid is not None
+        listed = [K.segq_key_parse(k) for k, _ in store.index.cf(K.CF_SEGQ).items()]
+        assert len(listed) == len(set(listed))
+        deleted = store.run_retention(now_s=time.time() + 10**6)
+        assert deleted == len(segs) - 1
+        active = store.segments.all()[0]
+        for q in queues:
+            kept = [e for e in store.index.cq_entries(tid, q, 0)]
+            assert kept and all(e.physical_offset >= active.base for e in kept), q
+            assert store.queue_bounds(TOPIC, q) == (kept[0].queue_offset, kept[-1].queue_offset + 1)
+            assert [m.queue_offset for m in store.read(TOPIC, q, kept[0].queue_offset, max_messages=500).messages] == [
+                e.queue_offset for e in kept
+            ]
+    finally:
+        store.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
+from broker import tracekeys as K
 from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage, TraceKind
 from broker.config import BrokerConfig, TraceConfig
 from broker.local import LocalBroker
@@ -66,22 +67,33 @@ def test_events_are_found_by_position(index: Index) -> None:
     assert rec.position_events("orders", 2, 41, "ID-4") == []  # another queue
 
 
-def test_a_send_to_queues_of_their_own_is_one_compact_event_per_message(index: Index) -> None:
+def test_a_send_to_queues_of_their_own_is_one_event_for_its_commitlog_range(index: Index) -> None:
+    """A lite or priority send (each message in a queue of its own) is one `sent` event keyed by
+    the CommitLog positions the append took; a lookup finds it by the message's position. A store
+    written before holds one compact `sent` position event per message: still read."""
     rec = recorder(index)
-    rec.sent_each("chats", [(65536, 0, "client-a", "10.0.0.1"), (65537, 0, "client-a", "10.0.0.1"),
-                            (65536, 1, "client-b", "10.0.0.2")])  # fmt: skip
-    assert rec.pending == 3, "one pending item, counted per message"
+    rec.sent_append("chats", 1000, 1300, "client-a", "10.0.0.1")  # records at 1000, 1100 and 1200
+    assert rec.pending == 1
     rec.delivered("chats", 65537, 0, "g1", 1)
     rec.flush(rec.take())
-    [sent] = rec.position_events("chats", 65536, 1, "ID-1")
+    [sent] = rec.position_events("chats", 65536, 1, "ID-1", 1200)
     assert (sent.kind, sent.queue_id, sent.queue_offset, sent.client_id, sent.detail["host"]) == (
-        TraceKind.SENT, 65536, 1, "client-b", "10.0.0.2",
+        TraceKind.SENT, 65536, 1, "client-a", "10.0.0.1",
     )  # fmt: skip
-    events = rec.position_events("chats", 65537, 0, "ID-2")
+    events = rec.position_events("chats", 65537, 0, "ID-2", 1000)
     assert [(e.kind, e.client_id, e.group) for e in events] == [
         (TraceKind.SENT, "client-a", ""), (TraceKind.DELIVERED, "", "g1"),
     ]  # fmt: skip
-    assert rec.position_events("chats", 65538, 0, "ID-3") == []
+    assert rec.position_events("chats", 65538, 0, "ID-3", 1300) == [], "past the append"
+    assert rec.position_events("chats", 65538, 0, "ID-3", 999) == [], "before it"
+    assert rec.position_events("chats", 65536, 1, "ID-1") == [], "a position is needed to find it"
+    # The earlier layout: one compact `sent` position event per message.
+    t = now_ms()
+    bucket = t // int(TraceConfig().bucket_s * 1000)
+    key = K.position_key(bucket, "chats", 65539, 4, t, 1)
+    index.cf(CF_TRACE)[key] = K.encode_compact("sent", 0, b"client-old\0host-old")
+    [old] = rec.position_events("chats", 65539, 4, "ID-4", 5000)
+    assert (old.kind, old.client_id, old.detail["host"]) == (TraceKind.SENT, "client-old", "host-old")
 
 
 def test_a_full_buffer_drops_and_counts(index: Index) -> None:

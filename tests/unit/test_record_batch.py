@@ -105,6 +105,7 @@ def uniform_batches(draw: st.DrawFn) -> list[MessageRecord]:
     id_len = draw(st.integers(0, 40))
     extras = draw(st.booleans())
     same_count = None if extras else draw(st.none() | st.integers(1, 3))  # user properties per record
+    same_sys = 0 if extras else draw(st.integers(0, 2))  # system properties per record (a lite send: 1)
     one_queue = draw(st.booleans())
     alike = draw(st.booleans())  # type, flags, delivery time and attempt alike (the usual batch)
     plain = {
@@ -129,7 +130,9 @@ def uniform_batches(draw: st.DrawFn) -> list[MessageRecord]:
                 message_id=draw(st.text(alphabet="0123456789abcdef", min_size=id_len, max_size=id_len)),
                 keys=draw(st.lists(texts, max_size=3).map(tuple)) if extras else (),
                 properties=props,
-                system_properties=draw(st.dictionaries(texts, texts, max_size=2)) if extras else {},
+                system_properties=draw(st.dictionaries(texts, texts, max_size=2))
+                if extras
+                else draw(st.dictionaries(texts, texts, min_size=same_sys, max_size=same_sys)),
                 message_type=plain["message_type"] if alike else draw(st.sampled_from([1, 2, 3, 4])),
                 flags=plain["flags"] if alike else draw(st.sampled_from([0, 1])),
                 born_timestamp_ms=draw(st.integers(0, (1 << 64) - 1)),

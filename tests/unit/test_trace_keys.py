@@ -17,7 +17,7 @@ u63 = st.integers(0, 2**63 - 1)
 def test_position_keys_share_the_position_prefix(topic: str, qid: int, offset: int, t: int, seq: int) -> None:
     key = K.position_key(7, topic, qid, offset, t, seq)
     assert key.startswith(K.position_prefix(7, topic, qid, offset))
-    assert key == K.position_key_after(K.topic_prefix(7, topic), qid, offset, t, seq)
+    assert [key] == list(K.position_keys_after(K.topic_prefix(7, topic), [qid], [offset], t, [seq]))
     assert K.position_time(key) == t
 
 
