@@ -12,6 +12,7 @@ one proxy. The killed member is started again at once (same port and data) and r
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -41,6 +42,7 @@ from tests.e2e.support.replicated import (
     primary,
     restart,
     retrying,
+    run_through_failovers,
     start_replicated,
     wait,
 )
@@ -350,41 +352,15 @@ def test_acks_racing_sigkills_are_never_undone(
     cluster, _ = replicated
     topic = cluster.create_topic(unique("t"), queues=QUEUES)
     group = cluster.create_group(unique("g"))
-    rng = random.Random(SEED)
     history = History()
-    held: list[Message] = []
-    stop = threading.Event()
+    count = itertools.count()
 
-    def produce(client: Producer) -> None:
-        n = 0
-        while not stop.is_set():
-            try:
-                client.send(message(topic, f"a{n}".encode()))
-            except Exception:  # retriable refusals during a failover
-                time.sleep(0.05)
-                continue
-            history.sent(f"a{n}")
-            n += 1
+    def send_one(client: Producer) -> None:
+        body = f"a{next(count)}"
+        client.send(message(topic, body.encode()))
+        history.sent(body)
 
-    with producer(cluster.endpoints, topic) as client, \
-            simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:  # fmt: skip
-        worker = threading.Thread(target=produce, args=(client,), name="producer")
-        consuming = threading.Thread(target=consume, args=(consumer, history, held, stop.is_set), kwargs={
-            "hold": False, "timeout_s": 300.0}, name="consumer")  # fmt: skip
-        worker.start()
-        consuming.start()
-        try:
-            for _ in range(RACING_KILLS):
-                time.sleep(rng.uniform(1.0, 3.0))
-                acked_before = len(history.acks)
-                fail_over(cluster)
-                wait("acks to succeed again", lambda n=acked_before: len(history.acks) > n + 5)  # type: ignore[misc]
-        finally:
-            stop.set()
-            worker.join(60)
-            consuming.join(60)
-        everything = set(history.sends)
-        consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+    run_through_failovers(cluster, topic, group, history, send_one, kills=RACING_KILLS, rng=random.Random(SEED))
     verdict = history.verdict()
     print(f"racing history: {verdict.summary()}")
     assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"

@@ -50,6 +50,7 @@ from tests.e2e.support.replicated import (
     primary,
     restart,
     retrying,
+    run_through_failovers,
     start_replicated,
     stored_copy,
     wait,
@@ -218,44 +219,18 @@ def test_fifo_groups_keep_their_order_across_failovers_with_acks(group: Group, u
     cluster = group.cluster
     topic = cluster.create_topic(unique("t"), message_type="fifo", queues=QUEUES)
     consumers = cluster.create_group(unique("g"), fifo=True)
-    rng = random.Random(SEED)
     history = History()
-    held: list[Message] = []
-    stop = threading.Event()
+    seq: Counter[str] = Counter()
+    keys = random.Random(SEED + 1)
 
-    def produce(client: Producer) -> None:
-        seq: Counter[str] = Counter()
-        keys = random.Random(SEED + 1)
-        while not stop.is_set():
-            key = f"k{keys.randrange(MESSAGE_GROUPS)}"
-            body = f"{key}:{seq[key]}"
-            try:
-                client.send(message(topic, body.encode(), group=key))
-            except Exception:  # retriable refusals during a failover: the same number is tried again
-                time.sleep(0.05)
-                continue
-            history.sent(body, stream=key)
-            seq[key] += 1
+    def send_one(client: Producer) -> None:
+        key = f"k{keys.randrange(MESSAGE_GROUPS)}"
+        body = f"{key}:{seq[key]}"  # a refused send leaves the number to be tried again
+        client.send(message(topic, body.encode(), group=key))
+        history.sent(body, stream=key)
+        seq[key] += 1
 
-    with producer(cluster.endpoints, topic) as client, \
-            simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as consumer:  # fmt: skip
-        worker = threading.Thread(target=produce, args=(client,), name="producer")
-        consuming = threading.Thread(target=consume, args=(consumer, history, held, stop.is_set), kwargs={
-            "hold": False, "timeout_s": 300.0}, name="consumer")  # fmt: skip
-        worker.start()
-        consuming.start()
-        try:
-            for _ in range(FIFO_KILLS):
-                time.sleep(rng.uniform(1.0, 3.0))
-                acked_before = len(history.acks)
-                fail_over(cluster)
-                wait("acks to succeed again", lambda n=acked_before: len(history.acks) > n + 5)  # type: ignore[misc]
-        finally:
-            stop.set()
-            worker.join(60)
-            consuming.join(60)
-        everything = set(history.sends)
-        consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+    run_through_failovers(cluster, topic, consumers, history, send_one, kills=FIFO_KILLS, rng=random.Random(SEED))
     verdict = history.verdict()
     print(f"FIFO history: {verdict.summary()}; message groups {len(history.streams)}")
     assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
