@@ -122,12 +122,12 @@ class Coordinator:
         key = self._key("members", self.member.name)
         tx = self._client.transactions
         async with self._etcd("join the group"):
-            sent = self._clock()
-            self._lease = await self._client.lease(self._ttl_s)
-            self._deadline = sent + self._ttl_s - self._margin_s
             # A member's name is its identity in the group: taken only while no live lease holds
-            # it (a restarted member waits out its previous lease, at most one TTL).
+            # it (a restarted member waits out its previous lease, at most one TTL). Nothing
+            # refreshes the new lease before this returns, so each attempt refreshes it first: a
+            # member that waited out most of a TTL must not join on a lease about to expire.
             for _ in range(self._ttl_s * 4 + 4):
+                await self._fresh_lease()
                 put = tx.put(key, dump_record(asdict(self.member)), lease=self._lease)
                 joined, _ = await self._client.transaction(compare=[tx.create(key) == 0], success=[put], failure=[])
                 if joined:
@@ -137,6 +137,18 @@ class Coordinator:
                 raise Unavailable(f"another live member of group {self.group} is named {self.member.name}")
             self.lease_lost = False  # a new lease: keep_alive refreshes it, and this member may lead again
         log.info("joined broker group", extra=kv(group=self.group, member=self.member.name, lease_ttl_s=self._ttl_s))
+
+    async def _fresh_lease(self) -> None:
+        """Refresh the lease being joined with (a new one when there is none or it expired), so a
+        whole TTL lies ahead."""
+        sent = self._clock()
+        if self._lease is not None:
+            reply = await self._client.refresh_lease(self._lease.id)
+            if reply is not None and reply.TTL > 0:
+                self._deadline = sent + reply.TTL - self._margin_s
+                return
+        self._lease = await self._client.lease(self._ttl_s)
+        self._deadline = sent + self._ttl_s - self._margin_s
 
     async def close(self) -> None:
         """Revoke the lease (the member key and a leader key held by it vanish at once), then disconnect."""

@@ -224,6 +224,11 @@ class GroupMember:
     async def _watch_leader(self, leader: Leader, stop: asyncio.Event, changed: asyncio.Event) -> None:
         while not stop.is_set():
             with contextlib.suppress(Unavailable):
+                if self.coord.lease_lost:
+                    # Stalled past the TTL (a starved process, a long pause): the member key went
+                    # with the lease. Join again and go on following; the stream needs no lease.
+                    log.warning("lease lost while following: joining again", extra=kv(primary=leader.name))
+                    await self.coord.start()
                 if await self.coord.leader() != leader:
                     break
             await _sleep(stop, self._poll_s)

@@ -105,6 +105,12 @@ def _in_sync(g: Group) -> dict[str, bool]:
     return {str(r["name"]): bool(r["in_sync"]) for r in group_listing(g.cluster, g.etcd.url)}
 
 
+def _wait_all_in_sync(g: Group, what: str = "every member in sync") -> None:
+    """Every member listed (a member whose lease lapsed is not) and in sync."""
+    wait(what, lambda: list(_in_sync(g).values()) == [True] * len(MEMBERS),
+         explain=lambda: f"listed as {_in_sync(g)} (members {list(MEMBERS)})")  # fmt: skip
+
+
 @dataclass
 class Attempt:
     body: str
@@ -148,7 +154,7 @@ def test_partition_between_primary_and_replicas_stops_acknowledgements(
         worker = threading.Thread(target=produce, args=(client,), name="producer")
         worker.start()
         try:
-            wait("every member in sync", lambda: list(_in_sync(group).values()) == [True] * len(MEMBERS))
+            _wait_all_in_sync(group)
             for mode in (Mode.BLACKHOLE, Mode.CLOSE):
                 wait("sends", lambda: acked_since(time.monotonic() - 1.0) > 0)
                 leader = primary(cluster)
@@ -318,7 +324,7 @@ def test_a_handle_of_a_message_the_old_primary_lost_acks_nothing_on_the_new(
         cluster = g.cluster
         topic = cluster.create_topic(unique("t"), queues=1)
         consumers = cluster.create_group(unique("g"))
-        wait("every member in sync", lambda: list(_in_sync(g).values()) == [True] * len(MEMBERS))
+        _wait_all_in_sync(g)
         leader = primary(cluster)
         with producer(cluster.endpoints, topic) as client, \
                 simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as first, \
@@ -365,7 +371,7 @@ def test_a_replica_started_during_a_partition_waits_it_out(group: Group, unique:
     HELLO and hears nothing: it must keep trying, not give up for good, and rejoin once healed."""
     cluster = group.cluster
     topic = cluster.create_topic(unique("t"), queues=QUEUES)
-    wait("every member in sync", lambda: list(_in_sync(group).values()) == [True] * len(MEMBERS))
+    _wait_all_in_sync(group)
     leader = primary(cluster)
     victim = next(m for m in MEMBERS if m != leader)
     path = group.paths[leader]
@@ -377,6 +383,6 @@ def test_a_replica_started_during_a_partition_waits_it_out(group: Group, unique:
          lambda: path.connections >= connections + 2 or not cluster.processes[victim].running())  # fmt: skip
     assert cluster.processes[victim].running(), f"{victim} exited:\n{cluster.processes[victim].tail(30)}"
     path.set_mode(Mode.FORWARD)
-    wait("every member in sync again", lambda: list(_in_sync(group).values()) == [True] * len(MEMBERS))
+    _wait_all_in_sync(group, "every member in sync again")
     with producer(cluster.endpoints, topic) as client:
         retrying_send(client, message(topic, b"after"))

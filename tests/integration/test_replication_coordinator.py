@@ -154,3 +154,24 @@ def test_a_member_that_lost_its_lease_joins_again_and_may_lead(etcd: EtcdProcess
             await a.close()
 
     _run(body())
+
+
+def test_a_restarted_member_joins_on_a_whole_lease(etcd: EtcdProcess) -> None:
+    """A member restarted right after a SIGKILL waits out its previous lease (up to a TTL) before
+    its name is free. Nothing refreshes its new lease meanwhile, so `start()` must hand over a
+    lease with a whole TTL ahead: joining on one granted before the wait left it under a second
+    (0 s by etcd's count) and a keep-alive a little late on a loaded machine lost the member key."""
+
+    async def body() -> None:
+        killed = _member(etcd, "g-restart", "m1")
+        await killed.start()  # never refreshed nor revoked from here on: the process died
+        again = _member(etcd, "g-restart", "m1")
+        await again.start()
+        left = await again._client.get_lease_info(again._lease.id)
+        assert left.TTL >= TTL_S - 1, f"joined on a lease with {left.TTL} s left"
+        await asyncio.sleep(0.5)  # the first refresh, late
+        assert await again.refresh(), "the new lease expired before its first refresh"
+        await again.close()
+        await killed._client.close()
+
+    _run(body())

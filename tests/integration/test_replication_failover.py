@@ -225,3 +225,44 @@ async def _try_send(remote: RemoteBroker) -> str | None:
         return await _send(remote, "try")
     except SluiceError:
         return None
+
+
+def test_a_replica_paused_past_its_lease_joins_the_group_again(etcd: EtcdProcess, tmp_path: Path) -> None:
+    """A replica stalled longer than its lease (SIGSTOP here; a starved process or a long GC on a
+    loaded machine alike) finds its lease expired and its member key gone when it wakes: it must
+    join again with a new lease while it keeps following the same primary, not stay out of the
+    group's member list (and unable to campaign) until the leader changes."""
+    procs: dict[str, ServerProcess] = {}
+
+    async def member_names() -> set[str]:
+        async with aetcd.Client(host="127.0.0.1", port=etcd.port, timeout=2) as client:
+            found = await client.get_prefix(f"/sluice/sluice/groups/{GROUP}/members/".encode())
+        return {kv_.key.decode().rsplit("/", 1)[1] for kv_ in found}
+
+    async def body() -> None:
+        await asyncio.to_thread(_start_group, tmp_path, etcd, procs)
+        leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
+        await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
+        replica = next(n for n in procs if n != leader["name"])
+        procs[replica].child.signal(signal.SIGSTOP)
+        try:
+            await _wait_for("the paused replica's lease to expire", lambda: _absent(member_names, replica))
+        finally:
+            procs[replica].child.signal(signal.SIGCONT)
+        await _wait_for("the replica back in the member list", lambda: _present(member_names, replica), 10.0)
+        got = await _etcd_json(etcd, "leader")
+        assert got is not None and got["name"] == leader["name"], "a replica's lease has nothing to do with the term"
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    finally:
+        for proc in procs.values():
+            proc.stop()
+
+
+async def _absent(names: Any, name: str) -> bool:
+    return name not in await names()
+
+
+async def _present(names: Any, name: str) -> bool:
+    return name in await names()

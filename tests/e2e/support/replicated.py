@@ -103,11 +103,14 @@ def group_listing(cluster: Cluster, etcd_url: str) -> list[dict[str, object]]:
     return [r for r in cluster.admin("broker", "list", "--etcd", etcd_url) or [] if r["group"] == GROUP]
 
 
-def wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
+def wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0, *,
+         explain: Callable[[], object] | None = None) -> None:  # fmt: skip
+    """Poll `check` until true; on timeout the error names `what` and shows `explain()` (the state seen)."""
     deadline = time.monotonic() + timeout_s
     while not check():
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            seen = f": {explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out waiting for {what}{seen}")
         time.sleep(0.2)
 
 
