@@ -3,7 +3,8 @@
 
     python official_python.py '{"endpoint": "127.0.0.1:8081", "mode": "produce", "topic": "t", ...}'
 
-mode `produce`: `threads` threads each call `Producer.send` (one message, `body_bytes` long) in a loop.
+mode `produce`: `threads` threads each call `Producer.send` (one message, `body_bytes` long) in a loop;
+with `lite_topics` N > 0 (a LITE topic) each message names lite topic `l<i mod N>`, i counting sends.
 mode `consume`: `threads` threads share one `SimpleConsumer` and loop `receive(batch)` + `ack` per message.
 
 After `warmup_s` the driver prints `{"event": "start"}`, runs `seconds` more, then prints
@@ -13,6 +14,7 @@ those two lines, so the client's start-up and warm-up are not counted. Stops by 
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import threading
@@ -45,12 +47,16 @@ def produce(opts: dict[str, Any], stop: threading.Event, counter: Counter) -> No
     producer = Producer(config, (opts["topic"],))
     producer.startup()
     body = b"x" * int(opts["body_bytes"])
+    lite_topics = int(opts.get("lite_topics", 0))
+    sends = itertools.count()
 
     def loop() -> None:
         while not stop.is_set():
             msg = Message()
             msg.topic = opts["topic"]
             msg.body = body
+            if lite_topics:
+                msg.lite_topic = f"l{next(sends) % lite_topics}"
             try:
                 producer.send(msg)
                 counter.add(1)
