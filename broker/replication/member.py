@@ -216,10 +216,12 @@ class GroupMember:
         )  # fmt: skip
         changed = asyncio.Event()
         watcher = asyncio.create_task(self._watch_leader(leader, stop, changed))
+        dial = self._repl.dial.get(leader.name)  # this member's own path to that primary, if set
+        target = dataclasses.replace(leader, repl_address=dial) if dial else leader
         try:
             while not changed.is_set():
                 try:
-                    await replica.follow(leader, changed)
+                    await replica.follow(target, changed)
                 except LogMustChange as exc:
                     await _in_executor(store.close)
                     await _in_executor(functools.partial(cut_log, self._cfg.data_dir, exc.to_offset, exc.min_offset))
