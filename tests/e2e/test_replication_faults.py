@@ -18,13 +18,17 @@ history check (docs/replication.md):
   before its lease expires in etcd, so it acknowledges nothing between that deadline and the
   election of a replica (which serves), though clients still reach it; healed, it rejoins as a
   replica. A producer and a consumer run throughout: nothing acknowledged lost, no ack undone;
+- **a partition that cuts off one replica only**: each replica dials each other member's
+  replication port through a fault proxy of that pair's (`--repl-dial`); with the other replica
+  in sync, sends stay acknowledged while the cut one leaves the in-sync set and, healed, rejoins;
 - **a replica started during a partition** retries its silent HELLO until the path heals;
 - **a receipt handle of a message the old primary lost** (delivered before any replica held it:
   the partition makes that certain) acks nothing on the new primary, which stored another message
   at that queue offset.
 
 Topology (support/replicated.py): etcd (started here), a NameServer, one group of three members
-with `--min-insync 2`, one proxy; for the etcd partition each member's `--etcd` is a fault proxy.
+with `--min-insync 2`, one proxy; for the etcd partition each member's `--etcd` is a fault proxy,
+for the one-replica partition each replica's path to each member (`--repl-dial`).
 Each test is bounded by its waits' timeouts.
 """
 
@@ -82,6 +86,9 @@ class Group:
     paths: dict[str, FaultProxy]  # member -> the fault proxy in front of its replication port
     # member -> the fault proxy its etcd traffic runs through (empty unless asked for)
     etcd_paths: dict[str, FaultProxy]
+    # (replica, primary) -> the fault proxy on that replica's own path to that member's
+    # replication port (`--repl-dial`; empty unless asked for)
+    links: dict[tuple[str, str], FaultProxy]
 
 
 @pytest.fixture
@@ -92,26 +99,33 @@ def group(tmp_path: Path) -> Iterator[Group]:
 
 
 @contextlib.contextmanager
-def _group(root: Path, config_text: str, *, etcd_paths: bool = False) -> Iterator[Group]:
-    """With `etcd_paths`, each member also reaches etcd through a fault proxy of its own."""
+def _group(root: Path, config_text: str, *, etcd_paths: bool = False, links: bool = False) -> Iterator[Group]:
+    """With `etcd_paths`, each member also reaches etcd through a fault proxy of its own; with
+    `links`, each member dials every other member's replication port through a fault proxy of
+    that pair's (`--repl-dial`), so one replica's path can be cut alone."""
     etcd = start_etcd(root)
     paths: dict[str, FaultProxy] = {}
     to_etcd: dict[str, FaultProxy] = {}
+    pairs: dict[tuple[str, str], FaultProxy] = {}
     cluster: Cluster | None = None
     try:
         args: dict[str, list[str]] = {}
-        for name in MEMBERS:
-            repl_port = free_port()
+        repl_ports = {name: free_port() for name in MEMBERS}
+        for name, repl_port in repl_ports.items():
             paths[name] = FaultProxy(f"{LOOPBACK}:{repl_port}").start()
             args[name] = ["--repl-port", str(repl_port), "--repl-advertise", paths[name].address]
             if etcd_paths:  # the last --etcd wins over start_replicated's
                 to_etcd[name] = FaultProxy(f"{LOOPBACK}:{etcd.port}").start()
                 args[name] += ["--etcd", f"http://{to_etcd[name].address}"]
+            for other in MEMBERS if links else ():
+                if other != name:
+                    pairs[name, other] = FaultProxy(f"{LOOPBACK}:{repl_ports[other]}").start()
+                    args[name] += ["--repl-dial", f"{other}={pairs[name, other].address}"]
         cluster = start_replicated(root, etcd.url, member_args=args, config_text=config_text)
-        yield Group(cluster, etcd, paths, to_etcd)
+        yield Group(cluster, etcd, paths, to_etcd, pairs)
     finally:
         problems = cluster.stop() if cluster is not None else []
-        for path in (*paths.values(), *to_etcd.values()):
+        for path in (*paths.values(), *to_etcd.values(), *pairs.values()):
             path.stop()
         etcd.stop()
     assert not problems, "\n".join(problems)
@@ -501,3 +515,69 @@ def test_a_primary_cut_off_from_etcd_is_fenced_and_a_replica_takes_over(
 
 def _epoch(g: Group) -> int:
     return max(int(str(r["epoch"])) for r in group_listing(g.cluster, g.etcd.url))
+
+
+def test_a_partition_cutting_off_one_replica_keeps_acknowledging(tmp_path: Path, unique: Callable[[str], str]) -> None:
+    """Each replica dials the primary through a fault proxy of its own (`--repl-dial`), and only
+    one replica's path is cut (a blackhole). With three members and `--min-insync 2` the other
+    replica keeps the group acknowledging: the cut one leaves the in-sync set (`admin broker list`
+    shows `in_sync` false) within `max_lag_ms`, sends go on being acknowledged, and once healed it
+    catches up and is in sync again. A producer and a consumer run throughout: nothing
+    acknowledged lost, no ack undone; the primary keeps its term."""
+    with _group(tmp_path, CONFIG, links=True) as g:
+        cluster = g.cluster
+        topic = cluster.create_topic(unique("t"), queues=QUEUES)
+        consumers = cluster.create_group(unique("g"))
+        history = History()
+        attempts: list[Attempt] = []
+        held: list[Message] = []
+        stop = threading.Event()
+
+        def acked_since(t: float) -> int:
+            return sum(1 for a in attempts if not a.error and a.started >= t)
+
+        with producer(cluster.endpoints, topic) as client, \
+                simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as consumer:  # fmt: skip
+            worker = threading.Thread(target=_produce, args=(client, topic, history, attempts, stop), name="producer")
+            consuming = threading.Thread(target=consume, args=(consumer, history, held, stop.is_set),
+                                         kwargs={"hold": False, "timeout_s": 300.0}, name="consumer")  # fmt: skip
+            worker.start()
+            consuming.start()
+            try:
+                _wait_all_in_sync(g)
+                wait("sends and acks", lambda: len(history.sends) >= 20 and len(history.acks) >= 10)
+                leader = primary(cluster)
+                cut_off, other = (m for m in MEMBERS if m != leader)
+                link = g.links[cut_off, leader]
+                # Each replica streams through its own link, not through the address the primary published.
+                assert link.connections >= 1 and g.links[other, leader].connections >= 1
+                assert g.paths[leader].connections == 0, "a replica dialled the published address"
+                link.set_mode(Mode.BLACKHOLE)
+                cut = time.monotonic()
+                wait(f"{cut_off} to leave the in-sync set", lambda: not _in_sync(g).get(cut_off, True),
+                     explain=lambda: _in_sync(g))  # fmt: skip
+                left = time.monotonic()
+                assert _in_sync(g)[other], f"{other}, not cut off, left the in-sync set: {_in_sync(g)}"
+                wait("sends acknowledged with one replica cut off", lambda: acked_since(left) >= 20)
+                during = [a for a in attempts if a.started >= left]
+                refused = [a for a in during if a.error]
+                assert not refused, f"sends refused with {other} still in sync: {refused[:5]}"
+                healed = time.monotonic()
+                link.set_mode(Mode.FORWARD)
+                _wait_all_in_sync(g, f"{cut_off} back in sync after healing")
+                back = time.monotonic()
+                wait("sends acknowledged after healing", lambda: acked_since(back) >= 5)
+                assert primary(cluster) == leader, "the primary kept its term (etcd was reachable)"
+                print(f"{cut_off} cut off from {leader}: out of the in-sync set after {left - cut:.2f}s, "
+                      f"{acked_since(left) - acked_since(healed)} sends acknowledged meanwhile (none refused), "
+                      f"in sync again {back - healed:.2f}s after healing")  # fmt: skip
+            finally:
+                stop.set()
+                worker.join(60)
+                consuming.join(60)
+            everything = set(history.sends)
+            consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+    verdict = history.verdict()
+    print(f"one-replica partition history: {verdict.summary()}")
+    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
+    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
