@@ -423,7 +423,11 @@ def test_a_replica_started_during_a_partition_waits_it_out(group: Group, unique:
 
 
 LEASE_TTL_S = 2.0  # CONFIG's lease_ttl_s
-FENCE_MARGIN_S = 0.5  # ReplicationConfig's default fence_margin_s
+# The fence comes FENCE_MARGIN_S before the lease could expire; etcd expires it a TTL after the last
+# refresh it got, at most TTL/3 before the cut. With a margin above TTL/3 the span between the
+# fence and the earliest possible election is never empty: nobody may acknowledge in it.
+FENCE_MARGIN_S = 0.9
+FENCED_CONFIG = CONFIG.replace("lease_ttl_s = 2\n", f"lease_ttl_s = 2\nfence_margin_s = {FENCE_MARGIN_S}\n")
 ELECTED = re.compile(r"^(\S+ \S+) INFO .*elected primary .*member=(\S+) epoch=(\d+)", re.MULTILINE)
 
 
@@ -443,7 +447,8 @@ def test_a_primary_cut_off_from_etcd_is_fenced_and_a_replica_takes_over(
     reach it. Healed, it rejoins as a replica (dropping any tail the new term does not have).
     Meanwhile a producer sends and a consumer acks throughout: nothing acknowledged is lost, no
     ack answered OK is undone."""
-    with _group(tmp_path, CONFIG, etcd_paths=True) as g:
+    assert FENCED_CONFIG != CONFIG
+    with _group(tmp_path, FENCED_CONFIG, etcd_paths=True) as g:
         cluster = g.cluster
         topic = cluster.create_topic(unique("t"), queues=QUEUES)
         consumers = cluster.create_group(unique("g"))
