@@ -45,6 +45,12 @@ _FLAGS: dict[str, dict[str, str]] = {
         "tiering.min_age_s": "--tier-min-age",
         "metrics.enabled": "--no-metrics",
         "trace.enabled": "--no-trace",
+        "replication.group": "--group",
+        "replication.etcd": "--etcd",
+        "replication.min_insync": "--min-insync",
+        "replication.port": "--repl-port",
+        "replication.advertise": "--repl-advertise",
+        "replication.dial": "--repl-dial",
     },
     "proxy": {
         "auth.enabled": "--auth",

@@ -23,6 +23,10 @@ class ReplicationConfig:
     # (default: the broker's advertised host and `port`); set it when a NAT, a load balancer or a
     # relay sits between the members.
     advertise: str = ""
+    # Where this member dials another member's replication endpoint, by that member's name
+    # (host:port), instead of the `advertise` address it published in etcd: for a path between two
+    # members that is not everyone's (a relay or tunnel on that path only).
+    dial: dict[str, str] = field(default_factory=dict)
     # A replica further behind than this (bytes) or not caught up for this long leaves the in-sync set.
     max_lag_bytes: int = 64 * 1024 * 1024
     max_lag_ms: int = 3_000
@@ -42,10 +46,17 @@ class ReplicationConfig:
             raise ValueError("replication.fence_margin_s must be below half the lease TTL")
         if self.max_lag_bytes <= 0 or self.max_lag_ms <= 0 or self.max_frame_bytes <= 0:
             raise ValueError("replication: max_lag_bytes, max_lag_ms and max_frame_bytes must be positive")
-        host, sep, port = self.advertise.rpartition(":")
-        if self.advertise and (not sep or not host or not port.isdigit()):
+        if self.advertise and not _is_host_port(self.advertise):
             raise ValueError(f"replication.advertise must be host:port, got {self.advertise!r}")
+        for member, address in self.dial.items():
+            if not _is_host_port(address):
+                raise ValueError(f"replication.dial.{member} must be host:port, got {address!r}")
 
     @property
     def enabled(self) -> bool:
         return bool(self.group)
+
+
+def _is_host_port(address: str) -> bool:
+    host, sep, port = address.rpartition(":")
+    return bool(sep and host and port.isdigit())

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import gc
 import logging
 import socket
 import time
@@ -36,6 +37,7 @@ from broker.replication.primary import ReplicationServer
 from broker.replication.replica import LogMustChange, Replica, cut_log
 from broker.replication.state import REPLICATED_CFS, snapshot_incomplete
 from broker.replication.switchover import hand_over
+from broker.store.index import StoreLocked
 from broker.store.statelog import StateRecorder
 from broker.store.store import MessageStore
 from common import metrics
@@ -45,6 +47,8 @@ from common.logs import kv
 log = logging.getLogger("sluice.replication.member")
 
 STATUS_INTERVAL_S = 1.0
+# How long a member retries opening its store while the lock is still held by its last term's calls.
+STORE_RELOCK_S = 30.0
 
 # A registrar's `run(stop)` and `report_now()` (nameserver.client.BrokerRegistrar).
 RegistrarFactory = Callable[[LocalBroker], Any]
@@ -187,8 +191,21 @@ class GroupMember:
     # -- replica -----------------------------------------------------------------------------------
 
     async def _open_store(self) -> MessageStore:
+        """Open the data directory's store. Right after a term ended it may still be locked by this
+        process: RocksDB keeps its lock while any handle lives, and a call the deposed primary was
+        serving (a long-polling pop) can hold one until it ends and is collected. Retried for
+        `STORE_RELOCK_S`; a lock held longer (another process) is an error."""
         cfg = self._cfg
-        return await _in_executor(lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=BROKER_CFS))
+        deadline = time.monotonic() + STORE_RELOCK_S
+        while True:
+            try:
+                return await _in_executor(lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=BROKER_CFS))
+            except StoreLocked:
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("store still locked by calls of the last term; retrying", extra=kv(data_dir=str(cfg.data_dir)))
+                await _in_executor(gc.collect)  # an ended call's reference cycles (its traceback) go now
+                await asyncio.sleep(0.2)
 
     async def _follow(self, store: MessageStore, leader: Leader, stop: asyncio.Event) -> MessageStore:
         """Copy from `leader` until it is no longer the leader (or `stop`); returns the open store."""
@@ -199,10 +216,12 @@ class GroupMember:
         )  # fmt: skip
         changed = asyncio.Event()
         watcher = asyncio.create_task(self._watch_leader(leader, stop, changed))
+        dial = self._repl.dial.get(leader.name)  # this member's own path to that primary, if set
+        target = dataclasses.replace(leader, repl_address=dial) if dial else leader
         try:
             while not changed.is_set():
                 try:
-                    await replica.follow(leader, changed)
+                    await replica.follow(target, changed)
                 except LogMustChange as exc:
                     await _in_executor(store.close)
                     await _in_executor(functools.partial(cut_log, self._cfg.data_dir, exc.to_offset, exc.min_offset))

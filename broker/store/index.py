@@ -24,6 +24,11 @@ from broker.store.statelog import RecordingBatch, StateRecorder
 from common.config import ConfigError
 
 
+class StoreLocked(ConfigError):
+    """The index's RocksDB lock is held: by another process, or by this one's handles of a store it
+    closed but whose last references (a call still in flight on it) are not gone yet."""
+
+
 @dataclass(frozen=True, slots=True)
 class CqEntry:
     queue_offset: int
@@ -73,7 +78,7 @@ class Index:
             )
         except Exception as exc:  # rocksdict raises a bare Exception carrying RocksDB's status text
             if "lock" in str(exc).lower():
-                raise ConfigError(
+                raise StoreLocked(
                     f"data directory {path.parent} is in use by another process (RocksDB lock {path / 'LOCK'}): "
                     "is another broker or sluice up running on it? give each its own --data-dir"
                 ) from None

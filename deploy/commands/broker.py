@@ -14,7 +14,7 @@ import asyncio
 from broker.config import BrokerConfig
 from broker.server import run_broker
 from common import metrics
-from common.config import load_config
+from common.config import ConfigError, load_config
 from common.logs import setup_logging
 from deploy.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
 from deploy.ops import Readiness, ops_server
@@ -63,6 +63,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repl-advertise", metavar="HOST:PORT", help="address replicas dial for the replication port (in etcd)"
     )
+    parser.add_argument(
+        "--repl-dial",
+        action="append",
+        metavar="MEMBER=HOST:PORT",
+        help="dial MEMBER's replication port here instead of the address it published (repeatable)",
+    )
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
@@ -90,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
             "replication.min_insync": args.min_insync,
             "replication.port": args.repl_port,
             "replication.advertise": args.repl_advertise,
+            "replication.dial": _dial(args.repl_dial) if args.repl_dial else None,
             **metrics_overrides(args),
             **trace_overrides(args),
             **tier_overrides(args),
@@ -114,3 +121,14 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     return serve(main)
+
+
+def _dial(pairs: list[str]) -> dict[str, str]:
+    """`--repl-dial MEMBER=HOST:PORT` flags as `replication.dial` (the address is checked there)."""
+    dial: dict[str, str] = {}
+    for pair in pairs:
+        member, sep, address = pair.partition("=")
+        if not sep or not member:
+            raise ConfigError(f"--repl-dial {pair!r}: use MEMBER=HOST:PORT")
+        dial[member] = address
+    return dial

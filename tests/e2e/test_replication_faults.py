@@ -13,19 +13,31 @@ history check (docs/replication.md):
 - **lite topics across a failover**: a LiteSimpleConsumer's subscriptions are the group's
   replicated state: after a SIGKILL of the primary it keeps receiving only its lite topics, in
   order, acked messages are not redelivered, nothing acknowledged is lost;
+- **a partition between the primary and etcd only** (split brain): each member reaches etcd
+  through a fault proxy of its own and only the primary's is cut; its term's deadline passes
+  before its lease expires in etcd, so it acknowledges nothing between that deadline and the
+  election of a replica (which serves), though clients still reach it; healed, it rejoins as a
+  replica. A producer and a consumer run throughout: nothing acknowledged lost, no ack undone;
+- **a partition that cuts off one replica only**: each replica dials each other member's
+  replication port through a fault proxy of that pair's (`--repl-dial`); with the other replica
+  in sync, sends stay acknowledged while the cut one leaves the in-sync set and, healed, rejoins;
 - **a replica started during a partition** retries its silent HELLO until the path heals;
 - **a receipt handle of a message the old primary lost** (delivered before any replica held it:
   the partition makes that certain) acks nothing on the new primary, which stored another message
   at that queue offset.
 
 Topology (support/replicated.py): etcd (started here), a NameServer, one group of three members
-with `--min-insync 2`, one proxy. Each test is bounded by its waits' timeouts.
+with `--min-insync 2`, one proxy; for the etcd partition each member's `--etcd` is a fault proxy,
+for the one-replica partition each replica's path to each member (`--repl-dial`).
+Each test is bounded by its waits' timeouts.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -47,6 +59,7 @@ from tests.e2e.support.replicated import (
     consume,
     fail_over,
     group_listing,
+    new_primary,
     primary,
     restart,
     retrying,
@@ -71,6 +84,11 @@ class Group:
     cluster: Cluster
     etcd: EtcdProcess
     paths: dict[str, FaultProxy]  # member -> the fault proxy in front of its replication port
+    # member -> the fault proxy its etcd traffic runs through (empty unless asked for)
+    etcd_paths: dict[str, FaultProxy]
+    # (replica, primary) -> the fault proxy on that replica's own path to that member's
+    # replication port (`--repl-dial`; empty unless asked for)
+    links: dict[tuple[str, str], FaultProxy]
 
 
 @pytest.fixture
@@ -81,21 +99,33 @@ def group(tmp_path: Path) -> Iterator[Group]:
 
 
 @contextlib.contextmanager
-def _group(root: Path, config_text: str) -> Iterator[Group]:
+def _group(root: Path, config_text: str, *, etcd_paths: bool = False, links: bool = False) -> Iterator[Group]:
+    """With `etcd_paths`, each member also reaches etcd through a fault proxy of its own; with
+    `links`, each member dials every other member's replication port through a fault proxy of
+    that pair's (`--repl-dial`), so one replica's path can be cut alone."""
     etcd = start_etcd(root)
     paths: dict[str, FaultProxy] = {}
+    to_etcd: dict[str, FaultProxy] = {}
+    pairs: dict[tuple[str, str], FaultProxy] = {}
     cluster: Cluster | None = None
     try:
         args: dict[str, list[str]] = {}
-        for name in MEMBERS:
-            repl_port = free_port()
+        repl_ports = {name: free_port() for name in MEMBERS}
+        for name, repl_port in repl_ports.items():
             paths[name] = FaultProxy(f"{LOOPBACK}:{repl_port}").start()
             args[name] = ["--repl-port", str(repl_port), "--repl-advertise", paths[name].address]
+            if etcd_paths:  # the last --etcd wins over start_replicated's
+                to_etcd[name] = FaultProxy(f"{LOOPBACK}:{etcd.port}").start()
+                args[name] += ["--etcd", f"http://{to_etcd[name].address}"]
+            for other in MEMBERS if links else ():
+                if other != name:
+                    pairs[name, other] = FaultProxy(f"{LOOPBACK}:{repl_ports[other]}").start()
+                    args[name] += ["--repl-dial", f"{other}={pairs[name, other].address}"]
         cluster = start_replicated(root, etcd.url, member_args=args, config_text=config_text)
-        yield Group(cluster, etcd, paths)
+        yield Group(cluster, etcd, paths, to_etcd, pairs)
     finally:
         problems = cluster.stop() if cluster is not None else []
-        for path in paths.values():
+        for path in (*paths.values(), *to_etcd.values(), *pairs.values()):
             path.stop()
         etcd.stop()
     assert not problems, "\n".join(problems)
@@ -119,6 +149,24 @@ class Attempt:
     error: str  # empty: acknowledged
 
 
+def _produce(client: Producer, topic: str, history: History, attempts: list[Attempt], stop: threading.Event) -> None:
+    """Send p0, p1, ... until `stop`, recording every attempt (monotonic times) and each send
+    acknowledged in `history`; a refused send is tried again with the same body (a refusal may
+    still have been stored: a duplicate, never a loss)."""
+    n = 0
+    while not stop.is_set():
+        body, started = f"p{n}", time.monotonic()
+        try:
+            client.send(message(topic, body.encode()))
+        except Exception as exc:  # refused while the group is short of in-sync members or failing over
+            attempts.append(Attempt(body, started, time.monotonic(), f"{type(exc).__name__}: {exc}"))
+            time.sleep(0.1)
+            continue
+        attempts.append(Attempt(body, started, time.monotonic(), ""))
+        history.sent(body)
+        n += 1
+
+
 def test_partition_between_primary_and_replicas_stops_acknowledgements(
     group: Group, unique: Callable[[str], str]
 ) -> None:
@@ -129,20 +177,6 @@ def test_partition_between_primary_and_replicas_stops_acknowledgements(
     attempts: list[Attempt] = []
     stop = threading.Event()
 
-    def produce(client: Producer) -> None:
-        n = 0
-        while not stop.is_set():
-            body, started = f"p{n}", time.monotonic()
-            try:
-                client.send(message(topic, body.encode()))
-            except Exception as exc:  # refused while the group is short of in-sync members
-                attempts.append(Attempt(body, started, time.monotonic(), f"{type(exc).__name__}: {exc}"))
-                time.sleep(0.1)
-                continue
-            attempts.append(Attempt(body, started, time.monotonic(), ""))
-            history.sent(body)
-            n += 1
-
     def acked_since(t: float) -> int:
         return sum(1 for a in attempts if not a.error and a.started >= t)
 
@@ -151,7 +185,7 @@ def test_partition_between_primary_and_replicas_stops_acknowledgements(
 
     with producer(cluster.endpoints, topic) as client, \
             simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as consumer:  # fmt: skip
-        worker = threading.Thread(target=produce, args=(client,), name="producer")
+        worker = threading.Thread(target=_produce, args=(client, topic, history, attempts, stop), name="producer")
         worker.start()
         try:
             _wait_all_in_sync(group)
@@ -386,3 +420,169 @@ def test_a_replica_started_during_a_partition_waits_it_out(group: Group, unique:
     _wait_all_in_sync(group, "every member in sync again")
     with producer(cluster.endpoints, topic) as client:
         retrying_send(client, message(topic, b"after"))
+
+
+LEASE_TTL_S = 2.0  # CONFIG's lease_ttl_s
+# The fence comes FENCE_MARGIN_S before the lease could expire; etcd expires it a TTL after the last
+# refresh it got, at most TTL/3 before the cut. With a margin above TTL/3 the span between the
+# fence and the earliest possible election is never empty: nobody may acknowledge in it.
+FENCE_MARGIN_S = 0.9
+FENCED_CONFIG = CONFIG.replace("lease_ttl_s = 2\n", f"lease_ttl_s = 2\nfence_margin_s = {FENCE_MARGIN_S}\n")
+ELECTED = re.compile(r"^(\S+ \S+) INFO .*elected primary .*member=(\S+) epoch=(\d+)", re.MULTILINE)
+
+
+def _logged_at(stamp: str) -> float:
+    """A log line's time ("2026-11-26 10:50:09,401", local time) on the monotonic clock."""
+    wall = datetime.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return wall - time.time() + time.monotonic()
+
+
+def test_a_primary_cut_off_from_etcd_is_fenced_and_a_replica_takes_over(
+    tmp_path: Path, unique: Callable[[str], str]
+) -> None:
+    """Split brain: each member reaches etcd through a fault proxy of its own, and only the
+    primary's is cut (a blackhole) while clients and replicas still reach the primary. Its lease
+    runs out in etcd, a replica is elected and serves; the old primary acknowledges nothing once
+    its term's deadline passed (at most TTL - margin after the cut: the fence), while clients still
+    reach it. Healed, it rejoins as a replica (dropping any tail the new term does not have).
+    Meanwhile a producer sends and a consumer acks throughout: nothing acknowledged is lost, no
+    ack answered OK is undone."""
+    assert FENCED_CONFIG != CONFIG
+    with _group(tmp_path, FENCED_CONFIG, etcd_paths=True) as g:
+        cluster = g.cluster
+        topic = cluster.create_topic(unique("t"), queues=QUEUES)
+        consumers = cluster.create_group(unique("g"))
+        history = History()
+        attempts: list[Attempt] = []
+        held: list[Message] = []
+        stop = threading.Event()
+        with producer(cluster.endpoints, topic) as client, \
+                simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as consumer:  # fmt: skip
+            worker = threading.Thread(target=_produce, args=(client, topic, history, attempts, stop), name="producer")
+            consuming = threading.Thread(target=consume, args=(consumer, history, held, stop.is_set),
+                                         kwargs={"hold": False, "timeout_s": 300.0}, name="consumer")  # fmt: skip
+            worker.start()
+            consuming.start()
+            try:
+                _wait_all_in_sync(g)
+                wait("sends and acks", lambda: len(history.sends) >= 20 and len(history.acks) >= 10)
+                old = primary(cluster)
+                old_epoch = _epoch(g)
+                g.etcd_paths[old].set_mode(Mode.BLACKHOLE)
+                cut = time.monotonic()  # its last lease refresh that etcd answered was sent before this
+                fence = cut + LEASE_TTL_S - FENCE_MARGIN_S  # its term's deadline is no later than this
+
+                def elected() -> tuple[str, float] | None:
+                    for name in MEMBERS:
+                        for stamp, who, epoch in ELECTED.findall(cluster.processes[name].output()):
+                            if who == name != old and int(epoch) > old_epoch:
+                                return name, _logged_at(stamp)
+                    return None
+
+                wait("another member to be elected", lambda: elected() is not None)
+                successor, elected_at = elected() or ("", 0.0)
+                wait("the NameServer to route the group to the new primary", lambda: new_primary(cluster, old))
+                wait("sends acknowledged by the new primary",
+                     lambda: sum(1 for a in attempts if not a.error and a.started >= elected_at) >= 10)  # fmt: skip
+                assert cluster.processes[old].running(), f"{old} exited:\n{cluster.processes[old].tail(30)}"
+                # Between the fence and the election nobody may acknowledge: the new primary did not
+                # exist yet, and the old one was past its term's deadline.
+                orphaned = [a for a in attempts if fence <= a.started and a.ended < elected_at]
+                assert not [a.body for a in orphaned if not a.error], (
+                    f"acknowledged by {old} after its term's deadline (fence at +{fence - cut:.2f}s, "
+                    f"{successor} elected at +{elected_at - cut:.2f}s): {[a for a in orphaned if not a.error]}"
+                )
+                refused = [a for a in attempts if a.started >= cut and a.error]
+                example = refused[-1].error[:200] if refused else "-"
+                print(f"etcd cut from {old} at 0: fence by +{fence - cut:.2f}s, {successor} elected at "
+                      f"+{elected_at - cut:.2f}s; {len(orphaned)} sends between, all refused; "
+                      f"{len(refused)} refused after the cut, e.g. {example}")  # fmt: skip
+                g.etcd_paths[old].set_mode(Mode.FORWARD)
+                _wait_all_in_sync(g, f"{old} to rejoin as an in-sync replica")
+                roles = {str(r["name"]): r["role"] for r in group_listing(cluster, g.etcd.url)}
+                assert roles[old] == "replica" and roles[successor] == "primary", roles
+                healed = time.monotonic()
+                wait("sends acknowledged after healing",
+                     lambda: sum(1 for a in attempts if not a.error and a.started >= healed) >= 5)  # fmt: skip
+            finally:
+                stop.set()
+                worker.join(60)
+                consuming.join(60)
+            everything = set(history.sends)
+            consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+        cut_lines = [line for line in cluster.processes[old].output().splitlines() if "replica log" in line]
+        print(f"{old} rejoined: {cut_lines[-1] if cut_lines else 'no divergent tail to drop'}")
+    verdict = history.verdict()
+    print(f"etcd partition history: {verdict.summary()}")
+    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
+    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+
+
+def _epoch(g: Group) -> int:
+    return max(int(str(r["epoch"])) for r in group_listing(g.cluster, g.etcd.url))
+
+
+def test_a_partition_cutting_off_one_replica_keeps_acknowledging(tmp_path: Path, unique: Callable[[str], str]) -> None:
+    """Each replica dials the primary through a fault proxy of its own (`--repl-dial`), and only
+    one replica's path is cut (a blackhole). With three members and `--min-insync 2` the other
+    replica keeps the group acknowledging: the cut one leaves the in-sync set (`admin broker list`
+    shows `in_sync` false) within `max_lag_ms`, sends go on being acknowledged, and once healed it
+    catches up and is in sync again. A producer and a consumer run throughout: nothing
+    acknowledged lost, no ack undone; the primary keeps its term."""
+    with _group(tmp_path, CONFIG, links=True) as g:
+        cluster = g.cluster
+        topic = cluster.create_topic(unique("t"), queues=QUEUES)
+        consumers = cluster.create_group(unique("g"))
+        history = History()
+        attempts: list[Attempt] = []
+        held: list[Message] = []
+        stop = threading.Event()
+
+        def acked_since(t: float) -> int:
+            return sum(1 for a in attempts if not a.error and a.started >= t)
+
+        with producer(cluster.endpoints, topic) as client, \
+                simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as consumer:  # fmt: skip
+            worker = threading.Thread(target=_produce, args=(client, topic, history, attempts, stop), name="producer")
+            consuming = threading.Thread(target=consume, args=(consumer, history, held, stop.is_set),
+                                         kwargs={"hold": False, "timeout_s": 300.0}, name="consumer")  # fmt: skip
+            worker.start()
+            consuming.start()
+            try:
+                _wait_all_in_sync(g)
+                wait("sends and acks", lambda: len(history.sends) >= 20 and len(history.acks) >= 10)
+                leader = primary(cluster)
+                cut_off, other = (m for m in MEMBERS if m != leader)
+                link = g.links[cut_off, leader]
+                # Each replica streams through its own link, not through the address the primary published.
+                assert link.connections >= 1 and g.links[other, leader].connections >= 1
+                assert g.paths[leader].connections == 0, "a replica dialled the published address"
+                link.set_mode(Mode.BLACKHOLE)
+                cut = time.monotonic()
+                wait(f"{cut_off} to leave the in-sync set", lambda: not _in_sync(g).get(cut_off, True),
+                     explain=lambda: _in_sync(g))  # fmt: skip
+                left = time.monotonic()
+                assert _in_sync(g)[other], f"{other}, not cut off, left the in-sync set: {_in_sync(g)}"
+                wait("sends acknowledged with one replica cut off", lambda: acked_since(left) >= 20)
+                during = [a for a in attempts if a.started >= left]
+                refused = [a for a in during if a.error]
+                assert not refused, f"sends refused with {other} still in sync: {refused[:5]}"
+                healed = time.monotonic()
+                link.set_mode(Mode.FORWARD)
+                _wait_all_in_sync(g, f"{cut_off} back in sync after healing")
+                back = time.monotonic()
+                wait("sends acknowledged after healing", lambda: acked_since(back) >= 5)
+                assert primary(cluster) == leader, "the primary kept its term (etcd was reachable)"
+                print(f"{cut_off} cut off from {leader}: out of the in-sync set after {left - cut:.2f}s, "
+                      f"{acked_since(left) - acked_since(healed)} sends acknowledged meanwhile (none refused), "
+                      f"in sync again {back - healed:.2f}s after healing")  # fmt: skip
+            finally:
+                stop.set()
+                worker.join(60)
+                consuming.join(60)
+            everything = set(history.sends)
+            consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+    verdict = history.verdict()
+    print(f"one-replica partition history: {verdict.summary()}")
+    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
+    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
