@@ -66,6 +66,7 @@ from tests.e2e.support.replicated import (
     run_through_failovers,
     start_replicated,
     stored_copy,
+    traffic,
     wait,
 )
 from tests.e2e.test_lite_topics import create_lite_topic, lite_consumer, lite_message
@@ -454,62 +455,51 @@ def test_a_primary_cut_off_from_etcd_is_fenced_and_a_replica_takes_over(
         consumers = cluster.create_group(unique("g"))
         history = History()
         attempts: list[Attempt] = []
-        held: list[Message] = []
-        stop = threading.Event()
-        with producer(cluster.endpoints, topic) as client, \
-                simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as consumer:  # fmt: skip
-            worker = threading.Thread(target=_produce, args=(client, topic, history, attempts, stop), name="producer")
-            consuming = threading.Thread(target=consume, args=(consumer, history, held, stop.is_set),
-                                         kwargs={"hold": False, "timeout_s": 300.0}, name="consumer")  # fmt: skip
-            worker.start()
-            consuming.start()
-            try:
-                _wait_all_in_sync(g)
-                wait("sends and acks", lambda: len(history.sends) >= 20 and len(history.acks) >= 10)
-                old = primary(cluster)
-                old_epoch = _epoch(g)
-                g.etcd_paths[old].set_mode(Mode.BLACKHOLE)
-                cut = time.monotonic()  # its last lease refresh that etcd answered was sent before this
-                fence = cut + LEASE_TTL_S - FENCE_MARGIN_S  # its term's deadline is no later than this
 
-                def elected() -> tuple[str, float] | None:
-                    for name in MEMBERS:
-                        for stamp, who, epoch in ELECTED.findall(cluster.processes[name].output()):
-                            if who == name != old and int(epoch) > old_epoch:
-                                return name, _logged_at(stamp)
-                    return None
+        def produce(client: Producer, stop: threading.Event) -> None:
+            _produce(client, topic, history, attempts, stop)
 
-                wait("another member to be elected", lambda: elected() is not None)
-                successor, elected_at = elected() or ("", 0.0)
-                wait("the NameServer to route the group to the new primary", lambda: new_primary(cluster, old))
-                wait("sends acknowledged by the new primary",
-                     lambda: sum(1 for a in attempts if not a.error and a.started >= elected_at) >= 10)  # fmt: skip
-                assert cluster.processes[old].running(), f"{old} exited:\n{cluster.processes[old].tail(30)}"
-                # Between the fence and the election nobody may acknowledge: the new primary did not
-                # exist yet, and the old one was past its term's deadline.
-                orphaned = [a for a in attempts if fence <= a.started and a.ended < elected_at]
-                assert not [a.body for a in orphaned if not a.error], (
-                    f"acknowledged by {old} after its term's deadline (fence at +{fence - cut:.2f}s, "
-                    f"{successor} elected at +{elected_at - cut:.2f}s): {[a for a in orphaned if not a.error]}"
-                )
-                refused = [a for a in attempts if a.started >= cut and a.error]
-                example = refused[-1].error[:200] if refused else "-"
-                print(f"etcd cut from {old} at 0: fence by +{fence - cut:.2f}s, {successor} elected at "
-                      f"+{elected_at - cut:.2f}s; {len(orphaned)} sends between, all refused; "
-                      f"{len(refused)} refused after the cut, e.g. {example}")  # fmt: skip
-                g.etcd_paths[old].set_mode(Mode.FORWARD)
-                _wait_all_in_sync(g, f"{old} to rejoin as an in-sync replica")
-                roles = {str(r["name"]): r["role"] for r in group_listing(cluster, g.etcd.url)}
-                assert roles[old] == "replica" and roles[successor] == "primary", roles
-                healed = time.monotonic()
-                wait("sends acknowledged after healing",
-                     lambda: sum(1 for a in attempts if not a.error and a.started >= healed) >= 5)  # fmt: skip
-            finally:
-                stop.set()
-                worker.join(60)
-                consuming.join(60)
-            everything = set(history.sends)
-            consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+        with traffic(cluster, topic, consumers, history, produce):
+            _wait_all_in_sync(g)
+            wait("sends and acks", lambda: len(history.sends) >= 20 and len(history.acks) >= 10)
+            old = primary(cluster)
+            old_epoch = _epoch(g)
+            g.etcd_paths[old].set_mode(Mode.BLACKHOLE)
+            cut = time.monotonic()  # its last lease refresh that etcd answered was sent before this
+            fence = cut + LEASE_TTL_S - FENCE_MARGIN_S  # its term's deadline is no later than this
+
+            def elected() -> tuple[str, float] | None:
+                for name in MEMBERS:
+                    for stamp, who, epoch in ELECTED.findall(cluster.processes[name].output()):
+                        if who == name != old and int(epoch) > old_epoch:
+                            return name, _logged_at(stamp)
+                return None
+
+            wait("another member to be elected", lambda: elected() is not None)
+            successor, elected_at = elected() or ("", 0.0)
+            wait("the NameServer to route the group to the new primary", lambda: new_primary(cluster, old))
+            wait("sends acknowledged by the new primary",
+                 lambda: sum(1 for a in attempts if not a.error and a.started >= elected_at) >= 10)  # fmt: skip
+            assert cluster.processes[old].running(), f"{old} exited:\n{cluster.processes[old].tail(30)}"
+            # Between the fence and the election nobody may acknowledge: the new primary did not
+            # exist yet, and the old one was past its term's deadline.
+            orphaned = [a for a in attempts if fence <= a.started and a.ended < elected_at]
+            assert not [a.body for a in orphaned if not a.error], (
+                f"acknowledged by {old} after its term's deadline (fence at +{fence - cut:.2f}s, "
+                f"{successor} elected at +{elected_at - cut:.2f}s): {[a for a in orphaned if not a.error]}"
+            )
+            refused = [a for a in attempts if a.started >= cut and a.error]
+            example = refused[-1].error[:200] if refused else "-"
+            print(f"etcd cut from {old} at 0: fence by +{fence - cut:.2f}s, {successor} elected at "
+                  f"+{elected_at - cut:.2f}s; {len(orphaned)} sends between, all refused; "
+                  f"{len(refused)} refused after the cut, e.g. {example}")  # fmt: skip
+            g.etcd_paths[old].set_mode(Mode.FORWARD)
+            _wait_all_in_sync(g, f"{old} to rejoin as an in-sync replica")
+            roles = {str(r["name"]): r["role"] for r in group_listing(cluster, g.etcd.url)}
+            assert roles[old] == "replica" and roles[successor] == "primary", roles
+            healed = time.monotonic()
+            wait("sends acknowledged after healing",
+                 lambda: sum(1 for a in attempts if not a.error and a.started >= healed) >= 5)  # fmt: skip
         cut_lines = [line for line in cluster.processes[old].output().splitlines() if "replica log" in line]
         print(f"{old} rejoined: {cut_lines[-1] if cut_lines else 'no divergent tail to drop'}")
     verdict = history.verdict()
@@ -535,53 +525,41 @@ def test_a_partition_cutting_off_one_replica_keeps_acknowledging(tmp_path: Path,
         consumers = cluster.create_group(unique("g"))
         history = History()
         attempts: list[Attempt] = []
-        held: list[Message] = []
-        stop = threading.Event()
 
         def acked_since(t: float) -> int:
             return sum(1 for a in attempts if not a.error and a.started >= t)
 
-        with producer(cluster.endpoints, topic) as client, \
-                simple_consumer(cluster.endpoints, consumers, {topic: FilterExpression()}) as consumer:  # fmt: skip
-            worker = threading.Thread(target=_produce, args=(client, topic, history, attempts, stop), name="producer")
-            consuming = threading.Thread(target=consume, args=(consumer, history, held, stop.is_set),
-                                         kwargs={"hold": False, "timeout_s": 300.0}, name="consumer")  # fmt: skip
-            worker.start()
-            consuming.start()
-            try:
-                _wait_all_in_sync(g)
-                wait("sends and acks", lambda: len(history.sends) >= 20 and len(history.acks) >= 10)
-                leader = primary(cluster)
-                cut_off, other = (m for m in MEMBERS if m != leader)
-                link = g.links[cut_off, leader]
-                # Each replica streams through its own link, not through the address the primary published.
-                assert link.connections >= 1 and g.links[other, leader].connections >= 1
-                assert g.paths[leader].connections == 0, "a replica dialled the published address"
-                link.set_mode(Mode.BLACKHOLE)
-                cut = time.monotonic()
-                wait(f"{cut_off} to leave the in-sync set", lambda: not _in_sync(g).get(cut_off, True),
-                     explain=lambda: _in_sync(g))  # fmt: skip
-                left = time.monotonic()
-                assert _in_sync(g)[other], f"{other}, not cut off, left the in-sync set: {_in_sync(g)}"
-                wait("sends acknowledged with one replica cut off", lambda: acked_since(left) >= 20)
-                during = [a for a in attempts if a.started >= left]
-                refused = [a for a in during if a.error]
-                assert not refused, f"sends refused with {other} still in sync: {refused[:5]}"
-                healed = time.monotonic()
-                link.set_mode(Mode.FORWARD)
-                _wait_all_in_sync(g, f"{cut_off} back in sync after healing")
-                back = time.monotonic()
-                wait("sends acknowledged after healing", lambda: acked_since(back) >= 5)
-                assert primary(cluster) == leader, "the primary kept its term (etcd was reachable)"
-                print(f"{cut_off} cut off from {leader}: out of the in-sync set after {left - cut:.2f}s, "
-                      f"{acked_since(left) - acked_since(healed)} sends acknowledged meanwhile (none refused), "
-                      f"in sync again {back - healed:.2f}s after healing")  # fmt: skip
-            finally:
-                stop.set()
-                worker.join(60)
-                consuming.join(60)
-            everything = set(history.sends)
-            consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+        def produce(client: Producer, stop: threading.Event) -> None:
+            _produce(client, topic, history, attempts, stop)
+
+        with traffic(cluster, topic, consumers, history, produce):
+            _wait_all_in_sync(g)
+            wait("sends and acks", lambda: len(history.sends) >= 20 and len(history.acks) >= 10)
+            leader = primary(cluster)
+            cut_off, other = (m for m in MEMBERS if m != leader)
+            link = g.links[cut_off, leader]
+            # Each replica streams through its own link, not through the address the primary published.
+            assert link.connections >= 1 and g.links[other, leader].connections >= 1
+            assert g.paths[leader].connections == 0, "a replica dialled the published address"
+            link.set_mode(Mode.BLACKHOLE)
+            cut = time.monotonic()
+            wait(f"{cut_off} to leave the in-sync set", lambda: not _in_sync(g).get(cut_off, True),
+                 explain=lambda: _in_sync(g))  # fmt: skip
+            left = time.monotonic()
+            assert _in_sync(g)[other], f"{other}, not cut off, left the in-sync set: {_in_sync(g)}"
+            wait("sends acknowledged with one replica cut off", lambda: acked_since(left) >= 20)
+            during = [a for a in attempts if a.started >= left]
+            refused = [a for a in during if a.error]
+            assert not refused, f"sends refused with {other} still in sync: {refused[:5]}"
+            healed = time.monotonic()
+            link.set_mode(Mode.FORWARD)
+            _wait_all_in_sync(g, f"{cut_off} back in sync after healing")
+            back = time.monotonic()
+            wait("sends acknowledged after healing", lambda: acked_since(back) >= 5)
+            assert primary(cluster) == leader, "the primary kept its term (etcd was reachable)"
+            print(f"{cut_off} cut off from {leader}: out of the in-sync set after {left - cut:.2f}s, "
+                  f"{acked_since(left) - acked_since(healed)} sends acknowledged meanwhile (none refused), "
+                  f"in sync again {back - healed:.2f}s after healing")  # fmt: skip
     verdict = history.verdict()
     print(f"one-replica partition history: {verdict.summary()}")
     assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"

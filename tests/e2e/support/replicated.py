@@ -11,10 +11,11 @@ with the official client's).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rocketmq import FilterExpression, Producer, SimpleConsumer
@@ -176,38 +177,47 @@ def consume(consumer: SimpleConsumer, history: History, held: list[Message], don
             history.acked(body, copy)
 
 
-def run_through_failovers(cluster: Cluster, topic: str, group: str, history: History,
-                          send_one: Callable[[Producer], None], *, kills: int, rng: random.Random) -> None:  # fmt: skip
-    """A producer calls `send_one` in a loop (it sends one message and records it in `history`, or
-    raises on a refusal, which is retried after a short pause) while a consumer of `group` receives
-    and acks everything, and the primary is SIGKILLed `kills` times at random moments, each time
-    waiting for acks to succeed again; then the consumer goes on until every send is settled."""
+@contextlib.contextmanager
+def traffic(cluster: Cluster, topic: str, group: str, history: History,
+            produce: Callable[[Producer, threading.Event], None]) -> Iterator[None]:  # fmt: skip
+    """While the body runs: a producer thread runs `produce(client, stop)` (it sends until `stop`
+    is set, recording each acknowledged send in `history`) and a consumer of `group` receives and
+    acks everything. Then both stop, and the consumer goes on until every send is settled."""
     held: list[Message] = []
     stop = threading.Event()
-
-    def produce(client: Producer) -> None:
-        while not stop.is_set():
-            try:
-                send_one(client)
-            except Exception:  # retriable refusals during a failover
-                time.sleep(0.05)
-
     with producer(cluster.endpoints, topic) as client, \
             simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:  # fmt: skip
-        worker = threading.Thread(target=produce, args=(client,), name="producer")
+        worker = threading.Thread(target=produce, args=(client, stop), name="producer")
         consuming = threading.Thread(target=consume, args=(consumer, history, held, stop.is_set), kwargs={
             "hold": False, "timeout_s": 300.0}, name="consumer")  # fmt: skip
         worker.start()
         consuming.start()
         try:
-            for _ in range(kills):
-                time.sleep(rng.uniform(1.0, 3.0))
-                acked_before = len(history.acks)
-                fail_over(cluster)
-                wait("acks to succeed again", lambda n=acked_before: len(history.acks) > n + 5)  # type: ignore[misc]
+            yield
         finally:
             stop.set()
             worker.join(60)
             consuming.join(60)
         everything = set(history.sends)
         consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
+
+
+def run_through_failovers(cluster: Cluster, topic: str, group: str, history: History,
+                          send_one: Callable[[Producer], None], *, kills: int, rng: random.Random) -> None:  # fmt: skip
+    """`traffic` in which the producer calls `send_one` in a loop (it sends one message and records
+    it in `history`, or raises on a refusal, which is retried after a short pause) while the primary
+    is SIGKILLed `kills` times at random moments, each time waiting for acks to succeed again."""
+
+    def produce(client: Producer, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                send_one(client)
+            except Exception:  # retriable refusals during a failover
+                time.sleep(0.05)
+
+    with traffic(cluster, topic, group, history, produce):
+        for _ in range(kills):
+            time.sleep(rng.uniform(1.0, 3.0))
+            acked_before = len(history.acks)
+            fail_over(cluster)
+            wait("acks to succeed again", lambda n=acked_before: len(history.acks) > n + 5)  # type: ignore[misc]
