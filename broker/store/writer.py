@@ -105,10 +105,10 @@ class AppendResults(Sequence[AppendResult]):
         j = i + n if i < 0 else i
         if not 0 <= j < n:
             raise IndexError(f"result {i} of an append of {n}")
-        return _new_result((self.queue_offsets[j], self.physical_offsets[j], self.sizes[j], self.store_timestamp_ms))
+        return new_result((self.queue_offsets[j], self.physical_offsets[j], self.sizes[j], self.store_timestamp_ms))
 
     def __iter__(self) -> Iterator[AppendResult]:
-        return map(_new_result, zip(self.queue_offsets, self.physical_offsets, self.sizes,
+        return map(new_result, zip(self.queue_offsets, self.physical_offsets, self.sizes,
                                     repeat(self.store_timestamp_ms)))  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
@@ -191,7 +191,7 @@ class Run(NamedTuple):
 
 
 # `tuple.__new__(Cls, values)` skips the generated Python-level __new__: ~4x cheaper per record.
-_new_result = functools.partial(tuple.__new__, AppendResult)
+new_result = functools.partial(tuple.__new__, AppendResult)
 _new_run = functools.partial(tuple.__new__, Run)
 new_columns = functools.partial(tuple.__new__, Columns)
 
@@ -511,7 +511,7 @@ class CommitLogWriter:
                     sealed: Sequence[AppendResult] = AppendResults(range(qoff, qoff + n), physs, sizes, now_ms)
                     runs.append(_new_run((cols, sealed, queue, base)))
                 else:  # a single send or a few records: they share the round's small run
-                    sealed = list(map(_new_result, zip(count(qoff), physs, sizes, repeat(now_ms))))
+                    sealed = list(map(new_result, zip(count(qoff), physs, sizes, repeat(now_ms))))
                     small_columns.extend(cols)
                     small_results += sealed
                 results.append(sealed)
@@ -582,7 +582,7 @@ class CommitLogWriter:
             entry[0] = qoff + 1
             entry[1] = phys
             seal_at(buf, view, start, size, qoff, phys, now_ms)
-            out.append(_new_result((qoff, phys, size, now_ms)))
+            out.append(new_result((qoff, phys, size, now_ms)))
             start += size
             pos += size
         if start > chunk_from:
