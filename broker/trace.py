@@ -286,31 +286,25 @@ class TraceRecorder:
         self, kind: bytes, bucket: int, topic: str, queue_id: int, offset: int, message_id: str
     ) -> list[TraceEvent]:
         """The range event (sent batch, tiered segment) of one bucket that holds `offset`, if any."""
-        prefix = K.range_queue_prefix(kind, bucket, topic, queue_id)
-        it = self._cf.iter()
-        it.seek(K.range_seek(prefix, offset))
-        if not it.valid() or not it.key().startswith(prefix):
-            return []
-        doc = K.decode_value(it.value())
-        if not doc["start"] <= offset < doc["end"]:
-            return []
-        doc["id"] = message_id
-        return [_event(doc, topic, queue_id, offset)]
+        doc = self._covering(K.range_queue_prefix(kind, bucket, topic, queue_id), offset, "start", "end")
+        return [] if doc is None else [_event({**doc, "id": message_id}, topic, queue_id, offset)]
 
     def _in_append(
         self, bucket: int, topic: str, queue_id: int, offset: int, position: int, message_id: str
     ) -> list[TraceEvent]:
         """The `sent` event of one bucket's append whose CommitLog range holds `position`, if any."""
-        prefix = K.append_prefix(bucket, topic)
+        doc = self._covering(K.append_prefix(bucket, topic), position, "start_position", "end_position")
+        return [] if doc is None else [_event({**doc, "id": message_id}, topic, queue_id, offset)]
+
+    def _covering(self, prefix: bytes, value: int, low: str, high: str) -> dict[str, Any] | None:
+        """The document of the first range event under `prefix` (keyed by where it ends) that ends
+        after `value`, if it also starts at or before it: `doc[low] <= value < doc[high]`."""
         it = self._cf.iter()
-        it.seek(K.range_seek(prefix, position))
+        it.seek(K.range_seek(prefix, value))
         if not it.valid() or not it.key().startswith(prefix):
-            return []
-        doc = K.decode_value(it.value())
-        if not doc["start_position"] <= position < doc["end_position"]:
-            return []
-        doc["id"] = message_id
-        return [_event(doc, topic, queue_id, offset)]
+            return None
+        doc: dict[str, Any] = K.decode_value(it.value())
+        return doc if doc[low] <= value < doc[high] else None
 
 
 _DETAIL_FIELDS = ("host", "source", "invisible_ms", "dlq_topic", "dlq_offset", "object", "start", "end")
