@@ -70,7 +70,7 @@ from broker.priority import check_priority_spec, is_priority
 from broker.produce import Producer
 from broker.reads import Reader
 from broker.security_store import SECURITY_CFS, SecurityStore
-from broker.store.dispatcher import Touched
+from broker.store.dispatcher import Touched, call_soon_from_any_thread
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 from broker.tiering.manifest import SegmentEntry
@@ -211,7 +211,7 @@ class LocalBroker:
         # its listeners, and a store -> listener -> service -> store cycle would keep the pop state's
         # and trace's RocksDB handles (so the database's lock) alive after close.
         def dispatched(touched: Touched) -> None:
-            loop.call_soon_threadsafe(self._dispatched, touched)
+            call_soon_from_any_thread(loop, self._dispatched, touched)
 
         store.add_dispatch_listener(dispatched)
         producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)

@@ -13,6 +13,8 @@ import asyncio
 import collections
 from collections.abc import Iterable
 
+from broker.store.dispatcher import call_soon_from_any_thread
+
 
 class LongPollHub:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -62,11 +64,8 @@ class LongPollHub:
             self._versions.pop(key, None)
 
     def notify_threadsafe(self, keys: Iterable[str]) -> None:
-        """`notify` from any thread: the writer's, or the loop's own when it wrote inline."""
-        if asyncio._get_running_loop() is self._loop:
-            self.notify(keys)
-        else:
-            self._loop.call_soon_threadsafe(self.notify, list(keys))
+        """`notify` from a dispatch listener: the writer's thread, or the loop's own when it wrote inline."""
+        call_soon_from_any_thread(self._loop, self.notify, list(keys))
 
 
 def topic_key(topic: str) -> str:

@@ -30,7 +30,7 @@ from broker.replication import protocol as P
 from broker.replication import state as S
 from broker.replication.epochs import Epoch, truncation_point
 from broker.replication.gate import AckGate
-from broker.store.dispatcher import Touched
+from broker.store.dispatcher import Touched, call_soon_from_any_thread
 from broker.store.statelog import Op, StateRecorder, snapshot_ops
 from broker.store.store import MessageStore
 from common.errors import BadRequest, SluiceError, Unavailable
@@ -102,8 +102,7 @@ class ReplicationServer:
         self._wake()
 
     def _wake(self) -> None:  # any thread
-        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody streams any more
-            self._loop.call_soon_threadsafe(self._data.set)
+        call_soon_from_any_thread(self._loop, self._data.set)
 
     async def start(self, host: str, port: int) -> int:
         """Listen; returns the bound port."""

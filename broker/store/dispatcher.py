@@ -18,7 +18,9 @@ GIL, so the event loop keeps encoding the next appends meanwhile when the writer
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -37,6 +39,19 @@ log = logging.getLogger("sluice.store.dispatch")
 # touches one queue per message, so a listener's per-queue work is kept to what needs it).
 Touched = dict[str, set[int]]
 DispatchListener = Callable[[Touched], None]
+
+
+def call_soon_from_any_thread(loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: object) -> None:
+    """Schedule `callback(*args)` on `loop` from a dispatch listener, which runs on the writer's
+    thread or, for a round of small appends, on `loop` itself: there a plain `call_soon`, without
+    the wake-up write `call_soon_threadsafe` makes. A closed loop is ignored (nobody waits any more)."""
+    if asyncio._get_running_loop() is loop:
+        loop.call_soon(callback, *args)
+        return
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)
+
+
 _MAX_INDEXED_ID = 255
 # `segq` keys the dispatcher remembers having put (~70 bytes each); beyond it, it forgets them all.
 LISTED_MAX = 100_000
