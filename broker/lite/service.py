@@ -159,7 +159,9 @@ class LiteService:
                     f"topic {spec.name} holds {held} lite topics on this broker and may hold {limit}; "
                     f"{len(missing)} more cannot be created"
                 )
-            found.update(self.state.create_many(topic_id, missing, now, now + self._expiration_ms(spec)))
+            created = self.state.create_many(topic_id, missing, now, now + self._expiration_ms(spec))
+            self._store.note_empty_queues(spec.name, [rec.queue_id for rec in created.values()])
+            found.update(created)
             self.created += len(missing)
         return found, set(missing)
 

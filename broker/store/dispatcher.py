@@ -84,7 +84,7 @@ def index_runs(index: Index, runs: Sequence[Run], listed: set[bytes] | None = No
     batch = index.batch()
     put = batch.put
     cq, msgid, keyidx, segq = (index.handle(n) for n in (K.CF_CQ, K.CF_MSGID, K.CF_KEYIDX, K.CF_SEGQ))
-    cq_value, u32 = K.CQ_VALUE.pack, K.U32.pack
+    cq_value, cq_key, u32 = K.CQ_VALUE.pack, K.CQ_KEY.pack, K.U32.pack
     msgid_key, keyidx_key = K.msgid_key, K.keyidx_key
     topic_ids: dict[str, int] = {}
 
@@ -95,6 +95,7 @@ def index_runs(index: Index, runs: Sequence[Run], listed: set[bytes] | None = No
         return tid
 
     blocks: _Blocks = {}  # (segment base, topic id, queue id) -> open block
+    singles: dict[tuple[int, int, int], int] = {}  # the same -> an offset put as a block of one
     for cols, results, queue, seg_base in runs:
         if type(results) is not AppendResults:
             for topic, qid, th, mid, keys, (qoff, phys, size, store_ts) in zip(*cols, results, strict=True):
@@ -113,11 +114,17 @@ def index_runs(index: Index, runs: Sequence[Run], listed: set[bytes] | None = No
         if queue is not None:  # one queue: one block
             tids: Sequence[int] = [tid_of(queue[0])] * n
             _gather(blocks, put, cq, (seg_base, tids[0], queue[1]), results.queue_offsets[0], n, b"".join(entries))
-        else:  # several queues (a lite or priority send): each entry joins its queue's block
-            tids = [tid_of(topics[0])] * n if topics.count(topics[0]) == n else list(map(tid_of, topics))
-            where = zip(repeat(seg_base, n), tids, cols.queue_ids, strict=True)
-            for key, qoff, entry in zip(where, results.queue_offsets, entries, strict=True):
-                _gather(blocks, put, cq, key, qoff, 1, entry)
+        else:  # several queues (a lite or priority send)
+            one_topic = topics.count(topics[0]) == n
+            tids = [tid_of(topics[0])] * n if one_topic else list(map(tid_of, topics))
+            qids, qoffs = cols.queue_ids, results.queue_offsets
+            if one_topic and len(set(qids)) == n:  # each queue once (a lite send): a key each, put now
+                _drain(map(put, map(cq_key, repeat(tids[0]), qids, qoffs), entries, repeat(cq)))
+                singles.update(zip(zip(repeat(seg_base, n), tids, qids, strict=True), qoffs, strict=True))
+            else:  # each entry joins its queue's block (a priority send: few queues, many entries)
+                where = zip(repeat(seg_base, n), tids, qids, strict=True)
+                for key, qoff, entry in zip(where, qoffs, entries, strict=True):
+                    _gather(blocks, put, cq, key, qoff, 1, entry)
         mids = cols.message_ids
         lengths = set(map(len, mids))
         id_len = lengths.pop() if len(lengths) == 1 else 0
@@ -136,15 +143,17 @@ def index_runs(index: Index, runs: Sequence[Run], listed: set[bytes] | None = No
                         put(keyidx_key(seg_base, tid, kb, phys), u32(size), keyidx)
     segq_key, u64 = K.SEGQ_KEY.pack, K.U64.pack
     by_tid: dict[int, set[int]] = {tid: set() for tid in topic_ids.values()}
-    for (base, tid, qid), block in blocks.items():
-        _put_block(put, cq, tid, qid, block)
+    for at, block in blocks.items():
+        _put_block(put, cq, at[1], at[2], block)
+        singles[at] = block[1] - 1
+    for (base, tid, qid), qoff in singles.items():
         # The segment lists the queue once (`listed`: the keys put already, if the caller keeps
         # them), with an offset of it there; retention finds the highest from it (keys.py).
         key = segq_key(base, tid, qid)
         if listed is None:
-            put(key, u64(block[1] - 1), segq)
+            put(key, u64(qoff), segq)
         elif key not in listed:
-            put(key, u64(block[1] - 1), segq)
+            put(key, u64(qoff), segq)
             listed.add(key)
         by_tid[tid].add(qid)
     last = runs[-1].results[-1]

@@ -19,7 +19,7 @@ import logging
 import operator
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import accumulate, islice
@@ -245,6 +245,11 @@ class MessageStore:
         return self.dispatcher.wait_for(self.writer.written_position, timeout_s)
 
     # -- reads -----------------------------------------------------------------------------------
+
+    def note_empty_queues(self, topic: str, queue_ids: Iterable[int]) -> None:
+        """Queues of `topic` just created, that hold no record and never held one (a new lite
+        topic's): their first append skips the index lookup of where they end (writer.note_empty)."""
+        self.writer.note_empty(topic, queue_ids)
 
     def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset) of a queue; max is one past the last visible message."""

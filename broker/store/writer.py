@@ -35,7 +35,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import count, repeat
 from typing import NamedTuple, overload
@@ -258,6 +258,9 @@ class CommitLogWriter:
         self._stop_flusher = threading.Event()
         self._idle = False  # the writer waits on the condition (guarded by it)
         self._next_qoff: dict[tuple[str, int], list[int]] = {}  # (topic, qid) -> [next offset, last phys]
+        # Queues created empty (new lite topics) whose first record needs no index lookup
+        # (`note_empty`); added from any thread, taken by the round that writes to one.
+        self._empty: set[tuple[str, int]] = set()
         self._fd_lock = threading.Lock()
         # One round at a time, on the writer thread or inline on an event loop (`_inline_round`).
         self._round_lock = threading.Lock()
@@ -646,6 +649,17 @@ class CommitLogWriter:
             phys += size
         return AppendResults(qoffs, physs, sizes, now_ms)
 
+    def note_empty(self, topic: str, queue_ids: Iterable[int]) -> None:
+        """Queues just created that hold no record (a new lite topic's, whose number is never
+        reused): the round that writes the first record of one starts it at offset 0 instead of
+        asking the index where it ends (a RocksDB seek, the largest cost of a first message).
+        Called before any append to them is submitted; bounded like the offset cache (beyond it the
+        hints are dropped: the index lookup is always right)."""
+        empty = self._empty
+        if len(empty) >= self._cfg.queue_offset_cache_size:
+            empty.clear()
+        empty.update(zip(repeat(topic), queue_ids))
+
     def _queue_entry(self, key: tuple[str, int]) -> list[int]:
         """The mutable [next queue offset, last physical offset] of a queue. A failed round
         forgets them all (`_rollback`): the index then knows every queue's end, since each round
@@ -654,7 +668,11 @@ class CommitLogWriter:
         if entry is None:
             if len(self._next_qoff) >= self._cfg.queue_offset_cache_size:
                 self._evict()
-            entry = [self._lookup(key[0], key[1]), -1]
+            if key in self._empty:
+                self._empty.discard(key)
+                entry = [0, -1]
+            else:
+                entry = [self._lookup(key[0], key[1]), -1]
             self._next_qoff[key] = entry
         return entry
 

@@ -275,3 +275,67 @@ def test_retention_of_queues_listed_once_per_segment(tmp_path: Path) -> None:
             ]
     finally:
         store.close()
+
+
+def test_an_append_to_distinct_queues_puts_an_entry_each_and_reads_like_blocks(tmp_path: Path) -> None:
+    """A mixed append whose records all go to different queues (a lite send) puts each entry as a
+    block of one at once; one that repeats a queue (a priority send) gathers blocks. A queue written
+    both ways in one round (two runs), and across rounds, reads in order, and each queue is listed
+    in the segment (`segq`) for retention."""
+    from broker.store.dispatcher import index_runs
+    from broker.store.index import Index
+    from broker.store.writer import AppendResults, Columns, Run
+
+    index = Index(tmp_path / "index")
+    try:
+
+        def run(qids: list[int], qoffs: list[int], first_phys: int) -> Run:
+            n = len(qids)
+            cols = Columns([TOPIC] * n, qids, [0] * n, [f"p{first_phys + i}".encode() for i in range(n)], [()] * n)
+            physs = [first_phys + 100 * i for i in range(n)]
+            return Run(cols, AppendResults(qoffs, physs, [100] * n, 1), None, 0)
+
+        touched = index_runs(index, [run([1, 2, 3], [0, 0, 0], 0), run([1, 1, 2], [1, 2, 1], 300)])
+        index_runs(index, [run([3, 1, 2], [1, 3, 2], 600)])
+        assert touched == {TOPIC: {1, 2, 3}}
+        tid = index.topic_id(TOPIC)
+        assert tid is not None
+        got = {q: [(e.queue_offset, e.physical_offset) for e in index.cq_entries(tid, q, 0)] for q in (1, 2, 3)}
+        assert got == {
+            1: [(0, 0), (1, 300), (2, 400), (3, 700)],
+            2: [(0, 100), (1, 500), (2, 800)],
+            3: [(0, 200), (1, 600)],
+        }
+        assert [index.queue_bounds(tid, q) for q in (1, 2, 3)] == [(0, 4), (0, 3), (0, 2)]
+        for q, offs in got.items():  # a read that starts inside what a round wrote
+            assert [e.queue_offset for e in index.cq_entries(tid, q, 1)] == [o for o, _ in offs[1:]]
+        listed = {K.segq_key_parse(key)[2] for key, _ in index.cf(K.CF_SEGQ).items()}
+        assert listed == {1, 2, 3}
+    finally:
+        index.close()
+
+
+def test_a_queue_noted_empty_starts_at_zero_without_asking_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new lite topic's queue is noted empty when it is created: its first append takes offset 0
+    without the index lookup of where it ends; a queue not noted is looked up; the note is used once."""
+    store = MessageStore(tmp_path / "s", CONFIG)
+    try:
+        asked: list[int] = []
+        lookup = store.writer._lookup
+
+        def counted(topic: str, qid: int) -> int:
+            asked.append(qid)
+            return lookup(topic, qid)
+
+        monkeypatch.setattr(store.writer, "_lookup", counted)
+        store.note_empty_queues(TOPIC, [5, 6])
+        store.append_blocking([msg(i, queue_id=5 + i % 3) for i in range(6)])
+        assert asked == [7]
+        assert [store.queue_bounds(TOPIC, q) for q in (5, 6, 7)] == [(0, 2)] * 3
+        store.append_blocking([msg(6 + i, queue_id=5) for i in range(2)])
+        assert store.queue_bounds(TOPIC, 5) == (0, 4)
+        assert [m.message_id for m in store.read(TOPIC, 5, 0).messages] == ["id-0", "id-3", "id-6", "id-7"]
+    finally:
+        store.close()
