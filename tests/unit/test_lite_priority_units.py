@@ -116,3 +116,26 @@ def test_empty_levels_hold_until_a_dispatch_or_a_forget() -> None:
     assert not levels.is_drained("g", "t", 65545) and levels.is_drained("g2", "t", 65544)
     levels.forget(None, "t")
     assert not levels.is_drained("g2", "t", 65544)
+
+
+def test_recent_lite_records_keep_the_latest_used_and_forget_the_idle() -> None:
+    """LiteState's cache: two generations of `size` each. The `size` most recently used records
+    are always held, never more than twice that; a record used in the previous generation moves
+    forward; one unused for two generations is forgotten; `pop` removes one from both."""
+    from broker.lite.state import LiteRecord, _Recent
+
+    cache = _Recent(3)
+    recs = {f"n{i}": LiteRecord(i, 0, 0) for i in range(8)}
+    for name in ("n0", "n1", "n2"):
+        cache.put(1, name, recs[name])
+    assert cache.get_many(1, ["n0", "n1", "n2"]) == ({n: recs[n] for n in ("n0", "n1", "n2")}, [])
+    cache.put(1, "n3", recs["n3"])  # a new generation: n0..n2 are the previous one
+    found, missing = cache.get_many(1, ["n0", "n3", "n7"])
+    assert found == {"n0": recs["n0"], "n3": recs["n3"]} and missing == ["n7"]
+    for name in ("n4", "n5", "n6"):  # n0 moved forward; n1, n2 stay behind in the generation that goes
+        cache.put(1, name, recs[name])
+    found, missing = cache.get_many(1, [f"n{i}" for i in range(7)])
+    assert sorted(found) == ["n0", "n3", "n4", "n5", "n6"] and missing == ["n1", "n2"]
+    assert cache.get_many(2, ["n0"]) == ({}, ["n0"])  # per bind topic
+    cache.pop(1, "n0")
+    assert cache.get_many(1, ["n0"]) == ({}, ["n0"])
