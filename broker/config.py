@@ -104,7 +104,7 @@ class LiteConfig:
     # How often expired lite topics are removed, and at most how many per run (bounded work).
     sweep_interval_ms: int = 1_000
     sweep_batch: int = 10_000
-    # Lite topics whose name -> id mapping stays cached (active ones; idle ones cost nothing).
+    # Lite topics whose name -> id mapping stays cached (the most recently used; at most twice this).
     cache_size: int = 100_000
     # A client with no pop or sync for this long is forgotten in memory (its subscriptions stay stored).
     idle_client_s: float = 600.0
