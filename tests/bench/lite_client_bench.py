@@ -1,71 +1,186 @@
 #!/usr/bin/env python3
-"""Lite against normal sends as users make them: the official Python client through `sluice up`.
+"""Lite against normal topics as users send and receive: the official Python client through `sluice up`.
 
-    .venv/bin/python tests/bench/lite_client_bench.py [--seconds 5] [--rounds 2] [--active 1000]
+    .venv/bin/python tests/bench/lite_client_bench.py [--active 1000,100000] [--seconds 5] [--rounds 2]
                                                       [--threads 32] [--json]
 
-One merged `sluice up` (async flush). `Producer.send` from `--threads` threads (one message per
-SendMessage, 1 KiB; tests/bench/clients/official_python.py) to a NORMAL topic and to a LITE bind
-topic whose messages name `--active` lite topics round robin, alternating in `--rounds` turns so
-that a neighbour's load falls on both. Prints per phase the rate and the server's CPU (all
-threads, from /proc) per message, and per `--active` the lite/normal ratios of the summed turns.
-Each turn starts with an unmeasured warm-up; at one message per send, lite topics beyond what
-the first turns reach are created while measured (keep `--active` to what a turn sends). Stops by
-itself; the server is stopped by PID and its temp dir removed.
+One merged `sluice up` (async flush, default configuration). Per `--active` count N, with the official
+Python client (tests/bench/clients/official_python.py), 1 KiB bodies:
+
+- SEND: `Producer.send` from `--threads` threads (one message per SendMessage) to a NORMAL topic
+  (8 queues) and to a LITE bind topic whose messages name lite topics `l0` .. `l<N-1>` round robin.
+  Every lite topic exists and holds one message before the first turn, so the turns measure sends to
+  N existing lite topics, not their creation.
+- RECEIVE: `--threads` threads looping `receive(32)` + `ack` per message, on LiteSimpleConsumers of a
+  second LITE bind topic subscribed to its N lite topics, and on as many SimpleConsumers of a second
+  NORMAL topic, over backlogs of the same size B = max(N, rounds x (warm-up + seconds) x 6,000/s),
+  spread round robin over the N lite topics. One LiteSimpleConsumer per 10,000 lite topics (the
+  default subscription quota per client, as lite_bench.py has one client per 10,000), threads split
+  among them; each subscribes its share in one COMPLETE_ADD (`subscribe_lite_all()`, the request the
+  client re-sends every 30 s itself) because its `subscribe_lite` is one request per lite topic:
+  ~1,000/s here, 100 s for 100,000. Subscribing, like the client start-up, precedes the warm-up.
+
+The pre-fill and the backlogs are unmeasured and sent as a proxy sends: `RemoteBroker` on the
+broker's internal port, 500 messages per call (the official client would take ~40 s per 100,000).
+Turns alternate lite / normal over `--rounds` rounds so that a neighbour's load falls on both; each
+starts with an unmeasured warm-up. Prints per N the send and receive rates (lite, normal, ratio of
+the summed turns), the server's CPU (all threads and processes, from /proc) per message, and the
+errors. A default run takes about 2.5 minutes. Stops by itself; the server is stopped by PID and its
+temp dir removed. On a shared machine compare within one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import re
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from client_bench import BODY_BYTES, Row, admin, drive, py_driver, start_merged
+from client_bench import BODY_BYTES, Row, Server, admin, drive, py_driver, start_merged
+
+from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage
+from broker.client.remote import RemoteBroker
+from common.model import SYSPROP_LITE_TOPIC, MessageType
+
+NORMAL_QUEUES = 8
+PER_CONSUMER = 10_000  # lite topics per LiteSimpleConsumer: the default [proxy.settings] lite_subscription_quota
+RECV_CEILING = 6_000  # msg/s above what one official Python client process receives here: sizes the backlogs
+FILL_BATCH = 500
+FILL_IN_FLIGHT = 8
+BODY = b"x" * BODY_BYTES
+
+
+# -- unmeasured fills, as a proxy sends -----------------------------------------------------------
+
+
+def broker_address(root: Path) -> str:
+    found = re.search(r"broker listening on (\S+)", (root / "merged.log").read_text())
+    if found is None:
+        raise RuntimeError("sluice up did not print its broker's address")
+    return found.group(1)
+
+
+def fill(address: str, topic: str, count: int, lite_topics: int = 0, queues: int = 1) -> float:
+    """Send `count` messages to `topic` (message i to lite topic `l<i mod lite_topics>` if given,
+    batches over `queues` queues otherwise); returns the seconds it took."""
+    started = time.monotonic()
+    asyncio.run(_fill(address, topic, count, lite_topics, queues))
+    return time.monotonic() - started
+
+
+async def _fill(address: str, topic: str, count: int, lite_topics: int, queues: int) -> None:
+    api = RemoteBroker("broker-a", address, timeout_s=120.0)
+    sem = asyncio.Semaphore(FILL_IN_FLIGHT)
+
+    def message(i: int) -> OutgoingMessage:
+        props = {SYSPROP_PRODUCER_CLIENT_ID: "lite-client-bench-fill@127.0.0.1"}
+        if not lite_topics:
+            return OutgoingMessage(BODY, f"{topic}-{i}", system_properties=props)
+        props[SYSPROP_LITE_TOPIC] = f"l{i % lite_topics}"
+        return OutgoingMessage(BODY, f"{topic}-{i}", MessageType.LITE, system_properties=props)
+
+    async def one(start: int) -> None:
+        async with sem:
+            batch = [message(i) for i in range(start, min(count, start + FILL_BATCH))]
+            await api.send(topic, (start // FILL_BATCH) % queues, batch)
+
+    try:
+        await asyncio.gather(*(one(s) for s in range(0, count, FILL_BATCH)))
+    finally:
+        await api.close()
+
+
+# -- measured turns -------------------------------------------------------------------------------
+
+
+def turns(server: Server, args: argparse.Namespace, what: str, opts: dict[str, dict[str, Any]]) -> dict[str, Row]:
+    """`--rounds` rounds of one turn per kind (normal, lite), alternating which goes first; the rows
+    summed per kind."""
+    sums = {kind: Row("merged", "official python", f"{what} {kind}") for kind in opts}
+    for r in range(args.rounds):
+        for kind in ("normal", "lite") if r % 2 == 0 else ("lite", "normal"):
+            full = {**opts[kind], "threads": args.threads, "warmup_s": args.warmup, "seconds": args.seconds}
+            row = drive(Row("merged", "official python", f"{what} {kind}"), py_driver(full), server)
+            total = sums[kind]
+            total.messages += row.messages
+            total.errors += row.errors
+            total.seconds += row.seconds
+            total.server_cpu_s += row.server_cpu_s
+            total.note = total.note or row.note
+    return sums
+
+
+def send_phase(server: Server, endpoint: str, namesrv: str, broker: str, active: int,
+               args: argparse.Namespace) -> tuple[dict[str, Row], float]:  # fmt: skip
+    lite, normal = f"lcb-lite-{active}", f"lcb-normal-{active}"
+    admin(namesrv, "topic", "create", normal, "--queues", str(NORMAL_QUEUES))
+    admin(namesrv, "topic", "create", lite, "--type", "lite", "--queues", "1", "--max-lite-topics", str(active + 1))
+    prefill_s = fill(broker, lite, active, lite_topics=active)
+    base = {"endpoint": endpoint, "mode": "produce", "body_bytes": BODY_BYTES}
+    opts = {"normal": {**base, "topic": normal}, "lite": {**base, "topic": lite, "lite_topics": active}}
+    return turns(server, args, "send", opts), prefill_s
+
+
+def receive_phase(server: Server, endpoint: str, namesrv: str, broker: str, active: int,
+                  args: argparse.Namespace) -> tuple[dict[str, Row], int, float]:  # fmt: skip
+    lite, normal, group = f"lcb-rlite-{active}", f"lcb-rnormal-{active}", f"lcb-g-{active}"
+    admin(namesrv, "topic", "create", normal, "--queues", str(NORMAL_QUEUES))
+    admin(namesrv, "topic", "create", lite, "--type", "lite", "--queues", "1", "--max-lite-topics", str(active + 1))
+    admin(namesrv, "group", "create", group, "--consume-from", "earliest")
+    backlog = max(active, round(args.rounds * (args.warmup + args.seconds) * RECV_CEILING))
+    fill_s = fill(broker, lite, backlog, lite_topics=active) + fill(broker, normal, backlog, queues=NORMAL_QUEUES)
+    consumers = -(-active // PER_CONSUMER)
+    base = {"endpoint": endpoint, "group": group, "batch": 32}
+    opts = {"normal": {**base, "mode": "consume", "topic": normal, "consumers": consumers},
+            "lite": {**base, "mode": "lite_consume", "topic": lite, "lite_topics": active,
+                     "per_consumer": PER_CONSUMER}}  # fmt: skip
+    return turns(server, args, "receive", opts), backlog, fill_s
+
+
+def rates(sums: dict[str, Row]) -> dict[str, Any]:
+    lite, normal = sums["lite"], sums["normal"]
+    return {"lite": round(lite.rate), "normal": round(normal.rate), "ratio": round(lite.rate / normal.rate, 2)}
+
+
+def cpu(sums: dict[str, Row]) -> dict[str, float]:
+    return {kind: round(row.us_per_msg, 1) for kind, row in sums.items()}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="lite-client-bench-"))
+    started = time.monotonic()
     server, endpoint, namesrv = start_merged(root, [])
     out: dict[str, Any] = {"threads": args.threads, "seconds": args.seconds, "rounds": args.rounds, "active": []}
     try:
-        admin(namesrv, "topic", "create", "lcb-normal", "--queues", "8")
+        broker = broker_address(root)
         for active in args.active:
-            topic = f"lcb-lite-{active}"
-            admin(namesrv, "topic", "create", topic, "--type", "lite", "--queues", "1",
-                  "--max-lite-topics", str(active + 1))  # fmt: skip
-            sums = {
-                "normal": Row("merged", "official python", "normal"),
-                "lite": Row("merged", "official python", "lite"),
-            }
-            for r in range(args.rounds):
-                for kind in ("normal", "lite") if r % 2 == 0 else ("lite", "normal"):
-                    opts = {"endpoint": endpoint, "mode": "produce", "threads": args.threads, "body_bytes": BODY_BYTES,
-                            "warmup_s": args.warmup, "seconds": args.seconds,
-                            "topic": "lcb-normal" if kind == "normal" else topic,
-                            "lite_topics": active if kind == "lite" else 0}  # fmt: skip
-                    row = drive(Row("merged", "official python", f"{kind}@{active}"), py_driver(opts), server)
-                    total = sums[kind]
-                    total.messages += row.messages
-                    total.errors += row.errors
-                    total.seconds += row.seconds
-                    total.server_cpu_s += row.server_cpu_s
-            lite, normal = sums["lite"], sums["normal"]
+            sent, prefill_s = send_phase(server, endpoint, namesrv, broker, active, args)
+            received, backlog, fill_s = receive_phase(server, endpoint, namesrv, broker, active, args)
+            notes = [r.note for r in (*sent.values(), *received.values()) if r.note]
             out["active"].append({
                 "active_lite_topics": active,
-                "send_msg_s": {"lite": round(lite.rate), "normal": round(normal.rate),
-                               "ratio": round(lite.rate / normal.rate, 2)},
-                "server_us_per_msg": {"lite": round(lite.us_per_msg, 1), "normal": round(normal.us_per_msg, 1)},
-                "errors": lite.errors + normal.errors,
+                "send_msg_s": rates(sent),
+                "receive_msg_s": rates(received),
+                "server_us_per_msg": {"send": cpu(sent), "receive": cpu(received)},
+                "errors": {"send": sum(r.errors for r in sent.values()),
+                           "receive": sum(r.errors for r in received.values())},
+                "lite_consumers": -(-active // PER_CONSUMER),
+                "backlog": backlog,
+                "unmeasured_fill_s": {"send_prefill": round(prefill_s, 1), "receive_backlogs": round(fill_s, 1)},
+                **({"notes": notes} if notes else {}),
             })  # fmt: skip
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+    out["run_s"] = round(time.monotonic() - started)
     return out
 
 
@@ -74,8 +189,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0, help="measured seconds per turn")
     ap.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds before each turn")
     ap.add_argument("--rounds", type=int, default=2, help="turns of each kind, alternating")
-    ap.add_argument("--active", type=lambda s: [int(x) for x in s.split(",") if x], default=[1000])
-    ap.add_argument("--threads", type=int, default=32)
+    ap.add_argument("--active", type=lambda s: [int(x) for x in s.split(",") if x], default=[1000, 100_000])
+    ap.add_argument("--threads", type=int, default=32, help="client threads sending, and receiving")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     print(json.dumps(run(args), indent=None if args.json else 2))
