@@ -6,6 +6,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 FlushPolicy = Literal["sync", "async"]
+MIN_SEGMENT_BYTES = 4096
+
+
+def _at_least(lowest: float, **values: float) -> None:
+    """Refuse a setting below `lowest`, naming it and what it may be (config.build adds the section)."""
+    for name, value in values.items():
+        if value < lowest:
+            raise ValueError(f"{name} is {value}; it must be at least {lowest}")
 
 
 @dataclass(frozen=True)
@@ -26,6 +34,17 @@ class CommitLogConfig:
     # Queues whose next queue offset the writer keeps in memory; colder ones are read from the index.
     queue_offset_cache_size: int = 200_000
 
+    def __post_init__(self) -> None:
+        _at_least(MIN_SEGMENT_BYTES, segment_bytes=self.segment_bytes)
+        _at_least(
+            1,
+            flush_interval_ms=self.flush_interval_ms,
+            max_record_bytes=self.max_record_bytes,
+            max_pending_appends=self.max_pending_appends,
+            queue_offset_cache_size=self.queue_offset_cache_size,
+        )
+        _at_least(0, inline_append_max_bytes=self.inline_append_max_bytes)
+
 
 @dataclass(frozen=True)
 class RetentionConfig:
@@ -35,6 +54,13 @@ class RetentionConfig:
     max_disk_used_ratio: float = 0.90
     check_interval_s: float = 30.0
 
+    def __post_init__(self) -> None:
+        _at_least(0, max_age_s=self.max_age_s)
+        if not 0 < self.max_disk_used_ratio <= 1:
+            raise ValueError(f"max_disk_used_ratio is {self.max_disk_used_ratio}; it must be above 0 and at most 1")
+        if self.check_interval_s <= 0:
+            raise ValueError(f"check_interval_s is {self.check_interval_s}; it must be above 0")
+
 
 @dataclass(frozen=True)
 class RecoveryConfig:
@@ -42,6 +68,9 @@ class RecoveryConfig:
     # operator explicitly accepts losing everything after the corrupt record.
     truncate_corrupt_tail: bool = False
     scan_chunk_bytes: int = 8 << 20
+
+    def __post_init__(self) -> None:
+        _at_least(MIN_SEGMENT_BYTES, scan_chunk_bytes=self.scan_chunk_bytes)
 
 
 @dataclass(frozen=True)
@@ -53,6 +82,10 @@ class ReadConfig:
     # pread, the bytes between them read and dropped: a lite consumer's pop takes the heads of many
     # lite topics, written at about the same time but seldom back to back.
     coalesce_gap_bytes: int = 64 << 10
+
+    def __post_init__(self) -> None:
+        _at_least(1, max_batch_bytes=self.max_batch_bytes, max_scan_entries=self.max_scan_entries)
+        _at_least(0, coalesce_gap_bytes=self.coalesce_gap_bytes)
 
 
 @dataclass(frozen=True)
