@@ -232,6 +232,23 @@ class _Copy(NamedTuple):
     waiter: Waiter
 
 
+class _SmallRun:
+    """The appends of few records of one round (single sends) gathered into one run, so that the
+    dispatcher's set-up per run is paid once. Closed (handed to `runs`) before a run of another
+    kind, so that runs stay in physical order (the dispatcher relies on it), and at the round's end."""
+
+    __slots__ = ("columns", "results")
+
+    def __init__(self) -> None:
+        self.columns = empty_columns()
+        self.results: list[AppendResult] = []
+
+    def close(self, runs: list[Run], segment_base: int) -> None:
+        if self.results:
+            runs.append(_new_run((self.columns, self.results, None, segment_base)))
+            self.columns, self.results = empty_columns(), []
+
+
 class CommitLogWriter:
     def __init__(
         self,
@@ -474,26 +491,19 @@ class CommitLogWriter:
         seg_limit = self._cfg.segment_bytes
         base, pos = self._seg.base, self._seg.size
         try:
-            # Appends of few records (single sends) share one run, so the dispatcher's set-up cost
-            # per run is paid once; runs stay in physical order (the dispatcher relies on it).
-            small_columns = empty_columns()
-            small_results: list[AppendResult] = []
+            small = _SmallRun()  # the round's single sends
             for item in items:
                 sizes, queue, buf = item.sizes, item.queue, item.buf
                 nbytes = len(buf)
                 if pos + nbytes > seg_limit and (pos > 0 or len(sizes) > 1):
                     # The segment rolls inside this append: record by record.
-                    if small_results:
-                        runs.append(_new_run((small_columns, small_results, None, base)))
-                        small_columns, small_results = empty_columns(), []
+                    small.close(runs, base)
                     view = memoryview(buf)
                     out, base, pos = self._seal_each(item, view, chunks, runs, base, pos, now_ms)
                     results.append(out)
                     continue
                 if queue is None:  # several queues (a lite or priority send): a run of its own
-                    if small_results:
-                        runs.append(_new_run((small_columns, small_results, None, base)))
-                        small_columns, small_results = empty_columns(), []
+                    small.close(runs, base)
                     mixed = self._seal_mixed(item, base + pos, now_ms)
                     runs.append(_new_run((item.columns, mixed, None, base)))
                     results.append(mixed)
@@ -508,22 +518,19 @@ class CommitLogWriter:
                 phys = physs[n - 1]
                 cols = item.columns
                 if n >= RUN_MIN:  # a run of its own, indexed by the dispatcher's maps
-                    if small_results:
-                        runs.append(_new_run((small_columns, small_results, None, base)))
-                        small_columns, small_results = empty_columns(), []
+                    small.close(runs, base)
                     sealed: Sequence[AppendResult] = AppendResults(range(qoff, qoff + n), physs, sizes, now_ms)
                     runs.append(_new_run((cols, sealed, queue, base)))
                 else:  # a single send or a few records: they share the round's small run
                     sealed = list(map(new_result, zip(count(qoff), physs, sizes, repeat(now_ms))))
-                    small_columns.extend(cols)
-                    small_results += sealed
+                    small.columns.extend(cols)
+                    small.results += sealed
                 results.append(sealed)
                 entry[0] = qoff + n
                 entry[1] = phys
                 pos += nbytes
                 chunks.append(buf)
-            if small_results:
-                runs.append(_new_run((small_columns, small_results, None, base)))
+            small.close(runs, base)
             self._write(chunks, pos)
             if self._cfg.flush_policy == "sync":
                 started = time.perf_counter()
