@@ -31,7 +31,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from broker.client import receipt
 from broker.client.api import (
     GroupInfo,
     LiteAction,
@@ -386,12 +385,12 @@ class LiteService:
             self._trace.delivered_many(topic, g, [(m.queue_id, m.queue_offset, m.delivery_attempt) for m in out])
         return out
 
-    def after_ack(self, group: str, topic: str, handles: list[str]) -> None:
-        """An acknowledged lite message frees its lite topic's next one: wake the polls of the
-        group's clients that watch those lite topics."""
+    def after_ack(self, group: str, topic: str, queue_ids: Iterable[int]) -> None:
+        """Acknowledged lite messages (of the lite queues `queue_ids`) free their lite topics' next
+        ones: wake the polls of the group's clients that watch those lite topics."""
         woken: set[str] = set()
         watch = self._watch.get(topic, {})
-        for qid in {receipt.fields(h)[1] for h in handles}:
+        for qid in queue_ids:
             woken.update(c.wake_key for c in watch.get(qid, ()) if c.group == group)
         if woken:
             self._hub.notify(woken)
