@@ -53,7 +53,7 @@ from broker.lite.heads import deliver_heads, read_heads
 from broker.lite.state import LiteRecord, LiteState
 from broker.longpoll import LongPollHub, group_key, lite_client_key
 from broker.messages import COLUMNS_MIN, plainly_valid, records_at, validate_message
-from broker.popstate import PopBatch, PopState, queue_key
+from broker.popstate import PopBatch, PopState
 from broker.store.store import MessageStore
 from broker.store.writer import offsets_of, span_of
 from broker.trace import TraceRecorder
@@ -421,10 +421,8 @@ class LiteService:
     def _remove(self, topic: str, tid: int, name: str, rec: LiteRecord, expires: int) -> None:
         subscribers = self.state.subscribers(tid, name)
         self.state.remove(tid, name, rec, expires)
-        cursors = self._pop._cursor
         for group, client_id in subscribers:
-            with contextlib.suppress(KeyError):
-                del cursors[queue_key(group, topic, rec.queue_id)]
+            self._pop.delete_cursor(group, topic, rec.queue_id)
             queue = self._removals.setdefault(client_id, [])
             if len(queue) < MAX_REMOVALS_PER_CLIENT:
                 queue.append(LiteRemoval(client_id, group, topic, name))
