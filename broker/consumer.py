@@ -384,8 +384,10 @@ class PopEngine:
         entry = self._current(raw, version)
         return receipt.ReceiptHandle(self._name, qid, offset, version, until, tcrc, gcrc), entry
 
-    def ack(self, group: str, topic: str, handles: list[str]) -> list[AckResult]:
-        """Acknowledge a request's handles: one decode pass, one multi-get of their entries, one batch."""
+    def ack(self, group: str, topic: str, handles: list[str]) -> tuple[list[AckResult], set[tuple[int, int]]]:
+        """Acknowledge a request's handles: one decode pass, one multi-get of their entries, one batch.
+        Also the (queue, offset) positions it acknowledged (which free a lite topic's next message:
+        `LiteService.after_ack`)."""
         parsed: list[tuple[int, int, int] | SluiceError] = []
         for handle in handles:
             try:
@@ -416,7 +418,7 @@ class PopEngine:
         self._trace.acked_many(topic, group, list(done))
         if release:
             self._hub.notify((group_key(group),))
-        return results
+        return results, done
 
     def change_invisible_duration(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         self._check_invisible(invisible_ms)

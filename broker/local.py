@@ -572,10 +572,10 @@ class LocalBroker:
         self, group: str, topic: str, receipt_handles: list[str], *, ctx: CallContext = NO_CONTEXT
     ) -> list[AckResult]:
         self.metadata.group(group)
-        results = self.engine.ack(group, topic, receipt_handles)
+        results, done = self.engine.ack(group, topic, receipt_handles)
         spec = self.metadata.topics.get(topic)
         if spec is not None and is_lite(spec):
-            self.lite.after_ack(group, topic, [r.receipt_handle for r in results if r.error is None])
+            self.lite.after_ack(group, topic, {qid for qid, _ in done})
         await self._state_replicated()
         return results
 

@@ -29,6 +29,7 @@ Single-writer: all mutations run on the broker's event loop thread.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import struct
 from collections.abc import Iterator
@@ -50,6 +51,9 @@ _QO = struct.Struct(">IQ")  # queue id, offset: how every pop_msg and pop_due ke
 QueueKey = tuple[str, str, int]  # group, topic, queue id
 _NO_DEADLINE = (1 << 64) - 1
 
+
+# Cursors `PopState` keeps in memory (~150 bytes each); beyond it the cache is emptied and refills.
+CURSOR_CACHE_MAX = 200_000
 
 _VERSION_MASK = (1 << 32) - 1  # versions are u32 and wrap
 TERM_VERSION_SHIFT = 16  # a replicated primary's term owns 2**16 versions of every entry it creates
@@ -159,6 +163,10 @@ class PopState:
         # group -> every live `pop_due` key of the group has invisible_until_ms >= this (see `due`);
         # a group missing here has no known bound (scans start at its first key).
         self.due_floor: dict[str, int] = {}
+        # Cursors `cursors` read or a committed batch set (write-through: every change of a cursor
+        # goes through `PopBatch.commit`, `delete_cursor` or `drop_group`). A lite pop reads the
+        # cursors of up to 32 lite topics, each a point lookup at a random place of RocksDB otherwise.
+        self._cursor_cache: dict[QueueKey, int] = {}
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -182,11 +190,32 @@ class PopState:
         return None if raw is None else int(_U64.unpack(raw)[0])
 
     def cursors(self, group: str, topic: str, queue_ids: list[int]) -> list[int | None]:
-        """`cursor` of several queues of one topic, in one multi-get."""
+        """`cursor` of several queues of one topic: from memory, those not there from one multi-get."""
+        cache = self._cursor_cache
+        out = [cache.get((group, topic, q)) for q in queue_ids]
+        missing = [i for i, cursor in enumerate(out) if cursor is None]
+        if not missing:
+            return out
         prefix = _name(group) + _name(topic)
         pack = _U32.pack
-        raws = self._cursor.get([prefix + pack(q) for q in queue_ids])
-        return [None if raw is None else int(_U64.unpack(raw)[0]) for raw in raws]
+        found: dict[QueueKey, int] = {}
+        for i, raw in zip(missing, self._cursor.get([prefix + pack(queue_ids[i]) for i in missing]), strict=True):
+            if raw is not None:
+                out[i] = found[(group, topic, queue_ids[i])] = int(_U64.unpack(raw)[0])
+        self._cache_cursors(found)
+        return out
+
+    def _cache_cursors(self, cursors: dict[QueueKey, int]) -> None:
+        cache = self._cursor_cache
+        if len(cache) + len(cursors) > CURSOR_CACHE_MAX:
+            cache.clear()
+        cache.update(cursors)
+
+    def delete_cursor(self, group: str, topic: str, queue_id: int) -> None:
+        """Forget the group's cursor in a queue (a removed lite topic's)."""
+        self._cursor_cache.pop((group, topic, queue_id), None)
+        with contextlib.suppress(KeyError):
+            del self._cursor[queue_key(group, topic, queue_id)]
 
     def entry(self, group: str, topic: str, queue_id: int, offset: int) -> PopEntry | None:
         raw = self._msg.get(msg_key(group, topic, queue_id, offset))
@@ -286,6 +315,8 @@ class PopState:
         self._index.write(batch)
         for qk in [k for k in self.inflight if k[0] == group]:
             del self.inflight[qk]
+        for qk in [k for k in self._cursor_cache if k[0] == group]:
+            del self._cursor_cache[qk]
         for qk in [k for k in self.fifo if k[0] == group]:
             del self.fifo[qk]
         self.due_floor.pop(group, None)
@@ -378,6 +409,8 @@ class PopBatch:
         if self.empty:
             return
         self._s._index.write(self._wb)
+        if self._cursors:
+            self._s._cache_cursors(self._cursors)
         inflight = self._s.inflight
         for qk, delta in self._inflight.items():
             count = inflight[qk] + delta

@@ -31,7 +31,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from broker.client import receipt
 from broker.client.api import (
     GroupInfo,
     LiteAction,
@@ -54,7 +53,7 @@ from broker.lite.heads import deliver_heads, read_heads
 from broker.lite.state import LiteRecord, LiteState
 from broker.longpoll import LongPollHub, group_key, lite_client_key
 from broker.messages import COLUMNS_MIN, plainly_valid, records_at, validate_message
-from broker.popstate import PopBatch, PopState, queue_key
+from broker.popstate import PopBatch, PopState
 from broker.store.store import MessageStore
 from broker.store.writer import offsets_of, span_of
 from broker.trace import TraceRecorder
@@ -388,12 +387,12 @@ class LiteService:
             self._trace.delivered_many(topic, g, [(m.queue_id, m.queue_offset, m.delivery_attempt) for m in out])
         return out
 
-    def after_ack(self, group: str, topic: str, handles: list[str]) -> None:
-        """An acknowledged lite message frees its lite topic's next one: wake the polls of the
-        group's clients that watch those lite topics."""
+    def after_ack(self, group: str, topic: str, queue_ids: Iterable[int]) -> None:
+        """Acknowledged lite messages (of the lite queues `queue_ids`) free their lite topics' next
+        ones: wake the polls of the group's clients that watch those lite topics."""
         woken: set[str] = set()
         watch = self._watch.get(topic, {})
-        for qid in {receipt.fields(h)[1] for h in handles}:
+        for qid in queue_ids:
             woken.update(c.wake_key for c in watch.get(qid, ()) if c.group == group)
         if woken:
             self._hub.notify(woken)
@@ -424,10 +423,8 @@ class LiteService:
     def _remove(self, topic: str, tid: int, name: str, rec: LiteRecord, expires: int) -> None:
         subscribers = self.state.subscribers(tid, name)
         self.state.remove(tid, name, rec, expires)
-        cursors = self._pop._cursor
         for group, client_id in subscribers:
-            with contextlib.suppress(KeyError):
-                del cursors[queue_key(group, topic, rec.queue_id)]
+            self._pop.delete_cursor(group, topic, rec.queue_id)
             queue = self._removals.setdefault(client_id, [])
             if len(queue) < MAX_REMOVALS_PER_CLIENT:
                 queue.append(LiteRemoval(client_id, group, topic, name))

@@ -231,29 +231,51 @@ class Index:
     def cq_heads(self, topic_id: int, positions: Sequence[tuple[int, int]]) -> list[tuple[CqEntry | None, bool]]:
         """For each (queue, offset) of one topic: the ConsumeQueue entry at exactly that offset (None
         when no stored block holds it: the queue ends there, or retention deleted it) and whether
-        the queue holds an entry after it. One iterator for all of them: creating a RocksDB iterator
-        costs more than a seek, and a lite topic's pop reads the heads of up to 32 queues."""
-        it = self._cf[K.CF_CQ].iter()
+        the queue holds an entry after it. A lite topic's pop reads the heads of up to 32 queues.
+
+        A head usually starts a block (a send spread over many lite topics stores one entry per lite
+        topic and dispatch round), so the keys at each offset and the one after come from one
+        multi-get: a block there holding more than one entry, or a block right after it, means another
+        entry follows (a queue's blocks are contiguous: the next one starts where one ends). A head
+        inside a longer block takes a seek of one iterator shared by those heads."""
+        cq = self._cf[K.CF_CQ]
+        pack = K.CQ_KEY.pack
+        raws = cq.get([pack(topic_id, q, o + k) for q, o in positions for k in (0, 1)])
+        unpack = K.CQ_VALUE.unpack_from
         out: list[tuple[CqEntry | None, bool]] = []
-        for queue_id, offset in positions:
-            prefix = K.queue_prefix(topic_id, queue_id)
-            it.seek_for_prev(K.cq_key(topic_id, queue_id, offset))
-            if not it.valid() or not it.key().startswith(prefix):
-                out.append((None, False))
+        it = None
+        for i, (queue_id, offset) in enumerate(positions):
+            block = raws[2 * i]
+            if block is not None:
+                phys, size, tag_hash, ts = unpack(block)
+                more = len(block) > K.CQ_ENTRY or raws[2 * i + 1] is not None
+                out.append((CqEntry(offset, phys, size, tag_hash, ts), more))
                 continue
-            key, value = it.key(), it.value()
-            first = K.cq_key_parse(key)[2]
-            end = first + len(value) // K.CQ_ENTRY
-            if end <= offset:
-                out.append((None, False))
-                continue
-            phys, size, tag_hash, ts = K.CQ_VALUE.unpack_from(value, (offset - first) * K.CQ_ENTRY)
-            more = end > offset + 1
-            if not more:
-                it.next()
-                more = it.valid() and it.key().startswith(prefix)
-            out.append((CqEntry(offset, phys, size, tag_hash, ts), more))
+            if it is None:
+                it = cq.iter()
+            out.append(self._cq_head_in_block(it, topic_id, queue_id, offset))
         return out
+
+    @staticmethod
+    def _cq_head_in_block(
+        it: rocksdict.RdictIter, topic_id: int, queue_id: int, offset: int
+    ) -> tuple[CqEntry | None, bool]:
+        """`cq_heads` of one offset that starts no block: the block before it, if it reaches it."""
+        prefix = K.queue_prefix(topic_id, queue_id)
+        it.seek_for_prev(K.cq_key(topic_id, queue_id, offset))
+        if not it.valid() or not it.key().startswith(prefix):
+            return None, False
+        key, value = it.key(), it.value()
+        first = K.cq_key_parse(key)[2]
+        end = first + len(value) // K.CQ_ENTRY
+        if end <= offset:
+            return None, False
+        phys, size, tag_hash, ts = K.CQ_VALUE.unpack_from(value, (offset - first) * K.CQ_ENTRY)
+        more = end > offset + 1
+        if not more:
+            it.next()
+            more = it.valid() and it.key().startswith(prefix)
+        return CqEntry(offset, phys, size, tag_hash, ts), more
 
     def cq_block(self, topic_id: int, queue_id: int, queue_offset: int) -> tuple[int, bytes] | None:
         """(first offset, entries) of the ConsumeQueue block holding `queue_offset`, if any."""

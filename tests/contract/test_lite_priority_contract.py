@@ -101,6 +101,25 @@ async def test_lite_long_poll_wakes_on_a_subscribed_lite_topic(broker: BrokerApi
     assert [m.body for m in got] == [b"wake"] and time.monotonic() - started < 7.0
 
 
+async def test_lite_ack_wakes_a_poll_waiting_for_the_next_message(broker: BrokerApi, scope: Scope) -> None:
+    """An acknowledgement frees its lite topic's next message: a long poll of another client of the
+    group, waiting behind the message in flight, wakes (a spent handle in the same ack changes nothing)."""
+    topic, group = await lite_setup(broker, scope)
+    for client in ("c1", "c2"):
+        await broker.sync_lite_subscription(LiteSync(group, topic, client, LiteAction.COMPLETE_ADD, ("a",)))
+    await broker.send(topic, 0, [lite(scope, "a", "first"), lite(scope, "a", "second")])
+    (head,) = await broker.pop(pop(group, topic, "c1"))
+    assert head.body == b"first"
+    waiting = asyncio.create_task(broker.pop(pop(group, topic, "c2", wait_ms=8_000)))
+    await asyncio.sleep(0.3)
+    assert not waiting.done(), "the next message waits for the first one"
+    started = time.monotonic()
+    results = await broker.ack(group, topic, [head.receipt_handle, head.receipt_handle])
+    assert [r.error is None for r in results] == [True, False]
+    got = await asyncio.wait_for(waiting, WAIT_S)
+    assert [m.body for m in got] == [b"second"] and time.monotonic() - started < 7.0
+
+
 async def test_lite_subscription_actions_and_offset_option(broker: BrokerApi, scope: Scope) -> None:
     topic, group = await lite_setup(broker, scope)
     await broker.send(topic, 0, [lite(scope, "x", f"x{i}") for i in range(5)])

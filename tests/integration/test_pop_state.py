@@ -93,3 +93,41 @@ def test_a_replicated_primarys_entries_start_at_versions_of_its_term(index: Inde
     assert {e.version for e in entries} == {first_version(3)}
     assert next_version(term_3.waiting_version) == term_3.first_version  # a held FIFO message's first delivery
     assert next_version((1 << 32) - 1) == 0  # u32 versions wrap
+
+
+def test_cursors_kept_in_memory_follow_every_change(index: Index, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cursors` answers from memory what it read or a batch set, and agrees with RocksDB (a fresh
+    state on the same data) after sets, resets, a removed lite topic's cursor, a dropped group, and
+    the cache emptying itself when full."""
+    state = PopState(index)
+    batch = state.batch()
+    for qid in range(4):
+        batch.set_cursor("g", "t", qid, 10 + qid)
+    batch.set_cursor("h", "t", 0, 7)
+    uncommitted = state.batch()
+    uncommitted.set_cursor("g", "t", 0, 99)  # never committed: changes nothing
+
+    def agree(expected_g: list[int | None], expected_h: int | None) -> None:
+        for s in (state, PopState(index)):
+            assert s.cursors("g", "t", [0, 1, 2, 3, 4]) == expected_g
+            assert s.cursors("h", "t", [0]) == [expected_h]
+
+    batch.commit()
+    agree([10, 11, 12, 13, None], 7)
+    state.reset_queue("g", "t", 1, 3)
+    moved = state.batch()
+    moved.set_cursor("g", "t", 2, 20)
+    moved.commit()
+    agree([10, 3, 20, 13, None], 7)
+    state.delete_cursor("g", "t", 3)
+    agree([10, 3, 20, None, None], 7)
+    state.drop_group("h")
+    agree([10, 3, 20, None, None], None)
+    monkeypatch.setattr("broker.popstate.CURSOR_CACHE_MAX", 2)
+    full = state.batch()
+    for qid in range(5, 8):
+        full.set_cursor("g", "t", qid, qid)
+    full.commit()
+    assert len(state._cursor_cache) <= 3
+    agree([10, 3, 20, None, None], None)
+    assert state.cursors("g", "t", [5, 6, 7]) == [5, 6, 7]

@@ -339,3 +339,30 @@ def test_a_queue_noted_empty_starts_at_zero_without_asking_the_index(
         assert [m.message_id for m in store.read(TOPIC, 5, 0).messages] == ["id-0", "id-3", "id-6", "id-7"]
     finally:
         store.close()
+
+
+def test_cq_heads_at_block_starts_inside_blocks_and_past_the_end(tmp_path: Path) -> None:
+    """A lite pop's head reads (`Index.cq_heads`): the entry at each offset and whether another
+    follows, whether the offset starts a block (the multi-get), lies inside one (the seek), ends
+    one with or without a block after it, or is past the queue's end; as `cq_entries` says."""
+    store = MessageStore(tmp_path / "s", CONFIG)
+    try:
+        store.append_blocking([msg(0, queue_id=1)])  # queue 1: one-entry blocks [0], [1], then [2, 3, 4]
+        store.append_blocking([msg(1, queue_id=1)])
+        store.append_blocking([msg(i, queue_id=1) for i in range(2, 5)])
+        store.append_blocking([msg(9, queue_id=2)])  # queue 2: one entry; queue 3: none
+        assert blocks(store, queue_id=1) == [(0, 1), (1, 1), (2, 3)]
+        tid = store.index.topic_id(TOPIC)
+        assert tid is not None
+        positions = [(1, o) for o in range(6)] + [(2, 0), (2, 1), (3, 0)]
+        expected = []
+        for qid, offset in positions:
+            entries = [e for e in store.index.cq_entries(tid, qid, offset)]
+            head = entries[0] if entries and entries[0].queue_offset == offset else None
+            expected.append((head, head is not None and len(entries) > 1))
+        got = store.index.cq_heads(tid, positions)
+        assert got == expected
+        assert [more for _, more in got] == [True, True, True, True, False, False, False, False, False]
+        assert [e is None for e, _ in got] == [False] * 5 + [True, False, True, True]
+    finally:
+        store.close()
