@@ -81,6 +81,14 @@ class Replica:
             await self._session(leader, reader, writer, stop)
         except (asyncio.IncompleteReadError, OSError) as exc:  # OSError: a lost connection, or no START in time
             raise Unavailable(f"the stream from primary {leader.name} ended ({type(exc).__name__})") from None
+        except BadRequest as exc:
+            # A frame this replica cannot take (versions of two releases, a bug): nothing of it was
+            # applied. The connection ends and the member tries again, rather than the process.
+            log.error("malformed replication stream; reconnecting", extra=kv(primary=leader.name, error=exc.message))
+            raise Unavailable(
+                f"primary {leader.name} sent a frame this replica cannot apply ({exc.message}); check that both "
+                "run the same Sluice release"
+            ) from None
         finally:
             writer.close()
             with contextlib.suppress(Exception):

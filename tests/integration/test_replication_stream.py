@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from broker.metadata import CF_TOPICS, METADATA_CFS
+from broker.replication import protocol
 from broker.replication.config import ReplicationConfig
 from broker.replication.coordinator import Coordinator, Leader, MemberInfo
 from broker.replication.epochs import LocalEpoch
@@ -236,6 +237,45 @@ def test_a_primary_that_never_answers_hello_is_unavailable(tmp_path: Path) -> No
             leader = Leader("p", 1, 0, "-", f"127.0.0.1:{port}")
             with pytest.raises(Unavailable, match="TimeoutError"):
                 await replica.follow(leader, asyncio.Event())
+        finally:
+            store.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (b"\x00" * 64, "not a replication frame"),  # another protocol, or a release with another frame version
+        (b"".join(protocol.frame(protocol.FrameType.START, b"{not json")), "not JSON"),
+    ],
+    ids=["not-a-frame", "start-not-json"],
+)
+def test_a_malformed_stream_ends_the_attempt_not_the_process(tmp_path: Path, answer: bytes, reason: str) -> None:
+    """A frame the replica cannot take ends the connection with Unavailable, which the member
+    retries (it reconnects from its own log end); it used to escape as BadRequest and end the broker
+    process. The store is left as it was and still opens."""
+
+    async def body() -> None:
+        async def garbled(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readexactly(1)  # HELLO has come
+            writer.write(answer)
+            await writer.drain()
+            await reader.read()
+            writer.close()
+
+        server = await asyncio.start_server(garbled, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        store = MessageStore(tmp_path / "r", STORE, extra_cfs=METADATA_CFS)
+        try:
+            replica = Replica(store, LocalEpoch(tmp_path / "r" / "replication"), group="g", name="r",
+                              max_frame_bytes=16 * 1024)  # fmt: skip
+            leader = Leader("p", 1, 0, "-", f"127.0.0.1:{port}")
+            with pytest.raises(Unavailable, match=f"cannot apply .*{reason}.*same Sluice release"):
+                await replica.follow(leader, asyncio.Event())
+            assert store.writer.written_position == 0
         finally:
             store.close()
             server.close()
