@@ -23,6 +23,13 @@ class PopConfig:
     redelivery_scan_interval_ms: int = 200
     # Entries of the store one pop may scan past the filter before it returns what it has.
     max_scan_entries: int = 2_000
+    # Group cursors the pop state keeps in memory (~150 bytes each; write-through), so that a lite
+    # pop's cursors of up to 32 lite topics need no RocksDB read; a full cache starts over.
+    cursor_cache_size: int = 200_000
+
+    def __post_init__(self) -> None:
+        if self.cursor_cache_size < 0:
+            raise ValueError(f"cursor_cache_size is {self.cursor_cache_size}; it must be at least 0")
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,7 @@ class LocalBroker:
                 await loop.run_in_executor(None, store.close)
                 raise
         metadata = Metadata(store.index)
-        pop_state = PopState(store.index, term=self._term)
+        pop_state = PopState(store.index, term=self._term, cursor_cache_size=cfg.pop.cursor_cache_size)
         self.hub = LongPollHub(loop)
         store.add_dispatch_listener(lambda touched: self.hub.notify_threadsafe(map(topic_key, touched)))
         trace = TraceRecorder(cfg.name, cfg.trace, store.index.cf(CF_TRACE), store.index.handle(CF_TRACE),

@@ -52,9 +52,6 @@ QueueKey = tuple[str, str, int]  # group, topic, queue id
 _NO_DEADLINE = (1 << 64) - 1
 
 
-# Cursors `PopState` keeps in memory (~150 bytes each); beyond it the cache is emptied and refills.
-CURSOR_CACHE_MAX = 200_000
-
 _VERSION_MASK = (1 << 32) - 1  # versions are u32 and wrap
 TERM_VERSION_SHIFT = 16  # a replicated primary's term owns 2**16 versions of every entry it creates
 
@@ -147,8 +144,9 @@ class FifoLane:
 
 
 class PopState:
-    def __init__(self, index: Index, *, term: int = 0) -> None:
+    def __init__(self, index: Index, *, term: int = 0, cursor_cache_size: int = 200_000) -> None:
         self._index = index
+        self._cursor_cache_size = cursor_cache_size
         self.first_version = first_version(term)  # of entries created here (`first_version`)
         # of WAITING entries created here: their first delivery is `next_version` of it, `first_version`
         self.waiting_version = (self.first_version - 1) & _VERSION_MASK
@@ -207,7 +205,7 @@ class PopState:
 
     def _cache_cursors(self, cursors: dict[QueueKey, int]) -> None:
         cache = self._cursor_cache
-        if len(cache) + len(cursors) > CURSOR_CACHE_MAX:
+        if len(cache) + len(cursors) > self._cursor_cache_size:
             cache.clear()
         cache.update(cursors)
 

@@ -95,7 +95,7 @@ def test_a_replicated_primarys_entries_start_at_versions_of_its_term(index: Inde
     assert next_version((1 << 32) - 1) == 0  # u32 versions wrap
 
 
-def test_cursors_kept_in_memory_follow_every_change(index: Index, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cursors_kept_in_memory_follow_every_change(index: Index) -> None:
     """`cursors` answers from memory what it read or a batch set, and agrees with RocksDB (a fresh
     state on the same data) after sets, resets, a removed lite topic's cursor, a dropped group, and
     the cache emptying itself when full."""
@@ -123,7 +123,7 @@ def test_cursors_kept_in_memory_follow_every_change(index: Index, monkeypatch: p
     agree([10, 3, 20, None, None], 7)
     state.drop_group("h")
     agree([10, 3, 20, None, None], None)
-    monkeypatch.setattr("broker.popstate.CURSOR_CACHE_MAX", 2)
+    state._cursor_cache_size = 2  # as `[broker.pop] cursor_cache_size = 2` would make it
     full = state.batch()
     for qid in range(5, 8):
         full.set_cursor("g", "t", qid, qid)
