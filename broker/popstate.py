@@ -36,7 +36,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+import rocksdict
+
 from broker.store.index import Index
+from broker.store.keys import next_prefix
 
 CF_POP_CURSOR = "pop_cursor"
 CF_POP_MSG = "pop_msg"
@@ -96,6 +99,17 @@ _STATES = {s.value: s for s in EntryState}  # a dict lookup costs less than Entr
 
 
 @functools.lru_cache(maxsize=4096)
+def _within(prefix: bytes) -> rocksdict.ReadOptions:
+    """Read options for a scan of the keys starting with `prefix`: RocksDB stops at its end. Without
+    the bound, a seek into a range with no live key steps over every deleted key after it, the
+    tombstones of other groups' acknowledged messages included, until it meets a live one: after a
+    group had acknowledged 100,000 messages, each pop of a group ordered before it with nothing in
+    flight spent ~20 ms there (lite_bench.py's priority phase: 1,700 against 13,000 msg/s)."""
+    opts = rocksdict.ReadOptions()
+    opts.set_iterate_upper_bound(next_prefix(prefix))
+    return opts
+
+
 def _name(text: str) -> bytes:
     # Cached: every key of a pop or an ack starts with the same group and topic names, several
     # keys per message (entry, deadline, cursor), and encoding them again costs more than a lookup.
@@ -226,7 +240,7 @@ class PopState:
 
     def first_pending_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         prefix = queue_key(group, topic, queue_id)
-        it = self._msg.iter()
+        it = self._msg.iter(_within(prefix))
         it.seek(prefix)
         if it.valid() and it.key().startswith(prefix):
             return int(_U64.unpack_from(it.key(), len(prefix))[0])
@@ -241,7 +255,7 @@ class PopState:
             return 0
         prefix = queue_key(group, topic, queue_id)
         count = 0
-        for key, value in self._msg.items(from_key=prefix):
+        for key, value in self._msg.items(from_key=prefix, read_opt=_within(prefix)):
             if not key.startswith(prefix):
                 break
             count += PopEntry.decode(value).attempt > 1
@@ -257,7 +271,7 @@ class PopState:
         lowers it for every new deadline.
         """
         prefix = _name(group)
-        it = self._due.iter()
+        it = self._due.iter(_within(prefix))
         it.seek(prefix + _U64.pack(self.due_floor.get(group, 0)))
         n = 0
         while it.valid() and n < limit:
@@ -282,7 +296,7 @@ class PopState:
         """(topic, queue) pairs the group has a cursor for."""
         prefix = _name(group)
         out = []
-        for key, _ in self._cursor.items(from_key=prefix):
+        for key, _ in self._cursor.items(from_key=prefix, read_opt=_within(prefix)):
             if not key.startswith(prefix):
                 break
             topic, pos = _read_name(key, len(prefix))
@@ -296,7 +310,7 @@ class PopState:
         """Forget the group's entries of one queue and consume it from `cursor` (one WriteBatch)."""
         prefix = queue_key(group, topic, queue_id)
         batch = PopBatch(self)
-        for key, raw in self._msg.items(from_key=prefix):
+        for key, raw in self._msg.items(from_key=prefix, read_opt=_within(prefix)):
             if not key.startswith(prefix):
                 break
             batch.remove(group, topic, queue_id, int(_U64.unpack_from(key, len(prefix))[0]), PopEntry.decode(raw))

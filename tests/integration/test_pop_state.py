@@ -131,3 +131,32 @@ def test_cursors_kept_in_memory_follow_every_change(index: Index) -> None:
     assert len(state._cursor_cache) <= 3
     agree([10, 3, 20, None, None], None)
     assert state.cursors("g", "t", [5, 6, 7]) == [5, 6, 7]
+
+
+def test_scans_of_a_group_stop_at_its_end(index: Index) -> None:
+    """A group's scans (due deadlines, pending entries, cursors) see its own keys only, and answer
+    nothing for a group with nothing live though a group after it in key order holds both acknowledged
+    (deleted) and live entries: the scans are bounded by the group's key range, so RocksDB does not
+    step over the later group's deleted keys looking for a live one (lite_bench.py's priority phase
+    measures what that cost)."""
+    state = PopState(index)
+    inflight = PopEntry(EntryState.INFLIGHT, 1, 1, 1_000, "")
+    busy = state.batch()  # "g-later" sorts after "g-a": names are length-prefixed
+    for offset in range(200):
+        busy.put("g-later", "t", 0, offset, inflight, None)
+    busy.commit()
+    acked = state.batch()
+    for offset in range(199):
+        acked.remove("g-later", "t", 0, offset, inflight)
+    acked.commit()
+    quiet = state.batch()
+    quiet.put("g-a", "t", 0, 0, inflight, None)
+    quiet.commit()
+    done = state.batch()
+    done.remove("g-a", "t", 0, 0, inflight)
+    done.commit()
+    assert list(state.due("g-a", 2_000, 100)) == []
+    assert state.first_pending_offset("g-a", "t", 0) is None
+    assert state.queue_keys("g-a") == []
+    assert list(state.due("g-later", 2_000, 100)) == [(1_000, "t", 0, 199)]
+    assert state.first_pending_offset("g-later", "t", 0) == 199
