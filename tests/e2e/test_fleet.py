@@ -113,6 +113,7 @@ def test_traffic_continues_on_cached_routes_while_the_nameserver_is_down(
         acked_while_down = len(traffic.acked) - down_acked
         fleet.wait_running()
         time.sleep(AFTER_NAMESRV_RESTART_S)  # brokers re-register; proxies refresh their routes meanwhile
+        fleet.wait_brokers_registered()  # and the fleet is left as the next test expects it
         traffic.stop_producing()
         traffic.wait_all_acked(RECOVERY_TIMEOUT_S)
     down_s = restarted_at - stopped_at
@@ -130,6 +131,7 @@ def test_traffic_continues_on_cached_routes_while_the_nameserver_is_down(
 @pytest.mark.slow
 def test_clients_ride_through_a_drained_and_a_killed_proxy(fleet: Fleet, unique: Callable[[str], str]) -> None:
     fleet.wait_running()
+    fleet.wait_brokers_registered()
     d = fleet.start_proxy("proxy-d", zone="zone-a", drain_s=DRAIN_S)
     a, b = fleet.endpoint("proxy-a"), fleet.endpoint("proxy-b")
     topic = fleet.create_topic(unique("t"))

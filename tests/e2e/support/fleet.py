@@ -127,6 +127,22 @@ class Fleet:
 
         wait_for(f"every process of {self.run_dir} running", all_running, timeout_s)
 
+    def wait_brokers_registered(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Every broker of the fleet is registered with the NameServer: after a NameServer restart
+        they come back with their next heartbeat, and until then it knows no broker to create a
+        topic on."""
+        wanted = {p["name"] for p in self.state()["processes"] if p["kind"] == "broker"}
+
+        def registered() -> bool:
+            try:
+                listing = self.admin("broker", "list")
+            except AdminError:
+                return False
+            rows = listing["rows"] if isinstance(listing, dict) else listing or []
+            return wanted <= {row.get("name") for row in rows}
+
+        wait_for(f"brokers {sorted(wanted)} registered with the NameServer", registered, timeout_s)
+
     def wait_exited(self, name: str, pid: int, timeout_s: float) -> None:
         """The supervisor saw process `pid` of `name` exit (and scheduled its restart)."""
         wait_for(f"{name} (pid {pid}) exited", lambda: self.record(name)["pid"] != pid, timeout_s)
