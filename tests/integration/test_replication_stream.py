@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -218,31 +218,42 @@ def test_a_divergent_tail_is_truncated(etcd: EtcdProcess, tmp_path: Path) -> Non
     asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
 
 
-def test_a_primary_that_never_answers_hello_is_unavailable(tmp_path: Path) -> None:
-    """A connection that opens but stays silent (a partition past a relay, a hung primary) ends the
-    attempt with Unavailable, which the member retries; it used to escape as TimeoutError and end
-    the broker process."""
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def follow_fake_primary(tmp_path: Path, primary: Handler, error: str) -> None:
+    """A replica follows a stand-in primary (`primary` serves its connection); the attempt must end
+    with Unavailable matching `error`, the replica's store as it was."""
 
     async def body() -> None:
-        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.read()  # takes HELLO, answers nothing until the replica hangs up
-            writer.close()
-
-        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        server = await asyncio.start_server(primary, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         store = MessageStore(tmp_path / "r", STORE, extra_cfs=METADATA_CFS)
         try:
             replica = Replica(store, LocalEpoch(tmp_path / "r" / "replication"), group="g", name="r",
                               max_frame_bytes=16 * 1024)  # fmt: skip
             leader = Leader("p", 1, 0, "-", f"127.0.0.1:{port}")
-            with pytest.raises(Unavailable, match="TimeoutError"):
+            with pytest.raises(Unavailable, match=error):
                 await replica.follow(leader, asyncio.Event())
+            assert store.writer.written_position == 0
         finally:
             store.close()
             server.close()
             await server.wait_closed()
 
     asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+
+
+def test_a_primary_that_never_answers_hello_is_unavailable(tmp_path: Path) -> None:
+    """A connection that opens but stays silent (a partition past a relay, a hung primary) ends the
+    attempt with Unavailable, which the member retries; it used to escape as TimeoutError and end
+    the broker process."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # takes HELLO, answers nothing until the replica hangs up
+        writer.close()
+
+    follow_fake_primary(tmp_path, silent, "TimeoutError")
 
 
 @pytest.mark.parametrize(
@@ -256,32 +267,16 @@ def test_a_primary_that_never_answers_hello_is_unavailable(tmp_path: Path) -> No
 def test_a_malformed_stream_ends_the_attempt_not_the_process(tmp_path: Path, answer: bytes, reason: str) -> None:
     """A frame the replica cannot take ends the connection with Unavailable, which the member
     retries (it reconnects from its own log end); it used to escape as BadRequest and end the broker
-    process. The store is left as it was and still opens."""
+    process. The store is left as it was."""
 
-    async def body() -> None:
-        async def garbled(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await reader.readexactly(1)  # HELLO has come
-            writer.write(answer)
-            await writer.drain()
-            await reader.read()
-            writer.close()
+    async def garbled(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(1)  # HELLO has come
+        writer.write(answer)
+        await writer.drain()
+        await reader.read()
+        writer.close()
 
-        server = await asyncio.start_server(garbled, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        store = MessageStore(tmp_path / "r", STORE, extra_cfs=METADATA_CFS)
-        try:
-            replica = Replica(store, LocalEpoch(tmp_path / "r" / "replication"), group="g", name="r",
-                              max_frame_bytes=16 * 1024)  # fmt: skip
-            leader = Leader("p", 1, 0, "-", f"127.0.0.1:{port}")
-            with pytest.raises(Unavailable, match=f"cannot apply .*{reason}.*same Sluice release"):
-                await replica.follow(leader, asyncio.Event())
-            assert store.writer.written_position == 0
-        finally:
-            store.close()
-            server.close()
-            await server.wait_closed()
-
-    asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    follow_fake_primary(tmp_path, garbled, f"cannot apply .*{reason}.*same Sluice release")
 
 
 def test_metadata_larger_than_a_frame_reaches_the_replica(etcd: EtcdProcess, tmp_path: Path) -> None:
