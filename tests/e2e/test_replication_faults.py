@@ -229,8 +229,7 @@ def test_partition_between_primary_and_replicas_stops_acknowledgements(
         consume(consumer, history, held, lambda: everything <= history.settled(), hold=False)
     verdict = history.verdict()
     print(f"partition history: {verdict.summary()}")
-    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
-    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+    verdict.assert_nothing_lost()
 
 
 def _ack_is_refused(consumer: SimpleConsumer, history: History) -> None:
@@ -274,8 +273,7 @@ def test_fifo_groups_keep_their_order_across_failovers_with_acks(group: Group, u
     run_through_failovers(cluster, topic, consumers, history, send_one, kills=FIFO_KILLS, rng=random.Random(SEED))
     verdict = history.verdict()
     print(f"FIFO history: {verdict.summary()}; message groups {len(history.streams)}")
-    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
-    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+    verdict.assert_nothing_lost()
     assert not verdict.out_of_order, f"message group order broken: {verdict.out_of_order[:10]}"
 
 
@@ -325,8 +323,7 @@ def test_lite_subscriptions_and_messages_survive_a_failover(group: Group, unique
     strays = [body for body in history.deliveries if body.startswith(f"{LITE_OTHER}:")]
     print(f"lite history: {verdict.summary()}")
     assert not strays, f"lite topics nobody subscribed to were delivered: {strays[:10]}"
-    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
-    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+    verdict.assert_nothing_lost()
     assert not verdict.out_of_order, f"lite topic order broken: {verdict.out_of_order[:10]}"
 
 
@@ -504,8 +501,7 @@ def test_a_primary_cut_off_from_etcd_is_fenced_and_a_replica_takes_over(
         print(f"{old} rejoined: {cut_lines[-1] if cut_lines else 'no divergent tail to drop'}")
     verdict = history.verdict()
     print(f"etcd partition history: {verdict.summary()}")
-    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
-    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+    verdict.assert_nothing_lost()
 
 
 def _epoch(g: Group) -> int:
@@ -562,5 +558,4 @@ def test_a_partition_cutting_off_one_replica_keeps_acknowledging(tmp_path: Path,
                   f"in sync again {back - healed:.2f}s after healing")  # fmt: skip
     verdict = history.verdict()
     print(f"one-replica partition history: {verdict.summary()}")
-    assert not verdict.lost, f"acknowledged sends lost: {verdict.lost[:10]}"
-    assert not verdict.redelivered_after_ack, f"acked messages delivered again: {verdict.redelivered_after_ack[:10]}"
+    verdict.assert_nothing_lost()

@@ -52,6 +52,12 @@ class Verdict:
                 f"redelivered-after-ack {len(self.redelivered_after_ack)}, duplicates {self.duplicates}, "
                 f"out-of-order {len(self.out_of_order)}")  # fmt: skip
 
+    def assert_nothing_lost(self) -> None:
+        """What every fault test demands: no acknowledged send lost, and no stored copy delivered
+        again after an ack of it was answered OK."""
+        assert not self.lost, f"acknowledged sends lost: {self.lost[:10]}"
+        assert not self.redelivered_after_ack, f"acked messages delivered again: {self.redelivered_after_ack[:10]}"
+
 
 @dataclass
 class History:
