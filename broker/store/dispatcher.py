@@ -12,8 +12,8 @@ once a round is durable under the flush policy and before it acknowledges the ro
 is visible before it is durable and every acknowledged message is already visible
 (read-your-writes). Dispatch runs where the round was written rather than on a thread of its own:
 the work is Python-bound, the GIL serialises it anyway, and a thread hand-off per round cost ~15%
-of append throughput (measured with tests/bench/store_bench.py). RocksDB's write releases the
-GIL, so the event loop keeps encoding the next appends meanwhile when the writer thread writes.
+of append throughput (measured with tests/bench/store_bench.py). rocksdict holds the GIL through
+RocksDB's write too (docs/benchmarks.md), so no thread would overlap it with the event loop's work.
 """
 
 from __future__ import annotations
