@@ -196,6 +196,8 @@ def records_at(
 ) -> list[MessageRecord]:
     """`records_of` with a queue per message (lite topics: each message goes to its lite topic's queue)."""
     n = len(msgs)
+    if n < COLUMNS_MIN:  # a proxy forwards one message per send: the columns' set-up would cost more
+        return [to_record(topic, q, m, store_host) for q, m in zip(queue_ids, msgs, strict=True)]
     flags = (FLAG_BODY_GZIP if gzip else 0 for gzip in map(_GZIP, msgs)) if any(map(_GZIP, msgs)) else repeat(0, n)
     return list(map(MessageRecord, repeat(topic, n), queue_ids, map(_BODY, msgs), map(_ID, msgs),
                     map(_TAG, msgs), map(_KEYS, msgs), map(_GROUP, msgs), map(_PROPS, msgs), map(_SYSPROPS, msgs),

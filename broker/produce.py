@@ -69,14 +69,13 @@ class Producer:
             raise BadRequest("no messages to send")
         if len(messages) > self._config.limits.max_batch_messages:
             raise BadRequest(f"{len(messages)} messages in one send; at most {self._config.limits.max_batch_messages}")
-        if spec.message_types & EXCLUSIVE_TYPES:  # lite topics and priority levels have queues of their own
-            validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
-            senders = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
-            if is_lite(spec):
-                return await self._lite.send(spec, messages, senders)
-            return await self._send_priority(spec, messages, senders)
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
         validate_queue(info, queue_id)
+        if spec.message_types & EXCLUSIVE_TYPES:  # lite topics and priority levels have queues of their own
+            senders = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
+            if is_lite(spec):
+                return await self._lite.send(spec, info, messages, senders)
+            return await self._send_priority(spec, info, messages, senders)
         host = self._config.advertised_address
         limits = self._config.limits
         # Who sent them is for the trace only, not stored.
@@ -113,9 +112,8 @@ class Producer:
             for m, r in zip(messages, results, strict=True)
         ]  # fmt: skip
 
-    async def _send_priority(self, spec: TopicSpec, messages: list[OutgoingMessage],
+    async def _send_priority(self, spec: TopicSpec, info: TopicInfo, messages: list[OutgoingMessage],
                              clients: list[str]) -> list[SendResult]:  # fmt: skip
-        info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
         limits = self._config.limits
         if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, limits, _PRIORITY_ONLY):
             for msg in messages:

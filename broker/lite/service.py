@@ -164,11 +164,13 @@ class LiteService:
             self.created += len(missing)
         return found, set(missing)
 
-    async def send(self, spec: TopicSpec, messages: list[OutgoingMessage], clients: list[str]) -> list[SendResult]:
+    async def send(
+        self, spec: TopicSpec, info: TopicInfo, messages: list[OutgoingMessage], clients: list[str]
+    ) -> list[SendResult]:
         """Store each message in its lite topic's queue: one append, one trace event (its producer
         is the first message's: a send is one producer's request), validated
-        column by column (message by message only to name the error of a batch that fails)."""
-        info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
+        column by column (message by message only to name the error of a batch that fails).
+        `info`: the bind topic `spec` describes, as messages are validated against it."""
         if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, self._limits, _LITE_ONLY):
             for msg in messages:
                 validate_message(msg, info, self._limits)
