@@ -14,6 +14,8 @@ as a proxy drives it. Phases (each skipped when its flag is 0):
 2. Throughput at each `--active` count: `--messages` lite messages sent round robin over that many
    lite topics (32 per send), then received by consumers subscribed to all of them (pop 32, ack),
    against a NORMAL topic's send and pop+ack rates measured in the same run. Target: >= 80%.
+   The sends again in the shape a proxy forwards the official clients' (one message per send, many
+   in flight, a normal topic's spread over its 8 queues): `send_forwarded_msg_s`.
 3. COMPLETE_ADD of `--subscribe` lite topics (created by it) answered in < 1 s.
 4. Priority: a `--priority-backlog` over 10 levels consumed strictly highest first (checked), at
    >= 80% of a NORMAL topic's consume rate in the same run.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import itertools
 import json
 import random
@@ -34,6 +37,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +62,8 @@ BROKER = "lite-bench"
 BATCH = 32
 SCALE_BATCH = 500
 CONCURRENCY = 8
+FORWARD_IN_FLIGHT = 256  # single-message sends in flight in the forwarded shape (a proxy's many clients)
+NORMAL_QUEUES = 8  # the normal topic of the forwarded shape: the admin CLI's default queue count
 SEND_ROUNDS = 8  # turns of a send-rate comparison
 BODY = b"x" * 64
 PRODUCER_ID = "bench-producer@127.0.0.1"
@@ -118,15 +124,36 @@ async def send_rate(api: RemoteBroker, topic: str, msgs: list[OutgoingMessage]) 
     return len(msgs) / (time.perf_counter() - started)
 
 
-async def interleaved_send_rates(api: RemoteBroker, *targets: tuple[str, list[OutgoingMessage]]) -> list[float]:
+async def forwarded_rate(api: RemoteBroker, topic: str, msgs: list[OutgoingMessage], queues: int = 1) -> float:
+    """Sends as a proxy forwards the official clients': one message per send (message i to queue
+    i mod `queues`), `FORWARD_IN_FLIGHT` at a time; `RemoteBroker` lets those that meet leave together
+    on its send stream, as it does in a proxy."""
+    sem = asyncio.Semaphore(FORWARD_IN_FLIGHT)
+
+    async def one(i: int) -> None:
+        async with sem:
+            await api.send(topic, i % queues, [msgs[i]])
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(len(msgs))))
+    return len(msgs) / (time.perf_counter() - started)
+
+
+Rate = Callable[[RemoteBroker, str, list[OutgoingMessage]], Awaitable[float]]
+
+
+async def interleaved_send_rates(
+    api: RemoteBroker, *targets: tuple[str, list[OutgoingMessage]], rates: Sequence[Rate] = ()
+) -> list[float]:
     """Send rates of several (topic, messages), sent in turns of 1/SEND_ROUNDS each: on a shared
     machine the load moves within seconds, and a comparison of two phases run one after the other
-    measured the neighbours as much as the broker."""
+    measured the neighbours as much as the broker. `rates`: how each target is sent (`send_rate`
+    when not given)."""
     spent = [0.0] * len(targets)
     for r in range(SEND_ROUNDS):
         for k, (topic, msgs) in enumerate(targets):
             part = msgs[r * len(msgs) // SEND_ROUNDS : (r + 1) * len(msgs) // SEND_ROUNDS]
-            spent[k] += len(part) / await send_rate(api, topic, part)
+            spent[k] += len(part) / await (rates[k] if rates else send_rate)(api, topic, part)
     return [len(msgs) / t for (_, msgs), t in zip(targets, spent, strict=True)]
 
 
@@ -169,9 +196,10 @@ async def interleaved_receive_rates(
 
 
 async def throughput(api: RemoteBroker, active: int, messages: int) -> dict[str, Any]:
-    topic, normal = f"thr-lite-{active}", f"thr-normal-{active}"
+    topic, normal, spread = f"thr-lite-{active}", f"thr-normal-{active}", f"thr-normal{NORMAL_QUEUES}-{active}"
     await api.create_topic(TopicSpec(topic, 1, frozenset({MessageType.LITE}), max_lite_topics=active + 1))
     await api.create_topic(TopicSpec(normal, 1))
+    await api.create_topic(TopicSpec(spread, NORMAL_QUEUES))
     group = f"g-{active}"
     await api.create_group(GroupSpec(group))
     per_client = 10_000
@@ -191,6 +219,17 @@ async def throughput(api: RemoteBroker, active: int, messages: int) -> dict[str,
     lite_msgs = [lite(target(i), i, f"t{active}-{i}") for i in range(messages)]
     normal_msgs = [plain(f"n{active}-{i}") for i in range(messages)]
     normal_send, lite_send = await interleaved_send_rates(api, (normal, normal_msgs), (topic, lite_msgs))
+    # The same messages again (new ids), one per send as a proxy forwards them; the normal topic's over
+    # its queues round robin, as the official clients spread them.
+    again = [
+        (spread, [plain(f"f{m.message_id}") for m in normal_msgs]),
+        (
+            topic,
+            [lite(m.system_properties[SYSPROP_LITE_TOPIC], i, f"f{m.message_id}") for i, m in enumerate(lite_msgs)],
+        ),
+    ]
+    spread_rate: Rate = functools.partial(forwarded_rate, queues=NORMAL_QUEUES)
+    normal_fwd, lite_fwd = await interleaved_send_rates(api, *again, rates=(spread_rate, forwarded_rate))
     # As many consumers of the normal topic as lite consumers (one per 10,000 subscriptions).
     normal_recv, lite_recv = await interleaved_receive_rates(api, group, messages, (normal, [""] * len(clients)),
                                                              (topic, clients))  # fmt: skip
@@ -198,6 +237,8 @@ async def throughput(api: RemoteBroker, active: int, messages: int) -> dict[str,
         "active_lite_topics": active, "messages": messages,
         "send_msg_s": {"lite": round(lite_send), "normal": round(normal_send),
                        "ratio": round(lite_send / normal_send, 2)},
+        "send_forwarded_msg_s": {"lite": round(lite_fwd), "normal": round(normal_fwd),
+                                 "ratio": round(lite_fwd / normal_fwd, 2)},
         "receive_msg_s": {"lite": round(lite_recv), "normal": round(normal_recv),
                           "ratio": round(lite_recv / normal_recv, 2)},
     }  # fmt: skip

@@ -2,9 +2,10 @@
 """Lite against normal topics as users send and receive: the official Python client through `sluice up`.
 
     .venv/bin/python tests/bench/lite_client_bench.py [--active 1000,100000] [--seconds 5] [--rounds 2]
-                                                      [--threads 32] [--json]
+                                                      [--threads 32] [--topology merged] [--json]
 
-One merged `sluice up` (async flush, default configuration). Per `--active` count N, with the official
+One merged `sluice up` (async flush, default configuration), or with `--topology separated` a
+NameServer, a broker (async flush) and a proxy, each its own process. Per `--active` count N, with the official
 Python client (tests/bench/clients/official_python.py), 1 KiB bodies:
 
 - SEND: `Producer.send` from `--threads` threads (one message per SendMessage) to a NORMAL topic
@@ -44,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from client_bench import BODY_BYTES, Row, Server, admin, drive, py_driver, start_merged
+from client_bench import BODY_BYTES, Row, Server, admin, drive, py_driver, start_merged, start_separated
 
 from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage
 from broker.client.remote import RemoteBroker
@@ -62,10 +63,12 @@ BODY = b"x" * BODY_BYTES
 
 
 def broker_address(root: Path) -> str:
-    found = re.search(r"broker listening on (\S+)", (root / "merged.log").read_text())
-    if found is None:
-        raise RuntimeError("sluice up did not print its broker's address")
-    return found.group(1)
+    """The broker's internal address, from the log of `sluice up` or of the separated broker."""
+    for log in [root / "merged.log", *sorted(root.glob("broker-a-*.log"))]:
+        found = re.search(r"broker (?:\S+ )?listening on (\S+)", log.read_text()) if log.exists() else None
+        if found is not None:
+            return found.group(1)
+    raise RuntimeError(f"no broker log under {root} names the broker's address")
 
 
 def fill(address: str, topic: str, count: int, lite_topics: int = 0, queues: int = 1) -> float:
@@ -104,11 +107,11 @@ async def _fill(address: str, topic: str, count: int, lite_topics: int, queues: 
 def turns(server: Server, args: argparse.Namespace, what: str, opts: dict[str, dict[str, Any]]) -> dict[str, Row]:
     """`--rounds` rounds of one turn per kind (normal, lite), alternating which goes first; the rows
     summed per kind."""
-    sums = {kind: Row("merged", "official python", f"{what} {kind}") for kind in opts}
+    sums = {kind: Row(server.name, "official python", f"{what} {kind}") for kind in opts}
     for r in range(args.rounds):
         for kind in ("normal", "lite") if r % 2 == 0 else ("lite", "normal"):
             full = {**opts[kind], "threads": args.threads, "warmup_s": args.warmup, "seconds": args.seconds}
-            row = drive(Row("merged", "official python", f"{what} {kind}"), py_driver(full), server)
+            row = drive(Row(server.name, "official python", f"{what} {kind}"), py_driver(full), server)
             total = sums[kind]
             total.messages += row.messages
             total.errors += row.errors
@@ -157,8 +160,10 @@ def cpu(sums: dict[str, Row]) -> dict[str, float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="lite-client-bench-"))
     started = time.monotonic()
-    server, endpoint, namesrv = start_merged(root, [])
-    out: dict[str, Any] = {"threads": args.threads, "seconds": args.seconds, "rounds": args.rounds, "active": []}
+    start = start_merged if args.topology == "merged" else start_separated
+    server, endpoint, namesrv = start(root, [])
+    out: dict[str, Any] = {"topology": args.topology, "threads": args.threads, "seconds": args.seconds,
+                           "rounds": args.rounds, "active": []}  # fmt: skip
     try:
         broker = broker_address(root)
         for active in args.active:
@@ -191,6 +196,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="turns of each kind, alternating")
     ap.add_argument("--active", type=lambda s: [int(x) for x in s.split(",") if x], default=[1000, 100_000])
     ap.add_argument("--threads", type=int, default=32, help="client threads sending, and receiving")
+    ap.add_argument(
+        "--topology",
+        choices=("merged", "separated"),
+        default="merged",
+        help="one `sluice up`, or a NameServer, a broker and a proxy as separate processes",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     print(json.dumps(run(args), indent=None if args.json else 2))

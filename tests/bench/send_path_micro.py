@@ -2,6 +2,7 @@
 """CPU per single-message send through our own code, without gRPC (issue 17's unary path).
 
     .venv/bin/python tests/bench/send_path_micro.py [--messages 20000] [--senders 1,4,32] [--layer broker|proxy|both]
+                                                    [--lite-topics N]
 
 In this process, on uvloop: a `LocalBroker` (async flush) in a temp dir, and `--senders` concurrent
 tasks each sending one 1 KiB message per call, either to `LocalBroker.send` (`broker`) or through
@@ -11,7 +12,9 @@ conversion, validation, producer service, broker). Each layer is measured with t
 small appends written by the event loop (the default) and handed to the writer thread
 (`inline_append_max_bytes = 0`): CPU per message from `time.process_time()` (every thread of this
 process), after a warm-up of 2,000 sends. The difference to a gRPC server's CPU per call is what
-gRPC costs (compare `sluice bench echo`). Stops by itself; the temp dir is removed.
+gRPC costs (compare `sluice bench echo`). `--lite-topics N` (broker layer only): the messages go to
+a LITE bind topic instead, each to one of N lite topics drawn at random (all created before the
+warm-up), as a proxy forwards a LiteProducer's sends (issue 19). Stops by itself; the temp dir is removed.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import random
 import shutil
 import sys
 import tempfile
@@ -33,11 +37,11 @@ import uvloop
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from broker.client.api import OutgoingMessage, TopicSpec  # noqa: E402
+from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage, TopicSpec  # noqa: E402
 from broker.config import BrokerConfig  # noqa: E402
 from broker.local import LocalBroker  # noqa: E402
 from broker.store.config import CommitLogConfig, StoreConfig  # noqa: E402
-from common.model import MessageType  # noqa: E402
+from common.model import SYSPROP_LITE_TOPIC, MessageType  # noqa: E402
 from proto.apache.rocketmq.v2 import definition_pb2 as pb  # noqa: E402
 from proto.apache.rocketmq.v2 import service_pb2 as spb  # noqa: E402
 from proxy.app import ProxyApp  # noqa: E402
@@ -47,6 +51,7 @@ from proxy.grpc.edge import Edge  # noqa: E402
 from proxy.grpc.servicer import MessagingServicer  # noqa: E402
 
 TOPIC = "micro"
+LITE_TOPIC = "micro-lite"
 QUEUES = 8
 BODY = b"x" * 1024
 WARMUP = 2_000
@@ -97,7 +102,7 @@ async def _measure(send: Callable[[int], Awaitable[None]], messages: int, sender
     return (time.process_time() - started) * 1e6 / messages
 
 
-async def run(layer: str, inline: bool, messages: int, senders: list[int]) -> dict[int, float]:
+async def run(layer: str, inline: bool, messages: int, senders: list[int], lite_topics: int = 0) -> dict[int, float]:
     root = Path(tempfile.mkdtemp(prefix="sluice-send-micro-"))
     commitlog = CommitLogConfig() if inline else CommitLogConfig(inline_append_max_bytes=0)
     config = dataclasses.replace(BrokerConfig(data_dir=root), store=StoreConfig(commitlog=commitlog))
@@ -105,10 +110,13 @@ async def run(layer: str, inline: bool, messages: int, senders: list[int]) -> di
     await broker.start()
     try:
         await broker.create_topic(TopicSpec(TOPIC, QUEUES))
-        if layer == "broker":
+        if layer == "broker" and lite_topics:
+            send = await _lite_sender(broker, lite_topics)
+        elif layer == "broker":
 
             async def send(i: int) -> None:
-                message = OutgoingMessage(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.NORMAL)
+                message = OutgoingMessage(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.NORMAL,
+                                          system_properties={SYSPROP_PRODUCER_CLIENT_ID: "micro-client"})  # fmt: skip
                 await broker.send(TOPIC, i % QUEUES, [message])
 
         else:
@@ -128,18 +136,42 @@ async def run(layer: str, inline: bool, messages: int, senders: list[int]) -> di
         shutil.rmtree(root, ignore_errors=True)
 
 
+async def _lite_sender(broker: LocalBroker, lite_topics: int) -> Callable[[int], Awaitable[None]]:
+    """Sends of one LITE message each to a lite topic of LITE_TOPIC drawn at random; every lite topic
+    created first (500 per send), so that the sends measure existing ones."""
+    spec = TopicSpec(LITE_TOPIC, 1, frozenset({MessageType.LITE}), max_lite_topics=lite_topics + 1)
+    await broker.create_topic(spec)
+    names, rnd = [f"l{i}" for i in range(lite_topics)], random.Random(7)
+
+    def message(name: str) -> OutgoingMessage:
+        props = {SYSPROP_PRODUCER_CLIENT_ID: "micro-client", SYSPROP_LITE_TOPIC: name}
+        return OutgoingMessage(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.LITE,
+                               system_properties=props)  # fmt: skip
+
+    for start in range(0, lite_topics, 500):
+        await broker.send(LITE_TOPIC, 0, [message(name) for name in names[start : start + 500]])
+
+    async def send(i: int) -> None:
+        await broker.send(LITE_TOPIC, 0, [message(names[rnd.randrange(lite_topics)])])
+
+    return send
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=20_000, help="measured sends per figure")
     ap.add_argument("--senders", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 32])
     ap.add_argument("--layer", choices=("broker", "proxy", "both"), default="both")
+    ap.add_argument("--lite-topics", type=int, default=0, help="send LITE messages over N lite topics (broker layer)")
     args = ap.parse_args()
     layers = ("broker", "proxy") if args.layer == "both" else (args.layer,)
+    if args.lite_topics:
+        layers = ("broker",)
     print(f"CPU µs per single-message send, {args.messages:,} sends per figure, 1 KiB bodies")
     print(f"{'layer':<8}{'small appends':<16}" + "".join(f"{f'{n} senders':>12}" for n in args.senders))
     for layer in layers:
         for inline in (True, False):
-            figures = uvloop.run(run(layer, inline, args.messages, args.senders))
+            figures = uvloop.run(run(layer, inline, args.messages, args.senders, args.lite_topics))
             where = "on the loop" if inline else "writer thread"
             print(f"{layer:<8}{where:<16}" + "".join(f"{figures[n]:>12.1f}" for n in args.senders))
     return 0
