@@ -95,7 +95,7 @@ def index_runs(index: Index, runs: Sequence[Run], listed: set[bytes] | None = No
         return tid
 
     blocks: _Blocks = {}  # (segment base, topic id, queue id) -> open block
-    singles: dict[tuple[int, int, int], int] = {}  # the same -> an offset put as a block of one
+    listings: dict[tuple[int, int, int], int] = {}  # the same -> an offset of it this round (for `segq`)
     for cols, results, queue, seg_base in runs:
         if type(results) is not AppendResults:
             for topic, qid, th, mid, keys, (qoff, phys, size, store_ts) in zip(*cols, results, strict=True):
@@ -120,7 +120,7 @@ def index_runs(index: Index, runs: Sequence[Run], listed: set[bytes] | None = No
             qids, qoffs = cols.queue_ids, results.queue_offsets
             if one_topic and len(set(qids)) == n:  # each queue once (a lite send): a key each, put now
                 _drain(map(put, map(cq_key, repeat(tids[0]), qids, qoffs), entries, repeat(cq)))
-                singles.update(zip(zip(repeat(seg_base, n), tids, qids, strict=True), qoffs, strict=True))
+                listings.update(zip(zip(repeat(seg_base, n), tids, qids, strict=True), qoffs, strict=True))
             else:  # each entry joins its queue's block (a priority send: few queues, many entries)
                 where = zip(repeat(seg_base, n), tids, qids, strict=True)
                 for key, qoff, entry in zip(where, qoffs, entries, strict=True):
@@ -145,8 +145,8 @@ def index_runs(index: Index, runs: Sequence[Run], listed: set[bytes] | None = No
     by_tid: dict[int, set[int]] = {tid: set() for tid in topic_ids.values()}
     for at, block in blocks.items():
         _put_block(put, cq, at[1], at[2], block)
-        singles[at] = block[1] - 1
-    for (base, tid, qid), qoff in singles.items():
+        listings[at] = block[1] - 1
+    for (base, tid, qid), qoff in listings.items():
         # The segment lists the queue once (`listed`: the keys put already, if the caller keeps
         # them), with an offset of it there; retention finds the highest from it (keys.py).
         key = segq_key(base, tid, qid)

@@ -219,17 +219,13 @@ async def throughput(api: RemoteBroker, active: int, messages: int) -> dict[str,
     lite_msgs = [lite(target(i), i, f"t{active}-{i}") for i in range(messages)]
     normal_msgs = [plain(f"n{active}-{i}") for i in range(messages)]
     normal_send, lite_send = await interleaved_send_rates(api, (normal, normal_msgs), (topic, lite_msgs))
-    # The same messages again (new ids), one per send as a proxy forwards them; the normal topic's over
-    # its queues round robin, as the official clients spread them.
-    again = [
-        (spread, [plain(f"f{m.message_id}") for m in normal_msgs]),
-        (
-            topic,
-            [lite(m.system_properties[SYSPROP_LITE_TOPIC], i, f"f{m.message_id}") for i, m in enumerate(lite_msgs)],
-        ),
-    ]
+    # As many again (new ids), one per send as a proxy forwards them; the normal topic's over its
+    # queues round robin, as the official clients spread them.
+    lite_fwd_msgs = [lite(target(i), i, f"f{active}-{i}") for i in range(messages)]
+    normal_fwd_msgs = [plain(f"fn{active}-{i}") for i in range(messages)]
     spread_rate: Rate = functools.partial(forwarded_rate, queues=NORMAL_QUEUES)
-    normal_fwd, lite_fwd = await interleaved_send_rates(api, *again, rates=(spread_rate, forwarded_rate))
+    normal_fwd, lite_fwd = await interleaved_send_rates(api, (spread, normal_fwd_msgs), (topic, lite_fwd_msgs),
+                                                        rates=(spread_rate, forwarded_rate))  # fmt: skip
     # As many consumers of the normal topic as lite consumers (one per 10,000 subscriptions).
     normal_recv, lite_recv = await interleaved_receive_rates(api, group, messages, (normal, [""] * len(clients)),
                                                              (topic, clients))  # fmt: skip

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Lite against normal topics as users send and receive: the official Python client through `sluice up`.
+"""Lite against normal topics as users send and receive: the official Python client, either topology.
 
     .venv/bin/python tests/bench/lite_client_bench.py [--active 1000,100000] [--seconds 5] [--rounds 2]
                                                       [--threads 32] [--topology merged] [--json]
 
 One merged `sluice up` (async flush, default configuration), or with `--topology separated` a
-NameServer, a broker (async flush) and a proxy, each its own process. Per `--active` count N, with the official
-Python client (tests/bench/clients/official_python.py), 1 KiB bodies:
+NameServer, a broker (async flush) and a proxy, each its own process. Per `--active` count N, with
+the official Python client (tests/bench/clients/official_python.py), 1 KiB bodies:
 
 - SEND: `Producer.send` from `--threads` threads (one message per SendMessage) to a NORMAL topic
   (8 queues) and to a LITE bind topic whose messages name lite topics `l0` .. `l<N-1>` round robin.
