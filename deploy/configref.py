@@ -22,6 +22,7 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from deploy import cli
+from deploy.shardpool import UpConfig
 from nameserver.config import NameServerConfig
 from navigation.config import NavigationConfig
 from proxy.config import ProxyConfig
@@ -31,6 +32,7 @@ COMPONENTS: list[tuple[str, type, str]] = [
     ("navigation", NavigationConfig, "navigation"),
     ("broker", BrokerConfig, "broker"),
     ("proxy", ProxyConfig, "proxy"),
+    ("up", UpConfig, "up"),
 ]
 # Keys set by a flag whose name is not the key's (dotted keys relative to the component's table).
 _FLAGS: dict[str, dict[str, str]] = {

@@ -64,7 +64,11 @@ def routes(readiness: Readiness, children: Children | None = None) -> Routes:
         return Response(status=200 if ready else 503, body=body.encode(), content_type="application/json")
 
     async def metrics(_: Request) -> Response:
-        body = generate_latest(REGISTRY) if children is None else merge(REGISTRY.collect(), await scrape(children))
+        body = (
+            generate_latest(REGISTRY)
+            if children is None
+            else merge(REGISTRY.collect(), await scrape(children), children.label)
+        )
         # The exposition type carries parameters (version, charset), which aiohttp's content_type refuses.
         return Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

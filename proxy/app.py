@@ -30,13 +30,14 @@ log = logging.getLogger("sluice.proxy")
 
 
 class ProxyApp:
-    def __init__(self, config: ProxyConfig, directory: BrokerDirectory) -> None:
+    def __init__(self, config: ProxyConfig, directory: BrokerDirectory, *, home: str | None = None) -> None:
+        """`home`: the broker in this process when it is one merged node among several (docs/shards.md)."""
         self.config = config
         self.directory = directory
         self.renewer = AutoRenewer(directory, config.receive)
         self.checkbacks = CheckBackRegistry()
         self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self._client_gone)
-        self.producer = ProducerService(directory, topics_max=config.caches.topics_max)
+        self.producer = ProducerService(directory, topics_max=config.caches.topics_max, home=home)
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
         self.lite = LiteRouter(directory, config.settings.lite_subscription_quota, config.settings.lite_removal_poll_ms,
                                config.caches.lite_clients_max)  # fmt: skip

@@ -18,12 +18,13 @@ import argparse
 import asyncio
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.server import run_broker
 from common import metrics
-from common.config import load_config, read_toml
+from common.config import ConfigError, load_config, read_toml
 from common.logs import setup_logging
 from deploy.cluster.topology import connect_host
 from deploy.console.config import ConsoleConfig
@@ -32,6 +33,7 @@ from deploy.obsflags import add_observability_arguments, metrics_overrides, trac
 from deploy.ops import Readiness, ops_server
 from deploy.ports import require_free
 from deploy.runtime import serve
+from deploy.shardpool import ShardPool, UpConfig, refuse_shard_data, shard_configs
 from deploy.tierflags import add_tier_arguments, tier_overrides
 from deploy.workerpool import (
     MERGED_WORKERS_MIN_CORES,
@@ -77,6 +79,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers", type=int,
         help="proxy processes serving the client port, one core each (default: one per core from "
         f"{MERGED_WORKERS_MIN_CORES} usable cores on, else 1: everything in one process)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--shards", type=int,
+        help="merged nodes (broker shard-<i> with its own proxy and data dir), one core each; clients are "
+        "routed to the shard owning each queue (default 1, or [up] shards of --config; docs/shards.md)",
     )  # fmt: skip
     parser.add_argument("--auth", choices=("on", "off"), help="require signed requests and access rules (default off)")
     parser.add_argument(
@@ -160,8 +167,14 @@ def security_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    up = load_config(UpConfig, section="up", path=args.config, overrides={"shards": args.shards})
+    if up.shards > 1:
+        if args.workers is not None and args.workers > 1:
+            raise ConfigError("--workers and --shards are two ways to use cores: give one of them")
+        return run_shards(args, up.shards)
     workers = worker_count(args.workers, default=merged_workers(available_cores()))
     ns_cfg, broker_cfg, proxy_cfg = configs(args)
+    refuse_shard_data(Path(broker_cfg.data_dir))
     console_cfg = console_config(args, ns_cfg, proxy_cfg)
     if proxy_cfg.tls.enabled:
         proxy_cfg.tls.read()  # a missing certificate is a one-line error before anything starts
@@ -222,6 +235,51 @@ def run(args: argparse.Namespace) -> int:
                 await broker_task
                 ns_stop.set()
                 await ns_task
+        return 0
+
+    return serve(main)
+
+
+def run_shards(args: argparse.Namespace, count: int) -> int:
+    """`count` merged nodes (deploy/shardpool.py) under this process, which runs the NameServer,
+    the console and the one operations endpoint of all of them."""
+    ns_cfg, broker_cfg, proxy_cfg = configs(args)
+    console_cfg = console_config(args, ns_cfg, proxy_cfg)
+    if proxy_cfg.tls.enabled:
+        proxy_cfg.tls.read()
+    metrics_port = ops_port(args.metrics_port, proxy_cfg)
+    base = Path(args.data_dir) if args.data_dir else Path("data")
+    brokers = shard_configs(broker_cfg, count, base)
+    ports = [("nameserver", ns_cfg.host, ns_cfg.port), ("metrics", proxy_cfg.host, metrics_port)]
+    for i, b in enumerate(brokers):
+        ports += [(f"client (shard {i})", proxy_cfg.host, proxy_cfg.port + i), (f"broker (shard {i})", b.host, b.port)]
+    require_free(ports, SECOND_INSTANCE_HINT)
+    setup_logging(args.log_level, args.log_json)
+    metrics.configure(proxy_cfg.metrics)
+    pool = ShardPool(replace(proxy_cfg, namesrv=[f"{connect_host(ns_cfg.host)}:{ns_cfg.port}"]), count,
+                     log_flags(args.log_level, args.log_json), brokers=brokers)  # fmt: skip
+
+    def shards_ready() -> None:
+        print(f"proxy listening on {proxy_cfg.host}:{proxy_cfg.port} (clients connect here; {count} shards on ports "
+              f"{proxy_cfg.port}-{proxy_cfg.port + count - 1})", flush=True)  # fmt: skip
+        if metrics_port:
+            print(f"metrics on http://{proxy_cfg.host}:{metrics_port}/metrics (health: /healthz, /readyz)", flush=True)
+
+    async def main(stop: asyncio.Event) -> int:
+        ns_stop, console_stop = asyncio.Event(), asyncio.Event()
+        async with ops_server(proxy_cfg.host, metrics_port, Readiness(), children=pool), asyncio.TaskGroup() as tasks:
+            ns_task = tasks.create_task(run_nameserver(
+                ns_cfg, ns_stop, on_ready=lambda a: print(f"nameserver listening on {a}", flush=True)))  # fmt: skip
+            if console_cfg is not None:
+                tasks.create_task(_console(console_cfg, console_stop))
+            try:
+                code = await pool.run(stop, on_ready=shards_ready)
+            finally:
+                console_stop.set()
+                ns_stop.set()
+                await ns_task
+        if code:
+            raise SystemExit("shards could not be kept running; see the log above")
         return 0
 
     return serve(main)
