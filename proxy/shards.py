@@ -77,6 +77,7 @@ class ForwardedBroker(RemoteBroker):
 # A node that did not answer a topic creation is not asked again for this long (per node).
 CREATE_RETRY_S = 5.0
 _NONE_CREATED: dict[str, BrokerRoute] = {}  # never changed: `_create_on` copies before adding
+_NO_ROUTES: list[BrokerRoute] = []  # never changed: the same object while no NameServer knows a topic
 
 
 def _route(name: str, spec: TopicSpec, endpoint: str) -> BrokerRoute:
@@ -127,7 +128,7 @@ class ShardDirectory:
         try:
             remote: list[BrokerRoute] = await self._cluster.route(topic)
         except (TopicNotFound, Unavailable):
-            remote = []  # unknown to the NameServer, or it is unreachable: this node's copy serves
+            remote = _NO_ROUTES  # unknown to the NameServer, or it is unreachable: this node's copy serves
         endpoints = self._cluster.client_endpoints()
         listed = {r.broker for r in remote}
         created = self._created.get(topic, _NONE_CREATED)
