@@ -2,7 +2,8 @@
 from asyncio (docs/shards.md).
 
 Shard `i` is broker `shard-<i>` with its own proxy, data directory `<data dir>/shard-<i>`, client
-port `--port + i` and internal port `--broker-port + i`; all register with the parent's NameServer.
+port and internal port (shard 0: `--port` and `--broker-port`; the others: free ports this parent
+picks once, kept across restarts); all register with the parent's NameServer.
 The supervision is the proxy workers' (deploy/workerpool.py): each shard is started with
 `posix_spawn`, given its resolved configuration as a TOML file, restarted when it exits (backoff,
 at most `MAX_RESTARTS` times) while the others keep serving, stopped with SIGTERM, and it dies with
@@ -12,6 +13,7 @@ its parent. Its operations endpoint is merged into the parent's with the label `
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -75,22 +77,33 @@ def refuse_shard_data(data_dir: Path) -> None:
 
 
 def shard_configs(broker: BrokerConfig, count: int, base: Path) -> list[BrokerConfig]:
-    """Shard `i`'s broker: named `shard-<i>`, on the internal port + i, in its own directory."""
+    """Shard `i`'s broker: named `shard-<i>`, in its own directory; shard 0 on the internal port, the
+    others on free ports."""
     dirs = shard_dirs(base, count)
-    return [replace(broker, name=shard_name(i), port=broker.port + i, data_dir=dirs[i], advertise="")
+    ports = [broker.port, *(free_port(broker.host) for _ in range(count - 1))]
+    return [replace(broker, name=shard_name(i), port=ports[i], data_dir=dirs[i], advertise="")
             for i in range(count)]  # fmt: skip
+
+
+def free_port(host: str) -> int:
+    """A port free on `host` now (the kernel's pick). Shards keep theirs across restarts, so clients
+    holding a route find a restarted shard where it was."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 @dataclass
 class ShardPool(WorkerPool):
-    """`count` merged nodes; `config` is shard 0's proxy (shard `i` serves `config.port + i`)."""
+    """`count` merged nodes; `config` is shard 0's proxy, shard `i` serves clients on `client_ports[i]`."""
 
     brokers: list[BrokerConfig] = field(default_factory=list)
+    client_ports: list[int] = field(default_factory=list)
     label = "shard"
 
     def _write_configs(self, run_dir: Path) -> None:
         for i, broker in enumerate(self.brokers):
-            port = self.config.port + i
+            port = self.client_ports[i]
             proxy = replace(self.config, port=port, metrics_port=0, advertise=host_port(self._advertised_host(), port))
             text = dumps({"broker": _plain(to_dict(broker)), "proxy": _plain(to_dict(proxy))})
             (run_dir / f"{shard_name(i)}.toml").write_text(text)

@@ -33,7 +33,7 @@ from deploy.obsflags import add_observability_arguments, metrics_overrides, trac
 from deploy.ops import Readiness, ops_server
 from deploy.ports import require_free
 from deploy.runtime import serve
-from deploy.shardpool import ShardPool, UpConfig, refuse_shard_data, shard_configs
+from deploy.shardpool import ShardPool, UpConfig, free_port, refuse_shard_data, shard_configs
 from deploy.tierflags import add_tier_arguments, tier_overrides
 from deploy.workerpool import (
     MERGED_WORKERS_MIN_CORES,
@@ -249,19 +249,19 @@ def run_shards(args: argparse.Namespace, count: int) -> int:
         proxy_cfg.tls.read()
     metrics_port = ops_port(args.metrics_port, proxy_cfg)
     base = Path(args.data_dir) if args.data_dir else Path("data")
+    require_free([("client", proxy_cfg.host, proxy_cfg.port), ("nameserver", ns_cfg.host, ns_cfg.port),
+                  ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port)],
+                 SECOND_INSTANCE_HINT)  # fmt: skip
     brokers = shard_configs(broker_cfg, count, base)
-    ports = [("nameserver", ns_cfg.host, ns_cfg.port), ("metrics", proxy_cfg.host, metrics_port)]
-    for i, b in enumerate(brokers):
-        ports += [(f"client (shard {i})", proxy_cfg.host, proxy_cfg.port + i), (f"broker (shard {i})", b.host, b.port)]
-    require_free(ports, SECOND_INSTANCE_HINT)
+    client_ports = [proxy_cfg.port, *(free_port(proxy_cfg.host) for _ in range(count - 1))]
     setup_logging(args.log_level, args.log_json)
     metrics.configure(proxy_cfg.metrics)
     pool = ShardPool(replace(proxy_cfg, namesrv=[f"{connect_host(ns_cfg.host)}:{ns_cfg.port}"]), count,
-                     log_flags(args.log_level, args.log_json), brokers=brokers)  # fmt: skip
+                     log_flags(args.log_level, args.log_json), brokers=brokers, client_ports=client_ports)  # fmt: skip
 
     def shards_ready() -> None:
-        print(f"proxy listening on {proxy_cfg.host}:{proxy_cfg.port} (clients connect here; {count} shards on ports "
-              f"{proxy_cfg.port}-{proxy_cfg.port + count - 1})", flush=True)  # fmt: skip
+        print(f"proxy listening on {proxy_cfg.host}:{proxy_cfg.port} (clients connect here; {count} shards, "
+              f"client ports {', '.join(map(str, client_ports))})", flush=True)  # fmt: skip
         if metrics_port:
             print(f"metrics on http://{proxy_cfg.host}:{metrics_port}/metrics (health: /healthz, /readyz)", flush=True)
 

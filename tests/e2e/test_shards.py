@@ -36,7 +36,7 @@ FORWARDED_SHARE_MAX = 0.01  # the issue's bound for the official clients' common
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = start_merged(tmp_path_factory.mktemp("shards"), auto_create=True, extra_args=["--shards", "2"])
+    cluster = start_merged(tmp_path_factory.mktemp("shards"), auto_create=True, shards=2)
     try:
         _wait_ready(cluster)
         yield cluster
