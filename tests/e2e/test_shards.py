@@ -23,9 +23,9 @@ from rocketmq.v5.model import Message
 
 from broker.client import receipt
 from tests.e2e.support.clients import message, producer, simple_consumer
-from tests.e2e.support.cluster import Cluster, start_merged
+from tests.e2e.support.cluster import LOOPBACK, SLUICE, Cluster, _start, _wait_for_brokers, start_merged
 from tests.e2e.support.history import History
-from tests.helpers.procs import process_tree
+from tests.helpers.procs import free_port, process_tree
 
 INVISIBLE_S = 60
 GROUPS = 3
@@ -80,15 +80,18 @@ def _forwarded(cluster: Cluster) -> float:
     return sum(v for _, v in _samples(cluster, "sluice_proxy_forwarded_calls_total"))
 
 
+_BROKERS: dict[str, int] = {}  # broker name -> a number of its own, for stored copies
+
+
 def _copy(msg: Message) -> tuple[int, int]:
-    """The stored copy a delivery is: (shard index * 100000 + queue id, queue offset)."""
+    """The stored copy a delivery is: (broker number * 100000 + queue id, queue offset)."""
     broker, queue_id, queue_offset, *_ = receipt.fields(msg.receipt_handle)
-    return int(broker.rsplit("-", 1)[1]) * 100_000 + queue_id, queue_offset
+    return _BROKERS.setdefault(broker, len(_BROKERS)) * 100_000 + queue_id, queue_offset
 
 
 def _consume(cluster: Cluster, topic: str, group: str, history: History, done: Callable[[], bool],
-             timeout_s: float = 120.0) -> None:  # fmt: skip
-    with simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:
+             timeout_s: float = 120.0, endpoint: str = "") -> None:  # fmt: skip
+    with simple_consumer(endpoint or cluster.endpoints, group, {topic: FilterExpression()}) as consumer:
         deadline = time.monotonic() + timeout_s
         while not done():
             assert time.monotonic() < deadline, f"consumption did not finish: {history.verdict().summary()}"
@@ -205,3 +208,47 @@ def test_a_killed_shard_loses_nothing_acknowledged_and_the_other_keeps_serving(
     verdict = history.verdict()
     verdict.assert_nothing_lost()
     assert verdict.acknowledged > 0, verdict.summary()
+
+
+def test_nodes_on_two_machines_join_one_cluster(tmp_path: Path, unique: Callable[[str], str]) -> None:
+    """`sluice node --namesrv`: two merged nodes with their own data dirs and ports (two machines on
+    loopback) join a NameServer; a client bootstrapping from one uses both, straight to each owner."""
+    ns_port = free_port()
+    cluster = Cluster("merged", tmp_path, f"{LOOPBACK}:{ns_port}", [], ["node-a", "node-b"])
+    try:
+        _start(cluster, "nameserver", [*SLUICE, "nameserver", "--port", str(ns_port)], ns_port,
+               f"nameserver listening on {cluster.namesrv}")  # fmt: skip
+        for name in ("node-a", "node-b"):
+            port = free_port()
+            argv = [*SLUICE, "node", "--namesrv", cluster.namesrv, "--name", name, "--port", str(port),
+                    "--broker-port", str(free_port()), "--data-dir", str(tmp_path / name)]  # fmt: skip
+            _start(cluster, name, argv, port, f"proxy of {name} listening on {LOOPBACK}:{port}")
+            cluster.proxies.append(f"{LOOPBACK}:{port}")
+        _wait_for_brokers(cluster, 2)
+        topic, group = unique("t"), unique("g")
+        cluster.create_topic(topic, queues=4)
+        history = History()
+        with producer(cluster.first_proxy, topic) as p:
+            for i in range(40):
+                p.send(message(topic, f"m-{i}".encode()))
+                history.sent(f"m-{i}")
+        cluster.create_group(group, consume_from="earliest")
+        _consume(
+            cluster,
+            topic,
+            group,
+            history,
+            lambda: set(history.sends) <= history.settled(),
+            endpoint=cluster.first_proxy,
+        )
+        history.verdict().assert_nothing_lost()
+        stored = {}
+        for name in ("node-a", "node-b"):
+            with urllib.request.urlopen(f"http://{cluster.ops[name]}/metrics", timeout=5) as response:
+                text = response.read().decode()
+            stored[name] = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                               if s.name == "sluice_messages_in_total" and s.labels.get("topic") == topic)  # fmt: skip
+        assert all(stored.values()), f"both nodes store messages sent through node-a's address: {stored}"
+    finally:
+        problems = cluster.stop()
+        assert not problems, "\n".join(problems)
