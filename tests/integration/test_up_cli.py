@@ -82,3 +82,24 @@ def test_second_broker_on_a_data_dir_in_use_says_so_in_one_line(tmp_path: Path) 
         f"sluice broker: data directory {data} is in use by another process (RocksDB lock {data}/index/LOCK): is "
         "another broker or sluice up running on it? give each its own --data-dir"
     ), proc.stderr
+
+
+def test_shards_refuse_what_they_cannot_run_in_one_line(tmp_path: Path) -> None:
+    """`--shards` with `--workers`, fewer shards than a data dir holds, one process over shards,
+    `[up] shards = 0`: each refused before anything starts, with a line saying why."""
+    ports = ["--port", str(free_port()), "--namesrv-port", str(free_port()), "--broker-port", str(free_port()),
+             "--metrics-port", "0", "--console-port", "-1"]  # fmt: skip
+    data = tmp_path / "data"
+    both = _run("up", "--data-dir", str(data), *ports, "--shards", "2", "--workers", "2", cwd=tmp_path)
+    assert both.returncode == 2 and "give one of them" in both.stderr, both.stderr
+    for i in range(3):
+        (data / f"shard-{i}").mkdir(parents=True)
+    fewer = _run("up", "--data-dir", str(data), *ports, "--shards", "2", cwd=tmp_path)
+    assert fewer.returncode == 2 and "shard-2" in fewer.stderr and "--shards 3" in fewer.stderr, fewer.stderr
+    single = _run("up", "--data-dir", str(data), *ports, cwd=tmp_path)
+    assert single.returncode == 2 and "holds the data of shards" in single.stderr, single.stderr
+    config = tmp_path / "up.toml"
+    config.write_text("[up]\nshards = 0\n")
+    zero = _run("up", "--config", str(config), "--data-dir", str(tmp_path / "other"), *ports, cwd=tmp_path)
+    assert zero.returncode == 2 and "shards" in zero.stderr, zero.stderr
+    assert len(zero.stderr.strip().splitlines()) == 1, zero.stderr
