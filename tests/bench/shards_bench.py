@@ -64,7 +64,7 @@ def client_ports(output: str, port: int) -> list[int]:
     return [int(p) for p in match.group(1).split(", ")] if match else [port]
 
 
-def run(root: Path, shards: int, seconds: float) -> dict[str, Any]:
+def run(root: Path, shards: int, seconds: float, consumers: int = 16) -> dict[str, Any]:
     port, ns_port, broker_port, metrics_port = free_port(), free_port(), free_port(), free_port()
     argv = [*SLUICE_ARGV, "up", "--shards", str(shards), "--data-dir", str(root / f"s{shards}"), "--port", str(port),
             "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--flush", "async",
@@ -82,8 +82,9 @@ def run(root: Path, shards: int, seconds: float) -> dict[str, Any]:
                                                                "32", "--concurrency", "32"), "send")}  # fmt: skip
         out["produce"]["forwarded"] = forwarded(metrics_port) - before
         before = forwarded(metrics_port)
-        out["consume"] = summary(sluice_bench("consume", endpoint, [child.pid], seconds, "--group", GROUP,
-                                              "--concurrency", "16", "--receive-batch", "32"), "receive")  # fmt: skip
+        consume = sluice_bench("consume", endpoint, [child.pid], seconds, "--group", GROUP, "--concurrency",
+                               str(consumers), "--receive-batch", "32")  # fmt: skip
+        out["consume"] = summary(consume, "receive")
         out["consume"]["forwarded"] = forwarded(metrics_port) - before
         return out
     finally:
@@ -108,11 +109,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=6.0, help="measured seconds per phase (default 6)")
     ap.add_argument("--max-shards", type=int, default=available_cores(), help="largest N (default: the cores)")
+    ap.add_argument("--consumers", type=int, default=16, help="consume loops in all (default 16)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="sluice-shards-bench-"))
     try:
-        curve = {n: run(root, n, args.seconds) for n in range(1, max(1, args.max_shards) + 1)}
+        curve = {n: run(root, n, args.seconds, args.consumers) for n in range(1, max(1, args.max_shards) + 1)}
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.json:
