@@ -145,7 +145,7 @@ class ShardDirectory:
             if r.broker != self.home:
                 routes.append(BrokerRoute(r.broker, r.queue_count, r.permission, r.message_types,
                                           endpoints.get(r.broker, "")))  # fmt: skip
-        routes += [r for peer, r in created.items() if peer not in listed]
+        routes += [r for peer, r in created.items() if peer not in listed and peer in endpoints]  # gone: left out
         if not routes:
             raise TopicNotFound(f"topic {topic} does not exist")
         if len(self._routes) >= self._topics_max:

@@ -144,6 +144,10 @@ def test_a_new_topic_is_created_on_every_node_and_routed_to_each_owner() -> None
         assert [(r.broker, r.endpoint) for r in routes] == [("shard-0", "h:8081"), ("shard-1", "h:8082")]
         assert peer.created == ["t"]
         assert directory.broker_names() == ["shard-0", "shard-1"]
+        # A node that left the cluster (its registration expired) leaves the route, created copy and all.
+        cluster.known["t"] = [_route("shard-0")]
+        cluster.endpoints = {"shard-0": "h:8081"}
+        assert [r.broker for r in await directory.route("t")] == ["shard-0"]
 
     asyncio.run(scenario())
 
