@@ -10,12 +10,13 @@ ports of every shard (`--endpoint P0;P1;...`, 8 connections each):
 - produce: `sluice bench produce --batch 32 --concurrency 32` (each shard keeps the sends it gets on
   its own broker, as it does for the official clients that follow a queue's endpoint);
 - consume: `sluice bench consume` of the backlog (receive 32 per call, one ack per batch, 16 loops;
-  each loop receives from a shard's queue over a connection to that shard, as the clients do).
+  each loop receives from a shard's queue over a connection to that shard, as the clients do);
+- latency: `sluice bench produce --batch 1 --rate 1000` (p50 and p99 of one send at 1,000 msg/s).
 
 Per row: messages/s, the ratio to N=1, server CPU µs per message (the `sluice up` process and all
 its shards) and the forwarded calls the shards counted (`sluice_proxy_forwarded_calls_total` on
 the parent's metrics endpoint). Every process is stopped by PID and the temp dir removed. Bounded:
-about 2 x (seconds + 2) + 15 s per N.
+about 3 x (seconds + 2) + 15 s per N.
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from deploy.workerpool import available_cores  # noqa: E402
 from tests.bench.workers_bench import (  # noqa: E402
     GROUP,
+    LATENCY_RATE,
     QUEUES,
     START_TIMEOUT_S,
     TOPIC,
     admin,
+    latency,
     sluice_bench,
     summary,
     wait_line,
@@ -86,6 +89,7 @@ def run(root: Path, shards: int, seconds: float, consumers: int = 16) -> dict[st
                                str(consumers), "--receive-batch", "32")  # fmt: skip
         out["consume"] = summary(consume, "receive")
         out["consume"]["forwarded"] = forwarded(metrics_port) - before
+        out["latency"] = latency(endpoint, [child.pid], seconds)
         return out
     finally:
         child.stop()
@@ -102,6 +106,11 @@ def report(curve: dict[int, dict[str, Any]]) -> list[str]:
             lines.append(f"{n:>6}  {phase:<7} {p['messages_per_s']:>9,.0f}  {ratio:>6.2f}"
                          f"  {cpu:>13.0f}  {cpu / cpu_b if cpu_b else 0:>6.2f}  {p['server_cores']!s:>12}"
                          f"  {p['forwarded']:>15,.0f}")  # fmt: skip
+    lines.append(f"\nsend latency at {LATENCY_RATE} msg/s (B=1, spread over the shards' ports):")
+    for n, r in curve.items():
+        lat = r["latency"]
+        lines.append(f"  {n} shard(s): p50 {lat['p50_ms']:.2f} ms  p99 {lat['p99_ms']:.2f} ms  "
+                     f"({lat['messages_per_s']:,.0f} msg/s, {lat['errors']} errors)")  # fmt: skip
     return lines
 
 
