@@ -97,6 +97,7 @@ def route_to_pb(route: TopicRoute) -> pb.TopicRoute:
                 queue_count=b.queue_count,
                 permission=int(b.permission),
                 message_types=message_types_to_pb(b.message_types),
+                client_endpoint=b.client_endpoint,
             )
             for b in route.brokers
         ],
@@ -114,6 +115,7 @@ def route_from_pb(msg: pb.TopicRoute) -> TopicRoute:
                 queue_count=b.queue_count,
                 permission=permission_from_pb(b.permission),
                 message_types=message_types_from_pb(b.message_types),
+                client_endpoint=b.client_endpoint,
             )
             for b in msg.brokers
         ),

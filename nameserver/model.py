@@ -61,6 +61,7 @@ class BrokerQueues:
     queue_count: int
     permission: Permission
     message_types: frozenset[MessageType]
+    client_endpoint: str = ""  # the broker's merged node's client endpoint, as registered
 
 
 @dataclass(frozen=True, slots=True)

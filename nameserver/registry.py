@@ -142,6 +142,7 @@ class Registry:
                     queue_count=info.queue_count,
                     permission=info.permission,
                     message_types=info.message_types,
+                    client_endpoint=entry.registration.client_endpoint,
                 )
             )
         if not brokers:

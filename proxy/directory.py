@@ -179,6 +179,10 @@ class ClusterDirectory:
         routes = []
         for b in route.brokers:
             self._learn(b.broker_name, b.address)
+            if b.client_endpoint and self._client_endpoints.get(b.broker_name) != b.client_endpoint:
+                # A node the last listing did not show yet: known from the route at once (a new dict:
+                # routes built from the old one are rebuilt).
+                self._client_endpoints = {**self._client_endpoints, b.broker_name: b.client_endpoint}
             routes.append(BrokerRoute(b.broker_name, b.queue_count, b.permission, b.message_types))
         return self._cache(topic, routes)
 

@@ -8,6 +8,7 @@ message, and the other shard keeps serving meanwhile (history-checked, tests/e2e
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import threading
@@ -19,9 +20,11 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rocketmq import FilterExpression, Producer
+from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.v5.model import Message
 
 from broker.client import receipt
+from tests.e2e.support import raw
 from tests.e2e.support.clients import message, producer, simple_consumer
 from tests.e2e.support.cluster import LOOPBACK, SLUICE, Cluster, _start, _wait_for_brokers, start_merged
 from tests.e2e.support.history import History
@@ -139,6 +142,44 @@ def test_send_receive_ack_and_fifo_go_straight_to_the_owning_shard(shards: Clust
     calls = _data_plane_calls(shards) - calls_before
     forwarded = _forwarded(shards) - forwarded_before
     assert forwarded <= FORWARDED_SHARE_MAX * calls, f"{forwarded} of {calls} data-plane calls were forwarded"
+
+
+def test_a_call_that_reaches_the_wrong_shard_is_forwarded_and_succeeds(
+    shards: Cluster, unique: Callable[[str], str]
+) -> None:
+    """A FIFO send whose group belongs to shard-0, a receive naming shard-0 and its ack, all sent to
+    shard-1 (as a client with an old route, or another client's group hash, would): each is passed
+    on to shard-0 and answered OK, and counted as forwarded."""
+    topic, group = unique("t"), unique("g")
+    shards.create_group(group, consume_from="earliest")
+    with raw.stub(shards.first_proxy) as s:
+        route = raw.query_route(s, topic)  # first use: created on both shards
+    assert raw.code_name(route.status.code) == "OK"
+    owners = {q.broker.name: f"{q.broker.endpoints.addresses[0].host}:{q.broker.endpoints.addresses[0].port}"
+              for q in route.message_queues}  # fmt: skip
+    assert set(owners) == {"shard-0", "shard-1"} and owners["shard-0"] != owners["shard-1"], owners
+    writable = sorted((q.broker.name, q.id) for q in route.message_queues)
+    mg = next(
+        g
+        for g in (f"mg-{i}" for i in range(1000))
+        if writable[int.from_bytes(hashlib.sha256(g.encode()).digest(), "big") % len(writable)][0] == "shard-0"
+    )
+    before = {labels["call"]: v for labels, v in _samples(shards, "sluice_proxy_forwarded_calls_total")}
+    with raw.stub(owners["shard-1"]) as s:
+        sent = raw.send(s, raw.message(topic, b"to shard-0", message_type=raw.pb.FIFO, group=mg))
+        assert raw.code_name(sent.status.code) == "OK", sent.status
+        deadline, got = time.monotonic() + 30, list[raw.pb.Message]()
+        while not got and time.monotonic() < deadline:
+            statuses, got = raw.receive(s, raw.receive_request(topic, group, broker="shard-0"))
+        assert [m.body for m in got] == [b"to shard-0"], statuses
+        entry = spb.AckMessageEntry(message_id=got[0].system_properties.message_id,
+                                    receipt_handle=got[0].system_properties.receipt_handle)  # fmt: skip
+        acked = s.AckMessage(spb.AckMessageRequest(group=raw.resource(group), topic=raw.resource(topic),
+                                                   entries=[entry]), metadata=raw.headers(), timeout=10)  # fmt: skip
+        assert raw.code_name(acked.status.code) == "OK", acked
+    after = {labels["call"]: v for labels, v in _samples(shards, "sluice_proxy_forwarded_calls_total")}
+    for call in ("send", "pop", "ack"):
+        assert after.get(call, 0) > before.get(call, 0), f"forwarded {call} not counted: {before} -> {after}"
 
 
 def _shard_pid(cluster: Cluster, index: int) -> int:

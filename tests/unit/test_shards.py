@@ -21,6 +21,8 @@ from nameserver.convert import (
     broker_status_to_pb,
     registration_from_pb,
     registration_to_pb,
+    route_from_pb,
+    route_to_pb,
 )
 from nameserver.model import BrokerRegistration
 from nameserver.registry import Registry
@@ -190,6 +192,9 @@ def test_the_client_endpoint_is_registered_listed_and_validated() -> None:
     (status,) = registry.brokers()
     assert status.client_endpoint == "h:8082"
     assert broker_status_from_pb(broker_status_to_pb(status)) == status
+    route = registry.route("t")  # routes carry it too: a node knows a new node from a route at once
+    assert [b.client_endpoint for b in route.brokers] == ["h:8082"]
+    assert route_from_pb(route_to_pb(route)) == route
     with pytest.raises(BadRequest, match="client endpoint"):
         registry.register(BrokerRegistration("sluice", "shard-2", "127.0.0.1:10913", client_endpoint="no-port"))
 

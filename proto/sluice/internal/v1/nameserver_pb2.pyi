@@ -67,20 +67,22 @@ class GetRouteRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class BrokerQueues(_message.Message):
-    __slots__ = ("broker_name", "address", "cluster_name", "queue_count", "permission", "message_types")
+    __slots__ = ("broker_name", "address", "cluster_name", "queue_count", "permission", "message_types", "client_endpoint")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
     PERMISSION_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPES_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     address: str
     cluster_name: str
     queue_count: int
     permission: int
     message_types: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., cluster_name: _Optional[str] = ..., queue_count: _Optional[int] = ..., permission: _Optional[int] = ..., message_types: _Optional[_Iterable[int]] = ...) -> None: ...
+    client_endpoint: str
+    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., cluster_name: _Optional[str] = ..., queue_count: _Optional[int] = ..., permission: _Optional[int] = ..., message_types: _Optional[_Iterable[int]] = ..., client_endpoint: _Optional[str] = ...) -> None: ...
 
 class TopicRoute(_message.Message):
     __slots__ = ("topic", "brokers")
