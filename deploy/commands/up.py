@@ -10,6 +10,10 @@ registers with the embedded NameServer, so `sluice admin --namesrv 127.0.0.1:987
 against it. Topics and groups are created on first use unless
 `--no-auto-create` is given. Configuration: the `[nameserver]`, `[broker]` and `[proxy]` tables of
 `--config`, with flags overriding them. Stops in reverse order on SIGTERM/SIGINT.
+
+With `--shards N` (or `[up] shards`) this process keeps the NameServer and the console and runs N
+merged nodes (`sluice node`: broker `shard-<i>` with its own proxy and data dir) whose routes send
+clients straight to the shard owning a queue (`run_shards`, deploy/shardpool.py, docs/shards.md).
 """
 
 from __future__ import annotations
