@@ -58,7 +58,7 @@ def routes(readiness: Readiness, children: Children | None = None) -> Routes:
     async def readyz(_: Request) -> Response:
         parts = readiness.parts()
         if children is not None:
-            parts["workers"] = children.ready()
+            parts[f"{children.label}s"] = children.ready()
         ready = bool(parts) and all(parts.values())
         body = json.dumps({"ready": ready, "parts": parts}) + "\n"
         return Response(status=200 if ready else 503, body=body.encode(), content_type="application/json")
