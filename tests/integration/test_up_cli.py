@@ -37,9 +37,27 @@ def test_up_on_taken_ports_says_which_in_one_line(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert lines == [
         f"sluice up: port(s) already in use: broker {LOOPBACK}:{busy}; is another sluice up running? give this "
-        "one other ports (--port, --namesrv-port, --broker-port, --metrics-port)"
+        "one other ports (--port, --namesrv-port, --broker-port, --metrics-port, --console-port)"
     ], proc.stderr
     assert not (tmp_path / "data").exists()  # refused before anything started
+
+
+def test_up_on_a_taken_console_port_refuses_to_start(tmp_path: Path) -> None:
+    """The README sends the user to the console's port: with it taken, another cluster's console
+    would answer there, so `sluice up` refuses like for its other ports (it logged one ERROR and ran)."""
+    with socket.socket() as taken:
+        taken.bind((LOOPBACK, 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        ports = ["--port", str(free_port()), "--namesrv-port", str(free_port()), "--broker-port", str(free_port())]
+        proc = _run("up", "--data-dir", str(tmp_path / "data"), *ports, "--metrics-port", "0",
+                    "--console-port", str(busy), cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"sluice up: port(s) already in use: console {LOOPBACK}:{busy}; is another sluice up running? give this "
+        "one other ports (--port, --namesrv-port, --broker-port, --metrics-port, --console-port)"
+    ], proc.stderr
+    assert not (tmp_path / "data").exists()
 
 
 def test_up_serves_metrics_by_default_and_prints_where(tmp_path: Path) -> None:
