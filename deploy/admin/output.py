@@ -31,7 +31,7 @@ class Report:
 
 
 def render_table(report: Report) -> str:
-    cells = [[_cell(row.get(column)) for column in report.columns] for row in report.rows]
+    cells = [[cell(row.get(column)) for column in report.columns] for row in report.rows]
     header = [column.upper() for column in report.columns]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
     lines = [_line(header, widths)]
@@ -63,15 +63,15 @@ def preview(body: bytes, chars_max: int = CELL_CHARS_MAX) -> str:
     return text if len(text) <= chars_max else text[: chars_max - 1] + "…"
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, list | tuple | frozenset | set):
-        return ",".join(_cell(v) for v in value)
+        return ",".join(cell(v) for v in value)
     if isinstance(value, Mapping):
-        return ",".join(f"{k}={_cell(v)}" for k, v in value.items())
+        return ",".join(f"{k}={cell(v)}" for k, v in value.items())
     text = str(value)
     return "".join(ch if ch.isprintable() else "?" for ch in text)
 

@@ -15,7 +15,7 @@
     message get --topic T --id ID | message find --topic T --key K [--limit N]
     message range --topic T --from TIME [--to TIME] [--limit N]    (stored in that time range)
     message trace --id ID    (the life of a message: sent, delivered, acked, dead-lettered, tiered)
-    message send TOPIC [--tag T] [--key K]... [--property K=V]... [--group MG] [--deliver-at TIME]
+    message send TOPIC [--tag T] [--key K]... [--property K=V]... [--message-group MG] [--deliver-at TIME]
                  (BODY | --file F | one message per line of stdin)
     message tail TOPIC [--from latest|earliest|TIME] [--group G [--ack]] [--count N] [--for-s S]
     message list TOPIC --queue Q --from-offset N [--count N] [--broker B]
@@ -70,7 +70,6 @@ from deploy.admin import (
     trace,
 )
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
-from deploy.admin.messages import MESSAGE_COLUMNS
 from deploy.admin.output import Report, render_json, render_table
 from deploy.admin.parse import (
     parse_consume_from,
@@ -300,7 +299,9 @@ def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParse
     send.add_argument("--tag", metavar="T")
     send.add_argument("--key", metavar="K", action="append", default=[], help="a key (repeatable)")
     send.add_argument("--property", metavar="K=V", action="append", default=[], help="a property (repeatable)")
-    send.add_argument("--group", metavar="MG", dest="message_group", help="message group: a FIFO message")
+    send.add_argument(
+        "--message-group", metavar="MG", help="send FIFO messages of message group MG (what a FIFO topic needs)"
+    )
     send.add_argument("--deliver-at", metavar="TIME", help="a DELAY message: epoch ms or ISO-8601 (no zone: UTC)")
     tail = _leaf(actions, "tail", shared, _message_tail, "print a topic's messages as they arrive (Ctrl-C stops)")
     tail.add_argument("topic", metavar="TOPIC")
@@ -495,10 +496,14 @@ async def _message_tail(cluster: Cluster, args: argparse.Namespace) -> Report:
         options.start, options.start_ms = ("time", at_ms) if where is ConsumeFrom.TIMESTAMP else (where.value, 0)
     elif args.group:
         options.start = "group"
-    if not args.json:
-        print("  ".join(c.upper() for c in MESSAGE_COLUMNS), flush=True)
+
+    def started() -> None:
+        print(produce.tail_start(args.topic, options), file=sys.stderr, flush=True)
+        if not args.json:
+            print(produce.tail_header(), flush=True)
+
     n = await produce.tail_messages(
-        cluster, args.topic, options, lambda b, m: print(produce.tail_line(b, m, args.json), flush=True)
+        cluster, args.topic, options, lambda b, m: print(produce.tail_line(b, m, args.json), flush=True), started
     )
     if not args.json:
         print(f"{n} message(s)", flush=True)
