@@ -97,7 +97,29 @@ def _short(value: Any) -> str:
     return text if " " not in text else json.dumps(text)
 
 
+class MalformedHttpFilter(logging.Filter):
+    """aiohttp logs a request it cannot parse (answered 400) at ERROR with a full traceback; a gRPC
+    client pointed at an HTTP port (the console's given as --namesrv) made one per connection.
+    This makes such a record one WARNING line saying what probably happened."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or not any(c.__name__ == "HttpProcessingError" for c in type(exc).__mro__):
+            return True
+        what = str(getattr(exc, "message", "") or exc).strip().splitlines()[0].rstrip(":")
+        record.msg = (f"{record.getMessage()}: not an HTTP/1.1 request ({what}), answered 400; an HTTP/2 or "
+                      "gRPC client? (e.g. this HTTP port given as a gRPC address such as --namesrv)")  # fmt: skip
+        record.args = ()
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def setup_logging(level: str = "info", json_lines: bool = False) -> None:
+    aiohttp_server = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, MalformedHttpFilter) for f in aiohttp_server.filters):
+        aiohttp_server.addFilter(MalformedHttpFilter())
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter() if json_lines else _TextFormatter(_TEXT_FORMAT))
     handler.addFilter(RequestContextFilter())
