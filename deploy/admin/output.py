@@ -58,6 +58,16 @@ def format_time_ms(epoch_ms: int) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def format_bytes(count: int) -> str:
+    """1536 -> "1.5 KiB" (binary units, as the console shows them)."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
 def preview(body: bytes, chars_max: int = CELL_CHARS_MAX) -> str:
     text = body.decode("utf-8", "replace")
     return text if len(text) <= chars_max else text[: chars_max - 1] + "…"

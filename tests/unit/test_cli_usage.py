@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from common.config import ConfigError
 from deploy import cli
+from deploy.commands import admin
 
 
 def _error(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
@@ -34,3 +36,23 @@ def test_an_unknown_option_gets_its_commands_usage_and_a_suggestion(
     lines = _error(capsys, *argv)
     assert lines[0].startswith(usage), lines
     assert lines[-1] == last, lines
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["message", "get", "orders", "--id", "01A"], ["message", "get", "--topic", "orders", "--id", "01A"],
+     ["message", "range", "orders", "--from", "now-1h"], ["message", "find", "orders", "--key", "k"]],
+)  # fmt: skip
+def test_every_message_command_takes_the_topic_first(argv: list[str]) -> None:
+    """send, tail and list took TOPIC positionally, get, find and range as --topic (still accepted)."""
+    args = cli.build_parser("admin").parse_args(["admin", *argv])
+    admin._resolve_topic(args)
+    assert args.topic == "orders"
+
+
+def test_a_topic_given_twice_or_not_at_all_is_a_bad_argument() -> None:
+    parser = cli.build_parser("admin")
+    with pytest.raises(ConfigError, match="two topics given"):
+        admin._resolve_topic(parser.parse_args(["admin", "message", "get", "a", "--topic", "b", "--id", "x"]))
+    with pytest.raises(ConfigError, match="give the topic: message get TOPIC"):
+        admin._resolve_topic(parser.parse_args(["admin", "message", "get", "--id", "x"]))
