@@ -111,7 +111,6 @@ class MalformedHttpFilter(logging.Filter):
                       "gRPC client? (e.g. this HTTP port given as a gRPC address such as --namesrv)")  # fmt: skip
         record.args = ()
         record.exc_info = None
-        record.exc_text = None
         record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
 
