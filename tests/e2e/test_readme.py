@@ -7,6 +7,9 @@ cluster's free ports for the README's defaults 9876 and 8081) and `sluice` (this
 `python -m deploy.cli`, which `. .venv/bin/activate` puts on PATH as `sluice`). The README's sixth
 admin command failed on its FIFO topic and its last waited forever: this catches both.
 
+The tiering walkthrough runs too, on a merged cluster of its own: its moto server on a free port,
+its `sluice up` flags, the client snippet (producing to `demo`), then its `sluice admin tier` commands.
+
 The snippet runs on the merged topology, started as `make up` starts it (topics and groups created
 on first use); the admin sequences on both topologies, each on a cluster of its own (the README's
 names, `orders` and `billing`, must be new there).
@@ -25,11 +28,12 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.support.cluster import SLUICE, Cluster, start_merged, start_separated
-from tests.helpers.procs import REPO_ROOT
+from tests.helpers.procs import LOOPBACK, REPO_ROOT, free_port, start_process
 
 README = REPO_ROOT / "README.md"
 README_NAMESRV = "127.0.0.1:9876"
 README_ENDPOINT = "127.0.0.1:8081"
+README_S3_PORT = "5000"  # the moto server of the tiering walkthrough
 COMMAND_TIMEOUT_S = 60.0
 SNIPPET_TIMEOUT_S = 120.0
 ADMIN_COMMANDS_MIN = 7  # the README's admin walkthrough: topic, group, offsets, clients, send, tail
@@ -116,11 +120,49 @@ def test_the_readme_admin_sequences_run_as_written(fresh_cluster: Cluster, readm
 def test_the_readme_client_snippet_runs_as_written(fresh_cluster: Cluster, readme: str, tmp_path: Path) -> None:
     if fresh_cluster.kind != "merged":
         pytest.skip("the snippet is the merged topology's (`make up`): it relies on topics created on first use")
+    _run_snippet(readme, fresh_cluster.endpoints, tmp_path)
+
+
+def _run_snippet(readme: str, endpoints: str, tmp_path: Path) -> None:
+    """README's client snippet against `endpoints`: it must print what it sent and received."""
     (snippet,) = [b for b in fenced_blocks(readme, "python") if "ClientConfiguration(" in b]
     assert README_ENDPOINT in snippet
     program = tmp_path / "snippet.py"
-    program.write_text(snippet.replace(README_ENDPOINT, fresh_cluster.endpoints))
+    program.write_text(snippet.replace(README_ENDPOINT, endpoints))
     proc = subprocess.run([sys.executable, str(program)], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                           timeout=SNIPPET_TIMEOUT_S, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "sent " in proc.stdout and "received b'hello, sluice'" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_readme_tiering_walkthrough_runs_as_written(
+    readme: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (block,) = [b for b in fenced_blocks(readme, "sh") if "moto.server" in b]
+    s3_port = str(free_port())
+    argvs = [[w.replace(f"127.0.0.1:{README_S3_PORT}", f"{LOOPBACK}:{s3_port}") if w != README_S3_PORT else s3_port
+              for w in argv] for argv in commands(block)]  # fmt: skip
+    kinds = [argv[0] if argv[0] != "sluice" else f"sluice {argv[1]}" for argv in argvs]
+    assert kinds[:4] == ["python", "export", "python", "sluice up"] and set(kinds[4:]) == {"sluice admin"}, kinds
+    moto, _, bucket, up, *admin = argvs
+    assert moto[-1] == "&"  # a server in the background: started here, stopped at the end
+    server = start_process([sys.executable, *moto[1:-1]], port=int(s3_port), log_path=tmp_path / "moto.log",
+                           name="moto")  # fmt: skip
+    cluster = None
+    try:
+        for pair in argvs[1][1:]:
+            key, _, value = pair.partition("=")
+            monkeypatch.setenv(key, value)
+        made = subprocess.run([sys.executable, *bucket[1:]], env=_env(), capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT_S, check=False)  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        cluster = start_merged(tmp_path / "cluster", auto_create=True, extra_args=up[2:])
+        _run_snippet(readme, cluster.endpoints, tmp_path)  # "after producing to demo as above"
+        outputs = _run_sequence(cluster, admin)
+        assert "demo" in outputs["tier evict-local"], outputs
+        (status,) = [r for broker in cluster.admin("tier", "status") for r in broker["topics"] if r["topic"] == "demo"]
+        assert status["objects"] >= 1 and status["lag_messages"] == 0, status  # it is in the bucket
+    finally:
+        problems = cluster.stop() if cluster is not None else []
+        server.stop()
+    assert not problems, "cluster teardown:\n" + "\n".join(problems)
