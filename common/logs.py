@@ -167,18 +167,17 @@ class BurstLog:
         if window is not None and now >= window[0]:
             self._close(key)
             window = None
-        if window is None:
-            self._open[key] = (now + self._window_s, 0, fields)
-            self._log.info(self._message, extra=kv(**fields))
+        if window is not None:
+            end, count, _ = window
+            self._open[key] = (end, count + 1, fields)
             return
-        end, count, _ = window
-        self._open[key] = (end, count + 1, fields)
-        if key not in self._timers:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                return
-            self._timers[key] = loop.call_at(loop.time() + max(0.0, end - now), self._close, key)
+        self._open[key] = (now + self._window_s, 0, fields)
+        self._log.info(self._message, extra=kv(**fields))
+        try:  # the window closes on time (and its key goes) even if no event follows
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._timers[key] = loop.call_later(self._window_s, self._close, key)
 
     def _close(self, key: Hashable) -> None:
         timer = self._timers.pop(key, None)
