@@ -461,7 +461,10 @@ class LocalBroker:
         elif spec is not None and first is not None and spec.message_types == UNDECIDED_TYPES:
             spec = replace(spec, message_types=_auto_types(first))
             self.metadata.put_topic(spec)
-            log.info("auto-created topic typed by its first message", extra=kv(topic=name, type=first.name))
+            # Its first message decides only between a LITE or PRIORITY topic and one of every other type.
+            accepts = ",".join(sorted(t.name.lower() for t in spec.message_types))
+            log.info("auto-created topic's types decided by its first message",
+                     extra=kv(topic=name, first=first.name, accepts=accepts))  # fmt: skip
             await self._topics_changed()
         return spec if spec is not None else self.metadata.topic(name)
 

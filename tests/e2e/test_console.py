@@ -337,6 +337,7 @@ def test_the_dlq_cli_lists_resends_all_and_refuses_unknown_ids(cluster: Cluster,
         ids = send_all(p, [message(topic, b"x%d" % i, keys=["dlq-key"]) for i in range(4)])
         receive_until(c, lambda got: len(got) >= 4, invisible_s=SHORT_INVISIBLE_S, ack=False)
         wait_for("the dead letters", lambda: len(cluster.admin("dlq", "list", group)["dead_letters"]) == 4)
+        assert {r["group"]: r["dead_letters"] for r in cluster.admin("dlq", "list")}[group] == 4  # every group's
         listed = cluster.admin("message", "range", "--topic", topic, "--from", "0")
         assert sorted(m["message_id"] for m in listed) == sorted(ids)
 

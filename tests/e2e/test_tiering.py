@@ -144,6 +144,7 @@ def test_replay_from_the_start_reads_tiered_messages(tiered: Cluster, unique: Ca
     assert [(q["tiered_min"], q["tiered_end"]) for q in uploaded["queues"]] == [(0, MESSAGES)]
     (evicted,) = tiered.admin("tier", "evict-local", topic)
     assert evicted["messages"] == MESSAGES and evicted["segments"] >= 1
+    assert evicted["freed_bytes"] > 0 and evicted["freed"].endswith("B")  # says what disk it freed
     row = _topic_row(tiered.admin("tier", "status"), topic)
     assert [(q["local_min"], q["local_max"]) for q in row["queues"]] == [(MESSAGES, MESSAGES)]
 
