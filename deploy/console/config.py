@@ -22,6 +22,9 @@ class ConsoleConfig:
     namesrv: str = "127.0.0.1:9876"
     # A navigation server (`HOST:PORT`, gRPC): the cluster page lists its proxies. "" leaves them out.
     navigation: str = ""
+    # Without navigation: proxies (`HOST:PORT`, the client endpoints) to list on the cluster page
+    # besides those the brokers' client reports name (`sluice up` gives its own).
+    proxies: tuple[str, ...] = ()
     # "on": every page needs a login of a user with ADMIN on `*` (the cluster runs `--auth on`).
     auth: str = "off"
     # No page offers an action, and every POST but login/logout is refused.

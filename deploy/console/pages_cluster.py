@@ -2,7 +2,8 @@
 
 Health at a glance: a NameServer is "ok" when it answers on its own; a broker is "ok" while its
 last heartbeat is younger than `STALE_HEARTBEAT_S` and it answers, "disk" when its data filesystem
-is fuller than `DISK_WARN_PCT`; a proxy is "ok" while navigation lists it and it is not draining.
+is fuller than `DISK_WARN_PCT`; a proxy is "ok" while navigation lists it and it is not draining
+(without navigation: while its port accepts connections).
 Every figure comes from the admin functions: `nameservers.list_nameservers` (`sluice admin
 nameserver list`), `brokers.list_brokers` (`broker list --json`: version, uptime, disk, store and
 dispatch lag), `tier.status` and `proxies.list_proxies` (`proxy list`: zone, load, draining).
@@ -11,18 +12,21 @@ dispatch lag), `tier.status` and `proxies.list_proxies` (`proxy list`: zone, loa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from aiohttp import web
 
 from common.errors import SluiceError
-from deploy.admin import brokers, nameservers, proxies, security, tier
+from deploy.admin import brokers, clients, nameservers, proxies, security, tier
 from deploy.console.app import SESSION_KEY, console_of, log_action, render, session_of
 from deploy.console.sessions import check_login
 from deploy.console.units import human_bytes, human_duration
 
 STALE_HEARTBEAT_S = 30.0  # the NameServer drops a broker after 120 s without heartbeat
 DISK_WARN_PCT = 85.0  # below the store's default `max_disk_used_ratio` (90 %), where retention deletes
+FLEET_COLUMNS = ["health", "proxy", "zone", "workers", "clients", "in_flight", "load", "last_heartbeat_s"]
+DIRECT_COLUMNS = ["health", "proxy", "clients"]
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
@@ -64,7 +68,7 @@ async def cluster_page(request: web.Request) -> web.Response:
         for b in listed.rows
     ]
     return render(request, "cluster.html", brokers=broker_rows, nameservers=nameserver_report.rows, proxies=proxies,
-                  navigation=console.config.navigation)  # fmt: skip
+                  proxy_columns=FLEET_COLUMNS if console.navigation else DIRECT_COLUMNS)  # fmt: skip
 
 
 def _broker_health(row: dict[str, Any]) -> str:
@@ -110,14 +114,63 @@ async def _tiering(cluster: Any) -> dict[str, str]:
 
 
 async def _proxies(request: web.Request) -> list[dict[str, Any]] | str:
-    navigation = console_of(request).navigation
-    if navigation is None:
-        return []
+    """One row per proxy endpoint (its worker processes together): from navigation when the console
+    has one, else the proxies configured (`sluice up`'s own) and those the client reports name."""
+    console = console_of(request)
+    clients_of: dict[str, set[str]] = {}
     try:
-        listed = await proxies.list_proxies(navigation)
+        for c in await clients.connected_clients(console.cluster):
+            clients_of.setdefault(c.proxy, set()).add(c.client_id)
+    except SluiceError:
+        pass  # the brokers' rows say why; the proxies are still listed
+    if console.navigation is None:
+        addresses = sorted(set(console.config.proxies) | set(clients_of))
+        answers = await asyncio.gather(*(_answers(a, console.config.timeout_s) for a in addresses))
+        return [{"health": "ok" if ok else "unreachable", "proxy": address, "clients": len(clients_of.get(address, ()))}
+                for address, ok in zip(addresses, answers, strict=True)]  # fmt: skip
+    try:
+        listed = await proxies.list_proxies(console.navigation)
     except SluiceError as exc:
         return f"navigation server unreachable: {exc}"
-    return [{**p, "health": "draining" if p["draining"] else "ok"} for p in listed.rows]
+    return fleet_rows(listed.rows, clients_of)
+
+
+def fleet_rows(registrations: list[dict[str, Any]], clients_of: dict[str, set[str]]) -> list[dict[str, Any]]:
+    """Navigation lists every worker process (`proxy list`); a proxy is an endpoint: its workers'
+    rows become one, with their count, in-flight requests summed and the highest load score."""
+    by_endpoint: dict[str, list[dict[str, Any]]] = {}
+    for r in registrations:
+        endpoints = r["endpoints"]
+        key = endpoints.get("default") or next(iter(sorted(endpoints.values())), "") or r["proxy"]
+        by_endpoint.setdefault(key, []).append(r)
+    rows = []
+    for endpoint, workers in sorted(by_endpoint.items()):
+        draining = all(w["draining"] for w in workers)
+        rows.append({
+            "health": "draining" if draining else "ok",
+            "proxy": endpoint,
+            "zone": ", ".join(sorted({w["zone"] for w in workers if w["zone"]})),
+            "workers": len(workers),
+            "clients": len(clients_of.get(endpoint, ())),
+            "in_flight": sum(w["in_flight"] for w in workers),
+            "load": max(w["load"] for w in workers),
+            "draining": draining,
+            "last_heartbeat_s": min(w["last_heartbeat_s"] for w in workers),
+        })  # fmt: skip
+    return rows
+
+
+async def _answers(address: str, timeout_s: float) -> bool:
+    """Whether `HOST:PORT` accepts a connection."""
+    host, _, port = address.rpartition(":")
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)), timeout_s)
+    except (OSError, ValueError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
 
 
 async def login_page(request: web.Request) -> web.Response:

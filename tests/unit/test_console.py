@@ -29,7 +29,7 @@ from deploy.console.app import build_app
 from deploy.console.charts import line_chart
 from deploy.console.config import ConsoleConfig
 from deploy.console.history import GroupPoint, History, TopicPoint
-from deploy.console.pages_cluster import _safe_next
+from deploy.console.pages_cluster import _safe_next, fleet_rows
 from deploy.console.pages_messages import body_view
 from deploy.console.paging import paginate
 from deploy.console.sessions import Sessions, check_login, is_admin
@@ -226,3 +226,17 @@ def test_a_resent_dead_letter_is_a_new_message_naming_the_original() -> None:
 def test_bytes_and_durations_read_as_an_operator_reads_them() -> None:
     assert [human_bytes(n) for n in (None, 0, 1023, 1536, 5 * 1024**3)] == ["", "0 B", "1023 B", "1.5 KiB", "5.0 GiB"]
     assert [human_duration(s) for s in (None, 0, 75, 3_600, 93_784)] == ["", "0s", "1m 15s", "1h", "1d 2h"]
+
+
+def test_a_proxy_is_an_endpoint_however_many_workers_registered() -> None:
+    def worker(proxy_id: str, endpoint: str, *, clients: int = 0, load: float = 0.1, draining: bool = False) -> dict:
+        return {"proxy": proxy_id, "zone": "zone-a", "endpoints": {"default": endpoint}, "draining": draining,
+                "clients": clients, "in_flight": 2, "load": load, "last_heartbeat_s": 1.5}  # fmt: skip
+
+    registrations = [worker("10.0.0.1:8081-11", "10.0.0.1:8081", load=0.3),
+                     worker("10.0.0.1:8081-12", "10.0.0.1:8081", load=0.2),
+                     worker("10.0.0.2:8081-13", "10.0.0.2:8081", draining=True)]  # fmt: skip
+    rows = fleet_rows(registrations, {"10.0.0.1:8081": {"c1", "c2"}})
+    assert [(r["proxy"], r["workers"], r["clients"], r["in_flight"], r["load"], r["health"]) for r in rows] == [
+        ("10.0.0.1:8081", 2, 2, 4, 0.3, "ok"), ("10.0.0.2:8081", 1, 0, 2, 0.1, "draining"),
+    ]  # fmt: skip

@@ -1,0 +1,103 @@
+"""`sluice admin client list` and the console's client counts follow clients that go away.
+
+A merged Sluice (`sluice up --workers 2`, so the proxy runs as two worker processes) with a short
+`client_expiry_s`: a client of the official Python client that shuts down (it sends
+NotifyClientTermination) is gone from `client list` within 5 s; one whose process is SIGKILLed (it
+says nothing) within 30 s (here within the short expiry). The console's cluster page counts one
+proxy (not one per worker) and its clients. The default expiry's 30 s bound is checked in
+tests/unit/test_client_sessions.py.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.support.clients import producer
+from tests.e2e.support.cluster import Cluster, start_merged
+from tests.helpers.procs import REPO_ROOT
+
+CLEAN_SHUTDOWN_BOUND_S = 5.0  # issue 35: a client that said goodbye is gone this soon
+SILENT_BOUND_S = 30.0  # and one that just vanished this soon
+APPEAR_TIMEOUT_S = 30.0
+
+# A client process of its own, so that it can be killed without a word: it announces itself, then idles.
+SILENT_CLIENT = """
+import sys, time
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
+p = Producer(ClientConfiguration(sys.argv[1], Credentials(), request_timeout=3), (sys.argv[2],))
+p.startup()
+m = Message()
+m.topic, m.body = sys.argv[2], b"hello"
+p.send(m)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("client-list")
+    config = root / "sluice.toml"
+    config.write_text("[proxy]\nclient_expiry_s = 2.0\n")
+    started = start_merged(root, extra_args=["--workers", "2", "--config", str(config)])
+    try:
+        yield started
+    finally:
+        problems = started.stop()
+        assert not problems, "cluster teardown:\n" + "\n".join(problems)
+
+
+def listed(cluster: Cluster, topic: str) -> list[str]:
+    return [row["client_id"] for row in cluster.admin("client", "list", "--topic", topic)]
+
+
+def wait_until(what: str, probe: Callable[[], bool], timeout_s: float) -> float:
+    """Seconds until `probe()` held; fails the test past `timeout_s`."""
+    started = time.monotonic()
+    while not probe():
+        assert time.monotonic() - started < timeout_s, f"{what}: not within {timeout_s} s"
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
+def console_counts(cluster: Cluster) -> tuple[int, int]:
+    """(proxies, clients) as the cluster page's proxy tile shows them."""
+    with urllib.request.urlopen(cluster.console + "/cluster", timeout=30) as answer:
+        page = answer.read().decode()
+    found = re.search(r"<b>(\d+)</b> prox(?:y|ies), <b>(\d+)</b> client", page)
+    assert found, "the cluster page has no proxy tile"
+    return int(found[1]), int(found[2])
+
+
+def test_a_client_that_shuts_down_is_gone_within_5_s(merged: Cluster, unique: Callable[[str], str]) -> None:
+    topic = merged.create_topic(unique("t"))
+    with producer(merged.endpoints, topic) as p:
+        wait_until("the producer in client list", lambda: len(listed(merged, topic)) == 1, APPEAR_TIMEOUT_S)
+        wait_until("the producer counted on the console", lambda: console_counts(merged) == (1, 1), APPEAR_TIMEOUT_S)
+        assert p.is_running
+    wait_until("the producer gone after its shutdown", lambda: not listed(merged, topic), CLEAN_SHUTDOWN_BOUND_S)
+    assert console_counts(merged) == (1, 0)  # one proxy (two workers), no client
+
+
+def test_a_killed_client_is_gone_within_30_s(merged: Cluster, unique: Callable[[str], str], tmp_path: Path) -> None:
+    topic = merged.create_topic(unique("t"))
+    child = subprocess.Popen([sys.executable, "-c", SILENT_CLIENT, merged.endpoints, topic], cwd=REPO_ROOT,
+                             stdout=subprocess.PIPE, stderr=(tmp_path / "client.log").open("wb"))  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == b"ready", "the client did not start"
+        wait_until("the client in client list", lambda: len(listed(merged, topic)) == 1, APPEAR_TIMEOUT_S)
+        child.kill()
+        child.wait(timeout=10)
+        wait_until("the killed client gone", lambda: not listed(merged, topic), SILENT_BOUND_S)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
