@@ -3,11 +3,11 @@
     PYTHONPATH=. .venv/bin/python scripts/console_screenshots.py [--out DIR] [--widths 1280,1920] [--traffic-s 40]
 
 Starts a moto S3 server and `sluice up` (tiering into it, the console sampling every 2 s) on free
-loopback ports, produces to a few topics while a consumer group keeps up and another stalls, dead-
-letters one message, tiers a topic and evicts its local copy, then saves `<page>-<width>.png` of
-every page in `--out` (default: a temporary directory, printed). The console's screenshots in docs/img
-are `cluster-1280.png`, `topic-1280.png`, `group-1280.png` and `messages-1280.png` of this script, renamed
-`console-<page>.png`. Needs Debian's chromium and Playwright (tests/e2e/support/browser.py) and moto.
+loopback ports, produces to a topic while a consumer group keeps up, dead-letters one message, tiers
+a topic and evicts its local copy, then saves `<page>-<width>.png` of every page in `--out` (default:
+a temporary directory, printed; a page is cut at 1,400 px high). docs/img/console-<page>.png are the
+cluster, topic, tiered-topic, group and message pages at 1280 px of this script. Needs Debian's
+chromium and Playwright (tests/e2e/support/browser.py) and moto.
 """
 
 from __future__ import annotations
