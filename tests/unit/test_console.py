@@ -32,6 +32,7 @@ from deploy.console.history import ClusterPoint, GroupPoint, History, TopicPoint
 from deploy.console.labels import cell_class, heading
 from deploy.console.pages_cluster import _safe_next, fleet_rows
 from deploy.console.pages_messages import body_view
+from deploy.console.pages_topics import tier_row
 from deploy.console.paging import paginate
 from deploy.console.sessions import Sessions, check_login, is_admin
 from deploy.console.units import human_bytes, human_duration
@@ -306,3 +307,18 @@ def test_the_admin_reads_use_groups_the_broker_does_not_count_as_consumers() -> 
 
     for browse_group in (messages.BROWSE_GROUP, dlq.BROWSE_GROUP, produce.BROWSE_GROUP):
         assert browse_group.startswith(ADMIN_READ_GROUP_PREFIX), browse_group
+
+
+def test_tier_ranges_read_as_counts_and_offsets() -> None:
+    def queue(qid: int, local: tuple[int, int], tiered: tuple[int, int]) -> dict[str, int]:
+        return {"queue_id": qid, "local_min": local[0], "local_max": local[1], "tiered_min": tiered[0],
+                "tiered_end": tiered[1]}  # fmt: skip
+
+    evicted = {"broker": "broker-a", "queues": [queue(0, (300, 300), (0, 300))], "lag_messages": 0, "lag_s": 0.04,
+               "bytes": 110362, "objects": 12, "last_upload": "2026-11-27T08:57:02.741Z", "last_error": ""}  # fmt: skip
+    row = tier_row(evicted)
+    assert (row["local"], row["tiered"], row["s3_size"]) == ("none", "300 (offsets 0-299)", "107.8 KiB")
+    assert row["tiered_title"] == "queue 0: offsets 0-299" and row["local_title"] == "queue 0: none"
+    spread = tier_row({**evicted, "queues": [queue(0, (0, 1500), (0, 0)), queue(1, (10, 20), (0, 10))]})
+    assert (spread["local"], spread["tiered"]) == ("1,510 in 2 queues", "10 (offsets 0-9)")
+    assert spread["local_title"] == "queue 0: offsets 0-1,499; queue 1: offsets 10-19"
