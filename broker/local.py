@@ -95,6 +95,7 @@ from common.errors import (
 )
 from common.logs import kv
 from common.model import (
+    ADMIN_READ_GROUP_PREFIX,
     ALL_MESSAGE_TYPES,
     EXCLUSIVE_TYPES,
     MessageType,
@@ -617,7 +618,8 @@ class LocalBroker:
         if max_messages <= 0:
             raise BadRequest(f"batch size must be positive, got {max_messages}")
         result = await self._reader().pull(topic, queue_id, offset, max_messages, self._filter(filter), long_poll_ms)
-        self.engine.delivered[topic] += len(result.messages)
+        if not group.startswith(ADMIN_READ_GROUP_PREFIX):  # browsing is not consuming: rates out leave it out
+            self.engine.delivered[topic] += len(result.messages)
         return result
 
     async def get_offset(self, group: str, topic: str, queue_id: int) -> int:

@@ -138,7 +138,7 @@ def console_config(args: argparse.Namespace, ns: NameServerConfig, proxy: ProxyC
         return None
     data = read_toml(args.config) if args.config else {}
     return load_config(ConsoleConfig, section="console", data=data, overrides={
-        "port": args.console_port, "namesrv": f"{ns.host}:{ns.port}",
+        "port": args.console_port, "namesrv": f"{ns.host}:{ns.port}", "proxies": (proxy.advertised_address,),
         "auth": "on" if proxy.auth.enabled else "off"})  # fmt: skip
 
 
