@@ -59,6 +59,7 @@ class ProxyApp:
     def _client_gone(self, client_id: str) -> None:
         self.renewer.release_client(client_id)
         self.checkbacks.forget_client(client_id)
+        self.client_reporter.wake()  # `client list` drops it now, not at the next report
 
     def _load(self) -> ProxyLoad:
         return ProxyLoad(in_flight_requests=self.in_flight, connected_clients=len(self.sessions.sessions))
@@ -99,7 +100,7 @@ class ProxyApp:
                 while not stop.is_set():
                     self.sessions.sweep()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), 5.0)
+                        await asyncio.wait_for(stop.wait(), self.sessions.sweep_interval_s)
         finally:
             unregister()
             await self.fleet.close()

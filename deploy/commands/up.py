@@ -64,7 +64,8 @@ STARTUP_TIMEOUT_S = 60.0
 # instance started with another --port gets another metrics port.
 METRICS_PORT_OFFSET = 1000
 SECOND_INSTANCE_HINT = (
-    "is another sluice up running? give this one other ports (--port, --namesrv-port, --broker-port, --metrics-port)"
+    "is another sluice up running? give this one other ports "
+    "(--port, --namesrv-port, --broker-port, --metrics-port, --console-port)"
 )
 DEFAULT_CONSOLE_PORT = 8080
 CONSOLE_OFF = -1
@@ -148,12 +149,19 @@ def console_config(args: argparse.Namespace, ns: NameServerConfig, proxy: ProxyC
         return None
     data = read_toml(args.config) if args.config else {}
     return load_config(ConsoleConfig, section="console", data=data, overrides={
-        "port": args.console_port, "namesrv": f"{ns.host}:{ns.port}",
+        "port": args.console_port, "namesrv": f"{ns.host}:{ns.port}", "proxies": (proxy.advertised_address,),
         "auth": "on" if proxy.auth.enabled else "off"})  # fmt: skip
 
 
+def console_port(config: ConsoleConfig | None) -> list[tuple[str, str, int]]:
+    """The console's port for the start-up check: a taken one fails `sluice up` like the others
+    (the README sends the user to it; another cluster's console would answer there)."""
+    return [] if config is None else [("console", config.host, config.port)]
+
+
 async def _console(config: ConsoleConfig, stop: asyncio.Event) -> None:
-    """The console, best effort: a taken port costs the console, never the broker and proxy."""
+    """The console, best effort once started: its port was checked free before anything started
+    (console_port); one taken in between costs the console, never the broker and proxy."""
     try:
         await run_console(config, stop, on_ready=lambda url: print(f"console listening on {url}", flush=True))
     except OSError as exc:
@@ -184,8 +192,8 @@ def run(args: argparse.Namespace) -> int:
         proxy_cfg.tls.read()  # a missing certificate is a one-line error before anything starts
     metrics_port = ops_port(args.metrics_port, proxy_cfg)
     require_free([("client", proxy_cfg.host, proxy_cfg.port), ("nameserver", ns_cfg.host, ns_cfg.port),
-                  ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port)],
-                 SECOND_INSTANCE_HINT)  # fmt: skip
+                  ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port),
+                  *console_port(console_cfg)], SECOND_INSTANCE_HINT)  # fmt: skip
     setup_logging(args.log_level, args.log_json)
     # One process, one switch: the proxy's table decides (the flag sets both).
     metrics.configure(proxy_cfg.metrics)
@@ -254,10 +262,13 @@ def run_shards(args: argparse.Namespace, count: int) -> int:
     metrics_port = ops_port(args.metrics_port, proxy_cfg)
     base = Path(args.data_dir) if args.data_dir else Path("data")
     require_free([("client", proxy_cfg.host, proxy_cfg.port), ("nameserver", ns_cfg.host, ns_cfg.port),
-                  ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port)],
-                 SECOND_INSTANCE_HINT)  # fmt: skip
+                  ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port),
+                  *console_port(console_cfg)], SECOND_INSTANCE_HINT)  # fmt: skip
     brokers = shard_configs(broker_cfg, count, base)
     client_ports = [proxy_cfg.port, *(free_port(proxy_cfg.host) for _ in range(count - 1))]
+    if console_cfg is not None:  # the console lists every shard's proxy
+        host = connect_host(proxy_cfg.host)
+        console_cfg = replace(console_cfg, proxies=tuple(f"{host}:{p}" for p in client_ports))
     setup_logging(args.log_level, args.log_json)
     metrics.configure(proxy_cfg.metrics)
     pool = ShardPool(replace(proxy_cfg, namesrv=[f"{connect_host(ns_cfg.host)}:{ns_cfg.port}"]), count,
