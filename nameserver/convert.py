@@ -87,6 +87,7 @@ def registration_from_pb(msg: pb.BrokerRegistration) -> BrokerRegistration:
 def route_to_pb(route: TopicRoute) -> pb.TopicRoute:
     return pb.TopicRoute(
         topic=route.topic,
+        young=route.young,
         brokers=[
             pb.BrokerQueues(
                 broker_name=b.broker_name,
@@ -115,6 +116,7 @@ def route_from_pb(msg: pb.TopicRoute) -> TopicRoute:
             )
             for b in msg.brokers
         ),
+        young=msg.young,
     )
 
 

@@ -9,6 +9,8 @@ Invariants:
   broker's topics, never merges them).
 - A broker whose last registration is `broker_expiry_s` old or older is invisible to every read
   at once; `expire()` (the service's sweep) only reclaims its memory.
+- For `young_s` after the registry is made (the NameServer's start), routes say `young`: a live
+  broker may not have sent its first heartbeat to this NameServer yet.
 """
 
 from __future__ import annotations
@@ -47,21 +49,30 @@ class Registry:
         *,
         broker_expiry_s: float,
         max_brokers: int = DEFAULT_MAX_BROKERS,
+        young_s: float = 0.0,
         clock: Clock = time.monotonic,
     ) -> None:
         if broker_expiry_s <= 0:
             raise ValueError(f"broker_expiry_s must be positive, got {broker_expiry_s}")
         if max_brokers < 1:
             raise ValueError(f"max_brokers must be at least 1, got {max_brokers}")
+        if young_s < 0:
+            raise ValueError(f"young_s must not be negative, got {young_s}")
         self._expiry_s = broker_expiry_s
         self._max_brokers = max_brokers
         self._clock = clock
+        self._young_until = clock() + young_s
         self._brokers: dict[str, _Entry] = {}
         self._by_topic: dict[str, dict[str, TopicInfo]] = {}
 
     @property
     def broker_expiry_s(self) -> float:
         return self._expiry_s
+
+    @property
+    def young(self) -> bool:
+        """Started less than `young_s` ago: live brokers may not all have registered yet."""
+        return self._clock() < self._young_until
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -145,7 +156,7 @@ class Registry:
             )
         if not brokers:
             raise TopicNotFound(f"no live broker holds topic {topic!r}")
-        return TopicRoute(topic=topic, brokers=tuple(brokers))
+        return TopicRoute(topic=topic, brokers=tuple(brokers), young=self.young)
 
     def brokers(self, cluster_name: str = "") -> list[BrokerStatus]:
         """Live brokers (of one cluster, if given), sorted by (cluster name, broker name)."""

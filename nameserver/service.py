@@ -96,7 +96,8 @@ async def run_nameserver(
     Raises ConfigError if the address cannot be bound (in use, not a local address).
     """
     if registry is None:
-        registry = Registry(broker_expiry_s=config.broker_expiry_s, max_brokers=config.max_brokers)
+        registry = Registry(broker_expiry_s=config.broker_expiry_s, max_brokers=config.max_brokers,
+                            young_s=config.young_s)  # fmt: skip
     server = grpc.aio.server(
         interceptors=token.server_interceptors(),
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
