@@ -9,11 +9,20 @@ from __future__ import annotations
 from operator import attrgetter, itemgetter
 
 from broker.client import txid
-from broker.client.api import CallContext, OutgoingMessage, SendResult, TransactionResolution, TransactionSource
+from broker.client.api import (
+    BrokerApi,
+    CallContext,
+    OutgoingMessage,
+    SendResult,
+    TransactionResolution,
+    TransactionSource,
+)
 from broker.client.recall import broker_of_recall_handle
 from common import metrics
 from common.errors import BadRequest, InvalidTransactionId, SluiceError, Unavailable
 from common.model import SYSPROP_LITE_TOPIC, MessageType
+from proxy.config import SendHealthConfig
+from proxy.core.health import BrokerHealth
 from proxy.core.routing import QueueSelector, lite_broker
 from proxy.directory import BrokerDirectory, BrokerRoute
 
@@ -23,10 +32,12 @@ _GROUP, _BODY = attrgetter("message_group"), attrgetter("body")
 
 
 class ProducerService:
-    def __init__(self, directory: BrokerDirectory, *, topics_max: int) -> None:
+    def __init__(self, directory: BrokerDirectory, *, topics_max: int, health: BrokerHealth | None = None) -> None:
         self._dir = directory
         self._selectors: dict[str, QueueSelector] = {}
         self._topics_max = topics_max
+        self._health = health or BrokerHealth(SendHealthConfig())
+        self._usable = self._health.usable
 
     def _selector(self, topic: str) -> QueueSelector:
         selector = self._selectors.get(topic)
@@ -66,7 +77,7 @@ class ProducerService:
                     broker, qid = selector.pick(topic, route, msg.message_group)
                 else:  # messages of one request without a group share one queue: one append
                     if topic not in batch_queue:
-                        batch_queue[topic] = selector.pick(topic, route, None)
+                        batch_queue[topic] = selector.pick(topic, route, None, self._usable)
                     broker, qid = batch_queue[topic]
                 placed.setdefault((topic, broker, qid), []).append(i)
             except SluiceError as exc:
@@ -88,7 +99,7 @@ class ProducerService:
         one queue and one append, so there is nothing to place message by message."""
         try:
             route = await self._dir.route(topic)
-            broker, qid = self._selector(topic).pick(topic, route, None)
+            broker, qid = self._selector(topic).pick(topic, route, None, self._usable)
             results = await self._send_to(ctx, broker, topic, qid, messages)
         except SluiceError as exc:
             return [exc] * len(messages)
@@ -99,14 +110,36 @@ class ProducerService:
         self, ctx: CallContext, broker: str, topic: str, queue_id: int, messages: list[OutgoingMessage]
     ) -> list[SendResult]:
         """Send through `broker`; a retriable refusal is retried once if the broker has moved (a
-        broker group failed over to a new primary), else raised for the client to retry."""
+        broker group failed over to a new primary), else raised for the client to retry. Its
+        latency and outcome feed the queue selection (proxy/core/health.py)."""
+        token = self._health.started(broker)
         try:
-            return await self._dir.broker(broker).send(topic, queue_id, messages, ctx=ctx)
-        except Unavailable:
+            results = await self._dir.broker(broker).send(topic, queue_id, messages, ctx=ctx)
+        except Unavailable as exc:
             moved = await self._dir.moved(broker)
             if moved is None:
+                self._health.finished(broker, token, exc)
                 raise
-            return await moved.send(topic, queue_id, messages, ctx=ctx)
+            results = await self._sent_after_move(broker, token, moved, topic, queue_id, messages, ctx)
+        except SluiceError as exc:
+            self._health.finished(broker, token, exc)
+            raise
+        else:
+            self._health.finished(broker, token, None)
+        metrics.count_broker_sends(topic, broker, len(messages))
+        return results
+
+    async def _sent_after_move(
+        self, broker: str, token: int, moved: BrokerApi, topic: str, queue_id: int, messages: list[OutgoingMessage],
+        ctx: CallContext,
+    ) -> list[SendResult]:  # fmt: skip
+        try:
+            results = await moved.send(topic, queue_id, messages, ctx=ctx)
+        except SluiceError as exc:
+            self._health.finished(broker, token, exc)
+            raise
+        self._health.finished(broker, token, None)
+        return results
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
