@@ -10,7 +10,6 @@ from operator import attrgetter, itemgetter
 
 from broker.client import txid
 from broker.client.api import (
-    BrokerApi,
     CallContext,
     OutgoingMessage,
     SendResult,
@@ -19,7 +18,7 @@ from broker.client.api import (
 )
 from broker.client.recall import broker_of_recall_handle
 from common import metrics
-from common.errors import BadRequest, InvalidTransactionId, SluiceError, Unavailable
+from common.errors import BadRequest, InvalidTransactionId, ProxyTimeout, SluiceError, Unavailable
 from common.model import SYSPROP_LITE_TOPIC, MessageType
 from proxy.config import SendHealthConfig
 from proxy.core.health import BrokerHealth
@@ -27,6 +26,7 @@ from proxy.core.routing import QueueSelector, lite_broker
 from proxy.directory import BrokerDirectory, BrokerRoute
 
 SendOutcome = SendResult | SluiceError
+_CANCELLED = ProxyTimeout("the send was cancelled before the broker answered")
 _TOPIC, _MESSAGE = itemgetter(0), itemgetter(1)
 _GROUP, _BODY = attrgetter("message_group"), attrgetter("body")
 
@@ -111,34 +111,26 @@ class ProducerService:
     ) -> list[SendResult]:
         """Send through `broker`; a retriable refusal is retried once if the broker has moved (a
         broker group failed over to a new primary), else raised for the client to retry. Its
-        latency and outcome feed the queue selection (proxy/core/health.py)."""
+        latency and outcome feed the queue selection (proxy/core/health.py); a send cancelled
+        before the broker answered (the client gave up waiting) counts as timed out."""
         token = self._health.started(broker)
+        outcome: SluiceError | None = _CANCELLED
         try:
-            results = await self._dir.broker(broker).send(topic, queue_id, messages, ctx=ctx)
-        except Unavailable as exc:
-            moved = await self._dir.moved(broker)
-            if moved is None:
-                self._health.finished(broker, token, exc)
-                raise
-            results = await self._sent_after_move(broker, token, moved, topic, queue_id, messages, ctx)
+            try:
+                results = await self._dir.broker(broker).send(topic, queue_id, messages, ctx=ctx)
+            except Unavailable as exc:
+                moved = await self._dir.moved(broker)
+                if moved is None:
+                    raise
+                outcome = exc
+                results = await moved.send(topic, queue_id, messages, ctx=ctx)
+            outcome = None
         except SluiceError as exc:
-            self._health.finished(broker, token, exc)
+            outcome = exc
             raise
-        else:
-            self._health.finished(broker, token, None)
+        finally:
+            self._health.finished(broker, token, outcome)
         metrics.count_broker_sends(topic, broker, len(messages))
-        return results
-
-    async def _sent_after_move(
-        self, broker: str, token: int, moved: BrokerApi, topic: str, queue_id: int, messages: list[OutgoingMessage],
-        ctx: CallContext,
-    ) -> list[SendResult]:  # fmt: skip
-        try:
-            results = await moved.send(topic, queue_id, messages, ctx=ctx)
-        except SluiceError as exc:
-            self._health.finished(broker, token, exc)
-            raise
-        self._health.finished(broker, token, None)
         return results
 
     async def end_transaction(

@@ -5,14 +5,19 @@ A fake clock drives latency and isolation; nothing here touches the network.
 
 from __future__ import annotations
 
+import asyncio
+from typing import cast
+
 import pytest
 
+from broker.client.api import NO_CONTEXT
 from common.errors import IllegalMessageTag, Unavailable
 from common.model import MessageType, Permission
 from proxy.config import SendHealthConfig
 from proxy.core.health import BrokerHealth
+from proxy.core.producer import ProducerService
 from proxy.core.routing import QueueSelector
-from proxy.directory import BrokerRoute
+from proxy.directory import BrokerDirectory, BrokerRoute
 
 ROUTES = [BrokerRoute(b, 4, Permission.READ_WRITE, frozenset({MessageType.NORMAL})) for b in ("a", "b")]
 
@@ -104,3 +109,31 @@ def test_when_every_broker_is_avoided_sends_still_go_somewhere_and_groups_keep_t
 def test_config_is_checked() -> None:
     with pytest.raises(ValueError, match="send_health"):
         SendHealthConfig(isolate_ms=5_000, isolate_max_ms=1_000)
+
+
+def test_a_send_the_client_gave_up_on_counts_as_timed_out_not_as_in_flight_forever() -> None:
+    clock = Clock()
+    health = _health(clock)
+    hung = asyncio.Event()
+
+    class _Hung:
+        async def send(self, *args: object, **kwargs: object) -> list[object]:
+            await hung.wait()
+            return []
+
+    class _Dir:
+        def broker(self, name: str) -> _Hung:
+            return _Hung()
+
+    async def scenario() -> None:
+        service = ProducerService(cast(BrokerDirectory, _Dir()), topics_max=8, health=health)
+        send = asyncio.create_task(service._send_to(NO_CONTEXT, "a", "t", 0, []))
+        await asyncio.sleep(0)
+        send.cancel()  # the client's deadline passed: gRPC cancels the handler
+        with pytest.raises(asyncio.CancelledError):
+            await send
+
+    asyncio.run(scenario())
+    assert not health.usable("a")  # isolated as a timed-out send
+    clock.now += 1.01
+    assert health.usable("a")  # and not held as a send in flight for ever
