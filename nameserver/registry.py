@@ -9,12 +9,14 @@ Invariants:
   broker's topics, never merges them).
 - A broker whose last registration is `broker_expiry_s` old or older is invisible to every read
   at once; `expire()` (the service's sweep) only reclaims its memory.
-- For `young_s` after the registry is made (the NameServer's start), routes say `young`: a live
-  broker may not have sent its first heartbeat to this NameServer yet.
+- For `young_s` after the registry is made (the NameServer's start), and after a stall (no `tick`
+  for `stall_s`: the process was stopped or starved), routes say `young`: a live broker's
+  heartbeats may not have reached this NameServer yet.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +52,7 @@ class Registry:
         broker_expiry_s: float,
         max_brokers: int = DEFAULT_MAX_BROKERS,
         young_s: float = 0.0,
+        stall_s: float = math.inf,
         clock: Clock = time.monotonic,
     ) -> None:
         if broker_expiry_s <= 0:
@@ -61,7 +64,10 @@ class Registry:
         self._expiry_s = broker_expiry_s
         self._max_brokers = max_brokers
         self._clock = clock
+        self._young_s = young_s
+        self._stall_s = stall_s
         self._young_until = clock() + young_s
+        self._last_tick = clock()
         self._brokers: dict[str, _Entry] = {}
         self._by_topic: dict[str, dict[str, TopicInfo]] = {}
 
@@ -71,8 +77,21 @@ class Registry:
 
     @property
     def young(self) -> bool:
-        """Started less than `young_s` ago: live brokers may not all have registered yet."""
-        return self._clock() < self._young_until
+        """Started (or woke from a stall) less than `young_s` ago, or stalled now (no `tick` for
+        `stall_s`): live brokers' heartbeats may have been missed."""
+        now = self._clock()
+        return now < self._young_until or now - self._last_tick > self._stall_s
+
+    def tick(self) -> bool:
+        """The service's sweep is running. A gap longer than `stall_s` since the last tick means the
+        NameServer was hung (stopped, starved) and missed heartbeats: young again for `young_s`
+        (returns True)."""
+        now = self._clock()
+        stalled = now - self._last_tick > self._stall_s
+        if stalled:
+            self._young_until = max(self._young_until, now + self._young_s)
+        self._last_tick = now
+        return stalled
 
     # -- writes ---------------------------------------------------------------------------------
 

@@ -281,3 +281,18 @@ def test_merged_routes_hold_every_broker_any_nameserver_holds_and_are_young_only
     merged = merge_routes([young, mature])
     assert [x.broker_name for x in merged.brokers] == ["a", "b"] and not merged.young
     assert merge_routes([young, TopicRoute("t", (a, b), young=True)]).young
+
+
+def test_a_stalled_nameserver_is_young_again_until_young_s_after_it_wakes(clock: FakeClock) -> None:
+    reg = Registry(broker_expiry_s=EXPIRY_S, young_s=2.0, stall_s=1.5, clock=clock)
+    clock.advance(1.0)
+    assert not reg.tick() and reg.young
+    clock.advance(1.0)
+    assert not reg.tick() and not reg.young  # swept every second: not young any more
+    clock.advance(5.0)  # stopped for 5 s: no sweep ran
+    assert reg.young  # asked before the sweep noticed
+    assert reg.tick() and reg.young
+    clock.advance(1.0)
+    assert not reg.tick() and reg.young
+    clock.advance(1.1)
+    assert not reg.tick() and not reg.young
