@@ -7,14 +7,19 @@ must still return it at once, not wait its whole long poll on an empty broker. M
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from rocketmq import FilterExpression
 
 from tests.e2e.support.clients import message, producer, send_all, simple_consumer
 from tests.e2e.support.cluster import Cluster
 
+README = Path(__file__).resolve().parents[2] / "README.md"
 RUNS = 20
 # The README snippet's consumer: a 3 s long poll (await_duration), then receive(16, 15).
 AWAIT_S = 3
@@ -45,3 +50,17 @@ def test_one_send_then_one_receive_returns_it_every_time(cluster: Cluster, uniqu
                 delivered_by.append(_delivered_by(got[0].receipt_handle))
     # Both brokers held messages (the proxy spreads sends over them), and each run got its own.
     assert set(delivered_by) == set(cluster.brokers), delivered_by
+
+
+def test_the_readme_client_snippet_works_as_written(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """The README's Python snippet, run as a user would (its own process), against this cluster:
+    only the endpoint and the names are this test's."""
+    (snippet,) = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    topic = cluster.create_topic(unique("t"))
+    group = cluster.create_group(unique("g"))
+    code = (snippet.replace('"127.0.0.1:8081"', repr(cluster.endpoints)).replace('"demo-group"', repr(group))
+            .replace('"demo"', repr(topic)))  # fmt: skip
+    assert repr(group) in code and repr(topic) in code and repr(cluster.endpoints) in code
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "received b'hello, sluice'" in run.stdout, run.stdout
