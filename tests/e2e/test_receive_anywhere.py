@@ -18,9 +18,12 @@ from rocketmq import FilterExpression
 
 from tests.e2e.support.clients import message, producer, send_all, simple_consumer
 from tests.e2e.support.cluster import Cluster
+from tests.e2e.test_node_client import node as node_fixture
+from tests.e2e.test_node_client import run_node
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 RUNS = 20
+node = node_fixture  # the Node.js client's fixture (test_node_client.py): installs the pinned client
 # The README snippet's consumer: a 3 s long poll (await_duration), then receive(16, 15).
 AWAIT_S = 3
 INVISIBLE_S = 15
@@ -64,3 +67,18 @@ def test_the_readme_client_snippet_works_as_written(cluster: Cluster, unique: Ca
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "received b'hello, sluice'" in run.stdout, run.stdout
+
+
+def test_node_client_one_send_then_one_receive_returns_it_every_time(
+    cluster: Cluster, unique: Callable[[str], str], node: str
+) -> None:
+    """The same with the official Node.js client (a new SimpleConsumer each run; one proxy: the Node
+    client takes a single endpoint)."""
+    topic = cluster.create_topic(unique("t"))
+    group = cluster.create_group(unique("g"))
+    result = run_node(node, "single_receive.js", endpoints=cluster.first_proxy, topic=topic, group=group, runs=RUNS)
+    runs = result["runs"]
+    assert len(runs) == RUNS
+    missed = [(i, r) for i, r in enumerate(runs) if r["received"] != [r["sent"]]]
+    assert not missed, missed
+    assert {_delivered_by(r["handle"]) for r in runs} == set(cluster.brokers)
