@@ -37,9 +37,10 @@ class ProxyApp:
         self.renewer = AutoRenewer(directory, config.receive)
         self.checkbacks = CheckBackRegistry()
         self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self._client_gone)
-        self.producer = ProducerService(directory, topics_max=config.caches.topics_max,
-                                        health=BrokerHealth(config.send_health))  # fmt: skip
+        health = BrokerHealth(config.send_health)
+        self.producer = ProducerService(directory, topics_max=config.caches.topics_max, health=health)
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
+        self.consumer.usable = health.usable
         self.lite = LiteRouter(directory, config.settings.lite_subscription_quota, config.settings.lite_removal_poll_ms,
                                config.caches.lite_clients_max)  # fmt: skip
         self.consumer.lite = self.lite

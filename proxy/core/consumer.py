@@ -10,6 +10,7 @@ handle, so any proxy can serve them.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.client import receipt
@@ -51,6 +52,8 @@ class ConsumerService:
         self._cfg = config
         self._rotation = itertools.count()
         self.lite: LiteRouter | None = None
+        # Brokers the send health finds hung or failing (proxy/core/health.py): not asked first.
+        self.usable: Callable[[str], bool] | None = None
 
     def _brokers_in_turn(self, routes: list[BrokerRoute], hint: str, topic: str) -> list[str]:
         """The readable brokers of a route, the one the client named first (else the next in
@@ -77,7 +80,7 @@ class ConsumerService:
             brokers = self._brokers_in_turn(routes, spec.broker_hint, spec.topic)
             request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
                                  auto_create_group=True)  # fmt: skip
-            messages = await pop_anywhere(self._dir, brokers, request, ctx=ctx)
+            messages = await pop_anywhere(self._dir, brokers, request, ctx=ctx, usable=self.usable)
         if messages:
             metrics.count_out(spec.topic, spec.group, len(messages), sum(len(m.body) for m in messages))
         if auto_renew:

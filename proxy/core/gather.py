@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from broker.client import receipt
 from broker.client.api import CallContext, PopRequest, StoredMessage
@@ -38,19 +38,27 @@ _REQUEST_ERRORS = (BadRequest,)
 
 
 async def pop_anywhere(
-    directory: BrokerDirectory, brokers: Sequence[str], request: PopRequest, *, ctx: CallContext
-) -> list[StoredMessage]:
+    directory: BrokerDirectory, brokers: Sequence[str], request: PopRequest, *, ctx: CallContext,
+    usable: Callable[[str], bool] | None = None,
+) -> list[StoredMessage]:  # fmt: skip
     """Messages for `request` from the first of `brokers` (in that order) that has any.
 
     A broker that fails (unreachable, timing out) is skipped; its error is raised only when no
-    broker answered at all."""
+    broker answered at all. A broker `usable` says is hung or failing (the send health,
+    proxy/core/health.py) is not asked without waiting, where it would hold the receive for its
+    whole timeout; it still takes part in the long poll."""
     if len(brokers) == 1:
         return await directory.broker(brokers[0]).pop(request, ctx=ctx)
     quick = PopRequest(request.group, request.topic, request.queue_id, request.max_messages, request.invisible_ms,
                        request.filter, 0, request.auto_create_group, request.lite_client)  # fmt: skip
-    live: list[str] = []
+    avoided = [] if usable is None else [n for n in brokers if not usable(n)]
+    if len(avoided) == len(brokers):
+        avoided = []  # every broker looks troubled: ask them all the same
+    live: list[str] = list(avoided)
     failure: SluiceError | None = None
     for name in brokers:
+        if name in avoided:
+            continue
         try:
             found = await directory.broker(name).pop(quick, ctx=ctx)
         except _REQUEST_ERRORS:

@@ -143,3 +143,18 @@ def test_messages_a_losing_long_poll_popped_are_handed_out_or_released() -> None
     released = a.released + b.released
     assert len(released) == 1 and released[0][1] == RELEASE_INVISIBLE_MS
     assert {m.receipt_handle for m in got}.isdisjoint(h for h, _ in released)
+
+
+def test_a_broker_the_send_health_avoids_is_not_asked_first_but_still_long_polled() -> None:
+    a, b = _Broker("a"), _Broker("b")
+    b.put(1)
+    request = PopRequest("g", "t", None, 16, 15_000, long_poll_ms=1_000)
+    directory = cast(BrokerDirectory, _Directory(a, b))
+    got = asyncio.run(pop_anywhere(directory, ["a", "b"], request, ctx=NO_CONTEXT, usable=lambda n: n != "a"))
+    assert [m.message_id for m in got] == ["b-0"] and a.pops == []  # a (hung) did not hold the receive
+    got = asyncio.run(pop_anywhere(directory, ["a", "b"], request, ctx=NO_CONTEXT, usable=lambda n: n != "a"))
+    assert got == [] and a.pops == [1_000]  # nothing anywhere: a takes part in the long poll
+    a.put(1)
+    quick = PopRequest("g", "t", None, 16, 15_000, long_poll_ms=0)
+    got = asyncio.run(pop_anywhere(directory, ["a", "b"], quick, ctx=NO_CONTEXT, usable=lambda n: False))
+    assert [m.message_id for m in got] == ["a-0"]  # every broker avoided: all asked the same
