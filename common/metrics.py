@@ -88,6 +88,9 @@ PROXY_FORWARDED = Counter(
 )
 MESSAGES_IN = Counter("sluice_messages_in", "Messages stored for producers, by topic", ["topic"])
 MESSAGE_BYTES_IN = Counter("sluice_message_bytes_in", "Body bytes of the messages stored for producers", ["topic"])
+PROXY_BROKER_SENDS = Counter(
+    "sluice_proxy_broker_sends", "Messages a proxy stored through each broker, by topic and broker", ["topic", "broker"]
+)
 MESSAGES_OUT = Counter(
     "sluice_messages_out", "Messages delivered to consumers (every delivery attempt), by topic and group",
     ["topic", "group"],
@@ -144,6 +147,7 @@ _undecodable = _Children(PROXY_UNDECODABLE)
 _forwarded = _Children(PROXY_FORWARDED)
 _in_messages = _Children(MESSAGES_IN)
 _in_bytes = _Children(MESSAGE_BYTES_IN)
+_broker_sends = _Children(PROXY_BROKER_SENDS)
 _out_messages = _Children(MESSAGES_OUT)
 _out_bytes = _Children(MESSAGE_BYTES_OUT)
 _acked = _Children(MESSAGES_ACKED)
@@ -180,6 +184,12 @@ def count_in(topic: str, messages: int, body_bytes: int) -> None:
     if _config.enabled:
         _in_messages.get(topic).inc(messages)
         _in_bytes.get(topic).inc(body_bytes)
+
+
+def count_broker_sends(topic: str, broker: str, messages: int) -> None:
+    """Messages of one topic stored through one broker (a skew between brokers shows here)."""
+    if _config.enabled:
+        _broker_sends.get(topic, broker).inc(messages)
 
 
 def count_out(topic: str, group: str, messages: int, body_bytes: int) -> None:
@@ -394,7 +404,7 @@ def family_names() -> list[str]:
     for inst in (PROXY_RPC_REQUESTS, PROXY_RPC_DURATION, MESSAGES_IN, MESSAGE_BYTES_IN, MESSAGES_OUT,
                  MESSAGE_BYTES_OUT, MESSAGES_ACKED, INTERNAL_RPC_REQUESTS, INTERNAL_RPC_DURATION,
                  STORE_FLUSH_DURATION, TIER_S3_ERRORS, TRACE_EVENTS_DROPPED, PROXY_UNDECODABLE,
-                 PROXY_FORWARDED):  # fmt: skip
+                 PROXY_FORWARDED, PROXY_BROKER_SENDS):  # fmt: skip
         name = inst.describe()[0].name
         names.append(f"{name}_total" if isinstance(inst, Counter) else name)
     return sorted(names)

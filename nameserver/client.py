@@ -1,9 +1,9 @@
 """Clients of the NameServer: `NameServerClient` for proxies and tools, `BrokerRegistrar` for brokers.
 
 NameServers are independent copies of the same picture (brokers register with every one), so:
-- reads (`get_route`, `list_brokers`, `list_topics`) ask one NameServer and fail over to the next
-  when it is unreachable or does not know the topic (it may have restarted a moment ago); the one
-  that answered is asked first next time;
+- reads (`list_brokers`, `list_topics`) ask one NameServer and fail over to the next when it is
+  unreachable; the one that answered is asked first next time. `get_route` asks them all and
+  merges their answers (one may have restarted a moment ago and not know every broker yet);
 - writes (`register`, `unregister`) go to all NameServers concurrently and succeed when at least
   one accepted.
 
@@ -20,19 +20,22 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from common.errors import SluiceError, TopicNotFound
+from common.errors import InternalError, SluiceError, TopicNotFound
 from common.logs import kv
 from nameserver import convert
 from nameserver.config import DEFAULT_MAX_MESSAGE_BYTES
-from nameserver.model import BrokerRegistration, BrokerStatus, TopicRoute, TopicSummary, split_address
+from nameserver.model import BrokerRegistration, BrokerStatus, TopicRoute, TopicSummary, merge_routes, split_address
 from proto.servers import ADDRESS_SEPARATOR as ADDRESS_SEPARATOR  # re-exported: this module's API
-from proto.servers import HeartbeatSender, Outcomes, ServerKind, ServerSet, ServerSetClient
+from proto.servers import Failures, HeartbeatSender, Outcomes, ServerKind, ServerSet, ServerSetClient
 from proto.sluice.internal.v1 import nameserver_pb2 as pb
 from proto.sluice.internal.v1 import nameserver_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sluice.nameserver.client")
 
 DEFAULT_RPC_TIMEOUT_S = 3.0
+# How long a route lookup over several NameServers waits for the others once a NameServer that is
+# not young has answered (a hung one would otherwise hold every lookup for its whole timeout).
+MERGE_WAIT_S = 0.5
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
 # gRPC waits between attempts to reconnect to a NameServer that is down; capped so a restarted
 # NameServer gets the next heartbeat within a few seconds (gRPC's own cap is two minutes).
@@ -77,9 +80,49 @@ class NameServerClient(ServerSetClient):
     # -- reads: one NameServer, failing over -----------------------------------------------------
 
     async def get_route(self, topic: str) -> TopicRoute:
-        """The route of `topic`. TopicNotFound if no reachable NameServer knows it; Unavailable if none answered."""
-        response = await self._first_answer("GetRoute", pb.GetRouteRequest(topic=topic))
-        return convert.route_from_pb(response.route)
+        """The route of `topic`. TopicNotFound if no reachable NameServer knows it; Unavailable if none answered.
+
+        With several NameServers, every one is asked at once and their answers are merged
+        (`merge_routes`): a broker is in the route when any NameServer holds it live. Once one
+        NameServer that is not young has answered, the others get `MERGE_WAIT_S` more.
+        """
+        request = pb.GetRouteRequest(topic=topic)
+        if len(self.addresses) == 1:
+            response = await self._first_answer("GetRoute", request)
+            return convert.route_from_pb(response.route)
+        tasks = {asyncio.create_task(self._servers.call(a, "GetRoute", request), name=f"route-{a}"): a
+                 for a in self.addresses}  # fmt: skip
+        answers: list[TopicRoute] = []
+        failures: Failures = []
+        loop = asyncio.get_running_loop()
+        settle_at: float | None = None
+        pending = set(tasks)
+        try:
+            while pending:
+                timeout = None if settle_at is None else max(0.0, settle_at - loop.time())
+                done, pending = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break  # a mature answer is in; the slow ones are not waited for
+                for task in done:
+                    exc = task.exception()
+                    if isinstance(exc, SluiceError):
+                        failures.append((tasks[task], exc))
+                    elif exc is not None:
+                        raise exc
+                    else:
+                        route = convert.route_from_pb(task.result().route)
+                        answers.append(route)
+                        if not route.young and settle_at is None:
+                            settle_at = loop.time() + MERGE_WAIT_S
+        finally:
+            for task in pending:
+                task.cancel()
+        if not answers:
+            for _, exc in failures:
+                if not (exc.retriable or isinstance(exc, (InternalError, TopicNotFound))):
+                    raise exc  # bad input: every NameServer says the same
+            raise _KIND.no_answer(failures, (TopicNotFound,))
+        return merge_routes(answers)
 
     async def list_brokers(self, cluster_name: str = "") -> list[BrokerStatus]:
         response = await self._first_answer("ListBrokers", pb.ListBrokersRequest(cluster_name=cluster_name))

@@ -24,6 +24,10 @@ class NameServerConfig:
     port: int = DEFAULT_PORT
     # A broker not heard from for this long drops out of every route and listing.
     broker_expiry_s: float = 120.0
+    # For this long after start, routes are marked young: a live broker may not have re-registered
+    # yet (a broker's heartbeat interval, 5 s, plus its reconnect backoff cap, 5 s, plus a margin),
+    # so proxies keep brokers a young route lacks (docs/nameserver.md).
+    young_s: float = 12.0
     # How often expired brokers are removed from memory (reads already skip them).
     sweep_interval_s: float = 1.0
     # On SIGTERM, in-flight calls get this long to finish before they are cancelled.
@@ -43,6 +47,8 @@ class NameServerConfig:
         for name in ("broker_expiry_s", "sweep_interval_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.young_s < 0:
+            raise ValueError(f"young_s must not be negative, got {self.young_s}")
         if self.shutdown_grace_s < 0:
             raise ValueError(f"shutdown_grace_s must not be negative, got {self.shutdown_grace_s}")
         for name in ("max_message_bytes", "max_concurrent_rpcs", "max_brokers"):

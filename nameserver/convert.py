@@ -89,6 +89,7 @@ def registration_from_pb(msg: pb.BrokerRegistration) -> BrokerRegistration:
 def route_to_pb(route: TopicRoute) -> pb.TopicRoute:
     return pb.TopicRoute(
         topic=route.topic,
+        young=route.young,
         brokers=[
             pb.BrokerQueues(
                 broker_name=b.broker_name,
@@ -119,6 +120,7 @@ def route_from_pb(msg: pb.TopicRoute) -> TopicRoute:
             )
             for b in msg.brokers
         ),
+        young=msg.young,
     )
 
 

@@ -70,6 +70,9 @@ class TopicRoute:
 
     topic: str
     brokers: tuple[BrokerQueues, ...]
+    # Answered by a NameServer that started moments ago (less than its `young_s`): a broker
+    # missing here may just not have re-registered yet (docs/nameserver.md).
+    young: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,3 +161,14 @@ def _validate_topic(broker_name: str, topic: TopicInfo) -> None:
     for message_type in topic.message_types:
         if not isinstance(message_type, MessageType):
             raise BadRequest(f"{where}: unknown message type {message_type!r}")
+
+
+def merge_routes(routes: list[TopicRoute]) -> TopicRoute:
+    """One route from several NameServers' answers for a topic: every broker any of them holds
+    live (a broker's entry from the first answer that has it), young only if every answer is."""
+    brokers: dict[str, BrokerQueues] = {}
+    for route in routes:
+        for b in route.brokers:
+            brokers.setdefault(b.broker_name, b)
+    return TopicRoute(routes[0].topic, tuple(brokers[name] for name in sorted(brokers)),
+                      young=all(r.young for r in routes))  # fmt: skip

@@ -9,10 +9,14 @@ Invariants:
   broker's topics, never merges them).
 - A broker whose last registration is `broker_expiry_s` old or older is invisible to every read
   at once; `expire()` (the service's sweep) only reclaims its memory.
+- For `young_s` after the registry is made (the NameServer's start), and after a stall (no `tick`
+  for `stall_s`: the process was stopped or starved), routes say `young`: a live broker's
+  heartbeats may not have reached this NameServer yet.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,21 +51,47 @@ class Registry:
         *,
         broker_expiry_s: float,
         max_brokers: int = DEFAULT_MAX_BROKERS,
+        young_s: float = 0.0,
+        stall_s: float = math.inf,
         clock: Clock = time.monotonic,
     ) -> None:
         if broker_expiry_s <= 0:
             raise ValueError(f"broker_expiry_s must be positive, got {broker_expiry_s}")
         if max_brokers < 1:
             raise ValueError(f"max_brokers must be at least 1, got {max_brokers}")
+        if young_s < 0:
+            raise ValueError(f"young_s must not be negative, got {young_s}")
         self._expiry_s = broker_expiry_s
         self._max_brokers = max_brokers
         self._clock = clock
+        self._young_s = young_s
+        self._stall_s = stall_s
+        self._young_until = clock() + young_s
+        self._last_tick = clock()
         self._brokers: dict[str, _Entry] = {}
         self._by_topic: dict[str, dict[str, TopicInfo]] = {}
 
     @property
     def broker_expiry_s(self) -> float:
         return self._expiry_s
+
+    @property
+    def young(self) -> bool:
+        """Started (or woke from a stall) less than `young_s` ago, or stalled now (no `tick` for
+        `stall_s`): live brokers' heartbeats may have been missed."""
+        now = self._clock()
+        return now < self._young_until or now - self._last_tick > self._stall_s
+
+    def tick(self) -> bool:
+        """The service's sweep is running. A gap longer than `stall_s` since the last tick means the
+        NameServer was hung (stopped, starved) and missed heartbeats: young again for `young_s`
+        (returns True)."""
+        now = self._clock()
+        stalled = now - self._last_tick > self._stall_s
+        if stalled:
+            self._young_until = max(self._young_until, now + self._young_s)
+        self._last_tick = now
+        return stalled
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -147,7 +177,7 @@ class Registry:
             )
         if not brokers:
             raise TopicNotFound(f"no live broker holds topic {topic!r}")
-        return TopicRoute(topic=topic, brokers=tuple(brokers))
+        return TopicRoute(topic=topic, brokers=tuple(brokers), young=self.young)
 
     def brokers(self, cluster_name: str = "") -> list[BrokerStatus]:
         """Live brokers (of one cluster, if given), sorted by (cluster name, broker name)."""

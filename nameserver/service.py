@@ -27,6 +27,9 @@ from proto.sluice.internal.v1 import nameserver_pb2 as pb
 from proto.sluice.internal.v1 import nameserver_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sluice.nameserver")
+# A sweep this much later than its interval means the NameServer was hung (SIGSTOP, starved): it
+# may have missed heartbeats, so its routes say young again (nameserver/registry.py).
+STALL_MARGIN_S = 1.0
 
 
 class NameServerService(pb_grpc.NameServerServicer):
@@ -96,7 +99,8 @@ async def run_nameserver(
     Raises ConfigError if the address cannot be bound (in use, not a local address).
     """
     if registry is None:
-        registry = Registry(broker_expiry_s=config.broker_expiry_s, max_brokers=config.max_brokers)
+        registry = Registry(broker_expiry_s=config.broker_expiry_s, max_brokers=config.max_brokers,
+                            young_s=config.young_s, stall_s=config.sweep_interval_s + STALL_MARGIN_S)  # fmt: skip
     server = grpc.aio.server(
         interceptors=token.server_interceptors(),
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
@@ -133,6 +137,8 @@ async def run_nameserver(
 async def _sweep(registry: Registry, interval_s: float, stop: asyncio.Event) -> None:
     """Reclaim expired brokers every `interval_s` until `stop`."""
     while not stop.is_set():
+        if registry.tick():
+            log.warning("nameserver was stalled; its routes say young until brokers have re-registered")
         for gone in registry.expire():
             log.warning(
                 "broker expired",

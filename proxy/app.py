@@ -16,6 +16,7 @@ from proxy.core.auth import AccessControl, AuthSettings
 from proxy.core.checkback import CheckBackRegistry, OrphanChecker
 from proxy.core.clientreport import ClientReporter
 from proxy.core.consumer import ConsumerService
+from proxy.core.health import BrokerHealth
 from proxy.core.inflight import InFlightBytes
 from proxy.core.limits import FlowControl
 from proxy.core.lite import LiteRouter
@@ -37,8 +38,10 @@ class ProxyApp:
         self.renewer = AutoRenewer(directory, config.receive)
         self.checkbacks = CheckBackRegistry()
         self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self._client_gone)
-        self.producer = ProducerService(directory, topics_max=config.caches.topics_max, home=home)
+        health = BrokerHealth(config.send_health)
+        self.producer = ProducerService(directory, topics_max=config.caches.topics_max, home=home, health=health)
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
+        self.consumer.usable = health.usable
         self.lite = LiteRouter(directory, config.settings.lite_subscription_quota, config.settings.lite_removal_poll_ms,
                                config.caches.lite_clients_max)  # fmt: skip
         self.consumer.lite = self.lite

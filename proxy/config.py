@@ -137,6 +137,21 @@ class BrokerClientConfig:
 
 
 @dataclass(frozen=True)
+class SendHealthConfig:
+    """`[proxy.send_health]`: when the producer's queue selection avoids a broker."""
+
+    # A broker with a send in flight for longer than this, or whose send took longer, is avoided.
+    slow_ms: int = 1_000
+    # How long a broker is avoided after a failed or slow send (doubled on repeated failures).
+    isolate_ms: int = 1_000
+    isolate_max_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if self.slow_ms < 1 or self.isolate_ms < 1 or self.isolate_max_ms < self.isolate_ms:
+            raise ValueError("send_health slow_ms and isolate_ms must be at least 1, isolate_max_ms >= isolate_ms")
+
+
+@dataclass(frozen=True)
 class CacheConfig:
     """Sizes of the proxy's lookup caches (`[proxy.caches]`): a full cache starts over rather than grow."""
 
@@ -233,6 +248,7 @@ class ProxyConfig:
     tls: TlsConfig = field(default_factory=TlsConfig)
     brokers: BrokerClientConfig = field(default_factory=BrokerClientConfig)
     caches: CacheConfig = field(default_factory=CacheConfig)
+    send_health: SendHealthConfig = field(default_factory=SendHealthConfig)
 
     def __post_init__(self) -> None:
         if self.max_message_bytes < self.settings.max_body_bytes + _HEADROOM_BYTES:

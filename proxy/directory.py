@@ -4,7 +4,8 @@ NameServer reports (separated topology), each behind the same `BrokerApi`.
 `route(topic)` answers which brokers hold the topic's queues; `broker(name)` gives the BrokerApi to
 call. The cluster directory serves routes from its cache and refreshes them in the background
 (stale-while-revalidate): a slow, hung or unreachable NameServer never delays a request whose
-topic it has routed before.
+topic it has routed before. A route from a NameServer that has just started (`young`) does not
+drop brokers the cached route has: they may not have re-registered with it yet.
 """
 
 from __future__ import annotations
@@ -184,7 +185,24 @@ class ClusterDirectory:
                 # routes built from the old one are rebuilt).
                 self._client_endpoints = {**self._client_endpoints, b.broker_name: b.client_endpoint}
             routes.append(BrokerRoute(b.broker_name, b.queue_count, b.permission, b.message_types))
+        if route.young:
+            routes = self._keep_missing(topic, routes)
         return self._cache(topic, routes)
+
+    def _keep_missing(self, topic: str, routes: list[BrokerRoute]) -> list[BrokerRoute]:
+        """A young NameServer's route plus the brokers of the cached route it lacks: they may just
+        not have re-registered yet. A broker leaves a route only on the word of a NameServer that
+        has been up long enough to have heard from every live broker."""
+        cached = self._routes.get(topic)
+        if cached is None:
+            return routes
+        named = {r.broker for r in routes}
+        kept = [r for r in cached[1] if r.broker not in named]
+        if not kept:
+            return routes
+        log.info("young NameServer's route lacks brokers; keeping them",
+                 extra=kv(topic=topic, brokers=",".join(r.broker for r in kept)))  # fmt: skip
+        return sorted(routes + kept, key=lambda r: r.broker)
 
     def _cache(self, topic: str, routes: list[BrokerRoute]) -> list[BrokerRoute]:
         if len(self._routes) >= self._topics_max and topic not in self._routes:

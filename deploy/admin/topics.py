@@ -182,7 +182,8 @@ async def describe_topic(cluster: Cluster, name: str) -> Report:
     ]
     note = (f"topic {name}: {len(rows)} queue(s) on {len(targets)} broker(s), "
             f"{sum(s.pending_timers for s in statuses)} pending timer(s), "
-            f"about {sum(s.local_bytes for s in statuses)} byte(s) on local disk")  # fmt: skip
+            f"about {sum(s.local_bytes for s in statuses)} byte(s) on local disk"
+            f"{_stored_shares(targets, statuses)}")  # fmt: skip
     data: dict[str, object] | None = None
     if statuses and MessageType.LITE in statuses[0].spec.message_types:
         lists = await cluster.on_each(targets, lambda b: b.list_lite_topics(name, "", LARGEST_LITE_TOPICS))
@@ -197,6 +198,18 @@ async def describe_topic(cluster: Cluster, name: str) -> Report:
         rows=rows,
         data=data,
         note=note,
+    )
+
+
+def _stored_shares(targets: list[tuple[str, str]], statuses: list[TopicStatus]) -> str:
+    """Messages stored on each broker (every send it took since the topic was created) and its
+    share: a skew of the producers' traffic between brokers shows here."""
+    if len(targets) < 2:
+        return ""
+    stored = [sum(q.max_offset for q in s.queues) for s in statuses]
+    total = sum(stored) or 1
+    return "; stored per broker: " + ", ".join(
+        f"{name} {n} ({100 * n / total:.0f}%)" for (name, _), n in zip(targets, stored, strict=True)
     )
 
 

@@ -2,13 +2,15 @@
 
 A receive names a broker (from the route or assignment the client uses); the proxy pops from any
 queue of that broker (the client's queue id is only a hint: producers spread over all queues
-while Node consumers read queue 0 only). Acks and friends go to the broker named in the receipt
+while Node consumers read queue 0 only), and when that broker has nothing for the group, from
+another broker of the topic that has (proxy/core/gather.py). Acks and friends go to the broker named in the receipt
 handle, so any proxy can serve them.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.client import receipt
@@ -18,6 +20,7 @@ from common.errors import Forbidden, InternalError, InvalidReceiptHandle, Sluice
 from common.model import MessageType
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
+from proxy.core.gather import pop_anywhere
 from proxy.core.lite import LiteRouter
 from proxy.core.renewer import AutoRenewer
 from proxy.core.routing import real_broker
@@ -49,15 +52,18 @@ class ConsumerService:
         self._cfg = config
         self._rotation = itertools.count()
         self.lite: LiteRouter | None = None
+        # Brokers the send health finds hung or failing (proxy/core/health.py): not asked first.
+        self.usable: Callable[[str], bool] | None = None
 
-    def _pick_broker(self, routes: list[BrokerRoute], hint: str, topic: str) -> str:
-        readable = [r.broker for r in routes if r.permission.readable]
+    def _brokers_in_turn(self, routes: list[BrokerRoute], hint: str, topic: str) -> list[str]:
+        """The readable brokers of a route, the one the client named first (else the next in
+        rotation), then the others in route order from there."""
+        readable = sorted({r.broker for r in routes if r.permission.readable})
         if not readable:
             raise Forbidden(f"topic {topic} has no readable queue")
         hint = real_broker(hint)
-        if hint in readable:
-            return hint
-        return readable[next(self._rotation) % len(readable)]
+        start = readable.index(hint) if hint in readable else next(self._rotation) % len(readable)
+        return readable[start:] + readable[:start]
 
     async def receive(self, ctx: RequestContext, spec: ReceiveSpec) -> list[StoredMessage]:
         routes = await self._dir.route(spec.topic)
@@ -68,17 +74,19 @@ class ConsumerService:
             # A lite consumer reads one queue of the route; its lite topics live on every broker.
             request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
                                  auto_create_group=True, lite_client=ctx.client_id)  # fmt: skip
-            broker, messages = await self.lite.receive(request, ctx=ctx)
+            messages = await self.lite.receive(request, ctx=ctx)
         else:
-            broker = self._pick_broker(routes, spec.broker_hint, spec.topic)
+            # Served by whichever broker has messages, the named one first (proxy/core/gather.py).
+            brokers = self._brokers_in_turn(routes, spec.broker_hint, spec.topic)
             request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
                                  auto_create_group=True)  # fmt: skip
-            messages = await self._dir.broker(broker).pop(request, ctx=ctx)
+            messages = await pop_anywhere(self._dir, brokers, request, ctx=ctx, usable=self.usable)
         if messages:
             metrics.count_out(spec.topic, spec.group, len(messages), sum(len(m.body) for m in messages))
         if auto_renew:
             for m in messages:
-                self._renewer.add(ctx.client_id, broker, spec.group, spec.topic, m.receipt_handle,
+                delivered_by = receipt.broker_of(m.receipt_handle)
+                self._renewer.add(ctx.client_id, delivered_by, spec.group, spec.topic, m.receipt_handle,
                                   m.invisible_until_ms)  # fmt: skip
         return messages
 

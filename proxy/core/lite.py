@@ -25,6 +25,7 @@ from collections.abc import Callable
 from broker.client.api import NO_CONTEXT, CallContext, LiteAction, LiteRemoval, LiteSync, PopRequest, StoredMessage
 from common.errors import Forbidden, LiteSubscriptionQuotaExceeded, SluiceError
 from common.logs import kv
+from proxy.core.gather import pop_anywhere
 from proxy.core.routing import lite_broker
 from proxy.directory import BrokerDirectory
 
@@ -88,40 +89,13 @@ class LiteRouter:
                 self._held.popitem(last=False)
         return held
 
-    async def receive(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> tuple[str, list[StoredMessage]]:
-        """Pop from every broker of the bind topic: first without waiting, in turn; then a long
-        poll on all of them at once, taking the first answer with messages (a broker whose answer
-        comes after is cancelled; a pop it had already served is delivered again after its
-        invisible duration)."""
+    async def receive(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]:
+        """Pop from every broker of the bind topic, the first that has messages (proxy/core/gather.py)."""
         routes = await self._dir.route(request.topic)
         brokers = sorted(r.broker for r in routes if r.permission.readable)
         if not brokers:
             raise Forbidden(f"topic {request.topic} has no readable queue")
-        if len(brokers) == 1:
-            return brokers[0], await self._dir.broker(brokers[0]).pop(request, ctx=ctx)
-        quick = PopRequest(request.group, request.topic, None, request.max_messages, request.invisible_ms,
-                           request.filter, 0, request.auto_create_group, request.lite_client)  # fmt: skip
-        for name in brokers:
-            found = await self._dir.broker(name).pop(quick, ctx=ctx)
-            if found:
-                return name, found
-        if request.long_poll_ms <= 0:
-            return brokers[0], []
-        tasks = {asyncio.create_task(self._dir.broker(n).pop(request, ctx=ctx)): n for n in brokers}
-        try:
-            pending = set(tasks)
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    if task.exception() is None and task.result():
-                        return tasks[task], task.result()
-            return brokers[0], []
-        finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(BaseException):
-                    await task
+        return await pop_anywhere(self._dir, brokers, request, ctx=ctx)
 
     # -- removal notices -------------------------------------------------------------------------
 

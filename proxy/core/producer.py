@@ -9,25 +9,39 @@ from __future__ import annotations
 from operator import attrgetter, itemgetter
 
 from broker.client import txid
-from broker.client.api import CallContext, OutgoingMessage, SendResult, TransactionResolution, TransactionSource
+from broker.client.api import (
+    CallContext,
+    OutgoingMessage,
+    SendResult,
+    TransactionResolution,
+    TransactionSource,
+)
 from broker.client.recall import broker_of_recall_handle
 from common import metrics
-from common.errors import BadRequest, InvalidTransactionId, SluiceError, Unavailable
+from common.errors import BadRequest, InvalidTransactionId, ProxyTimeout, SluiceError, Unavailable
 from common.model import SYSPROP_LITE_TOPIC, MessageType
+from proxy.config import SendHealthConfig
+from proxy.core.health import BrokerHealth
 from proxy.core.routing import QueueSelector, lite_broker
 from proxy.directory import BrokerDirectory, BrokerRoute
 
 SendOutcome = SendResult | SluiceError
+_CANCELLED = ProxyTimeout("the send was cancelled before the broker answered")
 _TOPIC, _MESSAGE = itemgetter(0), itemgetter(1)
 _GROUP, _BODY = attrgetter("message_group"), attrgetter("body")
 
 
 class ProducerService:
-    def __init__(self, directory: BrokerDirectory, *, topics_max: int, home: str | None = None) -> None:
+    def __init__(
+        self, directory: BrokerDirectory, *, topics_max: int, home: str | None = None,
+        health: BrokerHealth | None = None,
+    ) -> None:  # fmt: skip
         self._dir = directory
         self._selectors: dict[str, QueueSelector] = {}
         self._topics_max = topics_max
         self._home = home  # this node's own broker, where messages without a group stay (docs/shards.md)
+        self._health = health or BrokerHealth(SendHealthConfig())
+        self._usable = self._health.usable
 
     def _selector(self, topic: str) -> QueueSelector:
         selector = self._selectors.get(topic)
@@ -67,7 +81,7 @@ class ProducerService:
                     broker, qid = selector.pick(topic, route, msg.message_group)
                 else:  # messages of one request without a group share one queue: one append
                     if topic not in batch_queue:
-                        batch_queue[topic] = selector.pick(topic, route, None)
+                        batch_queue[topic] = selector.pick(topic, route, None, self._usable)
                     broker, qid = batch_queue[topic]
                 placed.setdefault((topic, broker, qid), []).append(i)
             except SluiceError as exc:
@@ -89,7 +103,7 @@ class ProducerService:
         one queue and one append, so there is nothing to place message by message."""
         try:
             route = await self._dir.route(topic)
-            broker, qid = self._selector(topic).pick(topic, route, None)
+            broker, qid = self._selector(topic).pick(topic, route, None, self._usable)
             results = await self._send_to(ctx, broker, topic, qid, messages)
         except SluiceError as exc:
             return [exc] * len(messages)
@@ -100,14 +114,28 @@ class ProducerService:
         self, ctx: CallContext, broker: str, topic: str, queue_id: int, messages: list[OutgoingMessage]
     ) -> list[SendResult]:
         """Send through `broker`; a retriable refusal is retried once if the broker has moved (a
-        broker group failed over to a new primary), else raised for the client to retry."""
+        broker group failed over to a new primary), else raised for the client to retry. Its
+        latency and outcome feed the queue selection (proxy/core/health.py); a send cancelled
+        before the broker answered (the client gave up waiting) counts as timed out."""
+        token = self._health.started(broker)
+        outcome: SluiceError | None = _CANCELLED
         try:
-            return await self._dir.broker(broker).send(topic, queue_id, messages, ctx=ctx)
-        except Unavailable:
-            moved = await self._dir.moved(broker)
-            if moved is None:
-                raise
-            return await moved.send(topic, queue_id, messages, ctx=ctx)
+            try:
+                results = await self._dir.broker(broker).send(topic, queue_id, messages, ctx=ctx)
+            except Unavailable as exc:
+                moved = await self._dir.moved(broker)
+                if moved is None:
+                    raise
+                outcome = exc
+                results = await moved.send(topic, queue_id, messages, ctx=ctx)
+            outcome = None
+        except SluiceError as exc:
+            outcome = exc
+            raise
+        finally:
+            self._health.finished(broker, token, outcome)
+        metrics.count_broker_sends(topic, broker, len(messages))
+        return results
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,

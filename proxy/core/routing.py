@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.errors import Forbidden
@@ -77,7 +78,12 @@ class QueueSelector:
         self._writable: list[tuple[str, int]] = []
         self._home_writable: list[tuple[str, int]] = []
 
-    def pick(self, topic: str, routes: list[BrokerRoute], message_group: str | None) -> tuple[str, int]:
+    def pick(
+        self, topic: str, routes: list[BrokerRoute], message_group: str | None,
+        usable: Callable[[str], bool] | None = None,
+    ) -> tuple[str, int]:  # fmt: skip
+        """`usable(broker)` False: skip that broker's queues while another broker's are usable
+        (proxy/core/health.py); a message group keeps its queue regardless."""
         if routes is not self._routes:
             self._writable = [(r.broker, q) for r in sorted(routes, key=lambda r: r.broker) if r.permission.writable
                               for q in range(r.queue_count)]  # fmt: skip
@@ -91,7 +97,12 @@ class QueueSelector:
                 return writable[int.from_bytes(hashlib.sha256(message_group.encode()).digest(), "big") % len(writable)]
             digest = hashlib.blake2b(message_group.encode(), digest_size=8).digest()
             return writable[int.from_bytes(digest, "big") % len(writable)]
-        return writable[next(self._counter) % len(writable)]
+        turn = next(self._counter)
+        choice = writable[turn % len(writable)]
+        if usable is None or usable(choice[0]):
+            return choice
+        healthy = [w for w in writable if usable(w[0])]
+        return healthy[turn % len(healthy)] if healthy else choice
 
 
 def lite_broker(topic: str, routes: list[BrokerRoute], lite_topic: str) -> str:

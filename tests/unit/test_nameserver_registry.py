@@ -13,7 +13,7 @@ from common.config import ConfigError
 from common.errors import BadRequest, IllegalTopic, TooManyRequests, TopicNotFound
 from common.model import MessageType, Permission, TopicInfo
 from nameserver.client import parse_addresses
-from nameserver.model import BrokerRegistration, RegisterOutcome, split_address
+from nameserver.model import BrokerQueues, BrokerRegistration, RegisterOutcome, TopicRoute, merge_routes, split_address
 from nameserver.registry import Registry
 
 EXPIRY_S = 10.0
@@ -252,3 +252,47 @@ def test_parse_addresses() -> None:
 def test_parse_addresses_rejects_malformed(text: str) -> None:
     with pytest.raises(ConfigError):
         parse_addresses(text)
+
+
+# -- young: a NameServer that started moments ago (issue 30) -----------------------------------
+
+
+def test_routes_are_young_for_young_s_after_start(clock: FakeClock) -> None:
+    reg = Registry(broker_expiry_s=EXPIRY_S, young_s=EXPIRY_S / 2, clock=clock)
+    reg.register(broker("b1", topic("orders")))
+    assert reg.young and reg.route("orders").young
+    clock.advance(EXPIRY_S / 2 - 0.1)
+    assert reg.route("orders").young
+    clock.advance(0.1)
+    assert not reg.young and not reg.route("orders").young
+    assert not Registry(broker_expiry_s=EXPIRY_S, clock=clock).young  # young_s 0: never young
+
+
+def test_young_s_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="young_s"):
+        Registry(broker_expiry_s=EXPIRY_S, young_s=-1)
+
+
+def test_merged_routes_hold_every_broker_any_nameserver_holds_and_are_young_only_if_all_are() -> None:
+    a = BrokerQueues("a", "127.0.0.1:1", "c", 4, Permission.READ_WRITE, frozenset())
+    b = BrokerQueues("b", "127.0.0.1:2", "c", 4, Permission.READ_WRITE, frozenset())
+    young = TopicRoute("t", (b,), young=True)
+    mature = TopicRoute("t", (a,))
+    merged = merge_routes([young, mature])
+    assert [x.broker_name for x in merged.brokers] == ["a", "b"] and not merged.young
+    assert merge_routes([young, TopicRoute("t", (a, b), young=True)]).young
+
+
+def test_a_stalled_nameserver_is_young_again_until_young_s_after_it_wakes(clock: FakeClock) -> None:
+    reg = Registry(broker_expiry_s=EXPIRY_S, young_s=2.0, stall_s=1.5, clock=clock)
+    clock.advance(1.0)
+    assert not reg.tick() and reg.young
+    clock.advance(1.0)
+    assert not reg.tick() and not reg.young  # swept every second: not young any more
+    clock.advance(5.0)  # stopped for 5 s: no sweep ran
+    assert reg.young  # asked before the sweep noticed
+    assert reg.tick() and reg.young
+    clock.advance(1.0)
+    assert not reg.tick() and reg.young
+    clock.advance(1.1)
+    assert not reg.tick() and not reg.young

@@ -139,8 +139,8 @@ def assert_drained(
     namespace: str = "",
 ) -> None:  # fmt: skip
     """Nothing is left for `group` on any broker: a receive naming each broker (the proxy pops from
-    that broker only) long-polls and finds nothing. Deterministic, unlike the Python client, which
-    picks a queue at random for each receive."""
+    that broker first, then from the topic's others) long-polls and finds nothing. Deterministic,
+    unlike the Python client, which picks a queue at random for each receive."""
     with stub(address) as s:
         for broker in brokers:
             request = receive_request(topic, group, broker=broker, filter_type=filter_type, expression=expression,

@@ -85,12 +85,14 @@ class BrokerQueues(_message.Message):
     def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., cluster_name: _Optional[str] = ..., queue_count: _Optional[int] = ..., permission: _Optional[int] = ..., message_types: _Optional[_Iterable[int]] = ..., client_endpoint: _Optional[str] = ...) -> None: ...
 
 class TopicRoute(_message.Message):
-    __slots__ = ("topic", "brokers")
+    __slots__ = ("topic", "brokers", "young")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BROKERS_FIELD_NUMBER: _ClassVar[int]
+    YOUNG_FIELD_NUMBER: _ClassVar[int]
     topic: str
     brokers: _containers.RepeatedCompositeFieldContainer[BrokerQueues]
-    def __init__(self, topic: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[BrokerQueues, _Mapping]]] = ...) -> None: ...
+    young: bool
+    def __init__(self, topic: _Optional[str] = ..., brokers: _Optional[_Iterable[_Union[BrokerQueues, _Mapping]]] = ..., young: _Optional[bool] = ...) -> None: ...
 
 class GetRouteResponse(_message.Message):
     __slots__ = ("route",)

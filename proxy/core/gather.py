@@ -1,0 +1,126 @@
+"""A receive served by whichever broker of a topic has messages for the group (docs/consumers.md).
+
+A client names one broker per receive (the official SimpleConsumer goes round the route's brokers),
+but the messages may all sit on another. `pop_anywhere` asks the named broker first, then the others
+in turn, each without waiting; only when none has anything does it long-poll all of them at once and
+take the first answer with messages. Each message's receipt handle names the broker that delivered
+it, so acks and invisibility changes reach that broker whichever broker the client named.
+
+A long poll that loses the race is cancelled. One that had already popped (the answers crossed) is
+handed out too when the batch has room; what does not fit is made visible again after
+`RELEASE_INVISIBLE_MS` (a broker's shortest invisibility). A pop whose answer the cancellation cut
+off is delivered again after its invisible duration: late, never lost.
+
+FIFO groups keep their order: a message group lives on one queue of one broker, and that broker
+hands out a group's next message only after the previous one is acked, whoever asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+
+from broker.client import receipt
+from broker.client.api import CallContext, PopRequest, StoredMessage
+from common.errors import BadRequest, SluiceError
+from common.logs import kv
+from proxy.directory import BrokerDirectory
+
+log = logging.getLogger("sluice.proxy.gather")
+
+# What a surplus popped message is made invisible for: brokers accept no less (broker PopConfig).
+RELEASE_INVISIBLE_MS = 1_000
+# Refusals that every broker would give alike (the request itself is wrong): raised at once. Others
+# (unreachable, timing out, a topic or group one broker lacks) skip that broker.
+_REQUEST_ERRORS = (BadRequest,)
+
+
+async def pop_anywhere(
+    directory: BrokerDirectory, brokers: Sequence[str], request: PopRequest, *, ctx: CallContext,
+    usable: Callable[[str], bool] | None = None,
+) -> list[StoredMessage]:  # fmt: skip
+    """Messages for `request` from the first of `brokers` (in that order) that has any.
+
+    A broker that fails (unreachable, timing out) is skipped; its error is raised only when no
+    broker answered at all. A broker `usable` says is hung or failing (the send health,
+    proxy/core/health.py) is not asked without waiting, where it would hold the receive for its
+    whole timeout; it still takes part in the long poll."""
+    if len(brokers) == 1:
+        return await directory.broker(brokers[0]).pop(request, ctx=ctx)
+    quick = PopRequest(request.group, request.topic, request.queue_id, request.max_messages, request.invisible_ms,
+                       request.filter, 0, request.auto_create_group, request.lite_client)  # fmt: skip
+    avoided = [] if usable is None else [n for n in brokers if not usable(n)]
+    if len(avoided) == len(brokers):
+        avoided = []  # every broker looks troubled: ask them all the same
+    live: list[str] = list(avoided)
+    failure: SluiceError | None = None
+    for name in brokers:
+        if name in avoided:
+            continue
+        try:
+            found = await directory.broker(name).pop(quick, ctx=ctx)
+        except _REQUEST_ERRORS:
+            raise
+        except SluiceError as exc:
+            log.debug("broker skipped for a receive", extra=kv(broker=name, error=exc.message))
+            failure = failure or exc
+            continue
+        if found:
+            return found
+        live.append(name)
+    if not live and failure is not None:
+        raise failure
+    if request.long_poll_ms <= 0 or not live:
+        return []
+    return await _long_poll(directory, live, request, ctx)
+
+
+async def _long_poll(
+    directory: BrokerDirectory, brokers: list[str], request: PopRequest, ctx: CallContext
+) -> list[StoredMessage]:
+    """Long-poll every broker at once; the first answer with messages is the result."""
+    tasks = [asyncio.create_task(directory.broker(n).pop(request, ctx=ctx), name=f"pop-{n}") for n in brokers]
+    out: list[StoredMessage] = []
+    late: list[StoredMessage] = []  # answers after the first with messages
+    failure: BaseException | None = None
+    read: set[asyncio.Task[list[StoredMessage]]] = set()
+    try:
+        pending = set(tasks)
+        while pending and not out:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                read.add(task)
+                exc = task.exception()
+                if exc is None:
+                    (late if out else out).extend(task.result())
+                elif isinstance(exc, _REQUEST_ERRORS):
+                    raise exc
+                else:
+                    failure = failure or exc
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                found = await task
+                if task not in read:  # answered while the others were being cancelled
+                    late.extend(found)
+    if not out and failure is not None and len(read) == len(tasks) and all(t.exception() for t in tasks):
+        raise failure
+    room = max(request.max_messages - len(out), 0)
+    out.extend(late[:room])
+    await _release(directory, request, late[room:])
+    return out
+
+
+async def _release(directory: BrokerDirectory, request: PopRequest, surplus: list[StoredMessage]) -> None:
+    """Make popped messages that no answer has room for visible again soon (instead of after their
+    whole invisible duration)."""
+    for m in surplus:
+        try:
+            api = directory.broker(receipt.broker_of(m.receipt_handle))
+            await api.change_invisible_duration(request.group, request.topic, m.receipt_handle, RELEASE_INVISIBLE_MS)
+        except SluiceError as exc:
+            log.debug("surplus message left invisible", extra=kv(topic=request.topic, error=exc.message))

@@ -1,0 +1,160 @@
+"""`pop_anywhere`: a receive served by the first broker that has messages (proxy/core/gather.py).
+
+The brokers here are small in-memory stand-ins with the BrokerApi calls the gather makes (pop with
+a long poll, change_invisible_duration): what is tested is the order brokers are asked in, that a
+long poll over several brokers ends on the first that gets a message, that a failing broker is
+skipped, and that messages popped by a losing long poll are not stranded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import cast
+
+import pytest
+
+from broker.client import receipt
+from broker.client.api import NO_CONTEXT, BrokerApi, PopRequest, StoredMessage
+from common.errors import IllegalInvisibleTime, SluiceError, Unavailable
+from common.model import MessageType
+from proxy.core.gather import RELEASE_INVISIBLE_MS, pop_anywhere
+from proxy.directory import BrokerDirectory
+
+
+def _message(broker: str, offset: int) -> StoredMessage:
+    handle = receipt.encode(broker, 0, offset, 1, 0, 0, 0)
+    return StoredMessage("t", 0, offset, b"x", f"{broker}-{offset}", MessageType.NORMAL, None, (), None, {}, {},
+                         0, "", 0, "", 0, 1, receipt_handle=handle)  # fmt: skip
+
+
+class _Broker:
+    def __init__(self, name: str, *, failing: bool = False, refusing: SluiceError | None = None) -> None:
+        self.name = name
+        self.ready: list[StoredMessage] = []
+        self.arrived = asyncio.Event()
+        self.pops: list[int] = []  # long_poll_ms of each pop
+        self.released: list[tuple[str, int]] = []
+        self.failing = failing
+        self.refusing = refusing
+
+    def put(self, count: int) -> None:
+        self.ready += [_message(self.name, len(self.ready) + i) for i in range(count)]
+        self.arrived.set()
+
+    async def pop(self, request: PopRequest, *, ctx: object = NO_CONTEXT) -> list[StoredMessage]:
+        self.pops.append(request.long_poll_ms)
+        if self.refusing is not None:
+            raise self.refusing
+        if self.failing:
+            raise Unavailable(f"broker {self.name} is unreachable")
+        if not self.ready and request.long_poll_ms > 0:
+            self.arrived.clear()
+            try:
+                await asyncio.wait_for(self.arrived.wait(), request.long_poll_ms / 1000)
+            except TimeoutError:
+                return []
+        taken, self.ready = self.ready[: request.max_messages], self.ready[request.max_messages :]
+        return taken
+
+    async def change_invisible_duration(
+        self, group: str, topic: str, handle: str, invisible_ms: int, *, ctx: object = NO_CONTEXT
+    ) -> str:
+        self.released.append((handle, invisible_ms))
+        return handle
+
+
+class _Directory:
+    def __init__(self, *brokers: _Broker) -> None:
+        self.brokers = {b.name: b for b in brokers}
+
+    def broker(self, name: str) -> BrokerApi:
+        return cast(BrokerApi, self.brokers[name])
+
+
+def _gather(directory: _Directory, order: list[str], long_poll_ms: int, max_messages: int = 16) -> list[StoredMessage]:
+    request = PopRequest("g", "t", None, max_messages, 15_000, long_poll_ms=long_poll_ms)
+    return asyncio.run(pop_anywhere(cast(BrokerDirectory, directory), order, request, ctx=NO_CONTEXT))
+
+
+def test_the_named_broker_serves_when_it_has_messages_and_no_other_is_asked() -> None:
+    a, b = _Broker("a"), _Broker("b")
+    a.put(2)
+    b.put(2)
+    got = _gather(_Directory(a, b), ["a", "b"], 3_000)
+    assert [m.message_id for m in got] == ["a-0", "a-1"]
+    assert (a.pops, b.pops) == ([0], [])
+
+
+def test_an_empty_named_broker_is_served_from_the_one_that_has_messages_without_waiting() -> None:
+    a, b = _Broker("a"), _Broker("b")
+    b.put(3)
+    got = _gather(_Directory(a, b), ["a", "b"], 30_000)
+    assert [receipt.broker_of(m.receipt_handle) for m in got] == ["b", "b", "b"]  # acks go to b
+    assert (a.pops, b.pops) == ([0], [0])  # neither long-polled: b had them at once
+
+
+def test_a_long_poll_over_every_broker_ends_on_the_first_that_gets_a_message() -> None:
+    a, b = _Broker("a"), _Broker("b")
+
+    async def scenario() -> list[StoredMessage]:
+        request = PopRequest("g", "t", None, 16, 15_000, long_poll_ms=30_000)
+        gather = asyncio.create_task(pop_anywhere(cast(BrokerDirectory, _Directory(a, b)), ["a", "b"], request,
+                                                  ctx=NO_CONTEXT))  # fmt: skip
+        await asyncio.sleep(0.05)
+        b.put(1)
+        return await asyncio.wait_for(gather, 5)
+
+    got = asyncio.run(scenario())
+    assert [m.message_id for m in got] == ["b-0"]
+    assert (a.pops, b.pops) == ([0, 30_000], [0, 30_000])
+
+
+def test_a_failing_broker_is_skipped_and_only_all_failing_fails_the_receive() -> None:
+    a, b = _Broker("a", failing=True), _Broker("b")
+    b.put(1)
+    assert [m.message_id for m in _gather(_Directory(a, b), ["a", "b"], 1_000)] == ["b-0"]
+    assert _gather(_Directory(_Broker("a", failing=True), _Broker("b")), ["a", "b"], 50) == []
+    with pytest.raises(Unavailable):
+        _gather(_Directory(_Broker("a", failing=True), _Broker("b", failing=True)), ["a", "b"], 50)
+
+
+def test_a_refusal_of_the_request_itself_is_raised_at_once() -> None:
+    a, b = _Broker("a", refusing=IllegalInvisibleTime("too short")), _Broker("b")
+    b.put(1)
+    with pytest.raises(IllegalInvisibleTime):
+        _gather(_Directory(a, b), ["a", "b"], 1_000)
+    assert b.pops == []
+
+
+def test_messages_a_losing_long_poll_popped_are_handed_out_or_released() -> None:
+    a, b = _Broker("a"), _Broker("b")
+
+    async def scenario() -> list[StoredMessage]:
+        request = PopRequest("g", "t", None, 3, 15_000, long_poll_ms=30_000)
+        gather = asyncio.create_task(pop_anywhere(cast(BrokerDirectory, _Directory(a, b)), ["a", "b"], request,
+                                                  ctx=NO_CONTEXT))  # fmt: skip
+        await asyncio.sleep(0.05)
+        a.put(2)  # both long polls answer in the same loop turn: the answers cross
+        b.put(2)
+        return await asyncio.wait_for(gather, 5)
+
+    got = asyncio.run(scenario())
+    assert len(got) == 3  # the batch size, no more
+    released = a.released + b.released
+    assert len(released) == 1 and released[0][1] == RELEASE_INVISIBLE_MS
+    assert {m.receipt_handle for m in got}.isdisjoint(h for h, _ in released)
+
+
+def test_a_broker_the_send_health_avoids_is_not_asked_first_but_still_long_polled() -> None:
+    a, b = _Broker("a"), _Broker("b")
+    b.put(1)
+    request = PopRequest("g", "t", None, 16, 15_000, long_poll_ms=1_000)
+    directory = cast(BrokerDirectory, _Directory(a, b))
+    got = asyncio.run(pop_anywhere(directory, ["a", "b"], request, ctx=NO_CONTEXT, usable=lambda n: n != "a"))
+    assert [m.message_id for m in got] == ["b-0"] and a.pops == []  # a (hung) did not hold the receive
+    got = asyncio.run(pop_anywhere(directory, ["a", "b"], request, ctx=NO_CONTEXT, usable=lambda n: n != "a"))
+    assert got == [] and a.pops == [1_000]  # nothing anywhere: a takes part in the long poll
+    a.put(1)
+    quick = PopRequest("g", "t", None, 16, 15_000, long_poll_ms=0)
+    got = asyncio.run(pop_anywhere(directory, ["a", "b"], quick, ctx=NO_CONTEXT, usable=lambda n: False))
+    assert [m.message_id for m in got] == ["a-0"]  # every broker avoided: all asked the same
