@@ -7,7 +7,9 @@ queues, the endpoint of the node that owns them: the official clients send each 
 ack to the endpoints of the queue concerned, so those calls land where the data is. A call that
 reaches a node that does not own its queue (an old route, a FIFO group the client hashed to
 another node, a lite subscription, an ack after a restart) is passed on to the owner over the
-internal service (`ForwardedBroker`) and counted (`sluice_proxy_forwarded_calls_total`).
+internal service (`ForwardedBroker`) and counted (`sluice_proxy_forwarded_calls_total`). A receive
+that finds nothing for its group on the node's own broker is served by another node's broker that
+has messages (proxy/core/gather.py): those pops are a hop by design and counted as `pop_elsewhere`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from broker.client.remote import RemoteBroker
 from common import metrics
 from common.errors import SluiceError, TopicNotFound, Unavailable
 from proxy.config import CacheConfig
+from proxy.core import gather
 from proxy.directory import BrokerApi, BrokerRoute, ClusterDirectory, InProcessBroker
 
 
@@ -43,7 +46,9 @@ class ForwardedBroker(RemoteBroker):
         return await super().send(topic, queue_id, messages, ctx=ctx)
 
     async def pop(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]:
-        metrics.count_forwarded("pop")
+        # A pop the receive's gathering made of this broker although the client named another one
+        # (proxy/core/gather.py) is balancing, counted apart from calls that reached the wrong node.
+        metrics.count_forwarded("pop_elsewhere" if gather.ELSEWHERE.get() else "pop")
         return await super().pop(request, ctx=ctx)
 
     async def ack(

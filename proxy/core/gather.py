@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 
 from broker.client import receipt
 from broker.client.api import CallContext, PopRequest, StoredMessage
@@ -35,6 +36,20 @@ RELEASE_INVISIBLE_MS = 1_000
 # Refusals that every broker would give alike (the request itself is wrong): raised at once. Others
 # (unreachable, timing out, a topic or group one broker lacks) skip that broker.
 _REQUEST_ERRORS = (BadRequest,)
+
+# True inside a pop this module makes of a broker other than the one the receive named: a merged
+# node counts such a pop of another node's broker as balancing, not as a misrouted call
+# (proxy/shards.py, `sluice_proxy_forwarded_calls_total{call="pop_elsewhere"}`).
+ELSEWHERE: ContextVar[bool] = ContextVar("sluice_pop_elsewhere", default=False)
+
+
+async def _pop(directory: BrokerDirectory, name: str, named: str, request: PopRequest,
+               ctx: CallContext) -> list[StoredMessage]:  # fmt: skip
+    token = ELSEWHERE.set(name != named)
+    try:
+        return await directory.broker(name).pop(request, ctx=ctx)
+    finally:
+        ELSEWHERE.reset(token)
 
 
 async def pop_anywhere(
@@ -60,7 +75,7 @@ async def pop_anywhere(
         if name in avoided:
             continue
         try:
-            found = await directory.broker(name).pop(quick, ctx=ctx)
+            found = await _pop(directory, name, brokers[0], quick, ctx)
         except _REQUEST_ERRORS:
             raise
         except SluiceError as exc:
@@ -74,14 +89,14 @@ async def pop_anywhere(
         raise failure
     if request.long_poll_ms <= 0 or not live:
         return []
-    return await _long_poll(directory, live, request, ctx)
+    return await _long_poll(directory, live, brokers[0], request, ctx)
 
 
 async def _long_poll(
-    directory: BrokerDirectory, brokers: list[str], request: PopRequest, ctx: CallContext
+    directory: BrokerDirectory, brokers: list[str], named: str, request: PopRequest, ctx: CallContext
 ) -> list[StoredMessage]:
     """Long-poll every broker at once; the first answer with messages is the result."""
-    tasks = [asyncio.create_task(directory.broker(n).pop(request, ctx=ctx), name=f"pop-{n}") for n in brokers]
+    tasks = [asyncio.create_task(_pop(directory, n, named, request, ctx), name=f"pop-{n}") for n in brokers]
     out: list[StoredMessage] = []
     late: list[StoredMessage] = []  # answers after the first with messages
     failure: BaseException | None = None
