@@ -184,9 +184,15 @@ def window_tool(argv: list[str], driver: Driver, seconds: float) -> None:
 
 
 def perf_layers(perf_data: Path, loop_tid: int) -> tuple[collections.Counter[str], int]:
-    """Samples by layer: the loop thread's by kernel syscall or user space, the others by thread."""
     text = subprocess.run(["perf", "script", "-i", str(perf_data), "-F", "comm,tid,ip,sym,dso"], capture_output=True,
                           text=True, check=True).stdout  # fmt: skip
+    return layers_of(text, loop_tid)
+
+
+def layers_of(text: str, loop_tid: int) -> tuple[collections.Counter[str], int]:
+    """`perf script -F comm,tid,ip,sym,dso` samples by layer: the loop thread's by the syscall its
+    kernel time serves (the first user-space frame above `do_syscall_64`) or user space, the other
+    threads' by thread; and the number of samples."""
     layers: collections.Counter[str] = collections.Counter()
     total = 0
     for block in text.split("\n\n"):
@@ -209,11 +215,12 @@ def perf_layers(perf_data: Path, loop_tid: int) -> tuple[collections.Counter[str
     return layers, total
 
 
-def gil_parts(raw: Path) -> tuple[collections.Counter[str], int]:
-    """The loop thread's GIL samples under one of our frames, by part; and all its GIL samples."""
+def gil_parts(raw: str) -> tuple[collections.Counter[str], int]:
+    """The loop thread's samples in py-spy's raw output (`frame;frame;... count`, outermost first)
+    under one of our frames, by part (the innermost frame a rule matches); and all its samples."""
     parts: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in raw.read_text().splitlines():
+    for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
         if "deploy/runtime.py" not in stack:  # the loop thread runs `serve` there
             continue
@@ -284,7 +291,7 @@ def main() -> int:
                 raw = out / "py-spy-gil.raw"
                 window_tool([str(PY_SPY), "record", "-p", str(child.pid), "--gil", "-r", str(PY_SPY_HZ), "-f", "raw",
                              "-o", str(raw)], driver, args.seconds)  # fmt: skip
-                parts, gil_total = gil_parts(raw)
+                parts, gil_total = gil_parts(raw.read_text())
         finally:
             child.stop()
         if args.echo:

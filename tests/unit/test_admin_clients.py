@@ -10,6 +10,7 @@ from typing import Any
 from broker.client.api import ConnectedClient
 from deploy.admin.clients import CLIENT_COLUMNS, client_rows, list_clients
 from deploy.admin.output import render_json, render_table
+from deploy.console.pages_cluster import _client_count
 
 NOW_MS = 1_800_000_000_000
 SHARD_0, SHARD_1 = "127.0.0.1:8081", "127.0.0.1:8082"
@@ -73,3 +74,9 @@ def test_table_and_json_show_one_row_per_client_with_its_proxies() -> None:
     (row,) = json.loads(render_json(report))
     assert row["client_id"] == "c1" and row["proxies"] == [SHARD_0, SHARD_1] and len(row["connections"]) == 2
     assert [r["client_id"] for r in asyncio.run(list_clients(cluster, topic="t")).rows] == ["c1", "c2"]  # type: ignore[arg-type]
+
+
+def test_the_consoles_client_tile_counts_a_client_of_two_shards_once() -> None:
+    cluster = _Reports([conn("c1", SHARD_0, seen_s_ago=1, port=5000), conn("c1", SHARD_1, seen_s_ago=2, port=5001),
+                        conn("c2", SHARD_1, seen_s_ago=1, port=5002)])  # fmt: skip
+    assert asyncio.run(_client_count(cluster)) == 2
