@@ -52,6 +52,7 @@ async def cluster_page(request: web.Request) -> web.Response:
         nameservers.list_nameservers(console.config.namesrv, console.config.timeout_s),
         console.plots.cluster_rate_in(), console.plots.cluster_rate_out(),
     )  # fmt: skip
+    client_count = await _client_count(console.cluster)  # the client list `_proxies` read, reused
     history = console.history
     broker_rows = [
         {
@@ -85,6 +86,7 @@ async def cluster_page(request: web.Request) -> web.Response:
     ]  # fmt: skip
     too_many = history.cluster_too_large
     return render(request, "cluster.html", brokers=broker_rows, nameservers=nameserver_report.rows, proxies=proxies,
+                  client_count=client_count,
                   proxy_columns=FLEET_COLUMNS if console.navigation else DIRECT_COLUMNS, charts=charts,
                   rate_in=_last(rate_in.points), rate_out=_last(rate_out.points),
                   sample_interval_s=f"{console.config.sample_interval_s:g}",
@@ -160,6 +162,15 @@ async def _proxies(request: web.Request) -> list[dict[str, Any]] | str:
     except SluiceError as exc:
         return f"navigation server unreachable: {exc}"
     return fleet_rows(listed.rows, clients_of)
+
+
+async def _client_count(cluster: Any) -> int | None:
+    """Clients connected to any proxy, by client id: one talking to several proxies (every shard of
+    `sluice up --shards N`) counts once, where the proxies' rows count it in each. None: unknown."""
+    try:
+        return len({c.client_id for c in await clients.connected_clients(cluster)})
+    except SluiceError:
+        return None
 
 
 def fleet_rows(registrations: list[dict[str, Any]], clients_of: dict[str, set[str]]) -> list[dict[str, Any]]:

@@ -128,7 +128,12 @@ def test_client_list_shows_who_is_connected(cluster: Cluster, unique: Callable[[
         assert set(kinds) >= {"PRODUCER", "SIMPLE_CONSUMER"}, rows
         consumer = kinds["SIMPLE_CONSUMER"]
         assert consumer["group"] == group and consumer["language"] == "PYTHON" and consumer["version"]
-        assert consumer["proxy"] in cluster.proxies and str(consumer["address"]).startswith("127.0.0.1:")
+        # One row per client, however many proxies (shards) it talks to; the bootstrap proxy among them.
+        assert len({r["client_id"] for r in rows}) == len(rows), rows
+        proxies = consumer["proxies"]
+        assert isinstance(proxies, list) and set(proxies) & set(cluster.proxies), consumer
+        assert all(str(p).startswith("127.0.0.1:") for p in proxies) and len(consumer["connections"]) == len(proxies)  # type: ignore[arg-type]
+        assert str(consumer["address"]).startswith("127.0.0.1:")
         assert 0 <= float(consumer["last_seen_s"]) < 60  # type: ignore[arg-type]
         by_group = cluster.admin("client", "list", "--group", group)
         assert [r["client_id"] for r in by_group] == [consumer["client_id"]]
