@@ -18,7 +18,8 @@ from typing import Any
 import aetcd
 import pytest
 
-from broker.client.api import OutgoingMessage, TopicSpec
+from broker.client import receipt
+from broker.client.api import ConsumeFrom, GroupSpec, OutgoingMessage, PopRequest, StoredMessage, TopicSpec
 from broker.client.remote import RemoteBroker
 from common.errors import SluiceError
 from tests.helpers.broker_fixtures import ServerProcess, start_broker_process
@@ -266,3 +267,71 @@ async def _absent(names: Any, name: str) -> bool:
 
 async def _present(names: Any, name: str) -> bool:
     return name in await names()
+
+
+def test_a_receive_waiting_on_a_paused_primary_is_not_answered_after_its_term(
+    etcd: EtcdProcess, tmp_path: Path
+) -> None:
+    """A long-polling receive is waiting on the primary when it is paused; a successor is elected
+    and redelivers the in-flight message. The old primary, awake again, must not answer that
+    receive (its term is over): before, it delivered the same stored copy a second time, under the
+    same handle version as the successor's delivery, and closing its store under the still-running
+    pop logged rocksdict.DbClosedError."""
+    procs: dict[str, ServerProcess] = {}
+    group = "readers"
+
+    async def body() -> None:
+        await asyncio.to_thread(_start_group, tmp_path, etcd, procs)
+        leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
+        await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
+        old = RemoteBroker(GROUP, leader["address"], timeout_s=3)
+        await old.create_topic(TopicSpec(TOPIC, queue_count=1))
+        await old.create_group(GroupSpec(group, consume_from=ConsumeFrom.EARLIEST))
+        await asyncio.sleep(1.0)  # a group change reaches the replicas within 0.5 s (not waited for)
+        await _send(old, "m")
+        popped = await old.pop(PopRequest(group, TOPIC, invisible_ms=30_000))
+        assert len(popped) == 1
+        # Visible again in 2 s; waiting for the replicas' STATE_ACK, so every member holds the entry.
+        await old.change_invisible_duration(group, TOPIC, popped[0].receipt_handle, 2_000)
+        waiting = asyncio.create_task(old.pop(PopRequest(group, TOPIC, invisible_ms=30_000, long_poll_ms=20_000)))
+        await asyncio.sleep(0.2)
+        paused = procs[leader["name"]]
+        paused.child.signal(signal.SIGSTOP)
+        try:
+
+            async def new_leader() -> dict[str, Any] | None:
+                got = await _etcd_json(etcd, "leader")
+                return got if got is not None and got["name"] != leader["name"] else None
+
+            successor = await _wait_for("a new leader while the old one is paused", new_leader)
+            fresh = RemoteBroker(GROUP, successor["address"], timeout_s=3)
+
+            async def redelivered() -> list[StoredMessage]:
+                try:
+                    return await fresh.pop(PopRequest(group, TOPIC, invisible_ms=30_000, long_poll_ms=1_000))
+                except SluiceError:
+                    return []
+
+            again = await _wait_for("the successor's redelivery", redelivered)
+        finally:
+            paused.child.signal(signal.SIGCONT)
+        try:
+            late = await asyncio.wait_for(waiting, 30)
+        except SluiceError as exc:
+            assert "fenced primary" in exc.message, exc.message
+            late = []
+        new_version = receipt.decode(again[0].receipt_handle).version
+        assert [receipt.decode(m.receipt_handle).version for m in late if m.message_id == again[0].message_id] == [], (
+            f"the deposed primary delivered {late} after its successor delivered version {new_version}"
+        )
+        await _wait_for("the old primary back in sync as a replica", lambda: _in_sync(etcd, 3))
+        await old.close()
+        await fresh.close()
+        for noise in ("Traceback", "DbClosedError", "Task was destroyed"):
+            assert noise not in paused.output(), f"{noise} in {leader['name']}'s log:\n{paused.output()[-4000:]}"
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    finally:
+        for proc in procs.values():
+            proc.stop()
