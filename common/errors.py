@@ -195,6 +195,19 @@ class Unavailable(SluiceError):
     retriable = True
 
 
+class NotPrimary(Unavailable):
+    """A member of a broker group refused a call because it is not (or no longer) the group's
+    primary: a replica, a fenced or deposed primary, one draining for a switchover. Nothing was
+    acknowledged; the group's primary can take the call (a proxy finds it and retries there:
+    proxy/core/producer.py). Over the internal RPC it travels as HA_NOT_AVAILABLE with a message
+    ending in `SUFFIX`, which `error_for_code` recognises."""
+
+    SUFFIX = "; retry on the group's primary"
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message if message.endswith(self.SUFFIX) else message + self.SUFFIX)
+
+
 class Unsupported(SluiceError):
     code = Code.UNSUPPORTED
 
@@ -252,4 +265,6 @@ def error_for_code(code: int, message: str) -> SluiceError:
         cls = _BY_CODE[Code(code)]
     except (ValueError, KeyError):
         cls = InternalError
+    if cls is Unavailable and message.endswith(NotPrimary.SUFFIX):
+        cls = NotPrimary
     return cls(message)

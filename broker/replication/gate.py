@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from broker.replication.config import ReplicationConfig
 from broker.replication.coordinator import Coordinator, Leader
-from common.errors import Unavailable
+from common.errors import NotPrimary, Unavailable
 from common.logs import kv
 
 log = logging.getLogger("sluice.replication.gate")
@@ -103,12 +103,12 @@ class AckGate:
 
     def _check(self) -> None:
         if self.draining:
-            raise Unavailable(f"{self.draining}; retry on the new primary")
+            raise NotPrimary(self.draining)
         if self.deposed or not self._coord.term_valid():
             self.fenced_writes += 1
-            raise Unavailable(
+            raise NotPrimary(
                 f"broker {self.leader.name} is no longer the primary of group {self._coord.group} "
-                f"(epoch {self.leader.epoch} ended); retry on the new primary"
+                f"(epoch {self.leader.epoch} ended)"
             )
         have = 1 + len(self.insync)
         if have < self._cfg.min_insync:
@@ -126,12 +126,12 @@ class AckGate:
         _release_upto(self._waiters, min((replicas[m].acked for m in insync), default=None))
         _release_upto(self._state_waiters, min((replicas[m].state_acked for m in insync), default=None))
 
-    def _fail_all(self, message: str) -> None:
+    def _fail_all(self, error: Unavailable) -> None:
         waiters = self._waiters + self._state_waiters
         self._waiters, self._state_waiters = [], []
         for _, _, fut in waiters:
             if not fut.done():
-                fut.set_exception(Unavailable(message))
+                fut.set_exception(type(error)(error.message))  # one instance per waiter
 
     # -- replicas ----------------------------------------------------------------------------------
 
@@ -189,7 +189,9 @@ class AckGate:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), MAINTAIN_INTERVAL_S)
         if self.deposed:
-            self._fail_all(f"broker {self.leader.name} is no longer the primary of group {self._coord.group}")
+            self._fail_all(
+                NotPrimary(f"broker {self.leader.name} is no longer the primary of group {self._coord.group}")
+            )
 
     async def maintain_once(self) -> None:
         now, end = self._clock(), self._log_end()
@@ -209,7 +211,9 @@ class AckGate:
                 "replicas left the in-sync set", extra=kv(group=self._coord.group, members=",".join(sorted(behind)))
             )
             if 1 + len(self.insync) < self._cfg.min_insync:
-                self._fail_all(f"group {self._coord.group} fell below min_insync {self._cfg.min_insync}; retry later")
+                self._fail_all(
+                    Unavailable(f"group {self._coord.group} fell below min_insync {self._cfg.min_insync}; retry later")
+                )
             else:
                 self._release()
         caught_up = {

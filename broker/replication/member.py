@@ -42,7 +42,7 @@ from broker.store.index import StoreLocked
 from broker.store.statelog import StateRecorder
 from broker.store.store import MessageStore
 from common import metrics
-from common.errors import Unavailable
+from common.errors import NotPrimary, Unavailable
 from common.logs import kv
 
 log = logging.getLogger("sluice.replication.member")
@@ -91,10 +91,8 @@ class RoleSwitch:
         if self._calls:
             log.warning("calls of the ended term still running", extra=kv(calls=len(self._calls)))
 
-    def _refusal(self) -> Unavailable:
-        return Unavailable(
-            f"broker {self._member} is a {self.role} of group {self._group}, not its primary; retry on the primary"
-        )
+    def _refusal(self) -> NotPrimary:
+        return NotPrimary(f"broker {self._member} is a {self.role} of group {self._group}, not its primary")
 
     def __getattr__(self, name: str) -> Any:
         current = self.current
@@ -134,10 +132,8 @@ class RoleSwitch:
 
         return call
 
-    def _fenced(self) -> Unavailable:
-        return Unavailable(
-            f"broker {self._member} is a fenced primary of group {self._group}, not its primary; retry on the primary"
-        )
+    def _fenced(self) -> NotPrimary:
+        return NotPrimary(f"broker {self._member} is a fenced primary of group {self._group}, not its primary")
 
 
 class GroupMember:

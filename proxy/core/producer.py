@@ -6,13 +6,22 @@ append). Results come back in request order; a failure affects only the messages
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from operator import attrgetter, itemgetter
 
 from broker.client import txid
-from broker.client.api import CallContext, OutgoingMessage, SendResult, TransactionResolution, TransactionSource
+from broker.client.api import (
+    BrokerApi,
+    CallContext,
+    OutgoingMessage,
+    SendResult,
+    TransactionResolution,
+    TransactionSource,
+)
 from broker.client.recall import broker_of_recall_handle
 from common import metrics
-from common.errors import BadRequest, InvalidTransactionId, SluiceError, Unavailable
+from common.errors import BadRequest, InvalidTransactionId, NotPrimary, SluiceError, Unavailable
 from common.model import SYSPROP_LITE_TOPIC, MessageType
 from proxy.core.routing import QueueSelector, lite_broker
 from proxy.directory import BrokerDirectory, BrokerRoute
@@ -20,6 +29,13 @@ from proxy.directory import BrokerDirectory, BrokerRoute
 SendOutcome = SendResult | SluiceError
 _TOPIC, _MESSAGE = itemgetter(0), itemgetter(1)
 _GROUP, _BODY = attrgetter("message_group"), attrgetter("body")
+# A send refused by a group member that is not the primary waits for the group's new primary (the
+# NameServer's next address for the group's name) this long at most when its client set no deadline.
+FAILOVER_WAIT_S = 5.0
+# How often the new primary's address is looked for meanwhile, and what is kept of the client's
+# deadline for the retried send itself.
+FAILOVER_POLL_S = 0.2
+FAILOVER_MARGIN_S = 0.5
 
 
 class ProducerService:
@@ -98,15 +114,41 @@ class ProducerService:
     async def _send_to(
         self, ctx: CallContext, broker: str, topic: str, queue_id: int, messages: list[OutgoingMessage]
     ) -> list[SendResult]:
-        """Send through `broker`; a retriable refusal is retried once if the broker has moved (a
-        broker group failed over to a new primary), else raised for the client to retry."""
-        try:
-            return await self._dir.broker(broker).send(topic, queue_id, messages, ctx=ctx)
-        except Unavailable:
-            moved = await self._dir.moved(broker)
-            if moved is None:
-                raise
-            return await moved.send(topic, queue_id, messages, ctx=ctx)
+        """Send through `broker`. A group member that is not the primary (`NotPrimary`: a replica, a
+        fenced or deposed primary) refused it: wait for the group's new address and send there,
+        as often as that happens within the client's deadline. Another retriable refusal is
+        retried once if the broker has moved meanwhile, else raised for the client to retry."""
+        api = self._dir.broker(broker)
+        loop = asyncio.get_running_loop()
+        remaining = ctx.remaining_s()
+        until = loop.time() + (FAILOVER_WAIT_S if remaining is None else remaining - FAILOVER_MARGIN_S)
+        while True:
+            try:
+                return await api.send(topic, queue_id, messages, ctx=ctx)
+            except NotPrimary:
+                moved = await self._new_primary(broker, api, until)
+                if moved is None:
+                    raise
+                api = moved
+            except Unavailable:
+                moved = await self._dir.moved(broker)
+                if moved is None:
+                    raise
+                return await moved.send(topic, queue_id, messages, ctx=ctx)
+
+    async def _new_primary(self, broker: str, refused: object, until: float) -> BrokerApi | None:
+        """The BrokerApi of `broker` once its address is no longer that of `refused`; None if that
+        does not happen before `until` (loop time)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            with contextlib.suppress(Unavailable):
+                await self._dir.moved(broker)
+                current = self._dir.broker(broker)
+                if current is not refused:
+                    return current
+            if loop.time() + FAILOVER_POLL_S >= until:
+                return None
+            await asyncio.sleep(FAILOVER_POLL_S)
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
