@@ -139,9 +139,11 @@ def test_failover_keeps_every_acknowledged_message(etcd: EtcdProcess, tmp_path: 
             proc.stop()
 
 
-def _start_group(tmp_path: Path, etcd: EtcdProcess, procs: dict[str, ServerProcess]) -> None:
+def _start_group(tmp_path: Path, etcd: EtcdProcess, procs: dict[str, ServerProcess], **replication: Any) -> None:
+    settings = _settings(etcd)
+    settings["replication"].update(replication)
     for name in ("b1", "b2", "b3"):
-        procs[name] = start_broker_process(tmp_path, name=name, settings=_settings(etcd))
+        procs[name] = start_broker_process(tmp_path, name=name, settings=settings)
 
 
 async def _in_sync(etcd: EtcdProcess, n: int) -> bool:
@@ -329,6 +331,45 @@ def test_a_receive_waiting_on_a_paused_primary_is_not_answered_after_its_term(
         await fresh.close()
         for noise in ("Traceback", "DbClosedError", "Task was destroyed"):
             assert noise not in paused.output(), f"{noise} in {leader['name']}'s log:\n{paused.output()[-4000:]}"
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    finally:
+        for proc in procs.values():
+            proc.stop()
+
+
+def test_writes_pass_as_soon_as_the_other_replica_holds_them_when_one_stops_answering(
+    etcd: EtcdProcess, tmp_path: Path
+) -> None:
+    """Three members, min_insync 2, one replica paused (SIGSTOP: its connection stays open, it
+    just stops acknowledging). The primary and the other replica hold every write, so writes go
+    through within their call's deadline: the paused replica leaves the in-sync set (in etcd first,
+    so it cannot be elected) after `stall_ms`, not after `max_lag_ms` (20 s here; before, every
+    send timed out meanwhile). Resumed, it catches up and is in sync again."""
+    procs: dict[str, ServerProcess] = {}
+
+    async def body() -> None:
+        await asyncio.to_thread(_start_group, tmp_path, etcd, procs, max_lag_ms=20_000)
+        leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
+        await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
+        remote = RemoteBroker(GROUP, leader["address"], timeout_s=5)
+        await remote.create_topic(TopicSpec(TOPIC, queue_count=3))
+        await _send(remote, "before")
+        paused = next(n for n in sorted(procs) if n != leader["name"])
+        procs[paused].child.signal(signal.SIGSTOP)
+        try:
+            for i in range(5):
+                await _send(remote, f"during-{i}")  # each within its 5-s deadline, or it raises
+            insync = await _etcd_json(etcd, "insync")
+            assert insync is not None and paused not in insync["members"], insync
+            assert len(insync["members"]) == 2
+        finally:
+            procs[paused].child.signal(signal.SIGCONT)
+        await _wait_for("the paused replica in sync again", lambda: _in_sync(etcd, 3))
+        after = await _etcd_json(etcd, "leader")
+        assert after is not None and after["name"] == leader["name"], "a replica's pause costs the primary nothing"
+        await remote.close()
 
     try:
         asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
