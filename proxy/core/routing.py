@@ -37,13 +37,16 @@ def route_queues(routes: list[BrokerRoute], endpoints: list[str]) -> list[RouteQ
 
     With one proxy endpoint, each broker appears under its own name. With several, each broker
     appears once per endpoint as `<broker>@<i>` with all its queues, so clients that use only queue
-    0 of each broker (Node) still spread over every proxy; `real_broker` maps a name back.
+    0 of each broker (Node) still spread over every proxy; `real_broker` maps a name back. The
+    queues alternate endpoints (queue 0 through each proxy, then queue 1, ...): a client retrying
+    a send on the next queue of the list (the official clients do) reaches another proxy, so one
+    proxy's loss costs a send one attempt, not all of them.
     """
     out = []
     for r in sorted(routes, key=lambda r: r.broker):
-        for i, endpoint in enumerate(endpoints):
-            name = r.broker if len(endpoints) == 1 else f"{r.broker}{VIRTUAL_SEPARATOR}{i}"
-            for qid in range(r.queue_count):
+        for qid in range(r.queue_count):
+            for i, endpoint in enumerate(endpoints):
+                name = r.broker if len(endpoints) == 1 else f"{r.broker}{VIRTUAL_SEPARATOR}{i}"
                 out.append(RouteQueue(name, qid, r.permission, r.message_types, endpoint))
     return out
 
