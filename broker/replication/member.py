@@ -50,6 +50,8 @@ log = logging.getLogger("sluice.replication.member")
 STATUS_INTERVAL_S = 1.0
 # How long a member retries opening its store while the lock is still held by its last term's calls.
 STORE_RELOCK_S = 30.0
+# How often a primary past its term deadline looks whether its lease was refreshed after all.
+TERM_CHECK_S = 0.05
 # How long a term's end waits for the calls it cancelled to finish before the broker closes.
 END_TERM_WAIT_S = 5.0
 
@@ -391,10 +393,24 @@ class GroupMember:
             await _sleep(stop, STATUS_INTERVAL_S)
 
     async def _hold_term(self, gate: AckGate, leader: Leader, stop: asyncio.Event) -> None:
+        """Serve until the term ends. Past the term deadline without word from etcd (a paused or
+        unreachable coordinator) the primary refuses everything (the gate and `RoleSwitch` check
+        the deadline) but keeps its term while it may still be its: a refresh etcd answers with
+        the lease alive proves the leader key is still ours (nobody could have been elected), and
+        the term goes on. It ends when etcd says the lease expired, or one refresh interval after
+        the earliest time etcd may expire the lease (the deadline + the fence margin): a pause of
+        the coordinator shorter than the lease costs the primary nothing but those refusals."""
         while not stop.is_set():
-            if gate.deposed or not self.coord.term_valid():
+            if gate.deposed or self.coord.lease_lost:
                 log.warning("term over: fenced", extra=kv(member=leader.name, epoch=leader.epoch))
                 return
+            if not self.coord.term_valid():
+                hold_s = self._repl.fence_margin_s + self._repl.lease_ttl_s / 3  # etcd's expiry + a refresh
+                if time.monotonic() >= self.coord.term_deadline + hold_s:
+                    log.warning("term over: fenced", extra=kv(member=leader.name, epoch=leader.epoch))
+                    return
+                await _sleep(stop, TERM_CHECK_S)  # refusing meanwhile: the lease may yet be refreshed
+                continue
             try:
                 current = await self.coord.leader()
                 request = await self.coord.switchover_request()

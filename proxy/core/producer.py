@@ -11,14 +11,7 @@ import contextlib
 from operator import attrgetter, itemgetter
 
 from broker.client import txid
-from broker.client.api import (
-    BrokerApi,
-    CallContext,
-    OutgoingMessage,
-    SendResult,
-    TransactionResolution,
-    TransactionSource,
-)
+from broker.client.api import CallContext, OutgoingMessage, SendResult, TransactionResolution, TransactionSource
 from broker.client.recall import broker_of_recall_handle
 from common import metrics
 from common.errors import BadRequest, InvalidTransactionId, NotPrimary, SluiceError, Unavailable
@@ -115,8 +108,8 @@ class ProducerService:
         self, ctx: CallContext, broker: str, topic: str, queue_id: int, messages: list[OutgoingMessage]
     ) -> list[SendResult]:
         """Send through `broker`. A group member that is not the primary (`NotPrimary`: a replica, a
-        fenced or deposed primary) refused it: wait for the group's new address and send there,
-        as often as that happens within the client's deadline. Another retriable refusal is
+        fenced or deposed primary) refused it: look the group's address up again and send there
+        every `FAILOVER_POLL_S` while the client's deadline allows. Another retriable refusal is
         retried once if the broker has moved meanwhile, else raised for the client to retry."""
         api = self._dir.broker(broker)
         loop = asyncio.get_running_loop()
@@ -126,29 +119,19 @@ class ProducerService:
             try:
                 return await api.send(topic, queue_id, messages, ctx=ctx)
             except NotPrimary:
-                moved = await self._new_primary(broker, api, until)
-                if moved is None:
+                # The group's new primary (a new address), or this one's term again (a primary
+                # that rode out a coordinator pause): ask again shortly, while the deadline allows.
+                if loop.time() + FAILOVER_POLL_S >= until:
                     raise
-                api = moved
+                await asyncio.sleep(FAILOVER_POLL_S)
+                with contextlib.suppress(Unavailable):
+                    await self._dir.moved(broker)
+                    api = self._dir.broker(broker)
             except Unavailable:
                 moved = await self._dir.moved(broker)
                 if moved is None:
                     raise
                 return await moved.send(topic, queue_id, messages, ctx=ctx)
-
-    async def _new_primary(self, broker: str, refused: object, until: float) -> BrokerApi | None:
-        """The BrokerApi of `broker` once its address is no longer that of `refused`; None if that
-        does not happen before `until` (loop time)."""
-        loop = asyncio.get_running_loop()
-        while True:
-            with contextlib.suppress(Unavailable):
-                await self._dir.moved(broker)
-                current = self._dir.broker(broker)
-                if current is not refused:
-                    return current
-            if loop.time() + FAILOVER_POLL_S >= until:
-                return None
-            await asyncio.sleep(FAILOVER_POLL_S)
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,

@@ -376,3 +376,39 @@ def test_writes_pass_as_soon_as_the_other_replica_holds_them_when_one_stops_answ
     finally:
         for proc in procs.values():
             proc.stop()
+
+
+def test_the_primary_keeps_its_term_through_an_etcd_pause_past_its_deadline(etcd: EtcdProcess, tmp_path: Path) -> None:
+    """etcd paused longer than the primary's term deadline (TTL - margin after its last refresh:
+    at most 1.6 s here) but shorter than the lease (at least 2 s after the last refresh etcd saw).
+    Nobody can be elected meanwhile; the primary refuses while it cannot prove its term, and the
+    first refresh etcd answers afterwards proves the lease (so the leader key) alive: it serves on
+    in the same epoch. Before, the deadline ended its term and the group failed over."""
+    procs: dict[str, ServerProcess] = {}
+
+    async def body() -> None:
+        await asyncio.to_thread(_start_group, tmp_path, etcd, procs, lease_ttl_s=3, fence_margin_s=1.4)
+        leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
+        await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
+        remote = RemoteBroker(GROUP, leader["address"], timeout_s=3)
+        await remote.create_topic(TopicSpec(TOPIC, queue_count=3))
+        await _send(remote, "before")
+        for _ in range(3):  # the old code noticed a passed deadline only between its etcd reads: often, not always
+            etcd.child.signal(signal.SIGSTOP)
+            try:
+                await asyncio.sleep(1.8)
+            finally:
+                etcd.child.signal(signal.SIGCONT)
+            await _wait_for("sends after the pause", lambda: _try_send(remote))
+        after = await _etcd_json(etcd, "leader")
+        assert after is not None and (after["name"], after["epoch"]) == (leader["name"], leader["epoch"]), (
+            f"the group failed over for an etcd pause shorter than the lease: {leader} -> {after}"
+        )
+        assert "term over" not in procs[leader["name"]].output()
+        await remote.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    finally:
+        for proc in procs.values():
+            proc.stop()
