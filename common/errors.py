@@ -195,6 +195,11 @@ class Unavailable(SluiceError):
     retriable = True
 
 
+class Unreachable(Unavailable):
+    """A broker's transport failed (no connection, or it broke): raised by the internal RPC's client
+    side only (proto/rpc.py), never sent over the wire."""
+
+
 class NotPrimary(Unavailable):
     """A member of a broker group refused a call because it is not (or no longer) the group's
     primary: a replica, a fenced or deposed primary, one draining for a switchover. Nothing was

@@ -14,7 +14,7 @@ from broker.client import txid
 from broker.client.api import CallContext, OutgoingMessage, SendResult, TransactionResolution, TransactionSource
 from broker.client.recall import broker_of_recall_handle
 from common import metrics
-from common.errors import BadRequest, InvalidTransactionId, NotPrimary, SluiceError, Unavailable
+from common.errors import BadRequest, InvalidTransactionId, NotPrimary, SluiceError, Unavailable, Unreachable
 from common.model import SYSPROP_LITE_TOPIC, MessageType
 from proxy.core.routing import QueueSelector, lite_broker
 from proxy.directory import BrokerDirectory, BrokerRoute
@@ -107,10 +107,12 @@ class ProducerService:
     async def _send_to(
         self, ctx: CallContext, broker: str, topic: str, queue_id: int, messages: list[OutgoingMessage]
     ) -> list[SendResult]:
-        """Send through `broker`. A group member that is not the primary (`NotPrimary`: a replica, a
-        fenced or deposed primary) refused it: look the group's address up again and send there
-        every `FAILOVER_POLL_S` while the client's deadline allows. Another retriable refusal is
-        retried once if the broker has moved meanwhile, else raised for the client to retry."""
+        """Send through `broker`. When a group member that is not the primary (`NotPrimary`: a
+        replica, a fenced or deposed primary) refused it, or the broker cannot be reached and is the
+        topic's only writable one (a killed primary: the client's retry could only come back to
+        it), look its address up again and send there every `FAILOVER_POLL_S` while the client's
+        deadline allows. Another retriable refusal is retried once if the broker has moved
+        meanwhile, else raised for the client to retry (on another queue, another broker)."""
         api = self._dir.broker(broker)
         loop = asyncio.get_running_loop()
         remaining = ctx.remaining_s()
@@ -118,20 +120,29 @@ class ProducerService:
         while True:
             try:
                 return await api.send(topic, queue_id, messages, ctx=ctx)
-            except NotPrimary:
-                # The group's new primary (a new address), or this one's term again (a primary
-                # that rode out a coordinator pause): ask again shortly, while the deadline allows.
-                if loop.time() + FAILOVER_POLL_S >= until:
-                    raise
-                await asyncio.sleep(FAILOVER_POLL_S)
-                with contextlib.suppress(Unavailable):
-                    await self._dir.moved(broker)
-                    api = self._dir.broker(broker)
-            except Unavailable:
+            except Unavailable as exc:
+                if isinstance(exc, NotPrimary) or (isinstance(exc, Unreachable) and await self._only_broker(topic)):
+                    # The group's new primary (a new address), or this one's term again (a primary
+                    # that rode out a coordinator pause): ask again shortly, while the deadline allows.
+                    if loop.time() + FAILOVER_POLL_S >= until:
+                        raise
+                    await asyncio.sleep(FAILOVER_POLL_S)
+                    with contextlib.suppress(Unavailable):
+                        await self._dir.moved(broker)
+                        api = self._dir.broker(broker)
+                    continue
                 moved = await self._dir.moved(broker)
                 if moved is None:
                     raise
                 return await moved.send(topic, queue_id, messages, ctx=ctx)
+
+    async def _only_broker(self, topic: str) -> bool:
+        """Whether `topic` has one writable broker (or broker group)."""
+        try:
+            route = await self._dir.route(topic)
+        except SluiceError:
+            return False
+        return sum(1 for r in route if r.permission.writable) == 1
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,

@@ -130,6 +130,9 @@ def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
     print(f"acknowledged {len(acked)}, refused {dict(failures)}, duplicates {duplicates}, "
           f"sends succeeded again after each SIGKILL (s): {[round(f, 2) for f in failovers]}")  # fmt: skip
     assert not lost, f"{len(lost)} acknowledged messages lost: {sorted(lost)[:10]}"
+    # The proxy waits for the group's new primary within each call's deadline: the client's own
+    # retries cover a failover, and at most 1% of sends fail after them (before: 80 of ~2,600).
+    assert sum(failures.values()) <= max(1, len(acked) // 100), f"sends failed after the client's retries: {failures}"
     for key, numbers in order.items():
         firsts = list(dict.fromkeys(numbers))  # first deliveries, in order
         assert firsts == sorted(firsts), f"message group {key} out of order: {firsts[:40]}"
@@ -142,7 +145,8 @@ def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
     rows = listing()
     assert sorted(r["name"] for r in rows) == sorted(MEMBERS)
     assert [r["role"] for r in rows].count("primary") == 1
-    assert {r["epoch"] for r in rows} == {KILLS + 1}
+    (epoch,) = {r["epoch"] for r in rows}  # every member agrees on it
+    assert epoch >= KILLS + 1  # one term per kill, plus any a loaded machine's stalled lease refresh caused
     assert all(isinstance(r["lag_bytes"], int) for r in rows)
 
 

@@ -3,8 +3,11 @@ member is not the group's primary" (wait for the new one and retry there) from o
 
 from __future__ import annotations
 
+import grpc
+
 from common.codes import Code
-from common.errors import NotPrimary, Unavailable, code_of, error_for_code
+from common.errors import NotPrimary, Unavailable, Unreachable, code_of, error_for_code
+from proto.rpc import CODE_KEY, error_from_rpc
 
 
 def test_not_primary_survives_the_internal_rpc() -> None:
@@ -18,3 +21,26 @@ def test_not_primary_survives_the_internal_rpc() -> None:
 def test_other_unavailable_refusals_stay_unavailable() -> None:
     got = error_for_code(Code.HA_NOT_AVAILABLE, "group g1 has 1 member(s) in sync, fewer than min_insync 2")
     assert type(got) is Unavailable
+
+
+def test_a_transport_failure_is_unreachable_and_a_broker_refusal_is_not() -> None:
+    """A proxy waits for a moved broker on transport failures (the broker's process is gone), not
+    on a refusal the broker itself answered (the refusal's class comes back from its code)."""
+
+    class _Failed(grpc.RpcError):
+        def __init__(self, status: grpc.StatusCode, trailing: tuple[tuple[str, str], ...] = ()) -> None:
+            self._status, self._trailing = status, trailing
+
+        def code(self) -> grpc.StatusCode:
+            return self._status
+
+        def details(self) -> str:
+            return "failed to connect to all addresses"
+
+        def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+            return self._trailing
+
+    assert type(error_from_rpc(_Failed(grpc.StatusCode.UNAVAILABLE), "broker g1")) is Unreachable
+    assert type(error_from_rpc(_Failed(grpc.StatusCode.DEADLINE_EXCEEDED))) is Unavailable
+    refused = _Failed(grpc.StatusCode.UNAVAILABLE, ((CODE_KEY, str(int(Code.HA_NOT_AVAILABLE))),))
+    assert type(error_from_rpc(refused)) is Unavailable
