@@ -43,6 +43,7 @@ from tests.e2e.support.replicated import (  # noqa: E402
     new_primary,
     primary,
     restart,
+    retrying,
     start_replicated,
     wait,
 )
@@ -116,9 +117,12 @@ def run_seed(seed: int, faults: int, gap_s: float, root: Path) -> dict[str, Any]
     etcd = start_etcd(root)
     cluster = start_replicated(root, etcd.url)
     try:
-        normal = cluster.create_topic(f"soak-n-{seed}")
-        fifo = cluster.create_topic(f"soak-f-{seed}", message_type="fifo")
-        group_n, group_f = cluster.create_group(f"soak-gn-{seed}"), cluster.create_group(f"soak-gf-{seed}", fifo=True)
+        # Retried: on a loaded machine the group may change primaries while it settles.
+        normal, fifo, group_n, group_f = f"soak-n-{seed}", f"soak-f-{seed}", f"soak-gn-{seed}", f"soak-gf-{seed}"
+        retrying("create the normal topic", lambda: cluster.create_topic(normal))
+        retrying("create the FIFO topic", lambda: cluster.create_topic(fifo, message_type="fifo"))
+        retrying("create a group", lambda: cluster.create_group(group_n))
+        retrying("create a FIFO group", lambda: cluster.create_group(group_f, fifo=True))
         history, sends, stop = History(), Sends(), threading.Event()
         per_fault: dict[str, list[float]] = {f: [] for f in FAULTS}
         with producer(cluster.endpoints, normal, fifo) as client, \

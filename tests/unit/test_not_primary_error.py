@@ -27,20 +27,10 @@ def test_a_transport_failure_is_unreachable_and_a_broker_refusal_is_not() -> Non
     """A proxy waits for a moved broker on transport failures (the broker's process is gone), not
     on a refusal the broker itself answered (the refusal's class comes back from its code)."""
 
-    class _Failed(grpc.RpcError):
-        def __init__(self, status: grpc.StatusCode, trailing: tuple[tuple[str, str], ...] = ()) -> None:
-            self._status, self._trailing = status, trailing
+    def _failed(status: grpc.StatusCode, *trailing: tuple[str, str]) -> grpc.aio.AioRpcError:
+        return grpc.aio.AioRpcError(status, grpc.aio.Metadata(), grpc.aio.Metadata(*trailing), "failed to connect")
 
-        def code(self) -> grpc.StatusCode:
-            return self._status
-
-        def details(self) -> str:
-            return "failed to connect to all addresses"
-
-        def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
-            return self._trailing
-
-    assert type(error_from_rpc(_Failed(grpc.StatusCode.UNAVAILABLE), "broker g1")) is Unreachable
-    assert type(error_from_rpc(_Failed(grpc.StatusCode.DEADLINE_EXCEEDED))) is Unavailable
-    refused = _Failed(grpc.StatusCode.UNAVAILABLE, ((CODE_KEY, str(int(Code.HA_NOT_AVAILABLE))),))
+    assert type(error_from_rpc(_failed(grpc.StatusCode.UNAVAILABLE), "broker g1")) is Unreachable
+    assert type(error_from_rpc(_failed(grpc.StatusCode.DEADLINE_EXCEEDED))) is Unavailable
+    refused = _failed(grpc.StatusCode.UNAVAILABLE, (CODE_KEY, str(int(Code.HA_NOT_AVAILABLE))))
     assert type(error_from_rpc(refused)) is Unavailable
