@@ -213,6 +213,11 @@ class NotPrimary(Unavailable):
         super().__init__(message if message.endswith(self.SUFFIX) else message + self.SUFFIX)
 
 
+class NotThisServer(Unavailable):
+    """The address answers, but as another kind of server (gRPC UNIMPLEMENTED: it has none of the
+    calls asked for): a wrong address, such as a proxy's client port given as a NameServer."""
+
+
 class Unsupported(SluiceError):
     code = Code.UNSUPPORTED
 
