@@ -43,7 +43,7 @@ from broker.config import PopConfig
 from broker.filter import MessageFilter, TagFilter
 from broker.longpoll import LongPollHub, group_key, topic_key
 from broker.metadata import Metadata
-from broker.popstate import EntryState, PopBatch, PopEntry, PopState, next_version
+from broker.popstate import EntryState, PopBatch, PopEntry, PopState
 from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from broker.store.store import MessageStore, ReadResult, ReadStatus
 from broker.tiering.runtime import BrokerTiering
@@ -205,7 +205,7 @@ class PopEngine:
             if not filt.matches(rec.tag, rec.properties):
                 batch.remove(g, t, qid, offset, entry)  # the subscription no longer wants it
                 continue
-            version = next_version(entry.version)
+            version = self._state.next_version(entry.version)
             new = PopEntry(EntryState.INFLIGHT, entry.attempt + 1, version, until, entry.message_group)
             batch.put(g, t, qid, offset, new, entry)
             if entry.message_group:
@@ -232,7 +232,7 @@ class PopEngine:
             rec = self._load(g, topic, qid, offset, entry, batch, cold)
             if rec is None:
                 continue
-            new = PopEntry(EntryState.INFLIGHT, entry.attempt + 1, next_version(entry.version), until, mg)
+            new = PopEntry(EntryState.INFLIGHT, entry.attempt + 1, self._state.next_version(entry.version), until, mg)
             batch.put(g, topic, qid, offset, new, entry)
             claimed.add((qid, mg))
             out.append(self._deliver(rec, new.attempt, new.version, until, g))
@@ -444,7 +444,9 @@ class PopEngine:
     ) -> str:
         """Move a resolved in-flight entry's deadline to now + invisible_ms; returns the new handle."""
         until = now_ms() + invisible_ms
-        new = PopEntry(EntryState.INFLIGHT, entry.attempt, next_version(entry.version), until, entry.message_group)
+        new = PopEntry(
+            EntryState.INFLIGHT, entry.attempt, self._state.next_version(entry.version), until, entry.message_group
+        )
         batch = self._state.batch()
         batch.put(group, topic, rh.queue_id, rh.queue_offset, new, entry)
         batch.commit()

@@ -19,7 +19,9 @@ Keys are length-prefixed UTF-8 names and big-endian numbers (byte order = numeri
                 u16 len + message group
 
 The handle version of a new entry's first delivery is 1, or, on a replicated primary, derived from
-its epoch (`first_version`); it grows by one (wrapping) on every redelivery and invisible-duration change.
+its epoch (`first_version`); it grows by one (wrapping) on every redelivery and invisible-duration change,
+within the versions of the primary's term (`next_version_in_term`): an entry an earlier term versioned
+starts over at the term's first version, so two terms never hand out one version for one entry.
 
 Every change to a group's state is one WriteBatch (`PopBatch.commit`), and memory follows only after
 the batch is written, so a crash leaves either the old or the new state, never a mix.
@@ -69,6 +71,21 @@ def first_version(term: int) -> int:
 
 def next_version(version: int) -> int:
     return (version + 1) & _VERSION_MASK
+
+
+def next_version_in_term(version: int, term: int) -> int:
+    """The version after `version` when a primary of `term` changes the entry (0: `next_version`).
+    An entry it did not version itself (one an earlier term created or changed, which came through
+    the replication stream) jumps to `first_version(term)`: a deposed primary changing the same
+    entry after waking from a pause bumps it within its own term's range, so the two terms'
+    handles for one stored copy never carry the same version."""
+    following = (version + 1) & _VERSION_MASK
+    if not term:
+        return following
+    own = first_version(term) >> TERM_VERSION_SHIFT
+    if following >> TERM_VERSION_SHIFT == own and following & ((1 << TERM_VERSION_SHIFT) - 1):
+        return following
+    return first_version(term)
 
 
 class EntryState(IntEnum):
@@ -165,6 +182,7 @@ class PopState:
     def __init__(self, index: Index, *, term: int = 0, cursor_cache_size: int = 200_000) -> None:
         self._index = index
         self._cursor_cache_size = cursor_cache_size
+        self._term = term
         self.first_version = first_version(term)  # of entries created here (`first_version`)
         # of WAITING entries created here: their first delivery is `next_version` of it, `first_version`
         self.waiting_version = (self.first_version - 1) & _VERSION_MASK
@@ -310,6 +328,10 @@ class PopState:
             topic, pos = _read_name(key, len(prefix))
             out.append((topic, int(_U32.unpack_from(key, pos)[0])))
         return out
+
+    def next_version(self, version: int) -> int:
+        """The version of an entry's next delivery or invisible-duration change made here."""
+        return next_version_in_term(version, self._term)
 
     def batch(self) -> PopBatch:
         return PopBatch(self)

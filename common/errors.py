@@ -195,6 +195,24 @@ class Unavailable(SluiceError):
     retriable = True
 
 
+class Unreachable(Unavailable):
+    """A broker's transport failed (no connection, or it broke): raised by the internal RPC's client
+    side only (proto/rpc.py), never sent over the wire."""
+
+
+class NotPrimary(Unavailable):
+    """A member of a broker group refused a call because it is not (or no longer) the group's
+    primary: a replica, a fenced or deposed primary, one draining for a switchover. Nothing was
+    acknowledged; the group's primary can take the call (a proxy finds it and retries there:
+    proxy/core/producer.py). Over the internal RPC it travels as HA_NOT_AVAILABLE with a message
+    ending in `SUFFIX`, which `error_for_code` recognises."""
+
+    SUFFIX = "; retry on the group's primary"
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message if message.endswith(self.SUFFIX) else message + self.SUFFIX)
+
+
 class NotThisServer(Unavailable):
     """The address answers, but as another kind of server (gRPC UNIMPLEMENTED: it has none of the
     calls asked for): a wrong address, such as a proxy's client port given as a NameServer."""
@@ -257,4 +275,6 @@ def error_for_code(code: int, message: str) -> SluiceError:
         cls = _BY_CODE[Code(code)]
     except (ValueError, KeyError):
         cls = InternalError
+    if cls is Unavailable and message.endswith(NotPrimary.SUFFIX):
+        cls = NotPrimary
     return cls(message)

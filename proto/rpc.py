@@ -20,7 +20,7 @@ import grpc
 
 from common import metrics
 from common.codes import Code
-from common.errors import InternalError, SluiceError, Unavailable, code_of, error_for_code
+from common.errors import InternalError, SluiceError, Unavailable, Unreachable, code_of, error_for_code
 from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, bind_request
 
 CODE_KEY = "x-sluice-code"
@@ -105,6 +105,8 @@ def error_from_rpc(exc: grpc.aio.AioRpcError | grpc.RpcError, target: str = "") 
             except ValueError:
                 break
     status = exc.code() if hasattr(exc, "code") else None
-    if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+    if status is grpc.StatusCode.UNAVAILABLE:
+        return Unreachable(f"unavailable{where}: {exc.details()}")
+    if status in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
         return Unavailable(f"{status.name.lower() if status else 'unavailable'}{where}: {exc.details()}")
     return InternalError(f"rpc failed{where}: {status} {exc.details() if hasattr(exc, 'details') else exc}")

@@ -261,8 +261,11 @@ class ClusterDirectory:
 
     async def moved(self, name: str) -> BrokerApi | None:
         before = self._addresses.get(name)
-        with contextlib.suppress(Unavailable):
-            await self.refresh_brokers()
+        # One listing at a time, shared: every send a failover refused asks at once.
+        if self._listing is None or self._listing.done():
+            self._listed_at = time.monotonic()
+            self._listing = asyncio.get_running_loop().create_task(self._list_quietly(), name="broker-lookup")
+        await asyncio.shield(self._listing)
         after = self._addresses.get(name)
         return self._brokers[name] if after is not None and after != before else None
 

@@ -30,6 +30,9 @@ class ReplicationConfig:
     # A replica further behind than this (bytes) or not caught up for this long leaves the in-sync set.
     max_lag_bytes: int = 64 * 1024 * 1024
     max_lag_ms: int = 3_000
+    # A replica that has kept a write waiting this long while the other in-sync members (at least
+    # min_insync with the primary) hold it leaves the in-sync set then, not after max_lag_ms.
+    stall_ms: int = 500
     # Largest piece of CommitLog one replication frame carries.
     max_frame_bytes: int = 4 * 1024 * 1024
     # How often a member looks at the leader key (a failover is noticed within this).
@@ -44,8 +47,8 @@ class ReplicationConfig:
             raise ValueError(f"replication.lease_ttl_s must be at least 2 (etcd's minimum), got {self.lease_ttl_s}")
         if not 0 <= self.fence_margin_s < self.lease_ttl_s / 2:
             raise ValueError("replication.fence_margin_s must be below half the lease TTL")
-        if self.max_lag_bytes <= 0 or self.max_lag_ms <= 0 or self.max_frame_bytes <= 0:
-            raise ValueError("replication: max_lag_bytes, max_lag_ms and max_frame_bytes must be positive")
+        if self.max_lag_bytes <= 0 or self.max_lag_ms <= 0 or self.max_frame_bytes <= 0 or self.stall_ms <= 0:
+            raise ValueError("replication: max_lag_bytes, max_lag_ms, stall_ms and max_frame_bytes must be positive")
         if self.advertise and not _is_host_port(self.advertise):
             raise ValueError(f"replication.advertise must be host:port, got {self.advertise!r}")
         for member, address in self.dial.items():

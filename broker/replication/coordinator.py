@@ -43,6 +43,9 @@ from common.logs import kv
 
 log = logging.getLogger("sluice.replication.coordinator")
 
+# How soon a failed lease refresh is tried again.
+REFRESH_RETRY_S = 0.1
+
 
 @dataclass(frozen=True)
 class MemberInfo:
@@ -177,17 +180,24 @@ class Coordinator:
         return True
 
     async def keep_alive(self, stop: asyncio.Event) -> None:
-        """Refresh the lease every TTL/3 until `stop`. A lease etcd says expired is left alone until
-        the member joins again with a new one (`start()`), which is then refreshed in turn."""
-        interval = self._ttl_s / 3
+        """Refresh the lease every TTL/3 until `stop`, and every `REFRESH_RETRY_S` after a failure
+        (a paused or unreachable etcd): the first refresh etcd answers after a pause extends the
+        term, rather than one a whole interval later, after the term deadline passed. A lease etcd
+        says expired is left alone until the member joins again with a new one (`start()`)."""
+        interval, failing = self._ttl_s / 3, False
         while not stop.is_set():
             try:
                 if self._lease is not None and not self.lease_lost:
                     await self.refresh()
+                if failing:
+                    log.info("lease refreshed again", extra=kv(group=self.group, member=self.member.name))
+                failing = False
             except Unavailable as exc:
-                log.warning("lease refresh failed; retrying", extra=kv(error=exc.message))
+                if not failing:
+                    log.warning("lease refresh failed; retrying", extra=kv(error=exc.message))
+                failing = True
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
+                await asyncio.wait_for(stop.wait(), REFRESH_RETRY_S if failing else interval)
 
     def term_valid(self) -> bool:
         """Whether this member's lease is surely still alive in etcd (the fence: see the module doc)."""

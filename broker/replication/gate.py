@@ -11,7 +11,9 @@ and for its time lag) only when it holds both the log end and the latest state c
 The in-sync set changes only in `maintain()`: a replica too far behind (bytes) or not caught up for
 too long leaves it **in etcd first, then here** (acknowledgements never stop waiting for a member
 that is still eligible for election); a replica that reached the log end joins it **here first,
-then in etcd** (it is never eligible before acknowledgements wait for it).
+then in etcd** (it is never eligible before acknowledgements wait for it). A replica that keeps a
+write waiting for `stall_ms` while the rest of the set (at least `min_insync` with the primary)
+holds it (killed, cut off, paused) leaves the same way, at once instead of after `max_lag_ms`.
 
 Event loop only.
 """
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 
 from broker.replication.config import ReplicationConfig
 from broker.replication.coordinator import Coordinator, Leader
-from common.errors import Unavailable
+from common.errors import NotPrimary, Unavailable
 from common.logs import kv
 
 log = logging.getLogger("sluice.replication.gate")
@@ -71,6 +73,7 @@ class AckGate:
         self.replicas: dict[str, ReplicaState] = {m: ReplicaState(m, caught_up_at=now) for m in self.insync}
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._state_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._since: dict[int, float] = {}  # waiter seq -> when it began waiting
         self._seq = itertools.count()
         self.deposed = False
         self.fenced_writes = 0
@@ -83,8 +86,7 @@ class AckGate:
         self._check()
         if not self._held(end):
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            heapq.heappush(self._waiters, (end, next(self._seq), fut))
-            await fut
+            await self._park(self._waiters, end, fut)
         self._check()  # the term may have ended while waiting (a pause, a lost lease)
 
     async def wait_state(self) -> None:
@@ -93,9 +95,30 @@ class AckGate:
         seq = self._state_seq()
         if not all(self.replicas[m].state_acked >= seq for m in self.insync):
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            heapq.heappush(self._state_waiters, (seq, next(self._seq), fut))
-            await fut
+            await self._park(self._state_waiters, seq, fut)
         self._check()
+
+    async def _park(
+        self, heap: list[tuple[int, int, asyncio.Future[None]]], at: int, fut: asyncio.Future[None]
+    ) -> None:
+        n = next(self._seq)
+        heapq.heappush(heap, (at, n, fut))
+        self._since[n] = self._clock()
+        try:
+            await fut
+        finally:
+            del self._since[n]
+
+    def _stalling(self, now: float) -> set[str]:
+        """In-sync replicas that have kept a write (or a state change) waiting for `stall_ms`."""
+        limit = now - self._cfg.stall_ms / 1000
+        replicas, since = self.replicas, self._since
+        out: set[str] = set()
+        for heap, acked in ((self._waiters, "acked"), (self._state_waiters, "state_acked")):
+            for at, n, fut in heap:
+                if not fut.done() and since.get(n, now) <= limit:
+                    out |= {m for m in self.insync if getattr(replicas[m], acked) < at}
+        return out
 
     def admit(self) -> None:
         """Refuse (Unavailable) a write that `wait` would refuse, before it is written."""
@@ -103,12 +126,12 @@ class AckGate:
 
     def _check(self) -> None:
         if self.draining:
-            raise Unavailable(f"{self.draining}; retry on the new primary")
+            raise NotPrimary(self.draining)
         if self.deposed or not self._coord.term_valid():
             self.fenced_writes += 1
-            raise Unavailable(
+            raise NotPrimary(
                 f"broker {self.leader.name} is no longer the primary of group {self._coord.group} "
-                f"(epoch {self.leader.epoch} ended); retry on the new primary"
+                f"(epoch {self.leader.epoch} ended)"
             )
         have = 1 + len(self.insync)
         if have < self._cfg.min_insync:
@@ -126,12 +149,12 @@ class AckGate:
         _release_upto(self._waiters, min((replicas[m].acked for m in insync), default=None))
         _release_upto(self._state_waiters, min((replicas[m].state_acked for m in insync), default=None))
 
-    def _fail_all(self, message: str) -> None:
+    def _fail_all(self, error: Unavailable) -> None:
         waiters = self._waiters + self._state_waiters
         self._waiters, self._state_waiters = [], []
         for _, _, fut in waiters:
             if not fut.done():
-                fut.set_exception(Unavailable(message))
+                fut.set_exception(type(error)(error.message))  # one instance per waiter
 
     # -- replicas ----------------------------------------------------------------------------------
 
@@ -189,7 +212,9 @@ class AckGate:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), MAINTAIN_INTERVAL_S)
         if self.deposed:
-            self._fail_all(f"broker {self.leader.name} is no longer the primary of group {self._coord.group}")
+            self._fail_all(
+                NotPrimary(f"broker {self.leader.name} is no longer the primary of group {self._coord.group}")
+            )
 
     async def maintain_once(self) -> None:
         now, end = self._clock(), self._log_end()
@@ -202,6 +227,9 @@ class AckGate:
             for m in self.insync
             if end - self.replicas[m].acked > self._cfg.max_lag_bytes or now - self.replicas[m].caught_up_at > max_lag_s
         }
+        stalling = self._stalling(now) - behind
+        if stalling and 1 + len(self.insync - behind - stalling) >= self._cfg.min_insync:
+            behind |= stalling  # the others hold what waits: let it through now, not after max_lag_ms
         if behind:
             await self._publish(self.insync - behind)  # etcd first: they stop being eligible
             self.insync -= behind
@@ -209,7 +237,9 @@ class AckGate:
                 "replicas left the in-sync set", extra=kv(group=self._coord.group, members=",".join(sorted(behind)))
             )
             if 1 + len(self.insync) < self._cfg.min_insync:
-                self._fail_all(f"group {self._coord.group} fell below min_insync {self._cfg.min_insync}; retry later")
+                self._fail_all(
+                    Unavailable(f"group {self._coord.group} fell below min_insync {self._cfg.min_insync}; retry later")
+                )
             else:
                 self._release()
         caught_up = {

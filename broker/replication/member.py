@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import inspect
 import logging
 import socket
 import time
@@ -41,7 +42,7 @@ from broker.store.index import StoreLocked
 from broker.store.statelog import StateRecorder
 from broker.store.store import MessageStore
 from common import metrics
-from common.errors import Unavailable
+from common.errors import NotPrimary, Unavailable
 from common.logs import kv
 
 log = logging.getLogger("sluice.replication.member")
@@ -49,32 +50,92 @@ log = logging.getLogger("sluice.replication.member")
 STATUS_INTERVAL_S = 1.0
 # How long a member retries opening its store while the lock is still held by its last term's calls.
 STORE_RELOCK_S = 30.0
+# How often a primary past its term deadline looks whether its lease was refreshed after all.
+TERM_CHECK_S = 0.05
+# How long a term's end waits for the calls it cancelled to finish before the broker closes.
+END_TERM_WAIT_S = 5.0
 
 # A registrar's `run(stop)` and `report_now()` (nameserver.client.BrokerRegistrar).
 RegistrarFactory = Callable[[LocalBroker], Any]
 
 
 class RoleSwitch:
-    """What the broker's gRPC service calls: the LocalBroker while primary, a refusal otherwise."""
+    """What the broker's gRPC service calls: the LocalBroker while primary, a refusal otherwise.
+
+    While primary, every call checks the term before it starts and again before it answers: a
+    primary paused past its term deadline (SIGSTOP, a stall) must not answer a receive that was
+    waiting when it stopped, nor anything else, once a successor may have been elected. When the
+    term ends (`end_term`) the calls still running are cancelled and answered with the refusal, and
+    waited for, so the broker's store is closed under none of them."""
 
     def __init__(self, member_name: str, group: str) -> None:
         self.current: LocalBroker | None = None
         self.role = "joining"
         self._member, self._group = member_name, group
+        self._term_valid: Callable[[], bool] = lambda: False
+        self._calls: set[asyncio.Task[Any]] = set()  # the calls the current broker is serving
+        self._ended: set[asyncio.Task[Any]] = set()  # of those, the ones `end_term` cancelled
+
+    def serve(self, broker: LocalBroker, term_valid: Callable[[], bool]) -> None:
+        """Answer through `broker` while `term_valid()` holds (and until `end_term`)."""
+        self.current, self._term_valid, self.role = broker, term_valid, "primary"
+
+    async def end_term(self, role: str, timeout_s: float = END_TERM_WAIT_S) -> None:
+        """Refuse from now on (as `role`), end the calls still running (they answer with the
+        refusal) and wait for them, at most `timeout_s`."""
+        self.current, self.role = None, role
+        for task in self._calls:
+            if not task.done():
+                self._ended.add(task)
+                task.cancel()
+        if self._calls:
+            await asyncio.wait(list(self._calls), timeout=timeout_s)
+        if self._calls:
+            log.warning("calls of the ended term still running", extra=kv(calls=len(self._calls)))
+
+    def _refusal(self) -> NotPrimary:
+        return NotPrimary(f"broker {self._member} is a {self.role} of group {self._group}, not its primary")
 
     def __getattr__(self, name: str) -> Any:
         current = self.current
-        if current is not None:
-            return getattr(current, name)
-        if name == "name":
-            return self._group
+        if current is None:
+            if name == "name":
+                return self._group
 
-        async def refuse(*_args: object, **_kwargs: object) -> Any:
-            raise Unavailable(
-                f"broker {self._member} is a {self.role} of group {self._group}, not its primary; retry on the primary"
-            )
+            async def refuse(*_args: object, **_kwargs: object) -> Any:
+                raise self._refusal()
 
-        return refuse
+            return refuse
+        method = getattr(current, name)
+        if not inspect.iscoroutinefunction(method):
+            return method
+
+        async def call(*args: object, **kwargs: object) -> Any:
+            if not self._term_valid():
+                raise self._fenced()
+            task = asyncio.current_task()
+            assert task is not None
+            self._calls.add(task)
+            try:
+                result = await method(*args, **kwargs)
+            except asyncio.CancelledError:
+                if task not in self._ended:
+                    raise  # the caller went away
+                result = None
+            finally:
+                self._calls.discard(task)
+            if task in self._ended:  # the term ended under it: its answer is not this term's to give
+                self._ended.discard(task)
+                task.uncancel()
+                raise self._fenced()
+            if not self._term_valid() or self.current is not current:
+                raise self._fenced()
+            return result
+
+        return call
+
+    def _fenced(self) -> NotPrimary:
+        return NotPrimary(f"broker {self._member} is a fenced primary of group {self._group}, not its primary")
 
 
 class GroupMember:
@@ -283,7 +344,7 @@ class GroupMember:
         term_over = asyncio.Event()
         try:
             await server.start(self._cfg.host, self._repl_port)
-            self._switch.current, self._switch.role = broker, "primary"
+            self._switch.serve(broker, self.coord.term_valid)
             registrar = self._make_registrar(broker) if self._make_registrar is not None else None
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(gate.maintain(term_over), name="in-sync-set")
@@ -300,11 +361,11 @@ class GroupMember:
                     tasks.create_task(registrar.run(term_over), name="broker-registrar")
                 await self._hold_term(gate, leader, stop)
                 # Fenced: refuse at once, then stop serving and leave the NameServers.
-                self._switch.current, self._switch.role = None, "fenced primary"
+                await self._switch.end_term("fenced primary")
                 broker.on_topics_changed = None
                 term_over.set()
         finally:
-            self._switch.current = None
+            await self._switch.end_term(self._switch.role)  # no call of the term runs when the store closes
             term_over.set()
             await server.close()
             await broker.close()
@@ -332,10 +393,24 @@ class GroupMember:
             await _sleep(stop, STATUS_INTERVAL_S)
 
     async def _hold_term(self, gate: AckGate, leader: Leader, stop: asyncio.Event) -> None:
+        """Serve until the term ends. Past the term deadline without word from etcd (a paused or
+        unreachable coordinator) the primary refuses everything (the gate and `RoleSwitch` check
+        the deadline) but keeps its term while it may still be its: a refresh etcd answers with
+        the lease alive proves the leader key is still ours (nobody could have been elected), and
+        the term goes on. It ends when etcd says the lease expired, or one refresh interval after
+        the earliest time etcd may expire the lease (the deadline + the fence margin): a pause of
+        the coordinator shorter than the lease costs the primary nothing but those refusals."""
         while not stop.is_set():
-            if gate.deposed or not self.coord.term_valid():
+            if gate.deposed or self.coord.lease_lost:
                 log.warning("term over: fenced", extra=kv(member=leader.name, epoch=leader.epoch))
                 return
+            if not self.coord.term_valid():
+                hold_s = self._repl.fence_margin_s + self._repl.lease_ttl_s / 3  # etcd's expiry + a refresh
+                if time.monotonic() >= self.coord.term_deadline + hold_s:
+                    log.warning("term over: fenced", extra=kv(member=leader.name, epoch=leader.epoch))
+                    return
+                await _sleep(stop, TERM_CHECK_S)  # refusing meanwhile: the lease may yet be refreshed
+                continue
             try:
                 current = await self.coord.leader()
                 request = await self.coord.switchover_request()

@@ -180,6 +180,11 @@ class ReplicationServer:
                 writer.writelines(P.error(message))
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
+        except RuntimeError:
+            # uvloop raises RuntimeError for a write to a transport the peer closed (a replica killed
+            # while a piece was being read): the connection is simply gone, like a ConnectionError.
+            if not writer.is_closing():
+                raise
         except asyncio.CancelledError:
             pass  # replaced by a newer connection, or the server closes: this connection just ends
         finally:
@@ -290,8 +295,10 @@ class ReplicationServer:
             if position >= end:
                 waiter = asyncio.ensure_future(self._data.wait())
                 pending: list[asyncio.Future[Any]] = [waiter, acks]
-                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
+                try:  # cancelled here when the server closes: the waiter must not outlive this connection
+                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiter.cancel()
                 continue
             seg = store.segments.find(position)
             size = min(self._max_frame, seg.end - position, end - position)

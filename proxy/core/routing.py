@@ -40,14 +40,17 @@ def route_queues(routes: list[BrokerRoute], endpoints: list[str]) -> list[RouteQ
     appears once per endpoint as `<broker>@<i>` with all its queues, so clients that use only queue
     0 of each broker (Node) still spread over every proxy; `real_broker` maps a name back. A broker
     whose route names its own endpoint (the merged node that owns it, docs/shards.md) appears once,
-    under its name, with that endpoint: clients then call the owner directly.
+    under its name, with that endpoint: clients then call the owner directly. Across several
+    endpoints the queues alternate them (queue 0 through each proxy, then queue 1, ...): a client
+    retrying a send on the next queue of the list (the official clients do) reaches another proxy,
+    so one proxy's loss costs a send one attempt, not all of them.
     """
     out = []
     for r in sorted(routes, key=lambda r: r.broker):
         own = [r.endpoint] if r.endpoint else endpoints
-        for i, endpoint in enumerate(own):
-            name = r.broker if len(own) == 1 else f"{r.broker}{VIRTUAL_SEPARATOR}{i}"
-            for qid in range(r.queue_count):
+        for qid in range(r.queue_count):
+            for i, endpoint in enumerate(own):
+                name = r.broker if len(own) == 1 else f"{r.broker}{VIRTUAL_SEPARATOR}{i}"
                 out.append(RouteQueue(name, qid, r.permission, r.message_types, endpoint))
     return out
 

@@ -130,6 +130,9 @@ def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
     print(f"acknowledged {len(acked)}, refused {dict(failures)}, duplicates {duplicates}, "
           f"sends succeeded again after each SIGKILL (s): {[round(f, 2) for f in failovers]}")  # fmt: skip
     assert not lost, f"{len(lost)} acknowledged messages lost: {sorted(lost)[:10]}"
+    # The proxy waits for the group's new primary within each call's deadline: the client's own
+    # retries cover a failover, and at most 1% of sends fail after them (before: 80 of ~2,600).
+    assert sum(failures.values()) <= max(1, len(acked) // 100), f"sends failed after the client's retries: {failures}"
     for key, numbers in order.items():
         firsts = list(dict.fromkeys(numbers))  # first deliveries, in order
         assert firsts == sorted(firsts), f"message group {key} out of order: {firsts[:40]}"
@@ -142,7 +145,8 @@ def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(
     rows = listing()
     assert sorted(r["name"] for r in rows) == sorted(MEMBERS)
     assert [r["role"] for r in rows].count("primary") == 1
-    assert {r["epoch"] for r in rows} == {KILLS + 1}
+    (epoch,) = {r["epoch"] for r in rows}  # every member agrees on it
+    assert epoch >= KILLS + 1  # one term per kill, plus any a loaded machine's stalled lease refresh caused
     assert all(isinstance(r["lag_bytes"], int) for r in rows)
 
 
@@ -245,7 +249,9 @@ def test_planned_switchover_loses_nothing(
     replicated: tuple[Cluster, EtcdProcess], unique: Callable[[str], str]
 ) -> None:
     """`sluice admin broker switchover` under load: the chosen member becomes primary, every send
-    acknowledged before, during and after is consumable, no acked message comes back."""
+    acknowledged before, during and after is consumable, no acked message comes back. No send
+    fails because it reached a member that is not the primary (draining, deposed): the proxy waits
+    for the group's new primary and sends there within the call's deadline."""
     cluster, etcd = replicated
     topic = cluster.create_topic(unique("t"), queues=QUEUES)
     group = cluster.create_group(unique("g"))
@@ -253,6 +259,7 @@ def test_planned_switchover_loses_nothing(
     held: list[Message] = []
     stop = threading.Event()
     refused: Counter[str] = Counter()
+    reasons: list[str] = []
 
     def produce(client: Producer) -> None:
         n = 0
@@ -262,6 +269,7 @@ def test_planned_switchover_loses_nothing(
                 client.send(message(topic, body.encode()))
             except Exception as exc:  # retriable refusals while the group switches over
                 refused[type(exc).__name__] += 1
+                reasons.append(str(exc))
                 time.sleep(0.05)
                 continue
             history.sent(body)
@@ -294,6 +302,7 @@ def test_planned_switchover_loses_nothing(
     verdict = history.verdict()
     print(f"switchover history: {verdict.summary()}; refused sends {dict(refused)}")
     verdict.assert_nothing_lost()
+    assert not [r for r in reasons if "primary" in r], f"the proxy handed the failover to the client: {reasons}"
     # The old primary rejoins as a replica and catches up: the whole group in sync again.
     rows = lambda: group_listing(cluster, etcd.url)  # noqa: E731
     wait("every member in sync", lambda: sum(bool(r["in_sync"]) for r in rows()) == len(MEMBERS))

@@ -95,6 +95,22 @@ def test_a_replicated_primarys_entries_start_at_versions_of_its_term(index: Inde
     assert next_version((1 << 32) - 1) == 0  # u32 versions wrap
 
 
+def test_a_changed_entry_gets_a_version_of_the_term_that_changed_it(index: Index) -> None:
+    """An entry an earlier term delivered (it came through the replication stream) and that both
+    that term's deposed primary and its successor deliver again: the two new handles differ. Before,
+    both bumped it to the same next version, so a handle of the old term matched the new delivery."""
+    term_5, term_6 = PopState(index, term=5), PopState(index, term=6)
+    inherited = term_5.first_version + 2  # delivered three times in term 5
+    by_old, by_new = term_5.next_version(inherited), term_6.next_version(inherited)
+    assert by_old != by_new
+    assert by_new == term_6.first_version
+    assert term_6.next_version(by_new) == by_new + 1  # within its own term: one more, as before
+    assert term_6.next_version(term_6.waiting_version) == term_6.first_version
+    assert PopState(index).next_version(41) == 42  # outside a replicated group: as before
+    last_of_term = first_version(7) - 1  # a term's versions used up: start over in it, never enter the next
+    assert term_6.next_version(last_of_term) == term_6.first_version
+
+
 def test_cursors_kept_in_memory_follow_every_change(index: Index) -> None:
     """`cursors` answers from memory what it read or a batch set, and agrees with RocksDB (a fresh
     state on the same data) after sets, resets, a removed lite topic's cursor, a dropped group, and

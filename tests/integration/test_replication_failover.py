@@ -18,7 +18,8 @@ from typing import Any
 import aetcd
 import pytest
 
-from broker.client.api import OutgoingMessage, TopicSpec
+from broker.client import receipt
+from broker.client.api import ConsumeFrom, GroupSpec, OutgoingMessage, PopRequest, StoredMessage, TopicSpec
 from broker.client.remote import RemoteBroker
 from common.errors import SluiceError
 from tests.helpers.broker_fixtures import ServerProcess, start_broker_process
@@ -138,9 +139,11 @@ def test_failover_keeps_every_acknowledged_message(etcd: EtcdProcess, tmp_path: 
             proc.stop()
 
 
-def _start_group(tmp_path: Path, etcd: EtcdProcess, procs: dict[str, ServerProcess]) -> None:
+def _start_group(tmp_path: Path, etcd: EtcdProcess, procs: dict[str, ServerProcess], **replication: Any) -> None:
+    settings = _settings(etcd)
+    settings["replication"].update(replication)
     for name in ("b1", "b2", "b3"):
-        procs[name] = start_broker_process(tmp_path, name=name, settings=_settings(etcd))
+        procs[name] = start_broker_process(tmp_path, name=name, settings=settings)
 
 
 async def _in_sync(etcd: EtcdProcess, n: int) -> bool:
@@ -266,3 +269,146 @@ async def _absent(names: Any, name: str) -> bool:
 
 async def _present(names: Any, name: str) -> bool:
     return name in await names()
+
+
+def test_a_receive_waiting_on_a_paused_primary_is_not_answered_after_its_term(
+    etcd: EtcdProcess, tmp_path: Path
+) -> None:
+    """A long-polling receive is waiting on the primary when it is paused; a successor is elected
+    and redelivers the in-flight message. The old primary, awake again, must not answer that
+    receive (its term is over): before, it delivered the same stored copy a second time, under the
+    same handle version as the successor's delivery, and closing its store under the still-running
+    pop logged rocksdict.DbClosedError."""
+    procs: dict[str, ServerProcess] = {}
+    group = "readers"
+
+    async def body() -> None:
+        await asyncio.to_thread(_start_group, tmp_path, etcd, procs)
+        leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
+        await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
+        old = RemoteBroker(GROUP, leader["address"], timeout_s=3)
+        await old.create_topic(TopicSpec(TOPIC, queue_count=1))
+        await old.create_group(GroupSpec(group, consume_from=ConsumeFrom.EARLIEST))
+        await asyncio.sleep(1.0)  # a group change reaches the replicas within 0.5 s (not waited for)
+        await _send(old, "m")
+        popped = await old.pop(PopRequest(group, TOPIC, invisible_ms=30_000))
+        assert len(popped) == 1
+        # Visible again in 2 s; waiting for the replicas' STATE_ACK, so every member holds the entry.
+        await old.change_invisible_duration(group, TOPIC, popped[0].receipt_handle, 2_000)
+        waiting = asyncio.create_task(old.pop(PopRequest(group, TOPIC, invisible_ms=30_000, long_poll_ms=20_000)))
+        await asyncio.sleep(0.2)
+        paused = procs[leader["name"]]
+        paused.child.signal(signal.SIGSTOP)
+        try:
+
+            async def new_leader() -> dict[str, Any] | None:
+                got = await _etcd_json(etcd, "leader")
+                return got if got is not None and got["name"] != leader["name"] else None
+
+            successor = await _wait_for("a new leader while the old one is paused", new_leader)
+            fresh = RemoteBroker(GROUP, successor["address"], timeout_s=3)
+
+            async def redelivered() -> list[StoredMessage]:
+                try:
+                    return await fresh.pop(PopRequest(group, TOPIC, invisible_ms=30_000, long_poll_ms=1_000))
+                except SluiceError:
+                    return []
+
+            again = await _wait_for("the successor's redelivery", redelivered)
+        finally:
+            paused.child.signal(signal.SIGCONT)
+        try:
+            late = await asyncio.wait_for(waiting, 30)
+        except SluiceError as exc:
+            assert "fenced primary" in exc.message, exc.message
+            late = []
+        new_version = receipt.decode(again[0].receipt_handle).version
+        assert [receipt.decode(m.receipt_handle).version for m in late if m.message_id == again[0].message_id] == [], (
+            f"the deposed primary delivered {late} after its successor delivered version {new_version}"
+        )
+        await _wait_for("the old primary back in sync as a replica", lambda: _in_sync(etcd, 3))
+        await old.close()
+        await fresh.close()
+        for noise in ("Traceback", "DbClosedError", "Task was destroyed"):
+            assert noise not in paused.output(), f"{noise} in {leader['name']}'s log:\n{paused.output()[-4000:]}"
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    finally:
+        for proc in procs.values():
+            proc.stop()
+
+
+def test_writes_pass_as_soon_as_the_other_replica_holds_them_when_one_stops_answering(
+    etcd: EtcdProcess, tmp_path: Path
+) -> None:
+    """Three members, min_insync 2, one replica paused (SIGSTOP: its connection stays open, it
+    just stops acknowledging). The primary and the other replica hold every write, so writes go
+    through within their call's deadline: the paused replica leaves the in-sync set (in etcd first,
+    so it cannot be elected) after `stall_ms`, not after `max_lag_ms` (20 s here; before, every
+    send timed out meanwhile). Resumed, it catches up and is in sync again."""
+    procs: dict[str, ServerProcess] = {}
+
+    async def body() -> None:
+        await asyncio.to_thread(_start_group, tmp_path, etcd, procs, max_lag_ms=20_000)
+        leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
+        await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
+        remote = RemoteBroker(GROUP, leader["address"], timeout_s=5)
+        await remote.create_topic(TopicSpec(TOPIC, queue_count=3))
+        await _send(remote, "before")
+        paused = next(n for n in sorted(procs) if n != leader["name"])
+        procs[paused].child.signal(signal.SIGSTOP)
+        try:
+            for i in range(5):
+                await _send(remote, f"during-{i}")  # each within its 5-s deadline, or it raises
+            insync = await _etcd_json(etcd, "insync")
+            assert insync is not None and paused not in insync["members"], insync
+            assert len(insync["members"]) == 2
+        finally:
+            procs[paused].child.signal(signal.SIGCONT)
+        await _wait_for("the paused replica in sync again", lambda: _in_sync(etcd, 3))
+        after = await _etcd_json(etcd, "leader")
+        assert after is not None and after["name"] == leader["name"], "a replica's pause costs the primary nothing"
+        await remote.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    finally:
+        for proc in procs.values():
+            proc.stop()
+
+
+def test_the_primary_keeps_its_term_through_an_etcd_pause_past_its_deadline(etcd: EtcdProcess, tmp_path: Path) -> None:
+    """etcd paused longer than the primary's term deadline (TTL - margin after its last refresh:
+    at most 1.6 s here) but shorter than the lease (at least 2 s after the last refresh etcd saw).
+    Nobody can be elected meanwhile; the primary refuses while it cannot prove its term, and the
+    first refresh etcd answers afterwards proves the lease (so the leader key) alive: it serves on
+    in the same epoch. Before, the deadline ended its term and the group failed over."""
+    procs: dict[str, ServerProcess] = {}
+
+    async def body() -> None:
+        await asyncio.to_thread(_start_group, tmp_path, etcd, procs, lease_ttl_s=3, fence_margin_s=1.4)
+        leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
+        await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
+        remote = RemoteBroker(GROUP, leader["address"], timeout_s=3)
+        await remote.create_topic(TopicSpec(TOPIC, queue_count=3))
+        await _send(remote, "before")
+        for _ in range(3):  # the old code noticed a passed deadline only between its etcd reads: often, not always
+            etcd.child.signal(signal.SIGSTOP)
+            try:
+                await asyncio.sleep(1.8)
+            finally:
+                etcd.child.signal(signal.SIGCONT)
+            await _wait_for("sends after the pause", lambda: _try_send(remote))
+        after = await _etcd_json(etcd, "leader")
+        assert after is not None and (after["name"], after["epoch"]) == (leader["name"], leader["epoch"]), (
+            f"the group failed over for an etcd pause shorter than the lease: {leader} -> {after}"
+        )
+        assert "term over" not in procs[leader["name"]].output()
+        await remote.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+    finally:
+        for proc in procs.values():
+            proc.stop()

@@ -11,11 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import socket
+import struct
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from broker.metadata import CF_TOPICS, METADATA_CFS
 from broker.replication import protocol
@@ -305,3 +310,62 @@ def test_metadata_larger_than_a_frame_reaches_the_replica(etcd: EtcdProcess, tmp
             replica_store.close()
 
     asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+
+
+def test_a_replica_lost_mid_piece_and_a_closing_server_leave_nothing_behind(etcd: EtcdProcess, tmp_path: Path) -> None:
+    """A replica that resets its connection while the primary reads the next piece for it (uvloop
+    then raises RuntimeError for the write to the closed transport) just ends that connection: no
+    "Unhandled exception in client_connected_cb". A server closed while a connection waits for new
+    data leaves no waiter task pending ("Task was destroyed but it is pending!" at exit)."""
+    cfg = ReplicationConfig(group="g-lost", etcd=[etcd.url], min_insync=1)
+    hello = {"group": "g-lost", "name": "x", "epoch": 0, "log_end": 0}
+
+    async def connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.writelines(protocol.control(protocol.FrameType.HELLO, hello))
+        kind, _ = await protocol.read_frame(reader, 0)
+        assert kind is protocol.FrameType.START
+        return reader, writer
+
+    async def body() -> None:
+        errors: list[dict[str, object]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: errors.append(context))
+        async with _primary(etcd, "g-lost", tmp_path / "p", cfg) as primary:
+            await primary.store.append(_records(20, "a"))
+            reading, read = threading.Event(), primary.store.segments.read
+
+            def slow_read(position: int, size: int) -> bytes:
+                reading.set()
+                time.sleep(0.3)  # the replica resets meanwhile
+                return read(position, size)
+
+            primary.store.segments.read = slow_read  # type: ignore[method-assign,assignment]
+            port = int(primary.leader.repl_address.rsplit(":", 1)[1])
+            _, writer = await connect(port)
+            assert await asyncio.to_thread(reading.wait, 10)
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
+            writer.transport.abort()
+            for _ in range(100):
+                if not primary.server._connections:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.1)
+            assert not errors, errors
+            # A connection caught up and waiting for data when the server closes.
+            primary.store.segments.read = read  # type: ignore[method-assign]
+            _, writer = await connect(port)
+            await asyncio.sleep(0.3)
+            await primary.server.close()
+            await asyncio.sleep(0.05)  # a cancelled task is done once it ran again
+            waiting = [t for t in asyncio.all_tasks() if _waits_on(t, primary.server._data)]
+            assert not waiting, waiting
+            writer.close()
+        assert not errors, errors
+
+    uvloop.run(asyncio.wait_for(body(), TIMEOUT_S))
+
+
+def _waits_on(task: asyncio.Task[object], event: asyncio.Event) -> bool:
+    frame = getattr(task.get_coro(), "cr_frame", None)
+    return frame is not None and frame.f_locals.get("self") is event
