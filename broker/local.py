@@ -40,6 +40,7 @@ from broker.client.api import (
     OutgoingMessage,
     PopRequest,
     PullResult,
+    QueueRows,
     QueueStatus,
     SendResult,
     StoredMessage,
@@ -440,7 +441,7 @@ class LocalBroker:
         local_bytes = 0
         for q in priority.pop_queues(spec) if is_priority(spec) else range(spec.queue_count):
             low, high = self.store.queue_bounds(name, q)
-            queues.append(QueueStatus(q, self._floor(name, q, low), high))
+            queues.append(QueueStatus(q, self._floor(name, q, low), high, self.store.acked_end(name, q)))
             local_bytes += self.store.queue_bytes_estimate(name, q)
         return TopicStatus(spec, tuple(queues), half_messages=self.transactions.backlog(name),
                            pending_timers=self.timers.pending_count(name), local_bytes=local_bytes,
@@ -635,6 +636,17 @@ class LocalBroker:
         spec = self.metadata.topic(topic)
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
         return await self._reader().query_offset(topic, queue_id, policy, timestamp_ms)
+
+    async def read_rows(
+        self, topic: str, queue_id: int, offset: int, end_offset: int, max_messages: int, max_bytes: int
+    ) -> QueueRows:
+        spec = self.metadata.topic(topic)
+        validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
+        if offset < 0 or end_offset < offset:
+            raise BadRequest(f"read of {topic} queue {queue_id}: bad offset range [{offset}, {end_offset})")
+        if max_messages <= 0 or max_bytes <= 0:
+            raise BadRequest(f"read of {topic} queue {queue_id}: max messages and max bytes must be positive")
+        return await self._reader().read_rows(topic, queue_id, offset, end_offset, max_messages, max_bytes)
 
     async def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> OffsetReset:
         info = self.metadata.group(group)
