@@ -1,4 +1,5 @@
-"""The `sluice` Spark data source (Spark 4's Python data source API) over the tiered archive.
+"""The `sluice` Spark data source (Spark 4's Python data source API): batch reads of the tiered
+archive, and streaming reads from the brokers (`spark.readStream.format("sluice")`, stream/).
 
     from spark_jobs.source import register
     register(spark)
@@ -27,6 +28,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -42,6 +44,8 @@ from spark_jobs.options import ScanOptions
 from spark_jobs.planner import ScanTask, plan_scan
 from spark_jobs.scan import read_task, shared_store
 from spark_jobs.schema import SPARK_DDL
+from spark_jobs.stream.options import StreamOptions
+from spark_jobs.stream.reader import SluiceStreamReader
 
 NAME = "sluice"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -63,6 +67,9 @@ class SluiceDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return SluiceReader(ScanOptions.parse(dict(self.options)))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return SluiceStreamReader(StreamOptions.parse(dict(self.options)))
 
 
 class _TaskPartition(InputPartition):

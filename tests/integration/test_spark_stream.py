@@ -1,0 +1,178 @@
+"""`spark.readStream.format("sluice")` against a real `sluice up` (NameServer, broker, proxy) in a real
+local Spark: messages sent with `sluice admin message send` come out of a checkpointed
+`Trigger.AvailableNow` query exactly once, a restarted query reads only what was sent since, the
+rows equal the ones the broker tiers to its archive (and still do when the broker reads them back
+from it after evicting its local copy), and bad options fail before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_jobs.schema import ARROW_SCHEMA, SEGMENT_COLUMNS
+from tests.e2e.support.cluster import SLUICE, Cluster, _child_env, start_merged
+from tests.helpers.procs import REPO_ROOT
+
+pytest_plugins = ["tests.helpers.s3", "tests.helpers.spark"]
+pytestmark = pytest.mark.slow
+
+TOPIC = "stream-orders"
+BUCKET = "tier"
+QUEUES = 4
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("stream-cluster")
+    tier = f"file://{root / 'objects'}"
+    c = start_merged(root, extra_args=["--s3-endpoint", tier, "--s3-bucket", BUCKET])
+    try:
+        c.create_topic(TOPIC, queues=QUEUES)
+        yield c
+    finally:
+        problems = c.stop()
+        assert not problems, problems
+
+
+def send(cluster: Cluster, topic: str, bodies: list[str], *extra: str) -> list[str]:
+    """Send one message per body with `sluice admin message send`; their message ids."""
+    argv = [*SLUICE, "admin", "--namesrv", cluster.namesrv, "message", "send", topic, *extra, "--json"]
+    proc = subprocess.run(argv, input="\n".join(bodies) + "\n", cwd=REPO_ROOT, env=_child_env(),
+                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    sent = json.loads(proc.stdout)
+    assert len(sent) == len(bodies), sent
+    return [row["message_id"] for row in sent]
+
+
+def stream(spark: SparkSession, cluster: Cluster, **options: str) -> DataFrame:
+    return spark.readStream.format("sluice").option("namesrv", cluster.namesrv).options(**options).load()
+
+
+def run_available_now(df: DataFrame, out: Path, checkpoint: Path) -> Any:
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert not query.isActive, "the AvailableNow query did not finish"
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def test_available_now_reads_every_message_once_and_a_restart_only_new_ones(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    first = send(cluster, TOPIC, [f"first-{i}" for i in range(60)], "--tag", "a", "--key", "k1")
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    df = stream(spark, cluster, topics=TOPIC, startingOffsets="earliest", maxRecordsPerTrigger="25")
+    query = run_available_now(df, out, checkpoint)
+    assert len(query.recentProgress) >= 3, "60 messages at 25 per trigger take at least three batches"
+
+    rows = spark.read.parquet(str(out))
+    assert rows.columns == ARROW_SCHEMA.names
+    got = rows.select("message_id", "queue_id", "queue_offset", "body", "tag", "keys", "broker", "object_key").collect()
+    assert sorted(r["message_id"] for r in got) == sorted(first)
+    assert {bytes(r["body"]).decode() for r in got} == {f"first-{i}" for i in range(60)}
+    assert {(r["tag"], tuple(r["keys"]), r["broker"], r["object_key"]) for r in got} == {
+        ("a", ("k1",), "broker-a", None)
+    }
+    per_queue: dict[int, list[int]] = {}
+    for r in got:
+        per_queue.setdefault(r["queue_id"], []).append(r["queue_offset"])
+    assert all(sorted(v) == list(range(len(v))) for v in per_queue.values()), per_queue
+
+    # The same checkpoint after more sends: only the new messages are read, and none twice.
+    second = send(cluster, TOPIC, [f"second-{i}" for i in range(40)])
+    run_available_now(stream(spark, cluster, topics=TOPIC, startingOffsets="earliest"), out, checkpoint)
+    ids = [r["message_id"] for r in spark.read.parquet(str(out)).select("message_id").collect()]
+    assert sorted(ids) == sorted(first + second)
+
+    # A new query starting at the latest offsets reads nothing of what is there.
+    fresh = tmp_path / "fresh"
+    run_available_now(stream(spark, cluster, topics=TOPIC), fresh, tmp_path / "checkpoint-fresh")
+    assert not list(fresh.glob("*.parquet")) or spark.read.parquet(str(fresh)).count() == 0
+
+
+def tiered_rows(root: Path, topic: str) -> dict[str, dict[str, Any]]:
+    """Every row of the topic's tiered segments in the file:// archive, by message id."""
+    rows: dict[str, dict[str, Any]] = {}
+    for path in sorted(root.rglob("*.parquet")):
+        if f"/{topic}/" not in path.as_posix():
+            continue
+        for row in pq.read_table(path).to_pylist():
+            rows[row["message_id"]] = row
+    return rows
+
+
+def test_stream_rows_equal_the_tiered_rows_also_when_read_back_from_the_archive(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = cluster.create_topic("stream-tiered", queues=2)
+    ids = send(cluster, topic, [f"t-{i}" for i in range(30)], "--key", "k", "--property", "p=v")
+    cluster.admin("tier", "upload-now", topic)
+    archived = tiered_rows(cluster.root / "objects", topic)
+    assert sorted(archived) == sorted(ids)
+
+    def read_all(name: str) -> dict[str, dict[str, Any]]:
+        out = tmp_path / name
+        run_available_now(
+            stream(spark, cluster, topics=topic, startingOffsets="earliest"), out, tmp_path / f"{name}-ck"
+        )
+        return {r["message_id"]: r for r in pq.read_table(out).to_pylist()}
+
+    hot = read_all("hot")
+    evicted = cluster.admin("tier", "evict-local", topic)  # the broker now answers these offsets from the archive
+    assert sum(r["messages"] for r in evicted) == 30, evicted
+    cold = read_all("cold")
+    for mid, row in archived.items():
+        assert comparable(hot[mid]) == comparable(row)
+        assert comparable(cold[mid]) == comparable(row)
+
+
+def comparable(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's message columns, maps as dicts and times as epoch ms (Spark's Parquet output keeps no zone)."""
+    out = {}
+    for name, _ in SEGMENT_COLUMNS:
+        value = row[name]
+        if isinstance(value, datetime):
+            value = int(value.replace(tzinfo=value.tzinfo or UTC).timestamp() * 1000)
+        elif name.endswith("properties"):
+            value = dict(value)
+        out[name] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"topics": TOPIC}, "option namesrv is required"),
+        ({"namesrv": "127.0.0.1:1"}, "option topics (or topicPattern) is required"),
+        ({"namesrv": "127.0.0.1:1", "topics": TOPIC, "startingOffsets": "soon"}, "option startingOffsets"),
+        ({"namesrv": "127.0.0.1:1", "topics": TOPIC, "maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger"),
+        ({"namesrv": "127.0.0.1:1", "topics": TOPIC, "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+    ],
+)
+def test_bad_options_fail_when_the_query_starts(
+    spark: SparkSession, tmp_path: Path, options: dict[str, str], message: str
+) -> None:
+    df = spark.readStream.format("sluice").options(**options).load()
+    with pytest.raises(Exception, match=message.replace("(", r"\(").replace(")", r"\)")):
+        query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path)).start()
+        try:
+            query.awaitTermination(60)
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+        finally:
+            query.stop()
