@@ -1,4 +1,5 @@
-"""What the cluster holds now, asked on the driver: every queue of the wanted topics on every broker.
+"""The driver's calls to the cluster: every queue of the wanted topics on every broker now, and
+the `group` option's offset commits.
 
 The NameServers name the brokers of each topic (`get_route`); each broker's `topic_status` gives
 its queues' oldest readable offset, newest offset and acknowledged end (`acked_offset`: what can
@@ -61,6 +62,26 @@ async def _discover(opts: StreamOptions) -> dict[QueueKey, QueueRange]:
                 await remote.close()
         with contextlib.suppress(Exception):
             await ns.close()
+
+
+async def _commit_group(opts: StreamOptions, group: str, offsets: dict[QueueKey, tuple[str, int]]) -> None:
+    brokers: dict[str, RemoteBroker] = {}
+    try:
+        for key, (address, offset) in sorted(offsets.items()):
+            remote = brokers.get(address)
+            if remote is None:
+                remote = brokers[address] = RemoteBroker(key.broker, address, timeout_s=opts.timeout_s)
+            await remote.reset_offset(group, key.topic, key.queue_id, offset)
+    finally:
+        for remote in brokers.values():
+            with contextlib.suppress(Exception):
+                await remote.close()
+
+
+def commit_group(opts: StreamOptions, group: str, offsets: dict[QueueKey, tuple[str, int]]) -> None:
+    """Make `offsets` (queue -> (broker address, offset)) the consumer offsets of `group` (blocking)."""
+    if offsets:
+        asyncio.run(_commit_group(opts, group, offsets))
 
 
 def discover(opts: StreamOptions) -> dict[QueueKey, QueueRange]:

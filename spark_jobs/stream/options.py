@@ -7,6 +7,7 @@
 | `startingOffsets` | `latest` (default), `earliest`, or JSON (docs/spark.md; queues not named: earliest) |
 | `maxRecordsPerTrigger` | the most messages one micro-batch reads, spread over the queues by backlog |
 | `failOnDataLoss` | `true` (default): fail when unread messages were removed; `false`: log and skip them |
+| `group` | a consumer group (created beforehand) whose offsets follow the query's commits: its lag is the query's |
 | `readRows`, `readBytes` | rows and bytes of one bulk read from a broker (default 4096, 8 MiB) |
 | `timeoutS` | deadline of each call to a NameServer or broker (default 30) |
 """
@@ -35,6 +36,7 @@ class StreamOptions:
     starting: str | Positions = "latest"  # "latest", "earliest" or explicit positions
     max_records_per_trigger: int | None = None
     fail_on_data_loss: bool = True
+    group: str = ""  # commit progress as this consumer group's offsets ("" = none)
     read_rows: int = DEFAULT_READ_ROWS
     read_bytes: int = DEFAULT_READ_BYTES
     timeout_s: float = DEFAULT_TIMEOUT_S
@@ -71,6 +73,7 @@ class StreamOptions:
             starting=_starting(opts.get("startingoffsets", "latest")),
             max_records_per_trigger=_positive(max_records, "maxRecordsPerTrigger") if max_records else None,
             fail_on_data_loss=_boolean(opts.get("failondataloss", "true"), "failOnDataLoss"),
+            group=opts.get("group", ""),
             read_rows=_positive(opts.get("readrows", str(DEFAULT_READ_ROWS)), "readRows"),
             read_bytes=_positive(opts.get("readbytes", str(DEFAULT_READ_BYTES)), "readBytes"),
             timeout_s=_seconds(opts.get("timeouts", str(DEFAULT_TIMEOUT_S)), "timeoutS"),

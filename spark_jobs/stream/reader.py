@@ -8,6 +8,11 @@
   backlog; under `Trigger.AvailableNow` never past the ends taken when the query started.
 - `partitions(start, end)`: one partition per queue with messages in `[start, end)`. A replayed
   batch reads exactly its logged range: the offsets are dense per queue and never reused.
+- `commit(end)` and `latestOffset(start)`: with the `group` option, the end of each batch Spark
+  committed becomes that consumer group's offsets (`reset_offset`), so `sluice admin group
+  describe`, the console and the lag metric show how far behind the query is. Best effort, after
+  Spark's own commit (Spark never calls `commit` for an AvailableNow run's last batch, but asks
+  `latestOffset` once more from its end): the checkpoint stays the truth.
 """
 
 from __future__ import annotations
@@ -20,9 +25,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from common.errors import PreconditionFailed, Unavailable
+from common.errors import PreconditionFailed, SluiceError, Unavailable
 from common.logs import kv
-from spark_jobs.stream.discovery import QueueRange, discover
+from spark_jobs.stream.discovery import QueueRange, commit_group, discover
 from spark_jobs.stream.hot import QueuePartition, read_partition
 from spark_jobs.stream.offsets import EARLIEST, LATEST, Positions, QueueKey, from_json, to_json
 from spark_jobs.stream.options import StreamOptions
@@ -35,6 +40,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self._ranges: dict[QueueKey, QueueRange] = {}
         self._target: Positions | None = None  # Trigger.AvailableNow: the ends when the query started
+        self._committed: Positions = {}  # what commit() last gave the group
 
     def _discover(self) -> dict[QueueKey, QueueRange]:
         self._ranges = discover(self.opts)
@@ -77,6 +83,7 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends[key] = end
         if isinstance(limit, ReadMaxRows):
             ends = cap(begin, ends, limit.max_rows)
+        self._commit_group(begin)  # the end of the batch Spark committed last (commit() misses the final one)
         return to_json(ends)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
@@ -101,6 +108,24 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, QueuePartition):
             yield from read_partition(partition, self.opts)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._commit_group(from_json(end))
+
+    def _commit_group(self, positions: Positions) -> None:
+        """With `group`: make positions Spark committed that group's offsets (best effort)."""
+        if not self.opts.group:
+            return
+        changed = {key: at for key, at in positions.items() if self._committed.get(key) != at}
+        addresses = {key: r.address for key, r in self._ranges.items()}
+        wanted = {k: (addresses[k], at) for k, at in changed.items() if k in addresses}
+        try:
+            commit_group(self.opts, self.opts.group, wanted)
+        except SluiceError as exc:  # lag shown late is better than a failed query
+            log.warning("could not commit the query's offsets to its group",
+                        extra=kv(group=self.opts.group, error=str(exc)))  # fmt: skip
+            return
+        self._committed.update({k: at for k, (_, at) in wanted.items()})
 
 
 def cap(begin: Positions, ends: Positions, budget: int) -> Positions:

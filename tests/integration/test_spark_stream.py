@@ -53,6 +53,11 @@ def send(cluster: Cluster, topic: str, bodies: list[str], *extra: str) -> list[s
     return [row["message_id"] for row in sent]
 
 
+def group_lag(cluster: Cluster, group: str) -> dict[int, int]:
+    rows = cluster.admin("group", "describe", group)["queues"]
+    return {r["queue"]: r["lag"] for r in rows if r["topic"] == TOPIC}
+
+
 def stream(spark: SparkSession, cluster: Cluster, **options: str) -> DataFrame:
     return spark.readStream.format("sluice").option("namesrv", cluster.namesrv).options(**options).load()
 
@@ -93,11 +98,17 @@ def test_available_now_reads_every_message_once_and_a_restart_only_new_ones(
         per_queue.setdefault(r["queue_id"], []).append(r["queue_offset"])
     assert all(sorted(v) == list(range(len(v))) for v in per_queue.values()), per_queue
 
-    # The same checkpoint after more sends: only the new messages are read, and none twice.
+    # The same checkpoint after more sends: only the new messages are read, and none twice. With
+    # `group`, the query's progress becomes that group's offsets: its lag is the query's.
     second = send(cluster, TOPIC, [f"second-{i}" for i in range(40)])
-    run_available_now(stream(spark, cluster, topics=TOPIC, startingOffsets="earliest"), out, checkpoint)
+    cluster.create_group("spark-lag")
+    df = stream(spark, cluster, topics=TOPIC, startingOffsets="earliest", group="spark-lag")
+    run_available_now(df, out, checkpoint)
     ids = [r["message_id"] for r in spark.read.parquet(str(out)).select("message_id").collect()]
     assert sorted(ids) == sorted(first + second)
+    assert group_lag(cluster, "spark-lag") == {q: 0 for q in range(QUEUES)}
+    send(cluster, TOPIC, [f"unread-{i}" for i in range(8)])
+    assert sum(group_lag(cluster, "spark-lag").values()) == 8
 
     # A new query starting at the latest offsets reads nothing of what is there.
     fresh = tmp_path / "fresh"
