@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from broker.client.api import BrokerApi
 from broker.client.remote import RemoteBroker
 from common.errors import OffsetNotFound, PreconditionFailed
 from common.logs import kv
@@ -47,7 +48,7 @@ def read_partition(part: QueuePartition, opts: StreamOptions) -> Iterator[pa.Rec
     try:
         broker = loop.run_until_complete(_connect(part, opts))
         try:
-            yield from _read(loop, broker, part, opts)
+            yield from read_range(loop, broker, part, opts)
         finally:
             loop.run_until_complete(broker.close())
     finally:
@@ -58,9 +59,10 @@ async def _connect(part: QueuePartition, opts: StreamOptions) -> RemoteBroker:
     return RemoteBroker(part.key.broker, part.address, timeout_s=opts.timeout_s)  # the channel joins this loop
 
 
-def _read(
-    loop: asyncio.AbstractEventLoop, broker: RemoteBroker, part: QueuePartition, opts: StreamOptions
+def read_range(
+    loop: asyncio.AbstractEventLoop, broker: BrokerApi, part: QueuePartition, opts: StreamOptions
 ) -> Iterator[pa.RecordBatch]:
+    """The partition's rows from `broker` (any `BrokerApi` running on `loop`), one bulk call at a time."""
     key, offset = part.key, part.start
     while offset < part.end:
         got = loop.run_until_complete(

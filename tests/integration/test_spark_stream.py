@@ -187,3 +187,17 @@ def test_bad_options_fail_when_the_query_starts(
                 raise RuntimeError(str(query.exception()))
         finally:
             query.stop()
+
+
+def test_a_position_past_the_queue_end_fails_the_query(spark: SparkSession, cluster: Cluster, tmp_path: Path) -> None:
+    """As after a topic was deleted and recreated: never a silent re-read or an empty stream."""
+    topic = cluster.create_topic("stream-recreated", queues=1)
+    send(cluster, topic, ["only"])
+    start = json.dumps({topic: {"broker-a": {"0": 5}}})
+    df = stream(spark, cluster, topics=topic, startingOffsets=start)
+    query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path)).start()
+    try:
+        with pytest.raises(Exception, match=r"stream-recreated queue 0 on broker broker-a ends at offset 1, before"):
+            query.awaitTermination(60)
+    finally:
+        query.stop()
