@@ -58,6 +58,7 @@ from broker.client.api import (
 from broker.clients import ClientTable
 from broker.config import BrokerConfig
 from broker.consumer import PopEngine
+from broker.dedup import Deduplicator
 from broker.filter import FilterKind, MessageFilter, compile_filter
 from broker.lite.keys import LITE_CFS
 from broker.lite.service import LiteService, check_lite_spec, is_lite
@@ -144,6 +145,7 @@ class LocalBroker:
         self.on_topics_changed: Callable[[], Awaitable[object]] | None = None
         self._store: MessageStore | None = None
         self._parts: _Parts | None = None
+        self._dedup: Deduplicator | None = None  # sends flagged `dedup` (broker/dedup.py)
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         self._filters: dict[tuple[int, str], MessageFilter] = {}
@@ -216,6 +218,7 @@ class LocalBroker:
 
         store.add_dispatch_listener(dispatched)
         producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)
+        self._dedup = Deduplicator(store, cfg.dedup_window_s)
         reader = Reader(store, self.hub, tiering, trace, cfg.pop)
         self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers, producer, reader,
                              lite)  # fmt: skip
@@ -506,7 +509,11 @@ class LocalBroker:
         self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
     ) -> list[SendResult]:
         spec = await self.ensure_topic(topic, messages[0].message_type if messages else None)
-        results = await self._running().producer.send(spec, queue_id, messages, ctx)
+        producer, dedup = self._running().producer, self._dedup
+        if dedup is not None and any(m.dedup for m in messages):
+            results = await dedup.send(topic, messages, lambda fresh: producer.send(spec, queue_id, fresh, ctx))
+        else:
+            results = await producer.send(spec, queue_id, messages, ctx)
         if self.store.state_gate is not None and (
             is_lite(spec) or any(m.message_type in _INDEXED_TYPES for m in messages)
         ):

@@ -166,6 +166,10 @@ class OutgoingMessage:
     born_host: str = ""
     delivery_timestamp_ms: int = 0  # timer messages
     body_gzip: bool = False  # the producer compressed the body (kept as sent)
+    # Stored at most once: a send of an id this broker stored in the topic within its
+    # `dedup_window_s` answers where that copy is instead of storing another (the Spark sink's
+    # replayed batches; broker/dedup.py). Only through the internal service, never from a client.
+    dedup: bool = False
 
 
 class SendResult(NamedTuple):

@@ -286,6 +286,7 @@ def outgoing_to_pb(m: OutgoingMessage) -> pb.OutgoingMessage:
         born_host=m.born_host,
         delivery_timestamp_ms=m.delivery_timestamp_ms,
         body_gzip=m.body_gzip,
+        dedup=m.dedup,
     )
     if m.properties:
         msg.properties.update(m.properties)
@@ -308,6 +309,7 @@ def outgoing_from_pb(msg: pb.OutgoingMessage) -> OutgoingMessage:
         born_host=msg.born_host,
         delivery_timestamp_ms=msg.delivery_timestamp_ms,
         body_gzip=msg.body_gzip,
+        dedup=msg.dedup,
     )
 
 

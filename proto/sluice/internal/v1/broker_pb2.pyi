@@ -158,7 +158,7 @@ class GroupStatus(_message.Message):
     def __init__(self, info: _Optional[_Union[GroupInfo, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[GroupQueueStatus, _Mapping]]] = ...) -> None: ...
 
 class OutgoingMessage(_message.Message):
-    __slots__ = ("body", "message_id", "message_type", "tag", "keys", "message_group", "properties", "system_properties", "born_timestamp_ms", "born_host", "delivery_timestamp_ms", "body_gzip")
+    __slots__ = ("body", "message_id", "message_type", "tag", "keys", "message_group", "properties", "system_properties", "born_timestamp_ms", "born_host", "delivery_timestamp_ms", "body_gzip", "dedup")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +185,7 @@ class OutgoingMessage(_message.Message):
     BORN_HOST_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     BODY_GZIP_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_FIELD_NUMBER: _ClassVar[int]
     body: bytes
     message_id: str
     message_type: int
@@ -197,7 +198,8 @@ class OutgoingMessage(_message.Message):
     born_host: str
     delivery_timestamp_ms: int
     body_gzip: bool
-    def __init__(self, body: _Optional[bytes] = ..., message_id: _Optional[str] = ..., message_type: _Optional[int] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., message_group: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., system_properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ..., born_host: _Optional[str] = ..., delivery_timestamp_ms: _Optional[int] = ..., body_gzip: _Optional[bool] = ...) -> None: ...
+    dedup: bool
+    def __init__(self, body: _Optional[bytes] = ..., message_id: _Optional[str] = ..., message_type: _Optional[int] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., message_group: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., system_properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ..., born_host: _Optional[str] = ..., delivery_timestamp_ms: _Optional[int] = ..., body_gzip: _Optional[bool] = ..., dedup: _Optional[bool] = ...) -> None: ...
 
 class SendResult(_message.Message):
     __slots__ = ("message_id", "queue_id", "queue_offset", "transaction_id", "recall_handle")
