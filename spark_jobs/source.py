@@ -1,5 +1,6 @@
 """The `sluice` Spark data source (Spark 4's Python data source API): batch reads of the tiered
-archive, and streaming reads from the brokers (`spark.readStream.format("sluice")`, stream/).
+archive, streaming reads from the brokers (`spark.readStream.format("sluice")`, stream/) and
+writes to them (`df.write` / `df.writeStream.format("sluice")`, stream/sink.py).
 
     from spark_jobs.source import register
     register(spark)
@@ -29,6 +30,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     EqualTo,
     Filter,
     GreaterThan,
@@ -46,6 +49,7 @@ from spark_jobs.scan import read_task, shared_store
 from spark_jobs.schema import SPARK_DDL
 from spark_jobs.stream.options import StreamOptions
 from spark_jobs.stream.reader import SluiceStreamReader
+from spark_jobs.stream.sink import SinkOptions, SluiceBatchWriter, SluiceStreamWriter
 
 NAME = "sluice"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -70,6 +74,12 @@ class SluiceDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return SluiceStreamReader(StreamOptions.parse(dict(self.options)))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return SluiceBatchWriter(SinkOptions.parse(dict(self.options), schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return SluiceStreamWriter(SinkOptions.parse(dict(self.options), schema))
 
 
 class _TaskPartition(InputPartition):
