@@ -19,6 +19,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.schema import ARROW_SCHEMA, SEGMENT_COLUMNS
+from spark_jobs.stream.discovery import discover
+from spark_jobs.stream.hot import QueuePartition, read_partition
+from spark_jobs.stream.options import StreamOptions
 from tests.e2e.support.cluster import SLUICE, Cluster, _child_env, start_merged
 from tests.helpers.procs import REPO_ROOT
 
@@ -165,14 +168,11 @@ def comparable(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize(
+@pytest.mark.parametrize(  # every option's checks: tests/unit/test_spark_stream_offsets.py
     ("options", "message"),
     [
         ({"topics": TOPIC}, "option namesrv is required"),
-        ({"namesrv": "127.0.0.1:1"}, "option topics (or topicPattern) is required"),
         ({"namesrv": "127.0.0.1:1", "topics": TOPIC, "startingOffsets": "soon"}, "option startingOffsets"),
-        ({"namesrv": "127.0.0.1:1", "topics": TOPIC, "maxRecordsPerTrigger": "0"}, "maxRecordsPerTrigger"),
-        ({"namesrv": "127.0.0.1:1", "topics": TOPIC, "failOnDataLoss": "maybe"}, "failOnDataLoss"),
     ],
 )
 def test_bad_options_fail_when_the_query_starts(
@@ -203,10 +203,14 @@ def test_a_position_past_the_queue_end_fails_the_query(spark: SparkSession, clus
         query.stop()
 
 
-def read_topic(spark: SparkSession, cluster: Cluster, topic: str, tmp_path: Path, name: str) -> list[dict[str, Any]]:
-    out = tmp_path / name
-    run_available_now(stream(spark, cluster, topics=topic, startingOffsets="earliest"), out, tmp_path / f"{name}-ck")
-    return pq.read_table(out).to_pylist() if list(out.glob("*.parquet")) else []
+def read_topic(cluster: Cluster, topic: str) -> list[dict[str, Any]]:
+    """Every message of a topic as the source's rows, read as its executors read (no Spark job)."""
+    opts = StreamOptions(namesrv=(cluster.namesrv,), topics=frozenset({topic}))
+    rows: list[dict[str, Any]] = []
+    for key, r in sorted(discover(opts).items()):
+        part = QueuePartition(key, r.cluster, r.address, r.min_offset, r.acked_offset)
+        rows += [row for batch in read_partition(part, opts) for row in batch.to_pylist()]
+    return rows
 
 
 def test_the_sink_writes_each_row_once_and_a_replayed_batch_adds_no_duplicate(
@@ -217,7 +221,7 @@ def test_the_sink_writes_each_row_once_and_a_replayed_batch_adds_no_duplicate(
     rows = [(f"w-{i}".encode(), [f"k{i}"], "t", {"n": str(i)}) for i in range(20)]
     df = spark.createDataFrame(rows, "body binary, keys array<string>, tag string, properties map<string,string>")
     df.write.format("sluice").option("namesrv", cluster.namesrv).option("topic", target).mode("append").save()
-    written = read_topic(spark, cluster, target, tmp_path, "batch")
+    written = read_topic(cluster, target)
     assert sorted((r["body"], r["keys"], r["tag"], dict(r["properties"])) for r in written) == sorted(
         (f"w-{i}".encode(), [f"k{i}"], "t", {"n": str(i)}) for i in range(20)
     )
@@ -238,7 +242,7 @@ def test_the_sink_writes_each_row_once_and_a_replayed_batch_adds_no_duplicate(
         assert not query.isActive and query.exception() is None, query.exception()
 
     pipe()
-    first = read_topic(spark, cluster, copy, tmp_path, "copy1")
+    first = read_topic(cluster, copy)
     assert sorted(bytes(r["body"]).decode() for r in first) == sorted(f"s-{i}" for i in range(30))
     assert {r["tag"] for r in first} == {"x"}
 
@@ -249,5 +253,5 @@ def test_the_sink_writes_each_row_once_and_a_replayed_batch_adds_no_duplicate(
     (checkpoint / "commits" / f".{commits[-1].name}.crc").unlink(missing_ok=True)  # Hadoop's checksum beside it
     pipe()
     assert len(list((checkpoint / "commits").glob("[0-9]*"))) == len(commits)  # the batch ran again
-    again = read_topic(spark, cluster, copy, tmp_path, "copy2")
+    again = read_topic(cluster, copy)
     assert sorted(r["message_id"] for r in again) == sorted(r["message_id"] for r in first)
