@@ -8,7 +8,6 @@ from it after evicting its local copy), and bad options fail before anything run
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,14 +15,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from spark_jobs.schema import ARROW_SCHEMA, SEGMENT_COLUMNS
-from spark_jobs.stream.discovery import discover
-from spark_jobs.stream.hot import QueuePartition, read_partition
-from spark_jobs.stream.options import StreamOptions
-from tests.e2e.support.cluster import SLUICE, Cluster, _child_env, start_merged
-from tests.helpers.procs import REPO_ROOT
+from tests.e2e.support.cluster import Cluster, start_merged
+from tests.helpers.spark_stream import read_topic, run_available_now, send, stream
 
 pytest_plugins = ["tests.helpers.s3", "tests.helpers.spark"]
 pytestmark = pytest.mark.slow
@@ -46,37 +42,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         assert not problems, problems
 
 
-def send(cluster: Cluster, topic: str, bodies: list[str], *extra: str) -> list[str]:
-    """Send one message per body with `sluice admin message send`; their message ids."""
-    argv = [*SLUICE, "admin", "--namesrv", cluster.namesrv, "message", "send", topic, *extra, "--json"]
-    proc = subprocess.run(argv, input="\n".join(bodies) + "\n", cwd=REPO_ROOT, env=_child_env(),
-                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
-    sent = json.loads(proc.stdout)
-    assert len(sent) == len(bodies), sent
-    return [row["message_id"] for row in sent]
-
-
 def group_lag(cluster: Cluster, group: str) -> dict[int, int]:
     rows = cluster.admin("group", "describe", group)["queues"]
     return {r["queue"]: r["lag"] for r in rows if r["topic"] == TOPIC}
-
-
-def stream(spark: SparkSession, cluster: Cluster, **options: str) -> DataFrame:
-    return spark.readStream.format("sluice").option("namesrv", cluster.namesrv).options(**options).load()
-
-
-def run_available_now(df: DataFrame, out: Path, checkpoint: Path) -> Any:
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    assert not query.isActive, "the AvailableNow query did not finish"
-    assert query.exception() is None, query.exception()
-    return query
 
 
 def test_available_now_reads_every_message_once_and_a_restart_only_new_ones(
@@ -201,16 +169,6 @@ def test_a_position_past_the_queue_end_fails_the_query(spark: SparkSession, clus
             query.awaitTermination(60)
     finally:
         query.stop()
-
-
-def read_topic(cluster: Cluster, topic: str) -> list[dict[str, Any]]:
-    """Every message of a topic as the source's rows, read as its executors read (no Spark job)."""
-    opts = StreamOptions(namesrv=(cluster.namesrv,), topics=frozenset({topic}))
-    rows: list[dict[str, Any]] = []
-    for key, r in sorted(discover(opts).items()):
-        part = QueuePartition(key, r.cluster, r.address, r.min_offset, r.acked_offset)
-        rows += [row for batch in read_partition(part, opts) for row in batch.to_pylist()]
-    return rows
 
 
 def test_the_sink_writes_each_row_once_and_a_replayed_batch_adds_no_duplicate(
