@@ -25,7 +25,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from common.errors import PreconditionFailed, SluiceError, Unavailable
+from common.errors import BadRequest, PreconditionFailed, SluiceError, Unavailable
 from common.logs import kv
 from spark_jobs.stream.discovery import QueueRange, commit_group, discover
 from spark_jobs.stream.hot import QueuePartition, read_partition
@@ -51,6 +51,8 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         ranges = self._discover()
         starting = self.opts.starting
+        if isinstance(starting, dict) and (unknown := sorted(set(starting) - set(ranges))):
+            raise BadRequest(f"option startingOffsets names {unknown[0]}, which the cluster does not have")
         positions: Positions = {}
         for key, r in ranges.items():
             wanted = EARLIEST if starting == "earliest" else LATEST if starting == "latest" else EARLIEST
