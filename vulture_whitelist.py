@@ -18,6 +18,8 @@ _.lite_subscription_quota, _.max_lite_topic_size
 
 # Framework hooks and protocols called by name.
 _.pushFilters  # Spark's DataSourceReader
+_.streamReader, _.streamWriter, _.initialOffset, _.getDefaultReadLimit, _.prepareForTriggerAvailableNow  # Spark
+_.latestOffset, _.reportLatestOffset  # Spark's DataSourceStreamReader
 _.seekable, _.readinto  # io.RawIOBase, read by pyarrow
 _.log_request  # http.server.BaseHTTPRequestHandler (tests/helpers/s3.py)
 _.required  # argparse subparsers (deploy/cli.py)

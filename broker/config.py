@@ -147,6 +147,9 @@ class BrokerConfig:
     # Broker groups (`[broker.replication]`, docs/replication.md): off unless `group` is set.
     replication: ReplicationConfig = field(default_factory=ReplicationConfig)
     lite: LiteConfig = field(default_factory=LiteConfig)
+    # A message sent with `dedup` (the Spark sink) whose id this broker stored in the topic within
+    # this many seconds is not stored again (broker/dedup.py); 0 stores every copy.
+    dedup_window_s: float = 600.0
 
     @property
     def advertised_address(self) -> str:

@@ -40,6 +40,7 @@ from broker.client.api import (
     OutgoingMessage,
     PopRequest,
     PullResult,
+    QueueRows,
     QueueStatus,
     SendResult,
     StoredMessage,
@@ -57,6 +58,7 @@ from broker.client.api import (
 from broker.clients import ClientTable
 from broker.config import BrokerConfig
 from broker.consumer import PopEngine
+from broker.dedup import Deduplicator
 from broker.filter import FilterKind, MessageFilter, compile_filter
 from broker.lite.keys import LITE_CFS
 from broker.lite.service import LiteService, check_lite_spec, is_lite
@@ -144,6 +146,7 @@ class LocalBroker:
         self.on_topics_changed: Callable[[], Awaitable[object]] | None = None
         self._store: MessageStore | None = None
         self._parts: _Parts | None = None
+        self._dedup: Deduplicator | None = None  # sends flagged `dedup` (broker/dedup.py)
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         self._filters: dict[tuple[int, str], MessageFilter] = {}
@@ -216,6 +219,7 @@ class LocalBroker:
 
         store.add_dispatch_listener(dispatched)
         producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)
+        self._dedup = Deduplicator(store, cfg.dedup_window_s)
         reader = Reader(store, self.hub, tiering, trace, cfg.pop)
         self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers, producer, reader,
                              lite)  # fmt: skip
@@ -441,7 +445,7 @@ class LocalBroker:
         local_bytes = 0
         for q in priority.pop_queues(spec) if is_priority(spec) else range(spec.queue_count):
             low, high = self.store.queue_bounds(name, q)
-            queues.append(QueueStatus(q, self._floor(name, q, low), high))
+            queues.append(QueueStatus(q, self._floor(name, q, low), high, self.store.acked_end(name, q)))
             local_bytes += self.store.queue_bytes_estimate(name, q)
         return TopicStatus(spec, tuple(queues), half_messages=self.transactions.backlog(name),
                            pending_timers=self.timers.pending_count(name), local_bytes=local_bytes,
@@ -509,7 +513,11 @@ class LocalBroker:
         self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
     ) -> list[SendResult]:
         spec = await self.ensure_topic(topic, messages[0].message_type if messages else None)
-        results = await self._running().producer.send(spec, queue_id, messages, ctx)
+        producer, dedup = self._running().producer, self._dedup
+        if dedup is not None and any(m.dedup for m in messages):
+            results = await dedup.send(topic, messages, lambda fresh: producer.send(spec, queue_id, fresh, ctx))
+        else:
+            results = await producer.send(spec, queue_id, messages, ctx)
         if self.store.state_gate is not None and (
             is_lite(spec) or any(m.message_type in _INDEXED_TYPES for m in messages)
         ):
@@ -640,6 +648,17 @@ class LocalBroker:
         spec = self.metadata.topic(topic)
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
         return await self._reader().query_offset(topic, queue_id, policy, timestamp_ms)
+
+    async def read_rows(
+        self, topic: str, queue_id: int, offset: int, end_offset: int, max_messages: int, max_bytes: int
+    ) -> QueueRows:
+        spec = self.metadata.topic(topic)
+        validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
+        if offset < 0 or end_offset < offset:
+            raise BadRequest(f"read of {topic} queue {queue_id}: bad offset range [{offset}, {end_offset})")
+        if max_messages <= 0 or max_bytes <= 0:
+            raise BadRequest(f"read of {topic} queue {queue_id}: max messages and max bytes must be positive")
+        return await self._reader().read_rows(topic, queue_id, offset, end_offset, max_messages, max_bytes)
 
     async def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> OffsetReset:
         info = self.metadata.group(group)

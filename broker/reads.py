@@ -7,14 +7,28 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
-from broker.client.api import OffsetPolicy, PullResult, StoredMessage, TraceEvent, TraceKind
+import pyarrow as pa
+
+from broker.client.api import (
+    READ_ROWS_MAX_BYTES,
+    READ_ROWS_MAX_MESSAGES,
+    OffsetPolicy,
+    PullResult,
+    QueueRows,
+    StoredMessage,
+    TraceEvent,
+    TraceKind,
+)
 from broker.config import PopConfig
 from broker.filter import MessageFilter
 from broker.longpoll import LongPollHub, topic_key
 from broker.messages import to_stored
+from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
 from broker.tiering.runtime import BrokerTiering
+from broker.tiering.segment import records_to_table
 from broker.trace import TraceRecorder
 from common.model import DLQ_PREFIX
 
@@ -73,6 +87,30 @@ class Reader:
         msgs = [to_stored(r, 1) for r in recs]
         return PullResult(msgs, recs[-1].queue_offset + 1, tiering.floor(topic, queue_id, local_low), high)
 
+    async def read_rows(
+        self, topic: str, queue_id: int, offset: int, end_offset: int, max_messages: int, max_bytes: int
+    ) -> QueueRows:
+        """[offset, end_offset) of a queue as tiered-archive rows, from local disk or the bucket, stopping
+        at the budget (at least one row) or where the offsets stop being consecutive (a retention gap:
+        the caller sees `min_offset` past its offset on its next call)."""
+        n = min(max_messages, READ_ROWS_MAX_MESSAGES)
+        budget = min(max_bytes, READ_ROWS_MAX_BYTES)
+        loop = asyncio.get_running_loop()
+        res = await loop.run_in_executor(
+            None, lambda: self._store.read(topic, queue_id, offset, max_messages=n, max_bytes=budget)
+        )
+        floor = self._floor(topic, queue_id, res.min_offset)
+        records: Sequence[MessageRecord] = res.messages
+        tiering = self._tiering
+        cold = res.status is ReadStatus.OFFSET_TOO_SMALL and tiering is not None
+        if cold and tiering is not None and tiering.covers(topic, queue_id, offset, res.min_offset, exact=True):
+            records = await tiering.read(topic, queue_id, offset, n)
+        run = _consecutive(records, offset, end_offset, budget)
+        if not run:
+            return QueueRows(b"", 0, offset, floor, res.max_offset)
+        rows = await loop.run_in_executor(None, _ipc_rows, run)
+        return QueueRows(rows, len(run), offset + len(run), floor, res.max_offset)
+
     async def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0) -> int:
         low, high = self._store.queue_bounds(topic, queue_id)
         if policy is OffsetPolicy.BEGINNING:
@@ -122,3 +160,24 @@ def _lookup_trace(trace: TraceRecorder, store: MessageStore, message_id: str) ->
                                     message_id=message_id, detail=detail))  # fmt: skip
         events.extend(found)
     return sorted(events, key=lambda e: e.time_ms)
+
+
+def _consecutive(records: Sequence[MessageRecord], offset: int, end: int, budget: int) -> list[MessageRecord]:
+    """The records at offset, offset + 1, ... below `end`, within about `budget` bytes (at least one)."""
+    run: list[MessageRecord] = []
+    used = 0
+    for r in records:
+        if r.queue_offset != offset + len(run) or r.queue_offset >= end or (run and used + r.size > budget):
+            break
+        run.append(r)
+        used += r.size
+    return run
+
+
+def _ipc_rows(records: list[MessageRecord]) -> bytes:
+    """Records as an Arrow IPC stream of tiered-segment rows (the same conversion the uploader uses)."""
+    table = records_to_table(records)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue())

@@ -242,6 +242,17 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         offset = await self._api.query_offset(request.topic, request.queue_id, policy, request.timestamp_ms)
         return pb.QueryOffsetResponse(offset=offset)
 
+    @internal_rpc
+    async def ReadRows(self, request: pb.ReadRowsRequest, context: Context) -> pb.ReadRowsResponse:
+        got = await self._api.read_rows(
+            request.topic, request.queue_id, request.offset, request.end_offset, request.max_messages,
+            request.max_bytes,
+        )  # fmt: skip
+        return pb.ReadRowsResponse(
+            rows=got.rows, count=got.count, next_offset=got.next_offset, min_offset=got.min_offset,
+            max_offset=got.max_offset,
+        )  # fmt: skip
+
     # -- lookups --------------------------------------------------------------------------------
 
     @internal_rpc

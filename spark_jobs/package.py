@@ -2,7 +2,9 @@
 
 Executors need `spark_jobs`, `common` (errors, logs, config) and, of the broker, only the tiered
 format and its S3 access (`broker/tiering/format.py`, `s3store.py`, `objectstore.py`, which import
-nothing else of it), plus pyarrow and boto3 installed in their Python.
+nothing else of it) and, for streaming reads from the brokers, the broker's client side
+(`broker/client/`), the NameServer client (`nameserver/`) and the internal protocol (`proto/`);
+plus pyarrow, boto3 and grpcio installed in their Python.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-PACKAGES = ("spark_jobs", "common")
+PACKAGES = ("spark_jobs", "common", "proto", "nameserver", "broker/client")
 # The shared tiered-format modules; their packages' __init__ files import nothing.
 MODULES = (
     "broker/__init__.py",

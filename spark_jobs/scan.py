@@ -39,7 +39,7 @@ from broker.tiering.s3store import S3ObjectStore, S3Settings
 from common.logs import kv
 from spark_jobs.options import ScanOptions
 from spark_jobs.planner import ScanTask
-from spark_jobs.schema import ARROW_SCHEMA, READ_COLUMNS
+from spark_jobs.schema import READ_COLUMNS, shape
 
 log = logging.getLogger("sluice.spark.scan")
 
@@ -157,17 +157,6 @@ def _row_filter(table: pa.Table, opts: ScanOptions) -> pa.Array | None:
     return mask
 
 
-def _shape(table: pa.Table, task: ScanTask) -> pa.Table:
-    seg, n = task.segment, table.num_rows
-    columns: list[pa.Array | pa.ChunkedArray] = [pa.array([seg.cluster] * n), pa.array([seg.broker] * n)]
-    columns.append(pa.array([seg.topic] * n))
-    for field in ARROW_SCHEMA:
-        if field.name in table.column_names:
-            columns.append(table[field.name].cast(field.type))
-    columns.append(pa.array([seg.key] * n))
-    return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
-
-
 _stores: dict[S3Settings, S3ObjectStore] = {}
 _stores_lock = threading.Lock()
 
@@ -191,4 +180,5 @@ def read_task(task: ScanTask, opts: ScanOptions, objects: ObjectStore | None = N
     if mask is not None:
         table = table.filter(mask)
     log.debug("task read", extra=kv(key=task.segment.key, rows=table.num_rows, gets=counted.snapshot().gets))
-    yield from _shape(table, task).to_batches(max_chunksize=BATCH_ROWS)
+    seg = task.segment
+    yield from shape(table, seg.cluster, seg.broker, seg.topic, seg.key).to_batches(max_chunksize=BATCH_ROWS)

@@ -19,7 +19,7 @@
 | delivery_attempt | bigint | delivery attempts already made when it was stored |
 | born_host, store_host | string | producer and broker addresses |
 | commitlog_position | bigint | where the record sat in the broker's CommitLog |
-| object_key | string | the tiered segment object holding it (the message's tier location) |
+| object_key | string | the tiered segment object holding it; null when read from a broker |
 
 Segment columns this version does not know are ignored (docs/tiered-format.md, Compatibility).
 """
@@ -65,5 +65,20 @@ _DDL_TYPES = {
     pa.string(): "STRING", pa.int32(): "INT", pa.int64(): "BIGINT", pa.int16(): "SMALLINT", pa.binary(): "BINARY",
     pa.bool_(): "BOOLEAN", _TS: "TIMESTAMP", _MAP: "MAP<STRING, STRING>", pa.list_(pa.string()): "ARRAY<STRING>",
 }  # fmt: skip
+
+
+def shape(table: pa.Table, cluster: str, broker: str, topic: str, object_key: str | None) -> pa.Table:
+    """Rows of a segment (or of a broker's `read_rows`, which has the same columns) in ARROW_SCHEMA:
+    the location columns added, the columns this version does not know dropped. `object_key` is
+    None for a message read from a broker rather than from a tiered object."""
+    n = table.num_rows
+    columns: list[pa.Array | pa.ChunkedArray] = [
+        pa.array([cluster] * n, pa.string()), pa.array([broker] * n, pa.string()), pa.array([topic] * n, pa.string()),
+    ]  # fmt: skip
+    for name, kind in SEGMENT_COLUMNS:
+        columns.append(table[name].cast(kind))
+    columns.append(pa.array([object_key] * n, pa.string()))
+    return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
+
 
 SPARK_DDL = ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in ARROW_SCHEMA)

@@ -1,4 +1,6 @@
-"""The `sluice` Spark data source (Spark 4's Python data source API) over the tiered archive.
+"""The `sluice` Spark data source (Spark 4's Python data source API): batch reads of the tiered
+archive, streaming reads from the brokers (`spark.readStream.format("sluice")`, stream/) and
+writes to them (`df.write` / `df.writeStream.format("sluice")`, stream/sink.py).
 
     from spark_jobs.source import register
     register(spark)
@@ -27,6 +29,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     EqualTo,
     Filter,
     GreaterThan,
@@ -42,6 +47,9 @@ from spark_jobs.options import ScanOptions
 from spark_jobs.planner import ScanTask, plan_scan
 from spark_jobs.scan import read_task, shared_store
 from spark_jobs.schema import SPARK_DDL
+from spark_jobs.stream.options import StreamOptions
+from spark_jobs.stream.reader import SluiceStreamReader
+from spark_jobs.stream.sink import SinkOptions, SluiceBatchWriter, SluiceStreamWriter
 
 NAME = "sluice"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -63,6 +71,15 @@ class SluiceDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return SluiceReader(ScanOptions.parse(dict(self.options)))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return SluiceStreamReader(StreamOptions.parse(dict(self.options)))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return SluiceBatchWriter(SinkOptions.parse(dict(self.options), schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return SluiceStreamWriter(SinkOptions.parse(dict(self.options), schema))
 
 
 class _TaskPartition(InputPartition):

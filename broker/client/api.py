@@ -111,6 +111,10 @@ class QueueStatus:
     queue_id: int
     min_offset: int
     max_offset: int  # one past the newest message
+    # One past the newest message that can never change: every offset below it survives a failover
+    # (a replicated primary: every in-sync member holds it); standalone, max_offset. Readers that must
+    # not see a message replaced (the Spark streaming source) read no further.
+    acked_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +166,10 @@ class OutgoingMessage:
     born_host: str = ""
     delivery_timestamp_ms: int = 0  # timer messages
     body_gzip: bool = False  # the producer compressed the body (kept as sent)
+    # Stored at most once: a send of an id this broker stored in the topic within its
+    # `dedup_window_s` answers where that copy is instead of storing another (the Spark sink's
+    # replayed batches; broker/dedup.py). Only through the internal service, never from a client.
+    dedup: bool = False
 
 
 class SendResult(NamedTuple):
@@ -248,6 +256,23 @@ class PullResult:
     max_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class QueueRows:
+    """A run of one queue's messages, each as the tiered archive holds it (`BrokerApi.read_rows`)."""
+
+    # An Arrow IPC stream of rows in the tiered segment schema (docs/tiered-format.md), offsets
+    # `offset`, `offset + 1`, ... in order; b"" when count is 0.
+    rows: bytes
+    count: int
+    next_offset: int  # one past the last row; the requested offset when there is none
+    min_offset: int  # the oldest offset the broker can still read (tiered copies included)
+    max_offset: int  # one past the newest stored message
+
+
+READ_ROWS_MAX_MESSAGES = 10_000  # the most rows one read_rows returns
+READ_ROWS_MAX_BYTES = 16 << 20  # and about the most bytes of records (at least one row)
+
+
 class OffsetPolicy(Enum):
     BEGINNING = "beginning"
     END = "end"
@@ -331,6 +356,9 @@ class BrokerApi(Protocol):
     async def get_offset(self, group: str, topic: str, queue_id: int) -> int: ...
     async def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
     async def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0) -> int: ...
+    async def read_rows(
+        self, topic: str, queue_id: int, offset: int, end_offset: int, max_messages: int, max_bytes: int
+    ) -> QueueRows: ...  # [offset, end_offset) of a queue, local or tiered, many per call (Spark's source)
 
     # lookups
     async def get_message(self, topic: str, message_id: str) -> list[StoredMessage]: ...

@@ -164,7 +164,10 @@ def topic_status_to_pb(status: TopicStatus) -> pb.TopicStatus:
     return pb.TopicStatus(
         spec=topic_spec_to_pb(status.spec),
         queues=[
-            pb.QueueStatus(queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset) for q in status.queues
+            pb.QueueStatus(
+                queue_id=q.queue_id, min_offset=q.min_offset, max_offset=q.max_offset, acked_offset=q.acked_offset
+            )
+            for q in status.queues
         ],
         half_messages=status.half_messages,
         pending_timers=status.pending_timers,
@@ -176,7 +179,7 @@ def topic_status_to_pb(status: TopicStatus) -> pb.TopicStatus:
 def topic_status_from_pb(msg: pb.TopicStatus) -> TopicStatus:
     return TopicStatus(
         spec=topic_spec_from_pb(msg.spec),
-        queues=tuple(QueueStatus(q.queue_id, q.min_offset, q.max_offset) for q in msg.queues),
+        queues=tuple(QueueStatus(q.queue_id, q.min_offset, q.max_offset, q.acked_offset) for q in msg.queues),
         half_messages=msg.half_messages,
         pending_timers=msg.pending_timers,
         local_bytes=msg.local_bytes,
@@ -283,6 +286,7 @@ def outgoing_to_pb(m: OutgoingMessage) -> pb.OutgoingMessage:
         born_host=m.born_host,
         delivery_timestamp_ms=m.delivery_timestamp_ms,
         body_gzip=m.body_gzip,
+        dedup=m.dedup,
     )
     if m.properties:
         msg.properties.update(m.properties)
@@ -305,6 +309,7 @@ def outgoing_from_pb(msg: pb.OutgoingMessage) -> OutgoingMessage:
         born_host=msg.born_host,
         delivery_timestamp_ms=msg.delivery_timestamp_ms,
         body_gzip=msg.body_gzip,
+        dedup=msg.dedup,
     )
 
 

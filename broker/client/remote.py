@@ -45,6 +45,7 @@ from broker.client.api import (
     OutgoingMessage,
     PopRequest,
     PullResult,
+    QueueRows,
     SendResult,
     StoredMessage,
     TierEvictResult,
@@ -545,6 +546,17 @@ class RemoteBroker:
             )
         response = await self._call(self._stub.QueryOffset, request)
         return int(response.offset)
+
+    async def read_rows(
+        self, topic: str, queue_id: int, offset: int, end_offset: int, max_messages: int, max_bytes: int
+    ) -> QueueRows:
+        with _encoding("read_rows"):
+            request = pb.ReadRowsRequest(
+                topic=topic, queue_id=queue_id, offset=offset, end_offset=end_offset, max_messages=max_messages,
+                max_bytes=max_bytes,
+            )  # fmt: skip
+        r = await self._call(self._stub.ReadRows, request)
+        return QueueRows(r.rows, r.count, r.next_offset, r.min_offset, r.max_offset)
 
     # -- lookups --------------------------------------------------------------------------------
 

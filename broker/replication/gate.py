@@ -192,6 +192,12 @@ class AckGate:
     def _caught_up(self, state: ReplicaState, end: int) -> bool:
         return state.acked >= end and state.state_acked >= self._state_seq()
 
+    def acked_end(self) -> int:
+        """The log position every in-sync member holds (capped by this member's own log end): a
+        write below it survives any failover this gate allows."""
+        replicas = self.replicas
+        return min([self._log_end(), *(replicas[m].acked for m in self.insync)])
+
     @property
     def log_end(self) -> int:
         return self._log_end()

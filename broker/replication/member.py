@@ -337,6 +337,7 @@ class GroupMember:
         store.ack_gate = gate.wait
         store.admit = gate.admit
         store.state_gate = gate.wait_state
+        store.acked_position = gate.acked_end
         server = ReplicationServer(
             store, gate, self.coord.epochs, group=self._repl.group,
             max_frame_bytes=self._repl.max_frame_bytes, token=self._token,

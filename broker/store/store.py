@@ -138,6 +138,8 @@ class MessageStore:
         # Its wait for the replicated consumer state (acks, offsets, timer and half-message
         # indexes): awaited before such a change is acknowledged; None without replication.
         self.state_gate: Callable[[], Awaitable[None]] | None = None
+        # Its acknowledged CommitLog position: every in-sync member holds the log below it (`acked_end`).
+        self.acked_position: Callable[[], int] | None = None
         self._closed = False
         log.info(
             "store opened",
@@ -255,6 +257,32 @@ class MessageStore:
         """(min offset, max offset) of a queue; max is one past the last visible message."""
         tid = self.index.topic_id(topic)
         return (0, 0) if tid is None else self.index.queue_bounds(tid, queue_id)
+
+    def acked_end(self, topic: str, queue_id: int) -> int:
+        """One past the newest message of a queue that can never change: without replication the
+        queue's end; on a replicated primary, the end of the messages every in-sync member holds (a
+        binary search of the ConsumeQueue by CommitLog position, which grows with the offset)."""
+        tid = self.index.topic_id(topic)
+        if tid is None:
+            return 0
+        low, high = self.index.queue_bounds(tid, queue_id)
+        acked = self.acked_position
+        if acked is None or high <= low:
+            return high
+        position = acked()
+
+        def held(n: int) -> bool:  # the message at offset n - 1 is held by every in-sync member
+            entry = self.index.cq_entry(tid, queue_id, n - 1)
+            return entry is not None and entry.physical_offset + entry.size <= position
+
+        lo, hi = low, high  # the answer is in [lo, hi]; lo is held (or the floor)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if held(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
     def queue_bytes_estimate(self, topic: str, queue_id: int) -> int:
         """Bytes of a queue's local messages, estimated as their count times the mean record size

@@ -154,6 +154,12 @@ def test_replica_copies_the_log_and_acks_wait_for_it(etcd: EtcdProcess, tmp_path
                 await primary.send(_records(20, f"b{i}"))
             await _caught_up(primary, replica_store)
             assert _log_bytes(replica_store) == _log_bytes(primary.store)
+            # Everything the replica holds is acknowledged: every queue's acked end is its end.
+            primary.store.acked_position = primary.gate.acked_end
+            assert primary.gate.acked_end() == primary.store.writer.written_position
+            primary.store.wait_dispatched()
+            ends = [primary.store.queue_bounds(TOPIC, qid)[1] for qid in range(3)]
+            assert [primary.store.acked_end(TOPIC, qid) for qid in range(3)] == ends and min(ends) > 0
             assert len(replica_store.segments.all()) == len(primary.store.segments.all()) > 3
             replica_store.wait_dispatched()
             for qid in range(3):

@@ -169,8 +169,11 @@ def test_package_holds_what_executors_import(tmp_path: Path) -> None:
     assert sluice_main(["spark", "package", "--output", str(tmp_path / "sluice-spark.zip")]) == 0
     names = zipfile.ZipFile(tmp_path / "sluice-spark.zip").namelist()
     assert {"spark_jobs/source.py", "spark_jobs/scan.py", "common/errors.py"} <= set(names)
-    # Of the broker, only the tiered format and S3 access the source shares with it.
-    assert {n for n in names if n.startswith("broker/")} == set(spark_jobs.package.MODULES)
+    # Of the broker, only the tiered format and S3 access the source shares with it, and the
+    # broker's client side (the streaming source reads from brokers).
+    broker = {n for n in names if n.startswith("broker/")}
+    assert {n for n in broker if not n.startswith("broker/client/")} == set(spark_jobs.package.MODULES)
+    assert {"broker/client/remote.py", "nameserver/client.py", "proto/rpc.py"} <= set(names)
 
 
 def test_spark_submit_runs_a_job_from_the_package(archive: Archive, tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ group_infos = st.builds(GroupInfo, spec=group_specs, created_ms=INT64)
 topic_statuses = st.builds(
     TopicStatus,
     spec=topic_specs,
-    queues=st.lists(st.builds(QueueStatus, INT32, INT64, INT64), max_size=4).map(tuple),
+    queues=st.lists(st.builds(QueueStatus, INT32, INT64, INT64, INT64), max_size=4).map(tuple),
     local_bytes=INT64,
     delivered=INT64,
 )

@@ -77,3 +77,33 @@ def test_importing_the_proxy_loads_nothing_of_the_storage_node() -> None:
     assert "proxy.server" in loaded and "broker.client.remote" in loaded  # it did import the proxy
     leaked = [m for m in loaded if m.startswith(STORAGE_SIDE) and not m.startswith("broker.client")]
     assert leaked == []
+
+
+# spark_jobs runs on Spark's driver and executors (the `--py-files` zip, spark_jobs/package.py): of
+# Sluice it may use only what that zip carries, never the storage node, the proxy or the deploy tool.
+SPARK_ALLOWED = (
+    "common.", "proto.", "spark_jobs.", "nameserver.", "broker.client.",
+    "broker.tiering.format", "broker.tiering.objectstore", "broker.tiering.s3store",
+)  # fmt: skip
+OWN = ("broker", "proxy", "deploy", "navigation", "nameserver", "common", "proto", "spark_jobs")
+
+
+def test_spark_jobs_imports_only_what_its_archive_carries() -> None:
+    bad = []
+    for path in sorted((ROOT / "spark_jobs").rglob("*.py")):
+        for line, module in imported_modules(path):
+            if module.split(".")[0] in OWN and not module.startswith(SPARK_ALLOWED):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert bad == []
+
+
+@pytest.mark.parametrize("package", ["broker", "proxy", "nameserver", "navigation", "common", "proto"])
+def test_no_server_imports_spark(package: str) -> None:
+    """Spark stays in spark_jobs: a broker, proxy or NameServer process never loads pyspark."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for line, module in imported_modules(path)
+        if module.startswith(("pyspark", "spark_jobs"))
+    ]
+    assert bad == []

@@ -104,14 +104,16 @@ class GroupInfo(_message.Message):
     def __init__(self, spec: _Optional[_Union[GroupSpec, _Mapping]] = ..., created_ms: _Optional[int] = ...) -> None: ...
 
 class QueueStatus(_message.Message):
-    __slots__ = ("queue_id", "min_offset", "max_offset")
+    __slots__ = ("queue_id", "min_offset", "max_offset", "acked_offset")
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ACKED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     queue_id: int
     min_offset: int
     max_offset: int
-    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+    acked_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., acked_offset: _Optional[int] = ...) -> None: ...
 
 class TopicStatus(_message.Message):
     __slots__ = ("spec", "queues", "half_messages", "pending_timers", "local_bytes", "delivered")
@@ -156,7 +158,7 @@ class GroupStatus(_message.Message):
     def __init__(self, info: _Optional[_Union[GroupInfo, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[GroupQueueStatus, _Mapping]]] = ...) -> None: ...
 
 class OutgoingMessage(_message.Message):
-    __slots__ = ("body", "message_id", "message_type", "tag", "keys", "message_group", "properties", "system_properties", "born_timestamp_ms", "born_host", "delivery_timestamp_ms", "body_gzip")
+    __slots__ = ("body", "message_id", "message_type", "tag", "keys", "message_group", "properties", "system_properties", "born_timestamp_ms", "born_host", "delivery_timestamp_ms", "body_gzip", "dedup")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +185,7 @@ class OutgoingMessage(_message.Message):
     BORN_HOST_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     BODY_GZIP_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_FIELD_NUMBER: _ClassVar[int]
     body: bytes
     message_id: str
     message_type: int
@@ -195,7 +198,8 @@ class OutgoingMessage(_message.Message):
     born_host: str
     delivery_timestamp_ms: int
     body_gzip: bool
-    def __init__(self, body: _Optional[bytes] = ..., message_id: _Optional[str] = ..., message_type: _Optional[int] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., message_group: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., system_properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ..., born_host: _Optional[str] = ..., delivery_timestamp_ms: _Optional[int] = ..., body_gzip: _Optional[bool] = ...) -> None: ...
+    dedup: bool
+    def __init__(self, body: _Optional[bytes] = ..., message_id: _Optional[str] = ..., message_type: _Optional[int] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., message_group: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., system_properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ..., born_host: _Optional[str] = ..., delivery_timestamp_ms: _Optional[int] = ..., body_gzip: _Optional[bool] = ..., dedup: _Optional[bool] = ...) -> None: ...
 
 class SendResult(_message.Message):
     __slots__ = ("message_id", "queue_id", "queue_offset", "transaction_id", "recall_handle")
@@ -684,6 +688,36 @@ class QueryOffsetResponse(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     offset: int
     def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class ReadRowsRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "end_offset", "max_messages", "max_bytes")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    end_offset: int
+    max_messages: int
+    max_bytes: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class ReadRowsResponse(_message.Message):
+    __slots__ = ("rows", "count", "next_offset", "min_offset", "max_offset")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    rows: bytes
+    count: int
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, rows: _Optional[bytes] = ..., count: _Optional[int] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
 
 class GetMessageRequest(_message.Message):
     __slots__ = ("topic", "message_id")

@@ -160,6 +160,11 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.QueryOffsetRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.QueryOffsetResponse.FromString,
                 _registered_method=True)
+        self.ReadRows = channel.unary_unary(
+                '/sluice.internal.v1.Broker/ReadRows',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ReadRowsRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ReadRowsResponse.FromString,
+                _registered_method=True)
         self.GetMessage = channel.unary_unary(
                 '/sluice.internal.v1.Broker/GetMessage',
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetMessageRequest.SerializeToString,
@@ -419,6 +424,14 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadRows(self, request, context):
+        """A queue's messages [offset, end_offset) as Arrow rows in the tiered segment schema, many per
+        response (the Spark streaming source's hot reads; docs/spark.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetMessage(self, request, context):
         """Lookups.
         """
@@ -668,6 +681,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.QueryOffset,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.QueryOffsetRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.QueryOffsetResponse.SerializeToString,
+            ),
+            'ReadRows': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadRows,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ReadRowsRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ReadRowsResponse.SerializeToString,
             ),
             'GetMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.GetMessage,
@@ -1436,6 +1454,33 @@ class Broker:
             '/sluice.internal.v1.Broker/QueryOffset',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.QueryOffsetRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.QueryOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadRows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/ReadRows',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ReadRowsRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.ReadRowsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,1 @@
+"""Spark Structured Streaming from Sluice's brokers (`spark.readStream.format("sluice")`; docs/spark.md)."""

@@ -1,0 +1,89 @@
+"""The driver's calls to the cluster: every queue of the wanted topics on every broker now, and
+the `group` option's offset commits.
+
+The NameServers name the brokers of each topic (`get_route`); each broker's `topic_status` gives
+its queues' oldest readable offset, newest offset and acknowledged end (`acked_offset`: what can
+never change, so what the source may read up to). A topic without a route is skipped (it may not
+exist yet); a broker that does not answer fails the call (`Unavailable`), so a micro-batch is never
+planned from a partial picture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+from broker.client.remote import RemoteBroker
+from common.errors import TopicNotFound
+from nameserver.client import NameServerClient
+from spark_jobs.stream.offsets import QueueKey
+from spark_jobs.stream.options import StreamOptions
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRange:
+    key: QueueKey
+    cluster: str
+    address: str  # the broker's internal service, host:port
+    min_offset: int  # the oldest message still readable (tiered copies included)
+    max_offset: int  # one past the newest stored message
+    acked_offset: int  # one past the newest message that can never change
+
+
+async def _discover(opts: StreamOptions) -> dict[QueueKey, QueueRange]:
+    ns = NameServerClient(list(opts.namesrv), timeout_s=opts.timeout_s)
+    brokers: dict[str, RemoteBroker] = {}
+    try:
+        topics = set(opts.topics)
+        if opts.topic_pattern:
+            topics |= {t.name for t in await ns.list_topics() if opts.wants_topic(t.name)}
+        found: dict[QueueKey, QueueRange] = {}
+        for topic in sorted(topics):
+            try:
+                route = await ns.get_route(topic)
+            except TopicNotFound:
+                continue
+            for b in route.brokers:
+                remote = brokers.get(b.address)
+                if remote is None:
+                    remote = brokers[b.address] = RemoteBroker(b.broker_name, b.address, timeout_s=opts.timeout_s)
+                try:
+                    status = await remote.topic_status(topic)
+                except TopicNotFound:  # deleted since the route was read
+                    continue
+                for q in status.queues:
+                    key = QueueKey(topic, b.broker_name, q.queue_id)
+                    found[key] = QueueRange(key, b.cluster_name, b.address, q.min_offset, q.max_offset, q.acked_offset)
+        return found
+    finally:
+        for remote in brokers.values():
+            with contextlib.suppress(Exception):
+                await remote.close()
+        with contextlib.suppress(Exception):
+            await ns.close()
+
+
+async def _commit_group(opts: StreamOptions, group: str, offsets: dict[QueueKey, tuple[str, int]]) -> None:
+    brokers: dict[str, RemoteBroker] = {}
+    try:
+        for key, (address, offset) in sorted(offsets.items()):
+            remote = brokers.get(address)
+            if remote is None:
+                remote = brokers[address] = RemoteBroker(key.broker, address, timeout_s=opts.timeout_s)
+            await remote.reset_offset(group, key.topic, key.queue_id, offset)
+    finally:
+        for remote in brokers.values():
+            with contextlib.suppress(Exception):
+                await remote.close()
+
+
+def commit_group(opts: StreamOptions, group: str, offsets: dict[QueueKey, tuple[str, int]]) -> None:
+    """Make `offsets` (queue -> (broker address, offset)) the consumer offsets of `group` (blocking)."""
+    if offsets:
+        asyncio.run(_commit_group(opts, group, offsets))
+
+
+def discover(opts: StreamOptions) -> dict[QueueKey, QueueRange]:
+    """Every queue of the wanted topics now (blocking; for the driver's calls from Spark)."""
+    return asyncio.run(_discover(opts))

@@ -1,0 +1,119 @@
+"""The streaming source's options, parsed once on the driver into one frozen, checked dataclass.
+
+| option | meaning |
+|---|---|
+| `namesrv` | the cluster's NameServers, `host:port[;host:port]` (as `sluice admin --namesrv`); required |
+| `topics` / `topic`, `topicPattern` | comma-separated names and/or a regular expression (full match); one is required |
+| `startingOffsets` | `latest` (default), `earliest`, or JSON (docs/spark.md; queues not named: earliest) |
+| `maxRecordsPerTrigger` | the most messages one micro-batch reads, spread over the queues by backlog |
+| `failOnDataLoss` | `true` (default): fail when unread messages were removed; `false`: log and skip them |
+| `group` | a consumer group (created beforehand) whose offsets follow the query's commits: its lag is the query's |
+| `readRows`, `readBytes` | rows and bytes of one bulk read from a broker (default 4096, 8 MiB) |
+| `timeoutS` | deadline of each call to a NameServer or broker (default 30) |
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from common.errors import BadRequest
+from nameserver.client import parse_addresses
+from spark_jobs.stream.offsets import Positions, parse_tree
+
+DEFAULT_READ_ROWS = 4096
+DEFAULT_READ_BYTES = 8 << 20
+DEFAULT_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    namesrv: tuple[str, ...]
+    topics: frozenset[str] = frozenset()
+    topic_pattern: str = ""
+    starting: str | Positions = "latest"  # "latest", "earliest" or explicit positions
+    max_records_per_trigger: int | None = None
+    fail_on_data_loss: bool = True
+    group: str = ""  # commit progress as this consumer group's offsets ("" = none)
+    read_rows: int = DEFAULT_READ_ROWS
+    read_bytes: int = DEFAULT_READ_BYTES
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    _pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.topics and not self.topic_pattern:
+            raise BadRequest("option topics (or topicPattern) is required: the topics to read")
+        if self.topic_pattern:
+            try:
+                object.__setattr__(self, "_pattern", re.compile(self.topic_pattern))
+            except re.error as exc:
+                pattern = self.topic_pattern
+                raise BadRequest(f"option topicPattern {pattern!r} is not a regular expression: {exc}") from None
+
+    def wants_topic(self, topic: str) -> bool:
+        return topic in self.topics or (self._pattern is not None and self._pattern.fullmatch(topic) is not None)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> StreamOptions:
+        """From Spark options (any key case). Raises BadRequest naming the option at fault."""
+        opts = {k.lower(): str(v).strip() for k, v in options.items() if v is not None}
+        namesrv = opts.get("namesrv", "")
+        if not namesrv:
+            raise BadRequest("option namesrv is required: the cluster's NameServers, host:port[;host:port]")
+        try:
+            addresses = tuple(parse_addresses(namesrv))
+        except ValueError as exc:
+            raise BadRequest(f"option namesrv {namesrv!r}: {exc}") from None
+        topics = frozenset(t.strip() for key in ("topic", "topics") for t in opts.get(key, "").split(",") if t.strip())
+        max_records = opts.get("maxrecordspertrigger", "")
+        return cls(
+            namesrv=addresses, topics=topics, topic_pattern=opts.get("topicpattern", ""),
+            starting=_starting(opts.get("startingoffsets", "latest")),
+            max_records_per_trigger=_positive(max_records, "maxRecordsPerTrigger") if max_records else None,
+            fail_on_data_loss=_boolean(opts.get("failondataloss", "true"), "failOnDataLoss"),
+            group=opts.get("group", ""),
+            read_rows=_positive(opts.get("readrows", str(DEFAULT_READ_ROWS)), "readRows"),
+            read_bytes=_positive(opts.get("readbytes", str(DEFAULT_READ_BYTES)), "readBytes"),
+            timeout_s=_seconds(opts.get("timeouts", str(DEFAULT_TIMEOUT_S)), "timeoutS"),
+        )  # fmt: skip
+
+
+def _starting(value: str) -> str | Positions:
+    if value.lower() in ("earliest", "latest"):
+        return value.lower()
+    try:
+        doc = json.loads(value)
+    except json.JSONDecodeError:
+        raise BadRequest(
+            f"option startingOffsets {value!r}: use earliest, latest or JSON "
+            '{"topic": {"broker": {"queue": offset}}}'
+        ) from None
+    return parse_tree(doc, "option startingOffsets", allow_special=True)
+
+
+def _positive(value: str, name: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadRequest(f"option {name} must be a whole number, got {value!r}") from None
+    if number <= 0:
+        raise BadRequest(f"option {name} must be positive, got {value!r}")
+    return number
+
+
+def _seconds(value: str, name: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise BadRequest(f"option {name} must be a number of seconds, got {value!r}") from None
+    if number <= 0:
+        raise BadRequest(f"option {name} must be positive, got {value!r}")
+    return number
+
+
+def _boolean(value: str, name: str) -> bool:
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise BadRequest(f"option {name} must be true or false, got {value!r}")

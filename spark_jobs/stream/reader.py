@@ -1,0 +1,151 @@
+"""`SluiceStreamReader`: Spark's streaming reader over the brokers (the driver's half; executors run hot.py).
+
+- `initialOffset`: per queue, the oldest readable offset (`earliest`), the acknowledged end
+  (`latest`), or the JSON of `startingOffsets`.
+- `latestOffset(start, limit)`: per queue the acknowledged end (never a tail a new primary could
+  replace), never below `start`; a queue or broker that appeared is added (and read from its oldest
+  message); `maxRecordsPerTrigger` (or Spark's own limit) spreads a budget over the queues by
+  backlog; under `Trigger.AvailableNow` never past the ends taken when the query started.
+- `partitions(start, end)`: one partition per queue with messages in `[start, end)`. A replayed
+  batch reads exactly its logged range: the offsets are dense per queue and never reused.
+- `commit(end)` and `latestOffset(start)`: with the `group` option, the end of each batch Spark
+  committed becomes that consumer group's offsets (`reset_offset`), so `sluice admin group
+  describe`, the console and the lag metric show how far behind the query is. Best effort, after
+  Spark's own commit (Spark never calls `commit` for an AvailableNow run's last batch, but asks
+  `latestOffset` once more from its end): the checkpoint stays the truth.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from common.errors import BadRequest, PreconditionFailed, SluiceError, Unavailable
+from common.logs import kv
+from spark_jobs.stream.discovery import QueueRange, commit_group, discover
+from spark_jobs.stream.hot import QueuePartition, read_partition
+from spark_jobs.stream.offsets import EARLIEST, LATEST, Positions, QueueKey, from_json, to_json
+from spark_jobs.stream.options import StreamOptions
+
+log = logging.getLogger("sluice.spark.stream")
+
+
+class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, opts: StreamOptions) -> None:
+        self.opts = opts
+        self._ranges: dict[QueueKey, QueueRange] = {}
+        self._target: Positions | None = None  # Trigger.AvailableNow: the ends when the query started
+        self._committed: Positions = {}  # what commit() last gave the group
+
+    def _discover(self) -> dict[QueueKey, QueueRange]:
+        self._ranges = discover(self.opts)
+        return self._ranges
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        ranges = self._discover()
+        starting = self.opts.starting
+        if isinstance(starting, dict) and (unknown := sorted(set(starting) - set(ranges))):
+            raise BadRequest(f"option startingOffsets names {unknown[0]}, which the cluster does not have")
+        positions: Positions = {}
+        for key, r in ranges.items():
+            wanted = EARLIEST if starting == "earliest" else LATEST if starting == "latest" else EARLIEST
+            if isinstance(starting, dict):
+                wanted = starting.get(key, EARLIEST)
+            positions[key] = r.min_offset if wanted == EARLIEST else r.acked_offset if wanted == LATEST else wanted
+        return to_json(positions)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.opts.max_records_per_trigger
+        return ReadAllAvailable() if n is None else ReadMaxRows(n)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {key: r.acked_offset for key, r in self._discover().items()}
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = from_json(start)
+        ranges = self._discover()
+        ends: Positions = dict(begin)  # a queue no longer listed (broker down, topic deleted) stays where it is
+        for key, r in ranges.items():
+            at = begin.get(key, 0)
+            if at > r.max_offset:
+                raise PreconditionFailed(
+                    f"{key} ends at offset {r.max_offset}, before the query's position {at}: the topic was "
+                    "deleted and recreated, or its newest messages were lost; start from a new checkpoint"
+                )
+            end = max(at, r.acked_offset)
+            if self._target is not None:
+                end = max(at, min(end, self._target.get(key, at)))
+            ends[key] = end
+        if isinstance(limit, ReadMaxRows):
+            ends = cap(begin, ends, limit.max_rows)
+        self._commit_group(begin)  # the end of the batch Spark committed last (commit() misses the final one)
+        return to_json(ends)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return to_json({key: r.acked_offset for key, r in self._ranges.items()}) if self._ranges else None
+
+    # -- batches ---------------------------------------------------------------------------------
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        begin, stop = from_json(start), from_json(end)
+        wanted = {key: (begin.get(key, 0), e) for key, e in stop.items() if e > begin.get(key, 0)}
+        if any(key not in self._ranges for key in wanted):  # a restarted query replays its last batch first
+            self._discover()
+        parts = []
+        for key, (lo, hi) in sorted(wanted.items()):
+            r = self._ranges.get(key)
+            if r is None:
+                raise Unavailable(f"{key} is not in the cluster's routes now; its batch [{lo}, {hi}) cannot be read")
+            parts.append(QueuePartition(key, r.cluster, r.address, lo, hi, fresh=key not in begin))
+        log.info("micro-batch planned", extra=kv(queues=len(parts), messages=sum(p.end - p.start for p in parts)))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, QueuePartition):
+            yield from read_partition(partition, self.opts)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._commit_group(from_json(end))
+
+    def _commit_group(self, positions: Positions) -> None:
+        """With `group`: make positions Spark committed that group's offsets (best effort)."""
+        if not self.opts.group:
+            return
+        changed = {key: at for key, at in positions.items() if self._committed.get(key) != at}
+        addresses = {key: r.address for key, r in self._ranges.items()}
+        wanted = {k: (addresses[k], at) for k, at in changed.items() if k in addresses}
+        try:
+            commit_group(self.opts, self.opts.group, wanted)
+        except SluiceError as exc:  # lag shown late is better than a failed query
+            log.warning("could not commit the query's offsets to its group",
+                        extra=kv(group=self.opts.group, error=str(exc)))  # fmt: skip
+            return
+        self._committed.update({k: at for k, (_, at) in wanted.items()})
+
+
+def cap(begin: Positions, ends: Positions, budget: int) -> Positions:
+    """`ends` moved back so that at most `budget` messages are read in all: each queue gets a share
+    proportional to its backlog (rounded down), the rest goes one by one to the largest backlogs."""
+    backlog = {key: e - begin.get(key, 0) for key, e in ends.items() if e > begin.get(key, 0)}
+    total = sum(backlog.values())
+    if total <= budget:
+        return ends
+    share = {key: n * budget // total for key, n in backlog.items()}
+    left = budget - sum(share.values())
+    for key in sorted(backlog, key=lambda k: (-(backlog[k] - share[k]), k)):
+        if left <= 0:
+            break
+        if share[key] < backlog[key]:
+            share[key] += 1
+            left -= 1
+    capped = dict(ends)
+    for key, n in share.items():
+        capped[key] = begin.get(key, 0) + n
+    return capped

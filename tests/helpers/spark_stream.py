@@ -1,0 +1,56 @@
+"""Helpers of the streaming source's tests (tests/integration/test_spark_stream*.py): send with
+`sluice admin message send`, build a `readStream`, run an AvailableNow query to Parquet, read a
+topic back the way the source's executors do (no Spark job)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_jobs.stream.discovery import discover
+from spark_jobs.stream.hot import QueuePartition, read_partition
+from spark_jobs.stream.options import StreamOptions
+from tests.e2e.support.cluster import SLUICE, Cluster, _child_env
+from tests.helpers.procs import REPO_ROOT
+
+
+def send(cluster: Cluster, topic: str, bodies: list[str], *extra: str) -> list[str]:
+    """Send one message per body with `sluice admin message send`; their message ids."""
+    argv = [*SLUICE, "admin", "--namesrv", cluster.namesrv, "message", "send", topic, *extra, "--json"]
+    proc = subprocess.run(argv, input="\n".join(bodies) + "\n", cwd=REPO_ROOT, env=_child_env(),
+                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    sent = json.loads(proc.stdout)
+    assert len(sent) == len(bodies), sent
+    return [row["message_id"] for row in sent]
+
+
+def stream(spark: SparkSession, cluster: Cluster, **options: str) -> DataFrame:
+    return spark.readStream.format("sluice").option("namesrv", cluster.namesrv).options(**options).load()
+
+
+def run_available_now(df: DataFrame, out: Path, checkpoint: Path) -> Any:
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert not query.isActive, "the AvailableNow query did not finish"
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def read_topic(cluster: Cluster, topic: str) -> list[dict[str, Any]]:
+    """Every message of a topic as the source's rows, read as its executors read (no Spark job)."""
+    opts = StreamOptions(namesrv=(cluster.namesrv,), topics=frozenset({topic}))
+    rows: list[dict[str, Any]] = []
+    for key, r in sorted(discover(opts).items()):
+        part = QueuePartition(key, r.cluster, r.address, r.min_offset, r.acked_offset)
+        rows += [row for batch in read_partition(part, opts) for row in batch.to_pylist()]
+    return rows

@@ -1,0 +1,220 @@
+"""`spark.readStream.format("sluice")` against a real `sluice up` (NameServer, broker, proxy) in a real
+local Spark: messages sent with `sluice admin message send` come out of a checkpointed
+`Trigger.AvailableNow` query exactly once, a restarted query reads only what was sent since, the
+rows equal the ones the broker tiers to its archive (and still do when the broker reads them back
+from it after evicting its local copy), and bad options fail before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_jobs.schema import ARROW_SCHEMA, SEGMENT_COLUMNS
+from tests.e2e.support.cluster import Cluster, start_merged
+from tests.helpers.spark_stream import read_topic, run_available_now, send, stream
+
+pytest_plugins = ["tests.helpers.s3", "tests.helpers.spark"]
+pytestmark = pytest.mark.slow
+
+TOPIC = "stream-orders"
+BUCKET = "tier"
+QUEUES = 4
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("stream-cluster")
+    tier = f"file://{root / 'objects'}"
+    c = start_merged(root, extra_args=["--s3-endpoint", tier, "--s3-bucket", BUCKET])
+    try:
+        c.create_topic(TOPIC, queues=QUEUES)
+        yield c
+    finally:
+        problems = c.stop()
+        assert not problems, problems
+
+
+def group_lag(cluster: Cluster, group: str) -> dict[int, int]:
+    rows = cluster.admin("group", "describe", group)["queues"]
+    return {r["queue"]: r["lag"] for r in rows if r["topic"] == TOPIC}
+
+
+def test_available_now_reads_every_message_once_and_a_restart_only_new_ones(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    first = send(cluster, TOPIC, [f"first-{i}" for i in range(60)], "--tag", "a", "--key", "k1")
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    df = stream(spark, cluster, topics=TOPIC, startingOffsets="earliest", maxRecordsPerTrigger="25")
+    query = run_available_now(df, out, checkpoint)
+    assert len(query.recentProgress) >= 3, "60 messages at 25 per trigger take at least three batches"
+
+    rows = spark.read.parquet(str(out))
+    assert rows.columns == ARROW_SCHEMA.names
+    got = rows.select("message_id", "queue_id", "queue_offset", "body", "tag", "keys", "broker", "object_key").collect()
+    assert sorted(r["message_id"] for r in got) == sorted(first)
+    assert {bytes(r["body"]).decode() for r in got} == {f"first-{i}" for i in range(60)}
+    assert {(r["tag"], tuple(r["keys"]), r["broker"], r["object_key"]) for r in got} == {
+        ("a", ("k1",), "broker-a", None)
+    }
+    per_queue: dict[int, list[int]] = {}
+    for r in got:
+        per_queue.setdefault(r["queue_id"], []).append(r["queue_offset"])
+    assert all(sorted(v) == list(range(len(v))) for v in per_queue.values()), per_queue
+
+    # The same checkpoint after more sends: only the new messages are read, and none twice. With
+    # `group`, the query's progress becomes that group's offsets: its lag is the query's.
+    second = send(cluster, TOPIC, [f"second-{i}" for i in range(40)])
+    cluster.create_group("spark-lag")
+    df = stream(spark, cluster, topics=TOPIC, startingOffsets="earliest", group="spark-lag")
+    run_available_now(df, out, checkpoint)
+    ids = [r["message_id"] for r in spark.read.parquet(str(out)).select("message_id").collect()]
+    assert sorted(ids) == sorted(first + second)
+    assert group_lag(cluster, "spark-lag") == {q: 0 for q in range(QUEUES)}
+    send(cluster, TOPIC, [f"unread-{i}" for i in range(8)])
+    assert sum(group_lag(cluster, "spark-lag").values()) == 8
+
+    # A new query starting at the latest offsets reads nothing of what is there.
+    fresh = tmp_path / "fresh"
+    run_available_now(stream(spark, cluster, topics=TOPIC), fresh, tmp_path / "checkpoint-fresh")
+    assert not list(fresh.glob("*.parquet")) or spark.read.parquet(str(fresh)).count() == 0
+
+
+def tiered_rows(root: Path, topic: str) -> dict[str, dict[str, Any]]:
+    """Every row of the topic's tiered segments in the file:// archive, by message id."""
+    rows: dict[str, dict[str, Any]] = {}
+    for path in sorted(root.rglob("*.parquet")):
+        if f"/{topic}/" not in path.as_posix():
+            continue
+        for row in pq.read_table(path).to_pylist():
+            rows[row["message_id"]] = row
+    return rows
+
+
+def test_stream_rows_equal_the_tiered_rows_also_when_read_back_from_the_archive(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = cluster.create_topic("stream-tiered", queues=2)
+    ids = send(cluster, topic, [f"t-{i}" for i in range(30)], "--key", "k", "--property", "p=v")
+    cluster.admin("tier", "upload-now", topic)
+    archived = tiered_rows(cluster.root / "objects", topic)
+    assert sorted(archived) == sorted(ids)
+
+    def read_all(name: str) -> dict[str, dict[str, Any]]:
+        out = tmp_path / name
+        run_available_now(
+            stream(spark, cluster, topics=topic, startingOffsets="earliest"), out, tmp_path / f"{name}-ck"
+        )
+        return {r["message_id"]: r for r in pq.read_table(out).to_pylist()}
+
+    hot = read_all("hot")
+    evicted = cluster.admin("tier", "evict-local", topic)  # the broker now answers these offsets from the archive
+    assert sum(r["messages"] for r in evicted) == 30, evicted
+    cold = read_all("cold")
+    for mid, row in archived.items():
+        assert comparable(hot[mid]) == comparable(row)
+        assert comparable(cold[mid]) == comparable(row)
+
+
+def comparable(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's message columns, maps as dicts and times as epoch ms (Spark's Parquet output keeps no zone)."""
+    out = {}
+    for name, _ in SEGMENT_COLUMNS:
+        value = row[name]
+        if isinstance(value, datetime):
+            value = int(value.replace(tzinfo=value.tzinfo or UTC).timestamp() * 1000)
+        elif name.endswith("properties"):
+            value = dict(value)
+        out[name] = value
+    return out
+
+
+UNKNOWN_QUEUE = json.dumps({TOPIC: {"broker-z": {"0": 0}}})
+
+
+@pytest.mark.parametrize(  # every option's checks: tests/unit/test_spark_stream_offsets.py
+    ("options", "message"),
+    [
+        ({"topics": TOPIC}, "option namesrv is required"),
+        ({"topics": TOPIC, "startingOffsets": "soon"}, "option startingOffsets 'soon'"),
+        ({"topics": TOPIC, "startingOffsets": UNKNOWN_QUEUE}, "broker-z, which the cluster does not have"),
+    ],
+)
+def test_bad_options_fail_when_the_query_starts(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path, options: dict[str, str], message: str
+) -> None:
+    if "startingOffsets" in options:
+        options = {"namesrv": cluster.namesrv, **options}
+    df = spark.readStream.format("sluice").options(**options).load()
+    with pytest.raises(Exception, match=re.escape(message)):
+        query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path)).start()
+        try:
+            query.awaitTermination(60)
+        finally:
+            query.stop()
+
+
+def test_a_position_past_the_queue_end_fails_the_query(spark: SparkSession, cluster: Cluster, tmp_path: Path) -> None:
+    """As after a topic was deleted and recreated: never a silent re-read or an empty stream."""
+    topic = cluster.create_topic("stream-recreated", queues=1)
+    send(cluster, topic, ["only"])
+    start = json.dumps({topic: {"broker-a": {"0": 5}}})
+    df = stream(spark, cluster, topics=topic, startingOffsets=start)
+    query = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path)).start()
+    try:
+        with pytest.raises(Exception, match=r"stream-recreated queue 0 on broker broker-a ends at offset 1, before"):
+            query.awaitTermination(60)
+    finally:
+        query.stop()
+
+
+def test_the_sink_writes_each_row_once_and_a_replayed_batch_adds_no_duplicate(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    # df.write: the columns become the messages' parts
+    target = cluster.create_topic("sink-batch", queues=2)
+    rows = [(f"w-{i}".encode(), [f"k{i}"], "t", {"n": str(i)}) for i in range(20)]
+    df = spark.createDataFrame(rows, "body binary, keys array<string>, tag string, properties map<string,string>")
+    df.write.format("sluice").option("namesrv", cluster.namesrv).option("topic", target).mode("append").save()
+    written = read_topic(cluster, target)
+    assert sorted((r["body"], r["keys"], r["tag"], dict(r["properties"])) for r in written) == sorted(
+        (f"w-{i}".encode(), [f"k{i}"], "t", {"n": str(i)}) for i in range(20)
+    )
+    assert len({r["message_id"] for r in written}) == 20
+
+    # A stream from one topic into another: the source's own rows are written as they are.
+    source, copy = cluster.create_topic("sink-source", queues=2), cluster.create_topic("sink-copy", queues=3)
+    send(cluster, source, [f"s-{i}" for i in range(30)], "--tag", "x")
+    checkpoint = tmp_path / "pipe-ck"
+
+    def pipe() -> None:
+        df = stream(spark, cluster, topics=source, startingOffsets="earliest")
+        query = (
+            df.writeStream.format("sluice").option("namesrv", cluster.namesrv).option("topic", copy)
+            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+        )  # fmt: skip
+        query.awaitTermination(120)
+        assert not query.isActive and query.exception() is None, query.exception()
+
+    pipe()
+    first = read_topic(cluster, copy)
+    assert sorted(bytes(r["body"]).decode() for r in first) == sorted(f"s-{i}" for i in range(30))
+    assert {r["tag"] for r in first} == {"x"}
+
+    # The batch wrote its messages but its commit is lost (killed between write and commit): the
+    # restarted query replays it with the same ids, and the brokers store nothing twice.
+    commits = sorted((p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    commits[-1].unlink()
+    (checkpoint / "commits" / f".{commits[-1].name}.crc").unlink(missing_ok=True)  # Hadoop's checksum beside it
+    pipe()
+    assert len(list((checkpoint / "commits").glob("[0-9]*"))) == len(commits)  # the batch ran again
+    again = read_topic(cluster, copy)
+    assert sorted(r["message_id"] for r in again) == sorted(r["message_id"] for r in first)

@@ -1,0 +1,33 @@
+"""`MessageStore.acked_end`: a queue's end that can never change, from the replicated primary's
+acknowledged CommitLog position (`acked_position`); without replication, the queue's end."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from broker.store.config import StoreConfig
+from broker.store.record import MessageRecord
+from broker.store.store import MessageStore
+
+
+def message(n: int, queue_id: int) -> MessageRecord:
+    return MessageRecord(topic="orders", queue_id=queue_id, body=b"x" * (100 + n), message_id=f"{n:032x}")
+
+
+def test_acked_end_follows_the_acknowledged_position(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path / "s", StoreConfig())
+    try:
+        # Interleaved queues: queue 0's offsets sit at every other position of the CommitLog.
+        results = [asyncio.run(store.append([message(n, n % 2)]))[0] for n in range(20)]
+        assert store.wait_dispatched(30)
+        assert store.acked_end("orders", 0) == 10 and store.acked_end("nothing", 0) == 0
+        ends = [r.physical_offset + r.size for r in results]
+        for cut in range(20):  # everything up to and including message `cut` is held
+            store.acked_position = lambda cut=cut: ends[cut]  # type: ignore[misc]
+            assert store.acked_end("orders", 0) == cut // 2 + 1
+            assert store.acked_end("orders", 1) == (cut + 1) // 2
+        store.acked_position = lambda: ends[0] - 1  # not even the first message
+        assert (store.acked_end("orders", 0), store.acked_end("orders", 1)) == (0, 0)
+    finally:
+        store.close()

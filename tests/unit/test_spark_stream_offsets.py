@@ -1,0 +1,93 @@
+"""The streaming source's offset documents, start options and per-trigger budget (no Spark, no broker)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from common.errors import BadRequest
+from spark_jobs.stream.offsets import EARLIEST, LATEST, QueueKey, from_json, to_json
+from spark_jobs.stream.options import StreamOptions
+from spark_jobs.stream.reader import cap
+
+A0, A1, B0 = QueueKey("orders", "broker-a", 0), QueueKey("orders", "broker-a", 10), QueueKey("audit", "broker-b", 2)
+
+
+def test_offsets_are_canonical_json_and_round_trip() -> None:
+    doc = to_json({A1: 7, B0: 3, A0: 5})
+    text = json.dumps(doc)
+    assert text == json.dumps(doc, sort_keys=True)
+    assert text == (
+        '{"queues": {"audit": {"broker-b": {"2": 3}}, "orders": {"broker-a": {"0": 5, "10": 7}}}, "version": 1}'
+    )
+    assert from_json(json.loads(text)) == {A0: 5, A1: 7, B0: 3}
+    assert to_json({}) == {"queues": {}, "version": 1}
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"queues": {}},  # no version
+        {"queues": {}, "version": 2},  # a newer one
+        {"version": 1, "queues": {"t": {"b": {"x": 1}}}},  # queue id not a number
+        {"version": 1, "queues": {"t": {"b": {"0": -1}}}},  # special values only in startingOffsets
+        {"version": 1, "queues": {"t": {"b": {"0": True}}}},
+        {"version": 1, "queues": {"t": ["b"]}},
+        {"topic-partition": 5},  # Kafka's
+    ],
+)
+def test_foreign_or_damaged_offsets_are_refused(doc: object) -> None:
+    with pytest.raises(BadRequest):
+        from_json(doc)
+
+
+def test_starting_offsets_options() -> None:
+    base = {"namesrv": "127.0.0.1:9876", "topics": "orders, audit"}
+    opts = StreamOptions.parse(base)
+    assert (opts.starting, opts.topics, opts.namesrv, opts.fail_on_data_loss) == (
+        "latest", frozenset({"orders", "audit"}), ("127.0.0.1:9876",), True,
+    )  # fmt: skip
+    assert StreamOptions.parse({**base, "STARTINGOFFSETS": "Earliest"}).starting == "earliest"
+    explicit = StreamOptions.parse({**base, "startingOffsets": '{"orders": {"broker-a": {"0": 12, "1": -2, "2": -1}}}'})
+    assert explicit.starting == {
+        QueueKey("orders", "broker-a", 0): 12, QueueKey("orders", "broker-a", 1): EARLIEST,
+        QueueKey("orders", "broker-a", 2): LATEST,
+    }  # fmt: skip
+    pattern = StreamOptions.parse({"namesrv": "h:1", "topicPattern": "ord.*", "maxRecordsPerTrigger": "100"})
+    assert pattern.wants_topic("orders") and not pattern.wants_topic("audit-orders")
+    assert pattern.max_records_per_trigger == 100
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"topics": "t"}, "option namesrv is required"),
+        ({"namesrv": "h:1"}, "option topics"),
+        ({"namesrv": "h:1,h:2", "topics": "t"}, "option namesrv"),
+        ({"namesrv": "h:1", "topicPattern": "("}, "topicPattern"),
+        ({"namesrv": "h:1", "topics": "t", "startingOffsets": "{"}, "startingOffsets"),
+        ({"namesrv": "h:1", "topics": "t", "startingOffsets": '{"t": {"b": {"0": -3}}}'}, "startingOffsets"),
+        ({"namesrv": "h:1", "topics": "t", "maxRecordsPerTrigger": "-5"}, "maxRecordsPerTrigger"),
+        ({"namesrv": "h:1", "topics": "t", "failOnDataLoss": "yes"}, "failOnDataLoss"),
+        ({"namesrv": "h:1", "topics": "t", "timeoutS": "0"}, "timeoutS"),
+        ({"namesrv": "h:1", "topics": "t", "readRows": "x"}, "readRows"),
+    ],
+)
+def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
+    with pytest.raises(BadRequest, match=message):
+        StreamOptions.parse(options)
+
+
+def test_the_budget_is_spread_by_backlog_and_never_exceeded() -> None:
+    begin = {A0: 100, A1: 0, B0: 50}
+    ends = {A0: 400, A1: 100, B0: 50, QueueKey("new", "broker-a", 0): 10}  # B0 has no backlog; "new" is new
+    capped = cap(begin, ends, 41)
+    read = {k: capped[k] - begin.get(k, 0) for k in ends}
+    assert sum(read.values()) == 41
+    assert read[B0] == 0 and read[A0] > read[A1] > 0
+    assert all(0 <= read[k] <= ends[k] - begin.get(k, 0) for k in ends)
+    assert cap(begin, ends, 10_000) == ends  # within the budget: unchanged
+    assert cap(begin, ends, 41) == capped  # deterministic
+    one = cap({A0: 0, A1: 0}, {A0: 5, A1: 5}, 1)
+    assert sum(one.values()) == 1
