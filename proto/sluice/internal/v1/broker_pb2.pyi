@@ -1111,3 +1111,29 @@ class BrokerInfoResponse(_message.Message):
     dispatch_lag_bytes: int
     dispatch_lag_ms: int
     def __init__(self, version: _Optional[str] = ..., started_ms: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_total_bytes: _Optional[int] = ..., store_bytes: _Optional[int] = ..., unflushed_bytes: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., dispatch_lag_ms: _Optional[int] = ...) -> None: ...
+
+class GetAmqpMetaRequest(_message.Message):
+    __slots__ = ("newer_than",)
+    NEWER_THAN_FIELD_NUMBER: _ClassVar[int]
+    newer_than: int
+    def __init__(self, newer_than: _Optional[int] = ...) -> None: ...
+
+class GetAmqpMetaResponse(_message.Message):
+    __slots__ = ("version", "document")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    document: bytes
+    def __init__(self, version: _Optional[int] = ..., document: _Optional[bytes] = ...) -> None: ...
+
+class PutAmqpMetaRequest(_message.Message):
+    __slots__ = ("version", "document")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    document: bytes
+    def __init__(self, version: _Optional[int] = ..., document: _Optional[bytes] = ...) -> None: ...
+
+class PutAmqpMetaResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
