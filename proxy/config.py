@@ -179,6 +179,48 @@ class TlsConfig:
 
 
 @dataclass(frozen=True)
+class AmqpConfig:
+    """The AMQP 0-9-1 gateway (`[proxy.amqp]`, docs/amqp.md). Off unless `port` is 0 or more."""
+
+    port: int = -1  # `sluice up` serves 5672 unless told otherwise; 0 picks a free port
+    # Offered in connection.tune; a client may ask for less. heartbeat_s 0: no heartbeats.
+    heartbeat_s: int = 60
+    frame_max_bytes: int = 131_072
+    channel_max: int = 2047
+    # A larger message is refused (channel error 406), as RabbitMQ's max_message_size does; the
+    # brokers' own limit ([broker.limits] max_body_bytes) must be at least this.
+    max_body_bytes: int = 4 * 1024 * 1024
+    # A delivered message stays with its consumer this long without an ack before it is delivered
+    # again (RabbitMQ's consumer timeout is 30 minutes).
+    unacked_invisible_ms: int = 30 * 60 * 1000
+    # One broker pop of a consumer waits this long for messages, and takes at most max_prefetch.
+    long_poll_ms: int = 2_000
+    max_prefetch: int = 32
+    # Publishes of one channel received but not yet stored; beyond it the connection is not read.
+    max_channel_publishes: int = 1024
+    # How often the metadata (exchanges, queues, bindings) is re-read from its broker.
+    meta_refresh_ms: int = 500
+    handshake_timeout_s: float = 10.0
+    # Deadline of the broker calls the gateway makes.
+    call_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.port < -1 or self.port > 65535:
+            raise ValueError(f"amqp port must be -1 (off) or 0-65535, got {self.port}")
+        if self.frame_max_bytes < 4096 or not 1 <= self.channel_max <= 65535 or self.heartbeat_s < 0:
+            raise ValueError("amqp frame_max_bytes must be at least 4096, channel_max 1-65535, heartbeat_s >= 0")
+        if min(self.max_body_bytes, self.unacked_invisible_ms, self.long_poll_ms, self.max_prefetch,
+               self.max_channel_publishes, self.meta_refresh_ms) < 1:  # fmt: skip
+            raise ValueError("amqp sizes and durations must be positive")
+        if self.handshake_timeout_s <= 0 or self.call_timeout_s <= 0:
+            raise ValueError("amqp handshake_timeout_s and call_timeout_s must be positive")
+
+    @property
+    def enabled(self) -> bool:
+        return self.port >= 0
+
+
+@dataclass(frozen=True)
 class ProxyConfig:
     host: str = "127.0.0.1"
     port: int = 8081
@@ -231,6 +273,7 @@ class ProxyConfig:
     tls: TlsConfig = field(default_factory=TlsConfig)
     brokers: BrokerClientConfig = field(default_factory=BrokerClientConfig)
     caches: CacheConfig = field(default_factory=CacheConfig)
+    amqp: AmqpConfig = field(default_factory=AmqpConfig)
 
     def __post_init__(self) -> None:
         if self.max_message_bytes < self.settings.max_body_bytes + _HEADROOM_BYTES:

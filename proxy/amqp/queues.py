@@ -1,0 +1,140 @@
+"""`QueueStore`: an AMQP queue's messages on its broker, through `BrokerApi` (both topologies).
+
+A queue is the RocketMQ topic `AMQP_Q<n>` with one queue, consumed by the group `AMQP_G<n>`
+(proxy/amqp/meta.py): a publish is stored in each queue it routes to; a delivery is a pop that
+makes the message invisible for `unacked_invisible_ms` (RabbitMQ's consumer timeout) until the
+client acknowledges it (an ack), requeues it (visible again at once, delivered again with the
+redelivered flag) or rejects it (an ack: dead-lettering is not done yet). The depth is exact:
+the group's lag (stored minus acknowledged) less what is in flight.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.client.api import (
+    BrokerApi,
+    CallContext,
+    ConsumeFrom,
+    GroupSpec,
+    OutgoingMessage,
+    PopRequest,
+    SendResult,
+    StoredMessage,
+    TopicSpec,
+)
+from common.errors import NotFound
+from proxy.amqp.meta import QueueMeta
+
+# User properties of a stored AMQP message (docs/amqp.md): where it was published and its content
+# header's property bytes as the client sent them (base64), handed back unchanged on delivery.
+PROP_EXCHANGE = "AMQP_EXCHANGE"
+PROP_ROUTING_KEY = "AMQP_ROUTING_KEY"
+PROP_HEADER = "AMQP_PROPERTIES"
+_MAX_ATTEMPTS = 1000  # the most a group allows; requeued this often, a message goes to %DLQ%AMQP_G<n>
+_POP_MAX = 32
+_CALL_MARGIN_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    exchange: str
+    routing_key: str
+    properties: bytes  # the content header's property flags and values, as sent
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    exchange: str
+    routing_key: str
+    properties: bytes
+    body: bytes
+    redelivered: bool
+    handle: str
+
+
+def to_outgoing(p: Publish, host: str) -> OutgoingMessage:
+    props = {PROP_EXCHANGE: p.exchange, PROP_ROUTING_KEY: p.routing_key}
+    if p.properties:
+        props[PROP_HEADER] = base64.b64encode(p.properties).decode()
+    return OutgoingMessage(body=p.body, message_id=uuid.uuid4().hex.upper(), properties=props,
+                           born_timestamp_ms=int(time.time() * 1000), born_host=host)  # fmt: skip
+
+
+def to_delivery(m: StoredMessage) -> Delivery:
+    raw = m.properties.get(PROP_HEADER, "")
+    header = base64.b64decode(raw) if raw else b""
+    exchange, key = m.properties.get(PROP_EXCHANGE, ""), m.properties.get(PROP_ROUTING_KEY, m.topic)
+    return Delivery(exchange, key, header, m.body, m.delivery_attempt > 1, m.receipt_handle)
+
+
+def _ctx(timeout_s: float) -> CallContext:
+    return CallContext(deadline=time.monotonic() + timeout_s)
+
+
+class QueueStore:
+    def __init__(self, broker: Callable[[str], BrokerApi], *, unacked_invisible_ms: int, call_timeout_s: float) -> None:
+        self._broker = broker
+        self._invisible_ms = unacked_invisible_ms
+        self._timeout_s = call_timeout_s
+        self._ready: set[int] = set()  # queue numbers whose topic and group are known to exist
+
+    async def ensure(self, q: QueueMeta) -> None:
+        """Create the queue's topic and group on its broker (idempotent)."""
+        if q.id in self._ready:
+            return
+        api = self._broker(q.broker)
+        await api.create_topic(TopicSpec(q.topic, queue_count=1))
+        await api.create_group(
+            GroupSpec(q.group, max_delivery_attempts=_MAX_ATTEMPTS, consume_from=ConsumeFrom.EARLIEST)
+        )
+        if len(self._ready) > 100_000:
+            self._ready.clear()
+        self._ready.add(q.id)
+
+    async def send(self, q: QueueMeta, messages: list[OutgoingMessage]) -> list[SendResult]:
+        await self.ensure(q)
+        return await self._broker(q.broker).send(q.topic, 0, messages, ctx=_ctx(self._timeout_s))
+
+    async def pop(self, q: QueueMeta, count: int, long_poll_ms: int) -> list[Delivery]:
+        await self.ensure(q)
+        request = PopRequest(q.group, q.topic, 0, min(count, _POP_MAX), self._invisible_ms, long_poll_ms=long_poll_ms)
+        got = await self._broker(q.broker).pop(request, ctx=_ctx(long_poll_ms / 1000 + self._timeout_s))
+        return [to_delivery(m) for m in got]
+
+    async def ack(self, q: QueueMeta, handles: list[str]) -> None:
+        await self._broker(q.broker).ack(q.group, q.topic, handles, ctx=_ctx(self._timeout_s))
+
+    async def requeue(self, q: QueueMeta, handle: str) -> None:
+        await self._broker(q.broker).change_invisible_duration(q.group, q.topic, handle, 0, ctx=_ctx(self._timeout_s))
+
+    async def counts(self, q: QueueMeta) -> tuple[int, int]:
+        """(ready, unacknowledged) messages of the queue."""
+        await self.ensure(q)
+        status = await self._broker(q.broker).group_status(q.group, [q.topic])
+        lag = sum(s.lag for s in status.queues if s.topic == q.topic)
+        in_flight = sum(s.in_flight for s in status.queues if s.topic == q.topic)
+        return max(0, lag - in_flight), in_flight
+
+    async def purge(self, q: QueueMeta) -> int:
+        """Drop the queue's ready messages; how many there were."""
+        ready, _ = await self.counts(q)
+        api = self._broker(q.broker)
+        status = await api.topic_status(q.topic)
+        end = max((s.max_offset for s in status.queues), default=0)
+        await api.reset_offset(q.group, q.topic, 0, end)
+        return ready
+
+    async def delete(self, q: QueueMeta) -> None:
+        api = self._broker(q.broker)
+        self._ready.discard(q.id)
+        with contextlib.suppress(NotFound):
+            await api.delete_group(q.group)
+        with contextlib.suppress(NotFound):
+            await api.delete_topic(q.topic)
