@@ -58,12 +58,12 @@ class _Pending:
     received: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Routed:
     seq: int  # publisher-confirm sequence number; 0 outside confirm mode
-    queues: tuple[QueueMeta, ...]
     publish: Publish
     mandatory: bool
+    queues: tuple[QueueMeta, ...] = ()  # set by the publisher, from the metadata as it is then
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,8 +225,9 @@ class Channel:
         d = topology.ExchangeDeclare(m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal,
                                      jsonable(dict(m.arguments or {})))  # type: ignore[arg-type]  # fmt: skip
         vhost = self.conn.vhost
-        if m.passive:
-            topology.declare_exchange(self.gw.meta.doc, vhost, d)  # read-only on the cached copy
+        if m.passive:  # read-only, on the newest copy (it may have been declared through another proxy)
+            await self.gw.meta.refresh()
+            topology.declare_exchange(self.gw.meta.doc, vhost, d)
         else:
             await self.gw.meta.change(lambda doc: topology.declare_exchange(doc, vhost, d))
         if not m.nowait:
@@ -330,10 +331,9 @@ class Channel:
         assert p.header is not None
         m = p.method
         publish = Publish(m.exchange, m.routing_key, p.header.properties, b"".join(p.chunks))
-        queues = tuple(route(self.gw.meta.doc.vhost(self.conn.vhost), m.exchange, m.routing_key))
         if self._confirm:
             self._seq += 1
-        await self._publishes.put(_Routed(self._seq if self._confirm else 0, queues, publish, m.mandatory))
+        await self._publishes.put(_Routed(self._seq if self._confirm else 0, publish, m.mandatory))
 
     async def _publisher(self) -> None:
         end = False
@@ -346,6 +346,7 @@ class Channel:
                     break
                 item = self._publishes.get_nowait()
             end = item is None
+            await self._route(batch)
             failed = await self._store_batch(batch)
             acks: list[tuple[int, bool]] = []
             for r in batch:
@@ -369,6 +370,20 @@ class Channel:
             self.send(
                 commands.Basic.Ack(delivery_tag=seq) if ok else commands.Basic.Nack(delivery_tag=seq, requeue=False)
             )
+
+    async def _route(self, batch: list[_Routed]) -> None:
+        """Each publish's queues, from the newest metadata: a binding made through another proxy
+        before the publish was sent is seen (one cheap read per batch; the cached copy when the
+        metadata's broker does not answer)."""
+        if not batch:
+            return
+        try:
+            await self.gw.meta.refresh()
+        except SluiceError as exc:
+            log.debug("AMQP metadata not refreshed before routing", extra=kv(error=exc.message))
+        vhost = self.gw.meta.doc.vhost(self.conn.vhost)
+        for r in batch:
+            r.queues = tuple(route(vhost, r.publish.exchange, r.publish.routing_key))
 
     async def _store_batch(self, batch: list[_Routed]) -> set[int]:
         """Store every routed publish, one send per queue; the numbers of the queues that failed."""

@@ -263,8 +263,11 @@ class Connection:
     def shut_down(self) -> None:
         """The server stops: tell the client (320) and close the socket; `serve` then tears down."""
         text = reply_text(CONNECTION_FORCED, "broker forced connection closure with reason 'shutdown'")
-        self.send_method(0, commands.Connection.Close(reply_code=CONNECTION_FORCED, reply_text=text))
-        self._writer.close()
+        try:
+            self.send_method(0, commands.Connection.Close(reply_code=CONNECTION_FORCED, reply_text=text, class_id=0,
+                                                          method_id=0))  # fmt: skip
+        finally:
+            self._writer.close()
 
     # -- closing ----------------------------------------------------------------------------------
 

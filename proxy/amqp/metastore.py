@@ -43,9 +43,11 @@ class MetaStore:
         version, data = await api.get_amqp_meta(self.doc.version)
         if version > self.doc.version:
             self.doc = decode(version, data)
-        elif version < self.doc.version:  # the home broker moved or lost it: take what it holds
-            _, data = await api.get_amqp_meta(0)
-            self.doc = decode(version, data)
+
+    async def reload(self) -> None:
+        """Take what the home broker holds, even an older version (the home broker changed)."""
+        _, api = self._home()
+        self.doc = decode(*await api.get_amqp_meta(0))
 
     async def change(self, apply: Callable[[MetaDoc], T]) -> T:
         """Apply `apply` to the newest document and store the result; `apply`'s answer. `apply`
@@ -54,17 +56,21 @@ class MetaStore:
         async with self._lock:
             for _ in range(_MAX_ATTEMPTS):
                 await self.refresh()
-                new = copy.deepcopy(self.doc)
+                base = self.doc
+                new = copy.deepcopy(base)
                 result = apply(new)
-                if encode(new) == encode(self.doc):
+                data = encode(new)
+                if data == encode(base):
                     return result
-                new.version = self.doc.version + 1
+                new.version = base.version + 1
                 _, api = self._home()
                 try:
-                    await api.put_amqp_meta(new.version, encode(new))
-                except PreconditionFailed:
-                    continue  # another proxy wrote first: apply the change to what it wrote
-                self.doc = new
+                    await api.put_amqp_meta(new.version, data)
+                except PreconditionFailed:  # another proxy wrote first (or the home broker changed):
+                    await self.reload()  # apply the change to what it holds
+                    continue
+                if self.doc.version < new.version:
+                    self.doc = new
                 return result
         raise Unavailable("the AMQP metadata is being changed by others too often; try again")
 

@@ -5,7 +5,7 @@ A queue is the RocketMQ topic `AMQP_Q<n>` with one queue, consumed by the group 
 makes the message invisible for `unacked_invisible_ms` (RabbitMQ's consumer timeout) until the
 client acknowledges it (an ack), requeues it (visible again at once, delivered again with the
 redelivered flag) or rejects it (an ack: dead-lettering is not done yet). The depth is exact:
-the group's lag (stored minus acknowledged) less what is in flight.
+what a pop would hand out now (the broker's `GroupQueueStatus.ready`).
 """
 
 from __future__ import annotations
@@ -115,12 +115,13 @@ class QueueStore:
         await self._broker(q.broker).change_invisible_duration(q.group, q.topic, handle, 0, ctx=_ctx(self._timeout_s))
 
     async def counts(self, q: QueueMeta) -> tuple[int, int]:
-        """(ready, unacknowledged) messages of the queue."""
+        """(ready, in flight) messages of the queue: ready is exact (never delivered, or requeued);
+        in flight counts delivered messages not yet acknowledged, requeued ones until redelivered."""
         await self.ensure(q)
         status = await self._broker(q.broker).group_status(q.group, [q.topic])
-        lag = sum(s.lag for s in status.queues if s.topic == q.topic)
-        in_flight = sum(s.in_flight for s in status.queues if s.topic == q.topic)
-        return max(0, lag - in_flight), in_flight
+        mine = [s for s in status.queues if s.topic == q.topic]
+        ready = sum(s.ready for s in mine)
+        return ready, sum(s.in_flight for s in mine)
 
     async def purge(self, q: QueueMeta) -> int:
         """Drop the queue's ready messages; how many there were."""

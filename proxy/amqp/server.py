@@ -133,7 +133,10 @@ class Gateway:
         finally:
             self._server.close()
             for conn in list(self.connections.values()):
-                conn.shut_down()
+                try:
+                    conn.shut_down()
+                except Exception:  # one connection's trouble must not keep the others open
+                    log.exception("closing an AMQP connection at shutdown failed")
             if self._handlers:
                 await asyncio.wait(list(self._handlers), timeout=2 * self.config.call_timeout_s)
             meta_stop.set()

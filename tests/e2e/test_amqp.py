@@ -1,0 +1,347 @@
+"""AMQP 0-9-1 end to end: RabbitMQ's own clients (pika, aio-pika), unchanged, against real Sluice
+processes in both topologies (the shared `cluster` fixture serves AMQP on free ports).
+
+The RabbitMQ tutorials (hello world, work queues, publish/subscribe, routing, topics, publisher
+confirms), basic.get, requeue on close, and RabbitMQ's reply codes for what clients get wrong;
+raw frames for what no client library sends (garbage, wrong frame types), after which the server
+answers with a connection close and keeps serving. docs/amqp.md describes the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+
+import aio_pika
+import pika
+import pytest
+from pamqp import commands, frame
+from pamqp import commands as pamqp_commands
+
+from tests.e2e.support.amqp import WAIT_S, RawClient, connect, drain, endpoints
+from tests.e2e.support.cluster import Cluster
+
+
+def _ready_eventually(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, want: int) -> int:
+    """The queue's ready count once it is `want` (or the last one seen after WAIT_S)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        count = int(ch.queue_declare(queue=queue, passive=True).method.message_count)
+        if count == want or time.monotonic() > deadline:
+            return count
+        time.sleep(0.05)
+
+
+def test_hello_world_keeps_properties(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    queue = unique("hello")
+    props = pika.BasicProperties(content_type="text/plain", delivery_mode=2, correlation_id="c-1", reply_to="back",
+                                 headers={"n": 7, "s": "x", "nested": {"k": "v"}}, timestamp=1_700_000_000,
+                                 message_id="m-1", type="greeting", app_id="tests", priority=3)  # fmt: skip
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue=queue)
+        ch.basic_publish(exchange="", routing_key=queue, body=b"Hello World!", properties=props)
+    with connect(endpoints(cluster)[-1]) as conn:
+        ch = conn.channel()
+        [(method, got, body)] = drain(ch, queue, 1)
+    assert body == b"Hello World!"
+    assert (method.exchange, method.routing_key, method.redelivered) == ("", queue, False)
+    for field in ("content_type", "delivery_mode", "correlation_id", "reply_to", "headers", "timestamp",
+                  "message_id", "type", "app_id", "priority"):  # fmt: skip
+        assert getattr(got, field) == getattr(props, field), field
+
+
+def test_work_queue_prefetch_and_acks(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    queue = unique("tasks")
+    first, last = endpoints(cluster)[0], endpoints(cluster)[-1]
+    with connect(first) as producer, connect(last) as slow, connect(first) as fast:
+        pch = producer.channel()
+        pch.queue_declare(queue=queue, durable=True)
+        pch.confirm_delivery()
+        for i in range(10):
+            pch.basic_publish("", queue, f"task {i}".encode(), pika.BasicProperties(delivery_mode=2))
+        sch = slow.channel()
+        sch.basic_qos(prefetch_count=1)
+        held = []
+        for method, _, body in sch.consume(queue, inactivity_timeout=WAIT_S):
+            held.append((method, body))  # not acknowledged: with prefetch 1 nothing more comes here
+            break
+        fch = fast.channel()
+        fch.basic_qos(prefetch_count=2)
+        done = [body for _, _, body in drain(fch, queue, 9)]
+        assert len(done) == 9 and held[0][1] not in done
+        assert _ready_eventually(pch, queue, 0) == 0  # one unacked, none ready (acks carry no reply)
+        sch.basic_ack(held[0][0].delivery_tag)
+        sch.cancel()
+        assert sorted([*done, held[0][1]]) == sorted(f"task {i}".encode() for i in range(10))
+
+
+def test_publish_subscribe_fanout(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    exchange = unique("logs")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(exchange=exchange, exchange_type="fanout")
+        queues = [ch.queue_declare(queue="", exclusive=True).method.queue for _ in range(2)]
+        assert all(q.startswith("amq.gen-") for q in queues)
+        for q in queues:
+            ch.queue_bind(exchange=exchange, queue=q)
+        for i in range(3):
+            ch.basic_publish(exchange=exchange, routing_key="", body=f"log {i}".encode())
+        for q in queues:
+            assert [b for _, _, b in drain(ch, q, 3)] == [b"log 0", b"log 1", b"log 2"]
+        ch.exchange_delete(exchange)
+
+
+def test_routing_direct(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    exchange = unique("direct-logs")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(exchange=exchange, exchange_type="direct")
+        errors = ch.queue_declare(queue="", exclusive=True).method.queue
+        everything = ch.queue_declare(queue="", exclusive=True).method.queue
+        ch.queue_bind(queue=errors, exchange=exchange, routing_key="error")
+        for severity in ("info", "warning", "error"):
+            ch.queue_bind(queue=everything, exchange=exchange, routing_key=severity)
+        for severity in ("info", "error", "debug", "warning"):
+            ch.basic_publish(exchange=exchange, routing_key=severity, body=severity.encode())
+        assert [b for _, _, b in drain(ch, errors, 1)] == [b"error"]
+        assert [(m.routing_key, b) for m, _, b in drain(ch, everything, 3)] == [
+            ("info", b"info"), ("error", b"error"), ("warning", b"warning")]  # fmt: skip
+        ch.queue_unbind(queue=errors, exchange=exchange, routing_key="error")
+        ch.basic_publish(exchange=exchange, routing_key="error", body=b"after unbind")
+        assert [b for _, _, b in drain(ch, everything, 1)] == [b"after unbind"]
+        assert _ready_eventually(ch, errors, 0) == 0
+
+
+def test_topics_with_aio_pika_across_proxies(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    exchange = unique("topic-logs")
+    first, last = endpoints(cluster)[0], endpoints(cluster)[-1]
+
+    async def main() -> dict[str, list[bytes]]:
+        consumer = await aio_pika.connect(f"amqp://guest:guest@{first}/")
+        producer = await aio_pika.connect(f"amqp://guest:guest@{last}/")
+        async with consumer, producer:
+            cch = await consumer.channel()
+            ex = await cch.declare_exchange(exchange, aio_pika.ExchangeType.TOPIC)
+            patterns = {"kern.*": None, "*.critical": None, "#": None, "a.#.z": None}
+            queues = {}
+            for pattern in patterns:
+                q = await cch.declare_queue(exclusive=True)
+                await q.bind(ex, pattern)
+                queues[pattern] = q
+            pch = await producer.channel(publisher_confirms=True)
+            pex = await pch.get_exchange(exchange)
+            for key in ("kern.critical", "kern.info", "app.critical", "a.z", "a.b.c.z", "a.b"):
+                await pex.publish(aio_pika.Message(body=key.encode()), routing_key=key)
+            got: dict[str, list[bytes]] = {}
+            for pattern, q in queues.items():
+                got[pattern] = []
+                while (m := await q.get(fail=False, timeout=5)) is not None:
+                    got[pattern].append(m.body)
+                    await m.ack()
+            return got
+
+    got = asyncio.run(main())
+    assert got == {
+        "kern.*": [b"kern.critical", b"kern.info"],
+        "*.critical": [b"kern.critical", b"app.critical"],
+        "#": [b"kern.critical", b"kern.info", b"app.critical", b"a.z", b"a.b.c.z", b"a.b"],
+        "a.#.z": [b"a.z", b"a.b.c.z"],
+    }
+
+
+def test_publisher_confirms_and_mandatory(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    queue = unique("confirmed")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue=queue, durable=True)
+        ch.confirm_delivery()
+        for i in range(20):  # each returns once the broker stored it (pika waits for the ack)
+            ch.basic_publish("", queue, f"m{i}".encode(), pika.BasicProperties(delivery_mode=2), mandatory=True)
+        with pytest.raises(pika.exceptions.UnroutableError):
+            ch.basic_publish("", unique("nowhere"), b"lost", mandatory=True)
+        assert _ready_eventually(ch, queue, 20) == 20
+
+    async def many_in_flight() -> int:
+        conn = await aio_pika.connect(f"amqp://guest:guest@{endpoints(cluster)[-1]}/")
+        async with conn:
+            ch = await conn.channel(publisher_confirms=True)
+            confirms = [ch.default_exchange.publish(aio_pika.Message(f"x{i}".encode()), routing_key=queue)
+                        for i in range(200)]  # fmt: skip
+            results = await asyncio.gather(*confirms)
+            assert all(isinstance(r, pamqp_commands.Basic.Ack) for r in results)
+            q = await ch.declare_queue(queue, passive=True)
+            return int(q.declaration_result.message_count or 0)
+
+    assert asyncio.run(many_in_flight()) == 220
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        assert ch.queue_purge(queue).method.message_count == 220
+        assert ch.queue_declare(queue=queue, passive=True).method.message_count == 0
+        ch.queue_delete(queue)
+
+
+def test_basic_get_and_requeue_on_channel_close(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    queue = unique("got")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue=queue)
+        assert ch.basic_get(queue) == (None, None, None)
+        for body in (b"one", b"two"):
+            ch.basic_publish("", queue, body)
+        assert _ready_eventually(ch, queue, 2) == 2
+        method, _, body = ch.basic_get(queue)
+        assert (body, method.redelivered, method.message_count) == (b"one", False, 1)
+        held = conn.channel()
+        _, _, body2 = held.basic_get(queue)  # left unacknowledged, then the channel closes
+        assert body2 == b"two"
+        held.close()
+        ch.basic_ack(method.delivery_tag)
+        [(again, _, body3)] = drain(ch, queue, 1)
+        assert (body3, again.redelivered) == (b"two", True)
+        # nack with requeue comes back redelivered; reject without requeue drops it
+        ch.basic_publish("", queue, b"three")
+        [(m, _, _)] = drain(ch, queue, 1, ack=False)
+        ch.basic_nack(m.delivery_tag, requeue=True)
+        [(m, _, b)] = drain(ch, queue, 1, ack=False)
+        assert (b, m.redelivered) == (b"three", True)
+        ch.basic_reject(m.delivery_tag, requeue=False)
+        assert ch.basic_get(queue) == (None, None, None)
+        ch.queue_delete(queue)
+
+
+def test_requeue_when_the_connection_drops(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    queue = unique("dropped")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue=queue, durable=True)
+        ch.confirm_delivery()
+        for i in range(5):
+            ch.basic_publish("", queue, f"d{i}".encode())
+    dropped = pika.BlockingConnection(pika.ConnectionParameters(*endpoints(cluster)[0].rsplit(":", 1)))
+    dch = dropped.channel()
+    dch.basic_qos(prefetch_count=5)
+    assert len(drain(dch, queue, 5, ack=False)) == 5
+    dropped._impl._transport._sock.close()  # the client vanishes without closing anything
+    with connect(endpoints(cluster)[-1]) as conn:
+        got = drain(conn.channel(), queue, 5)
+    assert sorted(b for _, _, b in got) == [f"d{i}".encode() for i in range(5)]
+    assert all(m.redelivered for m, _, _ in got)
+
+
+def test_channel_errors_use_rabbitmq_codes(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    queue = unique("strict")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
+            ch.queue_declare(queue=unique("missing"), passive=True)
+        assert missing.value.reply_code == 404 and "NOT_FOUND - no queue" in missing.value.reply_text
+        ch = conn.channel()
+        ch.queue_declare(queue=queue, durable=True)
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as inequivalent:
+            ch.queue_declare(queue=queue, durable=False)
+        assert inequivalent.value.reply_code == 406
+        assert "inequivalent arg 'durable'" in inequivalent.value.reply_text
+        ch = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as no_exchange:
+            ch.exchange_declare(exchange=unique("nox"), passive=True)
+        assert no_exchange.value.reply_code == 404
+        ch = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as reserved:
+            ch.exchange_declare(exchange="amq.mine", exchange_type="direct")
+        assert reserved.value.reply_code == 403
+        ch = conn.channel()
+        ch.basic_ack(delivery_tag=42)  # unknown delivery tag: the channel closes with 406
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as unknown_tag:
+            ch.queue_declare(queue=queue, durable=True)
+        assert unknown_tag.value.reply_code == 406
+        ch = conn.channel()
+        exclusive = ch.queue_declare(queue="", exclusive=True).method.queue
+        with connect(endpoints(cluster)[0]) as other:
+            och = other.channel()
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as locked:
+                och.queue_declare(queue=exclusive, passive=True)
+            assert locked.value.reply_code == 405
+        ch.queue_delete(queue)
+    with connect(endpoints(cluster)[0]) as conn:  # the exclusive queue went with its connection
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:
+            conn.channel().queue_declare(queue=exclusive, passive=True)
+        assert gone.value.reply_code == 404
+
+
+def test_bad_login_is_refused(cluster: Cluster) -> None:
+    host, port = endpoints(cluster)[0].rsplit(":", 1)
+    creds = pika.PlainCredentials("guest", "wrong")
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError) as refused:
+        pika.BlockingConnection(pika.ConnectionParameters(host, int(port), credentials=creds))
+    assert "ACCESS_REFUSED" in str(refused.value)
+
+
+def _serves(endpoint: str) -> None:
+    """A fresh connection still works end to end."""
+    queue = f"alive-{uuid.uuid4().hex[:8]}"
+    with connect(endpoint) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue=queue, exclusive=True)
+        ch.basic_publish("", queue, b"ok")
+        assert [b for _, _, b in drain(ch, queue, 1)] == [b"ok"]
+
+
+@pytest.mark.parametrize(
+    ("data", "code"),
+    [
+        (b"\x09\x00\x00\x00\x00\x00\x01\x00\xce", 501),  # unknown frame type 9
+        (b"\x01\x00\x00\x00\x00\x00\x04\x00\x14\x00\x0a\x00", 501),  # method frame without its end octet
+        (b"\x03\x00\x05\x00\x00\x00\x02hi\xce", 504),  # content body on a channel never opened
+        (frame.marshal(commands.Basic.Publish(exchange="", routing_key="q"), 0), 503),  # basic.publish on channel 0
+        (b"\x01\x00\x01\x00\x00\x00\x04\x00\x3c\x00\x28\xce", 502),  # basic.publish without its arguments
+        (b"\x01\x00\x00\x00\x00\x00\x04\x27\x0f\x00\x01\xce", 540),  # unknown class 9999
+        (b"\x01\x00\x00\xff\xff\xff\xf0", 501),  # a frame far over frame_max
+    ],
+    ids=[
+        "frame-type",
+        "frame-end",
+        "channel-not-open",
+        "method-on-channel-0",
+        "truncated-method",
+        "unknown-class",
+        "oversize",
+    ],
+)
+def test_malformed_frames_close_the_connection(cluster: Cluster, data: bytes, code: int) -> None:
+    client = RawClient(endpoints(cluster)[0])
+    try:
+        client.open()
+        client.send(data)
+        close = None
+        while close is None:
+            _, value = client.read()
+            if isinstance(value, commands.Connection.Close):
+                close = value
+        assert close.reply_code == code, close.reply_text
+        client.send_method(0, commands.Connection.CloseOk())
+    finally:
+        client.close()
+    _serves(endpoints(cluster)[0])
+
+
+def test_content_without_publish_and_wrong_protocol(cluster: Cluster) -> None:
+    client = RawClient(endpoints(cluster)[0])
+    try:
+        client.open()
+        client.send_method(1, commands.Channel.Open())
+        client.read_method(commands.Channel.OpenOk)
+        client.send(b"\x03\x00\x01\x00\x00\x00\x02hi\xce")  # a body frame with no publish before it
+        _, value = client.read()
+        assert isinstance(value, commands.Connection.Close) and value.reply_code == 505
+    finally:
+        client.close()
+    client = RawClient(endpoints(cluster)[0])
+    try:
+        client.send(b"GET / HTTP/1.1\r\n\r\n")  # not AMQP: the server names its protocol and closes
+        assert client.read_bytes() == b"AMQP\x00\x00\x09\x01"
+    finally:
+        client.close()
+    _serves(endpoints(cluster)[0])
