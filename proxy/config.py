@@ -182,10 +182,14 @@ class TlsConfig:
 class AmqpConfig:
     """The AMQP 0-9-1 gateway (`[proxy.amqp]`, docs/amqp.md). Off unless `port` is 0 or more."""
 
-    port: int = -1  # `sluice up` serves 5672 unless told otherwise; 0 picks a free port
-    # Offered in connection.tune; a client may ask for less. heartbeat_s 0: no heartbeats.
+    # -1: off (`sluice up` serves 5672 when it is free and neither the flag nor this key says
+    # otherwise); 0 picks a free port.
+    port: int = -1
+    # Heartbeat interval offered in connection.tune (a client may ask for less; 0: none).
     heartbeat_s: int = 60
+    # Largest frame offered in connection.tune (a client may ask for less, not below 4096).
     frame_max_bytes: int = 131_072
+    # Most channels per connection offered in connection.tune.
     channel_max: int = 2047
     # A larger message is refused (channel error 406), as RabbitMQ's max_message_size does; the
     # brokers' own limit ([broker.limits] max_body_bytes) must be at least this.
@@ -193,13 +197,15 @@ class AmqpConfig:
     # A delivered message stays with its consumer this long without an ack before it is delivered
     # again (RabbitMQ's consumer timeout is 30 minutes).
     unacked_invisible_ms: int = 30 * 60 * 1000
-    # One broker pop of a consumer waits this long for messages, and takes at most max_prefetch.
+    # One broker pop of a consumer waits this long for messages.
     long_poll_ms: int = 2_000
+    # Messages one broker pop of a consumer takes at most (its prefetch may hold it to fewer).
     max_prefetch: int = 32
     # Publishes of one channel received but not yet stored; beyond it the connection is not read.
     max_channel_publishes: int = 1024
     # How often the metadata (exchanges, queues, bindings) is re-read from its broker.
     meta_refresh_ms: int = 500
+    # A client that has not opened its connection this long after connecting is disconnected.
     handshake_timeout_s: float = 10.0
     # Deadline of the broker calls the gateway makes.
     call_timeout_s: float = 10.0

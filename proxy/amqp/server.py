@@ -12,6 +12,8 @@ import contextlib
 import itertools
 import logging
 import os
+import secrets
+import socket
 from collections import Counter
 from collections.abc import Callable
 
@@ -52,7 +54,7 @@ class Gateway:
         self._handlers: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self.address = ""
-        self._prefix = f"{os.getpid()}-"
+        self._prefix = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}-"  # unique across proxies
 
     def _home(self) -> tuple[str, AmqpMetaApi]:
         names = sorted(self._broker_names())
