@@ -13,6 +13,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import aio_pika
 import pika
@@ -21,7 +22,7 @@ from pamqp import commands, frame
 from pamqp import commands as pamqp_commands
 
 from tests.e2e.support.amqp import WAIT_S, RawClient, connect, drain, endpoints
-from tests.e2e.support.cluster import Cluster
+from tests.e2e.support.cluster import Cluster, start_merged
 
 
 def _ready_eventually(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, want: int) -> int:
@@ -345,3 +346,31 @@ def test_content_without_publish_and_wrong_protocol(cluster: Cluster) -> None:
     finally:
         client.close()
     _serves(endpoints(cluster)[0])
+
+
+def test_metadata_and_messages_survive_a_crash(tmp_path: Path) -> None:
+    """SIGKILL of `sluice up`: exchanges, queues, bindings and confirmed messages are all there after
+    the restart (its own cluster: the shared ones are not crashed)."""
+    crashed = start_merged(tmp_path / "crash", amqp=True)
+    try:
+        endpoint = crashed.amqp[0]
+        with connect(endpoint) as conn:
+            ch = conn.channel()
+            ch.exchange_declare("orders", "topic", durable=True)
+            ch.queue_declare("eu-orders", durable=True, arguments={"x-note": "kept"})
+            ch.queue_bind("eu-orders", "orders", "eu.#")
+            ch.confirm_delivery()
+            for i in range(3):
+                ch.basic_publish("orders", f"eu.de.{i}", f"order {i}".encode(), pika.BasicProperties(delivery_mode=2))
+        crashed.restart(next(name for name in crashed.processes if name.startswith("up-")))
+        with connect(endpoint) as conn:
+            ch = conn.channel()
+            ch.exchange_declare("orders", "topic", passive=True)
+            assert ch.queue_declare("eu-orders", durable=True, arguments={"x-note": "kept"}).method.message_count == 3
+            ch.confirm_delivery()
+            ch.basic_publish("orders", "eu.fr.9", b"after the crash", mandatory=True)  # the binding is still there
+            got = [b for _, _, b in drain(ch, "eu-orders", 4)]
+            assert got == [b"order 0", b"order 1", b"order 2", b"after the crash"]
+    finally:
+        problems = crashed.stop()
+        assert not problems, "\n".join(problems)
