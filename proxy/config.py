@@ -203,6 +203,9 @@ class AmqpConfig:
     max_prefetch: int = 32
     # Publishes of one channel received but not yet stored; beyond it the connection is not read.
     max_channel_publishes: int = 1024
+    # Bodies of one connection received but not yet stored; beyond it the connection is not read
+    # (clients that ask are sent connection.blocked, then connection.unblocked).
+    max_connection_publish_bytes: int = 64 * 1024 * 1024
     # How often the metadata (exchanges, queues, bindings) is re-read from its broker.
     meta_refresh_ms: int = 500
     # A client that has not opened its connection this long after connecting is disconnected.
@@ -216,7 +219,7 @@ class AmqpConfig:
         if self.frame_max_bytes < 4096 or not 1 <= self.channel_max <= 65535 or self.heartbeat_s < 0:
             raise ValueError("amqp frame_max_bytes must be at least 4096, channel_max 1-65535, heartbeat_s >= 0")
         if min(self.max_body_bytes, self.unacked_invisible_ms, self.long_poll_ms, self.max_prefetch,
-               self.max_channel_publishes, self.meta_refresh_ms) < 1:  # fmt: skip
+               self.max_channel_publishes, self.meta_refresh_ms, self.max_connection_publish_bytes) < 1:  # fmt: skip
             raise ValueError("amqp sizes and durations must be positive")
         if self.handshake_timeout_s <= 0 or self.call_timeout_s <= 0:
             raise ValueError("amqp handshake_timeout_s and call_timeout_s must be positive")

@@ -90,7 +90,7 @@ class Channel:
         self._credit_changed = asyncio.Event()
         self._publishes: asyncio.Queue[_Routed | None] = asyncio.Queue(maxsize=self.gw.config.max_channel_publishes)
         self._closed = False
-        self._settle: asyncio.Queue[tuple[QueueMeta, str, bool]] = asyncio.Queue()
+        self._settle: asyncio.Queue[tuple[QueueMeta, str, bool] | None] = asyncio.Queue()  # None: the end
         self._tasks: set[asyncio.Task[None]] = set()
         self._publisher_task = self._spawn(self._publisher(), "publisher")
         self._spawn(self._settler(), "settler")
@@ -173,8 +173,9 @@ class Channel:
         }  # fmt: skip
 
     @property
-    def closed(self) -> bool:
-        return self._closed
+    def busy(self) -> bool:
+        """Some of its tasks (publishing, consumers, settling) still run."""
+        return any(not t.done() for t in self._tasks)
 
     def send(self, method: base.Frame) -> None:
         self.conn.send_method(self.number, method)
@@ -212,7 +213,7 @@ class Channel:
         await asyncio.gather(self._publisher_task, return_exceptions=True)
         for c in consumers:
             await self.gw.consumer_gone(self.conn.vhost, c.queue, self.conn.id)
-        self._settle.put_nowait((None, "", False))  # type: ignore[arg-type]  # the settler's end
+        self._settle.put_nowait(None)
 
     async def wait_closed(self) -> None:
         """Until the consumers stopped and the settlements are done (bounded by the broker calls' deadlines)."""
@@ -333,6 +334,7 @@ class Channel:
         publish = Publish(m.exchange, m.routing_key, p.header.properties, b"".join(p.chunks))
         if self._confirm:
             self._seq += 1
+        await self.conn.admit(len(publish.body))
         await self._publishes.put(_Routed(self._seq if self._confirm else 0, publish, m.mandatory))
 
     async def _publisher(self) -> None:
@@ -347,7 +349,10 @@ class Channel:
                 item = self._publishes.get_nowait()
             end = item is None
             await self._route(batch)
-            failed = await self._store_batch(batch)
+            try:
+                failed = await self._store_batch(batch)
+            finally:
+                self.conn.release(sum(len(r.publish.body) for r in batch))
             acks: list[tuple[int, bool]] = []
             for r in batch:
                 if not r.queues and r.mandatory:
@@ -537,10 +542,12 @@ class Channel:
                 batch.append(self._settle.get_nowait())
             acks: dict[int, tuple[QueueMeta, list[str]]] = {}
             requeues: list[tuple[QueueMeta, str]] = []
-            for queue, handle, requeue in batch:
-                if queue is None:
+            for item in batch:
+                if item is None:
                     done = True
-                elif requeue:
+                    continue
+                queue, handle, requeue = item
+                if requeue:
                     requeues.append((queue, handle))
                 else:
                     acks.setdefault(queue.id, (queue, []))[1].append(handle)

@@ -59,8 +59,9 @@ _HANDSHAKE_FRAME_MAX = 131_072  # start-ok (client properties) before frame_max 
 
 
 def server_properties() -> dict[str, object]:
-    capabilities = {c: True for c in ("publisher_confirms", "basic.nack", "consumer_cancel_notify",
-                                      "per_consumer_qos", "authentication_failure_close")}  # fmt: skip
+    implemented = ("publisher_confirms", "basic.nack", "consumer_cancel_notify", "per_consumer_qos",
+                   "authentication_failure_close", "connection.blocked")  # fmt: skip
+    capabilities = dict.fromkeys(implemented, True)
     return {
         "product": "Sluice", "version": sluice_version(), "platform": "Python",
         "information": "AMQP 0-9-1 gateway of Sluice (docs/amqp.md)", "capabilities": capabilities,
@@ -86,6 +87,10 @@ class Connection:
         self._retired: list[Channel] = []
         self.exclusive: set[str] = set()
         self._closed = False
+        self.blocked_notify = False  # the client asked for connection.blocked / unblocked
+        self._publish_bytes = 0  # bodies received on this connection, not yet stored
+        self._admitted = asyncio.Event()
+        self._admitted.set()
         self._last_read = self._last_write = time.monotonic()
 
     # -- writing --------------------------------------------------------------------------------
@@ -104,6 +109,25 @@ class Connection:
         if transport.get_write_buffer_size() > _WRITE_BUFFER_BYTES and not self._writer.is_closing():
             with contextlib.suppress(ConnectionError):
                 await self._writer.drain()
+
+    async def admit(self, size: int) -> None:
+        """Count a received body until it is stored; past `max_connection_publish_bytes` the
+        connection is not read (and a client that asked is told with connection.blocked) until
+        stores bring it back under."""
+        self._publish_bytes += size
+        if self._publish_bytes <= self.gw.config.max_connection_publish_bytes:
+            return
+        self._admitted.clear()
+        if self.blocked_notify:
+            self.send_method(0, commands.Connection.Blocked(reason="publishes in flight over the proxy's bound"))
+        await self._admitted.wait()
+        if self.blocked_notify:
+            self.send_method(0, commands.Connection.Unblocked())
+
+    def release(self, size: int) -> None:
+        self._publish_bytes -= size
+        if self._publish_bytes <= self.gw.config.max_connection_publish_bytes:
+            self._admitted.set()
 
     # -- the connection's life ----------------------------------------------------------------------
 
@@ -138,6 +162,7 @@ class Connection:
         start_ok = await self._expect(commands.Connection.StartOk)
         caps = (start_ok.client_properties or {}).get("capabilities") or {}
         self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
+        self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
         if start_ok.mechanism not in auth.MECHANISMS.split():
             raise AmqpError(ACCESS_REFUSED, f"unsupported authentication mechanism {start_ok.mechanism!r}")
         response = start_ok.response.encode("latin-1") if isinstance(start_ok.response, str) else start_ok.response
@@ -253,7 +278,7 @@ class Connection:
         ch = self.channels.pop(number, None)
         if ch is not None:
             self._retired.append(ch)
-            self._retired = [c for c in self._retired if any(not t.done() for t in c._tasks)]
+            self._retired = [c for c in self._retired if c.busy]
 
     def queue_deleted(self, vhost: str, name: str) -> None:
         self.exclusive.discard(name)

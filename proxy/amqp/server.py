@@ -8,7 +8,6 @@ deliveries go back to their queues).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
@@ -19,10 +18,11 @@ from collections.abc import Callable
 
 from broker.client.amqpmeta import AmqpMetaApi
 from broker.client.api import BrokerApi
-from common.errors import Unavailable, Unsupported
+from common.errors import SluiceError, Unavailable, Unsupported
 from common.logs import kv
 from common.security import SecurityDoc
 from proxy.amqp import topology
+from proxy.amqp.codes import AmqpError
 from proxy.amqp.connection import Connection
 from proxy.amqp.meta import QueueMeta
 from proxy.amqp.metastore import MetaStore
@@ -83,8 +83,11 @@ class Gateway:
         """A consumer cancelled or closed: an auto-delete queue goes with its last consumer."""
         self.consumer_removed(vhost, queue)
         if queue.auto_delete and not self.consumer_count(vhost, queue):
-            with contextlib.suppress(Exception):
+            try:
                 await self.delete_queue(vhost, queue, queue.exclusive_owner or owner)
+            except (SluiceError, AmqpError) as exc:
+                log.warning("could not delete an auto-delete queue after its last consumer",
+                            extra=kv(vhost=vhost, queue=queue.name, error=str(exc)))  # fmt: skip
 
     async def delete_queue(self, vhost: str, queue: QueueMeta, owner: str) -> None:
         removed = await self.meta.change(lambda doc: topology.delete_queue(doc, vhost, queue.name, owner))

@@ -18,7 +18,7 @@ from pathlib import Path
 import aio_pika
 import pika
 import pytest
-from pamqp import commands, frame
+from pamqp import commands, frame, heartbeat
 from pamqp import commands as pamqp_commands
 
 from tests.e2e.support.amqp import WAIT_S, RawClient, connect, drain, endpoints
@@ -374,3 +374,28 @@ def test_metadata_and_messages_survive_a_crash(tmp_path: Path) -> None:
     finally:
         problems = crashed.stop()
         assert not problems, "\n".join(problems)
+
+
+def test_heartbeats_both_ways(cluster: Cluster) -> None:
+    """With a 1 s heartbeat the server sends heartbeats, and closes the socket of a client that
+    stays silent for two intervals."""
+    client = RawClient(endpoints(cluster)[0])
+    try:
+        client.send(b"AMQP\x00\x00\x09\x01")
+        client.read_method(commands.Connection.Start)
+        client.send_method(0, commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
+                                                          response="\x00guest\x00guest", locale="en_US"))  # fmt: skip
+        tune = client.read_method(commands.Connection.Tune)
+        client.send_method(0, commands.Connection.TuneOk(channel_max=tune.channel_max, frame_max=tune.frame_max,
+                                                         heartbeat=1))  # fmt: skip
+        client.send_method(0, commands.Connection.Open(virtual_host="/"))
+        client.read_method(commands.Connection.OpenOk)
+        beats = 0
+        with pytest.raises(EOFError):
+            while True:  # bounded by the socket timeout (WAIT_S) if the server never closed it
+                _, value = client.read()
+                beats += isinstance(value, heartbeat.Heartbeat)
+        assert beats >= 1
+    finally:
+        client.close()
+    _serves(endpoints(cluster)[0])

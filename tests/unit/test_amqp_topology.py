@@ -174,3 +174,44 @@ def test_content_header_properties_pass_through_unchanged() -> None:
     with pytest.raises(AmqpError) as bad:
         decode_header(b"\x00\x3c\x00\x00" + b"\x00" * 8 + b"\xff\xff")
     assert bad.value.code in (SYNTAX_ERROR, FRAME_ERROR)
+
+
+class _Writer:
+    """What a Connection writes, kept (the transport of a unit test)."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def get_extra_info(self, name: str) -> object:
+        return ("127.0.0.1", 1)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+
+def test_publish_bytes_in_flight_are_bounded_per_connection() -> None:
+    from types import SimpleNamespace
+
+    from proxy.amqp.connection import Connection
+    from proxy.config import AmqpConfig
+
+    async def go() -> None:
+        writer = _Writer()
+        gw = SimpleNamespace(config=AmqpConfig(max_connection_publish_bytes=100))
+        conn = Connection(gw, asyncio.StreamReader(), writer, "c1")  # type: ignore[arg-type]
+        conn.blocked_notify = True
+        await conn.admit(60)
+        await conn.admit(40)  # at the bound: admitted
+        assert writer.data == b""
+        over = asyncio.create_task(conn.admit(1))
+        await asyncio.sleep(0)
+        assert not over.done()
+        assert isinstance(pframe.unmarshal(writer.data)[2], commands.Connection.Blocked)
+        conn.release(60)
+        await asyncio.wait_for(over, 1.0)
+        assert isinstance(pframe.unmarshal(writer.data[-12:])[2], commands.Connection.Unblocked)
+
+    asyncio.run(go())
