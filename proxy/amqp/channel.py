@@ -15,6 +15,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pamqp import base, commands
@@ -38,9 +39,9 @@ from proxy.amqp.codes import (
 )
 from proxy.amqp.consumer import Consumer, DeliveryLoop
 from proxy.amqp.frames import BODY, HEADER, METHOD, ContentHeader, Frame, content_bytes, decode_header, decode_method
-from proxy.amqp.meta import BindingMeta, QueueMeta, jsonable
+from proxy.amqp.meta import BindingMeta, QueueMeta, arguments
 from proxy.amqp.queues import Delivery, Publish, to_outgoing
-from proxy.amqp.routing import route
+from proxy.amqp.routing import decode_headers, route
 
 if TYPE_CHECKING:
     from proxy.amqp.connection import Connection
@@ -164,6 +165,7 @@ class Channel:
         return {
             C.Open: self._reopen, C.Close: self._channel_close, C.Flow: self._flow,
             E.Declare: self._exchange_declare, E.Delete: self._exchange_delete,
+            E.Bind: self._exchange_bind, E.Unbind: self._exchange_unbind,
             Q.Declare: self._queue_declare, Q.Bind: self._queue_bind, Q.Unbind: self._queue_unbind,
             Q.Purge: self._queue_purge, Q.Delete: self._queue_delete,
             B.Qos: self._qos, B.Publish: self._publish, B.Consume: self._consume, B.Cancel: self._cancel,
@@ -224,7 +226,7 @@ class Channel:
 
     async def _exchange_declare(self, m: commands.Exchange.Declare) -> None:
         d = topology.ExchangeDeclare(m.exchange, m.exchange_type, m.passive, m.durable, m.auto_delete, m.internal,
-                                     jsonable(dict(m.arguments or {})))  # type: ignore[arg-type]  # fmt: skip
+                                     arguments(m.arguments))  # fmt: skip
         vhost = self.conn.vhost
         if m.passive:  # read-only, on the newest copy (it may have been declared through another proxy)
             await self.gw.meta.refresh()
@@ -240,10 +242,24 @@ class Channel:
         if not m.nowait:
             self.send(commands.Exchange.DeleteOk())
 
+    async def _exchange_bind(self, m: commands.Exchange.Bind) -> None:
+        b = BindingMeta(m.source, m.destination, m.routing_key, arguments(m.arguments), to_exchange=True)
+        vhost, owner = self.conn.vhost, self.conn.id
+        await self.gw.meta.change(lambda doc: topology.bind(doc, vhost, b, owner))
+        if not m.nowait:
+            self.send(commands.Exchange.BindOk())
+
+    async def _exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
+        b = BindingMeta(m.source, m.destination, m.routing_key, arguments(m.arguments), to_exchange=True)
+        vhost, owner = self.conn.vhost, self.conn.id
+        await self.gw.meta.change(lambda doc: topology.unbind(doc, vhost, b, owner))
+        if not m.nowait:
+            self.send(commands.Exchange.UnbindOk())
+
     async def _queue_declare(self, m: commands.Queue.Declare) -> None:
         name = m.queue or f"amq.gen-{secrets.token_urlsafe(16)}"
         d = topology.QueueDeclare(name, m.passive, m.durable, m.exclusive, m.auto_delete,
-                                  jsonable(dict(m.arguments or {})))  # type: ignore[arg-type]  # fmt: skip
+                                  arguments(m.arguments))  # fmt: skip
         vhost, owner = self.conn.vhost, self.conn.id
         if m.passive:
             await self.gw.meta.refresh()
@@ -270,14 +286,14 @@ class Channel:
         return self._queue(name)
 
     async def _queue_bind(self, m: commands.Queue.Bind) -> None:
-        b = BindingMeta(m.exchange, m.queue, m.routing_key, jsonable(dict(m.arguments or {})))  # type: ignore[arg-type]
+        b = BindingMeta(m.exchange, m.queue, m.routing_key, arguments(m.arguments))
         vhost, owner = self.conn.vhost, self.conn.id
         await self.gw.meta.change(lambda doc: topology.bind(doc, vhost, b, owner))
         if not m.nowait:
             self.send(commands.Queue.BindOk())
 
     async def _queue_unbind(self, m: commands.Queue.Unbind) -> None:
-        b = BindingMeta(m.exchange, m.queue, m.routing_key, jsonable(dict(m.arguments or {})))  # type: ignore[arg-type]
+        b = BindingMeta(m.exchange, m.queue, m.routing_key, arguments(m.arguments))
         vhost, owner = self.conn.vhost, self.conn.id
         await self.gw.meta.change(lambda doc: topology.unbind(doc, vhost, b, owner))
         self.send(commands.Queue.UnbindOk())
@@ -388,7 +404,9 @@ class Channel:
             log.debug("AMQP metadata not refreshed before routing", extra=kv(error=exc.message))
         vhost = self.gw.meta.doc.vhost(self.conn.vhost)
         for r in batch:
-            r.queues = tuple(route(vhost, r.publish.exchange, r.publish.routing_key))
+            r.queues = tuple(
+                route(vhost, r.publish.exchange, r.publish.routing_key, partial(decode_headers, r.publish.properties))
+            )
 
     async def _store_batch(self, batch: list[_Routed]) -> set[int]:
         """Store every routed publish, one send per queue; the numbers of the queues that failed."""

@@ -16,11 +16,11 @@ from typing import Any
 from common.errors import StoreCorrupted
 
 DIRECT, FANOUT, TOPIC, HEADERS = "direct", "fanout", "topic", "headers"
-ROUTABLE_TYPES = (DIRECT, FANOUT, TOPIC)
+EXCHANGE_TYPES = (DIRECT, FANOUT, TOPIC, HEADERS)
 
-# name -> type of the exchanges every vhost has. amq.headers and amq.match are left out until
-# headers exchanges route (docs/amqp.md, "Not yet").
-BUILTIN_EXCHANGES = {"": DIRECT, "amq.direct": DIRECT, "amq.fanout": FANOUT, "amq.topic": TOPIC}
+# name -> type of the exchanges every vhost has, as in RabbitMQ.
+BUILTIN_EXCHANGES = {"": DIRECT, "amq.direct": DIRECT, "amq.fanout": FANOUT, "amq.topic": TOPIC,
+                     "amq.headers": HEADERS, "amq.match": HEADERS}  # fmt: skip
 
 Args = dict[str, Any]
 
@@ -37,6 +37,11 @@ def jsonable(value: object) -> object:
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     return str(value)
+
+
+def arguments(table: object) -> Args:
+    """A method's arguments table as stored and compared."""
+    return {str(k): jsonable(v) for k, v in table.items()} if isinstance(table, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -70,10 +75,11 @@ class QueueMeta:
 
 @dataclass(frozen=True)
 class BindingMeta:
-    exchange: str
-    queue: str
+    exchange: str  # the source
+    queue: str  # the destination: a queue, or an exchange when `to_exchange`
     routing_key: str
     arguments: Args = field(default_factory=dict)
+    to_exchange: bool = False
 
 
 @dataclass

@@ -4,21 +4,20 @@ raises an `AmqpError` and changes nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.amqp.codes import (
     ACCESS_REFUSED,
     COMMAND_INVALID,
     NOT_FOUND,
-    NOT_IMPLEMENTED,
     PRECONDITION_FAILED,
     RESOURCE_LOCKED,
     AmqpError,
 )
 from proxy.amqp.meta import (
     BUILTIN_EXCHANGES,
-    HEADERS,
-    ROUTABLE_TYPES,
+    EXCHANGE_TYPES,
     Args,
     BindingMeta,
     ExchangeMeta,
@@ -89,9 +88,7 @@ def declare_exchange(doc: MetaDoc, vhost: str, d: ExchangeDeclare) -> None:
             return  # redeclaring a built-in exchange as it is: fine, as in RabbitMQ
         raise AmqpError(ACCESS_REFUSED, f"{what} contains reserved prefix 'amq.*'" if d.name
                         else "operation not permitted on the default exchange")  # fmt: skip
-    if d.type == HEADERS:
-        raise AmqpError(NOT_IMPLEMENTED, f"exchange type '{HEADERS}' is not supported by Sluice yet ({what})")
-    if d.type not in ROUTABLE_TYPES:
+    if d.type not in EXCHANGE_TYPES:
         raise AmqpError(COMMAND_INVALID, f"unknown exchange type '{d.type}'")
     new = ExchangeMeta(d.name, d.type, d.durable, d.auto_delete, d.internal, d.arguments)
     old = v.exchanges.get(d.name)
@@ -115,7 +112,23 @@ def delete_exchange(doc: MetaDoc, vhost: str, name: str, if_unused: bool) -> Non
     if if_unused and used:
         raise AmqpError(PRECONDITION_FAILED, f"{what} in use")
     del v.exchanges[name]
-    v.bindings = [b for b in v.bindings if b.exchange != name]
+    _remove_bindings(v, lambda b: b.exchange == name or (b.to_exchange and b.queue == name))
+
+
+def _remove_bindings(v: VhostMeta, gone: Callable[[BindingMeta], bool]) -> None:
+    """Drop the bindings `gone` selects; an auto-delete exchange that so lost its last binding
+    (as the source) goes too, as in RabbitMQ."""
+    sources = {b.exchange for b in v.bindings if gone(b)}
+    v.bindings = [b for b in v.bindings if not gone(b)]
+    for name in sources:
+        exchange = v.exchanges.get(name)
+        if exchange is not None and exchange.auto_delete and not any(b.exchange == name for b in v.bindings):
+            del v.exchanges[name]
+            _remove_bindings(v, _to_exchange(name))
+
+
+def _to_exchange(name: str) -> Callable[[BindingMeta], bool]:
+    return lambda b: b.to_exchange and b.queue == name
 
 
 @dataclass(frozen=True)
@@ -166,16 +179,20 @@ def delete_queue(doc: MetaDoc, vhost: str, name: str, owner: str) -> QueueMeta |
         return None
     check_owner(queue, vhost, owner)
     del v.queues[name]
-    v.bindings = [b for b in v.bindings if b.queue != name]
+    _remove_bindings(v, lambda b: not b.to_exchange and b.queue == name)
     return queue
 
 
-def _binding_checks(v: VhostMeta, vhost: str, queue: str, exchange: str, owner: str) -> None:
-    if exchange == "":
+def _binding_checks(v: VhostMeta, vhost: str, binding: BindingMeta, owner: str) -> None:
+    if binding.exchange == "" or (binding.to_exchange and binding.queue == ""):
         raise AmqpError(ACCESS_REFUSED, "operation not permitted on the default exchange")
-    find_queue_in(v, vhost, queue, owner)
-    if v.exchange_type(exchange) is None:
-        raise AmqpError(NOT_FOUND, f"no {_where('exchange', exchange, vhost)}")
+    if binding.to_exchange:
+        if v.exchange_type(binding.queue) is None:
+            raise AmqpError(NOT_FOUND, f"no {_where('exchange', binding.queue, vhost)}")
+    else:
+        find_queue_in(v, vhost, binding.queue, owner)
+    if v.exchange_type(binding.exchange) is None:
+        raise AmqpError(NOT_FOUND, f"no {_where('exchange', binding.exchange, vhost)}")
 
 
 def find_queue_in(v: VhostMeta, vhost: str, name: str, owner: str) -> QueueMeta:
@@ -188,13 +205,13 @@ def find_queue_in(v: VhostMeta, vhost: str, name: str, owner: str) -> QueueMeta:
 
 def bind(doc: MetaDoc, vhost: str, binding: BindingMeta, owner: str) -> None:
     v = doc.vhost(vhost)
-    _binding_checks(v, vhost, binding.queue, binding.exchange, owner)
+    _binding_checks(v, vhost, binding, owner)
     if binding not in v.bindings:
         v.bindings.append(binding)
 
 
 def unbind(doc: MetaDoc, vhost: str, binding: BindingMeta, owner: str) -> None:
     v = doc.vhost(vhost)
-    _binding_checks(v, vhost, binding.queue, binding.exchange, owner)
+    _binding_checks(v, vhost, binding, owner)
     if binding in v.bindings:
-        v.bindings.remove(binding)
+        _remove_bindings(v, lambda b: b == binding)

@@ -10,6 +10,7 @@ answers with a connection close and keeps serving. docs/amqp.md describes the ga
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -151,6 +152,36 @@ def test_topics_with_aio_pika_across_proxies(cluster: Cluster, unique: Callable[
         "#": [b"kern.critical", b"kern.info", b"app.critical", b"a.z", b"a.b.c.z", b"a.b"],
         "a.#.z": [b"a.z", b"a.b.c.z"],
     }
+
+
+def test_headers_exchange_and_exchange_to_exchange_bindings(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    front, docs = unique("front"), unique("docs")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(front, "fanout")
+        ch.exchange_declare(docs, "headers")
+        ch.exchange_bind(destination=docs, source=front)
+        pdf = ch.queue_declare("", exclusive=True).method.queue
+        either = ch.queue_declare("", exclusive=True).method.queue
+        ch.queue_bind(pdf, docs, arguments={"x-match": "all", "format": "pdf", "type": "report"})
+        ch.queue_bind(either, docs, arguments={"x-match": "any", "format": "zip", "type": "report"})
+        ch.queue_bind(either, "amq.headers", arguments={"urgent": True})
+        ch.confirm_delivery()
+        for headers in ({"format": "pdf", "type": "report"}, {"format": "zip"}, {"format": "pdf"}):
+            ch.basic_publish(front, "", json_bytes(headers), pika.BasicProperties(headers=headers))
+        ch.basic_publish("amq.headers", "", b"urgent", pika.BasicProperties(headers={"urgent": True}))
+        assert [b for _, _, b in drain(ch, pdf, 1)] == [json_bytes({"format": "pdf", "type": "report"})]
+        assert [b for _, _, b in drain(ch, either, 3)] == [
+            json_bytes({"format": "pdf", "type": "report"}), json_bytes({"format": "zip"}), b"urgent"]  # fmt: skip
+        ch.exchange_unbind(destination=docs, source=front)
+        with pytest.raises(pika.exceptions.UnroutableError):
+            ch.basic_publish(front, "", b"nowhere now", pika.BasicProperties(headers={"format": "zip"}), mandatory=True)
+        ch.exchange_delete(docs)
+        ch.exchange_delete(front)
+
+
+def json_bytes(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True).encode()
 
 
 def test_publisher_confirms_and_mandatory(cluster: Cluster, unique: Callable[[str], str]) -> None:

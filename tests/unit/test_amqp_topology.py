@@ -16,6 +16,7 @@ from common.security import SecurityDoc, User
 from proxy.amqp import auth, topology
 from proxy.amqp.codes import (
     ACCESS_REFUSED,
+    COMMAND_INVALID,
     FRAME_ERROR,
     NOT_FOUND,
     NOT_IMPLEMENTED,
@@ -27,7 +28,7 @@ from proxy.amqp.codes import (
 from proxy.amqp.frames import content_bytes, decode_header, decode_method, read_frame
 from proxy.amqp.meta import BindingMeta, MetaDoc, decode
 from proxy.amqp.meta import encode as encode_doc
-from proxy.amqp.routing import route, topic_matches
+from proxy.amqp.routing import decode_headers, headers_match, route, topic_matches
 
 
 @pytest.mark.parametrize(
@@ -92,7 +93,7 @@ def test_declares_check_like_rabbitmq() -> None:
     assert locked.value.code == RESOURCE_LOCKED and "locked queue 'mine'" in locked.value.text
     _declare_exchange(doc, "amq.direct", "direct")  # a built-in as it is: fine
     assert _code(_declare_exchange, doc, "amq.direct", "fanout") == ACCESS_REFUSED
-    assert _code(_declare_exchange, doc, "h", "headers") == NOT_IMPLEMENTED
+    assert _code(_declare_exchange, doc, "odd", "x-consistent-hash") == COMMAND_INVALID
     _declare_exchange(doc, "x", "topic")
     assert _code(_declare_exchange, doc, "x", "direct") == PRECONDITION_FAILED
     assert _code(topology.bind, doc, "/", BindingMeta("", "q", "q"), "c1") == ACCESS_REFUSED
@@ -215,3 +216,43 @@ def test_publish_bytes_in_flight_are_bounded_per_connection() -> None:
         assert isinstance(pframe.unmarshal(writer.data[-12:])[2], commands.Connection.Unblocked)
 
     asyncio.run(go())
+
+
+def test_headers_exchanges_and_exchange_to_exchange_bindings() -> None:
+    doc = MetaDoc()
+    for q in ("pdf", "any", "all"):
+        _declare_queue(doc, q)
+    _declare_exchange(doc, "hdr", "headers")
+    _declare_exchange(doc, "front", "fanout")
+    _declare_exchange(doc, "back", "direct")
+    topology.bind(doc, "/", BindingMeta("hdr", "pdf", "", {"format": "pdf"}), "c1")
+    topology.bind(doc, "/", BindingMeta("hdr", "any", "", {"x-match": "any", "format": "zip", "kind": None}), "c1")
+    topology.bind(doc, "/", BindingMeta("hdr", "all", "", {"format": "pdf", "kind": "report"}), "c1")
+    topology.bind(doc, "/", BindingMeta("front", "back", "", to_exchange=True), "c1")
+    topology.bind(doc, "/", BindingMeta("back", "front", "loop", to_exchange=True), "c1")  # a cycle
+    topology.bind(doc, "/", BindingMeta("back", "pdf", "k"), "c1")
+    v = doc.vhost("/")
+    report = {"format": "pdf", "kind": "report"}
+    assert [q.name for q in route(v, "hdr", "", lambda: report)] == ["pdf", "any", "all"]
+    assert [q.name for q in route(v, "hdr", "", lambda: {"format": "pdf"})] == ["pdf"]
+    assert [q.name for q in route(v, "hdr", "", lambda: {"kind": 1})] == ["any"]
+    assert [q.name for q in route(v, "front", "k")] == ["pdf"]
+    assert route(v, "front", "loop") == []  # front -> back -> front: each exchange once
+    assert headers_match({"x-match": "all-with-x", "x-a": 1}, {"x-a": 1})
+    assert not headers_match({"x-match": "all-with-x", "x-a": 1}, {})
+    props = commands.Basic.Properties(headers={"format": "pdf", "n": 3})
+    raw = pframe.header.ContentHeader(0, 0, props).marshal()[12:]  # type: ignore[attr-defined]
+    assert decode_headers(raw) == {"format": "pdf", "n": 3}
+    assert decode_headers(b"") == {}
+
+
+def test_auto_delete_exchanges_go_with_their_last_binding() -> None:
+    doc = MetaDoc()
+    _declare_queue(doc, "q")
+    topology.declare_exchange(doc, "/", topology.ExchangeDeclare("tmp", "direct", False, False, True, False, {}))
+    topology.bind(doc, "/", BindingMeta("tmp", "q", "a"), "c1")
+    topology.bind(doc, "/", BindingMeta("tmp", "q", "b"), "c1")
+    topology.unbind(doc, "/", BindingMeta("tmp", "q", "a"), "c1")
+    assert "tmp" in doc.vhost("/").exchanges
+    topology.delete_queue(doc, "/", "q", "c1")
+    assert "tmp" not in doc.vhost("/").exchanges
