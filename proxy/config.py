@@ -194,9 +194,13 @@ class AmqpConfig:
     # A larger message is refused (channel error 406), as RabbitMQ's max_message_size does; the
     # brokers' own limit ([broker.limits] max_body_bytes) must be at least this.
     max_body_bytes: int = 4 * 1024 * 1024
-    # A delivered message stays with its consumer this long without an ack before it is delivered
-    # again (RabbitMQ's consumer timeout is 30 minutes).
-    unacked_invisible_ms: int = 30 * 60 * 1000
+    # A delivered message is invisible to other consumers for this long, renewed every third of it
+    # while its channel is open: the unacknowledged messages of a proxy that died come back after
+    # at most this.
+    delivery_lease_ms: int = 60_000
+    # A delivery not acknowledged this long closes its channel with 406 PRECONDITION_FAILED and is
+    # requeued, as RabbitMQ's consumer_timeout does (30 minutes there too).
+    consumer_timeout_ms: int = 30 * 60 * 1000
     # One broker pop of a consumer waits this long for messages.
     long_poll_ms: int = 2_000
     # Messages one broker pop of a consumer takes at most (its prefetch may hold it to fewer).
@@ -218,8 +222,9 @@ class AmqpConfig:
             raise ValueError(f"amqp port must be -1 (off) or 0-65535, got {self.port}")
         if self.frame_max_bytes < 4096 or not 1 <= self.channel_max <= 65535 or self.heartbeat_s < 0:
             raise ValueError("amqp frame_max_bytes must be at least 4096, channel_max 1-65535, heartbeat_s >= 0")
-        if min(self.max_body_bytes, self.unacked_invisible_ms, self.long_poll_ms, self.max_prefetch,
-               self.max_channel_publishes, self.meta_refresh_ms, self.max_connection_publish_bytes) < 1:  # fmt: skip
+        if min(self.max_body_bytes, self.delivery_lease_ms, self.consumer_timeout_ms, self.long_poll_ms,
+               self.max_prefetch, self.max_channel_publishes, self.meta_refresh_ms,
+               self.max_connection_publish_bytes) < 1:  # fmt: skip
             raise ValueError("amqp sizes and durations must be positive")
         if self.handshake_timeout_s <= 0 or self.call_timeout_s <= 0:
             raise ValueError("amqp handshake_timeout_s and call_timeout_s must be positive")

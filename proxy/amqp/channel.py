@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -72,6 +73,7 @@ class _Unacked:
     queue: QueueMeta
     handle: str
     consumer: Consumer | None  # None: delivered by basic.get
+    at: float = field(default_factory=time.monotonic)
 
 
 class Channel:
@@ -516,6 +518,20 @@ class Channel:
         self.send(commands.Basic.GetOk(delivery_tag=self._next_tag, redelivered=d.redelivered, exchange=d.exchange,
                                        routing_key=d.routing_key, message_count=ready))  # fmt: skip
         self.conn.send_raw(content_bytes(self.number, d.properties, d.body, self.conn.frame_max))
+
+    # -- leases -------------------------------------------------------------------------------------
+
+    def held(self) -> dict[int, tuple[QueueMeta, list[str]]]:
+        """The unacknowledged deliveries' handles, by queue number (their leases to renew)."""
+        out: dict[int, tuple[QueueMeta, list[str]]] = {}
+        for u in self._unacked.values():
+            out.setdefault(u.queue.id, (u.queue, []))[1].append(u.handle)
+        return out
+
+    def overdue(self, timeout_s: float) -> bool:
+        """Some delivery has waited for its ack longer than `timeout_s`."""
+        first = next(iter(self._unacked.values()), None)  # the oldest: tags grow with time
+        return first is not None and time.monotonic() - first.at > timeout_s
 
     # -- settling -----------------------------------------------------------------------------------
 

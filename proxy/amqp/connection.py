@@ -30,6 +30,7 @@ from proxy.amqp.codes import (
     FRAME_ERROR,
     INTERNAL_ERROR,
     NOT_ALLOWED,
+    PRECONDITION_FAILED,
     UNEXPECTED_FRAME,
     AmqpError,
     reply_text,
@@ -138,7 +139,11 @@ class Connection:
                 opened = await self._handshake()
             if opened:
                 beats = asyncio.create_task(self._heartbeats(), name=f"amqp-{self.id}-heartbeat")
-                await self._frames()
+                leases = asyncio.create_task(self._leases(), name=f"amqp-{self.id}-leases")
+                try:
+                    await self._frames()
+                finally:
+                    leases.cancel()
         except AmqpError as err:
             await self._close_with(err)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
@@ -213,6 +218,30 @@ class Connection:
             if now - self._last_write >= self.heartbeat_s / 2:
                 self.send_raw(HEARTBEAT_BYTES)
 
+    async def _leases(self) -> None:
+        """Every third of the delivery lease: renew the unacknowledged deliveries' leases, and close
+        with 406 a channel whose oldest delivery waited longer than the consumer timeout."""
+        cfg = self.gw.config
+        while True:
+            await asyncio.sleep(cfg.delivery_lease_ms / 3000)
+            for ch in list(self.channels.values()):
+                if ch.closing:
+                    continue
+                if ch.overdue(cfg.consumer_timeout_ms / 1000):
+                    detail = (f"delivery acknowledgement on channel {ch.number} timed out. Timeout value used: "
+                              f"{cfg.consumer_timeout_ms} ms")  # fmt: skip
+                    await self.fail_channel(ch, AmqpError(PRECONDITION_FAILED, detail))
+                    continue
+                for queue, handles in ch.held().values():
+                    try:
+                        lost = await self.gw.store.renew(queue, handles)
+                    except SluiceError as exc:
+                        log.warning("could not renew AMQP delivery leases", extra=kv(queue=queue.name,
+                                                                                     error=exc.message))  # fmt: skip
+                        continue
+                    if lost:
+                        log.debug("AMQP deliveries settled before their renewal", extra=kv(count=len(lost)))
+
     async def _frames(self) -> None:
         while True:
             frame = await read_frame(self._reader, self.frame_max)
@@ -269,10 +298,16 @@ class Connection:
         except AmqpError as err:
             if err.hard:
                 raise
-            log.info("AMQP channel error", extra=kv(connection=self.id, channel=ch.number, reply=err.text))
-            ch.closing = True
-            self.send_method(ch.number, close_method(err))
-            await ch.close()
+            await self.fail_channel(ch, err)
+
+    async def fail_channel(self, ch: Channel, err: AmqpError) -> None:
+        """Close a channel for a channel error: channel.close to the client, its unacked requeued."""
+        if ch.closing:
+            return
+        log.info("AMQP channel error", extra=kv(connection=self.id, channel=ch.number, reply=err.text))
+        ch.closing = True
+        self.send_method(ch.number, close_method(err))
+        await ch.close()
 
     def forget_channel(self, number: int) -> None:
         ch = self.channels.pop(number, None)

@@ -2,9 +2,10 @@
 
 A queue is the RocketMQ topic `AMQP_Q<n>` with one queue, consumed by the group `AMQP_G<n>`
 (proxy/amqp/meta.py): a publish is stored in each queue it routes to; a delivery is a pop that
-makes the message invisible for `unacked_invisible_ms` (RabbitMQ's consumer timeout) until the
-client acknowledges it (an ack), requeues it (visible again at once, delivered again with the
-redelivered flag) or rejects it (an ack: dead-lettering is not done yet). The depth is exact:
+makes the message invisible for a lease (`delivery_lease_ms`, renewed while its channel is open:
+proxy/amqp/connection.py) until the client acknowledges it (an ack), requeues it (visible again
+at once, delivered again with the redelivered flag) or rejects it (an ack: dead-lettering is not
+done yet). The depth is exact:
 what a pop would hand out now (the broker's `GroupQueueStatus.ready`).
 """
 
@@ -79,9 +80,9 @@ def _ctx(timeout_s: float) -> CallContext:
 
 
 class QueueStore:
-    def __init__(self, broker: Callable[[str], BrokerApi], *, unacked_invisible_ms: int, call_timeout_s: float) -> None:
+    def __init__(self, broker: Callable[[str], BrokerApi], *, lease_ms: int, call_timeout_s: float) -> None:
         self._broker = broker
-        self._invisible_ms = unacked_invisible_ms
+        self._invisible_ms = lease_ms
         self._timeout_s = call_timeout_s
         self._ready: set[int] = set()  # queue numbers whose topic and group are known to exist
 
@@ -110,6 +111,12 @@ class QueueStore:
 
     async def ack(self, q: QueueMeta, handles: list[str]) -> None:
         await self._broker(q.broker).ack(q.group, q.topic, handles, ctx=_ctx(self._timeout_s))
+
+    async def renew(self, q: QueueMeta, handles: list[str]) -> list[str]:
+        """Extend the lease of delivered messages (their handles stay valid); the handles that
+        could not be renewed (acknowledged meanwhile, or no longer in flight)."""
+        results = await self._broker(q.broker).renew(q.group, q.topic, handles, self._invisible_ms)
+        return [r.receipt_handle for r in results if not r.ok]
 
     async def requeue(self, q: QueueMeta, handle: str) -> None:
         await self._broker(q.broker).change_invisible_duration(q.group, q.topic, handle, 0, ctx=_ctx(self._timeout_s))

@@ -46,7 +46,7 @@ class Gateway:
         self._broker_names = broker_names
         self.security = security
         self.meta = MetaStore(self._home, refresh_ms=config.meta_refresh_ms)
-        self.store = QueueStore(broker, unacked_invisible_ms=config.unacked_invisible_ms,
+        self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms,
                                 call_timeout_s=config.call_timeout_s)  # fmt: skip
         self.connections: dict[str, Connection] = {}
         self._consumers: Counter[tuple[str, int]] = Counter()  # (vhost, queue number) -> consumers here

@@ -430,3 +430,34 @@ def test_heartbeats_both_ways(cluster: Cluster) -> None:
     finally:
         client.close()
     _serves(endpoints(cluster)[0])
+
+
+def test_leases_are_renewed_until_the_consumer_timeout(tmp_path: Path) -> None:
+    """An unacknowledged delivery stays with its consumer past its lease (renewed), and goes back to
+    the queue, redelivered, when its channel is closed for the consumer timeout (406)."""
+    config = tmp_path / "sluice.toml"
+    config.write_text("[proxy.amqp]\ndelivery_lease_ms = 1500\nconsumer_timeout_ms = 6000\n")
+    leased = start_merged(tmp_path / "lease", amqp=True, extra_args=["--config", str(config)])
+    try:
+        endpoint = leased.amqp[0]
+        with connect(endpoint) as holder, connect(endpoint) as other:
+            hch = holder.channel()
+            hch.queue_declare("leased")
+            hch.confirm_delivery()
+            hch.basic_publish("", "leased", b"held")
+            closed: list[int] = []
+            hch._impl.add_on_close_callback(lambda _ch, reason: closed.append(reason.reply_code))
+            _, _, body = hch.basic_get("leased")
+            assert body == b"held"
+            holder.sleep(4.0)  # over two leases: renewed, so nobody else gets it
+            och = other.channel()
+            assert och.basic_get("leased") == (None, None, None)
+            deadline = time.monotonic() + WAIT_S
+            while not closed and time.monotonic() < deadline:
+                holder.sleep(0.2)
+            assert closed == [406]
+            [(again, _, body)] = drain(och, "leased", 1)
+            assert (body, again.redelivered) == (b"held", True)
+    finally:
+        problems = leased.stop()
+        assert not problems, "\n".join(problems)
