@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,8 +23,8 @@ import pytest
 from pamqp import commands, frame, heartbeat
 from pamqp import commands as pamqp_commands
 
-from tests.e2e.support.amqp import WAIT_S, RawClient, connect, drain, endpoints
-from tests.e2e.support.cluster import Cluster, start_merged
+from tests.e2e.support.amqp import WAIT_S, RawClient, connect, drain, endpoints, params
+from tests.e2e.support.cluster import Cluster, start_merged, start_separated
 
 
 def _ready_eventually(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, want: int) -> int:
@@ -460,4 +461,54 @@ def test_leases_are_renewed_until_the_consumer_timeout(tmp_path: Path) -> None:
             assert (body, again.redelivered) == (b"held", True)
     finally:
         problems = leased.stop()
+        assert not problems, "\n".join(problems)
+
+
+def test_proxy_killed_while_publishing_and_consuming(tmp_path: Path) -> None:
+    """Separated topology, SIGKILL of the proxy a publisher (confirms) and a consumer (no acks yet)
+    are connected to: every confirmed message is still there, through the other proxy, and the
+    dead proxy's unacknowledged deliveries come back, redelivered, within their lease."""
+    config = tmp_path / "sluice.toml"
+    config.write_text("[proxy.amqp]\ndelivery_lease_ms = 2000\n")
+    sep = start_separated(tmp_path / "sep", amqp=True, config=config)
+    try:
+        doomed, survivor = sep.amqp
+        with connect(survivor) as conn:
+            conn.channel().queue_declare("survives", durable=True)
+        consumer = pika.BlockingConnection(params(doomed))
+        cch = consumer.channel()
+        cch.basic_qos(prefetch_count=10)
+        publisher = pika.BlockingConnection(params(doomed))
+        pch = publisher.channel()
+        pch.confirm_delivery()
+        for i in range(10):
+            pch.basic_publish("", "survives", f"early {i}".encode(), pika.BasicProperties(delivery_mode=2))
+        held = drain(cch, "survives", 10, ack=False)  # delivered through the doomed proxy, never acked
+        assert len(held) == 10
+        confirmed: list[bytes] = []
+        killer = threading.Timer(0.5, sep.kill, args=(sep.proxy_process(sep.proxies[0]),))
+        killer.start()
+        try:
+            for i in range(1_000_000):
+                body = f"m{i}".encode()
+                pch.basic_publish("", "survives", body, pika.BasicProperties(delivery_mode=2))
+                confirmed.append(body)  # returned: the broker stored it and the proxy confirmed it
+        except (pika.exceptions.AMQPConnectionError, pika.exceptions.AMQPChannelError, OSError):
+            pass
+        finally:
+            killer.join()
+        assert confirmed, "the proxy was killed before any publish was confirmed"
+        with connect(survivor) as conn:
+            ch = conn.channel()
+            got: dict[bytes, bool] = {}
+            deadline = time.monotonic() + WAIT_S
+            want = set(confirmed) | {b for _, _, b in held}
+            while not want <= got.keys() and time.monotonic() < deadline:
+                for m, _, body in drain(ch, "survives", len(want)):
+                    got[body] = got.get(body, False) or m.redelivered
+        missing = want - got.keys()
+        assert not missing, f"{len(missing)} confirmed or delivered messages lost, e.g. {sorted(missing)[:5]}"
+        assert all(got[b] for _, _, b in held), "the dead proxy's deliveries came back without the redelivered flag"
+    finally:
+        problems = sep.stop()
         assert not problems, "\n".join(problems)
