@@ -138,6 +138,7 @@ class GroupQueueStatus:
     # What a pop would hand out now, exactly: never delivered (max_offset less the group's read
     # position) plus delivered ones whose invisibility ended (an AMQP queue's ready count).
     ready: int = 0
+    due: int = 0  # of `in_flight`, those whose invisibility ended (requeued, or timed out): in `ready` too
 
 
 @dataclass(frozen=True, slots=True)

@@ -250,6 +250,7 @@ def group_status_to_pb(status: GroupStatus) -> pb.GroupStatus:
                 in_flight=q.in_flight,
                 retrying=q.retrying,
                 ready=q.ready,
+                due=q.due,
             )
             for q in status.queues
         ],
@@ -261,7 +262,7 @@ def group_status_from_pb(msg: pb.GroupStatus) -> GroupStatus:
         info=group_info_from_pb(msg.info),
         queues=tuple(
             GroupQueueStatus(
-                q.topic, q.queue_id, q.consumed_offset, q.max_offset, q.lag, q.in_flight, q.retrying, q.ready
+                q.topic, q.queue_id, q.consumed_offset, q.max_offset, q.lag, q.in_flight, q.retrying, q.ready, q.due
             )
             for q in msg.queues
         ),

@@ -122,13 +122,12 @@ class QueueStore:
         await self._broker(q.broker).change_invisible_duration(q.group, q.topic, handle, 0, ctx=_ctx(self._timeout_s))
 
     async def counts(self, q: QueueMeta) -> tuple[int, int]:
-        """(ready, in flight) messages of the queue: ready is exact (never delivered, or requeued);
-        in flight counts delivered messages not yet acknowledged, requeued ones until redelivered."""
+        """(ready, unacknowledged) messages of the queue, exactly: ready were never delivered or
+        were requeued; unacknowledged are with a consumer now."""
         await self.ensure(q)
         status = await self._broker(q.broker).group_status(q.group, [q.topic])
         mine = [s for s in status.queues if s.topic == q.topic]
-        ready = sum(s.ready for s in mine)
-        return ready, sum(s.in_flight for s in mine)
+        return sum(s.ready for s in mine), sum(s.in_flight - s.due for s in mine)
 
     async def purge(self, q: QueueMeta) -> int:
         """Drop the queue's ready messages; how many there were."""

@@ -36,15 +36,17 @@ async def test_ready_counts_what_a_pop_would_hand_out(broker: BrokerApi, scope: 
     topic = await new_topic(broker, scope)
     group = await new_group(broker, scope, consume_from=ConsumeFrom.EARLIEST)
 
-    async def ready() -> int:
+    async def counts() -> tuple[int, int]:
+        """(ready, unacked): `ready`, and in flight less due."""
         status = await broker.group_status(group, [topic])
-        return sum(q.ready for q in status.queues if q.topic == topic)
+        mine = [q for q in status.queues if q.topic == topic]
+        return sum(q.ready for q in mine), sum(q.in_flight - q.due for q in mine)
 
     await broker.send(topic, 0, [out(scope, f"m{i}") for i in range(4)])
-    assert await ready() == 4
+    assert await counts() == (4, 0)
     first, second = await pop_n(broker, group, topic, 2, invisible_ms=60_000)
-    assert await ready() == 2
+    assert await counts() == (2, 2)
     await broker.ack(group, topic, [second.receipt_handle])  # acknowledged above an unacked one
-    assert await ready() == 2
+    assert await counts() == (2, 1)
     await broker.change_invisible_duration(group, topic, first.receipt_handle, 0)  # requeued
-    assert await ready() == 3
+    assert await counts() == (3, 0)

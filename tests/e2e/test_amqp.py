@@ -185,6 +185,30 @@ def json_bytes(value: object) -> bytes:
     return json.dumps(value, sort_keys=True).encode()
 
 
+def test_admin_lists_the_amqp_metadata(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    exchange, queue = unique("admin-x"), unique("admin-q")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(exchange, "topic")
+        ch.queue_declare(queue, durable=True)
+        ch.queue_bind(queue, exchange, "a.#")
+        ch.confirm_delivery()
+        for i in range(3):
+            ch.basic_publish(exchange, f"a.{i}", b"x")
+        method, _, _ = ch.basic_get(queue)  # one unacked while the admin looks
+        queues = {q["name"]: q for q in cluster.admin("amqp", "queues", "--vhost", "/")}
+        assert (queues[queue]["ready"], queues[queue]["unacked"], queues[queue]["durable"]) == (2, 1, True)
+        exchanges = {e["name"]: e["type"] for e in cluster.admin("amqp", "exchanges")}
+        assert exchanges[exchange] == "topic" and exchanges["amq.headers"] == "headers"
+        bindings = cluster.admin("amqp", "bindings")
+        assert {"vhost": "/", "source": exchange, "destination": queue, "destination_type": "queue",
+                "routing_key": "a.#", "arguments": {}} in bindings  # fmt: skip
+        assert queue in cluster.admin_text("amqp", "queues")
+        ch.basic_ack(method.delivery_tag)
+        ch.queue_delete(queue)
+        ch.exchange_delete(exchange)
+
+
 def test_publisher_confirms_and_mandatory(cluster: Cluster, unique: Callable[[str], str]) -> None:
     queue = unique("confirmed")
     with connect(endpoints(cluster)[0]) as conn:

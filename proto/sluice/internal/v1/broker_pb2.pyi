@@ -130,7 +130,7 @@ class TopicStatus(_message.Message):
     def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., half_messages: _Optional[int] = ..., pending_timers: _Optional[int] = ..., local_bytes: _Optional[int] = ..., delivered: _Optional[int] = ...) -> None: ...
 
 class GroupQueueStatus(_message.Message):
-    __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight", "retrying", "ready")
+    __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight", "retrying", "ready", "due")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +139,7 @@ class GroupQueueStatus(_message.Message):
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     RETRYING_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
+    DUE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     consumed_offset: int
@@ -147,7 +148,8 @@ class GroupQueueStatus(_message.Message):
     in_flight: int
     retrying: int
     ready: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., consumed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., retrying: _Optional[int] = ..., ready: _Optional[int] = ...) -> None: ...
+    due: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., consumed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., retrying: _Optional[int] = ..., ready: _Optional[int] = ..., due: _Optional[int] = ...) -> None: ...
 
 class GroupStatus(_message.Message):
     __slots__ = ("info", "queues")
