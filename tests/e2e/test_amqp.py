@@ -10,6 +10,7 @@ answers with a connection close and keeps serving. docs/amqp.md describes the ga
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import threading
 import time
@@ -20,11 +21,15 @@ from pathlib import Path
 import aio_pika
 import pika
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
 from pamqp import commands, frame, heartbeat
 from pamqp import commands as pamqp_commands
 
+from tests.e2e.support import amqp_fuzz
 from tests.e2e.support.amqp import WAIT_S, RawClient, connect, drain, endpoints, params
 from tests.e2e.support.cluster import Cluster, start_merged, start_separated
+
+FUZZ_EXAMPLES = 120  # connections per topology
 
 
 def _ready_eventually(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, want: int) -> int:
@@ -536,3 +541,29 @@ def test_proxy_killed_while_publishing_and_consuming(tmp_path: Path) -> None:
     finally:
         problems = sep.stop()
         assert not problems, "\n".join(problems)
+
+
+def test_fuzzed_frames_get_spec_answers(cluster: Cluster) -> None:
+    """Generated frame sequences on fresh connections (tests/e2e/support/amqp_fuzz.py): every one
+    ends in a connection close with a spec reply code or stays open; the server logs no failed
+    connection and keeps serving."""
+    endpoint = endpoints(cluster)[0]
+    outcomes: collections.Counter[str] = collections.Counter()
+    bad: list[tuple[list[bytes], str]] = []
+
+    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(amqp_fuzz.frames())
+    def fuzz_once(data: list[bytes]) -> None:
+        outcome = amqp_fuzz.send(endpoint, data)
+        outcomes[outcome.split(":")[0] if not outcome.startswith("close") else outcome] += 1
+        if amqp_fuzz.is_bad(outcome):
+            bad.append((data, outcome))
+
+    fuzz_once()
+    assert not bad, f"{len(bad)} connections got a bad answer, e.g. {bad[:3]}"
+    assert sum(outcomes.values()) == FUZZ_EXAMPLES and len(outcomes) > 2, outcomes
+    failed = [line for log in cluster.root.glob("*.log") for line in log.read_text(errors="replace").splitlines()
+              if "AMQP connection failed" in line or "Task exception was never retrieved" in line]  # fmt: skip
+    assert not failed, failed[:5]
+    _serves(endpoint)
