@@ -15,7 +15,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aio_pika
@@ -29,7 +29,22 @@ from tests.e2e.support import amqp_fuzz
 from tests.e2e.support.amqp import WAIT_S, RawClient, connect, drain, endpoints, params
 from tests.e2e.support.cluster import Cluster, start_merged, start_separated
 
-FUZZ_EXAMPLES = 120  # connections per topology
+FUZZ_EXAMPLES = 60  # connections per topology
+
+
+@pytest.fixture(scope="module")
+def own_merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A merged cluster of this module's own, for the tests that crash it or shorten its leases
+    (1.5 s leases, a 6 s consumer timeout)."""
+    root = tmp_path_factory.mktemp("amqp-own")
+    config = root / "sluice.toml"
+    config.write_text("[proxy.amqp]\ndelivery_lease_ms = 1500\nconsumer_timeout_ms = 6000\n")
+    started = start_merged(root / "cluster", amqp=True, extra_args=["--config", str(config)])
+    try:
+        yield started
+    finally:
+        problems = started.stop()
+        assert not problems, "\n".join(problems)
 
 
 def _ready_eventually(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, want: int) -> int:
@@ -409,32 +424,28 @@ def test_content_without_publish_and_wrong_protocol(cluster: Cluster) -> None:
     _serves(endpoints(cluster)[0])
 
 
-def test_metadata_and_messages_survive_a_crash(tmp_path: Path) -> None:
+def test_metadata_and_messages_survive_a_crash(own_merged: Cluster) -> None:
     """SIGKILL of `sluice up`: exchanges, queues, bindings and confirmed messages are all there after
     the restart (its own cluster: the shared ones are not crashed)."""
-    crashed = start_merged(tmp_path / "crash", amqp=True)
-    try:
-        endpoint = crashed.amqp[0]
-        with connect(endpoint) as conn:
-            ch = conn.channel()
-            ch.exchange_declare("orders", "topic", durable=True)
-            ch.queue_declare("eu-orders", durable=True, arguments={"x-note": "kept"})
-            ch.queue_bind("eu-orders", "orders", "eu.#")
-            ch.confirm_delivery()
-            for i in range(3):
-                ch.basic_publish("orders", f"eu.de.{i}", f"order {i}".encode(), pika.BasicProperties(delivery_mode=2))
-        crashed.restart(next(name for name in crashed.processes if name.startswith("up-")))
-        with connect(endpoint) as conn:
-            ch = conn.channel()
-            ch.exchange_declare("orders", "topic", passive=True)
-            assert ch.queue_declare("eu-orders", durable=True, arguments={"x-note": "kept"}).method.message_count == 3
-            ch.confirm_delivery()
-            ch.basic_publish("orders", "eu.fr.9", b"after the crash", mandatory=True)  # the binding is still there
-            got = [b for _, _, b in drain(ch, "eu-orders", 4)]
-            assert got == [b"order 0", b"order 1", b"order 2", b"after the crash"]
-    finally:
-        problems = crashed.stop()
-        assert not problems, "\n".join(problems)
+    crashed = own_merged
+    endpoint = crashed.amqp[0]
+    with connect(endpoint) as conn:
+        ch = conn.channel()
+        ch.exchange_declare("orders", "topic", durable=True)
+        ch.queue_declare("eu-orders", durable=True, arguments={"x-note": "kept"})
+        ch.queue_bind("eu-orders", "orders", "eu.#")
+        ch.confirm_delivery()
+        for i in range(3):
+            ch.basic_publish("orders", f"eu.de.{i}", f"order {i}".encode(), pika.BasicProperties(delivery_mode=2))
+    crashed.restart(next(name for name in crashed.processes if name.startswith("up-")))
+    with connect(endpoint) as conn:
+        ch = conn.channel()
+        ch.exchange_declare("orders", "topic", passive=True)
+        assert ch.queue_declare("eu-orders", durable=True, arguments={"x-note": "kept"}).method.message_count == 3
+        ch.confirm_delivery()
+        ch.basic_publish("orders", "eu.fr.9", b"after the crash", mandatory=True)  # the binding is still there
+        got = [b for _, _, b in drain(ch, "eu-orders", 4)]
+        assert got == [b"order 0", b"order 1", b"order 2", b"after the crash"]
 
 
 def test_heartbeats_both_ways(cluster: Cluster) -> None:
@@ -462,35 +473,28 @@ def test_heartbeats_both_ways(cluster: Cluster) -> None:
     _serves(endpoints(cluster)[0])
 
 
-def test_leases_are_renewed_until_the_consumer_timeout(tmp_path: Path) -> None:
+def test_leases_are_renewed_until_the_consumer_timeout(own_merged: Cluster) -> None:
     """An unacknowledged delivery stays with its consumer past its lease (renewed), and goes back to
     the queue, redelivered, when its channel is closed for the consumer timeout (406)."""
-    config = tmp_path / "sluice.toml"
-    config.write_text("[proxy.amqp]\ndelivery_lease_ms = 1500\nconsumer_timeout_ms = 6000\n")
-    leased = start_merged(tmp_path / "lease", amqp=True, extra_args=["--config", str(config)])
-    try:
-        endpoint = leased.amqp[0]
-        with connect(endpoint) as holder, connect(endpoint) as other:
-            hch = holder.channel()
-            hch.queue_declare("leased")
-            hch.confirm_delivery()
-            hch.basic_publish("", "leased", b"held")
-            closed: list[int] = []
-            hch._impl.add_on_close_callback(lambda _ch, reason: closed.append(reason.reply_code))
-            _, _, body = hch.basic_get("leased")
-            assert body == b"held"
-            holder.sleep(4.0)  # over two leases: renewed, so nobody else gets it
-            och = other.channel()
-            assert och.basic_get("leased") == (None, None, None)
-            deadline = time.monotonic() + WAIT_S
-            while not closed and time.monotonic() < deadline:
-                holder.sleep(0.2)
-            assert closed == [406]
-            [(again, _, body)] = drain(och, "leased", 1)
-            assert (body, again.redelivered) == (b"held", True)
-    finally:
-        problems = leased.stop()
-        assert not problems, "\n".join(problems)
+    endpoint = own_merged.amqp[0]
+    with connect(endpoint) as holder, connect(endpoint) as other:
+        hch = holder.channel()
+        hch.queue_declare("leased")
+        hch.confirm_delivery()
+        hch.basic_publish("", "leased", b"held")
+        closed: list[int] = []
+        hch._impl.add_on_close_callback(lambda _ch, reason: closed.append(reason.reply_code))
+        _, _, body = hch.basic_get("leased")
+        assert body == b"held"
+        holder.sleep(4.0)  # over two leases: renewed, so nobody else gets it
+        och = other.channel()
+        assert och.basic_get("leased") == (None, None, None)
+        deadline = time.monotonic() + WAIT_S
+        while not closed and time.monotonic() < deadline:
+            holder.sleep(0.2)
+        assert closed == [406]
+        [(again, _, body)] = drain(och, "leased", 1)
+        assert (body, again.redelivered) == (b"held", True)
 
 
 def test_proxy_killed_while_publishing_and_consuming(tmp_path: Path) -> None:

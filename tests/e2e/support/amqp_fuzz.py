@@ -93,7 +93,7 @@ def frames(draw: st.DrawFn) -> list[bytes]:
     return out
 
 
-def send(endpoint: str, data: list[bytes], quiet_s: float = 0.3) -> str:
+def send(endpoint: str, data: list[bytes], quiet_s: float = 0.2) -> str:
     """Send one connection's frames; the outcome: `close:<code>`, `open`, or `abrupt` (a bug)."""
     client = RawClient(endpoint)
     try:
