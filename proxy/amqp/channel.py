@@ -39,6 +39,7 @@ from proxy.amqp.codes import (
     reply_text,
 )
 from proxy.amqp.consumer import Consumer, DeliveryLoop
+from proxy.amqp.deadletter import REJECTED, expires_at_ms
 from proxy.amqp.frames import BODY, HEADER, METHOD, ContentHeader, Frame, content_bytes, decode_header, decode_method
 from proxy.amqp.meta import BindingMeta, QueueMeta, arguments
 from proxy.amqp.queues import Delivery, Publish, to_outgoing
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluice.proxy.amqp")
 
 _PUBLISH_BATCH = 256  # publishes one broker round of a channel takes at most
+ACK, REQUEUE, REJECT = "ack", "requeue", "reject"  # how an unacked delivery is settled
+_GET_SCREENS = 100  # basic.get: pops of expired or over-limit messages before it answers get-empty
 
 
 @dataclass
@@ -74,6 +77,7 @@ class _Unacked:
     handle: str
     consumer: Consumer | None  # None: delivered by basic.get
     at: float = field(default_factory=time.monotonic)
+    delivery: Delivery | None = None  # kept where a reject dead-letters it (the queue has a DLX)
 
 
 class Channel:
@@ -93,7 +97,7 @@ class Channel:
         self._credit_changed = asyncio.Event()
         self._publishes: asyncio.Queue[_Routed | None] = asyncio.Queue(maxsize=self.gw.config.max_channel_publishes)
         self._closed = False
-        self._settle: asyncio.Queue[tuple[QueueMeta, str, bool] | None] = asyncio.Queue()  # None: the end
+        self._settle: asyncio.Queue[tuple[_Unacked, str] | None] = asyncio.Queue()  # (what, ACK etc.); None: the end
         self._tasks: set[asyncio.Task[None]] = set()
         self._publisher_task = self._spawn(self._publisher(), "publisher")
         self._spawn(self._settler(), "settler")
@@ -212,7 +216,7 @@ class Channel:
         self._credit_changed.set()
         for tag in list(self._unacked):
             u = self._unacked.pop(tag)
-            self._settle.put_nowait((u.queue, u.handle, True))
+            self._settle.put_nowait((u, REQUEUE))
         await self._publishes.put(None)  # the publisher ends after storing what came before
         await asyncio.gather(self._publisher_task, return_exceptions=True)
         for c in consumers:
@@ -269,6 +273,7 @@ class Channel:
         queue = await self.gw.meta.change(lambda doc: topology.declare_queue(doc, vhost, d, owner, home))
         if queue.exclusive_owner:
             self.conn.exclusive.add(queue.name)
+        await self._settled()
         ready, _ = await self.gw.store.counts(queue)
         if not m.nowait:
             consumers = self.gw.consumer_count(vhost, queue)
@@ -302,6 +307,7 @@ class Channel:
 
     async def _queue_purge(self, m: commands.Queue.Purge) -> None:
         queue = await self._find_queue(m.queue)
+        await self._settled()
         count = await self.gw.store.purge(queue)
         if not m.nowait:
             self.send(commands.Queue.PurgeOk(message_count=count))
@@ -316,6 +322,7 @@ class Channel:
             if not m.nowait:  # deleting a missing queue is fine (RabbitMQ 3.x+)
                 self.send(commands.Queue.DeleteOk(message_count=0))
             return
+        await self._settled()
         ready, _ = await self.gw.store.counts(queue)
         what = f"queue '{queue.name}' in vhost '{vhost}'"
         if m.if_empty and ready:
@@ -417,9 +424,12 @@ class Channel:
             for q in r.queues:
                 per_queue.setdefault(q.id, (q, []))[1].append(r.publish)
         host = self.conn.peer
+        now_ms = int(time.time() * 1000)
 
         async def one(q: QueueMeta, publishes: list[Publish]) -> None:
-            await self.gw.store.send(q, [to_outgoing(p, host) for p in publishes])
+            await self.gw.store.send(
+                q, [to_outgoing(p, host, expires_at_ms(q, p.properties, now_ms)) for p in publishes]
+            )
 
         items = list(per_queue.values())
         results = await asyncio.gather(*(one(q, ps) for q, ps in items), return_exceptions=True)
@@ -466,14 +476,17 @@ class Channel:
         if not m.nowait:
             self.send(commands.Basic.ConsumeOk(consumer_tag=tag))
         loop = DeliveryLoop(c, self.gw.store, credit=self._credit, wake=self._credit_changed, deliver=self._deliver,
-                            flush=self.conn.flush, gone=self._queue_gone,
+                            flush=self.conn.flush, gone=self._queue_gone, screen=self._screen,
                             long_poll_ms=self.gw.config.long_poll_ms)  # fmt: skip
         c.task = self._spawn(loop.run(), f"consumer-{tag}")
+
+    async def _screen(self, queue: QueueMeta, got: list[Delivery]) -> list[Delivery]:
+        return await self.gw.dead.screen(self.conn.vhost, queue, got)
 
     def _deliver(self, c: Consumer, d: Delivery) -> None:
         self._next_tag += 1
         if not c.no_ack:
-            self._unacked[self._next_tag] = _Unacked(c.queue, d.handle, c)
+            self._unacked[self._next_tag] = _Unacked(c.queue, d.handle, c, delivery=_kept(c.queue, d))
             c.unacked += 1
         self.send(commands.Basic.Deliver(consumer_tag=c.tag, delivery_tag=self._next_tag, redelivered=d.redelivered,
                                          exchange=d.exchange, routing_key=d.routing_key))  # fmt: skip
@@ -504,7 +517,13 @@ class Channel:
 
     async def _get(self, m: commands.Basic.Get) -> None:
         queue = await self._find_queue(m.queue)
-        got = await self.gw.store.pop(queue, 1, 0)
+        await self._settled()
+        got: list[Delivery] = []
+        for _ in range(_GET_SCREENS):  # expired or over-limit messages are dead-lettered, not answered
+            popped = await self.gw.store.pop(queue, 1, 0)
+            got = await self._screen(queue, popped)
+            if got or not popped:
+                break
         if not got:
             self.send(commands.Basic.GetEmpty())
             return
@@ -513,7 +532,7 @@ class Channel:
         if m.no_ack:
             await self.gw.store.ack(queue, [d.handle])
         else:
-            self._unacked[self._next_tag] = _Unacked(queue, d.handle, None)
+            self._unacked[self._next_tag] = _Unacked(queue, d.handle, None, delivery=_kept(queue, d))
         ready, _ = await self.gw.store.counts(queue)
         self.send(commands.Basic.GetOk(delivery_tag=self._next_tag, redelivered=d.redelivered, exchange=d.exchange,
                                        routing_key=d.routing_key, message_count=ready))  # fmt: skip
@@ -551,19 +570,19 @@ class Channel:
 
     async def _ack(self, m: commands.Basic.Ack) -> None:
         for u in self._take(m.delivery_tag, m.multiple):
-            self._settle.put_nowait((u.queue, u.handle, False))
+            self._settle.put_nowait((u, ACK))
 
     async def _nack(self, m: commands.Basic.Nack) -> None:
         for u in self._take(m.delivery_tag, m.multiple):
-            self._settle.put_nowait((u.queue, u.handle, m.requeue))
+            self._settle.put_nowait((u, REQUEUE if m.requeue else REJECT))
 
     async def _reject(self, m: commands.Basic.Reject) -> None:
         for u in self._take(m.delivery_tag or 0, False):
-            self._settle.put_nowait((u.queue, u.handle, m.requeue))
+            self._settle.put_nowait((u, REQUEUE if m.requeue else REJECT))
 
     async def _recover(self, m: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
         for u in self._take(0, True):
-            self._settle.put_nowait((u.queue, u.handle, True))
+            self._settle.put_nowait((u, REQUEUE))
         if isinstance(m, commands.Basic.Recover):
             self.send(commands.Basic.RecoverOk())
 
@@ -575,24 +594,37 @@ class Channel:
             while not self._settle.empty():
                 batch.append(self._settle.get_nowait())
             acks: dict[int, tuple[QueueMeta, list[str]]] = {}
-            requeues: list[tuple[QueueMeta, str]] = []
+            calls: list[Awaitable[None]] = []
             for item in batch:
                 if item is None:
                     done = True
                     continue
-                queue, handle, requeue = item
-                if requeue:
-                    requeues.append((queue, handle))
-                else:
-                    acks.setdefault(queue.id, (queue, []))[1].append(handle)
-            calls = [self.gw.store.ack(q, hs) for q, hs in acks.values()]
-            calls += [self.gw.store.requeue(q, h) for q, h in requeues]
+                u, action = item
+                if action == REQUEUE:
+                    calls.append(self.gw.store.requeue(u.queue, u.handle))
+                elif action == REJECT and u.delivery is not None:
+                    calls.append(self.gw.dead.dead_letter(self.conn.vhost, u.queue, u.delivery, REJECTED))
+                else:  # an ack, or a reject without a dead-letter exchange: the message is done
+                    acks.setdefault(u.queue.id, (u.queue, []))[1].append(u.handle)
+            calls += [self.gw.store.ack(q, hs) for q, hs in acks.values()]
             for res in await asyncio.gather(*calls, return_exceptions=True):
                 if isinstance(res, NotFound):
                     continue  # the queue is gone, and its messages with it
                 if isinstance(res, BaseException):
                     log.warning("an AMQP ack or requeue failed; the message comes back after its invisible time",
                                 extra=kv(error=getattr(res, "message", str(res))))  # fmt: skip
+            for _ in batch:
+                self._settle.task_done()
+
+    async def _settled(self) -> None:
+        """Until the acks, requeues and rejects this channel received so far reached the brokers:
+        a later basic.get or queue count on the channel sees them, as RabbitMQ's would."""
+        if not self._closed:
+            await self._settle.join()
+
+
+def _kept(queue: QueueMeta, d: Delivery) -> Delivery | None:
+    return d if queue.dead_letter_exchange is not None else None
 
 
 def close_method(err: AmqpError) -> commands.Channel.Close:

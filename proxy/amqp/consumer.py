@@ -44,6 +44,7 @@ class DeliveryLoop:
         deliver: Callable[[Consumer, Delivery], None],
         flush: Callable[[], Awaitable[None]],
         gone: Callable[[Consumer], None],
+        screen: Callable[[QueueMeta, list[Delivery]], Awaitable[list[Delivery]]],
         long_poll_ms: int,
     ) -> None:
         self._c = consumer
@@ -53,6 +54,7 @@ class DeliveryLoop:
         self._deliver = deliver
         self._flush = flush
         self._gone = gone
+        self._screen = screen
         self._long_poll_ms = long_poll_ms
 
     async def run(self) -> None:
@@ -77,6 +79,7 @@ class DeliveryLoop:
             if c.cancelled:  # popped after the cancel: back to the queue at once
                 await self._requeue(got)
                 return
+            got = await self._screen(c.queue, got)  # expired, over the delivery limit: dead-lettered
             for d in got:
                 self._deliver(c, d)
             if c.no_ack and got:

@@ -68,6 +68,28 @@ class QueueMeta:
     def topic(self) -> str:
         return f"AMQP_Q{self.id}"
 
+    def _int_arg(self, name: str) -> int | None:
+        value = self.arguments.get(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
+    def message_ttl_ms(self) -> int | None:
+        return self._int_arg("x-message-ttl")
+
+    @property
+    def delivery_limit(self) -> int | None:
+        return self._int_arg("x-delivery-limit")
+
+    @property
+    def dead_letter_exchange(self) -> str | None:
+        value = self.arguments.get("x-dead-letter-exchange")
+        return value if isinstance(value, str) else None
+
+    @property
+    def dead_letter_routing_key(self) -> str | None:
+        value = self.arguments.get("x-dead-letter-routing-key")
+        return value if isinstance(value, str) else None
+
     @property
     def group(self) -> str:
         return f"AMQP_G{self.id}"

@@ -37,6 +37,7 @@ from proxy.amqp.meta import QueueMeta
 PROP_EXCHANGE = "AMQP_EXCHANGE"
 PROP_ROUTING_KEY = "AMQP_ROUTING_KEY"
 PROP_HEADER = "AMQP_PROPERTIES"
+PROP_EXPIRES_AT = "AMQP_EXPIRES_AT"  # epoch ms after which the copy is not delivered (proxy/amqp/deadletter.py)
 _MAX_ATTEMPTS = 1000  # the most a group allows; requeued this often, a message goes to %DLQ%AMQP_G<n>
 _POP_MAX = 32
 _CALL_MARGIN_S = 5.0
@@ -58,10 +59,14 @@ class Delivery:
     body: bytes
     redelivered: bool
     handle: str
+    attempt: int = 1  # deliveries so far, this one included
+    expires_at_ms: int = 0  # 0: never
 
 
-def to_outgoing(p: Publish, host: str) -> OutgoingMessage:
+def to_outgoing(p: Publish, host: str, expires_at_ms: int = 0) -> OutgoingMessage:
     props = {PROP_EXCHANGE: p.exchange, PROP_ROUTING_KEY: p.routing_key}
+    if expires_at_ms:
+        props[PROP_EXPIRES_AT] = str(expires_at_ms)
     if p.properties:
         props[PROP_HEADER] = base64.b64encode(p.properties).decode()
     return OutgoingMessage(body=p.body, message_id=uuid.uuid4().hex.upper(), properties=props,
@@ -72,7 +77,9 @@ def to_delivery(m: StoredMessage) -> Delivery:
     raw = m.properties.get(PROP_HEADER, "")
     header = base64.b64decode(raw) if raw else b""
     exchange, key = m.properties.get(PROP_EXCHANGE, ""), m.properties.get(PROP_ROUTING_KEY, m.topic)
-    return Delivery(exchange, key, header, m.body, m.delivery_attempt > 1, m.receipt_handle)
+    expires = m.properties.get(PROP_EXPIRES_AT, "")
+    return Delivery(exchange, key, header, m.body, m.delivery_attempt > 1, m.receipt_handle, m.delivery_attempt,
+                    int(expires) if expires.isdigit() else 0)  # fmt: skip
 
 
 def _ctx(timeout_s: float) -> CallContext:

@@ -24,6 +24,7 @@ from common.security import SecurityDoc
 from proxy.amqp import topology
 from proxy.amqp.codes import AmqpError
 from proxy.amqp.connection import Connection
+from proxy.amqp.deadletter import DeadLetters
 from proxy.amqp.meta import QueueMeta
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import QueueStore
@@ -48,6 +49,7 @@ class Gateway:
         self.meta = MetaStore(self._home, refresh_ms=config.meta_refresh_ms)
         self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms,
                                 call_timeout_s=config.call_timeout_s)  # fmt: skip
+        self.dead = DeadLetters(self.meta, self.store)
         self.connections: dict[str, Connection] = {}
         self._consumers: Counter[tuple[str, int]] = Counter()  # (vhost, queue number) -> consumers here
         self._ids = itertools.count(1)

@@ -153,6 +153,7 @@ def declare_queue(doc: MetaDoc, vhost: str, d: QueueDeclare, owner: str, broker:
         return old
     if d.name.startswith("amq.") and old is None and not d.name.startswith("amq.gen-"):
         raise AmqpError(ACCESS_REFUSED, f"{what} contains reserved prefix 'amq.*'")
+    check_queue_arguments(d.arguments, what)
     new = QueueMeta(d.name, doc.next_id, broker, d.durable, owner if d.exclusive else "", d.auto_delete, d.arguments)
     if old is None:
         v.queues[d.name] = new
@@ -169,6 +170,33 @@ def declare_queue(doc: MetaDoc, vhost: str, d: QueueDeclare, owner: str, broker:
         if current != got:
             raise _inequivalent(field, what, got, current)
     return old
+
+
+# Integer queue arguments and their lowest value; the others are checked by `check_queue_arguments`.
+_INT_ARGS = {"x-message-ttl": 0, "x-expires": 1, "x-max-length": 0, "x-max-length-bytes": 0, "x-delivery-limit": 0,
+             "x-max-priority": 0}  # fmt: skip
+_CHOICES = {"x-queue-type": ("classic", "quorum"), "x-overflow": ("drop-head", "reject-publish", "reject-publish-dlx")}
+
+
+def check_queue_arguments(arguments: Args, what: str) -> None:
+    """RabbitMQ's checks of the queue arguments it knows (406 for a bad one); others are kept as given."""
+
+    def bad(name: str, why: str) -> AmqpError:
+        return AmqpError(PRECONDITION_FAILED, f"invalid arg '{name}' for {what}: {why}")
+
+    for name, low in _INT_ARGS.items():
+        value = arguments.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
+            raise bad(name, f"must be an integer of at least {low}, got {value!r}")
+    for name, allowed in _CHOICES.items():
+        value = arguments.get(name)
+        if value is not None and value not in allowed:
+            raise bad(name, f"must be one of {', '.join(allowed)}, got {value!r} (Sluice does not serve streams)")
+    for name in ("x-dead-letter-exchange", "x-dead-letter-routing-key"):
+        if name in arguments and not isinstance(arguments[name], str):
+            raise bad(name, f"must be a string, got {arguments[name]!r}")
+    if "x-dead-letter-routing-key" in arguments and "x-dead-letter-exchange" not in arguments:
+        raise bad("x-dead-letter-routing-key", "routing key given but no x-dead-letter-exchange")
 
 
 def delete_queue(doc: MetaDoc, vhost: str, name: str, owner: str) -> QueueMeta | None:

@@ -229,6 +229,48 @@ def test_admin_lists_the_amqp_metadata(cluster: Cluster, unique: Callable[[str],
         ch.exchange_delete(exchange)
 
 
+def test_ttl_dead_letters_and_the_delivery_limit(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    dlx, dead = unique("dlx"), unique("dead")
+    ttl, plain, limited = unique("ttl"), unique("plain"), unique("limited")
+    to_dlx = {"x-dead-letter-exchange": dlx, "x-dead-letter-routing-key": "dead"}
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(dlx, "direct")
+        ch.queue_declare(dead, exclusive=True)
+        ch.queue_bind(dead, dlx, "dead")
+        ch.queue_declare(ttl, arguments={"x-message-ttl": 100, **to_dlx})
+        ch.queue_declare(plain, arguments=to_dlx)
+        ch.queue_declare(limited, arguments={"x-queue-type": "quorum", "x-delivery-limit": 1, **to_dlx})
+        ch.confirm_delivery()
+        ch.basic_publish("", ttl, b"queue ttl", pika.BasicProperties(headers={"k": "v"}))
+        ch.basic_publish("", plain, b"message ttl", pika.BasicProperties(expiration="100"))
+        ch.basic_publish("", plain, b"rejected")
+        ch.basic_publish("", limited, b"redelivered too often")
+        time.sleep(0.3)  # both TTLs (100 ms) pass: a pop meets the messages expired
+        assert ch.basic_get(ttl) == (None, None, None)
+        method, _, body = ch.basic_get(plain)  # the expired one is dead-lettered, the next one answers
+        assert body == b"rejected"
+        ch.basic_reject(method.delivery_tag, requeue=False)
+        for _ in range(2):  # delivered twice (the limit allows one return), then dead-lettered
+            method, _, body = ch.basic_get(limited)
+            assert body == b"redelivered too often"
+            ch.basic_nack(method.delivery_tag, requeue=True)
+        assert ch.basic_get(limited) == (None, None, None)
+        got = {body: props for _, props, body in drain(ch, dead, 4)}
+        assert set(got) == {b"queue ttl", b"message ttl", b"rejected", b"redelivered too often"}
+        for body, queue, reason in ((b"queue ttl", ttl, "expired"), (b"message ttl", plain, "expired"),
+                                    (b"rejected", plain, "rejected"), (b"redelivered too often", limited,
+                                                                        "delivery_limit")):  # fmt: skip
+            death = got[body].headers["x-death"][0]
+            assert (death["queue"], death["reason"], death["count"], death["exchange"]) == (queue, reason, 1, "")
+            assert got[body].headers["x-first-death-reason"] == reason
+            assert got[body].expiration is None
+        assert got[b"queue ttl"].headers["k"] == "v"
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as bad_arg:
+            ch.queue_declare(unique("bad"), arguments={"x-message-ttl": -1})
+        assert bad_arg.value.reply_code == 406 and "invalid arg 'x-message-ttl'" in bad_arg.value.reply_text
+
+
 def test_publisher_confirms_and_mandatory(cluster: Cluster, unique: Callable[[str], str]) -> None:
     queue = unique("confirmed")
     with connect(endpoints(cluster)[0]) as conn:

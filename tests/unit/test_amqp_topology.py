@@ -256,3 +256,46 @@ def test_auto_delete_exchanges_go_with_their_last_binding() -> None:
     assert "tmp" in doc.vhost("/").exchanges
     topology.delete_queue(doc, "/", "q", "c1")
     assert "tmp" not in doc.vhost("/").exchanges
+
+
+def test_expiry_and_dead_letter_headers() -> None:
+    from proxy.amqp.deadletter import dead_properties, expires_at_ms, message_ttl_ms
+    from proxy.amqp.meta import QueueMeta
+    from proxy.amqp.queues import Delivery
+
+    with_exp = commands.Basic.Properties(expiration="250", headers={"k": "v"}).marshal()
+    assert message_ttl_ms(with_exp) == 250
+    assert message_ttl_ms(commands.Basic.Properties(content_type="x").marshal()) is None
+    assert message_ttl_ms(commands.Basic.Properties(expiration="soon").marshal()) is None
+    q = QueueMeta("q", 1, "b", arguments={"x-message-ttl": 100, "x-dead-letter-exchange": "dlx"})
+    assert expires_at_ms(q, with_exp, 1_000) == 1_100  # the smaller of queue and message TTL
+    assert expires_at_ms(QueueMeta("p", 2, "b"), with_exp, 1_000) == 1_250
+    assert expires_at_ms(QueueMeta("p", 2, "b"), b"", 1_000) == 0
+    d = Delivery("ex", "rk", with_exp, b"body", False, "h")
+    once = dead_properties(with_exp, q, d, "expired")
+    twice = dead_properties(once, q, d, "expired")
+    props = commands.Basic.Properties()
+    offset, flags = pframe.header.ContentHeader._get_flags(twice)  # type: ignore[attr-defined]
+    props.unmarshal(flags, twice[offset:])
+    [death] = props.headers["x-death"]
+    assert (death["queue"], death["reason"], death["count"], death["exchange"]) == ("q", "expired", 2, "ex")
+    assert death["routing-keys"] == ["rk"] and death["original-expiration"] == "250"
+    assert props.expiration is None and props.headers["k"] == "v"
+    assert props.headers["x-first-death-queue"] == "q" and props.headers["x-last-death-reason"] == "expired"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "ok"),
+    [
+        ({"x-message-ttl": 0, "x-queue-type": "quorum", "x-delivery-limit": 3}, True),
+        ({"x-dead-letter-exchange": "d", "x-dead-letter-routing-key": "k", "x-custom": [1]}, True),
+        ({"x-message-ttl": -1}, False), ({"x-expires": 0}, False), ({"x-max-length": "10"}, False),
+        ({"x-queue-type": "stream"}, False), ({"x-overflow": "drop-tail"}, False),
+        ({"x-dead-letter-routing-key": "k"}, False), ({"x-dead-letter-exchange": 5}, False),
+    ],
+)  # fmt: skip
+def test_queue_arguments_are_checked(arguments: dict[str, object], ok: bool) -> None:
+    if ok:
+        topology.check_queue_arguments(arguments, "queue 'q'")
+    else:
+        assert _code(topology.check_queue_arguments, arguments, "queue 'q'") == PRECONDITION_FAILED
