@@ -29,6 +29,7 @@ from proxy.amqp.codes import (
     CHANNEL_ERROR,
     COMMAND_INVALID,
     FRAME_ERROR,
+    INTERNAL_ERROR,
     NO_ROUTE,
     NOT_FOUND,
     NOT_IMPLEMENTED,
@@ -88,6 +89,10 @@ class Channel:
         self.closing = False  # we sent channel.close; waiting for close-ok
         self._pending: _Pending | None = None
         self._confirm = False
+        self._tx = False  # tx.select: publishes and settlements wait for tx.commit
+        self._tx_publishes: list[_Routed] = []
+        self._tx_settles: list[tuple[int, _Unacked, str]] = []
+        self._tx_failed = False  # a publish of the pipeline was not stored (checked by tx.commit)
         self._seq = 0
         self._next_tag = 0
         self._unacked: dict[int, _Unacked] = {}
@@ -178,6 +183,8 @@ class Channel:
             B.Ack: self._ack, B.Nack: self._nack, B.Reject: self._reject, B.Get: self._get,
             B.Recover: self._recover, B.RecoverAsync: self._recover,
             commands.Confirm.Select: self._confirm_select,
+            commands.Tx.Select: self._tx_select, commands.Tx.Commit: self._tx_commit,
+            commands.Tx.Rollback: self._tx_rollback,
         }  # fmt: skip
 
     @property
@@ -214,8 +221,10 @@ class Channel:
         for c in consumers:
             c.cancelled = True
         self._credit_changed.set()
-        for tag in list(self._unacked):
-            u = self._unacked.pop(tag)
+        self.conn.release(sum(len(r.publish.body) for r in self._tx_publishes))  # never committed
+        uncommitted = [u for _, u, _ in self._tx_settles]  # their acks never committed: requeued
+        self._tx_publishes, self._tx_settles = [], []
+        for u in [*uncommitted, *(self._unacked.pop(tag) for tag in list(self._unacked))]:
             self._settle.put_nowait((u, REQUEUE))
         await self._publishes.put(None)  # the publisher ends after storing what came before
         await asyncio.gather(self._publisher_task, return_exceptions=True)
@@ -336,9 +345,51 @@ class Channel:
     # -- publishing -------------------------------------------------------------------------------
 
     async def _confirm_select(self, m: commands.Confirm.Select) -> None:
+        if self._tx:
+            raise AmqpError(PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
         self._confirm = True
         if not m.nowait:
             self.send(commands.Confirm.SelectOk())
+
+    # -- transactions -----------------------------------------------------------------------------
+
+    async def _tx_select(self, m: commands.Tx.Select) -> None:
+        if self._confirm:
+            raise AmqpError(PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+        self._tx = True
+        self.send(commands.Tx.SelectOk())
+
+    async def _tx_commit(self, m: commands.Tx.Commit) -> None:
+        """Store the transaction's publishes (in order, after what came before) and settle its
+        acks, nacks and rejects; commit-ok once the brokers hold all of it."""
+        if not self._tx:
+            raise AmqpError(PRECONDITION_FAILED, "channel is not transactional")
+        publishes, settles = self._tx_publishes, self._tx_settles
+        self._tx_publishes, self._tx_settles = [], []
+        await self._publishes.join()
+        self._tx_failed = False
+        for r in publishes:
+            await self._publishes.put(r)
+        for _, u, action in settles:
+            self._settle.put_nowait((u, action))
+        await self._publishes.join()
+        await self._settled()
+        if self._tx_failed:
+            raise AmqpError(INTERNAL_ERROR, "a broker did not store the transaction's publishes; some may be stored")
+        self.send(commands.Tx.CommitOk())
+
+    async def _tx_rollback(self, m: commands.Tx.Rollback) -> None:
+        """Drop the transaction's publishes; its acknowledged deliveries are unacknowledged again."""
+        if not self._tx:
+            raise AmqpError(PRECONDITION_FAILED, "channel is not transactional")
+        self.conn.release(sum(len(r.publish.body) for r in self._tx_publishes))
+        for tag, u, _ in self._tx_settles:
+            self._unacked[tag] = u
+            if u.consumer is not None:
+                u.consumer.unacked += 1
+        self._unacked = dict(sorted(self._unacked.items()))
+        self._tx_publishes, self._tx_settles = [], []
+        self.send(commands.Tx.RollbackOk())
 
     async def _publish(self, m: commands.Basic.Publish) -> None:
         kind = self.gw.meta.doc.vhost(self.conn.vhost).exchange_type(m.exchange)
@@ -360,7 +411,11 @@ class Channel:
         if self._confirm:
             self._seq += 1
         await self.conn.admit(len(publish.body))
-        await self._publishes.put(_Routed(self._seq if self._confirm else 0, publish, m.mandatory))
+        routed = _Routed(self._seq if self._confirm else 0, publish, m.mandatory)
+        if self._tx:
+            self._tx_publishes.append(routed)
+        else:
+            await self._publishes.put(routed)
 
     async def _publisher(self) -> None:
         end = False
@@ -373,6 +428,7 @@ class Channel:
                     break
                 item = self._publishes.get_nowait()
             end = item is None
+            taken = len(batch) + end
             await self._route(batch)
             try:
                 failed = await self._store_batch(batch)
@@ -382,10 +438,14 @@ class Channel:
             for r in batch:
                 if not r.queues and r.mandatory:
                     self._return(r.publish)
+                stored = not any(q.id in failed for q in r.queues)
                 if r.seq:
-                    acks.append((r.seq, not any(q.id in failed for q in r.queues)))
+                    acks.append((r.seq, stored))
+                self._tx_failed |= not stored
             self._confirms(acks)
             await self.conn.flush()
+            for _ in range(taken):
+                self._publishes.task_done()
 
     def _return(self, p: Publish) -> None:
         self.send(commands.Basic.Return(reply_code=NO_ROUTE, reply_text="NO_ROUTE", exchange=p.exchange,
@@ -554,34 +614,38 @@ class Channel:
 
     # -- settling -----------------------------------------------------------------------------------
 
-    def _take(self, tag: int, multiple: bool) -> list[_Unacked]:
+    def _settle_later(self, taken: list[tuple[int, _Unacked]], action: str) -> None:
+        for tag, u in taken:
+            if self._tx:
+                self._tx_settles.append((tag, u, action))
+            else:
+                self._settle.put_nowait((u, action))
+
+    def _take(self, tag: int, multiple: bool) -> list[tuple[int, _Unacked]]:
         if multiple:
             tags = [t for t in self._unacked if tag == 0 or t <= tag]
         elif tag in self._unacked:
             tags = [tag]
         else:
             raise AmqpError(PRECONDITION_FAILED, f"unknown delivery tag {tag}")
-        taken = [self._unacked.pop(t) for t in tags]
-        for u in taken:
+        taken = [(t, self._unacked.pop(t)) for t in tags]
+        for _, u in taken:
             if u.consumer is not None:
                 u.consumer.unacked -= 1
         self._credit_changed.set()
         return taken
 
     async def _ack(self, m: commands.Basic.Ack) -> None:
-        for u in self._take(m.delivery_tag, m.multiple):
-            self._settle.put_nowait((u, ACK))
+        self._settle_later(self._take(m.delivery_tag, m.multiple), ACK)
 
     async def _nack(self, m: commands.Basic.Nack) -> None:
-        for u in self._take(m.delivery_tag, m.multiple):
-            self._settle.put_nowait((u, REQUEUE if m.requeue else REJECT))
+        self._settle_later(self._take(m.delivery_tag, m.multiple), REQUEUE if m.requeue else REJECT)
 
     async def _reject(self, m: commands.Basic.Reject) -> None:
-        for u in self._take(m.delivery_tag or 0, False):
-            self._settle.put_nowait((u, REQUEUE if m.requeue else REJECT))
+        self._settle_later(self._take(m.delivery_tag or 0, False), REQUEUE if m.requeue else REJECT)
 
     async def _recover(self, m: commands.Basic.Recover | commands.Basic.RecoverAsync) -> None:
-        for u in self._take(0, True):
+        for _, u in self._take(0, True):  # basic.recover is not transactional
             self._settle.put_nowait((u, REQUEUE))
         if isinstance(m, commands.Basic.Recover):
             self.send(commands.Basic.RecoverOk())

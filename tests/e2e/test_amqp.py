@@ -271,6 +271,38 @@ def test_ttl_dead_letters_and_the_delivery_limit(cluster: Cluster, unique: Calla
         assert bad_arg.value.reply_code == 406 and "invalid arg 'x-message-ttl'" in bad_arg.value.reply_text
 
 
+def test_transactions_commit_and_roll_back(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    queue = unique("tx")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue)
+        ch.tx_select()
+        ch.basic_publish("", queue, b"rolled back")
+        ch.tx_rollback()
+        assert ch.queue_declare(queue, passive=True).method.message_count == 0
+        for body in (b"one", b"two"):
+            ch.basic_publish("", queue, body)
+        ch.tx_commit()  # returns once both are stored
+        assert ch.queue_declare(queue, passive=True).method.message_count == 2
+        method, _, body = ch.basic_get(queue)
+        assert body == b"one"
+        ch.tx_commit()  # the get itself is not transactional; its ack below is
+        ch.basic_ack(method.delivery_tag)
+        ch.tx_rollback()  # the ack is undone: the message is still unacknowledged here
+        ch.basic_ack(method.delivery_tag)  # so it can be acknowledged again
+        ch.tx_commit()
+        assert ch.queue_declare(queue, passive=True).method.message_count == 1
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as mixed:
+            ch.confirm_delivery()
+        assert mixed.value.reply_code == 406
+        ch = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as not_tx:
+            ch.tx_commit()
+        assert not_tx.value.reply_code == 406
+        ch = conn.channel()
+        ch.queue_delete(queue)
+
+
 def test_publisher_confirms_and_mandatory(cluster: Cluster, unique: Callable[[str], str]) -> None:
     queue = unique("confirmed")
     with connect(endpoints(cluster)[0]) as conn:
