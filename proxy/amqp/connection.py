@@ -336,14 +336,17 @@ class Connection:
         self.send_method(0, commands.Connection.Close(reply_code=err.code, reply_text=err.text,
                                                       class_id=err.method[0], method_id=err.method[1]))  # fmt: skip
         await self.flush()
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, TimeoutError, AmqpError):
+        # Drop what arrives until the client's close-ok (or EOF, or a short wait) as raw bytes: after
+        # a framing error the stream cannot be parsed, and closing with unread bytes would reset the
+        # connection before the client read our close.
+        close_ok = method_bytes(0, commands.Connection.CloseOk())
+        window = b""
+        with contextlib.suppress(ConnectionError, TimeoutError):
             async with asyncio.timeout(_CLOSE_WAIT_S):
-                while True:  # drop everything until close-ok
-                    frame = await read_frame(self._reader, self.frame_max)
-                    if frame.type == METHOD and frame.channel == 0:
-                        method = decode_method(frame.payload)
-                        if isinstance(method, commands.Connection.CloseOk | commands.Connection.Close):
-                            return
+                while chunk := await self._reader.read(65536):
+                    window = (window + chunk)[-(len(chunk) + len(close_ok)) :]
+                    if close_ok in window:
+                        return
 
     async def _close_channels(self) -> None:
         for ch in list(self.channels.values()):
