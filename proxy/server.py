@@ -102,6 +102,6 @@ async def _start_amqp(app: ProxyApp) -> Gateway:
     """The AMQP gateway of this proxy (docs/amqp.md), listening on the proxy's host."""
     cfg = app.config
     gateway = Gateway(cfg.amqp, broker=app.directory.broker, broker_names=app.directory.broker_names,
-                      security=lambda: app.policy.doc)  # fmt: skip
+                      security=lambda: app.policy.doc, auth_required=cfg.auth.enabled)  # fmt: skip
     await gateway.start(cfg.host, reuse_port=cfg.reuse_port)
     return gateway

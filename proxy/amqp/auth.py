@@ -1,5 +1,6 @@
 """Who may connect: SASL PLAIN and AMQPLAIN against Sluice's users (the security document's
-access keys and secrets), and guest/guest from loopback only, as RabbitMQ allows."""
+access keys and secrets), and guest/guest from loopback only, as RabbitMQ allows, unless the
+proxy requires authentication (`[proxy.auth] enabled`): then only the document's users."""
 
 from __future__ import annotations
 
@@ -43,8 +44,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def allowed(user: str, password: str, peer_host: str, doc: SecurityDoc | None) -> bool:
+def allowed(user: str, password: str, peer_host: str, doc: SecurityDoc | None, *, guest: bool = True) -> bool:
+    """A user of the security document with its secret; or, when `guest` (the proxy does not
+    require authentication), guest/guest from loopback."""
     for u in doc.users if doc is not None else ():
         if u.access_key == user:
             return hmac.compare_digest(u.secret.encode(), password.encode())
-    return (user, password) == GUEST and is_loopback(peer_host)
+    return guest and (user, password) == GUEST and is_loopback(peer_host)

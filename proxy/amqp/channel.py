@@ -111,8 +111,18 @@ class Channel:
         task = asyncio.ensure_future(coro)
         task.set_name(f"amqp-{self.conn.id}-ch{self.number}-{what}")
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._task_done)
         return task
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A channel task that failed (a bug) ends the connection, rather than leave the client
+        waiting for confirms or deliveries that will not come; its deliveries go back to their queues."""
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("AMQP channel task failed; closing the connection", exc_info=task.exception(),
+                  extra=kv(connection=self.conn.id, channel=self.number, task=task.get_name()))  # fmt: skip
+        self.conn.abort()
 
     # -- frames ------------------------------------------------------------------------------------
 

@@ -172,7 +172,8 @@ class Connection:
             raise AmqpError(ACCESS_REFUSED, f"unsupported authentication mechanism {start_ok.mechanism!r}")
         response = start_ok.response.encode("latin-1") if isinstance(start_ok.response, str) else start_ok.response
         creds = auth.credentials(start_ok.mechanism, bytes(response or b""))
-        if creds is None or not auth.allowed(creds[0], creds[1], self.peer_host, self.gw.security()):
+        if creds is None or not auth.allowed(creds[0], creds[1], self.peer_host, self.gw.security(),
+                                             guest=not self.gw.auth_required):  # fmt: skip
             who = creds[0] if creds else "?"
             log.warning("AMQP login refused", extra=kv(user=who, peer=self.peer, mechanism=start_ok.mechanism))
             raise AmqpError(ACCESS_REFUSED, f"Login was refused using authentication mechanism {start_ok.mechanism}."
@@ -224,23 +225,30 @@ class Connection:
         cfg = self.gw.config
         while True:
             await asyncio.sleep(cfg.delivery_lease_ms / 3000)
-            for ch in list(self.channels.values()):
-                if ch.closing:
+            try:
+                await self._renew_all()
+            except Exception:  # a bug: leases lapse (messages are redelivered), the connection goes on
+                log.exception("renewing AMQP delivery leases failed", extra=kv(connection=self.id))
+
+    async def _renew_all(self) -> None:
+        cfg = self.gw.config
+        for ch in list(self.channels.values()):
+            if ch.closing:
+                continue
+            if ch.overdue(cfg.consumer_timeout_ms / 1000):
+                detail = (f"delivery acknowledgement on channel {ch.number} timed out. Timeout value used: "
+                          f"{cfg.consumer_timeout_ms} ms")  # fmt: skip
+                await self.fail_channel(ch, AmqpError(PRECONDITION_FAILED, detail))
+                continue
+            for queue, handles in ch.held().values():
+                try:
+                    lost = await self.gw.store.renew(queue, handles)
+                except SluiceError as exc:
+                    log.warning("could not renew AMQP delivery leases", extra=kv(queue=queue.name,
+                                                                                 error=exc.message))  # fmt: skip
                     continue
-                if ch.overdue(cfg.consumer_timeout_ms / 1000):
-                    detail = (f"delivery acknowledgement on channel {ch.number} timed out. Timeout value used: "
-                              f"{cfg.consumer_timeout_ms} ms")  # fmt: skip
-                    await self.fail_channel(ch, AmqpError(PRECONDITION_FAILED, detail))
-                    continue
-                for queue, handles in ch.held().values():
-                    try:
-                        lost = await self.gw.store.renew(queue, handles)
-                    except SluiceError as exc:
-                        log.warning("could not renew AMQP delivery leases", extra=kv(queue=queue.name,
-                                                                                     error=exc.message))  # fmt: skip
-                        continue
-                    if lost:
-                        log.debug("AMQP deliveries settled before their renewal", extra=kv(count=len(lost)))
+                if lost:
+                    log.debug("AMQP deliveries settled before their renewal", extra=kv(count=len(lost)))
 
     async def _frames(self) -> None:
         while True:
@@ -319,6 +327,10 @@ class Connection:
         self.exclusive.discard(name)
         for ch in self.channels.values():
             ch.queue_deleted(vhost, name)
+
+    def abort(self) -> None:
+        """Drop the socket at once (a bug was met); `serve` then tears the connection down."""
+        self._writer.transport.abort()
 
     def shut_down(self) -> None:
         """The server stops: tell the client (320) and close the socket; `serve` then tears down."""

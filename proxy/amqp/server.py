@@ -41,11 +41,13 @@ class Gateway:
         broker: Callable[[str], BrokerApi],
         broker_names: Callable[[], list[str]],
         security: Callable[[], SecurityDoc | None],
+        auth_required: bool = False,
     ) -> None:
         self.config = config
         self._broker = broker
         self._broker_names = broker_names
         self.security = security
+        self.auth_required = auth_required  # only the security document's users, no guest
         self.meta = MetaStore(self._home, refresh_ms=config.meta_refresh_ms)
         self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms,
                                 call_timeout_s=config.call_timeout_s)  # fmt: skip

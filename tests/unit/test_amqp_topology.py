@@ -129,6 +129,8 @@ def test_sasl_responses_and_who_may_log_in() -> None:
     doc = SecurityDoc(1, (User("ann", "s3cret"),))
     assert auth.allowed("ann", "s3cret", "10.1.2.3", doc)
     assert not auth.allowed("ann", "wrong", "127.0.0.1", doc)
+    assert not auth.allowed("guest", "guest", "127.0.0.1", doc, guest=False)  # the proxy requires authentication
+    assert auth.allowed("ann", "s3cret", "127.0.0.1", doc, guest=False)
 
 
 def _read(data: bytes, frame_max: int = 4096) -> object:
