@@ -303,6 +303,26 @@ def test_transactions_commit_and_roll_back(cluster: Cluster, unique: Callable[[s
         ch.queue_delete(queue)
 
 
+def test_deleting_a_queue_cancels_its_consumers_everywhere(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """A consumer told with basic.cancel (consumer_cancel_notify) when its queue is deleted through
+    the same or another proxy (or proxy worker)."""
+    queue = unique("doomed")
+    with connect(endpoints(cluster)[0]) as conn, connect(endpoints(cluster)[-1]) as other:
+        ch = conn.channel()
+        ch.queue_declare(queue)
+        cancelled: list[str] = []
+        ch.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+        tag = ch.basic_consume(queue, lambda *_: None)
+        other.channel().queue_delete(queue)
+        deadline = time.monotonic() + WAIT_S
+        while not cancelled and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.2)
+        assert cancelled == [tag]
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as gone:
+            conn.channel().queue_declare(queue, passive=True)
+        assert gone.value.reply_code == 404
+
+
 def test_publisher_confirms_and_mandatory(cluster: Cluster, unique: Callable[[str], str]) -> None:
     queue = unique("confirmed")
     with connect(endpoints(cluster)[0]) as conn:
