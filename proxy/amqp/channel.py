@@ -23,7 +23,7 @@ from pamqp import base, commands
 
 from common.errors import NotFound, SluiceError
 from common.logs import kv
-from proxy.amqp import topology
+from proxy.amqp import overflow, topology
 from proxy.amqp.codes import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -448,7 +448,7 @@ class Channel:
             for r in batch:
                 if not r.queues and r.mandatory:
                     self._return(r.publish)
-                stored = not any(q.id in failed for q in r.queues)
+                stored = not any((q.id, id(r.publish)) in failed for q in r.queues)
                 if r.seq:
                     acks.append((r.seq, stored))
                 self._tx_failed |= not stored
@@ -487,8 +487,9 @@ class Channel:
                 route(vhost, r.publish.exchange, r.publish.routing_key, partial(decode_headers, r.publish.properties))
             )
 
-    async def _store_batch(self, batch: list[_Routed]) -> set[int]:
-        """Store every routed publish, one send per queue; the numbers of the queues that failed."""
+    async def _store_batch(self, batch: list[_Routed]) -> set[tuple[int, int]]:
+        """Store every routed publish, one send per queue; (queue number, id of the publish) of
+        those not stored (the queue's broker failed, or a full reject-publish queue refused it)."""
         per_queue: dict[int, tuple[QueueMeta, list[Publish]]] = {}
         for r in batch:
             for q in r.queues:
@@ -496,21 +497,25 @@ class Channel:
         host = self.conn.peer
         now_ms = int(time.time() * 1000)
 
+        failed: set[tuple[int, int]] = set()
+
         async def one(q: QueueMeta, publishes: list[Publish]) -> None:
-            await self.gw.store.send(
-                q, [to_outgoing(p, host, expires_at_ms(q, p.properties, now_ms)) for p in publishes]
-            )
+            accepted = await overflow.admit(self.gw.store, q, publishes) if overflow.rejects(q) else publishes
+            failed.update((q.id, id(p)) for p in publishes[len(accepted) :])
+            if accepted:
+                outgoing = [to_outgoing(p, host, expires_at_ms(q, p.properties, now_ms)) for p in accepted]
+                await self.gw.store.send(q, outgoing)
+                await overflow.trim(self.gw.store, self.gw.dead, self.conn.vhost, q)
 
         items = list(per_queue.values())
         results = await asyncio.gather(*(one(q, ps) for q, ps in items), return_exceptions=True)
-        failed: set[int] = set()
-        for (q, _), res in zip(items, results, strict=True):
+        for (q, publishes), res in zip(items, results, strict=True):
             if isinstance(res, BaseException):
                 if not isinstance(res, SluiceError):
                     log.error("storing AMQP publishes failed", exc_info=res)
                 else:
                     log.warning("AMQP publishes not stored", extra=kv(queue=q.name, error=res.message))
-                failed.add(q.id)
+                failed.update((q.id, id(p)) for p in publishes)
         return failed
 
     # -- consuming --------------------------------------------------------------------------------

@@ -77,6 +77,15 @@ class QueueMeta:
         return self._int_arg("x-message-ttl")
 
     @property
+    def max_length(self) -> int | None:
+        return self._int_arg("x-max-length")
+
+    @property
+    def overflow(self) -> str:
+        value = self.arguments.get("x-overflow")
+        return value if isinstance(value, str) else "drop-head"
+
+    @property
     def delivery_limit(self) -> int | None:
         return self._int_arg("x-delivery-limit")
 

@@ -323,6 +323,29 @@ def test_deleting_a_queue_cancels_its_consumers_everywhere(cluster: Cluster, uni
         assert gone.value.reply_code == 404
 
 
+def test_max_length_drops_the_head_or_rejects(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    dlx, dead, head, reject = unique("maxlen-dlx"), unique("maxlen-dead"), unique("head"), unique("reject")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(dlx, "fanout")
+        ch.queue_declare(dead, exclusive=True)
+        ch.queue_bind(dead, dlx)
+        ch.queue_declare(head, arguments={"x-max-length": 2, "x-dead-letter-exchange": dlx})
+        ch.queue_declare(reject, arguments={"x-max-length": 2, "x-overflow": "reject-publish"})
+        ch.confirm_delivery()
+        for i in range(4):
+            ch.basic_publish("", head, f"h{i}".encode())
+        for i in range(2):
+            ch.basic_publish("", reject, f"r{i}".encode())
+        with pytest.raises(pika.exceptions.NackError):
+            ch.basic_publish("", reject, b"r2")
+        assert [b for _, _, b in drain(ch, head, 2)] == [b"h2", b"h3"]
+        assert [b for _, _, b in drain(ch, reject, 2)] == [b"r0", b"r1"]
+        got = drain(ch, dead, 2)
+        assert [b for _, _, b in got] == [b"h0", b"h1"]
+        assert {props.headers["x-death"][0]["reason"] for _, props, _ in got} == {"maxlen"}
+
+
 def test_publisher_confirms_and_mandatory(cluster: Cluster, unique: Callable[[str], str]) -> None:
     queue = unique("confirmed")
     with connect(endpoints(cluster)[0]) as conn:
