@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -344,6 +347,39 @@ def test_max_length_drops_the_head_or_rejects(cluster: Cluster, unique: Callable
         got = drain(ch, dead, 2)
         assert [b for _, _, b in got] == [b"h0", b"h1"]
         assert {props.headers["x-death"][0]["reason"] for _, props, _ in got} == {"maxlen"}
+
+
+def test_a_celery_worker_runs_tasks_sent_through_sluice(cluster: Cluster, tmp_path: Path) -> None:
+    """A real `celery worker` (kombu over py-amqp, with its mingle and pidbox broadcasts) executes
+    tasks sent through Sluice and returns their results over AMQP (the rpc:// backend)."""
+    broker = f"amqp://guest:guest@{endpoints(cluster)[0]}//"
+    queue = f"celery-{cluster.kind}-{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "SLUICE_CELERY_BROKER": broker, "SLUICE_CELERY_QUEUE": queue,
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # fmt: skip
+    log_path = tmp_path / "celery-worker.log"
+    with log_path.open("wb") as log:
+        worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "tests.e2e.support.celery_app", "worker",
+                                   "--pool", "solo", "--loglevel", "info", "--hostname", f"{queue}@%h"],
+                                  env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while b" ready." not in log_path.read_bytes():
+            assert worker.poll() is None and time.monotonic() < deadline, log_path.read_text()[-2000:]
+            time.sleep(0.2)
+        from celery import Celery
+
+        client = Celery("sluice_e2e_client", broker=broker, backend="rpc://")
+        results = [client.send_task("sluice_e2e.add", args=(i, i), queue=queue) for i in range(5)]
+        assert [r.get(timeout=WAIT_S) for r in results] == [0, 2, 4, 6, 8]
+        client.close()
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    assert b"succeeded" in log_path.read_bytes()
 
 
 def test_publisher_confirms_and_mandatory(cluster: Cluster, unique: Callable[[str], str]) -> None:
