@@ -13,6 +13,7 @@ import asyncio
 import collections
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -380,6 +381,35 @@ def test_a_celery_worker_runs_tasks_sent_through_sluice(cluster: Cluster, tmp_pa
             worker.kill()
             worker.wait()
     assert b"succeeded" in log_path.read_bytes()
+
+
+NODE_DIR = Path(__file__).resolve().parent / "node"
+
+
+def _amqplib() -> str:
+    """The node binary once tests/e2e/node has amqplib (installed with npm, as the Node client's
+    tests do); the test is skipped when Node.js or npm cannot provide it."""
+    node_bin, npm_bin = shutil.which("node"), shutil.which("npm")
+    if node_bin is None or npm_bin is None:
+        pytest.skip("Node.js and npm are needed to run amqplib")
+    if not (NODE_DIR / "node_modules" / "amqplib" / "package.json").exists():
+        proc = subprocess.run([npm_bin, "install", "--no-audit", "--no-fund", "--loglevel=error"], cwd=NODE_DIR,
+                              capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+        if proc.returncode != 0:
+            pytest.skip(f"npm install failed (no network?): {proc.stderr.strip()[:200]}")
+    return node_bin
+
+
+def test_amqplib_work_queue_topics_and_errors(cluster: Cluster) -> None:
+    node = _amqplib()
+    tag = f"{cluster.kind}-{uuid.uuid4().hex[:6]}"
+    proc = subprocess.run([node, "amqp_tutorials.js", f"amqp://guest:guest@{endpoints(cluster)[-1]}", tag],
+                          cwd=NODE_DIR, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["tasks"] == [{"body": f"task {i}", "n": i, "redelivered": False} for i in range(5)]
+    assert out["topic"] == ["kern.critical"]
+    assert out["missing"] == 404
 
 
 def test_publisher_confirms_and_mandatory(cluster: Cluster, unique: Callable[[str], str]) -> None:
