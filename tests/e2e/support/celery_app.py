@@ -10,8 +10,8 @@ from celery import Celery
 
 app = Celery("sluice_e2e", broker=os.environ.get("SLUICE_CELERY_BROKER", "amqp://guest:guest@127.0.0.1:5672//"),
              backend="rpc://")  # fmt: skip
-app.conf.broker_connection_retry_on_startup = True
-app.conf.task_default_queue = os.environ.get("SLUICE_CELERY_QUEUE", "celery")
+app.conf.update(broker_connection_retry_on_startup=True,
+                task_default_queue=os.environ.get("SLUICE_CELERY_QUEUE", "celery"))  # fmt: skip
 
 
 @app.task(name="sluice_e2e.add")
