@@ -3,16 +3,18 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install up test check lint typecheck deadcode protos protos-check unit e2e bench clean promtool browser
+.PHONY: install extras up test check lint typecheck deadcode protos protos-check unit e2e bench clean promtool browser
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # pip runs again only when pyproject.toml changed since the last install (stamp files in the venv).
-# `make up` installs what the server needs; `make install` (and so `make test`) everything: Spark,
-# the test tools and the official clients are extras (`.[dev]`).
+# `make up` installs what the server needs; `make extras` adds what README.md's walkthroughs need
+# (the official Python client, moto's S3 server, PySpark: `.[demo]`); `make install` (and so
+# `make test`) everything: Spark, the test tools and the official clients (`.[dev]`).
 SERVER_STAMP := $(VENV)/.sluice-server-installed
+DEMO_STAMP := $(VENV)/.sluice-demo-installed
 DEV_STAMP := $(VENV)/.sluice-dev-installed
 
 $(SERVER_STAMP): pyproject.toml | $(BIN)/python
@@ -21,11 +23,19 @@ $(SERVER_STAMP): pyproject.toml | $(BIN)/python
 
 $(DEV_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@ $(SERVER_STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[demo]'
 	touch $@ $(SERVER_STAMP)
 
 install: $(DEV_STAMP)
 
+extras: $(DEMO_STAMP)
+	@echo "installed the walkthroughs' extras into $(VENV); put sluice on your PATH with: . $(BIN)/activate"
+
 up: $(SERVER_STAMP)
+	@echo "sluice is in $(BIN); in another terminal, put it on your PATH with: . $(BIN)/activate"
 	$(BIN)/sluice up
 
 protos: install

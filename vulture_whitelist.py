@@ -27,4 +27,4 @@ updated_at  # deploy/cluster/state.py: written to the state file for operators
 
 ProxyTimeout  # common.errors: the class of the wire code PROXY_TIMEOUT (error_for_code rebuilds it)
 
-_.deleted_segments, _.last_round_seconds, dispatch_max_lag_ms  # broker/store: set, never read
+_.deleted_segments, dispatch_max_lag_ms  # broker/store: set, never read

@@ -125,6 +125,9 @@ class BrokerConfig:
     port: int = 10911
     # Address other processes use to reach this broker (default host:port).
     advertise: str = ""
+    # A merged node (docs/shards.md): host:port of the proxy in this process, registered with the
+    # NameServer so every node can route clients straight to the node owning a queue; "" if none.
+    client_endpoint: str = ""
     data_dir: Path = Path("data/broker")
     namesrv: list[str] = field(default_factory=list)
     heartbeat_interval_s: float = 5.0

@@ -55,7 +55,7 @@ from common.errors import (
     OffsetNotFound,
     SluiceError,
 )
-from common.logs import kv
+from common.logs import BurstLog, kv
 from common.model import MessageType, require_field_order
 
 log = logging.getLogger("sluice.broker.consumer")
@@ -109,6 +109,7 @@ class PopEngine:
         self._rotation = itertools.count()
         self.levels = priority.EmptyLevels()  # priority levels each group has drained
         self.dead_lettered = 0
+        self._dlq_log = BurstLog(log, "message(s) moved to the dead-letter topic")  # one line per burst
         # Messages handed to consumers per topic since start (every delivery attempt, pop and pull):
         # `topic_status` reports it, and the console plots a topic's rate out from it.
         self.delivered: collections.Counter[str] = collections.Counter()
@@ -496,9 +497,8 @@ class PopEngine:
             batch.remove(group, topic, qid, offset, current)
             batch.commit()
         self.dead_lettered += 1
-        log.info("message moved to the dead-letter topic",
-                 extra=kv(group=group, topic=topic, queue=qid, offset=offset, message_id=rec.message_id,
-                          attempts=entry.attempt))  # fmt: skip
+        self._dlq_log.event((group, topic), group=group, topic=topic, queue=qid, offset=offset,
+                            message_id=rec.message_id, attempts=entry.attempt)  # fmt: skip
         if entry.message_group:
             self._hub.notify((group_key(group),))
 

@@ -96,6 +96,7 @@ from common.errors import (
 )
 from common.logs import kv
 from common.model import (
+    ADMIN_READ_GROUP_PREFIX,
     ALL_MESSAGE_TYPES,
     EXCLUSIVE_TYPES,
     MessageType,
@@ -467,7 +468,10 @@ class LocalBroker:
         elif spec is not None and first is not None and spec.message_types == UNDECIDED_TYPES:
             spec = replace(spec, message_types=_auto_types(first))
             self.metadata.put_topic(spec)
-            log.info("auto-created topic typed by its first message", extra=kv(topic=name, type=first.name))
+            # Its first message decides only between a LITE or PRIORITY topic and one of every other type.
+            accepts = ",".join(sorted(t.name.lower() for t in spec.message_types))
+            log.info("auto-created topic's types decided by its first message",
+                     extra=kv(topic=name, first=first.name, accepts=accepts))  # fmt: skip
             await self._topics_changed()
         return spec if spec is not None else self.metadata.topic(name)
 
@@ -620,7 +624,8 @@ class LocalBroker:
         if max_messages <= 0:
             raise BadRequest(f"batch size must be positive, got {max_messages}")
         result = await self._reader().pull(topic, queue_id, offset, max_messages, self._filter(filter), long_poll_ms)
-        self.engine.delivered[topic] += len(result.messages)
+        if not group.startswith(ADMIN_READ_GROUP_PREFIX):  # browsing is not consuming: rates out leave it out
+            self.engine.delivered[topic] += len(result.messages)
         return result
 
     async def get_offset(self, group: str, topic: str, queue_id: int) -> int:

@@ -164,6 +164,7 @@ def _registrar(broker: LocalBroker, client: NameServerClient, config: BrokerConf
             broker_name=broker.name,
             address=advertised,
             topics=tuple(broker.topic_infos()),
+            client_endpoint=config.client_endpoint,
         )
 
     log.info(

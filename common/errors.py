@@ -195,6 +195,11 @@ class Unavailable(SluiceError):
     retriable = True
 
 
+class NotThisServer(Unavailable):
+    """The address answers, but as another kind of server (gRPC UNIMPLEMENTED: it has none of the
+    calls asked for): a wrong address, such as a proxy's client port given as a NameServer."""
+
+
 class Unsupported(SluiceError):
     code = Code.UNSUPPORTED
 

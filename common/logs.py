@@ -12,15 +12,20 @@ its own asyncio task, so the context variables never leak between calls).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 import logging
 import sys
 import time
+from collections.abc import Hashable
 from typing import Any
 
 _TEXT_FORMAT = "%(asctime)s %(levelname)-5s %(name)s: %(message)s"
 LEVELS = ("debug", "info", "warning", "error")
+# Libraries whose DEBUG lines say nothing about Sluice (gRPC logs `[_cygrpc] Loaded running loop`
+# once per call, botocore every HTTP header): at `debug` they stay at INFO, so debug is ours.
+QUIET_LIBRARIES = ("grpc", "botocore", "boto3", "s3transfer", "urllib3", "aiohttp", "asyncio")
 
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("sluice_request_id", default="")
 _client_id: contextvars.ContextVar[str] = contextvars.ContextVar("sluice_client_id", default="")
@@ -92,7 +97,28 @@ def _short(value: Any) -> str:
     return text if " " not in text else json.dumps(text)
 
 
+class MalformedHttpFilter(logging.Filter):
+    """aiohttp logs a request it cannot parse (answered 400) at ERROR with a full traceback; a gRPC
+    client pointed at an HTTP port (the console's given as --namesrv) made one per connection.
+    This makes such a record one WARNING line saying what probably happened."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or not any(c.__name__ == "HttpProcessingError" for c in type(exc).__mro__):
+            return True
+        what = str(getattr(exc, "message", "") or exc).strip().splitlines()[0].rstrip(":")
+        record.msg = (f"{record.getMessage()}: not an HTTP/1.1 request ({what}), answered 400; an HTTP/2 or "
+                      "gRPC client? (e.g. this HTTP port given as a gRPC address such as --namesrv)")  # fmt: skip
+        record.args = ()
+        record.exc_info = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def setup_logging(level: str = "info", json_lines: bool = False) -> None:
+    aiohttp_server = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, MalformedHttpFilter) for f in aiohttp_server.filters):
+        aiohttp_server.addFilter(MalformedHttpFilter())
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter() if json_lines else _TextFormatter(_TEXT_FORMAT))
     handler.addFilter(RequestContextFilter())
@@ -106,6 +132,8 @@ def set_level(level: str) -> None:
     if level.strip().lower() not in LEVELS or not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}; use debug, info, warning or error")
     logging.getLogger().setLevel(numeric)
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(max(numeric, logging.INFO))
 
 
 def get_level() -> str:
@@ -115,3 +143,46 @@ def get_level() -> str:
 def kv(**fields: Any) -> dict[str, Any]:
     """`log.info("msg", extra=kv(topic=t))`: structured fields for one log line."""
     return {"kv": fields}
+
+
+class BurstLog:
+    """One INFO line per burst of like events instead of one per event (a consumer that fails
+    every message dead-letters hundreds in a row): per key, the first event is logged at once, the
+    ones that follow within `window_s` are counted and logged as one line when the window ends
+    (`count=N`, with the last event's fields). Every event is logged at DEBUG too. The closing line
+    is scheduled on the running event loop; without one it is logged with the next event (a window
+    still open when the process stops is not logged: the DEBUG lines and the metrics have it)."""
+
+    def __init__(self, logger: logging.Logger, message: str, window_s: float = 10.0) -> None:
+        self._log = logger
+        self._message = message
+        self._window_s = window_s
+        self._open: dict[Hashable, tuple[float, int, dict[str, Any]]] = {}  # key -> (window end, count, last)
+        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+
+    def event(self, key: Hashable, **fields: Any) -> None:
+        self._log.debug(self._message, extra=kv(**fields))
+        now = time.monotonic()
+        window = self._open.get(key)
+        if window is not None and now >= window[0]:
+            self._close(key)
+            window = None
+        if window is not None:
+            end, count, _ = window
+            self._open[key] = (end, count + 1, fields)
+            return
+        self._open[key] = (now + self._window_s, 0, fields)
+        self._log.info(self._message, extra=kv(**fields))
+        try:  # the window closes on time (and its key goes) even if no event follows
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._timers[key] = loop.call_later(self._window_s, self._close, key)
+
+    def _close(self, key: Hashable) -> None:
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        _, count, last = self._open.pop(key, (0.0, 0, {}))
+        if count:
+            self._log.info(f"{self._message} (more within {self._window_s:g} s)", extra=kv(count=count, **last))

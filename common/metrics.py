@@ -81,6 +81,11 @@ PROXY_UNDECODABLE = Counter(
     "MessagingService requests (or Telemetry commands) whose bytes were not a valid protobuf, by RPC",
     ["rpc"],
 )
+PROXY_FORWARDED = Counter(
+    "sluice_proxy_forwarded_calls",
+    "Data-plane calls a merged node's proxy passed to another node's broker (the queue was not its own), by call",
+    ["call"],
+)
 MESSAGES_IN = Counter("sluice_messages_in", "Messages stored for producers, by topic", ["topic"])
 MESSAGE_BYTES_IN = Counter("sluice_message_bytes_in", "Body bytes of the messages stored for producers", ["topic"])
 MESSAGES_OUT = Counter(
@@ -136,6 +141,7 @@ class _Children:
 _rpc_requests = _Children(PROXY_RPC_REQUESTS)
 _rpc_duration = _Children(PROXY_RPC_DURATION)
 _undecodable = _Children(PROXY_UNDECODABLE)
+_forwarded = _Children(PROXY_FORWARDED)
 _in_messages = _Children(MESSAGES_IN)
 _in_bytes = _Children(MESSAGE_BYTES_IN)
 _out_messages = _Children(MESSAGES_OUT)
@@ -155,6 +161,12 @@ def observe_rpc(rpc: str, code: str, seconds: float) -> None:
 def count_undecodable(rpc: str) -> None:
     if _config.enabled:
         _undecodable.get(rpc).inc()
+
+
+def count_forwarded(call: str) -> None:
+    """One data-plane call (send, pop, ack...) a merged node forwarded to another node's broker."""
+    if _config.enabled:
+        _forwarded.get(call).inc()
 
 
 def observe_internal_rpc(service: str, method: str, code: str, seconds: float) -> None:
@@ -381,7 +393,8 @@ def family_names() -> list[str]:
     names = [f.name for f in SCRAPE_FAMILIES]
     for inst in (PROXY_RPC_REQUESTS, PROXY_RPC_DURATION, MESSAGES_IN, MESSAGE_BYTES_IN, MESSAGES_OUT,
                  MESSAGE_BYTES_OUT, MESSAGES_ACKED, INTERNAL_RPC_REQUESTS, INTERNAL_RPC_DURATION,
-                 STORE_FLUSH_DURATION, TIER_S3_ERRORS, TRACE_EVENTS_DROPPED, PROXY_UNDECODABLE):  # fmt: skip
+                 STORE_FLUSH_DURATION, TIER_S3_ERRORS, TRACE_EVENTS_DROPPED, PROXY_UNDECODABLE,
+                 PROXY_FORWARDED):  # fmt: skip
         name = inst.describe()[0].name
         names.append(f"{name}_total" if isinstance(inst, Counter) else name)
     return sorted(names)

@@ -72,6 +72,9 @@ class TopicInfo:
 _NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 DLQ_PREFIX = "%DLQ%"
 SYSTEM_PREFIX = "%"
+# Pulls by groups named so are the admin tool's and console's own reads (message search, tail
+# without a group, dead-letter listing): no group state, and not counted as deliveries.
+ADMIN_READ_GROUP_PREFIX = "sluice-admin-"
 
 
 def validate_topic_name(name: str, *, allow_system: bool = False) -> str:

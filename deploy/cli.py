@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import pkgutil
 import sys
@@ -44,6 +45,42 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`parser.parse_args`, but an unknown option is reported by the (sub)command it was given to,
+    with that command's usage and the closest options it has (argparse reported it with the
+    top-level usage, which names no option of the command)."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        owner = _innermost(parser, argv)
+        owner.error(f"unrecognized arguments: {' '.join(unknown)}{did_you_mean(owner, unknown)}")
+    return args
+
+
+def _innermost(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub)command parser `argv` reaches (`sluice admin topic create ...`: topic create's)."""
+    current = parser
+    for word in argv:
+        subs = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            current = subs[0].choices[word]
+    return current
+
+
+def did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """`; did you mean --port?` for the first unknown option close to options `parser` has (spelt
+    alike, or one word of a longer name: `--group` of `--message-group`), else ""."""
+    options = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    for word in unknown:
+        if not word.startswith("--"):
+            continue
+        name = word.split("=", 1)[0]
+        close = difflib.get_close_matches(name, options, n=2, cutoff=0.75)
+        close += [o for o in options if name[2:] in o[2:].split("-") and o not in close]
+        if close:
+            return f"; did you mean {' or '.join(close[:3])}?"
+    return ""
+
+
 def _first_known(group: BaseExceptionGroup) -> BaseException | None:
     for exc in group.exceptions:
         if isinstance(exc, ConfigError | SluiceError):
@@ -61,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     only = argv[0] if argv and argv[0] in _command_names() else None
     parser = build_parser(only)
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     try:
         token.configure(token.from_environment())
         rc: int = args._run(args)

@@ -22,6 +22,7 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from deploy import cli
+from deploy.shardpool import UpConfig
 from nameserver.config import NameServerConfig
 from navigation.config import NavigationConfig
 from proxy.config import ProxyConfig
@@ -31,6 +32,7 @@ COMPONENTS: list[tuple[str, type, str]] = [
     ("navigation", NavigationConfig, "navigation"),
     ("broker", BrokerConfig, "broker"),
     ("proxy", ProxyConfig, "proxy"),
+    ("up", UpConfig, "up"),
 ]
 # Keys set by a flag whose name is not the key's (dotted keys relative to the component's table).
 _FLAGS: dict[str, dict[str, str]] = {
@@ -66,7 +68,8 @@ _UNITS = [("_ms", "milliseconds"), ("_s", "seconds"), ("_bytes", "bytes"), ("_mi
 HEADER = """# Configuration reference
 
 Generated from the typed configuration by `scripts/gen_config_docs.py` (a test fails when this page
-is stale): do not edit by hand. Every command takes `--config FILE`, a TOML file with one table per
+is stale): do not edit by hand. The server commands (`up`, `nameserver`, `broker`, `proxy`,
+`navigation`, `console`) and `sluice spark` take `--config FILE`, a TOML file with one table per
 component; a key not given keeps its default, an unknown key or a wrong type is an error naming
 the key. Flags override the file. `sluice up` reads `[nameserver]`, `[broker]` and `[proxy]` of
 one file (its `--port` is the proxy's, `--namesrv-port` the NameServer's, `--broker-port` the

@@ -58,13 +58,17 @@ def routes(readiness: Readiness, children: Children | None = None) -> Routes:
     async def readyz(_: Request) -> Response:
         parts = readiness.parts()
         if children is not None:
-            parts["workers"] = children.ready()
+            parts[f"{children.label}s"] = children.ready()
         ready = bool(parts) and all(parts.values())
         body = json.dumps({"ready": ready, "parts": parts}) + "\n"
         return Response(status=200 if ready else 503, body=body.encode(), content_type="application/json")
 
     async def metrics(_: Request) -> Response:
-        body = generate_latest(REGISTRY) if children is None else merge(REGISTRY.collect(), await scrape(children))
+        body = (
+            generate_latest(REGISTRY)
+            if children is None
+            else merge(REGISTRY.collect(), await scrape(children), children.label)
+        )
         # The exposition type carries parameters (version, charset), which aiohttp's content_type refuses.
         return Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -31,6 +31,11 @@ class Children(Protocol):
 
     def ready(self) -> bool: ...
 
+    @property
+    def label(self) -> str:
+        """The label that tells the children's samples apart (`worker`, `shard`)."""
+        ...
+
 
 class _Families:
     """A collector that yields a fixed list of families (for `generate_latest`)."""
@@ -42,9 +47,9 @@ class _Families:
         return iter(self._families)
 
 
-def merge(own: Iterable[Metric], children: Sequence[tuple[int, str]]) -> bytes:
+def merge(own: Iterable[Metric], children: Sequence[tuple[int, str]], label: str = WORKER_LABEL) -> bytes:
     """The exposition of `own` families plus every child's text (`(index, text)`), each child's
-    samples labelled with its index."""
+    samples labelled `label` with its index."""
     families: dict[str, Metric] = {}
     for family in own:
         copy = Metric(family.name, family.documentation, family.type, family.unit)
@@ -56,7 +61,7 @@ def merge(own: Iterable[Metric], children: Sequence[tuple[int, str]]) -> bytes:
             target = families.get(family.name)
             if target is None:
                 target = families[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
-            target.samples.extend(s._replace(labels={**s.labels, WORKER_LABEL: worker}) for s in family.samples)
+            target.samples.extend(s._replace(labels={**s.labels, label: worker}) for s in family.samples)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(families.values()))
     return generate_latest(registry)

@@ -106,16 +106,16 @@ class WorkerPool:
     stop_timeout_s: float = STOP_TIMEOUT_S
     _workers: list[_Worker] = field(default_factory=list)
     _run_dir: Path | None = None
+    # The label that tells the children apart in the parent's /metrics (deploy/opsmerge.py).
+    label = "worker"
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event, *, on_ready: Callable[[], None] | None = None) -> int:
         """Start the workers, supervise them until `stop` is set, then stop them. Returns 0 after a
         clean stop, 1 when the workers could not be kept running."""
-        self._run_dir = Path(tempfile.mkdtemp(prefix="sluice-workers-"))
-        config = to_dict(self.config)
-        config.update(reuse_port=True, metrics_port=0)
-        (self._run_dir / "proxy.toml").write_text(dumps({"proxy": config}))
+        self._run_dir = Path(tempfile.mkdtemp(prefix=f"sluice-{self.label}s-"))
+        self._write_configs(self._run_dir)
         self._workers = [_Worker(i) for i in range(self.count)]
         try:
             for w in self._workers:
@@ -127,6 +127,17 @@ class WorkerPool:
             await self._stop_all()
             shutil.rmtree(self._run_dir, ignore_errors=True)
 
+    def _write_configs(self, run_dir: Path) -> None:
+        config = to_dict(self.config)
+        config.update(reuse_port=True, metrics_port=0)
+        (run_dir / "proxy.toml").write_text(dumps({"proxy": config}))
+
+    def _argv(self, index: int, run_dir: Path, ops_file: Path) -> list[str]:
+        """The command line of child `index`."""
+        return [sys.executable, "-m", "deploy.cli", "proxy", "--config", str(run_dir / "proxy.toml"),
+                "--reuse-port", "--worker-index", str(index), "--supervisor-pid", str(os.getpid()),
+                "--ops-file", str(ops_file), *self.log_args]  # fmt: skip
+
     def _ops_file(self, w: _Worker) -> Path:
         """Where worker `w` writes the address of its operations endpoint."""
         assert self._run_dir is not None
@@ -137,9 +148,7 @@ class WorkerPool:
         ops_file = self._ops_file(w)
         ops_file.unlink(missing_ok=True)
         w.ready, w.ops, w.unanswered = False, "", 0
-        argv = [sys.executable, "-m", "deploy.cli", "proxy", "--config", str(self._run_dir / "proxy.toml"),
-                "--reuse-port", "--worker-index", str(w.index), "--supervisor-pid", str(os.getpid()),
-                "--ops-file", str(ops_file), *self.log_args]  # fmt: skip
+        argv = self._argv(w.index, self._run_dir, ops_file)
         # With close_fds=False, subprocess starts the child with posix_spawn, not fork: gRPC's fork
         # handlers do not run in this process, which has gRPC threads. Python's descriptors are
         # not inheritable anyway (PEP 446). Not asyncio's subprocesses: uvloop forks.
@@ -155,11 +164,11 @@ class WorkerPool:
                 if w.proc.poll() is None:
                     continue
                 if w.restarts >= MAX_RESTARTS:
-                    log.error("worker keeps exiting; giving up", extra=kv(worker=w.index, code=w.proc.returncode))
+                    log.error(f"{self.label} keeps exiting; giving up", extra=kv(index=w.index, code=w.proc.returncode))
                     return 1
                 delay = RESTART_BACKOFF_S[min(w.restarts, len(RESTART_BACKOFF_S) - 1)]
-                log.warning("worker exited; restarting", extra=kv(worker=w.index, code=w.proc.returncode,
-                                                                  delay_s=delay))  # fmt: skip
+                log.warning(f"{self.label} exited; restarting", extra=kv(index=w.index, code=w.proc.returncode,
+                                                                         delay_s=delay))  # fmt: skip
                 w.restarts += 1
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)

@@ -59,6 +59,7 @@ def registration_to_pb(registration: BrokerRegistration) -> pb.BrokerRegistratio
         ],
         instance_id=registration.instance_id,
         sequence=registration.sequence,
+        client_endpoint=registration.client_endpoint,
     )
 
 
@@ -78,6 +79,7 @@ def registration_from_pb(msg: pb.BrokerRegistration) -> BrokerRegistration:
         ),
         instance_id=msg.instance_id,
         sequence=msg.sequence,
+        client_endpoint=msg.client_endpoint,
     )
 
 
@@ -95,6 +97,7 @@ def route_to_pb(route: TopicRoute) -> pb.TopicRoute:
                 queue_count=b.queue_count,
                 permission=int(b.permission),
                 message_types=message_types_to_pb(b.message_types),
+                client_endpoint=b.client_endpoint,
             )
             for b in route.brokers
         ],
@@ -112,6 +115,7 @@ def route_from_pb(msg: pb.TopicRoute) -> TopicRoute:
                 queue_count=b.queue_count,
                 permission=permission_from_pb(b.permission),
                 message_types=message_types_from_pb(b.message_types),
+                client_endpoint=b.client_endpoint,
             )
             for b in msg.brokers
         ),
@@ -128,6 +132,7 @@ def broker_status_to_pb(status: BrokerStatus) -> pb.BrokerStatus:
         address=status.address,
         topic_count=status.topic_count,
         last_heartbeat_age_s=status.last_heartbeat_age_s,
+        client_endpoint=status.client_endpoint,
     )
 
 
@@ -138,6 +143,7 @@ def broker_status_from_pb(msg: pb.BrokerStatus) -> BrokerStatus:
         address=msg.address,
         topic_count=msg.topic_count,
         last_heartbeat_age_s=msg.last_heartbeat_age_s,
+        client_endpoint=msg.client_endpoint,
     )
 
 

@@ -38,6 +38,8 @@ class BrokerRegistration:
     topics: tuple[TopicInfo, ...] = ()
     instance_id: str = ""
     sequence: int = 0
+    # Where clients reach the proxy in the broker's own process (a merged node); "" if none.
+    client_endpoint: str = ""
 
 
 class RegisterOutcome(Enum):
@@ -59,6 +61,7 @@ class BrokerQueues:
     queue_count: int
     permission: Permission
     message_types: frozenset[MessageType]
+    client_endpoint: str = ""  # the broker's merged node's client endpoint, as registered
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,7 @@ class BrokerStatus:
     address: str
     topic_count: int
     last_heartbeat_age_s: float
+    client_endpoint: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +131,11 @@ def validate_registration(registration: BrokerRegistration) -> None:
         split_address(registration.address)
     except ValueError as exc:
         raise BadRequest(f"broker {registration.broker_name}: {exc}") from None
+    if registration.client_endpoint:
+        try:
+            split_address(registration.client_endpoint)
+        except ValueError as exc:
+            raise BadRequest(f"broker {registration.broker_name}: client endpoint: {exc}") from None
     if registration.sequence < 0:
         raise BadRequest(f"broker {registration.broker_name}: sequence {registration.sequence} is negative")
     seen: set[str] = set()

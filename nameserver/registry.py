@@ -89,9 +89,10 @@ class Registry:
         topics = {t.name: t for t in registration.topics}
         previous = entry.registration
         entry.registration = registration
-        same_place = (previous.cluster_name, previous.address) == (
+        same_place = (previous.cluster_name, previous.address, previous.client_endpoint) == (
             registration.cluster_name,
             registration.address,
+            registration.client_endpoint,
         )
         if topics == entry.topics:
             return RegisterOutcome.HEARTBEAT if same_place else RegisterOutcome.CHANGED
@@ -141,6 +142,7 @@ class Registry:
                     queue_count=info.queue_count,
                     permission=info.permission,
                     message_types=info.message_types,
+                    client_endpoint=entry.registration.client_endpoint,
                 )
             )
         if not brokers:
@@ -192,6 +194,7 @@ class Registry:
             address=reg.address,
             topic_count=len(entry.topics),
             last_heartbeat_age_s=max(0.0, now - entry.last_seen),
+            client_endpoint=reg.client_endpoint,
         )
 
     def _insert(self, registration: BrokerRegistration, now: float) -> None:

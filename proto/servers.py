@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 import grpc
 
 from common.config import ConfigError
-from common.errors import InternalError, SluiceError, Unavailable
+from common.errors import InternalError, NotThisServer, SluiceError, Unavailable
 from common.logs import kv
 from proto import token
 from proto.rpc import error_from_rpc
@@ -84,6 +84,8 @@ class ServerKind:
             unknown = [exc for _, exc in failures if isinstance(exc, cls)]
             if unknown:
                 return cls(f"{unknown[0]} (asked {details})" if len(failures) > 1 else str(unknown[0]))
+        if all(isinstance(exc, NotThisServer) for _, exc in failures):
+            return NotThisServer("; ".join(str(exc) for _, exc in failures))  # each names its address
         if all(exc.retriable for _, exc in failures):
             return Unavailable(f"no {self.name} answered: {details}")
         return InternalError(f"no {self.name} answered correctly: {details}")
@@ -150,6 +152,11 @@ class ServerSet:
         try:
             return await rpc(request, timeout=self._timeout_s)
         except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise NotThisServer(
+                    f"{address} answers but is not a {self._kind.name}: it has none of a {self._kind.name}'s calls "
+                    "(another server's port, such as a proxy's client port or a broker's?)"
+                ) from None
             raise error_from_rpc(exc, address) from None
 
     async def first_answer(

@@ -30,13 +30,14 @@ log = logging.getLogger("sluice.proxy")
 
 
 class ProxyApp:
-    def __init__(self, config: ProxyConfig, directory: BrokerDirectory) -> None:
+    def __init__(self, config: ProxyConfig, directory: BrokerDirectory, *, home: str | None = None) -> None:
+        """`home`: the broker in this process when it is one merged node among several (docs/shards.md)."""
         self.config = config
         self.directory = directory
         self.renewer = AutoRenewer(directory, config.receive)
         self.checkbacks = CheckBackRegistry()
         self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self._client_gone)
-        self.producer = ProducerService(directory, topics_max=config.caches.topics_max)
+        self.producer = ProducerService(directory, topics_max=config.caches.topics_max, home=home)
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
         self.lite = LiteRouter(directory, config.settings.lite_subscription_quota, config.settings.lite_removal_poll_ms,
                                config.caches.lite_clients_max)  # fmt: skip
@@ -58,6 +59,7 @@ class ProxyApp:
     def _client_gone(self, client_id: str) -> None:
         self.renewer.release_client(client_id)
         self.checkbacks.forget_client(client_id)
+        self.client_reporter.wake()  # `client list` drops it now, not at the next report
 
     def _load(self) -> ProxyLoad:
         return ProxyLoad(in_flight_requests=self.in_flight, connected_clients=len(self.sessions.sessions))
@@ -98,7 +100,7 @@ class ProxyApp:
                 while not stop.is_set():
                     self.sessions.sweep()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), 5.0)
+                        await asyncio.wait_for(stop.wait(), self.sessions.sweep_interval_s)
         finally:
             unregister()
             await self.fleet.close()

@@ -216,6 +216,9 @@ class AmqpConfig:
     handshake_timeout_s: float = 10.0
     # Deadline of the broker calls the gateway makes.
     call_timeout_s: float = 10.0
+    # Share the AMQP port with sibling processes (SO_REUSEPORT): set by `sluice up --shards` for its
+    # nodes, whose client ports differ but which serve AMQP on one port.
+    reuse_port: bool = False
 
     def __post_init__(self) -> None:
         if self.port < -1 or self.port > 65535:
@@ -249,8 +252,10 @@ class ProxyConfig:
     max_concurrent_rpcs: int = 10_000
     settings: ClientSettingsConfig = field(default_factory=ClientSettingsConfig)
     receive: ReceiveConfig = field(default_factory=ReceiveConfig)
-    # Clients without a heartbeat or telemetry stream for this long are forgotten.
-    client_expiry_s: float = 120.0
+    # Clients without a heartbeat or telemetry stream for this long are forgotten (official clients
+    # heartbeat every 10 s; a killed client's stream closes at once): with the sweep (a quarter of
+    # this, at most 5 s) and the immediate report that follows, `client list` drops it within 25 s.
+    client_expiry_s: float = 20.0
     # How often the connected clients are reported to every broker (`sluice admin client list`).
     client_report_s: float = 5.0
     metrics_port: int = 0
@@ -295,6 +300,8 @@ class ProxyConfig:
                              "(a message of the largest body clients are told must fit)")  # fmt: skip
         if self.flow.max_client_in_flight_bytes < self.max_message_bytes:
             raise ValueError("flow max_client_in_flight_bytes must be at least max_message_bytes (the largest request)")
+        if self.client_expiry_s <= 0:
+            raise ValueError(f"client_expiry_s must be positive, got {self.client_expiry_s}")
         if self.client_report_s <= 0:
             raise ValueError(f"client_report_s must be positive, got {self.client_report_s}")
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -42,6 +43,9 @@ class BrokerRoute:
     queue_count: int
     permission: Permission
     message_types: frozenset[MessageType]
+    # Where clients reach this broker's queues: the client endpoint of the merged node that owns
+    # the broker (docs/shards.md); "" for the proxy's usual endpoints (fleet or itself).
+    endpoint: str = ""
 
 
 class BrokerDirectory(Protocol):
@@ -121,8 +125,11 @@ class ClusterDirectory:
         brokers: BrokerClientConfig | None = None,
         topics_max: int = CacheConfig.topics_max,
         auto_create: bool = False,
+        remote: Callable[..., RemoteBroker] = RemoteBroker,
     ) -> None:
         self._ns = namesrv
+        self._remote = remote  # how a broker's client is made (merged nodes count forwarded calls)
+        self._client_endpoints: dict[str, str] = {}  # broker -> its merged node's client endpoint
         self._auto_create = auto_create
         self._refresh_s = refresh_s
         self._client = brokers or BrokerClientConfig()
@@ -172,6 +179,10 @@ class ClusterDirectory:
         routes = []
         for b in route.brokers:
             self._learn(b.broker_name, b.address)
+            if b.client_endpoint and self._client_endpoints.get(b.broker_name) != b.client_endpoint:
+                # A node the last listing did not show yet: known from the route at once (a new dict:
+                # routes built from the old one are rebuilt).
+                self._client_endpoints = {**self._client_endpoints, b.broker_name: b.client_endpoint}
             routes.append(BrokerRoute(b.broker_name, b.queue_count, b.permission, b.message_types))
         return self._cache(topic, routes)
 
@@ -205,7 +216,7 @@ class ClusterDirectory:
             task.add_done_callback(self._closing.discard)
         self._addresses[name] = address
         c = self._client
-        self._brokers[name] = RemoteBroker(name, address, timeout_s=c.timeout_s,
+        self._brokers[name] = self._remote(name, address, timeout_s=c.timeout_s,
                                            reconnect_backoff_max_s=c.reconnect_backoff_max_s,
                                            max_pending_sends=c.max_pending_sends)  # fmt: skip
         log.info("broker endpoint learned", extra=kv(broker=name, address=address))
@@ -245,6 +256,11 @@ class ClusterDirectory:
         self._listed_at = time.monotonic()
         for status in statuses:
             self._learn(status.broker_name, status.address)
+        self._client_endpoints = {s.broker_name: s.client_endpoint for s in statuses if s.client_endpoint}
+
+    def client_endpoints(self) -> dict[str, str]:
+        """Broker name -> client endpoint of the merged node that runs it, as last listed."""
+        return self._client_endpoints
 
     async def _refresh_loop(self) -> None:
         while True:

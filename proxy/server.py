@@ -103,5 +103,5 @@ async def _start_amqp(app: ProxyApp) -> Gateway:
     cfg = app.config
     gateway = Gateway(cfg.amqp, broker=app.directory.broker, broker_names=app.directory.broker_names,
                       security=lambda: app.policy.doc, auth_required=cfg.auth.enabled)  # fmt: skip
-    await gateway.start(cfg.host, reuse_port=cfg.reuse_port)
+    await gateway.start(cfg.host, reuse_port=cfg.reuse_port or cfg.amqp.reuse_port)
     return gateway

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import common.errors as errors
 from common.config import load_config
 from common.errors import BadRequest, SluiceError
+from common.moments import relative_ms
 from spark_jobs.config import SparkJobsConfig
 from spark_jobs.options import ScanOptions
 
@@ -96,8 +97,10 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", action="append", default=[], metavar="T", help="a topic (repeatable)")
     p.add_argument("--topic-pattern", default="", metavar="REGEX", help="topics matching this (full match)")
     p.add_argument("--queue", action="append", default=[], type=int, metavar="ID", help="only this queue id")
-    p.add_argument("--from", dest="time_from", default="", metavar="TIME", help="ISO-8601 or epoch ms (inclusive)")
-    p.add_argument("--to", dest="time_to", default="", metavar="TIME", help="ISO-8601 or epoch ms (exclusive)")
+    p.add_argument("--from", dest="time_from", default="", metavar="TIME",
+                   help="ISO-8601, epoch ms or now-2h style (inclusive)")  # fmt: skip
+    p.add_argument("--to", dest="time_to", default="", metavar="TIME",
+                   help="ISO-8601, epoch ms or now style (exclusive)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
 
 
@@ -113,8 +116,8 @@ def source_options(config: SparkJobsConfig, args: argparse.Namespace) -> dict[st
     opts = config.source_options()
     extra = {
         "cluster": ",".join(args.cluster), "broker": ",".join(args.broker), "topic": ",".join(args.topic),
-        "topicPattern": args.topic_pattern, "queues": ",".join(map(str, args.queue)), "from": args.time_from,
-        "to": args.time_to,
+        "topicPattern": args.topic_pattern, "queues": ",".join(map(str, args.queue)),
+        "from": _fixed(args.time_from), "to": _fixed(args.time_to),
     }  # fmt: skip
     if args.job == "trace":
         if not args.key and not args.message_id:
@@ -125,6 +128,12 @@ def source_options(config: SparkJobsConfig, args: argparse.Namespace) -> dict[st
         raise BadRequest("export needs --topic (or --topic-pattern): which messages to export")
     opts.update({k: v for k, v in extra.items() if v})
     return opts
+
+
+def _fixed(moment: str) -> str:
+    """A moment relative to now (`now-2h`) as epoch ms, taken once for the whole job; others as given."""
+    relative = relative_ms(moment) if moment else None
+    return moment if relative is None else str(relative)
 
 
 def _progress(line: str) -> None:
@@ -149,7 +158,8 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None, emit: Calla
     own_session = spark is None
     session = spark or open_session(config)
     try:
-        register(session)
+        if not own_session:
+            register(session)  # open_session registered it in its own (twice made Spark warn it was replaced)
         df = session.read.format("sluice").options(**options).load()
         started = time.monotonic()
         with ProgressReporter(session, config.progress_interval_s, emit):

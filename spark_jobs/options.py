@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 
 from broker.tiering.s3store import S3Settings
 from common.errors import BadRequest
+from common.moments import RELATIVE_FORMS, relative_ms
 
 DEFAULT_PREFIX = "sluice"
 DEFAULT_SPLIT_BYTES = 128 << 20
@@ -146,15 +147,19 @@ def _integer(value: str, name: str) -> int:
 
 
 def parse_time(value: str, name: str) -> int:
-    """Epoch milliseconds from an ISO-8601 timestamp (no zone = UTC) or a number of epoch milliseconds."""
+    """Epoch milliseconds from an ISO-8601 timestamp (no zone = UTC), a number of epoch milliseconds,
+    or a moment relative to now (`now`, `now-2h`: common/moments.py)."""
     text = value.strip()
     if re.fullmatch(r"-?\d+", text):
         return int(text)
+    if (relative := relative_ms(text)) is not None:
+        return relative
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise BadRequest(
-            f"option {name} {value!r} is not a time: use ISO-8601 (2024-06-01T12:00:00Z) or epoch milliseconds"
+            f"option {name} {value!r} is not a time: use ISO-8601 (2024-06-01T12:00:00Z), epoch milliseconds "
+            f"or a moment relative to now ({RELATIVE_FORMS})"
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)

@@ -10,7 +10,7 @@ writer assigns are adjacent, so sealing is one `pack_into` plus the CRC.
 | 4      | 4    | magic (u32)              | 0x43554C53 (b"SLUC"): a record starts here                |
 | 8      | 4    | crc32 (u32)              | zlib.crc32 of bytes [12, total_size)                      |
 | 12     | 1    | version (u8)             | 1                                                         |
-| 13     | 1    | message_type (u8)        | NORMAL 1, FIFO 2, DELAY 3, TRANSACTION 4                  |
+| 13     | 1    | message_type (u8)        | NORMAL 1, FIFO 2, DELAY 3, TRANSACTION 4, LITE 5, PRIO. 6 |
 | 14     | 2    | flags (u16)              | bit 0: body is gzip-compressed (as the producer sent it)  |
 | 16     | 4    | queue_id (u32)           |                                                           |
 | 20     | 8    | queue_offset (u64)       | assigned by the writer; strictly increasing per queue     |

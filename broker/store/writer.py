@@ -291,7 +291,6 @@ class CommitLogWriter:
         self.written_position = active.end
         self.flushed_position = active.end
         self.rounds = 0
-        self.last_round_seconds = 0.0  # duration of the last flush round (write + fdatasync if sync)
         self._thread = threading.Thread(target=self._run, name="commitlog-writer", daemon=True)
         self._flusher: threading.Thread | None = None
         self._thread.start()
@@ -482,7 +481,6 @@ class CommitLogWriter:
         self._copy_dispatches.append(self._copy_dispatcher.submit(self._on_written, runs))
 
     def _round(self, items: list[_Pending], *, on_loop: bool = False) -> None:
-        started = time.perf_counter()
         now_ms = time.time_ns() // 1_000_000
         start_seg, start_size = self._seg, self._seg.size
         runs: list[Run] = []
@@ -545,9 +543,6 @@ class CommitLogWriter:
             return
         self.written_position = self._seg.end
         self.rounds += 1
-        # The time of one flush round (write, and fdatasync under `sync`): the spot for a
-        # flush-latency metric. Records per round: sum of len(run.results).
-        self.last_round_seconds = time.perf_counter() - started
         # Index before acknowledging: an acknowledged message is already visible (read-your-writes),
         # and the woken event loop does not contend with the dispatch for the GIL.
         self._on_written(runs)

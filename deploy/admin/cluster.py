@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from broker.client.remote import RemoteBroker
-from common.errors import SluiceError, TopicNotFound, Unavailable
+from common.errors import NotThisServer, SluiceError, TopicNotFound, Unavailable
 from nameserver.client import NameServerClient
 from nameserver.model import BrokerStatus, TopicRoute, TopicSummary
 
@@ -149,6 +149,8 @@ class Cluster:
     async def _ask_nameserver(self, call: Awaitable[T]) -> T:
         try:
             return await call
+        except NotThisServer as exc:
+            raise NotThisServer(f"{exc}; give --namesrv a NameServer's address (port 9876 by default)") from None
         except Unavailable:
             raise Unavailable(
                 f"cannot reach any NameServer at {self._addresses()} (is it running? is --namesrv right?)"

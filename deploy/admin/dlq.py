@@ -1,5 +1,8 @@
 """`sluice admin dlq list|resend`: the dead letters of a consumer group, and sending them again.
 
+`list` without a group lists the groups that have dead letters, with how many each has (the
+messages stored in its `%DLQ%<group>` topic), as the console's dead-letter page does.
+
 A message that runs out of delivery attempts is copied to the group's dead-letter topic
 `%DLQ%<group>` with system properties naming where it came from (`DLQ_ORIGIN_TOPIC`,
 `DLQ_ORIGIN_QUEUE_ID`, `DLQ_ORIGIN_QUEUE_OFFSET`) and how often it was delivered
@@ -26,7 +29,7 @@ from typing import Any
 
 from broker.client.api import FilterSpec, OutgoingMessage, StoredMessage
 from common.errors import BadRequest, MessageNotFound, NotFound, TopicNotFound
-from common.model import MessageType, dlq_topic, validate_group_name, validate_topic_name
+from common.model import DLQ_PREFIX, MessageType, dlq_topic, validate_group_name, validate_topic_name
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms, preview
 
@@ -104,6 +107,27 @@ async def list_dead_letters(cluster: Cluster, group: str, limit: int = DLQ_READ_
     more = " (the first ones only)" if len(letters) >= limit else ""
     return Report(columns=DLQ_COLUMNS, rows=rows, data={"group": group, "dead_letters": rows},
                   note=f"group {group}: {len(rows)} dead letter(s){more}")  # fmt: skip
+
+
+async def list_dead_letter_groups(cluster: Cluster) -> Report:
+    """Every group with a dead-letter topic: how many dead letters it holds, on which brokers."""
+    rows: list[dict[str, Any]] = []
+    for summary in await cluster.topics():
+        if not summary.name.startswith(DLQ_PREFIX):
+            continue
+        rows.append({"group": summary.name[len(DLQ_PREFIX) :], "dead_letters": await _stored(cluster, summary.name),
+                     "brokers": list(summary.broker_names)})  # fmt: skip
+    rows.sort(key=lambda r: r["group"])
+    return Report(columns=["group", "dead_letters", "brokers"], rows=rows,
+                  note=f"{len(rows)} group(s) with dead letters; `dlq list GROUP` shows them")  # fmt: skip
+
+
+async def _stored(cluster: Cluster, topic: str) -> int:
+    """Messages `topic` holds now, on every broker of its route."""
+    route = await cluster.route(topic)
+    targets = [(b.broker_name, b.address) for b in route.brokers]
+    statuses = await cluster.on_each(targets, lambda b: b.topic_status(topic))
+    return sum(q.max_offset - q.min_offset for status in statuses for q in status.queues)
 
 
 async def resend(cluster: Cluster, group: str, ids: Sequence[str] | None, to: str | None = None) -> Report:

@@ -31,7 +31,7 @@ class Report:
 
 
 def render_table(report: Report) -> str:
-    cells = [[_cell(row.get(column)) for column in report.columns] for row in report.rows]
+    cells = [[cell(row.get(column)) for column in report.columns] for row in report.rows]
     header = [column.upper() for column in report.columns]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(header)]
     lines = [_line(header, widths)]
@@ -58,20 +58,30 @@ def format_time_ms(epoch_ms: int) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def format_bytes(count: int) -> str:
+    """1536 -> "1.5 KiB" (binary units, as the console shows them)."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024:
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
 def preview(body: bytes, chars_max: int = CELL_CHARS_MAX) -> str:
     text = body.decode("utf-8", "replace")
     return text if len(text) <= chars_max else text[: chars_max - 1] + "…"
 
 
-def _cell(value: Any) -> str:
+def cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, list | tuple | frozenset | set):
-        return ",".join(_cell(v) for v in value)
+        return ",".join(cell(v) for v in value)
     if isinstance(value, Mapping):
-        return ",".join(f"{k}={_cell(v)}" for k, v in value.items())
+        return ",".join(f"{k}={cell(v)}" for k, v in value.items())
     text = str(value)
     return "".join(ch if ch.isprintable() else "?" for ch in text)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from broker.client.api import BackoffKind, ConsumeFrom, RetryPolicy
 from common.config import ConfigError
 from common.model import ALL_MESSAGE_TYPES, EXCLUSIVE_TYPES, MessageType
+from common.moments import RELATIVE_FORMS, relative_ms
 
 MIXED = "mixed"
 _MS_PER_S = 1000
@@ -103,15 +104,19 @@ def parse_consume_from(text: str) -> tuple[ConsumeFrom, int]:
 
 
 def parse_time_ms(text: str, what: str) -> int:
-    """A moment as epoch milliseconds or ISO-8601 (no zone: UTC); ConfigError naming `what` otherwise."""
+    """A moment as epoch milliseconds, ISO-8601 (no zone: UTC) or relative to now (`now-2h`:
+    common/moments.py); ConfigError naming `what` otherwise."""
     word = text.strip()
     if word.isdigit():
         return int(word)
+    if (relative := relative_ms(word)) is not None:
+        return relative
     try:
         moment = dt.datetime.fromisoformat(word)
     except ValueError:
         raise ConfigError(
-            f"{what} {text[:64]!r} is not a time: use epoch milliseconds or ISO-8601 (e.g. 2024-05-01T12:00:00Z)"
+            f"{what} {text[:64]!r} is not a time: use epoch milliseconds, ISO-8601 (e.g. 2024-05-01T12:00:00Z) "
+            f"or a moment relative to now ({RELATIVE_FORMS})"
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.UTC)

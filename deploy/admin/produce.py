@@ -29,11 +29,11 @@ from broker.client.api import (
     StoredMessage,
 )
 from broker.client.remote import RemoteBroker
-from common.errors import BadRequest, Forbidden
+from common.errors import BadRequest, Forbidden, MessageTypeConflict
 from common.model import MessageType
 from deploy.admin.cluster import Cluster
 from deploy.admin.messages import MESSAGE_COLUMNS, message_json, message_row
-from deploy.admin.output import Report
+from deploy.admin.output import Report, cell, format_time_ms
 from nameserver.model import TopicRoute
 from proxy.core.routing import QueueSelector
 from proxy.directory import BrokerRoute
@@ -46,6 +46,12 @@ TAIL_POP_INVISIBLE_MS = 30_000
 TAIL_POP_LONG_POLL_MS = 1_000
 MAX_LIST_COUNT = 1_000
 SENT_COLUMNS = ["message_id", "broker", "queue", "offset", "type", "bytes"]
+# What makes `sluice admin message send` send each type, for the hint of a type conflict.
+SEND_FLAGS = {
+    MessageType.NORMAL: "neither --message-group nor --deliver-at (a NORMAL message)",
+    MessageType.FIFO: "--message-group MG (a FIFO message; MG orders messages among themselves)",
+    MessageType.DELAY: "--deliver-at TIME (a DELAY message)",
+}
 
 
 @dataclass(frozen=True)
@@ -93,11 +99,22 @@ async def send_messages(cluster: Cluster, topic: str, bodies: Iterable[bytes], o
             (result,) = await broker.send(topic, queue_id, [msg])
         except Forbidden as exc:
             raise Forbidden(f"broker {broker_name}: {exc}") from None
+        except MessageTypeConflict as exc:
+            accepted = next(b.message_types for b in route.brokers if b.broker_name == broker_name)
+            raise MessageTypeConflict(f"{exc}; {type_hint(accepted)}") from None
         rows.append({"message_id": result.message_id, "broker": broker_name, "queue": result.queue_id,
                      "offset": result.queue_offset, "type": mtype.name.lower(), "bytes": len(body)})  # fmt: skip
     if not rows:
         raise BadRequest("nothing to send: give a BODY, --file, or lines on stdin")
     return Report(columns=SENT_COLUMNS, rows=rows, note=f"{len(rows)} message(s) sent to {topic}")
+
+
+def type_hint(accepted: Iterable[MessageType]) -> str:
+    """Which flags send a message of a type the topic accepts (the broker's refusal names no flag)."""
+    flags = [SEND_FLAGS[t] for t in sorted(accepted) if t in SEND_FLAGS]
+    if not flags:
+        return "sluice admin message send cannot send the types this topic accepts: use a client"
+    return "send with " + ", or with ".join(flags)
 
 
 async def list_messages(
@@ -149,9 +166,14 @@ class TailOptions:
 
 
 async def tail_messages(
-    cluster: Cluster, topic: str, options: TailOptions, emit: Callable[[str, StoredMessage], None]
+    cluster: Cluster,
+    topic: str,
+    options: TailOptions,
+    emit: Callable[[str, StoredMessage], None],
+    on_start: Callable[[], None] = lambda: None,
 ) -> int:
-    """Call `emit(broker, message)` for every message of `topic` as it arrives; returns how many."""
+    """Call `emit(broker, message)` for every message of `topic` as it arrives; returns how many.
+    `on_start()` once it knows where to start (its start offsets taken), before the first `emit`."""
     route = await cluster.route(topic)
     targets = [(b.broker_name, b.address, b.queue_count) for b in route.brokers]
     deadline = time.monotonic() + options.for_s if options.for_s > 0 else float("inf")
@@ -163,6 +185,7 @@ async def tail_messages(
     if options.ack:
         if not options.group:
             raise BadRequest("--ack consumes as a group: give --group")
+        on_start()
         while not done():
             for name, address, _ in targets:
                 b = cluster.broker(name, address)
@@ -179,6 +202,7 @@ async def tail_messages(
                     break
         return seen
     cursors = await _start_offsets(cluster, topic, targets, options)
+    on_start()
     while not done():
         found = False
         for (name, qid), offset in list(cursors.items()):
@@ -218,9 +242,40 @@ async def _start_offsets(
     return cursors
 
 
+# Column widths of `message tail`'s rows, printed before any message is known: a cell as wide as
+# the widest usual value (a message id is 34 characters, a stored time 24); a longer cell pushes
+# the rest of its row only.
+TAIL_WIDTHS = {"broker": 10, "queue": 5, "offset": 8, "message_id": 34, "tag": 10, "keys": 12, "stored": 24,
+               "bytes": 6}  # fmt: skip
+
+
+def tail_header() -> str:
+    return _tail_cells({c: c.upper() for c in MESSAGE_COLUMNS})
+
+
 def tail_line(broker: str, m: StoredMessage, as_json: bool) -> str:
-    """One printed line per message: JSON (every field) or the table's cells separated by two spaces."""
+    """One printed line per message: JSON (every field) or the row of the table tail_header heads."""
     if as_json:
         return json.dumps(message_json(broker, m))
     row = message_row(broker, m)
-    return "  ".join(str(row[c]) if not isinstance(row[c], list) else ",".join(row[c]) for c in MESSAGE_COLUMNS)
+    return _tail_cells({c: cell(row[c]) for c in MESSAGE_COLUMNS})
+
+
+def _tail_cells(cells: dict[str, str]) -> str:
+    return "  ".join(cells[c].ljust(TAIL_WIDTHS.get(c, 0)) for c in MESSAGE_COLUMNS).rstrip()
+
+
+def tail_start(topic: str, options: TailOptions) -> str:
+    """What `message tail` is about to do, in one line (it may wait a long time before a row)."""
+    where = {
+        "latest": "messages arriving from now on",
+        "earliest": "from the first stored message",
+        "time": f"from {format_time_ms(options.start_ms)}",
+        "group": f"from group {options.group}'s consumed offsets",
+    }[options.start]
+    how = f"consuming as group {options.group} (acknowledging)" if options.ack else where
+    stop = [f"{options.count} message(s)"] if options.count else []
+    stop += [f"{options.for_s:g} s"] if options.for_s else []
+    until = f"stops after {' or '.join(stop)}" if stop else "Ctrl-C stops"
+    hint = "; --from earliest shows what is stored" if options.start == "latest" and not options.ack else ""
+    return f"tailing {topic}: {how}; {until}{hint}"

@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from broker.client.api import TierStatus, TierTopicStatus
+from broker.client.api import TierEvictResult, TierStatus, TierTopicStatus
+from broker.client.remote import RemoteBroker
 from common.errors import SluiceError
 from deploy.admin.cluster import Cluster
-from deploy.admin.output import Report, format_time_ms
+from deploy.admin.output import Report, format_bytes, format_time_ms
 
 PROGRESS_INTERVAL_S = 2.0
 STATUS_COLUMNS = ["broker", "topic", "local", "tiered", "lag_messages", "lag_s", "bytes", "objects", "error"]
@@ -100,12 +101,32 @@ async def upload_now(
     )
 
 
+EVICT_COLUMNS = ["broker", "topic", "messages", "segments", "freed", "store"]
+
+
 async def evict_local(cluster: Cluster, topic: str) -> Report:
+    """Each broker of the topic drops its local copy of what is tiered; the row says how much disk
+    that freed (the broker's store size before and after: other writes meanwhile count too)."""
     route = await cluster.route(topic)
     targets = [(b.broker_name, b.address) for b in route.brokers]
-    answers = await cluster.on_each(targets, lambda b: b.tier_evict_local(topic))
+
+    async def evict(b: RemoteBroker) -> tuple[int, TierEvictResult, int]:
+        before = (await b.broker_info()).store_bytes
+        result = await b.tier_evict_local(topic)
+        return before, result, (await b.broker_info()).store_bytes
+
+    answers = await cluster.on_each(targets, evict)
     rows = [
-        {"broker": name, "topic": r.topic, "messages": r.messages, "segments": r.segments}
-        for (name, _), r in zip(targets, answers, strict=True)
-    ]
-    return Report(columns=["broker", "topic", "messages", "segments"], rows=rows)
+        {"broker": name, "topic": r.topic, "messages": r.messages, "segments": r.segments,
+         "freed": format_bytes(max(0, before - after)), "store": format_bytes(after),
+         "freed_bytes": max(0, before - after), "store_bytes": after}
+        for (name, _), (before, r, after) in zip(targets, answers, strict=True)
+    ]  # fmt: skip
+    kept = sum(1 for r in rows if not r["segments"])
+    why = (
+        f"; {kept} broker(s) deleted no CommitLog segment (freed: index entries only): the messages stay on disk "
+        "until their segment goes, once everything in it (of any topic) is tiered and a newer segment exists"
+        if kept else ""
+    )  # fmt: skip
+    note = f"topic {topic}: reads of evicted messages now come from the bucket{why}"
+    return Report(columns=EVICT_COLUMNS, rows=rows, note=note)

@@ -170,9 +170,20 @@ def _consume_loops(
     targets = _receive_queues(queues)
     loops = (opts.consumers or opts.concurrency) if opts.mode == "e2e" else opts.concurrency
     return [
-        consume_loop(clients[i % len(clients)], targets[i % len(targets)], spec, receive, ack, deadline, e2e)
+        consume_loop(_client_for(clients, targets[i % len(targets)], i), targets[i % len(targets)], spec, receive, ack,
+                     deadline, e2e)
         for i in range(loops)
-    ]
+    ]  # fmt: skip
+
+
+def _client_for(clients: list[BenchClient], queue: pb.MessageQueue, i: int) -> BenchClient:
+    """Loop `i`'s client for `queue`: one of the queue's own endpoint when it is among the endpoints
+    given (as the official clients receive from the queue's endpoints: with `sluice up --shards N`
+    each queue names the shard that owns it), else the loops' usual round robin."""
+    addresses = {f"{a.host}:{a.port}" for a in queue.broker.endpoints.addresses}
+    own = [c for c in clients if c.endpoint in addresses]
+    pool = own or clients
+    return pool[i % len(pool)]
 
 
 async def _run_tasks(

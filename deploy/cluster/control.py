@@ -152,9 +152,19 @@ def _read_final(run_dir: str | Path, fallback: ClusterState) -> ClusterState:
 def _how_it_ended(proc: ProcessState, pid: int | None) -> str:
     if pid is None:
         return f"was not running ({proc.state})"
-    if proc.last_exit_code is None:
-        return "stopped"
-    return f"stopped (exit code {proc.last_exit_code})"
+    return "stopped" if proc.last_exit_code is None else f"stopped ({exit_meaning(proc.last_exit_code)})"
+
+
+def exit_meaning(code: int) -> str:
+    """A child's exit as a person reads it: a negative code is the signal that ended it, and SIGTERM
+    is the supervisor's own stop request (etcd, for one, ends by SIGTERM after a clean shutdown)."""
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"ended by signal {-code}"
+    return "ended by SIGTERM, as asked" if name == "SIGTERM" else f"ended by {name}"
 
 
 def _stop_orphan(pid: int, stop_timeout_s: float) -> str:

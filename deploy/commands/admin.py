@@ -12,14 +12,14 @@
     group list | group describe NAME | group delete NAME
     group reset-offset NAME --topic T --to earliest|latest|TIME|OFFSET [--queue Q] [--broker B] [--dry-run]
     client list [--group G | --topic T]    (who is connected, through which proxy)
-    message get --topic T --id ID | message find --topic T --key K [--limit N]
-    message range --topic T --from TIME [--to TIME] [--limit N]    (stored in that time range)
+    message get TOPIC --id ID | message find TOPIC --key K [--limit N]
+    message range TOPIC --from TIME [--to TIME] [--limit N]    (stored in that time range; TIME may be now-2h)
     message trace --id ID    (the life of a message: sent, delivered, acked, dead-lettered, tiered)
-    message send TOPIC [--tag T] [--key K]... [--property K=V]... [--group MG] [--deliver-at TIME]
+    message send TOPIC [--tag T] [--key K]... [--property K=V]... [--message-group MG] [--deliver-at TIME]
                  (BODY | --file F | one message per line of stdin)
     message tail TOPIC [--from latest|earliest|TIME] [--group G [--ack]] [--count N] [--for-s S]
     message list TOPIC --queue Q --from-offset N [--count N] [--broker B]
-    dlq list GROUP | dlq resend GROUP (--id ID ... | --all) [--to TOPIC]
+    dlq list [GROUP] | dlq resend GROUP (--id ID ... | --all) [--to TOPIC]
     broker list [--etcd URL] | broker drain NAME [--wait-s S] | broker undrain NAME
     broker switchover GROUP --to NAME --etcd URL [--wait-s S]
     proxy list --navigation HOST:PORT    (zone, load, draining)
@@ -72,7 +72,6 @@ from deploy.admin import (
     trace,
 )
 from deploy.admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
-from deploy.admin.messages import MESSAGE_COLUMNS
 from deploy.admin.output import Report, render_json, render_table
 from deploy.admin.parse import (
     parse_consume_from,
@@ -87,7 +86,7 @@ from navigation.client import NavigationClient
 from proxy import names
 
 NAME = "admin"
-HELP = "Manage topics and consumer groups, and look messages up, through the NameServers."
+HELP = "Manage topics, groups, messages, dead letters, brokers, tiering and access, through the NameServers."
 DEFAULT_UPLOAD_WAIT_S = 300.0
 SWITCHOVER_WAIT_S = 30.0
 DEFAULT_NAMESRV = "127.0.0.1:9876"
@@ -108,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     areas = parser.add_subparsers(dest="area", metavar="AREA", required=True)
     _add_topic(areas.add_parser("topic", help="create, list, describe and delete topics"), shared)
     _add_group(areas.add_parser("group", help="create, list, describe and delete consumer groups"), shared)
-    _add_message(areas.add_parser("message", help="look messages up by id or key"), shared)
+    _add_message(areas.add_parser("message", help="send, tail, browse, look up and trace messages"), shared)
     _add_dlq(areas.add_parser("dlq", help="list a group's dead letters and send them again"), shared)
     _add_broker(areas.add_parser("broker", help="list the registered brokers"), shared)
     _add_client(areas.add_parser("client", help="list the clients connected to the proxies"), shared)
@@ -139,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
 async def _execute(args: argparse.Namespace) -> Report:
     if args.timeout_s <= 0:
         raise ConfigError(f"--timeout-s must be positive, got {args.timeout_s}")
+    _resolve_topic(args)
     if args.namespace:
         validate_namespace(args.namespace)
         for attr in ("name", "topic", "group", "to"):  # resources of topic, group, message, client, dlq, lite
@@ -276,14 +276,14 @@ def _add_group(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser)
 def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     get = _leaf(actions, "get", shared, _message_get, "a message by its id")
-    get.add_argument("--topic", required=True, metavar="T")
+    _topic_argument(get)
     get.add_argument("--id", required=True, metavar="ID", dest="message_id")
     find = _leaf(actions, "find", shared, _message_find, "messages by key")
-    find.add_argument("--topic", required=True, metavar="T")
+    _topic_argument(find)
     find.add_argument("--key", required=True, metavar="K")
     find.add_argument("--limit", type=int, default=DEFAULT_FIND_LIMIT, metavar="N", help="at most N per broker")
     ranged = _leaf(actions, "range", shared, _message_range, "messages stored in a time range")
-    ranged.add_argument("--topic", required=True, metavar="T")
+    _topic_argument(ranged)
     ranged.add_argument("--from", required=True, dest="begin", metavar="TIME", help="epoch ms or ISO-8601")
     ranged.add_argument("--to", dest="end", metavar="TIME", help="epoch ms or ISO-8601 (default: now)")
     ranged.add_argument("--limit", type=int, default=DEFAULT_FIND_LIMIT, metavar="N", help="at most N in all")
@@ -304,7 +304,9 @@ def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParse
     send.add_argument("--tag", metavar="T")
     send.add_argument("--key", metavar="K", action="append", default=[], help="a key (repeatable)")
     send.add_argument("--property", metavar="K=V", action="append", default=[], help="a property (repeatable)")
-    send.add_argument("--group", metavar="MG", dest="message_group", help="message group: a FIFO message")
+    send.add_argument(
+        "--message-group", metavar="MG", help="send FIFO messages of message group MG (what a FIFO topic needs)"
+    )
     send.add_argument("--deliver-at", metavar="TIME", help="a DELAY message: epoch ms or ISO-8601 (no zone: UTC)")
     tail = _leaf(actions, "tail", shared, _message_tail, "print a topic's messages as they arrive (Ctrl-C stops)")
     tail.add_argument("topic", metavar="TOPIC")
@@ -327,10 +329,29 @@ def _add_message(parser: argparse.ArgumentParser, shared: argparse.ArgumentParse
     listing.add_argument("--broker", metavar="B", help="only this broker's queue Q")
 
 
+def _topic_argument(parser: argparse.ArgumentParser) -> None:
+    """TOPIC right after the action, as every message command takes it; `--topic T` (how get, find
+    and range took it before) is still accepted."""
+    parser.add_argument("topic", metavar="TOPIC", nargs="?")
+    parser.add_argument("--topic", dest="topic_flag", metavar="T", help=argparse.SUPPRESS)
+
+
+def _resolve_topic(args: argparse.Namespace) -> None:
+    if not hasattr(args, "topic_flag"):
+        return
+    if args.topic and args.topic_flag and args.topic != args.topic_flag:
+        raise ConfigError(f"two topics given ({args.topic} and --topic {args.topic_flag}): give TOPIC once")
+    args.topic = args.topic or args.topic_flag
+    if not args.topic:
+        raise ConfigError(f"give the topic: message {args.action} TOPIC ...")
+
+
 def _add_dlq(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    listing = _leaf(actions, "list", shared, _dlq_list, "the messages in %%DLQ%%GROUP: origin topic, attempts, body")
-    listing.add_argument("name", metavar="GROUP")
+    listing = _leaf(actions, "list", shared, _dlq_list,
+                    "the messages in %%DLQ%%GROUP: origin topic, attempts, body; without GROUP, every group that "
+                    "has dead letters and how many")  # fmt: skip
+    listing.add_argument("name", metavar="GROUP", nargs="?")
     resend = _leaf(actions, "resend", shared, _dlq_resend, "send dead letters again, as new messages, to their topic")
     resend.add_argument("name", metavar="GROUP")
     which = resend.add_mutually_exclusive_group(required=True)
@@ -522,10 +543,14 @@ async def _message_tail(cluster: Cluster, args: argparse.Namespace) -> Report:
         options.start, options.start_ms = ("time", at_ms) if where is ConsumeFrom.TIMESTAMP else (where.value, 0)
     elif args.group:
         options.start = "group"
-    if not args.json:
-        print("  ".join(c.upper() for c in MESSAGE_COLUMNS), flush=True)
+
+    def started() -> None:
+        print(produce.tail_start(args.topic, options), file=sys.stderr, flush=True)
+        if not args.json:
+            print(produce.tail_header(), flush=True)
+
     n = await produce.tail_messages(
-        cluster, args.topic, options, lambda b, m: print(produce.tail_line(b, m, args.json), flush=True)
+        cluster, args.topic, options, lambda b, m: print(produce.tail_line(b, m, args.json), flush=True), started
     )
     if not args.json:
         print(f"{n} message(s)", flush=True)
@@ -557,6 +582,8 @@ async def _broker_undrain(cluster: Cluster, args: argparse.Namespace) -> Report:
 
 
 async def _dlq_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    if args.name is None:
+        return await dlq.list_dead_letter_groups(cluster)
     return await dlq.list_dead_letters(cluster, args.name)
 
 

@@ -120,7 +120,7 @@ def _up(args: argparse.Namespace) -> int:
     setup_logging(args.log_level or topology.settings.log_level, args.log_json)
     _refuse_if_running(run_dir)
     with _run_dir_lock(run_dir):
-        supervisor = Supervisor(topology, on_ready=lambda: _announce(topology))
+        supervisor = Supervisor(topology, on_ready=lambda: _announce(topology, foreground=True))
         rc = supervisor.run()
     if rc != 0:
         return _fail("up", f"the cluster did not start: {supervisor.failure}", EXIT_FAILED)
@@ -157,7 +157,7 @@ def _refuse_if_running(run_dir: Path) -> None:
             )
 
 
-def _announce(topology: Topology) -> None:
+def _announce(topology: Topology, *, foreground: bool) -> None:
     names = ", ".join(p.name for p in topology.processes)
     access = ";".join(
         host_port(connect_host(p.host), p.ports["port"]) for p in topology.processes if p.kind in ("proxy", "up")
@@ -165,7 +165,7 @@ def _announce(topology: Topology) -> None:
     print(
         f"cluster ready: {_count(len(topology.processes), 'process')} ({names}); clients connect to {access}; "
         f"state in {state_path(topology.run_dir)}, logs in {topology.run_dir / 'logs'}; "
-        f"stop with Ctrl-C or sluice cluster down --run-dir {topology.run_dir}",
+        f"stop with {'Ctrl-C or ' if foreground else ''}sluice cluster down --run-dir {topology.run_dir}",
         flush=True,
     )
 
@@ -194,7 +194,7 @@ def _detach(args: argparse.Namespace, topology: Topology) -> int:
         with contextlib.suppress(ClusterError):
             state = read_state(run_dir)
             if state.supervisor_pid == popen.pid and state.state == "running":
-                _announce(topology)
+                _announce(topology, foreground=False)
                 print(f"supervisor pid {popen.pid}, its log in {log_path}", flush=True)
                 return 0
         time.sleep(_POLL_S)

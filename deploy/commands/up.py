@@ -10,6 +10,10 @@ registers with the embedded NameServer, so `sluice admin --namesrv 127.0.0.1:987
 against it. Topics and groups are created on first use unless
 `--no-auto-create` is given. Configuration: the `[nameserver]`, `[broker]` and `[proxy]` tables of
 `--config`, with flags overriding them. Stops in reverse order on SIGTERM/SIGINT.
+
+With `--shards N` (or `[up] shards`) this process keeps the NameServer and the console and runs N
+merged nodes (`sluice node`: broker `shard-<i>` with its own proxy and data dir) whose routes send
+clients straight to the shard owning a queue (`run_shards`, deploy/shardpool.py, docs/shards.md).
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ import argparse
 import asyncio
 import logging
 from dataclasses import replace
+from pathlib import Path
 
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.server import run_broker
 from common import metrics
-from common.config import load_config, read_toml
+from common.config import ConfigError, load_config, read_toml
 from common.logs import setup_logging
 from deploy.cluster.topology import connect_host
 from deploy.console.config import ConsoleConfig
@@ -32,6 +37,7 @@ from deploy.obsflags import add_observability_arguments, metrics_overrides, trac
 from deploy.ops import Readiness, ops_server
 from deploy.ports import is_free, require_free
 from deploy.runtime import serve
+from deploy.shardpool import ShardPool, UpConfig, free_port, refuse_shard_data, shard_configs
 from deploy.tierflags import add_tier_arguments, tier_overrides
 from deploy.workerpool import (
     MERGED_WORKERS_MIN_CORES,
@@ -58,7 +64,8 @@ STARTUP_TIMEOUT_S = 60.0
 # instance started with another --port gets another metrics port.
 METRICS_PORT_OFFSET = 1000
 SECOND_INSTANCE_HINT = (
-    "is another sluice up running? give this one other ports (--port, --namesrv-port, --broker-port, --metrics-port)"
+    "is another sluice up running? give this one other ports "
+    "(--port, --namesrv-port, --broker-port, --metrics-port, --console-port)"
 )
 DEFAULT_CONSOLE_PORT = 8080
 DEFAULT_AMQP_PORT = 5672
@@ -78,6 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers", type=int,
         help="proxy processes serving the client port, one core each (default: one per core from "
         f"{MERGED_WORKERS_MIN_CORES} usable cores on, else 1: everything in one process)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--shards", type=int,
+        help="merged nodes (broker shard-<i> with its own proxy and data dir), one core each; clients are "
+        "routed to the shard owning each queue (default 1, or [up] shards of --config; docs/shards.md)",
     )  # fmt: skip
     parser.add_argument("--auth", choices=("on", "off"), help="require signed requests and access rules (default off)")
     parser.add_argument(
@@ -161,12 +173,19 @@ def console_config(args: argparse.Namespace, ns: NameServerConfig, proxy: ProxyC
         return None
     data = read_toml(args.config) if args.config else {}
     return load_config(ConsoleConfig, section="console", data=data, overrides={
-        "port": args.console_port, "namesrv": f"{ns.host}:{ns.port}",
+        "port": args.console_port, "namesrv": f"{ns.host}:{ns.port}", "proxies": (proxy.advertised_address,),
         "auth": "on" if proxy.auth.enabled else "off"})  # fmt: skip
 
 
+def console_port(config: ConsoleConfig | None) -> list[tuple[str, str, int]]:
+    """The console's port for the start-up check: a taken one fails `sluice up` like the others
+    (the README sends the user to it; another cluster's console would answer there)."""
+    return [] if config is None else [("console", config.host, config.port)]
+
+
 async def _console(config: ConsoleConfig, stop: asyncio.Event) -> None:
-    """The console, best effort: a taken port costs the console, never the broker and proxy."""
+    """The console, best effort once started: its port was checked free before anything started
+    (console_port); one taken in between costs the console, never the broker and proxy."""
     try:
         await run_console(config, stop, on_ready=lambda url: print(f"console listening on {url}", flush=True))
     except OSError as exc:
@@ -184,15 +203,21 @@ def security_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
+    up = load_config(UpConfig, section="up", path=args.config, overrides={"shards": args.shards})
+    if up.shards > 1:
+        if args.workers is not None and args.workers > 1:
+            raise ConfigError("--workers and --shards are two ways to use cores: give one of them")
+        return run_shards(args, up.shards)
     workers = worker_count(args.workers, default=merged_workers(available_cores()))
     ns_cfg, broker_cfg, proxy_cfg = configs(args)
+    refuse_shard_data(Path(broker_cfg.data_dir))
     console_cfg = console_config(args, ns_cfg, proxy_cfg)
     if proxy_cfg.tls.enabled:
         proxy_cfg.tls.read()  # a missing certificate is a one-line error before anything starts
     metrics_port = ops_port(args.metrics_port, proxy_cfg)
     require_free([("client", proxy_cfg.host, proxy_cfg.port), ("nameserver", ns_cfg.host, ns_cfg.port),
                   ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port),
-                  ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0))],
+                  ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0)), *console_port(console_cfg)],
                  SECOND_INSTANCE_HINT)  # fmt: skip
     setup_logging(args.log_level, args.log_json)
     # One process, one switch: the proxy's table decides (the flag sets both).
@@ -247,6 +272,56 @@ def run(args: argparse.Namespace) -> int:
                 await broker_task
                 ns_stop.set()
                 await ns_task
+        return 0
+
+    return serve(main)
+
+
+def run_shards(args: argparse.Namespace, count: int) -> int:
+    """`count` merged nodes (deploy/shardpool.py) under this process, which runs the NameServer,
+    the console and the one operations endpoint of all of them."""
+    ns_cfg, broker_cfg, proxy_cfg = configs(args)
+    console_cfg = console_config(args, ns_cfg, proxy_cfg)
+    if proxy_cfg.tls.enabled:
+        proxy_cfg.tls.read()
+    metrics_port = ops_port(args.metrics_port, proxy_cfg)
+    base = Path(args.data_dir) if args.data_dir else Path("data")
+    require_free([("client", proxy_cfg.host, proxy_cfg.port), ("nameserver", ns_cfg.host, ns_cfg.port),
+                  ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port),
+                  ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0)), *console_port(console_cfg)],
+                 SECOND_INSTANCE_HINT)  # fmt: skip
+    brokers = shard_configs(broker_cfg, count, base)
+    proxy_cfg = replace(proxy_cfg, amqp=replace(proxy_cfg.amqp, reuse_port=True))  # every node serves the AMQP port
+    client_ports = [proxy_cfg.port, *(free_port(proxy_cfg.host) for _ in range(count - 1))]
+    if console_cfg is not None:  # the console lists every shard's proxy
+        host = connect_host(proxy_cfg.host)
+        console_cfg = replace(console_cfg, proxies=tuple(f"{host}:{p}" for p in client_ports))
+    setup_logging(args.log_level, args.log_json)
+    metrics.configure(proxy_cfg.metrics)
+    pool = ShardPool(replace(proxy_cfg, namesrv=[f"{connect_host(ns_cfg.host)}:{ns_cfg.port}"]), count,
+                     log_flags(args.log_level, args.log_json), brokers=brokers, client_ports=client_ports)  # fmt: skip
+
+    def shards_ready() -> None:
+        print(f"proxy listening on {proxy_cfg.host}:{proxy_cfg.port} (clients connect here; {count} shards, "
+              f"client ports {', '.join(map(str, client_ports))})", flush=True)  # fmt: skip
+        if metrics_port:
+            print(f"metrics on http://{proxy_cfg.host}:{metrics_port}/metrics (health: /healthz, /readyz)", flush=True)
+
+    async def main(stop: asyncio.Event) -> int:
+        ns_stop, console_stop = asyncio.Event(), asyncio.Event()
+        async with ops_server(proxy_cfg.host, metrics_port, Readiness(), children=pool), asyncio.TaskGroup() as tasks:
+            ns_task = tasks.create_task(run_nameserver(
+                ns_cfg, ns_stop, on_ready=lambda a: print(f"nameserver listening on {a}", flush=True)))  # fmt: skip
+            if console_cfg is not None:
+                tasks.create_task(_console(console_cfg, console_stop))
+            try:
+                code = await pool.run(stop, on_ready=shards_ready)
+            finally:
+                console_stop.set()
+                ns_stop.set()
+                await ns_task
+        if code:
+            raise SystemExit("shards could not be kept running; see the log above")
         return 0
 
     return serve(main)

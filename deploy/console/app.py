@@ -30,6 +30,7 @@ from deploy.admin.cluster import Cluster
 from deploy.admin.output import format_time_ms
 from deploy.console.config import ConsoleConfig
 from deploy.console.history import History
+from deploy.console.labels import cell_class, heading
 from deploy.console.plots import MemoryPlots, Plots, PrometheusPlots
 from deploy.console.sessions import COOKIE, CSRF_FIELD, Session, Sessions, csrf_ok
 from navigation.client import NavigationClient
@@ -75,7 +76,10 @@ def build_app(config: ConsoleConfig, cluster: Cluster, navigation: NavigationCli
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
     )
     env.filters["time"] = format_time_ms
-    history = History(history_s=config.history_s, interval_s=config.sample_interval_s, watched_max=config.watched_max)
+    env.filters["heading"] = heading
+    env.filters["cell_class"] = cell_class
+    history = History(history_s=config.history_s, interval_s=config.sample_interval_s, watched_max=config.watched_max,
+                      cluster_topics_max=config.cluster_topics_max)  # fmt: skip
     plots: Plots = MemoryPlots(history)
     if config.prometheus:
         plots = PrometheusPlots(config.prometheus, history=history, range_s=config.history_s,

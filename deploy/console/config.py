@@ -22,6 +22,9 @@ class ConsoleConfig:
     namesrv: str = "127.0.0.1:9876"
     # A navigation server (`HOST:PORT`, gRPC): the cluster page lists its proxies. "" leaves them out.
     navigation: str = ""
+    # Without navigation: proxies (`HOST:PORT`, the client endpoints) to list on the cluster page
+    # besides those the brokers' client reports name (`sluice up` gives its own).
+    proxies: tuple[str, ...] = ()
     # "on": every page needs a login of a user with ADMIN on `*` (the cluster runs `--auth on`).
     auth: str = "off"
     # No page offers an action, and every POST but login/logout is refused.
@@ -38,6 +41,9 @@ class ConsoleConfig:
     sample_interval_s: float = 10.0
     history_s: float = 3600.0
     watched_max: int = 200
+    # The cluster page's message rates sample every user topic while the page is watched; above
+    # this many topics they are not sampled (Prometheus, `prometheus` below, gives them).
+    cluster_topics_max: int = 1000
     # Prometheus (`http://HOST:9090`) that scrapes the cluster: plots are read from it (the last
     # `history_s`, one point per `sample_interval_s`) instead of the console's samples. "" = off.
     prometheus: str = ""
@@ -63,7 +69,7 @@ class ConsoleConfig:
         for name in ("timeout_s", "sample_interval_s", "history_s", "session_idle_s", "prometheus_rate_window_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("page_rows", "watched_max", "sessions_max"):
+        for name in ("page_rows", "watched_max", "sessions_max", "cluster_topics_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 

@@ -1,28 +1,35 @@
-"""Cluster page (NameServers, brokers, proxies, tiering at a glance) and login/logout.
+"""Cluster page (message rates, NameServers, brokers, proxies, tiering at a glance) and login/logout.
 
 Health at a glance: a NameServer is "ok" when it answers on its own; a broker is "ok" while its
 last heartbeat is younger than `STALE_HEARTBEAT_S` and it answers, "disk" when its data filesystem
-is fuller than `DISK_WARN_PCT`; a proxy is "ok" while navigation lists it and it is not draining.
+is fuller than `DISK_WARN_PCT`; a proxy is "ok" while navigation lists it and it is not draining
+(without navigation: while its port accepts connections).
 Every figure comes from the admin functions: `nameservers.list_nameservers` (`sluice admin
 nameserver list`), `brokers.list_brokers` (`broker list --json`: version, uptime, disk, store and
-dispatch lag), `tier.status` and `proxies.list_proxies` (`proxy list`: zone, load, draining).
+dispatch lag), `tier.status` and `proxies.list_proxies` (`proxy list`: zone, load, draining). The
+message rates, of the cluster and per broker, come from the console's samples of every topic while
+the page is watched (deploy/console/history.py), or from Prometheus for the plots when it has one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from aiohttp import web
 
 from common.errors import SluiceError
-from deploy.admin import brokers, nameservers, proxies, security, tier
+from deploy.admin import brokers, clients, nameservers, proxies, security, tier
 from deploy.console.app import SESSION_KEY, console_of, log_action, render, session_of
+from deploy.console.charts import line_chart
 from deploy.console.sessions import check_login
 from deploy.console.units import human_bytes, human_duration
 
 STALE_HEARTBEAT_S = 30.0  # the NameServer drops a broker after 120 s without heartbeat
 DISK_WARN_PCT = 85.0  # below the store's default `max_disk_used_ratio` (90 %), where retention deletes
+FLEET_COLUMNS = ["health", "proxy", "zone", "workers", "clients", "in_flight", "load", "last_heartbeat_s"]
+DIRECT_COLUMNS = ["health", "proxy", "clients"]
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
@@ -39,10 +46,13 @@ async def _to_cluster(request: web.Request) -> web.StreamResponse:
 
 async def cluster_page(request: web.Request) -> web.Response:
     console = console_of(request)
-    listed, tiering, proxies, nameserver_report = await asyncio.gather(
+    console.history.watch_cluster()
+    listed, tiering, proxies, nameserver_report, rate_in, rate_out = await asyncio.gather(
         brokers.list_brokers(console.cluster, None), _tiering(console.cluster), _proxies(request),
         nameservers.list_nameservers(console.config.namesrv, console.config.timeout_s),
+        console.plots.cluster_rate_in(), console.plots.cluster_rate_out(),
     )  # fmt: skip
+    history = console.history
     broker_rows = [
         {
             "broker": b["name"],
@@ -52,7 +62,12 @@ async def cluster_page(request: web.Request) -> web.Response:
             "address": b["address"],
             "version": b.get("version", ""),
             "uptime": human_duration(b.get("uptime_s")),
-            "disk": _disk(b),
+            "rate_in_per_s": _last(history.cluster_rate_in(b["name"])),
+            "rate_out_per_s": _last(history.cluster_rate_out(b["name"])),
+            "disk_used": _disk_used(b),
+            "disk_free": human_bytes(
+                None if b.get("disk_total_bytes") is None else max(0, b["disk_total_bytes"] - b["disk_used_bytes"])
+            ),
             "store": human_bytes(b.get("store_bytes")),
             "store_lag": human_bytes(b.get("unflushed_bytes")),
             "dispatch_lag": _dispatch_lag(b),
@@ -63,8 +78,24 @@ async def cluster_page(request: web.Request) -> web.Response:
         }
         for b in listed.rows
     ]
+    charts = [
+        line_chart(rate_in.points, title="messages in per second, all topics", unit="msg/s", source=rate_in.source),
+        line_chart(rate_out.points, title="messages out per second (every delivery), all topics", unit="msg/s",
+                   source=rate_out.source),
+    ]  # fmt: skip
+    too_many = history.cluster_too_large
     return render(request, "cluster.html", brokers=broker_rows, nameservers=nameserver_report.rows, proxies=proxies,
-                  navigation=console.config.navigation)  # fmt: skip
+                  proxy_columns=FLEET_COLUMNS if console.navigation else DIRECT_COLUMNS, charts=charts,
+                  rate_in=_last(rate_in.points), rate_out=_last(rate_out.points),
+                  sample_interval_s=f"{console.config.sample_interval_s:g}",
+                  rates_note=f"{too_many} topics: more than cluster_topics_max ({history.cluster_topics_max}); the "
+                             "console does not sample the cluster's rates (give it --prometheus)" if too_many else "",
+                  )  # fmt: skip
+
+
+def _last(points: list[tuple[float, float]]) -> float | None:
+    """The latest rate, rounded for a table; None before there are two samples."""
+    return round(points[-1][1], 1) if points else None
 
 
 def _broker_health(row: dict[str, Any]) -> str:
@@ -74,7 +105,7 @@ def _broker_health(row: dict[str, Any]) -> str:
     return "disk" if pct is not None and pct > DISK_WARN_PCT else "ok"
 
 
-def _disk(row: dict[str, Any]) -> str:
+def _disk_used(row: dict[str, Any]) -> str:
     """ "4.2 GiB of 50.0 GiB (8.4 %)" of the broker's data filesystem; "" when it did not answer."""
     if row.get("disk_total_bytes") is None:
         return ""
@@ -110,14 +141,63 @@ async def _tiering(cluster: Any) -> dict[str, str]:
 
 
 async def _proxies(request: web.Request) -> list[dict[str, Any]] | str:
-    navigation = console_of(request).navigation
-    if navigation is None:
-        return []
+    """One row per proxy endpoint (its worker processes together): from navigation when the console
+    has one, else the proxies configured (`sluice up`'s own) and those the client reports name."""
+    console = console_of(request)
+    clients_of: dict[str, set[str]] = {}
     try:
-        listed = await proxies.list_proxies(navigation)
+        for c in await clients.connected_clients(console.cluster):
+            clients_of.setdefault(c.proxy, set()).add(c.client_id)
+    except SluiceError:
+        pass  # the brokers' rows say why; the proxies are still listed
+    if console.navigation is None:
+        addresses = sorted(set(console.config.proxies) | set(clients_of))
+        answers = await asyncio.gather(*(_answers(a, console.config.timeout_s) for a in addresses))
+        return [{"health": "ok" if ok else "unreachable", "proxy": address, "clients": len(clients_of.get(address, ()))}
+                for address, ok in zip(addresses, answers, strict=True)]  # fmt: skip
+    try:
+        listed = await proxies.list_proxies(console.navigation)
     except SluiceError as exc:
         return f"navigation server unreachable: {exc}"
-    return [{**p, "health": "draining" if p["draining"] else "ok"} for p in listed.rows]
+    return fleet_rows(listed.rows, clients_of)
+
+
+def fleet_rows(registrations: list[dict[str, Any]], clients_of: dict[str, set[str]]) -> list[dict[str, Any]]:
+    """Navigation lists every worker process (`proxy list`); a proxy is an endpoint: its workers'
+    rows become one, with their count, in-flight requests summed and the highest load score."""
+    by_endpoint: dict[str, list[dict[str, Any]]] = {}
+    for r in registrations:
+        endpoints = r["endpoints"]
+        key = endpoints.get("default") or next(iter(sorted(endpoints.values())), "") or r["proxy"]
+        by_endpoint.setdefault(key, []).append(r)
+    rows = []
+    for endpoint, workers in sorted(by_endpoint.items()):
+        draining = all(w["draining"] for w in workers)
+        rows.append({
+            "health": "draining" if draining else "ok",
+            "proxy": endpoint,
+            "zone": ", ".join(sorted({w["zone"] for w in workers if w["zone"]})),
+            "workers": len(workers),
+            "clients": len(clients_of.get(endpoint, ())),
+            "in_flight": sum(w["in_flight"] for w in workers),
+            "load": max(w["load"] for w in workers),
+            "draining": draining,
+            "last_heartbeat_s": min(w["last_heartbeat_s"] for w in workers),
+        })  # fmt: skip
+    return rows
+
+
+async def _answers(address: str, timeout_s: float) -> bool:
+    """Whether `HOST:PORT` accepts a connection."""
+    host, _, port = address.rpartition(":")
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)), timeout_s)
+    except (OSError, ValueError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
 
 
 async def login_page(request: web.Request) -> web.Response:

@@ -70,8 +70,8 @@ async def group_page(request: web.Request) -> web.Response:
     per_topic = _per_topic(report)
     lag, rate = await console.plots.group_lag(name), await console.plots.group_rate_out(name)
     charts = [
-        line_chart(lag.points, title="lag (messages not acknowledged)", source=lag.source),
-        line_chart(rate.points, title="consumed per second", unit="/s", source=rate.source),
+        line_chart(lag.points, title="lag (messages not acknowledged)", unit="messages", source=lag.source),
+        line_chart(rate.points, title="consumed per second", unit="msg/s", source=rate.source),
     ]
     return render(request, "group.html", name=name, report=report, per_topic=per_topic, charts=charts,
                   group=report.data["group"], dead_letters=report.data["dead_letters"], clients=connected,

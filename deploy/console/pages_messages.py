@@ -1,5 +1,8 @@
 """Messages: search a topic by message id, by key or by store time; a message's page with its trace.
 
+The topic is chosen from a list (the NameServer's topics; dead-letter topics apart), or typed
+when the NameServer cannot be asked.
+
 The search calls `deploy.admin.messages` (`get_message`, `find_messages`, `list_messages`), the
 message page `get_message` and `deploy.admin.trace.trace_message`, as `sluice admin message
 get|find|list|trace` do. A body is shown as pretty-printed JSON when it parses as JSON, as text when
@@ -18,7 +21,7 @@ from aiohttp import web
 from common.config import ConfigError
 from common.errors import MessageNotFound, SluiceError
 from common.model import DLQ_PREFIX, validate_topic_name
-from deploy.admin import messages, trace
+from deploy.admin import messages, topics, trace
 from deploy.admin.output import Report
 from deploy.admin.parse import parse_time_ms
 from deploy.console.app import console_of, describe, error_status, render
@@ -43,8 +46,19 @@ async def search(request: web.Request) -> web.Response:
             report = await _search(request, form)
         except (ConfigError, SluiceError) as exc:  # shown above the form, which keeps what was typed
             error, status = describe(exc), error_status(exc)
+    topic_names, dead_letter_topics = await _topic_choices(request)
     return render(request, "messages.html", status=status, form=form, report=report, error=error,
-                  limit=SEARCH_LIMIT)  # fmt: skip
+                  limit=SEARCH_LIMIT, topic_names=topic_names, dead_letter_topics=dead_letter_topics)  # fmt: skip
+
+
+async def _topic_choices(request: web.Request) -> tuple[list[str] | None, list[str]]:
+    """The topics to choose from: user topics, and dead-letter topics apart; (None, []) when the
+    NameServer cannot be asked (the form then takes the name as text)."""
+    try:
+        names = sorted(r["topic"] for r in (await topics.list_topics(console_of(request).cluster)).rows)
+    except SluiceError:
+        return None, []
+    return [n for n in names if not n.startswith("%")], [n for n in names if n.startswith(DLQ_PREFIX)]
 
 
 async def _search(request: web.Request, form: dict[str, str]) -> Report:

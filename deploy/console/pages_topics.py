@@ -49,14 +49,14 @@ async def topic_list(request: web.Request) -> web.Response:
     tiered = await _tiered_bytes(console.cluster)
     rows = []
     for row, report in zip(page.items, described, strict=True):
-        figures: dict[str, Any] = {"stored": None, "backlog": None, "rate_in_per_s": None, "rate_out_per_s": None,
+        figures: dict[str, Any] = {"written": None, "retained": None, "rate_in_per_s": None, "rate_out_per_s": None,
                                    "on_disk": "", "lite_topics": None, "error": ""}  # fmt: skip
         if isinstance(report, SluiceError):
             figures["error"] = str(report)
         else:
             point = topic_point(report)
             console.history.record_topic(row["topic"], point)
-            figures.update(stored=point.stored, backlog=point.backlog, on_disk=human_bytes(point.local_bytes),
+            figures.update(written=point.stored, retained=point.backlog, on_disk=human_bytes(point.local_bytes),
                            rate_in_per_s=_rounded(console.history.last_rate_in(row["topic"])),
                            rate_out_per_s=_rounded(console.history.last_topic_rate_out(row["topic"])),
                            lite_topics=_lite_count(report))  # fmt: skip
@@ -72,17 +72,59 @@ async def topic_page(request: web.Request) -> web.Response:
     console.history.record_topic(name, point)
     rate_in, rate_out = await console.plots.topic_rate_in(name), await console.plots.topic_rate_out(name)
     charts = [
-        line_chart(rate_in.points, title="messages in per second", unit="/s", source=rate_in.source),
-        line_chart(rate_out.points, title="messages out per second (every delivery)", unit="/s",
+        line_chart(rate_in.points, title="messages in per second", unit="msg/s", source=rate_in.source),
+        line_chart(rate_out.points, title="messages out per second (every delivery)", unit="msg/s",
                    source=rate_out.source),
     ]  # fmt: skip
-    tier_rows = [r for r in (await _tier_rows(console.cluster)) if r.get("topic") == name]
+    tiering = [t for t in await _tier_topics(console.cluster) if t["topic"] == name]
+    local = sum(_count(q, "local_min", "local_max") for t in tiering for q in t["queues"]) if tiering else point.backlog
     lite = report.data if isinstance(report.data, dict) else None
-    return render(request, "topic.html", name=name, report=report, point=point, charts=charts, tier_rows=tier_rows,
-                  on_disk=human_bytes(point.local_bytes),
-                  in_s3=human_bytes(sum(int(r.get("bytes") or 0) for r in tier_rows)),
+    return render(request, "topic.html", name=name, report=report, point=point, charts=charts,
+                  tier_rows=[tier_row(t) for t in tiering], local=local, only_in_s3=max(0, point.backlog - local),
+                  on_disk=human_bytes(point.local_bytes), in_s3=human_bytes(sum(int(t["bytes"]) for t in tiering)),
                   lite=lite, current=_current(report), permissions=sorted(topics.PERMISSIONS),
                   types_hint=TYPES_HINT)  # fmt: skip
+
+
+def tier_row(doc: dict[str, Any]) -> dict[str, Any]:
+    """One broker's tiering of a topic (`tier status --json`), as a person reads it: how many
+    messages are on local disk and in S3 and which offsets (per queue in the cell's tooltip)."""
+    return {
+        "broker": doc["broker"],
+        "local": _ranges_text(doc["queues"], "local_min", "local_max"),
+        "local_title": _ranges_title(doc["queues"], "local_min", "local_max"),
+        "tiered": _ranges_text(doc["queues"], "tiered_min", "tiered_end"),
+        "tiered_title": _ranges_title(doc["queues"], "tiered_min", "tiered_end"),
+        "lag_messages": doc["lag_messages"],
+        "lag_s": round(doc["lag_s"], 1),
+        "s3_size": human_bytes(doc["bytes"]),
+        "objects": doc["objects"],
+        "last_upload": doc["last_upload"],
+        "error": doc["last_error"],
+    }
+
+
+def _count(queue: dict[str, int], low: str, high: str) -> int:
+    return max(0, queue[high] - queue[low])
+
+
+def _ranges_text(queues: list[dict[str, int]], low: str, high: str) -> str:
+    """ "none", "300 (offsets 0-299)" for one queue, "1,200 in 4 queues" for more."""
+    held = [q for q in queues if _count(q, low, high)]
+    total = sum(_count(q, low, high) for q in held)
+    if not held:
+        return "none"
+    if len(held) == 1:
+        q = held[0]
+        return f"{total:,} (offsets {q[low]:,}-{q[high] - 1:,})"
+    return f"{total:,} in {len(held)} queues"
+
+
+def _ranges_title(queues: list[dict[str, int]], low: str, high: str) -> str:
+    def one(q: dict[str, int]) -> str:
+        return f"offsets {q[low]:,}-{q[high] - 1:,}" if _count(q, low, high) else "none"
+
+    return "; ".join(f"queue {q['queue_id']}: {one(q)}" for q in queues)
 
 
 async def topic_create(request: web.Request) -> web.StreamResponse:
@@ -170,15 +212,17 @@ def _rounded(rate: float | None) -> float | None:
     return None if rate is None else round(rate, 2)
 
 
-async def _tier_rows(cluster: Cluster) -> list[dict[str, Any]]:
+async def _tier_topics(cluster: Cluster) -> list[dict[str, Any]]:
+    """Every broker's tiered topics (`tier status --json`: ranges per queue, bytes, lag); [] when
+    a broker does not answer (the cluster page says which)."""
     try:
-        return (await tier.status(cluster)).rows
+        return [t for broker in (await tier.status(cluster)).data for t in broker["topics"]]
     except SluiceError:
         return []
 
 
 async def _tiered_bytes(cluster: Cluster) -> dict[str, int]:
     sizes: dict[str, int] = {}
-    for row in await _tier_rows(cluster):
-        sizes[row["topic"]] = sizes.get(row["topic"], 0) + int(row.get("bytes") or 0)
+    for doc in await _tier_topics(cluster):
+        sizes[doc["topic"]] = sizes.get(doc["topic"], 0) + int(doc["bytes"])
     return sizes

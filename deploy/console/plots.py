@@ -5,6 +5,7 @@
 `history_s` at one point per `sample_interval_s`, from the families the proxies and brokers export
 (docs/metrics.md):
 
+- the cluster's rates in and out: the same sums over every topic,
 - a topic's rate in: `sum(rate(sluice_messages_in_total{topic="T"}[W]))`, its rate out:
   `sum(rate(sluice_messages_out_total{topic="T"}[W]))` (every delivery attempt),
 - a group's consume rate: `sum(rate(sluice_messages_acked_total{group="G"}[W]))`, its lag:
@@ -38,6 +39,8 @@ class Series:
 
 
 class Plots(Protocol):
+    async def cluster_rate_in(self) -> Series: ...
+    async def cluster_rate_out(self) -> Series: ...
     async def topic_rate_in(self, name: str) -> Series: ...
     async def topic_rate_out(self, name: str) -> Series: ...
     async def group_lag(self, name: str) -> Series: ...
@@ -50,6 +53,12 @@ class MemoryPlots:
 
     def __init__(self, history: History) -> None:
         self._history = history
+
+    async def cluster_rate_in(self) -> Series:
+        return Series(self._history.cluster_rate_in(), self.SOURCE)
+
+    async def cluster_rate_out(self) -> Series:
+        return Series(self._history.cluster_rate_out(), self.SOURCE)
 
     async def topic_rate_in(self, name: str) -> Series:
         return Series(self._history.topic_rate_in(name), self.SOURCE)
@@ -80,6 +89,14 @@ class PrometheusPlots:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
+
+    async def cluster_rate_in(self) -> Series:
+        query = f"sum(rate(sluice_messages_in_total[{self._window}]))"
+        return await self._ask(query, self._fallback.cluster_rate_in)
+
+    async def cluster_rate_out(self) -> Series:
+        query = f"sum(rate(sluice_messages_out_total[{self._window}]))"
+        return await self._ask(query, self._fallback.cluster_rate_out)
 
     async def topic_rate_in(self, name: str) -> Series:
         query = f"sum(rate(sluice_messages_in_total{{topic={label(name)}}}[{self._window}]))"

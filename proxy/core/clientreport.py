@@ -1,7 +1,8 @@
 """Reporting this proxy's connected clients to the brokers (`sluice admin client list`).
 
-Every `interval_s` the proxy sends its whole session list to every broker it knows; a broker keeps
-the last report of each proxy for three intervals (broker/clients.py). The admin tool and the web
+Every `interval_s` the proxy sends its whole session list to every broker it knows, and at once
+when a session ends (`wake`: a client's NotifyClientTermination, or expiry); a broker keeps the
+last report of each proxy for three intervals (broker/clients.py). The admin tool and the web
 console ask the brokers, so the list is the same whether proxies run in the broker's process
 (merged), as their own processes, or as several workers sharing a port (each reports itself).
 """
@@ -9,7 +10,6 @@ console ask the brokers, so the list is the same whether proxies run in the brok
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -57,6 +57,11 @@ class ClientReporter:
         self._key = f"{proxy}/{os.getpid()}"  # workers share the address: each reports its own sessions
         self._interval_s = interval_s
         self._failing: set[str] = set()
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Report now (a session ended), not at the next interval."""
+        self._wake.set()
 
     async def report_once(self) -> None:
         clients = connected_clients(self._sessions, self._proxy)
@@ -73,6 +78,12 @@ class ClientReporter:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
+            self._wake.clear()
             await self.report_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._interval_s)
+            stopping = asyncio.ensure_future(stop.wait())
+            woken = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait((stopping, woken), timeout=self._interval_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+                woken.cancel()

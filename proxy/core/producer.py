@@ -23,17 +23,18 @@ _GROUP, _BODY = attrgetter("message_group"), attrgetter("body")
 
 
 class ProducerService:
-    def __init__(self, directory: BrokerDirectory, *, topics_max: int) -> None:
+    def __init__(self, directory: BrokerDirectory, *, topics_max: int, home: str | None = None) -> None:
         self._dir = directory
         self._selectors: dict[str, QueueSelector] = {}
         self._topics_max = topics_max
+        self._home = home  # this node's own broker, where messages without a group stay (docs/shards.md)
 
     def _selector(self, topic: str) -> QueueSelector:
         selector = self._selectors.get(topic)
         if selector is None:
             if len(self._selectors) >= self._topics_max:
                 self._selectors.clear()
-            selector = self._selectors[topic] = QueueSelector()
+            selector = self._selectors[topic] = QueueSelector(self._home)
         return selector
 
     async def send(self, ctx: CallContext, items: list[tuple[str, OutgoingMessage]]) -> list[SendOutcome]:

@@ -37,12 +37,15 @@ def route_queues(routes: list[BrokerRoute], endpoints: list[str]) -> list[RouteQ
 
     With one proxy endpoint, each broker appears under its own name. With several, each broker
     appears once per endpoint as `<broker>@<i>` with all its queues, so clients that use only queue
-    0 of each broker (Node) still spread over every proxy; `real_broker` maps a name back.
+    0 of each broker (Node) still spread over every proxy; `real_broker` maps a name back. A broker
+    whose route names its own endpoint (the merged node that owns it, docs/shards.md) appears once,
+    under its name, with that endpoint: clients then call the owner directly.
     """
     out = []
     for r in sorted(routes, key=lambda r: r.broker):
-        for i, endpoint in enumerate(endpoints):
-            name = r.broker if len(endpoints) == 1 else f"{r.broker}{VIRTUAL_SEPARATOR}{i}"
+        own = [r.endpoint] if r.endpoint else endpoints
+        for i, endpoint in enumerate(own):
+            name = r.broker if len(own) == 1 else f"{r.broker}{VIRTUAL_SEPARATOR}{i}"
             for qid in range(r.queue_count):
                 out.append(RouteQueue(name, qid, r.permission, r.message_types, endpoint))
     return out
@@ -53,24 +56,39 @@ def real_broker(name: str) -> str:
 
 
 class QueueSelector:
-    """Picks the (broker, queue) for produced messages of one topic."""
+    """Picks the (broker, queue) for produced messages of one topic.
 
-    def __init__(self) -> None:
+    With a `home` broker (a merged node among several, docs/shards.md), messages without a group
+    stay on the home broker's queues when it has writable ones: the client chose this node by the
+    queue's endpoint, and storing here costs no hop. A message group is hashed over every writable
+    queue of the topic, the same on every node, so a group keeps one queue whichever node it reaches;
+    there the hash is the official Python client's (SHA-256 of the group, big-endian, modulo the
+    writable queues in route order), so its FIFO sends reach the owning node at once (other clients'
+    are forwarded). Without a home the hash stays BLAKE2b: changing it would move groups between
+    queues across an upgrade.
+    """
+
+    def __init__(self, home: str | None = None) -> None:
         self._counter = itertools.count()
+        self._home = home
         # The writable queues of the last routes seen: directories hand out the same list object
         # until a topic's route changes, so the list is rebuilt only then (not once per send).
         self._routes: list[BrokerRoute] | None = None
         self._writable: list[tuple[str, int]] = []
+        self._home_writable: list[tuple[str, int]] = []
 
     def pick(self, topic: str, routes: list[BrokerRoute], message_group: str | None) -> tuple[str, int]:
         if routes is not self._routes:
             self._writable = [(r.broker, q) for r in sorted(routes, key=lambda r: r.broker) if r.permission.writable
                               for q in range(r.queue_count)]  # fmt: skip
+            self._home_writable = [w for w in self._writable if w[0] == self._home]
             self._routes = routes
-        writable = self._writable
+        writable = self._writable if message_group or not self._home_writable else self._home_writable
         if not writable:
             raise Forbidden(f"topic {topic} has no writable queue")
         if message_group:
+            if self._home is not None:
+                return writable[int.from_bytes(hashlib.sha256(message_group.encode()).digest(), "big") % len(writable)]
             digest = hashlib.blake2b(message_group.encode(), digest_size=8).digest()
             return writable[int.from_bytes(digest, "big") % len(writable)]
         return writable[next(self._counter) % len(writable)]

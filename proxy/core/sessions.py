@@ -3,7 +3,9 @@
 What a session knows comes from Settings (Telemetry) and Heartbeats: client type, language, group,
 topics. Nothing here is needed to serve data-plane calls (clients may send before their Settings
 arrive); sessions feed settings replies, auto-renew ownership, and later transaction check-backs.
-Sessions without activity for `expiry_s` are dropped, and their owners are told (`on_expire`).
+Sessions without activity for `expiry_s` (and no open telemetry stream) are dropped by `sweep`,
+which runs every `sweep_interval_s`; a client's NotifyClientTermination drops its session at once.
+Either way their owners are told (`on_expire`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class ClientSession:
 class SessionRegistry:
     def __init__(self, expiry_s: float, on_expire: Callable[[str], None] | None = None) -> None:
         self._expiry_s = expiry_s
+        # A quarter of the expiry, at most 5 s: a silent client is gone within 1.25 expiries.
+        self.sweep_interval_s = max(0.1, min(5.0, expiry_s / 4))
         self._on_expire = on_expire
         self.sessions: dict[str, ClientSession] = {}
 

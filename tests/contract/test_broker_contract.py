@@ -802,6 +802,21 @@ async def test_pull_and_offsets(broker: BrokerApi, scope: Scope) -> None:
         await broker.query_offset(scope.topic(), 0, OffsetPolicy.END)
 
 
+async def test_pulls_count_as_deliveries_but_admin_browsing_does_not(broker: BrokerApi, scope: Scope) -> None:
+    """A topic's rate out (`topic_status().delivered`) counts what consumers read, not the admin
+    tool's or console's own reads (message search, dead-letter listing, tail without a group)."""
+    topic = await new_topic(broker, scope)
+    group = await new_group(broker, scope)
+    await broker.send(topic, 0, [out(scope, str(i)) for i in range(3)])
+    await wait_stored(broker, topic, {0: 3})
+    before = (await broker.topic_status(topic)).delivered
+    for browser in ("sluice-admin-browse", "sluice-admin-dlq-browse"):
+        assert len((await broker.pull(browser, topic, 0, 0, 10, FilterSpec())).messages) == 3
+    assert (await broker.topic_status(topic)).delivered == before
+    assert len((await broker.pull(group, topic, 0, 0, 10, FilterSpec())).messages) == 3
+    assert (await broker.topic_status(topic)).delivered == before + 3
+
+
 async def test_pull_long_polls(broker: BrokerApi, scope: Scope) -> None:
     topic = await new_topic(broker, scope)
     group = await new_group(broker, scope)

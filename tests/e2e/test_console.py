@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,31 @@ from tests.helpers.procs import LOOPBACK, free_port, start_process
 
 WAIT_S = 30.0
 SHORT_INVISIBLE_S = 1
+SAMPLE_INTERVAL_S = 1.0
+WIDTHS = (1280, 1920)  # the console's pages are checked at both
+# Every table cell that must stay on one line (class "nowrap": identifiers, figures, sizes, times)
+# whose text spans more than one line box, as "page: table/column: text".
+WRAPPED_CELLS_JS = """
+() => [...document.querySelectorAll("td.nowrap, th")].flatMap(cell => {
+  const range = document.createRange();
+  range.selectNodeContents(cell);
+  const lines = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.bottom)));
+  return lines.size > 1 ? [`${cell.closest("table").id || "table"}: ${cell.innerText}`] : [];
+})
+"""
+# Tables wider than their box (they would scroll sideways).
+WIDE_TABLES_JS = """
+() => [...document.querySelectorAll(".table-wrap")].filter(w => w.scrollWidth > w.clientWidth + 1)
+  .map(w => `${w.querySelector("table").id || "table"}: ${w.scrollWidth} > ${w.clientWidth}`)
+"""
 
 
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    started = start_merged(tmp_path_factory.mktemp("console-merged"))
+    root = tmp_path_factory.mktemp("console-merged")
+    config = root / "sluice.toml"
+    config.write_text(f"[console]\nsample_interval_s = {SAMPLE_INTERVAL_S}\n")  # plots fill within seconds
+    started = start_merged(root, extra_args=["--config", str(config)])
     try:
         yield started
     finally:
@@ -89,7 +110,7 @@ def test_every_page_renders_and_a_stalled_group_shows_its_lag(
     # What `sluice admin broker list --json` reports, on the page: version, disk use, store bytes.
     (listed,) = merged.admin("broker", "list")
     assert listed["version"] == sluice_version() and sluice_version() in brokers
-    assert f"({listed['disk_used_pct']} %)" in brokers and listed["store_bytes"] > 0
+    assert f"({listed['disk_used_pct']} %)" in page.locator("#storage").inner_text() and listed["store_bytes"] > 0
     (nameserver,) = merged.admin("nameserver", "list")
     assert (nameserver["health"], nameserver["brokers"]) == ("ok", 1)
     assert page.locator("#nameservers").inner_text().split("\n")[-1].split("\t")[:3] == ["ok", merged.namesrv, "1"]
@@ -337,6 +358,7 @@ def test_the_dlq_cli_lists_resends_all_and_refuses_unknown_ids(cluster: Cluster,
         ids = send_all(p, [message(topic, b"x%d" % i, keys=["dlq-key"]) for i in range(4)])
         receive_until(c, lambda got: len(got) >= 4, invisible_s=SHORT_INVISIBLE_S, ack=False)
         wait_for("the dead letters", lambda: len(cluster.admin("dlq", "list", group)["dead_letters"]) == 4)
+        assert {r["group"]: r["dead_letters"] for r in cluster.admin("dlq", "list")}[group] == 4  # every group's
         listed = cluster.admin("message", "range", "--topic", topic, "--from", "0")
         assert sorted(m["message_id"] for m in listed) == sorted(ids)
 
@@ -355,7 +377,8 @@ def test_the_dlq_cli_lists_resends_all_and_refuses_unknown_ids(cluster: Cluster,
 
 def test_sluice_console_serves_any_cluster(cluster: Cluster, tmp_path: Path, unique: Callable[[str], str]) -> None:
     """`sluice console --namesrv --navigation` as a process of its own, against both topologies,
-    read-only; its cluster page lists a proxy that joined the navigation server, with its zone."""
+    read-only; its cluster page lists a proxy that joined the navigation server (by its endpoint),
+    with its zone."""
     topic = cluster.create_topic(unique("t"))
     group = cluster.create_group(unique("g"))
     nav_port, nav_http, proxy_port, port = free_port(), free_port(), free_port(), free_port()
@@ -373,7 +396,7 @@ def test_sluice_console_serves_any_cluster(cluster: Cluster, tmp_path: Path, uni
                                         timeout_s=START_TIMEOUT_S))  # fmt: skip
         base = f"http://{LOOPBACK}:{port}"
         wait_for("the proxy on the cluster page", lambda: "zone-7" in _get(base + "/cluster"))
-        assert "proxy-seen" in _get(base + "/cluster")
+        assert f"{LOOPBACK}:{proxy_port}" in _get(base + "/cluster")
         listed = cluster.admin("proxy", "list", "--navigation", f"{LOOPBACK}:{nav_port}")  # the same, from the CLI
         assert [(p["proxy"], p["zone"], p["draining"]) for p in listed] == [("proxy-seen", "zone-7", False)]
         for path, expected in ((f"/topics?q={topic}", topic), (f"/topics/{topic}", "Queues"),
@@ -483,3 +506,64 @@ def _token(page: Any, base: str) -> str:
     visit(page, f"{base}/topics")
     token: str = page.locator("meta[name=csrf-token]").get_attribute("content")
     return token
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_pages_keep_identifiers_and_times_on_one_line_and_plot_with_axes(
+    merged: Cluster, browser: Any, width: int
+) -> None:
+    """At 1280 and 1920 px: no identifier, figure or time wraps and, with names of a usual length,
+    no table scrolls sideways on any page (with very long names a table scrolls, its cells still on
+    one line); plots have a value axis with ticks and unit and a time axis; the cluster page shows
+    the cluster's message rates."""
+    topic = merged.create_topic(f"orders-eu-west-{uuid.uuid4().hex[:8]}")
+    group = merged.create_group(f"billing-service-{uuid.uuid4().hex[:8]}", max_attempts=1, consume_from="earliest")
+    page = browser.new_page()
+    page.set_viewport_size({"width": width, "height": 900})
+    try:
+        with producer_and_consumer(merged.endpoints, topic, group) as (p, c):
+            visit(page, f"{merged.console}/cluster")  # the cluster is sampled from now on
+            for burst in range(4):
+                ids = send_all(p, [message(topic, b'{"order": %d}' % i, tag="new", keys=[f"key-{burst}-{i}"])
+                                   for i in range(10)])  # fmt: skip
+                receive_until(c, lambda got: len(got) >= 10, invisible_s=SHORT_INVISIBLE_S, ack=False)
+                time.sleep(SAMPLE_INTERVAL_S)
+            wait_for("dead letters", lambda: bool(merged.admin("dlq", "list", group)["dead_letters"]))
+
+        def rates_shown() -> bool:
+            page.reload()
+            return "collecting" not in page.locator("#rates").inner_text()
+
+        wait_for("the cluster's message rates", rates_shown)
+        assert re.search(r"in [\d.]+ msg/s, out [\d.]+ msg/s", page.locator("#rates").inner_text())
+        _assert_plots_have_axes(page, expected=2)
+        visit(page, f"{merged.console}/topics/{topic}")
+        time.sleep(3 * SAMPLE_INTERVAL_S)  # the sampler adds points: the topic's plots draw
+        visit(page, f"{merged.console}/topics/{topic}")
+        _assert_plots_have_axes(page, expected=2)
+        visit(page, f"{merged.console}/messages?topic={topic}")
+        assert page.locator("select[name=topic]").input_value() == topic  # a choice, not free text
+        # The lists filtered to this test's names: the other tests of this module use very long ones.
+        pages = ["/cluster", f"/topics?q={topic}", f"/topics/{topic}", f"/groups?q={group}", f"/groups/{group}",
+                 f"/messages?topic={topic}", f"/messages/{topic}/{ids[0]}", f"/dlq?q={group}", f"/dlq/{group}",
+                 "/access"]  # fmt: skip
+        wrapped, wide = [], []
+        for path in pages:
+            visit(page, merged.console + path)
+            wrapped += [f"{path}: {cell}" for cell in page.evaluate(WRAPPED_CELLS_JS)]
+            wide += [f"{path}: {table}" for table in page.evaluate(WIDE_TABLES_JS)]
+        assert not wrapped, f"cells wrapped at {width} px:\n" + "\n".join(wrapped)
+        assert not wide, f"tables wider than the page at {width} px:\n" + "\n".join(wide)
+    finally:
+        page.close()
+
+
+def _assert_plots_have_axes(page: Any, expected: int) -> None:
+    charts = page.locator("figure.chart svg")
+    assert charts.count() == expected, page.locator(".charts").inner_text()
+    for i in range(expected):
+        svg = charts.nth(i)
+        ticks = svg.locator("text.tick").all_text_contents()
+        assert ticks[0] == "0" and len(ticks) == 6, ticks  # three values from 0, three times
+        assert all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in ticks[3:]), ticks
+        assert svg.locator("text.unit").all_text_contents() == ["msg/s", "time (UTC)"]

@@ -49,6 +49,9 @@ STATIC = {
     "sluice_replication_insync_members", "sluice_replication_failovers_total", "sluice_replication_fenced_writes_total",
     # LITE and PRIORITY topics only (tests/e2e/test_lite_topics.py, test_priority.py): this test sends to a normal one.
     "sluice_lite_topics", "sluice_lite_subscriptions", "sluice_lite_topics_expired_total", "sluice_priority_messages",
+    # Merged nodes of `sluice up --shards N` only, and there it stays still when clients follow routes
+    # (tests/e2e/test_shards.py checks that).
+    "sluice_proxy_forwarded_calls_total",
 }  # fmt: skip
 
 

@@ -278,7 +278,10 @@ def test_message_send_list_and_tail_from_the_shell(cluster: Cluster, unique: Cal
 
 def test_message_commands_refuse_bad_input(cluster: Cluster, unique: Callable[[str], str]) -> None:
     topic = cluster.create_topic(unique("t"), queues=2)
+    fifo = cluster.create_topic(unique("f"), "fifo", queues=2)
     for args, wanted in [
+        # A FIFO topic refuses a message without a group and the line says which flag to add.
+        (["send", fifo, "x"], "accepts FIFO); send with --message-group MG"),
         (["send", topic, "x", "--property", "novalue"], "--property 'novalue': use KEY=VALUE"),
         (["send", topic, "--file", "/nonexistent/f"], "--file /nonexistent/f: No such file"),
         (["send", topic, "x", "--tag", "bad tag\u0001"], "ILLEGAL_MESSAGE_TAG"),

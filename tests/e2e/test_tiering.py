@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -122,6 +124,12 @@ def _body(i: int) -> bytes:
     return (f"message {i}: the quick brown fox jumps over the lazy dog; " * 6).encode()
 
 
+def _console_page(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        text: str = answer.read().decode()
+        return text
+
+
 def _topic_row(rows: list[dict[str, Any]], topic: str) -> dict[str, Any]:
     (row,) = [r for broker in rows for r in broker["topics"] if r["topic"] == topic]
     return row
@@ -144,8 +152,15 @@ def test_replay_from_the_start_reads_tiered_messages(tiered: Cluster, unique: Ca
     assert [(q["tiered_min"], q["tiered_end"]) for q in uploaded["queues"]] == [(0, MESSAGES)]
     (evicted,) = tiered.admin("tier", "evict-local", topic)
     assert evicted["messages"] == MESSAGES and evicted["segments"] >= 1
+    assert evicted["freed_bytes"] > 0 and evicted["freed"].endswith("B")  # says what disk it freed
     row = _topic_row(tiered.admin("tier", "status"), topic)
     assert [(q["local_min"], q["local_max"]) for q in row["queues"]] == [(MESSAGES, MESSAGES)]
+    if tiered.console:  # the merged topology's console says where the messages are now
+        page = _console_page(tiered.console + f"/topics/{topic}")
+        counts = {field: re.search(rf'id="{field}">([^<]*)<', page) for field in ("backlog", "local", "only-in-s3")}
+        assert {k: m and m[1] for k, m in counts.items()} == {"backlog": str(MESSAGES), "local": "0",
+                                                              "only-in-s3": str(MESSAGES)}  # fmt: skip
+        assert f"{MESSAGES} (offsets 0-{MESSAGES - 1})" in page  # the S3 range, readable
 
     with simple_consumer(tiered.endpoints, group, {topic: FilterExpression()}) as c:
         got = receive_count(c, MESSAGES)

@@ -26,11 +26,13 @@ from deploy.admin import dlq
 from deploy.admin.cluster import Cluster
 from deploy.admin.parse import parse_time_ms
 from deploy.console.app import build_app
-from deploy.console.charts import line_chart
+from deploy.console.charts import line_chart, nice_ceiling
 from deploy.console.config import ConsoleConfig
-from deploy.console.history import GroupPoint, History, TopicPoint
-from deploy.console.pages_cluster import _safe_next
+from deploy.console.history import ClusterPoint, GroupPoint, History, TopicPoint
+from deploy.console.labels import cell_class, heading
+from deploy.console.pages_cluster import _safe_next, fleet_rows
 from deploy.console.pages_messages import body_view
+from deploy.console.pages_topics import tier_row
 from deploy.console.paging import paginate
 from deploy.console.sessions import Sessions, check_login, is_admin
 from deploy.console.units import human_bytes, human_duration
@@ -149,10 +151,15 @@ def test_paging_filters_and_clamps_the_page_number() -> None:
     assert page.number == 1
 
 
-def test_charts_draw_a_line_or_say_they_are_collecting() -> None:
-    assert "collecting" in line_chart([(1.0, 2.0)], title="lag")
-    svg = line_chart([(0.0, 0.0), (10.0, 5.0), (20.0, 2.5)], title="lag <b>", unit="/s")
-    assert "<polyline" in svg and "lag &lt;b&gt;" in svg and "<b>2.50/s</b> now" in svg
+def test_charts_draw_a_line_with_axes_and_units_or_say_they_are_collecting() -> None:
+    assert "collecting" in line_chart([(1.0, 2.0)], title="lag", unit="messages")
+    svg = line_chart([(0.0, 0.0), (10.0, 5.0), (20.0, 2.5)], title="lag <b>", unit="msg/s")
+    assert "<polyline" in svg and "lag &lt;b&gt;" in svg and "<b>2.5 msg/s</b> now" in svg
+    ticks = re.findall(r'<text[^>]*class="tick"[^>]*>([^<]*)</text>', svg)
+    assert ticks == ["0", "2.5", "5", "00:00:00", "00:00:10", "00:00:20"]  # value axis 0..5, times (UTC)
+    units = re.findall(r'<text[^>]*class="unit"[^>]*>([^<]*)</text>', svg)
+    assert units == ["msg/s", "time (UTC)"]
+    assert [nice_ceiling(v) for v in (0, 0.3, 1, 7, 12, 180, 2001)] == [1, 0.5, 1, 10, 20, 200, 5000]
 
 
 def test_a_body_shows_as_json_text_or_hex() -> None:
@@ -226,3 +233,92 @@ def test_a_resent_dead_letter_is_a_new_message_naming_the_original() -> None:
 def test_bytes_and_durations_read_as_an_operator_reads_them() -> None:
     assert [human_bytes(n) for n in (None, 0, 1023, 1536, 5 * 1024**3)] == ["", "0 B", "1023 B", "1.5 KiB", "5.0 GiB"]
     assert [human_duration(s) for s in (None, 0, 75, 3_600, 93_784)] == ["", "0s", "1m 15s", "1h", "1d 2h"]
+
+
+def test_a_proxy_is_an_endpoint_however_many_workers_registered() -> None:
+    def worker(proxy_id: str, endpoint: str, *, clients: int = 0, load: float = 0.1, draining: bool = False) -> dict:
+        return {"proxy": proxy_id, "zone": "zone-a", "endpoints": {"default": endpoint}, "draining": draining,
+                "clients": clients, "in_flight": 2, "load": load, "last_heartbeat_s": 1.5}  # fmt: skip
+
+    registrations = [worker("10.0.0.1:8081-11", "10.0.0.1:8081", load=0.3),
+                     worker("10.0.0.1:8081-12", "10.0.0.1:8081", load=0.2),
+                     worker("10.0.0.2:8081-13", "10.0.0.2:8081", draining=True)]  # fmt: skip
+    rows = fleet_rows(registrations, {"10.0.0.1:8081": {"c1", "c2"}})
+    assert [(r["proxy"], r["workers"], r["clients"], r["in_flight"], r["load"], r["health"]) for r in rows] == [
+        ("10.0.0.1:8081", 2, 2, 4, 0.3, "ok"), ("10.0.0.2:8081", 1, 0, 2, 0.1, "draining"),
+    ]  # fmt: skip
+
+
+def test_column_headings_read_as_words_with_their_units() -> None:
+    assert heading("last_heartbeat_s") == "Last heartbeat (s ago)"
+    assert heading("rate_in_per_s") == "In (msg/s)"
+    assert heading("lag_after") == "Lag after"
+    assert heading("uptime") == "Uptime"
+    assert heading("wait_ms") == "Wait (ms)" and heading("put_bytes") == "Put (bytes)"
+    assert heading("queue_count_per_s") == "Queue count (/s)" and heading("used_pct") == "Used (%)"
+    assert [heading(k) for k in ("written", "retained", "stored")] == ["Written (all time)", "Retained", "Stored at"]
+    for key in ("backlog", "client_id", "message_id", "in_s3", "on_disk"):
+        assert "_" not in heading(key) and heading(key)[0].isupper(), key
+    assert (cell_class("message_id"), cell_class("written"), cell_class("error")) == ("nowrap", "nowrap", "prose")
+
+
+def test_every_page_heading_is_humanised() -> None:
+    """No page shows a column key: every table heading goes through `heading` (no underscores, no
+    bare unit word such as "S" or "Per S")."""
+    from pathlib import Path
+
+    templates = Path(__file__).resolve().parents[2] / "deploy" / "console" / "templates"
+    for page in templates.glob("*.html"):
+        text = page.read_text()
+        assert 'c.replace("_"' not in text, page.name
+        for heading_cell in re.findall(r"<th>(.*?)</th>", text):
+            assert "heading" in heading_cell or "_" not in heading_cell, (page.name, heading_cell)
+
+
+def test_the_cluster_is_sampled_while_its_page_is_watched_with_rates_per_broker() -> None:
+    now = [1000.0]
+    history = History(history_s=3600, interval_s=10, watched_max=10, clock=lambda: now[0])
+    answers = [
+        {"a": [(0, 100, 50)], "b": [(0, 10, 0)]},  # per broker: (queue, max offset, delivered)
+        {"a": [(0, 300, 150)], "b": [(0, 30, 20)]},
+        {"a": [(0, 500, 150)], "b": [(0, 30, 20)]},
+    ]
+
+    async def fake_point(cluster: object) -> ClusterPoint:
+        answer = answers.pop(0)
+        return ClusterPoint({b: sum(q[1] for q in qs) for b, qs in answer.items()},
+                            {b: sum(q[2] for q in qs) for b, qs in answer.items()})  # fmt: skip
+
+    history._cluster_point = fake_point  # type: ignore[method-assign]  # the broker calls are admin code's
+    asyncio.run(history.sample(cast(Cluster, None)))
+    assert answers and history.cluster_rate_in() == []  # not watched: not sampled
+    history.watch_cluster()
+    for _ in range(3):
+        asyncio.run(history.sample(cast(Cluster, None)))
+        now[0] += 10
+    assert history.cluster_rate_in() == [(1010.0, 22.0), (1020.0, 20.0)]  # (200 + 20) / 10 s, then 200 / 10 s
+    assert history.cluster_rate_out() == [(1010.0, 12.0), (1020.0, 0.0)]
+    assert history.cluster_rate_in("b") == [(1010.0, 2.0), (1020.0, 0.0)]
+
+
+def test_the_admin_reads_use_groups_the_broker_does_not_count_as_consumers() -> None:
+    from common.model import ADMIN_READ_GROUP_PREFIX
+    from deploy.admin import messages, produce
+
+    for browse_group in (messages.BROWSE_GROUP, dlq.BROWSE_GROUP, produce.BROWSE_GROUP):
+        assert browse_group.startswith(ADMIN_READ_GROUP_PREFIX), browse_group
+
+
+def test_tier_ranges_read_as_counts_and_offsets() -> None:
+    def queue(qid: int, local: tuple[int, int], tiered: tuple[int, int]) -> dict[str, int]:
+        return {"queue_id": qid, "local_min": local[0], "local_max": local[1], "tiered_min": tiered[0],
+                "tiered_end": tiered[1]}  # fmt: skip
+
+    evicted = {"broker": "broker-a", "queues": [queue(0, (300, 300), (0, 300))], "lag_messages": 0, "lag_s": 0.04,
+               "bytes": 110362, "objects": 12, "last_upload": "2026-11-27T08:57:02.741Z", "last_error": ""}  # fmt: skip
+    row = tier_row(evicted)
+    assert (row["local"], row["tiered"], row["s3_size"]) == ("none", "300 (offsets 0-299)", "107.8 KiB")
+    assert row["tiered_title"] == "queue 0: offsets 0-299" and row["local_title"] == "queue 0: none"
+    spread = tier_row({**evicted, "queues": [queue(0, (0, 1500), (0, 0)), queue(1, (10, 20), (0, 10))]})
+    assert (spread["local"], spread["tiered"]) == ("1,510 in 2 queues", "10 (offsets 0-9)")
+    assert spread["local_title"] == "queue 0: offsets 0-1,499; queue 1: offsets 10-19"

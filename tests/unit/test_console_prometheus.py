@@ -38,7 +38,8 @@ def with_fake_prometheus(answer: Any, status: int = 200) -> tuple[list[dict[str,
                                     window_s=60, timeout_s=5, clock=lambda: NOW)  # fmt: skip
             try:
                 return [await plots.topic_rate_in("t\\1"), await plots.topic_rate_out("t"),
-                        await plots.group_lag('g"1'), await plots.group_rate_out("g")]  # fmt: skip
+                        await plots.group_lag('g"1'), await plots.group_rate_out("g"),
+                        await plots.cluster_rate_in(), await plots.cluster_rate_out()]  # fmt: skip
             finally:
                 await plots.close()
 
@@ -52,6 +53,8 @@ def test_plots_come_from_range_queries_of_the_exported_families() -> None:
         'sum(rate(sluice_messages_out_total{topic="t"}[60s]))',
         'sum(sluice_consumer_lag_messages{group="g\\"1"})',
         'sum(rate(sluice_messages_acked_total{group="g"}[60s]))',
+        "sum(rate(sluice_messages_in_total[60s]))",
+        "sum(rate(sluice_messages_out_total[60s]))",
     ]
     assert {(q["start"], q["end"], q["step"]) for q in seen} == {(f"{NOW - 3600:.3f}", f"{NOW:.3f}", "10")}
     assert all(s.source == "Prometheus" for s in got)

@@ -77,3 +77,42 @@ def test_level_changes_at_runtime_and_rejects_unknown_levels() -> None:
         assert logs.get_level() == "warning"
     finally:
         root.setLevel(old)
+
+
+def test_debug_is_ours_not_the_libraries() -> None:
+    """At debug, gRPC's `[_cygrpc] Loaded running loop` (one per call) flooded the log."""
+    root = logging.getLogger()
+    old = root.level
+    try:
+        logs.set_level("debug")
+        assert logging.getLogger("sluice.broker").isEnabledFor(logging.DEBUG)
+        assert not logging.getLogger("grpc._cython.cygrpc").isEnabledFor(logging.DEBUG)
+        assert logging.getLogger("grpc._cython.cygrpc").isEnabledFor(logging.INFO)
+        logs.set_level("warning")
+        assert not logging.getLogger("botocore.endpoint").isEnabledFor(logging.INFO)
+    finally:
+        root.setLevel(old)
+        for name in logs.QUIET_LIBRARIES:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+def test_a_burst_of_like_events_is_one_line_and_a_count(captured: tuple[io.StringIO, logging.Handler]) -> None:
+    """One consumer failing every message dead-lettered 201 messages in 201 INFO lines."""
+    stream, handler = captured
+    handler.setFormatter(logs._TextFormatter("%(message)s"))
+    burst = logs.BurstLog(logging.getLogger("sluice.test"), "moved", window_s=0.2)
+
+    async def main() -> None:
+        for i in range(201):
+            burst.event(("g", "t"), group="g", id=i)
+        burst.event(("g2", "t"), group="g2", id=0)  # another key: a line of its own
+        await asyncio.sleep(0.4)  # the window closes: one line counts the rest
+        burst.event(("g", "t"), group="g", id=201)  # a new burst starts with a line
+
+    asyncio.run(main())
+    assert stream.getvalue().splitlines() == [
+        "moved group=g id=0",
+        "moved group=g2 id=0",
+        "moved (more within 0.2 s) count=200 group=g id=200",
+        "moved group=g id=201",
+    ]

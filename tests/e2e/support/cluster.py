@@ -194,15 +194,19 @@ def _start(
 
 
 def start_merged(
-    root: Path, *, auto_create: bool = False, extra_args: Sequence[str] = (), amqp: bool = False
+    root: Path, *, auto_create: bool = False, extra_args: Sequence[str] = (), shards: int = 1, amqp: bool = False
 ) -> Cluster:
-    """`amqp`: serve AMQP on a free port (`Cluster.amqp`); else AMQP is off (never the shared 5672)."""
+    """`sluice up`; with `shards` > 1, `--shards N` (brokers shard-0.., docs/shards.md); `amqp`: serve
+    AMQP on a free port (`Cluster.amqp`), else AMQP is off (never the shared 5672)."""
     root.mkdir(parents=True, exist_ok=True)
     port, ns_port, broker_port, console_port = free_port(), free_port(), free_port(), free_port()
     amqp_port = free_port() if amqp else -1
-    cluster = Cluster("merged", root, f"{LOOPBACK}:{ns_port}", [f"{LOOPBACK}:{port}"], ["broker-a"],
+    brokers = ["broker-a"] if shards == 1 else [f"shard-{i}" for i in range(shards)]
+    cluster = Cluster("merged", root, f"{LOOPBACK}:{ns_port}", [f"{LOOPBACK}:{port}"], brokers,
                       console=f"http://{LOOPBACK}:{console_port}",
                       amqp=[f"{LOOPBACK}:{amqp_port}"] if amqp else [])  # fmt: skip
+    if shards > 1:
+        extra_args = ["--shards", str(shards), *extra_args]
     argv = [
         *SLUICE, "up", "--data-dir", str(root / "data"), "--port", str(port), "--namesrv-port", str(ns_port),
         "--broker-port", str(broker_port), "--console-port", str(console_port),

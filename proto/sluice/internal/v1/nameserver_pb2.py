@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)proto/sluice/internal/v1/nameserver.proto\x12\x12sluice.internal.v1\"Z\n\nTopicEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bqueue_count\x18\x02 \x01(\x05\x12\x12\n\npermission\x18\x03 \x01(\x05\x12\x15\n\rmessage_types\x18\x04 \x03(\x05\"\xa7\x01\n\x12\x42rokerRegistration\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12.\n\x06topics\x18\x04 \x03(\x0b\x32\x1e.sluice.internal.v1.TopicEntry\x12\x13\n\x0binstance_id\x18\x05 \x01(\t\x12\x10\n\x08sequence\x18\x06 \x01(\x03\"U\n\x15RegisterBrokerRequest\x12<\n\x0cregistration\x18\x01 \x01(\x0b\x32&.sluice.internal.v1.BrokerRegistration\"\x18\n\x16RegisterBrokerResponse\"C\n\x17UnregisterBrokerRequest\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\"+\n\x18UnregisterBrokerResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08\" \n\x0fGetRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\x8a\x01\n\x0c\x42rokerQueues\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x03 \x01(\t\x12\x13\n\x0bqueue_count\x18\x04 \x01(\x05\x12\x12\n\npermission\x18\x05 \x01(\x05\x12\x15\n\rmessage_types\x18\x06 \x03(\x05\"N\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x31\n\x07\x62rokers\x18\x02 \x03(\x0b\x32 .sluice.internal.v1.BrokerQueues\"A\n\x10GetRouteResponse\x12-\n\x05route\x18\x01 \x01(\x0b\x32\x1e.sluice.internal.v1.TopicRoute\"*\n\x12ListBrokersRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\"}\n\x0c\x42rokerStatus\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x13\n\x0btopic_count\x18\x04 \x01(\x05\x12\x1c\n\x14last_heartbeat_age_s\x18\x05 \x01(\x01\"H\n\x13ListBrokersResponse\x12\x31\n\x07\x62rokers\x18\x01 \x03(\x0b\x32 .sluice.internal.v1.BrokerStatus\"\x13\n\x11ListTopicsRequest\"^\n\x0cTopicSummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x62roker_names\x18\x02 \x03(\t\x12\x13\n\x0bqueue_count\x18\x03 \x01(\x05\x12\x15\n\rmessage_types\x18\x04 \x03(\x05\"F\n\x12ListTopicsResponse\x12\x30\n\x06topics\x18\x01 \x03(\x0b\x32 .sluice.internal.v1.TopicSummary2\xf8\x03\n\nNameServer\x12g\n\x0eRegisterBroker\x12).sluice.internal.v1.RegisterBrokerRequest\x1a*.sluice.internal.v1.RegisterBrokerResponse\x12m\n\x10UnregisterBroker\x12+.sluice.internal.v1.UnregisterBrokerRequest\x1a,.sluice.internal.v1.UnregisterBrokerResponse\x12U\n\x08GetRoute\x12#.sluice.internal.v1.GetRouteRequest\x1a$.sluice.internal.v1.GetRouteResponse\x12^\n\x0bListBrokers\x12&.sluice.internal.v1.ListBrokersRequest\x1a\'.sluice.internal.v1.ListBrokersResponse\x12[\n\nListTopics\x12%.sluice.internal.v1.ListTopicsRequest\x1a&.sluice.internal.v1.ListTopicsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)proto/sluice/internal/v1/nameserver.proto\x12\x12sluice.internal.v1\"Z\n\nTopicEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bqueue_count\x18\x02 \x01(\x05\x12\x12\n\npermission\x18\x03 \x01(\x05\x12\x15\n\rmessage_types\x18\x04 \x03(\x05\"\xc0\x01\n\x12\x42rokerRegistration\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12.\n\x06topics\x18\x04 \x03(\x0b\x32\x1e.sluice.internal.v1.TopicEntry\x12\x13\n\x0binstance_id\x18\x05 \x01(\t\x12\x10\n\x08sequence\x18\x06 \x01(\x03\x12\x17\n\x0f\x63lient_endpoint\x18\x14 \x01(\t\"U\n\x15RegisterBrokerRequest\x12<\n\x0cregistration\x18\x01 \x01(\x0b\x32&.sluice.internal.v1.BrokerRegistration\"\x18\n\x16RegisterBrokerResponse\"C\n\x17UnregisterBrokerRequest\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\"+\n\x18UnregisterBrokerResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08\" \n\x0fGetRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\xa3\x01\n\x0c\x42rokerQueues\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x03 \x01(\t\x12\x13\n\x0bqueue_count\x18\x04 \x01(\x05\x12\x12\n\npermission\x18\x05 \x01(\x05\x12\x15\n\rmessage_types\x18\x06 \x03(\x05\x12\x17\n\x0f\x63lient_endpoint\x18\x14 \x01(\t\"N\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x31\n\x07\x62rokers\x18\x02 \x03(\x0b\x32 .sluice.internal.v1.BrokerQueues\"A\n\x10GetRouteResponse\x12-\n\x05route\x18\x01 \x01(\x0b\x32\x1e.sluice.internal.v1.TopicRoute\"*\n\x12ListBrokersRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\"\x96\x01\n\x0c\x42rokerStatus\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x13\n\x0btopic_count\x18\x04 \x01(\x05\x12\x1c\n\x14last_heartbeat_age_s\x18\x05 \x01(\x01\x12\x17\n\x0f\x63lient_endpoint\x18\x14 \x01(\t\"H\n\x13ListBrokersResponse\x12\x31\n\x07\x62rokers\x18\x01 \x03(\x0b\x32 .sluice.internal.v1.BrokerStatus\"\x13\n\x11ListTopicsRequest\"^\n\x0cTopicSummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x62roker_names\x18\x02 \x03(\t\x12\x13\n\x0bqueue_count\x18\x03 \x01(\x05\x12\x15\n\rmessage_types\x18\x04 \x03(\x05\"F\n\x12ListTopicsResponse\x12\x30\n\x06topics\x18\x01 \x03(\x0b\x32 .sluice.internal.v1.TopicSummary2\xf8\x03\n\nNameServer\x12g\n\x0eRegisterBroker\x12).sluice.internal.v1.RegisterBrokerRequest\x1a*.sluice.internal.v1.RegisterBrokerResponse\x12m\n\x10UnregisterBroker\x12+.sluice.internal.v1.UnregisterBrokerRequest\x1a,.sluice.internal.v1.UnregisterBrokerResponse\x12U\n\x08GetRoute\x12#.sluice.internal.v1.GetRouteRequest\x1a$.sluice.internal.v1.GetRouteResponse\x12^\n\x0bListBrokers\x12&.sluice.internal.v1.ListBrokersRequest\x1a\'.sluice.internal.v1.ListBrokersResponse\x12[\n\nListTopics\x12%.sluice.internal.v1.ListTopicsRequest\x1a&.sluice.internal.v1.ListTopicsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,35 +34,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPICENTRY']._serialized_start=65
   _globals['_TOPICENTRY']._serialized_end=155
   _globals['_BROKERREGISTRATION']._serialized_start=158
-  _globals['_BROKERREGISTRATION']._serialized_end=325
-  _globals['_REGISTERBROKERREQUEST']._serialized_start=327
-  _globals['_REGISTERBROKERREQUEST']._serialized_end=412
-  _globals['_REGISTERBROKERRESPONSE']._serialized_start=414
-  _globals['_REGISTERBROKERRESPONSE']._serialized_end=438
-  _globals['_UNREGISTERBROKERREQUEST']._serialized_start=440
-  _globals['_UNREGISTERBROKERREQUEST']._serialized_end=507
-  _globals['_UNREGISTERBROKERRESPONSE']._serialized_start=509
-  _globals['_UNREGISTERBROKERRESPONSE']._serialized_end=552
-  _globals['_GETROUTEREQUEST']._serialized_start=554
-  _globals['_GETROUTEREQUEST']._serialized_end=586
-  _globals['_BROKERQUEUES']._serialized_start=589
-  _globals['_BROKERQUEUES']._serialized_end=727
-  _globals['_TOPICROUTE']._serialized_start=729
-  _globals['_TOPICROUTE']._serialized_end=807
-  _globals['_GETROUTERESPONSE']._serialized_start=809
-  _globals['_GETROUTERESPONSE']._serialized_end=874
-  _globals['_LISTBROKERSREQUEST']._serialized_start=876
-  _globals['_LISTBROKERSREQUEST']._serialized_end=918
-  _globals['_BROKERSTATUS']._serialized_start=920
-  _globals['_BROKERSTATUS']._serialized_end=1045
-  _globals['_LISTBROKERSRESPONSE']._serialized_start=1047
-  _globals['_LISTBROKERSRESPONSE']._serialized_end=1119
-  _globals['_LISTTOPICSREQUEST']._serialized_start=1121
-  _globals['_LISTTOPICSREQUEST']._serialized_end=1140
-  _globals['_TOPICSUMMARY']._serialized_start=1142
-  _globals['_TOPICSUMMARY']._serialized_end=1236
-  _globals['_LISTTOPICSRESPONSE']._serialized_start=1238
-  _globals['_LISTTOPICSRESPONSE']._serialized_end=1308
-  _globals['_NAMESERVER']._serialized_start=1311
-  _globals['_NAMESERVER']._serialized_end=1815
+  _globals['_BROKERREGISTRATION']._serialized_end=350
+  _globals['_REGISTERBROKERREQUEST']._serialized_start=352
+  _globals['_REGISTERBROKERREQUEST']._serialized_end=437
+  _globals['_REGISTERBROKERRESPONSE']._serialized_start=439
+  _globals['_REGISTERBROKERRESPONSE']._serialized_end=463
+  _globals['_UNREGISTERBROKERREQUEST']._serialized_start=465
+  _globals['_UNREGISTERBROKERREQUEST']._serialized_end=532
+  _globals['_UNREGISTERBROKERRESPONSE']._serialized_start=534
+  _globals['_UNREGISTERBROKERRESPONSE']._serialized_end=577
+  _globals['_GETROUTEREQUEST']._serialized_start=579
+  _globals['_GETROUTEREQUEST']._serialized_end=611
+  _globals['_BROKERQUEUES']._serialized_start=614
+  _globals['_BROKERQUEUES']._serialized_end=777
+  _globals['_TOPICROUTE']._serialized_start=779
+  _globals['_TOPICROUTE']._serialized_end=857
+  _globals['_GETROUTERESPONSE']._serialized_start=859
+  _globals['_GETROUTERESPONSE']._serialized_end=924
+  _globals['_LISTBROKERSREQUEST']._serialized_start=926
+  _globals['_LISTBROKERSREQUEST']._serialized_end=968
+  _globals['_BROKERSTATUS']._serialized_start=971
+  _globals['_BROKERSTATUS']._serialized_end=1121
+  _globals['_LISTBROKERSRESPONSE']._serialized_start=1123
+  _globals['_LISTBROKERSRESPONSE']._serialized_end=1195
+  _globals['_LISTTOPICSREQUEST']._serialized_start=1197
+  _globals['_LISTTOPICSREQUEST']._serialized_end=1216
+  _globals['_TOPICSUMMARY']._serialized_start=1218
+  _globals['_TOPICSUMMARY']._serialized_end=1312
+  _globals['_LISTTOPICSRESPONSE']._serialized_start=1314
+  _globals['_LISTTOPICSRESPONSE']._serialized_end=1384
+  _globals['_NAMESERVER']._serialized_start=1387
+  _globals['_NAMESERVER']._serialized_end=1891
 # @@protoc_insertion_point(module_scope)

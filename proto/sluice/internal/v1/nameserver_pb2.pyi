@@ -19,20 +19,22 @@ class TopicEntry(_message.Message):
     def __init__(self, name: _Optional[str] = ..., queue_count: _Optional[int] = ..., permission: _Optional[int] = ..., message_types: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BrokerRegistration(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "address", "topics", "instance_id", "sequence")
+    __slots__ = ("cluster_name", "broker_name", "address", "topics", "instance_id", "sequence", "client_endpoint")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     address: str
     topics: _containers.RepeatedCompositeFieldContainer[TopicEntry]
     instance_id: str
     sequence: int
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., address: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicEntry, _Mapping]]] = ..., instance_id: _Optional[str] = ..., sequence: _Optional[int] = ...) -> None: ...
+    client_endpoint: str
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., address: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicEntry, _Mapping]]] = ..., instance_id: _Optional[str] = ..., sequence: _Optional[int] = ..., client_endpoint: _Optional[str] = ...) -> None: ...
 
 class RegisterBrokerRequest(_message.Message):
     __slots__ = ("registration",)
@@ -65,20 +67,22 @@ class GetRouteRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
 
 class BrokerQueues(_message.Message):
-    __slots__ = ("broker_name", "address", "cluster_name", "queue_count", "permission", "message_types")
+    __slots__ = ("broker_name", "address", "cluster_name", "queue_count", "permission", "message_types", "client_endpoint")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_COUNT_FIELD_NUMBER: _ClassVar[int]
     PERMISSION_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPES_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     address: str
     cluster_name: str
     queue_count: int
     permission: int
     message_types: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., cluster_name: _Optional[str] = ..., queue_count: _Optional[int] = ..., permission: _Optional[int] = ..., message_types: _Optional[_Iterable[int]] = ...) -> None: ...
+    client_endpoint: str
+    def __init__(self, broker_name: _Optional[str] = ..., address: _Optional[str] = ..., cluster_name: _Optional[str] = ..., queue_count: _Optional[int] = ..., permission: _Optional[int] = ..., message_types: _Optional[_Iterable[int]] = ..., client_endpoint: _Optional[str] = ...) -> None: ...
 
 class TopicRoute(_message.Message):
     __slots__ = ("topic", "brokers")
@@ -101,18 +105,20 @@ class ListBrokersRequest(_message.Message):
     def __init__(self, cluster_name: _Optional[str] = ...) -> None: ...
 
 class BrokerStatus(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "address", "topic_count", "last_heartbeat_age_s")
+    __slots__ = ("cluster_name", "broker_name", "address", "topic_count", "last_heartbeat_age_s", "client_endpoint")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TOPIC_COUNT_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     address: str
     topic_count: int
     last_heartbeat_age_s: float
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., address: _Optional[str] = ..., topic_count: _Optional[int] = ..., last_heartbeat_age_s: _Optional[float] = ...) -> None: ...
+    client_endpoint: str
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., address: _Optional[str] = ..., topic_count: _Optional[int] = ..., last_heartbeat_age_s: _Optional[float] = ..., client_endpoint: _Optional[str] = ...) -> None: ...
 
 class ListBrokersResponse(_message.Message):
     __slots__ = ("brokers",)

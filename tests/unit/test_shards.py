@@ -1,0 +1,228 @@
+"""Merged nodes among several (docs/shards.md) without processes: routes naming each queue's owner,
+queue placement on a node, the client endpoint in registrations, and the data-directory guard."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from broker.client.api import TopicSpec
+from broker.config import BrokerConfig
+from common.config import ConfigError
+from common.errors import BadRequest, TopicNotFound, Unavailable
+from common.model import MessageType, Permission, TopicInfo
+from deploy.shardpool import UpConfig, refuse_shard_data, shard_configs, shard_dirs
+from nameserver.convert import (
+    broker_status_from_pb,
+    broker_status_to_pb,
+    registration_from_pb,
+    registration_to_pb,
+    route_from_pb,
+    route_to_pb,
+)
+from nameserver.model import BrokerRegistration
+from nameserver.registry import Registry
+from proxy.core.routing import QueueSelector, route_queues
+from proxy.directory import BrokerRoute, ClusterDirectory
+from proxy.shards import ShardDirectory
+
+TYPES = frozenset({MessageType.NORMAL, MessageType.FIFO})
+
+
+def _route(broker: str, queues: int = 4, endpoint: str = "") -> BrokerRoute:
+    return BrokerRoute(broker, queues, Permission.READ_WRITE, TYPES, endpoint)
+
+
+# -- placement ----------------------------------------------------------------------------------
+
+
+def test_a_node_keeps_ungrouped_sends_on_its_own_broker() -> None:
+    routes = [_route("shard-0"), _route("shard-1")]
+    selector = QueueSelector("shard-1")
+    picks = {selector.pick("t", routes, None) for _ in range(16)}
+    assert picks == {("shard-1", q) for q in range(4)}
+
+
+def test_a_group_takes_the_queue_the_python_client_hashes_it_to_on_every_node() -> None:
+    routes = [_route("shard-1"), _route("shard-0")]
+    writable = [(b, q) for b in ("shard-0", "shard-1") for q in range(4)]  # route order: by broker, then queue
+    for group in ("orders", "mg-0", "mg-1", "客户-7"):
+        python_client = writable[int.from_bytes(hashlib.sha256(group.encode()).digest(), "big") % len(writable)]
+        assert QueueSelector("shard-0").pick("t", routes, group) == python_client
+        assert QueueSelector("shard-1").pick("t", routes, group) == python_client
+
+
+def test_without_a_home_placement_is_unchanged() -> None:
+    routes = [_route("broker-a"), _route("broker-b")]
+    selector = QueueSelector()
+    picks = {selector.pick("t", routes, None) for _ in range(8)}
+    assert {b for b, _ in picks} == {"broker-a", "broker-b"}
+
+
+def test_each_broker_s_queues_carry_its_owner_s_endpoint() -> None:
+    routes = [_route("shard-1", 2, "127.0.0.1:8082"), _route("shard-0", 2, "127.0.0.1:8081"), _route("plain", 1)]
+    queues = route_queues(routes, ["127.0.0.1:9000", "127.0.0.1:9001"])
+    by_broker = {(q.broker, q.queue_id): q.endpoint for q in queues}
+    assert by_broker[("shard-0", 0)] == by_broker[("shard-0", 1)] == "127.0.0.1:8081"
+    assert by_broker[("shard-1", 1)] == "127.0.0.1:8082"
+    # A broker without a node of its own keeps the proxy's endpoints (virtual brokers, as before).
+    assert by_broker[("plain@0", 0)] == "127.0.0.1:9000" and by_broker[("plain@1", 0)] == "127.0.0.1:9001"
+
+
+# -- the directory ------------------------------------------------------------------------------
+
+
+class FakeLocal:
+    name = "shard-0"
+
+    def __init__(self) -> None:
+        self.specs: dict[str, TopicSpec] = {}
+        self.auto_create = True
+
+    async def ensure_topic(self, name: str) -> TopicSpec:
+        if name not in self.specs:
+            if not self.auto_create:
+                raise TopicNotFound(name)
+            self.specs[name] = TopicSpec(name, 4, TYPES)
+        return self.specs[name]
+
+
+class FakePeer:
+    def __init__(self, answers: bool = True) -> None:
+        self.created: list[str] = []
+        self.answers = answers
+
+    async def get_topic(self, name: str, *, auto_create: bool = False) -> TopicSpec:
+        if not self.answers:
+            raise Unavailable("down")
+        assert auto_create
+        self.created.append(name)
+        return TopicSpec(name, 2, TYPES)
+
+
+class FakeCluster:
+    def __init__(self, peers: dict[str, FakePeer]) -> None:
+        self.peers = peers
+        self.endpoints = {"shard-0": "h:8081", **{n: f"h:{8082 + i}" for i, n in enumerate(peers)}}
+        self.known: dict[str, list[BrokerRoute]] = {}
+
+    async def route(self, topic: str) -> list[BrokerRoute]:
+        if topic not in self.known:
+            raise TopicNotFound(topic)
+        return self.known[topic]
+
+    def client_endpoints(self) -> dict[str, str]:
+        return self.endpoints
+
+    def broker(self, name: str) -> Any:
+        return self.peers[name]
+
+    def broker_names(self) -> list[str]:
+        return sorted(self.endpoints)
+
+
+def _directory(cluster: FakeCluster, local: FakeLocal | None = None) -> ShardDirectory:
+    return ShardDirectory(cast(Any, local or FakeLocal()), "h:8081", cast(ClusterDirectory, cluster), auto_create=True)
+
+
+def test_a_new_topic_is_created_on_every_node_and_routed_to_each_owner() -> None:
+    async def scenario() -> None:
+        peer = FakePeer()
+        cluster = FakeCluster({"shard-1": peer})
+        directory = _directory(cluster)
+        routes = await directory.route("t")
+        assert [(r.broker, r.queue_count, r.endpoint) for r in routes] == [
+            ("shard-0", 4, "h:8081"),
+            ("shard-1", 2, "h:8082"),
+        ]
+        assert await directory.route("t") is routes  # unchanged: the same list (queue selectors rely on it)
+        assert peer.created == ["t"]  # created once, not per request
+        cluster.known["t"] = [_route("shard-0"), _route("shard-1", 2)]  # the NameServer now lists both
+        routes = await directory.route("t")
+        assert [(r.broker, r.endpoint) for r in routes] == [("shard-0", "h:8081"), ("shard-1", "h:8082")]
+        assert peer.created == ["t"]
+        assert directory.broker_names() == ["shard-0", "shard-1"]
+        # A node that left the cluster (its registration expired) leaves the route, created copy and all.
+        cluster.known["t"] = [_route("shard-0")]
+        cluster.endpoints = {"shard-0": "h:8081"}
+        assert [r.broker for r in await directory.route("t")] == ["shard-0"]
+
+    asyncio.run(scenario())
+
+
+def test_a_node_that_does_not_answer_is_left_out_and_asked_again_later() -> None:
+    async def scenario() -> None:
+        peer = FakePeer(answers=False)
+        directory = _directory(FakeCluster({"shard-1": peer}))
+        assert [r.broker for r in await directory.route("t")] == ["shard-0"]
+        peer.answers = True
+        assert [r.broker for r in await directory.route("t")] == ["shard-0"]  # not asked again at once
+        assert peer.created == []
+
+    asyncio.run(scenario())
+
+
+def test_a_topic_held_only_by_other_nodes_is_routed_there() -> None:
+    async def scenario() -> None:
+        local = FakeLocal()
+        local.auto_create = False
+        cluster = FakeCluster({"shard-1": FakePeer()})
+        cluster.known["t"] = [_route("shard-1", 3)]
+        routes = await _directory(cluster, local).route("t")
+        assert [(r.broker, r.queue_count, r.endpoint) for r in routes] == [("shard-1", 3, "h:8082")]
+        cluster.known.clear()
+        with pytest.raises(TopicNotFound):
+            await _directory(cluster, local).route("unknown")
+
+    asyncio.run(scenario())
+
+
+# -- registration -------------------------------------------------------------------------------
+
+
+def test_the_client_endpoint_is_registered_listed_and_validated() -> None:
+    reg = BrokerRegistration("sluice", "shard-1", "127.0.0.1:10912", (TopicInfo("t", 4),), client_endpoint="h:8082")
+    assert registration_from_pb(registration_to_pb(reg)) == reg
+    registry = Registry(broker_expiry_s=30.0)
+    registry.register(reg)
+    (status,) = registry.brokers()
+    assert status.client_endpoint == "h:8082"
+    assert broker_status_from_pb(broker_status_to_pb(status)) == status
+    route = registry.route("t")  # routes carry it too: a node knows a new node from a route at once
+    assert [b.client_endpoint for b in route.brokers] == ["h:8082"]
+    assert route_from_pb(route_to_pb(route)) == route
+    with pytest.raises(BadRequest, match="client endpoint"):
+        registry.register(BrokerRegistration("sluice", "shard-2", "127.0.0.1:10913", client_endpoint="no-port"))
+
+
+# -- data directories ---------------------------------------------------------------------------
+
+
+def test_shards_get_their_own_names_ports_and_directories(tmp_path: Path) -> None:
+    brokers = shard_configs(BrokerConfig(port=20000), 3, tmp_path / "data")
+    assert [(b.name, b.data_dir) for b in brokers] == [
+        (f"shard-{i}", tmp_path / "data" / f"shard-{i}") for i in range(3)
+    ]
+    assert brokers[0].port == 20000  # shard 0 on the given port, the others on free ones
+    assert len({b.port for b in brokers}) == 3 and all(b.port > 0 for b in brokers)
+
+
+def test_data_that_would_be_orphaned_is_refused(tmp_path: Path) -> None:
+    for i in range(3):
+        (tmp_path / f"shard-{i}").mkdir()
+    assert len(shard_dirs(tmp_path, 4)) == 4  # growing is fine: the new shard starts empty
+    with pytest.raises(ConfigError, match="shard-2"):
+        shard_dirs(tmp_path, 2)
+    with pytest.raises(ConfigError, match="--shards"):
+        refuse_shard_data(tmp_path)
+    single = tmp_path / "single"
+    (single / "commitlog").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="single broker"):
+        shard_dirs(single, 2)
+    refuse_shard_data(single)  # a single process's own directory is fine for it
+    with pytest.raises(ValueError):
+        UpConfig(shards=0)
