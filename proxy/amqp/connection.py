@@ -61,7 +61,7 @@ _HANDSHAKE_FRAME_MAX = 131_072  # start-ok (client properties) before frame_max 
 
 def server_properties() -> dict[str, object]:
     implemented = ("publisher_confirms", "basic.nack", "consumer_cancel_notify", "per_consumer_qos",
-                   "authentication_failure_close", "connection.blocked")  # fmt: skip
+                   "authentication_failure_close", "connection.blocked", "exchange_exchange_bindings")  # fmt: skip
     capabilities = dict.fromkeys(implemented, True)
     return {
         "product": "Sluice", "version": sluice_version(), "platform": "Python",

@@ -412,6 +412,28 @@ def test_amqplib_work_queue_topics_and_errors(cluster: Cluster) -> None:
     assert out["missing"] == 404
 
 
+def test_rpc_tutorial(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """RabbitMQ's RPC tutorial: requests on a queue, replies to the client's exclusive callback
+    queue named in reply_to, matched by correlation_id; server and client on different proxies."""
+    rpc_queue = unique("rpc")
+    with connect(endpoints(cluster)[0]) as server_conn, connect(endpoints(cluster)[-1]) as client_conn:
+        server = server_conn.channel()
+        server.queue_declare(rpc_queue)
+        client = client_conn.channel()
+        callback = client.queue_declare("", exclusive=True).method.queue
+        ids = [str(uuid.uuid4()) for _ in range(3)]
+        for n, cid in enumerate(ids, start=5):
+            client.basic_publish("", rpc_queue, str(n).encode(),
+                                 pika.BasicProperties(reply_to=callback, correlation_id=cid))  # fmt: skip
+        for method, props, body in drain(server, rpc_queue, 3, ack=False):
+            n = int(body)
+            answer = str(n * n).encode()
+            server.basic_publish("", props.reply_to, answer, pika.BasicProperties(correlation_id=props.correlation_id))
+            server.basic_ack(method.delivery_tag)
+        replies = {props.correlation_id: body for _, props, body in drain(client, callback, 3)}
+        assert replies == {ids[0]: b"25", ids[1]: b"36", ids[2]: b"49"}
+
+
 def test_publisher_confirms_and_mandatory(cluster: Cluster, unique: Callable[[str], str]) -> None:
     queue = unique("confirmed")
     with connect(endpoints(cluster)[0]) as conn:
