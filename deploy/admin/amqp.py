@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.errors import Unavailable
+from common.errors import NotFound, Unavailable
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report
 from proxy.amqp.meta import BUILTIN_EXCHANGES, MetaDoc, decode
@@ -55,10 +55,14 @@ async def list_queues(cluster: Cluster, vhost: str | None) -> Report:
             ready: int | None = None
             unacked: int | None = None
             if q.broker in addresses:
-                status = await cluster.broker(q.broker, addresses[q.broker]).group_status(q.group, [q.topic])
-                mine = [s for s in status.queues if s.topic == q.topic]
-                ready = sum(s.ready for s in mine)
-                unacked = sum(s.in_flight - s.due for s in mine)
+                try:
+                    status = await cluster.broker(q.broker, addresses[q.broker]).group_status(q.group, [q.topic])
+                except NotFound:  # its group or topic is gone (the queue is being deleted): no counts
+                    status = None
+                mine = [] if status is None else [s for s in status.queues if s.topic == q.topic]
+                if status is not None:
+                    ready = sum(s.ready for s in mine)
+                    unacked = sum(s.in_flight - s.due for s in mine)
             rows.append({"vhost": name, "name": q.name, "ready": ready, "unacked": unacked, "durable": q.durable,
                          "exclusive": bool(q.exclusive_owner), "auto_delete": q.auto_delete, "topic": q.topic,
                          "broker": q.broker, "arguments": q.arguments})  # fmt: skip
