@@ -559,9 +559,11 @@ class PopEngine:
                 pending = self._state.first_pending_offset(g, topic, qid)
                 consumed = cursor if pending is None else min(pending, cursor)
                 high = self._store.queue_bounds(topic, qid)[1]
+                due = self._state.due_in_queue(g, topic, qid, now_ms())
                 out.append(GroupQueueStatus(topic, qid, consumed, high, max(0, high - consumed),
                                             self._state.inflight[(g, topic, qid)],
-                                            self._state.retrying(g, topic, qid)))  # fmt: skip
+                                            self._state.retrying(g, topic, qid), max(0, high - cursor) + due,
+                                            due))  # fmt: skip
         return out
 
     def reset(self, group: GroupInfo, topic: str, qid: int, offset: int) -> tuple[int, int]:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from broker import priority
+from broker.amqp_meta_store import AMQP_META_CFS, AmqpMetaStore
 from broker.client.api import (
     NO_CONTEXT,
     AckResult,
@@ -130,7 +131,9 @@ class _Parts:
 
 
 # Every column family a broker's store holds (a replica opens the same store with the same list).
-BROKER_CFS = METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_CFS + TIMER_CFS + LITE_CFS
+BROKER_CFS = (
+    METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_CFS + TIMER_CFS + LITE_CFS + AMQP_META_CFS
+)
 
 
 class LocalBroker:
@@ -155,6 +158,7 @@ class LocalBroker:
         # Retention and tiering's evict-local both delete CommitLog segments: one at a time.
         self._retention_lock = threading.Lock()
         self._security: SecurityStore | None = None
+        self._amqp_meta: AmqpMetaStore | None = None
         self._started_ms = 0
         self.clients = ClientTable()
 
@@ -225,6 +229,7 @@ class LocalBroker:
                              lite)  # fmt: skip
         await transactions.start()
         self._security = SecurityStore(store.index)
+        self._amqp_meta = AmqpMetaStore(store.index)
         self._tasks = [
             asyncio.create_task(self.engine.run_scanner(self._stop), name="redelivery-scanner"),
             asyncio.create_task(
@@ -269,6 +274,7 @@ class LocalBroker:
                 self._parts.timers.close()
             self._parts = None
             self._security = None
+            self._amqp_meta = None
             await asyncio.get_running_loop().run_in_executor(None, store.close)
 
     @property
@@ -772,6 +778,22 @@ class LocalBroker:
         if self._security is None:
             raise StoreClosed("the broker is not running")
         return self._security
+
+    # -- the AMQP gateway's metadata document (broker/amqp_meta_store.py) -------------------------
+
+    async def get_amqp_meta(self, newer_than: int = 0) -> tuple[int, bytes]:
+        return self._amqp_meta_store().get(newer_than)
+
+    async def put_amqp_meta(self, version: int, data: bytes) -> None:
+        self._amqp_meta_store().put(version, data)
+        if self.store.state_gate is not None:  # a replicated primary: the in-sync replicas hold it
+            await self.store.state_gate()
+        log.info("AMQP metadata stored", extra=kv(version=version, size_bytes=len(data)))
+
+    def _amqp_meta_store(self) -> AmqpMetaStore:
+        if self._amqp_meta is None:
+            raise StoreClosed("the broker is not running")
+        return self._amqp_meta
 
     # -- timers ----------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import TypeAlias
 import grpc
 
 from broker.client import grpc_convert as convert
+from broker.client.amqpmeta import AmqpMetaApi
 from broker.client.api import BrokerApi, CallContext
 from common import metrics
 from common.codes import Code
@@ -317,6 +318,23 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def PutSecurity(self, request: pb.PutSecurityRequest, context: Context) -> pb.PutSecurityResponse:
         await self._security().put_security(request.version, request.document)
         return pb.PutSecurityResponse()
+
+    # -- the AMQP gateway's metadata document (broker/amqp_meta_store.py) -------------------------
+
+    @internal_rpc
+    async def GetAmqpMeta(self, request: pb.GetAmqpMetaRequest, context: Context) -> pb.GetAmqpMetaResponse:
+        version, document = await self._amqp_meta().get_amqp_meta(request.newer_than)
+        return pb.GetAmqpMetaResponse(version=version, document=document)
+
+    @internal_rpc
+    async def PutAmqpMeta(self, request: pb.PutAmqpMetaRequest, context: Context) -> pb.PutAmqpMetaResponse:
+        await self._amqp_meta().put_amqp_meta(request.version, request.document)
+        return pb.PutAmqpMetaResponse()
+
+    def _amqp_meta(self) -> AmqpMetaApi:
+        if not isinstance(self._api, AmqpMetaApi):
+            raise Unsupported("this broker keeps no AMQP metadata")
+        return self._api
 
     def _security(self) -> SecurityStoreApi:
         if not isinstance(self._api, SecurityStoreApi):

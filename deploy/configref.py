@@ -59,6 +59,7 @@ _FLAGS: dict[str, dict[str, str]] = {
         "tls.cert_file": "--tls-cert",
         "tls.key_file": "--tls-key",
         "metrics.enabled": "--no-metrics",
+        "amqp.port": "--amqp-port",
     },
 }
 _UNITS = [("_ms", "milliseconds"), ("_s", "seconds"), ("_bytes", "bytes"), ("_mib", "MiB"), ("_mb", "MB"),

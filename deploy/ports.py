@@ -27,6 +27,10 @@ def _in_use(host: str, port: int) -> bool:
     return False
 
 
+def is_free(host: str, port: int) -> bool:
+    return not _in_use(host, port)
+
+
 def require_free(ports: Sequence[tuple[str, str, int]], hint: str) -> None:
     """ConfigError naming every (what, host, port) already in use, in one line; port 0 is skipped."""
     taken = [f"{what} {host}:{port}" for what, host, port in ports if port and _in_use(host, port)]

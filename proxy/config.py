@@ -194,6 +194,65 @@ class TlsConfig:
 
 
 @dataclass(frozen=True)
+class AmqpConfig:
+    """The AMQP 0-9-1 gateway (`[proxy.amqp]`, docs/amqp.md). Off unless `port` is 0 or more."""
+
+    # -1: off (`sluice up` serves 5672 when it is free and neither the flag nor this key says
+    # otherwise); 0 picks a free port.
+    port: int = -1
+    # Heartbeat interval offered in connection.tune (a client may ask for less; 0: none).
+    heartbeat_s: int = 60
+    # Largest frame offered in connection.tune (a client may ask for less, not below 4096).
+    frame_max_bytes: int = 131_072
+    # Most channels per connection offered in connection.tune.
+    channel_max: int = 2047
+    # A larger message is refused (channel error 406), as RabbitMQ's max_message_size does; the
+    # brokers' own limit ([broker.limits] max_body_bytes) must be at least this.
+    max_body_bytes: int = 4 * 1024 * 1024
+    # A delivered message is invisible to other consumers for this long, renewed every third of it
+    # while its channel is open: the unacknowledged messages of a proxy that died come back after
+    # at most this.
+    delivery_lease_ms: int = 60_000
+    # A delivery not acknowledged this long closes its channel with 406 PRECONDITION_FAILED and is
+    # requeued, as RabbitMQ's consumer_timeout does (30 minutes there too).
+    consumer_timeout_ms: int = 30 * 60 * 1000
+    # One broker pop of a consumer waits this long for messages.
+    long_poll_ms: int = 2_000
+    # Messages one broker pop of a consumer takes at most (its prefetch may hold it to fewer).
+    max_prefetch: int = 32
+    # Publishes of one channel received but not yet stored; beyond it the connection is not read.
+    max_channel_publishes: int = 1024
+    # Bodies of one connection received but not yet stored; beyond it the connection is not read
+    # (clients that ask are sent connection.blocked, then connection.unblocked).
+    max_connection_publish_bytes: int = 64 * 1024 * 1024
+    # How often the metadata (exchanges, queues, bindings) is re-read from its broker.
+    meta_refresh_ms: int = 500
+    # A client that has not opened its connection this long after connecting is disconnected.
+    handshake_timeout_s: float = 10.0
+    # Deadline of the broker calls the gateway makes.
+    call_timeout_s: float = 10.0
+    # Share the AMQP port with sibling processes (SO_REUSEPORT): set by `sluice up --shards` for its
+    # nodes, whose client ports differ but which serve AMQP on one port.
+    reuse_port: bool = False
+
+    def __post_init__(self) -> None:
+        if self.port < -1 or self.port > 65535:
+            raise ValueError(f"amqp port must be -1 (off) or 0-65535, got {self.port}")
+        if self.frame_max_bytes < 4096 or not 1 <= self.channel_max <= 65535 or self.heartbeat_s < 0:
+            raise ValueError("amqp frame_max_bytes must be at least 4096, channel_max 1-65535, heartbeat_s >= 0")
+        if min(self.max_body_bytes, self.delivery_lease_ms, self.consumer_timeout_ms, self.long_poll_ms,
+               self.max_prefetch, self.max_channel_publishes, self.meta_refresh_ms,
+               self.max_connection_publish_bytes) < 1:  # fmt: skip
+            raise ValueError("amqp sizes and durations must be positive")
+        if self.handshake_timeout_s <= 0 or self.call_timeout_s <= 0:
+            raise ValueError("amqp handshake_timeout_s and call_timeout_s must be positive")
+
+    @property
+    def enabled(self) -> bool:
+        return self.port >= 0
+
+
+@dataclass(frozen=True)
 class ProxyConfig:
     host: str = "127.0.0.1"
     port: int = 8081
@@ -249,6 +308,7 @@ class ProxyConfig:
     brokers: BrokerClientConfig = field(default_factory=BrokerClientConfig)
     caches: CacheConfig = field(default_factory=CacheConfig)
     send_health: SendHealthConfig = field(default_factory=SendHealthConfig)
+    amqp: AmqpConfig = field(default_factory=AmqpConfig)
 
     def __post_init__(self) -> None:
         if self.max_message_bytes < self.settings.max_body_bytes + _HEADROOM_BYTES:

@@ -17,6 +17,7 @@ import grpc
 
 from common.errors import Unavailable
 from common.logs import kv
+from proxy.amqp.server import Gateway
 from proxy.app import ProxyApp
 from proxy.config import TlsConfig
 from proxy.grpc.edge import Edge
@@ -70,6 +71,7 @@ async def serve_proxy(
         raise Unavailable(f"proxy cannot listen on {address}: {exc} (is the port in use?)") from None
     if bound == 0:
         raise Unavailable(f"proxy cannot listen on {address} (is the port in use?)")
+    amqp = await _start_amqp(app) if cfg.amqp.enabled else None
     await server.start()
     log.info("proxy listening", extra=kv(address=address, advertise=cfg.advertised_address, tls=cfg.tls.enabled,
                                          auth=cfg.auth.enabled))  # fmt: skip
@@ -79,6 +81,7 @@ async def serve_proxy(
         on_readiness(True)
     background_stop = asyncio.Event()
     background = asyncio.create_task(app.run(background_stop), name="proxy-background")
+    amqp_task = None if amqp is None else asyncio.create_task(amqp.run(background_stop), name="amqp")
     try:
         await stop.wait()
         if on_readiness is not None:
@@ -90,4 +93,15 @@ async def serve_proxy(
         await server.stop(SHUTDOWN_GRACE_S)
         background_stop.set()
         await background
+        if amqp_task is not None:
+            await amqp_task
         log.info("proxy stopped", extra=kv(address=address))
+
+
+async def _start_amqp(app: ProxyApp) -> Gateway:
+    """The AMQP gateway of this proxy (docs/amqp.md), listening on the proxy's host."""
+    cfg = app.config
+    gateway = Gateway(cfg.amqp, broker=app.directory.broker, broker_names=app.directory.broker_names,
+                      security=lambda: app.policy.doc, auth_required=cfg.auth.enabled)  # fmt: skip
+    await gateway.start(cfg.host, reuse_port=cfg.reuse_port or cfg.amqp.reuse_port)
+    return gateway

@@ -139,6 +139,10 @@ class GroupQueueStatus:
     lag: int  # messages not yet acknowledged (max_offset - consumed_offset)
     in_flight: int  # delivered, not yet acknowledged
     retrying: int = 0  # not yet done and delivered more than once (nacked or timed out before)
+    # What a pop would hand out now, exactly: never delivered (max_offset less the group's read
+    # position) plus delivered ones whose invisibility ended (an AMQP queue's ready count).
+    ready: int = 0
+    due: int = 0  # of `in_flight`, those whose invisibility ended (requeued, or timed out): in `ready` too
 
 
 @dataclass(frozen=True, slots=True)

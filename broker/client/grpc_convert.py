@@ -252,6 +252,8 @@ def group_status_to_pb(status: GroupStatus) -> pb.GroupStatus:
                 lag=q.lag,
                 in_flight=q.in_flight,
                 retrying=q.retrying,
+                ready=q.ready,
+                due=q.due,
             )
             for q in status.queues
         ],
@@ -262,7 +264,9 @@ def group_status_from_pb(msg: pb.GroupStatus) -> GroupStatus:
     return GroupStatus(
         info=group_info_from_pb(msg.info),
         queues=tuple(
-            GroupQueueStatus(q.topic, q.queue_id, q.consumed_offset, q.max_offset, q.lag, q.in_flight, q.retrying)
+            GroupQueueStatus(
+                q.topic, q.queue_id, q.consumed_offset, q.max_offset, q.lag, q.in_flight, q.retrying, q.ready, q.due
+            )
             for q in msg.queues
         ),
     )

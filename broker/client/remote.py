@@ -626,6 +626,17 @@ class RemoteBroker:
             request = pb.PutSecurityRequest(version=version, document=data)
         await self._call(self._stub.PutSecurity, request)
 
+    # -- the AMQP gateway's metadata document (broker/amqp_meta_store.py) -------------------------
+
+    async def get_amqp_meta(self, newer_than: int = 0) -> tuple[int, bytes]:
+        response = await self._call(self._stub.GetAmqpMeta, pb.GetAmqpMetaRequest(newer_than=newer_than))
+        return int(response.version), bytes(response.document)
+
+    async def put_amqp_meta(self, version: int, data: bytes) -> None:
+        with _encoding("put_amqp_meta"):
+            request = pb.PutAmqpMetaRequest(version=version, document=data)
+        await self._call(self._stub.PutAmqpMeta, request)
+
     # -- timers ---------------------------------------------------------------------------------
 
     async def recall(self, topic: str, recall_handle: str) -> str:

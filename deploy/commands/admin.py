@@ -29,6 +29,7 @@
     acl grant ACCESS_KEY --resource topic:NAME|group:NAME|topic:PREFIX*|* --actions PUB,SUB,ADMIN [--deny]
     acl revoke ACCESS_KEY --resource R [--actions A] | acl list [ACCESS_KEY]
     limit set [--topic T | --group G] [--messages-per-s N] [--bytes-per-s N] | limit delete [...] | limit list
+    amqp exchanges | amqp queues | amqp bindings [--vhost V]    (the AMQP gateway's metadata, docs/amqp.md)
 
 `--namespace NS` puts topic, group, message, acl and limit commands in namespace NS (topic `t` of
 namespace `NS` is the cluster-wide topic `NS%t`).
@@ -54,6 +55,7 @@ from common.config import ConfigError
 from common.errors import SluiceError
 from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace
 from deploy.admin import (
+    amqp,
     brokers,
     clients,
     dlq,
@@ -116,6 +118,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_user(areas.add_parser("user", help="create, delete and list users (access key and secret)"), shared)
     _add_acl(areas.add_parser("acl", help="grant, revoke and list access rules of users"), shared)
     _add_limit(areas.add_parser("limit", help="set, delete and list rate limits (produce and receive)"), shared)
+    _add_amqp(areas.add_parser("amqp", help="the AMQP gateway's exchanges, queues (ready, unacked) and bindings"),
+              shared)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -364,6 +368,17 @@ def _add_client(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser
     which.add_argument("--topic", metavar="T", help="only clients publishing or subscribing this topic")
 
 
+def _add_amqp(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listings: list[tuple[str, Action, str]] = [
+        ("exchanges", _amqp_exchanges, "AMQP exchanges (built-in ones too) per vhost"),
+        ("queues", _amqp_queues, "AMQP queues: ready and unacked messages, flags, topic"),
+        ("bindings", _amqp_bindings, "AMQP bindings: source, destination, routing key"),
+    ]
+    for name, run, text in listings:
+        _leaf(actions, name, shared, run, text).add_argument("--vhost", metavar="V", help="only this vhost")
+
+
 def _add_nameserver(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     _leaf(actions, "list", shared, _nameserver_list, "each NameServer: does it answer, how many brokers and topics")
@@ -462,6 +477,18 @@ async def _group_reset_offset(cluster: Cluster, args: argparse.Namespace) -> Rep
     target = parse_reset_target(args.to)
     return await offsets.reset_offsets(cluster, args.name, args.topic, target, queue=args.queue,
                                        broker=args.broker, dry_run=args.dry_run)  # fmt: skip
+
+
+async def _amqp_exchanges(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await amqp.list_exchanges(cluster, args.vhost)
+
+
+async def _amqp_queues(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await amqp.list_queues(cluster, args.vhost)
+
+
+async def _amqp_bindings(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await amqp.list_bindings(cluster, args.vhost)
 
 
 async def _client_list(cluster: Cluster, args: argparse.Namespace) -> Report:

@@ -22,7 +22,7 @@ from common import metrics
 from common.config import ConfigError, load_config
 from common.errors import Unavailable
 from common.logs import setup_logging
-from deploy.commands.up import security_overrides
+from deploy.commands.up import add_amqp_argument, security_overrides
 from deploy.obsflags import add_observability_arguments, metrics_overrides
 from deploy.ops import Readiness, ops_server
 from deploy.runtime import die_with_parent, serve
@@ -73,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz (worker i: +i)")
+    add_amqp_argument(parser, "default: off")
     add_observability_arguments(parser, trace=False)
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
@@ -108,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             "peers": parse_navigation(args.peers) if args.peers else None,
             "proxy_id": args.proxy_id, "drain_s": args.drain_s, "reuse_port": args.reuse_port or None,
             "metrics_port": args.metrics_port, **metrics_overrides(args),
-            **security_overrides(args),
+            **security_overrides(args), "amqp.port": args.amqp_port,
         },
     )  # fmt: skip
     if config.tls.enabled:

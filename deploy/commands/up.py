@@ -35,7 +35,7 @@ from deploy.console.config import ConsoleConfig
 from deploy.console.server import run_console
 from deploy.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
 from deploy.ops import Readiness, ops_server
-from deploy.ports import require_free
+from deploy.ports import is_free, require_free
 from deploy.runtime import serve
 from deploy.shardpool import ShardPool, UpConfig, free_port, refuse_shard_data, shard_configs
 from deploy.tierflags import add_tier_arguments, tier_overrides
@@ -68,6 +68,7 @@ SECOND_INSTANCE_HINT = (
     "(--port, --namesrv-port, --broker-port, --metrics-port, --console-port)"
 )
 DEFAULT_CONSOLE_PORT = 8080
+DEFAULT_AMQP_PORT = 5672
 CONSOLE_OFF = -1
 
 
@@ -109,6 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
+    add_amqp_argument(parser, f"default {DEFAULT_AMQP_PORT}, served when free")
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
@@ -129,8 +131,30 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
     )  # fmt: skip
     proxy = load_config(ProxyConfig, section="proxy", data=data, overrides={
         "host": args.host, "port": args.port, **metrics_overrides(args),
-        **security_overrides(args)})  # fmt: skip
-    return ns, broker, proxy
+        **security_overrides(args), "amqp.port": args.amqp_port})  # fmt: skip
+    return ns, broker, with_default_amqp(args, data, proxy)
+
+
+def add_amqp_argument(parser: argparse.ArgumentParser, default: str) -> None:
+    """`--amqp-port` (shared with `sluice proxy`)."""
+    parser.add_argument("--amqp-port", type=int, help=f"AMQP 0-9-1 port for RabbitMQ clients (docs/amqp.md; "
+                        f"{default}; 0 picks one; -1: off)")  # fmt: skip
+
+
+def with_default_amqp(args: argparse.Namespace, data: dict[str, object], proxy: ProxyConfig) -> ProxyConfig:
+    """Without --amqp-port and `[proxy.amqp] port`, AMQP is served on 5672 when that port is free;
+    when it is taken (another broker, another instance) the rest starts without AMQP, as the
+    console does without its port. A port given explicitly must be free (checked with the others)."""
+    table = data.get("proxy")
+    amqp = table.get("amqp") if isinstance(table, dict) else None
+    if args.amqp_port is not None or (isinstance(amqp, dict) and "port" in amqp):
+        return proxy
+    if not is_free(proxy.host, DEFAULT_AMQP_PORT):
+        log.warning(
+            "AMQP port %s is in use: serving without AMQP (give --amqp-port, or -1 for none)", DEFAULT_AMQP_PORT
+        )
+        return proxy
+    return replace(proxy, amqp=replace(proxy.amqp, port=DEFAULT_AMQP_PORT))
 
 
 def ops_port(flag: int | None, proxy: ProxyConfig) -> int:
@@ -193,7 +217,8 @@ def run(args: argparse.Namespace) -> int:
     metrics_port = ops_port(args.metrics_port, proxy_cfg)
     require_free([("client", proxy_cfg.host, proxy_cfg.port), ("nameserver", ns_cfg.host, ns_cfg.port),
                   ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port),
-                  *console_port(console_cfg)], SECOND_INSTANCE_HINT)  # fmt: skip
+                  ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0)), *console_port(console_cfg)],
+                 SECOND_INSTANCE_HINT)  # fmt: skip
     setup_logging(args.log_level, args.log_json)
     # One process, one switch: the proxy's table decides (the flag sets both).
     metrics.configure(proxy_cfg.metrics)
@@ -263,8 +288,10 @@ def run_shards(args: argparse.Namespace, count: int) -> int:
     base = Path(args.data_dir) if args.data_dir else Path("data")
     require_free([("client", proxy_cfg.host, proxy_cfg.port), ("nameserver", ns_cfg.host, ns_cfg.port),
                   ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port),
-                  *console_port(console_cfg)], SECOND_INSTANCE_HINT)  # fmt: skip
+                  ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0)), *console_port(console_cfg)],
+                 SECOND_INSTANCE_HINT)  # fmt: skip
     brokers = shard_configs(broker_cfg, count, base)
+    proxy_cfg = replace(proxy_cfg, amqp=replace(proxy_cfg.amqp, reuse_port=True))  # every node serves the AMQP port
     client_ports = [proxy_cfg.port, *(free_port(proxy_cfg.host) for _ in range(count - 1))]
     if console_cfg is not None:  # the console lists every shard's proxy
         host = connect_host(proxy_cfg.host)

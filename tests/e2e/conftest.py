@@ -61,7 +61,9 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     one process on 2 cores), so both ways of the merged topology meet the official client."""
     kind: str = request.param
     root = tmp_path_factory.mktemp(f"cluster-{kind}")
-    started = start_merged(root, extra_args=["--workers", "2"]) if kind == "merged" else start_separated(root)
+    # Both also serve AMQP on free ports (tests/e2e/test_amqp.py).
+    started = (start_merged(root, extra_args=["--workers", "2"], amqp=True) if kind == "merged"
+               else start_separated(root, amqp=True))  # fmt: skip
     try:
         yield started
     finally:

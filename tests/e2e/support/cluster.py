@@ -67,6 +67,7 @@ class Cluster:
     launches: dict[str, tuple[list[str], int, str]] = field(default_factory=dict)
     ops: dict[str, str] = field(default_factory=dict)  # process name -> host:port of its ops endpoint
     console: str = ""  # merged: the operator's console, http://host:port
+    amqp: list[str] = field(default_factory=list)  # AMQP endpoints (host:port) when started with amqp=True
 
     @property
     def endpoints(self) -> str:
@@ -192,19 +193,25 @@ def _start(
     return child
 
 
-def start_merged(root: Path, *, auto_create: bool = False, extra_args: Sequence[str] = (), shards: int = 1) -> Cluster:
-    """`sluice up`; with `shards` > 1, `--shards N` (brokers shard-0.., docs/shards.md)."""
+def start_merged(
+    root: Path, *, auto_create: bool = False, extra_args: Sequence[str] = (), shards: int = 1, amqp: bool = False
+) -> Cluster:
+    """`sluice up`; with `shards` > 1, `--shards N` (brokers shard-0.., docs/shards.md); `amqp`: serve
+    AMQP on a free port (`Cluster.amqp`), else AMQP is off (never the shared 5672)."""
     root.mkdir(parents=True, exist_ok=True)
     port, ns_port, broker_port, console_port = free_port(), free_port(), free_port(), free_port()
+    amqp_port = free_port() if amqp else -1
     brokers = ["broker-a"] if shards == 1 else [f"shard-{i}" for i in range(shards)]
     cluster = Cluster("merged", root, f"{LOOPBACK}:{ns_port}", [f"{LOOPBACK}:{port}"], brokers,
-                      console=f"http://{LOOPBACK}:{console_port}")  # fmt: skip
+                      console=f"http://{LOOPBACK}:{console_port}",
+                      amqp=[f"{LOOPBACK}:{amqp_port}"] if amqp else [])  # fmt: skip
     if shards > 1:
         extra_args = ["--shards", str(shards), *extra_args]
     argv = [
         *SLUICE, "up", "--data-dir", str(root / "data"), "--port", str(port), "--namesrv-port", str(ns_port),
         "--broker-port", str(broker_port), "--console-port", str(console_port),
-        *([] if auto_create else ["--no-auto-create"]), *extra_args,
+        *([] if auto_create else ["--no-auto-create"]),
+        *([] if "--amqp-port" in extra_args else ["--amqp-port", str(amqp_port)]), *extra_args,
     ]  # fmt: skip
     try:
         _start(cluster, f"up-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
@@ -216,10 +223,11 @@ def start_merged(root: Path, *, auto_create: bool = False, extra_args: Sequence[
 
 def start_separated(
     root: Path, *, config: Path | None = None, broker_args: Sequence[str] = (), proxy_args: Sequence[str] = (),
-    proxy_ports: Sequence[int] = (),
+    proxy_ports: Sequence[int] = (), amqp: bool = False,
 ) -> Cluster:  # fmt: skip
     """`config`: a TOML file given to the brokers and proxies (`--config`); `broker_args`, `proxy_args`: extra
-    flags; `proxy_ports`: the two proxies' ports (default: free ones)."""
+    flags; `proxy_ports`: the two proxies' ports (default: free ones); `amqp`: each proxy serves AMQP on a free
+    port of its own (`Cluster.amqp`)."""
     root.mkdir(parents=True, exist_ok=True)
     ns_port = free_port()
     cluster = Cluster("separated", root, f"{LOOPBACK}:{ns_port}", [], list(BROKER_NAMES))
@@ -236,10 +244,13 @@ def start_separated(
             port = proxy_ports[i] if proxy_ports else free_port()
             # The first proxy runs its default worker processes (one per core), the second one process.
             workers = ["--workers", "1"] if i == 1 and "--workers" not in proxy_args else []
+            amqp_args = ["--amqp-port", str(free_port())] if amqp else []
             argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), *_config_args(config),
-                    *workers, *proxy_args]  # fmt: skip
+                    *workers, *amqp_args, *proxy_args]  # fmt: skip
             _start(cluster, f"proxy-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
             cluster.proxies.append(f"{LOOPBACK}:{port}")
+            if amqp_args:
+                cluster.amqp.append(f"{LOOPBACK}:{amqp_args[1]}")
     except BaseException:
         cluster.stop()
         raise

@@ -132,7 +132,7 @@ class TopicStatus(_message.Message):
     def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., half_messages: _Optional[int] = ..., pending_timers: _Optional[int] = ..., local_bytes: _Optional[int] = ..., delivered: _Optional[int] = ...) -> None: ...
 
 class GroupQueueStatus(_message.Message):
-    __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight", "retrying")
+    __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight", "retrying", "ready", "due")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +140,8 @@ class GroupQueueStatus(_message.Message):
     LAG_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     RETRYING_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    DUE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     consumed_offset: int
@@ -147,7 +149,9 @@ class GroupQueueStatus(_message.Message):
     lag: int
     in_flight: int
     retrying: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., consumed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., retrying: _Optional[int] = ...) -> None: ...
+    ready: int
+    due: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., consumed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., retrying: _Optional[int] = ..., ready: _Optional[int] = ..., due: _Optional[int] = ...) -> None: ...
 
 class GroupStatus(_message.Message):
     __slots__ = ("info", "queues")
@@ -1145,3 +1149,29 @@ class BrokerInfoResponse(_message.Message):
     dispatch_lag_bytes: int
     dispatch_lag_ms: int
     def __init__(self, version: _Optional[str] = ..., started_ms: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_total_bytes: _Optional[int] = ..., store_bytes: _Optional[int] = ..., unflushed_bytes: _Optional[int] = ..., dispatch_lag_bytes: _Optional[int] = ..., dispatch_lag_ms: _Optional[int] = ...) -> None: ...
+
+class GetAmqpMetaRequest(_message.Message):
+    __slots__ = ("newer_than",)
+    NEWER_THAN_FIELD_NUMBER: _ClassVar[int]
+    newer_than: int
+    def __init__(self, newer_than: _Optional[int] = ...) -> None: ...
+
+class GetAmqpMetaResponse(_message.Message):
+    __slots__ = ("version", "document")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    document: bytes
+    def __init__(self, version: _Optional[int] = ..., document: _Optional[bytes] = ...) -> None: ...
+
+class PutAmqpMetaRequest(_message.Message):
+    __slots__ = ("version", "document")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    document: bytes
+    def __init__(self, version: _Optional[int] = ..., document: _Optional[bytes] = ...) -> None: ...
+
+class PutAmqpMetaResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -255,6 +255,16 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.BrokerInfoRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.BrokerInfoResponse.FromString,
                 _registered_method=True)
+        self.GetAmqpMeta = channel.unary_unary(
+                '/sluice.internal.v1.Broker/GetAmqpMeta',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetAmqpMetaRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetAmqpMetaResponse.FromString,
+                _registered_method=True)
+        self.PutAmqpMeta = channel.unary_unary(
+                '/sluice.internal.v1.Broker/PutAmqpMeta',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutAmqpMetaRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutAmqpMetaResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -554,6 +564,19 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAmqpMeta(self, request, context):
+        """The AMQP gateway's metadata document (exchanges, queues, bindings; broker/amqp_meta_store.py).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutAmqpMeta(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -776,6 +799,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.BrokerInfo,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.BrokerInfoRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.BrokerInfoResponse.SerializeToString,
+            ),
+            'GetAmqpMeta': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAmqpMeta,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetAmqpMetaRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetAmqpMetaResponse.SerializeToString,
+            ),
+            'PutAmqpMeta': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutAmqpMeta,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutAmqpMetaRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutAmqpMetaResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1967,6 +2000,60 @@ class Broker:
             '/sluice.internal.v1.Broker/BrokerInfo',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.BrokerInfoRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.BrokerInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAmqpMeta(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/GetAmqpMeta',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetAmqpMetaRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.GetAmqpMetaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutAmqpMeta(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/PutAmqpMeta',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutAmqpMetaRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutAmqpMetaResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,154 @@
+"""`QueueStore`: an AMQP queue's messages on its broker, through `BrokerApi` (both topologies).
+
+A queue is the RocketMQ topic `AMQP_Q<n>` with one queue, consumed by the group `AMQP_G<n>`
+(proxy/amqp/meta.py): a publish is stored in each queue it routes to; a delivery is a pop that
+makes the message invisible for a lease (`delivery_lease_ms`, renewed while its channel is open:
+proxy/amqp/connection.py) until the client acknowledges it (an ack), requeues it (visible again
+at once, delivered again with the redelivered flag) or rejects it (an ack: dead-lettering is not
+done yet). The depth is exact:
+what a pop would hand out now (the broker's `GroupQueueStatus.ready`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.client.api import (
+    BrokerApi,
+    CallContext,
+    ConsumeFrom,
+    GroupSpec,
+    OutgoingMessage,
+    PopRequest,
+    SendResult,
+    StoredMessage,
+    TopicSpec,
+)
+from common.errors import NotFound
+from proxy.amqp.meta import QueueMeta
+
+# User properties of a stored AMQP message (docs/amqp.md): where it was published and its content
+# header's property bytes as the client sent them (base64), handed back unchanged on delivery.
+PROP_EXCHANGE = "AMQP_EXCHANGE"
+PROP_ROUTING_KEY = "AMQP_ROUTING_KEY"
+PROP_HEADER = "AMQP_PROPERTIES"
+PROP_EXPIRES_AT = "AMQP_EXPIRES_AT"  # epoch ms after which the copy is not delivered (proxy/amqp/deadletter.py)
+_MAX_ATTEMPTS = 1000  # the most a group allows; requeued this often, a message goes to %DLQ%AMQP_G<n>
+_POP_MAX = 32
+_CALL_MARGIN_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    exchange: str
+    routing_key: str
+    properties: bytes  # the content header's property flags and values, as sent
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    exchange: str
+    routing_key: str
+    properties: bytes
+    body: bytes
+    redelivered: bool
+    handle: str
+    attempt: int = 1  # deliveries so far, this one included
+    expires_at_ms: int = 0  # 0: never
+
+
+def to_outgoing(p: Publish, host: str, expires_at_ms: int = 0) -> OutgoingMessage:
+    props = {PROP_EXCHANGE: p.exchange, PROP_ROUTING_KEY: p.routing_key}
+    if expires_at_ms:
+        props[PROP_EXPIRES_AT] = str(expires_at_ms)
+    if p.properties:
+        props[PROP_HEADER] = base64.b64encode(p.properties).decode()
+    return OutgoingMessage(body=p.body, message_id=uuid.uuid4().hex.upper(), properties=props,
+                           born_timestamp_ms=int(time.time() * 1000), born_host=host)  # fmt: skip
+
+
+def to_delivery(m: StoredMessage) -> Delivery:
+    raw = m.properties.get(PROP_HEADER, "")
+    header = base64.b64decode(raw) if raw else b""
+    exchange, key = m.properties.get(PROP_EXCHANGE, ""), m.properties.get(PROP_ROUTING_KEY, m.topic)
+    expires = m.properties.get(PROP_EXPIRES_AT, "")
+    return Delivery(exchange, key, header, m.body, m.delivery_attempt > 1, m.receipt_handle, m.delivery_attempt,
+                    int(expires) if expires.isdigit() else 0)  # fmt: skip
+
+
+def _ctx(timeout_s: float) -> CallContext:
+    return CallContext(deadline=time.monotonic() + timeout_s)
+
+
+class QueueStore:
+    def __init__(self, broker: Callable[[str], BrokerApi], *, lease_ms: int, call_timeout_s: float) -> None:
+        self._broker = broker
+        self._invisible_ms = lease_ms
+        self._timeout_s = call_timeout_s
+        self._ready: set[int] = set()  # queue numbers whose topic and group are known to exist
+
+    async def ensure(self, q: QueueMeta) -> None:
+        """Create the queue's topic and group on its broker (idempotent)."""
+        if q.id in self._ready:
+            return
+        api = self._broker(q.broker)
+        await api.create_topic(TopicSpec(q.topic, queue_count=1))
+        await api.create_group(
+            GroupSpec(q.group, max_delivery_attempts=_MAX_ATTEMPTS, consume_from=ConsumeFrom.EARLIEST)
+        )
+        if len(self._ready) > 100_000:
+            self._ready.clear()
+        self._ready.add(q.id)
+
+    async def send(self, q: QueueMeta, messages: list[OutgoingMessage]) -> list[SendResult]:
+        await self.ensure(q)
+        return await self._broker(q.broker).send(q.topic, 0, messages, ctx=_ctx(self._timeout_s))
+
+    async def pop(self, q: QueueMeta, count: int, long_poll_ms: int) -> list[Delivery]:
+        await self.ensure(q)
+        request = PopRequest(q.group, q.topic, 0, min(count, _POP_MAX), self._invisible_ms, long_poll_ms=long_poll_ms)
+        got = await self._broker(q.broker).pop(request, ctx=_ctx(long_poll_ms / 1000 + self._timeout_s))
+        return [to_delivery(m) for m in got]
+
+    async def ack(self, q: QueueMeta, handles: list[str]) -> None:
+        await self._broker(q.broker).ack(q.group, q.topic, handles, ctx=_ctx(self._timeout_s))
+
+    async def renew(self, q: QueueMeta, handles: list[str]) -> list[str]:
+        """Extend the lease of delivered messages (their handles stay valid); the handles that
+        could not be renewed (acknowledged meanwhile, or no longer in flight)."""
+        results = await self._broker(q.broker).renew(q.group, q.topic, handles, self._invisible_ms)
+        return [r.receipt_handle for r in results if not r.ok]
+
+    async def requeue(self, q: QueueMeta, handle: str) -> None:
+        await self._broker(q.broker).change_invisible_duration(q.group, q.topic, handle, 0, ctx=_ctx(self._timeout_s))
+
+    async def counts(self, q: QueueMeta) -> tuple[int, int]:
+        """(ready, unacknowledged) messages of the queue, exactly: ready were never delivered or
+        were requeued; unacknowledged are with a consumer now."""
+        await self.ensure(q)
+        status = await self._broker(q.broker).group_status(q.group, [q.topic])
+        mine = [s for s in status.queues if s.topic == q.topic]
+        return sum(s.ready for s in mine), sum(s.in_flight - s.due for s in mine)
+
+    async def purge(self, q: QueueMeta) -> int:
+        """Drop the queue's ready messages; how many there were."""
+        ready, _ = await self.counts(q)
+        api = self._broker(q.broker)
+        status = await api.topic_status(q.topic)
+        end = max((s.max_offset for s in status.queues), default=0)
+        await api.reset_offset(q.group, q.topic, 0, end)
+        return ready
+
+    async def delete(self, q: QueueMeta) -> None:
+        api = self._broker(q.broker)
+        self._ready.discard(q.id)
+        with contextlib.suppress(NotFound):
+            await api.delete_group(q.group)
+        with contextlib.suppress(NotFound):
+            await api.delete_topic(q.topic)

@@ -1,0 +1,153 @@
+"""`Gateway`: the AMQP 0-9-1 server of a proxy (docs/amqp.md), over the proxy's brokers.
+
+It owns the metadata cache (proxy/amqp/metastore.py), the queue store (proxy/amqp/queues.py)
+and the connections; `serve` listens until `stop`, then closes every connection (their unacked
+deliveries go back to their queues).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import secrets
+import socket
+from collections import Counter
+from collections.abc import Callable
+
+from broker.client.amqpmeta import AmqpMetaApi
+from broker.client.api import BrokerApi
+from common.errors import SluiceError, Unavailable, Unsupported
+from common.logs import kv
+from common.security import SecurityDoc
+from proxy.amqp import topology
+from proxy.amqp.codes import AmqpError
+from proxy.amqp.connection import Connection
+from proxy.amqp.deadletter import DeadLetters
+from proxy.amqp.meta import QueueMeta
+from proxy.amqp.metastore import MetaStore
+from proxy.amqp.queues import QueueStore
+from proxy.config import AmqpConfig
+
+log = logging.getLogger("sluice.proxy.amqp")
+
+
+class Gateway:
+    def __init__(
+        self,
+        config: AmqpConfig,
+        *,
+        broker: Callable[[str], BrokerApi],
+        broker_names: Callable[[], list[str]],
+        security: Callable[[], SecurityDoc | None],
+        auth_required: bool = False,
+    ) -> None:
+        self.config = config
+        self._broker = broker
+        self._broker_names = broker_names
+        self.security = security
+        self.auth_required = auth_required  # only the security document's users, no guest
+        self.meta = MetaStore(self._home, refresh_ms=config.meta_refresh_ms)
+        self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms,
+                                call_timeout_s=config.call_timeout_s)  # fmt: skip
+        self.dead = DeadLetters(self.meta, self.store)
+        self.connections: dict[str, Connection] = {}
+        self._consumers: Counter[tuple[str, int]] = Counter()  # (vhost, queue number) -> consumers here
+        self._ids = itertools.count(1)
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+        self.address = ""
+        self._prefix = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}-"  # unique across proxies
+
+    def _home(self) -> tuple[str, AmqpMetaApi]:
+        names = sorted(self._broker_names())
+        if not names:
+            raise Unavailable("no broker is known yet to hold the AMQP metadata")
+        api = self._broker(names[0])
+        if not isinstance(api, AmqpMetaApi):
+            raise Unsupported(f"broker {names[0]} keeps no AMQP metadata")
+        return names[0], api
+
+    # -- consumers and queues ------------------------------------------------------------------------
+
+    def consumer_count(self, vhost: str, queue: QueueMeta) -> int:
+        return self._consumers[(vhost, queue.id)]
+
+    def consumer_added(self, vhost: str, queue: QueueMeta) -> None:
+        self._consumers[(vhost, queue.id)] += 1
+
+    def consumer_removed(self, vhost: str, queue: QueueMeta) -> None:
+        key = (vhost, queue.id)
+        self._consumers[key] -= 1
+        if self._consumers[key] <= 0:
+            del self._consumers[key]
+
+    async def consumer_gone(self, vhost: str, queue: QueueMeta, owner: str) -> None:
+        """A consumer cancelled or closed: an auto-delete queue goes with its last consumer."""
+        self.consumer_removed(vhost, queue)
+        if queue.auto_delete and not self.consumer_count(vhost, queue):
+            try:
+                await self.delete_queue(vhost, queue, queue.exclusive_owner or owner)
+            except (SluiceError, AmqpError) as exc:
+                log.warning("could not delete an auto-delete queue after its last consumer",
+                            extra=kv(vhost=vhost, queue=queue.name, error=str(exc)))  # fmt: skip
+
+    async def delete_queue(self, vhost: str, queue: QueueMeta, owner: str) -> None:
+        removed = await self.meta.change(lambda doc: topology.delete_queue(doc, vhost, queue.name, owner))
+        if removed is None or removed.id != queue.id:
+            return
+        await self.store.delete(removed)
+        for conn in list(self.connections.values()):
+            conn.queue_deleted(vhost, queue.name)
+        log.info("AMQP queue deleted", extra=kv(vhost=vhost, queue=queue.name))
+
+    def connection_gone(self, conn: Connection) -> None:
+        self.connections.pop(conn.id, None)
+
+    # -- serving ----------------------------------------------------------------------------------
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = Connection(self, reader, writer, f"{self._prefix}{next(self._ids)}")
+        self.connections[conn.id] = conn
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        try:
+            await conn.serve()
+        finally:
+            if task is not None:
+                self._handlers.discard(task)
+
+    async def start(self, host: str, *, reuse_port: bool = False) -> str:
+        """Listen; the address. Unavailable when the port cannot be had."""
+        try:
+            self._server = await asyncio.start_server(self._client, host, self.config.port,
+                                                      reuse_port=reuse_port or None)  # fmt: skip
+        except OSError as exc:
+            raise Unavailable(f"AMQP cannot listen on {host}:{self.config.port}: {exc.strerror or exc} "
+                              "(is the port in use? --amqp-port -1 turns AMQP off)") from None  # fmt: skip
+        port = self._server.sockets[0].getsockname()[1]
+        self.address = f"{host}:{port}"
+        log.info("AMQP listening", extra=kv(address=self.address))
+        return self.address
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop`; then close every connection (each requeues its unacked deliveries)."""
+        assert self._server is not None, "start() first"
+        meta_stop = asyncio.Event()
+        refresher = asyncio.create_task(self.meta.run(meta_stop), name="amqp-metadata")
+        try:
+            await stop.wait()
+        finally:
+            self._server.close()
+            for conn in list(self.connections.values()):
+                try:
+                    conn.shut_down()
+                except Exception:  # one connection's trouble must not keep the others open
+                    log.exception("closing an AMQP connection at shutdown failed")
+            if self._handlers:
+                await asyncio.wait(list(self._handlers), timeout=2 * self.config.call_timeout_s)
+            meta_stop.set()
+            await refresher
+            log.info("AMQP stopped", extra=kv(address=self.address))
