@@ -12,7 +12,7 @@ from typing import Any
 from common.errors import NotFound, Unavailable
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report
-from proxy.amqp.meta import BUILTIN_EXCHANGES, MetaDoc, decode
+from proxy.amqp.meta import BUILTIN_EXCHANGES, MetaDoc, QueueMeta, decode
 
 EXCHANGE_COLUMNS = ["vhost", "name", "type", "durable", "auto_delete", "internal", "arguments"]
 QUEUE_COLUMNS = ["vhost", "name", "ready", "unacked", "durable", "exclusive", "auto_delete", "topic", "broker",
@@ -44,29 +44,46 @@ async def list_exchanges(cluster: Cluster, vhost: str | None) -> Report:
     return Report(EXCHANGE_COLUMNS, rows, note=f"metadata version {doc.version}")
 
 
+async def _counts(cluster: Cluster, address: str, q: QueueMeta) -> tuple[int, int] | None:
+    """(ready, unacked) of the queue from its broker; None when its group or topic is not there."""
+    try:
+        status = await cluster.broker(q.broker, address).group_status(q.group, [q.topic])
+    except NotFound:
+        return None
+    mine = [s for s in status.queues if s.topic == q.topic]
+    return sum(s.ready for s in mine), sum(s.in_flight - s.due for s in mine)
+
+
 async def list_queues(cluster: Cluster, vhost: str | None) -> Report:
+    """The queues with their counts. The document and the counts are not read at one instant: a
+    queue whose group is missing is looked up again in a newer document, and left out when that
+    no longer holds it (it was deleted meanwhile: a proxy removes the metadata entry first, then
+    the group and topic); when it still holds it (declared, group not created yet) its counts
+    are unknown."""
     doc = await metadata(cluster)
     addresses = {b.broker_name: b.address for b in await cluster.brokers()}
+    listed = [(name, q) for name, v in sorted(doc.vhosts.items()) if vhost is None or name == vhost
+              for q in sorted(v.queues.values(), key=lambda q: q.name)]  # fmt: skip
+    counts = {(name, q.id): await _counts(cluster, addresses[q.broker], q) if q.broker in addresses else None
+              for name, q in listed}  # fmt: skip
+    if any(c is None and q.broker in addresses for (_, q), c in zip(listed, counts.values(), strict=True)):
+        newer = await metadata(cluster)
+        listed = [(name, q) for name, q in listed
+                  if q.broker not in addresses or counts[(name, q.id)] is not None
+                  or _same_queue(newer, name, q)]  # fmt: skip
     rows: list[dict[str, Any]] = []
-    for name, v in sorted(doc.vhosts.items()):
-        if vhost is not None and name != vhost:
-            continue
-        for q in sorted(v.queues.values(), key=lambda q: q.name):
-            ready: int | None = None
-            unacked: int | None = None
-            if q.broker in addresses:
-                try:
-                    status = await cluster.broker(q.broker, addresses[q.broker]).group_status(q.group, [q.topic])
-                except NotFound:  # its group or topic is gone (the queue is being deleted): no counts
-                    status = None
-                mine = [] if status is None else [s for s in status.queues if s.topic == q.topic]
-                if status is not None:
-                    ready = sum(s.ready for s in mine)
-                    unacked = sum(s.in_flight - s.due for s in mine)
-            rows.append({"vhost": name, "name": q.name, "ready": ready, "unacked": unacked, "durable": q.durable,
-                         "exclusive": bool(q.exclusive_owner), "auto_delete": q.auto_delete, "topic": q.topic,
-                         "broker": q.broker, "arguments": q.arguments})  # fmt: skip
+    for name, q in listed:
+        ready, unacked = counts[(name, q.id)] or (None, None)
+        rows.append({"vhost": name, "name": q.name, "ready": ready, "unacked": unacked, "durable": q.durable,
+                     "exclusive": bool(q.exclusive_owner), "auto_delete": q.auto_delete, "topic": q.topic,
+                     "broker": q.broker, "arguments": q.arguments})  # fmt: skip
     return Report(QUEUE_COLUMNS, rows, note=f"{len(rows)} queue(s), metadata version {doc.version}")
+
+
+def _same_queue(doc: MetaDoc, vhost: str, q: QueueMeta) -> bool:
+    now = doc.vhosts.get(vhost)
+    found = None if now is None else now.queues.get(q.name)
+    return found is not None and found.id == q.id
 
 
 async def list_bindings(cluster: Cluster, vhost: str | None) -> Report:
