@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from broker.client.amqpmeta import AmqpMetaApi
 from broker.client.api import BrokerApi
+from common import metrics
 from common.errors import SluiceError, Unavailable, Unsupported
 from common.logs import kv
 from common.security import SecurityDoc
@@ -102,6 +103,10 @@ class Gateway:
             conn.queue_deleted(vhost, queue.name)
         log.info("AMQP queue deleted", extra=kv(vhost=vhost, queue=queue.name))
 
+    def metric_samples(self) -> list[metrics.Sample]:
+        """The `sluice_amqp_queue_*` samples of every queue in the metadata."""
+        return self.store.metrics.samples(self.meta.doc, self.consumer_count, self.store.depth)
+
     def connection_gone(self, conn: Connection) -> None:
         self.connections.pop(conn.id, None)
 
@@ -137,6 +142,7 @@ class Gateway:
         assert self._server is not None, "start() first"
         meta_stop = asyncio.Event()
         refresher = asyncio.create_task(self.meta.run(meta_stop), name="amqp-metadata")
+        unregister = metrics.register_source(self.metric_samples)
         try:
             await stop.wait()
         finally:
@@ -148,6 +154,8 @@ class Gateway:
                     log.exception("closing an AMQP connection at shutdown failed")
             if self._handlers:
                 await asyncio.wait(list(self._handlers), timeout=2 * self.config.call_timeout_s)
+            unregister()
+            await self.store.metrics.close()
             meta_stop.set()
             await refresher
             log.info("AMQP stopped", extra=kv(address=self.address))
