@@ -1,18 +1,23 @@
-"""`sluice admin amqp exchanges|queues|bindings`: the AMQP gateway's metadata (docs/amqp.md).
+"""`sluice admin amqp exchanges|queues|bindings|connections|channels`: the AMQP gateway's metadata (docs/amqp.md).
 
 The document is read from the metadata home broker, the first registered broker by name (the
 proxies' rule, proxy/amqp/server.py); each queue's counts come from its broker's group status
 (ready: what a consumer would get now; unacked: delivered and not acknowledged yet).
+`connections|channels` come from the proxies' client reports (AMQP connections are reported with
+the RocketMQ clients, type `AMQP`, their vhost, user and channels as JSON in `detail`).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from broker.client.api import ConnectedClient
 from common.errors import NotFound, Unavailable
+from deploy.admin.clients import connected_clients
 from deploy.admin.cluster import Cluster
-from deploy.admin.output import Report
-from proxy.amqp.meta import BUILTIN_EXCHANGES, MetaDoc, QueueMeta, decode
+from deploy.admin.output import Report, format_time_ms
+from proxy.amqp.meta import AMQP_CLIENT_TYPE, BUILTIN_EXCHANGES, MetaDoc, QueueMeta, decode
 
 EXCHANGE_COLUMNS = ["vhost", "name", "type", "durable", "auto_delete", "internal", "arguments"]
 QUEUE_COLUMNS = ["vhost", "name", "ready", "unacked", "durable", "exclusive", "auto_delete", "topic", "broker",
@@ -96,3 +101,47 @@ async def list_bindings(cluster: Cluster, vhost: str | None) -> Report:
         for b in v.bindings
     ]  # fmt: skip
     return Report(BINDING_COLUMNS, rows, note=f"{len(rows)} binding(s), metadata version {doc.version}")
+
+
+CONNECTION_COLUMNS = ["connection", "vhost", "user", "client", "address", "proxy", "channels", "opened"]
+CHANNEL_COLUMNS = ["connection", "channel", "vhost", "user", "consumers", "unacked", "prefetch", "global_prefetch",
+                   "confirm", "transactional", "proxy"]  # fmt: skip
+
+
+async def _connections(cluster: Cluster, vhost: str | None) -> list[tuple[ConnectedClient, dict[str, Any]]]:
+    """The AMQP connections the proxies last reported (with the RocketMQ clients:
+    deploy/admin/clients.py), with their decoded detail, oldest first."""
+    found = []
+    for c in await connected_clients(cluster):
+        if c.client_type != AMQP_CLIENT_TYPE:
+            continue
+        try:
+            detail = json.loads(c.detail) if c.detail else {}
+        except ValueError:
+            detail = {}
+        if isinstance(detail, dict) and (vhost is None or detail.get("vhost") == vhost):
+            found.append((c, detail))
+    return sorted(found, key=lambda cd: (cd[1].get("opened_ms", 0), cd[0].client_id))
+
+
+async def list_connections(cluster: Cluster, vhost: str | None) -> Report:
+    rows: list[dict[str, Any]] = [
+        {"connection": c.client_id, "vhost": d.get("vhost", ""), "user": d.get("user", ""),
+         "client": f"{c.language} {c.version}".strip(), "address": c.address, "proxy": c.proxy,
+         "channels": len(d.get("channels") or []), "opened": format_time_ms(int(d.get("opened_ms", 0)))}
+        for c, d in await _connections(cluster, vhost)
+    ]  # fmt: skip
+    return Report(CONNECTION_COLUMNS, rows, note=f"{len(rows)} connection(s), as the proxies last reported")
+
+
+async def list_channels(cluster: Cluster, vhost: str | None) -> Report:
+    rows: list[dict[str, Any]] = []
+    for c, d in await _connections(cluster, vhost):
+        for ch in d.get("channels") or []:
+            if isinstance(ch, dict):
+                rows.append({"connection": c.client_id, "channel": ch.get("channel"), "vhost": d.get("vhost", ""),
+                             "user": d.get("user", ""), "consumers": ch.get("consumers"),
+                             "unacked": ch.get("unacked"), "prefetch": ch.get("prefetch"),
+                             "global_prefetch": ch.get("global_prefetch"), "confirm": ch.get("confirm"),
+                             "transactional": ch.get("transactional"), "proxy": c.proxy})  # fmt: skip
+    return Report(CHANNEL_COLUMNS, rows, note=f"{len(rows)} channel(s), as the proxies last reported")

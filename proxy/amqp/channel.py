@@ -82,6 +82,12 @@ class _Unacked:
 
 
 class Channel:
+    def describe(self) -> dict[str, object]:
+        """What `sluice admin amqp channels` shows of this channel."""
+        return {"channel": self.number, "consumers": len(self._consumers), "unacked": len(self._unacked),
+                "prefetch": self._prefetch_consumer, "global_prefetch": self._prefetch_channel,
+                "confirm": self._confirm, "transactional": self._tx}  # fmt: skip
+
     def __init__(self, conn: Connection, number: int) -> None:
         self.conn = conn
         self.gw = conn.gw

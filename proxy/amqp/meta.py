@@ -24,6 +24,8 @@ BUILTIN_EXCHANGES = {"": DIRECT, "amq.direct": DIRECT, "amq.fanout": FANOUT, "am
 
 Args = dict[str, Any]
 
+AMQP_CLIENT_TYPE = "AMQP"  # an AMQP connection's client type in the proxies' client reports
+
 
 def jsonable(value: object) -> object:
     """An AMQP field value as JSON (arguments are compared on redeclare and stored): bytes and

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import os
 import secrets
 import socket
+import time
 from collections import Counter
 from collections.abc import Callable
 
 from broker.client.amqpmeta import AmqpMetaApi
-from broker.client.api import BrokerApi
+from broker.client.api import BrokerApi, ConnectedClient
 from common import metrics
 from common.errors import SluiceError, Unavailable, Unsupported
 from common.logs import kv
@@ -26,7 +28,7 @@ from proxy.amqp import topology
 from proxy.amqp.codes import AmqpError
 from proxy.amqp.connection import Connection
 from proxy.amqp.deadletter import DeadLetters
-from proxy.amqp.meta import QueueMeta
+from proxy.amqp.meta import AMQP_CLIENT_TYPE, QueueMeta
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import QueueStore
 from proxy.config import AmqpConfig
@@ -106,6 +108,17 @@ class Gateway:
     def metric_samples(self) -> list[metrics.Sample]:
         """The `sluice_amqp_queue_*` samples of every queue in the metadata."""
         return self.store.metrics.samples(self.meta.doc, self.consumer_count, self.store.depth)
+
+    def connected_clients(self, proxy: str) -> list[ConnectedClient]:
+        """The open connections as `client list` and `sluice admin amqp connections|channels` show
+        them (reported to the brokers with the RocketMQ clients, proxy/core/clientreport.py)."""
+        now_ms = int(time.time() * 1000)
+        return [
+            ConnectedClient(c.id, c.client[0], c.client[1], AMQP_CLIENT_TYPE, c.peer, proxy, "", (), now_ms,
+                            json.dumps({"vhost": c.vhost, "user": c.user, "opened_ms": c.opened_ms,
+                                        "channels": [ch.describe() for ch in list(c.channels.values())]}))
+            for c in list(self.connections.values()) if c.user
+        ]  # fmt: skip
 
     def connection_gone(self, conn: Connection) -> None:
         self.connections.pop(conn.id, None)

@@ -258,6 +258,37 @@ def test_per_queue_metrics(cluster: Cluster, unique: Callable[[str], str]) -> No
         ch.queue_delete(queue)
 
 
+def test_admin_lists_connections_and_channels(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    queue = unique("conn-q")
+    params_ = params(endpoints(cluster)[-1])
+    params_.client_properties = {"product": "sluice-e2e", "version": "7.7"}
+    with pika.BlockingConnection(params_) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(queue, exclusive=True)
+        ch.basic_publish("", queue, b"x")
+        ch.basic_qos(prefetch_count=5)
+        ch.basic_consume(queue, lambda *_: None)
+        tx = conn.channel()
+        tx.tx_select()
+        conn.process_data_events(time_limit=0.3)
+        deadline = time.monotonic() + WAIT_S  # proxies report every few seconds
+        mine: list[dict[str, object]] = []
+        while not mine and time.monotonic() < deadline:
+            time.sleep(0.5)
+            mine = [c for c in cluster.admin("amqp", "connections", "--vhost", "/") if c["client"] == "sluice-e2e 7.7"]
+        assert len(mine) == 1 and mine[0]["user"] == "guest" and mine[0]["channels"] == 2, mine
+        channels = [c for c in cluster.admin("amqp", "channels") if c["connection"] == mine[0]["connection"]]
+        by_number = {c["channel"]: c for c in channels}
+        assert set(by_number) == {ch.channel_number, tx.channel_number}
+        assert {k: by_number[ch.channel_number][k] for k in ("consumers", "unacked", "prefetch", "confirm",
+                                                             "transactional")} == {
+            "consumers": 1, "unacked": 1, "prefetch": 5, "confirm": True, "transactional": False}  # fmt: skip
+        assert by_number[tx.channel_number]["transactional"] is True
+        assert mine[0]["connection"] in cluster.admin_text("amqp", "channels")
+        assert cluster.admin("amqp", "connections", "--vhost", "no-such-vhost") == []
+
+
 def json_bytes(value: object) -> bytes:
     return json.dumps(value, sort_keys=True).encode()
 
