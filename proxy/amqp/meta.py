@@ -65,6 +65,7 @@ class QueueMeta:
     exclusive_owner: str = ""  # the owning connection's id; "" when not exclusive
     auto_delete: bool = False
     arguments: Args = field(default_factory=dict)
+    used_ms: int = 0  # epoch ms of its last declare, basic.get or consumer (kept for x-expires only)
 
     @property
     def topic(self) -> str:
@@ -86,6 +87,10 @@ class QueueMeta:
     def overflow(self) -> str:
         value = self.arguments.get("x-overflow")
         return value if isinstance(value, str) else "drop-head"
+
+    @property
+    def expires_ms(self) -> int | None:
+        return self._int_arg("x-expires")
 
     @property
     def delivery_limit(self) -> int | None:

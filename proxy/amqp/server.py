@@ -28,6 +28,7 @@ from proxy.amqp import topology
 from proxy.amqp.codes import AmqpError
 from proxy.amqp.connection import Connection
 from proxy.amqp.deadletter import DeadLetters
+from proxy.amqp.expiry import QueueExpiry
 from proxy.amqp.meta import AMQP_CLIENT_TYPE, QueueMeta
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import QueueStore
@@ -55,6 +56,7 @@ class Gateway:
         self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms,
                                 call_timeout_s=config.call_timeout_s)  # fmt: skip
         self.dead = DeadLetters(self.meta, self.store)
+        self.expiry = QueueExpiry(self.meta, self.consumer_count, self._queue_removed)
         self.connections: dict[str, Connection] = {}
         self._consumers: Counter[tuple[str, int]] = Counter()  # (vhost, queue number) -> consumers here
         self._ids = itertools.count(1)
@@ -100,7 +102,11 @@ class Gateway:
         removed = await self.meta.change(lambda doc: topology.delete_queue(doc, vhost, queue.name, owner))
         if removed is None or removed.id != queue.id:
             return
-        await self.store.delete(removed)
+        await self._queue_removed(vhost, removed)
+
+    async def _queue_removed(self, vhost: str, queue: QueueMeta) -> None:
+        """After its metadata entry: drop the queue's group and topic, tell its consumers."""
+        await self.store.delete(queue)
         for conn in list(self.connections.values()):
             conn.queue_deleted(vhost, queue.name)
         log.info("AMQP queue deleted", extra=kv(vhost=vhost, queue=queue.name))
@@ -155,6 +161,7 @@ class Gateway:
         assert self._server is not None, "start() first"
         meta_stop = asyncio.Event()
         refresher = asyncio.create_task(self.meta.run(meta_stop), name="amqp-metadata")
+        sweeper = asyncio.create_task(self.expiry.run(meta_stop), name="amqp-queue-expiry")
         unregister = metrics.register_source(self.metric_samples)
         try:
             await stop.wait()
@@ -171,4 +178,5 @@ class Gateway:
             await self.store.metrics.close()
             meta_stop.set()
             await refresher
+            await sweeper
             log.info("AMQP stopped", extra=kv(address=self.address))

@@ -289,6 +289,37 @@ def test_admin_lists_connections_and_channels(cluster: Cluster, unique: Callable
         assert cluster.admin("amqp", "connections", "--vhost", "no-such-vhost") == []
 
 
+def _exists(conn: pika.BlockingConnection, queue: str) -> bool:
+    try:
+        conn.channel().queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        assert exc.reply_code == 404, exc
+        return False
+    return True
+
+
+def test_x_expires_deletes_an_unused_queue_only(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    unused, consumed = unique("expires-unused"), unique("expires-consumed")
+    args = {"x-expires": 1500}
+    with connect(endpoints(cluster)[0]) as conn, connect(endpoints(cluster)[-1]) as other:
+        ch = conn.channel()
+        ch.queue_declare(unused, arguments=args)
+        ch.confirm_delivery()
+        ch.basic_publish("", unused, b"kept until expiry")
+        och = other.channel()  # a consumer on another proxy keeps its queue in use
+        och.queue_declare(consumed, arguments=args)
+        och.basic_consume(consumed, lambda *_: None)
+        deadline = time.monotonic() + WAIT_S
+        while _exists(conn, unused) and time.monotonic() < deadline:
+            other.process_data_events(time_limit=0.2)
+        assert not _exists(conn, unused), "a queue unused for its x-expires is deleted (messages and all)"
+        for _ in range(10):  # 2 s more than its x-expires, with a consumer all along
+            other.process_data_events(time_limit=0.2)
+        assert _exists(conn, consumed)
+        assert unused not in {q["name"] for q in cluster.admin("amqp", "queues")}
+        och.queue_delete(consumed)
+
+
 def json_bytes(value: object) -> bytes:
     return json.dumps(value, sort_keys=True).encode()
 
