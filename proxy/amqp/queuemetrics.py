@@ -51,11 +51,11 @@ class QueueMetrics:
         except RuntimeError:  # not scraped from the event loop's thread: no refresh
             return out
         if self._refresh is None or self._refresh.done():
-            refresh = self._refresh_depth([q for _, q in queues], counts)
+            refresh = self._refresh_depth([q for _, q in queues], doc.next_id, counts)
             self._refresh = loop.create_task(refresh, name="amqp-queue-depth")
         return out
 
-    async def _refresh_depth(self, queues: list[QueueMeta],
+    async def _refresh_depth(self, queues: list[QueueMeta], next_id: int,
                              counts: Callable[[QueueMeta], Awaitable[tuple[int, int]]]) -> None:  # fmt: skip
         depth: dict[int, tuple[int, int]] = {}
         for q in queues:
@@ -64,9 +64,9 @@ class QueueMetrics:
             except SluiceError as exc:  # deleted meanwhile, or its broker is down: no sample this time
                 log.debug("AMQP queue depth not read", extra=kv(queue=q.name, error=str(exc)))
         self._depth = depth
-        live = {q.id for q in queues}
+        live = {q.id for q in queues}  # numbers from next_id on were allocated after the snapshot
         for counter in (self.published, self.delivered, self.acked):
-            for gone in [i for i in counter if i not in live]:
+            for gone in [i for i in counter if i < next_id and i not in live]:
                 del counter[gone]
 
     async def close(self) -> None:
