@@ -315,6 +315,30 @@ REPLICATION_FENCED = ScrapeFamily(
     ("broker", "group"), "counter",
 )  # fmt: skip
 
+_AMQP_QUEUE = ("vhost", "queue")
+AMQP_QUEUE_READY = ScrapeFamily(
+    "sluice_amqp_queue_ready_messages",
+    "Messages of an AMQP queue a consumer would get now (as of the previous scrape)", _AMQP_QUEUE,
+)  # fmt: skip
+AMQP_QUEUE_UNACKED = ScrapeFamily(
+    "sluice_amqp_queue_unacked_messages",
+    "Messages of an AMQP queue delivered and not yet acknowledged (as of the previous scrape)", _AMQP_QUEUE,
+)  # fmt: skip
+AMQP_QUEUE_CONSUMERS = ScrapeFamily(
+    "sluice_amqp_queue_consumers", "Consumers of an AMQP queue on this proxy", _AMQP_QUEUE
+)
+AMQP_QUEUE_PUBLISHED = ScrapeFamily(
+    "sluice_amqp_queue_published_total", "Messages this proxy stored into an AMQP queue", _AMQP_QUEUE, "counter"
+)
+AMQP_QUEUE_DELIVERED = ScrapeFamily(
+    "sluice_amqp_queue_delivered_total", "Deliveries (redeliveries too) this proxy made from an AMQP queue",
+    _AMQP_QUEUE, "counter",
+)  # fmt: skip
+AMQP_QUEUE_ACKED = ScrapeFamily(
+    "sluice_amqp_queue_acked_total", "Messages of an AMQP queue acknowledged through this proxy", _AMQP_QUEUE,
+    "counter",
+)  # fmt: skip
+
 SCRAPE_FAMILIES: tuple[ScrapeFamily, ...] = (
     PROXY_CLIENTS, PROXY_IN_FLIGHT, PROXY_IN_FLIGHT_BYTES, CONSUMER_LAG, CONSUMER_IN_FLIGHT, DEAD_LETTERED,
     DISPATCH_LAG_BYTES, DISPATCH_LAG_SECONDS, UNFLUSHED_BYTES, COMMITLOG_BYTES, COMMITLOG_SEGMENTS, ROCKSDB_BYTES,
@@ -322,6 +346,8 @@ SCRAPE_FAMILIES: tuple[ScrapeFamily, ...] = (
     REPLICATION_PRIMARY, REPLICATION_EPOCH, REPLICATION_LAG_BYTES, REPLICATION_INSYNC, REPLICATION_FAILOVERS,
     REPLICATION_FENCED,
     LITE_TOPICS, LITE_SUBSCRIPTIONS, LITE_EXPIRED, PRIORITY_MESSAGES,
+    AMQP_QUEUE_READY, AMQP_QUEUE_UNACKED, AMQP_QUEUE_CONSUMERS, AMQP_QUEUE_PUBLISHED, AMQP_QUEUE_DELIVERED,
+    AMQP_QUEUE_ACKED,
 )  # fmt: skip
 
 Sample = tuple[ScrapeFamily, tuple[str, ...], float]

@@ -104,4 +104,5 @@ async def _start_amqp(app: ProxyApp) -> Gateway:
     gateway = Gateway(cfg.amqp, broker=app.directory.broker, broker_names=app.directory.broker_names,
                       security=lambda: app.policy.doc, auth_required=cfg.auth.enabled)  # fmt: skip
     await gateway.start(cfg.host, reuse_port=cfg.reuse_port or cfg.amqp.reuse_port)
+    app.client_reporter.add_source(gateway.connected_clients)
     return gateway

@@ -520,6 +520,7 @@ class ConnectedClient:
     group: str  # consumers only
     topics: tuple[str, ...]  # published or subscribed
     last_seen_ms: int  # epoch ms of its last heartbeat, settings or stream activity
+    detail: str = ""  # JSON: an AMQP connection's vhost, user and channels ("" for RocketMQ clients)
 
 
 # -- lite topics (appended: see broker/lite/ and docs/lite-topics.md) -------------------------------

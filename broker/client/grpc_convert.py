@@ -563,12 +563,13 @@ def connected_client_to_pb(c: ConnectedClient) -> pb.ConnectedClient:
     return pb.ConnectedClient(
         client_id=c.client_id, language=c.language, version=c.version, client_type=c.client_type,
         address=c.address, proxy=c.proxy, group=c.group, topics=list(c.topics), last_seen_ms=c.last_seen_ms,
+        detail=c.detail,
     )  # fmt: skip
 
 
 def connected_client_from_pb(msg: pb.ConnectedClient) -> ConnectedClient:
     return ConnectedClient(msg.client_id, msg.language, msg.version, msg.client_type, msg.address, msg.proxy,
-                           msg.group, tuple(msg.topics), msg.last_seen_ms)  # fmt: skip
+                           msg.group, tuple(msg.topics), msg.last_seen_ms, msg.detail)  # fmt: skip
 
 
 # -- lite topics ----------------------------------------------------------------------------------

@@ -374,6 +374,8 @@ def _add_amqp(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) 
         ("exchanges", _amqp_exchanges, "AMQP exchanges (built-in ones too) per vhost"),
         ("queues", _amqp_queues, "AMQP queues: ready and unacked messages, flags, topic"),
         ("bindings", _amqp_bindings, "AMQP bindings: source, destination, routing key"),
+        ("connections", _amqp_connections, "AMQP connections of every proxy (reported every 5 s)"),
+        ("channels", _amqp_channels, "AMQP channels of every proxy: consumers, unacked, prefetch, confirm, tx"),
     ]
     for name, run, text in listings:
         _leaf(actions, name, shared, run, text).add_argument("--vhost", metavar="V", help="only this vhost")
@@ -489,6 +491,14 @@ async def _amqp_queues(cluster: Cluster, args: argparse.Namespace) -> Report:
 
 async def _amqp_bindings(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await amqp.list_bindings(cluster, args.vhost)
+
+
+async def _amqp_connections(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await amqp.list_connections(cluster, args.vhost)
+
+
+async def _amqp_channels(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return await amqp.list_channels(cluster, args.vhost)
 
 
 async def _client_list(cluster: Cluster, args: argparse.Namespace) -> Report:

@@ -82,6 +82,12 @@ class _Unacked:
 
 
 class Channel:
+    def describe(self) -> dict[str, object]:
+        """What `sluice admin amqp channels` shows of this channel."""
+        return {"channel": self.number, "consumers": len(self._consumers), "unacked": len(self._unacked),
+                "prefetch": self._prefetch_consumer, "global_prefetch": self._prefetch_channel,
+                "confirm": self._confirm, "transactional": self._tx}  # fmt: skip
+
     def __init__(self, conn: Connection, number: int) -> None:
         self.conn = conn
         self.gw = conn.gw
@@ -289,7 +295,8 @@ class Channel:
         if m.passive:
             await self.gw.meta.refresh()
         home = self.gw.meta.home_broker()
-        queue = await self.gw.meta.change(lambda doc: topology.declare_queue(doc, vhost, d, owner, home))
+        now_ms = int(time.time() * 1000)
+        queue = await self.gw.meta.change(lambda doc: topology.declare_queue(doc, vhost, d, owner, home, now_ms))
         if queue.exclusive_owner:
             self.conn.exclusive.add(queue.name)
         await self._settled()
@@ -545,6 +552,7 @@ class Channel:
             raise AmqpError(COMMAND_INVALID, f"consumer tag '{tag}' is already in use on channel {self.number}")
         if m.exclusive and self.gw.consumer_count(self.conn.vhost, queue):
             raise AmqpError(ACCESS_REFUSED, f"queue '{queue.name}' in vhost '{self.conn.vhost}' in exclusive use")
+        await self.gw.expiry.used(self.conn.vhost, queue)
         c = Consumer(tag, self.conn.vhost, queue, m.no_ack, self._prefetch_consumer)
         self._consumers[tag] = c
         self.gw.consumer_added(self.conn.vhost, queue)
@@ -592,6 +600,7 @@ class Channel:
 
     async def _get(self, m: commands.Basic.Get) -> None:
         queue = await self._find_queue(m.queue)
+        await self.gw.expiry.used(self.conn.vhost, queue)
         await self._settled()
         got: list[Delivery] = []
         for _ in range(_GET_SCREENS):  # expired or over-limit messages are dead-lettered, not answered

@@ -80,6 +80,8 @@ class Connection:
         self.peer = f"{peer[0]}:{peer[1]}"
         self.vhost = "/"
         self.user = ""
+        self.client = ("", "")  # (product, version) from the client's properties
+        self.opened_ms = int(time.time() * 1000)
         self.frame_max = gw.config.frame_max_bytes
         self.channel_max = gw.config.channel_max
         self.heartbeat_s = 0
@@ -166,6 +168,8 @@ class Connection:
                                                       mechanisms=auth.MECHANISMS, locales="en_US"))  # fmt: skip
         start_ok = await self._expect(commands.Connection.StartOk)
         caps = (start_ok.client_properties or {}).get("capabilities") or {}
+        told = start_ok.client_properties or {}
+        self.client = (_text(told.get("product")), _text(told.get("version")))
         self.cancel_notify = isinstance(caps, dict) and bool(caps.get("consumer_cancel_notify"))
         self.blocked_notify = isinstance(caps, dict) and bool(caps.get("connection.blocked"))
         if start_ok.mechanism not in auth.MECHANISMS.split():
@@ -389,3 +393,10 @@ class Connection:
             except (SluiceError, AmqpError) as exc:
                 log.warning("could not delete an exclusive queue of a closed connection",
                             extra=kv(queue=name, error=str(exc)))  # fmt: skip
+
+
+def _text(value: object) -> str:
+    """A client property as text (clients send strings or bytes; anything else is left out)."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")[:100]
+    return value[:100] if isinstance(value, str) else ""

@@ -24,6 +24,8 @@ BUILTIN_EXCHANGES = {"": DIRECT, "amq.direct": DIRECT, "amq.fanout": FANOUT, "am
 
 Args = dict[str, Any]
 
+AMQP_CLIENT_TYPE = "AMQP"  # an AMQP connection's client type in the proxies' client reports
+
 
 def jsonable(value: object) -> object:
     """An AMQP field value as JSON (arguments are compared on redeclare and stored): bytes and
@@ -63,6 +65,7 @@ class QueueMeta:
     exclusive_owner: str = ""  # the owning connection's id; "" when not exclusive
     auto_delete: bool = False
     arguments: Args = field(default_factory=dict)
+    used_ms: int = 0  # epoch ms of its last declare, basic.get or consumer (kept for x-expires only)
 
     @property
     def topic(self) -> str:
@@ -84,6 +87,10 @@ class QueueMeta:
     def overflow(self) -> str:
         value = self.arguments.get("x-overflow")
         return value if isinstance(value, str) else "drop-head"
+
+    @property
+    def expires_ms(self) -> int | None:
+        return self._int_arg("x-expires")
 
     @property
     def delivery_limit(self) -> int | None:

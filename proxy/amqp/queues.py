@@ -31,6 +31,7 @@ from broker.client.api import (
 )
 from common.errors import NotFound
 from proxy.amqp.meta import QueueMeta
+from proxy.amqp.queuemetrics import QueueMetrics
 
 # User properties of a stored AMQP message (docs/amqp.md): where it was published and its content
 # header's property bytes as the client sent them (base64), handed back unchanged on delivery.
@@ -92,6 +93,7 @@ class QueueStore:
         self._invisible_ms = lease_ms
         self._timeout_s = call_timeout_s
         self._ready: set[int] = set()  # queue numbers whose topic and group are known to exist
+        self.metrics = QueueMetrics()
 
     async def ensure(self, q: QueueMeta) -> None:
         """Create the queue's topic and group on its broker (idempotent)."""
@@ -108,16 +110,20 @@ class QueueStore:
 
     async def send(self, q: QueueMeta, messages: list[OutgoingMessage]) -> list[SendResult]:
         await self.ensure(q)
-        return await self._broker(q.broker).send(q.topic, 0, messages, ctx=_ctx(self._timeout_s))
+        results = await self._broker(q.broker).send(q.topic, 0, messages, ctx=_ctx(self._timeout_s))
+        self.metrics.published[q.id] += len(results)
+        return results
 
     async def pop(self, q: QueueMeta, count: int, long_poll_ms: int) -> list[Delivery]:
         await self.ensure(q)
         request = PopRequest(q.group, q.topic, 0, min(count, _POP_MAX), self._invisible_ms, long_poll_ms=long_poll_ms)
         got = await self._broker(q.broker).pop(request, ctx=_ctx(long_poll_ms / 1000 + self._timeout_s))
+        self.metrics.delivered[q.id] += len(got)
         return [to_delivery(m) for m in got]
 
     async def ack(self, q: QueueMeta, handles: list[str]) -> None:
         await self._broker(q.broker).ack(q.group, q.topic, handles, ctx=_ctx(self._timeout_s))
+        self.metrics.acked[q.id] += len(handles)
 
     async def renew(self, q: QueueMeta, handles: list[str]) -> list[str]:
         """Extend the lease of delivered messages (their handles stay valid); the handles that
@@ -132,6 +138,10 @@ class QueueStore:
         """(ready, unacknowledged) messages of the queue, exactly: ready were never delivered or
         were requeued; unacknowledged are with a consumer now."""
         await self.ensure(q)
+        return await self.depth(q)
+
+    async def depth(self, q: QueueMeta) -> tuple[int, int]:
+        """What `counts` answers, without creating the topic and group (NotFound when missing)."""
         status = await self._broker(q.broker).group_status(q.group, [q.topic])
         mine = [s for s in status.queues if s.topic == q.topic]
         return sum(s.ready for s in mine), sum(s.in_flight - s.due for s in mine)

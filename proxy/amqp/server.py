@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import os
 import secrets
 import socket
+import time
 from collections import Counter
 from collections.abc import Callable
 
 from broker.client.amqpmeta import AmqpMetaApi
-from broker.client.api import BrokerApi
+from broker.client.api import BrokerApi, ConnectedClient
+from common import metrics
 from common.errors import SluiceError, Unavailable, Unsupported
 from common.logs import kv
 from common.security import SecurityDoc
@@ -25,7 +28,8 @@ from proxy.amqp import topology
 from proxy.amqp.codes import AmqpError
 from proxy.amqp.connection import Connection
 from proxy.amqp.deadletter import DeadLetters
-from proxy.amqp.meta import QueueMeta
+from proxy.amqp.expiry import QueueExpiry
+from proxy.amqp.meta import AMQP_CLIENT_TYPE, QueueMeta
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import QueueStore
 from proxy.config import AmqpConfig
@@ -52,6 +56,7 @@ class Gateway:
         self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms,
                                 call_timeout_s=config.call_timeout_s)  # fmt: skip
         self.dead = DeadLetters(self.meta, self.store)
+        self.expiry = QueueExpiry(self.meta, self.consumer_count, self._queue_removed)
         self.connections: dict[str, Connection] = {}
         self._consumers: Counter[tuple[str, int]] = Counter()  # (vhost, queue number) -> consumers here
         self._ids = itertools.count(1)
@@ -97,10 +102,29 @@ class Gateway:
         removed = await self.meta.change(lambda doc: topology.delete_queue(doc, vhost, queue.name, owner))
         if removed is None or removed.id != queue.id:
             return
-        await self.store.delete(removed)
+        await self._queue_removed(vhost, removed)
+
+    async def _queue_removed(self, vhost: str, queue: QueueMeta) -> None:
+        """After its metadata entry: drop the queue's group and topic, tell its consumers."""
+        await self.store.delete(queue)
         for conn in list(self.connections.values()):
             conn.queue_deleted(vhost, queue.name)
         log.info("AMQP queue deleted", extra=kv(vhost=vhost, queue=queue.name))
+
+    def metric_samples(self) -> list[metrics.Sample]:
+        """The `sluice_amqp_queue_*` samples of every queue in the metadata."""
+        return self.store.metrics.samples(self.meta.doc, self.consumer_count, self.store.depth)
+
+    def connected_clients(self, proxy: str) -> list[ConnectedClient]:
+        """The open connections as `client list` and `sluice admin amqp connections|channels` show
+        them (reported to the brokers with the RocketMQ clients, proxy/core/clientreport.py)."""
+        now_ms = int(time.time() * 1000)
+        return [
+            ConnectedClient(c.id, c.client[0], c.client[1], AMQP_CLIENT_TYPE, c.peer, proxy, "", (), now_ms,
+                            json.dumps({"vhost": c.vhost, "user": c.user, "opened_ms": c.opened_ms,
+                                        "channels": [ch.describe() for ch in list(c.channels.values())]}))
+            for c in list(self.connections.values()) if c.user
+        ]  # fmt: skip
 
     def connection_gone(self, conn: Connection) -> None:
         self.connections.pop(conn.id, None)
@@ -137,6 +161,8 @@ class Gateway:
         assert self._server is not None, "start() first"
         meta_stop = asyncio.Event()
         refresher = asyncio.create_task(self.meta.run(meta_stop), name="amqp-metadata")
+        sweeper = asyncio.create_task(self.expiry.run(meta_stop), name="amqp-queue-expiry")
+        unregister = metrics.register_source(self.metric_samples)
         try:
             await stop.wait()
         finally:
@@ -148,6 +174,9 @@ class Gateway:
                     log.exception("closing an AMQP connection at shutdown failed")
             if self._handlers:
                 await asyncio.wait(list(self._handlers), timeout=2 * self.config.call_timeout_s)
+            unregister()
+            await self.store.metrics.close()
             meta_stop.set()
             await refresher
+            await sweeper
             log.info("AMQP stopped", extra=kv(address=self.address))

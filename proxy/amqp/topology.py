@@ -5,7 +5,7 @@ raises an `AmqpError` and changes nothing."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from proxy.amqp.codes import (
     ACCESS_REFUSED,
@@ -141,8 +141,8 @@ class QueueDeclare:
     arguments: Args
 
 
-def declare_queue(doc: MetaDoc, vhost: str, d: QueueDeclare, owner: str, broker: str) -> QueueMeta:
-    """The queue, created when new (on `broker`, with the next number)."""
+def declare_queue(doc: MetaDoc, vhost: str, d: QueueDeclare, owner: str, broker: str, now_ms: int = 0) -> QueueMeta:
+    """The queue, created when new (on `broker`, with the next number); a declare is a use (x-expires)."""
     v = doc.vhost(vhost)
     what = _where("queue", d.name, vhost)
     old = v.queues.get(d.name)
@@ -154,7 +154,8 @@ def declare_queue(doc: MetaDoc, vhost: str, d: QueueDeclare, owner: str, broker:
     if d.name.startswith("amq.") and old is None and not d.name.startswith("amq.gen-"):
         raise AmqpError(ACCESS_REFUSED, f"{what} contains reserved prefix 'amq.*'")
     check_queue_arguments(d.arguments, what)
-    new = QueueMeta(d.name, doc.next_id, broker, d.durable, owner if d.exclusive else "", d.auto_delete, d.arguments)
+    new = QueueMeta(d.name, doc.next_id, broker, d.durable, owner if d.exclusive else "", d.auto_delete, d.arguments,
+                    now_ms if "x-expires" in d.arguments else 0)  # fmt: skip
     if old is None:
         v.queues[d.name] = new
         doc.next_id += 1
@@ -169,7 +170,27 @@ def declare_queue(doc: MetaDoc, vhost: str, d: QueueDeclare, owner: str, broker:
     for field, current, got in checks:
         if current != got:
             raise _inequivalent(field, what, got, current)
-    return old
+    return touch_queue(doc, vhost, old, now_ms)
+
+
+def touch_queue(doc: MetaDoc, vhost: str, queue: QueueMeta, now_ms: int) -> QueueMeta:
+    """Record a use of a queue with x-expires (the same queue: same name and number); the queue as stored."""
+    v = doc.vhost(vhost)
+    current = v.queues.get(queue.name)
+    if current is None or current.id != queue.id or current.expires_ms is None or current.used_ms >= now_ms:
+        return current or queue
+    v.queues[queue.name] = replace(current, used_ms=now_ms)
+    return v.queues[queue.name]
+
+
+def expire_queue(doc: MetaDoc, vhost: str, queue: QueueMeta, now_ms: int) -> QueueMeta | None:
+    """Remove the queue when it is still the same one and unused for its x-expires; the removed one."""
+    current = doc.vhost(vhost).queues.get(queue.name)
+    if current is None or current.id != queue.id or current.expires_ms is None:
+        return None
+    if now_ms - current.used_ms < current.expires_ms:
+        return None
+    return delete_queue(doc, vhost, queue.name, current.exclusive_owner)
 
 
 # Integer queue arguments and their lowest value; the others are checked by `check_queue_arguments`.

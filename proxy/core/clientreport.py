@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 
 from broker.client.api import ConnectedClient
 from common.logs import kv
@@ -58,6 +59,11 @@ class ClientReporter:
         self._interval_s = interval_s
         self._failing: set[str] = set()
         self._wake = asyncio.Event()
+        self._sources: list[Callable[[str], list[ConnectedClient]]] = []  # other protocols' connections
+
+    def add_source(self, source: Callable[[str], list[ConnectedClient]]) -> None:
+        """Report what `source(proxy)` lists too (the AMQP gateway's connections)."""
+        self._sources.append(source)
 
     def wake(self) -> None:
         """Report now (a session ended), not at the next interval."""
@@ -65,6 +71,8 @@ class ClientReporter:
 
     async def report_once(self) -> None:
         clients = connected_clients(self._sessions, self._proxy)
+        for source in self._sources:
+            clients += source(self._proxy)
         ttl_ms = int(self._interval_s * REPORT_TTL_INTERVALS * 1000)
         for name in self._dir.broker_names():
             try:

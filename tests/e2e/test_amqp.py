@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import operator
 import os
 import shutil
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from pamqp import commands, frame, heartbeat
 from pamqp import commands as pamqp_commands
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.support import amqp_fuzz
 from tests.e2e.support.amqp import WAIT_S, RawClient, connect, drain, endpoints, params
@@ -203,6 +206,118 @@ def test_headers_exchange_and_exchange_to_exchange_bindings(cluster: Cluster, un
             ch.basic_publish(front, "", b"nowhere now", pika.BasicProperties(headers={"format": "zip"}), mandatory=True)
         ch.exchange_delete(docs)
         ch.exchange_delete(front)
+
+
+def _queue_metrics(cluster: Cluster, vhost: str, queue: str) -> dict[str, float]:
+    """The `sluice_amqp_queue_*` samples of one queue over every process and worker: counters and
+    consumers summed, ready and unacked their max (every proxy reads them from the broker)."""
+    got: dict[str, float] = {}
+    for address in cluster.ops.values():
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=WAIT_S) as answer:
+            text = answer.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = (sample.labels.get("vhost"), sample.labels.get("queue"))  # and a worker's `worker`
+                if sample.name.startswith("sluice_amqp_queue_") and labels == (vhost, queue):
+                    name = sample.name.removeprefix("sluice_amqp_queue_")
+                    merged = max if name.endswith("_messages") else operator.add
+                    got[name] = merged(got[name], sample.value) if name in got else sample.value
+    return got
+
+
+def _metrics_eventually(cluster: Cluster, queue: str, want: dict[str, float]) -> dict[str, float]:
+    """The queue's metrics once they include `want` (or the last seen after WAIT_S): the depth
+    gauges show what the previous scrape asked the broker for."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        got = _queue_metrics(cluster, "/", queue)
+        if want.items() <= got.items() or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
+
+
+def test_per_queue_metrics(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    queue = unique("metrics-q")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue)
+        ch.confirm_delivery()
+        for _ in range(3):
+            ch.basic_publish("", queue, b"x")
+        method, _, _ = ch.basic_get(queue)
+        want = {"ready_messages": 2.0, "unacked_messages": 1.0, "consumers": 0.0, "published_total": 3.0,
+                "delivered_total": 1.0, "acked_total": 0.0}  # fmt: skip
+        assert _metrics_eventually(cluster, queue, want) == want
+        ch.basic_ack(method.delivery_tag)
+        ch.basic_qos(prefetch_count=1)
+        ch.basic_consume(queue, lambda *_: None)
+        conn.process_data_events(time_limit=0.5)
+        want = {"ready_messages": 1.0, "unacked_messages": 1.0, "consumers": 1.0, "published_total": 3.0,
+                "delivered_total": 2.0, "acked_total": 1.0}  # fmt: skip
+        assert _metrics_eventually(cluster, queue, want) == want
+        ch.queue_delete(queue)
+
+
+def test_admin_lists_connections_and_channels(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    queue = unique("conn-q")
+    params_ = params(endpoints(cluster)[-1])
+    params_.client_properties = {"product": "sluice-e2e", "version": "7.7"}
+    with pika.BlockingConnection(params_) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(queue, exclusive=True)
+        ch.basic_publish("", queue, b"x")
+        ch.basic_qos(prefetch_count=5)
+        ch.basic_consume(queue, lambda *_: None)
+        tx = conn.channel()
+        tx.tx_select()
+        conn.process_data_events(time_limit=0.3)
+        deadline = time.monotonic() + WAIT_S  # proxies report every few seconds
+        mine: list[dict[str, object]] = []
+        while not mine and time.monotonic() < deadline:
+            time.sleep(0.5)
+            mine = [c for c in cluster.admin("amqp", "connections", "--vhost", "/") if c["client"] == "sluice-e2e 7.7"]
+        assert len(mine) == 1 and mine[0]["user"] == "guest" and mine[0]["channels"] == 2, mine
+        channels = [c for c in cluster.admin("amqp", "channels") if c["connection"] == mine[0]["connection"]]
+        by_number = {c["channel"]: c for c in channels}
+        assert set(by_number) == {ch.channel_number, tx.channel_number}
+        assert {k: by_number[ch.channel_number][k] for k in ("consumers", "unacked", "prefetch", "confirm",
+                                                             "transactional")} == {
+            "consumers": 1, "unacked": 1, "prefetch": 5, "confirm": True, "transactional": False}  # fmt: skip
+        assert by_number[tx.channel_number]["transactional"] is True
+        assert mine[0]["connection"] in cluster.admin_text("amqp", "channels")
+        assert cluster.admin("amqp", "connections", "--vhost", "no-such-vhost") == []
+
+
+def _exists(conn: pika.BlockingConnection, queue: str) -> bool:
+    try:
+        conn.channel().queue_declare(queue, passive=True)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        assert exc.reply_code == 404, exc
+        return False
+    return True
+
+
+def test_x_expires_deletes_an_unused_queue_only(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    unused, consumed = unique("expires-unused"), unique("expires-consumed")
+    args = {"x-expires": 1500}
+    with connect(endpoints(cluster)[0]) as conn, connect(endpoints(cluster)[-1]) as other:
+        ch = conn.channel()
+        ch.queue_declare(unused, arguments=args)
+        ch.confirm_delivery()
+        ch.basic_publish("", unused, b"kept until expiry")
+        och = other.channel()  # a consumer on another proxy keeps its queue in use
+        och.queue_declare(consumed, arguments=args)
+        och.basic_consume(consumed, lambda *_: None)
+        deadline = time.monotonic() + WAIT_S
+        while _exists(conn, unused) and time.monotonic() < deadline:
+            other.process_data_events(time_limit=0.2)
+        assert not _exists(conn, unused), "a queue unused for its x-expires is deleted (messages and all)"
+        for _ in range(10):  # 2 s more than its x-expires, with a consumer all along
+            other.process_data_events(time_limit=0.2)
+        assert _exists(conn, consumed)
+        assert unused not in {q["name"] for q in cluster.admin("amqp", "queues")}
+        och.queue_delete(consumed)
 
 
 def json_bytes(value: object) -> bytes:

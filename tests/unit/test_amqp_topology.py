@@ -301,3 +301,28 @@ def test_queue_arguments_are_checked(arguments: dict[str, object], ok: bool) -> 
         topology.check_queue_arguments(arguments, "queue 'q'")
     else:
         assert _code(topology.check_queue_arguments, arguments, "queue 'q'") == PRECONDITION_FAILED
+
+
+def test_x_expires_counts_from_the_last_declare_and_touch() -> None:
+    doc = MetaDoc()
+    d = topology.QueueDeclare("exp", False, True, False, False, {"x-expires": 1000})
+    queue = topology.declare_queue(doc, "/", d, "c1", "broker-a", now_ms=10_000)
+    assert queue.used_ms == 10_000 and queue.expires_ms == 1000
+    assert topology.expire_queue(doc, "/", queue, 10_999) is None  # not unused for long enough
+    topology.declare_queue(doc, "/", d, "c1", "broker-a", now_ms=10_500)  # a redeclare is a use
+    assert topology.expire_queue(doc, "/", queue, 11_000) is None
+    touched = topology.touch_queue(doc, "/", queue, 11_200)  # a basic.get or a consumer
+    assert touched.used_ms == 11_200 and topology.expire_queue(doc, "/", queue, 12_199) is None
+    gone = topology.expire_queue(doc, "/", queue, 12_200)
+    assert gone is not None and gone.id == queue.id and "exp" not in doc.vhost("/").queues
+
+
+def test_x_expires_never_removes_another_queue_of_the_same_name() -> None:
+    doc = MetaDoc()
+    d = topology.QueueDeclare("q", False, True, False, False, {"x-expires": 1000})
+    old = topology.declare_queue(doc, "/", d, "c1", "broker-a", now_ms=0)
+    topology.delete_queue(doc, "/", "q", "c1")
+    new = topology.declare_queue(doc, "/", d, "c1", "broker-a", now_ms=5_000)
+    assert topology.expire_queue(doc, "/", old, 9_000) is None and doc.vhost("/").queues["q"] == new
+    plain = topology.declare_queue(doc, "/", topology.QueueDeclare("p", False, True, False, False, {}), "c1", "b", 1)
+    assert topology.expire_queue(doc, "/", plain, 10**12) is None and plain.used_ms == 0  # no x-expires: kept

@@ -985,7 +985,7 @@ class ResetOffsetResponse(_message.Message):
     def __init__(self, previous: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class ConnectedClient(_message.Message):
-    __slots__ = ("client_id", "language", "version", "client_type", "address", "proxy", "group", "topics", "last_seen_ms")
+    __slots__ = ("client_id", "language", "version", "client_type", "address", "proxy", "group", "topics", "last_seen_ms", "detail")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -995,6 +995,7 @@ class ConnectedClient(_message.Message):
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     LAST_SEEN_MS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
     client_id: str
     language: str
     version: str
@@ -1004,7 +1005,8 @@ class ConnectedClient(_message.Message):
     group: str
     topics: _containers.RepeatedScalarFieldContainer[str]
     last_seen_ms: int
-    def __init__(self, client_id: _Optional[str] = ..., language: _Optional[str] = ..., version: _Optional[str] = ..., client_type: _Optional[str] = ..., address: _Optional[str] = ..., proxy: _Optional[str] = ..., group: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., last_seen_ms: _Optional[int] = ...) -> None: ...
+    detail: str
+    def __init__(self, client_id: _Optional[str] = ..., language: _Optional[str] = ..., version: _Optional[str] = ..., client_type: _Optional[str] = ..., address: _Optional[str] = ..., proxy: _Optional[str] = ..., group: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., last_seen_ms: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class ReportClientsRequest(_message.Message):
     __slots__ = ("proxy", "clients", "ttl_ms")
