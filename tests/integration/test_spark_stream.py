@@ -7,6 +7,7 @@ from it after evicting its local copy), and bad options fail before anything run
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_jobs import cli
 from spark_jobs.schema import ARROW_SCHEMA, SEGMENT_COLUMNS
 from tests.e2e.support.cluster import Cluster, start_merged
 from tests.helpers.spark_stream import read_topic, run_available_now, send, stream
@@ -218,3 +220,49 @@ def test_the_sink_writes_each_row_once_and_a_replayed_batch_adds_no_duplicate(
     assert len(list((checkpoint / "commits").glob("[0-9]*"))) == len(commits)  # the batch ran again
     again = read_topic(cluster, copy)
     assert sorted(r["message_id"] for r in again) == sorted(r["message_id"] for r in first)
+
+
+def run_stream_job(spark: SparkSession, capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, Any]]:
+    """`sluice spark stream ... --json` in the tests' session; the totals it prints."""
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    lines: list[str] = []
+    assert cli.run(parser.parse_args(["stream", *argv, "--json"]), spark=spark, emit=lines.append) == 0
+    assert lines[-1].startswith("done in"), lines
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["job"] == "stream"
+    return list(doc["rows"])
+
+
+def per_tag(rows: list[dict[str, Any]]) -> dict[tuple[str, str | None], int]:
+    totals: dict[tuple[str, str | None], int] = {}
+    for r in rows:
+        assert datetime.fromisoformat(r["minute"]).second == 0, r  # whole UTC minutes
+        totals[(r["topic"], r["tag"])] = totals.get((r["topic"], r["tag"]), 0) + r["messages"]
+    return totals
+
+
+def test_the_stream_job_keeps_minute_counts_and_a_rerun_adds_only_new_messages(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = cluster.create_topic("stream-counts", queues=2)
+    send(cluster, topic, [f"a-{i}" for i in range(12)], "--tag", "red")
+    send(cluster, topic, [f"b-{i}" for i in range(5)])
+    out, checkpoint = tmp_path / "counts", tmp_path / "counts-ck"
+    flags = ("--namesrv", cluster.namesrv, "--topic", topic, "--output", str(out), "--checkpoint", str(checkpoint))
+    first = run_stream_job(spark, capsys, *flags, "--max-records-per-trigger", "10")
+    assert per_tag(first) == {(topic, "red"): 12, (topic, None): 5}
+    assert len(list(out.glob("batch_id=*"))) >= 2, "17 messages at 10 per trigger take two batches"
+
+    # A rerun on the same checkpoint reads only what was sent since: counts grow by exactly that.
+    send(cluster, topic, [f"c-{i}" for i in range(7)], "--tag", "red")
+    send(cluster, topic, [f"d-{i}" for i in range(3)], "--tag", "blue")
+    second = run_stream_job(spark, capsys, *flags)
+    assert per_tag(second) == {(topic, "red"): 19, (topic, None): 5, (topic, "blue"): 3}
+
+    # Killed between writing a batch and committing it: the rerun replays that batch, which
+    # replaces its own part of the table instead of adding to it.
+    commits = sorted((p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    commits[-1].unlink()
+    (checkpoint / "commits" / f".{commits[-1].name}.crc").unlink(missing_ok=True)
+    assert per_tag(run_stream_job(spark, capsys, *flags)) == per_tag(second)
