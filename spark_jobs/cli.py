@@ -95,6 +95,8 @@ def _add_stream(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, metavar="PATH", help="the query's checkpoint (keep it to restart)")
     p.add_argument("--starting-offsets", default="earliest", metavar="WHERE",
                    help="earliest (default), latest or offsets JSON; only for a new checkpoint")  # fmt: skip
+    p.add_argument("--starting-timestamp", default="", metavar="TIME",
+                   help="from messages stored since (ISO-8601, epoch ms, now-1h); new checkpoint")  # fmt: skip
     p.add_argument("--max-records-per-trigger", type=int, default=None, metavar="N", help="messages per batch")
     p.add_argument("--trigger-interval", type=float, default=0.0, metavar="S",
                    help="seconds between batches; 0 (default) = read what is there now, then stop")  # fmt: skip
@@ -110,7 +112,8 @@ def stream_options(args: argparse.Namespace) -> dict[str, str]:
 
     opts = {
         "namesrv": args.namesrv, "topics": ",".join(args.topic), "topicPattern": args.topic_pattern,
-        "startingOffsets": args.starting_offsets, "group": args.group,
+        "startingOffsets": "" if args.starting_timestamp else args.starting_offsets,
+        "startingTimestamp": args.starting_timestamp, "group": args.group,
         "maxRecordsPerTrigger": "" if args.max_records_per_trigger is None else str(args.max_records_per_trigger),
     }  # fmt: skip
     opts = {k: v for k, v in opts.items() if v}

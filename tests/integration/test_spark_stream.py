@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -266,3 +267,17 @@ def test_the_stream_job_keeps_minute_counts_and_a_rerun_adds_only_new_messages(
     commits[-1].unlink()
     (checkpoint / "commits" / f".{commits[-1].name}.crc").unlink(missing_ok=True)
     assert per_tag(run_stream_job(spark, capsys, *flags)) == per_tag(second)
+
+
+def test_starting_timestamp_skips_older_messages_and_available_now_never_waits_for_min_records(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = cluster.create_topic("stream-since", queues=2)
+    send(cluster, topic, [f"old-{i}" for i in range(6)])
+    since = int(time.time() * 1000)  # after the first send returned: those are stored before it
+    time.sleep(0.01)
+    new = send(cluster, topic, [f"new-{i}" for i in range(5)])
+    df = stream(spark, cluster, topics=topic, startingTimestamp=str(since), minRecordsPerTrigger="1000")
+    run_available_now(df, tmp_path / "since", tmp_path / "since-ck")
+    got = [r["message_id"] for r in pq.read_table(tmp_path / "since").to_pylist()]
+    assert sorted(got) == sorted(new)
