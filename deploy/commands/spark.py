@@ -1,4 +1,4 @@
-"""`sluice spark JOB`: the Spark jobs over the tiered archive (spark_jobs/cli.py holds the flags and jobs)."""
+"""`sluice spark JOB`: jobs over the tiered archive and the brokers (spark_jobs/cli.py holds the flags and jobs)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 local Spark: messages sent with `sluice admin message send` come out of a checkpointed
 `Trigger.AvailableNow` query exactly once, a restarted query reads only what was sent since, the
 rows equal the ones the broker tiers to its archive (and still do when the broker reads them back
-from it after evicting its local copy), and bad options fail before anything runs.
+from it after evicting its local copy), one query stays exactly-once across tiering (upload-now,
+evict-local) and a queue added between its runs, `startingTimestamp` starts at the time, `sluice
+spark stream` keeps its per-minute counts across reruns and a replayed batch, and bad options fail
+before anything runs.
 """
 
 from __future__ import annotations
@@ -281,3 +284,38 @@ def test_starting_timestamp_skips_older_messages_and_available_now_never_waits_f
     run_available_now(df, tmp_path / "since", tmp_path / "since-ck")
     got = [r["message_id"] for r in pq.read_table(tmp_path / "since").to_pylist()]
     assert sorted(got) == sorted(new)
+
+
+def test_tiering_and_a_queue_added_between_runs_of_one_query_keep_every_message_exactly_once(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    """One checkpointed query, three AvailableNow runs: the messages of the second run were tiered
+    (`upload-now`) and their local copies dropped (`evict-local`) before it read them, so the broker
+    reads them back from the archive; before the third, the topic got a third queue, which the query
+    reads from its oldest message."""
+    topic = cluster.create_topic("stream-moving", queues=2)
+    out, checkpoint = tmp_path / "moving", tmp_path / "moving-ck"
+
+    def run() -> list[dict[str, Any]]:
+        df = stream(spark, cluster, topics=topic, startingOffsets="earliest", maxRecordsPerTrigger="7")
+        run_available_now(df, out, checkpoint)
+        return pq.read_table(out).to_pylist()
+
+    first = send(cluster, topic, [f"hot-{i}" for i in range(10)])
+    assert sorted(r["message_id"] for r in run()) == sorted(first)
+
+    second = send(cluster, topic, [f"cold-{i}" for i in range(12)])
+    cluster.admin("tier", "upload-now", topic)
+    evicted = cluster.admin("tier", "evict-local", topic)
+    assert sum(r["messages"] for r in evicted) == 22, evicted  # the unread messages are now only in the bucket
+    assert sorted(r["message_id"] for r in run()) == sorted(first + second)
+
+    cluster.admin("topic", "create", topic, "--queues", "3", "--update")
+    third = send(cluster, topic, [f"grown-{i}" for i in range(12)])
+    rows = run()
+    assert sorted(r["message_id"] for r in rows) == sorted(first + second + third)  # each once
+    per_queue: dict[int, list[int]] = {}
+    for r in rows:
+        per_queue.setdefault(r["queue_id"], []).append(r["queue_offset"])
+    assert sorted(per_queue) == [0, 1, 2], "the added queue was read"
+    assert all(sorted(v) == list(range(len(v))) for v in per_queue.values()), per_queue
