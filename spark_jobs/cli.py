@@ -110,6 +110,8 @@ def stream_options(args: argparse.Namespace) -> dict[str, str]:
     """The streaming source's options of `sluice spark stream`, checked before Spark starts."""
     from spark_jobs.stream.options import StreamOptions
 
+    if not args.topic and not args.topic_pattern:
+        raise BadRequest("stream needs --topic (or --topic-pattern): the topics to count")
     opts = {
         "namesrv": args.namesrv, "topics": ",".join(args.topic), "topicPattern": args.topic_pattern,
         "startingOffsets": "" if args.starting_timestamp else args.starting_offsets,

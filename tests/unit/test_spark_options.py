@@ -137,7 +137,7 @@ def test_stream_job_flags_become_checked_source_options() -> None:
     assert cli.stream_options(args) == {
         "namesrv": "127.0.0.1:9876", "topics": "a,b", "startingOffsets": "earliest", "maxRecordsPerTrigger": "50",
     }  # fmt: skip
-    with pytest.raises(BadRequest, match="option topics \\(or topicPattern\\) is required"):
+    with pytest.raises(BadRequest, match="stream needs --topic \\(or --topic-pattern\\)"):
         cli.stream_options(parser.parse_args(base))
     with pytest.raises(BadRequest, match="maxRecordsPerTrigger must be positive"):
         cli.stream_options(parser.parse_args([*base, "--topic", "a", "--max-records-per-trigger", "0"]))
