@@ -9,6 +9,7 @@
 | `maxRecordsPerTrigger` | the most messages one micro-batch reads, spread over the queues by backlog |
 | `minRecordsPerTrigger`, `maxTriggerDelay` | wait for at least this many messages, but no longer than the delay (15m) |
 | `failOnDataLoss` | `true` (default): fail when unread messages were removed; `false`: log and skip them |
+| `includeProperties` | `true` (default); `false`: the `properties` and `system_properties` columns are null |
 | `group` | a consumer group (created beforehand) whose offsets follow the query's commits: its lag is the query's |
 | `readRows`, `readBytes` | rows and bytes of one bulk read from a broker (default 4096, 8 MiB) |
 | `timeoutS` | deadline of each call to a NameServer or broker (default 30) |
@@ -45,6 +46,7 @@ class StreamOptions:
     min_records_per_trigger: int | None = None
     max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S
     fail_on_data_loss: bool = True
+    include_properties: bool = True
     group: str = ""  # commit progress as this consumer group's offsets ("" = none)
     read_rows: int = DEFAULT_READ_ROWS
     read_bytes: int = DEFAULT_READ_BYTES
@@ -94,6 +96,7 @@ class StreamOptions:
             min_records_per_trigger=_positive(min_records, "minRecordsPerTrigger") if min_records else None,
             max_trigger_delay_s=_duration(delay, "maxTriggerDelay") if delay else DEFAULT_MAX_TRIGGER_DELAY_S,
             fail_on_data_loss=_boolean(opts.get("failondataloss", "true"), "failOnDataLoss"),
+            include_properties=_boolean(opts.get("includeproperties", "true"), "includeProperties"),
             group=opts.get("group", ""),
             read_rows=_positive(opts.get("readrows", str(DEFAULT_READ_ROWS)), "readRows"),
             read_bytes=_positive(opts.get("readbytes", str(DEFAULT_READ_BYTES)), "readBytes"),

@@ -272,18 +272,22 @@ def test_the_stream_job_keeps_minute_counts_and_a_rerun_adds_only_new_messages(
     assert per_tag(run_stream_job(spark, capsys, *flags)) == per_tag(second)
 
 
-def test_starting_timestamp_skips_older_messages_and_available_now_never_waits_for_min_records(
+def test_starting_timestamp_skips_older_messages_and_available_now_never_waits_for_min_records_properties_off(
     spark: SparkSession, cluster: Cluster, tmp_path: Path
 ) -> None:
     topic = cluster.create_topic("stream-since", queues=2)
     send(cluster, topic, [f"old-{i}" for i in range(6)])
     since = int(time.time() * 1000)  # after the first send returned: those are stored before it
     time.sleep(0.01)
-    new = send(cluster, topic, [f"new-{i}" for i in range(5)])
-    df = stream(spark, cluster, topics=topic, startingTimestamp=str(since), minRecordsPerTrigger="1000")
+    new = send(cluster, topic, [f"new-{i}" for i in range(5)], "--property", "p=v")
+    df = stream(
+        spark, cluster, topics=topic, startingTimestamp=str(since), minRecordsPerTrigger="1000",
+        includeProperties="false",
+    )  # fmt: skip
     run_available_now(df, tmp_path / "since", tmp_path / "since-ck")
-    got = [r["message_id"] for r in pq.read_table(tmp_path / "since").to_pylist()]
-    assert sorted(got) == sorted(new)
+    got = pq.read_table(tmp_path / "since").to_pylist()
+    assert sorted(r["message_id"] for r in got) == sorted(new)
+    assert {(r["properties"], r["system_properties"]) for r in got} == {(None, None)}
 
 
 def test_tiering_and_a_queue_added_between_runs_of_one_query_keep_every_message_exactly_once(

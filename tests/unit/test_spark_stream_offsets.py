@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 
 from common.errors import BadRequest
+from spark_jobs.schema import ARROW_SCHEMA, without_properties
 from spark_jobs.stream.offsets import EARLIEST, LATEST, QueueKey, from_json, to_json
 from spark_jobs.stream.options import StreamOptions
 from spark_jobs.stream.reader import TriggerDelay, cap
@@ -64,6 +66,20 @@ def test_starting_offsets_options() -> None:
         StreamOptions.parse({**base, "minRecordsPerTrigger": "1", "maxTriggerDelay": d}).max_trigger_delay_s
         for d in ("90", "500ms", "30s", "2m", "1h")
     ] == [90.0, 0.5, 30.0, 120.0, 3600.0]
+
+
+def test_include_properties_false_nulls_only_the_property_maps() -> None:
+    assert StreamOptions.parse({"namesrv": "h:1", "topics": "t"}).include_properties
+    assert not StreamOptions.parse({"namesrv": "h:1", "topics": "t", "includeProperties": "FALSE"}).include_properties
+    row = {f.name: None for f in ARROW_SCHEMA}
+    row.update(topic="t", queue_id=1, properties=[("a", "b")], system_properties=[("TAGS", "x")], keys=["k"])
+    table = pa.Table.from_pylist([row, row], schema=ARROW_SCHEMA)
+    out = without_properties(table)
+    assert out.schema == ARROW_SCHEMA
+    assert out["properties"].null_count == 2 and out["system_properties"].null_count == 2
+    assert out.drop_columns(["properties", "system_properties"]) == table.drop_columns(
+        ["properties", "system_properties"]
+    )
 
 
 def test_a_small_backlog_waits_for_min_records_but_not_past_the_delay() -> None:
