@@ -4,6 +4,8 @@
                              [--granularity hour|minute] [--output PATH|s3://B/P] [--json] [--master local[*]]
     sluice spark trace       ... (--key K | --message-id ID)... [--topic T]
     sluice spark export      ... --topic T --output PATH|s3://B/P [--overwrite]
+    sluice spark stream      --namesrv HOST:PORT --topic T --output PATH --checkpoint PATH [--trigger-interval S]
+                             (per-minute counts per topic and tag, streamed from the brokers; restartable)
     sluice spark package     --output sluice-spark.zip        (the --py-files archive for spark-submit)
 
 The archive is found with the same S3 flags as the broker's (`--s3-endpoint`, `--s3-bucket`,
@@ -39,7 +41,7 @@ from spark_jobs.options import ScanOptions
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-JOBS = ("topic-stats", "trace", "export", "package")
+JOBS = ("topic-stats", "trace", "export", "stream", "package")
 EXIT_FAILED = 1
 _ERROR_LINE = re.compile(r"(?:common\.errors\.|broker\.tiering\.\w+\.)?([A-Z]\w+): (.+)")
 # Errors of the shared tiering modules, by the name a worker's traceback gives them.
@@ -61,12 +63,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "topic-stats": "messages, bytes, distinct keys and message groups per topic per hour (or minute)",
         "trace": "every stored message with a given key or message id, across topics and time",
         "export": "a topic and time range as a Parquet dataset partitioned by date (local path or s3://)",
+        "stream": "keep per-minute message counts per topic and tag in Parquet, streamed from the brokers "
+        "(checkpointed: a rerun continues where the last one stopped)",
         "package": "build the zip to ship with spark-submit --py-files",
     }
     for job in JOBS:
         p = jobs.add_parser(job, help=texts[job], description=texts[job])
         if job == "package":
             p.add_argument("--output", required=True, metavar="ZIP", help="where to write the archive")
+            continue
+        if job == "stream":
+            _add_stream(p)
             continue
         _add_common(p)
         if job == "topic-stats":
@@ -78,6 +85,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         else:
             p.add_argument("--output", required=True, metavar="PATH|s3://BUCKET/PATH", help="dataset destination")
             p.add_argument("--overwrite", action="store_true", help="replace what the destination holds")
+
+
+def _add_stream(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--namesrv", required=True, metavar="HOST:PORT[;HOST:PORT]", help="the cluster's NameServers")
+    p.add_argument("--topic", action="append", default=[], metavar="T", help="a topic (repeatable)")
+    p.add_argument("--topic-pattern", default="", metavar="REGEX", help="topics matching this (full match)")
+    p.add_argument("--output", required=True, metavar="PATH", help="the counts table (Parquet, one part per batch)")
+    p.add_argument("--checkpoint", required=True, metavar="PATH", help="the query's checkpoint (keep it to restart)")
+    p.add_argument("--starting-offsets", default="earliest", metavar="WHERE",
+                   help="earliest (default), latest or offsets JSON; only for a new checkpoint")  # fmt: skip
+    p.add_argument("--starting-timestamp", default="", metavar="TIME",
+                   help="from messages stored since (ISO-8601, epoch ms, now-1h); new checkpoint")  # fmt: skip
+    p.add_argument("--max-records-per-trigger", type=int, default=None, metavar="N", help="messages per batch")
+    p.add_argument("--trigger-interval", type=float, default=0.0, metavar="S",
+                   help="seconds between batches; 0 (default) = read what is there now, then stop")  # fmt: skip
+    p.add_argument("--group", default="", metavar="G", help="a consumer group to commit progress to (lag)")
+    p.add_argument("--config", default=None, metavar="FILE", help="TOML file with a [spark] table")
+    p.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's --master)")
+    p.add_argument("--json", action="store_true", help="print the totals as one JSON document")
+
+
+def stream_options(args: argparse.Namespace) -> dict[str, str]:
+    """The streaming source's options of `sluice spark stream`, checked before Spark starts."""
+    from spark_jobs.stream.options import StreamOptions
+
+    if not args.topic and not args.topic_pattern:
+        raise BadRequest("stream needs --topic (or --topic-pattern): the topics to count")
+    opts = {
+        "namesrv": args.namesrv, "topics": ",".join(args.topic), "topicPattern": args.topic_pattern,
+        "startingOffsets": "" if args.starting_timestamp else args.starting_offsets,
+        "startingTimestamp": args.starting_timestamp, "group": args.group,
+        "maxRecordsPerTrigger": "" if args.max_records_per_trigger is None else str(args.max_records_per_trigger),
+    }  # fmt: skip
+    opts = {k: v for k, v in opts.items() if v}
+    StreamOptions.parse(opts)  # raises BadRequest naming the flag's option
+    if args.trigger_interval < 0:
+        raise BadRequest(f"--trigger-interval must be 0 or more seconds, got {args.trigger_interval}")
+    return opts
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -147,6 +192,8 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None, emit: Calla
 
         emit(f"wrote {build_zip(Path(args.output))}")
         return 0
+    if args.job == "stream":
+        return run_stream(args, spark, emit)
     from spark_jobs.planner import plan_scan
     from spark_jobs.session import ProgressReporter, open_session
     from spark_jobs.source import register
@@ -174,6 +221,43 @@ def run(args: argparse.Namespace, spark: SparkSession | None = None, emit: Calla
         if own_session:
             session.stop()
     print(render(args.job, result, plan.summary(), as_json=args.json))
+    return 0
+
+
+def run_stream(args: argparse.Namespace, spark: SparkSession | None, emit: Callable[[str], None]) -> int:
+    """`sluice spark stream`: run the counting query (to the end of what is there, or until interrupted)."""
+    from spark_jobs.jobs import minute_counts
+    from spark_jobs.session import open_session
+    from spark_jobs.source import register
+
+    options = stream_options(args)
+    overrides = {"master": args.master}
+    config = load_config(SparkJobsConfig, section="spark", path=args.config, overrides=overrides)
+    own_session = spark is None
+    session = spark or open_session(config)
+    try:
+        if not own_session:
+            register(session)
+        started = time.monotonic()
+        query = minute_counts.start(
+            session, options, args.output, args.checkpoint, trigger_interval_s=args.trigger_interval
+        )
+        emit(f"query {query.id} started (checkpoint {args.checkpoint})")
+        try:
+            query.awaitTermination()
+        except KeyboardInterrupt:
+            emit("interrupted: stopping the query (a rerun continues from the checkpoint)")
+            query.stop()
+        except Exception as exc:
+            raise spark_failure(exc) from None
+        batches = [p for p in query.recentProgress if p.numInputRows]  # the last 100 batches (Spark keeps those)
+        read = sum(p.numInputRows for p in batches)
+        emit(f"done in {time.monotonic() - started:.1f}s: {len(batches)} batch(es), {read} message(s) read")
+        rows = minute_counts.minute_totals(session, args.output)
+    finally:
+        if own_session:
+            session.stop()
+    print(render(args.job, rows, f"{read} message(s) read in this run", as_json=args.json))
     return 0
 
 

@@ -81,4 +81,16 @@ def shape(table: pa.Table, cluster: str, broker: str, topic: str, object_key: st
     return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
+PROPERTY_COLUMNS = ("properties", "system_properties")
+
+
+def without_properties(table: pa.Table) -> pa.Table:
+    """`table` (in ARROW_SCHEMA) with its property maps null: the streaming source's
+    `includeProperties=false`, for sinks that do not want them stored."""
+    for name in PROPERTY_COLUMNS:
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, table.schema.field(i), pa.nulls(table.num_rows, table.schema.field(i).type))
+    return table
+
+
 SPARK_DDL = ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in ARROW_SCHEMA)

@@ -1,4 +1,4 @@
-"""`sluice spark JOB`: the Spark jobs over the tiered archive (spark_jobs/cli.py holds the flags and jobs)."""
+"""`sluice spark JOB`: jobs over the tiered archive and the brokers (spark_jobs/cli.py holds the flags and jobs)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from spark_jobs import cli
 
 NAME = "spark"
-HELP = "Spark jobs over the tiered archive: topic-stats, trace, export (and package for spark-submit)."
+HELP = "Spark jobs: topic-stats, trace, export (archive), stream (per-minute counts from brokers), package."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
+from broker.client.api import OffsetPolicy
 from broker.client.remote import RemoteBroker
 from common.errors import TopicNotFound
 from nameserver.client import NameServerClient
@@ -82,6 +83,29 @@ def commit_group(opts: StreamOptions, group: str, offsets: dict[QueueKey, tuple[
     """Make `offsets` (queue -> (broker address, offset)) the consumer offsets of `group` (blocking)."""
     if offsets:
         asyncio.run(_commit_group(opts, group, offsets))
+
+
+async def _offsets_for_time(ranges: list[QueueRange], timestamp_ms: int, timeout_s: float) -> dict[QueueKey, int]:
+    brokers: dict[str, RemoteBroker] = {}
+    try:
+        found: dict[QueueKey, int] = {}
+        for r in sorted(ranges, key=lambda r: r.key):
+            remote = brokers.get(r.address)
+            if remote is None:
+                remote = brokers[r.address] = RemoteBroker(r.key.broker, r.address, timeout_s=timeout_s)
+            at = await remote.query_offset(r.key.topic, r.key.queue_id, OffsetPolicy.TIMESTAMP, timestamp_ms)
+            found[r.key] = min(max(at, r.min_offset), r.max_offset)
+        return found
+    finally:
+        for remote in brokers.values():
+            with contextlib.suppress(Exception):
+                await remote.close()
+
+
+def offsets_for_time(opts: StreamOptions, ranges: list[QueueRange], timestamp_ms: int) -> dict[QueueKey, int]:
+    """Per queue, its first message stored at or after `timestamp_ms` (its end if none is; blocking).
+    The brokers search their own index and, below it, the tiering manifests' store-time ranges."""
+    return asyncio.run(_offsets_for_time(ranges, timestamp_ms, opts.timeout_s)) if ranges else {}
 
 
 def discover(opts: StreamOptions) -> dict[QueueKey, QueueRange]:

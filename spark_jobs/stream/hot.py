@@ -23,7 +23,7 @@ from broker.client.api import BrokerApi
 from broker.client.remote import RemoteBroker
 from common.errors import OffsetNotFound, PreconditionFailed
 from common.logs import kv
-from spark_jobs.schema import shape
+from spark_jobs.schema import shape, without_properties
 from spark_jobs.stream.offsets import QueueKey
 from spark_jobs.stream.options import StreamOptions
 
@@ -82,7 +82,8 @@ def read_range(
         offsets = table["queue_offset"]
         if table.num_rows != got.count or offsets[0].as_py() != offset or offsets[-1].as_py() != offset + got.count - 1:
             raise PreconditionFailed(f"{key}: the broker answered rows other than [{offset}, {offset + got.count})")
-        yield from shape(table, part.cluster, key.broker, key.topic, None).to_batches()
+        shaped = shape(table, part.cluster, key.broker, key.topic, None)
+        yield from (shaped if opts.include_properties else without_properties(shaped)).to_batches()
         offset = got.next_offset
 
 

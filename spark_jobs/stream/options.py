@@ -5,8 +5,11 @@
 | `namesrv` | the cluster's NameServers, `host:port[;host:port]` (as `sluice admin --namesrv`); required |
 | `topics` / `topic`, `topicPattern` | comma-separated names and/or a regular expression (full match); one is required |
 | `startingOffsets` | `latest` (default), `earliest`, or JSON (docs/spark.md; queues not named: earliest) |
+| `startingTimestamp` | each queue from its first message stored at or after this time (ISO-8601, epoch ms, now-1h) |
 | `maxRecordsPerTrigger` | the most messages one micro-batch reads, spread over the queues by backlog |
+| `minRecordsPerTrigger`, `maxTriggerDelay` | wait for at least this many messages, but no longer than the delay (15m) |
 | `failOnDataLoss` | `true` (default): fail when unread messages were removed; `false`: log and skip them |
+| `includeProperties` | `true` (default); `false`: the `properties` and `system_properties` columns are null |
 | `group` | a consumer group (created beforehand) whose offsets follow the query's commits: its lag is the query's |
 | `readRows`, `readBytes` | rows and bytes of one bulk read from a broker (default 4096, 8 MiB) |
 | `timeoutS` | deadline of each call to a NameServer or broker (default 30) |
@@ -21,11 +24,15 @@ from dataclasses import dataclass, field
 
 from common.errors import BadRequest
 from nameserver.client import parse_addresses
+from spark_jobs.options import parse_time
 from spark_jobs.stream.offsets import Positions, parse_tree
 
 DEFAULT_READ_ROWS = 4096
 DEFAULT_READ_BYTES = 8 << 20
 DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_MAX_TRIGGER_DELAY_S = 900.0  # Kafka's source's default, 15m
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?")
+_DURATION_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 @dataclass(frozen=True)
@@ -34,8 +41,12 @@ class StreamOptions:
     topics: frozenset[str] = frozenset()
     topic_pattern: str = ""
     starting: str | Positions = "latest"  # "latest", "earliest" or explicit positions
+    starting_timestamp_ms: int | None = None  # wins over `starting` when set
     max_records_per_trigger: int | None = None
+    min_records_per_trigger: int | None = None
+    max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S
     fail_on_data_loss: bool = True
+    include_properties: bool = True
     group: str = ""  # commit progress as this consumer group's offsets ("" = none)
     read_rows: int = DEFAULT_READ_ROWS
     read_bytes: int = DEFAULT_READ_BYTES
@@ -45,6 +56,9 @@ class StreamOptions:
     def __post_init__(self) -> None:
         if not self.topics and not self.topic_pattern:
             raise BadRequest("option topics (or topicPattern) is required: the topics to read")
+        most, least = self.max_records_per_trigger, self.min_records_per_trigger
+        if most is not None and least is not None and least > most:
+            raise BadRequest(f"option minRecordsPerTrigger ({least}) is above maxRecordsPerTrigger ({most})")
         if self.topic_pattern:
             try:
                 object.__setattr__(self, "_pattern", re.compile(self.topic_pattern))
@@ -67,12 +81,22 @@ class StreamOptions:
         except ValueError as exc:
             raise BadRequest(f"option namesrv {namesrv!r}: {exc}") from None
         topics = frozenset(t.strip() for key in ("topic", "topics") for t in opts.get(key, "").split(",") if t.strip())
-        max_records = opts.get("maxrecordspertrigger", "")
+        max_records, min_records = opts.get("maxrecordspertrigger", ""), opts.get("minrecordspertrigger", "")
+        timestamp = opts.get("startingtimestamp", "")
+        if timestamp and opts.get("startingoffsets"):
+            raise BadRequest("options startingOffsets and startingTimestamp exclude each other: set one")
+        delay = opts.get("maxtriggerdelay", "")
+        if delay and not min_records:
+            raise BadRequest("option maxTriggerDelay needs minRecordsPerTrigger: the count it waits for")
         return cls(
             namesrv=addresses, topics=topics, topic_pattern=opts.get("topicpattern", ""),
             starting=_starting(opts.get("startingoffsets", "latest")),
+            starting_timestamp_ms=parse_time(timestamp, "startingTimestamp") if timestamp else None,
             max_records_per_trigger=_positive(max_records, "maxRecordsPerTrigger") if max_records else None,
+            min_records_per_trigger=_positive(min_records, "minRecordsPerTrigger") if min_records else None,
+            max_trigger_delay_s=_duration(delay, "maxTriggerDelay") if delay else DEFAULT_MAX_TRIGGER_DELAY_S,
             fail_on_data_loss=_boolean(opts.get("failondataloss", "true"), "failOnDataLoss"),
+            include_properties=_boolean(opts.get("includeproperties", "true"), "includeProperties"),
             group=opts.get("group", ""),
             read_rows=_positive(opts.get("readrows", str(DEFAULT_READ_ROWS)), "readRows"),
             read_bytes=_positive(opts.get("readbytes", str(DEFAULT_READ_BYTES)), "readBytes"),
@@ -111,6 +135,14 @@ def _seconds(value: str, name: str) -> float:
     if number <= 0:
         raise BadRequest(f"option {name} must be positive, got {value!r}")
     return number
+
+
+def _duration(value: str, name: str) -> float:
+    """Seconds from `90`, `500ms`, `30s`, `15m`, `1h`, `1d` (Kafka's `maxTriggerDelay` forms)."""
+    match = _DURATION.fullmatch(value.lower())
+    if match is None or float(match.group(1)) <= 0:
+        raise BadRequest(f"option {name} must be a positive duration such as 30s, 15m or 1h, got {value!r}")
+    return float(match.group(1)) * _DURATION_UNIT_S[match.group(2)]
 
 
 def _boolean(value: str, name: str) -> bool:

@@ -1,11 +1,15 @@
 """`SluiceStreamReader`: Spark's streaming reader over the brokers (the driver's half; executors run hot.py).
 
 - `initialOffset`: per queue, the oldest readable offset (`earliest`), the acknowledged end
-  (`latest`), or the JSON of `startingOffsets`.
+  (`latest`), the JSON of `startingOffsets`, or with `startingTimestamp` the first message stored
+  at or after that time (the broker's time search).
 - `latestOffset(start, limit)`: per queue the acknowledged end (never a tail a new primary could
   replace), never below `start`; a queue or broker that appeared is added (and read from its oldest
   message); `maxRecordsPerTrigger` (or Spark's own limit) spreads a budget over the queues by
-  backlog; under `Trigger.AvailableNow` never past the ends taken when the query started.
+  backlog; under `Trigger.AvailableNow` never past the ends taken when the query started. With
+  `minRecordsPerTrigger`, a backlog below it is left for later (the batch's end is its start, so
+  Spark plans no batch) until `maxTriggerDelay` has passed since the last batch (`TriggerDelay`);
+  AvailableNow never waits.
 - `partitions(start, end)`: one partition per queue with messages in `[start, end)`. A replayed
   batch reads exactly its logged range: the offsets are dense per queue and never reused.
 - `commit(end)` and `latestOffset(start)`: with the `group` option, the end of each batch Spark
@@ -18,6 +22,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -27,7 +32,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from common.errors import BadRequest, PreconditionFailed, SluiceError, Unavailable
 from common.logs import kv
-from spark_jobs.stream.discovery import QueueRange, commit_group, discover
+from spark_jobs.stream.discovery import QueueRange, commit_group, discover, offsets_for_time
 from spark_jobs.stream.hot import QueuePartition, read_partition
 from spark_jobs.stream.offsets import EARLIEST, LATEST, Positions, QueueKey, from_json, to_json
 from spark_jobs.stream.options import StreamOptions
@@ -41,6 +46,8 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ranges: dict[QueueKey, QueueRange] = {}
         self._target: Positions | None = None  # Trigger.AvailableNow: the ends when the query started
         self._committed: Positions = {}  # what commit() last gave the group
+        least = opts.min_records_per_trigger
+        self._delay = None if least is None else TriggerDelay(least, opts.max_trigger_delay_s)
 
     def _discover(self) -> dict[QueueKey, QueueRange]:
         self._ranges = discover(self.opts)
@@ -53,6 +60,8 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starting = self.opts.starting
         if isinstance(starting, dict) and (unknown := sorted(set(starting) - set(ranges))):
             raise BadRequest(f"option startingOffsets names {unknown[0]}, which the cluster does not have")
+        if self.opts.starting_timestamp_ms is not None:
+            return to_json(offsets_for_time(self.opts, list(ranges.values()), self.opts.starting_timestamp_ms))
         positions: Positions = {}
         for key, r in ranges.items():
             wanted = EARLIEST if starting == "earliest" else LATEST if starting == "latest" else EARLIEST
@@ -85,6 +94,10 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends[key] = end
         if isinstance(limit, ReadMaxRows):
             ends = cap(begin, ends, limit.max_rows)
+        if self._delay is not None and self._target is None:
+            backlog = sum(e - begin.get(key, 0) for key, e in ends.items())
+            if not self._delay.ready(backlog, time.monotonic()):
+                ends = dict(begin)
         self._commit_group(begin)  # the end of the batch Spark committed last (commit() misses the final one)
         return to_json(ends)
 
@@ -128,6 +141,23 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         extra=kv(group=self.opts.group, error=str(exc)))  # fmt: skip
             return
         self._committed.update({k: at for k, (_, at) in wanted.items()})
+
+
+class TriggerDelay:
+    """`minRecordsPerTrigger` with `maxTriggerDelay`: a batch starts once `least` messages wait or
+    `delay_s` has passed since the previous batch started (or since the query did)."""
+
+    def __init__(self, least: int, delay_s: float) -> None:
+        self.least, self.delay_s = least, delay_s
+        self._last: float | None = None
+
+    def ready(self, backlog: int, now: float) -> bool:
+        if self._last is None:
+            self._last = now
+        if backlog <= 0 or (backlog < self.least and now - self._last < self.delay_s):
+            return False
+        self._last = now
+        return True
 
 
 def cap(begin: Positions, ends: Positions, budget: int) -> Positions:

@@ -2,13 +2,18 @@
 local Spark: messages sent with `sluice admin message send` come out of a checkpointed
 `Trigger.AvailableNow` query exactly once, a restarted query reads only what was sent since, the
 rows equal the ones the broker tiers to its archive (and still do when the broker reads them back
-from it after evicting its local copy), and bad options fail before anything runs.
+from it after evicting its local copy), one query stays exactly-once across tiering (upload-now,
+evict-local) and a queue added between its runs, `startingTimestamp` starts at the time, `sluice
+spark stream` keeps its per-minute counts across reruns and a replayed batch, and bad options fail
+before anything runs.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_jobs import cli
 from spark_jobs.schema import ARROW_SCHEMA, SEGMENT_COLUMNS
 from tests.e2e.support.cluster import Cluster, start_merged
 from tests.helpers.spark_stream import read_topic, run_available_now, send, stream
@@ -218,3 +224,102 @@ def test_the_sink_writes_each_row_once_and_a_replayed_batch_adds_no_duplicate(
     assert len(list((checkpoint / "commits").glob("[0-9]*"))) == len(commits)  # the batch ran again
     again = read_topic(cluster, copy)
     assert sorted(r["message_id"] for r in again) == sorted(r["message_id"] for r in first)
+
+
+def run_stream_job(spark: SparkSession, capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, Any]]:
+    """`sluice spark stream ... --json` in the tests' session; the totals it prints."""
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    lines: list[str] = []
+    assert cli.run(parser.parse_args(["stream", *argv, "--json"]), spark=spark, emit=lines.append) == 0
+    assert lines[-1].startswith("done in"), lines
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["job"] == "stream"
+    return list(doc["rows"])
+
+
+def per_tag(rows: list[dict[str, Any]]) -> dict[tuple[str, str | None], int]:
+    totals: dict[tuple[str, str | None], int] = {}
+    for r in rows:
+        assert datetime.fromisoformat(r["minute"]).second == 0, r  # whole UTC minutes
+        totals[(r["topic"], r["tag"])] = totals.get((r["topic"], r["tag"]), 0) + r["messages"]
+    return totals
+
+
+def test_the_stream_job_keeps_minute_counts_and_a_rerun_adds_only_new_messages(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    topic = cluster.create_topic("stream-counts", queues=2)
+    send(cluster, topic, [f"a-{i}" for i in range(12)], "--tag", "red")
+    send(cluster, topic, [f"b-{i}" for i in range(5)])
+    out, checkpoint = tmp_path / "counts", tmp_path / "counts-ck"
+    flags = ("--namesrv", cluster.namesrv, "--topic", topic, "--output", str(out), "--checkpoint", str(checkpoint))
+    first = run_stream_job(spark, capsys, *flags, "--max-records-per-trigger", "10")
+    assert per_tag(first) == {(topic, "red"): 12, (topic, None): 5}
+    assert len(list(out.glob("batch_id=*"))) >= 2, "17 messages at 10 per trigger take two batches"
+
+    # A rerun on the same checkpoint reads only what was sent since: counts grow by exactly that.
+    send(cluster, topic, [f"c-{i}" for i in range(7)], "--tag", "red")
+    send(cluster, topic, [f"d-{i}" for i in range(3)], "--tag", "blue")
+    second = run_stream_job(spark, capsys, *flags)
+    assert per_tag(second) == {(topic, "red"): 19, (topic, None): 5, (topic, "blue"): 3}
+
+    # Killed between writing a batch and committing it: the rerun replays that batch, which
+    # replaces its own part of the table instead of adding to it.
+    commits = sorted((p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    commits[-1].unlink()
+    (checkpoint / "commits" / f".{commits[-1].name}.crc").unlink(missing_ok=True)
+    assert per_tag(run_stream_job(spark, capsys, *flags)) == per_tag(second)
+
+
+def test_starting_timestamp_skips_older_messages_and_available_now_never_waits_for_min_records_properties_off(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    topic = cluster.create_topic("stream-since", queues=2)
+    send(cluster, topic, [f"old-{i}" for i in range(6)])
+    since = int(time.time() * 1000)  # after the first send returned: those are stored before it
+    time.sleep(0.01)
+    new = send(cluster, topic, [f"new-{i}" for i in range(5)], "--property", "p=v")
+    df = stream(
+        spark, cluster, topics=topic, startingTimestamp=str(since), minRecordsPerTrigger="1000",
+        includeProperties="false",
+    )  # fmt: skip
+    run_available_now(df, tmp_path / "since", tmp_path / "since-ck")
+    got = pq.read_table(tmp_path / "since").to_pylist()
+    assert sorted(r["message_id"] for r in got) == sorted(new)
+    assert {(r["properties"], r["system_properties"]) for r in got} == {(None, None)}
+
+
+def test_tiering_and_a_queue_added_between_runs_of_one_query_keep_every_message_exactly_once(
+    spark: SparkSession, cluster: Cluster, tmp_path: Path
+) -> None:
+    """One checkpointed query, three AvailableNow runs: the messages of the second run were tiered
+    (`upload-now`) and their local copies dropped (`evict-local`) before it read them, so the broker
+    reads them back from the archive; before the third, the topic got a third queue, which the query
+    reads from its oldest message."""
+    topic = cluster.create_topic("stream-moving", queues=2)
+    out, checkpoint = tmp_path / "moving", tmp_path / "moving-ck"
+
+    def run() -> list[dict[str, Any]]:
+        df = stream(spark, cluster, topics=topic, startingOffsets="earliest", maxRecordsPerTrigger="7")
+        run_available_now(df, out, checkpoint)
+        return pq.read_table(out).to_pylist()
+
+    first = send(cluster, topic, [f"hot-{i}" for i in range(10)])
+    assert sorted(r["message_id"] for r in run()) == sorted(first)
+
+    second = send(cluster, topic, [f"cold-{i}" for i in range(12)])
+    cluster.admin("tier", "upload-now", topic)
+    evicted = cluster.admin("tier", "evict-local", topic)
+    assert sum(r["messages"] for r in evicted) == 22, evicted  # the unread messages are now only in the bucket
+    assert sorted(r["message_id"] for r in run()) == sorted(first + second)
+
+    cluster.admin("topic", "create", topic, "--queues", "3", "--update")
+    third = send(cluster, topic, [f"grown-{i}" for i in range(12)])
+    rows = run()
+    assert sorted(r["message_id"] for r in rows) == sorted(first + second + third)  # each once
+    per_queue: dict[int, list[int]] = {}
+    for r in rows:
+        per_queue.setdefault(r["queue_id"], []).append(r["queue_offset"])
+    assert sorted(per_queue) == [0, 1, 2], "the added queue was read"
+    assert all(sorted(v) == list(range(len(v))) for v in per_queue.values()), per_queue

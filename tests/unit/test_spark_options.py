@@ -129,6 +129,22 @@ def test_job_config_from_toml_and_flags(tmp_path: Path) -> None:
         cli.job_config(parser.parse_args(["trace", "--key", "k"]))
 
 
+def test_stream_job_flags_become_checked_source_options() -> None:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    base = ["stream", "--namesrv", "127.0.0.1:9876", "--output", "/o", "--checkpoint", "/c"]
+    args = parser.parse_args([*base, "--topic", "a", "--topic", "b", "--max-records-per-trigger", "50"])
+    assert cli.stream_options(args) == {
+        "namesrv": "127.0.0.1:9876", "topics": "a,b", "startingOffsets": "earliest", "maxRecordsPerTrigger": "50",
+    }  # fmt: skip
+    with pytest.raises(BadRequest, match="stream needs --topic \\(or --topic-pattern\\)"):
+        cli.stream_options(parser.parse_args(base))
+    with pytest.raises(BadRequest, match="maxRecordsPerTrigger must be positive"):
+        cli.stream_options(parser.parse_args([*base, "--topic", "a", "--max-records-per-trigger", "0"]))
+    with pytest.raises(BadRequest, match="--trigger-interval must be 0 or more"):
+        cli.stream_options(parser.parse_args([*base, "--topic", "a", "--trigger-interval", "-1"]))
+
+
 def test_py_files_archive_imports_the_source_without_the_rest_of_the_broker(tmp_path: Path) -> None:
     """The `--py-files` zip alone (no worktree on the path) runs the planner and the executor's reader."""
     import subprocess

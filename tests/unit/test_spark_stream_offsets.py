@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 
 from common.errors import BadRequest
+from spark_jobs.schema import ARROW_SCHEMA, without_properties
 from spark_jobs.stream.offsets import EARLIEST, LATEST, QueueKey, from_json, to_json
 from spark_jobs.stream.options import StreamOptions
-from spark_jobs.stream.reader import cap
+from spark_jobs.stream.reader import TriggerDelay, cap
 
 A0, A1, B0 = QueueKey("orders", "broker-a", 0), QueueKey("orders", "broker-a", 10), QueueKey("audit", "broker-b", 2)
 
@@ -57,6 +59,37 @@ def test_starting_offsets_options() -> None:
     pattern = StreamOptions.parse({"namesrv": "h:1", "topicPattern": "ord.*", "maxRecordsPerTrigger": "100"})
     assert pattern.wants_topic("orders") and not pattern.wants_topic("audit-orders")
     assert pattern.max_records_per_trigger == 100
+    timed = StreamOptions.parse({**base, "startingTimestamp": "2024-06-01T12:00:00Z", "minRecordsPerTrigger": "5"})
+    assert (timed.starting_timestamp_ms, timed.min_records_per_trigger) == (1717243200000, 5)
+    assert timed.max_trigger_delay_s == 900.0  # Kafka's default, 15m
+    assert [
+        StreamOptions.parse({**base, "minRecordsPerTrigger": "1", "maxTriggerDelay": d}).max_trigger_delay_s
+        for d in ("90", "500ms", "30s", "2m", "1h")
+    ] == [90.0, 0.5, 30.0, 120.0, 3600.0]
+
+
+def test_include_properties_false_nulls_only_the_property_maps() -> None:
+    assert StreamOptions.parse({"namesrv": "h:1", "topics": "t"}).include_properties
+    assert not StreamOptions.parse({"namesrv": "h:1", "topics": "t", "includeProperties": "FALSE"}).include_properties
+    row = {f.name: None for f in ARROW_SCHEMA}
+    row.update(topic="t", queue_id=1, properties=[("a", "b")], system_properties=[("TAGS", "x")], keys=["k"])
+    table = pa.Table.from_pylist([row, row], schema=ARROW_SCHEMA)
+    out = without_properties(table)
+    assert out.schema == ARROW_SCHEMA
+    assert out["properties"].null_count == 2 and out["system_properties"].null_count == 2
+    assert out.drop_columns(["properties", "system_properties"]) == table.drop_columns(
+        ["properties", "system_properties"]
+    )
+
+
+def test_a_small_backlog_waits_for_min_records_but_not_past_the_delay() -> None:
+    delay = TriggerDelay(least=10, delay_s=60.0)
+    assert not delay.ready(3, now=1000.0)  # the first call starts the clock
+    assert not delay.ready(9, now=1059.0)
+    assert delay.ready(10, now=1059.5)  # enough messages: a batch, and the clock restarts
+    assert not delay.ready(1, now=1100.0)
+    assert delay.ready(1, now=1119.5)  # 60 s since the last batch: whatever waits is read
+    assert not delay.ready(0, now=5000.0)  # nothing to read is never a batch
 
 
 @pytest.mark.parametrize(
@@ -72,6 +105,12 @@ def test_starting_offsets_options() -> None:
         ({"namesrv": "h:1", "topics": "t", "failOnDataLoss": "yes"}, "failOnDataLoss"),
         ({"namesrv": "h:1", "topics": "t", "timeoutS": "0"}, "timeoutS"),
         ({"namesrv": "h:1", "topics": "t", "readRows": "x"}, "readRows"),
+        ({"namesrv": "h:1", "topics": "t", "startingTimestamp": "yesterday"}, "option startingTimestamp 'yesterday'"),
+        ({"namesrv": "h:1", "topics": "t", "startingTimestamp": "0", "startingOffsets": "earliest"}, "exclude"),
+        ({"namesrv": "h:1", "topics": "t", "minRecordsPerTrigger": "0"}, "minRecordsPerTrigger must be positive"),
+        ({"namesrv": "h:1", "topics": "t", "maxTriggerDelay": "5m"}, "maxTriggerDelay needs minRecordsPerTrigger"),
+        ({"namesrv": "h:1", "topics": "t", "minRecordsPerTrigger": "5", "maxTriggerDelay": "soon"}, "duration"),
+        ({"namesrv": "h:1", "topics": "t", "minRecordsPerTrigger": "9", "maxRecordsPerTrigger": "5"}, "is above"),
     ],
 )
 def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
