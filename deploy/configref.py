@@ -17,6 +17,7 @@ import dataclasses
 import enum
 import inspect
 import textwrap
+import types
 import typing
 from typing import Any
 
@@ -107,6 +108,8 @@ def _type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):  # `int | None`: "int | unset"
+        return " | ".join("unset" if a is type(None) else _type_name(a) for a in typing.get_args(tp))
     if origin is not None:
         args = ", ".join(_type_name(a) for a in typing.get_args(tp))
         return f"{getattr(origin, '__name__', str(origin))}[{args}]"
@@ -116,6 +119,8 @@ def _type_name(tp: Any) -> str:
 
 
 def _default(value: Any) -> str:
+    if value is None:
+        return "unset"
     if isinstance(value, enum.Enum):
         value = value.value
     if isinstance(value, str):

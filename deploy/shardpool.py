@@ -26,17 +26,22 @@ from deploy.workerpool import WorkerPool
 from nameserver.model import split_address
 
 SHARD_PREFIX = "shard-"
+# `sluice up`'s default: one shard per usable core, at most this many (each is a Python process with
+# a broker, its proxy and its RocksDB; more cores than this are better used by `sluice node`s).
+MAX_DEFAULT_SHARDS = 16
 
 
 @dataclass(frozen=True)
 class UpConfig:
     """The `[up]` table of `sluice up`: how it uses cores."""
 
-    # Merged nodes (broker shard-<i> with its own proxy), one core each (docs/shards.md).
-    shards: int = 1
+    # Merged nodes (broker shard-<i> with its own proxy), one core each (docs/shards.md). Unset: one
+    # per usable core (at most 16), unless the data directory already holds one process's data (1)
+    # or more shards than that (their number). 1: everything in one process.
+    shards: int | None = None
 
     def __post_init__(self) -> None:
-        if self.shards < 1:
+        if self.shards is not None and self.shards < 1:
             raise ValueError(f"shards is {self.shards}; it must be at least 1")
 
 
@@ -67,6 +72,20 @@ def _index(name: str) -> int:
     """The index of a `shard-<i>` directory name (-1 if it is no such name)."""
     tail = name[len(SHARD_PREFIX) :]
     return int(tail) if tail.isdigit() else -1
+
+
+def default_shards(base: Path, cores: int) -> int:
+    """The shards of `sluice up` when neither `--shards` nor `[up] shards` says: what the data
+    directory `base` was used with if it holds data (a single process's broker data: 1, so that an
+    existing directory keeps working; shards: at least as many as it holds, never orphaning one),
+    else one per usable core, at most MAX_DEFAULT_SHARDS."""
+    per_core = max(1, min(cores, MAX_DEFAULT_SHARDS))
+    if not base.is_dir():
+        return per_core
+    names = [p.name for p in base.iterdir()]
+    if any(_index(name) < 0 for name in names):
+        return 1
+    return max([per_core, *(_index(name) + 1 for name in names)])
 
 
 def refuse_shard_data(data_dir: Path) -> None:

@@ -47,8 +47,6 @@ RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 MAX_RESTARTS = 20
 STOP_TIMEOUT_S = 120.0
 POLL_S = 0.5
-# `sluice up` runs proxy workers by default from this many usable cores on (merged_workers).
-MERGED_WORKERS_MIN_CORES = 4
 PROBE_TIMEOUT_S = 2.0
 UNANSWERED_NOT_READY = 3  # probes in a row without an answer before a worker counts as not ready
 
@@ -62,14 +60,6 @@ def available_cores() -> int:
         if quota != "max":
             cores = min(cores, max(1, -(-int(quota) // int(period))))
     return max(1, cores)
-
-
-def merged_workers(cores: int) -> int:
-    """`sluice up`'s default: one proxy worker per core from `MERGED_WORKERS_MIN_CORES` cores on,
-    else one process. Its workers reach the broker over gRPC, which costs CPU per message that the
-    single process, calling the broker in-process, does not; below that many cores the extra cores
-    do not pay for it (docs/workers.md)."""
-    return cores if cores >= MERGED_WORKERS_MIN_CORES else 1
 
 
 def worker_count(flag: int | None, *, default: int | None = None) -> int:

@@ -1,19 +1,17 @@
 """`sluice up`: the merged topology — NameServer, broker and proxy started by one command.
 
-One Python process uses one core. With `--workers N` (default: one per core on a machine with at
-least MERGED_WORKERS_MIN_CORES usable cores, else 1) the client-facing proxy runs in N worker
-processes on the client port (deploy/workerpool.py); this process keeps the NameServer and the
-broker, which the workers reach over the broker's internal gRPC port as separate proxies would,
-and serves one metrics endpoint for all of them. With one worker all of it runs in this one
-process and the proxy calls the broker in-process (no serialisation). Either way the broker
-registers with the embedded NameServer, so `sluice admin --namesrv 127.0.0.1:9876 ...` works
-against it. Topics and groups are created on first use unless
-`--no-auto-create` is given. Configuration: the `[nameserver]`, `[broker]` and `[proxy]` tables of
-`--config`, with flags overriding them. Stops in reverse order on SIGTERM/SIGINT.
-
-With `--shards N` (or `[up] shards`) this process keeps the NameServer and the console and runs N
-merged nodes (`sluice node`: broker `shard-<i>` with its own proxy and data dir) whose routes send
-clients straight to the shard owning a queue (`run_shards`, deploy/shardpool.py, docs/shards.md).
+One Python process uses one core. By default (`--shards`, `[up] shards`: one per usable core)
+this process keeps the NameServer and the console and runs N merged nodes (`sluice node`: broker
+`shard-<i>` with its own proxy and data dir) whose routes send clients straight to the shard owning
+a queue (`run_shards`, deploy/shardpool.py, docs/shards.md). With `--shards 1` NameServer, broker
+and proxy run in this one process and the proxy calls the broker in-process (no serialisation);
+only there `--workers N` runs the client-facing proxy in N worker processes over the one broker
+(deploy/workerpool.py, docs/workers.md: measured at 0.76-1.0x of one process, kept for
+comparison). Either way the brokers register with the embedded NameServer, so
+`sluice admin --namesrv 127.0.0.1:9876 ...` works against them. Topics and groups are created on
+first use unless `--no-auto-create` is given. Configuration: the `[up]`, `[nameserver]`, `[broker]`
+and `[proxy]` tables of `--config`, with flags overriding them. Stops in reverse order on
+SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -37,16 +35,17 @@ from deploy.obsflags import add_observability_arguments, metrics_overrides, trac
 from deploy.ops import Readiness, ops_server
 from deploy.ports import is_free, require_free
 from deploy.runtime import serve
-from deploy.shardpool import ShardPool, UpConfig, free_port, refuse_shard_data, shard_configs
-from deploy.tierflags import add_tier_arguments, tier_overrides
-from deploy.workerpool import (
-    MERGED_WORKERS_MIN_CORES,
-    WorkerPool,
-    available_cores,
-    log_flags,
-    merged_workers,
-    worker_count,
+from deploy.shardpool import (
+    MAX_DEFAULT_SHARDS,
+    ShardPool,
+    UpConfig,
+    default_shards,
+    free_port,
+    refuse_shard_data,
+    shard_configs,
 )
+from deploy.tierflags import add_tier_arguments, tier_overrides
+from deploy.workerpool import WorkerPool, available_cores, log_flags, worker_count
 from nameserver.config import NameServerConfig
 from nameserver.service import run_nameserver
 from proxy.app import ProxyApp
@@ -83,13 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-auto-create", action="store_true", help="do not create topics and groups on first use")
     parser.add_argument(
         "--workers", type=int,
-        help="proxy processes serving the client port, one core each (default: one per core from "
-        f"{MERGED_WORKERS_MIN_CORES} usable cores on, else 1: everything in one process)",
+        help="with --shards 1 only: proxy processes serving the client port over the one broker (default 1; "
+        "they measured 0.76-1.0x of one process: use --shards to use cores; docs/workers.md)",
     )  # fmt: skip
     parser.add_argument(
         "--shards", type=int,
         help="merged nodes (broker shard-<i> with its own proxy and data dir), one core each; clients are "
-        "routed to the shard owning each queue (default 1, or [up] shards of --config; docs/shards.md)",
+        "routed to the shard owning each queue (default: [up] shards of --config, else one per usable core, "
+        f"at most {MAX_DEFAULT_SHARDS}, or what --data-dir was used with; 1: one process; docs/shards.md)",
     )  # fmt: skip
     parser.add_argument("--auth", choices=("on", "off"), help="require signed requests and access rules (default off)")
     parser.add_argument(
@@ -204,11 +204,14 @@ def security_overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     up = load_config(UpConfig, section="up", path=args.config, overrides={"shards": args.shards})
-    if up.shards > 1:
+    shards = up.shards if up.shards is not None else default_shards(shards_base(args), available_cores())
+    if shards > 1:
         if args.workers is not None and args.workers > 1:
-            raise ConfigError("--workers and --shards are two ways to use cores: give one of them")
-        return run_shards(args, up.shards)
-    workers = worker_count(args.workers, default=merged_workers(available_cores()))
+            how = f"--shards {shards}" if up.shards is not None else f"{shards} shards (the default, one per core)"
+            raise ConfigError(f"--workers and {how} are two ways to use cores: give one of them (--workers runs "
+                              "proxy processes over one broker and needs --shards 1; docs/workers.md)")  # fmt: skip
+        return run_shards(args, shards)
+    workers = worker_count(args.workers, default=1)
     ns_cfg, broker_cfg, proxy_cfg = configs(args)
     refuse_shard_data(Path(broker_cfg.data_dir))
     console_cfg = console_config(args, ns_cfg, proxy_cfg)
@@ -277,6 +280,11 @@ def run(args: argparse.Namespace) -> int:
     return serve(main)
 
 
+def shards_base(args: argparse.Namespace) -> Path:
+    """The directory holding `shard-<i>`: `--data-dir`, else `data` (one process's broker: `data/broker`)."""
+    return Path(args.data_dir) if args.data_dir else Path("data")
+
+
 def run_shards(args: argparse.Namespace, count: int) -> int:
     """`count` merged nodes (deploy/shardpool.py) under this process, which runs the NameServer,
     the console and the one operations endpoint of all of them."""
@@ -285,7 +293,7 @@ def run_shards(args: argparse.Namespace, count: int) -> int:
     if proxy_cfg.tls.enabled:
         proxy_cfg.tls.read()
     metrics_port = ops_port(args.metrics_port, proxy_cfg)
-    base = Path(args.data_dir) if args.data_dir else Path("data")
+    base = shards_base(args)
     require_free([("client", proxy_cfg.host, proxy_cfg.port), ("nameserver", ns_cfg.host, ns_cfg.port),
                   ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port),
                   ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0)), *console_port(console_cfg)],

@@ -384,7 +384,10 @@ def run(args: argparse.Namespace, root: Path) -> list[Row]:
     topologies = ("merged", "separated") if args.topology == "both" else (args.topology,)
     for name in topologies:
         starter = start_merged if name == "merged" else start_separated
-        server, endpoint, namesrv = starter(root / name, ["--workers", str(args.workers)] if args.workers else [])
+        workers = ["--workers", str(args.workers)] if args.workers else []
+        if workers and name == "merged":  # sluice up takes proxy workers only as one shard (docs/workers.md)
+            workers = ["--shards", "1", *workers]
+        server, endpoint, namesrv = starter(root / name, workers)
         try:
             rows += sluice_rows(name, server, endpoint, namesrv, args.seconds, modules)
         finally:

@@ -3,7 +3,7 @@
 
     .venv/bin/python tests/bench/workers_bench.py [--seconds 6] [--max-workers N] [--json]
 
-For each N it starts the merged topology (`sluice up --workers N --flush async`, its own data dir,
+For each N it starts the merged topology (`sluice up --shards 1 --workers N --flush async`, its own data dir,
 free loopback ports), then runs, one after the other:
 
 - produce: `sluice bench produce --batch 32` (32 calls in flight over 8 connections: the kernel hands
@@ -102,8 +102,8 @@ def latency(endpoint: str, pids: list[int], seconds: float) -> dict[str, Any]:
 
 def run_merged(root: Path, workers: int, seconds: float) -> dict[str, dict[str, Any]]:
     port, ns_port = free_port(), free_port()
-    argv = [*SLUICE_ARGV, "up", "--workers", str(workers), "--data-dir", str(root / f"w{workers}"), "--port",
-            str(port), "--namesrv-port", str(ns_port), "--broker-port", str(free_port()), "--flush", "async",
+    argv = [*SLUICE_ARGV, "up", "--shards", "1", "--workers", str(workers), "--data-dir", str(root / f"w{workers}"),
+            "--port", str(port), "--namesrv-port", str(ns_port), "--broker-port", str(free_port()), "--flush", "async",
             "--console-port", "-1", "--metrics-port", "0", "--log-level", "warning"]  # fmt: skip
     child = start_process(argv, port=port, log_path=root / f"up-w{workers}.log", name=f"up-w{workers}",
                           timeout_s=START_TIMEOUT_S)  # fmt: skip

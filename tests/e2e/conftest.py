@@ -56,14 +56,13 @@ def _no_sluice_protos() -> Iterator[None]:
 
 @pytest.fixture(scope="session", params=["merged", "separated"])
 def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """The shared clusters. The merged one runs two proxy worker processes (what `sluice up` does by
-    default on 4+ cores; the clusters tests start for themselves get the default of the machine,
-    one process on 2 cores), so both ways of the merged topology meet the official client."""
+    """The shared clusters. The merged one runs two shards (`sluice up --shards 2`, docs/shards.md: two
+    merged nodes, each queue routed to the node owning it), so every merged test also crosses shards;
+    tests whose point is the single process start their own `start_merged(..., shards=1)` cluster."""
     kind: str = request.param
     root = tmp_path_factory.mktemp(f"cluster-{kind}")
     # Both also serve AMQP on free ports (tests/e2e/test_amqp.py).
-    started = (start_merged(root, extra_args=["--workers", "2"], amqp=True) if kind == "merged"
-               else start_separated(root, amqp=True))  # fmt: skip
+    started = start_merged(root, shards=2, amqp=True) if kind == "merged" else start_separated(root, amqp=True)
     try:
         yield started
     finally:

@@ -1,11 +1,13 @@
 """`sluice admin client list` and the console's client counts follow clients that go away.
 
-Both topologies with a short `client_expiry_s`: the merged one as `sluice up --workers 2` (its proxy
-runs as two worker processes), the separated one with its two proxies (the first with its default
-workers). A client of the official Python client that shuts down (it sends NotifyClientTermination)
-is gone from `client list` within 5 s; one whose process is SIGKILLed (it says nothing) within 30 s
-(here within the short expiry). The merged console's cluster page counts one proxy (not one per
-worker) and its clients. The default expiry's 30 s bound is checked in tests/unit/test_client_sessions.py.
+Both topologies with a short `client_expiry_s`: the merged one as `sluice up --shards 1 --workers 2`
+(one broker, its proxy in two worker processes: this checks that workers count as one proxy; with
+shards a client talks to every shard's proxy, so the console counts one proxy per shard), the
+separated one with its two proxies (the first with its default workers). A client of the official
+Python client that shuts down (it sends NotifyClientTermination) is gone from `client list` within
+5 s; one whose process is SIGKILLed (it says nothing) within 30 s (here within the short expiry).
+The merged console's cluster page counts one proxy (not one per worker) and its clients. The
+default expiry's 30 s bound is checked in tests/unit/test_client_sessions.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """`sluice up` as a developer runs it: topics and consumer groups are created on first use.
 
 The shared merged cluster of the other tests runs with `--no-auto-create`, so that both topologies
-answer alike (an unknown topic is TOPIC_NOT_FOUND); this test starts its own default `sluice up`.
+answer alike (an unknown topic is TOPIC_NOT_FOUND); this test starts its own default `sluice up`
+(no `--shards` either: one shard per core, two on the development machine).
 With auto-create on, a topic of another namespace is not "not found" either: it is created.
 """
 
@@ -18,7 +19,7 @@ from tests.e2e.support.cluster import start_merged
 
 
 def test_topics_and_groups_are_created_on_first_use(tmp_path: Path, unique: Callable[[str], str]) -> None:
-    cluster = start_merged(tmp_path / "up", auto_create=True)
+    cluster = start_merged(tmp_path / "up", auto_create=True, shards=None)  # no --shards: the default
     try:
         topic, group = unique("t"), unique("g")
         with simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as c:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from deploy.commands.up import METRICS_PORT_OFFSET
+from deploy.workerpool import available_cores
 from tests.helpers.procs import LOOPBACK, REPO_ROOT, free_port, port_open, start_process
 
 SLUICE = [sys.executable, "-m", "deploy.cli"]
@@ -103,18 +104,22 @@ def test_second_broker_on_a_data_dir_in_use_says_so_in_one_line(tmp_path: Path) 
 
 
 def test_shards_refuse_what_they_cannot_run_in_one_line(tmp_path: Path) -> None:
-    """`--shards` with `--workers`, fewer shards than a data dir holds, one process over shards,
-    `[up] shards = 0`: each refused before anything starts, with a line saying why."""
+    """`--shards` with `--workers` (given or the default of one shard per core), fewer shards than a
+    data dir holds, one process over shards, `[up] shards = 0`: each refused before anything starts,
+    with a line saying why."""
     ports = ["--port", str(free_port()), "--namesrv-port", str(free_port()), "--broker-port", str(free_port()),
              "--metrics-port", "0", "--console-port", "-1"]  # fmt: skip
     data = tmp_path / "data"
     both = _run("up", "--data-dir", str(data), *ports, "--shards", "2", "--workers", "2", cwd=tmp_path)
     assert both.returncode == 2 and "give one of them" in both.stderr, both.stderr
+    if available_cores() > 1:  # the default is one shard per core: --workers then needs --shards 1
+        implied = _run("up", "--data-dir", str(data), *ports, "--workers", "2", cwd=tmp_path)
+        assert implied.returncode == 2 and "needs --shards 1" in implied.stderr, implied.stderr
     for i in range(3):
         (data / f"shard-{i}").mkdir(parents=True)
     fewer = _run("up", "--data-dir", str(data), *ports, "--shards", "2", cwd=tmp_path)
     assert fewer.returncode == 2 and "shard-2" in fewer.stderr and "--shards 3" in fewer.stderr, fewer.stderr
-    single = _run("up", "--data-dir", str(data), *ports, cwd=tmp_path)
+    single = _run("up", "--data-dir", str(data), *ports, "--shards", "1", cwd=tmp_path)
     assert single.returncode == 2 and "holds the data of shards" in single.stderr, single.stderr
     config = tmp_path / "up.toml"
     config.write_text("[up]\nshards = 0\n")
@@ -128,7 +133,7 @@ def test_another_servers_port_as_namesrv_gets_a_clear_answer(tmp_path: Path) -> 
     not found!`; the console's made the console log an aiohttp traceback per connection."""
     port, console_port = free_port(), free_port()
     argv = [*SLUICE, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port), "--namesrv-port",
-            str(free_port()), "--broker-port", str(free_port()), "--metrics-port", "0", "--workers", "1",
+            str(free_port()), "--broker-port", str(free_port()), "--metrics-port", "0", "--shards", "1",
             "--console-port", str(console_port)]  # fmt: skip
     child = start_process(argv, port=port, log_path=tmp_path / "up.log", name="up", timeout_s=UP_START_TIMEOUT_S)
     try:

@@ -1,4 +1,4 @@
-"""Proxy workers as processes (deploy/workerpool.py): `sluice up --workers 2` and `sluice proxy
+"""Proxy workers as processes (deploy/workerpool.py): `sluice up --shards 1 --workers 2` and `sluice proxy
 --workers 2` serve one port from two processes, with one metrics endpoint labelling each worker's
 samples; a worker that dies is restarted; workers die with a parent killed by SIGKILL; SIGTERM
 stops everything with exit 0. Each test is bounded (about 30 s on a loaded 2-core machine)."""
@@ -91,7 +91,7 @@ def _route_calls_by_worker(ops: str) -> dict[str, float]:
 @pytest.fixture
 def merged(tmp_path: Path) -> Iterator[tuple[ChildProcess, int, str]]:
     port, ops_port = free_port(), free_port()
-    argv = [*SLUICE, "up", "--workers", "2", "--data-dir", str(tmp_path / "data"), "--port", str(port),
+    argv = [*SLUICE, "up", "--shards", "1", "--workers", "2", "--data-dir", str(tmp_path / "data"), "--port", str(port),
             "--namesrv-port", str(free_port()), "--broker-port", str(free_port()), "--metrics-port", str(ops_port),
             "--console-port", "-1"]  # fmt: skip
     child = start_process(argv, port=port, log_path=tmp_path / "up.log", name="up", timeout_s=START_TIMEOUT_S)

@@ -15,7 +15,7 @@ from broker.config import BrokerConfig
 from common.config import ConfigError
 from common.errors import BadRequest, TopicNotFound, Unavailable
 from common.model import MessageType, Permission, TopicInfo
-from deploy.shardpool import UpConfig, refuse_shard_data, shard_configs, shard_dirs
+from deploy.shardpool import MAX_DEFAULT_SHARDS, UpConfig, default_shards, refuse_shard_data, shard_configs, shard_dirs
 from nameserver.convert import (
     broker_status_from_pb,
     broker_status_to_pb,
@@ -226,3 +226,18 @@ def test_data_that_would_be_orphaned_is_refused(tmp_path: Path) -> None:
     refuse_shard_data(single)  # a single process's own directory is fine for it
     with pytest.raises(ValueError):
         UpConfig(shards=0)
+
+
+def test_the_default_is_a_shard_per_core_unless_the_data_dir_says_otherwise(tmp_path: Path) -> None:
+    """No `--shards`: one per usable core (capped), one for a directory holding one process's data
+    (an existing `sluice up` data dir keeps working), and never fewer than the shards a directory holds."""
+    assert default_shards(tmp_path / "new", 2) == 2
+    assert default_shards(tmp_path / "new", 1) == 1
+    assert default_shards(tmp_path / "new", 512) == MAX_DEFAULT_SHARDS
+    (tmp_path / "single" / "broker").mkdir(parents=True)
+    assert default_shards(tmp_path / "single", 8) == 1
+    for i in range(3):
+        (tmp_path / "sharded" / f"shard-{i}").mkdir(parents=True)
+    assert default_shards(tmp_path / "sharded", 2) == 3
+    assert default_shards(tmp_path / "sharded", 4) == 4
+    assert UpConfig().shards is None  # unset: the default above

@@ -2,8 +2,9 @@
 
 Two topologies, one `Cluster` object:
 
-- **merged**: one `sluice up` command (NameServer + broker + proxy; the proxy in worker processes
-  with `extra_args=["--workers", "N"]`), free ports, its own data dir.
+- **merged**: one `sluice up` command (NameServer + broker + proxy in one process with `shards=1`;
+  N merged nodes `shard-<i>` with `shards=N`; `shards=None`: `sluice up`'s own default, one shard
+  per core), free ports, its own data dir.
   Started with `--no-auto-create` by default, so both topologies behave alike: every topic and
   group a test uses is created with `sluice admin`, and an unknown topic is TOPIC_NOT_FOUND.
 - **separated**: `sluice nameserver`, two `sluice broker` (broker-a, broker-b, own data dirs) and two
@@ -194,18 +195,20 @@ def _start(
 
 
 def start_merged(
-    root: Path, *, auto_create: bool = False, extra_args: Sequence[str] = (), shards: int = 1, amqp: bool = False
+    root: Path, *, auto_create: bool = False, extra_args: Sequence[str] = (), shards: int | None = 1,
+    amqp: bool = False,
 ) -> Cluster:
-    """`sluice up`; with `shards` > 1, `--shards N` (brokers shard-0.., docs/shards.md); `amqp`: serve
-    AMQP on a free port (`Cluster.amqp`), else AMQP is off (never the shared 5672)."""
+    """`sluice up --shards N` (N > 1: brokers shard-0.., docs/shards.md; 1: broker-a, one process);
+    `shards=None` gives no `--shards`: the default of the machine, its brokers read back once registered.
+    `amqp`: serve AMQP on a free port (`Cluster.amqp`), else AMQP is off (never the shared 5672)."""
     root.mkdir(parents=True, exist_ok=True)
     port, ns_port, broker_port, console_port = free_port(), free_port(), free_port(), free_port()
     amqp_port = free_port() if amqp else -1
-    brokers = ["broker-a"] if shards == 1 else [f"shard-{i}" for i in range(shards)]
+    brokers = ["broker-a"] if shards == 1 else [f"shard-{i}" for i in range(shards or 0)]
     cluster = Cluster("merged", root, f"{LOOPBACK}:{ns_port}", [f"{LOOPBACK}:{port}"], brokers,
                       console=f"http://{LOOPBACK}:{console_port}",
                       amqp=[f"{LOOPBACK}:{amqp_port}"] if amqp else [])  # fmt: skip
-    if shards > 1:
+    if shards is not None:
         extra_args = ["--shards", str(shards), *extra_args]
     argv = [
         *SLUICE, "up", "--data-dir", str(root / "data"), "--port", str(port), "--namesrv-port", str(ns_port),
@@ -215,6 +218,8 @@ def start_merged(
     ]  # fmt: skip
     try:
         _start(cluster, f"up-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
+        if shards is None:  # every shard registered before the client port opened (docs/shards.md)
+            cluster.brokers = sorted(row["broker"] for row in cluster.admin("broker", "list") or [])
     except BaseException:
         cluster.stop()
         raise
