@@ -195,7 +195,11 @@ def _start(
 
 
 def start_merged(
-    root: Path, *, auto_create: bool = False, extra_args: Sequence[str] = (), shards: int | None = 1,
+    root: Path,
+    *,
+    auto_create: bool = False,
+    extra_args: Sequence[str] = (),
+    shards: int | None = 1,
     amqp: bool = False,
 ) -> Cluster:
     """`sluice up --shards N` (N > 1: brokers shard-0.., docs/shards.md; 1: broker-a, one process);
