@@ -86,6 +86,12 @@ PROXY_FORWARDED = Counter(
     "Data-plane calls a merged node's proxy passed to another node's broker (the queue was not its own), by call",
     ["call"],
 )
+PROXY_BALANCED = Counter(
+    "sluice_proxy_balanced_messages",
+    "Messages a receive was served by a broker other than the one the client named (it had none for the group), "
+    "by the broker that delivered them",
+    ["broker"],
+)
 MESSAGES_IN = Counter("sluice_messages_in", "Messages stored for producers, by topic", ["topic"])
 MESSAGE_BYTES_IN = Counter("sluice_message_bytes_in", "Body bytes of the messages stored for producers", ["topic"])
 PROXY_BROKER_SENDS = Counter(
@@ -145,6 +151,7 @@ _rpc_requests = _Children(PROXY_RPC_REQUESTS)
 _rpc_duration = _Children(PROXY_RPC_DURATION)
 _undecodable = _Children(PROXY_UNDECODABLE)
 _forwarded = _Children(PROXY_FORWARDED)
+_balanced = _Children(PROXY_BALANCED)
 _in_messages = _Children(MESSAGES_IN)
 _in_bytes = _Children(MESSAGE_BYTES_IN)
 _broker_sends = _Children(PROXY_BROKER_SENDS)
@@ -171,6 +178,12 @@ def count_forwarded(call: str) -> None:
     """One data-plane call (send, pop, ack...) a merged node forwarded to another node's broker."""
     if _config.enabled:
         _forwarded.get(call).inc()
+
+
+def count_balanced(broker: str, messages: int) -> None:
+    """`messages` a receive got from `broker`, not the broker the client named (proxy/core/gather.py)."""
+    if _config.enabled:
+        _balanced.get(broker).inc(messages)
 
 
 def observe_internal_rpc(service: str, method: str, code: str, seconds: float) -> None:
@@ -430,7 +443,7 @@ def family_names() -> list[str]:
     for inst in (PROXY_RPC_REQUESTS, PROXY_RPC_DURATION, MESSAGES_IN, MESSAGE_BYTES_IN, MESSAGES_OUT,
                  MESSAGE_BYTES_OUT, MESSAGES_ACKED, INTERNAL_RPC_REQUESTS, INTERNAL_RPC_DURATION,
                  STORE_FLUSH_DURATION, TIER_S3_ERRORS, TRACE_EVENTS_DROPPED, PROXY_UNDECODABLE,
-                 PROXY_FORWARDED, PROXY_BROKER_SENDS):  # fmt: skip
+                 PROXY_FORWARDED, PROXY_BALANCED, PROXY_BROKER_SENDS):  # fmt: skip
         name = inst.describe()[0].name
         names.append(f"{name}_total" if isinstance(inst, Counter) else name)
     return sorted(names)

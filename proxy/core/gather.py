@@ -25,6 +25,7 @@ from contextvars import ContextVar
 
 from broker.client import receipt
 from broker.client.api import CallContext, PopRequest, StoredMessage
+from common import metrics
 from common.errors import BadRequest, SluiceError
 from common.logs import kv
 from proxy.directory import BrokerDirectory
@@ -47,9 +48,12 @@ async def _pop(directory: BrokerDirectory, name: str, named: str, request: PopRe
                ctx: CallContext) -> list[StoredMessage]:  # fmt: skip
     token = ELSEWHERE.set(name != named)
     try:
-        return await directory.broker(name).pop(request, ctx=ctx)
+        found = await directory.broker(name).pop(request, ctx=ctx)
     finally:
         ELSEWHERE.reset(token)
+    if found and name != named:
+        metrics.count_balanced(name, len(found))
+    return found
 
 
 async def pop_anywhere(

@@ -80,10 +80,17 @@ def _data_plane_calls(cluster: Cluster) -> float:
 
 
 def _forwarded(cluster: Cluster) -> float:
-    """Calls that reached the wrong node; not the pops a receive made of another shard because its
-    own had nothing for the group (balancing, counted as pop_elsewhere)."""
-    return sum(v for labels, v in _samples(cluster, "sluice_proxy_forwarded_calls_total")
-               if labels.get("call") != "pop_elsewhere")  # fmt: skip
+    """Calls that reached the wrong node. Not counted: the pops a receive made of another shard
+    because its own had nothing for the group (balancing, `pop_elsewhere`), nor as many forwarded
+    acks as messages were served that way: the client acks such a message on the node it received
+    it from, and that node forwards the ack to the shard that delivered it (docs/shards.md)."""
+    calls = {labels.get("call"): 0.0 for labels, _ in _samples(cluster, "sluice_proxy_forwarded_calls_total")}
+    for labels, v in _samples(cluster, "sluice_proxy_forwarded_calls_total"):
+        calls[labels.get("call")] += v
+    balanced = sum(v for _, v in _samples(cluster, "sluice_proxy_balanced_messages_total"))
+    calls.pop("pop_elsewhere", None)
+    calls["ack"] = max(calls.get("ack", 0.0) - balanced, 0.0)
+    return sum(calls.values())
 
 
 _BROKERS: dict[str, int] = {}  # broker name -> a number of its own, for stored copies
