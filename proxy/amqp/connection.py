@@ -280,8 +280,8 @@ class Connection:
             self.send_method(0, commands.Connection.CloseOk())
             await self.flush()
             return True
-        if isinstance(method, commands.Connection.CloseOk):
-            return True
+        # A close-ok answers a close this server sent (`_close`, which reads it there); unsolicited it is
+        # a command the open connection does not allow (503), as RabbitMQ answers it, not a quiet end.
         if isinstance(method, commands.Connection.Blocked | commands.Connection.Unblocked):
             return False
         raise AmqpError(COMMAND_INVALID, f"{method.name} is not allowed on an open connection",

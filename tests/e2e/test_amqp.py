@@ -867,6 +867,16 @@ def test_proxy_killed_while_publishing_and_consuming(tmp_path: Path) -> None:
         assert not problems, "\n".join(problems)
 
 
+def test_an_unsolicited_close_ok_gets_command_invalid(cluster: Cluster) -> None:
+    """A connection.close-ok the server did not ask for (it sent no close) is answered with a close
+    503 COMMAND_INVALID, as RabbitMQ answers it; it ended the connection without a word (the fuzzer
+    found it)."""
+    endpoint = endpoints(cluster)[0]
+    close_ok = frame.marshal(pamqp_commands.Connection.CloseOk(), 0)
+    assert amqp_fuzz.send(endpoint, [close_ok]) == "close:503"
+    _serves(endpoint)
+
+
 def test_fuzzed_frames_get_spec_answers(cluster: Cluster) -> None:
     """Generated frame sequences on fresh connections (tests/e2e/support/amqp_fuzz.py): every one
     ends in a connection close with a spec reply code or stays open; the server logs no failed

@@ -90,8 +90,9 @@ def test_a_client_that_shuts_down_is_gone_within_5_s(cluster: Cluster, unique: C
             wait_until("the producer on the console", lambda: console_counts(cluster) == (1, 1), APPEAR_TIMEOUT_S)
         assert p.is_running
     wait_until("the producer gone after its shutdown", lambda: not listed(cluster, topic), CLEAN_SHUTDOWN_BOUND_S)
-    if cluster.console:
-        assert console_counts(cluster) == (1, 0)  # one proxy (two workers), no client
+    if cluster.console:  # the page reads client reports anew once its cache ([console] nameserver_cache_s) runs out
+        wait_until("the producer gone from the console", lambda: console_counts(cluster) == (1, 0),
+                   CLEAN_SHUTDOWN_BOUND_S)  # one proxy (two workers), no client  # fmt: skip
 
 
 def test_a_killed_client_is_gone_within_30_s(cluster: Cluster, unique: Callable[[str], str], tmp_path: Path) -> None:

@@ -79,14 +79,20 @@ def _data_plane_calls(cluster: Cluster) -> float:
     return sum(v for labels, v in _samples(cluster, "sluice_proxy_rpc_requests_total") if labels.get("rpc") in rpcs)
 
 
+def _forwarded_by_call(cluster: Cluster) -> dict[str, float]:
+    """Forwarded calls by call, summed over the shards."""
+    calls: dict[str, float] = {}
+    for labels, v in _samples(cluster, "sluice_proxy_forwarded_calls_total"):
+        calls[labels.get("call", "")] = calls.get(labels.get("call", ""), 0.0) + v
+    return calls
+
+
 def _forwarded(cluster: Cluster) -> float:
     """Calls that reached the wrong node. Not counted: the pops a receive made of another shard
     because its own had nothing for the group (balancing, `pop_elsewhere`), nor as many forwarded
     acks as messages were served that way: the client acks such a message on the node it received
     it from, and that node forwards the ack to the shard that delivered it (docs/shards.md)."""
-    calls = {labels.get("call"): 0.0 for labels, _ in _samples(cluster, "sluice_proxy_forwarded_calls_total")}
-    for labels, v in _samples(cluster, "sluice_proxy_forwarded_calls_total"):
-        calls[labels.get("call")] += v
+    calls = _forwarded_by_call(cluster)
     balanced = sum(v for _, v in _samples(cluster, "sluice_proxy_balanced_messages_total"))
     calls.pop("pop_elsewhere", None)
     calls["ack"] = max(calls.get("ack", 0.0) - balanced, 0.0)
@@ -174,7 +180,7 @@ def test_a_call_that_reaches_the_wrong_shard_is_forwarded_and_succeeds(
         for g in (f"mg-{i}" for i in range(1000))
         if writable[int.from_bytes(hashlib.sha256(g.encode()).digest(), "big") % len(writable)][0] == "shard-0"
     )
-    before = {labels["call"]: v for labels, v in _samples(shards, "sluice_proxy_forwarded_calls_total")}
+    before = _forwarded_by_call(shards)
     with raw.stub(owners["shard-1"]) as s:
         sent = raw.send(s, raw.message(topic, b"to shard-0", message_type=raw.pb.FIFO, group=mg))
         assert raw.code_name(sent.status.code) == "OK", sent.status
@@ -187,7 +193,7 @@ def test_a_call_that_reaches_the_wrong_shard_is_forwarded_and_succeeds(
         acked = s.AckMessage(spb.AckMessageRequest(group=raw.resource(group), topic=raw.resource(topic),
                                                    entries=[entry]), metadata=raw.headers(), timeout=10)  # fmt: skip
         assert raw.code_name(acked.status.code) == "OK", acked
-    after = {labels["call"]: v for labels, v in _samples(shards, "sluice_proxy_forwarded_calls_total")}
+    after = _forwarded_by_call(shards)
     for call in ("send", "pop", "ack"):
         assert after.get(call, 0) > before.get(call, 0), f"forwarded {call} not counted: {before} -> {after}"
 
