@@ -333,6 +333,7 @@ class RemoteBroker:
         rid = next(self._stream_ids)
         answer: asyncio.Future[pb.SendStreamResponse] = asyncio.get_running_loop().create_future()
         self._stream_waiting[rid] = answer
+        call: Any = None
         try:
             call = self._open_stream()
             # A lone send carries its request's ids, as a unary Send does; several carry none's.
@@ -347,6 +348,9 @@ class RemoteBroker:
             raise
         except Exception as exc:
             error = self._send_error(exc, answer)
+            if (call is not None and not isinstance(exc, TimeoutError | SluiceError | grpc.aio.AioRpcError)
+                    and await _ended_unimplemented(call)):  # fmt: skip
+                error = _Unimplemented()
             if isinstance(error, _Unimplemented):
                 raise error from None
             self._drop_stream()  # ended, or a broker that stopped answering: the next send opens a new one
@@ -726,6 +730,21 @@ class _PendingSend:
 def _ids(ctx: CallContext) -> tuple[str, str]:
     """(request id, client id) a call carries: the context's, else those bound to the current task."""
     return (ctx.request_id, ctx.client_id) if ctx.request_id or ctx.client_id else current_request()
+
+
+# How long a failed stream write waits for the call's status to tell a refusal from a broken stream.
+_STREAM_STATUS_WAIT_S = 1.0
+
+
+async def _ended_unimplemented(call: Any) -> bool:
+    """Whether a send stream ended with UNIMPLEMENTED (a broker without SendStream). A write can lose
+    the race with the broker's refusal: grpc.aio then fails the write with a usage error, not the
+    status, before the stream's reader has seen it; the call's own status settles it."""
+    try:
+        code = await asyncio.wait_for(call.code(), _STREAM_STATUS_WAIT_S)
+    except Exception:
+        return False
+    return bool(code == grpc.StatusCode.UNIMPLEMENTED)
 
 
 def _batch_timeout(batch: list[_PendingSend], timeout_s: float) -> float:
