@@ -6,10 +6,11 @@ in turn, each without waiting; only when none has anything does it long-poll all
 take the first answer with messages. Each message's receipt handle names the broker that delivered
 it, so acks and invisibility changes reach that broker whichever broker the client named.
 
-A long poll that loses the race is cancelled. One that had already popped (the answers crossed) is
-handed out too when the batch has room; what does not fit is made visible again after
-`RELEASE_INVISIBLE_MS` (a broker's shortest invisibility). A pop whose answer the cancellation cut
-off is delivered again after its invisible duration: late, never lost.
+A long poll that loses the race is not cancelled (a cancelled pop whose broker had already popped
+would lose its answer, and those messages would come back only after their whole invisible
+duration): it finishes on its own, and what it brings is made visible again after
+`RELEASE_INVISIBLE_MS` (a broker's shortest invisibility). One that had already answered (the
+answers crossed) is handed out too when the batch has room; what does not fit is released the same way.
 
 FIFO groups keep their order: a message group lives on one queue of one broker, and that broker
 hands out a group's next message only after the previous one is acked, whoever asks.
@@ -18,7 +19,6 @@ hands out a group's next message only after the previous one is acked, whoever a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
@@ -118,20 +118,44 @@ async def _long_poll(
                     raise exc
                 else:
                     failure = failure or exc
-    finally:
+    except BaseException:  # the receive itself ends (cancelled, a bad request): so do its polls
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                found = await task
-                if task not in read:  # answered while the others were being cancelled
-                    late.extend(found)
+        raise
+    for task in tasks:
+        if task in read:
+            continue
+        if task.done():  # answered meanwhile
+            if not task.cancelled() and task.exception() is None:
+                late.extend(task.result())
+            continue
+        # A long poll that lost the race finishes on its own instead of being cancelled: a broker
+        # that had already popped for a cancelled call would lose the answer, and its messages would
+        # come back only after their whole invisible duration. What it brings is released (soon
+        # visible again to the group).
+        finisher = asyncio.create_task(_finish_late(directory, request, task), name=f"{task.get_name()}-late")
+        _lingering.add(finisher)
+        finisher.add_done_callback(_lingering.discard)
     if not out and failure is not None and len(read) == len(tasks) and all(t.exception() for t in tasks):
         raise failure
     room = max(request.max_messages - len(out), 0)
     out.extend(late[:room])
     await _release(directory, request, late[room:])
     return out
+
+
+# Long polls that lost a race, left to finish (`_long_poll`); held here so that none is collected.
+_lingering: set[asyncio.Task[None]] = set()
+
+
+async def _finish_late(
+    directory: BrokerDirectory, request: PopRequest, poll: asyncio.Task[list[StoredMessage]]
+) -> None:
+    try:
+        found = await poll
+    except Exception:  # a broker that failed meanwhile: nothing of it was delivered
+        return
+    await _release(directory, request, found)
 
 
 async def _release(directory: BrokerDirectory, request: PopRequest, surplus: list[StoredMessage]) -> None:
