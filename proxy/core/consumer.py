@@ -10,8 +10,10 @@ handle, so any proxy can serve them.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import TypeVar
 
 from broker.client import receipt
 from broker.client.api import AckResult, BrokerApi, CallContext, FilterSpec, PopRequest, StoredMessage
@@ -20,6 +22,7 @@ from common.errors import Forbidden, InternalError, InvalidReceiptHandle, Sluice
 from common.model import MessageType
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
+from proxy.core.failover import FAILOVER_MARGIN_S, call_through_failover
 from proxy.core.gather import pop_anywhere
 from proxy.core.lite import LiteRouter
 from proxy.core.renewer import AutoRenewer
@@ -32,6 +35,19 @@ _UNANSWERED = AckResult("", InternalError("no broker answered for this receipt h
 # A bind topic accepts LITE messages only; an auto-created topic not yet typed by its first message
 # advertises every type, LITE included, and is read as a normal topic.
 _LITE_ONLY = frozenset({MessageType.LITE})
+
+T = TypeVar("T")
+
+
+async def _pop(request: PopRequest, ctx: CallContext, api: BrokerApi) -> list[StoredMessage]:
+    """A pop whose long poll ends before the call's deadline (less what a retry keeps): a pop
+    retried on a group's new primary long-polls only for what is left."""
+    remaining = ctx.remaining_s()
+    if remaining is not None:
+        left_ms = max(0, int((remaining - FAILOVER_MARGIN_S) * 1000))
+        if left_ms < request.long_poll_ms:
+            request = replace(request, long_poll_ms=left_ms)
+    return await api.pop(request, ctx=ctx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +96,10 @@ class ConsumerService:
             brokers = self._brokers_in_turn(routes, spec.broker_hint, spec.topic)
             request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
                                  auto_create_group=True)  # fmt: skip
-            messages = await pop_anywhere(self._dir, brokers, request, ctx=ctx, usable=self.usable)
+            if len(brokers) == 1:  # the topic's only broker (group): wait out its failover
+                messages = await call_through_failover(self._dir, brokers[0], partial(_pop, request, ctx), ctx)
+            else:
+                messages = await pop_anywhere(self._dir, brokers, request, ctx=ctx, usable=self.usable)
         if messages:
             metrics.count_out(spec.topic, spec.group, len(messages), sum(len(m.body) for m in messages))
         if auto_renew:
@@ -90,13 +109,20 @@ class ConsumerService:
                                   m.invisible_until_ms)  # fmt: skip
         return messages
 
-    async def _handle_broker(self, handle: str) -> BrokerApi:
+    async def _handle_broker(self, handle: str) -> str:
         """The broker a receipt handle belongs to; a handle naming no broker of this cluster is invalid."""
         name = receipt.broker_of(handle)
-        api = await self._dir.lookup(name)
-        if api is None:
+        if await self._dir.lookup(name) is None:
             raise InvalidReceiptHandle(f"receipt handle names broker {name}, which is not part of this cluster")
-        return api
+        return name
+
+    async def _on_handle_broker(self, handle: str, call: Callable[[BrokerApi], Awaitable[T]], ctx: CallContext) -> T:
+        """`call` on the broker a handle names, waiting out its group's failover: only that broker
+        (group) can take it. A new primary accepts a handle of its predecessor's term while the
+        replicated delivery it names is still the live one; else (the delivery was not replicated,
+        or the message was delivered again since) it refuses with InvalidReceiptHandle, and the
+        message comes back after its invisible duration."""
+        return await call_through_failover(self._dir, await self._handle_broker(handle), call, ctx)
 
     async def ack(self, ctx: CallContext, group: str, topic: str, handles: list[str]) -> list[AckResult]:
         # Results are placed by position, not by handle: a handle given twice gets two answers
@@ -126,22 +152,21 @@ class ConsumerService:
     async def _ack_on(self, ctx: CallContext, group: str, topic: str, handles: list[str]) -> list[AckResult]:
         """Acks of handles of one broker, in their order; a broker that fails fails each of them."""
         try:
-            api = await self._handle_broker(handles[0])
-            return await api.ack(group, topic, handles, ctx=ctx)
+            return await self._on_handle_broker(handles[0], lambda api: api.ack(group, topic, handles, ctx=ctx), ctx)
         except SluiceError as exc:
             return [AckResult(h, exc) for h in handles]
 
     async def change_invisible_duration(
         self, ctx: CallContext, group: str, topic: str, handle: str, invisible_ms: int
     ) -> str:
-        api = await self._handle_broker(handle)
-        new = await api.change_invisible_duration(group, topic, handle, invisible_ms, ctx=ctx)
+        new = await self._on_handle_broker(
+            handle, lambda api: api.change_invisible_duration(group, topic, handle, invisible_ms, ctx=ctx), ctx
+        )
         self._renewer.remove(handle)
         return new
 
     async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
-        api = await self._handle_broker(handle)
-        await api.forward_to_dead_letter(group, topic, handle)
+        await self._dir.broker(await self._handle_broker(handle)).forward_to_dead_letter(group, topic, handle)
         self._renewer.remove(handle)
 
     async def touch_group(self, group: str) -> None:

@@ -6,8 +6,6 @@ append). Results come back in request order; a failure affects only the messages
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from operator import attrgetter, itemgetter
 
 from broker.client import txid
@@ -23,14 +21,12 @@ from common import metrics
 from common.errors import (
     BadRequest,
     InvalidTransactionId,
-    NotPrimary,
     ProxyTimeout,
     SluiceError,
-    Unavailable,
-    Unreachable,
 )
 from common.model import SYSPROP_LITE_TOPIC, MessageType
 from proxy.config import SendHealthConfig
+from proxy.core.failover import call_through_failover
 from proxy.core.health import BrokerHealth
 from proxy.core.routing import QueueSelector, lite_broker
 from proxy.directory import BrokerDirectory, BrokerRoute
@@ -39,13 +35,6 @@ SendOutcome = SendResult | SluiceError
 _CANCELLED = ProxyTimeout("the send was cancelled before the broker answered")
 _TOPIC, _MESSAGE = itemgetter(0), itemgetter(1)
 _GROUP, _BODY = attrgetter("message_group"), attrgetter("body")
-# A send refused by a group member that is not the primary waits for the group's new primary (the
-# NameServer's next address for the group's name) this long at most when its client set no deadline.
-FAILOVER_WAIT_S = 5.0
-# How often the new primary's address is looked for meanwhile, and what is kept of the client's
-# deadline for the retried send itself.
-FAILOVER_POLL_S = 0.2
-FAILOVER_MARGIN_S = 0.5
 
 
 class ProducerService:
@@ -133,8 +122,8 @@ class ProducerService:
         """Send through `broker`. When a group member that is not the primary (`NotPrimary`: a
         replica, a fenced or deposed primary) refused it, or the broker cannot be reached and is the
         topic's only writable one (a killed primary: the client's retry could only come back to
-        it), look its address up again and send there every `FAILOVER_POLL_S` while the client's
-        deadline allows. Another retriable refusal is retried once if the broker has moved
+        it), look its address up again and send there while the client's deadline allows
+        (proxy/core/failover.py). Another retriable refusal is retried once if the broker has moved
         meanwhile, else raised for the client to retry (on another queue, another broker).
 
         Its latency and outcome feed the queue selection (proxy/core/health.py); a send cancelled
@@ -142,7 +131,10 @@ class ProducerService:
         token = self._health.started(broker)
         outcome: SluiceError | None = _CANCELLED
         try:
-            results = await self._send_through_failover(ctx, broker, topic, queue_id, messages)
+            results = await call_through_failover(
+                self._dir, broker, lambda api: api.send(topic, queue_id, messages, ctx=ctx), ctx,
+                wait_unreachable=lambda: self._only_broker(topic),
+            )  # fmt: skip
             outcome = None
         except SluiceError as exc:
             outcome = exc
@@ -151,32 +143,6 @@ class ProducerService:
             self._health.finished(broker, token, outcome)
         metrics.count_broker_sends(topic, broker, len(messages))
         return results
-
-    async def _send_through_failover(
-        self, ctx: CallContext, broker: str, topic: str, queue_id: int, messages: list[OutgoingMessage]
-    ) -> list[SendResult]:
-        api = self._dir.broker(broker)
-        loop = asyncio.get_running_loop()
-        remaining = ctx.remaining_s()
-        until = loop.time() + (FAILOVER_WAIT_S if remaining is None else remaining - FAILOVER_MARGIN_S)
-        while True:
-            try:
-                return await api.send(topic, queue_id, messages, ctx=ctx)
-            except Unavailable as exc:
-                if isinstance(exc, NotPrimary) or (isinstance(exc, Unreachable) and await self._only_broker(topic)):
-                    # The group's new primary (a new address), or this one's term again (a primary
-                    # that rode out a coordinator pause): ask again shortly, while the deadline allows.
-                    if loop.time() + FAILOVER_POLL_S >= until:
-                        raise
-                    await asyncio.sleep(FAILOVER_POLL_S)
-                    with contextlib.suppress(Unavailable):
-                        await self._dir.moved(broker)
-                        api = self._dir.broker(broker)
-                    continue
-                moved = await self._dir.moved(broker)
-                if moved is None:
-                    raise
-                return await moved.send(topic, queue_id, messages, ctx=ctx)
 
     async def _only_broker(self, topic: str) -> bool:
         """Whether `topic` has one writable broker (or broker group)."""
