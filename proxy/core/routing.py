@@ -28,12 +28,14 @@ class RouteQueue:
     permission: Permission
     message_types: frozenset[MessageType]
     endpoint: str
+    # Further proxies a client may use for this queue when `endpoint` is gone (`route_queues`).
+    fallbacks: tuple[str, ...] = ()
 
 
 VIRTUAL_SEPARATOR = "@"
 
 
-def route_queues(routes: list[BrokerRoute], endpoints: list[str]) -> list[RouteQueue]:
+def route_queues(routes: list[BrokerRoute], endpoints: list[str], *, fifo_fallbacks: bool = False) -> list[RouteQueue]:
     """The queues of a topic as clients see them.
 
     With one proxy endpoint, each broker appears under its own name. With several, each broker
@@ -44,14 +46,22 @@ def route_queues(routes: list[BrokerRoute], endpoints: list[str]) -> list[RouteQ
     endpoints the queues alternate them (queue 0 through each proxy, then queue 1, ...): a client
     retrying a send on the next queue of the list (the official clients do) reaches another proxy,
     so one proxy's loss costs a send one attempt, not all of them.
+
+    A FIFO message group is different: clients send every message of a group to the one queue its
+    hash picks, retries included, so a group on a dead proxy's queue would fail for the whole
+    outage. With `fifo_fallbacks` (for clients whose gRPC channel takes several addresses and moves
+    to the next when one fails: the official Python client), each queue of a FIFO topic also lists
+    the other proxies as `fallbacks`, after its own.
     """
     out = []
     for r in sorted(routes, key=lambda r: r.broker):
         own = [r.endpoint] if r.endpoint else endpoints
+        several = fifo_fallbacks and len(own) > 1 and MessageType.FIFO in r.message_types
         for qid in range(r.queue_count):
             for i, endpoint in enumerate(own):
                 name = r.broker if len(own) == 1 else f"{r.broker}{VIRTUAL_SEPARATOR}{i}"
-                out.append(RouteQueue(name, qid, r.permission, r.message_types, endpoint))
+                fallbacks = (*own[i + 1 :], *own[:i]) if several else ()
+                out.append(RouteQueue(name, qid, r.permission, r.message_types, endpoint, fallbacks))
     return out
 
 

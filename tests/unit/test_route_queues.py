@@ -6,8 +6,10 @@ from __future__ import annotations
 import itertools
 
 from common.model import MessageType, Permission
+from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proxy.core.routing import real_broker, route_queues
 from proxy.directory import BrokerRoute
+from proxy.grpc.route import endpoints_pb
 
 TYPES = frozenset({MessageType.NORMAL})
 
@@ -30,3 +32,27 @@ def test_consecutive_queues_alternate_proxies() -> None:
 def test_one_proxy_lists_each_broker_under_its_own_name() -> None:
     queues = route_queues([BrokerRoute("a", 3, Permission.READ_WRITE, TYPES)], ["p1:1"])
     assert [(q.broker, q.queue_id) for q in queues] == [("a", 0), ("a", 1), ("a", 2)]
+
+
+def test_fifo_queues_list_the_other_proxies_for_clients_that_take_address_lists() -> None:
+    """A FIFO message group is sent to one queue, retries included: for a client whose channel
+    moves to the next address of a queue's endpoints, every proxy is listed, the queue's own first."""
+    fifo = frozenset({MessageType.FIFO})
+    routes = [BrokerRoute("a", 2, Permission.READ_WRITE, fifo), BrokerRoute("b", 1, Permission.READ_WRITE, TYPES)]
+    proxies = ["p1:1", "p2:2", "p3:3"]
+    queues = route_queues(routes, proxies, fifo_fallbacks=True)
+    for q in queues:
+        if real_broker(q.broker) == "a":
+            assert (q.endpoint, *q.fallbacks) in {("p1:1", "p2:2", "p3:3"), ("p2:2", "p3:3", "p1:1"),
+                                                  ("p3:3", "p1:1", "p2:2")}  # fmt: skip
+        else:  # a normal topic: the client's retry on the next queue already reaches another proxy
+            assert q.fallbacks == ()
+    assert all(q.fallbacks == () for q in route_queues(routes, proxies))  # clients that cannot take them
+
+
+def test_endpoints_of_several_ipv4_addresses_and_one_name() -> None:
+    both = endpoints_pb("127.0.0.1:1", ("127.0.0.2:2",))
+    assert both.scheme == pb.IPv4 and [(a.host, a.port) for a in both.addresses] == [("127.0.0.1", 1), ("127.0.0.2", 2)]
+    # A domain name scheme allows one address (the Python client refuses more): the queue's own only.
+    named = endpoints_pb("proxy-0.example:8081", ("127.0.0.2:2",))
+    assert named.scheme == pb.DOMAIN_NAME and [a.host for a in named.addresses] == ["proxy-0.example"]

@@ -17,7 +17,10 @@ back (and is then acked again) or not.
 - duplicates: deliveries beyond the first of a message (expected for messages that were not
   acked in time, e.g. held past their invisibility on purpose, and for sends stored twice;
   reported, not an error);
-- out_of_order: deliveries that broke the order of an ordered stream (below; must be 0).
+- out_of_order: deliveries that broke the order of an ordered stream (below; must be 0);
+- same_handle_twice: deliveries of a stored copy under a receipt handle version it was already
+  delivered under (when `delivered` is given the version; must be 0: every delivery of a copy,
+  across primaries' terms, gets a handle of its own, so an old handle cannot settle a new delivery).
 
 **Ordered streams** (a FIFO message group, a lite topic): a send recorded with `stream=S` is the
 next message of S, in the order its `sent` calls came (the producer sends the next one only after
@@ -46,11 +49,12 @@ class Verdict:
     redelivered_after_ack: list[str]
     duplicates: int
     out_of_order: list[str] = field(default_factory=list)
+    same_handle_twice: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (f"acknowledged {self.acknowledged}, consumed {self.consumed}, lost {len(self.lost)}, "
                 f"redelivered-after-ack {len(self.redelivered_after_ack)}, duplicates {self.duplicates}, "
-                f"out-of-order {len(self.out_of_order)}")  # fmt: skip
+                f"out-of-order {len(self.out_of_order)}, same-handle-twice {len(self.same_handle_twice)}")  # fmt: skip
 
     def assert_nothing_lost(self) -> None:
         """What every fault test demands: no acknowledged send lost, and no stored copy delivered
@@ -73,15 +77,21 @@ class History:
     # settlements (True: delivered, False: acked or ack failed), in the order they happened.
     streams: dict[str, list[str]] = field(default_factory=dict)
     consumed_log: list[tuple[bool, str]] = field(default_factory=list)
+    handle_versions: set[tuple[Stored, int]] = field(default_factory=set)
+    same_handle: list[str] = field(default_factory=list)
 
     def sent(self, body: str, *, stream: str | None = None) -> None:
         self.sends.append(body)
         if stream is not None:
             self.streams.setdefault(stream, []).append(body)
 
-    def delivered(self, body: str, copy: Stored) -> None:
+    def delivered(self, body: str, copy: Stored, version: int | None = None) -> None:
         if copy in self.acked_copies:
             self.after_ack.append(body)
+        if version is not None:
+            if (copy, version) in self.handle_versions:
+                self.same_handle.append(f"{body} ({copy}, handle version {version})")
+            self.handle_versions.add((copy, version))
         self.deliveries[body] += 1
         self.consumed_log.append((True, body))
 
@@ -108,6 +118,7 @@ class History:
             redelivered_after_ack=list(self.after_ack),
             duplicates=sum(n - 1 for n in self.deliveries.values()),
             out_of_order=self._out_of_order(),
+            same_handle_twice=list(self.same_handle),
         )
 
     def _out_of_order(self) -> list[str]:

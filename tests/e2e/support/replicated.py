@@ -1,7 +1,8 @@
 """A replicated broker group as real processes, and the steps the fault tests share.
 
 `start_replicated` starts a NameServer, one group of `sluice broker --group g1 --min-insync 2`
-members (against an etcd the caller started) and one proxy, returning a `Cluster`. The helpers find
+members (against an etcd the caller started) and one proxy (or several, each listing the others in
+routes: `--peers`), returning a `Cluster`. The helpers find
 the routed primary, fail it over (SIGKILL, wait for another member to take the group, start the
 victim again with the same port and data), and consume with a `History` under retriable errors.
 
@@ -50,10 +51,12 @@ poll_interval_ms = 300
 
 def start_replicated(
     root: Path, etcd_url: str, *, members: Sequence[str] = MEMBERS, member_args: Mapping[str, Sequence[str]] = {},
-    config_text: str = CONFIG,
+    config_text: str = CONFIG, proxies: int = 1,
 ) -> Cluster:  # fmt: skip
-    """NameServer, the group's members (each with `member_args[name]` added), one proxy, all with
-    `config_text` as their --config. On a start failure the processes already started are stopped."""
+    """NameServer, the group's members (each with `member_args[name]` added), `proxies` proxies, all
+    with `config_text` as their --config. With one proxy its process is named "proxy", with several
+    "proxy-<port>" (`Cluster.proxy_process`). On a start failure the processes already started are
+    stopped."""
     config = root / "replicated.toml"
     config.write_text(config_text)
     ns_port = free_port()
@@ -68,10 +71,16 @@ def start_replicated(
                     "--config", str(config), *member_args.get(name, ())]  # fmt: skip
             _start(cluster, name, argv, port, f"broker {name} listening on {LOOPBACK}:{port}")
         _wait_for_brokers(cluster, 1)
-        port = free_port()
-        argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), "--config", str(config)]
-        _start(cluster, "proxy", argv, port, f"proxy listening on {LOOPBACK}:{port}")
-        cluster.proxies.append(f"{LOOPBACK}:{port}")
+        ports = [free_port() for _ in range(proxies)]
+        # Several: each lists the others in routes, one worker each, and stops at once on SIGTERM.
+        peers = ["--peers", ";".join(f"{LOOPBACK}:{p}" for p in ports), "--workers", "1", "--drain-s", "0"]
+        peers = peers if proxies > 1 else []
+        for port in ports:
+            argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), "--config", str(config),
+                    *peers]  # fmt: skip
+            _start(cluster, "proxy" if proxies == 1 else f"proxy-{port}", argv, port,
+                   f"proxy listening on {LOOPBACK}:{port}")  # fmt: skip
+            cluster.proxies.append(f"{LOOPBACK}:{port}")
     except BaseException:
         cluster.stop()
         raise
@@ -165,7 +174,7 @@ def consume(consumer: SimpleConsumer, history: History, held: list[Message], don
             continue
         for msg in batch:
             body, copy = msg.body.decode(), stored_copy(msg)
-            history.delivered(body, copy)
+            history.delivered(body, copy, receipt.fields(msg.receipt_handle)[3])
             if hold and sum(history.deliveries.values()) % HOLD_EVERY == 0:
                 held.append(msg)
                 continue
