@@ -9,13 +9,13 @@ after every fault, at most 1% of sends failing after the client's own retries (n
 apart), and no traceback in any process's log. The longest span without an acknowledged send is
 printed (a timing, reported by the soak and docs/replication.md, not asserted here).
 
-- `proxy-kill`: the proxy the FIFO sends go through is SIGKILLed (and restarted 3 s later). Before
-  FIFO queues listed every proxy (proxy/grpc/route.py), every send of a group hashed to that proxy's
-  queues failed for the whole outage.
-- two seeds of three faults drawn from SIGKILL/SIGSTOP of the primary, SIGKILL of a replica,
-  SIGSTOP of etcd and SIGKILL of a proxy. Partitions are tested in tests/e2e/test_replication_faults.py.
+Two seeds of three faults drawn from SIGKILL/SIGSTOP of the primary, SIGKILL of a replica, SIGSTOP of
+etcd and SIGKILL of the proxy the FIFO sends go through (restarted 3 s later); together they cover
+all five. Before FIFO queues listed every proxy (proxy/grpc/route.py), a proxy kill alone failed
+82 of 600 FIFO sends (13.7%) after the client's retries: every send of a group hashed to the dead
+proxy's queues, for the whole outage. Partitions are tested in tests/e2e/test_replication_faults.py.
 
-Each schedule starts its own processes (it kills them): ~30-45 s each here.
+Each schedule starts its own processes (it kills them): ~70 s each on a shared, loaded machine.
 """
 
 from __future__ import annotations
@@ -31,11 +31,8 @@ GAP_S = 3.0
 FAULTS_PER_SEED = 3
 MAX_FAILED_PCT = 1.0
 
-SCHEDULES = {
-    "proxy-kill": ["kill-proxy"],
-    "seed-1": draw(1, FAULTS_PER_SEED),
-    "seed-7": draw(7, FAULTS_PER_SEED),
-}
+# Seed 1: stop-primary, kill-proxy, kill-primary; seed 7: kill-replica, stop-primary, stop-etcd.
+SCHEDULES = {f"seed-{seed}": draw(seed, FAULTS_PER_SEED) for seed in (1, 7)}
 
 
 @pytest.mark.slow

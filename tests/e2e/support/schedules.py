@@ -226,6 +226,7 @@ def report(faults: list[str], seen: list[FaultSeen], topics: dict[str, tuple[Sen
             "redelivered_after_ack": len(verdict.redelivered_after_ack),
             "out_of_order": len(verdict.out_of_order),
             "same_handle_twice": len(verdict.same_handle_twice),
+            "acks_failed": len(history.unsure),
             "verdict": verdict.summary(),
         }
     per_fault: dict[str, list[float]] = {}
