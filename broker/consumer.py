@@ -372,7 +372,10 @@ class PopEngine:
         """The entry a handle of `version` names, if that handle is still the live one."""
         entry = None if raw is None else PopEntry.decode(raw)
         if entry is None or entry.state is not EntryState.INFLIGHT:
-            raise InvalidReceiptHandle("the message was already acknowledged or dead-lettered; this handle is spent")
+            raise InvalidReceiptHandle(
+                "no delivery is in flight under this handle: the message was acknowledged or dead-lettered, or "
+                "(after a failover) its delivery was not kept and it will be delivered again; this handle is spent"
+            )
         if entry.version != version:
             raise InvalidReceiptHandle(
                 "receipt handle expired: the message was redelivered or its invisible duration changed since"
