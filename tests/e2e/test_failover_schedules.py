@@ -27,7 +27,7 @@ import pytest
 
 from tests.e2e.support.schedules import draw, run_schedule
 
-GAP_S = 3.0
+GAP_S = 2.5
 FAULTS_PER_SEED = 3
 MAX_FAILED_PCT = 1.0
 
