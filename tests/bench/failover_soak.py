@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seeded fault schedules against a replicated group (docs/replication.md), history-checked.
 
-    .venv/bin/python tests/bench/failover_soak.py [--seeds 1 2 3] [--faults 8] [--gap-s 4]
+    .venv/bin/python tests/bench/failover_soak.py [--seeds 1 2 3] [--faults 8] [--gap-s 4] [--partitions]
 
 Per seed: etcd, a NameServer, one group of three `sluice broker --group g1 --min-insync 2` and two
 proxies listing each other in routes (`lease_ttl_s` 2), a producer of a normal topic and one of a
@@ -9,11 +9,14 @@ FIFO topic (4 message groups, sent in order) through the official Python client 
 a SimpleConsumer per topic acking everything. `--faults` faults drawn from the seed, `--gap-s`
 apart: SIGKILL of the primary (restarted after it was replaced), SIGSTOP of the primary for 4 s,
 SIGKILL of a replica (restarted after 3 s), SIGSTOP of etcd for 1.5 s, SIGKILL of the proxy the
-FIFO sends go through (restarted after 3 s) (tests/e2e/support/schedules.py; the e2e suite runs
-short schedules of the same in tests/e2e/test_failover_schedules.py). One JSON line per seed: per
+FIFO sends go through (restarted after 3 s); with `--partitions` also one replica's replication
+path cut for 3 s (blackhole or resets) and both replicas' paths blackholed for 3 s
+(tests/e2e/support/schedules.py; the e2e suite runs short schedules of the same in
+tests/e2e/test_failover_schedules.py). One JSON line per seed: per
 topic the sends acknowledged and failed after the client's own retries and the history verdict
 (lost, redelivered after ack, FIFO order, a handle version delivered twice); per fault kind the
-longest span without an acknowledged send from the fault on. Every process is stopped at the end.
+longest span without an acknowledged send from the fault on, and the sends that failed after the
+client's retries from the fault on (until the next one). Every process is stopped at the end.
 Figures on a shared machine are noisy.
 """
 
@@ -36,10 +39,12 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--faults", type=int, default=8)
     parser.add_argument("--gap-s", type=float, default=4.0)
+    parser.add_argument("--partitions", action="store_true", help="draw partitions between members too")
     args = parser.parse_args()
     for seed in args.seeds:
         with tempfile.TemporaryDirectory(prefix=f"soak-{seed}-") as tmp:
-            result = run_schedule(Path(tmp), draw(seed, args.faults), args.gap_s, name=f"soak-{seed}")
+            faults = draw(seed, args.faults, partitions=args.partitions)
+            result = run_schedule(Path(tmp), faults, args.gap_s, name=f"soak-{seed}")
             print(json.dumps({"seed": seed, **result}), flush=True)
 
 

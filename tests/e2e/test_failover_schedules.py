@@ -9,11 +9,13 @@ after every fault, at most 1% of sends failing after the client's own retries (n
 apart), and no traceback in any process's log. The longest span without an acknowledged send is
 printed (a timing, reported by the soak and docs/replication.md, not asserted here).
 
-Two seeds of three faults drawn from SIGKILL/SIGSTOP of the primary, SIGKILL of a replica, SIGSTOP of
-etcd and SIGKILL of the proxy the FIFO sends go through (restarted 3 s later); together they cover
-all five. Before FIFO queues listed every proxy (proxy/grpc/route.py), a proxy kill alone failed
+Two seeds of three faults: seed 1 pauses the primary (SIGSTOP past its term), SIGKILLs the proxy the
+FIFO sends go through (restarted 3 s later) and SIGKILLs the primary; seed 3 (partitions drawn too)
+pauses etcd for less than the lease, SIGKILLs a replica and blackholes one replica's replication
+path for 3 s. Before FIFO queues listed every proxy (proxy/grpc/route.py), a proxy kill alone failed
 82 of 600 FIFO sends (13.7%) after the client's retries: every send of a group hashed to the dead
-proxy's queues, for the whole outage. Partitions are tested in tests/e2e/test_replication_faults.py.
+proxy's queues, for the whole outage. Partitions of both replicas (sends refused while they last)
+run in the soak (`--partitions`) and in tests/e2e/test_replication_faults.py.
 
 Each schedule starts its own processes (it kills them): ~70 s each on a shared, loaded machine.
 """
@@ -31,8 +33,9 @@ GAP_S = 2.5
 FAULTS_PER_SEED = 3
 MAX_FAILED_PCT = 1.0
 
-# Seed 1: stop-primary, kill-proxy, kill-primary; seed 7: kill-replica, stop-primary, stop-etcd.
-SCHEDULES = {f"seed-{seed}": draw(seed, FAULTS_PER_SEED) for seed in (1, 7)}
+# Seed 1: stop-primary, kill-proxy, kill-primary; seed 3 with partitions: stop-etcd, kill-replica,
+# blackhole-replica (one replica's replication path cut).
+SCHEDULES = {"seed-1": draw(1, FAULTS_PER_SEED), "seed-3": draw(3, FAULTS_PER_SEED, partitions=True)}
 
 
 @pytest.mark.slow

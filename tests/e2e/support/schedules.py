@@ -13,7 +13,11 @@ each fault, whether sends were acknowledged again after each fault, and the hist
 Faults (`FAULTS`): SIGKILL of the primary (restarted once replaced), SIGSTOP of the primary for
 `STOP_S`, SIGKILL of a replica (restarted `DOWN_S` later), SIGSTOP of etcd for `ETCD_STOP_S`
 (shorter than the lease), SIGKILL of the proxy the client's FIFO sends go through (restarted
-`DOWN_S` later). Used by tests/e2e/test_failover_schedules.py (short, bounded) and
+`DOWN_S` later). With `partitions`, each member dials the others' replication ports through a
+fault proxy per pair (`--repl-dial`, tests/helpers/faultproxy.py), and `PARTITIONS` join them: one
+replica's path to the primary cut for `DOWN_S` as a blackhole (bytes stall) or with resets, and
+both replicas' paths blackholed (writes are refused "fewer than min_insync" while it lasts: the one
+fault that may fail sends). Used by tests/e2e/test_failover_schedules.py (short, bounded) and
 tests/bench/failover_soak.py (longer).
 """
 
@@ -45,8 +49,11 @@ from tests.e2e.support.replicated import (
     wait,
 )
 from tests.helpers.etcd import EtcdProcess, start_etcd
+from tests.helpers.faultproxy import FaultProxy, Mode
+from tests.helpers.procs import LOOPBACK, free_port
 
 FAULTS = ("kill-primary", "stop-primary", "kill-replica", "stop-etcd", "kill-proxy")
+PARTITIONS = ("blackhole-replica", "reset-replica", "blackhole-replicas")
 FIFO_GROUPS = 4
 STOP_S = 4.0  # a paused primary: past its term (lease 2 s), so a replica takes over
 DOWN_S = 3.0  # a killed replica or proxy stays down this long
@@ -59,8 +66,12 @@ class Sends:
     """What one producer saw: each acknowledged send's time, and sends that failed after retries."""
 
     acked_at: list[float] = field(default_factory=list)
-    failed: int = 0
+    failed_at: list[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def failed(self) -> int:
+        return len(self.failed_at)
 
     def ok(self) -> None:
         with self.lock:
@@ -68,7 +79,11 @@ class Sends:
 
     def fail(self) -> None:
         with self.lock:
-            self.failed += 1
+            self.failed_at.append(time.monotonic())
+
+    def failed_between(self, start: float, end: float) -> int:
+        with self.lock:
+            return sum(1 for t in self.failed_at if start <= t <= end)
 
     def attempts(self) -> int:
         return len(self.acked_at) + self.failed
@@ -107,7 +122,9 @@ def fifo_proxy(cluster: Cluster) -> str:
     return cluster.proxy_process(min(cluster.proxies))
 
 
-def inject(cluster: Cluster, etcd: EtcdProcess, fault: str) -> None:
+def inject(cluster: Cluster, etcd: EtcdProcess, fault: str, links: dict[tuple[str, str], FaultProxy]) -> None:
+    """Cause `fault` and end it (restart, resume, heal); `links`: (member, other) -> the fault proxy
+    on member's path to other's replication port (for partitions)."""
     if fault == "kill-proxy":
         victim = fifo_proxy(cluster)
         cluster.kill(victim)
@@ -132,14 +149,23 @@ def inject(cluster: Cluster, etcd: EtcdProcess, fault: str) -> None:
         etcd.child.signal(signal.SIGSTOP)
         time.sleep(ETCD_STOP_S)
         etcd.child.signal(signal.SIGCONT)
+    elif fault in PARTITIONS:
+        replicas = [m for m in MEMBERS if m != leader]
+        cut = [links[r, leader] for r in (replicas if fault == "blackhole-replicas" else replicas[:1])]
+        for path in cut:
+            path.set_mode(Mode.CLOSE if fault == "reset-replica" else Mode.BLACKHOLE)
+        time.sleep(DOWN_S)
+        for path in cut:
+            path.set_mode(Mode.FORWARD)
     else:
         raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
 
 
-def draw(seed: int, count: int) -> list[str]:
-    """`count` faults drawn from `seed`."""
+def draw(seed: int, count: int, *, partitions: bool = False) -> list[str]:
+    """`count` faults drawn from `seed` (from `PARTITIONS` too with `partitions`)."""
     rng = random.Random(seed)
-    return [rng.choice(FAULTS) for _ in range(count)]
+    kinds = FAULTS + PARTITIONS if partitions else FAULTS
+    return [rng.choice(kinds) for _ in range(count)]
 
 
 @dataclass
@@ -147,6 +173,7 @@ class FaultSeen:
     fault: str
     longest_gap_s: float  # longest span without an acknowledged send (either topic) from the fault on
     resumed: bool  # a send of each topic was acknowledged after the fault ended
+    failed: int  # sends (either topic) that failed after the client's retries, from the fault on
 
 
 def run_schedule(root: Path, faults: list[str], gap_s: float, *, name: str = "s") -> dict[str, Any]:
@@ -154,7 +181,22 @@ def run_schedule(root: Path, faults: list[str], gap_s: float, *, name: str = "s"
         stopped at the end. The result is JSON-ready (`report`), with the problems of stopping the
     processes and the noise of their logs."""
     etcd = start_etcd(root)
-    cluster = start_replicated(root, etcd.url, proxies=2)
+    links: dict[tuple[str, str], FaultProxy] = {}
+    if any(f in PARTITIONS for f in faults):
+        repl_ports = {name: free_port() for name in MEMBERS}
+        args: dict[str, list[str]] = {name: ["--repl-port", str(port)] for name, port in repl_ports.items()}
+        for name, other in itertools.permutations(MEMBERS, 2):
+            links[name, other] = FaultProxy(f"{LOOPBACK}:{repl_ports[other]}").start()
+            args[name] += ["--repl-dial", f"{other}={links[name, other].address}"]
+    else:
+        args = {}
+    try:
+        cluster = start_replicated(root, etcd.url, proxies=2, member_args=args)
+    except BaseException:
+        for path in links.values():
+            path.stop()
+        etcd.stop()
+        raise
     try:
         # Retried: on a loaded machine the group may change primaries while it settles.
         normal, fifo, group_n, group_f = f"{name}-n", f"{name}-f", f"{name}-gn", f"{name}-gf"
@@ -183,13 +225,14 @@ def run_schedule(root: Path, faults: list[str], gap_s: float, *, name: str = "s"
                 time.sleep(gap_s)
                 for fault in faults:
                     start = time.monotonic()
-                    inject(cluster, etcd, fault)
+                    inject(cluster, etcd, fault, links)
                     ended = time.monotonic()
                     time.sleep(gap_s)
                     now = time.monotonic()
                     gap = max(sends_n.longest_gap(start, now), sends_f.longest_gap(start, now))
                     resumed = bool(sends_n.between(ended, now)) and bool(sends_f.between(ended, now))
-                    seen.append(FaultSeen(fault, round(gap, 2), resumed))
+                    failed = sends_n.failed_between(start, now) + sends_f.failed_between(start, now)
+                    seen.append(FaultSeen(fault, round(gap, 2), resumed, failed))
             finally:
                 stop.set()
                 for t in threads:
@@ -201,6 +244,8 @@ def run_schedule(root: Path, faults: list[str], gap_s: float, *, name: str = "s"
         result = report(faults, seen, {"normal": (sends_n, history_n), "fifo": (sends_f, history_f)})
     finally:
         problems = cluster.stop()
+        for path in links.values():
+            path.stop()
         etcd.stop()
     result["stop_problems"] = problems
     result["log_noise"] = log_noise(root)
@@ -230,8 +275,11 @@ def report(faults: list[str], seen: list[FaultSeen], topics: dict[str, tuple[Sen
             "verdict": verdict.summary(),
         }
     per_fault: dict[str, list[float]] = {}
+    failed: Counter[str] = Counter()
     for s in seen:
         per_fault.setdefault(s.fault, []).append(s.longest_gap_s)
+        failed[s.fault] += s.failed
     out["longest_gap_s_per_fault"] = per_fault
+    out["failed_sends_per_fault"] = dict(failed)
     out["not_resumed_after"] = [s.fault for s in seen if not s.resumed]
     return out
