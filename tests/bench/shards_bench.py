@@ -103,6 +103,8 @@ class Calls:
             for s in family.samples:
                 if s.name == "sluice_proxy_rpc_requests_total" and s.labels.get("rpc") in DATA_PLANE_RPCS:
                     out["data_plane"] += s.value
+                    key = f"shard_{s.labels.get('shard', '0')}"
+                    out[key] = out.get(key, 0.0) + s.value
                 elif s.name == "sluice_proxy_forwarded_calls_total":
                     key = f"forwarded_{s.labels.get('call', '')}"
                     out[key] = out.get(key, 0.0) + s.value
@@ -120,8 +122,10 @@ class Calls:
         misrouted = {**forwarded}
         misrouted.pop("pop_elsewhere", None)
         misrouted["ack"] = max(misrouted.get("ack", 0.0) - delta["balanced"], 0.0)
-        out.update(data_plane_calls=delta["data_plane"], forwarded=forwarded, forwarded_total=sum(forwarded.values()),
-                   misrouted=sum(misrouted.values()), balanced_messages=delta["balanced"])  # fmt: skip
+        per_shard = {k.removeprefix("shard_"): v for k, v in sorted(delta.items()) if k.startswith("shard_")}
+        out.update(data_plane_calls=delta["data_plane"], calls_per_shard=per_shard, forwarded=forwarded,
+                   forwarded_total=sum(forwarded.values()), misrouted=sum(misrouted.values()),
+                   balanced_messages=delta["balanced"])  # fmt: skip
         return out
 
 
@@ -134,8 +138,10 @@ def client_ports(output: str, port: int) -> list[int]:
 def generated(result: dict[str, Any], meter: str) -> dict[str, Any]:
     """`summary` plus the load generator's own CPU (it shares the machine's cores with the server)."""
     cpu = result.get("cpu") or {}
+    receive = result["meters"].get("receive") or {}
     return {**summary(result, meter), "generator_us_per_msg": cpu.get("generator_us_per_message"),
-            "generator_cores": cpu.get("generator_cores")}  # fmt: skip
+            "generator_cores": cpu.get("generator_cores"), "receive_calls": receive.get("calls"),
+            "empty_receives": receive.get("empty_calls")}  # fmt: skip
 
 
 def official(row: Row, argv: list[str], server: Server) -> dict[str, Any]:
@@ -224,6 +230,17 @@ def report(curve: dict[int, dict[str, dict[str, Any]]]) -> list[str]:
                          f"  {_num(p['generator_us_per_msg'], '.0f', 10)}  {_num(p['generator_cores'], '.2f', 9)}"
                          f"  {calls:>16,.0f}  {p['forwarded_total']:>9,.0f}  {share:>9}"
                          f"{'  ' + p['note'] if p.get('note') else ''}")  # fmt: skip
+    for n, r in curve.items():
+        c = r["consume"]
+        lines.append(f"{n} shard(s) consume: {c['receive_calls'] or 0:,} receives, {c['empty_receives'] or 0:,} of "
+                     "them empty (the backlog ran out, or a loop waited on a drained shard)")  # fmt: skip
+    lines.append("\ndata-plane calls per shard (how the load spread over the shards):")
+    for n, r in curve.items():
+        if n > 1:
+            for row in rows:
+                if row in r:
+                    spread = ", ".join(f"shard-{k} {v:,.0f}" for k, v in r[row]["calls_per_shard"].items())
+                    lines.append(f"  {n} shards {row}: {spread}")
     lines.append("\nforwarded calls by call (pop_elsewhere: a receive balanced from another shard, by design):")
     for n, r in curve.items():
         for row in rows:
