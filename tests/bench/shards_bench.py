@@ -29,7 +29,8 @@ its shards, user + system, during the measured window), the server's cores, the 
 µs per message and cores (`sluice bench` rows: it shares the cores with the server on a small
 machine; the official clients' drivers run in their own processes, not counted), and the calls the
 shards forwarded during the row (`sluice_proxy_forwarded_calls_total` on the parent's metrics
-endpoint) beside the data-plane calls they answered (SendMessage, ReceiveMessage, AckMessage). The
+endpoint) beside the data-plane calls they answered (SendMessage, ReceiveMessage, AckMessage; also
+per shard, to show how the load spread; and the consume row's empty receives). The
 `misrouted` share leaves out the balancing a receive does by design (`pop_elsewhere`, and as many
 forwarded acks as messages were served that way: docs/shards.md); the target is under 1%.
 
