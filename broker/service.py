@@ -21,7 +21,7 @@ import grpc
 
 from broker.client import grpc_convert as convert
 from broker.client.amqpmeta import AmqpMetaApi
-from broker.client.api import BrokerApi, CallContext
+from broker.client.api import NO_CONTEXT, BrokerApi, CallContext
 from common import metrics
 from common.codes import Code
 from common.errors import SluiceError, Unsupported
@@ -41,6 +41,12 @@ def call_context(context: Context) -> CallContext:
     request_id, client_id = current_request()
     remaining = context.time_remaining()
     return CallContext(request_id, client_id, deadline=None if remaining is None else time.monotonic() + remaining)
+
+
+def _send_context(send: pb.SendRequest, call: CallContext) -> CallContext:
+    """The context of the client request a send serves: its own, or the call's (a caller that does
+    not send one: a unary Send carries it as metadata and timeout)."""
+    return convert.context_from_pb(send.context) if send.HasField("context") else call
 
 
 class BrokerServicer(pb_grpc.BrokerServicer):
@@ -118,7 +124,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     @internal_rpc
     async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
         messages = [convert.outgoing_from_pb(m) for m in request.messages]
-        results = await self._api.send(request.topic, request.queue_id, messages, ctx=call_context(context))
+        results = await self._api.send(request.topic, request.queue_id, messages,
+                                       ctx=_send_context(request, call_context(context)))  # fmt: skip
         return pb.SendResponse(results=[convert.send_result_to_pb(r) for r in results])
 
     @internal_rpc
@@ -139,12 +146,11 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         serving: set[asyncio.Task[None]] = set()
 
         async def serve(request: pb.SendStreamRequest) -> None:  # a task of its own: binds only its own ids
-            if request.request_id or request.client_id:
-                bind_request(request.request_id, request.client_id)
+            sends = request.sends
+            if len(sends) == 1 and (sends[0].context.request_id or sends[0].context.client_id):
+                bind_request(sends[0].context.request_id, sends[0].context.client_id)  # a lone send's log lines
             started = time.perf_counter()
-            # The ids of a lone send; no deadline (the caller holds back sends whose deadline passed).
-            ctx = CallContext(request.request_id, request.client_id)
-            outcomes = await asyncio.gather(*(self._send_one(s, ctx) for s in request.sends))
+            outcomes = await asyncio.gather(*(self._send_one(s, NO_CONTEXT) for s in sends))
             metrics.observe_internal_rpc("broker", "SendStream", Code.OK.name, time.perf_counter() - started)
             try:
                 async with write_lock:
@@ -160,9 +166,11 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             await asyncio.gather(*serving)
 
     async def _send_one(self, send: pb.SendRequest, ctx: CallContext) -> pb.SendOutcome:
+        """One send of a SendBatch or SendStream request; `ctx` (the call's) serves if the send
+        carries no context of its own."""
         try:
             messages = [convert.outgoing_from_pb(m) for m in send.messages]
-            results = await self._api.send(send.topic, send.queue_id, messages, ctx=ctx)
+            results = await self._api.send(send.topic, send.queue_id, messages, ctx=_send_context(send, ctx))
         except Exception as exc:
             if not isinstance(exc, SluiceError):
                 log.exception("send of a batch failed", extra=kv(topic=send.topic, queue=send.queue_id))

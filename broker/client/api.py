@@ -422,10 +422,6 @@ class BrokerApi(Protocol):
 
 # -- message trace (appended: see broker/trace.py and docs/observability.md) -----------------------
 
-# System property the proxy sets on each message it sends with the producer's client id; the broker
-# takes it off before storing (it feeds the trace's "sent" event only).
-SYSPROP_PRODUCER_CLIENT_ID = "__SLUICE_PRODUCER_CLIENT_ID"
-
 
 class TraceKind(Enum):
     SENT = "sent"  # stored for a producer

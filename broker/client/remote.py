@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import time
 from collections.abc import Iterator, Sequence
@@ -265,9 +266,13 @@ class RemoteBroker:
                 f"{self._target}: {len(self._pending_sends)} sends are already waiting for it "
                 f"(max_pending_sends); retry later"
             )
+        if not (ctx.request_id or ctx.client_id):  # the ids bound to this task, if any: it leaves from another
+            request_id, client_id = current_request()
+            if request_id or client_id:
+                ctx = dataclasses.replace(ctx, request_id=request_id, client_id=client_id)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[SendResult]] = loop.create_future()
-        pending = _PendingSend(request, future, _ids(ctx), sum(len(m.body) for m in messages), ctx.deadline)
+        pending = _PendingSend(request, future, ctx, sum(len(m.body) for m in messages))
         self._pending_sends.append(pending)
         if self._sender is None:
             self._sender = loop.create_task(self._drain_sends(), name=f"send-to-{self._name}")
@@ -318,7 +323,9 @@ class RemoteBroker:
 
     async def _send_single(self, p: _PendingSend) -> None:
         try:
-            response = await self._call(self._stub.Send, p.request, _batch_timeout([p], self._timeout_s), ids=p.ids)
+            _leaving([p])
+            response = await self._call(self._stub.Send, p.request, _batch_timeout([p], self._timeout_s),
+                                        ids=(p.ctx.request_id, p.ctx.client_id))  # fmt: skip
             outcome: list[SendResult] | BaseException = [convert.send_result_from_pb(r) for r in response.results]
         except asyncio.CancelledError:
             settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
@@ -336,10 +343,7 @@ class RemoteBroker:
         call: Any = None
         try:
             call = self._open_stream()
-            # A lone send carries its request's ids, as a unary Send does; several carry none's.
-            request_id, client_id = batch[0].ids if len(batch) == 1 else ("", "")
-            await call.write(pb.SendStreamRequest(id=rid, sends=[p.request for p in batch], request_id=request_id,
-                                                  client_id=client_id))  # fmt: skip
+            await call.write(pb.SendStreamRequest(id=rid, sends=_leaving(batch)))
             response = await asyncio.wait_for(answer, _batch_timeout(batch, self._timeout_s))
         except _Unimplemented:
             raise
@@ -424,7 +428,7 @@ class RemoteBroker:
             self._stream = None
 
     async def _send_batch(self, batch: list[_PendingSend]) -> None:
-        request = pb.SendBatchRequest(sends=[p.request for p in batch])
+        request = pb.SendBatchRequest(sends=_leaving(batch))
         try:
             # It serves several requests: it carries none's request id.
             response = await self._call(self._stub.SendBatch, request, ids=("", ""))
@@ -722,9 +726,20 @@ class RemoteBroker:
 class _PendingSend:
     request: pb.SendRequest
     future: asyncio.Future[list[SendResult]]
-    ids: tuple[str, str]  # request id and client id of the request the send serves
+    ctx: CallContext  # of the client request the send serves
     body_bytes: int
-    deadline: float | None  # its client's (time.monotonic()); None: none
+
+    @property
+    def deadline(self) -> float | None:
+        return self.ctx.deadline
+
+
+def _leaving(batch: list[_PendingSend]) -> list[pb.SendRequest]:
+    """The requests of sends about to leave, each with its context as of now (the time its client
+    has left: the broker refuses a send whose deadline passed meanwhile)."""
+    for p in batch:
+        convert.context_to_pb(p.ctx, p.request.context)
+    return [p.request for p in batch]
 
 
 def _ids(ctx: CallContext) -> tuple[str, str]:

@@ -165,10 +165,10 @@ class LiteService:
         return found, set(missing)
 
     async def send(
-        self, spec: TopicSpec, info: TopicInfo, messages: list[OutgoingMessage], clients: list[str]
+        self, spec: TopicSpec, info: TopicInfo, messages: list[OutgoingMessage], client_id: str
     ) -> list[SendResult]:
         """Store each message in its lite topic's queue: one append, one trace event (its producer
-        is the first message's: a send is one producer's request), validated
+        is `client_id`: a send is one producer's request), validated
         column by column (message by message only to name the error of a batch that fails).
         `info`: the bind topic `spec` describes, as messages are validated against it."""
         if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, self._limits, _LITE_ONLY):
@@ -183,7 +183,7 @@ class LiteService:
         records, _ = self.resolve(spec, tid, names, now_ms(), write=True)
         qids = [records[name].queue_id for name in names]
         results = await self._store.append(records_at(spec.name, qids, messages, self._host))
-        self._trace.sent_append(spec.name, *span_of(results), clients[0], messages[0].born_host)
+        self._trace.sent_append(spec.name, *span_of(results), client_id, messages[0].born_host)
         return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets_of(results)))
 
     def on_dispatch(self, topic: str, qids: Iterable[int]) -> None:

@@ -12,7 +12,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import cast
 
-from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage
+from broker.client.api import OutgoingMessage
 from common.codes import Code
 from common.errors import BadRequest, MessageBodyTooLarge, SluiceError
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -80,8 +80,7 @@ def _convert_all(app: ProxyApp, ctx: RequestContext, msgs: Sequence[pb.Message])
         if isinstance(topic, SluiceError):
             return None
         topics[key] = topic
-    sysprops = {SYSPROP_PRODUCER_CLIENT_ID: ctx.client_id}  # for the trace; not stored
-    outs = convert.outgoing_many(msgs, ctx.peer, sysprops)
+    outs = convert.outgoing_many(msgs, ctx.peer)
     if outs is None or max(map(len, map(_BODY, outs))) > app.config.settings.max_body_bytes:
         return None
     if len(topics) == 1:
@@ -116,9 +115,7 @@ def _convert_one(
         max_body = app.config.settings.max_body_bytes
         if len(body) > max_body:
             raise MessageBodyTooLarge(f"message body is {len(body)} bytes; at most {max_body} are accepted")
-        out = convert.outgoing(msg, ctx.peer, body)
-        out.system_properties[SYSPROP_PRODUCER_CLIENT_ID] = ctx.client_id  # for the trace; not stored
-        return topic, out
+        return topic, convert.outgoing(msg, ctx.peer, body)
     except SluiceError as exc:
         return exc
 

@@ -19,8 +19,10 @@ from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.service import BrokerServicer
+from common.codes import Code
 from common.errors import ConsumerGroupNotFound, RequestTimeout, TopicNotFound
 from common.logs import RequestContextFilter, bind_request, current_request
+from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
 TIMEOUT_S = 20.0
@@ -185,3 +187,65 @@ def test_a_call_context_reaches_the_broker_with_its_ids_and_deadline(tmp_path: P
     assert seen.deadline is not None and seen.deadline <= sent_deadline[0] + 0.05
     assert seen.deadline > sent_deadline[0] - 3.0
     assert broker.contexts["late"] is not None  # the in-process call reached it, and refused
+
+
+def test_each_send_on_the_stream_carries_its_own_context(tmp_path: Path) -> None:
+    """Sends that leave together in one stream request serve different client requests: each reaches
+    the broker with its own ids, namespace and deadline (the time its client had left as it left)."""
+
+    async def scenario() -> tuple[_SeesRequest, float]:
+        broker, server, remote = await _served(tmp_path, timeout_s=30.0)
+        try:
+            await remote.create_topic(TopicSpec("ctx-each", 1))
+            sent_at = time.monotonic()
+            a = CallContext("req-a", "client-a", "ns-a", deadline=sent_at + 4.0)
+            b = CallContext("req-b", "client-b")  # no deadline
+            await asyncio.gather(
+                remote.send("ctx-each", 0, [OutgoingMessage(body=b"a", message_id="each-a")], ctx=a),
+                remote.send("ctx-each", 0, [OutgoingMessage(body=b"b", message_id="each-b")], ctx=b),
+            )
+        finally:
+            await remote.close()
+            await server.stop(None)
+            await broker.close()
+        return broker, sent_at
+
+    broker, sent_at = asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+    seen_a, seen_b = broker.contexts["each-a"], broker.contexts["each-b"]
+    assert (seen_a.request_id, seen_a.client_id, seen_a.namespace) == ("req-a", "client-a", "ns-a")
+    assert seen_a.deadline is not None and sent_at + 3.0 < seen_a.deadline <= sent_at + 4.05
+    assert (seen_b.request_id, seen_b.client_id, seen_b.namespace, seen_b.deadline) == ("req-b", "client-b", "", None)
+
+
+def test_a_send_whose_deadline_passed_on_the_stream_is_refused_alone(tmp_path: Path) -> None:
+    """A send whose client has no time left when the broker serves it is REQUEST_TIMEOUT and not
+    stored; the other send of the same stream request is stored."""
+
+    async def scenario() -> tuple[list[pb.SendOutcome], int]:
+        broker, server, remote = await _served(tmp_path)
+        try:
+            await remote.create_topic(TopicSpec("ctx-late", 1))
+            late = pb.SendRequest(
+                topic="ctx-late", queue_id=0, messages=[pb.OutgoingMessage(body=b"x", message_id="l", message_type=1)]
+            )
+            late.context.client_id, late.context.remaining_ms = "client-late", 0
+            fine = pb.SendRequest(
+                topic="ctx-late", queue_id=0, messages=[pb.OutgoingMessage(body=b"y", message_id="f", message_type=1)]
+            )
+            fine.context.remaining_ms = 10_000
+            async with grpc.aio.insecure_channel(remote.address) as channel:
+                call = pb_grpc.BrokerStub(channel).SendStream()
+                await call.write(pb.SendStreamRequest(id=1, sends=[late, fine]))
+                await call.done_writing()
+                answers = [r async for r in call]
+            stored = (await broker.topic_status("ctx-late")).queues[0].max_offset
+        finally:
+            await remote.close()
+            await server.stop(None)
+            await broker.close()
+        return list(answers[0].outcomes), stored
+
+    outcomes, stored = asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+    assert outcomes[0].error_code == Code.REQUEST_TIMEOUT and not outcomes[0].results
+    assert outcomes[1].error_code == 0 and [r.message_id for r in outcomes[1].results] == ["f"]
+    assert stored == 1
