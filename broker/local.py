@@ -605,18 +605,22 @@ class LocalBroker:
         await self._state_replicated()
         return handle
 
-    async def nack(self, group: str, topic: str, receipt_handle: str) -> str:
+    async def nack(self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
         handle = self.engine.nack(self.metadata.group(group), topic, receipt_handle)
         await self._state_replicated()
         return handle
 
-    async def renew(self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int) -> list[AckResult]:
+    async def renew(
+        self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> list[AckResult]:
         self.metadata.group(group)
         results = self.engine.renew(group, topic, receipt_handles, invisible_ms)
         await self._state_replicated()
         return results
 
-    async def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
+    async def forward_to_dead_letter(
+        self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
         self.metadata.group(group)
         await self.engine.forward_to_dead_letter(group, topic, receipt_handle)
         await self._state_replicated()
@@ -735,7 +739,7 @@ class LocalBroker:
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
-        source: TransactionSource,
+        source: TransactionSource, *, ctx: CallContext = NO_CONTEXT,
     ) -> None:  # fmt: skip
         if resolution is TransactionResolution.COMMIT and topic not in self.metadata.topics:
             raise TopicNotFound(f"topic {topic} no longer exists on broker {self.name}: recreate it to commit, or roll "
@@ -797,7 +801,7 @@ class LocalBroker:
 
     # -- timers ----------------------------------------------------------------------------------
 
-    async def recall(self, topic: str, recall_handle: str) -> str:
+    async def recall(self, topic: str, recall_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
         """Cancel a DELAY message that is not delivered yet; its message id."""
         spec = self.metadata.topic(topic)
         if MessageType.DELAY not in spec.message_types:

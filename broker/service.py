@@ -203,13 +203,13 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @internal_rpc
     async def Nack(self, request: pb.NackRequest, context: Context) -> pb.NackResponse:
-        handle = await self._api.nack(request.group, request.topic, request.receipt_handle)
+        handle = await self._api.nack(request.group, request.topic, request.receipt_handle, ctx=call_context(context))
         return pb.NackResponse(receipt_handle=handle)
 
     @internal_rpc
     async def Renew(self, request: pb.RenewRequest, context: Context) -> pb.RenewResponse:
         results = await self._api.renew(
-            request.group, request.topic, list(request.receipt_handles), request.invisible_ms
+            request.group, request.topic, list(request.receipt_handles), request.invisible_ms, ctx=call_context(context)
         )
         return pb.RenewResponse(results=[convert.ack_result_to_pb(r) for r in results])
 
@@ -217,7 +217,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def ForwardToDeadLetter(
         self, request: pb.ForwardToDeadLetterRequest, context: Context
     ) -> pb.ForwardToDeadLetterResponse:
-        await self._api.forward_to_dead_letter(request.group, request.topic, request.receipt_handle)
+        await self._api.forward_to_dead_letter(
+            request.group, request.topic, request.receipt_handle, ctx=call_context(context)
+        )
         return pb.ForwardToDeadLetterResponse()
 
     # -- pull consumption and offsets -----------------------------------------------------------
@@ -282,7 +284,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def EndTransaction(self, request: pb.EndTransactionRequest, context: Context) -> pb.EndTransactionResponse:
         await self._api.end_transaction(
             request.topic, request.message_id, request.transaction_id, convert.resolution_from_pb(request.resolution),
-            convert.source_from_pb(request.source),
+            convert.source_from_pb(request.source), ctx=call_context(context),
         )  # fmt: skip
         return pb.EndTransactionResponse()
 
@@ -353,7 +355,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @internal_rpc
     async def Recall(self, request: pb.RecallRequest, context: Context) -> pb.RecallResponse:
-        message_id = await self._api.recall(request.topic, request.recall_handle)
+        message_id = await self._api.recall(request.topic, request.recall_handle, ctx=call_context(context))
         return pb.RecallResponse(message_id=message_id)
 
     # -- operations -----------------------------------------------------------------------------

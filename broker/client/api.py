@@ -346,11 +346,13 @@ class BrokerApi(Protocol):
     async def change_invisible_duration(
         self, group: str, topic: str, receipt_handle: str, invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
     ) -> str: ...
-    async def nack(self, group: str, topic: str, receipt_handle: str) -> str: ...
+    async def nack(self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str: ...
     async def renew(
-        self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int
+        self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
     ) -> list[AckResult]: ...  # extend invisibility, handles stay valid (auto renew)
-    async def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None: ...
+    async def forward_to_dead_letter(
+        self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT
+    ) -> None: ...
 
     # pull consumption and offsets
     async def pull(
@@ -371,7 +373,7 @@ class BrokerApi(Protocol):
     # transactions (docs/transactions.md)
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
-        source: TransactionSource,
+        source: TransactionSource, *, ctx: CallContext = NO_CONTEXT,
     ) -> None: ...  # fmt: skip
     async def claim_transaction_checks(self, topics: list[str], max_checks: int) -> list[TransactionCheck]:
         """Due check-backs of half messages of `topics` (those with a live producer on the caller).
@@ -391,7 +393,9 @@ class BrokerApi(Protocol):
     async def tier_evict_local(self, topic: str) -> TierEvictResult: ...  # drop local copies of tiered data now
 
     # timers
-    async def recall(self, topic: str, recall_handle: str) -> str: ...  # cancels a pending DELAY message
+    async def recall(
+        self, topic: str, recall_handle: str, *, ctx: CallContext = NO_CONTEXT
+    ) -> str: ...  # cancels a pending DELAY message
 
     # operations (`sluice admin group reset-offset`, `sluice admin client list`)
     async def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> OffsetReset:

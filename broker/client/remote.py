@@ -489,24 +489,28 @@ class RemoteBroker:
         response = await self._call(self._stub.ChangeInvisibleDuration, request, ctx=ctx)
         return str(response.receipt_handle)
 
-    async def nack(self, group: str, topic: str, receipt_handle: str) -> str:
+    async def nack(self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
         with _encoding("nack"):
             request = pb.NackRequest(group=group, topic=topic, receipt_handle=receipt_handle)
-        response = await self._call(self._stub.Nack, request)
+        response = await self._call(self._stub.Nack, request, ctx=ctx)
         return str(response.receipt_handle)
 
-    async def renew(self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int) -> list[AckResult]:
+    async def renew(
+        self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> list[AckResult]:
         with _encoding("renew"):
             request = pb.RenewRequest(
                 group=group, topic=topic, receipt_handles=receipt_handles, invisible_ms=invisible_ms
             )
-        response = await self._call(self._stub.Renew, request)
+        response = await self._call(self._stub.Renew, request, ctx=ctx)
         return [convert.ack_result_from_pb(r) for r in response.results]
 
-    async def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
+    async def forward_to_dead_letter(
+        self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
         with _encoding("forward_to_dead_letter"):
             request = pb.ForwardToDeadLetterRequest(group=group, topic=topic, receipt_handle=receipt_handle)
-        await self._call(self._stub.ForwardToDeadLetter, request)
+        await self._call(self._stub.ForwardToDeadLetter, request, ctx=ctx)
 
     # -- pull consumption and offsets -----------------------------------------------------------
 
@@ -584,12 +588,12 @@ class RemoteBroker:
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
-        source: TransactionSource,
+        source: TransactionSource, *, ctx: CallContext = NO_CONTEXT,
     ) -> None:  # fmt: skip
         with _encoding("end_transaction"):
             request = pb.EndTransactionRequest(topic=topic, message_id=message_id, transaction_id=transaction_id,
                                                resolution=resolution.value, source=source.value)  # fmt: skip
-        await self._call(self._stub.EndTransaction, request)
+        await self._call(self._stub.EndTransaction, request, ctx=ctx)
 
     async def claim_transaction_checks(self, topics: list[str], max_checks: int) -> list[TransactionCheck]:
         with _encoding("claim_transaction_checks"):
@@ -647,10 +651,10 @@ class RemoteBroker:
 
     # -- timers ---------------------------------------------------------------------------------
 
-    async def recall(self, topic: str, recall_handle: str) -> str:
+    async def recall(self, topic: str, recall_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
         with _encoding("recall"):
             request = pb.RecallRequest(topic=topic, recall_handle=recall_handle)
-        response = await self._call(self._stub.Recall, request)
+        response = await self._call(self._stub.Recall, request, ctx=ctx)
         return str(response.message_id)
 
     # -- operations -----------------------------------------------------------------------------

@@ -139,9 +139,9 @@ class ConsumerService:
         self._renewer.remove(handle)
         return new
 
-    async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
+    async def forward_to_dead_letter(self, ctx: CallContext, group: str, topic: str, handle: str) -> None:
         api = await self._handle_broker(handle)
-        await api.forward_to_dead_letter(group, topic, handle)
+        await api.forward_to_dead_letter(group, topic, handle, ctx=ctx)
         self._renewer.remove(handle)
 
     async def touch_group(self, group: str) -> None:

@@ -166,7 +166,7 @@ async def forward_to_dead_letter(
     _, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
     _, topic = convert.resource_name(request.topic, ctx.namespace)
     try:
-        await app.consumer.forward_to_dead_letter(group, topic, _handle(app, request.receipt_handle))
+        await app.consumer.forward_to_dead_letter(ctx, group, topic, _handle(app, request.receipt_handle))
     except InvalidReceiptHandle:
         receipt.decode(request.receipt_handle)  # a malformed handle is still an error
         # The message is already gone (acked, dead-lettered): OK, or the client retries forever.

@@ -128,5 +128,5 @@ async def recall_message(
     if len(request.recall_handle) > limit:
         raise BadRequest(f"the recall handle is {len(request.recall_handle)} characters long; Sluice's are at most "
                          f"{limit}")  # fmt: skip
-    message_id = await app.producer.recall(topic, request.recall_handle)
+    message_id = await app.producer.recall(ctx, topic, request.recall_handle)
     return spb.RecallMessageResponse(status=OK, message_id=message_id)

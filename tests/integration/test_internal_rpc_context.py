@@ -5,6 +5,7 @@ and every call is counted per service, method and result code."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterator
@@ -14,14 +15,25 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from broker.client.api import NO_CONTEXT, AckResult, CallContext, OutgoingMessage, SendResult, TopicSpec
+from broker.client.api import (
+    NO_CONTEXT,
+    AckResult,
+    CallContext,
+    GroupSpec,
+    OutgoingMessage,
+    SendResult,
+    TopicSpec,
+    TransactionResolution,
+    TransactionSource,
+)
 from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.service import BrokerServicer
 from common.codes import Code
-from common.errors import ConsumerGroupNotFound, RequestTimeout, TopicNotFound
+from common.errors import ConsumerGroupNotFound, RequestTimeout, SluiceError, TopicNotFound
 from common.logs import RequestContextFilter, bind_request, current_request
+from common.model import MessageType
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
@@ -110,6 +122,33 @@ class _SeesRequest(LocalBroker):
     ) -> list[AckResult]:
         self.contexts[receipt_handles[0]] = ctx
         return await super().ack(group, topic, receipt_handles, ctx=ctx)
+
+    async def nack(self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
+        self.contexts["nack"] = ctx
+        return await super().nack(group, topic, receipt_handle, ctx=ctx)
+
+    async def renew(
+        self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> list[AckResult]:
+        self.contexts["renew"] = ctx
+        return await super().renew(group, topic, receipt_handles, invisible_ms, ctx=ctx)
+
+    async def forward_to_dead_letter(
+        self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
+        self.contexts["forward_to_dead_letter"] = ctx
+        await super().forward_to_dead_letter(group, topic, receipt_handle, ctx=ctx)
+
+    async def end_transaction(
+        self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
+        source: TransactionSource, *, ctx: CallContext = NO_CONTEXT,
+    ) -> None:  # fmt: skip
+        self.contexts["end_transaction"] = ctx
+        await super().end_transaction(topic, message_id, transaction_id, resolution, source, ctx=ctx)
+
+    async def recall(self, topic: str, recall_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
+        self.contexts["recall"] = ctx
+        return await super().recall(topic, recall_handle, ctx=ctx)
 
 
 async def _served(tmp_path: Path, **remote_options: float) -> tuple[_SeesRequest, grpc.aio.Server, RemoteBroker]:
@@ -249,3 +288,41 @@ def test_a_send_whose_deadline_passed_on_the_stream_is_refused_alone(tmp_path: P
     assert outcomes[0].error_code == Code.REQUEST_TIMEOUT and not outcomes[0].results
     assert outcomes[1].error_code == 0 and [r.message_id for r in outcomes[1].results] == ["f"]
     assert stored == 1
+
+
+def test_every_messaging_call_carries_its_context(tmp_path: Path) -> None:
+    """nack, renew, forward to dead letter, end transaction and recall reach the broker with the
+    context of the client request they serve (ids as metadata, deadline as the call's timeout), as
+    send, pop, ack and change-invisible do. The calls fail (unknown handles): the broker saw them all the same."""
+    methods = ("nack", "renew", "forward_to_dead_letter", "end_transaction", "recall")
+
+    async def scenario() -> tuple[_SeesRequest, float]:
+        broker, server, remote = await _served(tmp_path, timeout_s=30.0)
+        deadline = time.monotonic() + 5.0
+        ctx = CallContext("req-m", "client-m", "ns-m", deadline=deadline)
+        try:
+            await remote.create_topic(TopicSpec("ctx-calls", 1, frozenset(MessageType)))
+            await remote.create_group(GroupSpec("ctx-group"))
+            calls = (
+                remote.nack("ctx-group", "ctx-calls", "bad-handle", ctx=ctx),
+                remote.renew("ctx-group", "ctx-calls", ["bad-handle"], 1000, ctx=ctx),
+                remote.forward_to_dead_letter("ctx-group", "ctx-calls", "bad-handle", ctx=ctx),
+                remote.end_transaction(
+                    "ctx-calls", "mid", "bad-tx", TransactionResolution.ROLLBACK, TransactionSource.CLIENT, ctx=ctx
+                ),
+                remote.recall("ctx-calls", "bad-recall", ctx=ctx),
+            )
+            for call in calls:
+                with contextlib.suppress(SluiceError):
+                    await call
+        finally:
+            await remote.close()
+            await server.stop(None)
+            await broker.close()
+        return broker, deadline
+
+    broker, deadline = asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+    for method in methods:
+        seen = broker.contexts[method]
+        assert (seen.request_id, seen.client_id) == ("req-m", "client-m"), method
+        assert seen.deadline is not None and deadline - 5.0 < seen.deadline <= deadline + 0.05, method
