@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.client import receipt
-from broker.client.api import AckResult, BrokerApi, CallContext, FilterSpec, PopRequest, StoredMessage
+from broker.client.api import AckResult, CallContext, FilterSpec, MessagingApi, PopRequest, StoredMessage
 from common import metrics
 from common.errors import Forbidden, InternalError, InvalidReceiptHandle, SluiceError
 from common.model import MessageType
@@ -90,7 +90,7 @@ class ConsumerService:
                                   m.invisible_until_ms)  # fmt: skip
         return messages
 
-    async def _handle_broker(self, handle: str) -> BrokerApi:
+    async def _handle_broker(self, handle: str) -> MessagingApi:
         """The broker a receipt handle belongs to; a handle naming no broker of this cluster is invalid."""
         name = receipt.broker_of(handle)
         api = await self._dir.lookup(name)

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 
 from broker.client import receipt
-from broker.client.api import BrokerApi, FilterKind, FilterSpec, OffsetPolicy
+from broker.client.api import FilterKind, FilterSpec, MessagingApi, OffsetPolicy
 from common import metrics
 from common.codes import Code
 from common.errors import (
@@ -173,7 +173,7 @@ async def forward_to_dead_letter(
     return spb.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
 
-async def _queue(app: ProxyApp, ctx: RequestContext, mq: pb.MessageQueue) -> tuple[str, BrokerApi, int]:
+async def _queue(app: ProxyApp, ctx: RequestContext, mq: pb.MessageQueue) -> tuple[str, MessagingApi, int]:
     """(cluster-wide topic, its broker, queue id) of a message queue given by the client."""
     _, topic = convert.resource_name(mq.topic, ctx.namespace)
     if mq.id < 0:
