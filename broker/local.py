@@ -629,7 +629,7 @@ class LocalBroker:
 
     async def pull(
         self, group: str, topic: str, queue_id: int, offset: int, max_messages: int, filter: FilterSpec,
-        long_poll_ms: int = 0,
+        long_poll_ms: int = 0, *, ctx: CallContext = NO_CONTEXT,
     ) -> PullResult:  # fmt: skip
         spec = self.metadata.topic(topic)
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
@@ -640,21 +640,25 @@ class LocalBroker:
             self.engine.delivered[topic] += len(result.messages)
         return result
 
-    async def get_offset(self, group: str, topic: str, queue_id: int) -> int:
+    async def get_offset(self, group: str, topic: str, queue_id: int, *, ctx: CallContext = NO_CONTEXT) -> int:
         self.metadata.topic(topic)
         offset = self.store.committed_offset(group, topic, queue_id)
         if offset is None:
             raise OffsetNotFound(f"group {group} has no committed offset for {topic} queue {queue_id}")
         return offset
 
-    async def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    async def update_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
         spec = self.metadata.topic(topic)
         validate_group_name(group)
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
         self.store.commit_offset(group, topic, queue_id, offset)
         await self._state_replicated()
 
-    async def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0) -> int:
+    async def query_offset(
+        self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0, *, ctx: CallContext = NO_CONTEXT
+    ) -> int:
         spec = self.metadata.topic(topic)
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
         return await self._reader().query_offset(topic, queue_id, policy, timestamp_ms)

@@ -234,23 +234,28 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             request.max_messages,
             convert.filter_or_default(request),
             long_poll_ms=request.long_poll_ms,
+            ctx=call_context(context),
         )
         return pb.PullResponse(result=convert.pull_result_to_pb(result))
 
     @internal_rpc
     async def GetOffset(self, request: pb.GetOffsetRequest, context: Context) -> pb.GetOffsetResponse:
-        offset = await self._api.get_offset(request.group, request.topic, request.queue_id)
+        offset = await self._api.get_offset(request.group, request.topic, request.queue_id, ctx=call_context(context))
         return pb.GetOffsetResponse(offset=offset)
 
     @internal_rpc
     async def UpdateOffset(self, request: pb.UpdateOffsetRequest, context: Context) -> pb.UpdateOffsetResponse:
-        await self._api.update_offset(request.group, request.topic, request.queue_id, request.offset)
+        await self._api.update_offset(
+            request.group, request.topic, request.queue_id, request.offset, ctx=call_context(context)
+        )
         return pb.UpdateOffsetResponse()
 
     @internal_rpc
     async def QueryOffset(self, request: pb.QueryOffsetRequest, context: Context) -> pb.QueryOffsetResponse:
         policy = convert.offset_policy_from_pb(request.policy)
-        offset = await self._api.query_offset(request.topic, request.queue_id, policy, request.timestamp_ms)
+        offset = await self._api.query_offset(
+            request.topic, request.queue_id, policy, request.timestamp_ms, ctx=call_context(context)
+        )
         return pb.QueryOffsetResponse(offset=offset)
 
     @internal_rpc

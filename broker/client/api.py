@@ -350,11 +350,15 @@ class MessagingApi(Protocol):
     # pull consumption and offsets
     async def pull(
         self, group: str, topic: str, queue_id: int, offset: int, max_messages: int,
-        filter: FilterSpec, long_poll_ms: int = 0,
+        filter: FilterSpec, long_poll_ms: int = 0, *, ctx: CallContext = NO_CONTEXT,
     ) -> PullResult: ...  # fmt: skip
-    async def get_offset(self, group: str, topic: str, queue_id: int) -> int: ...
-    async def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
-    async def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0) -> int: ...
+    async def get_offset(self, group: str, topic: str, queue_id: int, *, ctx: CallContext = NO_CONTEXT) -> int: ...
+    async def update_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> None: ...
+    async def query_offset(
+        self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0, *, ctx: CallContext = NO_CONTEXT
+    ) -> int: ...
     async def read_rows(
         self, topic: str, queue_id: int, offset: int, end_offset: int, max_messages: int, max_bytes: int
     ) -> QueueRows: ...  # [offset, end_offset) of a queue, local or tiered, many per call (Spark's source)

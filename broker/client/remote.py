@@ -523,6 +523,8 @@ class RemoteBroker:
         max_messages: int,
         filter: FilterSpec,
         long_poll_ms: int = 0,
+        *,
+        ctx: CallContext = NO_CONTEXT,
     ) -> PullResult:
         with _encoding("pull"):
             request = pb.PullRequest(
@@ -534,21 +536,25 @@ class RemoteBroker:
                 filter=convert.filter_to_pb(filter),
                 long_poll_ms=long_poll_ms,
             )
-        response = await self._call(self._stub.Pull, request, self._long_poll_timeout_s(long_poll_ms))
+        response = await self._call(self._stub.Pull, request, self._long_poll_timeout_s(long_poll_ms), ctx=ctx)
         return convert.pull_result_from_pb(response.result)
 
-    async def get_offset(self, group: str, topic: str, queue_id: int) -> int:
+    async def get_offset(self, group: str, topic: str, queue_id: int, *, ctx: CallContext = NO_CONTEXT) -> int:
         with _encoding("get_offset"):
             request = pb.GetOffsetRequest(group=group, topic=topic, queue_id=queue_id)
-        response = await self._call(self._stub.GetOffset, request)
+        response = await self._call(self._stub.GetOffset, request, ctx=ctx)
         return int(response.offset)
 
-    async def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    async def update_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
         with _encoding("update_offset"):
             request = pb.UpdateOffsetRequest(group=group, topic=topic, queue_id=queue_id, offset=offset)
-        await self._call(self._stub.UpdateOffset, request)
+        await self._call(self._stub.UpdateOffset, request, ctx=ctx)
 
-    async def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0) -> int:
+    async def query_offset(
+        self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0, *, ctx: CallContext = NO_CONTEXT
+    ) -> int:
         with _encoding("query_offset"):
             request = pb.QueryOffsetRequest(
                 topic=topic,
@@ -556,7 +562,7 @@ class RemoteBroker:
                 policy=convert.offset_policy_to_pb(policy),
                 timestamp_ms=timestamp_ms,
             )
-        response = await self._call(self._stub.QueryOffset, request)
+        response = await self._call(self._stub.QueryOffset, request, ctx=ctx)
         return int(response.offset)
 
     async def read_rows(

@@ -19,8 +19,11 @@ from broker.client.api import (
     NO_CONTEXT,
     AckResult,
     CallContext,
+    FilterSpec,
     GroupSpec,
+    OffsetPolicy,
     OutgoingMessage,
+    PullResult,
     SendResult,
     TopicSpec,
     TransactionResolution,
@@ -150,6 +153,29 @@ class _SeesRequest(LocalBroker):
         self.contexts["recall"] = ctx
         return await super().recall(topic, recall_handle, ctx=ctx)
 
+    async def pull(
+        self, group: str, topic: str, queue_id: int, offset: int, max_messages: int, filter: FilterSpec,
+        long_poll_ms: int = 0, *, ctx: CallContext = NO_CONTEXT,
+    ) -> PullResult:  # fmt: skip
+        self.contexts["pull"] = ctx
+        return await super().pull(group, topic, queue_id, offset, max_messages, filter, long_poll_ms, ctx=ctx)
+
+    async def get_offset(self, group: str, topic: str, queue_id: int, *, ctx: CallContext = NO_CONTEXT) -> int:
+        self.contexts["get_offset"] = ctx
+        return await super().get_offset(group, topic, queue_id, ctx=ctx)
+
+    async def update_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
+        self.contexts["update_offset"] = ctx
+        await super().update_offset(group, topic, queue_id, offset, ctx=ctx)
+
+    async def query_offset(
+        self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0, *, ctx: CallContext = NO_CONTEXT
+    ) -> int:
+        self.contexts["query_offset"] = ctx
+        return await super().query_offset(topic, queue_id, policy, timestamp_ms, ctx=ctx)
+
 
 async def _served(tmp_path: Path, **remote_options: float) -> tuple[_SeesRequest, grpc.aio.Server, RemoteBroker]:
     """A `_SeesRequest` broker served over the internal service on loopback, and a client of it."""
@@ -252,7 +278,7 @@ def test_each_send_on_the_stream_carries_its_own_context(tmp_path: Path) -> None
     broker, sent_at = asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
     seen_a, seen_b = broker.contexts["each-a"], broker.contexts["each-b"]
     assert (seen_a.request_id, seen_a.client_id, seen_a.namespace) == ("req-a", "client-a", "ns-a")
-    assert seen_a.deadline is not None and sent_at + 3.0 < seen_a.deadline <= sent_at + 4.05
+    assert seen_a.deadline is not None and sent_at < seen_a.deadline <= sent_at + 4.05  # its own 4 s, one clock
     assert (seen_b.request_id, seen_b.client_id, seen_b.namespace, seen_b.deadline) == ("req-b", "client-b", "", None)
 
 
@@ -291,10 +317,11 @@ def test_a_send_whose_deadline_passed_on_the_stream_is_refused_alone(tmp_path: P
 
 
 def test_every_messaging_call_carries_its_context(tmp_path: Path) -> None:
-    """nack, renew, forward to dead letter, end transaction and recall reach the broker with the
+    """nack, renew, forward to dead letter, end transaction, recall, pull and the offset calls reach the broker with the
     context of the client request they serve (ids as metadata, deadline as the call's timeout), as
     send, pop, ack and change-invisible do. The calls fail (unknown handles): the broker saw them all the same."""
-    methods = ("nack", "renew", "forward_to_dead_letter", "end_transaction", "recall")
+    methods = ("nack", "renew", "forward_to_dead_letter", "end_transaction", "recall", "pull", "get_offset",
+               "update_offset", "query_offset")  # fmt: skip
 
     async def scenario() -> tuple[_SeesRequest, float]:
         broker, server, remote = await _served(tmp_path, timeout_s=30.0)
@@ -311,6 +338,10 @@ def test_every_messaging_call_carries_its_context(tmp_path: Path) -> None:
                     "ctx-calls", "mid", "bad-tx", TransactionResolution.ROLLBACK, TransactionSource.CLIENT, ctx=ctx
                 ),
                 remote.recall("ctx-calls", "bad-recall", ctx=ctx),
+                remote.pull("ctx-group", "ctx-calls", 0, 0, 1, FilterSpec(), ctx=ctx),
+                remote.get_offset("ctx-group", "ctx-calls", 0, ctx=ctx),
+                remote.update_offset("ctx-group", "ctx-calls", 0, 0, ctx=ctx),
+                remote.query_offset("ctx-calls", 0, OffsetPolicy.END, ctx=ctx),
             )
             for call in calls:
                 with contextlib.suppress(SluiceError):
@@ -325,4 +356,5 @@ def test_every_messaging_call_carries_its_context(tmp_path: Path) -> None:
     for method in methods:
         seen = broker.contexts[method]
         assert (seen.request_id, seen.client_id) == ("req-m", "client-m"), method
-        assert seen.deadline is not None and deadline - 5.0 < seen.deadline <= deadline + 0.05, method
+        # The caller's deadline (5 s), not the client's 30 s default timeout (gRPC rounds a timeout up to its unit).
+        assert seen.deadline is not None and deadline - 5.0 < seen.deadline <= deadline + 1.0, method
