@@ -21,7 +21,6 @@ from broker.client.api import CallContext, OutgoingMessage, SendResult, TopicSpe
 from broker.config import BrokerConfig
 from broker.lite.service import LiteService, is_lite
 from broker.messages import (
-    COLUMNS_MIN,
     plainly_valid,
     records_at,
     records_of,
@@ -36,7 +35,7 @@ from broker.timer.service import TimerService
 from broker.trace import TraceRecorder
 from broker.transaction.service import TransactionService
 from common.errors import BadRequest, Forbidden, RequestTimeout
-from common.model import EXCLUSIVE_TYPES, MessageType, TopicInfo
+from common.model import COLUMNS_MIN, EXCLUSIVE_TYPES, MessageType, TopicInfo
 
 _MESSAGE_ID = attrgetter("message_id")
 _PRIORITY_ONLY = frozenset({MessageType.PRIORITY})

@@ -52,7 +52,7 @@ from broker.filter import MessageFilter, TagFilter
 from broker.lite.heads import deliver_heads, read_heads
 from broker.lite.state import LiteRecord, LiteState
 from broker.longpoll import LongPollHub, group_key, lite_client_key
-from broker.messages import COLUMNS_MIN, plainly_valid, records_at, validate_message
+from broker.messages import plainly_valid, records_at, validate_message
 from broker.popstate import PopBatch, PopState
 from broker.store.store import MessageStore
 from broker.store.writer import offsets_of, span_of
@@ -66,7 +66,7 @@ from common.errors import (
     MessageTypeConflict,
 )
 from common.logs import kv
-from common.model import SYSPROP_LITE_TOPIC, MessageType, TopicInfo, validate_lite_topic_name
+from common.model import COLUMNS_MIN, SYSPROP_LITE_TOPIC, MessageType, TopicInfo, validate_lite_topic_name
 
 log = logging.getLogger("sluice.broker.lite")
 MAX_REMOVALS_PER_CLIENT = 10_000

@@ -15,6 +15,7 @@ from typing import cast
 from broker.client.api import OutgoingMessage
 from common.codes import Code
 from common.errors import BadRequest, MessageBodyTooLarge, SluiceError
+from common.model import COLUMNS_MIN
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.app import ProxyApp
@@ -27,10 +28,6 @@ _TOPIC = attrgetter("topic")
 _TOPIC_KEY = attrgetter("resource_namespace", "name")
 _BODY = attrgetter("body")
 _OK_ENTRY = spb.SendResultEntry(status=OK).SerializeToString()  # an entry's OK status, as bytes to merge
-# Below this many messages converting message by message is cheaper than setting up the columns:
-# one message 40 µs against 110 µs, two 100 against 150 (tests/bench/switch_bench.py, a shared and
-# noisy 2-core machine); from about 32 messages the columns are as fast or faster.
-COLUMNS_MIN = 4
 
 
 async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMessageRequest) -> spb.SendMessageResponse:
