@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.client import receipt
-from broker.client.api import AckResult, BrokerApi, CallContext, FilterSpec, PopRequest, StoredMessage
+from broker.client.api import AckResult, CallContext, FilterSpec, MessagingApi, PopRequest, StoredMessage
 from common import metrics
 from common.errors import Forbidden, InternalError, InvalidReceiptHandle, SluiceError
 from common.model import MessageType
@@ -90,7 +90,7 @@ class ConsumerService:
                                   m.invisible_until_ms)  # fmt: skip
         return messages
 
-    async def _handle_broker(self, handle: str) -> BrokerApi:
+    async def _handle_broker(self, handle: str) -> MessagingApi:
         """The broker a receipt handle belongs to; a handle naming no broker of this cluster is invalid."""
         name = receipt.broker_of(handle)
         api = await self._dir.lookup(name)
@@ -139,9 +139,9 @@ class ConsumerService:
         self._renewer.remove(handle)
         return new
 
-    async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
+    async def forward_to_dead_letter(self, ctx: CallContext, group: str, topic: str, handle: str) -> None:
         api = await self._handle_broker(handle)
-        await api.forward_to_dead_letter(group, topic, handle)
+        await api.forward_to_dead_letter(group, topic, handle, ctx=ctx)
         self._renewer.remove(handle)
 
     async def touch_group(self, group: str) -> None:
