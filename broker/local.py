@@ -605,18 +605,22 @@ class LocalBroker:
         await self._state_replicated()
         return handle
 
-    async def nack(self, group: str, topic: str, receipt_handle: str) -> str:
+    async def nack(self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
         handle = self.engine.nack(self.metadata.group(group), topic, receipt_handle)
         await self._state_replicated()
         return handle
 
-    async def renew(self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int) -> list[AckResult]:
+    async def renew(
+        self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> list[AckResult]:
         self.metadata.group(group)
         results = self.engine.renew(group, topic, receipt_handles, invisible_ms)
         await self._state_replicated()
         return results
 
-    async def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
+    async def forward_to_dead_letter(
+        self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
         self.metadata.group(group)
         await self.engine.forward_to_dead_letter(group, topic, receipt_handle)
         await self._state_replicated()
@@ -625,7 +629,7 @@ class LocalBroker:
 
     async def pull(
         self, group: str, topic: str, queue_id: int, offset: int, max_messages: int, filter: FilterSpec,
-        long_poll_ms: int = 0,
+        long_poll_ms: int = 0, *, ctx: CallContext = NO_CONTEXT,
     ) -> PullResult:  # fmt: skip
         spec = self.metadata.topic(topic)
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
@@ -636,21 +640,25 @@ class LocalBroker:
             self.engine.delivered[topic] += len(result.messages)
         return result
 
-    async def get_offset(self, group: str, topic: str, queue_id: int) -> int:
+    async def get_offset(self, group: str, topic: str, queue_id: int, *, ctx: CallContext = NO_CONTEXT) -> int:
         self.metadata.topic(topic)
         offset = self.store.committed_offset(group, topic, queue_id)
         if offset is None:
             raise OffsetNotFound(f"group {group} has no committed offset for {topic} queue {queue_id}")
         return offset
 
-    async def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    async def update_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
         spec = self.metadata.topic(topic)
         validate_group_name(group)
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
         self.store.commit_offset(group, topic, queue_id, offset)
         await self._state_replicated()
 
-    async def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0) -> int:
+    async def query_offset(
+        self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0, *, ctx: CallContext = NO_CONTEXT
+    ) -> int:
         spec = self.metadata.topic(topic)
         validate_queue(TopicInfo(spec.name, spec.queue_count), queue_id)
         return await self._reader().query_offset(topic, queue_id, policy, timestamp_ms)
@@ -735,7 +743,7 @@ class LocalBroker:
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
-        source: TransactionSource,
+        source: TransactionSource, *, ctx: CallContext = NO_CONTEXT,
     ) -> None:  # fmt: skip
         if resolution is TransactionResolution.COMMIT and topic not in self.metadata.topics:
             raise TopicNotFound(f"topic {topic} no longer exists on broker {self.name}: recreate it to commit, or roll "
@@ -797,7 +805,7 @@ class LocalBroker:
 
     # -- timers ----------------------------------------------------------------------------------
 
-    async def recall(self, topic: str, recall_handle: str) -> str:
+    async def recall(self, topic: str, recall_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
         """Cancel a DELAY message that is not delivered yet; its message id."""
         spec = self.metadata.topic(topic)
         if MessageType.DELAY not in spec.message_types:

@@ -28,7 +28,7 @@ from common.errors import (
     MessageTypeConflict,
     SluiceError,
 )
-from common.model import MessageType, TopicInfo
+from common.model import COLUMNS_MIN, MessageType, TopicInfo
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -134,7 +134,6 @@ _BODY, _ID, _TAG, _GROUP, _KEYS, _PROPS, _SYSPROPS, _TYPE, _BORN, _HOST, _DELIVE
                             "message_type", "born_timestamp_ms", "born_host", "delivery_timestamp_ms", "body_gzip")
 )  # fmt: skip
 _PLAIN_TYPES = frozenset((MessageType.NORMAL, MessageType.FIFO))
-COLUMNS_MIN = 4  # below this many messages, checking and converting them one by one costs less
 
 
 def plainly_valid(

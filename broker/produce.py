@@ -17,11 +17,10 @@ from itertools import repeat
 from operator import attrgetter
 
 from broker import priority
-from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, CallContext, OutgoingMessage, SendResult, TopicSpec
+from broker.client.api import CallContext, OutgoingMessage, SendResult, TopicSpec
 from broker.config import BrokerConfig
 from broker.lite.service import LiteService, is_lite
 from broker.messages import (
-    COLUMNS_MIN,
     plainly_valid,
     records_at,
     records_of,
@@ -36,7 +35,7 @@ from broker.timer.service import TimerService
 from broker.trace import TraceRecorder
 from broker.transaction.service import TransactionService
 from common.errors import BadRequest, Forbidden, RequestTimeout
-from common.model import EXCLUSIVE_TYPES, MessageType, TopicInfo
+from common.model import COLUMNS_MIN, EXCLUSIVE_TYPES, MessageType, TopicInfo
 
 _MESSAGE_ID = attrgetter("message_id")
 _PRIORITY_ONLY = frozenset({MessageType.PRIORITY})
@@ -71,18 +70,16 @@ class Producer:
             raise BadRequest(f"{len(messages)} messages in one send; at most {self._config.limits.max_batch_messages}")
         info = TopicInfo(spec.name, spec.queue_count, spec.permission, spec.message_types)
         validate_queue(info, queue_id)
+        client = ctx.client_id  # who sent them: for the trace only, not stored
         if spec.message_types & EXCLUSIVE_TYPES:  # lite topics and priority levels have queues of their own
-            senders = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
             if is_lite(spec):
-                return await self._lite.send(spec, info, messages, senders)
-            return await self._send_priority(spec, info, messages, senders)
+                return await self._lite.send(spec, info, messages, client)
+            return await self._send_priority(spec, info, messages, client)
         host = self._config.advertised_address
         limits = self._config.limits
-        # Who sent them is for the trace only, not stored.
-        clients = [m.system_properties.pop(SYSPROP_PRODUCER_CLIENT_ID, "") for m in messages]
         if len(messages) >= COLUMNS_MIN and plainly_valid(messages, info, limits):  # a batch: column by column
             results = await self._store.append(records_of(topic, queue_id, messages, host))
-            return self._sent_plain(topic, queue_id, messages, results, clients[0])
+            return self._sent_plain(topic, queue_id, messages, results, client)
         timers = self._timers
         plain = True  # NORMAL and FIFO only: the common case, stored as they come
         for msg in messages:
@@ -94,7 +91,7 @@ class Producer:
                     timers.check_delivery_time(msg)
         if plain:  # fewer than COLUMNS_MIN (or a batch the column check could not vouch for)
             results = await self._store.append([to_record(topic, queue_id, m, host) for m in messages])
-            return self._sent_plain(topic, queue_id, messages, results, clients[0])
+            return self._sent_plain(topic, queue_id, messages, results, client)
         if any(m.message_type is MessageType.TRANSACTION for m in messages):
             return await self._send_half(topic, queue_id, messages)
         mixed: list[MessageRecord] = []
@@ -113,14 +110,14 @@ class Producer:
         ]  # fmt: skip
 
     async def _send_priority(self, spec: TopicSpec, info: TopicInfo, messages: list[OutgoingMessage],
-                             clients: list[str]) -> list[SendResult]:  # fmt: skip
+                             client: str) -> list[SendResult]:  # fmt: skip
         limits = self._config.limits
         if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, limits, _PRIORITY_ONLY):
             for msg in messages:
                 validate_message(msg, info, limits)
         qids = [priority.level_queue(priority.priority_of(msg, spec)) for msg in messages]
         results = await self._store.append(records_at(spec.name, qids, messages, self._config.advertised_address))
-        self._trace.sent_append(spec.name, *span_of(results), clients[0], messages[0].born_host)
+        self._trace.sent_append(spec.name, *span_of(results), client, messages[0].born_host)
         return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets_of(results)))
 
     def _sent_plain(self, topic: str, queue_id: int, messages: list[OutgoingMessage],

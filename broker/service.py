@@ -21,7 +21,7 @@ import grpc
 
 from broker.client import grpc_convert as convert
 from broker.client.amqpmeta import AmqpMetaApi
-from broker.client.api import BrokerApi, CallContext
+from broker.client.api import NO_CONTEXT, BrokerApi, CallContext
 from common import metrics
 from common.codes import Code
 from common.errors import SluiceError, Unsupported
@@ -41,6 +41,12 @@ def call_context(context: Context) -> CallContext:
     request_id, client_id = current_request()
     remaining = context.time_remaining()
     return CallContext(request_id, client_id, deadline=None if remaining is None else time.monotonic() + remaining)
+
+
+def _send_context(send: pb.SendRequest, call: CallContext) -> CallContext:
+    """The context of the client request a send serves: its own, or the call's (a caller that does
+    not send one: a unary Send carries it as metadata and timeout)."""
+    return convert.context_from_pb(send.context) if send.HasField("context") else call
 
 
 class BrokerServicer(pb_grpc.BrokerServicer):
@@ -118,7 +124,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     @internal_rpc
     async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
         messages = [convert.outgoing_from_pb(m) for m in request.messages]
-        results = await self._api.send(request.topic, request.queue_id, messages, ctx=call_context(context))
+        results = await self._api.send(request.topic, request.queue_id, messages,
+                                       ctx=_send_context(request, call_context(context)))  # fmt: skip
         return pb.SendResponse(results=[convert.send_result_to_pb(r) for r in results])
 
     @internal_rpc
@@ -139,12 +146,11 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         serving: set[asyncio.Task[None]] = set()
 
         async def serve(request: pb.SendStreamRequest) -> None:  # a task of its own: binds only its own ids
-            if request.request_id or request.client_id:
-                bind_request(request.request_id, request.client_id)
+            sends = request.sends
+            if len(sends) == 1 and (sends[0].context.request_id or sends[0].context.client_id):
+                bind_request(sends[0].context.request_id, sends[0].context.client_id)  # a lone send's log lines
             started = time.perf_counter()
-            # The ids of a lone send; no deadline (the caller holds back sends whose deadline passed).
-            ctx = CallContext(request.request_id, request.client_id)
-            outcomes = await asyncio.gather(*(self._send_one(s, ctx) for s in request.sends))
+            outcomes = await asyncio.gather(*(self._send_one(s, NO_CONTEXT) for s in sends))
             metrics.observe_internal_rpc("broker", "SendStream", Code.OK.name, time.perf_counter() - started)
             try:
                 async with write_lock:
@@ -160,9 +166,11 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             await asyncio.gather(*serving)
 
     async def _send_one(self, send: pb.SendRequest, ctx: CallContext) -> pb.SendOutcome:
+        """One send of a SendBatch or SendStream request; `ctx` (the call's) serves if the send
+        carries no context of its own."""
         try:
             messages = [convert.outgoing_from_pb(m) for m in send.messages]
-            results = await self._api.send(send.topic, send.queue_id, messages, ctx=ctx)
+            results = await self._api.send(send.topic, send.queue_id, messages, ctx=_send_context(send, ctx))
         except Exception as exc:
             if not isinstance(exc, SluiceError):
                 log.exception("send of a batch failed", extra=kv(topic=send.topic, queue=send.queue_id))
@@ -195,13 +203,13 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @internal_rpc
     async def Nack(self, request: pb.NackRequest, context: Context) -> pb.NackResponse:
-        handle = await self._api.nack(request.group, request.topic, request.receipt_handle)
+        handle = await self._api.nack(request.group, request.topic, request.receipt_handle, ctx=call_context(context))
         return pb.NackResponse(receipt_handle=handle)
 
     @internal_rpc
     async def Renew(self, request: pb.RenewRequest, context: Context) -> pb.RenewResponse:
         results = await self._api.renew(
-            request.group, request.topic, list(request.receipt_handles), request.invisible_ms
+            request.group, request.topic, list(request.receipt_handles), request.invisible_ms, ctx=call_context(context)
         )
         return pb.RenewResponse(results=[convert.ack_result_to_pb(r) for r in results])
 
@@ -209,7 +217,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def ForwardToDeadLetter(
         self, request: pb.ForwardToDeadLetterRequest, context: Context
     ) -> pb.ForwardToDeadLetterResponse:
-        await self._api.forward_to_dead_letter(request.group, request.topic, request.receipt_handle)
+        await self._api.forward_to_dead_letter(
+            request.group, request.topic, request.receipt_handle, ctx=call_context(context)
+        )
         return pb.ForwardToDeadLetterResponse()
 
     # -- pull consumption and offsets -----------------------------------------------------------
@@ -224,23 +234,28 @@ class BrokerServicer(pb_grpc.BrokerServicer):
             request.max_messages,
             convert.filter_or_default(request),
             long_poll_ms=request.long_poll_ms,
+            ctx=call_context(context),
         )
         return pb.PullResponse(result=convert.pull_result_to_pb(result))
 
     @internal_rpc
     async def GetOffset(self, request: pb.GetOffsetRequest, context: Context) -> pb.GetOffsetResponse:
-        offset = await self._api.get_offset(request.group, request.topic, request.queue_id)
+        offset = await self._api.get_offset(request.group, request.topic, request.queue_id, ctx=call_context(context))
         return pb.GetOffsetResponse(offset=offset)
 
     @internal_rpc
     async def UpdateOffset(self, request: pb.UpdateOffsetRequest, context: Context) -> pb.UpdateOffsetResponse:
-        await self._api.update_offset(request.group, request.topic, request.queue_id, request.offset)
+        await self._api.update_offset(
+            request.group, request.topic, request.queue_id, request.offset, ctx=call_context(context)
+        )
         return pb.UpdateOffsetResponse()
 
     @internal_rpc
     async def QueryOffset(self, request: pb.QueryOffsetRequest, context: Context) -> pb.QueryOffsetResponse:
         policy = convert.offset_policy_from_pb(request.policy)
-        offset = await self._api.query_offset(request.topic, request.queue_id, policy, request.timestamp_ms)
+        offset = await self._api.query_offset(
+            request.topic, request.queue_id, policy, request.timestamp_ms, ctx=call_context(context)
+        )
         return pb.QueryOffsetResponse(offset=offset)
 
     @internal_rpc
@@ -274,7 +289,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
     async def EndTransaction(self, request: pb.EndTransactionRequest, context: Context) -> pb.EndTransactionResponse:
         await self._api.end_transaction(
             request.topic, request.message_id, request.transaction_id, convert.resolution_from_pb(request.resolution),
-            convert.source_from_pb(request.source),
+            convert.source_from_pb(request.source), ctx=call_context(context),
         )  # fmt: skip
         return pb.EndTransactionResponse()
 
@@ -345,7 +360,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @internal_rpc
     async def Recall(self, request: pb.RecallRequest, context: Context) -> pb.RecallResponse:
-        message_id = await self._api.recall(request.topic, request.recall_handle)
+        message_id = await self._api.recall(request.topic, request.recall_handle, ctx=call_context(context))
         return pb.RecallResponse(message_id=message_id)
 
     # -- operations -----------------------------------------------------------------------------

@@ -63,20 +63,22 @@ class ForwardedBroker(RemoteBroker):
         metrics.count_forwarded("change_invisible_duration")
         return await super().change_invisible_duration(group, topic, receipt_handle, invisible_ms, ctx=ctx)
 
-    async def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
+    async def forward_to_dead_letter(
+        self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
         metrics.count_forwarded("forward_to_dead_letter")
-        await super().forward_to_dead_letter(group, topic, receipt_handle)
+        await super().forward_to_dead_letter(group, topic, receipt_handle, ctx=ctx)
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
-        source: TransactionSource,
+        source: TransactionSource, *, ctx: CallContext = NO_CONTEXT,
     ) -> None:  # fmt: skip
         metrics.count_forwarded("end_transaction")
-        await super().end_transaction(topic, message_id, transaction_id, resolution, source)
+        await super().end_transaction(topic, message_id, transaction_id, resolution, source, ctx=ctx)
 
-    async def recall(self, topic: str, recall_handle: str) -> str:
+    async def recall(self, topic: str, recall_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
         metrics.count_forwarded("recall")
-        return await super().recall(topic, recall_handle)
+        return await super().recall(topic, recall_handle, ctx=ctx)
 
 
 # A node that did not answer a topic creation is not asked again for this long (per node).

@@ -306,32 +306,25 @@ class TransactionCheck:
     check: int  # 1 for the first check-back of this half message
 
 
+# The broker contract by role: each role is one Protocol, and `BrokerApi` is all of them (a
+# `LocalBroker` or a `RemoteBroker`). Code that needs one role names that role: the proxy's core
+# services hold `MessagingApi`s; the admin tool and console, every role.
+
+
 @runtime_checkable
-class BrokerApi(Protocol):
-    """One broker, local or remote. Every method may raise a SluiceError."""
+class MessagingApi(Protocol):
+    """What a client's messaging needs of one broker: produce, consume (pop and pull), transactions,
+    timers, and the topic and group lookups that route them. Every method may raise a SluiceError;
+    `ctx` is the client request a call serves (docs/architecture.md, the call context)."""
 
     @property
     def name(self) -> str: ...
 
-    # topics and groups
-    async def create_topic(self, spec: TopicSpec) -> TopicSpec: ...
-    async def update_topic(self, spec: TopicSpec) -> TopicSpec: ...
-    async def delete_topic(self, name: str) -> None: ...
     async def get_topic(self, name: str, *, auto_create: bool = False) -> TopicSpec:
         """The topic; with `auto_create`, created first where the broker auto-creates topics."""
         ...
 
-    async def list_topics(self) -> list[TopicSpec]: ...
-    async def topic_status(self, name: str) -> TopicStatus: ...
-    async def create_group(self, spec: GroupSpec) -> GroupInfo: ...
-    async def update_group(self, spec: GroupSpec) -> GroupInfo: ...
-    async def delete_group(self, name: str) -> None: ...
     async def get_group(self, name: str, *, auto_create: bool = False) -> GroupInfo: ...
-    async def list_groups(self) -> list[GroupInfo]: ...
-    async def group_status(self, name: str, topics: Sequence[str] = ()) -> GroupStatus:
-        """Every queue here of the topics the group consumed here, and of `topics` (counted from the
-        group's start position where it never consumed)."""
-        ...
 
     # produce
     async def send(
@@ -346,32 +339,34 @@ class BrokerApi(Protocol):
     async def change_invisible_duration(
         self, group: str, topic: str, receipt_handle: str, invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
     ) -> str: ...
-    async def nack(self, group: str, topic: str, receipt_handle: str) -> str: ...
+    async def nack(self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str: ...
     async def renew(
-        self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int
+        self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
     ) -> list[AckResult]: ...  # extend invisibility, handles stay valid (auto renew)
-    async def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None: ...
+    async def forward_to_dead_letter(
+        self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT
+    ) -> None: ...
 
     # pull consumption and offsets
     async def pull(
         self, group: str, topic: str, queue_id: int, offset: int, max_messages: int,
-        filter: FilterSpec, long_poll_ms: int = 0,
+        filter: FilterSpec, long_poll_ms: int = 0, *, ctx: CallContext = NO_CONTEXT,
     ) -> PullResult: ...  # fmt: skip
-    async def get_offset(self, group: str, topic: str, queue_id: int) -> int: ...
-    async def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
-    async def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0) -> int: ...
+    async def get_offset(self, group: str, topic: str, queue_id: int, *, ctx: CallContext = NO_CONTEXT) -> int: ...
+    async def update_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> None: ...
+    async def query_offset(
+        self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0, *, ctx: CallContext = NO_CONTEXT
+    ) -> int: ...
     async def read_rows(
         self, topic: str, queue_id: int, offset: int, end_offset: int, max_messages: int, max_bytes: int
     ) -> QueueRows: ...  # [offset, end_offset) of a queue, local or tiered, many per call (Spark's source)
 
-    # lookups
-    async def get_message(self, topic: str, message_id: str) -> list[StoredMessage]: ...
-    async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]: ...
-
     # transactions (docs/transactions.md)
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
-        source: TransactionSource,
+        source: TransactionSource, *, ctx: CallContext = NO_CONTEXT,
     ) -> None: ...  # fmt: skip
     async def claim_transaction_checks(self, topics: list[str], max_checks: int) -> list[TransactionCheck]:
         """Due check-backs of half messages of `topics` (those with a live producer on the caller).
@@ -380,32 +375,63 @@ class BrokerApi(Protocol):
         """
         ...
 
+    # timers
+    async def recall(
+        self, topic: str, recall_handle: str, *, ctx: CallContext = NO_CONTEXT
+    ) -> str: ...  # cancels a pending DELAY message
+
+
+@runtime_checkable
+class AdminApi(Protocol):
+    """Topics and groups, their status, lookups and traces of messages, offsets reset, what the
+    broker runs (`sluice admin`, the console, the AMQP gateway's queues)."""
+
+    async def create_topic(self, spec: TopicSpec) -> TopicSpec: ...
+    async def update_topic(self, spec: TopicSpec) -> TopicSpec: ...
+    async def delete_topic(self, name: str) -> None: ...
+    async def list_topics(self) -> list[TopicSpec]: ...
+    async def topic_status(self, name: str) -> TopicStatus: ...
+    async def create_group(self, spec: GroupSpec) -> GroupInfo: ...
+    async def update_group(self, spec: GroupSpec) -> GroupInfo: ...
+    async def delete_group(self, name: str) -> None: ...
+    async def list_groups(self) -> list[GroupInfo]: ...
+    async def group_status(self, name: str, topics: Sequence[str] = ()) -> GroupStatus:
+        """Every queue here of the topics the group consumed here, and of `topics` (counted from the
+        group's start position where it never consumed)."""
+        ...
+
+    # lookups
+    async def get_message(self, topic: str, message_id: str) -> list[StoredMessage]: ...
+    async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]: ...
+
     # observability
     async def message_trace(self, message_id: str) -> list[TraceEvent]: ...  # oldest first
 
-    # tiered storage (`sluice admin tier ...`); PreconditionFailed where tiering is not configured
+    # operations (`sluice admin group reset-offset`)
+    async def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> OffsetReset:
+        """Consume the queue from `offset` on (clamped to the stored range): messages in flight are
+        forgotten (their receipt handles stop working) and the pull offset moves too."""
+        ...
+
+    # what the broker runs and how its store keeps up (`sluice admin broker list`, the console)
+    async def broker_info(self) -> BrokerInfo: ...
+
+
+@runtime_checkable
+class TieringApi(Protocol):
+    """Tiered storage (`sluice admin tier ...`); PreconditionFailed where tiering is not configured."""
+
     async def tier_status(self) -> TierStatus: ...
     async def tier_upload_now(
         self, topic: str, timeout_s: float
     ) -> TierTopicStatus: ...  # tier everything dispatched so far; returns once it is safely uploaded
     async def tier_evict_local(self, topic: str) -> TierEvictResult: ...  # drop local copies of tiered data now
 
-    # timers
-    async def recall(self, topic: str, recall_handle: str) -> str: ...  # cancels a pending DELAY message
 
-    # operations (`sluice admin group reset-offset`, `sluice admin client list`)
-    async def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> OffsetReset:
-        """Consume the queue from `offset` on (clamped to the stored range): messages in flight are
-        forgotten (their receipt handles stop working) and the pull offset moves too."""
-        ...
+@runtime_checkable
+class LiteApi(Protocol):
+    """Lite topic subscriptions (docs/lite-topics.md)."""
 
-    async def report_clients(self, proxy: str, clients: list[ConnectedClient], ttl_ms: int) -> None:
-        """A proxy's connected clients, replacing its previous report; forgotten after `ttl_ms`."""
-        ...
-
-    async def list_clients(self) -> list[ConnectedClient]: ...  # as the proxies last reported them
-
-    # lite topics (docs/lite-topics.md)
     async def sync_lite_subscription(self, sync: LiteSync) -> int:
         """Apply a client's subscription change on this broker; how many lite topics of the bind
         topic the client then holds here."""
@@ -416,15 +442,24 @@ class BrokerApi(Protocol):
         self, client_ids: list[str]
     ) -> list[LiteRemoval]: ...  # unsubscribed by the broker (expired, deleted): tell these clients
 
-    # what the broker runs and how its store keeps up (`sluice admin broker list`, the console)
-    async def broker_info(self) -> BrokerInfo: ...
+
+@runtime_checkable
+class ReportsApi(Protocol):
+    """The proxies' reports of their connected clients (`sluice admin client list`)."""
+
+    async def report_clients(self, proxy: str, clients: list[ConnectedClient], ttl_ms: int) -> None:
+        """A proxy's connected clients, replacing its previous report; forgotten after `ttl_ms`."""
+        ...
+
+    async def list_clients(self) -> list[ConnectedClient]: ...  # as the proxies last reported them
+
+
+@runtime_checkable
+class BrokerApi(MessagingApi, AdminApi, TieringApi, LiteApi, ReportsApi, Protocol):
+    """One broker, local (`broker.local.LocalBroker`) or remote (`RemoteBroker`), in every role."""
 
 
 # -- message trace (appended: see broker/trace.py and docs/observability.md) -----------------------
-
-# System property the proxy sets on each message it sends with the producer's client id; the broker
-# takes it off before storing (it feeds the trace's "sent" event only).
-SYSPROP_PRODUCER_CLIENT_ID = "__SLUICE_PRODUCER_CLIENT_ID"
 
 
 class TraceKind(Enum):

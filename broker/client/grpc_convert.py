@@ -18,6 +18,7 @@ protobuf message with one constructor call and map enum numbers through dicts, n
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from broker.client.api import (
     AckResult,
     BackoffKind,
     BrokerInfo,
+    CallContext,
     ConnectedClient,
     ConsumeFrom,
     FilterKind,
@@ -276,6 +278,27 @@ def group_status_from_pb(msg: pb.GroupStatus) -> GroupStatus:
 #
 # Measured with upb: passing a dict to a protobuf constructor costs more than `update` afterwards,
 # and copying an empty map or repeated field out of a message costs more than testing it first.
+
+
+def context_to_pb(ctx: CallContext, out: pb.CallContext) -> None:
+    """Write `ctx` into `out` (a request's own field, filled in place), its deadline as the time
+    left now: the receiving process's clock is not this one's."""
+    out.SetInParent()  # present even when empty: the send's context, not the call's
+    if ctx.request_id:
+        out.request_id = ctx.request_id
+    if ctx.client_id:
+        out.client_id = ctx.client_id
+    if ctx.namespace:
+        out.namespace = ctx.namespace
+    remaining = ctx.remaining_s()
+    if remaining is not None:
+        out.remaining_ms = max(0, int(remaining * 1000))
+
+
+def context_from_pb(msg: pb.CallContext) -> CallContext:
+    """The context `context_to_pb` wrote, its deadline on this process's clock."""
+    deadline = time.monotonic() + msg.remaining_ms / 1000 if msg.HasField("remaining_ms") else None
+    return CallContext(msg.request_id, msg.client_id, msg.namespace, deadline)
 
 
 def outgoing_to_pb(m: OutgoingMessage) -> pb.OutgoingMessage:

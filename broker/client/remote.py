@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import time
 from collections.abc import Iterator, Sequence
@@ -265,9 +266,13 @@ class RemoteBroker:
                 f"{self._target}: {len(self._pending_sends)} sends are already waiting for it "
                 f"(max_pending_sends); retry later"
             )
+        if not (ctx.request_id or ctx.client_id):  # the ids bound to this task, if any: it leaves from another
+            request_id, client_id = current_request()
+            if request_id or client_id:
+                ctx = dataclasses.replace(ctx, request_id=request_id, client_id=client_id)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[SendResult]] = loop.create_future()
-        pending = _PendingSend(request, future, _ids(ctx), sum(len(m.body) for m in messages), ctx.deadline)
+        pending = _PendingSend(request, future, ctx, sum(len(m.body) for m in messages))
         self._pending_sends.append(pending)
         if self._sender is None:
             self._sender = loop.create_task(self._drain_sends(), name=f"send-to-{self._name}")
@@ -318,7 +323,9 @@ class RemoteBroker:
 
     async def _send_single(self, p: _PendingSend) -> None:
         try:
-            response = await self._call(self._stub.Send, p.request, _batch_timeout([p], self._timeout_s), ids=p.ids)
+            _leaving([p])
+            response = await self._call(self._stub.Send, p.request, _batch_timeout([p], self._timeout_s),
+                                        ids=(p.ctx.request_id, p.ctx.client_id))  # fmt: skip
             outcome: list[SendResult] | BaseException = [convert.send_result_from_pb(r) for r in response.results]
         except asyncio.CancelledError:
             settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
@@ -336,10 +343,7 @@ class RemoteBroker:
         call: Any = None
         try:
             call = self._open_stream()
-            # A lone send carries its request's ids, as a unary Send does; several carry none's.
-            request_id, client_id = batch[0].ids if len(batch) == 1 else ("", "")
-            await call.write(pb.SendStreamRequest(id=rid, sends=[p.request for p in batch], request_id=request_id,
-                                                  client_id=client_id))  # fmt: skip
+            await call.write(pb.SendStreamRequest(id=rid, sends=_leaving(batch)))
             response = await asyncio.wait_for(answer, _batch_timeout(batch, self._timeout_s))
         except _Unimplemented:
             raise
@@ -424,7 +428,7 @@ class RemoteBroker:
             self._stream = None
 
     async def _send_batch(self, batch: list[_PendingSend]) -> None:
-        request = pb.SendBatchRequest(sends=[p.request for p in batch])
+        request = pb.SendBatchRequest(sends=_leaving(batch))
         try:
             # It serves several requests: it carries none's request id.
             response = await self._call(self._stub.SendBatch, request, ids=("", ""))
@@ -485,24 +489,28 @@ class RemoteBroker:
         response = await self._call(self._stub.ChangeInvisibleDuration, request, ctx=ctx)
         return str(response.receipt_handle)
 
-    async def nack(self, group: str, topic: str, receipt_handle: str) -> str:
+    async def nack(self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
         with _encoding("nack"):
             request = pb.NackRequest(group=group, topic=topic, receipt_handle=receipt_handle)
-        response = await self._call(self._stub.Nack, request)
+        response = await self._call(self._stub.Nack, request, ctx=ctx)
         return str(response.receipt_handle)
 
-    async def renew(self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int) -> list[AckResult]:
+    async def renew(
+        self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> list[AckResult]:
         with _encoding("renew"):
             request = pb.RenewRequest(
                 group=group, topic=topic, receipt_handles=receipt_handles, invisible_ms=invisible_ms
             )
-        response = await self._call(self._stub.Renew, request)
+        response = await self._call(self._stub.Renew, request, ctx=ctx)
         return [convert.ack_result_from_pb(r) for r in response.results]
 
-    async def forward_to_dead_letter(self, group: str, topic: str, receipt_handle: str) -> None:
+    async def forward_to_dead_letter(
+        self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
         with _encoding("forward_to_dead_letter"):
             request = pb.ForwardToDeadLetterRequest(group=group, topic=topic, receipt_handle=receipt_handle)
-        await self._call(self._stub.ForwardToDeadLetter, request)
+        await self._call(self._stub.ForwardToDeadLetter, request, ctx=ctx)
 
     # -- pull consumption and offsets -----------------------------------------------------------
 
@@ -515,6 +523,8 @@ class RemoteBroker:
         max_messages: int,
         filter: FilterSpec,
         long_poll_ms: int = 0,
+        *,
+        ctx: CallContext = NO_CONTEXT,
     ) -> PullResult:
         with _encoding("pull"):
             request = pb.PullRequest(
@@ -526,21 +536,25 @@ class RemoteBroker:
                 filter=convert.filter_to_pb(filter),
                 long_poll_ms=long_poll_ms,
             )
-        response = await self._call(self._stub.Pull, request, self._long_poll_timeout_s(long_poll_ms))
+        response = await self._call(self._stub.Pull, request, self._long_poll_timeout_s(long_poll_ms), ctx=ctx)
         return convert.pull_result_from_pb(response.result)
 
-    async def get_offset(self, group: str, topic: str, queue_id: int) -> int:
+    async def get_offset(self, group: str, topic: str, queue_id: int, *, ctx: CallContext = NO_CONTEXT) -> int:
         with _encoding("get_offset"):
             request = pb.GetOffsetRequest(group=group, topic=topic, queue_id=queue_id)
-        response = await self._call(self._stub.GetOffset, request)
+        response = await self._call(self._stub.GetOffset, request, ctx=ctx)
         return int(response.offset)
 
-    async def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    async def update_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
         with _encoding("update_offset"):
             request = pb.UpdateOffsetRequest(group=group, topic=topic, queue_id=queue_id, offset=offset)
-        await self._call(self._stub.UpdateOffset, request)
+        await self._call(self._stub.UpdateOffset, request, ctx=ctx)
 
-    async def query_offset(self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0) -> int:
+    async def query_offset(
+        self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0, *, ctx: CallContext = NO_CONTEXT
+    ) -> int:
         with _encoding("query_offset"):
             request = pb.QueryOffsetRequest(
                 topic=topic,
@@ -548,7 +562,7 @@ class RemoteBroker:
                 policy=convert.offset_policy_to_pb(policy),
                 timestamp_ms=timestamp_ms,
             )
-        response = await self._call(self._stub.QueryOffset, request)
+        response = await self._call(self._stub.QueryOffset, request, ctx=ctx)
         return int(response.offset)
 
     async def read_rows(
@@ -580,12 +594,12 @@ class RemoteBroker:
 
     async def end_transaction(
         self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
-        source: TransactionSource,
+        source: TransactionSource, *, ctx: CallContext = NO_CONTEXT,
     ) -> None:  # fmt: skip
         with _encoding("end_transaction"):
             request = pb.EndTransactionRequest(topic=topic, message_id=message_id, transaction_id=transaction_id,
                                                resolution=resolution.value, source=source.value)  # fmt: skip
-        await self._call(self._stub.EndTransaction, request)
+        await self._call(self._stub.EndTransaction, request, ctx=ctx)
 
     async def claim_transaction_checks(self, topics: list[str], max_checks: int) -> list[TransactionCheck]:
         with _encoding("claim_transaction_checks"):
@@ -643,10 +657,10 @@ class RemoteBroker:
 
     # -- timers ---------------------------------------------------------------------------------
 
-    async def recall(self, topic: str, recall_handle: str) -> str:
+    async def recall(self, topic: str, recall_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
         with _encoding("recall"):
             request = pb.RecallRequest(topic=topic, recall_handle=recall_handle)
-        response = await self._call(self._stub.Recall, request)
+        response = await self._call(self._stub.Recall, request, ctx=ctx)
         return str(response.message_id)
 
     # -- operations -----------------------------------------------------------------------------
@@ -722,9 +736,20 @@ class RemoteBroker:
 class _PendingSend:
     request: pb.SendRequest
     future: asyncio.Future[list[SendResult]]
-    ids: tuple[str, str]  # request id and client id of the request the send serves
+    ctx: CallContext  # of the client request the send serves
     body_bytes: int
-    deadline: float | None  # its client's (time.monotonic()); None: none
+
+    @property
+    def deadline(self) -> float | None:
+        return self.ctx.deadline
+
+
+def _leaving(batch: list[_PendingSend]) -> list[pb.SendRequest]:
+    """The requests of sends about to leave, each with its context as of now (the time its client
+    has left: the broker refuses a send whose deadline passed meanwhile)."""
+    for p in batch:
+        convert.context_to_pb(p.ctx, p.request.context)
+    return [p.request for p in batch]
 
 
 def _ids(ctx: CallContext) -> tuple[str, str]:

@@ -65,7 +65,7 @@ except ImportError:  # pragma: no cover - isal is a declared dependency; zlib gi
     from zlib import crc32
 
 from common.errors import BadRequest, MessageCorrupted
-from common.model import require_field_order
+from common.model import COLUMNS_MIN, require_field_order
 
 MAGIC = 0x43554C53
 VERSION = 1
@@ -237,11 +237,6 @@ class EncodedBatch(NamedTuple):
     uniform: bool  # one topic, tag and host pair for all records (the vector path encoded them)
 
 
-# Below this many records the per-record encoder is cheaper than setting up the vector path's maps
-# (tests/bench/store_micro.py).
-VECTOR_MIN = 4
-
-
 def encode_columns(records: Sequence[MessageRecord], max_record_bytes: int) -> EncodedBatch:
     """Encode `records` back to back into one buffer, for the writer to seal in place; the bytes of
     each record are exactly `encode(rec)` with queue offset, physical offset and store time left 0.
@@ -253,7 +248,7 @@ def encode_columns(records: Sequence[MessageRecord], max_record_bytes: int) -> E
     Both write the same bytes (tests/unit/test_record_batch.py). `rec.size` is set only by the
     per-record path (writing to every record costs a cache miss each: use the returned sizes).
     """
-    if len(records) >= VECTOR_MIN:
+    if len(records) >= COLUMNS_MIN:
         done = _encode_vector(records, max_record_bytes)
         if done is not None:
             return done

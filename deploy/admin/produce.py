@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.client.api import (
-    SYSPROP_PRODUCER_CLIENT_ID,
+    CallContext,
     FilterSpec,
     OffsetPolicy,
     OutgoingMessage,
@@ -39,6 +39,7 @@ from proxy.core.routing import QueueSelector
 from proxy.directory import BrokerRoute
 
 ADMIN_CLIENT_ID = "sluice-admin"
+_ADMIN = CallContext(client_id=ADMIN_CLIENT_ID)  # the producer the trace names for admin sends
 BROWSE_GROUP = "sluice-admin-browse"  # Pull needs a group name; it keeps no state for it
 TAIL_BATCH = 32
 TAIL_IDLE_S = 0.5  # between rounds that found nothing
@@ -91,12 +92,12 @@ async def send_messages(cluster: Cluster, topic: str, bodies: Iterable[bytes], o
         msg = OutgoingMessage(
             body=body, message_id=new_message_id(), message_type=mtype, tag=options.tag, keys=options.keys,
             message_group=options.message_group, properties=dict(options.properties),
-            system_properties={SYSPROP_PRODUCER_CLIENT_ID: ADMIN_CLIENT_ID}, born_timestamp_ms=int(time.time() * 1000),
+            born_timestamp_ms=int(time.time() * 1000),
             born_host=host, delivery_timestamp_ms=options.deliver_at_ms,
         )  # fmt: skip
         broker = cluster.broker(broker_name, addresses[broker_name])
         try:
-            (result,) = await broker.send(topic, queue_id, [msg])
+            (result,) = await broker.send(topic, queue_id, [msg], ctx=_ADMIN)
         except Forbidden as exc:
             raise Forbidden(f"broker {broker_name}: {exc}") from None
         except MessageTypeConflict as exc:

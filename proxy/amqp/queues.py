@@ -17,12 +17,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from broker.client.api import (
-    BrokerApi,
+    AdminApi,
     CallContext,
     ConsumeFrom,
     GroupSpec,
+    MessagingApi,
     OutgoingMessage,
     PopRequest,
     SendResult,
@@ -87,8 +89,12 @@ def _ctx(timeout_s: float) -> CallContext:
     return CallContext(deadline=time.monotonic() + timeout_s)
 
 
+class QueueBroker(MessagingApi, AdminApi, Protocol):
+    """What an AMQP queue needs of its broker: messaging, and its topic and group kept (admin)."""
+
+
 class QueueStore:
-    def __init__(self, broker: Callable[[str], BrokerApi], *, lease_ms: int, call_timeout_s: float) -> None:
+    def __init__(self, broker: Callable[[str], QueueBroker], *, lease_ms: int, call_timeout_s: float) -> None:
         self._broker = broker
         self._invisible_ms = lease_ms
         self._timeout_s = call_timeout_s

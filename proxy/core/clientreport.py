@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable
 
-from broker.client.api import ConnectedClient
+from broker.client.api import ConnectedClient, ReportsApi
 from common.logs import kv
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proxy.core.sessions import ClientSession, SessionRegistry
@@ -76,7 +76,8 @@ class ClientReporter:
         ttl_ms = int(self._interval_s * REPORT_TTL_INTERVALS * 1000)
         for name in self._dir.broker_names():
             try:
-                await self._dir.broker(name).report_clients(self._key, clients, ttl_ms)
+                api: ReportsApi = self._dir.broker(name)
+                await api.report_clients(self._key, clients, ttl_ms)
             except Exception as exc:  # a broker down: the others still know the clients
                 if name not in self._failing:
                     log.warning("could not report clients to a broker", extra=kv(broker=name, error=str(exc)))

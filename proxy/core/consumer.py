@@ -16,7 +16,7 @@ from functools import partial
 from typing import TypeVar
 
 from broker.client import receipt
-from broker.client.api import AckResult, BrokerApi, CallContext, FilterSpec, PopRequest, StoredMessage
+from broker.client.api import AckResult, CallContext, FilterSpec, MessagingApi, PopRequest, StoredMessage
 from common import metrics
 from common.errors import Forbidden, InternalError, InvalidReceiptHandle, SluiceError
 from common.model import MessageType
@@ -39,7 +39,7 @@ _LITE_ONLY = frozenset({MessageType.LITE})
 T = TypeVar("T")
 
 
-async def _pop(request: PopRequest, ctx: CallContext, api: BrokerApi) -> list[StoredMessage]:
+async def _pop(request: PopRequest, ctx: CallContext, api: MessagingApi) -> list[StoredMessage]:
     """A pop whose long poll ends before the call's deadline (less what a retry keeps): a pop
     retried on a group's new primary long-polls only for what is left."""
     remaining = ctx.remaining_s()
@@ -116,7 +116,7 @@ class ConsumerService:
             raise InvalidReceiptHandle(f"receipt handle names broker {name}, which is not part of this cluster")
         return name
 
-    async def _on_handle_broker(self, handle: str, call: Callable[[BrokerApi], Awaitable[T]], ctx: CallContext) -> T:
+    async def _on_handle_broker(self, handle: str, call: Callable[[MessagingApi], Awaitable[T]], ctx: CallContext) -> T:
         """`call` on the broker a handle names, waiting out its group's failover: only that broker
         (group) can take it. A new primary accepts a handle of its predecessor's term while the
         replicated delivery it names is still the live one; else (the delivery was not replicated,
@@ -165,8 +165,9 @@ class ConsumerService:
         self._renewer.remove(handle)
         return new
 
-    async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
-        await self._dir.broker(await self._handle_broker(handle)).forward_to_dead_letter(group, topic, handle)
+    async def forward_to_dead_letter(self, ctx: CallContext, group: str, topic: str, handle: str) -> None:
+        api: MessagingApi = self._dir.broker(await self._handle_broker(handle))
+        await api.forward_to_dead_letter(group, topic, handle, ctx=ctx)
         self._renewer.remove(handle)
 
     async def touch_group(self, group: str) -> None:

@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from broker.client.api import BrokerApi, CallContext
+from broker.client.api import CallContext, MessagingApi
 from common.errors import NotPrimary, Unavailable, Unreachable
 from proxy.directory import BrokerDirectory
 
@@ -35,14 +35,14 @@ async def _always() -> bool:
 
 
 async def call_through_failover(
-    directory: BrokerDirectory, broker: str, call: Callable[[BrokerApi], Awaitable[T]], ctx: CallContext, *,
+    directory: BrokerDirectory, broker: str, call: Callable[[MessagingApi], Awaitable[T]], ctx: CallContext, *,
     wait_unreachable: Callable[[], Awaitable[bool]] = _always,
 ) -> T:  # fmt: skip
     """`call(api)` on `broker`. On `NotPrimary`, or `Unreachable` when `wait_unreachable()` says the
     caller has nowhere else to go (a topic's only broker, the broker a receipt handle names), wait for
     the group's new address and call there until the deadline. Another retriable refusal is retried
     once if the broker has moved meanwhile, else raised (the client retries elsewhere)."""
-    api = directory.broker(broker)
+    api: MessagingApi = directory.broker(broker)
     loop = asyncio.get_running_loop()
     remaining = ctx.remaining_s()
     until = loop.time() + (FAILOVER_WAIT_S if remaining is None else remaining - FAILOVER_MARGIN_S)

@@ -22,7 +22,16 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from broker.client.api import NO_CONTEXT, CallContext, LiteAction, LiteRemoval, LiteSync, PopRequest, StoredMessage
+from broker.client.api import (
+    NO_CONTEXT,
+    CallContext,
+    LiteAction,
+    LiteApi,
+    LiteRemoval,
+    LiteSync,
+    PopRequest,
+    StoredMessage,
+)
 from common.errors import Forbidden, LiteSubscriptionQuotaExceeded, SluiceError
 from common.logs import kv
 from proxy.core.gather import pop_anywhere
@@ -64,7 +73,8 @@ class LiteRouter:
                 quota = self._part_quota(held, broker) if sync.action is LiteAction.PARTIAL_ADD else self._quota
                 part = LiteSync(sync.group, sync.topic, sync.client_id, sync.action, tuple(names), sync.version,
                                 sync.offset, quota)  # fmt: skip
-                held = self._remember(key, broker, await self._dir.broker(broker).sync_lite_subscription(part))
+                api: LiteApi = self._dir.broker(broker)
+                held = self._remember(key, broker, await api.sync_lite_subscription(part))
 
     def _part_quota(self, held: dict[str, int], broker: str) -> int:
         """How many lite topics a PARTIAL_ADD may leave the client holding on `broker`: the quota
@@ -111,7 +121,8 @@ class LiteRouter:
             return
         for name in self._dir.broker_names():
             try:
-                removals = await self._dir.broker(name).claim_lite_removals(clients)
+                api: LiteApi = self._dir.broker(name)
+                removals = await api.claim_lite_removals(clients)
             except SluiceError as exc:
                 log.debug("could not claim lite removals", extra=kv(broker=name, error=exc.message))
                 continue

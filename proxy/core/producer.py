@@ -11,6 +11,7 @@ from operator import attrgetter, itemgetter
 from broker.client import txid
 from broker.client.api import (
     CallContext,
+    MessagingApi,
     OutgoingMessage,
     SendResult,
     TransactionResolution,
@@ -153,21 +154,21 @@ class ProducerService:
         return sum(1 for r in route if r.permission.writable) == 1
 
     async def end_transaction(
-        self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
+        self, ctx: CallContext, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
         source: TransactionSource,
     ) -> None:  # fmt: skip
         """Commit or roll back on the broker named by the transaction id (any proxy can route it)."""
         name = txid.broker_of(transaction_id)
-        broker = await self._dir.lookup(name)
+        broker: MessagingApi | None = await self._dir.lookup(name)
         if broker is None:
             raise InvalidTransactionId(f"transaction {transaction_id} names broker {name}, which this cluster "
                                        "does not know")  # fmt: skip
-        await broker.end_transaction(topic, message_id, transaction_id, resolution, source)
+        await broker.end_transaction(topic, message_id, transaction_id, resolution, source, ctx=ctx)
 
-    async def recall(self, topic: str, recall_handle: str) -> str:
+    async def recall(self, ctx: CallContext, topic: str, recall_handle: str) -> str:
         """Cancel a pending DELAY message on the broker its recall handle names; its message id."""
         name = broker_of_recall_handle(recall_handle)
-        api = await self._dir.lookup(name)
+        api: MessagingApi | None = await self._dir.lookup(name)
         if api is None:
             raise BadRequest(f"recall handle names broker {name}, which is not part of this cluster")
-        return await api.recall(topic, recall_handle)
+        return await api.recall(topic, recall_handle, ctx=ctx)

@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 
 from broker.client import receipt
-from broker.client.api import BrokerApi, FilterKind, FilterSpec, OffsetPolicy
+from broker.client.api import FilterKind, FilterSpec, MessagingApi, OffsetPolicy
 from common import metrics
 from common.codes import Code
 from common.errors import (
@@ -166,14 +166,14 @@ async def forward_to_dead_letter(
     _, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
     _, topic = convert.resource_name(request.topic, ctx.namespace)
     try:
-        await app.consumer.forward_to_dead_letter(group, topic, _handle(app, request.receipt_handle))
+        await app.consumer.forward_to_dead_letter(ctx, group, topic, _handle(app, request.receipt_handle))
     except InvalidReceiptHandle:
         receipt.decode(request.receipt_handle)  # a malformed handle is still an error
         # The message is already gone (acked, dead-lettered): OK, or the client retries forever.
     return spb.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
 
-async def _queue(app: ProxyApp, ctx: RequestContext, mq: pb.MessageQueue) -> tuple[str, BrokerApi, int]:
+async def _queue(app: ProxyApp, ctx: RequestContext, mq: pb.MessageQueue) -> tuple[str, MessagingApi, int]:
     """(cluster-wide topic, its broker, queue id) of a message queue given by the client."""
     _, topic = convert.resource_name(mq.topic, ctx.namespace)
     if mq.id < 0:
@@ -199,7 +199,7 @@ async def pull_message(
         batch = min(request.batch_size or PULL_BATCH, app.config.receive.max_batch_messages)
         result = await broker.pull(
             group, topic, qid, request.offset, batch, filter_spec(request.filter_expression),
-            long_poll_ms(app, ctx, request),
+            long_poll_ms(app, ctx, request), ctx=ctx,
         )  # fmt: skip
     except Exception as exc:
         yield spb.PullMessageResponse(status=status_of(exc, "PullMessage"))
@@ -220,14 +220,14 @@ async def update_offset(
     topic, broker, qid = await _queue(app, ctx, request.message_queue)
     if request.offset < 0:
         raise IllegalOffset(f"offset {request.offset} is negative")
-    await broker.update_offset(group, topic, qid, request.offset)
+    await broker.update_offset(group, topic, qid, request.offset, ctx=ctx)
     return spb.UpdateOffsetResponse(status=OK)
 
 
 async def get_offset(app: ProxyApp, ctx: RequestContext, request: spb.GetOffsetRequest) -> spb.GetOffsetResponse:
     _, group = convert.resource_name(request.group, ctx.namespace, "consumer group")
     topic, broker, qid = await _queue(app, ctx, request.message_queue)
-    offset = await broker.get_offset(group, topic, qid)
+    offset = await broker.get_offset(group, topic, qid, ctx=ctx)
     return spb.GetOffsetResponse(status=OK, offset=offset)
 
 
@@ -238,5 +238,5 @@ async def query_offset(app: ProxyApp, ctx: RequestContext, request: spb.QueryOff
     if chosen is None:
         raise BadRequest(f"unknown query offset policy {request.query_offset_policy}")
     ts = convert.timestamp_ms(request.timestamp, "timestamp") if request.HasField("timestamp") else 0
-    offset = await broker.query_offset(topic, qid, chosen, ts)
+    offset = await broker.query_offset(topic, qid, chosen, ts, ctx=ctx)
     return spb.QueryOffsetResponse(status=OK, offset=offset)

@@ -201,13 +201,12 @@ def _optional(values: tuple[str, ...], sps: list[pb.SystemProperties], name: str
     return [v if h else None for v, h in zip(values, has, strict=True)]
 
 
-def outgoing_many(msgs: Sequence[pb.Message], peer: str, sysprops: dict[str, str]) -> list[OutgoingMessage] | None:
+def outgoing_many(msgs: Sequence[pb.Message], peer: str) -> list[OutgoingMessage] | None:
     """`outgoing` of every message of a request, column by column (C-level maps over the upb
-    messages instead of Python bytecode per field and message); each message's system properties
-    are a copy of `sysprops`. None when a message needs what only `outgoing` handles (an unknown
-    message type, a trace context, a transaction recovery time, a delivery time, no born host):
-    the caller then converts message by message. Same dataclasses as `outgoing` otherwise
-    (tests/unit/test_proxy_produce_convert.py)."""
+    messages instead of Python bytecode per field and message). None when a message needs what
+    only `outgoing` handles (an unknown message type, a trace context, a transaction recovery time,
+    a delivery time, no born host): the caller then converts message by message. Same dataclasses
+    as `outgoing` otherwise (tests/unit/test_proxy_produce_convert.py)."""
     n = len(msgs)
     sps = list(map(_SP, msgs))
     if any(map(_HAS["trace_context"], sps)) or any(map(_HAS["orphaned_transaction_recovery_duration"], sps)):
@@ -230,7 +229,7 @@ def outgoing_many(msgs: Sequence[pb.Message], peer: str, sysprops: dict[str, str
     # Built from the map's own C-level iteration and lookup: its `items()` is a Python-level view.
     props = [dict(zip(p, map(p.__getitem__, p), strict=True)) if p else {} for p in map(_PROPS, msgs)]
     return list(map(OutgoingMessage, map(_BODY, msgs), ids, types, _optional(tags, sps, "tag"), keys,
-                    _optional(groups, sps, "message_group"), props, map(dict.copy, repeat(sysprops, n)), born,
+                    _optional(groups, sps, "message_group"), props, [{} for _ in range(n)], born,
                     hosts, repeat(0, n), map(eq, encodings, repeat(pb.GZIP))))  # fmt: skip
 
 

@@ -12,9 +12,10 @@ from itertools import repeat
 from operator import attrgetter
 from typing import cast
 
-from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage
+from broker.client.api import OutgoingMessage
 from common.codes import Code
 from common.errors import BadRequest, MessageBodyTooLarge, SluiceError
+from common.model import COLUMNS_MIN
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.app import ProxyApp
@@ -27,10 +28,6 @@ _TOPIC = attrgetter("topic")
 _TOPIC_KEY = attrgetter("resource_namespace", "name")
 _BODY = attrgetter("body")
 _OK_ENTRY = spb.SendResultEntry(status=OK).SerializeToString()  # an entry's OK status, as bytes to merge
-# Below this many messages converting message by message is cheaper than setting up the columns:
-# one message 40 µs against 110 µs, two 100 against 150 (tests/bench/switch_bench.py, a shared and
-# noisy 2-core machine); from about 32 messages the columns are as fast or faster.
-COLUMNS_MIN = 4
 
 
 async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMessageRequest) -> spb.SendMessageResponse:
@@ -80,8 +77,7 @@ def _convert_all(app: ProxyApp, ctx: RequestContext, msgs: Sequence[pb.Message])
         if isinstance(topic, SluiceError):
             return None
         topics[key] = topic
-    sysprops = {SYSPROP_PRODUCER_CLIENT_ID: ctx.client_id}  # for the trace; not stored
-    outs = convert.outgoing_many(msgs, ctx.peer, sysprops)
+    outs = convert.outgoing_many(msgs, ctx.peer)
     if outs is None or max(map(len, map(_BODY, outs))) > app.config.settings.max_body_bytes:
         return None
     if len(topics) == 1:
@@ -116,9 +112,7 @@ def _convert_one(
         max_body = app.config.settings.max_body_bytes
         if len(body) > max_body:
             raise MessageBodyTooLarge(f"message body is {len(body)} bytes; at most {max_body} are accepted")
-        out = convert.outgoing(msg, ctx.peer, body)
-        out.system_properties[SYSPROP_PRODUCER_CLIENT_ID] = ctx.client_id  # for the trace; not stored
-        return topic, out
+        return topic, convert.outgoing(msg, ctx.peer, body)
     except SluiceError as exc:
         return exc
 
@@ -131,5 +125,5 @@ async def recall_message(
     if len(request.recall_handle) > limit:
         raise BadRequest(f"the recall handle is {len(request.recall_handle)} characters long; Sluice's are at most "
                          f"{limit}")  # fmt: skip
-    message_id = await app.producer.recall(topic, request.recall_handle)
+    message_id = await app.producer.recall(ctx, topic, request.recall_handle)
     return spb.RecallMessageResponse(status=OK, message_id=message_id)

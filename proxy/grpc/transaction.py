@@ -38,7 +38,7 @@ async def end_transaction(
     if resolution is None:
         raise BadRequest(f"unknown transaction resolution {request.resolution}; use COMMIT (1) or ROLLBACK (2)")
     source = _SOURCES.get(int(request.source), TransactionSource.UNSPECIFIED)
-    await app.producer.end_transaction(topic, request.message_id, request.transaction_id, resolution, source)
+    await app.producer.end_transaction(ctx, topic, request.message_id, request.transaction_id, resolution, source)
     return spb.EndTransactionResponse(status=OK)
 
 

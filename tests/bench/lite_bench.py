@@ -46,7 +46,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make `tests.helpers` impo
     sys.path.insert(0, str(REPO_ROOT))
 
 from broker.client.api import (  # noqa: E402
-    SYSPROP_PRODUCER_CLIENT_ID,
+    CallContext,
     GroupSpec,
     LiteAction,
     LiteSync,
@@ -67,6 +67,7 @@ NORMAL_QUEUES = 8  # the normal topic of the forwarded shape: the admin CLI's de
 SEND_ROUNDS = 8  # turns of a send-rate comparison
 BODY = b"x" * 64
 PRODUCER_ID = "bench-producer@127.0.0.1"
+AS_PRODUCER = CallContext(client_id=PRODUCER_ID)  # as a proxy sends for a producer
 SETTINGS = {"store": {"commitlog": {"flush_policy": "async"}},
             "lite": {"max_subscriptions": 200_000, "max_lite_topics": 2_000_000}}  # fmt: skip
 
@@ -83,9 +84,9 @@ def dir_bytes(path: Path) -> int:
 
 
 def as_proxy(**system_properties: str) -> dict[str, str]:
-    """A message's system properties as a proxy hands them to a broker: every message names its
-    producer's client id (for the trace), so a NORMAL message's map is not empty either."""
-    return {SYSPROP_PRODUCER_CLIENT_ID: PRODUCER_ID, **system_properties}
+    """A message's system properties as a proxy hands them to a broker (its producer's client id
+    travels in the call's context: `AS_PRODUCER`)."""
+    return dict(system_properties)
 
 
 def plain(mid: str) -> OutgoingMessage:
@@ -114,13 +115,14 @@ async def scale(api: RemoteBroker, n: int, binds: int) -> None:
     for b in range(binds):
         for start in range(0, per, SCALE_BATCH):
             batch = [lite(f"s{i}", i, f"b{b}-{i}") for i in range(start, min(per, start + SCALE_BATCH))]
-            jobs.append(lambda b=b, batch=batch: api.send(f"bind-{b}", 0, batch))
+            jobs.append(lambda b=b, batch=batch: api.send(f"bind-{b}", 0, batch, ctx=AS_PRODUCER))
     await run_all(api, jobs)
 
 
 async def send_rate(api: RemoteBroker, topic: str, msgs: list[OutgoingMessage]) -> float:
     started = time.perf_counter()
-    await run_all(api, [lambda i=i: api.send(topic, 0, msgs[i : i + BATCH]) for i in range(0, len(msgs), BATCH)])
+    sends = [lambda i=i: api.send(topic, 0, msgs[i : i + BATCH], ctx=AS_PRODUCER) for i in range(0, len(msgs), BATCH)]
+    await run_all(api, sends)
     return len(msgs) / (time.perf_counter() - started)
 
 
@@ -132,7 +134,7 @@ async def forwarded_rate(api: RemoteBroker, topic: str, msgs: list[OutgoingMessa
 
     async def one(i: int) -> None:
         async with sem:
-            await api.send(topic, i % queues, [msgs[i]])
+            await api.send(topic, i % queues, [msgs[i]], ctx=AS_PRODUCER)
 
     started = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(len(msgs))))

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from client_bench import BODY_BYTES, Row, Server, admin, drive, py_driver, start_merged, start_separated
 
-from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage
+from broker.client.api import CallContext, OutgoingMessage
 from broker.client.remote import RemoteBroker
 from common.model import SYSPROP_LITE_TOPIC, MessageType
 
@@ -79,12 +79,15 @@ def fill(address: str, topic: str, count: int, lite_topics: int = 0, queues: int
     return time.monotonic() - started
 
 
+FILLER = CallContext(client_id="lite-client-bench-fill@127.0.0.1")  # the producer the trace names
+
+
 async def _fill(address: str, topic: str, count: int, lite_topics: int, queues: int) -> None:
     api = RemoteBroker("broker-a", address, timeout_s=120.0)
     sem = asyncio.Semaphore(FILL_IN_FLIGHT)
 
     def message(i: int) -> OutgoingMessage:
-        props = {SYSPROP_PRODUCER_CLIENT_ID: "lite-client-bench-fill@127.0.0.1"}
+        props: dict[str, str] = {}
         if not lite_topics:
             return OutgoingMessage(BODY, f"{topic}-{i}", system_properties=props)
         props[SYSPROP_LITE_TOPIC] = f"l{i % lite_topics}"
@@ -93,7 +96,7 @@ async def _fill(address: str, topic: str, count: int, lite_topics: int, queues: 
     async def one(start: int) -> None:
         async with sem:
             batch = [message(i) for i in range(start, min(count, start + FILL_BATCH))]
-            await api.send(topic, (start // FILL_BATCH) % queues, batch)
+            await api.send(topic, (start // FILL_BATCH) % queues, batch, ctx=FILLER)
 
     try:
         await asyncio.gather(*(one(s) for s in range(0, count, FILL_BATCH)))

@@ -37,7 +37,7 @@ import uvloop
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage, TopicSpec  # noqa: E402
+from broker.client.api import CallContext, OutgoingMessage, TopicSpec  # noqa: E402
 from broker.config import BrokerConfig  # noqa: E402
 from broker.local import LocalBroker  # noqa: E402
 from broker.store.config import CommitLogConfig, StoreConfig  # noqa: E402
@@ -55,6 +55,7 @@ LITE_TOPIC = "micro-lite"
 QUEUES = 8
 BODY = b"x" * 1024
 WARMUP = 2_000
+PRODUCER = CallContext(client_id="micro-client")  # as the proxy sends for a producer
 
 
 class _Context:
@@ -115,9 +116,8 @@ async def run(layer: str, inline: bool, messages: int, senders: list[int], lite_
         elif layer == "broker":
 
             async def send(i: int) -> None:
-                message = OutgoingMessage(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.NORMAL,
-                                          system_properties={SYSPROP_PRODUCER_CLIENT_ID: "micro-client"})  # fmt: skip
-                await broker.send(TOPIC, i % QUEUES, [message])
+                message = OutgoingMessage(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.NORMAL)
+                await broker.send(TOPIC, i % QUEUES, [message], ctx=PRODUCER)
 
         else:
             app = ProxyApp(ProxyConfig(), LocalDirectory(broker))
@@ -144,15 +144,15 @@ async def _lite_sender(broker: LocalBroker, lite_topics: int) -> Callable[[int],
     names, rnd = [f"l{i}" for i in range(lite_topics)], random.Random(7)
 
     def message(name: str) -> OutgoingMessage:
-        props = {SYSPROP_PRODUCER_CLIENT_ID: "micro-client", SYSPROP_LITE_TOPIC: name}
+        props = {SYSPROP_LITE_TOPIC: name}
         return OutgoingMessage(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.LITE,
                                system_properties=props)  # fmt: skip
 
     for start in range(0, lite_topics, 500):
-        await broker.send(LITE_TOPIC, 0, [message(name) for name in names[start : start + 500]])
+        await broker.send(LITE_TOPIC, 0, [message(name) for name in names[start : start + 500]], ctx=PRODUCER)
 
     async def send(i: int) -> None:
-        await broker.send(LITE_TOPIC, 0, [message(names[rnd.randrange(lite_topics)])])
+        await broker.send(LITE_TOPIC, 0, [message(names[rnd.randrange(lite_topics)])], ctx=PRODUCER)
 
     return send
 

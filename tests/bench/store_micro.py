@@ -4,7 +4,7 @@
     PYTHONPATH=$PWD .venv/bin/python tests/bench/store_micro.py [--repeat 7]
 
 - encode: `record.encode_columns`' vector path (`_encode_vector`) against its per-record path
-  (`_encode_each`) for a uniform batch of 1 KiB messages: `record.VECTOR_MIN` is where the vector
+  (`_encode_each`) for a uniform batch of 1 KiB messages: `common.model.COLUMNS_MIN` is where the vector
   path starts to win.
 - index: the dispatcher indexing an append as a one-queue run of its own (maps) against the same
   records in a shared mixed run (record by record), RocksDB write included: `writer.RUN_MIN` is

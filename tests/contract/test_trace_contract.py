@@ -8,9 +8,9 @@ Trace events are written in the background (every flush interval), so tests wait
 from __future__ import annotations
 
 from broker.client.api import (
-    SYSPROP_PRODUCER_CLIENT_ID,
     BackoffKind,
     BrokerApi,
+    CallContext,
     OutgoingMessage,
     RetryPolicy,
     SendResult,
@@ -66,15 +66,14 @@ async def test_trace_of_a_retried_and_dead_lettered_message(broker: BrokerApi, s
     group = await new_group(broker, scope, max_delivery_attempts=2,
                             retry_policy=RetryPolicy(BackoffKind.CUSTOMIZED, customized_ms=(50,)))  # fmt: skip
     msg = out(scope, "poison")
-    msg.system_properties[SYSPROP_PRODUCER_CLIENT_ID] = "client-7"
-    [sent] = await broker.send(topic, 1, [msg])
+    [sent] = await broker.send(topic, 1, [msg], ctx=CallContext("req-7", "client-7"))
     [first] = await pop_n(broker, group, topic, 1, invisible_ms=SHORT_INVISIBLE_MS)
     await broker.nack(group, topic, first.receipt_handle)
     [second] = await pop_n(broker, group, topic, 1, invisible_ms=SHORT_INVISIBLE_MS)
     assert second.delivery_attempt == 2
     await broker.nack(group, topic, second.receipt_handle)
     [dead] = await dlq_messages(broker, scope, group, 1)
-    assert dead.system_properties.get(SYSPROP_PRODUCER_CLIENT_ID) is None, "the client id is not stored"
+    assert "client-7" not in dead.system_properties.values(), "the client id is not stored"
 
     wanted = [TraceKind.SENT, TraceKind.DELIVERED, TraceKind.INVISIBLE, TraceKind.DELIVERED, TraceKind.INVISIBLE,
               TraceKind.DEAD_LETTERED]  # fmt: skip
@@ -121,9 +120,7 @@ async def test_trace_of_lite_and_priority_sends(broker: BrokerApi, scope: Scope)
     prio_msgs = [prio(scope, level) for level in (2, 7)]
     sent: list[tuple[OutgoingMessage, SendResult]] = []
     for topic, msgs in ((lite_topic, lite_msgs), (prio_topic, prio_msgs)):
-        for m in msgs:
-            m.system_properties[SYSPROP_PRODUCER_CLIENT_ID] = "client-9"
-        sent += zip(msgs, await broker.send(topic, 0, msgs), strict=True)
+        sent += zip(msgs, await broker.send(topic, 0, msgs, ctx=CallContext(client_id="client-9")), strict=True)
     for msg, result in sent:
         [event] = await _producer_traced(broker, msg.message_id)
         assert (event.kind, event.client_id) == (TraceKind.SENT, "client-9"), event

@@ -5,6 +5,7 @@ and every call is counted per service, method and result code."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterator
@@ -14,13 +15,29 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from broker.client.api import NO_CONTEXT, AckResult, CallContext, OutgoingMessage, SendResult, TopicSpec
+from broker.client.api import (
+    NO_CONTEXT,
+    AckResult,
+    CallContext,
+    FilterSpec,
+    GroupSpec,
+    OffsetPolicy,
+    OutgoingMessage,
+    PullResult,
+    SendResult,
+    TopicSpec,
+    TransactionResolution,
+    TransactionSource,
+)
 from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.service import BrokerServicer
-from common.errors import ConsumerGroupNotFound, RequestTimeout, TopicNotFound
+from common.codes import Code
+from common.errors import ConsumerGroupNotFound, RequestTimeout, SluiceError, TopicNotFound
 from common.logs import RequestContextFilter, bind_request, current_request
+from common.model import MessageType
+from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
 TIMEOUT_S = 20.0
@@ -109,6 +126,56 @@ class _SeesRequest(LocalBroker):
         self.contexts[receipt_handles[0]] = ctx
         return await super().ack(group, topic, receipt_handles, ctx=ctx)
 
+    async def nack(self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
+        self.contexts["nack"] = ctx
+        return await super().nack(group, topic, receipt_handle, ctx=ctx)
+
+    async def renew(
+        self, group: str, topic: str, receipt_handles: list[str], invisible_ms: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> list[AckResult]:
+        self.contexts["renew"] = ctx
+        return await super().renew(group, topic, receipt_handles, invisible_ms, ctx=ctx)
+
+    async def forward_to_dead_letter(
+        self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
+        self.contexts["forward_to_dead_letter"] = ctx
+        await super().forward_to_dead_letter(group, topic, receipt_handle, ctx=ctx)
+
+    async def end_transaction(
+        self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution,
+        source: TransactionSource, *, ctx: CallContext = NO_CONTEXT,
+    ) -> None:  # fmt: skip
+        self.contexts["end_transaction"] = ctx
+        await super().end_transaction(topic, message_id, transaction_id, resolution, source, ctx=ctx)
+
+    async def recall(self, topic: str, recall_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
+        self.contexts["recall"] = ctx
+        return await super().recall(topic, recall_handle, ctx=ctx)
+
+    async def pull(
+        self, group: str, topic: str, queue_id: int, offset: int, max_messages: int, filter: FilterSpec,
+        long_poll_ms: int = 0, *, ctx: CallContext = NO_CONTEXT,
+    ) -> PullResult:  # fmt: skip
+        self.contexts["pull"] = ctx
+        return await super().pull(group, topic, queue_id, offset, max_messages, filter, long_poll_ms, ctx=ctx)
+
+    async def get_offset(self, group: str, topic: str, queue_id: int, *, ctx: CallContext = NO_CONTEXT) -> int:
+        self.contexts["get_offset"] = ctx
+        return await super().get_offset(group, topic, queue_id, ctx=ctx)
+
+    async def update_offset(
+        self, group: str, topic: str, queue_id: int, offset: int, *, ctx: CallContext = NO_CONTEXT
+    ) -> None:
+        self.contexts["update_offset"] = ctx
+        await super().update_offset(group, topic, queue_id, offset, ctx=ctx)
+
+    async def query_offset(
+        self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0, *, ctx: CallContext = NO_CONTEXT
+    ) -> int:
+        self.contexts["query_offset"] = ctx
+        return await super().query_offset(topic, queue_id, policy, timestamp_ms, ctx=ctx)
+
 
 async def _served(tmp_path: Path, **remote_options: float) -> tuple[_SeesRequest, grpc.aio.Server, RemoteBroker]:
     """A `_SeesRequest` broker served over the internal service on loopback, and a client of it."""
@@ -185,3 +252,109 @@ def test_a_call_context_reaches_the_broker_with_its_ids_and_deadline(tmp_path: P
     assert seen.deadline is not None and seen.deadline <= sent_deadline[0] + 0.05
     assert seen.deadline > sent_deadline[0] - 3.0
     assert broker.contexts["late"] is not None  # the in-process call reached it, and refused
+
+
+def test_each_send_on_the_stream_carries_its_own_context(tmp_path: Path) -> None:
+    """Sends that leave together in one stream request serve different client requests: each reaches
+    the broker with its own ids, namespace and deadline (the time its client had left as it left)."""
+
+    async def scenario() -> tuple[_SeesRequest, float]:
+        broker, server, remote = await _served(tmp_path, timeout_s=30.0)
+        try:
+            await remote.create_topic(TopicSpec("ctx-each", 1))
+            sent_at = time.monotonic()
+            a = CallContext("req-a", "client-a", "ns-a", deadline=sent_at + 4.0)
+            b = CallContext("req-b", "client-b")  # no deadline
+            await asyncio.gather(
+                remote.send("ctx-each", 0, [OutgoingMessage(body=b"a", message_id="each-a")], ctx=a),
+                remote.send("ctx-each", 0, [OutgoingMessage(body=b"b", message_id="each-b")], ctx=b),
+            )
+        finally:
+            await remote.close()
+            await server.stop(None)
+            await broker.close()
+        return broker, sent_at
+
+    broker, sent_at = asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+    seen_a, seen_b = broker.contexts["each-a"], broker.contexts["each-b"]
+    assert (seen_a.request_id, seen_a.client_id, seen_a.namespace) == ("req-a", "client-a", "ns-a")
+    assert seen_a.deadline is not None and sent_at < seen_a.deadline <= sent_at + 4.05  # its own 4 s, one clock
+    assert (seen_b.request_id, seen_b.client_id, seen_b.namespace, seen_b.deadline) == ("req-b", "client-b", "", None)
+
+
+def test_a_send_whose_deadline_passed_on_the_stream_is_refused_alone(tmp_path: Path) -> None:
+    """A send whose client has no time left when the broker serves it is REQUEST_TIMEOUT and not
+    stored; the other send of the same stream request is stored."""
+
+    async def scenario() -> tuple[list[pb.SendOutcome], int]:
+        broker, server, remote = await _served(tmp_path)
+        try:
+            await remote.create_topic(TopicSpec("ctx-late", 1))
+            late = pb.SendRequest(
+                topic="ctx-late", queue_id=0, messages=[pb.OutgoingMessage(body=b"x", message_id="l", message_type=1)]
+            )
+            late.context.client_id, late.context.remaining_ms = "client-late", 0
+            fine = pb.SendRequest(
+                topic="ctx-late", queue_id=0, messages=[pb.OutgoingMessage(body=b"y", message_id="f", message_type=1)]
+            )
+            fine.context.remaining_ms = 10_000
+            async with grpc.aio.insecure_channel(remote.address) as channel:
+                call = pb_grpc.BrokerStub(channel).SendStream()
+                await call.write(pb.SendStreamRequest(id=1, sends=[late, fine]))
+                await call.done_writing()
+                answers = [r async for r in call]
+            stored = (await broker.topic_status("ctx-late")).queues[0].max_offset
+        finally:
+            await remote.close()
+            await server.stop(None)
+            await broker.close()
+        return list(answers[0].outcomes), stored
+
+    outcomes, stored = asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+    assert outcomes[0].error_code == Code.REQUEST_TIMEOUT and not outcomes[0].results
+    assert outcomes[1].error_code == 0 and [r.message_id for r in outcomes[1].results] == ["f"]
+    assert stored == 1
+
+
+def test_every_messaging_call_carries_its_context(tmp_path: Path) -> None:
+    """nack, renew, forward to dead letter, end transaction, recall, pull and the offset calls reach the broker with the
+    context of the client request they serve (ids as metadata, deadline as the call's timeout), as
+    send, pop, ack and change-invisible do. The calls fail (unknown handles): the broker saw them all the same."""
+    methods = ("nack", "renew", "forward_to_dead_letter", "end_transaction", "recall", "pull", "get_offset",
+               "update_offset", "query_offset")  # fmt: skip
+
+    async def scenario() -> tuple[_SeesRequest, float]:
+        broker, server, remote = await _served(tmp_path, timeout_s=30.0)
+        deadline = time.monotonic() + 5.0
+        ctx = CallContext("req-m", "client-m", "ns-m", deadline=deadline)
+        try:
+            await remote.create_topic(TopicSpec("ctx-calls", 1, frozenset(MessageType)))
+            await remote.create_group(GroupSpec("ctx-group"))
+            calls = (
+                remote.nack("ctx-group", "ctx-calls", "bad-handle", ctx=ctx),
+                remote.renew("ctx-group", "ctx-calls", ["bad-handle"], 1000, ctx=ctx),
+                remote.forward_to_dead_letter("ctx-group", "ctx-calls", "bad-handle", ctx=ctx),
+                remote.end_transaction(
+                    "ctx-calls", "mid", "bad-tx", TransactionResolution.ROLLBACK, TransactionSource.CLIENT, ctx=ctx
+                ),
+                remote.recall("ctx-calls", "bad-recall", ctx=ctx),
+                remote.pull("ctx-group", "ctx-calls", 0, 0, 1, FilterSpec(), ctx=ctx),
+                remote.get_offset("ctx-group", "ctx-calls", 0, ctx=ctx),
+                remote.update_offset("ctx-group", "ctx-calls", 0, 0, ctx=ctx),
+                remote.query_offset("ctx-calls", 0, OffsetPolicy.END, ctx=ctx),
+            )
+            for call in calls:
+                with contextlib.suppress(SluiceError):
+                    await call
+        finally:
+            await remote.close()
+            await server.stop(None)
+            await broker.close()
+        return broker, deadline
+
+    broker, deadline = asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+    for method in methods:
+        seen = broker.contexts[method]
+        assert (seen.request_id, seen.client_id) == ("req-m", "client-m"), method
+        # The caller's deadline (5 s), not the client's 30 s default timeout (gRPC rounds a timeout up to its unit).
+        assert seen.deadline is not None and deadline - 5.0 < seen.deadline <= deadline + 1.0, method

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from broker import tracekeys as K
-from broker.client.api import SYSPROP_PRODUCER_CLIENT_ID, OutgoingMessage, TraceKind
+from broker.client.api import CallContext, OutgoingMessage, TraceKind
 from broker.config import BrokerConfig, TraceConfig
 from broker.local import LocalBroker
 from broker.store.index import Index
@@ -178,10 +178,8 @@ def test_trace_survives_a_broker_restart(tmp_path: Path) -> None:
     async def send_and_close() -> str:
         broker = LocalBroker(config)
         await broker.start()
-        msg = OutgoingMessage(
-            body=b"kept", message_id="ID-RESTART", system_properties={SYSPROP_PRODUCER_CLIENT_ID: "c9"}
-        )
-        await broker.send("restart-topic", 0, [msg])
+        msg = OutgoingMessage(body=b"kept", message_id="ID-RESTART")
+        await broker.send("restart-topic", 0, [msg], ctx=CallContext(client_id="c9"))
         await broker.close()  # the trace writer flushes what is pending before the store closes
         return msg.message_id
 

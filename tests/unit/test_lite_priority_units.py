@@ -100,7 +100,7 @@ def test_proxy_refuses_a_priority_or_lite_topic_on_the_wrong_type() -> None:
     msg.system_properties.message_type = pb.PRIORITY
     msg.system_properties.ClearField("message_group")
     assert edge.outgoing(msg, "peer").system_properties[SYSPROP_PRIORITY] == "1"
-    assert edge.outgoing_many([msg], "peer", {}) is None, "the column path leaves priority to `outgoing`"
+    assert edge.outgoing_many([msg], "peer") is None, "the column path leaves priority to `outgoing`"
 
 
 def test_empty_levels_hold_until_a_dispatch_or_a_forget() -> None:

@@ -451,15 +451,29 @@ class GroupStatusResponse(_message.Message):
     status: GroupStatus
     def __init__(self, status: _Optional[_Union[GroupStatus, _Mapping]] = ...) -> None: ...
 
+class CallContext(_message.Message):
+    __slots__ = ("request_id", "client_id", "namespace", "remaining_ms")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    client_id: str
+    namespace: str
+    remaining_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., client_id: _Optional[str] = ..., namespace: _Optional[str] = ..., remaining_ms: _Optional[int] = ...) -> None: ...
+
 class SendRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "messages")
+    __slots__ = ("topic", "queue_id", "messages", "context")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     messages: _containers.RepeatedCompositeFieldContainer[OutgoingMessage]
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ...) -> None: ...
+    context: CallContext
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ..., context: _Optional[_Union[CallContext, _Mapping]] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("results",)
@@ -490,16 +504,12 @@ class SendBatchResponse(_message.Message):
     def __init__(self, outcomes: _Optional[_Iterable[_Union[SendOutcome, _Mapping]]] = ...) -> None: ...
 
 class SendStreamRequest(_message.Message):
-    __slots__ = ("id", "sends", "request_id", "client_id")
+    __slots__ = ("id", "sends")
     ID_FIELD_NUMBER: _ClassVar[int]
     SENDS_FIELD_NUMBER: _ClassVar[int]
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     id: int
     sends: _containers.RepeatedCompositeFieldContainer[SendRequest]
-    request_id: str
-    client_id: str
-    def __init__(self, id: _Optional[int] = ..., sends: _Optional[_Iterable[_Union[SendRequest, _Mapping]]] = ..., request_id: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., sends: _Optional[_Iterable[_Union[SendRequest, _Mapping]]] = ...) -> None: ...
 
 class SendStreamResponse(_message.Message):
     __slots__ = ("id", "outcomes")
