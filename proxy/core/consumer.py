@@ -20,7 +20,7 @@ from common.errors import Forbidden, InternalError, InvalidReceiptHandle, Sluice
 from common.model import MessageType
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
-from proxy.core.gather import pop_anywhere
+from proxy.core.gather import EmptyBrokers, pop_anywhere
 from proxy.core.lite import LiteRouter
 from proxy.core.renewer import AutoRenewer
 from proxy.core.routing import real_broker
@@ -54,6 +54,7 @@ class ConsumerService:
         self.lite: LiteRouter | None = None
         # Brokers the send health finds hung or failing (proxy/core/health.py): not asked first.
         self.usable: Callable[[str], bool] | None = None
+        self._empty = EmptyBrokers()  # brokers that had nothing lately: asked after the others
 
     def _brokers_in_turn(self, routes: list[BrokerRoute], hint: str, topic: str) -> list[str]:
         """The readable brokers of a route, the one the client named first (else the next in
@@ -80,7 +81,7 @@ class ConsumerService:
             brokers = self._brokers_in_turn(routes, spec.broker_hint, spec.topic)
             request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
                                  auto_create_group=True)  # fmt: skip
-            messages = await pop_anywhere(self._dir, brokers, request, ctx=ctx, usable=self.usable)
+            messages = await pop_anywhere(self._dir, brokers, request, ctx=ctx, usable=self.usable, empty=self._empty)
         if messages:
             metrics.count_out(spec.topic, spec.group, len(messages), sum(len(m.body) for m in messages))
         if auto_renew:
