@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from rocketmq import FilterExpression, Producer, SimpleConsumer
@@ -174,6 +175,7 @@ class _Receiver:
         self.first: dict[str, float] = {}
         self.where: dict[str, set[str]] = {}
         self.errors = 0
+        self.last_error = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -189,8 +191,9 @@ class _Receiver:
         while not self._stop.is_set():
             try:
                 batch = self._c.receive(32, 600)
-            except Exception:  # a proxy's channel still reconnecting, a timeout: try again
+            except Exception as exc:  # a proxy's channel still reconnecting, a timeout: try again
                 self.errors += 1
+                self.last_error = repr(exc)[:300]
                 self._stop.wait(0.2)
                 continue
             now = time.monotonic()
@@ -203,6 +206,11 @@ class _Receiver:
         deadline = time.monotonic() + timeout_s
         while not bodies <= self.first.keys() and time.monotonic() < deadline:
             time.sleep(0.2)
+
+
+def _state(pid: int) -> str:
+    """A process's state letter (`T`: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def _registered(cluster: Cluster) -> dict[str, float]:
@@ -227,7 +235,6 @@ def test_a_restarted_then_hung_nameserver_does_not_skew_sends_onto_one_broker(
 ) -> None:
     topic = cluster.create_topic(unique("t"), queues=4)
     group = cluster.create_group(unique("g"), consume_from="earliest")
-    hung = cluster.processes["nameserver"]
     with (
         producer(cluster.endpoints, topic) as p,
         simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as c,
@@ -237,14 +244,22 @@ def test_a_restarted_then_hung_nameserver_does_not_skew_sends_onto_one_broker(
             time.sleep(2.0)
             # Restarted just after broker-a's heartbeat: broker-b re-registers within a second or
             # two, broker-a only at its next heartbeat, LATE_HEARTBEAT_S after its last.
-            _just_after_a_heartbeat(cluster, "broker-a")
-            cluster.restart("nameserver")
-            time.sleep(2.0)  # broker-b's heartbeat, then a route refresh of each proxy (1 s)
-            registered = set(_registered(cluster))
+            # A machine too busy to restart the NameServer within seconds may miss that gap: once
+            # more then (the sequence is the same, one more restart).
+            for _ in range(2):
+                _just_after_a_heartbeat(cluster, "broker-a")
+                cluster.restart("nameserver")
+                time.sleep(2.0)  # broker-b's heartbeat, then a route refresh of each proxy (1 s)
+                registered = set(_registered(cluster))
+                if registered == {"broker-b"}:
+                    break
             assert registered == {"broker-b"}, f"not the issue's sequence: registered {registered}"
+            hung = cluster.processes["nameserver"]  # the restarted one
             hung.signal(signal.SIGSTOP)  # before broker-a's heartbeat reaches it
             try:
-                time.sleep(HANG_S)
+                time.sleep(0.2)
+                assert _state(hung.pid) == "T", "the NameServer did not stop"
+                time.sleep(HANG_S - 0.2)
             finally:
                 hung.signal(signal.SIGCONT)
             back = time.monotonic()
@@ -253,23 +268,28 @@ def test_a_restarted_then_hung_nameserver_does_not_skew_sends_onto_one_broker(
         receiver.wait_for(set(acked), timeout_s=60)
     first, where = receiver.first, receiver.where
 
+    problems = []
     lost = set(acked) - set(first)
-    assert not lost, f"{len(lost)} of {len(acked)} acknowledged messages never received ({receiver.errors} errors)"
+    if lost:
+        problems.append(f"{len(lost)} of {len(acked)} acknowledged messages never received, e.g. {sorted(lost)[:5]} "
+                        f"({receiver.errors} failed receives, the last: {receiver.last_error})")  # fmt: skip
     # Each acknowledged message is receivable once the NameServer is back: its first receive by
     # the new group (consuming the whole run) comes at most RECEIVABLE_S after the later of its
     # acknowledgement and the NameServer's return.
-    waits = {b: first[b] - max(t, back) for b, t in acked.items()}
-    worst = max(waits, key=waits.__getitem__)
-    assert waits[worst] <= RECEIVABLE_S, f"{worst} received {waits[worst]:.1f} s after the NameServer was back"
+    waits = {b: first[b] - max(t, back) for b, t in acked.items() if b in first}
+    late = sorted((round(w, 1), b) for b, w in waits.items() if w > RECEIVABLE_S)
+    if late:
+        problems.append(f"{len(late)} received more than {RECEIVABLE_S} s after the NameServer was back: {late[-5:]}")
     # The share per broker in every SHARE_WINDOW_S of the run (by the broker that stored each
     # message; a send the client retried may be stored on both).
     start, end = min(acked.values()), max(acked.values())
     shares = []
     while start < end:
-        window = [b for b, t in acked.items() if start <= t < start + SHARE_WINDOW_S]
+        window = [b for b, t in acked.items() if start <= t < start + SHARE_WINDOW_S and b in where]
         on_a = sum(1 for b in window if "broker-a" in where[b])
         if len(window) >= 50:  # the last stretch may be a few sends only
             shares.append((round(start - back, 1), on_a, len(window)))
         start += SHARE_WINDOW_S
-    skewed = [s for s in shares if not 1 - SHARE_MAX <= s[1] / s[2] <= SHARE_MAX]
-    assert shares and not skewed, f"(seconds from the return, on broker-a, sends): {skewed} of {shares}"
+    if not shares or any(not 1 - SHARE_MAX <= on_a / n <= SHARE_MAX for _, on_a, n in shares):
+        problems.append(f"shares off 60/40 (seconds from the return, on broker-a, sends): {shares}")
+    assert not problems, "\n".join(problems)
