@@ -23,7 +23,7 @@ from common.model import MessageType
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
 from proxy.core.failover import FAILOVER_MARGIN_S, call_through_failover
-from proxy.core.gather import pop_anywhere
+from proxy.core.gather import EmptyBrokers, pop_anywhere
 from proxy.core.lite import LiteRouter
 from proxy.core.renewer import AutoRenewer
 from proxy.core.routing import real_broker
@@ -70,6 +70,7 @@ class ConsumerService:
         self.lite: LiteRouter | None = None
         # Brokers the send health finds hung or failing (proxy/core/health.py): not asked first.
         self.usable: Callable[[str], bool] | None = None
+        self._empty = EmptyBrokers()  # brokers that had nothing lately: asked after the others
 
     def _brokers_in_turn(self, routes: list[BrokerRoute], hint: str, topic: str) -> list[str]:
         """The readable brokers of a route, the one the client named first (else the next in
@@ -99,7 +100,9 @@ class ConsumerService:
             if len(brokers) == 1:  # the topic's only broker (group): wait out its failover
                 messages = await call_through_failover(self._dir, brokers[0], partial(_pop, request, ctx), ctx)
             else:
-                messages = await pop_anywhere(self._dir, brokers, request, ctx=ctx, usable=self.usable)
+                messages = await pop_anywhere(
+                    self._dir, brokers, request, ctx=ctx, usable=self.usable, empty=self._empty
+                )
         if messages:
             metrics.count_out(spec.topic, spec.group, len(messages), sum(len(m.body) for m in messages))
         if auto_renew:

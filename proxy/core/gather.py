@@ -3,7 +3,11 @@
 A client names one broker per receive (the official SimpleConsumer goes round the route's brokers),
 but the messages may all sit on another. `pop_anywhere` asks the named broker first, then the others
 in turn, each without waiting; only when none has anything does it long-poll all of them at once and
-take the first answer with messages. Each message's receipt handle names the broker that delivered
+take the first answer with messages. A broker that had nothing for the group and topic moments ago
+(`EmptyBrokers`, `EMPTY_FOR_S`) is asked after the others instead of first: a backlog that sits on
+one broker is then drained without a useless pop of the empty one on every other receive (the
+official SimpleConsumer names the brokers in turn). It is asked again once that memory lapses, or
+when the others have nothing either. Each message's receipt handle names the broker that delivered
 it, so acks and invisibility changes reach that broker whichever broker the client named.
 
 A long poll that loses the race is not cancelled (a cancelled pop whose broker had already popped
@@ -20,11 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 
 from broker.client import receipt
-from broker.client.api import CallContext, PopRequest, StoredMessage
+from broker.client.api import CallContext, FilterSpec, PopRequest, StoredMessage
 from common import metrics
 from common.errors import BadRequest, SluiceError
 from common.logs import kv
@@ -43,6 +48,44 @@ _REQUEST_ERRORS = (BadRequest,)
 # (proxy/shards.py, `sluice_proxy_forwarded_calls_total{call="pop_elsewhere"}`).
 ELSEWHERE: ContextVar[bool] = ContextVar("sluice_pop_elsewhere", default=False)
 
+# How long a broker that had nothing for a group and topic is asked after the others: also the
+# longest a message new on it waits while another broker of the topic keeps a backlog.
+EMPTY_FOR_S = 1.0
+# (group, topic, filter) kinds remembered at once; a full memory starts over rather than grow.
+EMPTY_MAX = 10_000
+
+_Kind = tuple[str, str, FilterSpec]
+
+
+class EmptyBrokers:
+    """Which brokers had nothing for a (group, topic, filter) lately: soft state of one proxy process."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._seen: dict[_Kind, dict[str, float]] = {}  # kind -> broker -> when it answered empty
+
+    def order(self, request: PopRequest, brokers: Sequence[str]) -> list[str]:
+        """`brokers` with the ones empty lately moved to the end (each part keeps its order)."""
+        seen = self._seen.get((request.group, request.topic, request.filter))
+        if not seen:
+            return list(brokers)
+        lapsed = self._clock() - EMPTY_FOR_S
+        empty = {b for b, at in seen.items() if at > lapsed}
+        if not empty:
+            return list(brokers)
+        return [b for b in brokers if b not in empty] + [b for b in brokers if b in empty]
+
+    def answered(self, request: PopRequest, broker: str, found: bool) -> None:
+        kind = (request.group, request.topic, request.filter)
+        if found:
+            seen = self._seen.get(kind)
+            if seen is not None:
+                seen.pop(broker, None)
+            return
+        if kind not in self._seen and len(self._seen) >= EMPTY_MAX:
+            self._seen.clear()
+        self._seen.setdefault(kind, {})[broker] = self._clock()
+
 
 async def _pop(directory: BrokerDirectory, name: str, named: str, request: PopRequest,
                ctx: CallContext) -> list[StoredMessage]:  # fmt: skip
@@ -58,16 +101,18 @@ async def _pop(directory: BrokerDirectory, name: str, named: str, request: PopRe
 
 async def pop_anywhere(
     directory: BrokerDirectory, brokers: Sequence[str], request: PopRequest, *, ctx: CallContext,
-    usable: Callable[[str], bool] | None = None,
+    usable: Callable[[str], bool] | None = None, empty: EmptyBrokers | None = None,
 ) -> list[StoredMessage]:  # fmt: skip
     """Messages for `request` from the first of `brokers` (in that order) that has any.
 
     A broker that fails (unreachable, timing out) is skipped; its error is raised only when no
     broker answered at all. A broker `usable` says is hung or failing (the send health,
     proxy/core/health.py) is not asked without waiting, where it would hold the receive for its
-    whole timeout; it still takes part in the long poll."""
+    whole timeout; it still takes part in the long poll. `empty`: brokers that had nothing lately
+    are asked after the others."""
     if len(brokers) == 1:
         return await directory.broker(brokers[0]).pop(request, ctx=ctx)
+    named = brokers[0]  # the broker the client named: pops of the others count as balancing
     quick = PopRequest(request.group, request.topic, request.queue_id, request.max_messages, request.invisible_ms,
                        request.filter, 0, request.auto_create_group, request.lite_client)  # fmt: skip
     avoided = [] if usable is None else [n for n in brokers if not usable(n)]
@@ -75,17 +120,19 @@ async def pop_anywhere(
         avoided = []  # every broker looks troubled: ask them all the same
     live: list[str] = list(avoided)
     failure: SluiceError | None = None
-    for name in brokers:
+    for name in brokers if empty is None else empty.order(request, brokers):
         if name in avoided:
             continue
         try:
-            found = await _pop(directory, name, brokers[0], quick, ctx)
+            found = await _pop(directory, name, named, quick, ctx)
         except _REQUEST_ERRORS:
             raise
         except SluiceError as exc:
             log.debug("broker skipped for a receive", extra=kv(broker=name, error=exc.message))
             failure = failure or exc
             continue
+        if empty is not None:
+            empty.answered(request, name, bool(found))
         if found:
             return found
         live.append(name)
@@ -93,7 +140,11 @@ async def pop_anywhere(
         raise failure
     if request.long_poll_ms <= 0 or not live:
         return []
-    return await _long_poll(directory, live, brokers[0], request, ctx)
+    found = await _long_poll(directory, live, named, request, ctx)
+    if empty is not None:
+        for name in {receipt.broker_of(m.receipt_handle) for m in found}:
+            empty.answered(request, name, True)
+    return found
 
 
 async def _long_poll(

@@ -17,7 +17,7 @@ from broker.client import receipt
 from broker.client.api import NO_CONTEXT, BrokerApi, PopRequest, StoredMessage
 from common.errors import IllegalInvisibleTime, SluiceError, Unavailable
 from common.model import MessageType
-from proxy.core.gather import RELEASE_INVISIBLE_MS, pop_anywhere
+from proxy.core.gather import EMPTY_FOR_S, RELEASE_INVISIBLE_MS, EmptyBrokers, pop_anywhere
 from proxy.directory import BrokerDirectory
 
 
@@ -158,3 +158,27 @@ def test_a_broker_the_send_health_avoids_is_not_asked_first_but_still_long_polle
     quick = PopRequest("g", "t", None, 16, 15_000, long_poll_ms=0)
     got = asyncio.run(pop_anywhere(directory, ["a", "b"], quick, ctx=NO_CONTEXT, usable=lambda n: False))
     assert [m.message_id for m in got] == ["a-0"]  # every broker avoided: all asked the same
+
+
+def test_a_broker_empty_lately_is_asked_after_the_others_until_that_lapses() -> None:
+    a, b = _Broker("a"), _Broker("b")
+    b.put(4)
+    now = [100.0]
+    empty = EmptyBrokers(clock=lambda: now[0])
+    directory = cast(BrokerDirectory, _Directory(a, b))
+    request = PopRequest("g", "t", None, 1, 15_000, long_poll_ms=1_000)
+
+    def receive(order: list[str]) -> list[str]:
+        got = asyncio.run(pop_anywhere(directory, order, request, ctx=NO_CONTEXT, empty=empty))
+        return [m.message_id for m in got]
+
+    assert receive(["a", "b"]) == ["b-0"] and a.pops == [0]  # a named and empty: asked, remembered
+    assert receive(["a", "b"]) == ["b-1"] and a.pops == [0]  # b first now, a not asked at all
+    other = PopRequest("g2", "t", None, 1, 15_000, long_poll_ms=0)
+    asyncio.run(pop_anywhere(directory, ["a", "b"], other, ctx=NO_CONTEXT, empty=empty))
+    assert a.pops == [0, 0]  # the memory is per group (that receive took b-2)
+    a.put(1)
+    now[0] += EMPTY_FOR_S + 0.1  # lapsed: a named is asked first again, and has one
+    assert receive(["a", "b"]) == ["a-0"]
+    assert receive(["a", "b"]) == ["b-3"] and a.pops == [0, 0, 0, 0]  # a had it: still asked first
+    assert receive(["a", "b"]) == [] and a.pops[-1] == 1_000 and b.pops[-1] == 1_000  # all empty: all polled

@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -232,11 +232,11 @@ def start_merged(
 
 def start_separated(
     root: Path, *, config: Path | None = None, broker_args: Sequence[str] = (), proxy_args: Sequence[str] = (),
-    proxy_ports: Sequence[int] = (), amqp: bool = False,
+    proxy_ports: Sequence[int] = (), amqp: bool = False, broker_configs: Mapping[str, Path] | None = None,
 ) -> Cluster:  # fmt: skip
     """`config`: a TOML file given to the brokers and proxies (`--config`); `broker_args`, `proxy_args`: extra
     flags; `proxy_ports`: the two proxies' ports (default: free ones); `amqp`: each proxy serves AMQP on a free
-    port of its own (`Cluster.amqp`)."""
+    port of its own (`Cluster.amqp`); `broker_configs`: a broker's own TOML file instead of `config`, by name."""
     root.mkdir(parents=True, exist_ok=True)
     ns_port = free_port()
     cluster = Cluster("separated", root, f"{LOOPBACK}:{ns_port}", [], list(BROKER_NAMES))
@@ -246,7 +246,8 @@ def start_separated(
         for name in BROKER_NAMES:
             port = free_port()
             argv = [*SLUICE, "broker", "--name", name, "--port", str(port), "--data-dir", str(root / name),
-                    "--namesrv", cluster.namesrv, *_config_args(config), *broker_args]  # fmt: skip
+                    "--namesrv", cluster.namesrv, *_config_args((broker_configs or {}).get(name, config)),
+                    *broker_args]  # fmt: skip
             _start(cluster, name, argv, port, f"broker {name} listening on {LOOPBACK}:{port}")
         _wait_for_brokers(cluster, len(BROKER_NAMES))
         for i in range(2):
