@@ -77,11 +77,13 @@ class Target:
     stop: Callable[[], object]
 
 
-def start_sluice(root: Path, flush: str) -> Target:
+def start_sluice(root: Path, flush: str, shards: int) -> Target:
     port, amqp_port = free_port(), free_port()
     argv = [*SLUICE_ARGV, "up", "--data-dir", str(root / "sluice"), "--port", str(port), "--namesrv-port",
             str(free_port()), "--broker-port", str(free_port()), "--amqp-port", str(amqp_port), "--flush", flush,
             "--console-port", "-1", "--log-level", "warning"]  # fmt: skip
+    if shards:
+        argv += ["--shards", str(shards)]
     child = start_process(argv, port=port, log_path=root / "sluice.log", name="sluice-up", timeout_s=60.0)
     _wait_line(child, "proxy listening on")
     _wait_port(amqp_port, child.popen, "sluice up (AMQP)")
@@ -266,6 +268,7 @@ def main() -> int:
     parser.add_argument("--in-flight", type=int, default=64)
     parser.add_argument("--prefetch", type=int, default=256)
     parser.add_argument("--flush", choices=("sync", "async"), default="async")
+    parser.add_argument("--shards", type=int, default=0, help="sluice up --shards (default: its own, one per core)")
     parser.add_argument("--no-rabbitmq", action="store_true", help="Sluice alone")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -274,7 +277,7 @@ def main() -> int:
     targets: list[Target] = []
     started = time.monotonic()
     try:
-        targets.append(start_sluice(root, args.flush))
+        targets.append(start_sluice(root, args.flush, args.shards))
         if not args.no_rabbitmq:
             install_rabbitmq()
             targets.append(start_rabbitmq(root))
