@@ -138,11 +138,13 @@ class Connection:
         if self._publish_bytes <= self.gw.config.max_connection_publish_bytes:
             return
         self._admitted.clear()
-        if self.blocked_notify:
+        if self.blocked_notify:  # written at once: this connection is not read until it is unblocked
             self.send_method(0, commands.Connection.Blocked(reason="publishes in flight over the proxy's bound"))
+            self._write_out()
         await self._admitted.wait()
         if self.blocked_notify:
             self.send_method(0, commands.Connection.Unblocked())
+            self._write_out()
 
     def release(self, size: int) -> None:
         self._publish_bytes -= size
