@@ -41,7 +41,21 @@ from proxy.amqp.codes import (
 )
 from proxy.amqp.consumer import Consumer, DeliveryLoop
 from proxy.amqp.deadletter import REJECTED, expires_at_ms
-from proxy.amqp.frames import BODY, HEADER, METHOD, ContentHeader, Frame, content_bytes, decode_header, decode_method
+from proxy.amqp.frames import (
+    BODY,
+    HEADER,
+    METHOD,
+    ContentHeader,
+    Frame,
+    PublishMethod,
+    content_bytes,
+    decode_header,
+    decode_method,
+    deliver_bytes,
+    fast_ack,
+    fast_publish,
+    publish_method,
+)
 from proxy.amqp.meta import BindingMeta, QueueMeta, arguments
 from proxy.amqp.queues import Delivery, Publish, to_outgoing
 from proxy.amqp.routing import decode_headers, route
@@ -58,7 +72,7 @@ _GET_SCREENS = 100  # basic.get: pops of expired or over-limit messages before i
 
 @dataclass
 class _Pending:
-    method: commands.Basic.Publish
+    method: PublishMethod
     header: ContentHeader | None = None
     chunks: list[bytes] = field(default_factory=list)
     received: int = 0
@@ -143,13 +157,21 @@ class Channel:
         if frame.type != METHOD:
             raise AmqpError(UNEXPECTED_FRAME, f"content frame (type {frame.type}) on channel {self.number} without a "
                             "basic.publish before it")  # fmt: skip
-        method = decode_method(frame.payload)
-        handler = self._handlers().get(type(method))
-        ids = (method.index >> 16, method.index & 0xFFFF)
-        if handler is None:
-            raise AmqpError(NOT_IMPLEMENTED, f"{method.name} is not supported by Sluice yet", ids)
+        # The methods of every message first, read without pamqp (frames.py's fast paths)
+        call: Awaitable[None]
+        if (published := fast_publish(frame.payload)) is not None:
+            call, ids = self._publish(published), (60, 40)
+        elif (acked := fast_ack(frame.payload)) is not None:
+            call, ids = self._ack_tag(acked), (60, 80)
+        else:
+            method = decode_method(frame.payload)
+            handler = self._handlers().get(type(method))
+            ids = (method.index >> 16, method.index & 0xFFFF)
+            if handler is None:
+                raise AmqpError(NOT_IMPLEMENTED, f"{method.name} is not supported by Sluice yet", ids)
+            call = handler(method)
         try:
-            await handler(method)
+            await call
         except AmqpError as exc:
             exc.method = exc.method if exc.method != (0, 0) else ids
             raise
@@ -195,7 +217,7 @@ class Channel:
             E.Bind: self._exchange_bind, E.Unbind: self._exchange_unbind,
             Q.Declare: self._queue_declare, Q.Bind: self._queue_bind, Q.Unbind: self._queue_unbind,
             Q.Purge: self._queue_purge, Q.Delete: self._queue_delete,
-            B.Qos: self._qos, B.Publish: self._publish, B.Consume: self._consume, B.Cancel: self._cancel,
+            B.Qos: self._qos, B.Publish: self._publish_decoded, B.Consume: self._consume, B.Cancel: self._cancel,
             B.Ack: self._ack, B.Nack: self._nack, B.Reject: self._reject, B.Get: self._get,
             B.Recover: self._recover, B.RecoverAsync: self._recover,
             commands.Confirm.Select: self._confirm_select,
@@ -408,7 +430,10 @@ class Channel:
         self._tx_publishes, self._tx_settles = [], []
         self.send(commands.Tx.RollbackOk())
 
-    async def _publish(self, m: commands.Basic.Publish) -> None:
+    async def _publish_decoded(self, m: commands.Basic.Publish) -> None:
+        await self._publish(publish_method(m))
+
+    async def _publish(self, m: PublishMethod) -> None:
         kind = self.gw.meta.doc.vhost(self.conn.vhost).exchange_type(m.exchange)
         if kind is None:
             await self.gw.meta.refresh()
@@ -571,8 +596,7 @@ class Channel:
         if not c.no_ack:
             self._unacked[self._next_tag] = _Unacked(c.queue, d.handle, c, delivery=_kept(c.queue, d))
             c.unacked += 1
-        self.send(commands.Basic.Deliver(consumer_tag=c.tag, delivery_tag=self._next_tag, redelivered=d.redelivered,
-                                         exchange=d.exchange, routing_key=d.routing_key))  # fmt: skip
+        self.conn.send_raw(deliver_bytes(self.number, c.tag, self._next_tag, d.redelivered, d.exchange, d.routing_key))
         self.conn.send_raw(content_bytes(self.number, d.properties, d.body, self.conn.frame_max))
 
     def _queue_gone(self, c: Consumer) -> None:
@@ -661,6 +685,9 @@ class Channel:
 
     async def _ack(self, m: commands.Basic.Ack) -> None:
         self._settle_later(self._take(m.delivery_tag, m.multiple), ACK)
+
+    async def _ack_tag(self, ack: tuple[int, bool]) -> None:
+        self._settle_later(self._take(*ack), ACK)
 
     async def _nack(self, m: commands.Basic.Nack) -> None:
         self._settle_later(self._take(m.delivery_tag, m.multiple), REQUEUE if m.requeue else REJECT)

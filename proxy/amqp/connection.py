@@ -43,6 +43,7 @@ from proxy.amqp.frames import (
     METHOD,
     PROTOCOL_HEADER,
     Frame,
+    FrameReader,
     decode_method,
     method_bytes,
     read_frame,
@@ -95,6 +96,7 @@ class Connection:
         self._admitted = asyncio.Event()
         self._admitted.set()
         self._last_read = self._last_write = time.monotonic()
+        self._out: list[bytes] = []  # queued by send_raw, written once per event-loop turn
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -102,12 +104,27 @@ class Connection:
         self.send_raw(method_bytes(channel, method))
 
     def send_raw(self, data: bytes) -> None:
+        """Queue `data` for the socket: what a turn of the event loop sends (confirms, deliveries,
+        replies of every channel) goes out in one write, after the turn (`_write_out`)."""
+        if self._closed:
+            return
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._write_out)
+        self._out.append(data)
+
+    def _write_out(self) -> None:
+        """Write what `send_raw` queued, as one write (one system call instead of one per frame)."""
+        if not self._out:
+            return
+        data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+        self._out.clear()
         if self._closed or self._writer.is_closing():
             return
         self._writer.write(data)
         self._last_write = time.monotonic()
 
     async def flush(self) -> None:
+        self._write_out()
         transport = self._writer.transport
         if transport.get_write_buffer_size() > _WRITE_BUFFER_BYTES and not self._writer.is_closing():
             with contextlib.suppress(ConnectionError):
@@ -121,11 +138,13 @@ class Connection:
         if self._publish_bytes <= self.gw.config.max_connection_publish_bytes:
             return
         self._admitted.clear()
-        if self.blocked_notify:
+        if self.blocked_notify:  # written at once: this connection is not read until it is unblocked
             self.send_method(0, commands.Connection.Blocked(reason="publishes in flight over the proxy's bound"))
+            self._write_out()
         await self._admitted.wait()
         if self.blocked_notify:
             self.send_method(0, commands.Connection.Unblocked())
+            self._write_out()
 
     def release(self, size: int) -> None:
         self._publish_bytes -= size
@@ -255,8 +274,9 @@ class Connection:
                     log.debug("AMQP deliveries settled before their renewal", extra=kv(count=len(lost)))
 
     async def _frames(self) -> None:
+        frames = FrameReader(self._reader)
         while True:
-            frame = await read_frame(self._reader, self.frame_max)
+            frame = await frames.next(self.frame_max)
             self._last_read = time.monotonic()
             if frame.type == HEARTBEAT:
                 if frame.channel != 0:
@@ -343,6 +363,7 @@ class Connection:
             self.send_method(0, commands.Connection.Close(reply_code=CONNECTION_FORCED, reply_text=text, class_id=0,
                                                           method_id=0))  # fmt: skip
         finally:
+            self._write_out()
             self._writer.close()
 
     # -- closing ----------------------------------------------------------------------------------
@@ -377,6 +398,7 @@ class Connection:
                     await asyncio.gather(*(ch.wait_closed() for ch in everything))
             await self._drop_exclusive()
         finally:
+            self._write_out()
             self._closed = True
             self.channels.clear()
             self._writer.close()

@@ -16,6 +16,8 @@ from proxy.amqp.queues import Delivery, QueueStore
 log = logging.getLogger("sluice.proxy.amqp")
 
 _RETRY_S = 1.0
+_BATCH = 32  # deliveries a pop asks for at most (the broker's own cap)
+_GATHER_S = 0.002  # with little credit and many unacked: how long acks may gather before a pop
 
 
 @dataclass(eq=False)
@@ -65,6 +67,11 @@ class DeliveryLoop:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if credit < _BATCH and c.unacked > credit:  # acks are coming: a few more make a fuller pop
+                await asyncio.sleep(_GATHER_S)
+                credit = self._credit(c)
+                if credit <= 0:
+                    continue
             try:
                 got = await self._store.pop(c.queue, credit, self._long_poll_ms)
             except NotFound:  # the queue was deleted (here or through another proxy)
