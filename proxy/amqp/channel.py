@@ -42,7 +42,7 @@ from proxy.amqp.codes import (
 from proxy.amqp.consumer import Consumer, DeliveryLoop
 from proxy.amqp.deadletter import REJECTED, expires_at_ms
 from proxy.amqp.frames import BODY, HEADER, METHOD, ContentHeader, Frame, content_bytes, decode_header, decode_method
-from proxy.amqp.meta import BindingMeta, QueueMeta, arguments
+from proxy.amqp.meta import TOPIC_ARG, BindingMeta, QueueMeta, arguments
 from proxy.amqp.queues import Delivery, Publish, to_outgoing
 from proxy.amqp.routing import decode_headers, route
 
@@ -53,6 +53,7 @@ log = logging.getLogger("sluice.proxy.amqp")
 
 _PUBLISH_BATCH = 256  # publishes one broker round of a channel takes at most
 ACK, REQUEUE, REJECT = "ack", "requeue", "reject"  # how an unacked delivery is settled
+_TOPIC_COPY = 0  # the "queue number" of a publish's copy in its exchange's topic, in `_store_batch`'s failures
 _GET_SCREENS = 100  # basic.get: pops of expired or over-limit messages before it answers get-empty
 
 
@@ -70,6 +71,7 @@ class _Routed:
     publish: Publish
     mandatory: bool
     queues: tuple[QueueMeta, ...] = ()  # set by the publisher, from the metadata as it is then
+    topic: str | None = None  # the RocketMQ topic the exchange maps to (set with `queues`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,13 +265,18 @@ class Channel:
             await self.gw.meta.refresh()
             topology.declare_exchange(self.gw.meta.doc, vhost, d)
         else:
+            topic = d.arguments.get(TOPIC_ARG)
+            if isinstance(topic, str) and topology.valid_topic(topic):  # mapped: the topic must exist
+                await self.gw.bridge.prepare(vhost, d.name, topic)
             await self.gw.meta.change(lambda doc: topology.declare_exchange(doc, vhost, d))
         if not m.nowait:
             self.send(commands.Exchange.DeclareOk())
 
     async def _exchange_delete(self, m: commands.Exchange.Delete) -> None:
         vhost = self.conn.vhost
-        await self.gw.meta.change(lambda doc: topology.delete_exchange(doc, vhost, m.exchange, m.if_unused))
+        removed = await self.gw.meta.change(lambda doc: topology.delete_exchange(doc, vhost, m.exchange, m.if_unused))
+        if removed is not None:
+            await self.gw.bridge.forget(vhost, removed)
         if not m.nowait:
             self.send(commands.Exchange.DeleteOk())
 
@@ -453,9 +460,12 @@ class Channel:
                 self.conn.release(sum(len(r.publish.body) for r in batch))
             acks: list[tuple[int, bool]] = []
             for r in batch:
-                if not r.queues and r.mandatory:
+                if not r.queues and r.topic is None and r.mandatory:
                     self._return(r.publish)
-                stored = not any((q.id, id(r.publish)) in failed for q in r.queues)
+                stored = (
+                    not any((q.id, id(r.publish)) in failed for q in r.queues)
+                    and (_TOPIC_COPY, id(r.publish)) not in failed
+                )
                 if r.seq:
                     acks.append((r.seq, stored))
                 self._tx_failed |= not stored
@@ -493,14 +503,20 @@ class Channel:
             r.queues = tuple(
                 route(vhost, r.publish.exchange, r.publish.routing_key, partial(decode_headers, r.publish.properties))
             )
+            if vhost.exchanges:
+                exchange = vhost.exchanges.get(r.publish.exchange)
+                r.topic = None if exchange is None else exchange.topic
 
     async def _store_batch(self, batch: list[_Routed]) -> set[tuple[int, int]]:
         """Store every routed publish, one send per queue; (queue number, id of the publish) of
         those not stored (the queue's broker failed, or a full reject-publish queue refused it)."""
         per_queue: dict[int, tuple[QueueMeta, list[Publish]]] = {}
+        per_topic: dict[str, list[Publish]] = {}
         for r in batch:
             for q in r.queues:
                 per_queue.setdefault(q.id, (q, []))[1].append(r.publish)
+            if r.topic is not None:
+                per_topic.setdefault(r.topic, []).append(r.publish)
         host = self.conn.peer
         now_ms = int(time.time() * 1000)
 
@@ -514,8 +530,18 @@ class Channel:
                 await self.gw.store.send(q, outgoing)
                 await overflow.trim(self.gw.store, self.gw.dead, self.conn.vhost, q)
 
+        async def topic_copy(topic: str, publishes: list[Publish]) -> None:
+            stored = await self.gw.bridge.publish(self.conn.vhost, topic, publishes, host)
+            failed.update((_TOPIC_COPY, id(p)) for p, ok in zip(publishes, stored, strict=True) if not ok)
+
         items = list(per_queue.values())
-        results = await asyncio.gather(*(one(q, ps) for q, ps in items), return_exceptions=True)
+        copies = [topic_copy(t, ps) for t, ps in per_topic.items()]
+        results = await asyncio.gather(*(one(q, ps) for q, ps in items), *copies, return_exceptions=True)
+        for res, (topic, publishes) in zip(results[len(items) :], per_topic.items(), strict=True):
+            if isinstance(res, BaseException):
+                log.warning("AMQP publishes not stored in their mapped topic", extra=kv(topic=topic, error=str(res)))
+                failed.update((_TOPIC_COPY, id(p)) for p in publishes)
+        results = results[: len(items)]
         for (q, publishes), res in zip(items, results, strict=True):
             if isinstance(res, BaseException):
                 if not isinstance(res, SluiceError):

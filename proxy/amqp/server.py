@@ -19,12 +19,21 @@ from collections import Counter
 from collections.abc import Callable
 
 from broker.client.amqpmeta import AmqpMetaApi
-from broker.client.api import BrokerApi, ConnectedClient
+from broker.client.api import (
+    BrokerApi,
+    CallContext,
+    ConnectedClient,
+    OutgoingMessage,
+    PopRequest,
+    SendResult,
+    StoredMessage,
+)
 from common import metrics
-from common.errors import SluiceError, Unavailable, Unsupported
+from common.errors import NotFound, SluiceError, Unavailable, Unsupported
 from common.logs import kv
 from common.security import SecurityDoc
 from proxy.amqp import topology
+from proxy.amqp.bridge import PopAnywhere, Routes, Send, TopicBridge
 from proxy.amqp.codes import AmqpError
 from proxy.amqp.connection import Connection
 from proxy.amqp.deadletter import DeadLetters
@@ -33,8 +42,21 @@ from proxy.amqp.meta import AMQP_CLIENT_TYPE, QueueMeta
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import QueueStore
 from proxy.config import AmqpConfig
+from proxy.directory import BrokerRoute
 
 log = logging.getLogger("sluice.proxy.amqp")
+
+
+async def _no_send(ctx: CallContext, items: list[tuple[str, OutgoingMessage]]) -> list[SendResult | SluiceError]:
+    return [Unsupported("this gateway has no producer for RocketMQ topics")] * len(items)
+
+
+async def _no_routes(topic: str) -> list[BrokerRoute]:
+    raise NotFound(f"this gateway cannot look up topic {topic}")
+
+
+async def _no_pops(brokers: list[str], request: PopRequest, ctx: CallContext) -> list[StoredMessage]:
+    return []
 
 
 class Gateway:
@@ -46,7 +68,12 @@ class Gateway:
         broker_names: Callable[[], list[str]],
         security: Callable[[], SecurityDoc | None],
         auth_required: bool = False,
+        send: Send | None = None,
+        routes: Routes | None = None,
+        pop_anywhere: PopAnywhere | None = None,
     ) -> None:
+        """`send`, `routes` and `pop_anywhere`: the proxy's producer, routes and receive across
+        brokers, for exchanges mapped to RocketMQ topics (proxy/amqp/bridge.py)."""
         self.config = config
         self._broker = broker
         self._broker_names = broker_names
@@ -57,6 +84,9 @@ class Gateway:
                                 call_timeout_s=config.call_timeout_s)  # fmt: skip
         self.dead = DeadLetters(self.meta, self.store)
         self.expiry = QueueExpiry(self.meta, self.consumer_count, self._queue_removed)
+        self.bridge = TopicBridge(self.meta, self.store, self.dead, send=send or _no_send, routes=routes or _no_routes,
+                                  broker=broker, pop_anywhere=pop_anywhere or _no_pops,
+                                  call_timeout_s=config.call_timeout_s)  # fmt: skip
         self.connections: dict[str, Connection] = {}
         self._consumers: Counter[tuple[str, int]] = Counter()  # (vhost, queue number) -> consumers here
         self._ids = itertools.count(1)
@@ -162,6 +192,7 @@ class Gateway:
         meta_stop = asyncio.Event()
         refresher = asyncio.create_task(self.meta.run(meta_stop), name="amqp-metadata")
         sweeper = asyncio.create_task(self.expiry.run(meta_stop), name="amqp-queue-expiry")
+        bridge = asyncio.create_task(self.bridge.run(meta_stop), name="amqp-topic-bridge")
         unregister = metrics.register_source(self.metric_samples)
         try:
             await stop.wait()
@@ -179,4 +210,5 @@ class Gateway:
             meta_stop.set()
             await refresher
             await sweeper
+            await bridge
             log.info("AMQP stopped", extra=kv(address=self.address))
