@@ -1,4 +1,5 @@
-"""`sluice admin amqp exchanges|queues|bindings|connections|channels`: the AMQP gateway's metadata (docs/amqp.md).
+"""`sluice admin amqp vhosts|exchanges|queues|bindings|connections|channels`: the AMQP gateway's metadata
+(docs/amqp.md).
 
 The document is read from the metadata home broker, the first registered broker by name (the
 proxies' rule, proxy/amqp/server.py); each queue's counts come from its broker's group status
@@ -14,10 +15,11 @@ from typing import Any
 
 from broker.client.api import ConnectedClient
 from common.errors import NotFound, Unavailable
+from common.security import Effect, SecurityDoc
 from deploy.admin.clients import connected_clients
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms
-from proxy.amqp.meta import AMQP_CLIENT_TYPE, BUILTIN_EXCHANGES, MetaDoc, QueueMeta, decode
+from proxy.amqp.meta import AMQP_CLIENT_TYPE, BUILTIN_EXCHANGES, DEFAULT_VHOST, MetaDoc, QueueMeta, decode
 
 EXCHANGE_COLUMNS = ["vhost", "name", "type", "durable", "auto_delete", "internal", "arguments"]
 QUEUE_COLUMNS = ["vhost", "name", "ready", "unacked", "durable", "exclusive", "auto_delete", "topic", "broker",
@@ -32,6 +34,28 @@ async def metadata(cluster: Cluster) -> MetaDoc:
     home = brokers[0]
     version, data = await cluster.broker(home.broker_name, home.address).get_amqp_meta(0)
     return decode(version, data)
+
+
+VHOST_COLUMNS = ["vhost", "namespace", "exchanges", "queues", "bindings", "users"]
+
+
+def list_vhosts(doc: MetaDoc, security: SecurityDoc) -> Report:
+    """Every vhost: those of the metadata, `/`, and the namespaces of access rules (each namespace
+    is a vhost); its own exchanges, queues, bindings, and the users with an allow rule in it
+    (who may open it when the proxies require authentication)."""
+    users: dict[str, set[str]] = {}
+    for r in security.rules:
+        if r.effect is Effect.ALLOW:
+            users.setdefault(r.namespace, set()).add(r.access_key)
+    names = {DEFAULT_VHOST, *doc.vhosts, *(ns or DEFAULT_VHOST for ns in users)}
+    rows: list[dict[str, Any]] = []
+    for name in sorted(names):
+        v = doc.vhosts.get(name)
+        ns = "" if name == DEFAULT_VHOST else name
+        rows.append({"vhost": name, "namespace": ns or "(default)", "exchanges": len(v.exchanges) if v else 0,
+                     "queues": len(v.queues) if v else 0, "bindings": len(v.bindings) if v else 0,
+                     "users": ",".join(sorted(users.get(ns, ())))})  # fmt: skip
+    return Report(VHOST_COLUMNS, rows, note=f"{len(rows)} vhost(s), metadata version {doc.version}")
 
 
 async def list_exchanges(cluster: Cluster, vhost: str | None) -> Report:

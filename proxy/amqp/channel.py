@@ -24,6 +24,7 @@ from pamqp import base, commands
 from common.errors import NotFound, SluiceError
 from common.logs import kv
 from proxy.amqp import overflow, topology
+from proxy.amqp.access import CONFIGURE, READ, WRITE
 from proxy.amqp.codes import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -265,6 +266,7 @@ class Channel:
             await self.gw.meta.refresh()
             topology.declare_exchange(self.gw.meta.doc, vhost, d)
         else:
+            self.conn.perms.exchange(CONFIGURE, d.name)
             topic = d.arguments.get(TOPIC_ARG)
             if isinstance(topic, str) and topology.valid_topic(topic):  # mapped: the topic must exist
                 await self.gw.bridge.prepare(vhost, d.name, topic)
@@ -274,6 +276,7 @@ class Channel:
 
     async def _exchange_delete(self, m: commands.Exchange.Delete) -> None:
         vhost = self.conn.vhost
+        self.conn.perms.exchange(CONFIGURE, m.exchange)
         removed = await self.gw.meta.change(lambda doc: topology.delete_exchange(doc, vhost, m.exchange, m.if_unused))
         if removed is not None:
             await self.gw.bridge.forget(vhost, removed)
@@ -283,6 +286,8 @@ class Channel:
     async def _exchange_bind(self, m: commands.Exchange.Bind) -> None:
         b = BindingMeta(m.source, m.destination, m.routing_key, arguments(m.arguments), to_exchange=True)
         vhost, owner = self.conn.vhost, self.conn.id
+        self.conn.perms.exchange(WRITE, m.destination)
+        self.conn.perms.exchange(READ, m.source)
         await self.gw.meta.change(lambda doc: topology.bind(doc, vhost, b, owner))
         if not m.nowait:
             self.send(commands.Exchange.BindOk())
@@ -290,6 +295,8 @@ class Channel:
     async def _exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
         b = BindingMeta(m.source, m.destination, m.routing_key, arguments(m.arguments), to_exchange=True)
         vhost, owner = self.conn.vhost, self.conn.id
+        self.conn.perms.exchange(WRITE, m.destination)
+        self.conn.perms.exchange(READ, m.source)
         await self.gw.meta.change(lambda doc: topology.unbind(doc, vhost, b, owner))
         if not m.nowait:
             self.send(commands.Exchange.UnbindOk())
@@ -301,6 +308,8 @@ class Channel:
         vhost, owner = self.conn.vhost, self.conn.id
         if m.passive:
             await self.gw.meta.refresh()
+        else:
+            self.conn.perms.queue(CONFIGURE, name)
         home = self.gw.meta.home_broker()
         now_ms = int(time.time() * 1000)
         queue = await self.gw.meta.change(lambda doc: topology.declare_queue(doc, vhost, d, owner, home, now_ms))
@@ -328,6 +337,8 @@ class Channel:
     async def _queue_bind(self, m: commands.Queue.Bind) -> None:
         b = BindingMeta(m.exchange, m.queue, m.routing_key, arguments(m.arguments))
         vhost, owner = self.conn.vhost, self.conn.id
+        self.conn.perms.queue(WRITE, m.queue)
+        self.conn.perms.exchange(READ, m.exchange)
         await self.gw.meta.change(lambda doc: topology.bind(doc, vhost, b, owner))
         if not m.nowait:
             self.send(commands.Queue.BindOk())
@@ -335,10 +346,13 @@ class Channel:
     async def _queue_unbind(self, m: commands.Queue.Unbind) -> None:
         b = BindingMeta(m.exchange, m.queue, m.routing_key, arguments(m.arguments))
         vhost, owner = self.conn.vhost, self.conn.id
+        self.conn.perms.queue(WRITE, m.queue)
+        self.conn.perms.exchange(READ, m.exchange)
         await self.gw.meta.change(lambda doc: topology.unbind(doc, vhost, b, owner))
         self.send(commands.Queue.UnbindOk())
 
     async def _queue_purge(self, m: commands.Queue.Purge) -> None:
+        self.conn.perms.queue(READ, m.queue)
         queue = await self._find_queue(m.queue)
         await self._settled()
         count = await self.gw.store.purge(queue)
@@ -347,6 +361,7 @@ class Channel:
 
     async def _queue_delete(self, m: commands.Queue.Delete) -> None:
         vhost = self.conn.vhost
+        self.conn.perms.queue(CONFIGURE, m.queue)
         try:
             queue = await self._find_queue(m.queue)
         except AmqpError as exc:
@@ -416,6 +431,7 @@ class Channel:
         self.send(commands.Tx.RollbackOk())
 
     async def _publish(self, m: commands.Basic.Publish) -> None:
+        self.conn.perms.exchange(WRITE, m.exchange)
         kind = self.gw.meta.doc.vhost(self.conn.vhost).exchange_type(m.exchange)
         if kind is None:
             await self.gw.meta.refresh()
@@ -572,6 +588,7 @@ class Channel:
         return min(limits)
 
     async def _consume(self, m: commands.Basic.Consume) -> None:
+        self.conn.perms.queue(READ, m.queue)
         queue = await self._find_queue(m.queue)
         tag = m.consumer_tag or f"amq.ctag-{secrets.token_urlsafe(16)}"
         if tag in self._consumers:
@@ -625,6 +642,7 @@ class Channel:
             self.send(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
 
     async def _get(self, m: commands.Basic.Get) -> None:
+        self.conn.perms.queue(READ, m.queue)
         queue = await self._find_queue(m.queue)
         await self.gw.expiry.used(self.conn.vhost, queue)
         await self._settled()

@@ -29,10 +29,11 @@ from broker.client.api import (
     StoredMessage,
 )
 from common import metrics
-from common.errors import NotFound, SluiceError, Unavailable, Unsupported
+from common.errors import Forbidden, NotFound, SluiceError, Unavailable, Unsupported
 from common.logs import kv
-from common.security import SecurityDoc
+from common.security import Action, ResourceKind, SecurityDoc
 from proxy.amqp import topology
+from proxy.amqp.access import Authorize
 from proxy.amqp.bridge import PopAnywhere, Routes, Send, TopicBridge
 from proxy.amqp.codes import AmqpError
 from proxy.amqp.connection import Connection
@@ -45,6 +46,10 @@ from proxy.config import AmqpConfig
 from proxy.directory import BrokerRoute
 
 log = logging.getLogger("sluice.proxy.amqp")
+
+
+def _refuse(user: str, namespace: str, kind: ResourceKind, name: str, action: Action) -> None:
+    raise Forbidden(f"no access rules are known to this gateway ({user}, {kind.value} {name})")
 
 
 async def _no_send(ctx: CallContext, items: list[tuple[str, OutgoingMessage]]) -> list[SendResult | SluiceError]:
@@ -71,6 +76,7 @@ class Gateway:
         send: Send | None = None,
         routes: Routes | None = None,
         pop_anywhere: PopAnywhere | None = None,
+        authorize: Authorize | None = None,
     ) -> None:
         """`send`, `routes` and `pop_anywhere`: the proxy's producer, routes and receive across
         brokers, for exchanges mapped to RocketMQ topics (proxy/amqp/bridge.py)."""
@@ -78,7 +84,8 @@ class Gateway:
         self._broker = broker
         self._broker_names = broker_names
         self.security = security
-        self.auth_required = auth_required  # only the security document's users, no guest
+        self.auth_required = auth_required  # only the security document's users, no guest; their rules apply
+        self.authorize: Authorize = authorize or _refuse
         self.meta = MetaStore(self._home, refresh_ms=config.meta_refresh_ms)
         self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms,
                                 call_timeout_s=config.call_timeout_s)  # fmt: skip

@@ -5,7 +5,7 @@ on the other, in both topologies. Both directions, with the documented property 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pika
 import pytest
@@ -13,7 +13,7 @@ from rocketmq import FilterExpression
 
 from tests.e2e.support.amqp import WAIT_S, connect, drain, endpoints
 from tests.e2e.support.clients import message, producer, receive_count, send_all, simple_consumer
-from tests.e2e.support.cluster import Cluster
+from tests.e2e.support.cluster import Cluster, start_merged
 
 
 def _queue_empty_after(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, wait_s: float) -> bool:
@@ -117,3 +117,113 @@ def test_mandatory_publish_to_a_mapped_exchange_without_queues_is_routed(
         conn.process_data_events(time_limit=0.2)
         (got,) = receive_count(rocket, 1, timeout_s=WAIT_S)
     assert got.body == b"to the topic only" and not got.tag and not returned
+
+
+def test_a_vhost_is_a_namespace(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """Vhost `ns` is namespace `ns`: its mapped exchange reads and writes topic `ns%t`, which a
+    RocketMQ client of namespace `ns` knows as `t`; the same names in `/` are other resources."""
+    ns, topic, group = unique("tenant")[-20:], unique("t"), unique("g")
+    cluster.admin("topic", "create", topic, "--namespace", ns)
+    cluster.admin("group", "create", group, "--namespace", ns)
+    exchange = unique("x")
+    with (
+        connect(endpoints(cluster)[0], virtual_host=ns) as conn,
+        simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}, namespace=ns) as rocket,
+        producer(cluster.endpoints, topic, namespace=ns) as p,
+    ):
+        ch = conn.channel()
+        ch.exchange_declare(exchange, "direct", arguments={"x-sluice-topic": topic})
+        queue = ch.queue_declare("", exclusive=True).method.queue
+        ch.queue_bind(queue, exchange, routing_key="k")
+        ch.confirm_delivery()
+        ch.basic_publish(exchange, "k", b"amqp in a vhost")
+        (got,) = receive_count(rocket, 1)
+        assert (got.body, got.topic) == (b"amqp in a vhost", topic)
+        send_all(p, [message(topic, b"rocketmq in a namespace", tag="k")])
+        bodies = sorted(body for _, _, body in drain(ch, queue, 2))
+        assert bodies == [b"amqp in a vhost", b"rocketmq in a namespace"]
+    with connect(endpoints(cluster)[-1]) as conn:  # vhost "/": the exchange is not there
+        ch = conn.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as missing:
+            ch.exchange_declare(exchange, passive=True)
+        assert missing.value.reply_code == 404
+    rows = {r["vhost"]: r for r in cluster.admin("amqp", "vhosts")}
+    assert rows[ns]["namespace"] == ns and rows[ns]["exchanges"] == 1 and rows["/"]["namespace"] == "(default)"
+    with pytest.raises(pika.exceptions.AMQPConnectionError) as bad:
+        pika.BlockingConnection(pika.ConnectionParameters(*_host_port(endpoints(cluster)[0]), virtual_host="a/b"))
+    assert "530" in repr(bad.value) and "not found" in repr(bad.value)
+
+
+def _host_port(endpoint: str) -> tuple[str, int]:
+    host, port = endpoint.rsplit(":", 1)
+    return host, int(port)
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A merged cluster with authentication on (the gateway's checks are the same code in both
+    topologies): amy may use vhost `team-a` (exchanges `orders*`, queues `amy-*`), bob only `/`."""
+    started = start_merged(tmp_path_factory.mktemp("amqp-auth"), amqp=True, extra_args=["--auth", "on"])
+    try:
+        for user in ("amy", "bob"):
+            started.admin("user", "create", user, "--secret", f"{user}-secret")
+        started.admin("acl", "grant", "amy", "--namespace", "team-a", "--resource", "topic:orders*",
+                      "--actions", "PUB,SUB")  # fmt: skip
+        started.admin("acl", "grant", "amy", "--namespace", "team-a", "--resource", "group:amy-*", "--actions", "SUB")
+        started.admin("acl", "grant", "bob", "--resource", "*", "--actions", "PUB,SUB")
+        yield started
+    finally:
+        problems = started.stop()
+        assert not problems, "\n".join(problems)
+
+
+def _open(cluster: Cluster, user: str, vhost: str) -> pika.BlockingConnection:
+    """A connection as `user`, retried while the proxy has not loaded the new rules yet (every 2 s)."""
+    creds = pika.PlainCredentials(user, f"{user}-secret")
+    parameters = pika.ConnectionParameters(*_host_port(endpoints(cluster)[0]), virtual_host=vhost, credentials=creds)
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            return pika.BlockingConnection(parameters)
+        except pika.exceptions.AMQPConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+
+
+def test_access_rules_apply_to_vhosts_and_resources(secured: Cluster) -> None:
+    conn = _open(secured, "amy", "team-a")
+    try:
+        ch = conn.channel()
+        ch.exchange_declare("orders-x", "direct")
+        ch.queue_declare("amy-q")
+        ch.queue_bind("amy-q", "orders-x", routing_key="new")
+        ch.confirm_delivery()
+        ch.basic_publish("orders-x", "new", b"allowed")
+        assert [body for _, _, body in drain(ch, "amy-q", 1)] == [b"allowed"]
+        refusals = [
+            lambda c: c.exchange_declare("payments", "direct"),  # configure on an exchange she has no rule for
+            lambda c: c.queue_declare("bob-q"),  # configure on a queue
+            lambda c: c.basic_publish("", "amy-q", b"x"),  # write to the default exchange (amq.default)
+            lambda c: c.basic_get("bob-q"),  # read a queue
+            lambda c: c.queue_delete("other"),
+        ]
+        for refuse in refusals:
+            c = conn.channel()
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+                refuse(c)
+                c.basic_qos(prefetch_count=1)  # a publish has no answer: the next call sees the close
+            assert refused.value.reply_code == 403 and "refused for user 'amy'" in refused.value.reply_text
+    finally:
+        conn.close()
+    _open(secured, "bob", "/").close()
+    with pytest.raises(pika.exceptions.AMQPConnectionError) as denied:
+        pika.BlockingConnection(pika.ConnectionParameters(
+            *_host_port(endpoints(secured)[0]), virtual_host="team-a",
+            credentials=pika.PlainCredentials("bob", "bob-secret")))  # fmt: skip
+    text = repr(denied.value).replace("\\'", "'")
+    assert "530" in text and "access to vhost 'team-a' refused for user 'bob'" in text, text
+    with pytest.raises(pika.exceptions.AMQPConnectionError):  # guest is not a user when authentication is on
+        pika.BlockingConnection(pika.ConnectionParameters(*_host_port(endpoints(secured)[0])))
+    rows = {r["vhost"]: r for r in secured.admin("amqp", "vhosts")}
+    assert rows["team-a"]["users"] == "amy" and rows["/"]["users"] == "bob"
