@@ -39,6 +39,7 @@ from proxy.amqp.codes import AmqpError
 from proxy.amqp.connection import Connection
 from proxy.amqp.deadletter import DeadLetters
 from proxy.amqp.expiry import QueueExpiry
+from proxy.amqp.janitor import Janitor
 from proxy.amqp.meta import AMQP_CLIENT_TYPE, QueueMeta
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import QueueStore
@@ -77,6 +78,7 @@ class Gateway:
         routes: Routes | None = None,
         pop_anywhere: PopAnywhere | None = None,
         authorize: Authorize | None = None,
+        client_report_s: float = 5.0,
     ) -> None:
         """`send`, `routes` and `pop_anywhere`: the proxy's producer, routes and receive across
         brokers, for exchanges mapped to RocketMQ topics (proxy/amqp/bridge.py)."""
@@ -95,6 +97,8 @@ class Gateway:
                                   broker=broker, pop_anywhere=pop_anywhere or _no_pops,
                                   call_timeout_s=config.call_timeout_s)  # fmt: skip
         self.connections: dict[str, Connection] = {}
+        self.janitor = Janitor(self.meta, broker=broker, broker_names=broker_names, local=self.connections.__contains__,
+                               delete_queue=self.delete_queue, interval_s=2 * client_report_s)  # fmt: skip
         self._consumers: Counter[tuple[str, int]] = Counter()  # (vhost, queue number) -> consumers here
         self._ids = itertools.count(1)
         self._handlers: set[asyncio.Task[None]] = set()
@@ -200,6 +204,7 @@ class Gateway:
         refresher = asyncio.create_task(self.meta.run(meta_stop), name="amqp-metadata")
         sweeper = asyncio.create_task(self.expiry.run(meta_stop), name="amqp-queue-expiry")
         bridge = asyncio.create_task(self.bridge.run(meta_stop), name="amqp-topic-bridge")
+        janitor = asyncio.create_task(self.janitor.run(meta_stop), name="amqp-janitor")
         unregister = metrics.register_source(self.metric_samples)
         try:
             await stop.wait()
@@ -218,4 +223,5 @@ class Gateway:
             await refresher
             await sweeper
             await bridge
+            await janitor
             log.info("AMQP stopped", extra=kv(address=self.address))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pika
 import pytest
@@ -13,7 +14,7 @@ from rocketmq import FilterExpression
 
 from tests.e2e.support.amqp import WAIT_S, connect, drain, endpoints
 from tests.e2e.support.clients import message, producer, receive_count, send_all, simple_consumer
-from tests.e2e.support.cluster import Cluster, start_merged
+from tests.e2e.support.cluster import Cluster, start_merged, start_separated
 
 
 def _queue_empty_after(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, wait_s: float) -> bool:
@@ -227,3 +228,59 @@ def test_access_rules_apply_to_vhosts_and_resources(secured: Cluster) -> None:
         pika.BlockingConnection(pika.ConnectionParameters(*_host_port(endpoints(secured)[0])))
     rows = {r["vhost"]: r for r in secured.admin("amqp", "vhosts")}
     assert rows["team-a"]["users"] == "amy" and rows["/"]["users"] == "bob"
+
+
+def _gone(survivor: str, queue: str) -> bool:
+    """A passive declare through `survivor` answers 404 (405 while another connection's exclusive
+    queue is still there)."""
+    with connect(survivor) as conn:
+        try:
+            conn.channel().queue_declare(queue, passive=True)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if exc.reply_code == 404:
+                return True
+            assert exc.reply_code == 405, exc
+    return False
+
+
+def test_a_killed_proxys_exclusive_queues_and_orphan_topics_are_cleaned(tmp_path: Path) -> None:
+    """Separated topology (connections reported every second): SIGKILL of the proxy holding a
+    connection with an exclusive queue; the other proxy deletes the queue (RabbitMQ deletes it with
+    its connection). A deleted queue's topic and group created again (as a publish through a proxy
+    with stale metadata does) are deleted again."""
+    config = tmp_path / "sluice.toml"
+    config.write_text("[proxy]\nclient_report_s = 1\n")
+    sep = start_separated(tmp_path / "sep", amqp=True, config=config)
+    try:
+        doomed, survivor = sep.amqp
+        owner = pika.BlockingConnection(pika.ConnectionParameters(*_host_port(doomed)))
+        owner.channel().queue_declare("mine-only", exclusive=True)
+        with connect(survivor) as conn:
+            ch = conn.channel()
+            ch.queue_declare("shared", durable=True)
+            ch.queue_declare("short-lived")
+        [row] = [r for r in sep.admin("amqp", "queues") if r["name"] == "short-lived"]
+        topic, group = row["topic"], row["topic"].replace("AMQP_Q", "AMQP_G")
+        time.sleep(3)  # the owner's connection has been reported: a live exclusive queue stays
+        assert not _gone(survivor, "mine-only")
+        sep.kill(sep.proxy_process(sep.proxies[0]))
+        deadline = time.monotonic() + 3 * WAIT_S
+        while not _gone(survivor, "mine-only"):
+            assert time.monotonic() < deadline, "the dead connection's exclusive queue is still there"
+            time.sleep(0.5)
+        assert not _gone(survivor, "shared")
+
+        with connect(survivor) as conn:
+            conn.channel().queue_delete("short-lived")
+        sep.admin("topic", "create", topic, "--queues", "1", "--brokers", row["broker"])  # what a stale publish leaves
+        sep.admin("group", "create", group)
+        deadline = time.monotonic() + WAIT_S
+        while topic in {t["topic"] for t in sep.admin("topic", "list")} or group in {
+            g["group"] for g in sep.admin("group", "list")
+        }:
+            assert time.monotonic() < deadline, "the orphan topic or group is still there"
+            time.sleep(0.5)
+        assert not _gone(survivor, "shared")
+    finally:
+        problems = sep.stop()
+        assert not problems, "\n".join(problems)
