@@ -22,8 +22,8 @@ from deploy.admin.output import Report, format_time_ms
 from proxy.amqp.meta import AMQP_CLIENT_TYPE, BUILTIN_EXCHANGES, DEFAULT_VHOST, MetaDoc, QueueMeta, decode
 
 EXCHANGE_COLUMNS = ["vhost", "name", "type", "durable", "auto_delete", "internal", "arguments"]
-QUEUE_COLUMNS = ["vhost", "name", "ready", "unacked", "durable", "exclusive", "auto_delete", "topic", "broker",
-                 "arguments"]  # fmt: skip
+QUEUE_COLUMNS = ["vhost", "name", "ready", "unacked", "consumers", "durable", "exclusive", "auto_delete", "topic",
+                 "broker", "arguments"]  # fmt: skip
 BINDING_COLUMNS = ["vhost", "source", "destination", "destination_type", "routing_key", "arguments"]
 
 
@@ -83,12 +83,25 @@ async def _counts(cluster: Cluster, address: str, q: QueueMeta) -> tuple[int, in
     return sum(s.ready for s in mine), sum(s.in_flight - s.due for s in mine)
 
 
-async def list_queues(cluster: Cluster, vhost: str | None) -> Report:
+async def consumer_counts(cluster: Cluster, vhost: str | None) -> dict[tuple[str, str], int]:
+    """(vhost, queue) -> consumers, as the proxies last reported their AMQP channels."""
+    counts: dict[tuple[str, str], int] = {}
+    for _, detail in await _connections(cluster, vhost):
+        for ch in detail.get("channels") or []:
+            for queue in (ch.get("queues") or []) if isinstance(ch, dict) else []:
+                key = (str(detail.get("vhost", "")), str(queue))
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+async def list_queues(
+    cluster: Cluster, vhost: str | None, consumers: dict[tuple[str, str], int] | None = None
+) -> Report:
     """The queues with their counts. The document and the counts are not read at one instant: a
     queue whose group is missing is looked up again in a newer document, and left out when that
     no longer holds it (it was deleted meanwhile: a proxy removes the metadata entry first, then
     the group and topic); when it still holds it (declared, group not created yet) its counts
-    are unknown."""
+    are unknown. `consumers`: the consumer counts (`consumer_counts`), else the column is empty."""
     doc = await metadata(cluster)
     addresses = {b.broker_name: b.address for b in await cluster.brokers()}
     listed = [(name, q) for name, v in sorted(doc.vhosts.items()) if vhost is None or name == vhost
@@ -103,7 +116,8 @@ async def list_queues(cluster: Cluster, vhost: str | None) -> Report:
     rows: list[dict[str, Any]] = []
     for name, q in listed:
         ready, unacked = counts[(name, q.id)] or (None, None)
-        rows.append({"vhost": name, "name": q.name, "ready": ready, "unacked": unacked, "durable": q.durable,
+        rows.append({"vhost": name, "name": q.name, "ready": ready, "unacked": unacked,
+                     "consumers": None if consumers is None else consumers.get((name, q.name), 0), "durable": q.durable,
                      "exclusive": bool(q.exclusive_owner), "auto_delete": q.auto_delete, "topic": q.topic,
                      "broker": q.broker, "arguments": q.arguments})  # fmt: skip
     return Report(QUEUE_COLUMNS, rows, note=f"{len(rows)} queue(s), metadata version {doc.version}")

@@ -493,7 +493,7 @@ async def _amqp_exchanges(cluster: Cluster, args: argparse.Namespace) -> Report:
 
 
 async def _amqp_queues(cluster: Cluster, args: argparse.Namespace) -> Report:
-    return await amqp.list_queues(cluster, args.vhost)
+    return await amqp.list_queues(cluster, args.vhost, await amqp.consumer_counts(cluster, args.vhost))
 
 
 async def _amqp_bindings(cluster: Cluster, args: argparse.Namespace) -> Report:

@@ -89,7 +89,8 @@ class Channel:
         """What `sluice admin amqp channels` shows of this channel."""
         return {"channel": self.number, "consumers": len(self._consumers), "unacked": len(self._unacked),
                 "prefetch": self._prefetch_consumer, "global_prefetch": self._prefetch_channel,
-                "confirm": self._confirm, "transactional": self._tx}  # fmt: skip
+                "confirm": self._confirm, "transactional": self._tx,
+                "queues": sorted(c.queue.name for c in list(self._consumers.values()))}  # fmt: skip
 
     def __init__(self, conn: Connection, number: int) -> None:
         self.conn = conn
