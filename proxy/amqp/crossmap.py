@@ -23,9 +23,9 @@ from typing import Any
 from pamqp import commands
 
 from broker.client.api import OutgoingMessage, StoredMessage
-from proxy.amqp.deadletter import decode_properties
 from proxy.amqp.meta import jsonable
 from proxy.amqp.queues import PROP_EXCHANGE, PROP_HEADER, PROP_ROUTING_KEY, Publish
+from proxy.amqp.routing import decode_properties
 
 # AMQP basic property (pamqp's attribute) -> RocketMQ user property name.
 PROPERTY_NAMES = {

@@ -111,6 +111,11 @@ class QueueMeta:
         return value if isinstance(value, str) else "drop-head"
 
     @property
+    def max_priority(self) -> int | None:
+        """x-max-priority: a priority queue (higher priorities delivered first); None: not one."""
+        return self._int_arg("x-max-priority")
+
+    @property
     def expires_ms(self) -> int | None:
         return self._int_arg("x-expires")
 

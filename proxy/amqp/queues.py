@@ -16,7 +16,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker.client.api import (
     BrokerApi,
@@ -30,8 +30,10 @@ from broker.client.api import (
     TopicSpec,
 )
 from common.errors import NotFound
+from common.model import SYSPROP_PRIORITY, MessageType
 from proxy.amqp.meta import QueueMeta
 from proxy.amqp.queuemetrics import QueueMetrics
+from proxy.amqp.routing import decode_properties
 
 # User properties of a stored AMQP message (docs/amqp.md): where it was published and its content
 # header's property bytes as the client sent them (base64), handed back unchanged on delivery.
@@ -41,6 +43,8 @@ PROP_HEADER = "AMQP_PROPERTIES"
 PROP_EXPIRES_AT = "AMQP_EXPIRES_AT"  # epoch ms after which the copy is not delivered (proxy/amqp/deadletter.py)
 _MAX_ATTEMPTS = 1000  # the most a group allows; requeued this often, a message goes to %DLQ%AMQP_G<n>
 _POP_MAX = 32
+_PRIORITY_ONLY = frozenset({MessageType.PRIORITY})
+MAX_PRIORITY_LIMIT = 99  # the most priority levels a broker's PRIORITY topic has (docs/priority.md)
 _CALL_MARGIN_S = 5.0
 
 
@@ -83,6 +87,16 @@ def to_delivery(m: StoredMessage) -> Delivery:
                     int(expires) if expires.isdigit() else 0)  # fmt: skip
 
 
+def with_priority(m: OutgoingMessage, max_priority: int) -> OutgoingMessage:
+    """The message as a PRIORITY message: its AMQP `priority` (0 when it has none) capped at the
+    queue's x-max-priority and the broker's limit, as RabbitMQ caps it."""
+    raw = m.properties.get(PROP_HEADER, "")
+    value = decode_properties(base64.b64decode(raw)).priority if raw else None
+    level = min(value if isinstance(value, int) else 0, max_priority, MAX_PRIORITY_LIMIT)
+    return replace(m, message_type=MessageType.PRIORITY,
+                   system_properties={**m.system_properties, SYSPROP_PRIORITY: str(level)})  # fmt: skip
+
+
 def _ctx(timeout_s: float) -> CallContext:
     return CallContext(deadline=time.monotonic() + timeout_s)
 
@@ -96,11 +110,16 @@ class QueueStore:
         self.metrics = QueueMetrics()
 
     async def ensure(self, q: QueueMeta) -> None:
-        """Create the queue's topic and group on its broker (idempotent)."""
+        """Create the queue's topic and group on its broker (idempotent). A priority queue's topic
+        is a PRIORITY topic (docs/priority.md): one level queue per priority, the highest read first."""
         if q.id in self._ready:
             return
         api = self._broker(q.broker)
-        await api.create_topic(TopicSpec(q.topic, queue_count=1))
+        if q.max_priority is None:
+            await api.create_topic(TopicSpec(q.topic, queue_count=1))
+        else:
+            await api.create_topic(TopicSpec(q.topic, queue_count=1, message_types=_PRIORITY_ONLY,
+                                             max_priority=min(q.max_priority, MAX_PRIORITY_LIMIT)))  # fmt: skip
         await api.create_group(
             GroupSpec(q.group, max_delivery_attempts=_MAX_ATTEMPTS, consume_from=ConsumeFrom.EARLIEST)
         )
@@ -110,6 +129,8 @@ class QueueStore:
 
     async def send(self, q: QueueMeta, messages: list[OutgoingMessage]) -> list[SendResult]:
         await self.ensure(q)
+        if q.max_priority is not None:
+            messages = [with_priority(m, q.max_priority) for m in messages]
         results = await self._broker(q.broker).send(q.topic, 0, messages, ctx=_ctx(self._timeout_s))
         self.metrics.published[q.id] += len(results)
         return results
@@ -149,6 +170,12 @@ class QueueStore:
     async def purge(self, q: QueueMeta) -> int:
         """Drop the queue's ready messages; how many there were."""
         ready, _ = await self.counts(q)
+        if q.max_priority is not None:  # its level queues: taken and acknowledged
+            left = ready
+            while left > 0 and (got := await self.pop(q, min(left, _POP_MAX), 0)):
+                await self.ack(q, [d.handle for d in got])
+                left -= len(got)
+            return ready
         api = self._broker(q.broker)
         status = await api.topic_status(q.topic)
         end = max((s.max_offset for s in status.queues), default=0)

@@ -226,6 +226,7 @@ def expire_queue(doc: MetaDoc, vhost: str, queue: QueueMeta, now_ms: int) -> Que
 # Integer queue arguments and their lowest value; the others are checked by `check_queue_arguments`.
 _INT_ARGS = {"x-message-ttl": 0, "x-expires": 1, "x-max-length": 0, "x-max-length-bytes": 0, "x-delivery-limit": 0,
              "x-max-priority": 0}  # fmt: skip
+MAX_PRIORITY = 255  # RabbitMQ's largest x-max-priority
 _CHOICES = {"x-queue-type": ("classic", "quorum"), "x-overflow": ("drop-head", "reject-publish", "reject-publish-dlx")}
 
 
@@ -239,6 +240,9 @@ def check_queue_arguments(arguments: Args, what: str) -> None:
         value = arguments.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
             raise bad(name, f"must be an integer of at least {low}, got {value!r}")
+    priority = arguments.get("x-max-priority")
+    if isinstance(priority, int) and priority > MAX_PRIORITY:
+        raise bad("x-max-priority", f"must be at most {MAX_PRIORITY}, got {priority}")
     for name, allowed in _CHOICES.items():
         value = arguments.get(name)
         if value is not None and value not in allowed:

@@ -284,3 +284,33 @@ def test_a_killed_proxys_exclusive_queues_and_orphan_topics_are_cleaned(tmp_path
     finally:
         problems = sep.stop()
         assert not problems, "\n".join(problems)
+
+
+def test_a_priority_queue_delivers_higher_priorities_first(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """x-max-priority: the highest priority first, publish order within one priority, a priority
+    above the maximum counts as the maximum and none as 0 (RabbitMQ's rules); counts and purge
+    cover every level."""
+    queue = unique("jobs")
+    sent = [(None, b"none-1"), (1, b"p1-1"), (5, b"p5-1"), (9, b"p9-capped"), (3, b"p3-1"), (5, b"p5-2"),
+            (0, b"p0-1"), (4, b"p4-1")]  # fmt: skip
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue, arguments={"x-max-priority": 5})
+        ch.confirm_delivery()
+        for priority, body in sent:
+            ch.basic_publish("", queue, body, pika.BasicProperties(priority=priority))
+        assert ch.queue_declare(queue, passive=True).method.message_count == len(sent)
+        got = []
+        for _ in sent:
+            method, props, body = ch.basic_get(queue, auto_ack=True)
+            assert method is not None, got
+            got.append(body)
+        assert got == [b"p5-1", b"p9-capped", b"p5-2", b"p4-1", b"p3-1", b"p1-1", b"none-1", b"p0-1"]
+        assert props.priority == 0
+        for priority, body in sent:
+            ch.basic_publish("", queue, body, pika.BasicProperties(priority=priority))
+        assert ch.queue_purge(queue).method.message_count == len(sent)
+        assert ch.basic_get(queue)[0] is None
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as bad:
+            ch.queue_declare(unique("q"), arguments={"x-max-priority": 256})
+        assert bad.value.reply_code == 406
