@@ -26,7 +26,7 @@ import re
 from collections.abc import Awaitable, Callable
 
 from broker.client.api import BrokerApi, ConnectedClient
-from common.errors import NotFound, SluiceError
+from common.errors import NotFound, SluiceError, Unavailable
 from common.logs import kv
 from proxy.amqp.codes import AmqpError
 from proxy.amqp.meta import AMQP_CLIENT_TYPE, MetaDoc, QueueMeta
@@ -85,11 +85,22 @@ class Janitor:
                 log.info("orphan AMQP queue topic deleted", extra=kv(broker=name, topic=topic))
 
     async def _reported(self) -> set[str]:
-        names = sorted(self._broker_names())
-        if not names:
-            return set()
-        clients: list[ConnectedClient] = await self._broker(names[0]).list_clients()
-        return {c.client_id for c in clients if c.client_type == AMQP_CLIENT_TYPE}
+        """The AMQP connections any broker holds a report of (every proxy reports to every broker;
+        a broker that does not answer is left out; when none answers the sweep fails)."""
+        found: set[str] = set()
+        answered = False
+        failure: SluiceError | None = None
+        for name in sorted(self._broker_names()):
+            try:
+                clients: list[ConnectedClient] = await self._broker(name).list_clients()
+            except SluiceError as exc:
+                failure = exc
+                continue
+            answered = True
+            found.update(c.client_id for c in clients if c.client_type == AMQP_CLIENT_TYPE)
+        if not answered:  # no broker's reports: nothing can be called gone
+            raise failure or Unavailable("no broker is known to ask for the client reports")
+        return found
 
     async def _exclusive(self) -> None:
         owned = [(vhost, q) for vhost, v in self._meta.doc.vhosts.items() for q in v.queues.values()
