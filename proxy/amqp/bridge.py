@@ -39,7 +39,7 @@ from proxy.amqp.codes import NOT_FOUND, AmqpError
 from proxy.amqp.deadletter import DeadLetters, expires_at_ms
 from proxy.amqp.meta import ExchangeMeta, QueueMeta, bridge_group, namespace_of
 from proxy.amqp.metastore import MetaStore
-from proxy.amqp.queues import PROP_EXCHANGE, Publish, QueueStore, to_outgoing
+from proxy.amqp.queues import PROP_EXCHANGE, Publish, QueueGone, QueueStore, to_outgoing
 from proxy.amqp.routing import decode_headers, route
 from proxy.directory import BrokerRoute
 
@@ -207,7 +207,11 @@ class TopicBridge:
         now_ms = int(time.time() * 1000)
         for q, publishes in per_queue.values():
             accepted = await overflow.admit(self._store, q, publishes) if overflow.rejects(q) else publishes
-            if accepted:
+            if not accepted:
+                continue
+            try:
                 await self._store.send(q, [to_outgoing(p, self.host, expires_at_ms(q, p.properties, now_ms))
                                            for p in accepted])  # fmt: skip
-                await overflow.trim(self._store, self._dead, vhost, q)
+            except QueueGone:  # deleted since the routing: not routed there
+                continue
+            await overflow.trim(self._store, self._dead, vhost, q)

@@ -44,7 +44,7 @@ from proxy.amqp.consumer import Consumer, DeliveryLoop
 from proxy.amqp.deadletter import REJECTED, expires_at_ms
 from proxy.amqp.frames import BODY, HEADER, METHOD, ContentHeader, Frame, content_bytes, decode_header, decode_method
 from proxy.amqp.meta import TOPIC_ARG, BindingMeta, QueueMeta, arguments
-from proxy.amqp.queues import Delivery, Publish, to_outgoing
+from proxy.amqp.queues import Delivery, Publish, QueueGone, to_outgoing
 from proxy.amqp.routing import decode_headers, route
 
 if TYPE_CHECKING:
@@ -560,6 +560,8 @@ class Channel:
                 failed.update((_TOPIC_COPY, id(p)) for p in publishes)
         results = results[: len(items)]
         for (q, publishes), res in zip(items, results, strict=True):
+            if isinstance(res, QueueGone):  # deleted since the routing: not routed there, as in RabbitMQ
+                continue
             if isinstance(res, BaseException):
                 if not isinstance(res, SluiceError):
                     log.error("storing AMQP publishes failed", exc_info=res)

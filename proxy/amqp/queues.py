@@ -15,7 +15,7 @@ import base64
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from broker.client.api import (
@@ -101,9 +101,17 @@ def _ctx(timeout_s: float) -> CallContext:
     return CallContext(deadline=time.monotonic() + timeout_s)
 
 
+class QueueGone(NotFound):
+    """The queue was deleted (the newest metadata has no queue of that number)."""
+
+
 class QueueStore:
-    def __init__(self, broker: Callable[[str], BrokerApi], *, lease_ms: int, call_timeout_s: float) -> None:
+    def __init__(self, broker: Callable[[str], BrokerApi], *, lease_ms: int, call_timeout_s: float,
+                 exists: Callable[[QueueMeta], Awaitable[bool]] | None = None) -> None:  # fmt: skip
+        """`exists`: whether the newest metadata still has the queue, asked before its topic and
+        group are created here (a proxy with a stale copy must not create a deleted queue's again)."""
         self._broker = broker
+        self._exists = exists
         self._invisible_ms = lease_ms
         self._timeout_s = call_timeout_s
         self._ready: set[int] = set()  # queue numbers whose topic and group are known to exist
@@ -114,6 +122,8 @@ class QueueStore:
         is a PRIORITY topic (docs/priority.md): one level queue per priority, the highest read first."""
         if q.id in self._ready:
             return
+        if self._exists is not None and not await self._exists(q):
+            raise QueueGone(f"queue '{q.name}' was deleted")
         api = self._broker(q.broker)
         if q.max_priority is None:
             await api.create_topic(TopicSpec(q.topic, queue_count=1))

@@ -89,8 +89,8 @@ class Gateway:
         self.auth_required = auth_required  # only the security document's users, no guest; their rules apply
         self.authorize: Authorize = authorize or _refuse
         self.meta = MetaStore(self._home, refresh_ms=config.meta_refresh_ms)
-        self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms,
-                                call_timeout_s=config.call_timeout_s)  # fmt: skip
+        self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms, call_timeout_s=config.call_timeout_s,
+                                exists=self._queue_exists)  # fmt: skip
         self.dead = DeadLetters(self.meta, self.store)
         self.expiry = QueueExpiry(self.meta, self.consumer_count, self._queue_removed)
         self.bridge = TopicBridge(self.meta, self.store, self.dead, send=send or _no_send, routes=routes or _no_routes,
@@ -116,6 +116,11 @@ class Gateway:
         return names[0], api
 
     # -- consumers and queues ------------------------------------------------------------------------
+
+    async def _queue_exists(self, queue: QueueMeta) -> bool:
+        """The newest metadata has a queue of this number (in any vhost)."""
+        await self.meta.refresh()
+        return any(q.id == queue.id for v in self.meta.doc.vhosts.values() for q in v.queues.values())
 
     def consumer_count(self, vhost: str, queue: QueueMeta) -> int:
         return self._consumers[(vhost, queue.id)]

@@ -4,19 +4,21 @@ takes for orphans (proxy/amqp/janitor.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import re
+from typing import cast
 
 import pytest
 from pamqp import commands
 
-from broker.client.api import StoredMessage
+from broker.client.api import BrokerApi, StoredMessage
 from common.model import MessageType
 from common.security import Action, Effect, Rule, SecurityDoc, parse_pattern
 from proxy.amqp import access, crossmap, janitor
 from proxy.amqp.codes import NOT_ALLOWED, AmqpError
 from proxy.amqp.meta import MetaDoc, QueueMeta, VhostMeta
-from proxy.amqp.queues import PROP_EXCHANGE, PROP_HEADER, Publish, to_outgoing, with_priority
+from proxy.amqp.queues import PROP_EXCHANGE, PROP_HEADER, Publish, QueueGone, QueueStore, to_outgoing, with_priority
 from proxy.amqp.routing import decode_properties
 
 
@@ -80,3 +82,30 @@ def test_orphans_are_allocated_numbers_of_no_queue() -> None:
                                       "v": VhostMeta(queues={"r": QueueMeta("r", 5, "b")})})  # fmt: skip
     names = ["AMQP_Q2", "AMQP_Q3", "AMQP_Q5", "AMQP_Q10", "AMQP_Q11", "orders", "AMQP_Qx", "AMQP_G2"]
     assert janitor.orphans(doc, names, re.compile(r"^AMQP_Q([0-9]{1,18})$")) == ["AMQP_Q2"]
+
+
+def test_a_stale_proxy_does_not_create_a_deleted_queues_topic() -> None:
+    """QueueStore creates a queue's topic and group only when the newest metadata still has the queue."""
+    created: list[str] = []
+
+    class _Broker:
+        async def create_topic(self, spec: object) -> None:
+            created.append("topic")
+
+        async def create_group(self, spec: object) -> None:
+            created.append("group")
+
+    async def gone(q: QueueMeta) -> bool:
+        return False
+
+    async def there(q: QueueMeta) -> bool:
+        return True
+
+    q = QueueMeta("q", 7, "b")
+    stale = QueueStore(lambda name: cast(BrokerApi, _Broker()), lease_ms=1000, call_timeout_s=1, exists=gone)
+    with pytest.raises(QueueGone):
+        asyncio.run(stale.ensure(q))
+    assert created == []
+    fresh = QueueStore(lambda name: cast(BrokerApi, _Broker()), lease_ms=1000, call_timeout_s=1, exists=there)
+    asyncio.run(fresh.ensure(q))
+    assert created == ["topic", "group"]
