@@ -195,7 +195,12 @@ class TopicBridge:
 
     async def carry(self, vhost: str, exchange: str, messages: list[StoredMessage]) -> None:
         """Store RocketMQ messages in the queues they route to from `exchange` (raises when a
-        queue's broker failed: the caller then does not acknowledge them)."""
+        queue's broker failed: the caller then does not acknowledge them). Routed with the newest
+        metadata, as AMQP publishes are: a binding made through another proxy before the send counts."""
+        try:
+            await self._meta.refresh()
+        except SluiceError as exc:
+            log.debug("AMQP metadata not refreshed before carrying", extra=kv(error=exc.message))
         v = self._meta.doc.vhosts.get(vhost)
         if v is None or exchange not in v.exchanges:
             return
