@@ -4,7 +4,8 @@
   (`publish`, as a RocketMQ message: proxy/amqp/crossmap.py), before its confirm.
 - A RocketMQ send to the topic reaches the exchange's queues: every proxy reads the topic with
   the exchange's bridge group (`AMQP_X<hash>`, in the vhost's namespace, created when the
-  exchange is declared, from the latest message), with a filter that skips what AMQP published
+  exchange is declared, reading what is stored from then on: a broker the topic's route gains
+  later gets the group with the same start), with a filter that skips what AMQP published
   (its queues got it at publish time), routes each message through the exchange's bindings,
   stores it in the queues it reaches and then acknowledges it. A message is so carried at least
   once: a proxy that dies between the store and the ack leaves it to be carried again.
@@ -23,6 +24,7 @@ from broker.client import receipt
 from broker.client.api import (
     BrokerApi,
     CallContext,
+    ConsumeFrom,
     FilterKind,
     FilterSpec,
     GroupSpec,
@@ -65,6 +67,11 @@ def cluster_group(vhost: str, exchange: str) -> str:
     return names.wrap(namespace_of(vhost), bridge_group(vhost, exchange))
 
 
+def _group_spec(group: str, start_ms: int) -> GroupSpec:
+    """A bridge group reading what was stored from `start_ms` on (the exchange's declare)."""
+    return GroupSpec(group, consume_from=ConsumeFrom.TIMESTAMP, consume_from_timestamp_ms=start_ms)
+
+
 class TopicBridge:
     def __init__(
         self, meta: MetaStore, store: QueueStore, dead: DeadLetters, *, send: Send, routes: Routes,
@@ -79,6 +86,7 @@ class TopicBridge:
         self._pop_anywhere = pop_anywhere
         self._timeout_s = call_timeout_s
         self._carriers: dict[tuple[str, str, str], asyncio.Task[None]] = {}  # (vhost, exchange, topic) -> task
+        self._grouped: set[tuple[str, str]] = set()  # (broker, bridge group) known to exist
         self.host = "amqp-bridge"
 
     def _ctx(self) -> CallContext:
@@ -97,13 +105,33 @@ class TopicBridge:
         if not routes:
             raise AmqpError(NOT_FOUND, f"no RocketMQ topic '{topic}' in the namespace of vhost '{vhost}' for "
                             f"exchange '{exchange}' (create it first: sluice admin topic create)")  # fmt: skip
-        group = cluster_group(vhost, exchange)
+        spec = _group_spec(cluster_group(vhost, exchange), int(time.time() * 1000))
         for name in sorted({r.broker for r in routes}):
-            api = self._broker(name)
-            try:
-                await api.get_group(group)
-            except NotFound:
-                await api.create_group(GroupSpec(group))
+            await self._ensure_group(name, spec)
+
+    async def _ensure_group(self, broker: str, spec: GroupSpec) -> None:
+        """The bridge group on `broker`: the one there, else `spec` created there."""
+        api = self._broker(broker)
+        try:
+            await api.get_group(spec.name)
+        except NotFound:
+            await api.create_group(spec)
+        self._grouped.add((broker, spec.name))
+
+    async def _group_on(self, brokers: list[str], group: str) -> None:
+        """The bridge group on every broker of the topic's route: a broker the route did not name
+        when the exchange was declared gets the same start time as the others (so it skips nothing
+        sent since the declare), or now when no broker has it."""
+        missing = [b for b in brokers if (b, group) not in self._grouped]
+        if not missing:
+            return
+        start_ms = int(time.time() * 1000)
+        for b in brokers:
+            with contextlib.suppress(NotFound):
+                info = await self._broker(b).get_group(group)
+                start_ms = min(start_ms, info.spec.consume_from_timestamp_ms or info.created_ms)
+        for b in missing:
+            await self._ensure_group(b, _group_spec(group, start_ms))
 
     async def forget(self, vhost: str, exchange: ExchangeMeta) -> None:
         """After a mapped exchange was deleted: its bridge group goes (a new exchange of that name
@@ -114,6 +142,7 @@ class TopicBridge:
         try:
             routes = await self._routes(cluster_topic(vhost, exchange.topic))
             for name in sorted({r.broker for r in routes}):
+                self._grouped.discard((name, group))
                 with contextlib.suppress(NotFound):
                     await self._broker(name).delete_group(group)
         except SluiceError as exc:
@@ -180,8 +209,8 @@ class TopicBridge:
         if not brokers:
             await asyncio.sleep(_RETRY_S)
             return
-        request = PopRequest(group, topic, None, _POP_MAX, _INVISIBLE_MS, _NOT_FROM_AMQP, _LONG_POLL_MS,
-                             auto_create_group=True)  # fmt: skip
+        await self._group_on(brokers, group)
+        request = PopRequest(group, topic, None, _POP_MAX, _INVISIBLE_MS, _NOT_FROM_AMQP, _LONG_POLL_MS)
         ctx = CallContext(deadline=time.monotonic() + _LONG_POLL_MS / 1000 + self._timeout_s)
         got = await self._pop_anywhere(brokers, request, ctx)
         if not got:
