@@ -555,8 +555,11 @@ class PopEngine:
         out = []
         for topic in sorted(seen):
             spec = self._meta.topics.get(topic)
-            queue_count = spec.queue_count if spec is not None else 0
-            queues = sorted(seen[topic] | set(range(queue_count)))
+            if spec is None:
+                held: list[int] = []
+            else:  # a priority topic's messages are in its level queues (docs/priority.md)
+                held = priority.pop_queues(spec) if priority.is_priority(spec) else list(range(spec.queue_count))
+            queues = sorted(seen[topic] | set(held))
             for qid in queues:
                 cursor = self.cursor(group, topic, qid)
                 pending = self._state.first_pending_offset(g, topic, qid)

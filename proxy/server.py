@@ -15,11 +15,13 @@ from collections.abc import Callable
 
 import grpc
 
+from broker.client.api import CallContext, PopRequest, StoredMessage
 from common.errors import Unavailable
 from common.logs import kv
 from proxy.amqp.server import Gateway
 from proxy.app import ProxyApp
 from proxy.config import TlsConfig
+from proxy.core.gather import pop_anywhere
 from proxy.grpc.edge import Edge
 from proxy.grpc.servicer import MessagingServicer
 
@@ -101,8 +103,15 @@ async def serve_proxy(
 async def _start_amqp(app: ProxyApp) -> Gateway:
     """The AMQP gateway of this proxy (docs/amqp.md), listening on the proxy's host."""
     cfg = app.config
-    gateway = Gateway(cfg.amqp, broker=app.directory.broker, broker_names=app.directory.broker_names,
-                      security=lambda: app.policy.doc, auth_required=cfg.auth.enabled)  # fmt: skip
+    directory = app.directory
+
+    async def pops(brokers: list[str], request: PopRequest, ctx: CallContext) -> list[StoredMessage]:
+        return await pop_anywhere(directory, brokers, request, ctx=ctx)
+
+    gateway = Gateway(cfg.amqp, broker=directory.broker, broker_names=directory.broker_names,
+                      security=lambda: app.policy.doc, auth_required=cfg.auth.enabled, send=app.producer.send,
+                      routes=directory.route, pop_anywhere=pops, authorize=app.access.authorize,
+                      client_report_s=cfg.client_report_s)  # fmt: skip
     await gateway.start(cfg.host, reuse_port=cfg.reuse_port or cfg.amqp.reuse_port)
     app.client_reporter.add_source(gateway.connected_clients)
     return gateway

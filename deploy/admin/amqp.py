@@ -1,4 +1,5 @@
-"""`sluice admin amqp exchanges|queues|bindings|connections|channels`: the AMQP gateway's metadata (docs/amqp.md).
+"""`sluice admin amqp vhosts|exchanges|queues|bindings|connections|channels`: the AMQP gateway's metadata
+(docs/amqp.md).
 
 The document is read from the metadata home broker, the first registered broker by name (the
 proxies' rule, proxy/amqp/server.py); each queue's counts come from its broker's group status
@@ -14,14 +15,15 @@ from typing import Any
 
 from broker.client.api import ConnectedClient
 from common.errors import NotFound, Unavailable
+from common.security import Effect, SecurityDoc
 from deploy.admin.clients import connected_clients
 from deploy.admin.cluster import Cluster
 from deploy.admin.output import Report, format_time_ms
-from proxy.amqp.meta import AMQP_CLIENT_TYPE, BUILTIN_EXCHANGES, MetaDoc, QueueMeta, decode
+from proxy.amqp.meta import AMQP_CLIENT_TYPE, BUILTIN_EXCHANGES, DEFAULT_VHOST, MetaDoc, QueueMeta, decode
 
 EXCHANGE_COLUMNS = ["vhost", "name", "type", "durable", "auto_delete", "internal", "arguments"]
-QUEUE_COLUMNS = ["vhost", "name", "ready", "unacked", "durable", "exclusive", "auto_delete", "topic", "broker",
-                 "arguments"]  # fmt: skip
+QUEUE_COLUMNS = ["vhost", "name", "ready", "unacked", "consumers", "durable", "exclusive", "auto_delete", "topic",
+                 "broker", "arguments"]  # fmt: skip
 BINDING_COLUMNS = ["vhost", "source", "destination", "destination_type", "routing_key", "arguments"]
 
 
@@ -32,6 +34,28 @@ async def metadata(cluster: Cluster) -> MetaDoc:
     home = brokers[0]
     version, data = await cluster.broker(home.broker_name, home.address).get_amqp_meta(0)
     return decode(version, data)
+
+
+VHOST_COLUMNS = ["vhost", "namespace", "exchanges", "queues", "bindings", "users"]
+
+
+def list_vhosts(doc: MetaDoc, security: SecurityDoc) -> Report:
+    """Every vhost: those of the metadata, `/`, and the namespaces of access rules (each namespace
+    is a vhost); its own exchanges, queues, bindings, and the users with an allow rule in it
+    (who may open it when the proxies require authentication)."""
+    users: dict[str, set[str]] = {}
+    for r in security.rules:
+        if r.effect is Effect.ALLOW:
+            users.setdefault(r.namespace, set()).add(r.access_key)
+    names = {DEFAULT_VHOST, *doc.vhosts, *(ns or DEFAULT_VHOST for ns in users)}
+    rows: list[dict[str, Any]] = []
+    for name in sorted(names):
+        v = doc.vhosts.get(name)
+        ns = "" if name == DEFAULT_VHOST else name
+        rows.append({"vhost": name, "namespace": ns or "(default)", "exchanges": len(v.exchanges) if v else 0,
+                     "queues": len(v.queues) if v else 0, "bindings": len(v.bindings) if v else 0,
+                     "users": ",".join(sorted(users.get(ns, ())))})  # fmt: skip
+    return Report(VHOST_COLUMNS, rows, note=f"{len(rows)} vhost(s), metadata version {doc.version}")
 
 
 async def list_exchanges(cluster: Cluster, vhost: str | None) -> Report:
@@ -59,12 +83,25 @@ async def _counts(cluster: Cluster, address: str, q: QueueMeta) -> tuple[int, in
     return sum(s.ready for s in mine), sum(s.in_flight - s.due for s in mine)
 
 
-async def list_queues(cluster: Cluster, vhost: str | None) -> Report:
+async def consumer_counts(cluster: Cluster, vhost: str | None) -> dict[tuple[str, str], int]:
+    """(vhost, queue) -> consumers, as the proxies last reported their AMQP channels."""
+    counts: dict[tuple[str, str], int] = {}
+    for _, detail in await _connections(cluster, vhost):
+        for ch in detail.get("channels") or []:
+            for queue in (ch.get("queues") or []) if isinstance(ch, dict) else []:
+                key = (str(detail.get("vhost", "")), str(queue))
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+async def list_queues(
+    cluster: Cluster, vhost: str | None, consumers: dict[tuple[str, str], int] | None = None
+) -> Report:
     """The queues with their counts. The document and the counts are not read at one instant: a
     queue whose group is missing is looked up again in a newer document, and left out when that
     no longer holds it (it was deleted meanwhile: a proxy removes the metadata entry first, then
     the group and topic); when it still holds it (declared, group not created yet) its counts
-    are unknown."""
+    are unknown. `consumers`: the consumer counts (`consumer_counts`), else the column is empty."""
     doc = await metadata(cluster)
     addresses = {b.broker_name: b.address for b in await cluster.brokers()}
     listed = [(name, q) for name, v in sorted(doc.vhosts.items()) if vhost is None or name == vhost
@@ -79,7 +116,8 @@ async def list_queues(cluster: Cluster, vhost: str | None) -> Report:
     rows: list[dict[str, Any]] = []
     for name, q in listed:
         ready, unacked = counts[(name, q.id)] or (None, None)
-        rows.append({"vhost": name, "name": q.name, "ready": ready, "unacked": unacked, "durable": q.durable,
+        rows.append({"vhost": name, "name": q.name, "ready": ready, "unacked": unacked,
+                     "consumers": None if consumers is None else consumers.get((name, q.name), 0), "durable": q.durable,
                      "exclusive": bool(q.exclusive_owner), "auto_delete": q.auto_delete, "topic": q.topic,
                      "broker": q.broker, "arguments": q.arguments})  # fmt: skip
     return Report(QUEUE_COLUMNS, rows, note=f"{len(rows)} queue(s), metadata version {doc.version}")

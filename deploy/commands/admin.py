@@ -29,7 +29,7 @@
     acl grant ACCESS_KEY --resource topic:NAME|group:NAME|topic:PREFIX*|* --actions PUB,SUB,ADMIN [--deny]
     acl revoke ACCESS_KEY --resource R [--actions A] | acl list [ACCESS_KEY]
     limit set [--topic T | --group G] [--messages-per-s N] [--bytes-per-s N] | limit delete [...] | limit list
-    amqp exchanges | amqp queues | amqp bindings [--vhost V]    (the AMQP gateway's metadata, docs/amqp.md)
+    amqp vhosts | amqp exchanges | amqp queues | amqp bindings [--vhost V]  (the AMQP gateway's metadata, docs/amqp.md)
 
 `--namespace NS` puts topic, group, message, acl and limit commands in namespace NS (topic `t` of
 namespace `NS` is the cluster-wide topic `NS%t`).
@@ -371,6 +371,7 @@ def _add_client(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser
 def _add_amqp(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listings: list[tuple[str, Action, str]] = [
+        ("vhosts", _amqp_vhosts, "AMQP vhosts (Sluice namespaces): exchanges, queues, bindings, users allowed"),
         ("exchanges", _amqp_exchanges, "AMQP exchanges (built-in ones too) per vhost"),
         ("queues", _amqp_queues, "AMQP queues: ready and unacked messages, flags, topic"),
         ("bindings", _amqp_bindings, "AMQP bindings: source, destination, routing key"),
@@ -378,7 +379,9 @@ def _add_amqp(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) 
         ("channels", _amqp_channels, "AMQP channels of every proxy: consumers, unacked, prefetch, confirm, tx"),
     ]
     for name, run, text in listings:
-        _leaf(actions, name, shared, run, text).add_argument("--vhost", metavar="V", help="only this vhost")
+        leaf = _leaf(actions, name, shared, run, text)
+        if name != "vhosts":
+            leaf.add_argument("--vhost", metavar="V", help="only this vhost")
 
 
 def _add_nameserver(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
@@ -481,12 +484,16 @@ async def _group_reset_offset(cluster: Cluster, args: argparse.Namespace) -> Rep
                                        broker=args.broker, dry_run=args.dry_run)  # fmt: skip
 
 
+async def _amqp_vhosts(cluster: Cluster, args: argparse.Namespace) -> Report:
+    return amqp.list_vhosts(await amqp.metadata(cluster), await security.read(cluster))
+
+
 async def _amqp_exchanges(cluster: Cluster, args: argparse.Namespace) -> Report:
     return await amqp.list_exchanges(cluster, args.vhost)
 
 
 async def _amqp_queues(cluster: Cluster, args: argparse.Namespace) -> Report:
-    return await amqp.list_queues(cluster, args.vhost)
+    return await amqp.list_queues(cluster, args.vhost, await amqp.consumer_counts(cluster, args.vhost))
 
 
 async def _amqp_bindings(cluster: Cluster, args: argparse.Namespace) -> Report:

@@ -69,7 +69,15 @@ def session_of(request: web.Request) -> Session:
 
 
 def build_app(config: ConsoleConfig, cluster: Cluster, navigation: NavigationClient | None = None) -> web.Application:
-    from deploy.console import pages_access, pages_cluster, pages_dlq, pages_groups, pages_messages, pages_topics
+    from deploy.console import (
+        pages_access,
+        pages_amqp,
+        pages_cluster,
+        pages_dlq,
+        pages_groups,
+        pages_messages,
+        pages_topics,
+    )
 
     app = web.Application(middlewares=[_sessions, _errors, _guard], client_max_size=1024 * 1024)
     env = jinja2.Environment(
@@ -100,7 +108,7 @@ def build_app(config: ConsoleConfig, cluster: Cluster, navigation: NavigationCli
 
     app.on_cleanup.append(close_plots)
     app.router.add_static("/static/", HERE / "static")
-    for module in (pages_cluster, pages_topics, pages_groups, pages_messages, pages_dlq, pages_access):
+    for module in (pages_cluster, pages_topics, pages_groups, pages_messages, pages_dlq, pages_amqp, pages_access):
         module.add_routes(app.router)
     return app
 

@@ -53,7 +53,8 @@ LABELS = {
 _UNITS = (("_per_s", "/s"), ("_bytes", "bytes"), ("_pct", "%"), ("_ms", "ms"), ("_s", "s"))
 
 # Free text: these columns may wrap; all others stay on one line.
-PROSE = frozenset({"error", "body", "detail", "tiering", "topics", "rules", "note", "endpoints", "resource"})
+PROSE = frozenset({"error", "body", "detail", "tiering", "topics", "rules", "note", "endpoints", "resource",
+                   "arguments"})  # fmt: skip
 
 
 def heading(key: str) -> str:

@@ -24,6 +24,7 @@ from pamqp import base, commands
 from common.errors import NotFound, SluiceError
 from common.logs import kv
 from proxy.amqp import overflow, topology
+from proxy.amqp.access import CONFIGURE, READ, WRITE
 from proxy.amqp.codes import (
     ACCESS_REFUSED,
     CHANNEL_ERROR,
@@ -56,8 +57,8 @@ from proxy.amqp.frames import (
     fast_publish,
     publish_method,
 )
-from proxy.amqp.meta import BindingMeta, QueueMeta, arguments
-from proxy.amqp.queues import Delivery, Publish, to_outgoing
+from proxy.amqp.meta import TOPIC_ARG, BindingMeta, QueueMeta, arguments
+from proxy.amqp.queues import Delivery, Publish, QueueGone, to_outgoing
 from proxy.amqp.routing import decode_headers, route
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ log = logging.getLogger("sluice.proxy.amqp")
 
 _PUBLISH_BATCH = 256  # publishes one broker round of a channel takes at most
 ACK, REQUEUE, REJECT = "ack", "requeue", "reject"  # how an unacked delivery is settled
+_TOPIC_COPY = 0  # the "queue number" of a publish's copy in its exchange's topic, in `_store_batch`'s failures
 _GET_SCREENS = 100  # basic.get: pops of expired or over-limit messages before it answers get-empty
 
 
@@ -84,6 +86,7 @@ class _Routed:
     publish: Publish
     mandatory: bool
     queues: tuple[QueueMeta, ...] = ()  # set by the publisher, from the metadata as it is then
+    topic: str | None = None  # the RocketMQ topic the exchange maps to (set with `queues`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +103,8 @@ class Channel:
         """What `sluice admin amqp channels` shows of this channel."""
         return {"channel": self.number, "consumers": len(self._consumers), "unacked": len(self._unacked),
                 "prefetch": self._prefetch_consumer, "global_prefetch": self._prefetch_channel,
-                "confirm": self._confirm, "transactional": self._tx}  # fmt: skip
+                "confirm": self._confirm, "transactional": self._tx,
+                "queues": sorted(c.queue.name for c in list(self._consumers.values()))}  # fmt: skip
 
     def __init__(self, conn: Connection, number: int) -> None:
         self.conn = conn
@@ -285,19 +289,28 @@ class Channel:
             await self.gw.meta.refresh()
             topology.declare_exchange(self.gw.meta.doc, vhost, d)
         else:
+            self.conn.perms.exchange(CONFIGURE, d.name)
+            topic = d.arguments.get(TOPIC_ARG)
+            if isinstance(topic, str) and topology.valid_topic(topic):  # mapped: the topic must exist
+                await self.gw.bridge.prepare(vhost, d.name, topic)
             await self.gw.meta.change(lambda doc: topology.declare_exchange(doc, vhost, d))
         if not m.nowait:
             self.send(commands.Exchange.DeclareOk())
 
     async def _exchange_delete(self, m: commands.Exchange.Delete) -> None:
         vhost = self.conn.vhost
-        await self.gw.meta.change(lambda doc: topology.delete_exchange(doc, vhost, m.exchange, m.if_unused))
+        self.conn.perms.exchange(CONFIGURE, m.exchange)
+        removed = await self.gw.meta.change(lambda doc: topology.delete_exchange(doc, vhost, m.exchange, m.if_unused))
+        if removed is not None:
+            await self.gw.bridge.forget(vhost, removed)
         if not m.nowait:
             self.send(commands.Exchange.DeleteOk())
 
     async def _exchange_bind(self, m: commands.Exchange.Bind) -> None:
         b = BindingMeta(m.source, m.destination, m.routing_key, arguments(m.arguments), to_exchange=True)
         vhost, owner = self.conn.vhost, self.conn.id
+        self.conn.perms.exchange(WRITE, m.destination)
+        self.conn.perms.exchange(READ, m.source)
         await self.gw.meta.change(lambda doc: topology.bind(doc, vhost, b, owner))
         if not m.nowait:
             self.send(commands.Exchange.BindOk())
@@ -305,6 +318,8 @@ class Channel:
     async def _exchange_unbind(self, m: commands.Exchange.Unbind) -> None:
         b = BindingMeta(m.source, m.destination, m.routing_key, arguments(m.arguments), to_exchange=True)
         vhost, owner = self.conn.vhost, self.conn.id
+        self.conn.perms.exchange(WRITE, m.destination)
+        self.conn.perms.exchange(READ, m.source)
         await self.gw.meta.change(lambda doc: topology.unbind(doc, vhost, b, owner))
         if not m.nowait:
             self.send(commands.Exchange.UnbindOk())
@@ -316,6 +331,8 @@ class Channel:
         vhost, owner = self.conn.vhost, self.conn.id
         if m.passive:
             await self.gw.meta.refresh()
+        else:
+            self.conn.perms.queue(CONFIGURE, name)
         home = self.gw.meta.home_broker()
         now_ms = int(time.time() * 1000)
         queue = await self.gw.meta.change(lambda doc: topology.declare_queue(doc, vhost, d, owner, home, now_ms))
@@ -343,6 +360,8 @@ class Channel:
     async def _queue_bind(self, m: commands.Queue.Bind) -> None:
         b = BindingMeta(m.exchange, m.queue, m.routing_key, arguments(m.arguments))
         vhost, owner = self.conn.vhost, self.conn.id
+        self.conn.perms.queue(WRITE, m.queue)
+        self.conn.perms.exchange(READ, m.exchange)
         await self.gw.meta.change(lambda doc: topology.bind(doc, vhost, b, owner))
         if not m.nowait:
             self.send(commands.Queue.BindOk())
@@ -350,10 +369,13 @@ class Channel:
     async def _queue_unbind(self, m: commands.Queue.Unbind) -> None:
         b = BindingMeta(m.exchange, m.queue, m.routing_key, arguments(m.arguments))
         vhost, owner = self.conn.vhost, self.conn.id
+        self.conn.perms.queue(WRITE, m.queue)
+        self.conn.perms.exchange(READ, m.exchange)
         await self.gw.meta.change(lambda doc: topology.unbind(doc, vhost, b, owner))
         self.send(commands.Queue.UnbindOk())
 
     async def _queue_purge(self, m: commands.Queue.Purge) -> None:
+        self.conn.perms.queue(READ, m.queue)
         queue = await self._find_queue(m.queue)
         await self._settled()
         count = await self.gw.store.purge(queue)
@@ -362,6 +384,7 @@ class Channel:
 
     async def _queue_delete(self, m: commands.Queue.Delete) -> None:
         vhost = self.conn.vhost
+        self.conn.perms.queue(CONFIGURE, m.queue)
         try:
             queue = await self._find_queue(m.queue)
         except AmqpError as exc:
@@ -434,6 +457,7 @@ class Channel:
         await self._publish(publish_method(m))
 
     async def _publish(self, m: PublishMethod) -> None:
+        self.conn.perms.exchange(WRITE, m.exchange)
         kind = self.gw.meta.doc.vhost(self.conn.vhost).exchange_type(m.exchange)
         if kind is None:
             await self.gw.meta.refresh()
@@ -478,9 +502,12 @@ class Channel:
                 self.conn.release(sum(len(r.publish.body) for r in batch))
             acks: list[tuple[int, bool]] = []
             for r in batch:
-                if not r.queues and r.mandatory:
+                if not r.queues and r.topic is None and r.mandatory:
                     self._return(r.publish)
-                stored = not any((q.id, id(r.publish)) in failed for q in r.queues)
+                stored = (
+                    not any((q.id, id(r.publish)) in failed for q in r.queues)
+                    and (_TOPIC_COPY, id(r.publish)) not in failed
+                )
                 if r.seq:
                     acks.append((r.seq, stored))
                 self._tx_failed |= not stored
@@ -518,14 +545,20 @@ class Channel:
             r.queues = tuple(
                 route(vhost, r.publish.exchange, r.publish.routing_key, partial(decode_headers, r.publish.properties))
             )
+            if vhost.exchanges:
+                exchange = vhost.exchanges.get(r.publish.exchange)
+                r.topic = None if exchange is None else exchange.topic
 
     async def _store_batch(self, batch: list[_Routed]) -> set[tuple[int, int]]:
         """Store every routed publish, one send per queue; (queue number, id of the publish) of
         those not stored (the queue's broker failed, or a full reject-publish queue refused it)."""
         per_queue: dict[int, tuple[QueueMeta, list[Publish]]] = {}
+        per_topic: dict[str, list[Publish]] = {}
         for r in batch:
             for q in r.queues:
                 per_queue.setdefault(q.id, (q, []))[1].append(r.publish)
+            if r.topic is not None:
+                per_topic.setdefault(r.topic, []).append(r.publish)
         host = self.conn.peer
         now_ms = int(time.time() * 1000)
 
@@ -539,9 +572,21 @@ class Channel:
                 await self.gw.store.send(q, outgoing)
                 await overflow.trim(self.gw.store, self.gw.dead, self.conn.vhost, q)
 
+        async def topic_copy(topic: str, publishes: list[Publish]) -> None:
+            stored = await self.gw.bridge.publish(self.conn.vhost, topic, publishes, host)
+            failed.update((_TOPIC_COPY, id(p)) for p, ok in zip(publishes, stored, strict=True) if not ok)
+
         items = list(per_queue.values())
-        results = await asyncio.gather(*(one(q, ps) for q, ps in items), return_exceptions=True)
+        copies = [topic_copy(t, ps) for t, ps in per_topic.items()]
+        results = await asyncio.gather(*(one(q, ps) for q, ps in items), *copies, return_exceptions=True)
+        for res, (topic, publishes) in zip(results[len(items) :], per_topic.items(), strict=True):
+            if isinstance(res, BaseException):
+                log.warning("AMQP publishes not stored in their mapped topic", extra=kv(topic=topic, error=str(res)))
+                failed.update((_TOPIC_COPY, id(p)) for p in publishes)
+        results = results[: len(items)]
         for (q, publishes), res in zip(items, results, strict=True):
+            if isinstance(res, QueueGone):  # deleted since the routing: not routed there, as in RabbitMQ
+                continue
             if isinstance(res, BaseException):
                 if not isinstance(res, SluiceError):
                     log.error("storing AMQP publishes failed", exc_info=res)
@@ -571,6 +616,7 @@ class Channel:
         return min(limits)
 
     async def _consume(self, m: commands.Basic.Consume) -> None:
+        self.conn.perms.queue(READ, m.queue)
         queue = await self._find_queue(m.queue)
         tag = m.consumer_tag or f"amq.ctag-{secrets.token_urlsafe(16)}"
         if tag in self._consumers:
@@ -623,6 +669,7 @@ class Channel:
             self.send(commands.Basic.CancelOk(consumer_tag=m.consumer_tag))
 
     async def _get(self, m: commands.Basic.Get) -> None:
+        self.conn.perms.queue(READ, m.queue)
         queue = await self._find_queue(m.queue)
         await self.gw.expiry.used(self.conn.vhost, queue)
         await self._settled()

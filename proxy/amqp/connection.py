@@ -20,7 +20,8 @@ from pamqp import base, commands
 from common.errors import SluiceError
 from common.logs import kv
 from common.version import sluice_version
-from proxy.amqp import auth
+from proxy.amqp import access, auth
+from proxy.amqp.access import Permissions
 from proxy.amqp.channel import Channel, close_method
 from proxy.amqp.codes import (
     ACCESS_REFUSED,
@@ -48,6 +49,7 @@ from proxy.amqp.frames import (
     method_bytes,
     read_frame,
 )
+from proxy.amqp.meta import DEFAULT_VHOST
 
 if TYPE_CHECKING:
     from proxy.amqp.server import Gateway
@@ -81,6 +83,7 @@ class Connection:
         self.peer = f"{peer[0]}:{peer[1]}"
         self.vhost = "/"
         self.user = ""
+        self.perms = Permissions(None, "", "/")  # set at connection.open
         self.client = ("", "")  # (product, version) from the client's properties
         self.opened_ms = int(time.time() * 1000)
         self.frame_max = gw.config.frame_max_bytes
@@ -212,7 +215,13 @@ class Connection:
         self.channel_max = min(tune_ok.channel_max or cfg.channel_max, cfg.channel_max)
         self.heartbeat_s = tune_ok.heartbeat
         opened = await self._expect(commands.Connection.Open)
-        self.vhost = opened.virtual_host or "/"
+        vhost = opened.virtual_host or DEFAULT_VHOST
+        access.namespace(vhost)  # 530 when the vhost names no namespace
+        if self.gw.auth_required and not access.may_use_vhost(self.gw.security(), self.user, vhost):
+            raise AmqpError(NOT_ALLOWED, f"access to vhost '{vhost}' refused for user '{self.user}'",
+                            (10, 40))  # fmt: skip
+        self.vhost = vhost
+        self.perms = Permissions(self.gw.authorize if self.gw.auth_required else None, self.user, vhost)
         self.send_method(0, commands.Connection.OpenOk())
         log.info("AMQP connection opened", extra=kv(connection=self.id, peer=self.peer, user=self.user,
                                                     vhost=self.vhost))  # fmt: skip

@@ -23,27 +23,17 @@ import struct
 import time
 from typing import Any
 
-from pamqp import commands, header
-
 from common.errors import SluiceError
 from common.logs import kv
 from proxy.amqp.meta import QueueMeta
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import Delivery, Publish, QueueStore, to_outgoing
-from proxy.amqp.routing import route
+from proxy.amqp.routing import decode_properties, route
 
 log = logging.getLogger("sluice.proxy.amqp")
 
 EXPIRATION_FLAG = 0x0100  # the `expiration` bit of a content header's property flags
 EXPIRED, REJECTED, DELIVERY_LIMIT = "expired", "rejected", "delivery_limit"
-
-
-def decode_properties(raw: bytes) -> commands.Basic.Properties:
-    props = commands.Basic.Properties()
-    if raw:
-        offset, flags = header.ContentHeader._get_flags(raw)
-        props.unmarshal(flags, raw[offset:])
-    return props
 
 
 def message_ttl_ms(raw: bytes) -> int | None:

@@ -9,6 +9,7 @@ The built-in exchanges (the default one and `amq.*`) are implied in every vhost,
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -25,6 +26,14 @@ BUILTIN_EXCHANGES = {"": DIRECT, "amq.direct": DIRECT, "amq.fanout": FANOUT, "am
 Args = dict[str, Any]
 
 AMQP_CLIENT_TYPE = "AMQP"  # an AMQP connection's client type in the proxies' client reports
+TOPIC_ARG = "x-sluice-topic"  # an exchange argument: the RocketMQ topic the exchange maps to (crossmap.py)
+DEFAULT_VHOST = "/"
+
+
+def namespace_of(vhost: str) -> str:
+    """The Sluice namespace of a vhost: `/` is the default namespace, any other vhost the
+    namespace of its name (docs/amqp.md)."""
+    return "" if vhost == DEFAULT_VHOST else vhost
 
 
 def jsonable(value: object) -> object:
@@ -54,6 +63,19 @@ class ExchangeMeta:
     auto_delete: bool = False
     internal: bool = False
     arguments: Args = field(default_factory=dict)
+
+    @property
+    def topic(self) -> str | None:
+        """The RocketMQ topic (short name, in the vhost's namespace) it maps to; None: not mapped."""
+        value = self.arguments.get(TOPIC_ARG)
+        return value if isinstance(value, str) and value else None
+
+
+def bridge_group(vhost: str, exchange: str) -> str:
+    """The consumer group that carries a mapped topic's RocketMQ sends to the exchange's queues
+    (in the vhost's namespace, as the topic)."""
+    digest = hashlib.sha1(f"{vhost}\0{exchange}".encode()).hexdigest()[:20]
+    return f"AMQP_X{digest}"
 
 
 @dataclass(frozen=True)
@@ -87,6 +109,11 @@ class QueueMeta:
     def overflow(self) -> str:
         value = self.arguments.get("x-overflow")
         return value if isinstance(value, str) else "drop-head"
+
+    @property
+    def max_priority(self) -> int | None:
+        """x-max-priority: a priority queue (higher priorities delivered first); None: not one."""
+        return self._int_arg("x-max-priority")
 
     @property
     def expires_ms(self) -> int | None:

@@ -15,8 +15,8 @@ import base64
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from broker.client.api import (
@@ -32,8 +32,10 @@ from broker.client.api import (
     TopicSpec,
 )
 from common.errors import NotFound
+from common.model import SYSPROP_PRIORITY, MessageType
 from proxy.amqp.meta import QueueMeta
 from proxy.amqp.queuemetrics import QueueMetrics
+from proxy.amqp.routing import decode_properties
 
 # User properties of a stored AMQP message (docs/amqp.md): where it was published and its content
 # header's property bytes as the client sent them (base64), handed back unchanged on delivery.
@@ -43,6 +45,8 @@ PROP_HEADER = "AMQP_PROPERTIES"
 PROP_EXPIRES_AT = "AMQP_EXPIRES_AT"  # epoch ms after which the copy is not delivered (proxy/amqp/deadletter.py)
 _MAX_ATTEMPTS = 1000  # the most a group allows; requeued this often, a message goes to %DLQ%AMQP_G<n>
 _POP_MAX = 32
+_PRIORITY_ONLY = frozenset({MessageType.PRIORITY})
+MAX_PRIORITY_LIMIT = 99  # the most priority levels a broker's PRIORITY topic has (docs/priority.md)
 _CALL_MARGIN_S = 5.0
 
 
@@ -85,6 +89,16 @@ def to_delivery(m: StoredMessage) -> Delivery:
                     int(expires) if expires.isdigit() else 0)  # fmt: skip
 
 
+def with_priority(m: OutgoingMessage, max_priority: int) -> OutgoingMessage:
+    """The message as a PRIORITY message: its AMQP `priority` (0 when it has none) capped at the
+    queue's x-max-priority and the broker's limit, as RabbitMQ caps it."""
+    raw = m.properties.get(PROP_HEADER, "")
+    value = decode_properties(base64.b64decode(raw)).priority if raw else None
+    level = min(value if isinstance(value, int) else 0, max_priority, MAX_PRIORITY_LIMIT)
+    return replace(m, message_type=MessageType.PRIORITY,
+                   system_properties={**m.system_properties, SYSPROP_PRIORITY: str(level)})  # fmt: skip
+
+
 def _ctx(timeout_s: float) -> CallContext:
     return CallContext(deadline=time.monotonic() + timeout_s)
 
@@ -93,20 +107,35 @@ class QueueBroker(MessagingApi, AdminApi, Protocol):
     """What an AMQP queue needs of its broker: messaging, and its topic and group kept (admin)."""
 
 
+class QueueGone(NotFound):
+    """The queue was deleted (the newest metadata has no queue of that number)."""
+
+
 class QueueStore:
-    def __init__(self, broker: Callable[[str], QueueBroker], *, lease_ms: int, call_timeout_s: float) -> None:
+    def __init__(self, broker: Callable[[str], QueueBroker], *, lease_ms: int, call_timeout_s: float,
+                 exists: Callable[[QueueMeta], Awaitable[bool]] | None = None) -> None:  # fmt: skip
+        """`exists`: whether the newest metadata still has the queue, asked before its topic and
+        group are created here (a proxy with a stale copy must not create a deleted queue's again)."""
         self._broker = broker
+        self._exists = exists
         self._invisible_ms = lease_ms
         self._timeout_s = call_timeout_s
         self._ready: set[int] = set()  # queue numbers whose topic and group are known to exist
         self.metrics = QueueMetrics()
 
     async def ensure(self, q: QueueMeta) -> None:
-        """Create the queue's topic and group on its broker (idempotent)."""
+        """Create the queue's topic and group on its broker (idempotent). A priority queue's topic
+        is a PRIORITY topic (docs/priority.md): one level queue per priority, the highest read first."""
         if q.id in self._ready:
             return
+        if self._exists is not None and not await self._exists(q):
+            raise QueueGone(f"queue '{q.name}' was deleted")
         api = self._broker(q.broker)
-        await api.create_topic(TopicSpec(q.topic, queue_count=1))
+        if q.max_priority is None:
+            await api.create_topic(TopicSpec(q.topic, queue_count=1))
+        else:
+            await api.create_topic(TopicSpec(q.topic, queue_count=1, message_types=_PRIORITY_ONLY,
+                                             max_priority=min(q.max_priority, MAX_PRIORITY_LIMIT)))  # fmt: skip
         await api.create_group(
             GroupSpec(q.group, max_delivery_attempts=_MAX_ATTEMPTS, consume_from=ConsumeFrom.EARLIEST)
         )
@@ -116,6 +145,8 @@ class QueueStore:
 
     async def send(self, q: QueueMeta, messages: list[OutgoingMessage]) -> list[SendResult]:
         await self.ensure(q)
+        if q.max_priority is not None:
+            messages = [with_priority(m, q.max_priority) for m in messages]
         results = await self._broker(q.broker).send(q.topic, 0, messages, ctx=_ctx(self._timeout_s))
         self.metrics.published[q.id] += len(results)
         return results
@@ -155,6 +186,12 @@ class QueueStore:
     async def purge(self, q: QueueMeta) -> int:
         """Drop the queue's ready messages; how many there were."""
         ready, _ = await self.counts(q)
+        if q.max_priority is not None:  # its level queues: taken and acknowledged
+            left = ready
+            while left > 0 and (got := await self.pop(q, min(left, _POP_MAX), 0)):
+                await self.ack(q, [d.handle for d in got])
+                left -= len(got)
+            return ready
         api = self._broker(q.broker)
         status = await api.topic_status(q.topic)
         end = max((s.max_offset for s in status.queues), default=0)

@@ -76,10 +76,16 @@ def decode_headers(properties: bytes) -> dict[str, object]:
     is none. The bytes were checked when the publish arrived (proxy/amqp/frames.py)."""
     if not properties:
         return {}
-    offset, flags = header.ContentHeader._get_flags(properties)
+    return dict(decode_properties(properties).headers or {})
+
+
+def decode_properties(raw: bytes) -> commands.Basic.Properties:
+    """A content header's property bytes (flags and values) decoded; empty ones for no bytes."""
     props = commands.Basic.Properties()
-    props.unmarshal(flags, properties[offset:])
-    return dict(props.headers or {})
+    if raw:
+        offset, flags = header.ContentHeader._get_flags(raw)
+        props.unmarshal(flags, raw[offset:])
+    return props
 
 
 @lru_cache(maxsize=4096)

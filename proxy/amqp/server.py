@@ -19,22 +19,50 @@ from collections import Counter
 from collections.abc import Callable
 
 from broker.client.amqpmeta import AmqpMetaApi
-from broker.client.api import BrokerApi, ConnectedClient
+from broker.client.api import (
+    BrokerApi,
+    CallContext,
+    ConnectedClient,
+    OutgoingMessage,
+    PopRequest,
+    SendResult,
+    StoredMessage,
+)
 from common import metrics
-from common.errors import SluiceError, Unavailable, Unsupported
+from common.errors import Forbidden, NotFound, SluiceError, Unavailable, Unsupported
 from common.logs import kv
-from common.security import SecurityDoc
+from common.security import Action, ResourceKind, SecurityDoc
 from proxy.amqp import topology
+from proxy.amqp.access import Authorize
+from proxy.amqp.bridge import PopAnywhere, Routes, Send, TopicBridge
 from proxy.amqp.codes import AmqpError
 from proxy.amqp.connection import Connection
 from proxy.amqp.deadletter import DeadLetters
 from proxy.amqp.expiry import QueueExpiry
+from proxy.amqp.janitor import Janitor
 from proxy.amqp.meta import AMQP_CLIENT_TYPE, QueueMeta
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import QueueStore
 from proxy.config import AmqpConfig
+from proxy.directory import BrokerRoute
 
 log = logging.getLogger("sluice.proxy.amqp")
+
+
+def _refuse(user: str, namespace: str, kind: ResourceKind, name: str, action: Action) -> None:
+    raise Forbidden(f"no access rules are known to this gateway ({user}, {kind.value} {name})")
+
+
+async def _no_send(ctx: CallContext, items: list[tuple[str, OutgoingMessage]]) -> list[SendResult | SluiceError]:
+    return [Unsupported("this gateway has no producer for RocketMQ topics")] * len(items)
+
+
+async def _no_routes(topic: str) -> list[BrokerRoute]:
+    raise NotFound(f"this gateway cannot look up topic {topic}")
+
+
+async def _no_pops(brokers: list[str], request: PopRequest, ctx: CallContext) -> list[StoredMessage]:
+    return []
 
 
 class Gateway:
@@ -46,18 +74,31 @@ class Gateway:
         broker_names: Callable[[], list[str]],
         security: Callable[[], SecurityDoc | None],
         auth_required: bool = False,
+        send: Send | None = None,
+        routes: Routes | None = None,
+        pop_anywhere: PopAnywhere | None = None,
+        authorize: Authorize | None = None,
+        client_report_s: float = 5.0,
     ) -> None:
+        """`send`, `routes` and `pop_anywhere`: the proxy's producer, routes and receive across
+        brokers, for exchanges mapped to RocketMQ topics (proxy/amqp/bridge.py)."""
         self.config = config
         self._broker = broker
         self._broker_names = broker_names
         self.security = security
-        self.auth_required = auth_required  # only the security document's users, no guest
+        self.auth_required = auth_required  # only the security document's users, no guest; their rules apply
+        self.authorize: Authorize = authorize or _refuse
         self.meta = MetaStore(self._home, refresh_ms=config.meta_refresh_ms)
-        self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms,
-                                call_timeout_s=config.call_timeout_s)  # fmt: skip
+        self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms, call_timeout_s=config.call_timeout_s,
+                                exists=self._queue_exists)  # fmt: skip
         self.dead = DeadLetters(self.meta, self.store)
         self.expiry = QueueExpiry(self.meta, self.consumer_count, self._queue_removed)
+        self.bridge = TopicBridge(self.meta, self.store, self.dead, send=send or _no_send, routes=routes or _no_routes,
+                                  broker=broker, pop_anywhere=pop_anywhere or _no_pops,
+                                  call_timeout_s=config.call_timeout_s)  # fmt: skip
         self.connections: dict[str, Connection] = {}
+        self.janitor = Janitor(self.meta, broker=broker, broker_names=broker_names, local=self.connections.__contains__,
+                               delete_queue=self.delete_queue, interval_s=2 * client_report_s)  # fmt: skip
         self._consumers: Counter[tuple[str, int]] = Counter()  # (vhost, queue number) -> consumers here
         self._ids = itertools.count(1)
         self._handlers: set[asyncio.Task[None]] = set()
@@ -75,6 +116,11 @@ class Gateway:
         return names[0], api
 
     # -- consumers and queues ------------------------------------------------------------------------
+
+    async def _queue_exists(self, queue: QueueMeta) -> bool:
+        """The newest metadata has a queue of this number (in any vhost)."""
+        await self.meta.refresh()
+        return any(q.id == queue.id for v in self.meta.doc.vhosts.values() for q in v.queues.values())
 
     def consumer_count(self, vhost: str, queue: QueueMeta) -> int:
         return self._consumers[(vhost, queue.id)]
@@ -162,6 +208,8 @@ class Gateway:
         meta_stop = asyncio.Event()
         refresher = asyncio.create_task(self.meta.run(meta_stop), name="amqp-metadata")
         sweeper = asyncio.create_task(self.expiry.run(meta_stop), name="amqp-queue-expiry")
+        bridge = asyncio.create_task(self.bridge.run(meta_stop), name="amqp-topic-bridge")
+        janitor = asyncio.create_task(self.janitor.run(meta_stop), name="amqp-janitor")
         unregister = metrics.register_source(self.metric_samples)
         try:
             await stop.wait()
@@ -179,4 +227,6 @@ class Gateway:
             meta_stop.set()
             await refresher
             await sweeper
+            await bridge
+            await janitor
             log.info("AMQP stopped", extra=kv(address=self.address))

@@ -4,6 +4,7 @@ raises an `AmqpError` and changes nothing."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -18,6 +19,7 @@ from proxy.amqp.codes import (
 from proxy.amqp.meta import (
     BUILTIN_EXCHANGES,
     EXCHANGE_TYPES,
+    TOPIC_ARG,
     Args,
     BindingMeta,
     ExchangeMeta,
@@ -25,6 +27,8 @@ from proxy.amqp.meta import (
     QueueMeta,
     VhostMeta,
 )
+
+_TOPIC_RE = re.compile(r"^[a-zA-Z0-9_-]{1,127}$")
 
 
 def _where(kind: str, name: str, vhost: str) -> str:
@@ -93,26 +97,52 @@ def declare_exchange(doc: MetaDoc, vhost: str, d: ExchangeDeclare) -> None:
     new = ExchangeMeta(d.name, d.type, d.durable, d.auto_delete, d.internal, d.arguments)
     old = v.exchanges.get(d.name)
     if old is None:
+        _check_topic(v, vhost, new)
         v.exchanges[d.name] = new
         return
+    if TOPIC_ARG not in d.arguments and old.topic is not None:  # an application's own declare, unchanged,
+        new = replace(new, arguments={**d.arguments, TOPIC_ARG: old.topic})  # of an exchange an operator mapped
     for field in ("type", "durable", "auto_delete", "internal", "arguments"):
         if getattr(old, field) != getattr(new, field):
             raise _inequivalent(field, what, getattr(new, field), getattr(old, field))
 
 
-def delete_exchange(doc: MetaDoc, vhost: str, name: str, if_unused: bool) -> None:
+def valid_topic(topic: str) -> bool:
+    """A name `x-sluice-topic` may give: a plain RocketMQ topic, not a system or AMQP queue topic."""
+    return bool(_TOPIC_RE.match(topic)) and not topic.startswith("AMQP_")
+
+
+def _check_topic(v: VhostMeta, vhost: str, exchange: ExchangeMeta) -> None:
+    """`x-sluice-topic`: a RocketMQ topic name, mapped by one exchange of the vhost at most."""
+    if TOPIC_ARG not in exchange.arguments:
+        return
+    what = _where("exchange", exchange.name, vhost)
+    topic = exchange.arguments[TOPIC_ARG]
+    if not isinstance(topic, str) or not valid_topic(topic):
+        raise AmqpError(PRECONDITION_FAILED, f"invalid arg '{TOPIC_ARG}' for {what}: a RocketMQ topic name (1-127 "
+                        "letters, digits, '-', '_', not starting with '%' or 'AMQP_') is needed, got "
+                        f"{topic!r}")  # fmt: skip
+    for other in v.exchanges.values():
+        if other.topic == topic and other.name != exchange.name:
+            raise AmqpError(PRECONDITION_FAILED, f"invalid arg '{TOPIC_ARG}' for {what}: topic '{topic}' is "
+                            f"already mapped by exchange '{other.name}'")  # fmt: skip
+
+
+def delete_exchange(doc: MetaDoc, vhost: str, name: str, if_unused: bool) -> ExchangeMeta | None:
+    """The exchange removed with its bindings; None when there was none."""
     v = doc.vhost(vhost)
     what = _where("exchange", name, vhost)
     if name in BUILTIN_EXCHANGES or name.startswith("amq."):
         raise AmqpError(ACCESS_REFUSED, f"operation not permitted on {what}" if name
                         else "operation not permitted on the default exchange")  # fmt: skip
     if name not in v.exchanges:
-        return  # deleting a missing exchange is fine (RabbitMQ 3.x+)
+        return None  # deleting a missing exchange is fine (RabbitMQ 3.x+)
     used = [b for b in v.bindings if b.exchange == name]
     if if_unused and used:
         raise AmqpError(PRECONDITION_FAILED, f"{what} in use")
-    del v.exchanges[name]
+    removed = v.exchanges.pop(name)
     _remove_bindings(v, lambda b: b.exchange == name or (b.to_exchange and b.queue == name))
+    return removed
 
 
 def _remove_bindings(v: VhostMeta, gone: Callable[[BindingMeta], bool]) -> None:
@@ -196,6 +226,7 @@ def expire_queue(doc: MetaDoc, vhost: str, queue: QueueMeta, now_ms: int) -> Que
 # Integer queue arguments and their lowest value; the others are checked by `check_queue_arguments`.
 _INT_ARGS = {"x-message-ttl": 0, "x-expires": 1, "x-max-length": 0, "x-max-length-bytes": 0, "x-delivery-limit": 0,
              "x-max-priority": 0}  # fmt: skip
+MAX_PRIORITY = 255  # RabbitMQ's largest x-max-priority
 _CHOICES = {"x-queue-type": ("classic", "quorum"), "x-overflow": ("drop-head", "reject-publish", "reject-publish-dlx")}
 
 
@@ -209,6 +240,9 @@ def check_queue_arguments(arguments: Args, what: str) -> None:
         value = arguments.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
             raise bad(name, f"must be an integer of at least {low}, got {value!r}")
+    priority = arguments.get("x-max-priority")
+    if isinstance(priority, int) and priority > MAX_PRIORITY:
+        raise bad("x-max-priority", f"must be at most {MAX_PRIORITY}, got {priority}")
     for name, allowed in _CHOICES.items():
         value = arguments.get(name)
         if value is not None and value not in allowed:

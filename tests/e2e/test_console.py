@@ -52,7 +52,7 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("console-merged")
     config = root / "sluice.toml"
     config.write_text(f"[console]\nsample_interval_s = {SAMPLE_INTERVAL_S}\n")  # plots fill within seconds
-    started = start_merged(root, extra_args=["--config", str(config)])
+    started = start_merged(root, extra_args=["--config", str(config)], amqp=True)
     try:
         yield started
     finally:
@@ -478,7 +478,7 @@ def test_read_only_offers_no_change_and_refuses_every_post(
     try:
         base = f"http://{LOOPBACK}:{port}"
         for path in ("/cluster", "/topics", f"/topics/{topic}", "/groups", f"/groups/{group}",
-                     f"/messages?topic={topic}", "/dlq", f"/dlq/{group}", "/access"):  # fmt: skip
+                     f"/messages?topic={topic}", "/dlq", f"/dlq/{group}", "/amqp", "/access"):  # fmt: skip
             visit(page, base + path)
             assert page.locator("form[method=post]").count() == 0, path
             assert "read-only" in page.locator("header").inner_text(), path
@@ -546,7 +546,7 @@ def test_pages_keep_identifiers_and_times_on_one_line_and_plot_with_axes(
         # The lists filtered to this test's names: the other tests of this module use very long ones.
         pages = ["/cluster", f"/topics?q={topic}", f"/topics/{topic}", f"/groups?q={group}", f"/groups/{group}",
                  f"/messages?topic={topic}", f"/messages/{topic}/{ids[0]}", f"/dlq?q={group}", f"/dlq/{group}",
-                 "/access"]  # fmt: skip
+                 "/amqp", "/access"]  # fmt: skip
         wrapped, wide = [], []
         for path in pages:
             visit(page, merged.console + path)
@@ -567,3 +567,51 @@ def _assert_plots_have_axes(page: Any, expected: int) -> None:
         assert ticks[0] == "0" and len(ticks) == 6, ticks  # three values from 0, three times
         assert all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in ticks[3:]), ticks
         assert svg.locator("text.unit").all_text_contents() == ["msg/s", "time (UTC)"]
+
+
+def test_the_amqp_page_shows_queues_bindings_connections_and_channels(merged: Cluster, page: Any,
+                                                                        tmp_path: Path) -> None:  # fmt: skip
+    """What pika declared and does shows on /amqp as `sluice admin amqp` lists it: a queue's ready,
+    unacked and consumers, its binding, the connection and its channels; `?vhost=` narrows it."""
+    import pika
+
+    host, port = merged.amqp[0].rsplit(":", 1)
+    suffix = uuid.uuid4().hex[:8]
+    exchange, queue = f"orders-x-{suffix}", f"orders-q-{suffix}"
+    conn = pika.BlockingConnection(pika.ConnectionParameters(host, int(port)))
+    try:
+        ch = conn.channel()
+        ch.exchange_declare(exchange, "direct", durable=True)
+        ch.queue_declare(queue, durable=True)
+        ch.queue_bind(queue, exchange, routing_key="new")
+        ch.confirm_delivery()
+        for i in range(5):
+            ch.basic_publish(exchange, "new", b"order %d" % i)
+        consuming = conn.channel()
+        consuming.basic_qos(prefetch_count=2)
+        consuming.basic_consume(queue, lambda *_: None)  # takes two, never acknowledges them
+
+        def listed() -> bool:
+            rows = [r for r in merged.admin("amqp", "queues") if r["name"] == queue]
+            return bool(rows) and (rows[0]["ready"], rows[0]["unacked"], rows[0]["consumers"]) == (3, 2, 1)
+
+        deadline = time.monotonic() + WAIT_S
+        while not listed():
+            assert time.monotonic() < deadline, merged.admin("amqp", "queues")
+            conn.process_data_events(time_limit=0.3)
+        visit(page, f"{merged.console}/amqp")
+        row = page.locator("#amqp-queues tr", has_text=queue).inner_text().split("\t")
+        assert row[:5] == ["/", queue, "3", "2", "1"], row
+        assert page.locator("#amqp-exchanges tr", has_text=exchange).inner_text().split("\t")[:3] == [
+            "/", exchange, "direct"]  # fmt: skip
+        assert [exchange, queue, "queue", "new"] == page.locator("#amqp-bindings tr", has_text=queue).inner_text(
+            ).split("\t")[1:5]  # fmt: skip
+        assert "Pika Python Client" in page.locator("#amqp-connections").inner_text()
+        assert page.locator("#amqp-channels tbody tr").count() >= 2
+        page.screenshot(path=str(tmp_path / "amqp.png"), full_page=True)
+        visit(page, f"{merged.console}/amqp?vhost=%2F")
+        assert page.locator("h1").inner_text() == "AMQP vhost /"
+        visit(page, f"{merged.console}/amqp?vhost=elsewhere")
+        assert queue not in page.locator("#amqp-queues").inner_text()
+    finally:
+        conn.close()

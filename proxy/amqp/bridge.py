@@ -1,0 +1,251 @@
+"""`TopicBridge`: the RocketMQ side of exchanges mapped to topics (`x-sluice-topic`, docs/amqp.md).
+
+- An AMQP publish to a mapped exchange is stored in the exchange's queues and once in its topic
+  (`publish`, as a RocketMQ message: proxy/amqp/crossmap.py), before its confirm.
+- A RocketMQ send to the topic reaches the exchange's queues: every proxy reads the topic with
+  the exchange's bridge group (`AMQP_X<hash>`, in the vhost's namespace, created when the
+  exchange is declared, reading what is stored from then on: a broker the topic's route gains
+  later gets the group with the same start), with a filter that skips what AMQP published
+  (its queues got it at publish time), routes each message through the exchange's bindings,
+  stores it in the queues it reaches and then acknowledges it. A message is so carried at least
+  once: a proxy that dies between the store and the ack leaves it to be carried again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+from broker.client import receipt
+from broker.client.api import (
+    BrokerApi,
+    CallContext,
+    ConsumeFrom,
+    FilterKind,
+    FilterSpec,
+    GroupSpec,
+    OutgoingMessage,
+    PopRequest,
+    SendResult,
+    StoredMessage,
+)
+from common.errors import NotFound, SluiceError
+from common.logs import kv
+from proxy import names
+from proxy.amqp import crossmap, overflow
+from proxy.amqp.codes import NOT_FOUND, AmqpError
+from proxy.amqp.deadletter import DeadLetters, expires_at_ms
+from proxy.amqp.meta import ExchangeMeta, QueueMeta, bridge_group, namespace_of
+from proxy.amqp.metastore import MetaStore
+from proxy.amqp.queues import PROP_EXCHANGE, Publish, QueueGone, QueueStore, to_outgoing
+from proxy.amqp.routing import decode_headers, route
+from proxy.directory import BrokerRoute
+
+log = logging.getLogger("sluice.proxy.amqp")
+
+Send = Callable[[CallContext, list[tuple[str, OutgoingMessage]]], Awaitable[list[SendResult | SluiceError]]]
+Routes = Callable[[str], Awaitable[list[BrokerRoute]]]
+PopAnywhere = Callable[[list[str], PopRequest, CallContext], Awaitable[list[StoredMessage]]]
+
+_NOT_FROM_AMQP = FilterSpec(FilterKind.SQL, f"{PROP_EXCHANGE} IS NULL")
+_POP_MAX = 32
+_INVISIBLE_MS = 30_000  # a carried message not acknowledged (the proxy died) is carried again after this
+_LONG_POLL_MS = 1_000
+_RETRY_S = 1.0  # after a failed round (the topic missing, a broker down)
+_SUPERVISE_S = 0.5  # how often the mapped exchanges are compared with the running carriers
+
+
+def cluster_topic(vhost: str, topic: str) -> str:
+    return names.wrap(namespace_of(vhost), topic)
+
+
+def cluster_group(vhost: str, exchange: str) -> str:
+    return names.wrap(namespace_of(vhost), bridge_group(vhost, exchange))
+
+
+def _group_spec(group: str, start_ms: int) -> GroupSpec:
+    """A bridge group reading what was stored from `start_ms` on (the exchange's declare)."""
+    return GroupSpec(group, consume_from=ConsumeFrom.TIMESTAMP, consume_from_timestamp_ms=start_ms)
+
+
+class TopicBridge:
+    def __init__(
+        self, meta: MetaStore, store: QueueStore, dead: DeadLetters, *, send: Send, routes: Routes,
+        broker: Callable[[str], BrokerApi], pop_anywhere: PopAnywhere, call_timeout_s: float,
+    ) -> None:  # fmt: skip
+        self._meta = meta
+        self._store = store
+        self._dead = dead
+        self._send = send
+        self._routes = routes
+        self._broker = broker
+        self._pop_anywhere = pop_anywhere
+        self._timeout_s = call_timeout_s
+        self._carriers: dict[tuple[str, str, str], asyncio.Task[None]] = {}  # (vhost, exchange, topic) -> task
+        self._grouped: set[tuple[str, str]] = set()  # (broker, bridge group) known to exist
+        self.host = "amqp-bridge"
+
+    def _ctx(self) -> CallContext:
+        return CallContext(deadline=time.monotonic() + self._timeout_s)
+
+    # -- declare and delete ------------------------------------------------------------------------
+
+    async def prepare(self, vhost: str, exchange: str, topic: str) -> None:
+        """Before a mapped exchange is stored: its topic must exist (404 otherwise); its bridge
+        group is created on the topic's brokers (reading from the latest message) unless it is there."""
+        full = cluster_topic(vhost, topic)
+        try:
+            routes = await self._routes(full)
+        except NotFound:
+            routes = []
+        if not routes:
+            raise AmqpError(NOT_FOUND, f"no RocketMQ topic '{topic}' in the namespace of vhost '{vhost}' for "
+                            f"exchange '{exchange}' (create it first: sluice admin topic create)")  # fmt: skip
+        spec = _group_spec(cluster_group(vhost, exchange), int(time.time() * 1000))
+        for name in sorted({r.broker for r in routes}):
+            await self._ensure_group(name, spec)
+
+    async def _ensure_group(self, broker: str, spec: GroupSpec) -> None:
+        """The bridge group on `broker`: the one there, else `spec` created there."""
+        api = self._broker(broker)
+        try:
+            await api.get_group(spec.name)
+        except NotFound:
+            await api.create_group(spec)
+        self._grouped.add((broker, spec.name))
+
+    async def _group_on(self, brokers: list[str], group: str) -> None:
+        """The bridge group on every broker of the topic's route: a broker the route did not name
+        when the exchange was declared gets the same start time as the others (so it skips nothing
+        sent since the declare), or now when no broker has it."""
+        missing = [b for b in brokers if (b, group) not in self._grouped]
+        if not missing:
+            return
+        start_ms = int(time.time() * 1000)
+        for b in brokers:
+            with contextlib.suppress(NotFound):
+                info = await self._broker(b).get_group(group)
+                start_ms = min(start_ms, info.spec.consume_from_timestamp_ms or info.created_ms)
+        for b in missing:
+            await self._ensure_group(b, _group_spec(group, start_ms))
+
+    async def forget(self, vhost: str, exchange: ExchangeMeta) -> None:
+        """After a mapped exchange was deleted: its bridge group goes (a new exchange of that name
+        starts from the latest message again). Best effort: a failure is logged."""
+        if exchange.topic is None:
+            return
+        group = cluster_group(vhost, exchange.name)
+        try:
+            routes = await self._routes(cluster_topic(vhost, exchange.topic))
+            for name in sorted({r.broker for r in routes}):
+                self._grouped.discard((name, group))
+                with contextlib.suppress(NotFound):
+                    await self._broker(name).delete_group(group)
+        except SluiceError as exc:
+            log.warning("could not delete the bridge group of a deleted AMQP exchange",
+                        extra=kv(vhost=vhost, exchange=exchange.name, group=group, error=exc.message))  # fmt: skip
+
+    # -- AMQP -> RocketMQ --------------------------------------------------------------------------
+
+    async def publish(self, vhost: str, topic: str, publishes: list[Publish], host: str) -> list[bool]:
+        """Store each publish in the mapped topic; whether each was stored."""
+        full = cluster_topic(vhost, topic)
+        outcomes = await self._send(self._ctx(), [(full, crossmap.to_topic_message(p, host)) for p in publishes])
+        failed = [o for o in outcomes if isinstance(o, SluiceError)]
+        if failed:
+            log.warning("AMQP publishes not stored in their mapped topic",
+                        extra=kv(topic=full, count=len(failed), error=failed[0].message))  # fmt: skip
+        return [not isinstance(o, SluiceError) for o in outcomes]
+
+    # -- RocketMQ -> AMQP --------------------------------------------------------------------------
+
+    def _mapped(self) -> set[tuple[str, str, str]]:
+        return {(vhost, e.name, e.topic) for vhost, v in self._meta.doc.vhosts.items() for e in v.exchanges.values()
+                if e.topic is not None}  # fmt: skip
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Keep one carrier per mapped exchange of the metadata, until `stop`."""
+        try:
+            while not stop.is_set():
+                wanted = self._mapped()
+                for key in [k for k in self._carriers if k not in wanted]:
+                    self._carriers.pop(key).cancel()
+                for key in wanted - self._carriers.keys():
+                    task = asyncio.create_task(self._carry(*key), name=f"amqp-bridge-{key[1][:40]}")
+                    self._carriers[key] = task
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), _SUPERVISE_S)
+        finally:
+            tasks = list(self._carriers.values())
+            self._carriers.clear()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _carry(self, vhost: str, exchange: str, topic: str) -> None:
+        full, group = cluster_topic(vhost, topic), cluster_group(vhost, exchange)
+        failing = False
+        while True:
+            try:
+                await self._round(vhost, exchange, full, group)
+                failing = False
+            except (SluiceError, AmqpError) as exc:
+                if not failing:
+                    log.warning("carrying a mapped topic to its AMQP exchange failed; retrying",
+                                extra=kv(topic=full, exchange=exchange, error=str(exc)))  # fmt: skip
+                failing = True
+                await asyncio.sleep(_RETRY_S)
+            except Exception:  # a bug: logged, the carrier goes on after a pause
+                log.exception("AMQP topic bridge failed", extra=kv(topic=full, exchange=exchange))
+                await asyncio.sleep(_RETRY_S)
+
+    async def _round(self, vhost: str, exchange: str, topic: str, group: str) -> None:
+        routes = await self._routes(topic)
+        brokers = sorted({r.broker for r in routes if r.permission.readable})
+        if not brokers:
+            await asyncio.sleep(_RETRY_S)
+            return
+        await self._group_on(brokers, group)
+        request = PopRequest(group, topic, None, _POP_MAX, _INVISIBLE_MS, _NOT_FROM_AMQP, _LONG_POLL_MS)
+        ctx = CallContext(deadline=time.monotonic() + _LONG_POLL_MS / 1000 + self._timeout_s)
+        got = await self._pop_anywhere(brokers, request, ctx)
+        if not got:
+            return
+        await self.carry(vhost, exchange, [m for m in got if not crossmap.from_amqp(m)])
+        by_broker: dict[str, list[str]] = {}
+        for m in got:
+            by_broker.setdefault(receipt.broker_of(m.receipt_handle), []).append(m.receipt_handle)
+        for name, handles in by_broker.items():
+            await self._broker(name).ack(group, topic, handles, ctx=self._ctx())
+
+    async def carry(self, vhost: str, exchange: str, messages: list[StoredMessage]) -> None:
+        """Store RocketMQ messages in the queues they route to from `exchange` (raises when a
+        queue's broker failed: the caller then does not acknowledge them). Routed with the newest
+        metadata, as AMQP publishes are: a binding made through another proxy before the send counts."""
+        try:
+            await self._meta.refresh()
+        except SluiceError as exc:
+            log.debug("AMQP metadata not refreshed before carrying", extra=kv(error=exc.message))
+        v = self._meta.doc.vhosts.get(vhost)
+        if v is None or exchange not in v.exchanges:
+            return
+        per_queue: dict[int, tuple[QueueMeta, list[Publish]]] = {}
+        for m in messages:
+            p = crossmap.to_publish(m, exchange)
+            for q in route(v, exchange, p.routing_key, partial(decode_headers, p.properties)):
+                per_queue.setdefault(q.id, (q, []))[1].append(p)
+        now_ms = int(time.time() * 1000)
+        for q, publishes in per_queue.values():
+            accepted = await overflow.admit(self._store, q, publishes) if overflow.rejects(q) else publishes
+            if not accepted:
+                continue
+            try:
+                await self._store.send(q, [to_outgoing(p, self.host, expires_at_ms(q, p.properties, now_ms))
+                                           for p in accepted])  # fmt: skip
+            except QueueGone:  # deleted since the routing: not routed there
+                continue
+            await overflow.trim(self._store, self._dead, vhost, q)
