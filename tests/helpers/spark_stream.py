@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs.schema import SEGMENT_COLUMNS
 from spark_jobs.stream.discovery import discover
@@ -57,6 +60,24 @@ def run_available_now(df: DataFrame, out: Path, checkpoint: Path) -> Any:
         assert not query.isActive, "the AvailableNow query did not finish"
         assert query.exception() is None, query.exception()
         return query
+    raise AssertionError("unreachable")
+
+
+def start_query(start: Callable[[], StreamingQuery]) -> StreamingQuery:
+    """`start()`, again (up to three times) while the query dies before its first trigger because
+    the source's Python process did not connect back in time (SPARK_STARTUP_FAILURE); the query once
+    it has reported progress or failed otherwise."""
+    for attempt in range(3):
+        query = start()
+        while query.isActive and not query.recentProgress:
+            time.sleep(0.1)
+        if (
+            query.isActive
+            or query.recentProgress
+            or attempt == 2
+            or SPARK_STARTUP_FAILURE not in str(query.exception())
+        ):
+            return query
     raise AssertionError("unreachable")
 
 

@@ -24,7 +24,7 @@ from tests.e2e.support.clients import message, producer
 from tests.e2e.support.cluster import Cluster
 from tests.e2e.support.replicated import GROUP, fail_over, start_replicated
 from tests.helpers.etcd import start_etcd
-from tests.helpers.spark_stream import run_available_now, stream
+from tests.helpers.spark_stream import run_available_now, start_query, stream
 
 pytest_plugins = ["tests.helpers.s3", "tests.helpers.spark"]
 pytestmark = pytest.mark.slow
@@ -70,10 +70,10 @@ def test_a_query_across_a_primary_failover_stores_each_acknowledged_message_once
     out, checkpoint = tmp_path / "out", tmp_path / "ck"
     sent = send_acknowledged(cluster, topic, [f"before-{i}" for i in range(40)])
     df = stream(spark, cluster, topics=topic, startingOffsets="earliest", maxRecordsPerTrigger="8")
-    query = (
+    query = start_query(lambda: (
         df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="1 second").start()
-    )  # fmt: skip
+    ))  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while not query.recentProgress or not any(p["numInputRows"] for p in query.recentProgress):

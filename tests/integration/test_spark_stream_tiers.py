@@ -6,8 +6,8 @@ moto S3 bucket and a real local Spark:
   and every row equals the one the broker alone gives for that (queue, offset); an object deleted
   from the bucket is read through the broker instead;
 - a query over a topic being produced to and tiered (`upload-now`, `evict-local`) at the same time,
-  whose first run loses a task mid-batch (`testFaultFile`), is restarted from its checkpoint: its
-  Parquet sink holds every produced message exactly once;
+  which gets a queue more meanwhile, and whose first run loses a task mid-batch (`testFaultFile`), is
+  restarted from its checkpoint: its Parquet sink holds every produced message exactly once;
 - `maxBytesPerTrigger` splits a backlog into batches by bytes.
 """
 
@@ -31,7 +31,7 @@ from spark_jobs.stream.discovery import discover
 from spark_jobs.stream.options import StreamOptions
 from tests.e2e.support.clients import message, producer
 from tests.e2e.support.cluster import Cluster, start_merged
-from tests.helpers.spark_stream import comparable, run_available_now, send, stream
+from tests.helpers.spark_stream import comparable, run_available_now, send, start_query, stream
 
 if TYPE_CHECKING:
     from tests.helpers.s3 import MotoS3Server
@@ -173,16 +173,19 @@ def test_producing_and_tiering_during_a_query_with_a_failed_task_and_a_restart_s
                     for i in range(25):
                         sent.append(p.send(message(topic, f"live-{round_}-{i}".encode())).message_id)
                     asyncio.run(tier(evict=round_ % 2 == 1))
+                    if round_ == 1:  # a queue added while the query runs, read from its oldest message
+                        cluster.admin("topic", "create", topic, "--queues", "4", "--update")
+                        sent.extend(send(cluster, topic, [f"grown-{i}" for i in range(8)]))
         except BaseException as exc:
             failures.append(exc)
 
     def query(**extra: str) -> Any:
         df = stream(spark, cluster, topics=topic, startingOffsets="earliest", maxRecordsPerTrigger="20",
                     **tiered.archive(), **extra)  # fmt: skip
-        return (
+        return start_query(lambda: (
             df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
             .trigger(processingTime="500 milliseconds").start()
-        )  # fmt: skip
+        ))  # fmt: skip
 
     live = threading.Thread(target=produce_and_tier, name="produce-and-tier")
     live.start()
@@ -198,7 +201,7 @@ def test_producing_and_tiering_during_a_query_with_a_failed_task_and_a_restart_s
     finally:
         live.join(180)
     assert not failures, failures
-    assert len(sent) == 130
+    assert len(sent) == 138
     run_available_now(
         stream(spark, cluster, topics=topic, startingOffsets="earliest", **tiered.archive()), out, checkpoint
     )
@@ -206,6 +209,7 @@ def test_producing_and_tiering_during_a_query_with_a_failed_task_and_a_restart_s
     assert len(rows) == len(sent), "every message exactly once"
     assert sorted(r["message_id"] for r in rows) == sorted(sent)
     assert any(r["object_key"] is not None for r in rows), "part of it came from the archive"
+    assert {r["queue_id"] for r in rows} == {0, 1, 2, 3}, "the added queue was read"
 
 
 def test_max_bytes_per_trigger_spreads_a_backlog_over_batches(
