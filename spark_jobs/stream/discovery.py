@@ -21,6 +21,8 @@ from nameserver.client import NameServerClient
 from spark_jobs.stream.offsets import QueueKey
 from spark_jobs.stream.options import StreamOptions
 
+DEFAULT_MESSAGE_BYTES = 1024  # maxBytesPerTrigger's guess for a broker that holds no local copy
+
 
 @dataclass(frozen=True, slots=True)
 class QueueRange:
@@ -30,6 +32,9 @@ class QueueRange:
     min_offset: int  # the oldest message still readable (tiered copies included)
     max_offset: int  # one past the newest stored message
     acked_offset: int  # one past the newest message that can never change
+    # Mean stored size of the (topic, broker)'s messages, estimated by the broker from its local copy
+    # (TopicStatus.local_bytes over the messages it lists); DEFAULT_MESSAGE_BYTES when it has none.
+    message_bytes: int = 0
 
 
 async def _discover(opts: StreamOptions) -> dict[QueueKey, QueueRange]:
@@ -53,9 +58,12 @@ async def _discover(opts: StreamOptions) -> dict[QueueKey, QueueRange]:
                     status = await remote.topic_status(topic)
                 except TopicNotFound:  # deleted since the route was read
                     continue
+                stored = sum(q.max_offset - q.min_offset for q in status.queues)
+                size = status.local_bytes // stored if status.local_bytes > 0 and stored > 0 else DEFAULT_MESSAGE_BYTES
                 for q in status.queues:
                     key = QueueKey(topic, b.broker_name, q.queue_id)
-                    found[key] = QueueRange(key, b.cluster_name, b.address, q.min_offset, q.max_offset, q.acked_offset)
+                    found[key] = QueueRange(key, b.cluster_name, b.address, q.min_offset, q.max_offset,
+                                            q.acked_offset, max(1, size))  # fmt: skip
         return found
     finally:
         for remote in brokers.values():

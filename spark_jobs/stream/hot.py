@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -84,6 +85,7 @@ def read_range(
             raise PreconditionFailed(f"{key}: the broker answered rows other than [{offset}, {offset + got.count})")
         shaped = shape(table, part.cluster, key.broker, key.topic, None)
         yield from (shaped if opts.include_properties else without_properties(shaped)).to_batches()
+        fault(opts, offset + got.count - part.start)
         offset = got.next_offset
 
 
@@ -95,3 +97,15 @@ def _lost(key: QueueKey, start: int, end: int, tolerated: bool) -> None:
         )
     log.warning("messages removed before the query read them: skipped",
                 extra=kv(topic=key.topic, broker=key.broker, queue=key.queue_id, start=start, end=end))  # fmt: skip
+
+
+def fault(opts: StreamOptions, rows: int) -> None:
+    """`testFaultFile` (tests only): the first task to create the file fails after `rows` rows, as an
+    executor dying mid-partition would; every later one (the query's restart included) reads on."""
+    if not opts.fault_file:
+        return
+    try:
+        os.close(os.open(opts.fault_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    raise RuntimeError(f"injected executor failure (testFaultFile {opts.fault_file}) after {rows} rows")

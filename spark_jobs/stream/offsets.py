@@ -4,8 +4,11 @@
 
 Keys are sorted at every level (queue ids as strings, so `json.dumps(doc, sort_keys=True)` is the
 same text), and an offset is the first message *not* read: a batch reads `[start, end)` of every
-queue. Spark keeps these documents in the query's checkpoint; a version this code does not know is
-refused rather than guessed.
+queue. With `failOnDataLoss=false`, a document also counts, per queue, the messages the query
+skipped because retention removed them before it read them (`"lost"`, same shape, cumulative since
+the checkpoint began; absent when nothing was lost): Spark shows the document in the query's
+progress (`sources[].endOffset`), so a loss is never silent. Spark keeps these documents in the
+query's checkpoint; a version this code does not know is refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -34,12 +37,25 @@ class QueueKey:
 Positions = dict[QueueKey, int]
 
 
-def to_json(positions: Mapping[QueueKey, int]) -> dict[str, Any]:
-    """The canonical document of `positions`."""
+def _tree(positions: Mapping[QueueKey, int]) -> dict[str, dict[str, dict[str, int]]]:
     tree: dict[str, dict[str, dict[str, int]]] = {}
     for key in sorted(positions, key=lambda k: (k.topic, k.broker, str(k.queue_id))):
         tree.setdefault(key.topic, {}).setdefault(key.broker, {})[str(key.queue_id)] = positions[key]
-    return {"queues": tree, "version": VERSION}
+    return tree
+
+
+def to_json(positions: Mapping[QueueKey, int], lost: Mapping[QueueKey, int] | None = None) -> dict[str, Any]:
+    """The canonical document of `positions` (and of the messages lost so far, when any were)."""
+    doc: dict[str, Any] = {"queues": _tree(positions), "version": VERSION}
+    if lost := {key: n for key, n in (lost or {}).items() if n > 0}:
+        doc["lost"] = _tree(lost)
+    return dict(sorted(doc.items()))
+
+
+def lost_from_json(doc: Any) -> Positions:
+    """The `lost` counts of a document `to_json` wrote (none: an empty dict)."""
+    lost = doc.get("lost") if isinstance(doc, Mapping) else None
+    return parse_tree(lost, "lost count", allow_special=False) if lost else {}
 
 
 def from_json(doc: Any) -> Positions:

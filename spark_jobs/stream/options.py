@@ -7,12 +7,15 @@
 | `startingOffsets` | `latest` (default), `earliest`, or JSON (docs/spark.md; queues not named: earliest) |
 | `startingTimestamp` | each queue from its first message stored at or after this time (ISO-8601, epoch ms, now-1h) |
 | `maxRecordsPerTrigger` | the most messages one micro-batch reads, spread over the queues by backlog |
+| `maxBytesPerTrigger` | the most bytes (estimated from the brokers' mean stored message size) one micro-batch reads |
 | `minRecordsPerTrigger`, `maxTriggerDelay` | wait for at least this many messages, but no longer than the delay (15m) |
 | `failOnDataLoss` | `true` (default): fail when unread messages were removed; `false`: log and skip them |
 | `includeProperties` | `true` (default); `false`: the `properties` and `system_properties` columns are null |
 | `group` | a consumer group (created beforehand) whose offsets follow the query's commits: its lag is the query's |
 | `readRows`, `readBytes` | rows and bytes of one bulk read from a broker (default 4096, 8 MiB) |
 | `timeoutS` | deadline of each call to a NameServer or broker (default 30) |
+| `bucket`, `endpoint`, ... | the batch source's archive options: tiered messages are read from Parquet (cold.py) |
+| `testFaultFile` | tests only: the first task to create this file fails after its first rows |
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 
 from common.errors import BadRequest
 from nameserver.client import parse_addresses
-from spark_jobs.options import parse_time
+from spark_jobs.options import ScanOptions, parse_time
 from spark_jobs.stream.offsets import Positions, parse_tree
 
 DEFAULT_READ_ROWS = 4096
@@ -43,6 +46,7 @@ class StreamOptions:
     starting: str | Positions = "latest"  # "latest", "earliest" or explicit positions
     starting_timestamp_ms: int | None = None  # wins over `starting` when set
     max_records_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
     min_records_per_trigger: int | None = None
     max_trigger_delay_s: float = DEFAULT_MAX_TRIGGER_DELAY_S
     fail_on_data_loss: bool = True
@@ -51,6 +55,8 @@ class StreamOptions:
     read_rows: int = DEFAULT_READ_ROWS
     read_bytes: int = DEFAULT_READ_BYTES
     timeout_s: float = DEFAULT_TIMEOUT_S
+    archive: ScanOptions | None = None  # where the tiered archive is (the batch source's options); None = hot only
+    fault_file: str = ""  # tests only: the first task to create this file fails mid-partition
     _pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -85,6 +91,7 @@ class StreamOptions:
         timestamp = opts.get("startingtimestamp", "")
         if timestamp and opts.get("startingoffsets"):
             raise BadRequest("options startingOffsets and startingTimestamp exclude each other: set one")
+        max_bytes = opts.get("maxbytespertrigger", "")
         delay = opts.get("maxtriggerdelay", "")
         if delay and not min_records:
             raise BadRequest("option maxTriggerDelay needs minRecordsPerTrigger: the count it waits for")
@@ -94,6 +101,7 @@ class StreamOptions:
             starting_timestamp_ms=parse_time(timestamp, "startingTimestamp") if timestamp else None,
             max_records_per_trigger=_positive(max_records, "maxRecordsPerTrigger") if max_records else None,
             min_records_per_trigger=_positive(min_records, "minRecordsPerTrigger") if min_records else None,
+            max_bytes_per_trigger=_positive(max_bytes, "maxBytesPerTrigger") if max_bytes else None,
             max_trigger_delay_s=_duration(delay, "maxTriggerDelay") if delay else DEFAULT_MAX_TRIGGER_DELAY_S,
             fail_on_data_loss=_boolean(opts.get("failondataloss", "true"), "failOnDataLoss"),
             include_properties=_boolean(opts.get("includeproperties", "true"), "includeProperties"),
@@ -101,6 +109,8 @@ class StreamOptions:
             read_rows=_positive(opts.get("readrows", str(DEFAULT_READ_ROWS)), "readRows"),
             read_bytes=_positive(opts.get("readbytes", str(DEFAULT_READ_BYTES)), "readBytes"),
             timeout_s=_seconds(opts.get("timeouts", str(DEFAULT_TIMEOUT_S)), "timeoutS"),
+            archive=ScanOptions.parse(options) if opts.get("bucket") else None,
+            fault_file=opts.get("testfaultfile", ""),
         )  # fmt: skip
 
 

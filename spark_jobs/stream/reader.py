@@ -23,18 +23,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from common.errors import BadRequest, PreconditionFailed, SluiceError, Unavailable
+from common.errors import BadRequest, OffsetNotFound, PreconditionFailed, SluiceError, Unavailable
 from common.logs import kv
+from spark_jobs.stream.cold import ColdPartition, read_cold, split
 from spark_jobs.stream.discovery import QueueRange, commit_group, discover, offsets_for_time
 from spark_jobs.stream.hot import QueuePartition, read_partition
-from spark_jobs.stream.offsets import EARLIEST, LATEST, Positions, QueueKey, from_json, to_json
+from spark_jobs.stream.offsets import EARLIEST, LATEST, Positions, QueueKey, from_json, lost_from_json, to_json
 from spark_jobs.stream.options import StreamOptions
 
 log = logging.getLogger("sluice.spark.stream")
@@ -78,9 +79,10 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = {key: r.acked_offset for key, r in self._discover().items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        begin = from_json(start)
+        begin, lost = from_json(start), lost_from_json(start)
         ranges = self._discover()
         ends: Positions = dict(begin)  # a queue no longer listed (broker down, topic deleted) stays where it is
+        lowest: Positions = dict(begin)  # where each queue's readable backlog starts
         for key, r in ranges.items():
             at = begin.get(key, 0)
             if at > r.max_offset:
@@ -88,18 +90,33 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"{key} ends at offset {r.max_offset}, before the query's position {at}: the topic was "
                     "deleted and recreated, or its newest messages were lost; start from a new checkpoint"
                 )
-            end = max(at, r.acked_offset)
+            if key in begin and at < r.min_offset and self.opts.fail_on_data_loss:
+                raise OffsetNotFound(
+                    f"data loss: messages [{at}, {r.min_offset}) of {key} were removed (retention) before the "
+                    "query read them; set failOnDataLoss=false to skip them"
+                )
+            lowest[key] = max(at, min(r.min_offset, r.acked_offset))
+            end = max(lowest[key], r.acked_offset)
             if self._target is not None:
-                end = max(at, min(end, self._target.get(key, at)))
+                end = max(lowest[key], min(end, self._target.get(key, at)))
             ends[key] = end
         if isinstance(limit, ReadMaxRows):
-            ends = cap(begin, ends, limit.max_rows)
+            ends = cap(lowest, ends, limit.max_rows)
+        if self.opts.max_bytes_per_trigger is not None:
+            sizes = {key: r.message_bytes for key, r in ranges.items()}
+            ends = cap(lowest, ends, self.opts.max_bytes_per_trigger, sizes)
         if self._delay is not None and self._target is None:
-            backlog = sum(e - begin.get(key, 0) for key, e in ends.items())
+            backlog = sum(e - lowest.get(key, 0) for key, e in ends.items())
             if not self._delay.ready(backlog, time.monotonic()):
                 ends = dict(begin)
+        lost = dict(lost)
+        for key, at in begin.items():
+            if lowest[key] > at and ends[key] > at:  # this batch steps over messages retention removed
+                lost[key] = lost.get(key, 0) + lowest[key] - at
+                log.warning("messages removed before the query read them: skipped (failOnDataLoss=false)",
+                            extra=kv(queue=str(key), start=at, end=lowest[key], lost_total=lost[key]))  # fmt: skip
         self._commit_group(begin)  # the end of the batch Spark committed last (commit() misses the final one)
-        return to_json(ends)
+        return to_json(ends, lost)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return to_json({key: r.acked_offset for key, r in self._ranges.items()}) if self._ranges else None
@@ -111,18 +128,24 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         wanted = {key: (begin.get(key, 0), e) for key, e in stop.items() if e > begin.get(key, 0)}
         if any(key not in self._ranges for key in wanted):  # a restarted query replays its last batch first
             self._discover()
-        parts = []
         for key, (lo, hi) in sorted(wanted.items()):
-            r = self._ranges.get(key)
-            if r is None:
+            if key not in self._ranges:
                 raise Unavailable(f"{key} is not in the cluster's routes now; its batch [{lo}, {hi}) cannot be read")
-            parts.append(QueuePartition(key, r.cluster, r.address, lo, hi, fresh=key not in begin))
-        log.info("micro-batch planned", extra=kv(queues=len(parts), messages=sum(p.end - p.start for p in parts)))
+        parts: list[InputPartition]
+        if self.opts.archive is not None:
+            parts = split(wanted, self._ranges, begin, self.opts.archive)
+        else:
+            parts = [_hot(key, self._ranges[key], lo, hi, key not in begin) for key, (lo, hi) in sorted(wanted.items())]
+        cold = sum(p.end - p.start for c in parts if isinstance(c, ColdPartition) for p in c.pieces)
+        messages = sum(hi - lo for lo, hi in wanted.values())
+        log.info("micro-batch planned", extra=kv(partitions=len(parts), messages=messages, from_archive=cold))
         return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, QueuePartition):
             yield from read_partition(partition, self.opts)
+        elif isinstance(partition, ColdPartition):
+            yield from read_cold(partition, self.opts)
 
     def commit(self, end: dict[str, Any]) -> None:
         self._commit_group(from_json(end))
@@ -143,6 +166,10 @@ class SluiceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._committed.update({k: at for k, (_, at) in wanted.items()})
 
 
+def _hot(key: QueueKey, r: QueueRange, lo: int, hi: int, fresh: bool) -> QueuePartition:
+    return QueuePartition(key, r.cluster, r.address, lo, hi, fresh=fresh)
+
+
 class TriggerDelay:
     """`minRecordsPerTrigger` with `maxTriggerDelay`: a batch starts once `least` messages wait or
     `delay_s` has passed since the previous batch started (or since the query did)."""
@@ -160,15 +187,18 @@ class TriggerDelay:
         return True
 
 
-def cap(begin: Positions, ends: Positions, budget: int) -> Positions:
-    """`ends` moved back so that at most `budget` messages are read in all: each queue gets a share
-    proportional to its backlog (rounded down), the rest goes one by one to the largest backlogs."""
+def cap(begin: Positions, ends: Positions, budget: int, sizes: Mapping[QueueKey, int] | None = None) -> Positions:
+    """`ends` moved back so that at most `budget` messages (with `sizes`: bytes, each message of a
+    queue counted at its size) are read in all: each queue gets a share proportional to its backlog
+    (rounded down), the rest goes one by one to the largest backlogs; a byte budget smaller than
+    any message still reads one, so the query moves."""
     backlog = {key: e - begin.get(key, 0) for key, e in ends.items() if e > begin.get(key, 0)}
-    total = sum(backlog.values())
+    weight = {key: n * (sizes.get(key, 1) if sizes is not None else 1) for key, n in backlog.items()}
+    total = sum(weight.values())
     if total <= budget:
         return ends
-    share = {key: n * budget // total for key, n in backlog.items()}
-    left = budget - sum(share.values())
+    share = {key: backlog[key] * budget // total for key in backlog}
+    left = budget - sum(share.values()) if sizes is None else (0 if any(share.values()) else 1)
     for key in sorted(backlog, key=lambda k: (-(backlog[k] - share[k]), k)):
         if left <= 0:
             break

@@ -15,7 +15,7 @@ import json
 import re
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_jobs import cli
-from spark_jobs.schema import ARROW_SCHEMA, SEGMENT_COLUMNS
+from spark_jobs.schema import ARROW_SCHEMA
 from tests.e2e.support.cluster import Cluster, start_merged
-from tests.helpers.spark_stream import read_topic, run_available_now, send, stream
+from tests.helpers.spark_stream import comparable, read_topic, run_available_now, send, stream
 
 pytest_plugins = ["tests.helpers.s3", "tests.helpers.spark"]
 pytestmark = pytest.mark.slow
@@ -128,19 +128,6 @@ def test_stream_rows_equal_the_tiered_rows_also_when_read_back_from_the_archive(
     for mid, row in archived.items():
         assert comparable(hot[mid]) == comparable(row)
         assert comparable(cold[mid]) == comparable(row)
-
-
-def comparable(row: dict[str, Any]) -> dict[str, Any]:
-    """A row's message columns, maps as dicts and times as epoch ms (Spark's Parquet output keeps no zone)."""
-    out = {}
-    for name, _ in SEGMENT_COLUMNS:
-        value = row[name]
-        if isinstance(value, datetime):
-            value = int(value.replace(tzinfo=value.tzinfo or UTC).timestamp() * 1000)
-        elif name.endswith("properties"):
-            value = dict(value)
-        out[name] = value
-    return out
 
 
 UNKNOWN_QUEUE = json.dumps({TOPIC: {"broker-z": {"0": 0}}})
