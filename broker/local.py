@@ -74,6 +74,7 @@ from broker.produce import Producer
 from broker.reads import Reader
 from broker.security_store import SECURITY_CFS, SecurityStore
 from broker.store.dispatcher import Touched, call_soon_from_any_thread
+from broker.store.durability import LOCAL, Durability
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 from broker.tiering.manifest import SegmentEntry
@@ -137,16 +138,29 @@ BROKER_CFS = (
 
 
 class LocalBroker:
-    def __init__(self, config: BrokerConfig, *, term: int = 0, term_valid: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        term: int = 0,
+        term_valid: Callable[[], bool] | None = None,
+        durability: Durability = LOCAL,
+        on_topics_changed: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
         """`term`, `term_valid`: this broker serves primary term `term` of a replicated group
         (member.py), valid while `term_valid` returns True. Its pop entries get receipt handle
         versions of that term (popstate.first_version); tiering starts a new object key epoch and
         overwrites another broker's manifest.json only while the term is valid
-        (broker/tiering/manifest.py)."""
+        (broker/tiering/manifest.py). `durability`: what a write and a consumer state change wait
+        for before they are acknowledged (broker/store/durability.py: nothing standalone, the
+        group's in-sync set on a replicated primary). `on_topics_changed`: awaited after a topic
+        is created, updated or deleted (the NameServer registration reports at once; a failure is
+        logged, the next heartbeat catches up)."""
         self.config = config
         self._term = term
         self._term_valid = term_valid
-        self.on_topics_changed: Callable[[], Awaitable[object]] | None = None
+        self._durability = durability
+        self._on_topics_changed = on_topics_changed
         self._store: MessageStore | None = None
         self._parts: _Parts | None = None
         self._dedup: Deduplicator | None = None  # sends flagged `dedup` (broker/dedup.py)
@@ -173,11 +187,7 @@ class LocalBroker:
         cfg = self.config
         self._store = await loop.run_in_executor(
             None,
-            lambda: MessageStore(
-                cfg.data_dir,
-                cfg.store,
-                extra_cfs=BROKER_CFS,
-            ),
+            lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=BROKER_CFS, durability=self._durability),
         )
         store = self._store
         tiering: BrokerTiering | None = None
@@ -380,9 +390,9 @@ class LocalBroker:
         return [TopicInfo(s.name, s.queue_count, s.permission, s.message_types) for s in self.metadata.topics.values()]
 
     async def _topics_changed(self) -> None:
-        if self.on_topics_changed is not None:
+        if self._on_topics_changed is not None:
             try:
-                await self.on_topics_changed()
+                await self._on_topics_changed()
             except Exception as exc:  # the NameServer may be down; the next heartbeat catches up
                 log.warning("could not report a topic change to the NameServer", extra=kv(error=str(exc)))
 
@@ -524,18 +534,15 @@ class LocalBroker:
             results = await dedup.send(topic, messages, lambda fresh: producer.send(spec, queue_id, fresh, ctx))
         else:
             results = await producer.send(spec, queue_id, messages, ctx)
-        if self.store.state_gate is not None and (
-            is_lite(spec) or any(m.message_type in _INDEXED_TYPES for m in messages)
-        ):
-            await self.store.state_gate()  # the timer, half-message or lite index the send wrote
+        if self._durability.replicated and (is_lite(spec) or any(m.message_type in _INDEXED_TYPES for m in messages)):
+            await self._durability.wait_state()  # the timer, half-message or lite index the send wrote
         return results
 
     async def _state_replicated(self) -> None:
         """A replicated primary: wait until the in-sync replicas hold every consumer state change made
         so far (docs/replication.md); without replication, nothing to wait for."""
-        gate = self.store.state_gate
-        if gate is not None:
-            await gate()
+        if self._durability.replicated:
+            await self._durability.wait_state()
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
         name = dlq_topic(group)
@@ -770,8 +777,7 @@ class LocalBroker:
 
     async def put_security(self, version: int, data: bytes) -> None:
         self._security_store().put(version, data)
-        if self.store.state_gate is not None:  # a replicated primary: the in-sync replicas hold it
-            await self.store.state_gate()
+        await self._durability.wait_state()  # a replicated primary: the in-sync replicas hold it
         log.info("security document stored", extra=kv(version=version, size_bytes=len(data)))
 
     def _security_store(self) -> SecurityStore:
@@ -786,8 +792,7 @@ class LocalBroker:
 
     async def put_amqp_meta(self, version: int, data: bytes) -> None:
         self._amqp_meta_store().put(version, data)
-        if self.store.state_gate is not None:  # a replicated primary: the in-sync replicas hold it
-            await self.store.state_gate()
+        await self._durability.wait_state()  # a replicated primary: the in-sync replicas hold it
         log.info("AMQP metadata stored", extra=kv(version=version, size_bytes=len(data)))
 
     def _amqp_meta_store(self) -> AmqpMetaStore:

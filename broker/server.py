@@ -5,7 +5,7 @@ the NameServers.
 starts the broker, serves `BrokerServicer`, and keeps the broker registered through a
 `BrokerRegistrar` whose registration is rebuilt from `broker.topic_infos()` on every heartbeat. A
 topic change is pushed to the NameServers before the admin call that made it returns
-(`broker.on_topics_changed`). With no NameServer configured the broker runs standalone; NameServers
+(the broker's `on_topics_changed`). With no NameServer configured the broker runs standalone; NameServers
 that are down are logged and retried at the next heartbeat while the broker keeps serving.
 
 Shutdown, once `stop` is set, in this order: stop accepting calls and give in-flight ones
@@ -72,15 +72,19 @@ async def run_broker(
     if config.replication.enabled:  # a member of a broker group (docs/replication.md)
         await _run_member(config, stop, server, client, address, advertised, on_ready)
         return
-    broker = LocalBroker(config)
+    registrar: BrokerRegistrar | None = None
+
+    async def topics_changed() -> None:
+        # LocalBroker logs and swallows a failed report; the next heartbeat catches up. A broker
+        # that is stopping leaves the NameServers: nothing to report.
+        if registrar is not None and not stop.is_set():
+            await registrar.report_now()
+
+    broker = LocalBroker(config, on_topics_changed=topics_changed)
     try:
         await broker.start()
         registrar = _registrar(broker, client, config, advertised) if client is not None else None
-        if registrar is not None:
-            # Set before serving, so no topic change escapes. LocalBroker logs and swallows a
-            # failed report; the next heartbeat catches up.
-            broker.on_topics_changed = registrar.report_now
-        else:
+        if registrar is None:
             log.info("no nameserver configured: running standalone", extra=kv(broker=broker.name))
         pb_grpc.add_BrokerServicer_to_server(BrokerServicer(broker), server)
         await server.start()
@@ -108,7 +112,6 @@ async def _serve_until_stopped(
         await stop.wait()
         log.info("broker stopping", extra=kv(broker=broker.name, grace_s=SHUTDOWN_GRACE_S))
         await server.stop(SHUTDOWN_GRACE_S)
-        broker.on_topics_changed = None
         registrar_stop.set()  # the registrar unregisters from every NameServer, then ends
 
 
