@@ -155,7 +155,10 @@ def _flag(component: str, key: str, options: set[str]) -> str:
 def _rows(component: str, cls: type, instance: Any, prefix: str, options: set[str]) -> list[tuple[str, list[str]]]:
     """(table name, markdown rows) of `cls` and, after it, of each nested table."""
     hints = typing.get_type_hints(cls)
-    notes = _comments(cls)
+    notes: dict[str, str] = {}
+    for base in reversed(cls.__mro__):  # a derived class's comment on a field it restates wins
+        if dataclasses.is_dataclass(base):
+            notes.update({k: v for k, v in _comments(base).items() if v})
     rows: list[str] = []
     nested: list[tuple[str, list[str]]] = []
     for f in dataclasses.fields(cls):
