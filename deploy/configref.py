@@ -96,7 +96,9 @@ def _comments(cls: type) -> dict[str, str]:
         above: list[str] = []
         i = stmt.lineno - 2
         while i >= 0 and lines[i].strip().startswith("#"):
-            above.insert(0, lines[i].strip().lstrip("#").strip())
+            text = lines[i].strip().lstrip("#").strip()
+            if not (text.startswith("--") and text.endswith("--")):  # a section rule, not the field's
+                above.insert(0, text)
             i -= 1
         line = lines[stmt.lineno - 1]
         trailing = line.split("  # ", 1)[1].strip() if "  # " in line else ""
