@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -86,6 +85,7 @@ from broker.trace import CF_TRACE, TRACE_CFS, TraceRecorder
 from broker.transaction.pending import TXN_CFS
 from broker.transaction.service import TransactionService
 from common import metrics
+from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import (
     BadRequest,
     ClientIdRequired,
@@ -112,7 +112,6 @@ from common.version import sluice_version
 
 log = logging.getLogger("sluice.broker")
 
-_MS_PER_S = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +145,7 @@ class LocalBroker:
         term_valid: Callable[[], bool] | None = None,
         durability: Durability = LOCAL,
         on_topics_changed: Callable[[], Awaitable[object]] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """`term`, `term_valid`: this broker serves primary term `term` of a replicated group
         (member.py), valid while `term_valid` returns True. Its pop entries get receipt handle
@@ -155,12 +155,14 @@ class LocalBroker:
         for before they are acknowledged (broker/store/durability.py: nothing standalone, the
         group's in-sync set on a replicated primary). `on_topics_changed`: awaited after a topic
         is created, updated or deleted (the NameServer registration reports at once; a failure is
-        logged, the next heartbeat catches up)."""
+        logged, the next heartbeat catches up). `clock`: what invisibility, redelivery, timers,
+        transaction check-backs and lite expiry read the time from (common/clock.py)."""
         self.config = config
         self._term = term
         self._term_valid = term_valid
         self._durability = durability
         self._on_topics_changed = on_topics_changed
+        self._clock = clock
         self._store: MessageStore | None = None
         self._parts: _Parts | None = None
         self._dedup: Deduplicator | None = None  # sends flagged `dedup` (broker/dedup.py)
@@ -210,7 +212,7 @@ class LocalBroker:
                               store.index.batch, store.index.write)  # fmt: skip
         engine = PopEngine(
             broker_name=cfg.name, store=store, metadata=metadata, state=pop_state, hub=self.hub,
-            config=cfg.pop, dead_letter=self._dead_letter, trace=trace, cold=tiering,
+            config=cfg.pop, dead_letter=self._dead_letter, trace=trace, cold=tiering, clock=self._clock,
         )  # fmt: skip
         if tiering is not None:
 
@@ -218,12 +220,12 @@ class LocalBroker:
                 loop.call_soon_threadsafe(_trace_tiered, trace, topic, entry)
 
             tiering.uploader.on_uploaded = on_uploaded
-        timers = TimerService(cfg.name, store, cfg.timer, lambda topic: topic in metadata.topics)
+        timers = TimerService(cfg.name, store, cfg.timer, lambda topic: topic in metadata.topics, self._clock)
         store.retention_pins.append(timers.min_position)
-        transactions = TransactionService(cfg.name, store, cfg.transaction, cfg.advertised_address)
+        transactions = TransactionService(cfg.name, store, cfg.transaction, cfg.advertised_address, self._clock)
         lite = LiteService(store=store, state=LiteState(store.index, cfg.lite.cache_size), pop_state=pop_state,
                            engine=engine, hub=self.hub, trace=trace, config=cfg.lite, limits=cfg.limits,
-                           host=cfg.advertised_address)  # fmt: skip
+                           host=cfg.advertised_address, clock=self._clock)  # fmt: skip
 
         # The listener reaches the lite service through this broker, not directly: the store holds
         # its listeners, and a store -> listener -> service -> store cycle would keep the pop state's
@@ -256,7 +258,7 @@ class LocalBroker:
         self._unregister_metrics = metrics.register_source(lambda: broker_samples(self))
         if tiering is not None:
             self._tasks.append(asyncio.create_task(tiering.run(), name="tier-uploader"))
-        self._started_ms = int(time.time() * _MS_PER_S)
+        self._started_ms = self._clock.now_ms()
         log.info("broker started", extra=kv(name=cfg.name, data_dir=str(cfg.data_dir), topics=len(self.metadata.topics),
                                             groups=len(self.metadata.groups)))  # fmt: skip
 
