@@ -113,7 +113,6 @@ from common.version import sluice_version
 log = logging.getLogger("sluice.broker")
 
 
-
 @dataclass(frozen=True, slots=True)
 class _Parts:
     """What exists only while the broker runs (all of it holds RocksDB handles)."""

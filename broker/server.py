@@ -34,6 +34,7 @@ from common.logs import kv
 from nameserver.client import BrokerRegistrar, NameServerClient
 from nameserver.model import BrokerRegistration, format_address, validate_name
 from proto import token
+from proto.serve import bind, internal_server
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sluice.broker.server")
@@ -62,9 +63,8 @@ async def run_broker(
     """
     _check_names(config)
     client = NameServerClient(config.namesrv) if config.namesrv else None  # opens channels lazily
-    server = _new_server()
-    wanted = format_address(config.host, config.port)
-    port = _bind(server, wanted)
+    server = internal_server(max_concurrent_rpcs=MAX_CONCURRENT_RPCS, max_message_bytes=MAX_MESSAGE_BYTES)
+    port = bind(server, "broker", config.host, config.port)
     address = format_address(config.host, port)
     if port != config.port:  # port 0: the broker stamps stored messages with its real address
         config = dataclasses.replace(config, port=port)
@@ -175,26 +175,3 @@ def _registrar(broker: LocalBroker, client: NameServerClient, config: BrokerConf
         extra=kv(broker=broker.name, cluster=config.cluster, nameservers=";".join(client.addresses)),
     )
     return BrokerRegistrar(client, registration, heartbeat_interval_s=config.heartbeat_interval_s)
-
-
-def _new_server() -> grpc.aio.Server:
-    return grpc.aio.server(
-        interceptors=token.server_interceptors(),
-        maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
-        options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            # Two brokers on one port would split clients between two different stores.
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-
-
-def _bind(server: grpc.aio.Server, wanted: str) -> int:
-    try:
-        port = int(server.add_insecure_port(wanted))
-    except RuntimeError as exc:
-        raise ConfigError(f"[broker] cannot listen on {wanted} (host, port): {exc}") from None
-    if port == 0:  # some grpc versions report a failed bind this way instead of raising
-        raise ConfigError(f"[broker] cannot listen on {wanted} (host, port): bind failed")
-    return port
