@@ -230,6 +230,12 @@ class AckGate:
 
     async def maintain(self, stop: asyncio.Event) -> None:
         """Keep the in-sync set (and etcd's copy) true to the replicas' lag until `stop`."""
+        # Lag is measured from when the term starts serving: the gate exists from the moment the
+        # store opens (it is the store's durability), and the broker's start (recovery, loading
+        # its state) is no replica's delay.
+        now = self._clock()
+        for state in self.replicas.values():
+            state.caught_up_at = max(state.caught_up_at, now)
         while not stop.is_set() and not self.deposed:
             try:
                 await self.maintain_once()
