@@ -23,6 +23,7 @@ _.latestOffset, _.reportLatestOffset  # Spark's DataSourceStreamReader
 _.seekable, _.readinto  # io.RawIOBase, read by pyarrow
 _.log_request  # http.server.BaseHTTPRequestHandler (tests/helpers/s3.py)
 _.required  # argparse subparsers (deploy/cli.py)
+_.STUB  # a ServerSetClient's gRPC stub, read by proto/servers.py (outside vulture's paths)
 _.teardown  # hypothesis RuleBasedStateMachine
 NONE  # common.model.Permission: the wire enum's value 1
 updated_at  # deploy/cluster/state.py: written to the state file for operators

@@ -8,7 +8,7 @@ from pathlib import Path
 from broker.replication.config import ReplicationConfig
 from broker.store.config import StoreConfig
 from broker.tiering.config import TieringConfig
-from common.metrics import MetricsConfig
+from common.served import ServedConfig
 
 
 @dataclass(frozen=True)
@@ -118,18 +118,17 @@ class LiteConfig:
 
 
 @dataclass(frozen=True)
-class BrokerConfig:
+class BrokerConfig(ServedConfig):
+    """The `[broker]` table: the keys every served process states (common/served.py), then the broker's own."""
+
+    # The internal gRPC service (proxies, admin, other brokers); 0 picks a free port.
+    port: int = 10911
     name: str = "broker-a"
     cluster: str = "sluice"
-    host: str = "127.0.0.1"
-    port: int = 10911
-    # Address other processes use to reach this broker (default host:port).
-    advertise: str = ""
     # A merged node (docs/shards.md): host:port of the proxy in this process, registered with the
     # NameServer so every node can route clients straight to the node owning a queue; "" if none.
     client_endpoint: str = ""
     data_dir: Path = Path("data/broker")
-    namesrv: list[str] = field(default_factory=list)
     heartbeat_interval_s: float = 5.0
     # Create topics and groups on first use (merged mode default; auto-created topics accept every type).
     auto_create: bool = False
@@ -137,9 +136,7 @@ class BrokerConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     pop: PopConfig = field(default_factory=PopConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
-    metrics_port: int = 0
     transaction: TransactionConfig = field(default_factory=TransactionConfig)
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     # Tiered storage (`[broker.tiering]`): off unless `bucket` is set; see docs/tiered-format.md.
     tiering: TieringConfig = field(default_factory=TieringConfig)
@@ -150,7 +147,3 @@ class BrokerConfig:
     # A message sent with `dedup` (the Spark sink) whose id this broker stored in the topic within
     # this many seconds is not stored again (broker/dedup.py); 0 stores every copy.
     dedup_window_s: float = 600.0
-
-    @property
-    def advertised_address(self) -> str:
-        return self.advertise or f"{self.host}:{self.port}"

@@ -48,6 +48,7 @@ from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from broker.store.store import MessageStore, ReadResult, ReadStatus
 from broker.tiering.runtime import BrokerTiering
 from broker.trace import TraceRecorder
+from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import (
     IllegalInvisibleTime,
     InvalidReceiptHandle,
@@ -88,16 +89,15 @@ class _Cold:
         return [r for r in self.runs.get(queue_id, ()) if r.queue_offset >= offset]
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class PopEngine:
     def __init__(
         self, *, broker_name: str, store: MessageStore, metadata: Metadata, state: PopState, hub: LongPollHub,
         config: PopConfig, dead_letter: DeadLetter, trace: TraceRecorder, cold: BrokerTiering | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:  # fmt: skip
+        """`clock`: invisible durations and redelivery are measured on it (common/clock.py)."""
         self._name = broker_name
+        self.clock = clock
         self._cold = cold
         self._store = store
         self._meta = metadata
@@ -155,7 +155,7 @@ class PopEngine:
         self, req: PopRequest, group: GroupInfo, topic: TopicSpec, filt: MessageFilter, n: int, queues: list[int],
         cold: _Cold,
     ) -> list[StoredMessage]:  # fmt: skip
-        now = now_ms()
+        now = self.clock.now_ms()
         until = now + req.invisible_ms
         out: list[StoredMessage] = []
         claimed: set[tuple[int, str]] = set()  # FIFO (queue, message group) handed out in this call
@@ -446,7 +446,7 @@ class PopEngine:
         self, group: str, topic: str, rh: receipt.ReceiptHandle, entry: PopEntry, invisible_ms: int
     ) -> str:
         """Move a resolved in-flight entry's deadline to now + invisible_ms; returns the new handle."""
-        until = now_ms() + invisible_ms
+        until = self.clock.now_ms() + invisible_ms
         new = PopEntry(
             EntryState.INFLIGHT, entry.attempt, self._state.next_version(entry.version), until, entry.message_group
         )
@@ -468,7 +468,7 @@ class PopEngine:
         """
         if not 0 < invisible_ms <= self._cfg.max_invisible_ms:
             raise IllegalInvisibleTime(f"renewal of {invisible_ms} ms is outside (0, {self._cfg.max_invisible_ms}] ms")
-        until = now_ms() + invisible_ms
+        until = self.clock.now_ms() + invisible_ms
         batch = self._state.batch()
         results: list[AckResult] = []
         for handle in handles:
@@ -511,7 +511,7 @@ class PopEngine:
 
     async def scan_due(self) -> None:
         """Dead-letter exhausted messages and wake consumers of groups with visible-again messages."""
-        now = now_ms()
+        now = self.clock.now_ms()
         for g in self._state.groups_with_inflight():
             info = self._meta.groups.get(g)
             if info is None:
@@ -565,7 +565,7 @@ class PopEngine:
                 pending = self._state.first_pending_offset(g, topic, qid)
                 consumed = cursor if pending is None else min(pending, cursor)
                 high = self._store.queue_bounds(topic, qid)[1]
-                due = self._state.due_in_queue(g, topic, qid, now_ms())
+                due = self._state.due_in_queue(g, topic, qid, self.clock.now_ms())
                 out.append(GroupQueueStatus(topic, qid, consumed, high, max(0, high - consumed),
                                             self._state.inflight[(g, topic, qid)],
                                             self._state.retrying(g, topic, qid), max(0, high - cursor) + due,
@@ -631,7 +631,7 @@ class PopEngine:
             cold.runs[qid] = run
             fetched += len(run)
         wanted: list[tuple[int, int]] = []
-        for _, t, qid, offset in list(self._state.due(g, now_ms(), _DUE_SCAN_LIMIT)):
+        for _, t, qid, offset in list(self._state.due(g, self.clock.now_ms(), _DUE_SCAN_LIMIT)):
             if t == topic and qid in cold_queues and offset < lows[qid] and len(wanted) < n:
                 wanted.append((qid, offset))
         if group.spec.fifo:

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -74,6 +73,7 @@ from broker.produce import Producer
 from broker.reads import Reader
 from broker.security_store import SECURITY_CFS, SecurityStore
 from broker.store.dispatcher import Touched, call_soon_from_any_thread
+from broker.store.durability import LOCAL, Durability
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 from broker.tiering.manifest import SegmentEntry
@@ -85,6 +85,7 @@ from broker.trace import CF_TRACE, TRACE_CFS, TraceRecorder
 from broker.transaction.pending import TXN_CFS
 from broker.transaction.service import TransactionService
 from common import metrics
+from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import (
     BadRequest,
     ClientIdRequired,
@@ -111,8 +112,6 @@ from common.version import sluice_version
 
 log = logging.getLogger("sluice.broker")
 
-_MS_PER_S = 1000
-
 
 @dataclass(frozen=True, slots=True)
 class _Parts:
@@ -137,16 +136,32 @@ BROKER_CFS = (
 
 
 class LocalBroker:
-    def __init__(self, config: BrokerConfig, *, term: int = 0, term_valid: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        term: int = 0,
+        term_valid: Callable[[], bool] | None = None,
+        durability: Durability = LOCAL,
+        on_topics_changed: Callable[[], Awaitable[object]] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         """`term`, `term_valid`: this broker serves primary term `term` of a replicated group
         (member.py), valid while `term_valid` returns True. Its pop entries get receipt handle
         versions of that term (popstate.first_version); tiering starts a new object key epoch and
         overwrites another broker's manifest.json only while the term is valid
-        (broker/tiering/manifest.py)."""
+        (broker/tiering/manifest.py). `durability`: what a write and a consumer state change wait
+        for before they are acknowledged (broker/store/durability.py: nothing standalone, the
+        group's in-sync set on a replicated primary). `on_topics_changed`: awaited after a topic
+        is created, updated or deleted (the NameServer registration reports at once; a failure is
+        logged, the next heartbeat catches up). `clock`: what invisibility, redelivery, timers,
+        transaction check-backs and lite expiry read the time from (common/clock.py)."""
         self.config = config
         self._term = term
         self._term_valid = term_valid
-        self.on_topics_changed: Callable[[], Awaitable[object]] | None = None
+        self._durability = durability
+        self._on_topics_changed = on_topics_changed
+        self._clock = clock
         self._store: MessageStore | None = None
         self._parts: _Parts | None = None
         self._dedup: Deduplicator | None = None  # sends flagged `dedup` (broker/dedup.py)
@@ -173,11 +188,7 @@ class LocalBroker:
         cfg = self.config
         self._store = await loop.run_in_executor(
             None,
-            lambda: MessageStore(
-                cfg.data_dir,
-                cfg.store,
-                extra_cfs=BROKER_CFS,
-            ),
+            lambda: MessageStore(cfg.data_dir, cfg.store, extra_cfs=BROKER_CFS, durability=self._durability),
         )
         store = self._store
         tiering: BrokerTiering | None = None
@@ -200,7 +211,7 @@ class LocalBroker:
                               store.index.batch, store.index.write)  # fmt: skip
         engine = PopEngine(
             broker_name=cfg.name, store=store, metadata=metadata, state=pop_state, hub=self.hub,
-            config=cfg.pop, dead_letter=self._dead_letter, trace=trace, cold=tiering,
+            config=cfg.pop, dead_letter=self._dead_letter, trace=trace, cold=tiering, clock=self._clock,
         )  # fmt: skip
         if tiering is not None:
 
@@ -208,12 +219,12 @@ class LocalBroker:
                 loop.call_soon_threadsafe(_trace_tiered, trace, topic, entry)
 
             tiering.uploader.on_uploaded = on_uploaded
-        timers = TimerService(cfg.name, store, cfg.timer, lambda topic: topic in metadata.topics)
+        timers = TimerService(cfg.name, store, cfg.timer, lambda topic: topic in metadata.topics, self._clock)
         store.retention_pins.append(timers.min_position)
-        transactions = TransactionService(cfg.name, store, cfg.transaction, cfg.advertised_address)
+        transactions = TransactionService(cfg.name, store, cfg.transaction, cfg.advertised_address, self._clock)
         lite = LiteService(store=store, state=LiteState(store.index, cfg.lite.cache_size), pop_state=pop_state,
                            engine=engine, hub=self.hub, trace=trace, config=cfg.lite, limits=cfg.limits,
-                           host=cfg.advertised_address)  # fmt: skip
+                           host=cfg.advertised_address, clock=self._clock)  # fmt: skip
 
         # The listener reaches the lite service through this broker, not directly: the store holds
         # its listeners, and a store -> listener -> service -> store cycle would keep the pop state's
@@ -246,7 +257,7 @@ class LocalBroker:
         self._unregister_metrics = metrics.register_source(lambda: broker_samples(self))
         if tiering is not None:
             self._tasks.append(asyncio.create_task(tiering.run(), name="tier-uploader"))
-        self._started_ms = int(time.time() * _MS_PER_S)
+        self._started_ms = self._clock.now_ms()
         log.info("broker started", extra=kv(name=cfg.name, data_dir=str(cfg.data_dir), topics=len(self.metadata.topics),
                                             groups=len(self.metadata.groups)))  # fmt: skip
 
@@ -380,9 +391,9 @@ class LocalBroker:
         return [TopicInfo(s.name, s.queue_count, s.permission, s.message_types) for s in self.metadata.topics.values()]
 
     async def _topics_changed(self) -> None:
-        if self.on_topics_changed is not None:
+        if self._on_topics_changed is not None:
             try:
-                await self.on_topics_changed()
+                await self._on_topics_changed()
             except Exception as exc:  # the NameServer may be down; the next heartbeat catches up
                 log.warning("could not report a topic change to the NameServer", extra=kv(error=str(exc)))
 
@@ -524,18 +535,15 @@ class LocalBroker:
             results = await dedup.send(topic, messages, lambda fresh: producer.send(spec, queue_id, fresh, ctx))
         else:
             results = await producer.send(spec, queue_id, messages, ctx)
-        if self.store.state_gate is not None and (
-            is_lite(spec) or any(m.message_type in _INDEXED_TYPES for m in messages)
-        ):
-            await self.store.state_gate()  # the timer, half-message or lite index the send wrote
+        if self._durability.replicated and (is_lite(spec) or any(m.message_type in _INDEXED_TYPES for m in messages)):
+            await self._durability.wait_state()  # the timer, half-message or lite index the send wrote
         return results
 
     async def _state_replicated(self) -> None:
         """A replicated primary: wait until the in-sync replicas hold every consumer state change made
         so far (docs/replication.md); without replication, nothing to wait for."""
-        gate = self.store.state_gate
-        if gate is not None:
-            await gate()
+        if self._durability.replicated:
+            await self._durability.wait_state()
 
     async def _dead_letter(self, rec: MessageRecord, group: str, attempts: int) -> None:
         name = dlq_topic(group)
@@ -778,8 +786,7 @@ class LocalBroker:
 
     async def put_security(self, version: int, data: bytes) -> None:
         self._security_store().put(version, data)
-        if self.store.state_gate is not None:  # a replicated primary: the in-sync replicas hold it
-            await self.store.state_gate()
+        await self._durability.wait_state()  # a replicated primary: the in-sync replicas hold it
         log.info("security document stored", extra=kv(version=version, size_bytes=len(data)))
 
     def _security_store(self) -> SecurityStore:
@@ -794,8 +801,7 @@ class LocalBroker:
 
     async def put_amqp_meta(self, version: int, data: bytes) -> None:
         self._amqp_meta_store().put(version, data)
-        if self.store.state_gate is not None:  # a replicated primary: the in-sync replicas hold it
-            await self.store.state_gate()
+        await self._durability.wait_state()  # a replicated primary: the in-sync replicas hold it
         log.info("AMQP metadata stored", extra=kv(version=version, size_bytes=len(data)))
 
     def _amqp_meta_store(self) -> AmqpMetaStore:

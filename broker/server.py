@@ -5,7 +5,7 @@ the NameServers.
 starts the broker, serves `BrokerServicer`, and keeps the broker registered through a
 `BrokerRegistrar` whose registration is rebuilt from `broker.topic_infos()` on every heartbeat. A
 topic change is pushed to the NameServers before the admin call that made it returns
-(`broker.on_topics_changed`). With no NameServer configured the broker runs standalone; NameServers
+(the broker's `on_topics_changed`). With no NameServer configured the broker runs standalone; NameServers
 that are down are logged and retried at the next heartbeat while the broker keeps serving.
 
 Shutdown, once `stop` is set, in this order: stop accepting calls and give in-flight ones
@@ -34,6 +34,7 @@ from common.logs import kv
 from nameserver.client import BrokerRegistrar, NameServerClient
 from nameserver.model import BrokerRegistration, format_address, validate_name
 from proto import token
+from proto.serve import bind, internal_server
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sluice.broker.server")
@@ -62,9 +63,8 @@ async def run_broker(
     """
     _check_names(config)
     client = NameServerClient(config.namesrv) if config.namesrv else None  # opens channels lazily
-    server = _new_server()
-    wanted = format_address(config.host, config.port)
-    port = _bind(server, wanted)
+    server = internal_server(max_concurrent_rpcs=MAX_CONCURRENT_RPCS, max_message_bytes=MAX_MESSAGE_BYTES)
+    port = bind(server, "broker", config.host, config.port)
     address = format_address(config.host, port)
     if port != config.port:  # port 0: the broker stamps stored messages with its real address
         config = dataclasses.replace(config, port=port)
@@ -72,15 +72,19 @@ async def run_broker(
     if config.replication.enabled:  # a member of a broker group (docs/replication.md)
         await _run_member(config, stop, server, client, address, advertised, on_ready)
         return
-    broker = LocalBroker(config)
+    registrar: BrokerRegistrar | None = None
+
+    async def topics_changed() -> None:
+        # LocalBroker logs and swallows a failed report; the next heartbeat catches up. A broker
+        # that is stopping leaves the NameServers: nothing to report.
+        if registrar is not None and not stop.is_set():
+            await registrar.report_now()
+
+    broker = LocalBroker(config, on_topics_changed=topics_changed)
     try:
         await broker.start()
         registrar = _registrar(broker, client, config, advertised) if client is not None else None
-        if registrar is not None:
-            # Set before serving, so no topic change escapes. LocalBroker logs and swallows a
-            # failed report; the next heartbeat catches up.
-            broker.on_topics_changed = registrar.report_now
-        else:
+        if registrar is None:
             log.info("no nameserver configured: running standalone", extra=kv(broker=broker.name))
         pb_grpc.add_BrokerServicer_to_server(BrokerServicer(broker), server)
         await server.start()
@@ -108,7 +112,6 @@ async def _serve_until_stopped(
         await stop.wait()
         log.info("broker stopping", extra=kv(broker=broker.name, grace_s=SHUTDOWN_GRACE_S))
         await server.stop(SHUTDOWN_GRACE_S)
-        broker.on_topics_changed = None
         registrar_stop.set()  # the registrar unregisters from every NameServer, then ends
 
 
@@ -172,26 +175,3 @@ def _registrar(broker: LocalBroker, client: NameServerClient, config: BrokerConf
         extra=kv(broker=broker.name, cluster=config.cluster, nameservers=";".join(client.addresses)),
     )
     return BrokerRegistrar(client, registration, heartbeat_interval_s=config.heartbeat_interval_s)
-
-
-def _new_server() -> grpc.aio.Server:
-    return grpc.aio.server(
-        interceptors=token.server_interceptors(),
-        maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
-        options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            # Two brokers on one port would split clients between two different stores.
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-
-
-def _bind(server: grpc.aio.Server, wanted: str) -> int:
-    try:
-        port = int(server.add_insecure_port(wanted))
-    except RuntimeError as exc:
-        raise ConfigError(f"[broker] cannot listen on {wanted} (host, port): {exc}") from None
-    if port == 0:  # some grpc versions report a failed bind this way instead of raising
-        raise ConfigError(f"[broker] cannot listen on {wanted} (host, port): bind failed")
-    return port

@@ -17,7 +17,7 @@ import enum
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,6 +37,22 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {p} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+
+
+def check_bounds(
+    obj: object, *, positive: Iterable[str] = (), not_negative: Iterable[str] = (), at_least_one: Iterable[str] = ()
+) -> None:
+    """For a config dataclass's `__post_init__`: ValueError naming the first of the named fields
+    outside its bound (`load_config` turns it into a ConfigError naming the table)."""
+    for names, outside, bound in (
+        (positive, lambda v: v <= 0, "be positive"),
+        (not_negative, lambda v: v < 0, "not be negative"),
+        (at_least_one, lambda v: v < 1, "be at least 1"),
+    ):
+        for name in names:
+            value = getattr(obj, name)
+            if outside(value):
+                raise ValueError(f"{name} must {bound}, got {value}")
 
 
 def load_config(

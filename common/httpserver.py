@@ -29,6 +29,8 @@ from typing import Any
 
 from aiohttp import web
 
+from common.config import check_bounds
+
 log = logging.getLogger("sluice.http")
 
 JSON_TYPE = "application/json"
@@ -54,20 +56,13 @@ class HttpLimits:
     keep_alive: bool = True
 
     def __post_init__(self) -> None:
-        for name in (
-            "max_request_line_bytes",
-            "max_header_bytes",
-            "max_headers",
-            "max_query_params",
-            "max_connections",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.max_body_bytes < 0:
-            raise ValueError(f"max_body_bytes must not be negative, got {self.max_body_bytes}")
-        for name in ("idle_timeout_s", "handler_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        check_bounds(
+            self,
+            at_least_one=("max_request_line_bytes", "max_header_bytes", "max_headers", "max_query_params",
+                          "max_connections"),
+            not_negative=("max_body_bytes",),
+            positive=("idle_timeout_s", "handler_timeout_s"),
+        )  # fmt: skip
 
 
 class HttpError(Exception):

@@ -96,7 +96,9 @@ def _comments(cls: type) -> dict[str, str]:
         above: list[str] = []
         i = stmt.lineno - 2
         while i >= 0 and lines[i].strip().startswith("#"):
-            above.insert(0, lines[i].strip().lstrip("#").strip())
+            text = lines[i].strip().lstrip("#").strip()
+            if not (text.startswith("--") and text.endswith("--")):  # a section rule, not the field's
+                above.insert(0, text)
             i -= 1
         line = lines[stmt.lineno - 1]
         trailing = line.split("  # ", 1)[1].strip() if "  # " in line else ""
@@ -155,7 +157,10 @@ def _flag(component: str, key: str, options: set[str]) -> str:
 def _rows(component: str, cls: type, instance: Any, prefix: str, options: set[str]) -> list[tuple[str, list[str]]]:
     """(table name, markdown rows) of `cls` and, after it, of each nested table."""
     hints = typing.get_type_hints(cls)
-    notes = _comments(cls)
+    notes: dict[str, str] = {}
+    for base in reversed(cls.__mro__):  # a derived class's comment on a field it restates wins
+        if dataclasses.is_dataclass(base):
+            notes.update({k: v for k, v in _comments(base).items() if v})
     rows: list[str] = []
     nested: list[tuple[str, list[str]]] = []
     for f in dataclasses.fields(cls):

@@ -13,7 +13,8 @@ the log level, like whoever can send the process a signal.
 
 Parts report readiness through `Readiness.set(part, ready)`; a process is ready when it has at
 least one part and all of them are ready. A draining proxy reports not ready, so load balancers
-and probes stop sending it traffic.
+and probes stop sending it traffic. `serve_part` runs a process of one part (a broker, a
+NameServer, a navigation server) with its endpoint.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from aiohttp.web import Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
@@ -30,6 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from common.httpserver import HttpError, Routes, json_response, serve_http, text_response
 from common.logs import get_level, kv, set_level
 from deploy.opsmerge import Children, forward_put, merge, scrape
+from deploy.runtime import serve
 
 log = logging.getLogger("sluice.ops")
 
@@ -142,3 +145,29 @@ async def ops_server(
     finally:
         stop.set()
         await task
+
+
+def serve_part(
+    part: str,
+    host: str,
+    metrics_port: int | None,
+    body: Callable[[asyncio.Event, Callable[..., None]], Awaitable[None]],
+    announce: Callable[..., None],
+) -> int:
+    """Run a process of one part until SIGTERM/SIGINT (deploy/runtime.py `serve`), with its ops
+    endpoint on `metrics_port`: `body(stop, on_ready)` serves until `stop`; when it calls
+    `on_ready(...)`, `announce(...)` prints the ready line and `/readyz` says `part` is ready."""
+
+    async def main(stop: asyncio.Event) -> int:
+        readiness = Readiness()
+        readiness.set(part, False)
+
+        def ready(*args: Any) -> None:
+            announce(*args)
+            readiness.set(part, True)
+
+        async with ops_server(host, metrics_port, readiness):
+            await body(stop, ready)
+        return 0
+
+    return serve(main)

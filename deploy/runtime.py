@@ -1,11 +1,13 @@
-"""Running a long-lived component as a process: event loop, signals, clean shutdown.
+"""Running a long-lived component as a process: event loop, signals, clean shutdown, log flags.
 
 `serve(main)` runs `main(stop)` on uvloop (when available); `stop` is an `asyncio.Event` set on
 SIGTERM or SIGINT, after which `main` is expected to shut its component down and return.
+`add_log_arguments(parser)` adds the `--log-level` and `--log-json` flags every command takes.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import ctypes
@@ -16,6 +18,13 @@ import signal
 from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("sluice.runtime")
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def add_log_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
 
 
 def install_uvloop() -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from common.errors import InternalError, SluiceError, TopicNotFound
@@ -26,20 +26,16 @@ from nameserver import convert
 from nameserver.config import DEFAULT_MAX_MESSAGE_BYTES
 from nameserver.model import BrokerRegistration, BrokerStatus, TopicRoute, TopicSummary, merge_routes, split_address
 from proto.servers import ADDRESS_SEPARATOR as ADDRESS_SEPARATOR  # re-exported: this module's API
-from proto.servers import Failures, HeartbeatSender, Outcomes, ServerKind, ServerSet, ServerSetClient
+from proto.servers import Failures, HeartbeatSender, Outcomes, ServerKind, ServerSetClient
 from proto.sluice.internal.v1 import nameserver_pb2 as pb
 from proto.sluice.internal.v1 import nameserver_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sluice.nameserver.client")
 
-DEFAULT_RPC_TIMEOUT_S = 3.0
 # How long a route lookup over several NameServers waits for the others once a NameServer that is
 # not young has answered (a hung one would otherwise hold every lookup for its whole timeout).
 MERGE_WAIT_S = 0.5
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
-# gRPC waits between attempts to reconnect to a NameServer that is down; capped so a restarted
-# NameServer gets the next heartbeat within a few seconds (gRPC's own cap is two minutes).
-DEFAULT_RECONNECT_BACKOFF_MAX_S = 5.0
 
 _KIND = ServerKind(
     name="NameServer",
@@ -48,6 +44,7 @@ _KIND = ServerKind(
     split_address=split_address,
     log=log,
     log_key="nameserver",
+    max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES,
 )
 
 
@@ -59,23 +56,8 @@ def parse_addresses(text: str) -> list[str]:
 class NameServerClient(ServerSetClient):
     """Reads routes from, and registers brokers with, a set of independent NameServers."""
 
-    def __init__(
-        self,
-        addresses: Sequence[str] | str,
-        *,
-        timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
-        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
-        servers = ServerSet(
-            _KIND,
-            addresses,
-            pb_grpc.NameServerStub,
-            timeout_s=timeout_s,
-            reconnect_backoff_max_s=reconnect_backoff_max_s,
-            max_message_bytes=max_message_bytes,
-        )
-        super().__init__(servers)
+    KIND = _KIND
+    STUB = pb_grpc.NameServerStub
 
     # -- reads: one NameServer, failing over -----------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.config import check_bounds
 from nameserver.registry import DEFAULT_MAX_BROKERS
 
 DEFAULT_PORT = 9876
@@ -44,13 +45,9 @@ class NameServerConfig:
             raise ValueError("host is empty; use an address to listen on, e.g. 127.0.0.1")
         if not 0 <= self.port <= MAX_PORT:
             raise ValueError(f"port {self.port} is out of range 0..{MAX_PORT}")
-        for name in ("broker_expiry_s", "sweep_interval_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.young_s < 0:
-            raise ValueError(f"young_s must not be negative, got {self.young_s}")
-        if self.shutdown_grace_s < 0:
-            raise ValueError(f"shutdown_grace_s must not be negative, got {self.shutdown_grace_s}")
-        for name in ("max_message_bytes", "max_concurrent_rpcs", "max_brokers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        check_bounds(
+            self,
+            positive=("broker_expiry_s", "sweep_interval_s"),
+            not_negative=("young_s", "shutdown_grace_s"),
+            at_least_one=("max_message_bytes", "max_concurrent_rpcs", "max_brokers"),
+        )

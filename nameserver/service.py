@@ -15,14 +15,13 @@ from collections.abc import Callable
 
 import grpc
 
-from common.config import ConfigError
 from common.logs import kv
 from nameserver import convert
 from nameserver.config import NameServerConfig
 from nameserver.model import RegisterOutcome, format_address
 from nameserver.registry import Registry
-from proto import token
 from proto.rpc import internal_rpc
+from proto.serve import bind, internal_server
 from proto.sluice.internal.v1 import nameserver_pb2 as pb
 from proto.sluice.internal.v1 import nameserver_pb2_grpc as pb_grpc
 
@@ -101,26 +100,9 @@ async def run_nameserver(
     if registry is None:
         registry = Registry(broker_expiry_s=config.broker_expiry_s, max_brokers=config.max_brokers,
                             young_s=config.young_s, stall_s=config.sweep_interval_s + STALL_MARGIN_S)  # fmt: skip
-    server = grpc.aio.server(
-        interceptors=token.server_interceptors(),
-        maximum_concurrent_rpcs=config.max_concurrent_rpcs,
-        options=[
-            ("grpc.max_receive_message_length", config.max_message_bytes),
-            ("grpc.max_send_message_length", config.max_message_bytes),
-            # A second NameServer on a taken port must fail, not silently share it: their
-            # registries differ, so load-balancing between them would serve two pictures.
-            ("grpc.so_reuseport", 0),
-        ],
-    )
+    server = internal_server(max_concurrent_rpcs=config.max_concurrent_rpcs, max_message_bytes=config.max_message_bytes)
     pb_grpc.add_NameServerServicer_to_server(NameServerService(registry), server)
-    wanted = format_address(config.host, config.port)
-    try:
-        port = server.add_insecure_port(wanted)
-    except RuntimeError as exc:
-        raise ConfigError(f"[nameserver] cannot listen on {wanted} (host, port): {exc}") from None
-    if port == 0:  # some grpc versions report a failed bind this way instead of raising
-        raise ConfigError(f"[nameserver] cannot listen on {wanted} (host, port): bind failed")
-    address = format_address(config.host, port)
+    address = format_address(config.host, bind(server, "nameserver", config.host, config.port))
     await server.start()
     try:
         log.info("nameserver started", extra=kv(address=address, broker_expiry_s=config.broker_expiry_s))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from common.errors import SluiceError
@@ -34,19 +34,15 @@ from navigation.model import (
     split_endpoint,
 )
 from proto.servers import ADDRESS_SEPARATOR as ADDRESS_SEPARATOR  # re-exported: this module's API
-from proto.servers import HeartbeatSender, Outcome, Outcomes, ServerKind, ServerSet, ServerSetClient
+from proto.servers import HeartbeatSender, Outcome, Outcomes, ServerKind, ServerSetClient
 from proto.sluice.internal.v1 import navigation_pb2 as pb
 from proto.sluice.internal.v1 import navigation_pb2_grpc as pb_grpc
 
 log = logging.getLogger("sluice.navigation.client")
 
-DEFAULT_RPC_TIMEOUT_S = 3.0
 # A fifth of the default proxy expiry (15 s): four heartbeats may be lost before a proxy drops out,
 # and load figures are at most this old.
 DEFAULT_HEARTBEAT_INTERVAL_S = 3.0
-# gRPC waits between attempts to reconnect to a server that is down; capped so a restarted
-# navigation server gets the next heartbeat within seconds (gRPC's own cap is two minutes).
-DEFAULT_RECONNECT_BACKOFF_MAX_S = 5.0
 
 _KIND = ServerKind(
     name="navigation server",
@@ -55,6 +51,7 @@ _KIND = ServerKind(
     split_address=split_endpoint,
     log=log,
     log_key="server",
+    max_message_bytes=DEFAULT_MAX_MESSAGE_BYTES,
 )
 
 
@@ -69,23 +66,8 @@ def parse_addresses(text: str) -> list[str]:
 class NavigationClient(ServerSetClient):
     """Looks up proxy endpoints from, and registers proxies with, a set of independent navigation servers."""
 
-    def __init__(
-        self,
-        addresses: Sequence[str] | str,
-        *,
-        timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
-        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    ) -> None:
-        servers = ServerSet(
-            _KIND,
-            addresses,
-            pb_grpc.NavigationStub,
-            timeout_s=timeout_s,
-            reconnect_backoff_max_s=reconnect_backoff_max_s,
-            max_message_bytes=max_message_bytes,
-        )
-        super().__init__(servers)
+    KIND = _KIND
+    STUB = pb_grpc.NavigationStub
 
     # -- look-ups: one server, failing over -----------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common.config import check_bounds
 from common.httpserver import HttpLimits
 from navigation.registry import DEFAULT_MAX_PROXIES
 
@@ -53,12 +54,9 @@ class NavigationConfig:
                 raise ValueError(f"{name} {getattr(self, name)} is out of range 0..{MAX_PORT}")
         if self.port and self.port == self.http_port:
             raise ValueError(f"port and http_port are both {self.port}; give each its own port")
-        for name in ("proxy_expiry_s", "sweep_interval_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("warmup_s", "shutdown_grace_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative, got {getattr(self, name)}")
-        for name in ("max_message_bytes", "max_concurrent_rpcs", "max_proxies"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        check_bounds(
+            self,
+            positive=("proxy_expiry_s", "sweep_interval_s"),
+            not_negative=("warmup_s", "shutdown_grace_s"),
+            at_least_one=("max_message_bytes", "max_concurrent_rpcs", "max_proxies"),
+        )

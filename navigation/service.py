@@ -25,8 +25,8 @@ from navigation.config import NavigationConfig
 from navigation.http import NavigationHttp
 from navigation.model import RegisterOutcome
 from navigation.registry import Registry
-from proto import token
 from proto.rpc import internal_rpc
+from proto.serve import bind, host_port, internal_server
 from proto.sluice.internal.v1 import navigation_pb2 as pb
 from proto.sluice.internal.v1 import navigation_pb2_grpc as pb_grpc
 
@@ -117,8 +117,9 @@ async def run_navigation(
     """
     if registry is None:
         registry = Registry(proxy_expiry_s=config.proxy_expiry_s, max_proxies=config.max_proxies)
-    server = _grpc_server(config, registry)
-    grpc_address = _bind_grpc(server, config)
+    server = internal_server(max_concurrent_rpcs=config.max_concurrent_rpcs, max_message_bytes=config.max_message_bytes)
+    pb_grpc.add_NavigationServicer_to_server(NavigationService(registry), server)
+    grpc_address = host_port(config.host, bind(server, "navigation", config.host, config.port))
     http = HttpServer(
         NavigationHttp(registry, ready=_Readiness(registry, config.warmup_s, stop)).routes(),
         limits=config.http_limits,
@@ -131,10 +132,10 @@ async def run_navigation(
             http_port = await http.start(config.host, config.http_port)
         except OSError as exc:
             raise ConfigError(
-                f"[navigation] cannot listen for HTTP on {_host_port(config.host, config.http_port)} "
+                f"[navigation] cannot listen for HTTP on {host_port(config.host, config.http_port)} "
                 f"(host, http_port): {exc.strerror or exc}"
             ) from None
-        http_url = f"http://{_host_port(config.host, http_port)}"
+        http_url = f"http://{host_port(config.host, http_port)}"
         log.info(
             "navigation started",
             extra=kv(grpc=grpc_address, http=http_url, proxy_expiry_s=config.proxy_expiry_s),
@@ -147,37 +148,6 @@ async def run_navigation(
     finally:
         await asyncio.gather(http.close(), server.stop(config.shutdown_grace_s))
         log.info("navigation stopped", extra=kv(grpc=grpc_address))
-
-
-def _grpc_server(config: NavigationConfig, registry: Registry) -> grpc.aio.Server:
-    server = grpc.aio.server(
-        interceptors=token.server_interceptors(),
-        maximum_concurrent_rpcs=config.max_concurrent_rpcs,
-        options=[
-            ("grpc.max_receive_message_length", config.max_message_bytes),
-            ("grpc.max_send_message_length", config.max_message_bytes),
-            # A second navigation server on a taken port must fail, not silently share it: their
-            # registries differ while one is warming up.
-            ("grpc.so_reuseport", 0),
-        ],
-    )
-    pb_grpc.add_NavigationServicer_to_server(NavigationService(registry), server)
-    return server
-
-
-def _bind_grpc(server: grpc.aio.Server, config: NavigationConfig) -> str:
-    wanted = _host_port(config.host, config.port)
-    try:
-        port = server.add_insecure_port(wanted)
-    except RuntimeError as exc:
-        raise ConfigError(f"[navigation] cannot listen on {wanted} (host, port): {exc}") from None
-    if port == 0:  # some grpc versions report a failed bind this way instead of raising
-        raise ConfigError(f"[navigation] cannot listen on {wanted} (host, port): bind failed")
-    return _host_port(config.host, port)
-
-
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
 async def _sweep(registry: Registry, interval_s: float, stop: asyncio.Event) -> None:

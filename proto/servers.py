@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 
 import grpc
 
@@ -37,6 +37,11 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 ADDRESS_SEPARATOR = ";"
+# A client call's deadline unless the caller gives one.
+DEFAULT_RPC_TIMEOUT_S = 3.0
+# gRPC waits between attempts to reconnect to a server that is down; capped so a restarted server
+# gets the next heartbeat within a few seconds (gRPC's own cap is two minutes).
+DEFAULT_RECONNECT_BACKOFF_MAX_S = 5.0
 _RECONNECT_BACKOFF_INITIAL_S = 1.0
 
 Outcome = SluiceError | None  # of one server: None if it accepted
@@ -56,6 +61,7 @@ class ServerKind:
     split_address: Callable[[str], tuple[str, int]]  # `host:port` as (host, port); ValueError if malformed
     log: logging.Logger  # of the client module; lines name the server `name.lower()`
     log_key: str  # the structured log field holding a server's address
+    max_message_bytes: int  # a client's default bound on a request or answer (the server's own)
 
     def parse_addresses(self, text: str) -> list[str]:
         """`host:port;host:port` as a list (order kept, duplicates dropped); ConfigError if malformed or empty."""
@@ -221,10 +227,27 @@ class ServerSet:
 
 
 class ServerSetClient:
-    """Base of a client of one kind of server: owns its `ServerSet` (`_servers`) and closes it."""
+    """Base of a client of one kind of server: owns its `ServerSet` (`_servers`) and closes it.
 
-    def __init__(self, servers: ServerSet) -> None:
-        self._servers = servers
+    A subclass names its `KIND` and its gRPC `STUB`; every client of a set is built alike."""
+
+    KIND: ClassVar[ServerKind]
+    STUB: ClassVar[Callable[[grpc.aio.Channel], Any]]
+
+    def __init__(
+        self,
+        addresses: Sequence[str] | str,
+        *,
+        timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
+        reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
+        max_message_bytes: int | None = None,
+    ) -> None:
+        """`max_message_bytes`: None takes the kind's (its servers' own bound)."""
+        kind = self.KIND
+        self._servers = ServerSet(
+            kind, addresses, type(self).STUB, timeout_s=timeout_s, reconnect_backoff_max_s=reconnect_backoff_max_s,
+            max_message_bytes=kind.max_message_bytes if max_message_bytes is None else max_message_bytes,
+        )  # fmt: skip
 
     @property
     def addresses(self) -> tuple[str, ...]:

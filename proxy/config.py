@@ -7,7 +7,7 @@ from pathlib import Path
 
 from broker.client.remote import DEFAULT_MAX_PENDING_SENDS, DEFAULT_RECONNECT_BACKOFF_MAX_S, DEFAULT_TIMEOUT_S
 from common.config import ConfigError
-from common.metrics import MetricsConfig
+from common.served import ServedConfig
 
 _HEADROOM_BYTES = 64 * 1024  # a message's properties, keys and framing beyond its body
 
@@ -253,12 +253,11 @@ class AmqpConfig:
 
 
 @dataclass(frozen=True)
-class ProxyConfig:
-    host: str = "127.0.0.1"
+class ProxyConfig(ServedConfig):
+    """The `[proxy]` table: the keys every served process states (common/served.py), then the proxy's own."""
+
+    # The client port (RocketMQ gRPC); its address, or `advertise`, is what routes list.
     port: int = 8081
-    # Endpoint advertised in routes (default host:port).
-    advertise: str = ""
-    namesrv: list[str] = field(default_factory=list)
     route_refresh_s: float = 5.0
     # Largest request the gRPC server accepts: one message of the body size clients are told
     # (settings.max_body_bytes) with room for its properties, or a small batch. Larger requests get
@@ -273,7 +272,6 @@ class ProxyConfig:
     client_expiry_s: float = 20.0
     # How often the connected clients are reported to every broker (`sluice admin client list`).
     client_report_s: float = 5.0
-    metrics_port: int = 0
     # The fleet (navigation/): where to register, this proxy's zone, its endpoint per network
     # (default: {"default": advertised address}), the namespaces it serves (empty: all).
     navigation: list[str] = field(default_factory=list)
@@ -300,7 +298,6 @@ class ProxyConfig:
     # on first use there as in the single-process merged topology.
     auto_create_topics: bool = False
     transaction: TransactionCheckConfig = field(default_factory=TransactionCheckConfig)
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     flow: FlowConfig = field(default_factory=FlowConfig)
     input: InputLimitsConfig = field(default_factory=InputLimitsConfig)
@@ -320,7 +317,3 @@ class ProxyConfig:
             raise ValueError(f"client_expiry_s must be positive, got {self.client_expiry_s}")
         if self.client_report_s <= 0:
             raise ValueError(f"client_report_s must be positive, got {self.client_report_s}")
-
-    @property
-    def advertised_address(self) -> str:
-        return self.advertise or f"{self.host}:{self.port}"

@@ -26,8 +26,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar, cast, get_args
 
-from broker.tiering.s3store import S3Settings
+from broker.tiering.s3store import AddressingStyle, S3Settings
 from common.errors import BadRequest
 from common.moments import RELATIVE_FORMS, relative_ms
 
@@ -37,6 +38,7 @@ MIN_SPLIT_BYTES = 1 << 20
 DEFAULT_OPEN_COST_BYTES = 4 << 20  # as Spark's spark.sql.files.openCostInBytes
 DEFAULT_MIN_PARTITIONS = 8
 _INT64_MAX = (1 << 63) - 1
+N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True)
@@ -98,10 +100,13 @@ class ScanOptions:
         bucket = get("bucket")
         if not bucket:
             raise BadRequest("option bucket is required: the S3 bucket the broker tiers into (--s3-bucket)")
+        style = get("addressingStyle", "auto")
+        if style not in get_args(AddressingStyle):
+            raise BadRequest(f"option addressingStyle must be auto, path or virtual, got {style!r}")
         s3 = S3Settings(
             endpoint_url=get("endpoint"), bucket=bucket, region=get("region", "us-east-1"),
             access_key_id=get("accessKeyId"), secret_access_key=get("secretAccessKey"),
-            session_token=get("sessionToken"), addressing_style=get("addressingStyle", "auto"),
+            session_token=get("sessionToken"), addressing_style=cast(AddressingStyle, style),
             connect_timeout_s=_number(get("connectTimeoutS", "5"), "connectTimeoutS"),
             read_timeout_s=_number(get("readTimeoutS", "30"), "readTimeoutS"),
             max_attempts=_integer(get("maxAttempts", "3"), "maxAttempts"),
@@ -126,24 +131,25 @@ def _names(value: str) -> frozenset[str]:
     return frozenset(v.strip() for v in value.split(",") if v.strip())
 
 
-def _number(value: str, name: str) -> float:
+def option_number(value: str, name: str, kind: type[N], *, positive: bool = False) -> N:
+    """Option `name`'s `value` as an int or a float (`kind`), at least 0, or above 0 when `positive`.
+    Raises BadRequest naming the option."""
     try:
-        number = float(value)
+        number = kind(value)
     except ValueError:
-        raise BadRequest(f"option {name} must be a number, got {value!r}") from None
-    if number < 0:
-        raise BadRequest(f"option {name} must not be negative, got {value!r}")
+        what = "a whole number" if kind is int else "a number"
+        raise BadRequest(f"option {name} must be {what}, got {value!r}") from None
+    if number < 0 or (positive and number == 0):
+        raise BadRequest(f"option {name} must be {'positive' if positive else 'not negative'}, got {value!r}")
     return number
+
+
+def _number(value: str, name: str) -> float:
+    return option_number(value, name, float)
 
 
 def _integer(value: str, name: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise BadRequest(f"option {name} must be a whole number, got {value!r}") from None
-    if number < 0:
-        raise BadRequest(f"option {name} must not be negative, got {value!r}")
-    return number
+    return option_number(value, name, int)
 
 
 def parse_time(value: str, name: str) -> int:

@@ -47,7 +47,7 @@ from broker.client.api import (
     TopicSpec,
 )
 from broker.config import LimitsConfig, LiteConfig
-from broker.consumer import PopEngine, _Cold, now_ms
+from broker.consumer import PopEngine, _Cold
 from broker.filter import MessageFilter, TagFilter
 from broker.lite.heads import deliver_heads, read_heads
 from broker.lite.state import LiteRecord, LiteState
@@ -57,6 +57,7 @@ from broker.popstate import PopBatch, PopState
 from broker.store.store import MessageStore
 from broker.store.writer import offsets_of, span_of
 from broker.trace import TraceRecorder
+from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import (
     BadRequest,
     IllegalInvisibleTime,
@@ -93,7 +94,7 @@ class _Client:
     qids: set[int] = field(default_factory=set)
     ready: collections.OrderedDict[int, None] = field(default_factory=collections.OrderedDict)
     version: int = 0
-    seen: float = field(default_factory=time.monotonic)
+    seen: float = 0.0  # the clock's monotonic time of its last pop or sync
     wake_key: str = ""  # its long polls' own key (set on creation)
 
     def __post_init__(self) -> None:
@@ -106,9 +107,11 @@ ClientKey = tuple[str, str, str]  # group, bind topic, client id
 class LiteService:
     def __init__(
         self, *, store: MessageStore, state: LiteState, pop_state: PopState, engine: PopEngine, hub: LongPollHub,
-        trace: TraceRecorder, config: LiteConfig, limits: LimitsConfig, host: str,
+        trace: TraceRecorder, config: LiteConfig, limits: LimitsConfig, host: str, clock: Clock = SYSTEM_CLOCK,
     ) -> None:  # fmt: skip
+        """`clock`: lite topic expiry and idle clients are measured on it (common/clock.py)."""
         self._store = store
+        self._clock = clock
         self.state = state
         self._pop = pop_state
         self._engine = engine
@@ -180,7 +183,7 @@ class LiteService:
         names = [n for n in named if n is not None]  # checked by `resolve` if new
         tid = self.state.topic_id(spec.name, create=True)
         assert tid is not None
-        records, _ = self.resolve(spec, tid, names, now_ms(), write=True)
+        records, _ = self.resolve(spec, tid, names, self._clock.now_ms(), write=True)
         qids = [records[name].queue_id for name in names]
         results = await self._store.append(records_at(spec.name, qids, messages, self._host))
         self._trace.sent_append(spec.name, *span_of(results), client_id, messages[0].born_host)
@@ -216,7 +219,7 @@ class LiteService:
                 self._watch_add(client, name, rec.queue_id)
             client.ready.update((q, None) for q in client.qids)
             self._clients[key] = client
-        client.seen = time.monotonic()
+        client.seen = self._clock.monotonic()
         return client
 
     def _watch_add(self, client: _Client, name: str, qid: int) -> None:
@@ -264,7 +267,9 @@ class LiteService:
             )
         added, removed = new - current, current - new
         starts = added if sync.offset is None else set(wanted) & new
-        records, created = self.resolve(spec, client.topic_id, sorted(new & (added | starts)), now_ms(), write=False)
+        records, created = self.resolve(
+            spec, client.topic_id, sorted(new & (added | starts)), self._clock.now_ms(), write=False
+        )
         batch = self._pop.batch()
         for name in starts & created:  # new and empty: the group starts at its beginning
             batch.set_cursor(sync.group, spec.name, records[name].queue_id, 0)
@@ -336,7 +341,7 @@ class LiteService:
             if found or remaining <= 0:
                 return found
             await self._hub.wait(snapshot, remaining)
-            client.seen = time.monotonic()
+            client.seen = self._clock.monotonic()
 
     def _pop_once(
         self, client: _Client, group: GroupInfo, topic: str, filt: MessageFilter, n: int, invisible_ms: int
@@ -344,7 +349,7 @@ class LiteService:
         """Redeliveries first, then one new message from each of up to n lite topics taken round
         robin from the client's `ready` ones (those that may hold a message for it), skipping lite
         topics with a message in flight for the group (their order)."""
-        now = now_ms()
+        now = self._clock.now_ms()
         until = now + invisible_ms
         out: list[StoredMessage] = []
         batch = self._pop.batch()
@@ -403,7 +408,7 @@ class LiteService:
 
     def sweep(self, specs: dict[str, TopicSpec]) -> int:
         """Remove expired lite topics (at most `sweep_batch`); how many were removed."""
-        now = now_ms()
+        now = self._clock.now_ms()
         removed = 0
         for expires, tid, name in self.state.due(now, self._cfg.sweep_batch):
             topic = self._store.index.topic_name(tid)
@@ -453,7 +458,7 @@ class LiteService:
         return out
 
     def _forget_idle(self) -> None:
-        cutoff = time.monotonic() - self._cfg.idle_client_s
+        cutoff = self._clock.monotonic() - self._cfg.idle_client_s
         for key, client in list(self._clients.items()):
             if client.seen < cutoff:
                 for name in list(client.names):

@@ -31,6 +31,9 @@ from dataclasses import dataclass
 
 from broker.replication.config import ReplicationConfig
 from broker.replication.coordinator import Coordinator, Leader
+from broker.replication.state import REPLICATED_CFS
+from broker.store.index import Index
+from broker.store.statelog import StateRecorder
 from common.errors import NotPrimary, Unavailable
 from common.logs import kv
 
@@ -55,11 +58,13 @@ class AckGate:
         coordinator: Coordinator,
         leader: Leader,
         insync: tuple[str, ...],
-        log_end: Callable[[], int],
+        log_end: Callable[[], int] = lambda: 0,
         *,
         state_seq: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`log_end`, `state_seq`: the primary's log end and latest state change; the store sets
+        both when it opens with this gate as its durability (`attach`)."""
         self._cfg = config
         self._coord = coordinator
         self.leader = leader
@@ -78,6 +83,21 @@ class AckGate:
         self.deposed = False
         self.fenced_writes = 0
         self.draining = ""  # why new writes are refused (a planned switchover), or empty
+
+    # -- the store's durability (broker/store/durability.py) ---------------------------------------
+
+    replicated = True
+
+    def attach(self, index: Index, written_position: Callable[[], int]) -> StateRecorder:
+        """Called by the store as it opens: from now on its replicated column families' changes are
+        numbered (statelog.py) and the gate measures the replicas against its log end."""
+        handles = {cf: index.handle(cf) for cf in REPLICATED_CFS}
+        recorder = StateRecorder(REPLICATED_CFS, handles, written_position, self._cfg.max_lag_bytes)
+        self._log_end, self._state_seq = written_position, lambda: recorder.seq
+        return recorder
+
+    def acked_position(self) -> int:
+        return self.acked_end()
 
     # -- acknowledgements --------------------------------------------------------------------------
 
@@ -210,6 +230,12 @@ class AckGate:
 
     async def maintain(self, stop: asyncio.Event) -> None:
         """Keep the in-sync set (and etcd's copy) true to the replicas' lag until `stop`."""
+        # Lag is measured from when the term starts serving: the gate exists from the moment the
+        # store opens (it is the store's durability), and the broker's start (recovery, loading
+        # its state) is no replica's delay.
+        now = self._clock()
+        for state in self.replicas.values():
+            state.caught_up_at = max(state.caught_up_at, now)
         while not stop.is_set() and not self.deposed:
             try:
                 await self.maintain_once()

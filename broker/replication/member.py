@@ -36,10 +36,9 @@ from broker.replication.epochs import LocalEpoch
 from broker.replication.gate import AckGate
 from broker.replication.primary import ReplicationServer
 from broker.replication.replica import LogMustChange, Replica, cut_log
-from broker.replication.state import REPLICATED_CFS, snapshot_incomplete
+from broker.replication.state import snapshot_incomplete
 from broker.replication.switchover import hand_over
 from broker.store.index import StoreLocked
-from broker.store.statelog import StateRecorder
 from broker.store.store import MessageStore
 from common import metrics
 from common.errors import NotPrimary, Unavailable
@@ -320,50 +319,48 @@ class GroupMember:
         """Serve as primary of `leader`'s epoch until deposed or `stop`."""
         self._epoch.set(leader.epoch)
         self.failovers += 1 if leader.epoch > 1 else 0
-        # Its pop entries get versions of this term: a handle of an earlier primary for an offset
-        # this one reused (its message never got here) matches no entry (popstate.first_version).
+        insync, _ = await self.coord.insync()
+        gate = self.gate = AckGate(self._repl, self.coord, leader, insync.members if insync else (leader.name,))
+        term_over = asyncio.Event()
+        server: ReplicationServer | None = None
+        registrar: Any = None
+        reporting = False  # while serving: before, the registrar's first heartbeat has every topic
+
+        async def topics_changed() -> None:
+            if not reporting or server is None:
+                return  # not serving yet, or fenced: the successor reports the group's topics
+            # Replicas first: a route must not lead to a topic a successor would not know.
+            await server.sync_metadata(self._repl.max_lag_ms / 1000)
+            if registrar is not None:
+                await registrar.report_now()
+
+        # The gate is the store's durability: what started before the first replica connects is
+        # in its snapshot (the store records replicated state from the moment it opens). Pop
+        # entries get versions of this term: a handle of an earlier primary for an offset this one
+        # reused (its message never got here) matches no entry (popstate.first_version).
         broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group), term=leader.epoch,
-                             term_valid=self.coord.term_valid)  # fmt: skip
+                             term_valid=self.coord.term_valid, durability=gate,
+                             on_topics_changed=topics_changed)  # fmt: skip
         await broker.start()
         store = broker.store
-        recorder = StateRecorder(REPLICATED_CFS, {cf: store.index.handle(cf) for cf in REPLICATED_CFS},
-                                 lambda: store.writer.written_position, self._repl.max_lag_bytes)  # fmt: skip
-        store.index.recorder = recorder  # what started before is in every replica's snapshot
-        insync, _ = await self.coord.insync()
-        gate = self.gate = AckGate(
-            self._repl, self.coord, leader, insync.members if insync else (leader.name,),
-            lambda: store.writer.written_position, state_seq=lambda: recorder.seq,
-        )  # fmt: skip
-        store.ack_gate = gate.wait
-        store.admit = gate.admit
-        store.state_gate = gate.wait_state
-        store.acked_position = gate.acked_end
         server = ReplicationServer(
             store, gate, self.coord.epochs, group=self._repl.group,
             max_frame_bytes=self._repl.max_frame_bytes, token=self._token,
         )  # fmt: skip
-        term_over = asyncio.Event()
         try:
             await server.start(self._cfg.host, self._repl_port)
+            reporting = True
             self._switch.serve(broker, self.coord.term_valid)
             registrar = self._make_registrar(broker) if self._make_registrar is not None else None
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(gate.maintain(term_over), name="in-sync-set")
                 tasks.create_task(self._publish_status(gate, term_over), name="group-status")
-
-                async def topics_changed() -> None:
-                    # Replicas first: a route must not lead to a topic a successor would not know.
-                    await server.sync_metadata(self._repl.max_lag_ms / 1000)
-                    if registrar is not None:
-                        await registrar.report_now()
-
-                broker.on_topics_changed = topics_changed
                 if registrar is not None:
                     tasks.create_task(registrar.run(term_over), name="broker-registrar")
                 await self._hold_term(gate, leader, stop)
                 # Fenced: refuse at once, then stop serving and leave the NameServers.
                 await self._switch.end_term("fenced primary")
-                broker.on_topics_changed = None
+                reporting = False
                 term_over.set()
         finally:
             await self._switch.end_term(self._switch.role)  # no call of the term runs when the store closes

@@ -1,6 +1,7 @@
 """Changes to replicated RocksDB state, recorded as they are written (docs/replication.md, "State").
 
-Off unless a replicated primary attaches a `StateRecorder` to its store's `Index`: then
+Off unless the store's durability records state (a replicated primary's `AckGate.attach` gives
+the store's `Index` a `StateRecorder` as the store opens; broker/store/durability.py): then
 `Index.batch()` hands out `RecordingBatch`es, which write to a RocksDB WriteBatch as before and
 also keep the operations that touch a replicated column family. `Index.write` applies such a batch
 and appends its operations to the recorder **under the recorder's lock**, as one numbered change

@@ -19,7 +19,7 @@ import logging
 import operator
 import shutil
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import accumulate, islice
@@ -28,6 +28,7 @@ from pathlib import Path
 from broker.store import keys as K
 from broker.store.config import StoreConfig
 from broker.store.dispatcher import Dispatcher, DispatchListener
+from broker.store.durability import LOCAL, Durability
 from broker.store.index import CqEntry, Index
 from broker.store.record import CopiedRecords, MessageRecord, decode, encode_columns, encode_one, verify_copied
 from broker.store.recovery import RecoveryReport, recover
@@ -98,7 +99,11 @@ class PreparedAppend:
 
 
 class MessageStore:
-    def __init__(self, data_dir: Path, config: StoreConfig, *, extra_cfs: Sequence[str] = ()) -> None:
+    def __init__(
+        self, data_dir: Path, config: StoreConfig, *, extra_cfs: Sequence[str] = (), durability: Durability = LOCAL
+    ) -> None:
+        """`durability`: what an append waits for before it is acknowledged (durability.py); a
+        replicated primary passes its group's acknowledgement gate."""
         self.config = config
         self.data_dir = data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -128,18 +133,9 @@ class MessageStore:
         # Callables naming the oldest CommitLog position a broker feature still needs (None: none);
         # retention keeps every segment from there on (pending timers register one).
         self.retention_pins: list[Callable[[], int | None]] = []
-        # A replicated primary's acknowledgement gate (docs/replication.md): awaited with the end
-        # of every append before it is acknowledged; None (no replication) costs one test.
-        self.ack_gate: Callable[[int], Awaitable[None]] | None = None
-        # Its admission check, before anything is written: a write the gate would refuse anyway
-        # (fenced, draining for a switchover, too few in sync) is refused before it reaches the
-        # CommitLog, so the client's retry does not leave a second copy.
-        self.admit: Callable[[], None] | None = None
-        # Its wait for the replicated consumer state (acks, offsets, timer and half-message
-        # indexes): awaited before such a change is acknowledged; None without replication.
-        self.state_gate: Callable[[], Awaitable[None]] | None = None
-        # Its acknowledged CommitLog position: every in-sync member holds the log below it (`acked_end`).
-        self.acked_position: Callable[[], int] | None = None
+        self.durability = durability
+        self._replicated = durability.replicated  # False: appends skip the no-op waits
+        self.index.recorder = durability.attach(self.index, lambda: self.writer.written_position)
         self._closed = False
         log.info(
             "store opened",
@@ -193,14 +189,14 @@ class MessageStore:
     async def append(self, records: Sequence[MessageRecord]) -> Sequence[AppendResult]:
         """Append records (any topics and queues) durably per the flush policy; results in order."""
         buf, sizes, columns, queue = self._prepare(records)
-        if self.admit is not None:
-            self.admit()
+        if self._replicated:
+            self.durability.admit()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Sequence[AppendResult]] = loop.create_future()
         self.writer.submit(buf, sizes, columns, queue, (loop, fut))
         results = await fut
-        if self.ack_gate is not None:
-            await self.ack_gate(_end_of(results))
+        if self._replicated:
+            await self.durability.wait(_end_of(results))
         return results
 
     def prepare(self, records: Sequence[MessageRecord]) -> PreparedAppend:
@@ -210,14 +206,14 @@ class MessageStore:
 
     async def append_prepared(self, prepared: PreparedAppend) -> Sequence[AppendResult]:
         """Append records encoded by `prepare` (once: the writer seals the buffers in place)."""
-        if self.admit is not None:
-            self.admit()
+        if self._replicated:
+            self.durability.admit()
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Sequence[AppendResult]] = loop.create_future()
         self.writer.submit(prepared.buf, prepared.sizes, prepared.columns, prepared.queue, (loop, fut))
         results = await fut
-        if self.ack_gate is not None:
-            await self.ack_gate(_end_of(results))
+        if self._replicated:
+            await self.durability.wait(_end_of(results))
         return results
 
     def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> Sequence[AppendResult]:
@@ -266,10 +262,9 @@ class MessageStore:
         if tid is None:
             return 0
         low, high = self.index.queue_bounds(tid, queue_id)
-        acked = self.acked_position
-        if acked is None or high <= low:
+        position = self.durability.acked_position()
+        if position is None or high <= low:
             return high
-        position = acked()
 
         def held(n: int) -> bool:  # the message at offset n - 1 is held by every in-sync member
             entry = self.index.cq_entry(tid, queue_id, n - 1)

@@ -5,37 +5,27 @@ timeouts and a fixed number of attempts; upload failures are retried by the uplo
 exponential backoff from `retry_initial_s` up to `retry_max_s`, forever, without ever blocking
 produce or consume. Units are last in names.
 
-Credentials: empty `access_key_id` / `secret_access_key` mean the standard AWS credential chain
-(environment, shared config/credentials files, instance or container roles).
+Where the bucket is and how to reach it are the keys of `S3Settings` (broker/tiering/s3store.py),
+which `TieringConfig` derives from; `sluice spark`'s `[spark]` table states them the same way.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
-AddressingStyle = Literal["auto", "path", "virtual"]
+from broker.tiering.s3store import S3Settings
 
 MIB = 1 << 20
 _S3_MIN_PART_BYTES = 5 * MIB
 
 
 @dataclass(frozen=True)
-class TieringConfig:
-    # -- where -----------------------------------------------------------------------------------
-    endpoint_url: str = ""  # empty: AWS's own endpoint for `region`
-    region: str = "us-east-1"
-    bucket: str = ""  # empty: tiering disabled
-    prefix: str = "sluice"  # object keys start with "<prefix>/"; may be empty
-    access_key_id: str = ""
-    secret_access_key: str = ""
-    session_token: str = ""
-    addressing_style: AddressingStyle = "auto"
+class TieringConfig(S3Settings):
+    """The `[broker.tiering]` table: the bucket's keys (S3Settings), then how tiering cuts and reads."""
 
-    # -- S3 client bounds ------------------------------------------------------------------------
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 30.0
-    max_attempts: int = 3  # per S3 call, botocore's own retries included
+    prefix: str = "sluice"  # object keys start with "<prefix>/"; may be empty
+
+    # -- S3 uploads ------------------------------------------------------------------------------
     upload_concurrency: int = 4  # topics uploaded in parallel
     multipart_threshold_bytes: int = 16 * MIB
     multipart_part_bytes: int = 8 * MIB

@@ -24,8 +24,8 @@ import contextlib
 import hashlib
 import io
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, BinaryIO, TypeVar
+from dataclasses import dataclass, fields
+from typing import Any, BinaryIO, Literal, TypeVar
 
 import boto3
 import botocore.config
@@ -49,21 +49,34 @@ _CONFIG_ERRORS = (botocore.exceptions.NoCredentialsError, botocore.exceptions.Pa
 MIB = 1 << 20
 
 
+AddressingStyle = Literal["auto", "path", "virtual"]
+
+
 @dataclass(frozen=True)
 class S3Settings:
-    """How to reach the bucket. Empty keys mean the standard AWS credential chain."""
+    """How to reach the bucket. Empty keys mean the standard AWS credential chain (environment,
+    shared config/credentials files, instance or container roles).
 
-    bucket: str
-    endpoint_url: str = ""  # "" = AWS's own endpoint for `region`
+    Stated once: the broker's `[broker.tiering]` (`TieringConfig`) and `sluice spark`'s `[spark]`
+    (`SparkJobsConfig`) derive from it, so one file's keys of these names serve both and the jobs
+    read the bucket the broker writes; `s3()` hands the plain settings to an `S3ObjectStore`."""
+
+    bucket: str = ""  # empty: tiering disabled
+    endpoint_url: str = ""  # empty: AWS's own endpoint for `region`
     region: str = "us-east-1"
     access_key_id: str = ""
     secret_access_key: str = ""
     session_token: str = ""
-    addressing_style: str = "auto"  # auto, path or virtual
+    addressing_style: AddressingStyle = "auto"
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 30.0
-    max_attempts: int = 3  # tries per call in all, the first included
+    max_attempts: int = 3  # per S3 call in all, the first and botocore's own retries included
+    # boto3's connection pool (the broker raises it to what its upload concurrency needs).
     max_pool_connections: int = 10
+
+    def s3(self) -> S3Settings:
+        """These settings alone (picklable for Spark executors), from a config that derives from them."""
+        return S3Settings(**{f.name: getattr(self, f.name) for f in fields(S3Settings)})
 
     def describe(self) -> str:
         """Bucket and endpoint, for messages (never credentials)."""

@@ -2,11 +2,12 @@
 
 An `endpoint_url` of the form `file:///some/dir` selects `LocalDirObjectStore(<dir>/<bucket>)` (for
 users without S3, and for single-host trials); anything else is `S3ObjectStore` over boto3
-(`s3_store`), with the `S3Settings` the configuration's keys of the same names make (`s3_settings`).
+(`s3_store`), with the configuration's `S3Settings` (`s3_settings`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from broker.tiering.config import TieringConfig
@@ -26,13 +27,9 @@ def open_object_store(config: TieringConfig) -> ObjectStore:
 
 
 def s3_settings(config: TieringConfig) -> S3Settings:
-    return S3Settings(
-        bucket=config.bucket, endpoint_url=config.endpoint_url, region=config.region,
-        access_key_id=config.access_key_id, secret_access_key=config.secret_access_key,
-        session_token=config.session_token, addressing_style=config.addressing_style,
-        connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.read_timeout_s,
-        max_attempts=config.max_attempts, max_pool_connections=max(10, 2 * config.upload_concurrency + 4),
-    )  # fmt: skip
+    """The bucket's settings, with a connection pool for every concurrent upload and a few reads."""
+    pool = max(config.max_pool_connections, 2 * config.upload_concurrency + 4)
+    return dataclasses.replace(config.s3(), max_pool_connections=pool)
 
 
 def s3_store(config: TieringConfig) -> S3ObjectStore:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,6 +37,7 @@ from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, PreparedAppend
 from broker.store.writer import AppendResult
 from broker.timer import keys as TK
+from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import BadRequest, IllegalDeliveryTime, MessageCorrupted, NotFound, OffsetNotFound
 from common.logs import kv
 
@@ -46,10 +46,6 @@ log = logging.getLogger("sluice.broker.timer")
 # A delivery timestamp this far ahead is a millisecond value the Python client put in the seconds
 # field (it passes `delivery_timestamp` there unchanged): the year ~5138 and beyond.
 _SECONDS_AS_MS_THRESHOLD_MS = 10**14
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -71,9 +67,16 @@ class _Staged:
 
 class TimerService:
     def __init__(
-        self, broker_name: str, store: MessageStore, config: TimerConfig, topic_exists: Callable[[str], bool]
+        self,
+        broker_name: str,
+        store: MessageStore,
+        config: TimerConfig,
+        topic_exists: Callable[[str], bool],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """`clock`: delivery times are read on it (common/clock.py); the waits between ticks are real."""
         self._broker = broker_name
+        self._clock = clock
         self._store = store
         self._cfg = config
         self._topic_exists = topic_exists
@@ -109,7 +112,7 @@ class TimerService:
 
     def check_delivery_time(self, msg: OutgoingMessage, now: int | None = None) -> None:
         at = msg.delivery_timestamp_ms
-        limit = (now_ms() if now is None else now) + self._cfg.max_delay_ms
+        limit = (self._clock.now_ms() if now is None else now) + self._cfg.max_delay_ms
         if at > limit:
             hint = ""
             if at >= _SECONDS_AS_MS_THRESHOLD_MS:
@@ -212,14 +215,14 @@ class TimerService:
                 wait_s = interval_s
                 first = self._first_due()
                 if first is not None:
-                    ahead_ms = first - now_ms()
+                    ahead_ms = first - self._clock.now_ms()
                     if 0 < ahead_ms <= self._cfg.prefetch_ms:
                         self._next_wake_ms = first  # a send due earlier interrupts the prefetch
                         self._wake.clear()
                         staged = await self._prefetch(first)
                         if self._wake.is_set():
                             continue
-                        ahead_ms = first - now_ms()
+                        ahead_ms = first - self._clock.now_ms()
                     wait_s = min(interval_s, max(0.0, ahead_ms / 1000.0))
             except asyncio.CancelledError:
                 raise
@@ -227,7 +230,7 @@ class TimerService:
                 log.exception("timer delivery round failed; retrying")
                 self._needs_check = True
                 wait_s = interval_s
-            self._next_wake_ms = now_ms() + int(wait_s * 1000)
+            self._next_wake_ms = self._clock.now_ms() + int(wait_s * 1000)
             self._wake.clear()
             if wait_s > 0:
                 with contextlib.suppress(TimeoutError):
@@ -254,7 +257,7 @@ class TimerService:
         start = b""
         held = 0
         # Stop at the tick (deliver), or when a send scheduled something due earlier.
-        while held < self._cfg.prefetch_bytes and now_ms() < tick_ms and not self._wake.is_set():
+        while held < self._cfg.prefetch_bytes and self._clock.now_ms() < tick_ms and not self._wake.is_set():
             st = await loop.run_in_executor(None, self._stage, tick_ms, start, generation)
             if st is None:
                 break
@@ -275,7 +278,7 @@ class TimerService:
         loop = asyncio.get_running_loop()
         total = 0
         async with self._lock:
-            limit = now_ms() if now is None else now
+            limit = self._clock.now_ms() if now is None else now
             for st in staged or ():
                 if st.generation != self._generation or st.due[-1].key > TK.timer_key(limit, (1 << 64) - 1):
                     break

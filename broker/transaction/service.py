@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from broker.client import txid
 from broker.client.api import (
@@ -36,6 +35,7 @@ from broker.messages import to_record, to_stored
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 from broker.transaction.pending import HalfEntry, HalfState, PendingTable
+from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import (
     InvalidTransactionId,
     MessageCorrupted,
@@ -55,13 +55,18 @@ SYSPROP_TXN_TOPIC = "TXN_TOPIC"
 SYSPROP_TX_RECOVERY_MS = "TRANSACTION_RECOVERY_MS"
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class TransactionService:
-    def __init__(self, broker_name: str, store: MessageStore, config: TransactionConfig, store_host: str) -> None:
+    def __init__(
+        self,
+        broker_name: str,
+        store: MessageStore,
+        config: TransactionConfig,
+        store_host: str,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        """`clock`: check-back times are read on it (common/clock.py)."""
         self._broker = broker_name
+        self._clock = clock
         self._store = store
         self._config = config
         self._host = store_host
@@ -98,7 +103,7 @@ class TransactionService:
             rec.system_properties = {**m.system_properties, SYSPROP_TXN_TOPIC: topic}
             records.append(rec)
         appended = await self._store.append(records)
-        now = _now_ms()
+        now = self._clock.now_ms()
         entries = [
             HalfEntry(position=r.physical_offset, size=r.size, topic=topic, queue_id=queue_id, message_id=m.message_id,
                       created_ms=now, next_check_ms=now + self._recovery_ms(m))
@@ -225,7 +230,7 @@ class TransactionService:
 
     def claim(self, topics: list[str], limit: int, now_ms: int | None = None) -> list[TransactionCheck]:
         """Hand out up to `limit` due check-backs of `topics`; each counts as made."""
-        now = _now_ms() if now_ms is None else now_ms
+        now = self._clock.now_ms() if now_ms is None else now_ms
         out: list[TransactionCheck] = []
         for topic in topics:
             for entry in self.pending.due(topic, now):
@@ -250,7 +255,7 @@ class TransactionService:
 
     def sweep(self, now_ms: int | None = None) -> int:
         """Roll back half messages whose last check-back went unanswered; returns how many."""
-        now = _now_ms() if now_ms is None else now_ms
+        now = self._clock.now_ms() if now_ms is None else now_ms
         n = 0
         for entry in self.pending.unanswered(now):
             self.pending.delete(entry)

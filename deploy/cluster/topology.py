@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.config import check_bounds
+
 KINDS = ("etcd", "nameserver", "navigation", "broker", "proxy", "up")
 # Dependency order: brokers register with NameServers (and join their groups in etcd), proxies with
 # navigation and NameServers.
@@ -46,15 +48,13 @@ class ClusterSettings:
     def __post_init__(self) -> None:
         if self.log_level not in LOG_LEVELS:
             raise ValueError(f"log_level {self.log_level!r} is not one of {', '.join(LOG_LEVELS)}")
-        for name in ("ready_timeout_s", "stop_timeout_s", "restart_backoff_initial_s", "restart_backoff_max_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        check_bounds(
+            self,
+            positive=("ready_timeout_s", "stop_timeout_s", "restart_backoff_initial_s", "restart_backoff_max_s"),
+            not_negative=("restart_limit", "restart_reset_s"),
+        )
         if self.restart_backoff_max_s < self.restart_backoff_initial_s:
             raise ValueError("restart_backoff_max_s must not be below restart_backoff_initial_s")
-        if self.restart_limit < 0:
-            raise ValueError(f"restart_limit must not be negative, got {self.restart_limit}")
-        if self.restart_reset_s < 0:
-            raise ValueError(f"restart_reset_s must not be negative, got {self.restart_reset_s}")
 
     def backoff_s(self, failures: int) -> float:
         """Delay before the restart that follows `failures` (>= 1) consecutive failures."""

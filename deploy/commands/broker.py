@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Callable
 
 from broker.config import BrokerConfig
 from broker.server import run_broker
@@ -17,14 +18,13 @@ from common import metrics
 from common.config import ConfigError, load_config
 from common.logs import setup_logging
 from deploy.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
-from deploy.ops import Readiness, ops_server
-from deploy.runtime import serve
+from deploy.ops import serve_part
+from deploy.runtime import add_log_arguments
 from deploy.tierflags import add_tier_arguments, tier_overrides
 from nameserver.client import parse_addresses
 
 NAME = "broker"
 HELP = "Run a broker: durable storage of topics and consumer groups behind an internal gRPC service."
-LOG_LEVELS = ("debug", "info", "warning", "error")
 FLUSH_POLICIES = ("sync", "async")
 
 
@@ -71,8 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
-    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
+    add_log_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,19 +107,10 @@ def run(args: argparse.Namespace) -> int:
     def announce(address: str) -> None:
         print(f"broker {config.name} listening on {address}", flush=True)
 
-    async def main(stop: asyncio.Event) -> int:
-        readiness = Readiness()
-        readiness.set("broker", False)
+    async def body(stop: asyncio.Event, on_ready: Callable[..., None]) -> None:
+        await run_broker(config, stop, on_ready=on_ready)
 
-        def ready(address: str) -> None:
-            announce(address)
-            readiness.set("broker", True)
-
-        async with ops_server(config.host, args.metrics_port, readiness):
-            await run_broker(config, stop, on_ready=ready)
-        return 0
-
-    return serve(main)
+    return serve_part("broker", config.host, args.metrics_port, body, announce)
 
 
 def _dial(pairs: list[str]) -> dict[str, str]:

@@ -16,11 +16,10 @@ from common.config import ConfigError, load_config
 from common.logs import setup_logging
 from deploy.console.config import ConsoleConfig
 from deploy.console.server import run_console
-from deploy.runtime import serve
+from deploy.runtime import add_log_arguments, serve
 
 NAME = "console"
 HELP = "Serve the operator's console (cluster, topics, groups, messages, dead letters, access) over HTTP."
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--auth", choices=("on", "off"), help="require a login of a Sluice admin user (default off)")
     parser.add_argument("--read-only", action="store_true", default=None, help="show, never change")
     parser.add_argument("--prometheus", metavar="URL", help="read plots from this Prometheus (default: own samples)")
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
-    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
+    add_log_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

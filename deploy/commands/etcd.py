@@ -14,9 +14,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from deploy.runtime import LOG_LEVELS
+
 NAME = "etcd"
 HELP = "Run a single-member etcd (the etcd binary) for local broker groups."
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Callable
 
 from common.config import load_config
 from common.logs import setup_logging
-from deploy.ops import Readiness, ops_server
-from deploy.runtime import serve
+from deploy.ops import serve_part
+from deploy.runtime import add_log_arguments
 from nameserver.config import NameServerConfig
 from nameserver.service import run_nameserver
 
 NAME = "nameserver"
 HELP = "Run a NameServer: the broker registry and topic routes."
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,8 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="drop a broker from every route after this many seconds without a heartbeat (default 120)",
     )
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
-    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
+    add_log_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,16 +48,7 @@ def run(args: argparse.Namespace) -> int:
     def announce(address: str) -> None:
         print(f"nameserver listening on {address}", flush=True)
 
-    async def main(stop: asyncio.Event) -> int:
-        readiness = Readiness()
-        readiness.set("nameserver", False)
+    async def body(stop: asyncio.Event, on_ready: Callable[..., None]) -> None:
+        await run_nameserver(config, stop, on_ready=on_ready)
 
-        def ready(address: str) -> None:
-            announce(address)
-            readiness.set("nameserver", True)
-
-        async with ops_server(config.host, args.metrics_port, readiness):
-            await run_nameserver(config, stop, on_ready=ready)
-        return 0
-
-    return serve(main)
+    return serve_part("nameserver", config.host, args.metrics_port, body, announce)

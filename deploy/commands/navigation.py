@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Callable
 
 from common.config import load_config
 from common.logs import setup_logging
-from deploy.ops import Readiness, ops_server
-from deploy.runtime import serve
+from deploy.ops import serve_part
+from deploy.runtime import add_log_arguments
 from navigation.config import NavigationConfig
 from navigation.service import run_navigation
 
 NAME = "navigation"
 HELP = "Run a navigation server: tells clients which proxy endpoints to use."
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave a proxy out of every answer after this many seconds without a heartbeat (default 15)",
     )
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz")
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
-    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
+    add_log_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,16 +55,7 @@ def run(args: argparse.Namespace) -> int:
     def announce(grpc_address: str, http_url: str) -> None:
         print(f"navigation listening on {grpc_address} (gRPC) and {http_url} (HTTP)", flush=True)
 
-    async def main(stop: asyncio.Event) -> int:
-        readiness = Readiness()
-        readiness.set("navigation", False)
+    async def body(stop: asyncio.Event, on_ready: Callable[..., None]) -> None:
+        await run_navigation(config, stop, on_ready=on_ready)
 
-        def ready(grpc_address: str, http_url: str) -> None:
-            announce(grpc_address, http_url)
-            readiness.set("navigation", True)
-
-        async with ops_server(config.host, args.metrics_port, readiness):
-            await run_navigation(config, stop, on_ready=ready)
-        return 0
-
-    return serve(main)
+    return serve_part("navigation", config.host, args.metrics_port, body, announce)

@@ -24,10 +24,10 @@ from common import metrics
 from common.config import ConfigError, load_config, read_toml
 from common.errors import Unavailable
 from common.logs import kv, setup_logging
-from deploy.commands.up import LOG_LEVELS, STARTUP_TIMEOUT_S, security_overrides
+from deploy.commands.up import STARTUP_TIMEOUT_S, security_overrides
 from deploy.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
 from deploy.ops import Readiness, ops_server
-from deploy.runtime import die_with_parent, serve
+from deploy.runtime import add_log_arguments, die_with_parent, serve
 from deploy.tierflags import add_tier_arguments, tier_overrides
 from nameserver.client import NameServerClient, parse_addresses
 from proxy.app import ProxyApp
@@ -60,8 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz (0: off)")
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
-    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
+    add_log_arguments(parser)
     # Set by `sluice up --shards N` (deploy/shardpool.py), not by people.
     parser.add_argument("--supervisor-pid", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--ops-file", help=argparse.SUPPRESS)

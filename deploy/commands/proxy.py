@@ -25,7 +25,7 @@ from common.logs import setup_logging
 from deploy.commands.up import add_amqp_argument, security_overrides
 from deploy.obsflags import add_observability_arguments, metrics_overrides
 from deploy.ops import Readiness, ops_server
-from deploy.runtime import die_with_parent, serve
+from deploy.runtime import add_log_arguments, die_with_parent, serve
 from deploy.workerpool import WorkerPool, log_flags, worker_count
 from nameserver.client import NameServerClient, parse_addresses
 from navigation.client import parse_addresses as parse_navigation
@@ -36,7 +36,6 @@ from proxy.server import serve_proxy
 
 NAME = "proxy"
 HELP = "Run a proxy: the RocketMQ 5 gRPC endpoint for clients, in front of brokers."
-LOG_LEVELS = ("debug", "info", "warning", "error")
 # A worker's operations endpoint: loopback only, for its parent.
 OPS_HOST = "127.0.0.1"
 
@@ -75,8 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz (worker i: +i)")
     add_amqp_argument(parser, "default: off")
     add_observability_arguments(parser, trace=False)
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
-    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
+    add_log_arguments(parser)
 
 
 def _advertise(values: list[str] | None) -> tuple[str | None, dict[str, str] | None]:

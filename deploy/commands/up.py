@@ -34,7 +34,7 @@ from deploy.console.server import run_console
 from deploy.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
 from deploy.ops import Readiness, ops_server
 from deploy.ports import is_free, require_free
-from deploy.runtime import serve
+from deploy.runtime import add_log_arguments, serve
 from deploy.shardpool import (
     MAX_DEFAULT_SHARDS,
     ShardPool,
@@ -57,7 +57,6 @@ log = logging.getLogger("sluice.up")
 
 NAME = "up"
 HELP = "Run the merged topology (NameServer + broker + proxy, one command) on an embedded default."
-LOG_LEVELS = ("debug", "info", "warning", "error")
 STARTUP_TIMEOUT_S = 60.0
 # The ops endpoint's default port is the client port plus this: on by default, and a second
 # instance started with another --port gets another metrics port.
@@ -111,8 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
     add_amqp_argument(parser, f"default {DEFAULT_AMQP_PORT}, served when free")
-    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
-    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
+    add_log_arguments(parser)
 
 
 def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, ProxyConfig]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.config import check_bounds
+
 DEFAULT_PORT = 8080
 MAX_PORT = 65535
 AUTH_MODES = ("on", "off")
@@ -66,12 +68,11 @@ class ConsoleConfig:
             raise ValueError(f"auth must be on or off, got {self.auth!r}")
         if self.nameserver_cache_s < 0:
             raise ValueError(f"nameserver_cache_s must be 0 (off) or more, got {self.nameserver_cache_s}")
-        for name in ("timeout_s", "sample_interval_s", "history_s", "session_idle_s", "prometheus_rate_window_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("page_rows", "watched_max", "sessions_max", "cluster_topics_max"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        check_bounds(
+            self,
+            positive=("timeout_s", "sample_interval_s", "history_s", "session_idle_s", "prometheus_rate_window_s"),
+            at_least_one=("page_rows", "watched_max", "sessions_max", "cluster_topics_max"),
+        )
 
     @property
     def auth_required(self) -> bool:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from common.errors import BadRequest
 from nameserver.client import parse_addresses
-from spark_jobs.options import ScanOptions, parse_time
+from spark_jobs.options import ScanOptions, option_number, parse_time
 from spark_jobs.stream.offsets import Positions, parse_tree
 
 DEFAULT_READ_ROWS = 4096
@@ -128,23 +128,11 @@ def _starting(value: str) -> str | Positions:
 
 
 def _positive(value: str, name: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise BadRequest(f"option {name} must be a whole number, got {value!r}") from None
-    if number <= 0:
-        raise BadRequest(f"option {name} must be positive, got {value!r}")
-    return number
+    return option_number(value, name, int, positive=True)
 
 
 def _seconds(value: str, name: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise BadRequest(f"option {name} must be a number of seconds, got {value!r}") from None
-    if number <= 0:
-        raise BadRequest(f"option {name} must be positive, got {value!r}")
-    return number
+    return option_number(value, name, float, positive=True)
 
 
 def _duration(value: str, name: str) -> float:

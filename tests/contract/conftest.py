@@ -5,6 +5,9 @@
   tests/helpers/broker_fixtures.py, real gRPC on loopback), reached through a new `RemoteBroker` per
   test. Tests share that process, so every test names its own topics and groups (`scope`).
 
+A test makes time pass for the broker with `elapse(seconds)`: the local broker's clock jumps ahead
+(tests/helpers/clock.py; no sleep), the remote process runs on the system clock, so there it sleeps.
+
 Both run with `CONTRACT_SETTINGS` (a `[broker]` table: small invisibility minimum, fast redelivery
 scan, small body limit), the local one through the same config loader the process uses.
 
@@ -18,7 +21,7 @@ import asyncio
 import inspect
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from broker.client.api import BrokerApi
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from common.config import load_config
+from tests.helpers.clock import JumpClock
 
 # The `[broker]` table both implementations run with. Times are small to keep the suite fast.
 MIN_INVISIBLE_MS = 200
@@ -100,13 +104,18 @@ def remote_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         proc.stop()
 
 
+@pytest.fixture
+def clock() -> JumpClock:
+    return JumpClock()
+
+
 @pytest.fixture(params=["local", "remote"])
 def broker(
-    request: pytest.FixtureRequest, contract_loop: asyncio.AbstractEventLoop, tmp_path: Path
+    request: pytest.FixtureRequest, contract_loop: asyncio.AbstractEventLoop, tmp_path: Path, clock: JumpClock
 ) -> Iterator[BrokerApi]:
-    """A running BrokerApi: a LocalBroker of its own, or a RemoteBroker to the session's process."""
+    """A running BrokerApi: a LocalBroker of its own (on `clock`), or a RemoteBroker to the session's process."""
     if request.param == "local":
-        local = LocalBroker(local_config(tmp_path / "broker"))
+        local = LocalBroker(local_config(tmp_path / "broker"), clock=clock)
         contract_loop.run_until_complete(asyncio.wait_for(local.start(), _SETUP_TIMEOUT_S))
         try:
             yield local
@@ -125,6 +134,23 @@ def broker(
         yield remote
     finally:
         contract_loop.run_until_complete(asyncio.wait_for(remote.close(), _SETUP_TIMEOUT_S))
+
+
+Elapse = Callable[[float], Awaitable[None]]
+
+
+@pytest.fixture
+def elapse(broker: BrokerApi, clock: JumpClock) -> Elapse:
+    """`await elapse(seconds)`: that much time passes for the broker's invisible durations, retry
+    delays, check-backs and lite expiry (a jump of the local broker's clock; a sleep for the remote)."""
+
+    async def run(seconds: float) -> None:
+        if isinstance(broker, LocalBroker):
+            clock.advance(seconds)
+        else:
+            await asyncio.sleep(seconds)
+
+    return run
 
 
 @dataclass

@@ -52,7 +52,7 @@ from common.errors import (
     TopicNotFound,
 )
 from common.model import MessageType, Permission, dlq_topic
-from tests.contract.conftest import MAX_BODY_BYTES, MIN_INVISIBLE_MS, Scope
+from tests.contract.conftest import MAX_BODY_BYTES, MIN_INVISIBLE_MS, Elapse, Scope
 
 WAIT_S = 5.0
 LONG_INVISIBLE_MS = 30_000  # never expires within a test
@@ -329,7 +329,7 @@ async def test_new_group_starts_at_timestamp(broker: BrokerApi, scope: Scope) ->
 # -- pop and ack -------------------------------------------------------------------------------
 
 
-async def test_pop_delivers_each_message_once(broker: BrokerApi, scope: Scope) -> None:
+async def test_pop_delivers_each_message_once(broker: BrokerApi, scope: Scope, elapse: Elapse) -> None:
     topic = await new_topic(broker, scope, queues=4)
     group = await new_group(broker, scope, consume_from=ConsumeFrom.EARLIEST)
     sent: dict[str, OutgoingMessage] = {}
@@ -351,7 +351,7 @@ async def test_pop_delivers_each_message_once(broker: BrokerApi, scope: Scope) -
         assert m.queue_offset == int(m.body.decode()[-1])  # per-queue offsets 0, 1, 2
     assert len({m.receipt_handle for m in got}) == 12
     await ack_all(broker, group, topic, got)
-    await asyncio.sleep(SHORT_INVISIBLE_MS / 1000 * 1.5)  # past the invisibility: acked stays acked
+    await elapse(SHORT_INVISIBLE_MS / 1000 * 1.5)  # past the invisibility: acked stays acked
     await pop_none(broker, group, topic)
     results = await broker.ack(group, topic, [got[0].receipt_handle])
     assert isinstance(results[0].error, InvalidReceiptHandle)
@@ -416,13 +416,14 @@ async def test_pop_rejects_bad_requests(broker: BrokerApi, scope: Scope) -> None
 # -- invisibility, invisible-duration changes, nack --------------------------------------------
 
 
-async def test_expired_invisibility_redelivers(broker: BrokerApi, scope: Scope) -> None:
+async def test_expired_invisibility_redelivers(broker: BrokerApi, scope: Scope, elapse: Elapse) -> None:
     topic = await new_topic(broker, scope)
     group = await new_group(broker, scope)
     sent = out(scope, "payload", tag="TagA", keys=("k1", "k2"), properties={"a": "1", "b": "two"})
     await broker.send(topic, 0, [sent])
     [first] = await pop_n(broker, group, topic, 1, invisible_ms=SHORT_INVISIBLE_MS)
     assert first.delivery_attempt == 1
+    await elapse(SHORT_INVISIBLE_MS / 1000)
     [again] = await pop_n(broker, group, topic, 1, invisible_ms=LONG_INVISIBLE_MS)
     assert again.delivery_attempt == 2
     assert (again.message_id, again.body, again.tag, again.keys, again.properties) == (
@@ -436,7 +437,7 @@ async def test_expired_invisibility_redelivers(broker: BrokerApi, scope: Scope) 
     await eventually(lambda: group_settled(broker, group, topic), "lag 0 after the ack")
 
 
-async def test_change_invisible_duration(broker: BrokerApi, scope: Scope) -> None:
+async def test_change_invisible_duration(broker: BrokerApi, scope: Scope, elapse: Elapse) -> None:
     topic = await new_topic(broker, scope)
     group = await new_group(broker, scope)
     await broker.send(topic, 0, [out(scope, "m")])
@@ -447,24 +448,27 @@ async def test_change_invisible_duration(broker: BrokerApi, scope: Scope) -> Non
     assert isinstance(old.error, InvalidReceiptHandle)
     with expect_error(InvalidReceiptHandle):
         await broker.change_invisible_duration(group, topic, m.receipt_handle, SHORT_INVISIBLE_MS)
+    await elapse(SHORT_INVISIBLE_MS / 1000)
     [again] = await pop_n(broker, group, topic, 1)  # the shorter duration took effect
     assert again.delivery_attempt == 2 and again.message_id == m.message_id
     with expect_error(IllegalInvisibleTime):
         await broker.change_invisible_duration(group, topic, again.receipt_handle, 100 * 24 * 3600 * 1000)
     longer = await broker.change_invisible_duration(group, topic, again.receipt_handle, LONG_INVISIBLE_MS)
-    await pop_none(broker, group, topic, quiet_ms=SHORT_INVISIBLE_MS * 2)
+    await elapse(SHORT_INVISIBLE_MS * 2 / 1000)
+    await pop_none(broker, group, topic)
     [res] = await broker.ack(group, topic, [longer])
     assert res.ok
 
 
-async def test_renew_extends_invisibility_and_keeps_the_handle(broker: BrokerApi, scope: Scope) -> None:
+async def test_renew_extends_invisibility_and_keeps_the_handle(broker: BrokerApi, scope: Scope, elapse: Elapse) -> None:
     topic = await new_topic(broker, scope)
     group = await new_group(broker, scope)
     await broker.send(topic, 0, [out(scope, "m")])
     [m] = await pop_n(broker, group, topic, 1, invisible_ms=SHORT_INVISIBLE_MS)
     results = await broker.renew(group, topic, [m.receipt_handle, "garbage"], LONG_INVISIBLE_MS)
     assert [type(r.error) for r in results] == [type(None), InvalidReceiptHandle]
-    await pop_none(broker, group, topic, quiet_ms=SHORT_INVISIBLE_MS * 2)  # not redelivered: renewed
+    await elapse(SHORT_INVISIBLE_MS * 2 / 1000)
+    await pop_none(broker, group, topic)  # not redelivered: renewed
     with expect_error(IllegalInvisibleTime):
         await broker.renew(group, topic, [m.receipt_handle], 0)
     await ack_all(broker, group, topic, [m])  # the handle from the delivery still acks
@@ -496,18 +500,19 @@ async def test_shorter_deadline_behind_a_longer_one_is_redelivered(broker: Broke
     ],
     ids=["customized", "exponential"],
 )
-async def test_nack_waits_for_the_retry_policy(broker: BrokerApi, scope: Scope, policy: RetryPolicy) -> None:
+async def test_nack_waits_for_the_retry_policy(
+    broker: BrokerApi, scope: Scope, policy: RetryPolicy, elapse: Elapse
+) -> None:
     topic = await new_topic(broker, scope)
     group = await new_group(broker, scope, retry_policy=policy)
     await broker.send(topic, 0, [out(scope, "m")])
     [m] = await pop_n(broker, group, topic, 1)
     for attempt in (1, 2):
-        delay_s = policy.delay_ms(attempt) / 1000
-        nacked_at = time.monotonic()
+        delay_ms = policy.delay_ms(attempt)
         assert await broker.nack(group, topic, m.receipt_handle)
-        await pop_none(broker, group, topic, quiet_ms=int(delay_s * 1000 * 0.6))
-        [m] = await pop_n(broker, group, topic, 1)
-        assert time.monotonic() - nacked_at >= delay_s * 0.9, "visible again before the retry delay"
+        await pop_none(broker, group, topic, quiet_ms=delay_ms // 4)  # invisible for the retry delay
+        await elapse(delay_ms / 1000)
+        [m] = await pop_n(broker, group, topic, 1)  # then visible again
         assert m.delivery_attempt == attempt + 1
     await ack_all(broker, group, topic, [m])
 

@@ -30,7 +30,7 @@ from common.errors import (
     MessageTypeConflict,
 )
 from common.model import SYSPROP_LITE_TOPIC, SYSPROP_PRIORITY, MessageType
-from tests.contract.conftest import Scope
+from tests.contract.conftest import Elapse, Scope
 from tests.contract.test_broker_contract import expect_error
 
 LITE = frozenset({MessageType.LITE})
@@ -165,10 +165,11 @@ async def test_lite_quotas_and_bad_input(broker: BrokerApi, scope: Scope) -> Non
     assert (await broker.list_lite_topics(topic)).count == 0, "nothing refused was stored"
 
 
-async def test_expired_lite_topic_is_removed_and_announced(broker: BrokerApi, scope: Scope) -> None:
+async def test_expired_lite_topic_is_removed_and_announced(broker: BrokerApi, scope: Scope, elapse: Elapse) -> None:
     topic, group = await lite_setup(broker, scope, lite_expiration_s=1)
     await broker.sync_lite_subscription(LiteSync(group, topic, "c-exp", LiteAction.PARTIAL_ADD, ("brief",)))
     await broker.send(topic, 0, [lite(scope, "brief", "b")])
+    await elapse(1.0)  # the lite topic's expiration: removed by the broker's next sweep
     removals = []
     deadline = time.monotonic() + WAIT_S
     while not removals and time.monotonic() < deadline:

@@ -31,6 +31,7 @@ from broker.replication.gate import AckGate
 from broker.replication.primary import ReplicationServer
 from broker.replication.replica import LogMustChange, Replica, cut_log
 from broker.store.config import CommitLogConfig, StoreConfig
+from broker.store.durability import LocalDurability
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
 from common.errors import Unavailable
@@ -60,6 +61,16 @@ def _log_bytes(store: MessageStore) -> bytes:
     return b"".join(seg.path.read_bytes() for seg in store.segments.all())
 
 
+class _AckedByGate(LocalDurability):
+    """The test primary's store durability: appends as standalone (`Primary.send` awaits the gate
+    itself); `acked_end` from the gate once elected (the store opens first: its log end campaigns)."""
+
+    gate: AckGate | None = None
+
+    def acked_position(self) -> int | None:
+        return None if self.gate is None else self.gate.acked_end()
+
+
 @dataclass
 class Primary:
     store: MessageStore
@@ -76,7 +87,8 @@ class Primary:
 
 @contextlib.asynccontextmanager
 async def _primary(etcd: EtcdProcess, group: str, data_dir: Path, cfg: ReplicationConfig) -> AsyncIterator[Primary]:
-    store = MessageStore(data_dir, STORE, extra_cfs=METADATA_CFS)
+    durability = _AckedByGate()
+    store = MessageStore(data_dir, STORE, extra_cfs=METADATA_CFS, durability=durability)
     port = free_port()
     member = MemberInfo("p", "-", f"127.0.0.1:{port}")
     coord = Coordinator(etcd.url, "test", group, member, lease_ttl_s=2, fence_margin_s=0.3)
@@ -88,7 +100,7 @@ async def _primary(etcd: EtcdProcess, group: str, data_dir: Path, cfg: Replicati
         assert leader is not None
         insync, _ = await coord.insync()
         assert insync is not None
-        gate = AckGate(cfg, coord, leader, insync.members, lambda: store.writer.written_position)
+        gate = durability.gate = AckGate(cfg, coord, leader, insync.members, lambda: store.writer.written_position)
         server = ReplicationServer(store, gate, coord.epochs, group=group, max_frame_bytes=cfg.max_frame_bytes)
         await server.start("127.0.0.1", port)
         tasks.create_task(gate.maintain(stop))
@@ -155,7 +167,6 @@ def test_replica_copies_the_log_and_acks_wait_for_it(etcd: EtcdProcess, tmp_path
             await _caught_up(primary, replica_store)
             assert _log_bytes(replica_store) == _log_bytes(primary.store)
             # Everything the replica holds is acknowledged: every queue's acked end is its end.
-            primary.store.acked_position = primary.gate.acked_end
             assert primary.gate.acked_end() == primary.store.writer.written_position
             primary.store.wait_dispatched()
             ends = [primary.store.queue_bounds(TOPIC, qid)[1] for qid in range(3)]

@@ -34,6 +34,7 @@ KIND = ServerKind(
     split_address=split_address,
     log=logging.getLogger(LOGGER),
     log_key="widget",
+    max_message_bytes=4 << 20,
 )
 
 
