@@ -16,6 +16,9 @@ from tests.e2e.support.amqp import WAIT_S, connect, drain, endpoints
 from tests.e2e.support.clients import message, producer, receive_count, send_all, simple_consumer
 from tests.e2e.support.cluster import Cluster, start_merged, start_separated
 
+# How often a proxy reloads users and access rules ([proxy.auth] policy_refresh_s, its default).
+RULES_RELOAD_S = 2.0
+
 
 def _queue_empty_after(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, wait_s: float) -> bool:
     """Nothing more arrives in `queue` for `wait_s` (no second copy of what was drained)."""
@@ -172,6 +175,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                       "--actions", "PUB,SUB")  # fmt: skip
         started.admin("acl", "grant", "amy", "--namespace", "team-a", "--resource", "group:amy-*", "--actions", "SUB")
         started.admin("acl", "grant", "bob", "--resource", "*", "--actions", "PUB,SUB")
+        _wait_rules_loaded(started)
         yield started
     finally:
         problems = started.stop()
@@ -190,6 +194,26 @@ def _open(cluster: Cluster, user: str, vhost: str) -> pika.BlockingConnection:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.3)
+
+
+def _wait_rules_loaded(cluster: Cluster) -> None:
+    """Until amy's last rule (queues `amy-*`) is in force: each shard reloads the rules on its own
+    (every 2 s), so a first connection can see her first rule and not yet the last. Once one shard
+    has it, one more reload period covers the other."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        conn = _open(cluster, "amy", "team-a")
+        try:
+            conn.channel().queue_declare("amy-probe", auto_delete=True)
+            break
+        except pika.exceptions.ChannelClosedByBroker:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+        finally:
+            if conn.is_open:
+                conn.close()
+    time.sleep(RULES_RELOAD_S + 0.5)
 
 
 def test_access_rules_apply_to_vhosts_and_resources(secured: Cluster) -> None:
