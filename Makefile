@@ -46,7 +46,7 @@ protos-check:
 
 lint:
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check common broker proxy nameserver navigation deploy spark_jobs tests scripts
+	$(BIN)/ruff format --check common broker proxy nameserver navigation spark_jobs sluice admin console bench cluster processes ops tests scripts
 
 typecheck:
 	$(BIN)/mypy
@@ -54,7 +54,7 @@ typecheck:
 # Unused code (functions, classes, methods, attributes nobody reads) fails the check; tests count
 # as users. Names used in ways vulture cannot see are listed, with the reason, in vulture_whitelist.py.
 deadcode:
-	$(BIN)/vulture common broker proxy nameserver navigation deploy spark_jobs scripts tests vulture_whitelist.py \
+	$(BIN)/vulture common broker proxy nameserver navigation spark_jobs sluice admin console bench cluster processes ops scripts tests vulture_whitelist.py \
 		--min-confidence 60 --exclude '*_pb2.py,*_pb2_grpc.py,common/codes.py' \
 		--ignore-names 'pytest_*,pytestmark' \
 		--ignore-decorators '@pytest.fixture,@rule,@initialize,@invariant,@precondition'

@@ -22,11 +22,11 @@ _.streamReader, _.streamWriter, _.initialOffset, _.getDefaultReadLimit, _.prepar
 _.latestOffset, _.reportLatestOffset  # Spark's DataSourceStreamReader
 _.seekable, _.readinto  # io.RawIOBase, read by pyarrow
 _.log_request  # http.server.BaseHTTPRequestHandler (tests/helpers/s3.py)
-_.required  # argparse subparsers (deploy/cli.py)
+_.required  # argparse subparsers (sluice/main.py)
 _.STUB  # a ServerSetClient's gRPC stub, read by proto/servers.py (outside vulture's paths)
 _.teardown  # hypothesis RuleBasedStateMachine
 NONE  # common.model.Permission: the wire enum's value 1
-updated_at  # deploy/cluster/state.py: written to the state file for operators
+updated_at  # cluster/state.py: written to the state file for operators
 
 ProxyTimeout  # common.errors: the class of the wire code PROXY_TIMEOUT (error_for_code rebuilds it)
 

@@ -3,7 +3,7 @@
 `setup_logging(level, json_lines)` configures the root logger once per process. Log calls pass
 context as `extra={"kv": {...}}`; the text formatter appends it as `key=value`, the JSON formatter
 as fields. `set_level` changes the level at runtime (the ops endpoint's `PUT /loglevel`, see
-deploy/ops.py and docs/observability.md).
+ops/endpoint.py and docs/observability.md).
 
 Request context: the proxy's edge calls `bind_request(request_id, client_id)` once per RPC; a
 filter on the handler adds both to every record logged while that RPC runs (each gRPC call runs in

@@ -10,7 +10,7 @@ Two kinds of families:
   register with `register_source(fn)` and remove with the function it returns. A source yields
   `(family, label values, value)` samples; every family is exposed even while it has no sample, so
   a dashboard never sees a family disappear. Scrapes run on the event loop's thread (the ops HTTP
-  server, deploy/ops.py), so sources may read state that only that thread may touch.
+  server, ops/endpoint.py), so sources may read state that only that thread may touch.
 
 `configure(MetricsConfig(enabled=False))` turns the hot-path helpers into no-ops (the produce-path
 benchmark compares both settings in one run); scrape-time families cost nothing between scrapes.

@@ -2,7 +2,7 @@
 
 The broker's `[broker]` and the proxy's `[proxy]` tables both begin with these: where the process
 listens, the address other processes reach it by, its NameServers, and its operations endpoint
-(`/healthz`, `/readyz`, `/metrics`: deploy/ops.py) with the metrics it keeps. Each component's
+(`/healthz`, `/readyz`, `/metrics`: ops/endpoint.py) with the metrics it keeps. Each component's
 config class derives from it and restates only its own default port.
 """
 

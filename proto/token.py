@@ -6,7 +6,7 @@ apache.rocketmq.v2 code UNAUTHORIZED (so the caller raises `Unauthorized`, see p
 every internal client (`RemoteBroker`, the NameServer and navigation clients, `sluice admin`)
 sends it. The client-facing proxy port is not affected (clients sign their requests instead).
 
-The token is one value per process, configured once at start-up by `deploy/cli.py` from the
+The token is one value per process, configured once at start-up by `sluice/main.py` from the
 environment: `SLUICE_CLUSTER_TOKEN`, or the first line of the file named by
 `SLUICE_CLUSTER_TOKEN_FILE` (a Kubernetes secret mount). It is process-wide on purpose: every
 internal client in a process speaks for the same cluster member, and the token must never sit on

@@ -64,7 +64,7 @@ class BrokerDirectory(Protocol):
 
 
 class InProcessBroker(BrokerApi, Protocol):
-    """The broker of the merged topology (deploy/ hands in a `broker.local.LocalBroker`)."""
+    """The broker of the merged topology (the `sluice` command hands in a `broker.local.LocalBroker`)."""
 
     async def ensure_topic(self, name: str) -> TopicSpec:
         """The topic's spec, creating it first where the broker auto-creates topics."""

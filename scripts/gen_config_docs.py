@@ -1,4 +1,4 @@
-"""Write docs/configuration.md from the typed configuration (deploy/configref.py); --check: exit 1 if stale."""
+"""Write docs/configuration.md from the typed configuration (sluice/configref.py); --check: exit 1 if stale."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deploy.configref import render
+from sluice.configref import render
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import aio_pika
 from client_bench import _popen_server, _stop_group, _wait_line, _wait_port
 
-from deploy.bench.cpu import process_cpu_s
+from bench.cpu import process_cpu_s
 from tests.helpers.broker_fixtures import SLUICE_ARGV
 from tests.helpers.procs import LOOPBACK, free_port, start_process
 

@@ -11,7 +11,7 @@ The `on` cluster gets a user with an ADMIN rule on one topic prefix, 40 other us
 lookups are not trivially small) and a rate limit on another namespace (so the flow-control lookup
 runs too, and finds no limit for the measured topic: under a limit nothing should slow down); they
 are written in one security-document edit, in process, the way `sluice admin user|acl|limit`
-writes them (deploy/admin/security.py), which keeps the setup to a second instead of 80 CLI runs.
+writes them (admin/security.py), which keeps the setup to a second instead of 80 CLI runs.
 
 Then, `--rounds` times, runs the same `sluice bench produce` phases against each side in turn (B=1
 as fast as the server answers with `--concurrency` calls in flight; and B=1 at a steady `--rate`
@@ -24,7 +24,7 @@ ignores them. So the sides differ only by what the server does with those header
 signature, check the access rules and the limits) and by its metrics. As that client's two headers
 are identical for every request within one second (the date-time has one-second resolution and is
 the only signed value), the generator computes them once per second and reuses them within it
-(deploy/bench/client.py `signed_headers`): on the wire, the same headers as the official client.
+(bench/client.py `signed_headers`): on the wire, the same headers as the official client.
 
 Reports per side throughput (best round) and p50/p99 send latency (median round), and the ratio
 of `on` to `off` max throughput both as the median of the per-round ratios (each round's sides
@@ -57,9 +57,9 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from admin import security  # noqa: E402
+from admin.cluster import Cluster  # noqa: E402
 from common.security import Action, Limit, LimitScope, Pattern, ResourceKind, SecurityDoc  # noqa: E402
-from deploy.admin import security  # noqa: E402
-from deploy.admin.cluster import Cluster  # noqa: E402
 from tests.helpers.broker_fixtures import SLUICE_ARGV  # noqa: E402
 from tests.helpers.procs import LOOPBACK, ChildProcess, free_port, start_process  # noqa: E402
 

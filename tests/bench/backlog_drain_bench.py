@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rocketmq import FilterExpression
 
-from deploy.bench.cpu import process_cpu_s
+from bench.cpu import process_cpu_s
 from tests.e2e.support.clients import message, producer, simple_consumer
 from tests.e2e.support.cluster import Cluster, start_separated
 

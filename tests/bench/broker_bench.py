@@ -40,7 +40,7 @@ from broker.client.remote import RemoteBroker  # noqa: E402
 from broker.config import BrokerConfig  # noqa: E402
 from broker.local import LocalBroker  # noqa: E402
 from common.config import load_config  # noqa: E402
-from deploy.runtime import install_uvloop  # noqa: E402
+from processes.runtime import install_uvloop  # noqa: E402
 from tests.helpers.broker_fixtures import start_broker_process  # noqa: E402
 
 MIB = 1 << 20

@@ -46,7 +46,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from deploy.bench.cpu import machine_busy_s, process_cpu_s  # noqa: E402
+from bench.cpu import machine_busy_s, process_cpu_s  # noqa: E402
 from tests.helpers.broker_fixtures import (  # noqa: E402
     SLUICE_ARGV,
     ServerProcess,

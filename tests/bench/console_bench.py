@@ -4,7 +4,7 @@
     .venv/bin/python tests/bench/console_bench.py [--topics 1000] [--groups 1000] [--rounds 50] [--json]
 
 Starts one merged `sluice up` (its console on a free port, data in a temp dir), creates the topics
-and groups through the admin functions (`deploy.admin.topics.create_topic`, `groups.create_group`),
+and groups through the admin functions (`admin.topics.create_topic`, `groups.create_group`),
 produces a few messages with keys and dead-letters one, then fetches every page `--rounds` times
 over plain HTTP (one page at a time, as one operator would) and prints p50, p99 and max per page
 (every GET page of the console: cluster, topic and group lists and pages, message searches and a
@@ -33,10 +33,10 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from admin import dlq, groups, topics  # noqa: E402
+from admin.cluster import Cluster  # noqa: E402
 from broker.client.api import ConsumeFrom, FilterSpec, GroupSpec, OutgoingMessage, PopRequest  # noqa: E402
 from common.model import MessageType  # noqa: E402
-from deploy.admin import dlq, groups, topics  # noqa: E402
-from deploy.admin.cluster import Cluster  # noqa: E402
 from tests.helpers.broker_fixtures import SLUICE_ARGV  # noqa: E402
 from tests.helpers.procs import LOOPBACK, free_port, start_process  # noqa: E402
 

@@ -51,10 +51,10 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from deploy.bench.cpu import process_tree  # noqa: E402
+from bench.cpu import process_tree  # noqa: E402
 from tests.e2e.support.fleet import Fleet, start_fleet  # noqa: E402
 
-SLUICE = [sys.executable, "-m", "deploy.cli"]
+SLUICE = [sys.executable, "-m", "sluice"]
 TOPIC = "fleet-bench"
 QUEUES = 8
 WARMUP_S = 1.0

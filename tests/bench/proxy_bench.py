@@ -318,8 +318,21 @@ def summarise_profile(path: Path, top: int) -> list[str]:
     return lines
 
 
-OWN_PACKAGES = ("proxy", "broker", "common", "nameserver", "deploy", "proto")
-ENTRY = ("deploy/cli.py", "deploy/runtime.py", "deploy/commands/up.py")  # on every stack: not informative
+OWN_PACKAGES = (
+    "proxy",
+    "broker",
+    "common",
+    "nameserver",
+    "sluice",
+    "admin",
+    "console",
+    "bench",
+    "cluster",
+    "processes",
+    "ops",
+    "proto",
+)
+ENTRY = ("sluice/main.py", "processes/runtime.py", "sluice/commands/up.py")  # on every stack: not informative
 _LAYERS = (
     ("cygrpc", "grpc core (Cython/C, unsymbolised)"),
     ("grpc/", "grpc (Python part)"),

@@ -222,7 +222,7 @@ def gil_parts(raw: str) -> tuple[collections.Counter[str], int]:
     total = 0
     for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
-        if "deploy/runtime.py" not in stack:  # the loop thread runs `serve` there
+        if "processes/runtime.py" not in stack:  # the loop thread runs `serve` there
             continue
         total += int(count)
         frames = stack.split(";")

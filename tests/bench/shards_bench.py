@@ -58,7 +58,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from deploy.workerpool import available_cores  # noqa: E402
+from processes.workerpool import available_cores  # noqa: E402
 from tests.bench.client_bench import (  # noqa: E402
     BODY_BYTES,
     WARMUP_S,

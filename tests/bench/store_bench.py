@@ -10,7 +10,7 @@ dispatch lag; read throughput of 32-message batches; and the index size for 1,00
 one message each. Prints each figure and the ratios to the targets.
 
 Method of the append phases: 64 appender tasks on the event loop the broker runs the store on
-(uvloop, with the heap frozen once started, as deploy/runtime.py does; `--runtime asyncio` gives
+(uvloop, with the heap frozen once started, as processes/runtime.py does; `--runtime asyncio` gives
 the plain asyncio loop and full collector this bench used before). Records are built before the
 clock starts and reused (building them is the caller's work), but each append gives its messages
 fresh ids, as producers' ids are unique and ascend per producer: with reused ids the message-id
@@ -36,7 +36,7 @@ from pathlib import Path
 from broker.store.config import CommitLogConfig, StoreConfig
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
-from deploy.runtime import install_uvloop
+from processes.runtime import install_uvloop
 
 MIB = 1 << 20
 _COLUMNS = ("msgs_s", "mib_s", "p99_ms", "dispatch_lag_max_ms", "cpu_us_per_msg", "writer_cpu_us_per_msg")
@@ -94,7 +94,7 @@ async def _appenders(store: MessageStore, seconds: float, appenders: int, batch:
         for worker in range(appenders)
     ]  # fmt: skip
     suffixes = [f"{j:08x}" for j in range(batch)]
-    if freeze:  # as the broker's runtime does once started (deploy/runtime.py): no full GC passes
+    if freeze:  # as the broker's runtime does once started (processes/runtime.py): no full GC passes
         gc.collect()  # over long-lived objects (here the record pools, which a broker does not have)
         gc.freeze()
     stop_at = time.perf_counter() + seconds
@@ -146,7 +146,7 @@ def append_bench(directory: Path, policy: str, seconds: float, batch: int, runti
     cfg = StoreConfig(commitlog=CommitLogConfig(flush_policy=policy))  # type: ignore[arg-type]
     store = MessageStore(d, cfg)
     try:
-        if runtime == "broker":  # the event loop the broker runs the store on (deploy/runtime.py)
+        if runtime == "broker":  # the event loop the broker runs the store on (processes/runtime.py)
             install_uvloop()
         else:
             asyncio.set_event_loop_policy(None)

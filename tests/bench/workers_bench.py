@@ -37,7 +37,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from deploy.workerpool import available_cores  # noqa: E402
+from processes.workerpool import available_cores  # noqa: E402
 from tests.helpers.broker_fixtures import SLUICE_ARGV  # noqa: E402
 from tests.helpers.procs import LOOPBACK, ChildProcess, free_port, start_process  # noqa: E402
 

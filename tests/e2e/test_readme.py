@@ -4,7 +4,7 @@ The test reads README.md: every ```sh block whose commands are all `sluice admin
 a newcomer types in order, and the ```python block with the client snippet is a program they run.
 Each sequence runs command by command, each must exit 0; the only rewrites are the ports (the
 cluster's free ports for the README's defaults 9876 and 8081) and `sluice` (this worktree's
-`python -m deploy.cli`, which `. .venv/bin/activate` puts on PATH as `sluice`). The README's sixth
+`python -m sluice`, which `. .venv/bin/activate` puts on PATH as `sluice`). The README's sixth
 admin command failed on its FIFO topic and its last waited forever: this catches both.
 
 The tiering walkthrough runs too, on a merged cluster of its own: its moto server on a free port,

@@ -92,7 +92,7 @@ class Produced:
     def spark(self, tmp: Path, *args: str) -> Any:
         """Run `sluice spark JOB ... --json` in a child process; its parsed JSON document."""
         job, *rest = args
-        argv = [sys.executable, "-m", "deploy.cli", "spark", job, "--s3-endpoint", self.endpoint,
+        argv = [sys.executable, "-m", "sluice", "spark", job, "--s3-endpoint", self.endpoint,
                 "--s3-bucket", self.bucket, "--s3-prefix", PREFIX, "--s3-region", REGION,
                 "--s3-addressing-style", "path", "--master", "local[2]", "--progress-interval", "0", "--json",
                 *rest]  # fmt: skip

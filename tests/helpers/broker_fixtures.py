@@ -38,7 +38,7 @@ from tests.helpers.procs import (
     start_process,
 )
 
-SLUICE_ARGV = [sys.executable, "-m", "deploy.cli"]
+SLUICE_ARGV = [sys.executable, "-m", "sluice"]
 DEFAULT_BROKER_NAME = "broker-a"
 DEFAULT_RPC_TIMEOUT_S = 5.0
 _READY_POLL_INTERVAL_S = 0.05

@@ -5,7 +5,7 @@
 kills the child and raises `ProcessStartError` whose message ends with the tail of the log.
 `ChildProcess.stop` sends SIGTERM and, after a timeout, SIGKILL; it returns the exit code.
 
-Children run from the repository root with it on PYTHONPATH, so `python -m deploy.cli ...` works
+Children run from the repository root with it on PYTHONPATH, so `python -m sluice ...` works
 without installing the package. Every wait here has a timeout.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import NoReturn
 
 # Re-exported for the end-to-end helpers; stdlib only, safe beside the official client's protobufs.
-from deploy.bench.cpu import process_tree as process_tree
+from bench.cpu import process_tree as process_tree
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"

@@ -28,11 +28,11 @@ from typing import Any
 
 import pytest
 
-from deploy.cluster.probe import is_sluice_process
+from cluster.probe import is_sluice_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO_ROOT / "deploy" / "topologies" / "separated.toml"
-SLUICE = [sys.executable, "-m", "deploy.cli"]
+SLUICE = [sys.executable, "-m", "sluice"]
 LOOPBACK = "127.0.0.1"
 READY_WAIT_S = 50.0
 RESTART_WAIT_S = 20.0

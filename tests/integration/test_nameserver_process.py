@@ -35,7 +35,7 @@ if str(Path(__file__).resolve().parents[2]) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.helpers.procs import LOOPBACK, ChildProcess, free_port, start_process
 
-NAMESERVER_ARGV = [sys.executable, "-m", "deploy.cli", "nameserver"]
+NAMESERVER_ARGV = [sys.executable, "-m", "sluice", "nameserver"]
 WAIT_S = 5.0
 RPC_TIMEOUT_S = 1.0
 # Short reconnect backoff so a client notices a restarted NameServer within the test's budget.

@@ -33,7 +33,7 @@ if str(Path(__file__).resolve().parents[2]) not in sys.path:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.helpers.procs import LOOPBACK, REPO_ROOT, ChildProcess, free_port, start_process
 
-NAVIGATION_ARGV = [sys.executable, "-m", "deploy.cli", "navigation"]
+NAVIGATION_ARGV = [sys.executable, "-m", "sluice", "navigation"]
 WAIT_S = 5.0
 RPC_TIMEOUT_S = 1.0
 HTTP_TIMEOUT_S = 2.0

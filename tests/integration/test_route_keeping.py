@@ -23,7 +23,7 @@ from nameserver.model import BrokerRegistration
 from proxy.directory import ClusterDirectory
 from tests.helpers.procs import LOOPBACK, ChildProcess, free_port, start_process
 
-NAMESERVER_ARGV = [sys.executable, "-m", "deploy.cli", "nameserver"]
+NAMESERVER_ARGV = [sys.executable, "-m", "sluice", "nameserver"]
 YOUNG_S = 2.0
 WAIT_S = 10.0
 TOPIC = "orders"

@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 import spark_jobs
 import spark_jobs.package
 from common.errors import BadRequest, NotFound
-from deploy.cli import main as sluice_main
+from sluice.main import main as sluice_main
 from spark_jobs import cli
 from tests.helpers.spark_data import AUDIT, BASE_MS, HOUR_MS, ORDERS, SHARED_KEY, SHORT_JVM_OPTIONS, Archive
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from deploy.commands.up import METRICS_PORT_OFFSET
-from deploy.workerpool import available_cores
+from processes.workerpool import available_cores
+from sluice.commands.up import METRICS_PORT_OFFSET
 from tests.helpers.procs import LOOPBACK, REPO_ROOT, free_port, port_open, start_process
 
-SLUICE = [sys.executable, "-m", "deploy.cli"]
+SLUICE = [sys.executable, "-m", "sluice"]
 RUN_TIMEOUT_S = 60.0
 UP_START_TIMEOUT_S = 60.0  # its proxy workers start after it: two Python start-ups in a row
 

@@ -1,4 +1,4 @@
-"""Proxy workers as processes (deploy/workerpool.py): `sluice up --shards 1 --workers 2` and `sluice proxy
+"""Proxy workers as processes (processes/workerpool.py): `sluice up --shards 1 --workers 2` and `sluice proxy
 --workers 2` serve one port from two processes, with one metrics endpoint labelling each worker's
 samples; a worker that dies is restarted; workers die with a parent killed by SIGKILL; SIGTERM
 stops everything with exit 0. Each test is bounded (about 30 s on a loaded 2-core machine)."""
@@ -24,7 +24,7 @@ from proto.apache.rocketmq.v2 import service_pb2 as s
 from proto.apache.rocketmq.v2.service_pb2_grpc import MessagingServiceStub
 from tests.helpers.procs import LOOPBACK, ChildProcess, free_port, process_tree, start_process
 
-SLUICE = [sys.executable, "-m", "deploy.cli"]
+SLUICE = [sys.executable, "-m", "sluice"]
 CONNECTIONS = 16  # the kernel spreads connections over the workers: all on one has odds 2**-15
 WAIT_S = 30.0
 CALL_TIMEOUT_S = 10.0

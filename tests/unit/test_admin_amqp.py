@@ -8,9 +8,9 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from admin.amqp import list_queues
+from admin.cluster import Cluster
 from common.errors import NotFound
-from deploy.admin.amqp import list_queues
-from deploy.admin.cluster import Cluster
 from proxy.amqp.meta import MetaDoc, QueueMeta, encode
 
 

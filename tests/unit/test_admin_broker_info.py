@@ -6,9 +6,9 @@ import time
 
 import pytest
 
+from admin.brokers import info_fields
 from broker.client.api import BrokerInfo
 from common.errors import Unavailable
-from deploy.admin.brokers import info_fields
 
 GIB = 1024**3
 

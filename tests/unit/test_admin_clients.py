@@ -7,10 +7,10 @@ import asyncio
 import json
 from typing import Any
 
+from admin.clients import CLIENT_COLUMNS, client_rows, list_clients
+from admin.output import render_json, render_table
 from broker.client.api import ConnectedClient
-from deploy.admin.clients import CLIENT_COLUMNS, client_rows, list_clients
-from deploy.admin.output import render_json, render_table
-from deploy.console.pages_cluster import _client_count
+from console.pages_cluster import _client_count
 
 NOW_MS = 1_800_000_000_000
 SHARD_0, SHARD_1 = "127.0.0.1:8081", "127.0.0.1:8082"

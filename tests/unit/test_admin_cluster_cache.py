@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
+from admin.cluster import Cluster
+from admin.nameservers import list_nameservers
 from common.errors import Unavailable
-from deploy.admin.cluster import Cluster
-from deploy.admin.nameservers import list_nameservers
 
 CLOSED = "127.0.0.1:1"
 

@@ -4,10 +4,10 @@ is doing before it waits, and a type conflict naming the flag that sends the acc
 
 from __future__ import annotations
 
+from admin import produce
+from admin.messages import MESSAGE_COLUMNS
 from broker.client.api import StoredMessage
 from common.model import MessageType
-from deploy.admin import produce
-from deploy.admin.messages import MESSAGE_COLUMNS
 
 
 def _message(tag: str | None, keys: tuple[str, ...] = ()) -> StoredMessage:

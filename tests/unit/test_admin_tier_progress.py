@@ -1,4 +1,4 @@
-"""`tier upload-now` reports progress while the brokers upload (deploy/admin/tier.upload_now)."""
+"""`tier upload-now` reports progress while the brokers upload (admin/tier.upload_now)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from admin import tier
 from broker.client.api import TierStatus, TierTopicStatus
 from common.model import Permission
-from deploy.admin import tier
 from nameserver.model import BrokerQueues, TopicRoute
 
 

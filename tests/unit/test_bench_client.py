@@ -6,8 +6,8 @@ import subprocess
 import sys
 import time
 
+from bench.client import signed_headers
 from common.security import SecurityDoc, User
-from deploy.bench.client import signed_headers
 from proxy.core.auth import AccessControl, AuthSettings
 
 SECOND = 1_795_000_000  # 2026-11-18T11:06:40Z

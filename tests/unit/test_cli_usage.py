@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from common.config import ConfigError
-from deploy import cli
-from deploy.commands import admin
+from sluice import main as cli
+from sluice.commands import admin
 
 
 def _error(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:

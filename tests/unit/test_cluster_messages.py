@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.cluster.control import exit_meaning
-from deploy.cluster.loader import load_topology
-from deploy.commands import cluster
+from cluster.control import exit_meaning
+from cluster.loader import load_topology
+from sluice.commands import cluster
 
 TOPOLOGY = Path(__file__).resolve().parents[2] / "deploy" / "topologies" / "separated.toml"
 

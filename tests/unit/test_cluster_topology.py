@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deploy.cluster import tomlwrite
-from deploy.cluster.errors import ClusterError, NoCluster, TopologyError
-from deploy.cluster.loader import load_topology
-from deploy.cluster.state import ClusterState, ProcessState, read_state, state_path, write_state
-from deploy.cluster.topology import ClusterSettings, Probe
+from cluster import tomlwrite
+from cluster.errors import ClusterError, NoCluster, TopologyError
+from cluster.loader import load_topology
+from cluster.state import ClusterState, ProcessState, read_state, state_path, write_state
+from cluster.topology import ClusterSettings, Probe
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SEPARATED = REPO_ROOT / "deploy" / "topologies" / "separated.toml"

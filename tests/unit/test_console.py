@@ -17,25 +17,25 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from admin import dlq
+from admin.cluster import Cluster
+from admin.parse import parse_time_ms
 from broker.client.api import StoredMessage
 from common.config import ConfigError
 from common.errors import MessageNotFound, TopicNotFound
 from common.model import MessageType
 from common.security import Action, Effect, Pattern, ResourceKind, Rule, SecurityDoc, User
-from deploy.admin import dlq
-from deploy.admin.cluster import Cluster
-from deploy.admin.parse import parse_time_ms
-from deploy.console.app import build_app
-from deploy.console.charts import line_chart, nice_ceiling
-from deploy.console.config import ConsoleConfig
-from deploy.console.history import ClusterPoint, GroupPoint, History, TopicPoint
-from deploy.console.labels import cell_class, heading
-from deploy.console.pages_cluster import _safe_next, fleet_rows
-from deploy.console.pages_messages import body_view
-from deploy.console.pages_topics import tier_row
-from deploy.console.paging import paginate
-from deploy.console.sessions import Sessions, check_login, is_admin
-from deploy.console.units import human_bytes, human_duration
+from console.app import build_app
+from console.charts import line_chart, nice_ceiling
+from console.config import ConsoleConfig
+from console.history import ClusterPoint, GroupPoint, History, TopicPoint
+from console.labels import cell_class, heading
+from console.pages_cluster import _safe_next, fleet_rows
+from console.pages_messages import body_view
+from console.pages_topics import tier_row
+from console.paging import paginate
+from console.sessions import Sessions, check_login, is_admin
+from console.units import human_bytes, human_duration
 
 CLOSED = "127.0.0.1:1"  # nothing listens: calls to the cluster fail with UNAVAILABLE
 TOKEN = re.compile(r'name="csrf-token" content="([^"]+)"')
@@ -267,7 +267,7 @@ def test_every_page_heading_is_humanised() -> None:
     bare unit word such as "S" or "Per S")."""
     from pathlib import Path
 
-    templates = Path(__file__).resolve().parents[2] / "deploy" / "console" / "templates"
+    templates = Path(__file__).resolve().parents[2] / "console" / "templates"
     for page in templates.glob("*.html"):
         text = page.read_text()
         assert 'c.replace("_"' not in text, page.name
@@ -302,8 +302,8 @@ def test_the_cluster_is_sampled_while_its_page_is_watched_with_rates_per_broker(
 
 
 def test_the_admin_reads_use_groups_the_broker_does_not_count_as_consumers() -> None:
+    from admin import messages, produce
     from common.model import ADMIN_READ_GROUP_PREFIX
-    from deploy.admin import messages, produce
 
     for browse_group in (messages.BROWSE_GROUP, dlq.BROWSE_GROUP, produce.BROWSE_GROUP):
         assert browse_group.startswith(ADMIN_READ_GROUP_PREFIX), browse_group

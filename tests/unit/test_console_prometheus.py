@@ -11,9 +11,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from deploy.console.config import ConsoleConfig
-from deploy.console.history import GroupPoint, History
-from deploy.console.plots import PrometheusPlots, label, matrix_points
+from console.config import ConsoleConfig
+from console.history import GroupPoint, History
+from console.plots import PrometheusPlots, label, matrix_points
 
 NOW = 1_700_000_000.0
 MATRIX = {"status": "success", "data": {"resultType": "matrix",

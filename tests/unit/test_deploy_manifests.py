@@ -2,7 +2,7 @@
 
 Checked against the code itself, not a copy of it:
 - every container of `deploy/k8s` runs a `sluice` subcommand, and its whole argument list parses
-  with `deploy.cli.build_parser()` (so flags exist and values have the right type);
+  with `sluice.main.build_parser()` (so flags exist and values have the right type);
 - every `--config` file is a ConfigMap of the kustomization mounted where the flag points, and it
   loads with the component's own loader (`common.config.load_config` + its dataclass), so an
   unknown key fails here;
@@ -31,12 +31,12 @@ import pytest
 import yaml
 
 from broker.config import BrokerConfig
+from cluster.loader import command_flags, load_topology
 from common.config import load_config, read_toml
-from deploy.cli import build_parser
-from deploy.cluster.loader import command_flags, load_topology
 from nameserver.config import NameServerConfig
 from navigation.config import NavigationConfig
 from proxy.config import ProxyConfig
+from sluice.main import build_parser
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 K8S_DIR = REPO_ROOT / "deploy" / "k8s"

@@ -7,8 +7,8 @@ import re
 import shlex
 from pathlib import Path
 
-from deploy import cli
-from deploy.configref import render
+from sluice import main as cli
+from sluice.configref import render
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,22 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 # Modules of the storage node or its heavy dependencies that importing the proxy must not load.
-STORAGE_SIDE = ("broker.", "rocksdict", "pyarrow", "boto3", "botocore", "spark_jobs", "deploy", "aiobotocore")
+STORAGE_SIDE = (
+    "broker.",
+    "rocksdict",
+    "pyarrow",
+    "boto3",
+    "botocore",
+    "spark_jobs",
+    "sluice",
+    "admin",
+    "console",
+    "bench",
+    "cluster",
+    "processes",
+    "ops",
+    "aiobotocore",
+)
 
 
 def imported_modules(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
@@ -80,12 +95,27 @@ def test_importing_the_proxy_loads_nothing_of_the_storage_node() -> None:
 
 
 # spark_jobs runs on Spark's driver and executors (the `--py-files` zip, spark_jobs/package.py): of
-# Sluice it may use only what that zip carries, never the storage node, the proxy or the deploy tool.
+# Sluice it may use only what that zip carries, never the storage node, the proxy or the `sluice` command.
 SPARK_ALLOWED = (
     "common.", "proto.", "spark_jobs.", "nameserver.", "broker.client.",
     "broker.tiering.format", "broker.tiering.objectstore", "broker.tiering.s3store",
 )  # fmt: skip
-OWN = ("broker", "proxy", "deploy", "navigation", "nameserver", "common", "proto", "spark_jobs")
+OWN = (
+    "broker",
+    "proxy",
+    "sluice",
+    "admin",
+    "console",
+    "bench",
+    "cluster",
+    "processes",
+    "ops",
+    "navigation",
+    "nameserver",
+    "common",
+    "proto",
+    "spark_jobs",
+)
 
 
 def test_spark_jobs_imports_only_what_its_archive_carries() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from admin.parse import parse_duration_s, parse_message_types
 from broker.client import grpc_convert as convert
 from broker.client.api import LiteAction, LiteOffset, LiteOffsetPolicy, LiteSync, OutgoingMessage, TopicSpec
 from broker.lite import keys as K
@@ -11,7 +12,6 @@ from broker.priority import EmptyLevels, level_of, level_queue, pop_queues, prio
 from common.config import ConfigError
 from common.errors import BadRequest, IllegalLiteTopic, MessageTypeConflict
 from common.model import SYSPROP_PRIORITY, MessageType, validate_lite_topic_name
-from deploy.admin.parse import parse_duration_s, parse_message_types
 from proxy.context import RequestContext
 from proxy.grpc.lite import python_split_name
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from admin.parse import parse_time_ms
 from common.config import ConfigError
 from common.errors import BadRequest
 from common.moments import relative_ms
-from deploy.admin.parse import parse_time_ms
 from spark_jobs.options import parse_time
 
 NOW_MS = 1_780_000_000_000

@@ -1,4 +1,4 @@
-"""The merged metrics of a parent and its workers (deploy/opsmerge.py): every family once, each
+"""The merged metrics of a parent and its workers (ops/merge.py): every family once, each
 worker's samples labelled with its index, the parent's as they are, parseable exposition."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from deploy.opsmerge import WORKER_LABEL, merge
-from deploy.workerpool import available_cores, worker_count
+from ops.merge import WORKER_LABEL, merge
+from processes.workerpool import available_cores, worker_count
 
 
 def _worker_text(calls: float, extra: bool = False) -> str:

@@ -7,7 +7,7 @@ import pytest
 
 from broker.replication.config import ReplicationConfig
 from common.config import ConfigError, build
-from deploy.commands.broker import _dial
+from sluice.commands.broker import _dial
 
 
 def test_dial_maps_members_to_host_port() -> None:

@@ -48,7 +48,7 @@ def test_perf_samples_go_to_the_loop_threads_syscalls_user_space_or_their_thread
     }
 
 
-LOOP_ROOT = "<module> (deploy/cli.py:120);serve (deploy/runtime.py:51);Runner.run (asyncio/runners.py:118)"
+LOOP_ROOT = "<module> (sluice/main.py:120);serve (processes/runtime.py:51);Runner.run (asyncio/runners.py:118)"
 PY_SPY_RAW = "\n".join([
     f"{LOOP_ROOT};Edge._unary.<locals>.call (proxy/grpc/edge.py:130);count_in (common/metrics.py:181);"
     "Counter.inc (prometheus_client/metrics.py:300) 3",

@@ -15,7 +15,6 @@ from broker.config import BrokerConfig
 from common.config import ConfigError
 from common.errors import BadRequest, TopicNotFound, Unavailable
 from common.model import MessageType, Permission, TopicInfo
-from deploy.shardpool import MAX_DEFAULT_SHARDS, UpConfig, default_shards, refuse_shard_data, shard_configs, shard_dirs
 from nameserver.convert import (
     broker_status_from_pb,
     broker_status_to_pb,
@@ -26,6 +25,14 @@ from nameserver.convert import (
 )
 from nameserver.model import BrokerRegistration
 from nameserver.registry import Registry
+from processes.shardpool import (
+    MAX_DEFAULT_SHARDS,
+    UpConfig,
+    default_shards,
+    refuse_shard_data,
+    shard_configs,
+    shard_dirs,
+)
 from proxy.core.routing import QueueSelector, route_queues
 from proxy.directory import BrokerRoute, ClusterDirectory
 from proxy.shards import ShardDirectory

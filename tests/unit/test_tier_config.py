@@ -9,9 +9,9 @@ import pytest
 
 from broker.config import BrokerConfig
 from common.config import ConfigError, load_config
-from deploy.commands import broker as broker_cmd
-from deploy.commands import up as up_cmd
-from deploy.tierflags import tier_overrides
+from sluice.commands import broker as broker_cmd
+from sluice.commands import up as up_cmd
+from sluice.tierflags import tier_overrides
 
 
 def test_tiering_is_off_by_default() -> None:

@@ -44,7 +44,7 @@ from tests.helpers.procs import (
     start_process,
 )
 
-SLUICE = [sys.executable, "-m", "deploy.cli"]
+SLUICE = [sys.executable, "-m", "sluice"]
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 ADMIN_TIMEOUT_S = 30.0

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 
 from tests.helpers.procs import LOOPBACK, REPO_ROOT, ChildProcess, ProcessStartError, free_port, start_process
 
-SLUICE = [sys.executable, "-m", "deploy.cli"]
+SLUICE = [sys.executable, "-m", "sluice"]
 SHIPPED_TOPOLOGY = REPO_ROOT / "deploy" / "topologies" / "separated.toml"
 RESTART_DELAY_S = 10.0
 START_TIMEOUT_S = 60.0

@@ -1,0 +1,231 @@
+"""A minimal RocketMQ 5 gRPC client on grpc.aio for the load generator.
+
+It sends what the official clients send (their request headers; QueryRoute, SendMessage,
+ReceiveMessage and AckMessage requests) and nothing more: no telemetry stream, no heartbeats (the
+proxy needs neither to serve data-plane calls). Differences from the official clients, on purpose:
+
+- SendMessage may carry N messages per call (the official clients send exactly one);
+- AckMessage carries every entry of a received batch in one call (the official clients ack one
+  message per call);
+- requests go to the endpoint given on the command line, not to the route's broker endpoints.
+
+Every call has a deadline. A failed call raises `CallError` with a short code name: the
+protocol's `Code` name for a non-OK response status (`TOPIC_NOT_FOUND`), or `grpc.<STATUS>` for
+a transport failure (`grpc.UNAVAILABLE`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from common.codes import Code
+from proto.apache.rocketmq.v2 import definition_pb2 as pb
+from proto.apache.rocketmq.v2 import service_pb2 as spb
+from proxy.core.auth import sign
+
+SERVICE = "/apache.rocketmq.v2.MessagingService"
+SEND_PATH = f"{SERVICE}/SendMessage"
+CLIENT_LANGUAGE = "PYTHON"
+CLIENT_PROTOCOL = "GRPC_V2"
+CLIENT_VERSION = "sluice-bench/0.1"
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", -1),
+    ("grpc.max_send_message_length", -1),
+    ("grpc.enable_retries", 0),
+    # One connection per channel, as the Python client (no sharing between channels to the same target).
+    ("grpc.use_local_subchannel_pool", 1),
+]
+_OK = int(Code.OK)
+_NOT_FOUND = int(Code.MESSAGE_NOT_FOUND)
+_instances = itertools.count()
+
+
+class CallError(Exception):
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+
+
+def code_name(code: int) -> str:
+    try:
+        return Code(code).name
+    except ValueError:
+        return f"CODE_{code}"
+
+
+def _client_id() -> str:
+    """hostname@pid@index@base36(time_ns), the Python client's format."""
+    n, digits = time.time_ns(), ""
+    while n:
+        n, r = divmod(n, 36)
+        digits = "0123456789abcdefghijklmnopqrstuvwxyz"[r] + digits
+    return f"{socket.gethostname()}@{os.getpid()}@{next(_instances)}@{digits}"
+
+
+def _duration(seconds: float) -> Duration:
+    d = Duration()
+    d.FromNanoseconds(int(seconds * 1e9))
+    return d
+
+
+def signed_headers(access_key: str, secret: str, second: int) -> tuple[tuple[str, str], ...]:
+    """The `x-mq-date-time` and `authorization` headers of every request sent during `second`.
+
+    Signed as the official clients do: HMAC-SHA1 of the date-time with the
+    secret. The Python client (rocketmq/v5/util/signature.py, `Signature.metadata`) stamps
+    `datetime.now().strftime("%Y%m%dT%H%M%SZ")` on every request and signs only that value, so all
+    its requests within one second carry byte-for-byte the same two headers; a generator that signs
+    once per second and reuses the pair sends exactly what the official client sends, without
+    spending its own CPU (shared with the server under test) on an HMAC per request. We stamp UTC,
+    as the header's `Z` says; the proxy does not compare it with its clock (docs/security.md).
+    """
+    date_time = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(second))
+    signature = sign(secret, date_time)
+    authorization = f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders=x-mq-date-time, Signature={signature}"
+    return (("x-mq-date-time", date_time), ("authorization", authorization))
+
+
+class BenchClient:
+    """One channel (one HTTP/2 connection) to one endpoint; safe to share between tasks of one loop.
+
+    `send_path` lets the same client drive the echo server (same request and response types at
+    another method path).
+    """
+
+    def __init__(
+        self, endpoint: str, *, namespace: str = "", timeout_s: float = 5.0, send_path: str = SEND_PATH,
+        credentials: tuple[str, str] | None = None,
+    ) -> None:  # fmt: skip
+        self.endpoint = endpoint
+        self.namespace = namespace
+        self.timeout_s = timeout_s
+        self.client_id = _client_id()
+        self._credentials = credentials
+        self._signed_second = -1  # the second `_signed` was made for
+        self._signed: tuple[tuple[str, str], ...] = ()
+        self.calls = 0  # SendMessage, ReceiveMessage and AckMessage calls made, warm-up included
+        self._channel = grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+        headers = [("x-mq-client-id", self.client_id), ("x-mq-language", CLIENT_LANGUAGE),
+                   ("x-mq-protocol", CLIENT_PROTOCOL), ("x-mq-client-version", CLIENT_VERSION)]  # fmt: skip
+        if namespace:
+            headers.append(("x-mq-namespace", namespace))
+        self._headers = tuple(headers)
+        ch = self._channel
+        self._route = ch.unary_unary(
+            f"{SERVICE}/QueryRoute",
+            request_serializer=spb.QueryRouteRequest.SerializeToString,
+            response_deserializer=spb.QueryRouteResponse.FromString,
+        )
+        # Requests arrive pre-serialised (bench.payload): no request serialiser.
+        self._send = ch.unary_unary(send_path, request_serializer=None,
+                                    response_deserializer=spb.SendMessageResponse.FromString)  # fmt: skip
+        self._receive = ch.unary_stream(f"{SERVICE}/ReceiveMessage",
+                                        request_serializer=spb.ReceiveMessageRequest.SerializeToString,
+                                        response_deserializer=spb.ReceiveMessageResponse.FromString)  # fmt: skip
+        self._ack = ch.unary_unary(f"{SERVICE}/AckMessage", request_serializer=spb.AckMessageRequest.SerializeToString,
+                                   response_deserializer=spb.AckMessageResponse.FromString)  # fmt: skip
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        if self._credentials is None:
+            return (*self._headers, ("x-mq-request-id", str(uuid.uuid4())))
+        second = int(time.time())
+        if second != self._signed_second:
+            self._signed_second, self._signed = second, signed_headers(*self._credentials, second)
+        return (*self._headers, ("x-mq-request-id", str(uuid.uuid4())), *self._signed)
+
+    def resource(self, name: str) -> pb.Resource:
+        return pb.Resource(name=name, resource_namespace=self.namespace)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._channel.channel_ready()
+        except TimeoutError:
+            raise CallError(
+                "grpc.UNAVAILABLE", f"{self.endpoint} did not accept a connection in {timeout_s} s"
+            ) from None
+
+    async def query_route(self, topic: str) -> list[pb.MessageQueue]:
+        host, _, port = self.endpoint.rpartition(":")
+        endpoints = pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=int(port))])
+        req = spb.QueryRouteRequest(topic=self.resource(topic), endpoints=endpoints)
+        try:
+            resp = await self._route(req, metadata=self._metadata(), timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise CallError(f"grpc.{exc.code().name}", exc.details() or "") from None
+        _check(resp.status)
+        return list(resp.message_queues)
+
+    async def send(self, request: bytes) -> list[str]:
+        """Send pre-serialised SendMessageRequest bytes; returns the codes of the entries that failed."""
+        self.calls += 1
+        try:
+            resp = await self._send(request, metadata=self._metadata(), timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise CallError(f"grpc.{exc.code().name}", exc.details() or "") from None
+        if resp.status.code == _OK:
+            return []
+        if not resp.entries:
+            _check(resp.status)
+        return [code_name(e.status.code) for e in resp.entries if e.status.code != _OK]
+
+    async def receive(
+        self, group: str, queue: pb.MessageQueue, *, batch: int, invisible_s: float, long_poll_s: float
+    ) -> list[pb.Message]:
+        """One ReceiveMessage: the messages (empty on MESSAGE_NOT_FOUND), after the stream ended."""
+        req = spb.ReceiveMessageRequest(
+            group=self.resource(group), message_queue=queue, batch_size=batch,
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+            invisible_duration=_duration(invisible_s), long_polling_timeout=_duration(long_poll_s),
+        )  # fmt: skip
+        messages: list[pb.Message] = []
+        status: pb.Status | None = None
+        self.calls += 1
+        try:
+            call = self._receive(req, metadata=self._metadata(), timeout=self.timeout_s + long_poll_s)
+            async for frame in call:
+                which = frame.WhichOneof("content")
+                if which == "message":
+                    messages.append(frame.message)
+                elif which == "status":
+                    status = frame.status
+        except grpc.aio.AioRpcError as exc:
+            raise CallError(f"grpc.{exc.code().name}", exc.details() or "") from None
+        if status is not None and status.code not in (_OK, _NOT_FOUND):
+            _check(status)
+        return messages
+
+    async def ack(self, group: str, topic: str, messages: Sequence[pb.Message]) -> list[str]:
+        """Ack every message in one AckMessage; returns the codes of the entries that failed."""
+        req = spb.AckMessageRequest(group=self.resource(group), topic=self.resource(topic))
+        for m in messages:
+            entry = req.entries.add()
+            entry.message_id = m.system_properties.message_id
+            entry.receipt_handle = m.system_properties.receipt_handle
+        self.calls += 1
+        try:
+            resp = await self._ack(req, metadata=self._metadata(), timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise CallError(f"grpc.{exc.code().name}", exc.details() or "") from None
+        if resp.status.code == _OK:
+            return []
+        if not resp.entries:
+            _check(resp.status)
+        return [code_name(e.status.code) for e in resp.entries if e.status.code != _OK]
+
+
+def _check(status: pb.Status) -> None:
+    if status.code != _OK:
+        raise CallError(code_name(status.code), status.message)

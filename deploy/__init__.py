@@ -1,1 +1,0 @@
-"""The `sluice` command: composes components into processes and topologies."""

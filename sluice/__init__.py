@@ -1,0 +1,1 @@
+"""The `sluice` command: composes components into processes and topologies (docs/architecture.md)."""

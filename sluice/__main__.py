@@ -1,0 +1,5 @@
+"""`python -m sluice`: the `sluice` command."""
+
+from sluice.main import main
+
+raise SystemExit(main())
