@@ -11,11 +11,12 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
-import gc
 import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
+
+from common import frozen
 
 log = logging.getLogger("sluice.runtime")
 
@@ -42,8 +43,7 @@ SETTLE_AFTER_S = 5.0
 
 
 def _settle() -> None:
-    gc.collect()
-    gc.freeze()
+    frozen.freeze()  # a broker member releases what it drops later (common/frozen.py)
 
 
 def serve(main: Callable[[asyncio.Event], Awaitable[int]]) -> int:

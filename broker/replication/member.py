@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import gc
 import inspect
 import logging
 import socket
@@ -40,7 +39,7 @@ from broker.replication.state import snapshot_incomplete
 from broker.replication.switchover import hand_over
 from broker.store.index import StoreLocked
 from broker.store.store import MessageStore
-from common import metrics
+from common import frozen, metrics
 from common.errors import NotPrimary, Unavailable
 from common.logs import kv
 
@@ -251,11 +250,13 @@ class GroupMember:
     # -- replica -----------------------------------------------------------------------------------
 
     async def _open_store(self) -> MessageStore:
-        """Open the data directory's store. Right after a term ended it may still be locked by this
-        process: RocksDB keeps its lock while any handle lives, and a call the deposed primary was
-        serving (a long-polling pop) can hold one until it ends and is collected. Retried for
-        `STORE_RELOCK_S`; a lock held longer (another process) is an error."""
+        """Open the data directory's store. The store this process closed last (a term's, or the
+        replica's) is garbage in reference cycles that may have been frozen out of the collector
+        at startup (common/frozen.py): collected first, or its handles would keep RocksDB's lock.
+        A call of the last term still running past `END_TERM_WAIT_S` may hold the lock a little
+        longer: retried for `STORE_RELOCK_S`; a lock held longer (another process) is an error."""
         cfg = self._cfg
+        await _in_executor(frozen.collect_frozen)
         deadline = time.monotonic() + STORE_RELOCK_S
         while True:
             try:
@@ -264,7 +265,7 @@ class GroupMember:
                 if time.monotonic() >= deadline:
                     raise
                 log.info("store still locked by calls of the last term; retrying", extra=kv(data_dir=str(cfg.data_dir)))
-                await _in_executor(gc.collect)  # an ended call's reference cycles (its traceback) go now
+                await _in_executor(frozen.collect_frozen)  # an ended call's reference cycles go now
                 await asyncio.sleep(0.2)
 
     async def _follow(self, store: MessageStore, leader: Leader, stop: asyncio.Event) -> MessageStore:
@@ -341,6 +342,7 @@ class GroupMember:
         broker = LocalBroker(dataclasses.replace(self._cfg, name=self._repl.group), term=leader.epoch,
                              term_valid=self.coord.term_valid, durability=gate,
                              on_topics_changed=topics_changed)  # fmt: skip
+        await _in_executor(frozen.collect_frozen)  # the store `_loop` just closed (`_open_store`)
         await broker.start()
         store = broker.store
         server = ReplicationServer(
