@@ -2,7 +2,7 @@
 skip and count in the offsets Spark shows in the progress), `maxBytesPerTrigger`, and the split of
 a batch's queue ranges at what the archive's manifest holds. The cluster's answer (`discover`) and
 the manifest (`_segments`) are given; the real ones are exercised in
-tests/integration/test_spark_stream_tiers.py."""
+tests/e2e/test_spark_stream_tiers.py."""
 
 from __future__ import annotations
 
