@@ -16,6 +16,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# The `sluice` command and what it composes (its admin library, console, bench harness, cluster
+# supervisor, process pools, ops endpoint): built on the components, never imported by them.
+COMMAND_SIDE = ("sluice", "admin", "console", "bench", "cluster", "processes", "ops")
+
 # Modules of the storage node or its heavy dependencies that importing the proxy must not load.
 STORAGE_SIDE = (
     "broker.",
@@ -24,13 +28,7 @@ STORAGE_SIDE = (
     "boto3",
     "botocore",
     "spark_jobs",
-    "sluice",
-    "admin",
-    "console",
-    "bench",
-    "cluster",
-    "processes",
-    "ops",
+    *COMMAND_SIDE,
     "aiobotocore",
 )
 
@@ -103,13 +101,7 @@ SPARK_ALLOWED = (
 OWN = (
     "broker",
     "proxy",
-    "sluice",
-    "admin",
-    "console",
-    "bench",
-    "cluster",
-    "processes",
-    "ops",
+    *COMMAND_SIDE,
     "navigation",
     "nameserver",
     "common",
