@@ -67,7 +67,7 @@ unit:
 # The official client and our generated apache.rocketmq.v2 modules register the same protobuf
 # symbols, so end-to-end tests (which import the client) run in their own pytest process.
 e2e:
-	$(BIN)/python -m pytest tests/e2e -n 3 --dist loadfile || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest tests/e2e -n 4 --dist loadfile --durations=15 || [ $$? -eq 5 ]
 
 check: protos-check lint typecheck deadcode
 
