@@ -14,7 +14,6 @@ moto S3 bucket and a real local Spark:
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -78,27 +77,21 @@ class Tiered:
 def tiered(s3_server: MotoS3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
     root = tmp_path_factory.mktemp("stream-tiers")
     bucket = f"stream-tiers-{uuid.uuid4().hex[:8]}"
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    os.environ.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)  # the broker's credentials
     config = root / "sluice.toml"
     config.write_text(CONFIG)
     t = Tiered(None, s3_server, bucket)  # type: ignore[arg-type]
     t.client().create_bucket(Bucket=bucket)
     flags = ["--config", str(config), "--s3-endpoint", s3_server.endpoint_url, "--s3-bucket", bucket,
              "--tier-min-age", "3600"]  # fmt: skip
-    try:
+    with pytest.MonkeyPatch.context() as env:  # the broker's credentials, restored after the module
+        env.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        env.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
         t.cluster = start_merged(root, extra_args=flags)
         try:
             yield t
         finally:
             problems = t.cluster.stop()
             assert not problems, problems
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def by_id(path: Path) -> dict[str, dict[str, Any]]:

@@ -15,7 +15,6 @@ that needs S3 fails with a retriable error rather than hanging; once S3 answers 
 from __future__ import annotations
 
 import base64
-import os
 import re
 import signal
 import sys
@@ -87,16 +86,12 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
         [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)],
         port=port, log_path=root / "moto.log", name="moto-s3",
     )  # fmt: skip
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    os.environ.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY)
     try:
-        yield Moto(f"http://{LOOPBACK}:{port}", child)
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+            env.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+            yield Moto(f"http://{LOOPBACK}:{port}", child)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         child.stop()
 
 
