@@ -1,4 +1,4 @@
-"""A minimal RocketMQ 5 gRPC client on grpc.aio for the load generator.
+"""A minimal RocketMQ 5 gRPC client for the load generator, over bench/http2.py or grpc.aio.
 
 It sends what the official clients send (their request headers; QueryRoute, SendMessage,
 ReceiveMessage and AckMessage requests) and nothing more: no telemetry stream, no heartbeats (the

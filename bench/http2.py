@@ -17,7 +17,9 @@ needs, to a gRPC server on cleartext HTTP/2 (prior knowledge):
 - header blocks are decoded with `hpack` (the trailers' grpc-status / grpc-message); we announce a
   header table of 0 and send literals only, so no dynamic table state is shared.
 
-It does not do TLS, compression, or client-side streaming. Failures raise `CallError` with the
+It does not do TLS, compression, or client-side streaming, and does not count its streams against
+the server's MAX_CONCURRENT_STREAMS (the bench opens a few per connection; a refused stream fails
+its call with `grpc.UNAVAILABLE`). Failures raise `CallError` with the
 same code names as the grpc.aio client (`grpc.UNAVAILABLE`, `grpc.DEADLINE_EXCEEDED`, ...).
 """
 
@@ -44,7 +46,7 @@ OUR_MAX_FRAME = (1 << 24) - 1
 REFILL_AT = 1 << 30  # connection receive window: refill after this many bytes were consumed
 _FRAME = struct.Struct(">I")  # length (24 bits) + type, read as one word with the flags byte apart
 _STATUS_NAMES = {s.value[0]: s.name for s in grpc.StatusCode}
-CANCEL = 0x8
+CANCEL, REFUSED_STREAM = 0x8, 0x7
 
 
 def _int(value: int, prefix_bits: int, first: int = 0) -> bytes:
@@ -237,7 +239,8 @@ class Http2Connection(asyncio.Protocol):
                 self._write(frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
             code = struct.unpack(">I", payload)[0]
-            self._fail(sid, "grpc.CANCELLED" if code == CANCEL else "grpc.INTERNAL", f"stream reset (code {code})")
+            name = {CANCEL: "grpc.CANCELLED", REFUSED_STREAM: "grpc.UNAVAILABLE"}.get(code, "grpc.INTERNAL")
+            self._fail(sid, name, f"stream reset (code {code})")
         elif kind == GOAWAY:
             last, code = struct.unpack_from(">II", payload)
             self._closed = f"the server sent GOAWAY (code {code}): {payload[8:].decode(errors='replace')}"
