@@ -15,7 +15,8 @@ needs, to a gRPC server on cleartext HTTP/2 (prior knowledge):
   fails every call in flight; a call past its deadline is reset (CANCEL) and fails with
   `grpc.DEADLINE_EXCEEDED`;
 - header blocks are decoded with `hpack` (the trailers' grpc-status / grpc-message); we announce a
-  header table of 0 and send literals only, so no dynamic table state is shared.
+  header table of 0 and send literals only, so no dynamic table state is shared, and a block seen
+  before (every OK call's trailers are the same bytes) is not decoded again.
 
 It does not do TLS, compression, or client-side streaming, and does not count its streams against
 the server's MAX_CONCURRENT_STREAMS (the bench opens a few per connection; a refused stream fails
@@ -47,6 +48,7 @@ REFILL_AT = 1 << 30  # connection receive window: refill after this many bytes w
 _FRAME = struct.Struct(">I")  # length (24 bits) + type, read as one word with the flags byte apart
 _STATUS_NAMES = {s.value[0]: s.name for s in grpc.StatusCode}
 CANCEL, REFUSED_STREAM = 0x8, 0x7
+DECODED_MAX = 256  # distinct header blocks remembered per connection
 
 
 def _int(value: int, prefix_bits: int, first: int = 0) -> bytes:
@@ -111,6 +113,11 @@ class Http2Connection(asyncio.Protocol):
         self._peer_max_frame = DEFAULT_MAX_FRAME
         self._consumed = 0  # received DATA bytes not yet given back to the connection window
         self._decoder = Decoder()
+        # We announce a header table of 0: the decoder keeps no state, so a block's headers depend
+        # on its bytes alone, and the server's blocks repeat (the same headers, the same trailers).
+        self._decoder.max_allowed_table_size = 0
+        self._decoder.header_table_size = 0
+        self._decoded: dict[bytes, dict[str, str]] = {}
         self._settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # first SETTINGS
         self._closed: str | None = None  # why the connection can no longer be used
         self._window_opened = asyncio.Event()
@@ -278,10 +285,18 @@ class Http2Connection(asyncio.Protocol):
             return  # header tables are 0 on both sides: a skipped block leaves no state behind
         st.block += payload
         if flags & END_HEADERS:
-            for name, value in self._decoder.decode(bytes(st.block)):
-                st.headers[str(name)] = str(value)
+            st.headers.update(self._decode(bytes(st.block)))
             if st.ending:
                 self._end(st)
+
+    def _decode(self, block: bytes) -> dict[str, str]:
+        headers = self._decoded.get(block)
+        if headers is None:
+            headers = {str(n): str(v) for n, v in self._decoder.decode(block)}
+            if len(self._decoded) >= DECODED_MAX:
+                self._decoded.clear()
+            self._decoded[block] = headers
+        return headers
 
     def _end(self, st: _Stream) -> None:
         if st.done.done():
