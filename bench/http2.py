@@ -45,6 +45,7 @@ DEFAULT_WINDOW = 65535
 DEFAULT_MAX_FRAME = 16384
 OUR_MAX_FRAME = (1 << 24) - 1
 REFILL_AT = 1 << 30  # connection receive window: refill after this many bytes were consumed
+_PREFIX = struct.Struct(">BI")  # a gRPC message's compressed flag and length
 _FRAME = struct.Struct(">I")  # length (24 bits) + type, read as one word with the flags byte apart
 _STATUS_NAMES = {s.value[0]: s.name for s in grpc.StatusCode}
 CANCEL, REFUSED_STREAM = 0x8, 0x7
@@ -149,22 +150,34 @@ class Http2Connection(asyncio.Protocol):
         self._fail_all(f"connection lost{f': {exc}' if exc else ''}")
 
     def data_received(self, data: bytes) -> None:
-        buf = self._buffer
-        buf += data
-        pos, end = 0, len(buf)
-        try:
-            while end - pos >= 9:
-                word = _FRAME.unpack_from(buf, pos)[0]
-                length = word >> 8
-                if end - pos - 9 < length:
-                    break
-                flags = buf[pos + 4]
-                stream = _FRAME.unpack_from(buf, pos + 5)[0] & MAX_WINDOW
-                payload = bytes(buf[pos + 9 : pos + 9 + length])
-                pos += 9 + length
-                self._frame(word & 0xFF, flags, stream, payload)
-        finally:
-            del buf[:pos]
+        if self._buffer:  # the start of a frame that did not fit in the last read
+            data = bytes(self._buffer) + data
+            self._buffer.clear()
+        pos, end = 0, len(data)
+        view = memoryview(data)
+        streams = self._streams
+        unpack = _FRAME.unpack_from
+        while end - pos >= 9:
+            word = unpack(data, pos)[0]
+            length = word >> 8
+            start = pos + 9
+            if end - start < length:
+                break
+            pos = start + length
+            kind, flags = word & 0xFF, data[start - 5]
+            sid = unpack(data, start - 4)[0] & MAX_WINDOW
+            if kind == DATA and not flags & (PADDED | END_STREAM):  # the common frame, inline
+                self._consumed += length
+                st = streams.get(sid)
+                if st is not None:
+                    st.data += view[start:pos]
+                if self._consumed >= REFILL_AT:
+                    self._write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self._consumed)))
+                    self._consumed = 0
+                continue
+            self._frame(kind, flags, sid, data[start:pos])
+        if pos < end:
+            self._buffer += view[pos:]
 
     # -- calls --
 
@@ -341,12 +354,14 @@ class Http2Connection(asyncio.Protocol):
 def _messages(data: bytearray) -> list[bytes]:
     """The gRPC length-prefixed messages of a stream's DATA (uncompressed only)."""
     out, pos, end = [], 0, len(data)
+    unpack = _PREFIX.unpack_from
     while pos + 5 <= end:
-        if data[pos]:
+        compressed, length = unpack(data, pos)
+        if compressed:
             raise CallError("grpc.INTERNAL", "a compressed message (the bench never asks for compression)")
-        length = int.from_bytes(data[pos + 1 : pos + 5], "big")
-        out.append(bytes(data[pos + 5 : pos + 5 + length]))
-        pos += 5 + length
+        pos += 5
+        out.append(bytes(data[pos : pos + length]))
+        pos += length
     if pos != end:
         raise CallError("grpc.INTERNAL", "the stream ended inside a message")
     return out
