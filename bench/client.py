@@ -151,16 +151,21 @@ class Http2Transport:
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
         self._conn: Http2Connection | None = None
+        self._connecting = asyncio.Lock()
         self._blocks: dict[tuple[str, float], bytes] = {}  # header blocks without the per-call headers
 
     async def wait_ready(self, timeout_s: float) -> None:
-        if self._conn is None or self._conn.closed is not None:
-            self._conn = await connect(self.endpoint, timeout_s)
+        await self._connection(timeout_s)
 
-    def _conn_for_call(self) -> Http2Connection:
-        if self._conn is None or self._conn.closed is not None:
-            raise CallError("grpc.UNAVAILABLE", (self._conn.closed if self._conn else None) or "not connected")
-        return self._conn
+    async def _connection(self, timeout_s: float) -> Http2Connection:
+        """The open connection; a new one when there is none or the last was lost (a server that
+        restarted, a GOAWAY), as grpc.aio's channel reconnects. One task connects, the others wait."""
+        async with self._connecting:
+            if self._conn is None or self._conn.closed is not None:
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = await connect(self.endpoint, timeout_s)
+            return self._conn
 
     def _block(self, path: str, metadata: Metadata, timeout_s: float) -> bytes:
         # Every header but the last (the request id) and the signature is the same on each call.
@@ -178,7 +183,10 @@ class Http2Transport:
         return messages[0]
 
     async def server_stream(self, path: str, request: bytes, metadata: Metadata, timeout_s: float) -> list[bytes]:
-        messages, _ = await self._conn_for_call().call(self._block(path, metadata, timeout_s), request, timeout_s)
+        conn = self._conn
+        if conn is None or conn.closed is not None:
+            conn = await self._connection(timeout_s)
+        messages, _ = await conn.call(self._block(path, metadata, timeout_s), request, timeout_s)
         return messages
 
     async def close(self) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
+from bench.client import Http2Transport
 from bench.errors import CallError
 from bench.http2 import Http2Connection, connect, request_headers
 from tests.helpers.procs import LOOPBACK, free_port
@@ -133,3 +134,33 @@ def test_no_server_and_a_server_that_goes_away_are_unavailable() -> None:
         assert gone.value.code in ("grpc.UNAVAILABLE", "grpc.CANCELLED", "grpc.INTERNAL")
 
     run_with_server(test)
+
+
+def test_the_transport_reconnects_after_the_server_came_back() -> None:
+    async def main() -> None:
+        port = free_port()
+        endpoint = f"{LOOPBACK}:{port}"
+
+        async def start() -> grpc.aio.Server:
+            server = grpc.aio.server()
+            server.add_generic_rpc_handlers((_handler(),))
+            server.add_insecure_port(endpoint)
+            await server.start()
+            return server
+
+        server = await start()
+        transport = Http2Transport(endpoint)
+        try:
+            await transport.wait_ready(5.0)
+            assert await transport.unary(ECHO, b"one", (), 5.0) == b"one"
+            await server.stop(None)
+            with pytest.raises(CallError) as down:
+                await transport.unary(ECHO, b"two", (), 2.0)
+            assert down.value.code == "grpc.UNAVAILABLE"
+            server = await start()
+            assert await transport.unary(ECHO, b"three", (), 5.0) == b"three"
+        finally:
+            await transport.close()
+            await server.stop(None)
+
+    asyncio.run(main())
