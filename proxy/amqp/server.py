@@ -96,6 +96,7 @@ class Gateway:
         self.bridge = TopicBridge(self.meta, self.store, self.dead, send=send or _no_send, routes=routes or _no_routes,
                                   broker=broker, pop_anywhere=pop_anywhere or _no_pops,
                                   call_timeout_s=config.call_timeout_s)  # fmt: skip
+        self.dead.topic_copy = self.bridge.publish
         self.connections: dict[str, Connection] = {}
         self.janitor = Janitor(self.meta, broker=broker, broker_names=broker_names, local=self.connections.__contains__,
                                delete_queue=self.delete_queue, interval_s=2 * client_report_s)  # fmt: skip
