@@ -107,6 +107,8 @@ class DeadLetters:
 
     async def screen(self, vhost: str, queue: QueueMeta, got: list[Delivery]) -> list[Delivery]:
         """The deliverable messages of a pop; the others are dead-lettered or dropped here."""
+        if queue.delivery_limit is None and not any(d.expires_at_ms for d in got):
+            return got  # no expiry, no delivery limit: every one is deliverable (a pop's common case)
         now = int(time.time() * 1000)
         live: list[Delivery] = []
         for d in got:
