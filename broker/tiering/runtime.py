@@ -84,8 +84,8 @@ class BrokerTiering:
             RocksKV(store.index), prefix=config.prefix, cluster=cluster, broker=broker, new_epoch=new_epoch,
             may_overwrite=may_overwrite, clock=clock,
         )  # fmt: skip
-        self.uploader = Uploader(store, self.manifest, self.objects, config, clock=lambda: clock.now_ms() / 1000)
-        self.reader = ColdReader(self.manifest, self.objects, config, clock=lambda: clock.now_ms() / 1000)
+        self.uploader = Uploader(store, self.manifest, self.objects, config, clock=clock)
+        self.reader = ColdReader(self.manifest, self.objects, config, clock=clock)
         self._retention_lock = retention_lock
         self._reads = concurrent.futures.ThreadPoolExecutor(
             max_workers=config.read_concurrency, thread_name_prefix="tier-read"
