@@ -43,6 +43,35 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", "ignore:The 'warn' method is deprecated:DeprecationWarning")
 
 
+# The modules that take longest, longest first (CI runs, `--durations`): `make e2e` hands whole
+# modules to its workers in collection order (`--dist loadfile --no-loadscope-reorder`), so these
+# start first and the short modules fill in around them; taken last, one of them set the end of the
+# run (xdist's own order puts modules with many tests first, and most of these have few). The
+# Spark modules are spread out: their JVMs starting together would crowd two cores.
+LONGEST_FIRST = (
+    "test_replication_faults.py",
+    "test_amqp.py",
+    "test_spark_stream_tiers.py",
+    "test_failover_schedules.py",
+    "test_replication.py",
+    "test_spark_stream_failover.py",
+    "test_broker_balance_faults.py",
+    "test_amqp_mapping.py",
+    "test_spark_e2e.py",
+    "test_console.py",
+    "test_sick_neighbours.py",
+    "test_node_client.py",
+    "test_tiering.py",
+)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest grouped the tests by fixture parameter
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules of LONGEST_FIRST first, in its order; the others after them, as collected."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     _guard("after collecting the tests")
 
