@@ -59,10 +59,12 @@ deadcode:
 		--ignore-names 'pytest_*,pytestmark' \
 		--ignore-decorators '@pytest.fixture,@rule,@initialize,@invariant,@precondition'
 
-# pytest-xdist: two workers for the main process; the end-to-end tests mostly wait on processes
-# and the network, so four workers, each taking whole modules (their clusters are module-scoped).
+# pytest-xdist: two workers for the main process, handed 8 tests at a time in collection order
+# (the slow integration tests first, pyproject.toml's testpaths); the end-to-end tests mostly wait
+# on processes and the network, so four workers, each taking whole modules (their clusters are
+# module-scoped).
 unit:
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 --maxschedchunk 8
 
 # The official client and our generated apache.rocketmq.v2 modules register the same protobuf
 # symbols, so end-to-end tests (which import the client) run in their own pytest process.
