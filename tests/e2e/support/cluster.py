@@ -9,9 +9,8 @@ Two topologies, one `Cluster` object:
   group a test uses is created with `sluice admin`, and an unknown topic is TOPIC_NOT_FOUND.
 - **separated**: `sluice nameserver`, two `sluice broker` (broker-a, broker-b, own data dirs) and two
   `sluice proxy --namesrv ...` (the first with its default workers, the second `--workers 1`); the
-  brokers start side by side, then the proxies. The
-  client endpoint string names both proxies (`"127.0.0.1:P1;127.0.0.1:P2"`); the Python client
-  connects pick-first.
+  brokers start side by side, then the proxies. The client endpoint string names both proxies
+  (`"127.0.0.1:P1;127.0.0.1:P2"`); the Python client connects pick-first.
 
 Every process serves its ops endpoint (`--metrics-port`, /metrics, /loglevel) on a free port of its
 own, listed in `Cluster.ops` by process name. Topics and groups are created through `sluice admin`
