@@ -80,8 +80,13 @@ def test_a_query_across_a_primary_failover_stores_each_acknowledged_message_once
             assert time.monotonic() < deadline and query.isActive, f"the query read nothing: {query.exception()}"
             time.sleep(0.2)
         victim = fail_over(cluster)  # SIGKILL the primary mid-query; another member takes the group
+        seen = len(query.recentProgress)
         sent += send_acknowledged(cluster, topic, [f"after-{i}" for i in range(40)])
-        time.sleep(3)  # a few batches against the new primary (or the query failed on the old one)
+        # A batch with rows against the new primary, or the query failed on the old one.
+        deadline = time.monotonic() + 60
+        while query.isActive and not any(p["numInputRows"] for p in query.recentProgress[seen:]):
+            assert time.monotonic() < deadline, "the query neither read on nor failed after the failover"
+            time.sleep(0.2)
     finally:
         query.stop()
     assert victim in ("b1", "b2", "b3")
