@@ -175,7 +175,7 @@ def spark_figures(cluster: Cluster, s3: MotoS3Server, args: argparse.Namespace, 
                      .trigger(availableNow=True).start())  # fmt: skip
             try:
                 return timed(query)
-            except RuntimeError as exc:
+            except Exception as exc:  # awaitTermination raises the query's StreamingQueryException
                 if SPARK_STARTUP_FAILURE not in str(exc) or query.recentProgress or attempt == 2:
                     raise
         raise AssertionError("unreachable")
