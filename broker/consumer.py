@@ -44,6 +44,7 @@ from broker.filter import MessageFilter, TagFilter
 from broker.longpoll import LongPollHub, group_key, topic_key
 from broker.metadata import Metadata
 from broker.popstate import EntryState, PopBatch, PopEntry, PopState
+from broker.readybytes import ReadyBytes
 from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from broker.store.store import MessageStore, ReadResult, ReadStatus
 from broker.tiering.runtime import BrokerTiering
@@ -108,6 +109,7 @@ class PopEngine:
         self._trace = trace
         self._rotation = itertools.count()
         self.levels = priority.EmptyLevels()  # priority levels each group has drained
+        self.ready_bytes = ReadyBytes(store)  # body bytes of the ready messages of queues asked about
         self.dead_lettered = 0
         self._dlq_log = BurstLog(log, "message(s) moved to the dead-letter topic")  # one line per burst
         # Messages handed to consumers per topic since start (every delivery attempt, pop and pull):
@@ -545,9 +547,12 @@ class PopEngine:
 
     # -- status ----------------------------------------------------------------------------------
 
-    def group_queues(self, group: GroupInfo, topics: Sequence[str] = ()) -> list[GroupQueueStatus]:
+    def group_queues(
+        self, group: GroupInfo, topics: Sequence[str] = (), *, ready_bytes: bool = False
+    ) -> list[GroupQueueStatus]:
         """Consumption status of every queue of every topic the group has consumed here, and of
-        `topics` held here (a queue never consumed counts from the group's start position)."""
+        `topics` held here (a queue never consumed counts from the group's start position);
+        `ready_bytes`: with the body bytes of the ready messages (readybytes.py)."""
         g = group.spec.name
         seen: dict[str, set[int]] = {t: set() for t in topics if t in self._meta.topics}
         for topic, qid in self._state.queue_keys(g):  # one scan of the group's cursors
@@ -565,11 +570,13 @@ class PopEngine:
                 pending = self._state.first_pending_offset(g, topic, qid)
                 consumed = cursor if pending is None else min(pending, cursor)
                 high = self._store.queue_bounds(topic, qid)[1]
-                due = self._state.due_in_queue(g, topic, qid, self.clock.now_ms())
+                due_at = self._state.due_offsets(g, topic, qid, self.clock.now_ms())
+                due = len(due_at)
+                size = self.ready_bytes.ready((g, topic, qid), consumed, cursor, high, due_at) if ready_bytes else 0
                 out.append(GroupQueueStatus(topic, qid, consumed, high, max(0, high - consumed),
                                             self._state.inflight[(g, topic, qid)],
                                             self._state.retrying(g, topic, qid), max(0, high - cursor) + due,
-                                            due))  # fmt: skip
+                                            due, size))  # fmt: skip
         return out
 
     def reset(self, group: GroupInfo, topic: str, qid: int, offset: int) -> tuple[int, int]:

@@ -519,9 +519,9 @@ class LocalBroker:
     async def list_groups(self) -> list[GroupInfo]:
         return sorted(self.metadata.groups.values(), key=lambda i: i.spec.name)
 
-    async def group_status(self, name: str, topics: Sequence[str] = ()) -> GroupStatus:
+    async def group_status(self, name: str, topics: Sequence[str] = (), *, ready_bytes: bool = False) -> GroupStatus:
         info = self.metadata.group(name)
-        return GroupStatus(info, tuple(self.engine.group_queues(info, topics)))
+        return GroupStatus(info, tuple(self.engine.group_queues(info, topics, ready_bytes=ready_bytes)))
 
     # -- produce ---------------------------------------------------------------------------------
 

@@ -269,19 +269,21 @@ class PopState:
             return int(_U64.unpack_from(it.key(), len(prefix))[0])
         return None
 
-    def due_in_queue(self, group: str, topic: str, queue_id: int, now_ms: int) -> int:
-        """In-flight entries of the queue whose invisibility ended (due for redelivery). Scans the
-        queue's entries only when it has some in flight."""
+    def due_offsets(self, group: str, topic: str, queue_id: int, now_ms: int) -> list[int]:
+        """The offsets of the queue's in-flight entries whose invisibility ended (due for
+        redelivery). Scans the queue's entries only when it has some in flight."""
         if not self.inflight[(group, topic, queue_id)]:
-            return 0
+            return []
         prefix = queue_key(group, topic, queue_id)
-        count = 0
-        for key, value in self._msg.items(from_key=prefix, read_opt=_within(prefix)):
+        out = []
+        within = _within(prefix)  # held while iterating (see _within)
+        for key, value in self._msg.items(from_key=prefix, read_opt=within):
             if not key.startswith(prefix):
                 break
             entry = PopEntry.decode(value)
-            count += entry.state is EntryState.INFLIGHT and entry.invisible_until_ms <= now_ms
-        return count
+            if entry.state is EntryState.INFLIGHT and entry.invisible_until_ms <= now_ms:
+                out.append(_U64.unpack_from(key, len(key) - 8)[0])
+        return out
 
     def retrying(self, group: str, topic: str, queue_id: int) -> int:
         """Entries of the queue delivered more than once: messages being retried. Scans the

@@ -116,7 +116,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @internal_rpc
     async def GroupStatus(self, request: pb.GroupStatusRequest, context: Context) -> pb.GroupStatusResponse:
-        status = await self._api.group_status(request.name, list(request.topics))
+        status = await self._api.group_status(request.name, list(request.topics), ready_bytes=request.ready_bytes)
         return pb.GroupStatusResponse(status=convert.group_status_to_pb(status))
 
     # -- produce --------------------------------------------------------------------------------

@@ -143,6 +143,7 @@ class GroupQueueStatus:
     # position) plus delivered ones whose invisibility ended (an AMQP queue's ready count).
     ready: int = 0
     due: int = 0  # of `in_flight`, those whose invisibility ended (requeued, or timed out): in `ready` too
+    ready_bytes: int = 0  # body bytes of the `ready` messages, when asked for (else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,9 +396,10 @@ class AdminApi(Protocol):
     async def update_group(self, spec: GroupSpec) -> GroupInfo: ...
     async def delete_group(self, name: str) -> None: ...
     async def list_groups(self) -> list[GroupInfo]: ...
-    async def group_status(self, name: str, topics: Sequence[str] = ()) -> GroupStatus:
+    async def group_status(self, name: str, topics: Sequence[str] = (), *, ready_bytes: bool = False) -> GroupStatus:
         """Every queue here of the topics the group consumed here, and of `topics` (counted from the
-        group's start position where it never consumed)."""
+        group's start position where it never consumed). `ready_bytes`: each queue's
+        `ready_bytes` filled in (the broker then tracks the queue's body sizes: broker/readybytes.py)."""
         ...
 
     # lookups

@@ -256,6 +256,7 @@ def group_status_to_pb(status: GroupStatus) -> pb.GroupStatus:
                 retrying=q.retrying,
                 ready=q.ready,
                 due=q.due,
+                ready_bytes=q.ready_bytes,
             )
             for q in status.queues
         ],
@@ -267,7 +268,16 @@ def group_status_from_pb(msg: pb.GroupStatus) -> GroupStatus:
         info=group_info_from_pb(msg.info),
         queues=tuple(
             GroupQueueStatus(
-                q.topic, q.queue_id, q.consumed_offset, q.max_offset, q.lag, q.in_flight, q.retrying, q.ready, q.due
+                q.topic,
+                q.queue_id,
+                q.consumed_offset,
+                q.max_offset,
+                q.lag,
+                q.in_flight,
+                q.retrying,
+                q.ready,
+                q.due,
+                q.ready_bytes,
             )
             for q in msg.queues
         ),

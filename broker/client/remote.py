@@ -239,9 +239,9 @@ class RemoteBroker:
         response = await self._call(self._stub.ListGroups, pb.ListGroupsRequest())
         return [convert.group_info_from_pb(g) for g in response.groups]
 
-    async def group_status(self, name: str, topics: Sequence[str] = ()) -> GroupStatus:
+    async def group_status(self, name: str, topics: Sequence[str] = (), *, ready_bytes: bool = False) -> GroupStatus:
         with _encoding("group_status"):
-            request = pb.GroupStatusRequest(name=name, topics=list(topics))
+            request = pb.GroupStatusRequest(name=name, topics=list(topics), ready_bytes=ready_bytes)
         response = await self._call(self._stub.GroupStatus, request)
         return convert.group_status_from_pb(response.status)
 

@@ -918,6 +918,40 @@ async def test_group_status_counts_named_topics_never_consumed(broker: BrokerApi
     assert named == {0: 0, 1: 2}  # from the group's start position; an unknown topic is left out
 
 
+async def test_group_status_counts_the_body_bytes_of_ready_messages(
+    broker: BrokerApi, scope: Scope, elapse: Elapse
+) -> None:
+    """`ready_bytes` (asked for): the bodies of the never-delivered messages and of the requeued
+    ones; in-flight and acknowledged messages do not count (an AMQP queue's x-max-length-bytes)."""
+    topic = await new_topic(broker, scope)
+    group = await new_group(broker, scope, consume_from=ConsumeFrom.EARLIEST)
+
+    async def ready() -> tuple[int, int]:
+        [s] = [q for q in (await broker.group_status(group, [topic], ready_bytes=True)).queues if q.topic == topic]
+        return s.ready, s.ready_bytes
+
+    assert await ready() == (0, 0)
+    await broker.send(topic, 0, [out(scope, b"a" * 10), out(scope, b"b" * 200), out(scope, b"c" * 3000)])
+    await wait_stored(broker, topic, {0: 3})
+    assert await ready() == (3, 3210)
+    [plain] = [q for q in (await broker.group_status(group, [topic])).queues if q.topic == topic]
+    assert (plain.ready, plain.ready_bytes) == (3, 0)  # not asked for
+    first, second = await pop_n(broker, group, topic, 2)
+    assert await ready() == (1, 3000)
+    await broker.change_invisible_duration(group, topic, second.receipt_handle, SHORT_INVISIBLE_MS)
+    await elapse(SHORT_INVISIBLE_MS / 1000 + 0.05)
+    assert await ready() == (2, 3200)  # requeued: ready again
+    await ack_all(broker, group, topic, [first])
+    await broker.send(topic, 0, [out(scope, b"d" * 4000)])
+    await wait_stored(broker, topic, {0: 4})
+    assert await ready() == (3, 7200)
+    got = await pop_n(broker, group, topic, 3)
+    assert sorted(len(m.body) for m in got) == [200, 3000, 4000]
+    assert await ready() == (0, 0)
+    await ack_all(broker, group, topic, got)
+    assert await ready() == (0, 0)
+
+
 async def test_client_reports_replace_and_expire(broker: BrokerApi, scope: Scope, elapse: Elapse) -> None:
     proxy = f"proxy-{scope.topic()}"
     one = ConnectedClient("c1", "PYTHON", "5.1.2", "SIMPLE_CONSUMER", "127.0.0.1:5000", proxy, "g", ("t",), 1)

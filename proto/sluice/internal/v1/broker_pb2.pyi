@@ -132,7 +132,7 @@ class TopicStatus(_message.Message):
     def __init__(self, spec: _Optional[_Union[TopicSpec, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueStatus, _Mapping]]] = ..., half_messages: _Optional[int] = ..., pending_timers: _Optional[int] = ..., local_bytes: _Optional[int] = ..., delivered: _Optional[int] = ...) -> None: ...
 
 class GroupQueueStatus(_message.Message):
-    __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight", "retrying", "ready", "due")
+    __slots__ = ("topic", "queue_id", "consumed_offset", "max_offset", "lag", "in_flight", "retrying", "ready", "due", "ready_bytes")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -142,6 +142,7 @@ class GroupQueueStatus(_message.Message):
     RETRYING_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     DUE_FIELD_NUMBER: _ClassVar[int]
+    READY_BYTES_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     consumed_offset: int
@@ -151,7 +152,8 @@ class GroupQueueStatus(_message.Message):
     retrying: int
     ready: int
     due: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., consumed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., retrying: _Optional[int] = ..., ready: _Optional[int] = ..., due: _Optional[int] = ...) -> None: ...
+    ready_bytes: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., consumed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., in_flight: _Optional[int] = ..., retrying: _Optional[int] = ..., ready: _Optional[int] = ..., due: _Optional[int] = ..., ready_bytes: _Optional[int] = ...) -> None: ...
 
 class GroupStatus(_message.Message):
     __slots__ = ("info", "queues")
@@ -438,12 +440,14 @@ class ListGroupsResponse(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[GroupInfo, _Mapping]]] = ...) -> None: ...
 
 class GroupStatusRequest(_message.Message):
-    __slots__ = ("name", "topics")
+    __slots__ = ("name", "topics", "ready_bytes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    READY_BYTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     topics: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ...) -> None: ...
+    ready_bytes: bool
+    def __init__(self, name: _Optional[str] = ..., topics: _Optional[_Iterable[str]] = ..., ready_bytes: _Optional[bool] = ...) -> None: ...
 
 class GroupStatusResponse(_message.Message):
     __slots__ = ("status",)
