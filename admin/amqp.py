@@ -3,7 +3,8 @@
 
 The document is read from the metadata home broker, the first registered broker by name (the
 proxies' rule, proxy/amqp/server.py); each queue's counts come from its broker's group status
-(ready: what a consumer would get now; unacked: delivered and not acknowledged yet).
+(ready: what a consumer would get now; unacked: delivered and not acknowledged yet; ready_bytes:
+the ready messages' body bytes, of queues with x-max-length-bytes).
 `connections|channels` come from the proxies' client reports (AMQP connections are reported with
 the RocketMQ clients, type `AMQP`, their vhost, user and channels as JSON in `detail`).
 """
@@ -22,8 +23,8 @@ from common.security import Effect, SecurityDoc
 from proxy.amqp.meta import AMQP_CLIENT_TYPE, BUILTIN_EXCHANGES, DEFAULT_VHOST, MetaDoc, QueueMeta, decode
 
 EXCHANGE_COLUMNS = ["vhost", "name", "type", "durable", "auto_delete", "internal", "arguments"]
-QUEUE_COLUMNS = ["vhost", "name", "ready", "unacked", "consumers", "durable", "exclusive", "auto_delete", "topic",
-                 "broker", "arguments"]  # fmt: skip
+QUEUE_COLUMNS = ["vhost", "name", "ready", "unacked", "consumers", "ready_bytes", "durable", "exclusive",
+                 "auto_delete", "topic", "broker", "arguments"]  # fmt: skip
 BINDING_COLUMNS = ["vhost", "source", "destination", "destination_type", "routing_key", "arguments"]
 
 
@@ -73,14 +74,18 @@ async def list_exchanges(cluster: Cluster, vhost: str | None) -> Report:
     return Report(EXCHANGE_COLUMNS, rows, note=f"metadata version {doc.version}")
 
 
-async def _counts(cluster: Cluster, address: str, q: QueueMeta) -> tuple[int, int] | None:
-    """(ready, unacked) of the queue from its broker; None when its group or topic is not there."""
+async def _counts(cluster: Cluster, address: str, q: QueueMeta) -> tuple[int, int, int | None] | None:
+    """(ready, unacked, body bytes of the ready messages) of the queue from its broker (the bytes
+    of a queue with x-max-length-bytes only: the broker keeps those); None when its group or topic
+    is not there."""
+    limited = q.max_length_bytes is not None
     try:
-        status = await cluster.broker(q.broker, address).group_status(q.group, [q.topic])
+        status = await cluster.broker(q.broker, address).group_status(q.group, [q.topic], ready_bytes=limited)
     except NotFound:
         return None
     mine = [s for s in status.queues if s.topic == q.topic]
-    return sum(s.ready for s in mine), sum(s.in_flight - s.due for s in mine)
+    size = sum(s.ready_bytes for s in mine) if limited else None
+    return sum(s.ready for s in mine), sum(s.in_flight - s.due for s in mine), size
 
 
 async def consumer_counts(cluster: Cluster, vhost: str | None) -> dict[tuple[str, str], int]:
@@ -115,8 +120,8 @@ async def list_queues(
                   or _same_queue(newer, name, q)]  # fmt: skip
     rows: list[dict[str, Any]] = []
     for name, q in listed:
-        ready, unacked = counts[(name, q.id)] or (None, None)
-        rows.append({"vhost": name, "name": q.name, "ready": ready, "unacked": unacked,
+        ready, unacked, size = counts[(name, q.id)] or (None, None, None)
+        rows.append({"vhost": name, "name": q.name, "ready": ready, "unacked": unacked, "ready_bytes": size,
                      "consumers": None if consumers is None else consumers.get((name, q.name), 0), "durable": q.durable,
                      "exclusive": bool(q.exclusive_owner), "auto_delete": q.auto_delete, "topic": q.topic,
                      "broker": q.broker, "arguments": q.arguments})  # fmt: skip

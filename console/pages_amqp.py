@@ -1,4 +1,4 @@
-"""AMQP: the gateway's vhosts, exchanges, queues (ready, unacked, consumers), bindings, connections
+"""AMQP: the gateway's vhosts, exchanges, queues (ready, unacked, consumers, ready bytes), bindings, connections
 and channels, read as `sluice admin amqp ...` reads them (admin/amqp.py): the metadata from
 its home broker, each queue's counts from its broker, connections and channels from the proxies'
 client reports (every 5 s). `?vhost=V` shows one vhost."""
@@ -14,8 +14,8 @@ from console.app import console_of, render
 
 # The columns each table shows (the admin reports have more; these keep a table within the page).
 EXCHANGE_COLUMNS = ["vhost", "name", "type", "durable", "auto_delete", "internal", "arguments"]
-QUEUE_COLUMNS = ["vhost", "name", "ready", "unacked", "consumers", "durable", "exclusive", "auto_delete", "topic",
-                 "arguments"]  # fmt: skip
+QUEUE_COLUMNS = ["vhost", "name", "ready", "unacked", "consumers", "ready_bytes", "durable", "exclusive",
+                 "auto_delete", "topic", "arguments"]  # fmt: skip
 BINDING_COLUMNS = ["vhost", "source", "destination", "destination_type", "routing_key", "arguments"]
 CONNECTION_COLUMNS = ["connection", "vhost", "user", "client", "address", "channels", "opened"]
 CHANNEL_COLUMNS = ["connection", "channel", "consumers", "unacked", "prefetch", "global_prefetch", "confirm",

@@ -569,7 +569,8 @@ class Channel:
 
         async def one(q: QueueMeta, publishes: list[Publish]) -> None:
             accepted = await overflow.admit(self.gw.store, q, publishes) if overflow.rejects(q) else publishes
-            failed.update((q.id, id(p)) for p in publishes[len(accepted) :])
+            kept = {id(p) for p in accepted}
+            failed.update((q.id, id(p)) for p in publishes if id(p) not in kept)
             if accepted:
                 outgoing = [to_outgoing(p, host, expires_at_ms(q, p.properties, now_ms)) for p in accepted]
                 await self.gw.store.send(q, outgoing)

@@ -106,6 +106,10 @@ class QueueMeta:
         return self._int_arg("x-max-length")
 
     @property
+    def max_length_bytes(self) -> int | None:
+        return self._int_arg("x-max-length-bytes")
+
+    @property
     def overflow(self) -> str:
         value = self.arguments.get("x-overflow")
         return value if isinstance(value, str) else "drop-head"

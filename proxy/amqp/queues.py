@@ -183,6 +183,13 @@ class QueueStore:
         mine = [s for s in status.queues if s.topic == q.topic]
         return sum(s.ready for s in mine), sum(s.in_flight - s.due for s in mine)
 
+    async def ready(self, q: QueueMeta) -> tuple[int, int]:
+        """(messages, body bytes) ready in the queue, exactly (what x-max-length-bytes limits)."""
+        await self.ensure(q)
+        status = await self._broker(q.broker).group_status(q.group, [q.topic], ready_bytes=True)
+        mine = [s for s in status.queues if s.topic == q.topic]
+        return sum(s.ready for s in mine), sum(s.ready_bytes for s in mine)
+
     async def purge(self, q: QueueMeta) -> int:
         """Drop the queue's ready messages; how many there were."""
         ready, _ = await self.counts(q)

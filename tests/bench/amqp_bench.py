@@ -3,6 +3,7 @@
 
     .venv/bin/python tests/bench/amqp_bench.py [--seconds 8] [--rounds 2] [--in-flight 64]
                                                 [--prefetch 256] [--flush async] [--no-rabbitmq] [--json]
+                                                [--max-length N] [--max-length-bytes N]
 
 Issue 32's bench: 1 KiB persistent messages (delivery mode 2) to a durable queue; PUBLISH with
 publisher confirms and `--in-flight` unconfirmed at once, for `--seconds`; CONSUME the backlog
@@ -16,7 +17,10 @@ apt-get when missing (not a project dependency), started as a private node on lo
 data and log directories in a temporary directory) and stopped by its PIDs at the end. The table
 ends with Sluice/RabbitMQ ratios against the issue's targets (publish >= 1.0x, consume >= 0.8x,
 server CPU per message <= 1.2x). The driver runs in this process and competes with the servers for
-the cores: on a shared machine, compare within one run.
+the cores: on a shared machine, compare within one run. `--max-length` and `--max-length-bytes`
+declare the queue with those limits on both servers: above the backlog they measure the check
+alone (a publish batch asks the broker for the ready count, or count and body bytes), below it
+drop-head at work.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -151,12 +156,18 @@ def start_rabbitmq(root: Path) -> Target:
                   lambda: process_cpu_s(tuple(_node_pids(marker))), stop)  # fmt: skip
 
 
-async def publish(url: str, seconds: float, in_flight: int, server: Target) -> Row:
+def queue_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The bench queue's arguments: the limits asked for (`--max-length`, `--max-length-bytes`)."""
+    limits = {"x-max-length": args.max_length, "x-max-length-bytes": args.max_length_bytes}
+    return {name: value for name, value in limits.items() if value is not None}
+
+
+async def publish(url: str, seconds: float, in_flight: int, server: Target, arguments: dict[str, Any]) -> Row:
     row = Row(server.name, "publish")
     conn = await aio_pika.connect(url)
     async with conn:
         ch = await conn.channel(publisher_confirms=True)
-        await ch.declare_queue(QUEUE, durable=True)
+        await ch.declare_queue(QUEUE, durable=True, arguments=arguments)
         slots = asyncio.Semaphore(in_flight)
         counting = False
         pending: set[asyncio.Task[None]] = set()
@@ -188,13 +199,13 @@ async def publish(url: str, seconds: float, in_flight: int, server: Target) -> R
     return row
 
 
-async def consume(url: str, seconds: float, prefetch: int, server: Target) -> Row:
+async def consume(url: str, seconds: float, prefetch: int, server: Target, arguments: dict[str, Any]) -> Row:
     row = Row(server.name, "consume")
     conn = await aio_pika.connect(url)
     async with conn:
         ch = await conn.channel()
         await ch.set_qos(prefetch_count=prefetch)
-        queue = await ch.declare_queue(QUEUE, durable=True)
+        queue = await ch.declare_queue(QUEUE, durable=True, arguments=arguments)
         backlog = queue.declaration_result.message_count or 0
         done = asyncio.Event()
         counting = False
@@ -223,8 +234,9 @@ async def consume(url: str, seconds: float, prefetch: int, server: Target) -> Ro
 
 
 def measure(server: Target, args: argparse.Namespace) -> list[Row]:
-    rows = [asyncio.run(publish(server.url, args.seconds, args.in_flight, server))]
-    rows.append(asyncio.run(consume(server.url, args.seconds, args.prefetch, server)))
+    arguments = queue_arguments(args)
+    rows = [asyncio.run(publish(server.url, args.seconds, args.in_flight, server, arguments))]
+    rows.append(asyncio.run(consume(server.url, args.seconds, args.prefetch, server, arguments)))
     for r in rows:
         print(f"  {r.system:<9} {r.phase:<8} {r.rate:>9,.0f} msg/s  server {r.us_per_msg:7,.0f} µs/msg "
               f"({r.messages} messages in {r.seconds:.1f} s)", file=sys.stderr, flush=True)  # fmt: skip
@@ -270,6 +282,10 @@ def main() -> int:
     parser.add_argument("--flush", choices=("sync", "async"), default="async")
     parser.add_argument("--shards", type=int, default=0, help="sluice up --shards (default: its own, one per core)")
     parser.add_argument("--no-rabbitmq", action="store_true", help="Sluice alone")
+    parser.add_argument("--max-length", type=int, default=None, help="declare the queue with this x-max-length")
+    parser.add_argument("--max-length-bytes", type=int, default=None,
+                        help="declare the queue with this x-max-length-bytes (the cost of a byte limit; "
+                             "set it above the backlog for the check alone, below for drop-head at work)")  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="amqp-bench-"))
@@ -294,7 +310,8 @@ def main() -> int:
                                                 round(r.us_per_msg)} for r in total],
                           "ratios": {what: round(v, 2) for what, v, _ in ratios(total)}}))  # fmt: skip
         return 0
-    print(f"\n1 KiB persistent, durable queue, aio-pika; confirms {args.in_flight} in flight, prefetch "
+    limit = "".join(f" {k} {v:,}" for k, v in queue_arguments(args).items())
+    print(f"\n1 KiB persistent, durable queue{limit}, aio-pika; confirms {args.in_flight} in flight, prefetch "
           f"{args.prefetch} + ack each; {args.rounds} x {args.seconds:g} s per phase; Sluice --flush {args.flush}; "
           f"{time.monotonic() - started:.0f} s in all")  # fmt: skip
     print(f"{'system':<9} {'phase':<8} {'messages':>9} {'msg/s':>9} {'server µs/msg':>14}")

@@ -465,6 +465,77 @@ def test_max_length_drops_the_head_or_rejects(cluster: Cluster, unique: Callable
         assert {props.headers["x-death"][0]["reason"] for _, props, _ in got} == {"maxlen"}
 
 
+def test_max_length_bytes_drops_the_head(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """x-max-length-bytes limits the body bytes of the ready messages: the oldest go (dead-lettered,
+    reason maxlen) while the queue is above it, a message larger than the limit too; with
+    x-max-length as well, either limit drops."""
+    dlx, dead, head, both = unique("bytes-dlx"), unique("bytes-dead"), unique("bytes-head"), unique("bytes-both")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(dlx, "fanout")
+        ch.queue_declare(dead, exclusive=True)
+        ch.queue_bind(dead, dlx)
+        ch.queue_declare(head, arguments={"x-max-length-bytes": 250, "x-dead-letter-exchange": dlx})
+        ch.queue_declare(both, arguments={"x-max-length": 3, "x-max-length-bytes": 1000})
+        ch.confirm_delivery()
+        for i in range(4):
+            ch.basic_publish("", head, f"h{i}".encode() * 50)  # 100 bytes each: two fit
+        assert _ready_eventually(ch, head, 2) == 2
+        ch.basic_publish("", head, b"x" * 300)  # larger than the limit: the queue is emptied
+        assert _ready_eventually(ch, head, 0) == 0
+        ch.basic_publish("", head, b"last")
+        assert [b for _, _, b in drain(ch, head, 1)] == [b"last"]
+        got = drain(ch, dead, 5)
+        assert [b[:2] for _, _, b in got] == [b"h0", b"h1", b"h2", b"h3", b"xx"]
+        assert {props.headers["x-death"][0]["reason"] for _, props, _ in got} == {"maxlen"}
+
+        for i in range(5):
+            ch.basic_publish("", both, f"s{i}".encode())  # the length limit keeps the newest 3
+        ch.basic_publish("", both, b"b" * 900)  # 4 messages: s2 goes; 904 bytes
+        assert _ready_eventually(ch, both, 3) == 3
+        ch.basic_publish("", both, b"c" * 200)  # s3 for the length, then s4 and the 900 for the bytes
+        assert [b for _, _, b in drain(ch, both, 1)] == [b"c" * 200]
+        assert _ready_eventually(ch, both, 0) == 0
+        for q in (head, both):
+            ch.queue_delete(q)
+
+
+def test_max_length_bytes_rejects_and_counts_requeued(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """reject-publish with x-max-length-bytes: a publish that would take the ready bodies above the
+    limit is nacked and not stored (a smaller one after it may fit); requeued messages count again,
+    delivered ones do not; a redeclare must repeat the limit (406 otherwise)."""
+    queue = unique("bytes-reject")
+    args = {"x-max-length-bytes": 300, "x-overflow": "reject-publish"}
+    with connect(endpoints(cluster)[-1]) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue, arguments=args)
+        ch.confirm_delivery()
+        for i in range(2):
+            ch.basic_publish("", queue, f"r{i}".encode() * 50)
+        with pytest.raises(pika.exceptions.NackError):
+            ch.basic_publish("", queue, b"r2" * 75)  # 150: over
+        ch.basic_publish("", queue, b"r3" * 50)  # exactly at the limit
+        with pytest.raises(pika.exceptions.NackError):
+            ch.basic_publish("", queue, b"!")
+        assert _ready_eventually(ch, queue, 3) == 3
+        [row] = [q for q in cluster.admin("amqp", "queues") if q["name"] == queue]
+        assert (row["ready"], row["ready_bytes"]) == (3, 300)
+        held = drain(ch, queue, 3, ack=False)  # delivered, not acknowledged: room again
+        assert [b[:2] for _, _, b in held] == [b"r0", b"r1", b"r3"]
+        ch.basic_publish("", queue, b"n0" * 100)
+        ch.basic_nack(held[-1][0].delivery_tag, multiple=True, requeue=True)  # 300 + 200 ready now
+        assert _ready_eventually(ch, queue, 4) == 4
+        with pytest.raises(pika.exceptions.NackError):
+            ch.basic_publish("", queue, b"?")
+        assert ch.queue_declare(queue, arguments=args).method.message_count == 4
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as inequivalent:
+            ch.queue_declare(queue, arguments={**args, "x-max-length-bytes": 301})
+        assert inequivalent.value.reply_code == 406
+        ch = conn.channel()
+        assert sorted(b[:2] for _, _, b in drain(ch, queue, 4)) == [b"n0", b"r0", b"r1", b"r3"]
+        ch.queue_delete(queue)
+
+
 def test_a_celery_worker_runs_tasks_sent_through_sluice(cluster: Cluster, tmp_path: Path) -> None:
     """A real `celery worker` (kombu over py-amqp, with its mingle and pidbox broadcasts) executes
     tasks sent through Sluice and returns their results over AMQP (the rpc:// backend)."""

@@ -5,7 +5,7 @@ not be listed, and one whose group is not created yet is listed without counts."
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from admin.amqp import list_queues
@@ -20,6 +20,7 @@ class _Queue:
     ready: int
     in_flight: int
     due: int = 0
+    ready_bytes: int = 0
 
 
 @dataclass
@@ -52,10 +53,11 @@ class _FakeCluster:
         self.reads += 1
         return doc.version, encode(doc)
 
-    async def group_status(self, group: str, topics: list[str]) -> _Status:
+    async def group_status(self, group: str, topics: list[str], *, ready_bytes: bool = False) -> _Status:
         if group not in self.groups:
             raise NotFound(f"group {group} not found")
-        return self.groups[group]
+        status = self.groups[group]
+        return status if ready_bytes else _Status([replace(q, ready_bytes=0) for q in status.queues])
 
 
 def _doc(version: int, *queues: QueueMeta) -> MetaDoc:
@@ -96,3 +98,12 @@ def test_a_consistent_listing_reads_the_document_once() -> None:
     fake = _FakeCluster([_doc(5, q)], groups={q.group: _Status([_Queue(q.topic, ready=0, in_flight=4)])})
     assert [(r["name"], r["ready"], r["unacked"]) for r in _list(fake)] == [("q", 0, 4)]
     assert fake.reads == 1
+
+
+def test_ready_bytes_are_listed_for_queues_with_a_byte_limit_only() -> None:
+    limited = QueueMeta("limited", 1, "b1", arguments={"x-max-length-bytes": 1000})
+    plain = QueueMeta("plain", 2, "b1")
+    fake = _FakeCluster([_doc(5, limited, plain)],
+                        groups={q.group: _Status([_Queue(q.topic, ready=2, in_flight=0, ready_bytes=700)])
+                                for q in (limited, plain)})  # fmt: skip
+    assert [(r["name"], r["ready"], r["ready_bytes"]) for r in _list(fake)] == [("limited", 2, 700), ("plain", 2, None)]
