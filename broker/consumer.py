@@ -44,7 +44,7 @@ from broker.filter import MessageFilter, TagFilter
 from broker.longpoll import LongPollHub, group_key, topic_key
 from broker.metadata import Metadata
 from broker.popstate import EntryState, PopBatch, PopEntry, PopState
-from broker.readybytes import ReadyBytes
+from broker.readybytes import ReadBehind, ReadyBytes
 from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from broker.store.store import MessageStore, ReadResult, ReadStatus
 from broker.tiering.runtime import BrokerTiering
@@ -56,6 +56,7 @@ from common.errors import (
     MessageCorrupted,
     OffsetNotFound,
     SluiceError,
+    Unavailable,
 )
 from common.logs import BurstLog, kv
 from common.model import MessageType, require_field_order
@@ -72,6 +73,7 @@ require_field_order(StoredMessage, _STORED_FIELDS)
 _MESSAGE_TYPES = {t.value: t for t in MessageType}  # stored type number -> type; unknown numbers are NORMAL
 DeadLetter = Callable[[MessageRecord, str, int], Awaitable[None]]
 _DUE_SCAN_LIMIT = 1_000
+_READY_BYTES_ROUNDS = 16  # reads in a worker thread per ready-bytes status before giving up (Unavailable)
 
 
 @dataclass
@@ -578,6 +580,16 @@ class PopEngine:
                                             self._state.retrying(g, topic, qid), max(0, high - cursor) + due,
                                             due, size))  # fmt: skip
         return out
+
+    async def group_queues_with_bytes(self, group: GroupInfo, topics: Sequence[str] = ()) -> list[GroupQueueStatus]:
+        """`group_queues` with `ready_bytes`: a queue whose body sizes are far behind is read in a
+        worker thread first, then the whole status is taken again on the event loop."""
+        for _ in range(_READY_BYTES_ROUNDS):
+            try:
+                return self.group_queues(group, topics, ready_bytes=True)
+            except ReadBehind as behind:
+                await self.ready_bytes.catch_up(behind)
+        raise Unavailable(f"the ready bytes of group {group.spec.name} kept changing; try again")
 
     def reset(self, group: GroupInfo, topic: str, qid: int, offset: int) -> tuple[int, int]:
         """Consume a queue from `offset` (clamped to what is stored, tiered included): the group's

@@ -521,7 +521,9 @@ class LocalBroker:
 
     async def group_status(self, name: str, topics: Sequence[str] = (), *, ready_bytes: bool = False) -> GroupStatus:
         info = self.metadata.group(name)
-        return GroupStatus(info, tuple(self.engine.group_queues(info, topics, ready_bytes=ready_bytes)))
+        if ready_bytes:
+            return GroupStatus(info, tuple(await self.engine.group_queues_with_bytes(info, topics)))
+        return GroupStatus(info, tuple(self.engine.group_queues(info, topics)))
 
     # -- produce ---------------------------------------------------------------------------------
 

@@ -9,13 +9,15 @@ tracker holds the running sum of body sizes of the offsets from the group's cons
 oldest not yet done) to the end it last saw: a range sum is two lookups, a due redelivery's size
 one. The first ask reads the records' headers of that range once; later asks read only what was
 appended since (a record's body size is in its fixed header; a ConsumeQueue entry's size is the
-whole record's) and drop what the consumed offset has passed. Records read are in the page cache
-then: the publishes just stored. Messages no longer on the local disk (deleted by retention, or
-moved to the tier) count as empty bodies.
+whole record's) and drop what the consumed offset has passed. Records read then are in the page
+cache (the publishes just stored); a longer read (a first ask of a long queue) runs in a worker
+thread (`ReadBehind`, `catch_up`: PopEngine.group_queues_with_bytes). Messages no longer on the
+local disk (deleted by retention, or moved to the tier) count as empty bodies.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import struct
 from array import array
@@ -32,6 +34,7 @@ _TOTAL_SIZE = struct.Struct("<I")
 _OFF_BODY_SIZE = OFFSETS["body_size"]
 _COALESCE_BYTES = 256 * 1024  # neighbouring records read with one pread up to this many bytes
 _SMALL_RECORD = 8 * 1024  # a record above this has only its body size read
+INLINE_MAX = 2048  # records read on the event loop at most per queue and ask; more are read in a worker thread
 MAX_TRACKED = 4096  # queues tracked at once; the least recently asked about is dropped (and read again if asked)
 
 QueueKey = tuple[str, str, int]  # (group, topic, queue id)
@@ -51,10 +54,19 @@ class _Sums:
         return self.sums[end - self.base] - self.sums[start - self.base]
 
 
+class ReadBehind(Exception):
+    """`ReadyBytes.ready` would have to read more records than it reads on the event loop."""
+
+    def __init__(self, key: QueueKey, sums: _Sums, end: int) -> None:
+        super().__init__(f"{key}: offsets {sums.end}..{end} not read yet")
+        self.key, self.sums, self.start, self.end = key, sums, sums.end, end
+
+
 class ReadyBytes:
-    def __init__(self, store: MessageStore, max_tracked: int = MAX_TRACKED) -> None:
+    def __init__(self, store: MessageStore, max_tracked: int = MAX_TRACKED, inline_max: int = INLINE_MAX) -> None:
         self._store = store
         self._max = max_tracked
+        self.inline_max = inline_max
         self._queues: collections.OrderedDict[QueueKey, _Sums] = collections.OrderedDict()
 
     def __len__(self) -> int:
@@ -62,15 +74,17 @@ class ReadyBytes:
 
     def ready(self, key: QueueKey, consumed: int, cursor: int, high: int, due: Iterable[int]) -> int:
         """Body bytes of the offsets [cursor, high) and of the `due` ones, of a queue the group has
-        done below `consumed` (consumed <= cursor <= high; due offsets in [consumed, cursor))."""
+        done below `consumed` (consumed <= cursor <= high; due offsets in [consumed, cursor)).
+        Raises `ReadBehind` when more than `inline_max` records are to be read: `catch_up` reads
+        them off the event loop, then ask again."""
         topic = key[1]
         tid = self._store.index.topic_id(topic)
         if tid is None or high <= consumed:
             self._queues.pop(key, None)
             return 0
         s = self._queues.get(key)
-        if s is None or s.topic_id != tid or consumed < s.base or high < s.end:
-            s = _Sums(tid, consumed)  # new, recreated, reset backwards or truncated: read again
+        if s is None or s.topic_id != tid or not s.base <= consumed <= s.end or high < s.end:
+            s = _Sums(tid, consumed)  # new, recreated, reset, truncated, or all read passed: read again
             self._queues[key] = s
             if len(self._queues) > self._max:
                 self._queues.popitem(last=False)
@@ -78,19 +92,30 @@ class ReadyBytes:
         if consumed > s.base:
             del s.sums[: consumed - s.base]
             s.base = consumed
+        if high - s.end > self.inline_max:
+            raise ReadBehind(key, s, high)
         if high > s.end:
-            self._extend(s, key[2], high)
+            _append(s, body_sizes(self._store, s.topic_id, key[2], s.end, high), high)
         cursor = max(consumed, min(cursor, high))
         return s.between(cursor, high) + sum(s.between(o, o + 1) for o in due if consumed <= o < cursor)
 
-    def _extend(self, s: _Sums, queue_id: int, high: int) -> None:
-        start = s.end
-        sizes = dict(body_sizes(self._store, s.topic_id, queue_id, start, high))
-        total = s.sums[-1]
-        sums = s.sums
-        for offset in range(start, high):
-            total += sizes.get(offset, 0)
-            sums.append(total)
+    async def catch_up(self, behind: ReadBehind) -> None:
+        """Read what `behind` names in a worker thread; kept when the queue's sums still end where
+        they did (otherwise the next `ready` sees what is missing then)."""
+        s = behind.sums
+        sizes = await asyncio.to_thread(body_sizes, self._store, s.topic_id, behind.key[2], behind.start, behind.end)
+        if self._queues.get(behind.key) is s and s.end == behind.start:
+            _append(s, sizes, behind.end)
+
+
+def _append(s: _Sums, sizes: list[tuple[int, int]], high: int) -> None:
+    """Extend `s` to `high` by the (offset, body size) read; an offset not found counts 0."""
+    found = dict(sizes)
+    total = s.sums[-1]
+    sums = s.sums
+    for offset in range(s.end, high):
+        total += found.get(offset, 0)
+        sums.append(total)
 
 
 def body_sizes(store: MessageStore, topic_id: int, queue_id: int, start: int, end: int) -> list[tuple[int, int]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from broker import readybytes
-from broker.readybytes import ReadyBytes, body_sizes
+from broker.readybytes import ReadBehind, ReadyBytes, body_sizes
 from broker.store.config import StoreConfig
 from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
@@ -65,3 +65,20 @@ def test_ready_bytes_follows_appends_cursor_consumed_and_due(store: MessageStore
     for n in range(3):  # at most max_tracked queues
         rb.ready((f"g{n}", "q", 0), 0, 0, 5, [])
     assert len(rb) == 2
+
+
+def test_a_long_read_is_left_to_a_worker_thread(store: MessageStore) -> None:
+    rb = ReadyBytes(store, inline_max=3)
+    key = ("g", "q", 0)
+    append(store, [message(b"a" * n) for n in range(1, 9)])  # 8 messages, 36 bytes
+    assert rb.ready(key, 0, 0, 2, []) == 3  # two to read: inline
+    with pytest.raises(ReadBehind) as behind:
+        rb.ready(key, 0, 0, 8, [])
+    assert (behind.value.start, behind.value.end) == (2, 8)
+    asyncio.run(rb.catch_up(behind.value))
+    assert rb.ready(key, 0, 0, 8, []) == 36
+    with pytest.raises(ReadBehind) as stale:
+        rb.ready(key, 8, 8, 8, []) or rb.ready(key, 0, 0, 8, [])  # untracked, then read again from 0
+    rb.ready(key, 5, 5, 8, [])  # meanwhile the sums start over from 5 (read inline)
+    asyncio.run(rb.catch_up(stale.value))  # an answer for sums since replaced is dropped
+    assert rb.ready(key, 5, 6, 8, [5]) == 6 + 7 + 8
