@@ -762,6 +762,7 @@ class Channel:
             while not self._settle.empty():
                 batch.append(self._settle.get_nowait())
             acks: dict[int, tuple[QueueMeta, list[str]]] = {}
+            requeued: dict[int, QueueMeta] = {}
             calls: list[Awaitable[None]] = []
             for item in batch:
                 if item is None:
@@ -770,6 +771,7 @@ class Channel:
                 u, action = item
                 if action == REQUEUE:
                     calls.append(self.gw.store.requeue(u.queue, u.handle))
+                    requeued[u.queue.id] = u.queue
                 elif action == REJECT and u.delivery is not None:
                     calls.append(self.gw.dead.dead_letter(self.conn.vhost, u.queue, u.delivery, REJECTED))
                 else:  # an ack, or a reject without a dead-letter exchange: the message is done
@@ -781,6 +783,8 @@ class Channel:
                 if isinstance(res, BaseException):
                     log.warning("an AMQP ack or requeue failed; the message comes back after its invisible time",
                                 extra=kv(error=getattr(res, "message", str(res))))  # fmt: skip
+            for q in requeued.values():  # a requeue can take a drop-head queue over its limits, as in RabbitMQ
+                await overflow.trim(self.gw.store, self.gw.dead, self.conn.vhost, q)
             for _ in batch:
                 self._settle.task_done()
 

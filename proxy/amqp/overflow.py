@@ -1,9 +1,10 @@
 """`x-max-length`, `x-max-length-bytes` and `x-overflow`: a queue holding at most N ready messages
 and at most B bytes of ready message bodies (either limit, or both).
 
-- `drop-head` (the default): after a publish is stored, the oldest ready messages are taken from
-  the head and dead-lettered (reason `maxlen`) or dropped while the queue is above a limit (a
-  message larger than B on its own goes too: the queue is above B while it holds it).
+- `drop-head` (the default): after a publish is stored, and after a channel's requeues, the
+  oldest ready messages are taken from the head and dead-lettered (reason `maxlen`) or dropped
+  while the queue is above a limit (a message larger than B on its own goes too: the queue is
+  above B while it holds it).
 - `reject-publish`: each publish in turn that would take the queue above a limit is not stored
   there (a later, smaller one may still fit); with confirms it is nacked (`reject-publish-dlx`
   does the same: the refused message is not dead-lettered yet).
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from common.errors import SluiceError
+from common.errors import NotFound, SluiceError
 from common.logs import kv
 from proxy.amqp.deadletter import DeadLetters
 from proxy.amqp.meta import QueueMeta
@@ -60,6 +61,8 @@ async def trim(store: QueueStore, dead: DeadLetters, vhost: str, queue: QueueMet
         return
     try:
         await _trim(store, dead, vhost, queue)
+    except NotFound:
+        return  # the queue was deleted meanwhile: nothing left to trim
     except SluiceError as exc:
         log.warning("could not trim an AMQP queue to its limits", extra=kv(queue=queue.name, error=exc.message))
 

@@ -468,8 +468,9 @@ def test_max_length_drops_the_head_or_rejects(cluster: Cluster, unique: Callable
 def test_max_length_bytes_drops_the_head(cluster: Cluster, unique: Callable[[str], str]) -> None:
     """x-max-length-bytes limits the body bytes of the ready messages: the oldest go (dead-lettered,
     reason maxlen) while the queue is above it, a message larger than the limit too; with
-    x-max-length as well, either limit drops."""
+    x-max-length as well, either limit drops; requeued messages count, and a requeue drops too."""
     dlx, dead, head, both = unique("bytes-dlx"), unique("bytes-dead"), unique("bytes-head"), unique("bytes-both")
+    requeued = unique("bytes-requeued")
     with connect(endpoints(cluster)[0]) as conn:
         ch = conn.channel()
         ch.exchange_declare(dlx, "fanout")
@@ -477,6 +478,7 @@ def test_max_length_bytes_drops_the_head(cluster: Cluster, unique: Callable[[str
         ch.queue_bind(dead, dlx)
         ch.queue_declare(head, arguments={"x-max-length-bytes": 250, "x-dead-letter-exchange": dlx})
         ch.queue_declare(both, arguments={"x-max-length": 3, "x-max-length-bytes": 1000})
+        ch.queue_declare(requeued, arguments={"x-max-length-bytes": 300})
         ch.confirm_delivery()
         for i in range(4):
             ch.basic_publish("", head, f"h{i}".encode() * 50)  # 100 bytes each: two fit
@@ -496,7 +498,18 @@ def test_max_length_bytes_drops_the_head(cluster: Cluster, unique: Callable[[str
         ch.basic_publish("", both, b"c" * 200)  # s3 for the length, then s4 and the 900 for the bytes
         assert [b for _, _, b in drain(ch, both, 1)] == [b"c" * 200]
         assert _ready_eventually(ch, both, 0) == 0
-        for q in (head, both):
+
+        for i in range(3):  # requeued messages count again, and a requeue drops from the head too
+            ch.basic_publish("", requeued, f"q{i}".encode() * 50)
+        assert _ready_eventually(ch, requeued, 3) == 3
+        held = [ch.basic_get(requeued) for _ in range(3)]  # unacknowledged: not ready
+        for i in range(2):
+            ch.basic_publish("", requeued, f"n{i}".encode() * 50)
+        ch.basic_nack(held[-1][0].delivery_tag, multiple=True, requeue=True)  # 500 bytes ready: 2 go
+        assert _ready_eventually(ch, requeued, 3) == 3
+        left = sorted(b[:2] for _, _, b in drain(ch, requeued, 3))  # requeued ones go back to the head
+        assert left[:2] == [b"n0", b"n1"] and left[2] in (b"q0", b"q1", b"q2"), left
+        for q in (head, both, requeued):
             ch.queue_delete(q)
 
 
