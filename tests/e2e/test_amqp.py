@@ -468,9 +468,10 @@ def test_max_length_drops_the_head_or_rejects(cluster: Cluster, unique: Callable
 def test_max_length_bytes_drops_the_head(cluster: Cluster, unique: Callable[[str], str]) -> None:
     """x-max-length-bytes limits the body bytes of the ready messages: the oldest go (dead-lettered,
     reason maxlen) while the queue is above it, a message larger than the limit too; with
-    x-max-length as well, either limit drops; requeued messages count, and a requeue drops too."""
+    x-max-length as well, either limit drops; requeued messages count, and a requeue drops too; a
+    priority queue's head is its highest priority."""
     dlx, dead, head, both = unique("bytes-dlx"), unique("bytes-dead"), unique("bytes-head"), unique("bytes-both")
-    requeued = unique("bytes-requeued")
+    requeued, ranked = unique("bytes-requeued"), unique("bytes-ranked")
     with connect(endpoints(cluster)[0]) as conn:
         ch = conn.channel()
         ch.exchange_declare(dlx, "fanout")
@@ -509,7 +510,13 @@ def test_max_length_bytes_drops_the_head(cluster: Cluster, unique: Callable[[str
         assert _ready_eventually(ch, requeued, 3) == 3
         left = sorted(b[:2] for _, _, b in drain(ch, requeued, 3))  # requeued ones go back to the head
         assert left[:2] == [b"n0", b"n1"] and left[2] in (b"q0", b"q1", b"q2"), left
-        for q in (head, both, requeued):
+
+        ch.queue_declare(ranked, arguments={"x-max-length-bytes": 200, "x-max-priority": 5})
+        for body, prio in ((b"a" * 100, 1), (b"b" * 100, 5), (b"c" * 100, 1)):
+            ch.basic_publish("", ranked, body, pika.BasicProperties(priority=prio))
+        assert _ready_eventually(ch, ranked, 2) == 2  # the head of a priority queue: its highest priority
+        assert [b[:1] for _, _, b in drain(ch, ranked, 2)] == [b"a", b"c"]
+        for q in (head, both, requeued, ranked):
             ch.queue_delete(q)
 
 
