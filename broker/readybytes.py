@@ -29,8 +29,7 @@ from broker.store.record import OFFSETS
 from broker.store.store import MessageStore
 from common.errors import MessageCorrupted
 
-_BODY_SIZE = struct.Struct("<I")
-_TOTAL_SIZE = struct.Struct("<I")
+_U32 = struct.Struct("<I")  # a record's total_size (its first field) and body_size
 _OFF_BODY_SIZE = OFFSETS["body_size"]
 _COALESCE_BYTES = 256 * 1024  # neighbouring records read with one pread up to this many bytes
 _SMALL_RECORD = 8 * 1024  # a record above this has only its body size read
@@ -129,8 +128,8 @@ def body_sizes(store: MessageStore, topic_id: int, queue_id: int, start: int, en
     while i < n:
         first = entries[i]
         if first.size > _SMALL_RECORD:
-            raw = segments.read(first.physical_offset + _OFF_BODY_SIZE, _BODY_SIZE.size)
-            out.append((first.queue_offset, _BODY_SIZE.unpack(raw)[0]))
+            raw = segments.read(first.physical_offset + _OFF_BODY_SIZE, _U32.size)
+            out.append((first.queue_offset, _U32.unpack(raw)[0]))
             i += 1
             continue
         start_pos = first.physical_offset
@@ -148,8 +147,8 @@ def body_sizes(store: MessageStore, topic_id: int, queue_id: int, start: int, en
         data = segments.read(start_pos, stop - start_pos)
         for e in entries[i:j]:
             pos = e.physical_offset - start_pos
-            if _TOTAL_SIZE.unpack_from(data, pos)[0] != e.size:
+            if _U32.unpack_from(data, pos)[0] != e.size:
                 raise MessageCorrupted(f"no record of {e.size} bytes at commitlog position {e.physical_offset}")
-            out.append((e.queue_offset, _BODY_SIZE.unpack_from(data, pos + _OFF_BODY_SIZE)[0]))
+            out.append((e.queue_offset, _U32.unpack_from(data, pos + _OFF_BODY_SIZE)[0]))
         i = j
     return out
