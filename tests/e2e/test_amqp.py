@@ -484,7 +484,7 @@ def test_max_length_bytes_drops_the_head(cluster: Cluster, unique: Callable[[str
         for i in range(4):
             ch.basic_publish("", head, f"h{i}".encode() * 50)  # 100 bytes each: two fit
         assert _ready_eventually(ch, head, 2) == 2
-        ch.basic_publish("", head, b"x" * 300)  # larger than the limit: the queue is emptied
+        ch.basic_publish("", head, b"x" * 20_000)  # larger than the limit (and than 8 KiB): the queue is emptied
         assert _ready_eventually(ch, head, 0) == 0
         ch.basic_publish("", head, b"last")
         assert [b for _, _, b in drain(ch, head, 1)] == [b"last"]
