@@ -508,6 +508,7 @@ class LocalBroker:
         self.metadata.delete_group(name)
         self.pop_state.drop_group(name)
         self.engine.levels.forget(name, None)
+        self.engine.ready_bytes.forget(name)
         log.info("consumer group deleted", extra=kv(group=name))
 
     async def get_group(self, name: str, *, auto_create: bool = False) -> GroupInfo:

@@ -98,6 +98,11 @@ class ReadyBytes:
         cursor = max(consumed, min(cursor, high))
         return s.between(cursor, high) + sum(s.between(o, o + 1) for o in due if consumed <= o < cursor)
 
+    def forget(self, group: str) -> None:
+        """Stop tracking the group's queues (the group was deleted)."""
+        for key in [k for k in self._queues if k[0] == group]:
+            del self._queues[key]
+
     async def catch_up(self, behind: ReadBehind) -> None:
         """Read what `behind` names in a worker thread; kept when the queue's sums still end where
         they did (otherwise the next `ready` sees what is missing then)."""

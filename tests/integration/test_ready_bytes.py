@@ -65,6 +65,8 @@ def test_ready_bytes_follows_appends_cursor_consumed_and_due(store: MessageStore
     for n in range(3):  # at most max_tracked queues
         rb.ready((f"g{n}", "q", 0), 0, 0, 5, [])
     assert len(rb) == 2
+    rb.forget("g2")  # a group deleted
+    assert len(rb) == 1
 
 
 def test_a_long_read_is_left_to_a_worker_thread(store: MessageStore) -> None:
