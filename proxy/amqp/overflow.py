@@ -74,18 +74,26 @@ async def _trim(store: QueueStore, dead: DeadLetters, vhost: str, queue: QueueMe
         size = 0
     else:
         ready, size = await store.ready(queue)
-    dropped = 0
-    while dropped < _TRIM_MAX:
-        excess = 0 if max_length is None else ready - max_length
-        if excess <= 0 and (max_bytes is None or size <= max_bytes):
-            return
-        # Over the length: the excess at once. Over the bytes alone: one at a time, as how many
-        # must go depends on the sizes of the head's messages, known when they are taken.
-        got = await store.pop(queue, min(max(excess, 1), _TRIM_MAX - dropped), 0)
-        if not got:
-            return
-        for d in got:
-            await dead.dead_letter(vhost, queue, d, MAXLEN)
-        dropped += len(got)
-        ready -= len(got)
-        size -= sum(len(d.body) for d in got)
+    dropped: list[str] = []  # handles of messages taken to be dropped (no dead-letter exchange)
+    taken = 0
+    try:
+        while taken < _TRIM_MAX:
+            excess = 0 if max_length is None else ready - max_length
+            if excess <= 0 and (max_bytes is None or size <= max_bytes):
+                return
+            # Over the length: the excess at once. Over the bytes alone: one at a time, as how many
+            # must go depends on the sizes of the head's messages, known when they are taken.
+            got = await store.pop(queue, min(max(excess, 1), _TRIM_MAX - taken), 0)
+            if not got:
+                return
+            if queue.dead_letter_exchange is None:
+                dropped += [d.handle for d in got]
+            else:
+                for d in got:
+                    await dead.dead_letter(vhost, queue, d, MAXLEN)
+            taken += len(got)
+            ready -= len(got)
+            size -= sum(len(d.body) for d in got)
+    finally:
+        if dropped:  # taken, so no longer ready: acknowledged at the end with one call
+            await store.ack(queue, dropped)
