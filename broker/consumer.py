@@ -44,7 +44,6 @@ from broker.filter import MessageFilter, TagFilter
 from broker.longpoll import LongPollHub, group_key, topic_key
 from broker.metadata import Metadata
 from broker.popstate import EntryState, PopBatch, PopEntry, PopState
-from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from broker.store.store import MessageStore, ReadResult, ReadStatus
 from broker.tiering.runtime import BrokerTiering
 from broker.trace import TraceRecorder
@@ -58,6 +57,7 @@ from common.errors import (
 )
 from common.logs import BurstLog, kv
 from common.model import MessageType, require_field_order
+from common.record import FLAG_BODY_GZIP, MessageRecord
 
 log = logging.getLogger("sluice.broker.consumer")
 

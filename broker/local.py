@@ -74,7 +74,6 @@ from broker.reads import Reader
 from broker.security_store import SECURITY_CFS, SecurityStore
 from broker.store.dispatcher import Touched, call_soon_from_any_thread
 from broker.store.durability import LOCAL, Durability
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 from broker.tiering.manifest import SegmentEntry
 from broker.tiering.runtime import TIER_CFS, BrokerTiering, not_enabled
@@ -108,6 +107,7 @@ from common.model import (
     validate_group_name,
     validate_topic_name,
 )
+from common.record import MessageRecord
 from common.version import sluice_version
 
 log = logging.getLogger("sluice.broker")

@@ -13,7 +13,6 @@ from operator import attrgetter
 
 from broker.client.api import OutgoingMessage, StoredMessage
 from broker.config import LimitsConfig
-from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from common.errors import (
     BadRequest,
     IllegalDeliveryTime,
@@ -29,6 +28,7 @@ from common.errors import (
     SluiceError,
 )
 from common.model import COLUMNS_MIN, MessageType, TopicInfo
+from common.record import FLAG_BODY_GZIP, MessageRecord
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 

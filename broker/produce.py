@@ -28,7 +28,6 @@ from broker.messages import (
     validate_message,
     validate_queue,
 )
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 from broker.store.writer import AppendResult, offsets_of, span_of
 from broker.timer.service import TimerService
@@ -36,6 +35,7 @@ from broker.trace import TraceRecorder
 from broker.transaction.service import TransactionService
 from common.errors import BadRequest, Forbidden, RequestTimeout
 from common.model import COLUMNS_MIN, EXCLUSIVE_TYPES, MessageType, TopicInfo
+from common.record import MessageRecord
 
 _MESSAGE_ID = attrgetter("message_id")
 _PRIORITY_ONLY = frozenset({MessageType.PRIORITY})

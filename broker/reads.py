@@ -25,12 +25,12 @@ from broker.config import PopConfig
 from broker.filter import MessageFilter
 from broker.longpoll import LongPollHub, topic_key
 from broker.messages import to_stored
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
 from broker.tiering.runtime import BrokerTiering
 from broker.tiering.segment import records_to_table
 from broker.trace import TraceRecorder
 from common.model import DLQ_PREFIX
+from common.record import MessageRecord
 
 
 class Reader:

@@ -43,7 +43,7 @@ SYSPROP_PRIORITY = "PRIORITY"
 
 # The one "column by column or one by one" threshold of the send path: below this many messages,
 # converting (proxy/grpc/produce.py), checking (broker/messages.py) and encoding them
-# (broker/store/record.py) one by one costs less than setting up the column-wise maps; from it on
+# (common/record.py) one by one costs less than setting up the column-wise maps; from it on
 # the columns win (one message 40 µs against 110 µs at the edge, 24-28 against 80-116 µs in the
 # broker; tests/bench/switch_bench.py and store_micro.py, on a shared, noisy 2-core machine).
 COLUMNS_MIN = 4

@@ -30,7 +30,6 @@ from broker.store.config import StoreConfig
 from broker.store.dispatcher import Dispatcher, DispatchListener
 from broker.store.durability import LOCAL, Durability
 from broker.store.index import CqEntry, Index
-from broker.store.record import CopiedRecords, MessageRecord, decode, encode_columns, encode_one, verify_copied
 from broker.store.recovery import RecoveryReport, recover
 from broker.store.retention import Retention
 from broker.store.segments import SegmentSet
@@ -48,6 +47,7 @@ from broker.store.writer import (
 from broker.tags import tag_hash
 from common.errors import BadRequest, IllegalOffset, MessageCorrupted, OffsetNotFound, StoreClosed
 from common.logs import kv
+from common.record import CopiedRecords, MessageRecord, decode, encode_columns, encode_one, verify_copied
 
 log = logging.getLogger("sluice.store")
 

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from broker.client.api import OutgoingMessage
 from broker.client.recall import RecallHandle, decode_recall_handle
 from broker.config import TimerConfig
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, PreparedAppend
 from broker.store.writer import AppendResult
 from broker.timer import keys as TK
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import BadRequest, IllegalDeliveryTime, MessageCorrupted, NotFound, OffsetNotFound
 from common.logs import kv
+from common.record import MessageRecord
 
 log = logging.getLogger("sluice.broker.timer")
 

@@ -32,7 +32,6 @@ from broker.client.api import (
 )
 from broker.config import TransactionConfig
 from broker.messages import to_record, to_stored
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 from broker.transaction.pending import HalfEntry, HalfState, PendingTable
 from common.clock import SYSTEM_CLOCK, Clock
@@ -45,6 +44,7 @@ from common.errors import (
 )
 from common.logs import kv
 from common.model import MessageType
+from common.record import MessageRecord
 
 log = logging.getLogger("sluice.broker.transaction")
 

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 import pytest
 
 from broker.client.api import StoredMessage
-from broker.store.record import RECORD_FIELDS, MessageRecord
 from common.model import require_field_order
+from common.record import RECORD_FIELDS, MessageRecord
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The CommitLog record codec (broker/store/record.py) and the index key layouts (broker/store/keys.py).
+"""The CommitLog record codec (common/record.py) and the index key layouts (broker/store/keys.py).
 
 Round trips keep every field; a sealed record with any single damaged byte, a truncated buffer or
 arbitrary bytes only ever raise `MessageCorrupted`; over-long input raises `BadRequest`. Key
@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.store import keys as K
-from broker.store import record
-from broker.store.record import (
+from common import record
+from common.errors import BadRequest, MessageCorrupted
+from common.record import (
     CRC_START,
     HEADER_FIELDS,
     HEADER_SIZE,
@@ -34,7 +35,6 @@ from broker.store.record import (
     seal,
     seal_at,
 )
-from common.errors import BadRequest, MessageCorrupted
 
 U32_MAX = (1 << 32) - 1
 U64_MAX = (1 << 64) - 1
