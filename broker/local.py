@@ -37,7 +37,6 @@ from broker.client.api import (
     LiteTopicList,
     OffsetPolicy,
     OffsetReset,
-    OutgoingMessage,
     PopRequest,
     PullResult,
     QueueRows,
@@ -107,7 +106,7 @@ from common.model import (
     validate_group_name,
     validate_topic_name,
 )
-from common.record import MessageRecord
+from common.record import FLAG_DEDUP, MessageRecord, received
 from common.version import sluice_version
 
 log = logging.getLogger("sluice.broker")
@@ -527,11 +526,12 @@ class LocalBroker:
     # -- produce ---------------------------------------------------------------------------------
 
     async def send(
-        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
+        self, topic: str, queue_id: int, records: Sequence[bytes], *, ctx: CallContext = NO_CONTEXT
     ) -> list[SendResult]:
-        spec = await self.ensure_topic(topic, messages[0].message_type if messages else None)
+        messages = received(records, topic, queue_id, self.config.advertised_address)
+        spec = await self.ensure_topic(topic, MessageType(messages[0].message_type) if messages else None)
         producer, dedup = self._running().producer, self._dedup
-        if dedup is not None and any(m.dedup for m in messages):
+        if dedup is not None and any(m.flags & FLAG_DEDUP for m in messages):
             results = await dedup.send(topic, messages, lambda fresh: producer.send(spec, queue_id, fresh, ctx))
         else:
             results = await producer.send(spec, queue_id, messages, ctx)

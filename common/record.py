@@ -53,10 +53,11 @@ import functools
 import itertools
 import operator
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import add
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 try:  # same CRC-32 as zlib.crc32, SIMD-accelerated; the CRC is ~20% of a 1 KiB append's CPU with zlib
@@ -64,12 +65,13 @@ try:  # same CRC-32 as zlib.crc32, SIMD-accelerated; the CRC is ~20% of a 1 KiB 
 except ImportError:  # pragma: no cover - isal is a declared dependency; zlib gives identical values
     from zlib import crc32
 
-from common.errors import BadRequest, MessageCorrupted
-from common.model import COLUMNS_MIN, require_field_order
+from common.errors import BadRequest, IllegalMessageTag, MessageCorrupted
+from common.model import COLUMNS_MIN, MessageType, require_field_order
 
 MAGIC = 0x43554C53
 VERSION = 1
 FLAG_BODY_GZIP = 0x1
+FLAG_DEDUP = 0x2  # `outgoing`'s dedup: the sender asks for at most one copy of this message id
 MAX_U16 = 0xFFFF
 
 # The fixed header as the table above states it, field by field: every struct of this module is
@@ -97,6 +99,7 @@ def _span(first: str, last: str) -> struct.Struct:
 _HEADER = _span("total_size", "system_property_count")
 HEADER_SIZE = _HEADER.size  # 86
 _PREFIX = _span("total_size", "magic")
+_TOTAL = _span("total_size", "total_size")
 _SEAL = _span("queue_offset", "store_timestamp_ms")  # the writer's three fields are adjacent
 _CRC = _span("crc32", "crc32")
 OFF_CRC = OFFSETS["crc32"]
@@ -104,6 +107,11 @@ OFF_SEAL = OFFSETS["queue_offset"]
 CRC_START = OFFSETS["version"]  # the CRC covers everything after itself
 _U16 = struct.Struct("<H")  # variable part: key and property-name sizes
 _U32 = struct.Struct("<I")  # variable part: property-value sizes
+_U16_2 = struct.Struct("<HH")
+OFF_GROUP_SIZE = OFFSETS["message_group_size"]
+OFF_MID_SIZE = OFFSETS["message_id_size"]  # then tag_size
+OFF_BODY_SIZE = OFFSETS["body_size"]
+_NO_MAP: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(slots=True)
@@ -149,7 +157,7 @@ def _too_big(size: int, limit: int) -> BadRequest:
     return BadRequest(f"message of {size} bytes exceeds the store's record limit of {limit} bytes")
 
 
-def _pairs(out: list[bytes], mapping: dict[str, str], what: str) -> None:
+def _pairs(out: list[bytes], mapping: Mapping[str, str], what: str) -> None:
     for k, v in mapping.items():
         kb = k.encode("utf-8")
         vb = v.encode("utf-8")
@@ -161,17 +169,17 @@ def _pairs(out: list[bytes], mapping: dict[str, str], what: str) -> None:
         out.append(vb)
 
 
-def _tail(rec: MessageRecord) -> bytes:
+def _tail(keys: Sequence[str], props: Mapping[str, str], sysprops: Mapping[str, str]) -> bytes:
     """The keys and properties of the variable part (empty for most messages)."""
     extra: list[bytes] = []
-    for key in rec.keys:
+    for key in keys:
         kb = key.encode("utf-8")
         if len(kb) > MAX_U16:
             raise _too_long("message key", len(kb))
         extra.append(_U16.pack(len(kb)))
         extra.append(kb)
-    _pairs(extra, rec.properties, "user property")
-    _pairs(extra, rec.system_properties, "system property")
+    _pairs(extra, props, "user property")
+    _pairs(extra, sysprops, "system property")
     return b"".join(extra)
 
 
@@ -182,41 +190,117 @@ def _texts_too_long(texts: tuple[bytes, ...]) -> BadRequest:
 
 
 def _parts(rec: MessageRecord, queue_offset: int, physical_offset: int, store_timestamp_ms: int) -> tuple[bytes, ...]:
-    """The record's bytes as parts to join (header, texts, tail, body), with these writer fields and
-    the CRC left 0; `rec.size` is set. The one per-record encoder: it checks every field and names
-    the first that does not fit. (Written out field by field: it is a single send's whole encode.)"""
-    topic = rec.topic.encode("utf-8")
-    mid = rec.message_id.encode("utf-8")
-    tag = rec.tag.encode("utf-8") if rec.tag else b""
-    group = rec.message_group.encode("utf-8") if rec.message_group else b""
-    born_host = rec.born_host.encode("utf-8")
-    store_host = rec.store_host.encode("utf-8")
+    """`_fields` of a `MessageRecord` with these writer fields; `rec.size` is set."""
+    parts = _fields(
+        rec.topic, rec.queue_id, rec.body, rec.message_id, rec.tag, rec.keys, rec.message_group, rec.properties,
+        rec.system_properties, rec.message_type, rec.flags, rec.born_timestamp_ms, rec.born_host, rec.store_host,
+        rec.delivery_timestamp_ms, rec.delivery_attempt, queue_offset, physical_offset, store_timestamp_ms,
+    )  # fmt: skip
+    rec.size = _TOTAL.unpack_from(parts[0])[0]
+    return parts
+
+
+def _fields(
+    topic_s: str, queue_id: int, body: bytes, message_id: str, tag_s: str | None, keys: Sequence[str],
+    group_s: str | None, props: Mapping[str, str], sysprops: Mapping[str, str], message_type: int, flags: int,
+    born_timestamp_ms: int, born_host_s: str, store_host_s: str, delivery_timestamp_ms: int, delivery_attempt: int,
+    queue_offset: int, physical_offset: int, store_timestamp_ms: int,
+) -> tuple[bytes, ...]:  # fmt: skip
+    """The record's bytes as parts to join (header, texts, tail, body), CRC 0. The one per-record
+    encoder: it checks every field and names the first that does not fit. (Written out field by
+    field: it is a single send's whole encode.)"""
+    topic = topic_s.encode("utf-8")
+    mid = message_id.encode("utf-8")
+    tag = tag_s.encode("utf-8") if tag_s else b""
+    group = group_s.encode("utf-8") if group_s else b""
+    born_host = born_host_s.encode("utf-8")
+    store_host = store_host_s.encode("utf-8")
     n_topic, n_mid, n_tag, n_group, n_bhost, n_shost = (
         len(topic), len(mid), len(tag), len(group), len(born_host), len(store_host)
     )  # fmt: skip
     if (n_topic | n_mid | n_tag | n_group | n_bhost | n_shost) > MAX_U16:
         raise _texts_too_long((topic, mid, tag, group, born_host, store_host))
-    keys, props, sysprops = rec.keys, rec.properties, rec.system_properties
     if keys or props or sysprops:
         if len(keys) > MAX_U16 or len(props) > MAX_U16 or len(sysprops) > MAX_U16:
             raise BadRequest(f"too many keys or properties (at most {MAX_U16} each)")
-        tail = _tail(rec)
+        tail = _tail(keys, props, sysprops)
     else:
         tail = b""
-    body = rec.body
     total = HEADER_SIZE + n_topic + n_mid + n_tag + n_group + n_bhost + n_shost + len(tail) + len(body)
     if total > 0xFFFFFFFF:
         raise BadRequest("message is too large to store")
     try:
         header = _HEADER.pack(
-            total, MAGIC, 0, VERSION, rec.message_type, rec.flags, rec.queue_id, queue_offset, physical_offset,
-            store_timestamp_ms, rec.born_timestamp_ms, rec.delivery_timestamp_ms, rec.delivery_attempt, len(body),
+            total, MAGIC, 0, VERSION, message_type, flags, queue_id, queue_offset, physical_offset,
+            store_timestamp_ms, born_timestamp_ms, delivery_timestamp_ms, delivery_attempt, len(body),
             n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, len(keys), len(props), len(sysprops),
         )  # fmt: skip
     except struct.error as exc:  # a number that does not fit its field (queue id, timestamp, ...)
         raise BadRequest(f"a message field is out of range: {exc}") from None
-    rec.size = total
     return header, topic, mid, tag, group, born_host, store_host, tail, body
+
+
+def outgoing(
+    body: bytes, message_id: str, message_type: int = 1, tag: str | None = None, keys: Sequence[str] = (),
+    message_group: str | None = None, properties: Mapping[str, str] = _NO_MAP,
+    system_properties: Mapping[str, str] = _NO_MAP, born_timestamp_ms: int = 0, born_host: str = "",
+    delivery_timestamp_ms: int = 0, body_gzip: bool = False, dedup: bool = False,
+) -> bytes:  # fmt: skip
+    """A message as a protocol edge hands it to a broker (the contract's `send`): its record with
+    no topic, queue, offsets, store time or store host, which the broker writes when it appends it
+    (`received`), and its CRC set, which the broker checks. `dedup`: store this message id at most
+    once within the broker's dedup window (broker/dedup.py; the Spark sink's replays)."""
+    if tag == "":  # a record's tag is absent or has characters: "" would come back as no tag
+        raise IllegalMessageTag("tag '' is invalid: a tag has at least one printable character and no '|'")
+    flags = (FLAG_BODY_GZIP if body_gzip else 0) | (FLAG_DEDUP if dedup else 0)
+    buf = bytearray().join(_fields(
+        "", 0, body, message_id, tag, keys, message_group, properties, system_properties, message_type, flags,
+        born_timestamp_ms, born_host, "", delivery_timestamp_ms, 0, 0, 0, 0,
+    ))  # fmt: skip
+    _CRC.pack_into(buf, OFF_CRC, crc32(memoryview(buf)[CRC_START:]))
+    return bytes(buf)
+
+
+def peek_group(data: bytes) -> str | None:
+    """The message group of an `outgoing` record (it routes the message), None without one."""
+    n_group = _U16.unpack_from(data, OFF_GROUP_SIZE)[0]
+    if not n_group:
+        return None
+    start = HEADER_SIZE + sum(_U16_2.unpack_from(data, OFF_MID_SIZE))  # no topic: past message id and tag
+    return str(data[start : start + n_group], "utf-8")
+
+
+def peek_body_size(data: bytes) -> int:
+    return _U32.unpack_from(data, OFF_BODY_SIZE)[0]
+
+
+def received(records: Sequence[bytes], topic: str, queue_id: int, store_host: str) -> list[MessageRecord]:
+    """The records of a send (each made by `outgoing`), verified as a replica verifies copied ones
+    (magic, size, version, CRC: `decode`) and as an edge writes them (one whole record, no topic,
+    store host, queue or offsets), decoded, and placed: `topic`, `queue_id` and `store_host` set,
+    the message type as a `MessageType`. MessageCorrupted names the first that fails."""
+    out: list[MessageRecord] = []
+    for i, data in enumerate(records):
+        where = f"#{i} of the send"
+        h = _check(data, 0, where)
+        if h[0] != len(data):
+            raise MessageCorrupted(f"record {where} declares size {h[0]} but carries {len(data)} bytes")
+        if h[14] or h[19] or h[6] or h[7] or h[8] or h[9] or h[12]:
+            raise MessageCorrupted(f"record {where} carries a topic, store host, queue, offset, store time or "
+                                   "delivery attempt: the broker writes those")  # fmt: skip
+        try:
+            rec = _decode_checked(memoryview(data), h)
+        except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
+            raise MessageCorrupted(f"record {where} has a malformed body: {exc}") from None
+        try:
+            rec.message_type = MessageType(rec.message_type)
+        except ValueError:
+            raise MessageCorrupted(f"record {where} has unknown message type {rec.message_type}") from None
+        rec.topic, rec.queue_id, rec.store_host, rec.queue_offset, rec.physical_offset = (
+            topic, queue_id, store_host, -1, -1
+        )  # fmt: skip
+        out.append(rec)
+    return out
 
 
 def encode(rec: MessageRecord) -> bytearray:
@@ -394,7 +478,11 @@ def _encode_vector(records: Sequence[MessageRecord], max_record_bytes: int) -> E
 
 
 def _tail_of(rec: MessageRecord) -> bytes:
-    return _tail(rec) if rec.keys or rec.properties or rec.system_properties else b""
+    return (
+        _tail(rec.keys, rec.properties, rec.system_properties)
+        if rec.keys or rec.properties or rec.system_properties
+        else b""
+    )
 
 
 def _tails(records: Sequence[MessageRecord]) -> list[bytes]:

@@ -154,28 +154,6 @@ class GroupStatus:
 # -- messages -------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class OutgoingMessage:
-    """A message a producer sends. The broker fills store time, queue offset and position."""
-
-    body: bytes
-    message_id: str
-    message_type: MessageType = MessageType.NORMAL
-    tag: str | None = None
-    keys: tuple[str, ...] = ()
-    message_group: str | None = None
-    properties: dict[str, str] = field(default_factory=dict)
-    system_properties: dict[str, str] = field(default_factory=dict)
-    born_timestamp_ms: int = 0
-    born_host: str = ""
-    delivery_timestamp_ms: int = 0  # timer messages
-    body_gzip: bool = False  # the producer compressed the body (kept as sent)
-    # Stored at most once: a send of an id this broker stored in the topic within its
-    # `dedup_window_s` answers where that copy is instead of storing another (the Spark sink's
-    # replayed batches; broker/dedup.py). Only through the internal service, never from a client.
-    dedup: bool = False
-
-
 class SendResult(NamedTuple):
     """Where one sent message was stored. A NamedTuple (immutable like the frozen dataclasses
     here): one is built per produced message, and it costs a third of a frozen dataclass."""
@@ -328,8 +306,8 @@ class MessagingApi(Protocol):
 
     # produce
     async def send(
-        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
-    ) -> list[SendResult]: ...  # RequestTimeout, nothing stored, when ctx's deadline has passed
+        self, topic: str, queue_id: int, records: Sequence[bytes], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[SendResult]: ...  # `records` by common.record.outgoing; past ctx's deadline RequestTimeout, none stored
 
     # pop consumption
     async def pop(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]: ...

@@ -44,7 +44,6 @@ from broker.client.api import (
     LiteTopicInfo,
     LiteTopicList,
     OffsetPolicy,
-    OutgoingMessage,
     PopRequest,
     PullResult,
     QueueStatus,
@@ -299,45 +298,6 @@ def context_from_pb(msg: pb.CallContext) -> CallContext:
     """The context `context_to_pb` wrote, its deadline on this process's clock."""
     deadline = time.monotonic() + msg.remaining_ms / 1000 if msg.HasField("remaining_ms") else None
     return CallContext(msg.request_id, msg.client_id, msg.namespace, deadline)
-
-
-def outgoing_to_pb(m: OutgoingMessage) -> pb.OutgoingMessage:
-    msg = pb.OutgoingMessage(
-        body=m.body,
-        message_id=m.message_id,
-        message_type=m.message_type,
-        tag=m.tag,  # None leaves the optional field absent
-        keys=m.keys,
-        message_group=m.message_group,
-        born_timestamp_ms=m.born_timestamp_ms,
-        born_host=m.born_host,
-        delivery_timestamp_ms=m.delivery_timestamp_ms,
-        body_gzip=m.body_gzip,
-        dedup=m.dedup,
-    )
-    if m.properties:
-        msg.properties.update(m.properties)
-    if m.system_properties:
-        msg.system_properties.update(m.system_properties)
-    return msg
-
-
-def outgoing_from_pb(msg: pb.OutgoingMessage) -> OutgoingMessage:
-    return OutgoingMessage(
-        body=msg.body,
-        message_id=msg.message_id,
-        message_type=_lookup(_MESSAGE_TYPES, msg.message_type, "message type"),
-        tag=msg.tag if msg.HasField("tag") else None,
-        keys=tuple(keys) if (keys := msg.keys) else (),
-        message_group=msg.message_group if msg.HasField("message_group") else None,
-        properties=dict(props) if (props := msg.properties) else {},
-        system_properties=dict(sys_props) if (sys_props := msg.system_properties) else {},
-        born_timestamp_ms=msg.born_timestamp_ms,
-        born_host=msg.born_host,
-        delivery_timestamp_ms=msg.delivery_timestamp_ms,
-        body_gzip=msg.body_gzip,
-        dedup=msg.dedup,
-    )
 
 
 def stored_to_pb(m: StoredMessage) -> pb.StoredMessage:

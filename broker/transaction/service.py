@@ -19,11 +19,11 @@ Everything here runs on the broker's event loop (RocksDB writes inline, like the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from broker.client import txid
 from broker.client.api import (
-    OutgoingMessage,
     SendResult,
     StoredMessage,
     TransactionCheck,
@@ -31,7 +31,7 @@ from broker.client.api import (
     TransactionSource,
 )
 from broker.config import TransactionConfig
-from broker.messages import to_record, to_stored
+from broker.messages import to_stored
 from broker.store.store import MessageStore
 from broker.transaction.pending import HalfEntry, HalfState, PendingTable
 from common.clock import SYSTEM_CLOCK, Clock
@@ -85,12 +85,12 @@ class TransactionService:
 
     # -- half messages ---------------------------------------------------------------------------
 
-    def _recovery_ms(self, msg: OutgoingMessage) -> int:
+    def _recovery_ms(self, msg: MessageRecord) -> int:
         raw = msg.system_properties.get(SYSPROP_TX_RECOVERY_MS, "")
         wanted = int(raw) if raw.isdigit() else self._config.default_recovery_ms
         return min(max(wanted, self._config.min_recovery_ms), self._config.max_recovery_ms)
 
-    async def prepare(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
+    async def prepare(self, topic: str, queue_id: int, messages: list[MessageRecord]) -> list[SendResult]:
         """Store TRANSACTION messages as half messages; their send results carry the transaction ids."""
         if len(self.pending) + len(messages) > self._config.max_pending:
             raise TooManyRequests(
@@ -99,8 +99,8 @@ class TransactionService:
             )
         records = []
         for m in messages:
-            rec = to_record(HALF_TOPIC, 0, m, self._host)
-            rec.system_properties = {**m.system_properties, SYSPROP_TXN_TOPIC: topic}
+            sysprops = {**m.system_properties, SYSPROP_TXN_TOPIC: topic}
+            rec = dataclasses.replace(m, topic=HALF_TOPIC, queue_id=0, system_properties=sysprops)
             records.append(rec)
         appended = await self._store.append(records)
         now = self._clock.now_ms()

@@ -568,7 +568,9 @@ class Channel:
             accepted = await overflow.admit(self.gw.store, q, publishes) if overflow.rejects(q) else publishes
             failed.update((q.id, id(p)) for p in publishes[len(accepted) :])
             if accepted:
-                outgoing = [to_outgoing(p, host, expires_at_ms(q, p.properties, now_ms)) for p in accepted]
+                outgoing = [
+                    to_outgoing(p, host, expires_at_ms(q, p.properties, now_ms), q.max_priority) for p in accepted
+                ]
                 await self.gw.store.send(q, outgoing)
                 await overflow.trim(self.gw.store, self.gw.dead, self.conn.vhost, q)
 

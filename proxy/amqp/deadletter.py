@@ -119,7 +119,8 @@ class DeadLetters:
                 now = int(time.time() * 1000)
                 if v.exchange_type(exchange) is not None:
                     for target in route(v, exchange, key, lambda: dict(decode_properties(raw).headers or {})):
-                        await self._store.send(target, [to_outgoing(copy, "", expires_at_ms(target, raw, now))])
+                        expires = expires_at_ms(target, raw, now)
+                        await self._store.send(target, [to_outgoing(copy, "", expires, target.max_priority)])
             await self._store.ack(queue, [d.handle])
         except SluiceError as exc:
             log.warning("dead-lettering failed; the message comes back after its lease",

@@ -35,12 +35,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.record import outgoing
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
 import aetcd  # noqa: E402
 
-from broker.client.api import OutgoingMessage, TopicSpec  # noqa: E402
+from broker.client.api import TopicSpec  # noqa: E402
 from broker.client.remote import RemoteBroker  # noqa: E402
 from common.errors import SluiceError  # noqa: E402
 from tests.helpers.broker_fixtures import ServerProcess, start_broker_process  # noqa: E402
@@ -97,8 +99,8 @@ class Group:
         raise RuntimeError(f"group did not reach {n} in-sync members")
 
 
-def _messages(n: int) -> list[OutgoingMessage]:
-    return [OutgoingMessage(body=BODY, message_id=f"{time.monotonic_ns():x}{i:04x}") for i in range(n)]
+def _messages(n: int) -> list[bytes]:
+    return [outgoing(body=BODY, message_id=f"{time.monotonic_ns():x}{i:04x}") for i in range(n)]
 
 
 async def closed_loop(remote: RemoteBroker, batch: int, concurrency: int, seconds: float) -> float:

@@ -34,10 +34,12 @@ from typing import Any
 
 import uvloop
 
+from common.record import outgoing
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from broker.client.api import CallContext, OutgoingMessage, TopicSpec  # noqa: E402
+from broker.client.api import CallContext, TopicSpec  # noqa: E402
 from broker.config import BrokerConfig  # noqa: E402
 from broker.local import LocalBroker  # noqa: E402
 from broker.store.config import CommitLogConfig, StoreConfig  # noqa: E402
@@ -116,7 +118,7 @@ async def run(layer: str, inline: bool, messages: int, senders: list[int], lite_
         elif layer == "broker":
 
             async def send(i: int) -> None:
-                message = OutgoingMessage(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.NORMAL)
+                message = outgoing(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.NORMAL)
                 await broker.send(TOPIC, i % QUEUES, [message], ctx=PRODUCER)
 
         else:
@@ -143,9 +145,9 @@ async def _lite_sender(broker: LocalBroker, lite_topics: int) -> Callable[[int],
     await broker.create_topic(spec)
     names, rnd = [f"l{i}" for i in range(lite_topics)], random.Random(7)
 
-    def message(name: str) -> OutgoingMessage:
+    def message(name: str) -> bytes:
         props = {SYSPROP_LITE_TOPIC: name}
-        return OutgoingMessage(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.LITE,
+        return outgoing(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.LITE,
                                system_properties=props)  # fmt: skip
 
     for start in range(0, lite_topics, 500):

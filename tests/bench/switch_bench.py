@@ -21,10 +21,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from common.record import outgoing
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from broker.client.api import OutgoingMessage  # noqa: E402
+from broker.client.api import bytes  # noqa: E402
 from broker.config import LimitsConfig  # noqa: E402
 from broker.messages import plainly_valid, records_of, to_record, validate_message  # noqa: E402
 from common.model import MessageType, Permission, TopicInfo  # noqa: E402
@@ -61,13 +63,13 @@ def _proxy_columns(app: Any, ctx: RequestContext, msgs: list[pb.Message]) -> obj
         produce.COLUMNS_MIN = saved
 
 
-def _broker_single(outs: list[OutgoingMessage], topic: TopicInfo, limits: LimitsConfig) -> object:
+def _broker_single(outs: list[bytes], topic: TopicInfo, limits: LimitsConfig) -> object:
     for m in outs:
         validate_message(m, topic, limits)
     return [to_record("bench", 0, m, "h") for m in outs]
 
 
-def _broker_columns(outs: list[OutgoingMessage], topic: TopicInfo, limits: LimitsConfig) -> object:
+def _broker_columns(outs: list[bytes], topic: TopicInfo, limits: LimitsConfig) -> object:
     plainly_valid(outs, topic, limits)
     return records_of("bench", 0, outs, "h")
 
@@ -95,7 +97,7 @@ def main() -> int:
     for n in sizes:
         msgs = [_pb_message(i) for i in range(n)]
         outs = [
-            OutgoingMessage(body=b"x" * 1024, message_id=f"01BENCH{i:025d}", tag="TagA", keys=("k1",),
+            outgoing(body=b"x" * 1024, message_id=f"01BENCH{i:025d}", tag="TagA", keys=("k1",),
                             properties={"a": "1"}, born_host="127.0.0.1", born_timestamp_ms=1)
             for i in range(n)
         ]  # fmt: skip

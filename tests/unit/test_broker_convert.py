@@ -29,7 +29,6 @@ from broker.client.api import (
     GroupSpec,
     GroupStatus,
     OffsetPolicy,
-    OutgoingMessage,
     PopRequest,
     PullResult,
     QueueStatus,
@@ -88,21 +87,6 @@ group_statuses = st.builds(
     info=group_infos,
     queues=st.lists(st.builds(GroupQueueStatus, TEXT, INT32, INT64, INT64, INT64, INT64, INT64), max_size=4).map(tuple),
 )
-outgoing_messages = st.builds(
-    OutgoingMessage,
-    body=st.binary(max_size=64),
-    message_id=TEXT,
-    message_type=MESSAGE_TYPES,
-    tag=st.none() | TEXT,
-    keys=st.lists(TEXT, max_size=3).map(tuple),
-    message_group=st.none() | TEXT,
-    properties=SMALL_MAP,
-    system_properties=SMALL_MAP,
-    born_timestamp_ms=INT64,
-    born_host=TEXT,
-    delivery_timestamp_ms=INT64,
-    body_gzip=st.booleans(),
-)
 stored_messages = st.builds(
     StoredMessage,
     topic=TEXT,
@@ -158,7 +142,6 @@ ROUND_TRIPS: dict[str, tuple[st.SearchStrategy[Any], Callable[[Any], Any], Calla
     "GroupSpec": (group_specs, convert.group_spec_to_pb, convert.group_spec_from_pb),
     "GroupInfo": (group_infos, convert.group_info_to_pb, convert.group_info_from_pb),
     "GroupStatus": (group_statuses, convert.group_status_to_pb, convert.group_status_from_pb),
-    "OutgoingMessage": (outgoing_messages, convert.outgoing_to_pb, convert.outgoing_from_pb),
     "StoredMessage": (stored_messages, convert.stored_to_pb, convert.stored_from_pb),
     "SendResult": (send_results, convert.send_result_to_pb, convert.send_result_from_pb),
     "FilterSpec": (filter_specs, convert.filter_to_pb, convert.filter_from_pb),
@@ -196,7 +179,6 @@ def test_every_dataclass_field_has_a_proto_field() -> None:
         (TopicStatus, pb.TopicStatus),
         (GroupQueueStatus, pb.GroupQueueStatus),
         (GroupStatus, pb.GroupStatus),
-        (OutgoingMessage, pb.OutgoingMessage),
         (SendResult, pb.SendResult),
         (StoredMessage, pb.StoredMessage),
         (FilterSpec, pb.FilterSpec),
@@ -225,11 +207,6 @@ def test_an_ack_result_carries_its_error_class_and_message_over_the_wire(handle:
 
 
 def test_none_travels_as_absent_optional_field() -> None:
-    msg = convert.outgoing_to_pb(OutgoingMessage(b"x", "id", tag=None, message_group=None))
-    assert not msg.HasField("tag") and not msg.HasField("message_group")
-    msg = convert.outgoing_to_pb(OutgoingMessage(b"x", "id", tag="", message_group=""))
-    assert msg.HasField("tag") and msg.HasField("message_group")
-    assert convert.outgoing_from_pb(msg).tag == ""
     assert not convert.pop_request_to_pb(PopRequest("g", "t", queue_id=None)).HasField("queue_id")
     assert convert.pop_request_to_pb(PopRequest("g", "t", queue_id=0)).HasField("queue_id")
 
@@ -245,7 +222,6 @@ def test_absent_and_unspecified_decode_to_defaults() -> None:
     [
         (convert.topic_spec_from_pb, pb.TopicSpec(name="t", queue_count=1, message_types=[9], permission=4)),
         (convert.topic_spec_from_pb, pb.TopicSpec(name="t", queue_count=1, message_types=[1], permission=0)),
-        (convert.outgoing_from_pb, pb.OutgoingMessage(body=b"x", message_id="i", message_type=0)),
         (convert.stored_from_pb, pb.StoredMessage(message_type=77)),
         (convert.group_spec_from_pb, pb.GroupSpec(name="g", consume_from=9)),  # type: ignore[arg-type]
         (convert.retry_policy_from_pb, pb.RetryPolicy(kind=5)),  # type: ignore[arg-type]
