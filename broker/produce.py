@@ -4,9 +4,8 @@ and the broker's limits, then stored as plain records (NORMAL and FIFO), timers 
 messages (TRANSACTION); a LITE topic's messages go to its lite topics (broker/lite/), a PRIORITY
 topic's to the queue of their level (broker/priority.py).
 
-A send of several plain messages is checked column by column (`plainly_valid`); below
-`COLUMNS_MIN` messages, message by message, which costs less there. A batch the column check
-refuses is checked message by message, which raises the precise error.
+The checks are `broker/messages.py::validate_all` (column by column for a batch, message by
+message below `COLUMNS_MIN` or to name the error).
 """
 
 from __future__ import annotations
@@ -19,14 +18,14 @@ from broker import priority
 from broker.client.api import CallContext, SendResult, TopicSpec
 from broker.config import BrokerConfig
 from broker.lite.service import LiteService, is_lite
-from broker.messages import at_queues, plainly_valid, validate_message, validate_queue
+from broker.messages import at_queues, validate_all, validate_queue
 from broker.store.store import MessageStore
 from broker.store.writer import AppendResult, offsets_of, span_of
 from broker.timer.service import TimerService
 from broker.trace import TraceRecorder
 from broker.transaction.service import TransactionService
 from common.errors import BadRequest, Forbidden, RequestTimeout
-from common.model import COLUMNS_MIN, EXCLUSIVE_TYPES, MessageType, TopicInfo
+from common.model import EXCLUSIVE_TYPES, MessageType, TopicInfo
 from common.record import MessageRecord
 
 _MESSAGE_ID = attrgetter("message_id")
@@ -67,22 +66,13 @@ class Producer:
             if is_lite(spec):
                 return await self._lite.send(spec, info, messages, client)
             return await self._send_priority(spec, info, messages, client)
-        limits = self._config.limits
-        if len(messages) >= COLUMNS_MIN and plainly_valid(messages, info, limits):  # a batch: column by column
+        if validate_all(messages, info, self._config.limits):  # NORMAL and FIFO only: stored as they come
             results = await self._store.append(messages)
             return self._sent_plain(topic, queue_id, messages, results, client)
         timers = self._timers
-        plain = True  # NORMAL and FIFO only: the common case, stored as they come
         for msg in messages:
-            validate_message(msg, info, limits)
-            mtype = msg.message_type
-            if mtype is not MessageType.NORMAL and mtype is not MessageType.FIFO:
-                plain = False
-                if mtype is MessageType.DELAY:
-                    timers.check_delivery_time(msg)
-        if plain:  # fewer than COLUMNS_MIN (or a batch the column check could not vouch for)
-            results = await self._store.append(messages)
-            return self._sent_plain(topic, queue_id, messages, results, client)
+            if msg.message_type is MessageType.DELAY:
+                timers.check_delivery_time(msg)
         if any(m.message_type is MessageType.TRANSACTION for m in messages):
             return await self._send_half(topic, queue_id, messages)
         mixed = [timers.timer_record(m) if m.message_type is MessageType.DELAY else m for m in messages]
@@ -99,10 +89,7 @@ class Producer:
 
     async def _send_priority(self, spec: TopicSpec, info: TopicInfo, messages: list[MessageRecord],
                              client: str) -> list[SendResult]:  # fmt: skip
-        limits = self._config.limits
-        if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, limits, _PRIORITY_ONLY):
-            for msg in messages:
-                validate_message(msg, info, limits)
+        validate_all(messages, info, self._config.limits, _PRIORITY_ONLY)
         qids = [priority.level_queue(priority.priority_of(msg, spec)) for msg in messages]
         results = await self._store.append(at_queues(messages, qids))
         self._trace.sent_append(spec.name, *span_of(results), client, messages[0].born_host)

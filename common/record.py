@@ -11,7 +11,7 @@ writer assigns are adjacent, so sealing is one `pack_into` plus the CRC.
 | 8      | 4    | crc32 (u32)              | zlib.crc32 of bytes [12, total_size)                      |
 | 12     | 1    | version (u8)             | 1                                                         |
 | 13     | 1    | message_type (u8)        | NORMAL 1, FIFO 2, DELAY 3, TRANSACTION 4, LITE 5, PRIO. 6 |
-| 14     | 2    | flags (u16)              | bit 0: body is gzip-compressed (as the producer sent it)  |
+| 14     | 2    | flags (u16)              | bit 0: body gzip-compressed (as sent); bit 1: dedup send  |
 | 16     | 4    | queue_id (u32)           |                                                           |
 | 20     | 8    | queue_offset (u64)       | assigned by the writer; strictly increasing per queue     |
 | 28     | 8    | physical_offset (u64)    | assigned by the writer; this record's CommitLog position  |
@@ -38,10 +38,16 @@ system property as (u16 key size, key, u32 value size, value); finally the body.
 The table is the codec's one statement of the header: `HEADER_FIELDS` restates it field by field
 (a unit test holds the two equal) and every struct here is derived from that tuple.
 
-The writer patches queue_offset, physical_offset, store_timestamp_ms and then the CRC into an
-already encoded record (`seal_at`), so encoding happens on the caller's side, before offsets exist.
-An append's records are encoded back to back into one buffer (`encode_columns`), which the writer
-seals in place and hands to the kernel without copying it again.
+A sent message is encoded once, by the protocol edge that received it (`outgoing`): its record
+without topic, queue id, offsets, store time and store host (sizes 0), CRC set. The broker
+verifies it (`received`, as a replica verifies copied records: magic, size, version, CRC, and that
+the edge left those fields to it), checks its content, and writes topic, queue id and store host in
+by splicing (`placed`): the store host is the storing broker's address, filled at append time. The
+writer patches queue_offset, physical_offset, store_timestamp_ms and then the CRC into the already
+encoded record (`seal_at`). Records the broker makes itself (timer copies, half messages, dead
+letters) are encoded by `encode_one`/`encode_columns`. Either way an append is one buffer, which
+the writer seals in place and hands to the kernel without copying it again. The format is
+unchanged (version 1; flags bit 1 is new and readers ignore it).
 
 The CRC is the standard CRC-32 (zlib's); ISA-L's implementation (package `isal`) computes the same
 value ~4x faster on 1 KiB records, so it is used when installed, zlib's otherwise.
@@ -108,6 +114,10 @@ CRC_START = OFFSETS["version"]  # the CRC covers everything after itself
 _U16 = struct.Struct("<H")  # variable part: key and property-name sizes
 _U32 = struct.Struct("<I")  # variable part: property-value sizes
 _U16_2 = struct.Struct("<HH")
+_FOUR_TEXTS = struct.Struct("<HHHH")  # message id, tag, message group and born host sizes
+OFF_QUEUE_ID = OFFSETS["queue_id"]
+OFF_TOPIC_SIZE = OFFSETS["topic_size"]
+OFF_STORE_HOST_SIZE = OFFSETS["store_host_size"]
 OFF_GROUP_SIZE = OFFSETS["message_group_size"]
 OFF_MID_SIZE = OFFSETS["message_id_size"]  # then tag_size
 OFF_BODY_SIZE = OFFSETS["body_size"]
@@ -138,13 +148,17 @@ class MessageRecord:
     physical_offset: int = -1
     store_timestamp_ms: int = 0
     size: int = 0  # encoded size, known after encode/decode
+    # The record an edge encoded this message as (`outgoing`), when the broker received it so
+    # (`received`): the store appends it with its topic, queue and store host written in (`placed`),
+    # not encoded again. Empty otherwise; a copy that changes any other field must clear it.
+    edge: bytes = field(default=b"", compare=False, repr=False)
 
 
 # `_decode_checked` and tiering's `table_to_records` build records positionally, in this order.
 RECORD_FIELDS = (
     "topic", "queue_id", "body", "message_id", "tag", "keys", "message_group", "properties", "system_properties",
     "message_type", "flags", "born_timestamp_ms", "born_host", "store_host", "delivery_timestamp_ms",
-    "delivery_attempt", "queue_offset", "physical_offset", "store_timestamp_ms", "size",
+    "delivery_attempt", "queue_offset", "physical_offset", "store_timestamp_ms", "size", "edge",
 )  # fmt: skip
 require_field_order(MessageRecord, RECORD_FIELDS)
 
@@ -289,18 +303,49 @@ def received(records: Sequence[bytes], topic: str, queue_id: int, store_host: st
             raise MessageCorrupted(f"record {where} carries a topic, store host, queue, offset, store time or "
                                    "delivery attempt: the broker writes those")  # fmt: skip
         try:
-            rec = _decode_checked(memoryview(data), h)
+            rec = _decode_checked(data if type(data) is bytes else bytes(data), h)
         except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
             raise MessageCorrupted(f"record {where} has a malformed body: {exc}") from None
         try:
             rec.message_type = MessageType(rec.message_type)
         except ValueError:
             raise MessageCorrupted(f"record {where} has unknown message type {rec.message_type}") from None
-        rec.topic, rec.queue_id, rec.store_host, rec.queue_offset, rec.physical_offset = (
-            topic, queue_id, store_host, -1, -1
+        rec.topic, rec.queue_id, rec.store_host, rec.queue_offset, rec.physical_offset, rec.edge = (
+            topic, queue_id, store_host, -1, -1, data
         )  # fmt: skip
         out.append(rec)
     return out
+
+
+def placed(records: Sequence[MessageRecord], max_record_bytes: int) -> tuple[bytearray, list[int]]:
+    """Received records (each with its `edge` bytes) as the CommitLog stores them, back to back, and
+    their sizes: each edge record with the record's topic, queue id and store host written in; the
+    writer then seals offsets, store time and CRC (`seal_at`). The same bytes `encode_one` would
+    write (tests/unit/test_record_codec.py), for a join instead of an encode."""
+    parts: list[bytes | bytearray | memoryview] = []
+    sizes: list[int] = []
+    for rec in records:
+        data = rec.edge
+        topic, host = rec.topic.encode("utf-8"), rec.store_host.encode("utf-8")
+        total = len(data) + len(topic) + len(host)
+        if len(topic) > MAX_U16 or len(host) > MAX_U16:
+            raise _texts_too_long((topic, b"", b"", b"", b"", host))
+        if total > max_record_bytes:
+            raise _too_big(total, max_record_bytes)
+        if not 0 <= rec.queue_id <= 0xFFFFFFFF:
+            raise BadRequest(f"queue id {rec.queue_id} is out of range")
+        head = bytearray(data[:HEADER_SIZE])
+        _U32.pack_into(head, 0, total)
+        _U32.pack_into(head, OFF_CRC, 0)  # the edge's, of other bytes: the writer seals the new one
+        _U32.pack_into(head, OFF_QUEUE_ID, rec.queue_id)
+        _U16.pack_into(head, OFF_TOPIC_SIZE, len(topic))
+        _U16.pack_into(head, OFF_STORE_HOST_SIZE, len(host))
+        cut = HEADER_SIZE + sum(_FOUR_TEXTS.unpack_from(data, OFF_MID_SIZE))  # past id, tag, group, born host
+        view = memoryview(data)
+        parts += (head, topic, view[HEADER_SIZE:cut], host, view[cut:])
+        rec.size = total
+        sizes.append(total)
+    return bytearray().join(parts), sizes
 
 
 def encode(rec: MessageRecord) -> bytearray:
@@ -532,7 +577,7 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, where: str = ""
     """Decode and verify the record at `pos`. Raises MessageCorrupted naming `where` on any mismatch."""
     h = _check(buf, pos, where)
     try:
-        return _decode_checked(memoryview(buf)[pos : pos + h[0]], h)
+        return _decode_checked(memoryview(buf)[pos : pos + h[0]].tobytes(), h)
     except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
         raise MessageCorrupted(f"record at {where or pos} has a malformed body: {exc}") from None
 
@@ -616,10 +661,10 @@ def _check(buf: bytes | bytearray | memoryview, pos: int, where: str | int) -> t
     return h
 
 
-def _decode_checked(v: memoryview, h: tuple[int, ...]) -> MessageRecord:
+def _decode_checked(raw: bytes, h: tuple[int, ...]) -> MessageRecord:
+    """The record `raw` (exactly its bytes) whose verified header is `h`."""
     (total, _m, _c, _v, mtype, flags, qid, qoff, phys, stored, born, deliver, attempt, body_size,
      n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, n_keys, n_props, n_sys) = h  # fmt: skip
-    raw = v.tobytes()
     # The six names back to back, sliced directly (once per message read: no loop, no list).
     p = HEADER_SIZE
     e_topic = p + n_topic

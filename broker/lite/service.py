@@ -51,7 +51,7 @@ from broker.filter import MessageFilter, TagFilter
 from broker.lite.heads import deliver_heads, read_heads
 from broker.lite.state import LiteRecord, LiteState
 from broker.longpoll import LongPollHub, group_key, lite_client_key
-from broker.messages import at_queues, plainly_valid, validate_message
+from broker.messages import at_queues, validate_all
 from broker.popstate import PopBatch, PopState
 from broker.store.store import MessageStore
 from broker.store.writer import offsets_of, span_of
@@ -66,7 +66,7 @@ from common.errors import (
     MessageTypeConflict,
 )
 from common.logs import kv
-from common.model import COLUMNS_MIN, SYSPROP_LITE_TOPIC, MessageType, TopicInfo, validate_lite_topic_name
+from common.model import SYSPROP_LITE_TOPIC, MessageType, TopicInfo, validate_lite_topic_name
 from common.record import MessageRecord
 
 log = logging.getLogger("sluice.broker.lite")
@@ -174,9 +174,7 @@ class LiteService:
         is `client_id`: a send is one producer's request), validated
         column by column (message by message only to name the error of a batch that fails).
         `info`: the bind topic `spec` describes, as messages are validated against it."""
-        if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, self._limits, _LITE_ONLY):
-            for msg in messages:
-                validate_message(msg, info, self._limits)
+        validate_all(messages, info, self._limits, _LITE_ONLY)
         named = [m.system_properties.get(SYSPROP_LITE_TOPIC) for m in messages]
         if None in named:
             raise IllegalLiteTopic(f"topic {spec.name} is a LITE topic: a message needs a lite topic")

@@ -100,7 +100,7 @@ class TransactionService:
         records = []
         for m in messages:
             sysprops = {**m.system_properties, SYSPROP_TXN_TOPIC: topic}
-            rec = dataclasses.replace(m, topic=HALF_TOPIC, queue_id=0, system_properties=sysprops)
+            rec = dataclasses.replace(m, topic=HALF_TOPIC, queue_id=0, system_properties=sysprops, edge=b"")
             records.append(rec)
         appended = await self._store.append(records)
         now = self._clock.now_ms()

@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.record import outgoing
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `tests.helpers` importable
     sys.path.insert(0, str(REPO_ROOT))
@@ -42,6 +40,7 @@ from broker.client.remote import RemoteBroker  # noqa: E402
 from broker.config import BrokerConfig  # noqa: E402
 from broker.local import LocalBroker  # noqa: E402
 from common.config import load_config  # noqa: E402
+from common.record import outgoing  # noqa: E402
 from processes.runtime import install_uvloop  # noqa: E402
 from tests.helpers.broker_fixtures import start_broker_process  # noqa: E402
 

@@ -30,8 +30,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from common.record import outgoing
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -39,6 +37,7 @@ from admin import dlq, groups, topics  # noqa: E402
 from admin.cluster import Cluster  # noqa: E402
 from broker.client.api import ConsumeFrom, FilterSpec, GroupSpec, PopRequest  # noqa: E402
 from common.model import MessageType  # noqa: E402
+from common.record import outgoing  # noqa: E402
 from tests.helpers.broker_fixtures import SLUICE_ARGV  # noqa: E402
 from tests.helpers.procs import LOOPBACK, free_port, start_process  # noqa: E402
 

@@ -41,8 +41,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from common.record import outgoing
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `tests.helpers` importable
     sys.path.insert(0, str(REPO_ROOT))
@@ -57,6 +55,7 @@ from broker.client.api import (  # noqa: E402
 )
 from broker.client.remote import RemoteBroker  # noqa: E402
 from common.model import SYSPROP_LITE_TOPIC, SYSPROP_PRIORITY, MessageType  # noqa: E402
+from common.record import outgoing  # noqa: E402
 from tests.helpers.broker_fixtures import start_broker_process  # noqa: E402
 
 BROKER = "lite-bench"

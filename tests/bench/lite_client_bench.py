@@ -43,8 +43,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.record import outgoing
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from client_bench import BODY_BYTES, Row, Server, admin, drive, py_driver, start_merged, start_separated
@@ -52,6 +50,7 @@ from client_bench import BODY_BYTES, Row, Server, admin, drive, py_driver, start
 from broker.client.api import CallContext
 from broker.client.remote import RemoteBroker
 from common.model import SYSPROP_LITE_TOPIC, MessageType
+from common.record import outgoing
 
 NORMAL_QUEUES = 8
 PER_CONSUMER = 10_000  # lite topics per LiteSimpleConsumer: the default [proxy.settings] lite_subscription_quota

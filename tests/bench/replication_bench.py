@@ -35,8 +35,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.record import outgoing
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
@@ -45,6 +43,7 @@ import aetcd  # noqa: E402
 from broker.client.api import TopicSpec  # noqa: E402
 from broker.client.remote import RemoteBroker  # noqa: E402
 from common.errors import SluiceError  # noqa: E402
+from common.record import outgoing  # noqa: E402
 from tests.helpers.broker_fixtures import ServerProcess, start_broker_process  # noqa: E402
 from tests.helpers.etcd import EtcdProcess, start_etcd  # noqa: E402
 

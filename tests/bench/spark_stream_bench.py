@@ -43,11 +43,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.record import outgoing
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from broker.client.remote import RemoteBroker
+from common.record import outgoing
 from nameserver.client import NameServerClient
 from tests.e2e.support.cluster import Cluster, start_merged
 from tests.helpers.s3 import ACCESS_KEY, REGION, SECRET_KEY, MotoS3Server

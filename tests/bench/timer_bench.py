@@ -32,8 +32,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.record import outgoing
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `tests.helpers` importable
     sys.path.insert(0, str(REPO_ROOT))
@@ -41,6 +39,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script: make `tests.helpers` impo
 from broker.client.api import FilterSpec, TopicSpec  # noqa: E402
 from broker.client.remote import RemoteBroker  # noqa: E402
 from common.model import MessageType  # noqa: E402
+from common.record import outgoing  # noqa: E402
 from tests.helpers.broker_fixtures import start_broker_process  # noqa: E402
 
 BROKER_NAME = "timer-bench"
