@@ -122,6 +122,7 @@ OFF_GROUP_SIZE = OFFSETS["message_group_size"]
 OFF_MID_SIZE = OFFSETS["message_id_size"]  # then tag_size
 OFF_BODY_SIZE = OFFSETS["body_size"]
 _NO_MAP: Mapping[str, str] = MappingProxyType({})
+_MESSAGE_TYPES = {int(t): t for t in MessageType}
 
 
 @dataclass(slots=True)
@@ -290,30 +291,44 @@ def peek_body_size(data: bytes) -> int:
 
 def received(records: Sequence[bytes], topic: str, queue_id: int, store_host: str) -> list[MessageRecord]:
     """The records of a send (each made by `outgoing`), verified as a replica verifies copied ones
-    (magic, size, version, CRC: `decode`) and as an edge writes them (one whole record, no topic,
-    store host, queue or offsets), decoded, and placed: `topic`, `queue_id` and `store_host` set,
-    the message type as a `MessageType`. MessageCorrupted names the first that fails."""
+    (magic, size, version, CRC: `_check`) and as an edge writes them (one whole record, no topic,
+    store host, queue, offsets, store time or attempt), decoded, and placed: `topic`, `queue_id` and
+    `store_host` set, the message type a `MessageType`, `edge` the bytes. MessageCorrupted names the
+    first that fails. (Written out field by field: it is the broker's whole decode of a send.)"""
     out: list[MessageRecord] = []
     for i, data in enumerate(records):
-        where = f"#{i} of the send"
-        h = _check(data, 0, where)
-        if h[0] != len(data):
-            raise MessageCorrupted(f"record {where} declares size {h[0]} but carries {len(data)} bytes")
-        if h[14] or h[19] or h[6] or h[7] or h[8] or h[9] or h[12]:
-            raise MessageCorrupted(f"record {where} carries a topic, store host, queue, offset, store time or "
-                                   "delivery attempt: the broker writes those")  # fmt: skip
+        if type(data) is not bytes:
+            data = bytes(data)
         try:
-            rec = _decode_checked(data if type(data) is bytes else bytes(data), h)
+            h = _check(data, 0, "")
+        except MessageCorrupted as exc:
+            raise MessageCorrupted(f"message #{i} of the send: {exc.message}") from None
+        (total, _m, _c, _v, mtype, flags, qid, qoff, phys, stored, born, deliver, attempt, body_size,
+         n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, n_keys, n_props, n_sys) = h  # fmt: skip
+        if total != len(data):
+            raise MessageCorrupted(f"message #{i} of the send declares size {total} but carries {len(data)} bytes")
+        if n_topic or n_shost or qid or qoff or phys or stored or attempt:
+            raise MessageCorrupted(f"message #{i} of the send carries a topic, store host, queue, offset, store "
+                                   "time or delivery attempt: the broker writes those")  # fmt: skip
+        mt = _MESSAGE_TYPES.get(mtype)
+        if mt is None:
+            raise MessageCorrupted(f"message #{i} of the send has unknown message type {mtype}")
+        try:
+            e_mid = HEADER_SIZE + n_mid
+            e_tag = e_mid + n_tag
+            e_group = e_tag + n_group
+            e_bhost = e_group + n_bhost
+            keys, props, sysprops, p = _tail_fields(data, e_bhost, n_keys, n_props, n_sys)
+            if p + body_size != total:
+                raise ValueError(f"body of {body_size} bytes does not end the record (ends at {p + body_size})")
+            out.append(MessageRecord(
+                topic, queue_id, data[p:], data[HEADER_SIZE:e_mid].decode("utf-8"),
+                data[e_mid:e_tag].decode("utf-8") or None, keys, data[e_tag:e_group].decode("utf-8") or None,
+                props, sysprops, mt, flags, born, data[e_group:e_bhost].decode("utf-8"), store_host, deliver, 0, -1,
+                -1, 0, total, data,
+            ))  # fmt: skip
         except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
-            raise MessageCorrupted(f"record {where} has a malformed body: {exc}") from None
-        try:
-            rec.message_type = MessageType(rec.message_type)
-        except ValueError:
-            raise MessageCorrupted(f"record {where} has unknown message type {rec.message_type}") from None
-        rec.topic, rec.queue_id, rec.store_host, rec.queue_offset, rec.physical_offset, rec.edge = (
-            topic, queue_id, store_host, -1, -1, data
-        )  # fmt: skip
-        out.append(rec)
+            raise MessageCorrupted(f"message #{i} of the send has a malformed body: {exc}") from None
     return out
 
 
@@ -678,7 +693,20 @@ def _decode_checked(raw: bytes, h: tuple[int, ...]) -> MessageRecord:
         raw[e_tag:e_group].decode("utf-8"), raw[e_group:e_bhost].decode("utf-8"),
         raw[e_bhost:e_shost].decode("utf-8"),
     )  # fmt: skip
-    p = e_shost
+    keys, props, sysprops, p = _tail_fields(raw, e_shost, n_keys, n_props, n_sys)
+    if p + body_size != total:
+        raise ValueError(f"body of {body_size} bytes does not end the record (ends at {p + body_size}, size {total})")
+    # Positional (see RECORD_FIELDS): keywords cost a microsecond more per message read.
+    return MessageRecord(
+        texts[0], qid, raw[p:], texts[1], texts[2] or None, keys, texts[3] or None, props, sysprops, mtype,
+        flags, born, texts[4], texts[5], deliver, attempt, qoff, phys, stored, total,
+    )  # fmt: skip
+
+
+def _tail_fields(
+    raw: bytes, p: int, n_keys: int, n_props: int, n_sys: int
+) -> tuple[tuple[str, ...], dict[str, str], dict[str, str], int]:
+    """The keys, user and system properties from `p`, and where they end (at the body)."""
     keys: list[str] = []
     for _ in range(n_keys):
         (n,) = _U16.unpack_from(raw, p)
@@ -686,13 +714,7 @@ def _decode_checked(raw: bytes, h: tuple[int, ...]) -> MessageRecord:
         p += 2 + n
     props, p = _read_map(raw, p, n_props) if n_props else ({}, p)
     sysprops, p = _read_map(raw, p, n_sys) if n_sys else ({}, p)
-    if p + body_size != total:
-        raise ValueError(f"body of {body_size} bytes does not end the record (ends at {p + body_size}, size {total})")
-    # Positional (see RECORD_FIELDS): keywords cost a microsecond more per message read.
-    return MessageRecord(
-        texts[0], qid, raw[p:], texts[1], texts[2] or None, tuple(keys), texts[3] or None, props, sysprops, mtype,
-        flags, born, texts[4], texts[5], deliver, attempt, qoff, phys, stored, total,
-    )  # fmt: skip
+    return tuple(keys), props, sysprops, p
 
 
 def _read_map(raw: bytes, p: int, count: int) -> tuple[dict[str, str], int]:

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -32,6 +32,7 @@ from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.service import BrokerServicer
+from common import record
 from common.codes import Code
 from common.errors import ConsumerGroupNotFound, RequestTimeout, SluiceError, TopicNotFound
 from common.logs import RequestContextFilter, bind_request, current_request
@@ -114,11 +115,12 @@ class _SeesRequest(LocalBroker):
         self.contexts: dict[str, CallContext] = {}  # first message id or handle -> the call's context
 
     async def send(
-        self, topic: str, queue_id: int, messages: list[bytes], *, ctx: CallContext = NO_CONTEXT
+        self, topic: str, queue_id: int, records: Sequence[bytes], *, ctx: CallContext = NO_CONTEXT
     ) -> list[SendResult]:
-        self.seen[messages[0].message_id] = current_request()
-        self.contexts[messages[0].message_id] = ctx
-        return await super().send(topic, queue_id, messages, ctx=ctx)
+        first = record.decode(records[0]).message_id
+        self.seen[first] = current_request()
+        self.contexts[first] = ctx
+        return await super().send(topic, queue_id, records, ctx=ctx)
 
     async def ack(
         self, group: str, topic: str, receipt_handles: list[str], *, ctx: CallContext = NO_CONTEXT
