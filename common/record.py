@@ -173,15 +173,13 @@ def _too_big(size: int, limit: int) -> BadRequest:
 
 
 def _pairs(out: list[bytes], mapping: Mapping[str, str], what: str) -> None:
-    for k, v in mapping.items():
+    pack16, pack32 = _U16.pack, _U32.pack
+    for k in mapping:  # iterating keys and indexing: a protobuf map's `items()` is a slow Python view
         kb = k.encode("utf-8")
-        vb = v.encode("utf-8")
+        vb = mapping[k].encode("utf-8")
         if len(kb) > MAX_U16:
             raise _too_long(f"{what} key", len(kb))
-        out.append(_U16.pack(len(kb)))
-        out.append(kb)
-        out.append(_U32.pack(len(vb)))
-        out.append(vb)
+        out += (pack16(len(kb)), kb, pack32(len(vb)), vb)
 
 
 def _tail(keys: Sequence[str], props: Mapping[str, str], sysprops: Mapping[str, str]) -> bytes:
