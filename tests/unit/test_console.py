@@ -21,6 +21,7 @@ from admin import dlq
 from admin.cluster import Cluster
 from admin.parse import parse_time_ms
 from broker.client.api import StoredMessage
+from common import record
 from common.config import ConfigError
 from common.errors import MessageNotFound, TopicNotFound
 from common.model import MessageType
@@ -219,10 +220,10 @@ def _stored(message_type: MessageType, group: str | None = None) -> StoredMessag
 
 
 def test_a_resent_dead_letter_is_a_new_message_naming_the_original() -> None:
-    fifo = dlq._copy_of(_stored(MessageType.FIFO, "m1"))
+    fifo = record.decode(dlq._copy_of(_stored(MessageType.FIFO, "m1"), "01NEW"))
     assert (fifo.message_type, fifo.message_group, fifo.tag, fifo.keys) == (MessageType.FIFO, "m1", "t", ("k",))
-    assert fifo.properties == {"p": "1", dlq.RESENT_FROM_PROPERTY: "01OLD"} and fifo.message_id != "01OLD"
-    delayed = dlq._copy_of(_stored(MessageType.DELAY))
+    assert fifo.properties == {"p": "1", dlq.RESENT_FROM_PROPERTY: "01OLD"} and fifo.message_id == "01NEW"
+    delayed = record.decode(dlq._copy_of(_stored(MessageType.DELAY), "01NEW2"))
     assert (delayed.message_type, delayed.delivery_timestamp_ms) == (MessageType.NORMAL, 0)
     letters = [dlq.DeadLetter("broker-a", _stored(MessageType.NORMAL))]
     with pytest.raises(MessageNotFound, match="01NOPE; nothing was resent"):
