@@ -31,3 +31,6 @@ updated_at  # cluster/state.py: written to the state file for operators
 ProxyTimeout  # common.errors: the class of the wire code PROXY_TIMEOUT (error_for_code rebuilds it)
 
 _.deleted_segments, dispatch_max_lag_ms  # broker/store: set, never read
+
+_.connection_made, _.connection_lost, _.data_received  # asyncio.Protocol (bench/http2.py)
+_.max_allowed_table_size, _.header_table_size  # hpack.Decoder settings (bench/http2.py)

@@ -1,4 +1,4 @@
-"""A minimal RocketMQ 5 gRPC client on grpc.aio for the load generator.
+"""A minimal RocketMQ 5 gRPC client for the load generator, over bench/http2.py or grpc.aio.
 
 It sends what the official clients send (their request headers; QueryRoute, SendMessage,
 ReceiveMessage and AckMessage requests) and nothing more: no telemetry stream, no heartbeats (the
@@ -27,13 +27,20 @@ from collections.abc import Sequence
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
+from bench.errors import CallError
+from bench.http2 import Http2Connection, connect, literal, request_headers
 from common.codes import Code
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.core.auth import sign
 
+Metadata = tuple[tuple[str, str], ...]
+
 SERVICE = "/apache.rocketmq.v2.MessagingService"
 SEND_PATH = f"{SERVICE}/SendMessage"
+ROUTE_PATH = f"{SERVICE}/QueryRoute"
+RECEIVE_PATH = f"{SERVICE}/ReceiveMessage"
+ACK_PATH = f"{SERVICE}/AckMessage"
 CLIENT_LANGUAGE = "PYTHON"
 CLIENT_PROTOCOL = "GRPC_V2"
 CLIENT_VERSION = "sluice-bench/0.1"
@@ -45,14 +52,14 @@ CHANNEL_OPTIONS = [
     ("grpc.use_local_subchannel_pool", 1),
 ]
 _OK = int(Code.OK)
+# A ReceiveMessageResponse frame holding a message is the tag of `message = 2` (length-delimited)
+# and the Message's length and bytes; with the tag of SendMessageRequest's `repeated Message
+# messages = 1` instead, the frames of one receive concatenate into one SendMessageRequest that
+# protobuf parses in one call (instead of one parse and one wrapper per frame).
+_MESSAGE_TAG = b"\x12"
+_MESSAGES_TAG = b"\x0a"
 _NOT_FOUND = int(Code.MESSAGE_NOT_FOUND)
 _instances = itertools.count()
-
-
-class CallError(Exception):
-    def __init__(self, code: str, message: str = "") -> None:
-        super().__init__(f"{code}: {message}" if message else code)
-        self.code = code
 
 
 def code_name(code: int) -> str:
@@ -94,16 +101,114 @@ def signed_headers(access_key: str, secret: str, second: int) -> tuple[tuple[str
     return (("x-mq-date-time", date_time), ("authorization", authorization))
 
 
+class GrpcAioTransport:
+    """Calls on a grpc.aio channel (`--generator grpc`): bytes in, bytes out."""
+
+    name = "grpc.aio"
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self._channel = grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+        self._unary: dict[str, grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]] = {}
+        self._stream: dict[str, grpc.aio.UnaryStreamMultiCallable[bytes, bytes]] = {}
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._channel.channel_ready()
+        except TimeoutError:
+            raise CallError(
+                "grpc.UNAVAILABLE", f"{self.endpoint} did not accept a connection in {timeout_s} s"
+            ) from None
+
+    async def unary(self, path: str, request: bytes, metadata: Metadata, timeout_s: float) -> bytes:
+        call = self._unary.get(path)
+        if call is None:
+            call = self._unary[path] = self._channel.unary_unary(path)
+        try:
+            return await call(request, metadata=metadata, timeout=timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            raise CallError(f"grpc.{exc.code().name}", exc.details() or "") from None
+
+    async def server_stream(self, path: str, request: bytes, metadata: Metadata, timeout_s: float) -> list[bytes]:
+        call = self._stream.get(path)
+        if call is None:
+            call = self._stream[path] = self._channel.unary_stream(path)
+        try:
+            return [frame async for frame in call(request, metadata=metadata, timeout=timeout_s)]
+        except grpc.aio.AioRpcError as exc:
+            raise CallError(f"grpc.{exc.code().name}", exc.details() or "") from None
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+
+class Http2Transport:
+    """Calls on the bench's own HTTP/2 connection (`--generator http2`, bench/http2.py)."""
+
+    name = "http2"
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self._conn: Http2Connection | None = None
+        self._connecting = asyncio.Lock()
+        self._blocks: dict[tuple[str, float], bytes] = {}  # header blocks without the per-call headers
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        await self._connection(timeout_s)
+
+    async def _connection(self, timeout_s: float) -> Http2Connection:
+        """The open connection; a new one when there is none or the last was lost (a server that
+        restarted, a GOAWAY), as grpc.aio's channel reconnects. One task connects, the others wait."""
+        async with self._connecting:
+            if self._conn is None or self._conn.closed is not None:
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = await connect(self.endpoint, timeout_s)
+            return self._conn
+
+    def _block(self, path: str, metadata: Metadata, timeout_s: float) -> bytes:
+        # Every header but the last (the request id) and the signature is the same on each call.
+        fixed = [h for h in metadata if h[0] not in PER_CALL_HEADERS]
+        key = (path, timeout_s)
+        block = self._blocks.get(key)
+        if block is None:
+            block = self._blocks[key] = request_headers(self.endpoint, path, timeout_s, fixed)
+        return block + b"".join(literal(n, v) for n, v in metadata if n in PER_CALL_HEADERS)
+
+    async def unary(self, path: str, request: bytes, metadata: Metadata, timeout_s: float) -> bytes:
+        messages = await self.server_stream(path, request, metadata, timeout_s)
+        if len(messages) != 1:
+            raise CallError("grpc.INTERNAL", f"a unary call answered {len(messages)} messages")
+        return messages[0]
+
+    async def server_stream(self, path: str, request: bytes, metadata: Metadata, timeout_s: float) -> list[bytes]:
+        conn = self._conn
+        if conn is None or conn.closed is not None:
+            conn = await self._connection(timeout_s)
+        messages, _ = await conn.call(self._block(path, metadata, timeout_s), request, timeout_s)
+        return messages
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+
+TRANSPORTS = ("http2", "grpc")
+PER_CALL_HEADERS = frozenset({"x-mq-request-id", "x-mq-date-time", "authorization"})
+
+
 class BenchClient:
-    """One channel (one HTTP/2 connection) to one endpoint; safe to share between tasks of one loop.
+    """One connection to one endpoint; safe to share between tasks of one loop.
 
     `send_path` lets the same client drive the echo server (same request and response types at
-    another method path).
+    another method path). `transport` is who makes the calls: `http2` (bench/http2.py, the least
+    CPU per call) or `grpc` (grpc.aio).
     """
 
     def __init__(
         self, endpoint: str, *, namespace: str = "", timeout_s: float = 5.0, send_path: str = SEND_PATH,
-        credentials: tuple[str, str] | None = None,
+        credentials: tuple[str, str] | None = None, transport: str = "http2",
     ) -> None:  # fmt: skip
         self.endpoint = endpoint
         self.namespace = namespace
@@ -113,28 +218,21 @@ class BenchClient:
         self._signed_second = -1  # the second `_signed` was made for
         self._signed: tuple[tuple[str, str], ...] = ()
         self.calls = 0  # SendMessage, ReceiveMessage and AckMessage calls made, warm-up included
-        self._channel = grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+        self._send_path = send_path
+        self._transport: GrpcAioTransport | Http2Transport = (
+            Http2Transport(endpoint) if transport == "http2" else GrpcAioTransport(endpoint)
+        )
         headers = [("x-mq-client-id", self.client_id), ("x-mq-language", CLIENT_LANGUAGE),
                    ("x-mq-protocol", CLIENT_PROTOCOL), ("x-mq-client-version", CLIENT_VERSION)]  # fmt: skip
         if namespace:
             headers.append(("x-mq-namespace", namespace))
         self._headers = tuple(headers)
-        ch = self._channel
-        self._route = ch.unary_unary(
-            f"{SERVICE}/QueryRoute",
-            request_serializer=spb.QueryRouteRequest.SerializeToString,
-            response_deserializer=spb.QueryRouteResponse.FromString,
-        )
-        # Requests arrive pre-serialised (bench.payload): no request serialiser.
-        self._send = ch.unary_unary(send_path, request_serializer=None,
-                                    response_deserializer=spb.SendMessageResponse.FromString)  # fmt: skip
-        self._receive = ch.unary_stream(f"{SERVICE}/ReceiveMessage",
-                                        request_serializer=spb.ReceiveMessageRequest.SerializeToString,
-                                        response_deserializer=spb.ReceiveMessageResponse.FromString)  # fmt: skip
-        self._ack = ch.unary_unary(f"{SERVICE}/AckMessage", request_serializer=spb.AckMessageRequest.SerializeToString,
-                                   response_deserializer=spb.AckMessageResponse.FromString)  # fmt: skip
 
-    def _metadata(self) -> tuple[tuple[str, str], ...]:
+    @property
+    def transport(self) -> str:
+        return self._transport.name
+
+    def _metadata(self) -> Metadata:
         if self._credentials is None:
             return (*self._headers, ("x-mq-request-id", str(uuid.uuid4())))
         second = int(time.time())
@@ -146,35 +244,25 @@ class BenchClient:
         return pb.Resource(name=name, resource_namespace=self.namespace)
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._transport.close()
 
     async def wait_ready(self, timeout_s: float) -> None:
-        try:
-            async with asyncio.timeout(timeout_s):
-                await self._channel.channel_ready()
-        except TimeoutError:
-            raise CallError(
-                "grpc.UNAVAILABLE", f"{self.endpoint} did not accept a connection in {timeout_s} s"
-            ) from None
+        await self._transport.wait_ready(timeout_s)
 
     async def query_route(self, topic: str) -> list[pb.MessageQueue]:
         host, _, port = self.endpoint.rpartition(":")
         endpoints = pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=int(port))])
         req = spb.QueryRouteRequest(topic=self.resource(topic), endpoints=endpoints)
-        try:
-            resp = await self._route(req, metadata=self._metadata(), timeout=self.timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            raise CallError(f"grpc.{exc.code().name}", exc.details() or "") from None
+        raw = await self._transport.unary(ROUTE_PATH, req.SerializeToString(), self._metadata(), self.timeout_s)
+        resp = spb.QueryRouteResponse.FromString(raw)
         _check(resp.status)
         return list(resp.message_queues)
 
     async def send(self, request: bytes) -> list[str]:
         """Send pre-serialised SendMessageRequest bytes; returns the codes of the entries that failed."""
         self.calls += 1
-        try:
-            resp = await self._send(request, metadata=self._metadata(), timeout=self.timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            raise CallError(f"grpc.{exc.code().name}", exc.details() or "") from None
+        raw = await self._transport.unary(self._send_path, request, self._metadata(), self.timeout_s)
+        resp = spb.SendMessageResponse.FromString(raw)
         if resp.status.code == _OK:
             return []
         if not resp.entries:
@@ -185,45 +273,49 @@ class BenchClient:
         self, group: str, queue: pb.MessageQueue, *, batch: int, invisible_s: float, long_poll_s: float
     ) -> list[pb.Message]:
         """One ReceiveMessage: the messages (empty on MESSAGE_NOT_FOUND), after the stream ended."""
-        req = spb.ReceiveMessageRequest(
-            group=self.resource(group), message_queue=queue, batch_size=batch,
-            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-            invisible_duration=_duration(invisible_s), long_polling_timeout=_duration(long_poll_s),
-        )  # fmt: skip
+        req = receive_request(self, group, queue, batch=batch, invisible_s=invisible_s, long_poll_s=long_poll_s)
         messages: list[pb.Message] = []
         status: pb.Status | None = None
         self.calls += 1
-        try:
-            call = self._receive(req, metadata=self._metadata(), timeout=self.timeout_s + long_poll_s)
-            async for frame in call:
-                which = frame.WhichOneof("content")
-                if which == "message":
-                    messages.append(frame.message)
-                elif which == "status":
-                    status = frame.status
-        except grpc.aio.AioRpcError as exc:
-            raise CallError(f"grpc.{exc.code().name}", exc.details() or "") from None
+        frames = await self._transport.server_stream(RECEIVE_PATH, req.SerializeToString(), self._metadata(),
+                                                     self.timeout_s + long_poll_s)  # fmt: skip
+        wrapped: list[bytes] = []
+        for raw in frames:
+            if raw[:1] == _MESSAGE_TAG:  # content = message: parsed below, all at once
+                wrapped += (_MESSAGES_TAG, raw[1:])
+                continue
+            frame = spb.ReceiveMessageResponse.FromString(raw)
+            if frame.WhichOneof("content") == "status":
+                status = frame.status
+        if wrapped:
+            messages = list(spb.SendMessageRequest.FromString(b"".join(wrapped)).messages)
         if status is not None and status.code not in (_OK, _NOT_FOUND):
             _check(status)
         return messages
 
     async def ack(self, group: str, topic: str, messages: Sequence[pb.Message]) -> list[str]:
         """Ack every message in one AckMessage; returns the codes of the entries that failed."""
-        req = spb.AckMessageRequest(group=self.resource(group), topic=self.resource(topic))
-        for m in messages:
-            entry = req.entries.add()
-            entry.message_id = m.system_properties.message_id
-            entry.receipt_handle = m.system_properties.receipt_handle
+        entries = [spb.AckMessageEntry(message_id=sp.message_id, receipt_handle=sp.receipt_handle)
+                   for sp in (m.system_properties for m in messages)]  # fmt: skip
+        req = spb.AckMessageRequest(group=self.resource(group), topic=self.resource(topic), entries=entries)
         self.calls += 1
-        try:
-            resp = await self._ack(req, metadata=self._metadata(), timeout=self.timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            raise CallError(f"grpc.{exc.code().name}", exc.details() or "") from None
+        raw = await self._transport.unary(ACK_PATH, req.SerializeToString(), self._metadata(), self.timeout_s)
+        resp = spb.AckMessageResponse.FromString(raw)
         if resp.status.code == _OK:
             return []
         if not resp.entries:
             _check(resp.status)
         return [code_name(e.status.code) for e in resp.entries if e.status.code != _OK]
+
+
+def receive_request(
+    client: BenchClient, group: str, queue: pb.MessageQueue, *, batch: int, invisible_s: float, long_poll_s: float
+) -> spb.ReceiveMessageRequest:
+    return spb.ReceiveMessageRequest(
+        group=client.resource(group), message_queue=queue, batch_size=batch,
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        invisible_duration=_duration(invisible_s), long_polling_timeout=_duration(long_poll_s),
+    )  # fmt: skip
 
 
 def _check(status: pb.Status) -> None:

@@ -36,6 +36,8 @@ def render_table(result: dict[str, Any]) -> str:
     rows = [_row(name, m) for name, m in result["meters"].items()]
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS)]
     lines = [title, "", _line(COLUMNS, widths), *(_line(r, widths) for r in rows)]
+    if result.get("generator"):
+        lines.append(f"generator: {result['generator']}")
     cpu = result.get("cpu")
     if cpu:
         watched = ""

@@ -19,7 +19,7 @@ from collections.abc import Coroutine
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bench.client import SEND_PATH, BenchClient
+from bench.client import SEND_PATH, TRANSPORTS, BenchClient
 from bench.cpu import CpuSample, cpu_between
 from bench.echo import ECHO_SEND_PATH
 from bench.payload import SendPayload, new_run_id
@@ -61,6 +61,7 @@ class BenchOptions:
     watch_pids: tuple[int, ...] = ()  # local server processes whose CPU time to report
     access_key: str = ""  # with secret: sign every request (auth on)
     secret: str = field(default="", repr=False)
+    generator: str = "http2"  # who makes the calls: bench/http2.py, or grpc.aio ("grpc")
 
     def validate(self) -> None:
         checks = [
@@ -78,6 +79,7 @@ class BenchOptions:
             (self.long_poll_s >= 0 and self.invisible_s > 0, "--long-poll must be >= 0 and --invisible > 0"),
             (self.timeout_s > 0, "--timeout must be positive"),
             (1 <= self.channels <= CHANNELS_MAX, f"--channels must be 1..{CHANNELS_MAX}"),
+            (self.generator in TRANSPORTS, f"--generator must be one of {', '.join(TRANSPORTS)}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -90,13 +92,14 @@ async def run_bench(opts: BenchOptions, stop: asyncio.Event) -> dict[str, Any]:
     send_path = ECHO_SEND_PATH if opts.mode == "echo" else SEND_PATH
     credentials = (opts.access_key, opts.secret) if opts.access_key else None
     clients = [BenchClient(ep, namespace=opts.namespace, timeout_s=opts.timeout_s, send_path=send_path,
-                           credentials=credentials)
+                           credentials=credentials, transport=opts.generator)
                for ep in opts.endpoints for _ in range(opts.channels)]  # fmt: skip
     try:
         await asyncio.gather(*(c.wait_ready(opts.timeout_s) for c in clients))
         queues = [] if opts.mode == "echo" else await clients[0].query_route(opts.topic)
         result = await _measure(opts, clients, queues, stop)
         result["calls_per_endpoint"] = calls_per_endpoint(clients)
+        result["generator"] = clients[0].transport
         return result
     finally:
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)

@@ -7,9 +7,8 @@ broker it knows, replacing its previous report, which is forgotten once its time
 
 from __future__ import annotations
 
-import time
-
 from broker.client.api import ConnectedClient
+from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import BadRequest
 
 MAX_REPORTING_PROXIES = 1_000
@@ -18,7 +17,9 @@ MAX_TTL_MS = 3_600_000
 
 
 class ClientTable:
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        """`clock`: a report's time to live is measured on it (common/clock.py)."""
+        self._clock = clock
         self._reports: dict[str, tuple[float, list[ConnectedClient]]] = {}  # proxy -> (expires, clients)
 
     def report(self, proxy: str, clients: list[ConnectedClient], ttl_ms: int) -> None:
@@ -28,14 +29,14 @@ class ClientTable:
             raise BadRequest(f"a client report's ttl must be between 1 and {MAX_TTL_MS} ms, got {ttl_ms}")
         if len(clients) > MAX_CLIENTS_PER_REPORT:
             raise BadRequest(f"{len(clients)} clients in one report; at most {MAX_CLIENTS_PER_REPORT}")
-        now = time.monotonic()
+        now = self._clock.monotonic()
         self._expire(now)
         if proxy not in self._reports and len(self._reports) >= MAX_REPORTING_PROXIES:
             raise BadRequest(f"more than {MAX_REPORTING_PROXIES} proxies report clients to this broker")
         self._reports[proxy] = (now + ttl_ms / 1000, list(clients))
 
     def clients(self) -> list[ConnectedClient]:
-        self._expire(time.monotonic())
+        self._expire(self._clock.monotonic())
         return [c for _, clients in self._reports.values() for c in clients]
 
     def _expire(self, now: float) -> None:

@@ -13,12 +13,12 @@ one copy. Sends without the flag never come here and cost nothing more.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 
 from broker.client.api import SendResult
 from broker.store.store import MessageStore
+from common.clock import SYSTEM_CLOCK, Clock
 from common.config import ConfigError
 from common.errors import IllegalMessageId
 from common.record import FLAG_DEDUP, MessageRecord
@@ -30,7 +30,7 @@ Key = tuple[str, str]  # (topic, message id)
 
 class Deduplicator:
     def __init__(
-        self, store: MessageStore, window_s: float, *, clock: Callable[[], float] = time.time,
+        self, store: MessageStore, window_s: float, *, clock: Clock = SYSTEM_CLOCK,
         recent_max: int = RECENT_MAX,
     ) -> None:  # fmt: skip
         if window_s < 0:
@@ -57,7 +57,7 @@ class Deduplicator:
         flagged = {key for m, key in zip(messages, keys, strict=True) if m.flags & FLAG_DEDUP}
         while waiting := [self._inflight[k] for k in flagged if k in self._inflight]:
             await asyncio.gather(*waiting, return_exceptions=True)
-        now_ms = int(self._clock() * 1000)
+        now_ms = self._clock.now_ms()
         results: list[SendResult | None] = [None] * len(messages)
         fresh: list[int] = []  # positions of the messages stored now
         first: dict[Key, int] = {}  # a flagged id stored now -> its position

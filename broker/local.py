@@ -174,7 +174,7 @@ class LocalBroker:
         self._security: SecurityStore | None = None
         self._amqp_meta: AmqpMetaStore | None = None
         self._started_ms = 0
-        self.clients = ClientTable()
+        self.clients = ClientTable(clock)
 
     @property
     def name(self) -> str:
@@ -193,11 +193,10 @@ class LocalBroker:
         tiering: BrokerTiering | None = None
         if cfg.tiering.enabled:
             try:
-                lock = self._retention_lock
-                term = self._term_valid
+                lock, term, clock = self._retention_lock, self._term_valid, self._clock
                 tiering = await loop.run_in_executor(None, lambda: BrokerTiering(
                     store, cfg.tiering, cluster=cfg.cluster, broker=cfg.name, retention_lock=lock,
-                    new_epoch=term is not None, may_overwrite=term or (lambda: True)))  # fmt: skip
+                    new_epoch=term is not None, may_overwrite=term or (lambda: True), clock=clock))  # fmt: skip
             except BaseException:
                 self._store = None
                 await loop.run_in_executor(None, store.close)
@@ -207,7 +206,7 @@ class LocalBroker:
         self.hub = LongPollHub(loop)
         store.add_dispatch_listener(lambda touched: self.hub.notify_threadsafe(map(topic_key, touched)))
         trace = TraceRecorder(cfg.name, cfg.trace, store.index.cf(CF_TRACE), store.index.handle(CF_TRACE),
-                              store.index.batch, store.index.write)  # fmt: skip
+                              store.index.batch, store.index.write, self._clock)  # fmt: skip
         engine = PopEngine(
             broker_name=cfg.name, store=store, metadata=metadata, state=pop_state, hub=self.hub,
             config=cfg.pop, dead_letter=self._dead_letter, trace=trace, cold=tiering, clock=self._clock,
@@ -233,7 +232,7 @@ class LocalBroker:
 
         store.add_dispatch_listener(dispatched)
         producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)
-        self._dedup = Deduplicator(store, cfg.dedup_window_s)
+        self._dedup = Deduplicator(store, cfg.dedup_window_s, clock=self._clock)
         reader = Reader(store, self.hub, tiering, trace, cfg.pop)
         self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers, producer, reader,
                              lite)  # fmt: skip
@@ -370,7 +369,7 @@ class LocalBroker:
 
     def _run_retention(self) -> int:
         with self._retention_lock:
-            return self.store.run_retention()
+            return self.store.run_retention(self._clock.now_ms() / 1000)
 
     @property
     def tiering(self) -> BrokerTiering | None:

@@ -308,10 +308,13 @@ class PopState:
         live deadlines: the first live key a scan meets becomes the floor, and `PopBatch.put`
         lowers it for every new deadline.
         """
+        floor = self.due_floor.get(group, 0)
+        if floor > now_ms:
+            return  # every live deadline of the group is later (a pop's common case: no iterator, no seek)
         prefix = _name(group)
         within = _within(prefix)
         it = self._due.iter(within)
-        it.seek(prefix + _U64.pack(self.due_floor.get(group, 0)))
+        it.seek(prefix + _U64.pack(floor))
         n = 0
         while it.valid() and n < limit:
             key = it.key()

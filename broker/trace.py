@@ -34,6 +34,7 @@ from broker import tracekeys as K
 from broker.client.api import TraceEvent, TraceKind
 from broker.config import TraceConfig
 from common import metrics
+from common.clock import SYSTEM_CLOCK, Clock
 from common.logs import kv
 
 log = logging.getLogger("sluice.broker.trace")
@@ -57,16 +58,15 @@ _Pending = tuple[TraceKind, int, str, int, int, "dict[str, Any]"]
 _Run = tuple[TraceKind, int, str, str, "list[tuple[Any, ...]]"]
 
 
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class TraceRecorder:
     def __init__(
         self, broker: str, config: TraceConfig, cf: rocksdict.Rdict, handle: rocksdict.ColumnFamily,
         new_batch: Callable[[], rocksdict.WriteBatch], write: Callable[[rocksdict.WriteBatch], None],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:  # fmt: skip
+        """`clock`: event times and the age of buckets are read on it (common/clock.py)."""
         self.broker = broker
+        self._clock = clock
         self._cfg = config
         self._cf = cf
         self._handle = handle
@@ -91,7 +91,7 @@ class TraceRecorder:
     def sent(self, topic: str, queue_id: int, start: int, end: int, client_id: str, born_host: str) -> None:
         """One append stored offsets [start, end) of a queue for a producer."""
         if self.enabled and end > start:
-            self._add((TraceKind.SENT, now_ms(), topic, queue_id, end,
+            self._add((TraceKind.SENT, self._clock.now_ms(), topic, queue_id, end,
                        {"start": start, "end": end, "client": client_id, "host": born_host}))  # fmt: skip
 
     def sent_append(self, topic: str, start: int, end: int, client_id: str, born_host: str) -> None:
@@ -100,7 +100,7 @@ class TraceRecorder:
         queues."""
         if self.enabled and end > start:
             fields = {"start_position": start, "end_position": end, "client": client_id, "host": born_host}
-            self._add((TraceKind.SENT, now_ms(), topic, _APPEND, end, fields))
+            self._add((TraceKind.SENT, self._clock.now_ms(), topic, _APPEND, end, fields))
 
     def delivered(self, topic: str, queue_id: int, offset: int, group: str, attempt: int) -> None:
         self.delivered_many(topic, group, [(queue_id, offset, attempt)])
@@ -111,12 +111,12 @@ class TraceRecorder:
     def delivered_many(self, topic: str, group: str, deliveries: list[tuple[int, ...]]) -> None:
         """`delivered` for every (queue, offset, attempt) of one pop, kept as one pending item."""
         if self.enabled and deliveries:
-            self._add_run((TraceKind.DELIVERED, now_ms(), topic, group, deliveries))
+            self._add_run((TraceKind.DELIVERED, self._clock.now_ms(), topic, group, deliveries))
 
     def acked_many(self, topic: str, group: str, positions: list[tuple[int, ...]]) -> None:
         """`acked` for every (queue, offset) of one ack request, kept as one pending item."""
         if self.enabled and positions:
-            self._add_run((TraceKind.ACKED, now_ms(), topic, group, positions))
+            self._add_run((TraceKind.ACKED, self._clock.now_ms(), topic, group, positions))
 
     def _add_run(self, run: _Run) -> None:
         n = len(run[4])
@@ -133,7 +133,7 @@ class TraceRecorder:
 
     def invisible(self, topic: str, queue_id: int, offset: int, group: str, attempt: int, invisible_ms: int) -> None:
         if self.enabled:
-            self._add((TraceKind.INVISIBLE, now_ms(), topic, queue_id, offset,
+            self._add((TraceKind.INVISIBLE, self._clock.now_ms(), topic, queue_id, offset,
                        {"group": group, "attempt": attempt, "invisible_ms": invisible_ms}))  # fmt: skip
 
     def dead_lettered(
@@ -141,14 +141,14 @@ class TraceRecorder:
         dlq_offset: int,
     ) -> None:  # fmt: skip
         if self.enabled:
-            self._add((TraceKind.DEAD_LETTERED, now_ms(), topic, queue_id, offset,
+            self._add((TraceKind.DEAD_LETTERED, self._clock.now_ms(), topic, queue_id, offset,
                        {"id": message_id, "group": group, "attempt": attempts, "dlq_topic": dlq,
                         "dlq_offset": dlq_offset}))  # fmt: skip
 
     def tiered(self, topic: str, queue_id: int, start: int, end: int, object_key: str) -> None:
         """Offsets [start, end) of a queue were uploaded to the tier as `object_key` (tiering calls this)."""
         if self.enabled and end > start:
-            self._add((TraceKind.TIERED, now_ms(), topic, queue_id, end,
+            self._add((TraceKind.TIERED, self._clock.now_ms(), topic, queue_id, end,
                        {"start": start, "end": end, "object": object_key}))  # fmt: skip
 
     @property
@@ -223,7 +223,7 @@ class TraceRecorder:
 
     def expire(self, now: int | None = None) -> None:
         """Delete every bucket older than max_age_s."""
-        cutoff = ((now_ms() if now is None else now) - int(self._cfg.max_age_s * 1000)) // self._bucket_ms
+        cutoff = ((self._clock.now_ms() if now is None else now) - int(self._cfg.max_age_s * 1000)) // self._bucket_ms
         if cutoff <= 0:
             return
         batch = self._new_batch()
@@ -252,7 +252,7 @@ class TraceRecorder:
     # -- lookup (executor) ------------------------------------------------------------------------
 
     def _buckets(self) -> range:
-        now = now_ms()
+        now = self._clock.now_ms()
         first = max(0, (now - int(self._cfg.max_age_s * 1000)) // self._bucket_ms)
         return range(first, now // self._bucket_ms + 2)  # +2: clocks of other writers a little ahead
 

@@ -3,7 +3,8 @@ from asyncio (docs/shards.md).
 
 Shard `i` is broker `shard-<i>` with its own proxy, data directory `<data dir>/shard-<i>`, client
 port and internal port (shard 0: `--port` and `--broker-port`; the others: free ports this parent
-picks once, kept across restarts); all register with the parent's NameServer.
+picks once, kept across restarts); all register with the parent's NameServer. Shard 0 alone serves
+AMQP: it is the AMQP metadata home broker, which holds every AMQP queue.
 The supervision is the proxy workers' (processes/workerpool.py): each shard is started with
 `posix_spawn`, given its resolved configuration as a TOML file, restarted when it exits (backoff,
 at most `MAX_RESTARTS` times) while the others keep serving, stopped with SIGTERM, and it dies with
@@ -124,6 +125,8 @@ class ShardPool(WorkerPool):
         for i, broker in enumerate(self.brokers):
             port = self.client_ports[i]
             proxy = replace(self.config, port=port, metrics_port=0, advertise=host_port(self._advertised_host(), port))
+            if i:  # AMQP is served by shard 0 alone: it holds every AMQP queue (docs/amqp.md, "Shards")
+                proxy = replace(proxy, amqp=replace(proxy.amqp, port=-1))
             text = dumps({"broker": _plain(to_dict(broker)), "proxy": _plain(to_dict(proxy))})
             (run_dir / f"{shard_name(i)}.toml").write_text(text)
 

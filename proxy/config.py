@@ -231,9 +231,6 @@ class AmqpConfig:
     handshake_timeout_s: float = 10.0
     # Deadline of the broker calls the gateway makes.
     call_timeout_s: float = 10.0
-    # Share the AMQP port with sibling processes (SO_REUSEPORT): set by `sluice up --shards` for its
-    # nodes, whose client ports differ but which serve AMQP on one port.
-    reuse_port: bool = False
 
     def __post_init__(self) -> None:
         if self.port < -1 or self.port > 65535:

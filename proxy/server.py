@@ -112,6 +112,6 @@ async def _start_amqp(app: ProxyApp) -> Gateway:
                       security=lambda: app.policy.doc, auth_required=cfg.auth.enabled, send=app.producer.send,
                       routes=directory.route, pop_anywhere=pops, authorize=app.access.authorize,
                       client_report_s=cfg.client_report_s)  # fmt: skip
-    await gateway.start(cfg.host, reuse_port=cfg.reuse_port or cfg.amqp.reuse_port)
+    await gateway.start(cfg.host, reuse_port=cfg.reuse_port)
     app.client_reporter.add_source(gateway.connected_clients)
     return gateway

@@ -18,7 +18,6 @@ import concurrent.futures
 import logging
 import operator
 import shutil
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -475,14 +474,15 @@ class MessageStore:
 
     # -- housekeeping ----------------------------------------------------------------------------
 
-    def run_retention(self, now_s: float | None = None) -> int:
-        """Apply retention once; returns the number of segments deleted."""
+    def run_retention(self, now_s: float) -> int:
+        """Apply retention once at `now_s` (epoch seconds: the owner's clock, common/clock.py); returns
+        the number of segments deleted."""
         keep_from = self.dispatcher.position
         for pin in self.retention_pins:
             position = pin()
             if position is not None:
                 keep_from = min(keep_from, position)
-        return self.retention.run(keep_from, time.time() if now_s is None else now_s)
+        return self.retention.run(keep_from, now_s)
 
     def stats(self) -> StoreStats:
         return StoreStats(

@@ -31,7 +31,6 @@ import json
 import secrets
 import struct
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,7 @@ from typing import Any
 from broker.tiering.format import RowGroupRef, manifest_json, manifest_key, segment_json, segment_key, topic_dir
 from broker.tiering.kv import CF_TIER, KV
 from broker.tiering.objectstore import ObjectStore
+from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import PreconditionFailed
 
 _EPOCH = b"e"
@@ -115,14 +115,16 @@ class _TopicView:
 class Manifest:
     def __init__(
         self, kv: KV, *, prefix: str, cluster: str, broker: str, new_epoch: bool = False,
-        may_overwrite: Callable[[], bool] = lambda: True,
+        may_overwrite: Callable[[], bool] = lambda: True, clock: Clock = SYSTEM_CLOCK,
     ) -> None:  # fmt: skip
         """`new_epoch`: start a new epoch even if the store has one (a replicated broker group's new
         primary: objects a deposed primary may still be uploading keep the old epoch in their keys,
         so they can never overwrite this term's objects of the same sequence). `may_overwrite()`:
         whether this broker may replace a manifest.json another broker wrote after its own last
-        one (a group member: only while its primary term is valid)."""
+        one (a group member: only while its primary term is valid). `clock`: the time a manifest.json
+        says it was written (common/clock.py)."""
         self.kv = kv
+        self._clock = clock
         self.cluster = cluster
         self.broker = broker
         self._prefix = prefix
@@ -263,7 +265,7 @@ class Manifest:
         with self._lock:
             view = self._view(topic)
             body = manifest_json(
-                self.cluster, self.broker, topic, self.epoch, int(time.time() * 1000), view.progress.ends,
+                self.cluster, self.broker, topic, self.epoch, self._clock.now_ms(), view.progress.ends,
                 [s.to_json(row_groups=False) for s in view.segments],
             )  # fmt: skip
             return view.version, body

@@ -25,7 +25,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-import time
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -39,6 +38,7 @@ from broker.tiering.fetch import fetch_footer, fetch_row_group, fetch_row_groups
 from broker.tiering.manifest import Manifest, SegmentEntry
 from broker.tiering.objectstore import ObjectStore
 from broker.tiering.segment import table_to_records
+from common.clock import SYSTEM_CLOCK, Clock
 from common.logs import kv
 from common.record import MessageRecord
 
@@ -53,7 +53,7 @@ _MAX_INFLIGHT_PER_READ_AHEAD = 4  # row groups prefetching at once, in units of 
 
 class ColdReader:
     def __init__(
-        self, manifest: Manifest, objects: ObjectStore, config: TieringConfig, *, clock: Callable[[], float] = time.time
+        self, manifest: Manifest, objects: ObjectStore, config: TieringConfig, *, clock: Clock = SYSTEM_CLOCK
     ) -> None:
         self.manifest = manifest
         self.objects = objects
@@ -287,7 +287,9 @@ class ColdReader:
 
     def expire(self, now_s: float | None = None) -> int:
         """Delete whole objects whose newest message is older than the topic's tiered retention."""
-        return expiry.expire(self.manifest, self.objects, self.config, self._clock() if now_s is None else now_s)
+        return expiry.expire(
+            self.manifest, self.objects, self.config, self._clock.now_ms() / 1000 if now_s is None else now_s
+        )
 
 
 def _span(entry: SegmentEntry, first: int, last: int) -> int:

@@ -39,6 +39,7 @@ from broker.tiering.objectstore import MeteredObjectStore, ObjectStore
 from broker.tiering.reader import ColdReader
 from broker.tiering.stores import open_object_store
 from broker.tiering.uploader import TopicStatus, Uploader
+from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import PreconditionFailed
 from common.logs import kv
 from common.record import MessageRecord
@@ -69,9 +70,11 @@ class BrokerTiering:
         objects: ObjectStore | None = None,
         new_epoch: bool = False,
         may_overwrite: Callable[[], bool] = lambda: True,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """Blocking (RocksDB reads, building the S3 client): construct it off the event loop.
-        `new_epoch`, `may_overwrite`: a primary term of a broker group (Manifest)."""
+        `new_epoch`, `may_overwrite`: a primary term of a broker group (Manifest). `clock`: the
+        ages of segments (upload, tiered retention) and the mirror's time are read on it."""
         self.store = store
         self.config = config
         self.objects = MeteredObjectStore(
@@ -79,10 +82,10 @@ class BrokerTiering:
         )
         self.manifest = Manifest(
             RocksKV(store.index), prefix=config.prefix, cluster=cluster, broker=broker, new_epoch=new_epoch,
-            may_overwrite=may_overwrite,
+            may_overwrite=may_overwrite, clock=clock,
         )  # fmt: skip
-        self.uploader = Uploader(store, self.manifest, self.objects, config)
-        self.reader = ColdReader(self.manifest, self.objects, config)
+        self.uploader = Uploader(store, self.manifest, self.objects, config, clock=clock)
+        self.reader = ColdReader(self.manifest, self.objects, config, clock=clock)
         self._retention_lock = retention_lock
         self._reads = concurrent.futures.ThreadPoolExecutor(
             max_workers=config.read_concurrency, thread_name_prefix="tier-read"

@@ -41,6 +41,7 @@ from broker.tiering.manifest import Manifest, SegmentEntry
 from broker.tiering.objectstore import ObjectStore
 from broker.tiering.segment import encode_segment
 from common import metrics
+from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import SluiceError, Unavailable
 from common.logs import kv
 
@@ -84,9 +85,9 @@ class Uploader:
         objects: ObjectStore,
         config: TieringConfig,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """`clock()` is "now" in seconds for `min_age_s` and `segment_max_age_s` (tests move it forward)."""
+        """`clock`: "now" for `min_age_s`, `segment_max_age_s` and upload times (common/clock.py)."""
         self.store = store
         self.manifest = manifest
         self.objects = objects
@@ -279,7 +280,7 @@ class Uploader:
         tid = self.store.index.topic_id(topic)
         if tid is None:
             return False
-        now_s = self._clock()
+        now_s = self._clock.now_ms() / 1000
         cutoff_ms = None if force else int((now_s - self.config.min_age_s) * 1000)
         picked, used = self._collect(topic, tid, cutoff_ms, limits)
         if not picked:
@@ -296,7 +297,7 @@ class Uploader:
         seq = self.manifest.progress(topic).next_seq
         key = self.manifest.object_key(topic, seq)
         info = self.objects.put(key, seg.data)
-        uploaded_ms = int(self._clock() * 1000)
+        uploaded_ms = self._clock.now_ms()
         entry = SegmentEntry(seq, key, info.size, info.sha256, seg.info.rows, seg.info.queues, seg.info.min_store_ms,
                              seg.info.max_store_ms, uploaded_ms, seg.row_groups)  # fmt: skip
         self.manifest.add_segment(topic, entry, {q: last + 1 for q, (_, last) in seg.info.queues.items()})
@@ -353,7 +354,7 @@ class Uploader:
                 oldest_ms = entry.store_timestamp_ms if oldest_ms is None else min(oldest_ms, entry.store_timestamp_ms)
         segs = self.manifest.segments(topic)
         st = self._state(topic)
-        lag_s = 0.0 if oldest_ms is None else max(0.0, self._clock() - oldest_ms / 1000)
+        lag_s = 0.0 if oldest_ms is None else max(0.0, self._clock.now_ms() / 1000 - oldest_ms / 1000)
         return TopicStatus(topic, local, tiered, lag_messages, lag_s, sum(s.size for s in segs), len(segs),
                            st.last_error, st.failures, st.last_upload_ms)  # fmt: skip
 

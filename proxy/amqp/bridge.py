@@ -32,7 +32,7 @@ from broker.client.api import (
     SendResult,
     StoredMessage,
 )
-from common.errors import NotFound, SluiceError
+from common.errors import NotFound, SluiceError, Unavailable
 from common.logs import kv
 from proxy import names
 from proxy.amqp import crossmap, overflow
@@ -41,7 +41,7 @@ from proxy.amqp.deadletter import DeadLetters, expires_at_ms
 from proxy.amqp.meta import ExchangeMeta, QueueMeta, bridge_group, namespace_of
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import PROP_EXCHANGE, Publish, QueueGone, QueueStore, to_outgoing
-from proxy.amqp.routing import decode_headers, route
+from proxy.amqp.routing import decode_headers, route_all
 from proxy.directory import BrokerRoute
 
 log = logging.getLogger("sluice.proxy.amqp")
@@ -233,10 +233,19 @@ class TopicBridge:
         if v is None or exchange not in v.exchanges:
             return
         per_queue: dict[int, tuple[QueueMeta, list[Publish]]] = {}
+        per_topic: dict[str, list[Publish]] = {}  # other mapped exchanges reached through exchange bindings
+        source = v.exchanges[exchange].topic
         for m in messages:
             p = crossmap.to_publish(m, exchange)
-            for q in route(v, exchange, p.routing_key, partial(decode_headers, p.properties)):
+            queues, topics = route_all(v, exchange, p.routing_key, partial(decode_headers, p.properties))
+            for q in queues:
                 per_queue.setdefault(q.id, (q, []))[1].append(p)
+            for topic in topics:
+                if topic != source:
+                    per_topic.setdefault(topic, []).append(p)
+        for topic, publishes in per_topic.items():
+            if not all(await self.publish(vhost, topic, publishes, self.host)):
+                raise Unavailable(f"carried messages were not stored in RocketMQ topic {topic}")
         now_ms = int(time.time() * 1000)
         for q, publishes in per_queue.values():
             accepted = await overflow.admit(self._store, q, publishes) if overflow.rejects(q) else publishes

@@ -59,7 +59,7 @@ from proxy.amqp.frames import (
 )
 from proxy.amqp.meta import TOPIC_ARG, BindingMeta, QueueMeta, arguments
 from proxy.amqp.queues import Delivery, Publish, QueueGone, to_outgoing
-from proxy.amqp.routing import decode_headers, route
+from proxy.amqp.routing import decode_headers, route_all
 
 if TYPE_CHECKING:
     from proxy.amqp.connection import Connection
@@ -70,6 +70,12 @@ _PUBLISH_BATCH = 256  # publishes one broker round of a channel takes at most
 ACK, REQUEUE, REJECT = "ack", "requeue", "reject"  # how an unacked delivery is settled
 _TOPIC_COPY = 0  # the "queue number" of a publish's copy in its exchange's topic, in `_store_batch`'s failures
 _GET_SCREENS = 100  # basic.get: pops of expired or over-limit messages before it answers get-empty
+# Acks gather this long before the settler sends them (unless this many wait already): an ack per
+# message arrives a few at a time, and one broker call per few acks cost more than the pop they
+# freed. The client does not wait for an ack's settlement (its credit comes back when the ack
+# arrives); a basic.get or queue count after it waits for it (`_settled`).
+_SETTLE_GATHER_S = 0.002
+_SETTLE_FULL = 64
 
 
 @dataclass
@@ -86,7 +92,7 @@ class _Routed:
     publish: Publish
     mandatory: bool
     queues: tuple[QueueMeta, ...] = ()  # set by the publisher, from the metadata as it is then
-    topic: str | None = None  # the RocketMQ topic the exchange maps to (set with `queues`)
+    topics: tuple[str, ...] = ()  # RocketMQ topics of the mapped exchanges it reaches (set with `queues`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,7 +508,7 @@ class Channel:
                 self.conn.release(sum(len(r.publish.body) for r in batch))
             acks: list[tuple[int, bool]] = []
             for r in batch:
-                if not r.queues and r.topic is None and r.mandatory:
+                if not r.queues and not r.topics and r.mandatory:
                     self._return(r.publish)
                 stored = (
                     not any((q.id, id(r.publish)) in failed for q in r.queues)
@@ -542,12 +548,9 @@ class Channel:
             log.debug("AMQP metadata not refreshed before routing", extra=kv(error=exc.message))
         vhost = self.gw.meta.doc.vhost(self.conn.vhost)
         for r in batch:
-            r.queues = tuple(
-                route(vhost, r.publish.exchange, r.publish.routing_key, partial(decode_headers, r.publish.properties))
-            )
-            if vhost.exchanges:
-                exchange = vhost.exchanges.get(r.publish.exchange)
-                r.topic = None if exchange is None else exchange.topic
+            p = r.publish
+            queues, topics = route_all(vhost, p.exchange, p.routing_key, partial(decode_headers, p.properties))
+            r.queues, r.topics = tuple(queues), tuple(topics)
 
     async def _store_batch(self, batch: list[_Routed]) -> set[tuple[int, int]]:
         """Store every routed publish, one send per queue; (queue number, id of the publish) of
@@ -557,8 +560,8 @@ class Channel:
         for r in batch:
             for q in r.queues:
                 per_queue.setdefault(q.id, (q, []))[1].append(r.publish)
-            if r.topic is not None:
-                per_topic.setdefault(r.topic, []).append(r.publish)
+            for topic in r.topics:
+                per_topic.setdefault(topic, []).append(r.publish)
         host = self.conn.peer
         now_ms = int(time.time() * 1000)
 
@@ -755,6 +758,8 @@ class Channel:
         done = False
         while not done:
             batch = [await self._settle.get()]
+            if batch[0] is not None and self._settle.qsize() < _SETTLE_FULL:
+                await asyncio.sleep(_SETTLE_GATHER_S)  # let a few more acks come: one broker call for them all
             while not self._settle.empty():
                 batch.append(self._settle.get_nowait())
             acks: dict[int, tuple[QueueMeta, list[str]]] = {}

@@ -11,8 +11,9 @@
 Dead-lettering publishes a copy to the queue's dead-letter exchange with its
 `x-dead-letter-routing-key` (else the message's own routing key), with an `x-death` entry (queue,
 reason, count, exchange, routing keys, time), `x-first-death-*` and `x-last-death-*` headers, and
-without `expiration`; the copy is stored in the queues it routes to before the original is
-acknowledged, so a message is never lost between the two (at worst, after a crash, it is both).
+without `expiration`; the copy is stored in the queues it routes to, and in the RocketMQ topics of
+the mapped exchanges it reaches, before the original is acknowledged, so a message is never lost
+between the two (at worst, after a crash, it is both).
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ import datetime as dt
 import logging
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from common.errors import SluiceError
+from common.errors import SluiceError, Unavailable
 from common.logs import kv
 from proxy.amqp.meta import QueueMeta
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import Delivery, Publish, QueueStore, to_outgoing
-from proxy.amqp.routing import decode_properties, route
+from proxy.amqp.routing import decode_properties, route_all
 
 log = logging.getLogger("sluice.proxy.amqp")
 
@@ -80,10 +82,19 @@ def dead_properties(raw: bytes, queue: QueueMeta, d: Delivery, reason: str) -> b
     return props.marshal()
 
 
+# (vhost, topic, publishes, host) -> whether each was stored in the mapped topic (TopicBridge.publish)
+TopicCopy = Callable[[str, str, list[Publish], str], Awaitable[list[bool]]]
+
+
+async def _no_topics(vhost: str, topic: str, publishes: list[Publish], host: str) -> list[bool]:
+    raise Unavailable(f"this gateway cannot store in RocketMQ topic {topic}")
+
+
 class DeadLetters:
     def __init__(self, meta: MetaStore, store: QueueStore) -> None:
         self._meta = meta
         self._store = store
+        self.topic_copy: TopicCopy = _no_topics  # set by the gateway to its topic bridge's publish
 
     def reason(self, queue: QueueMeta, d: Delivery, now_ms: int) -> str | None:
         """Why a popped message must not be delivered (None: deliver it)."""
@@ -96,6 +107,8 @@ class DeadLetters:
 
     async def screen(self, vhost: str, queue: QueueMeta, got: list[Delivery]) -> list[Delivery]:
         """The deliverable messages of a pop; the others are dead-lettered or dropped here."""
+        if queue.delivery_limit is None and not any(d.expires_at_ms for d in got):
+            return got  # no expiry, no delivery limit: every one is deliverable (a pop's common case)
         now = int(time.time() * 1000)
         live: list[Delivery] = []
         for d in got:
@@ -118,9 +131,13 @@ class DeadLetters:
                 copy = Publish(exchange, key, raw, d.body)
                 now = int(time.time() * 1000)
                 if v.exchange_type(exchange) is not None:
-                    for target in route(v, exchange, key, lambda: dict(decode_properties(raw).headers or {})):
+                    targets, topics = route_all(v, exchange, key, lambda: dict(decode_properties(raw).headers or {}))
+                    for target in targets:
                         expires = expires_at_ms(target, raw, now)
                         await self._store.send(target, [to_outgoing(copy, "", expires, target.max_priority)])
+                    for topic in topics:
+                        if not all(await self.topic_copy(vhost, topic, [copy], "")):
+                            raise Unavailable(f"the dead-lettered copy was not stored in RocketMQ topic {topic}")
             await self._store.ack(queue, [d.handle])
         except SluiceError as exc:
             log.warning("dead-lettering failed; the message comes back after its lease",

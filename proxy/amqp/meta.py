@@ -167,7 +167,10 @@ class MetaDoc:
     vhosts: dict[str, VhostMeta] = field(default_factory=dict)
 
     def vhost(self, name: str) -> VhostMeta:
-        return self.vhosts.setdefault(name, VhostMeta())
+        found = self.vhosts.get(name)  # (`setdefault` built an empty VhostMeta on every call: once per publish batch)
+        if found is None:
+            found = self.vhosts[name] = VhostMeta()
+        return found
 
 
 def encode(doc: MetaDoc) -> bytes:

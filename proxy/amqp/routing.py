@@ -17,11 +17,21 @@ def route(vhost: VhostMeta, exchange: str, routing_key: str, headers: Headers = 
     """The queues a message published to `exchange` (which exists) with `routing_key` goes to,
     each once, in binding order. `headers` gives the message's headers (asked for only when a
     headers exchange is on the way)."""
+    return route_all(vhost, exchange, routing_key, headers)[0]
+
+
+def route_all(
+    vhost: VhostMeta, exchange: str, routing_key: str, headers: Headers = dict
+) -> tuple[list[QueueMeta], list[str]]:
+    """`route`'s queues, and the RocketMQ topics of the mapped exchanges (`x-sluice-topic`) the
+    message reaches: `exchange` itself and those reached through exchange-to-exchange bindings,
+    each topic once, in the order reached."""
     if exchange == "":  # the default exchange: every queue is bound by its name
         queue = vhost.queues.get(routing_key)
-        return [] if queue is None else [queue]
+        return ([] if queue is None else [queue]), []
     names: dict[str, None] = {}
     seen = {exchange}
+    seen_order = [exchange]
     frontier = [exchange]
     cached: list[dict[str, object]] = []
 
@@ -39,10 +49,17 @@ def route(vhost: VhostMeta, exchange: str, routing_key: str, headers: Headers = 
             if b.to_exchange:
                 if b.queue not in seen:
                     seen.add(b.queue)
+                    seen_order.append(b.queue)
                     frontier.append(b.queue)
             elif b.queue not in names:
                 names[b.queue] = None
-    return [vhost.queues[n] for n in names if n in vhost.queues]
+    topics: dict[str, None] = {}
+    if vhost.exchanges:
+        for name in seen_order:
+            meta = vhost.exchanges.get(name)
+            if meta is not None and meta.topic is not None:
+                topics[meta.topic] = None
+    return [vhost.queues[n] for n in names if n in vhost.queues], list(topics)
 
 
 def _matches(kind: str | None, b: BindingMeta, routing_key: str, headers: Headers) -> bool:

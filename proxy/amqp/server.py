@@ -87,6 +87,7 @@ class Gateway:
         self.security = security
         self.auth_required = auth_required  # only the security document's users, no guest; their rules apply
         self.authorize: Authorize = authorize or _refuse
+        self._home_api: AmqpMetaApi | None = None  # the last home broker `_home` checked
         self.meta = MetaStore(self._home, refresh_ms=config.meta_refresh_ms)
         self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms, call_timeout_s=config.call_timeout_s,
                                 exists=self._queue_exists)  # fmt: skip
@@ -95,6 +96,7 @@ class Gateway:
         self.bridge = TopicBridge(self.meta, self.store, self.dead, send=send or _no_send, routes=routes or _no_routes,
                                   broker=broker, pop_anywhere=pop_anywhere or _no_pops,
                                   call_timeout_s=config.call_timeout_s)  # fmt: skip
+        self.dead.topic_copy = self.bridge.publish
         self.connections: dict[str, Connection] = {}
         self.janitor = Janitor(self.meta, broker=broker, broker_names=broker_names, local=self.connections.__contains__,
                                delete_queue=self.delete_queue, interval_s=2 * client_report_s)  # fmt: skip
@@ -106,13 +108,20 @@ class Gateway:
         self._prefix = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}-"  # unique across proxies
 
     def _home(self) -> tuple[str, AmqpMetaApi]:
-        names = sorted(self._broker_names())
+        """The metadata home broker (the first by name). Asked before every publish batch: the
+        isinstance test against the runtime-checkable protocol is made once per broker object."""
+        names = self._broker_names()
         if not names:
             raise Unavailable("no broker is known yet to hold the AMQP metadata")
-        api = self._broker(names[0])
+        name = min(names)
+        api = self._broker(name)
+        cached = self._home_api
+        if cached is not None and api is cached:
+            return name, cached
         if not isinstance(api, AmqpMetaApi):
-            raise Unsupported(f"broker {names[0]} keeps no AMQP metadata")
-        return names[0], api
+            raise Unsupported(f"broker {name} keeps no AMQP metadata")
+        self._home_api = api
+        return name, api
 
     # -- consumers and queues ------------------------------------------------------------------------
 

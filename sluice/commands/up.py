@@ -297,7 +297,6 @@ def run_shards(args: argparse.Namespace, count: int) -> int:
                   ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0)), *console_port(console_cfg)],
                  SECOND_INSTANCE_HINT)  # fmt: skip
     brokers = shard_configs(broker_cfg, count, base)
-    proxy_cfg = replace(proxy_cfg, amqp=replace(proxy_cfg.amqp, reuse_port=True))  # every node serves the AMQP port
     client_ports = [proxy_cfg.port, *(free_port(proxy_cfg.host) for _ in range(count - 1))]
     if console_cfg is not None:  # the console lists every shard's proxy
         host = connect_host(proxy_cfg.host)

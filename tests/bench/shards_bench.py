@@ -142,6 +142,7 @@ def generated(result: dict[str, Any], meter: str) -> dict[str, Any]:
     receive = result["meters"].get("receive") or {}
     return {**summary(result, meter), "generator_us_per_msg": cpu.get("generator_us_per_message"),
             "generator_cores": cpu.get("generator_cores"), "receive_calls": receive.get("calls"),
+            "generator": result.get("generator", "grpc.aio"),
             "empty_receives": receive.get("empty_calls")}  # fmt: skip
 
 
@@ -155,7 +156,7 @@ def official(row: Row, argv: list[str], server: Server) -> dict[str, Any]:
 
 
 def run(root: Path, shards: int, seconds: float, consumers: int, modules: Path | None,
-        with_official: bool) -> dict[str, dict[str, Any]]:  # fmt: skip
+        with_official: bool, generator: str) -> dict[str, dict[str, Any]]:  # fmt: skip
     port, ns_port, broker_port, metrics_port = free_port(), free_port(), free_port(), free_port()
     argv = [*SLUICE_ARGV, "up", "--shards", str(shards), "--data-dir", str(root / f"s{shards}"), "--port", str(port),
             "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--flush", "async",
@@ -172,8 +173,8 @@ def run(root: Path, shards: int, seconds: float, consumers: int, modules: Path |
             admin(namesrv, "group", "create", group, "--consume-from", "earliest")
         calls, pids = Calls(metrics_port), [child.pid]
         print(f"  {shards} shard(s): sluice bench produce, consume, latency", file=sys.stderr, flush=True)
-        produce = ("--batch", "32", "--concurrency", "32")
-        consume = ("--group", GROUP, "--concurrency", str(consumers), "--receive-batch", "32")
+        produce = ("--batch", "32", "--concurrency", "32", "--generator", generator)
+        consume = ("--group", GROUP, "--concurrency", str(consumers), "--receive-batch", "32", "--generator", generator)
         out = {"produce": calls.during(lambda: generated(sluice_bench("produce", endpoint, pids, seconds, *produce),
                                                          "send"))}  # fmt: skip
         out["consume"] = calls.during(lambda: generated(sluice_bench("consume", endpoint, pids, seconds, *consume),
@@ -286,6 +287,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=6.0, help="measured seconds per phase (default 6)")
     ap.add_argument("--max-shards", type=int, default=available_cores(), help="largest N (default: the cores)")
     ap.add_argument("--consumers", type=int, default=32, help="sluice bench consume loops in all (default 32)")
+    ap.add_argument("--generator", choices=("http2", "grpc"), default="http2",
+                    help="sluice bench's client for the produce and consume rows: its own HTTP/2 client (default, "
+                         "the least CPU per message) or grpc.aio")  # fmt: skip
     ap.add_argument("--no-official", action="store_true", help="skip the official clients' rows")
     ap.add_argument("--no-node", action="store_true", help="skip the official Node.js client's rows")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -295,15 +299,17 @@ def main() -> int:
         print("  (official Node.js client skipped: node/npm missing or npm install failed)", file=sys.stderr)
     root = Path(tempfile.mkdtemp(prefix="sluice-shards-bench-"))
     try:
-        curve = {n: run(root, n, args.seconds, args.consumers, modules, not args.no_official)
+        curve = {n: run(root, n, args.seconds, args.consumers, modules, not args.no_official, args.generator)
                  for n in range(1, max(1, args.max_shards) + 1)}  # fmt: skip
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.json:
         print(json.dumps(curve, indent=2))
         return 0
+    gens = sorted({r[row]["generator"] for r in curve.values() for row in ("produce", "consume")})
     print(f"\nshards bench: {os.cpu_count()} cores, {args.seconds:g} s per phase, 1 KiB messages, flush async; "
-          "server = sluice up and its shards; gen = the sluice bench load generator (same machine)\n")  # fmt: skip
+          f"server = sluice up and its shards; gen = the sluice bench load generator ({', '.join(gens)}; "
+          "same machine)\n")  # fmt: skip
     print("\n".join(report(curve)))
     return 0
 

@@ -493,7 +493,9 @@ async def test_renew_extends_invisibility_and_keeps_the_handle(broker: BrokerApi
     await ack_all(broker, group, topic, [m])  # the handle from the delivery still acks
 
 
-async def test_shorter_deadline_behind_a_longer_one_is_redelivered(broker: BrokerApi, scope: Scope) -> None:
+async def test_shorter_deadline_behind_a_longer_one_is_redelivered(
+    broker: BrokerApi, scope: Scope, elapse: Elapse
+) -> None:
     topic = await new_topic(broker, scope)
     group = await new_group(broker, scope)
     await broker.send(topic, 0, [out(scope, "held")])
@@ -501,12 +503,14 @@ async def test_shorter_deadline_behind_a_longer_one_is_redelivered(broker: Broke
     await pop_none(broker, group, topic, quiet_ms=50)  # the broker has looked at the due messages since
     await broker.send(topic, 0, [out(scope, "short")])
     [short] = await pop_n(broker, group, topic, 1, invisible_ms=SHORT_INVISIBLE_MS)  # due before "held"
+    await elapse(SHORT_INVISIBLE_MS / 1000)
     [again] = await pop_n(broker, group, topic, 1)
     assert (short.body, again.body, again.delivery_attempt) == (b"short", b"short", 2)
     await ack_all(broker, group, topic, [held, again])
     await pop_none(broker, group, topic, quiet_ms=50)  # nothing in flight now
     await broker.send(topic, 0, [out(scope, "after")])
     [after] = await pop_n(broker, group, topic, 1, invisible_ms=SHORT_INVISIBLE_MS)
+    await elapse(SHORT_INVISIBLE_MS / 1000)
     [after_again] = await pop_n(broker, group, topic, 1)
     assert (after.body, after_again.body, after_again.delivery_attempt) == (b"after", b"after", 2)
 
@@ -625,12 +629,14 @@ async def test_fifo_group_orders_each_message_group(broker: BrokerApi, scope: Sc
     await eventually(lambda: group_settled(broker, group, topic), "lag 0 after the FIFO run")
 
 
-async def test_fifo_expiry_redelivers_before_successors(broker: BrokerApi, scope: Scope) -> None:
+async def test_fifo_expiry_redelivers_before_successors(broker: BrokerApi, scope: Scope, elapse: Elapse) -> None:
     topic = await new_topic(broker, scope, queues=2, types=FIFO_TYPES)
     group = await new_group(broker, scope, fifo=True)
     await broker.send(topic, 1, [fifo(scope, "G", f"G{i}") for i in range(3)])
     [g0] = await pop_n(broker, group, topic, 1, invisible_ms=SHORT_INVISIBLE_MS)
     assert g0.body == b"G0"
+    await pop_none(broker, group, topic, quiet_ms=50)  # G1 waits while G0 is in flight
+    await elapse(SHORT_INVISIBLE_MS / 1000)
     seen = [(m.body, m.delivery_attempt) for m in await pop_n(broker, group, topic, 1)]
     assert seen == [(b"G0", 2)]
 
@@ -931,7 +937,7 @@ async def test_group_status_counts_named_topics_never_consumed(broker: BrokerApi
     assert named == {0: 0, 1: 2}  # from the group's start position; an unknown topic is left out
 
 
-async def test_client_reports_replace_and_expire(broker: BrokerApi, scope: Scope) -> None:
+async def test_client_reports_replace_and_expire(broker: BrokerApi, scope: Scope, elapse: Elapse) -> None:
     proxy = f"proxy-{scope.topic()}"
     one = ConnectedClient("c1", "PYTHON", "5.1.2", "SIMPLE_CONSUMER", "127.0.0.1:5000", proxy, "g", ("t",), 1)
     two = ConnectedClient("c2", "NODE_JS", "1.0", "PRODUCER", "127.0.0.1:5001", proxy, "", ("t", "u"), 2)
@@ -939,7 +945,7 @@ async def test_client_reports_replace_and_expire(broker: BrokerApi, scope: Scope
     assert {c for c in await broker.list_clients() if c.proxy == proxy} == {one, two}
     await broker.report_clients(proxy, [two], 200)
     assert [c for c in await broker.list_clients() if c.proxy == proxy] == [two]
-    await asyncio.sleep(0.3)
+    await elapse(0.3)  # past the report's time to live
     assert [c for c in await broker.list_clients() if c.proxy == proxy] == []
     with expect_error(BadRequest):
         await broker.report_clients(proxy, [one], 0)

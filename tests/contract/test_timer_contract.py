@@ -1,6 +1,9 @@
 """The `BrokerApi` contract for DELAY messages and recall (LocalBroker and RemoteBroker, conftest.py).
 
-Waits are bounded; timing assertions only say "not before the delivery time".
+Waits are bounded; timing assertions only say "not before the delivery time". The first test waits
+for a delivery time on the real clock (both implementations); the others make the time pass with
+`elapse` (the local broker's clock jumps: the timer service's next tick, at most `precision_ms`
+later, finds the timers due) and read "now" on the test's `clock`, which is the broker's.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ import time
 from broker.client.api import BrokerApi, GroupSpec, PopRequest, StoredMessage, TopicSpec
 from common.errors import BadRequest, IllegalDeliveryTime, MessageTypeConflict, NotFound
 from common.model import MessageType
-from tests.contract.conftest import TIMER_MAX_DELAY_MS, Scope
+from tests.contract.conftest import TIMER_MAX_DELAY_MS, Elapse, Scope
 from tests.contract.test_broker_contract import expect_error
+from tests.helpers.clock import JumpClock
 from tests.helpers.records import outgoing
 
 DELAY_TYPES = frozenset({MessageType.DELAY})
@@ -68,23 +72,33 @@ async def no_pending(broker: BrokerApi, topic: str) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_timers_due_in_order_and_past_due_at_once(broker: BrokerApi, scope: Scope) -> None:
+async def test_timers_due_in_order_and_past_due_at_once(
+    broker: BrokerApi, scope: Scope, clock: JumpClock, elapse: Elapse
+) -> None:
     topic, group = await setup(broker, scope)
-    base = now_ms()
+    base = clock.now_ms()
     msgs = [delayed(scope, "b", base + 900), delayed(scope, "a", base - 5_000), delayed(scope, "c", base + 1_800)]
     await broker.send(topic, 0, msgs)
-    got = await pop_until(broker, topic, group, 3)
+    got = await pop_until(broker, topic, group, 1)  # past due: at once
+    await elapse(0.9)
+    got += await pop_until(broker, topic, group, 1)
+    await elapse(0.9)
+    got += await pop_until(broker, topic, group, 1)
     assert [m.body for m in got] == [b"a", b"b", b"c"]
+    assert clock.now_ms() >= base + 1_800
 
 
-async def test_recall_cancels_a_pending_timer(broker: BrokerApi, scope: Scope) -> None:
+async def test_recall_cancels_a_pending_timer(
+    broker: BrokerApi, scope: Scope, clock: JumpClock, elapse: Elapse
+) -> None:
     topic, group = await setup(broker, scope)
-    at = now_ms() + DELAY_MS
+    at = clock.now_ms() + DELAY_MS
     keep, drop = delayed(scope, "keep", at), delayed(scope, "drop", at)
     results = await broker.send(topic, 0, [keep, drop])
     assert await broker.recall(topic, results[1].recall_handle) == drop.message_id
     with expect_error(NotFound):  # a second recall: already recalled
         await broker.recall(topic, results[1].recall_handle)
+    await elapse(DELAY_MS / 1000)
     got = await pop_until(broker, topic, group, 1)
     await asyncio.sleep(0.5)  # a recalled timer would be due together with `keep`
     got += await broker.pop(PopRequest(group, topic, max_messages=32, invisible_ms=60_000))

@@ -4,12 +4,14 @@ Half messages are invisible until committed, commit delivers exactly once with t
 type, rollback discards, repeats are idempotent and contradictions refused, check-backs are handed
 out for the requested topics only and counted, and a half message whose last check goes unanswered
 is rolled back. Timings come from CONTRACT_SETTINGS (first check 200 ms after the send, then every
-300 ms, at most 2); waits are bounded conditions, never "within N ms" assertions.
+300 ms, at most 2), and the check-back test makes them pass with `elapse` (a jump of the local
+broker's clock, conftest.py); waits are bounded conditions, never "within N ms" assertions.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from broker.client.api import (
     BrokerApi,
@@ -19,7 +21,7 @@ from broker.client.api import (
 )
 from common.errors import BadRequest, InvalidTransactionId, MessageTypeConflict, TopicNotFound
 from common.model import MessageType
-from tests.contract.conftest import TXN_MAX_CHECKS, Scope
+from tests.contract.conftest import TXN_CHECK_INTERVAL_MS, TXN_MAX_CHECKS, TXN_RECOVERY_MS, Elapse, Scope
 from tests.contract.test_broker_contract import (
     bodies,
     eventually,
@@ -119,7 +121,9 @@ async def test_transaction_sends_are_validated(broker: BrokerApi, scope: Scope) 
     assert await backlog(broker, mixed) == 0
 
 
-async def test_check_backs_are_counted_then_unanswered_ones_roll_back(broker: BrokerApi, scope: Scope) -> None:
+async def test_check_backs_are_counted_then_unanswered_ones_roll_back(
+    broker: BrokerApi, scope: Scope, elapse: Elapse
+) -> None:
     topic = await new_topic(broker, scope, types=TXN_TYPES)
     unrelated = await new_topic(broker, scope, types=TXN_TYPES)
     due = half(scope, "orphan")  # the configured default recovery duration
@@ -134,7 +138,11 @@ async def test_check_backs_are_counted_then_unanswered_ones_roll_back(broker: Br
         checks.extend(await broker.claim_transaction_checks([topic], 10))
         return len(checks) >= n
 
-    await eventually(lambda: claimed(TXN_MAX_CHECKS), f"{TXN_MAX_CHECKS} check-backs handed out")
+    await elapse(TXN_RECOVERY_MS / 1000)  # the first check-back is due
+    await eventually(lambda: claimed(1), "the first check-back handed out")
+    for n in range(2, TXN_MAX_CHECKS + 1):
+        await elapse(TXN_CHECK_INTERVAL_MS / 1000)  # the next one is due
+        await eventually(functools.partial(claimed, n), f"check-back {n} handed out")
     assert [c.check for c in checks] == list(range(1, TXN_MAX_CHECKS + 1))
     assert {c.transaction_id for c in checks} == {sent.transaction_id}, "only the due half message is checked"
     m = checks[0].message
@@ -144,6 +152,7 @@ async def test_check_backs_are_counted_then_unanswered_ones_roll_back(broker: Br
     async def rolled_back() -> bool:
         return await backlog(broker, topic) == 1  # only `later` is left
 
+    await elapse(TXN_CHECK_INTERVAL_MS / 1000)  # the last check-back's answer is overdue
     await eventually(rolled_back, "the unanswered half message rolled back")
     assert await broker.claim_transaction_checks([topic], 10) == []
     with expect_error(InvalidTransactionId):

@@ -123,6 +123,39 @@ def test_mandatory_publish_to_a_mapped_exchange_without_queues_is_routed(
     assert got.body == b"to the topic only" and not got.tag and not returned
 
 
+def test_exchange_bound_and_dead_lettered_messages_reach_the_mapped_topic(
+    cluster: Cluster, unique: Callable[[str], str]
+) -> None:
+    """A mapped exchange's topic gets every message the exchange routes, not only those published
+    to it: one reaching it through an exchange-to-exchange binding, and one dead-lettered to it."""
+    topic = cluster.create_topic(unique("audit"))
+    group = cluster.create_group(unique("auditor"))
+    mapped, upstream = unique("audit-x"), unique("front-x")
+    with (
+        connect(endpoints(cluster)[0]) as conn,
+        simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as rocket,
+    ):
+        ch = conn.channel()
+        ch.exchange_declare(mapped, "fanout", arguments={"x-sluice-topic": topic})
+        ch.exchange_declare(upstream, "direct")
+        ch.exchange_bind(mapped, upstream, routing_key="audit")
+        dying = ch.queue_declare("", exclusive=True, arguments={"x-dead-letter-exchange": mapped}).method.queue
+        ch.confirm_delivery()
+        ch.basic_publish(upstream, "audit", b"through a binding")
+        ch.basic_publish(upstream, "other", b"not bound")
+        ch.basic_publish("", dying, b"rejected")
+        method = None
+        deadline = time.monotonic() + WAIT_S
+        while method is None and time.monotonic() < deadline:
+            method, _, _ = ch.basic_get(dying)
+        assert method is not None
+        ch.basic_reject(method.delivery_tag, requeue=False)
+        got = {m.body: m for m in receive_count(rocket, 2, timeout_s=WAIT_S)}
+        assert set(got) == {b"through a binding", b"rejected"}, sorted(got)
+        assert got[b"through a binding"].tag == "audit"
+        assert got[b"rejected"].properties.get("x-first-death-reason") == "rejected", got[b"rejected"].properties
+
+
 def test_a_vhost_is_a_namespace(cluster: Cluster, unique: Callable[[str], str]) -> None:
     """Vhost `ns` is namespace `ns`: its mapped exchange reads and writes topic `ns%t`, which a
     RocketMQ client of namespace `ns` knows as `t`; the same names in `/` are other resources."""

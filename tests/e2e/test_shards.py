@@ -4,6 +4,7 @@ Clients bootstrap from `--port`; routes give every queue the client endpoint of 
 it, so sends, receives and acks go straight to the owner, and the forwarded-call counter stays near
 zero. FIFO order holds per message group; a SIGKILLed shard is restarted, loses no acknowledged
 message, and the other shard keeps serving meanwhile (history-checked, tests/e2e/support/history.py).
+AMQP is served by shard-0 alone, the broker holding every AMQP queue, so its calls are never forwarded.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pika
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rocketmq import FilterExpression, Producer
@@ -25,6 +27,7 @@ from rocketmq.v5.model import Message
 
 from broker.client import receipt
 from tests.e2e.support import raw
+from tests.e2e.support.amqp import connect, drain
 from tests.e2e.support.clients import message, producer, simple_consumer
 from tests.e2e.support.cluster import LOOPBACK, SLUICE, Cluster, _start, _wait_for_brokers, start_merged
 from tests.e2e.support.history import History
@@ -39,7 +42,7 @@ FORWARDED_SHARE_MAX = 0.01  # the issue's bound for the official clients' common
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = start_merged(tmp_path_factory.mktemp("shards"), auto_create=True, shards=2)
+    cluster = start_merged(tmp_path_factory.mktemp("shards"), auto_create=True, shards=2, amqp=True)
     try:
         _wait_ready(cluster)
         yield cluster
@@ -158,6 +161,32 @@ def test_send_receive_ack_and_fifo_go_straight_to_the_owning_shard(shards: Clust
     calls = _data_plane_calls(shards) - calls_before
     forwarded = _forwarded(shards) - forwarded_before
     assert forwarded <= FORWARDED_SHARE_MAX * calls, f"{forwarded} of {calls} data-plane calls were forwarded"
+
+
+def test_amqp_connections_are_served_by_the_shard_holding_the_queues(shards: Cluster,
+                                                                    unique: Callable[[str], str]) -> None:  # fmt: skip
+    """Every AMQP connection (the kernel would spread them over shards sharing the port) lands on
+    shard-0, which holds every AMQP queue: publishes, deliveries and acks of several connections
+    are served there without one forwarded call, and each queue delivers its messages in order."""
+    before = _forwarded_by_call(shards)
+    queues = [unique("q") for _ in range(4)]
+    for queue in queues:  # a connection of its own each
+        with connect(shards.amqp[0]) as conn:
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.queue_declare(queue, durable=True)
+            for i in range(20):
+                ch.basic_publish("", queue, f"{queue}-{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    for queue in queues:
+        with connect(shards.amqp[0]) as conn:
+            ch = conn.channel()
+            ch.basic_qos(prefetch_count=8)
+            got = drain(ch, queue, 20)
+            assert [body for _, _, body in got] == [f"{queue}-{i}".encode() for i in range(20)]
+            assert ch.queue_declare(queue, passive=True).method.message_count == 0
+    after = _forwarded_by_call(shards)
+    moved = {call: after.get(call, 0) - before.get(call, 0) for call in ("send", "pop", "ack")}
+    assert not any(moved.values()), f"AMQP calls were forwarded between shards: {moved}"
 
 
 def test_a_call_that_reaches_the_wrong_shard_is_forwarded_and_succeeds(

@@ -35,10 +35,15 @@ STORE_CONFIG = StoreConfig(
 
 @dataclass
 class Clock:
+    """A `common.clock.Clock` `offset_s` ahead of the system's clocks."""
+
     offset_s: float = 0.0
 
-    def __call__(self) -> float:
-        return time.time() + self.offset_s
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000 + round(self.offset_s * 1000)
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset_s
 
 
 @dataclass

@@ -71,7 +71,7 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Merged]:
     port, ns_port, broker_port = free_port(), free_port(), free_port()
     argv = [*SLUICE_ARGV, "up", "--data-dir", str(root / "data"), "--port", str(port), "--namesrv-port",
             str(ns_port), "--broker-port", str(broker_port), "--flush", "async", "--log-level", "warning",
-            "--console-port", "-1"]  # fmt: skip
+            "--console-port", "-1", "--amqp-port", "-1"]  # fmt: skip
     child = start_process(argv, port=port, log_path=root / "up.log", name="sluice-up", timeout_s=START_TIMEOUT_S)
     try:
         namesrv = f"{LOOPBACK}:{ns_port}"
@@ -84,15 +84,19 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Merged]:
         child.stop()
 
 
-def test_produce_then_consume(merged: Merged) -> None:
-    produced = bench_json("produce", merged.endpoint, "--topic", TOPIC, "--batch", "8", "--concurrency", "4", "--max")
+@pytest.mark.parametrize(("generator", "name"), [("http2", "http2"), ("grpc", "grpc.aio")])
+def test_produce_then_consume(merged: Merged, generator: str, name: str) -> None:
+    produced = bench_json("produce", merged.endpoint, "--topic", TOPIC, "--batch", "8", "--concurrency", "4", "--max",
+                          "--generator", generator)  # fmt: skip
+    assert produced["generator"] == name
     send = produced["meters"]["send"]
     assert_sane(send)
     assert send["messages"] == 8 * send["calls"]
     assert produced["options"]["batch"] == 8 and produced["options"]["rate_per_s"] is None
 
     consumed = bench_json("consume", merged.endpoint, "--topic", TOPIC, "--group", GROUP, "--concurrency", "2",
-                          "--long-poll", "0.5")  # fmt: skip
+                          "--long-poll", "0.5", "--generator", generator)  # fmt: skip
+    assert consumed["generator"] == name
     receive, ack = consumed["meters"]["receive"], consumed["meters"]["ack"]
     assert_sane(receive)
     assert_sane(ack)

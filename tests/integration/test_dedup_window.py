@@ -5,7 +5,6 @@ one id store one copy."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -18,16 +17,9 @@ from broker.store.store import MessageStore
 from common import record
 from common.config import ConfigError
 from common.record import MessageRecord, received
+from tests.helpers.clock import JumpClock
 
 TOPIC = "sink"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def flagged(message_id: str) -> MessageRecord:
@@ -49,8 +41,7 @@ def test_the_window_ends_and_survives_a_restart(tmp_path: Path) -> None:
         store = MessageStore(tmp_path / "s", StoreConfig())
         stored: list[str] = []
         try:
-            clock = Clock()
-            clock.now = time.time()
+            clock = JumpClock()
             dedup = Deduplicator(store, 60.0, clock=clock)
             first = await dedup.send(TOPIC, [flagged("A" * 32)], storer(store, stored))
             assert store.wait_dispatched(10)
@@ -58,7 +49,7 @@ def test_the_window_ends_and_survives_a_restart(tmp_path: Path) -> None:
             again = Deduplicator(store, 60.0, clock=clock)
             assert await again.send(TOPIC, [flagged("A" * 32)], storer(store, stored)) == first
             assert again.dropped == 1
-            clock.now += 61  # past the window: stored again
+            clock.advance(61)  # past the window: stored again
             later = await again.send(TOPIC, [flagged("A" * 32)], storer(store, stored))
             assert later[0].queue_offset == 1 and stored == ["A" * 32, "A" * 32]
             # racing sends of one id store one copy

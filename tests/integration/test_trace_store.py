@@ -15,7 +15,8 @@ from broker.client.api import CallContext, TraceKind
 from broker.config import BrokerConfig, TraceConfig
 from broker.local import LocalBroker
 from broker.store.index import Index
-from broker.trace import CF_TRACE, FLUSH_BATCH_EVENTS, TraceRecorder, now_ms
+from broker.trace import CF_TRACE, FLUSH_BATCH_EVENTS, TraceRecorder
+from common.clock import SYSTEM_CLOCK
 from tests.helpers.records import outgoing
 
 HOUR_MS = 3_600_000
@@ -89,7 +90,7 @@ def test_a_send_to_queues_of_their_own_is_one_event_for_its_commitlog_range(inde
     assert rec.position_events("chats", 65538, 0, "ID-3", 999) == [], "before it"
     assert rec.position_events("chats", 65536, 1, "ID-1") == [], "a position is needed to find it"
     # The earlier layout: one compact `sent` position event per message.
-    t = now_ms()
+    t = SYSTEM_CLOCK.now_ms()
     bucket = t // int(TraceConfig().bucket_s * 1000)
     key = K.position_key(bucket, "chats", 65539, 4, t, 1)
     index.cf(CF_TRACE)[key] = K.encode_compact("sent", 0, b"client-old\0host-old")
@@ -169,7 +170,7 @@ def test_old_buckets_expire(index: Index) -> None:
     rec.acked("t", 0, 7, "g")
     rec.flush(rec.take())
     assert len(rec.position_events("t", 0, 7, "OLD")) == 2
-    rec.expire(now=now_ms() + 2 * HOUR_MS)  # two hours from now, everything recorded now is too old
+    rec.expire(now=SYSTEM_CLOCK.now_ms() + 2 * HOUR_MS)  # two hours from now, everything recorded now is too old
     assert rec.position_events("t", 0, 7, "OLD") == []
 
 

@@ -28,7 +28,7 @@ from proxy.amqp.codes import (
 from proxy.amqp.frames import content_bytes, decode_header, decode_method, read_frame
 from proxy.amqp.meta import BindingMeta, MetaDoc, decode
 from proxy.amqp.meta import encode as encode_doc
-from proxy.amqp.routing import decode_headers, headers_match, route, topic_matches
+from proxy.amqp.routing import decode_headers, headers_match, route, route_all, topic_matches
 
 
 @pytest.mark.parametrize(
@@ -246,6 +246,23 @@ def test_headers_exchanges_and_exchange_to_exchange_bindings() -> None:
     raw = pframe.header.ContentHeader(0, 0, props).marshal()[12:]  # type: ignore[attr-defined]
     assert decode_headers(raw) == {"format": "pdf", "n": 3}
     assert decode_headers(b"") == {}
+
+
+def test_routing_names_the_topics_of_every_mapped_exchange_reached() -> None:
+    doc = MetaDoc()
+    _declare_queue(doc, "q")
+    for name, topic in (("front", None), ("mapped", "T1"), ("deeper", "T2")):
+        args = {} if topic is None else {"x-sluice-topic": topic}
+        topology.declare_exchange(doc, "/", topology.ExchangeDeclare(name, "fanout", False, True, False, False, args))
+    topology.bind(doc, "/", BindingMeta("front", "mapped", "", to_exchange=True), "c1")
+    topology.bind(doc, "/", BindingMeta("mapped", "deeper", "", to_exchange=True), "c1")
+    topology.bind(doc, "/", BindingMeta("deeper", "front", "", to_exchange=True), "c1")  # a cycle
+    topology.bind(doc, "/", BindingMeta("deeper", "q", ""), "c1")
+    v = doc.vhost("/")
+    queues, topics = route_all(v, "front", "k")
+    assert ([q.name for q in queues], topics) == (["q"], ["T1", "T2"])  # in the order reached, each once
+    assert route_all(v, "deeper", "k")[1] == ["T2", "T1"]  # deeper -> front -> mapped: each exchange once
+    assert route_all(v, "", "q")[1] == []
 
 
 def test_auto_delete_exchanges_go_with_their_last_binding() -> None:
