@@ -263,17 +263,17 @@ class BenchClient:
         self.calls += 1
         raw = await self._transport.unary(self._send_path, request, self._metadata(), self.timeout_s)
         resp = spb.SendMessageResponse.FromString(raw)
-        if resp.status.code == _OK:
-            return []
-        if not resp.entries:
-            _check(resp.status)
-        return [code_name(e.status.code) for e in resp.entries if e.status.code != _OK]
+        return _failed(resp)
 
     async def receive(
         self, group: str, queue: pb.MessageQueue, *, batch: int, invisible_s: float, long_poll_s: float
     ) -> list[pb.Message]:
         """One ReceiveMessage: the messages (empty on MESSAGE_NOT_FOUND), after the stream ended."""
-        req = receive_request(self, group, queue, batch=batch, invisible_s=invisible_s, long_poll_s=long_poll_s)
+        req = spb.ReceiveMessageRequest(
+            group=self.resource(group), message_queue=queue, batch_size=batch,
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+            invisible_duration=_duration(invisible_s), long_polling_timeout=_duration(long_poll_s),
+        )  # fmt: skip
         messages: list[pb.Message] = []
         status: pb.Status | None = None
         self.calls += 1
@@ -301,21 +301,16 @@ class BenchClient:
         self.calls += 1
         raw = await self._transport.unary(ACK_PATH, req.SerializeToString(), self._metadata(), self.timeout_s)
         resp = spb.AckMessageResponse.FromString(raw)
-        if resp.status.code == _OK:
-            return []
-        if not resp.entries:
-            _check(resp.status)
-        return [code_name(e.status.code) for e in resp.entries if e.status.code != _OK]
+        return _failed(resp)
 
 
-def receive_request(
-    client: BenchClient, group: str, queue: pb.MessageQueue, *, batch: int, invisible_s: float, long_poll_s: float
-) -> spb.ReceiveMessageRequest:
-    return spb.ReceiveMessageRequest(
-        group=client.resource(group), message_queue=queue, batch_size=batch,
-        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-        invisible_duration=_duration(invisible_s), long_polling_timeout=_duration(long_poll_s),
-    )  # fmt: skip
+def _failed(resp: spb.SendMessageResponse | spb.AckMessageResponse) -> list[str]:
+    """The codes of a send's or an ack's entries that failed; a whole-call failure raises."""
+    if resp.status.code == _OK:
+        return []
+    if not resp.entries:
+        _check(resp.status)
+    return [code_name(e.status.code) for e in resp.entries if e.status.code != _OK]
 
 
 def _check(status: pb.Status) -> None:

@@ -71,7 +71,7 @@ from common.errors import (
 )
 from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, current_request
 from proto import token
-from proto.rpc import error_from_rpc
+from proto.rpc import CODE_KEY, error_from_rpc
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
@@ -350,9 +350,13 @@ class RemoteBroker:
             raise
         except Exception as exc:
             error = self._send_error(exc, answer)
-            if (call is not None and not isinstance(exc, TimeoutError | SluiceError | grpc.aio.AioRpcError)
-                    and await _ended_unimplemented(call)):  # fmt: skip
-                error = _Unimplemented()
+            if error is None and call is not None:  # a write that lost the race with the stream's end
+                ended = await _ended_status(call)
+                error = None if ended is None else self._stream_error(ended)
+            if error is None:
+                # The stream broke under the write (gRPC reports it as it can): the send may or may
+                # not have been stored, as with any call whose answer was lost; the caller may retry.
+                error = Unavailable(f"{self._target}: the send stream broke ({type(exc).__name__}: {exc})")
             if isinstance(error, _Unimplemented):
                 raise error from None
             self._drop_stream()  # ended, or a broker that stopped answering: the next send opens a new one
@@ -362,8 +366,9 @@ class RemoteBroker:
             self._stream_waiting.pop(rid, None)
         self._settle_outcomes(batch, response.outcomes, "SendStream")
 
-    def _send_error(self, exc: Exception, answer: asyncio.Future[pb.SendStreamResponse]) -> BaseException:
-        """What a streamed send failed with: the stream's end as its reader saw it, else `exc`."""
+    def _send_error(self, exc: Exception, answer: asyncio.Future[pb.SendStreamResponse]) -> BaseException | None:
+        """What a streamed send failed with: the stream's end as its reader saw it, else `exc`; None
+        when neither carries the broker's status (a write that failed on a stream already ended)."""
         if answer.done() and not answer.cancelled() and answer.exception() is not None:
             return answer.exception() or exc  # the stream's status (read even when `exc` is the write's)
         if isinstance(exc, SluiceError | _Unimplemented):
@@ -374,9 +379,7 @@ class RemoteBroker:
                 return error
         if isinstance(exc, TimeoutError):
             return Unavailable(f"{self._target}: no answer to a send within {self._timeout_s:g} s")
-        # The stream broke under the write (gRPC reports it as it can): the send may or may not
-        # have been stored, as with any call whose answer was lost; the caller may retry.
-        return Unavailable(f"{self._target}: the send stream broke ({type(exc).__name__}: {exc})")
+        return None
 
     def _open_stream(self) -> Any:
         if self._closed:
@@ -759,15 +762,21 @@ def _ids(ctx: CallContext) -> tuple[str, str]:
 _STREAM_STATUS_WAIT_S = 1.0
 
 
-async def _ended_unimplemented(call: Any) -> bool:
-    """Whether a send stream ended with UNIMPLEMENTED (a broker without SendStream). A write can lose
-    the race with the broker's refusal: grpc.aio then fails the write with a usage error, not the
-    status, before the stream's reader has seen it; the call's own status settles it."""
+async def _ended_status(call: Any) -> grpc.aio.AioRpcError | None:
+    """The status the broker ended a send stream with, when a write lost the race with it (grpc.aio
+    then fails the write with a usage error or an INTERNAL "error from Core", not the status, before
+    the stream's reader has seen it): UNIMPLEMENTED (a broker without SendStream) or a refusal with
+    Sluice's code (`CODE_KEY`, e.g. a missing cluster token). None for anything else: a transport
+    that broke, whose answer is unknown."""
     try:
         code = await asyncio.wait_for(call.code(), _STREAM_STATUS_WAIT_S)
+        trailing = await call.trailing_metadata()
+        details = await call.details()
     except Exception:
-        return False
-    return bool(code == grpc.StatusCode.UNIMPLEMENTED)
+        return None
+    if code != grpc.StatusCode.UNIMPLEMENTED and not any(key == CODE_KEY for key, _ in trailing or ()):
+        return None
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, details)
 
 
 def _batch_timeout(batch: list[_PendingSend], timeout_s: float) -> float:

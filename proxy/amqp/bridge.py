@@ -41,7 +41,7 @@ from proxy.amqp.deadletter import DeadLetters, expires_at_ms
 from proxy.amqp.meta import ExchangeMeta, QueueMeta, bridge_group, namespace_of
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import PROP_EXCHANGE, Publish, QueueGone, QueueStore, to_outgoing
-from proxy.amqp.routing import decode_headers, route_all
+from proxy.amqp.routing import decode_headers, route
 from proxy.directory import BrokerRoute
 
 log = logging.getLogger("sluice.proxy.amqp")
@@ -237,7 +237,7 @@ class TopicBridge:
         source = v.exchanges[exchange].topic
         for m in messages:
             p = crossmap.to_publish(m, exchange)
-            queues, topics = route_all(v, exchange, p.routing_key, partial(decode_headers, p.properties))
+            queues, topics = route(v, exchange, p.routing_key, partial(decode_headers, p.properties))
             for q in queues:
                 per_queue.setdefault(q.id, (q, []))[1].append(p)
             for topic in topics:

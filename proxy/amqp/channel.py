@@ -59,7 +59,7 @@ from proxy.amqp.frames import (
 )
 from proxy.amqp.meta import TOPIC_ARG, BindingMeta, QueueMeta, arguments
 from proxy.amqp.queues import Delivery, Publish, QueueGone, to_outgoing
-from proxy.amqp.routing import decode_headers, route_all
+from proxy.amqp.routing import decode_headers, route
 
 if TYPE_CHECKING:
     from proxy.amqp.connection import Connection
@@ -549,7 +549,7 @@ class Channel:
         vhost = self.gw.meta.doc.vhost(self.conn.vhost)
         for r in batch:
             p = r.publish
-            queues, topics = route_all(vhost, p.exchange, p.routing_key, partial(decode_headers, p.properties))
+            queues, topics = route(vhost, p.exchange, p.routing_key, partial(decode_headers, p.properties))
             r.queues, r.topics = tuple(queues), tuple(topics)
 
     async def _store_batch(self, batch: list[_Routed]) -> set[tuple[int, int]]:

@@ -30,7 +30,7 @@ from common.logs import kv
 from proxy.amqp.meta import QueueMeta
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import Delivery, Publish, QueueStore, to_outgoing
-from proxy.amqp.routing import decode_properties, route_all
+from proxy.amqp.routing import decode_properties, route
 
 log = logging.getLogger("sluice.proxy.amqp")
 
@@ -86,15 +86,12 @@ def dead_properties(raw: bytes, queue: QueueMeta, d: Delivery, reason: str) -> b
 TopicCopy = Callable[[str, str, list[Publish], str], Awaitable[list[bool]]]
 
 
-async def _no_topics(vhost: str, topic: str, publishes: list[Publish], host: str) -> list[bool]:
-    raise Unavailable(f"this gateway cannot store in RocketMQ topic {topic}")
-
-
 class DeadLetters:
-    def __init__(self, meta: MetaStore, store: QueueStore) -> None:
+    def __init__(self, meta: MetaStore, store: QueueStore, topic_copy: TopicCopy) -> None:
+        """`topic_copy` stores a dead-lettered copy in a mapped exchange's RocketMQ topic."""
         self._meta = meta
         self._store = store
-        self.topic_copy: TopicCopy = _no_topics  # set by the gateway to its topic bridge's publish
+        self._topic_copy = topic_copy
 
     def reason(self, queue: QueueMeta, d: Delivery, now_ms: int) -> str | None:
         """Why a popped message must not be delivered (None: deliver it)."""
@@ -131,12 +128,12 @@ class DeadLetters:
                 copy = Publish(exchange, key, raw, d.body)
                 now = int(time.time() * 1000)
                 if v.exchange_type(exchange) is not None:
-                    targets, topics = route_all(v, exchange, key, lambda: dict(decode_properties(raw).headers or {}))
+                    targets, topics = route(v, exchange, key, lambda: dict(decode_properties(raw).headers or {}))
                     for target in targets:
                         expires = expires_at_ms(target, raw, now)
                         await self._store.send(target, [to_outgoing(copy, "", expires, target.max_priority)])
                     for topic in topics:
-                        if not all(await self.topic_copy(vhost, topic, [copy], "")):
+                        if not all(await self._topic_copy(vhost, topic, [copy], "")):
                             raise Unavailable(f"the dead-lettered copy was not stored in RocketMQ topic {topic}")
             await self._store.ack(queue, [d.handle])
         except SluiceError as exc:

@@ -13,25 +13,19 @@ from proxy.amqp.meta import DIRECT, FANOUT, HEADERS, TOPIC, Args, BindingMeta, Q
 Headers = Callable[[], dict[str, object]]
 
 
-def route(vhost: VhostMeta, exchange: str, routing_key: str, headers: Headers = dict) -> list[QueueMeta]:
-    """The queues a message published to `exchange` (which exists) with `routing_key` goes to,
-    each once, in binding order. `headers` gives the message's headers (asked for only when a
-    headers exchange is on the way)."""
-    return route_all(vhost, exchange, routing_key, headers)[0]
-
-
-def route_all(
+def route(
     vhost: VhostMeta, exchange: str, routing_key: str, headers: Headers = dict
 ) -> tuple[list[QueueMeta], list[str]]:
-    """`route`'s queues, and the RocketMQ topics of the mapped exchanges (`x-sluice-topic`) the
-    message reaches: `exchange` itself and those reached through exchange-to-exchange bindings,
-    each topic once, in the order reached."""
+    """Where a message published to `exchange` (which exists) with `routing_key` goes: the queues,
+    each once, in binding order, and the RocketMQ topics of the mapped exchanges (`x-sluice-topic`)
+    it reaches (`exchange` itself and those reached through exchange-to-exchange bindings), each
+    topic once, in the order reached. `headers` gives the message's headers (asked for only when
+    a headers exchange is on the way)."""
     if exchange == "":  # the default exchange: every queue is bound by its name
         queue = vhost.queues.get(routing_key)
         return ([] if queue is None else [queue]), []
     names: dict[str, None] = {}
-    seen = {exchange}
-    seen_order = [exchange]
+    seen = {exchange: None}  # exchanges reached, in the order reached
     frontier = [exchange]
     cached: list[dict[str, object]] = []
 
@@ -48,14 +42,13 @@ def route_all(
                 continue
             if b.to_exchange:
                 if b.queue not in seen:
-                    seen.add(b.queue)
-                    seen_order.append(b.queue)
+                    seen[b.queue] = None
                     frontier.append(b.queue)
             elif b.queue not in names:
                 names[b.queue] = None
     topics: dict[str, None] = {}
     if vhost.exchanges:
-        for name in seen_order:
+        for name in seen:
             meta = vhost.exchanges.get(name)
             if meta is not None and meta.topic is not None:
                 topics[meta.topic] = None

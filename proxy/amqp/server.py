@@ -41,7 +41,7 @@ from proxy.amqp.expiry import QueueExpiry
 from proxy.amqp.janitor import Janitor
 from proxy.amqp.meta import AMQP_CLIENT_TYPE, QueueMeta
 from proxy.amqp.metastore import MetaStore
-from proxy.amqp.queues import QueueStore
+from proxy.amqp.queues import Publish, QueueStore
 from proxy.config import AmqpConfig
 from proxy.directory import BrokerRoute
 
@@ -91,12 +91,11 @@ class Gateway:
         self.meta = MetaStore(self._home, refresh_ms=config.meta_refresh_ms)
         self.store = QueueStore(broker, lease_ms=config.delivery_lease_ms, call_timeout_s=config.call_timeout_s,
                                 exists=self._queue_exists)  # fmt: skip
-        self.dead = DeadLetters(self.meta, self.store)
+        self.dead = DeadLetters(self.meta, self.store, topic_copy=self._store_in_topic)
         self.expiry = QueueExpiry(self.meta, self.consumer_count, self._queue_removed)
         self.bridge = TopicBridge(self.meta, self.store, self.dead, send=send or _no_send, routes=routes or _no_routes,
                                   broker=broker, pop_anywhere=pop_anywhere or _no_pops,
                                   call_timeout_s=config.call_timeout_s)  # fmt: skip
-        self.dead.topic_copy = self.bridge.publish
         self.connections: dict[str, Connection] = {}
         self.janitor = Janitor(self.meta, broker=broker, broker_names=broker_names, local=self.connections.__contains__,
                                delete_queue=self.delete_queue, interval_s=2 * client_report_s)  # fmt: skip
@@ -106,6 +105,11 @@ class Gateway:
         self._server: asyncio.Server | None = None
         self.address = ""
         self._prefix = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}-"  # unique across proxies
+
+    async def _store_in_topic(self, vhost: str, topic: str, publishes: list[Publish], host: str) -> list[bool]:
+        """Dead letters' copies for a mapped exchange's topic go through the topic bridge (which is
+        built after the dead letters it screens with)."""
+        return await self.bridge.publish(vhost, topic, publishes, host)
 
     def _home(self) -> tuple[str, AmqpMetaApi]:
         """The metadata home broker (the first by name). Asked before every publish batch: the

@@ -155,6 +155,7 @@ def spark_figures(cluster: Cluster, s3: MotoS3Server, args: argparse.Namespace, 
     from pyspark.sql import SparkSession
 
     from spark_jobs.source import register
+    from tests.helpers.spark_stream import SPARK_STARTUP_FAILURE
 
     spark = (SparkSession.builder.master(f"local[{args.cores}]").config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())  # fmt: skip
@@ -169,8 +170,15 @@ def spark_figures(cluster: Cluster, s3: MotoS3Server, args: argparse.Namespace, 
                 .option("startingOffsets", "earliest").options(**options).load())  # fmt: skip
 
     def available_now(df: Any) -> tuple[float, int, float]:
-        return timed(df.writeStream.format("noop").option("checkpointLocation", str(work / f"ck-{next(runs)}"))
+        for attempt in range(3):  # again (timed anew) if the source's Python process did not start in time
+            query = (df.writeStream.format("noop").option("checkpointLocation", str(work / f"ck-{next(runs)}"))
                      .trigger(availableNow=True).start())  # fmt: skip
+            try:
+                return timed(query)
+            except Exception as exc:  # awaitTermination raises the query's StreamingQueryException
+                if SPARK_STARTUP_FAILURE not in str(exc) or query.recentProgress or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def batch_read() -> tuple[float, int, float]:
         started = time.perf_counter()

@@ -8,8 +8,8 @@ anything that does: every Sluice component runs as a child process, and raw prot
 the client's stubs (`rocketmq.grpc_protocol`). The guard below fails loudly if that rule is broken.
 
 Fixtures:
-- `cluster`: session-scoped, parametrised `merged` / `separated` (see support/cluster.py). pytest
-  groups the tests by parameter, so each topology starts once per run.
+- `cluster`: session-scoped, parametrised `merged` / `separated` (see support/cluster.py). Each
+  topology starts once per test process (per xdist worker) on first use and stays up until the end.
 - `unique`: a name factory; every test uses its own topics and groups.
 """
 
@@ -43,6 +43,35 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", "ignore:The 'warn' method is deprecated:DeprecationWarning")
 
 
+# The modules that take longest, longest first (CI runs, `--durations`): `make e2e` hands whole
+# modules to its workers in collection order (`--dist loadfile --no-loadscope-reorder`), so these
+# start first and the short modules fill in around them; taken last, one of them set the end of the
+# run (xdist's own order puts modules with many tests first, and most of these have few). The
+# Spark modules are spread out: their JVMs starting together would crowd two cores.
+LONGEST_FIRST = (
+    "test_replication_faults.py",
+    "test_amqp.py",
+    "test_spark_stream_tiers.py",
+    "test_failover_schedules.py",
+    "test_replication.py",
+    "test_spark_stream_failover.py",
+    "test_broker_balance_faults.py",
+    "test_amqp_mapping.py",
+    "test_spark_e2e.py",
+    "test_console.py",
+    "test_sick_neighbours.py",
+    "test_node_client.py",
+    "test_tiering.py",
+)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest grouped the tests by fixture parameter
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules of LONGEST_FIRST first, in its order; the others after them, as collected."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     _guard("after collecting the tests")
 
@@ -54,20 +83,37 @@ def _no_sluice_protos() -> Iterator[None]:
     _guard("after a test")
 
 
+@pytest.fixture(scope="session")
+def _shared_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Cluster]]:
+    """The shared clusters by kind, each started on first use and stopped when the session ends.
+
+    `cluster` is parametrised; pytest tears a parametrised fixture down whenever the next test wants
+    the other parameter, and under `--dist loadfile` every module alternates (its merged tests, then
+    its separated ones), so each module restarted both topologies. Kept here, each starts once per
+    process."""
+    started: dict[str, Cluster] = {}
+    try:
+        yield started
+    finally:
+        problems = [problem for shared in started.values() for problem in shared.stop()]
+        assert not problems, "cluster teardown:\n" + "\n".join(problems)
+
+
 @pytest.fixture(scope="session", params=["merged", "separated"])
-def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, _shared_clusters: dict[str, Cluster]
+) -> Cluster:
     """The shared clusters. The merged one runs two shards (`sluice up --shards 2`, docs/shards.md: two
     merged nodes, each queue routed to the node owning it), so every merged test also crosses shards;
     tests whose point is the single process start their own `start_merged(..., shards=1)` cluster."""
     kind: str = request.param
-    root = tmp_path_factory.mktemp(f"cluster-{kind}")
-    # Both also serve AMQP on free ports (tests/e2e/test_amqp.py).
-    started = start_merged(root, shards=2, amqp=True) if kind == "merged" else start_separated(root, amqp=True)
-    try:
-        yield started
-    finally:
-        problems = started.stop()
-        assert not problems, "cluster teardown:\n" + "\n".join(problems)
+    if kind not in _shared_clusters:
+        root = tmp_path_factory.mktemp(f"cluster-{kind}")
+        # Both also serve AMQP on free ports (tests/e2e/test_amqp.py).
+        _shared_clusters[kind] = (
+            start_merged(root, shards=2, amqp=True) if kind == "merged" else start_separated(root, amqp=True)
+        )
+    return _shared_clusters[kind]
 
 
 @pytest.fixture

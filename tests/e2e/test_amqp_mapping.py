@@ -16,8 +16,10 @@ from tests.e2e.support.amqp import WAIT_S, connect, drain, endpoints
 from tests.e2e.support.clients import message, producer, receive_count, send_all, simple_consumer
 from tests.e2e.support.cluster import Cluster, start_merged, start_separated
 
-# How often a proxy reloads users and access rules ([proxy.auth] policy_refresh_s, its default).
-RULES_RELOAD_S = 2.0
+# How often the secured cluster's proxies reload users and access rules ([proxy.auth] policy_refresh_s,
+# 2 s by default), and how often the separated proxies report their connections ([proxy] client_report_s).
+RULES_RELOAD_S = 0.5
+CLIENT_REPORT_S = 0.5
 
 
 def _queue_empty_after(ch: pika.adapters.blocking_connection.BlockingChannel, queue: str, wait_s: float) -> bool:
@@ -200,7 +202,10 @@ def _host_port(endpoint: str) -> tuple[str, int]:
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A merged cluster with authentication on (the gateway's checks are the same code in both
     topologies): amy may use vhost `team-a` (exchanges `orders*`, queues `amy-*`), bob only `/`."""
-    started = start_merged(tmp_path_factory.mktemp("amqp-auth"), amqp=True, extra_args=["--auth", "on"])
+    root = tmp_path_factory.mktemp("amqp-auth")
+    config = root / "sluice.toml"
+    config.write_text(f"[proxy.auth]\npolicy_refresh_s = {RULES_RELOAD_S}\n")
+    started = start_merged(root / "cluster", amqp=True, extra_args=["--auth", "on", "--config", str(config)])
     try:
         for user in ("amy", "bob"):
             started.admin("user", "create", user, "--secret", f"{user}-secret")
@@ -216,7 +221,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def _open(cluster: Cluster, user: str, vhost: str) -> pika.BlockingConnection:
-    """A connection as `user`, retried while the proxy has not loaded the new rules yet (every 2 s)."""
+    """A connection as `user`, retried while the proxy has not loaded the new rules yet."""
     creds = pika.PlainCredentials(user, f"{user}-secret")
     parameters = pika.ConnectionParameters(*_host_port(endpoints(cluster)[0]), virtual_host=vhost, credentials=creds)
     deadline = time.monotonic() + WAIT_S
@@ -231,8 +236,8 @@ def _open(cluster: Cluster, user: str, vhost: str) -> pika.BlockingConnection:
 
 def _wait_rules_loaded(cluster: Cluster) -> None:
     """Until amy's last rule (queues `amy-*`) is in force: each shard reloads the rules on its own
-    (every 2 s), so a first connection can see her first rule and not yet the last. Once one shard
-    has it, one more reload period covers the other."""
+    (every RULES_RELOAD_S), so a first connection can see her first rule and not yet the last. Once
+    one shard has it, one more reload period covers the other."""
     deadline = time.monotonic() + WAIT_S
     while True:
         conn = _open(cluster, "amy", "team-a")
@@ -301,12 +306,12 @@ def _gone(survivor: str, queue: str) -> bool:
 
 
 def test_a_killed_proxys_exclusive_queues_and_orphan_topics_are_cleaned(tmp_path: Path) -> None:
-    """Separated topology (connections reported every second): SIGKILL of the proxy holding a
+    """Separated topology (connections reported every CLIENT_REPORT_S): SIGKILL of the proxy holding a
     connection with an exclusive queue; the other proxy deletes the queue (RabbitMQ deletes it with
     its connection). A deleted queue's topic and group created again (as a publish through a proxy
     with stale metadata does) are deleted again."""
     config = tmp_path / "sluice.toml"
-    config.write_text("[proxy]\nclient_report_s = 1\n")
+    config.write_text(f"[proxy]\nclient_report_s = {CLIENT_REPORT_S}\n")
     sep = start_separated(tmp_path / "sep", amqp=True, config=config)
     try:
         doomed, survivor = sep.amqp
@@ -318,7 +323,7 @@ def test_a_killed_proxys_exclusive_queues_and_orphan_topics_are_cleaned(tmp_path
             ch.queue_declare("short-lived")
         [row] = [r for r in sep.admin("amqp", "queues") if r["name"] == "short-lived"]
         topic, group = row["topic"], row["topic"].replace("AMQP_Q", "AMQP_G")
-        time.sleep(3)  # the owner's connection has been reported: a live exclusive queue stays
+        time.sleep(3 * CLIENT_REPORT_S)  # the owner's connection has been reported: a live exclusive queue stays
         assert not _gone(survivor, "mine-only")
         sep.kill(sep.proxy_process(sep.proxies[0]))
         deadline = time.monotonic() + 3 * WAIT_S

@@ -7,7 +7,8 @@ invisibility, keeps the committed offsets and fires the pending timer once; a ha
 undecided is checked back by the new primary, one rolled back before the kill stays discarded.
 
 Topology: etcd (started here), a NameServer, one group of three `sluice broker --group g1` members,
-one proxy. The killed member is started again at once (same port and data) and rejoins as a replica.
+one proxy, shared by the module's tests. The killed member is started again at once (same port and
+data) and rejoins as a replica; each test starts once the group is whole again (every member in sync).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from rocketmq import FilterExpression, Producer, SimpleConsumer, TransactionChecker, TransactionResolution
@@ -42,6 +42,7 @@ from tests.e2e.support.replicated import (
     primary,
     restart,
     retrying,
+    routed_primary,
     run_through_failovers,
     start_replicated,
     wait,
@@ -52,11 +53,13 @@ KILLS = 3
 SEED = 18
 
 
-@pytest.fixture
-def replicated(tmp_path: Path) -> Iterator[tuple[Cluster, EtcdProcess]]:
-    etcd = start_etcd(tmp_path)
+@pytest.fixture(scope="module")
+def _group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, EtcdProcess]]:
+    """One group for the module: each test leaves it whole (every victim started again)."""
+    root = tmp_path_factory.mktemp("replicated")
+    etcd = start_etcd(root)
     try:
-        cluster = start_replicated(tmp_path, etcd.url)
+        cluster = start_replicated(root, etcd.url)
     except BaseException:
         etcd.stop()
         raise
@@ -66,6 +69,29 @@ def replicated(tmp_path: Path) -> Iterator[tuple[Cluster, EtcdProcess]]:
         problems = cluster.stop()
         etcd.stop()
     assert not problems, "\n".join(problems)
+
+
+@pytest.fixture
+def replicated(_group: tuple[Cluster, EtcdProcess]) -> tuple[Cluster, EtcdProcess]:
+    """The module's group once it is healthy again after the test before: every member is in sync
+    (a restarted victim may still be catching up) and the NameServer routes it to the primary."""
+    cluster, etcd = _group
+
+    def listed() -> list[dict[str, object]] | AdminError:
+        try:
+            return group_listing(cluster, etcd.url)
+        except AdminError as exc:  # nothing registered with the NameServer for a moment (a primary just left)
+            return exc
+
+    def whole() -> bool:
+        rows = listed()
+        if isinstance(rows, AdminError) or sum(bool(r["in_sync"]) for r in rows) != len(MEMBERS):
+            return False
+        # Routed to the member etcd names primary (a failover the load caused may not be routed yet).
+        return [str(r["name"]) for r in rows if r["role"] == "primary"] == [routed_primary(cluster)]
+
+    wait("the group whole again", whole, explain=listed)
+    return _group
 
 
 def test_sigkill_the_primary_under_load_loses_nothing_acknowledged(

@@ -27,7 +27,8 @@ history check (docs/replication.md):
   at that queue offset.
 
 Topology (support/replicated.py): etcd (started here), a NameServer, one group of three members
-with `--min-insync 2`, one proxy; for the etcd partition each member's `--etcd` is a fault proxy,
+with `--min-insync 2`, one proxy, shared by the tests that need no other wiring (each heals its
+cuts and restarts its victims); for the etcd partition each member's `--etcd` is a fault proxy,
 for the one-replica partition each replica's path to each member (`--repl-dial`).
 Each test is bounded by its waits' timeouts.
 """
@@ -50,7 +51,7 @@ from rocketmq import FilterExpression, Producer, SimpleConsumer
 from rocketmq.v5.model import Message
 
 from tests.e2e.support.clients import message, producer, simple_consumer
-from tests.e2e.support.cluster import Cluster
+from tests.e2e.support.cluster import AdminError, Cluster
 from tests.e2e.support.history import History
 from tests.e2e.support.replicated import (
     CONFIG,
@@ -63,6 +64,7 @@ from tests.e2e.support.replicated import (
     primary,
     restart,
     retrying,
+    routed_primary,
     run_through_failovers,
     start_replicated,
     stored_copy,
@@ -92,11 +94,41 @@ class Group:
     links: dict[tuple[str, str], FaultProxy]
 
 
-@pytest.fixture
-def group(tmp_path: Path) -> Iterator[Group]:
-    """The replicated group, each member's replication port behind a fault proxy of its own."""
-    with _group(tmp_path, CONFIG) as g:
+@pytest.fixture(scope="module")
+def _shared_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
+    with _group(tmp_path_factory.mktemp("replicated-faults"), CONFIG) as g:
         yield g
+
+
+@pytest.fixture
+def group(_shared_group: Group) -> Group:
+    """The replicated group, each member's replication port behind a fault proxy of its own; one
+    for the tests of the module that need nothing else. Each test heals what it cut and starts
+    again what it killed; here every path forwards again (in case a test before failed midway)
+    and the test starts once the NameServer routes a primary and every member is in sync."""
+    for path in _shared_group.paths.values():
+        path.set_mode(Mode.FORWARD)
+    wait("the group whole again", lambda: _whole(_shared_group), explain=lambda: _listed(_shared_group))
+    return _shared_group
+
+
+def _whole(g: Group) -> bool:
+    """Every member is listed in sync and the NameServer routes the group to the member etcd names
+    primary (a test finds the primary by the route; a failover the load caused may not be routed yet)."""
+    try:
+        rows = group_listing(g.cluster, g.etcd.url)
+        leaders = [str(r["name"]) for r in rows if r["role"] == "primary"]
+        in_sync = len(rows) == len(MEMBERS) and all(bool(r["in_sync"]) for r in rows)
+        return in_sync and leaders == [routed_primary(g.cluster)]
+    except AdminError:  # nothing registered with the NameServer for a moment (a primary just left)
+        return False
+
+
+def _listed(g: Group) -> object:
+    try:
+        return _in_sync(g)
+    except AdminError as exc:
+        return exc
 
 
 @contextlib.contextmanager

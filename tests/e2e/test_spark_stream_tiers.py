@@ -7,14 +7,17 @@ moto S3 bucket and a real local Spark:
   from the bucket is read through the broker instead;
 - a query over a topic being produced to and tiered (`upload-now`, `evict-local`) at the same time,
   which gets a queue more meanwhile, and whose first run loses a task mid-batch (`testFaultFile`), is
-  restarted from its checkpoint: its Parquet sink holds every produced message exactly once;
+  restarted from its checkpoint: its Parquet sink holds every produced message exactly once, in both
+  topologies (`sluice up`; a NameServer, broker-a, broker-b and two proxies);
 - `maxBytesPerTrigger` splits a backlog into batches by bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +32,8 @@ from broker.client.remote import RemoteBroker
 from spark_jobs.stream.discovery import discover
 from spark_jobs.stream.options import StreamOptions
 from tests.e2e.support.clients import message, producer
-from tests.e2e.support.cluster import Cluster, start_merged
-from tests.helpers.spark_stream import comparable, run_available_now, send, start_query, stream
+from tests.e2e.support.cluster import Cluster, start_merged, start_separated
+from tests.helpers.spark_stream import comparable, run_available_now, send, sink_rows, start_query, stream
 
 if TYPE_CHECKING:
     from tests.helpers.s3 import MotoS3Server
@@ -73,25 +76,47 @@ class Tiered:
         )
 
 
-@pytest.fixture(scope="module")
-def tiered(s3_server: MotoS3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
-    root = tmp_path_factory.mktemp("stream-tiers")
-    bucket = f"stream-tiers-{uuid.uuid4().hex[:8]}"
+@contextlib.contextmanager
+def tiered_cluster(s3: MotoS3Server, root: Path, kind: str) -> Iterator[Tiered]:
+    """A cluster of `kind` (merged: `sluice up`; separated: NameServer, broker-a, broker-b, two
+    proxies) whose brokers tier to a fresh bucket of the moto server; stopped on exit."""
+    bucket = f"stream-tiers-{kind}-{uuid.uuid4().hex[:8]}"
     config = root / "sluice.toml"
     config.write_text(CONFIG)
-    t = Tiered(None, s3_server, bucket)  # type: ignore[arg-type]
+    t = Tiered(None, s3, bucket)  # type: ignore[arg-type]
     t.client().create_bucket(Bucket=bucket)
-    flags = ["--config", str(config), "--s3-endpoint", s3_server.endpoint_url, "--s3-bucket", bucket,
-             "--tier-min-age", "3600"]  # fmt: skip
-    with pytest.MonkeyPatch.context() as env:  # the broker's credentials, restored after the module
+    flags = ["--s3-endpoint", s3.endpoint_url, "--s3-bucket", bucket, "--tier-min-age", "3600"]
+    with pytest.MonkeyPatch.context() as env:  # the brokers' credentials, restored afterwards
         env.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
         env.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-        t.cluster = start_merged(root, extra_args=flags)
+        if kind == "merged":
+            t.cluster = start_merged(root, extra_args=["--config", str(config), *flags])
+        else:
+            t.cluster = start_separated(root, config=config, broker_args=flags)
         try:
             yield t
         finally:
             problems = t.cluster.stop()
             assert not problems, problems
+
+
+@pytest.fixture(scope="module")
+def tiered(s3_server: MotoS3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
+    with tiered_cluster(s3_server, tmp_path_factory.mktemp("stream-tiers"), "merged") as t:
+        yield t
+
+
+@pytest.fixture(scope="module")
+def tiered_separated(s3_server: MotoS3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
+    with tiered_cluster(s3_server, tmp_path_factory.mktemp("stream-tiers-separated"), "separated") as t:
+        yield t
+
+
+@pytest.fixture(params=["merged", "separated"])
+def each(request: pytest.FixtureRequest) -> Tiered:
+    """The test once per topology, on the module's clusters."""
+    found: Tiered = request.getfixturevalue("tiered" if request.param == "merged" else "tiered_separated")
+    return found
 
 
 def by_id(path: Path) -> dict[str, dict[str, Any]]:
@@ -106,9 +131,9 @@ def test_a_range_split_at_the_archive_gives_the_brokers_rows_and_a_deleted_objec
 ) -> None:
     cluster = tiered.cluster
     topic = cluster.create_topic("tiers-split", queues=2)
-    cold = send(cluster, topic, [f"cold-{i}-" + "x" * (i % 9) for i in range(40)], "--key", "k", "--property", "p=v")
+    cold = send(cluster, topic, [f"cold-{i}-" + "x" * (i % 9) for i in range(40)], keys=("k",), properties={"p": "v"})
     cluster.admin("tier", "upload-now", topic)
-    hot = send(cluster, topic, [f"hot-{i}" for i in range(25)], "--tag", "h")
+    hot = send(cluster, topic, [f"hot-{i}" for i in range(25)], tag="h")
 
     def read(name: str, **options: str) -> dict[str, dict[str, Any]]:
         df = stream(spark, cluster, topics=topic, startingOffsets="earliest", **options)
@@ -137,27 +162,27 @@ def test_a_range_split_at_the_archive_gives_the_brokers_rows_and_a_deleted_objec
 
 
 def test_producing_and_tiering_during_a_query_with_a_failed_task_and_a_restart_store_each_message_once(
-    spark: SparkSession, tiered: Tiered, tmp_path: Path
+    spark: SparkSession, each: Tiered, tmp_path: Path
 ) -> None:
-    cluster = tiered.cluster
+    tiered, cluster = each, each.cluster
     topic = cluster.create_topic("tiers-live", queues=3)
     out, checkpoint, fault = tmp_path / "out", tmp_path / "ck", tmp_path / "fault"
     sent: list[str] = send(cluster, topic, [f"early-{i}" for i in range(30)])
     cluster.admin("tier", "upload-now", topic)
     failures: list[BaseException] = []
-
-    address = next(
-        iter(discover(StreamOptions(namesrv=(cluster.namesrv,), topics=frozenset({topic}))).values())
-    ).address
+    opts = StreamOptions(namesrv=(cluster.namesrv,), topics=frozenset({topic}))
+    brokers = {key.broker: r.address for key, r in discover(opts).items()}
+    assert sorted(brokers) == sorted(cluster.brokers)
 
     async def tier(evict: bool) -> None:
-        broker = RemoteBroker("broker-a", address, timeout_s=60)
-        try:
-            await broker.tier_upload_now(topic, 60)
-            if evict:
-                await broker.tier_evict_local(topic)  # the broker reads these back from the bucket
-        finally:
-            await broker.close()
+        for name, address in sorted(brokers.items()):
+            broker = RemoteBroker(name, address, timeout_s=60)
+            try:
+                await broker.tier_upload_now(topic, 60)
+                if evict:
+                    await broker.tier_evict_local(topic)  # the broker reads these back from the bucket
+            finally:
+                await broker.close()
 
     def produce_and_tier() -> None:  # in-process (the official client, one gRPC channel): a light load
         try:
@@ -188,21 +213,35 @@ def test_producing_and_tiering_during_a_query_with_a_failed_task_and_a_restart_s
             first.awaitTermination(120)
         assert not first.isActive and fault.exists()
         second = query()  # restarted from the checkpoint while the topic still grows
-        second.awaitTermination(5)
-        assert second.exception() is None, second.exception()
+        wait_for_batches(second, 2)
         second.stop()
     finally:
         live.join(180)
+    assert not live.is_alive(), "producing and tiering did not finish"
     assert not failures, failures
     assert len(sent) == 138
     run_available_now(
         stream(spark, cluster, topics=topic, startingOffsets="earliest", **tiered.archive()), out, checkpoint
     )
-    rows = pq.read_table(out).to_pylist()
+    # Through the sink's log (`_spark_metadata`), as any reader of a Spark file sink: a task of the
+    # failed batch that finished after the batch was aborted leaves a file no batch committed.
+    rows = sink_rows(spark, out)
     assert len(rows) == len(sent), "every message exactly once"
     assert sorted(r["message_id"] for r in rows) == sorted(sent)
     assert any(r["object_key"] is not None for r in rows), "part of it came from the archive"
-    assert {r["queue_id"] for r in rows} == {0, 1, 2, 3}, "the added queue was read"
+    # --queues counts every broker's queues (separated: 2 + 1, then 2 + 2)
+    assert len({(r["broker"], r["queue_id"]) for r in rows}) == 4, "the added queue was read"
+    assert {r["broker"] for r in rows} == set(cluster.brokers)
+
+
+def wait_for_batches(query: Any, count: int, timeout_s: float = 120.0) -> None:
+    """Until the running query has completed `count` more micro-batches; fails if it stopped."""
+    seen = len(query.recentProgress)
+    deadline = time.monotonic() + timeout_s
+    while len(query.recentProgress) < seen + count:
+        assert query.isActive, f"the query stopped: {query.exception()}"
+        assert time.monotonic() < deadline, f"the query made no progress in {timeout_s} s"
+        time.sleep(0.1)
 
 
 def test_max_bytes_per_trigger_spreads_a_backlog_over_batches(

@@ -2,7 +2,8 @@
 
 `start_process` launches a command with its stdout and stderr captured to one log file, then waits
 (bounded) until a TCP port accepts connections. If the child exits or the port stays closed, it
-kills the child and raises `ProcessStartError` whose message ends with the tail of the log.
+kills the child and raises `ProcessStartError` whose message ends with the tail of the log. The two
+halves, `spawn_process` and `wait_listening`, start several children side by side.
 `ChildProcess.stop` sends SIGTERM and, after a timeout, SIGKILL; it returns the exit code.
 
 Children run from the repository root with it on PYTHONPATH, so `python -m sluice ...` works
@@ -143,6 +144,16 @@ def start_process(
     timeout_s: float = DEFAULT_START_TIMEOUT_S,
 ) -> ChildProcess:
     """Start `argv` and return once `host:port` accepts connections (or raise ProcessStartError)."""
+    child = spawn_process(argv, log_path=log_path, name=name, env=env)
+    wait_listening(child, port, host=host, timeout_s=timeout_s)
+    return child
+
+
+def spawn_process(
+    argv: Sequence[str], *, log_path: Path, name: str = "", env: Mapping[str, str] | None = None
+) -> ChildProcess:
+    """Start `argv` (output appended to `log_path`) without waiting for it: several children then
+    start side by side, each awaited with `wait_listening`."""
     child_env = {**os.environ, **(env or {})}
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), child_env.get("PYTHONPATH", "")) if p)
     child_env.setdefault("PYTHONUNBUFFERED", "1")
@@ -156,13 +167,20 @@ def start_process(
             stdout=log_file,
             stderr=subprocess.STDOUT,
         )
-    child = ChildProcess(name=name or Path(argv[0]).name, popen=popen, log_path=log_path)
+    return ChildProcess(name=name or Path(argv[0]).name, popen=popen, log_path=log_path)
+
+
+def wait_listening(
+    child: ChildProcess, port: int, *, host: str = LOOPBACK, timeout_s: float = DEFAULT_START_TIMEOUT_S
+) -> None:
+    """Return once `host:port` accepts connections; if `child` exits first or the port stays closed
+    for `timeout_s`, stop it and raise ProcessStartError."""
     deadline = time.monotonic() + timeout_s
     while True:
         if not child.running():
-            _fail(child, f"exited with code {popen.returncode} before listening on {host}:{port}")
+            _fail(child, f"exited with code {child.popen.returncode} before listening on {host}:{port}")
         if port_open(host, port):
-            return child
+            return
         if time.monotonic() >= deadline:
             child.stop(timeout_s=DEFAULT_STOP_TIMEOUT_S)
             _fail(child, f"did not listen on {host}:{port} within {timeout_s} s")

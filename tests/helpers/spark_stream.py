@@ -1,11 +1,11 @@
-"""Helpers of the streaming source's tests (tests/integration/test_spark_stream*.py): send with
-`sluice admin message send`, build a `readStream`, run an AvailableNow query to Parquet, read a
-topic back the way the source's executors do (no Spark job)."""
+"""Helpers of the streaming source's tests (tests/integration/test_spark_stream*.py,
+tests/e2e/test_spark_stream*.py): send as `sluice admin message send`, build a `readStream`, run
+an AvailableNow query to Parquet, read a sink as Spark does, read a topic back the way the source's
+executors do (no Spark job)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
+import asyncio
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -15,22 +15,29 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from admin.cluster import Cluster as AdminCluster
+from admin.produce import SendOptions, send_messages
 from spark_jobs.schema import SEGMENT_COLUMNS
 from spark_jobs.stream.discovery import discover
 from spark_jobs.stream.hot import QueuePartition, read_partition
 from spark_jobs.stream.options import StreamOptions
-from tests.e2e.support.cluster import SLUICE, Cluster, _child_env
-from tests.helpers.procs import REPO_ROOT
+from tests.e2e.support.cluster import Cluster
 
 
-def send(cluster: Cluster, topic: str, bodies: list[str], *extra: str) -> list[str]:
-    """Send one message per body with `sluice admin message send`; their message ids."""
-    argv = [*SLUICE, "admin", "--namesrv", cluster.namesrv, "message", "send", topic, *extra, "--json"]
-    proc = subprocess.run(argv, input="\n".join(bodies) + "\n", cwd=REPO_ROOT, env=_child_env(),
-                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
-    sent = json.loads(proc.stdout)
-    assert len(sent) == len(bodies), sent
-    return [row["message_id"] for row in sent]
+def send(
+    cluster: Cluster, topic: str, bodies: list[str], *, tag: str | None = None, keys: tuple[str, ...] = (),
+    properties: dict[str, str] | None = None,
+) -> list[str]:  # fmt: skip
+    """Send one message per body as `sluice admin message send` does (its own code, admin/produce.py,
+    in this process: no interpreter start per call); their message ids."""
+
+    async def go() -> list[str]:
+        async with AdminCluster(cluster.namesrv) as admin:
+            options = SendOptions(tag, keys, dict(properties or {}))
+            report = await send_messages(admin, topic, [b.encode() for b in bodies], options)
+        return [row["message_id"] for row in report.rows]
+
+    return asyncio.run(go())
 
 
 def stream(spark: SparkSession, cluster: Cluster, **options: str) -> DataFrame:
@@ -79,6 +86,13 @@ def start_query(start: Callable[[], StreamingQuery]) -> StreamingQuery:
         ):
             return query
     raise AssertionError("unreachable")
+
+
+def sink_rows(spark: SparkSession, out: Path) -> list[dict[str, Any]]:
+    """The rows of a Parquet sink as Spark reads it: only the files its log (`_spark_metadata`) lists.
+    A task of a failed batch may leave a file behind that no batch committed; a plain directory scan
+    (pyarrow) would count its rows too."""
+    return list(spark.read.parquet(str(out)).toArrow().to_pylist())
 
 
 def read_topic(cluster: Cluster, topic: str) -> list[dict[str, Any]]:

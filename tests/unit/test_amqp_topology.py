@@ -28,7 +28,7 @@ from proxy.amqp.codes import (
 from proxy.amqp.frames import content_bytes, decode_header, decode_method, read_frame
 from proxy.amqp.meta import BindingMeta, MetaDoc, decode
 from proxy.amqp.meta import encode as encode_doc
-from proxy.amqp.routing import decode_headers, headers_match, route, route_all, topic_matches
+from proxy.amqp.routing import decode_headers, headers_match, route, topic_matches
 
 
 @pytest.mark.parametrize(
@@ -71,11 +71,11 @@ def test_routing_by_exchange_type_and_the_default_exchange() -> None:
     topology.bind(doc, "/", BindingMeta("direct", "q2", "error"), "c1")
     topology.bind(doc, "/", BindingMeta("direct", "q2", "error"), "c1")  # binding twice is one binding
     v = doc.vhost("/")
-    assert [q.name for q in route(v, "logs", "anything")] == ["q1", "q2"]
-    assert [q.name for q in route(v, "direct", "error")] == ["q2"]
-    assert route(v, "direct", "info") == []
-    assert [q.name for q in route(v, "", "q1")] == ["q1"]
-    assert route(v, "", "missing") == []
+    assert [q.name for q in route(v, "logs", "anything")[0]] == ["q1", "q2"]
+    assert [q.name for q in route(v, "direct", "error")[0]] == ["q2"]
+    assert route(v, "direct", "info")[0] == []
+    assert [q.name for q in route(v, "", "q1")[0]] == ["q1"]
+    assert route(v, "", "missing")[0] == []
     assert len(v.bindings) == 3
 
 
@@ -235,11 +235,11 @@ def test_headers_exchanges_and_exchange_to_exchange_bindings() -> None:
     topology.bind(doc, "/", BindingMeta("back", "pdf", "k"), "c1")
     v = doc.vhost("/")
     report = {"format": "pdf", "kind": "report"}
-    assert [q.name for q in route(v, "hdr", "", lambda: report)] == ["pdf", "any", "all"]
-    assert [q.name for q in route(v, "hdr", "", lambda: {"format": "pdf"})] == ["pdf"]
-    assert [q.name for q in route(v, "hdr", "", lambda: {"kind": 1})] == ["any"]
-    assert [q.name for q in route(v, "front", "k")] == ["pdf"]
-    assert route(v, "front", "loop") == []  # front -> back -> front: each exchange once
+    assert [q.name for q in route(v, "hdr", "", lambda: report)[0]] == ["pdf", "any", "all"]
+    assert [q.name for q in route(v, "hdr", "", lambda: {"format": "pdf"})[0]] == ["pdf"]
+    assert [q.name for q in route(v, "hdr", "", lambda: {"kind": 1})[0]] == ["any"]
+    assert [q.name for q in route(v, "front", "k")[0]] == ["pdf"]
+    assert route(v, "front", "loop")[0] == []  # front -> back -> front: each exchange once
     assert headers_match({"x-match": "all-with-x", "x-a": 1}, {"x-a": 1})
     assert not headers_match({"x-match": "all-with-x", "x-a": 1}, {})
     props = commands.Basic.Properties(headers={"format": "pdf", "n": 3})
@@ -259,10 +259,10 @@ def test_routing_names_the_topics_of_every_mapped_exchange_reached() -> None:
     topology.bind(doc, "/", BindingMeta("deeper", "front", "", to_exchange=True), "c1")  # a cycle
     topology.bind(doc, "/", BindingMeta("deeper", "q", ""), "c1")
     v = doc.vhost("/")
-    queues, topics = route_all(v, "front", "k")
+    queues, topics = route(v, "front", "k")
     assert ([q.name for q in queues], topics) == (["q"], ["T1", "T2"])  # in the order reached, each once
-    assert route_all(v, "deeper", "k")[1] == ["T2", "T1"]  # deeper -> front -> mapped: each exchange once
-    assert route_all(v, "", "q")[1] == []
+    assert route(v, "deeper", "k")[1] == ["T2", "T1"]  # deeper -> front -> mapped: each exchange once
+    assert route(v, "", "q")[1] == []
 
 
 def test_auto_delete_exchanges_go_with_their_last_binding() -> None:

@@ -8,9 +8,9 @@ Two topologies, one `Cluster` object:
   Started with `--no-auto-create` by default, so both topologies behave alike: every topic and
   group a test uses is created with `sluice admin`, and an unknown topic is TOPIC_NOT_FOUND.
 - **separated**: `sluice nameserver`, two `sluice broker` (broker-a, broker-b, own data dirs) and two
-  `sluice proxy --namesrv ...` (the first with its default workers, the second `--workers 1`). The
-  client endpoint string names both proxies (`"127.0.0.1:P1;127.0.0.1:P2"`); the Python client
-  connects pick-first.
+  `sluice proxy --namesrv ...` (the first with its default workers, the second `--workers 1`); the
+  brokers start side by side, then the proxies. The client endpoint string names both proxies
+  (`"127.0.0.1:P1;127.0.0.1:P2"`); the Python client connects pick-first.
 
 Every process serves its ops endpoint (`--metrics-port`, /metrics, /loglevel) on a free port of its
 own, listed in `Cluster.ops` by process name. Topics and groups are created through `sluice admin`
@@ -41,7 +41,8 @@ from tests.helpers.procs import (
     ProcessStartError,
     free_port,
     process_tree,
-    start_process,
+    spawn_process,
+    wait_listening,
 )
 
 SLUICE = [sys.executable, "-m", "sluice"]
@@ -174,24 +175,55 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+@dataclass
+class _Launch:
+    """A child started by `_launch`, not yet known to be ready."""
+
+    name: str
+    child: ChildProcess
+    port: int
+    ready_line: str
+    logged: int  # the log's size before this start (a restart appends to the same log)
+
+
+def _launch(
+    cluster: Cluster, name: str, argv: Sequence[str], port: int, ready_line: str, *, log_name: str = ""
+) -> _Launch:
+    cluster.launches[name] = (list(argv), port, ready_line)
+    log_path = cluster.root / f"{log_name or name}.log"
+    logged = log_path.stat().st_size if log_path.exists() else 0
+    ops_port = free_port()
+    cluster.ops[name] = f"{LOOPBACK}:{ops_port}"
+    child = spawn_process([*argv, "--metrics-port", str(ops_port)], log_path=log_path, name=name)
+    cluster.processes[name] = child
+    return _Launch(name, child, port, ready_line, logged)
+
+
+def _await_ready(launch: _Launch) -> None:
+    """Until the child listens on its port and printed its ready line (this start's, not an earlier one's)."""
+    child = launch.child
+    wait_listening(child, launch.port, timeout_s=START_TIMEOUT_S)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while launch.ready_line not in child.output()[launch.logged :]:
+        if not child.running() or time.monotonic() >= deadline:
+            raise ProcessStartError(f"{launch.name} did not print {launch.ready_line!r}; last lines:\n{child.tail()}")
+        time.sleep(0.05)
+
+
 def _start(
     cluster: Cluster, name: str, argv: Sequence[str], port: int, ready_line: str, *, log_name: str = ""
 ) -> ChildProcess:
-    cluster.launches[name] = (list(argv), port, ready_line)
-    log_path = cluster.root / f"{log_name or name}.log"
-    logged = log_path.stat().st_size if log_path.exists() else 0  # a restart appends to the same log
-    ops_port = free_port()
-    cluster.ops[name] = f"{LOOPBACK}:{ops_port}"
-    child = start_process([*argv, "--metrics-port", str(ops_port)], port=port,
-                          log_path=cluster.root / f"{log_name or name}.log", name=name,
-                          timeout_s=START_TIMEOUT_S)  # fmt: skip
-    cluster.processes[name] = child
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while ready_line not in child.output()[logged:]:  # this start's line, not an earlier one's
-        if not child.running() or time.monotonic() >= deadline:
-            raise ProcessStartError(f"{name} did not print {ready_line!r}; last lines:\n{child.tail()}")
-        time.sleep(0.05)
-    return child
+    launch = _launch(cluster, name, argv, port, ready_line, log_name=log_name)
+    _await_ready(launch)
+    return launch.child
+
+
+def _start_together(cluster: Cluster, starts: Sequence[tuple[str, Sequence[str], int, str]]) -> None:
+    """Start processes that do not need each other (name, argv, port, ready line) side by side and
+    return once all are ready: a topology's brokers, its proxies."""
+    launches = [_launch(cluster, *start) for start in starts]
+    for launch in launches:
+        _await_ready(launch)
 
 
 def start_merged(
@@ -243,13 +275,16 @@ def start_separated(
     try:
         _start(cluster, "nameserver", [*SLUICE, "nameserver", "--port", str(ns_port)], ns_port,
                f"nameserver listening on {cluster.namesrv}")  # fmt: skip
+        brokers = []
         for name in BROKER_NAMES:
             port = free_port()
             argv = [*SLUICE, "broker", "--name", name, "--port", str(port), "--data-dir", str(root / name),
                     "--namesrv", cluster.namesrv, *_config_args((broker_configs or {}).get(name, config)),
                     *broker_args]  # fmt: skip
-            _start(cluster, name, argv, port, f"broker {name} listening on {LOOPBACK}:{port}")
+            brokers.append((name, argv, port, f"broker {name} listening on {LOOPBACK}:{port}"))
+        _start_together(cluster, brokers)
         _wait_for_brokers(cluster, len(BROKER_NAMES))
+        proxies = []
         for i in range(2):
             port = proxy_ports[i] if proxy_ports else free_port()
             # The first proxy runs its default worker processes (one per core), the second one process.
@@ -257,10 +292,11 @@ def start_separated(
             amqp_args = ["--amqp-port", str(free_port())] if amqp else []
             argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), *_config_args(config),
                     *workers, *amqp_args, *proxy_args]  # fmt: skip
-            _start(cluster, f"proxy-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
+            proxies.append((f"proxy-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}"))
             cluster.proxies.append(f"{LOOPBACK}:{port}")
             if amqp_args:
                 cluster.amqp.append(f"{LOOPBACK}:{amqp_args[1]}")
+        _start_together(cluster, proxies)
     except BaseException:
         cluster.stop()
         raise

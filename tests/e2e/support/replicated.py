@@ -24,7 +24,15 @@ from rocketmq.v5.model import Message
 
 from broker.client import receipt
 from tests.e2e.support.clients import producer, simple_consumer
-from tests.e2e.support.cluster import LOOPBACK, SLUICE, AdminError, Cluster, _start, _wait_for_brokers
+from tests.e2e.support.cluster import (
+    LOOPBACK,
+    SLUICE,
+    AdminError,
+    Cluster,
+    _start,
+    _start_together,
+    _wait_for_brokers,
+)
 from tests.e2e.support.history import History
 from tests.helpers.procs import free_port
 
@@ -64,23 +72,27 @@ def start_replicated(
     try:
         _start(cluster, "nameserver", [*SLUICE, "nameserver", "--port", str(ns_port)], ns_port,
                f"nameserver listening on {cluster.namesrv}")  # fmt: skip
+        starts = []
         for name in members:
             port = free_port()
             argv = [*SLUICE, "broker", "--name", name, "--port", str(port), "--data-dir", str(root / name),
                     "--namesrv", cluster.namesrv, "--group", GROUP, "--etcd", etcd_url, "--min-insync", "2",
                     "--config", str(config), *member_args.get(name, ())]  # fmt: skip
-            _start(cluster, name, argv, port, f"broker {name} listening on {LOOPBACK}:{port}")
+            starts.append((name, argv, port, f"broker {name} listening on {LOOPBACK}:{port}"))
+        _start_together(cluster, starts)  # side by side: the members elect a primary among themselves
         _wait_for_brokers(cluster, 1)
         ports = [free_port() for _ in range(proxies)]
         # Several: each lists the others in routes, one worker each, and stops at once on SIGTERM.
         peers = ["--peers", ";".join(f"{LOOPBACK}:{p}" for p in ports), "--workers", "1", "--drain-s", "0"]
         peers = peers if proxies > 1 else []
+        starts = []
         for port in ports:
             argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), "--config", str(config),
                     *peers]  # fmt: skip
-            _start(cluster, "proxy" if proxies == 1 else f"proxy-{port}", argv, port,
-                   f"proxy listening on {LOOPBACK}:{port}")  # fmt: skip
+            starts.append(("proxy" if proxies == 1 else f"proxy-{port}", argv, port,
+                           f"proxy listening on {LOOPBACK}:{port}"))  # fmt: skip
             cluster.proxies.append(f"{LOOPBACK}:{port}")
+        _start_together(cluster, starts)
     except BaseException:
         cluster.stop()
         raise
