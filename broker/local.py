@@ -210,6 +210,7 @@ class LocalBroker:
         engine = PopEngine(
             broker_name=cfg.name, store=store, metadata=metadata, state=pop_state, hub=self.hub,
             config=cfg.pop, dead_letter=self._dead_letter, trace=trace, cold=tiering, clock=self._clock,
+            store_host=cfg.advertised_address,
         )  # fmt: skip
         if tiering is not None:
 
@@ -233,7 +234,7 @@ class LocalBroker:
         store.add_dispatch_listener(dispatched)
         producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)
         self._dedup = Deduplicator(store, cfg.dedup_window_s, clock=self._clock)
-        reader = Reader(store, self.hub, tiering, trace, cfg.pop)
+        reader = Reader(store, self.hub, tiering, trace, cfg.pop, cfg.advertised_address)
         self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers, producer, reader,
                              lite)  # fmt: skip
         await transactions.start()

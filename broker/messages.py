@@ -1,5 +1,5 @@
 """Validation of produced messages (the records a send carries, `common.record.received`) against a
-topic and the broker's limits, and the conversion of a stored record to the API's `StoredMessage`.
+topic and the broker's limits.
 
 Each check raises the protocol's specific error with a message that says what to change.
 """
@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from itertools import chain, repeat
 from operator import attrgetter
 
-from broker.client.api import StoredMessage
 from broker.config import LimitsConfig
 from common.errors import (
     BadRequest,
@@ -28,7 +27,7 @@ from common.errors import (
     SluiceError,
 )
 from common.model import COLUMNS_MIN, MessageType, TopicInfo
-from common.record import FLAG_BODY_GZIP, MessageRecord
+from common.record import MessageRecord
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -211,19 +210,3 @@ def validate_queue(topic: TopicInfo, queue_id: int) -> None:
         raise BadRequest(
             f"queue {queue_id} does not exist: topic {topic.name} has queues 0..{topic.queue_count - 1} here"
         )
-
-
-def to_stored(rec: MessageRecord, delivery_attempt: int) -> StoredMessage:
-    try:
-        mtype = MessageType(rec.message_type)
-    except ValueError:
-        mtype = MessageType.NORMAL
-    return StoredMessage(
-        topic=rec.topic, queue_id=rec.queue_id, queue_offset=rec.queue_offset, body=rec.body,
-        message_id=rec.message_id, message_type=mtype, tag=rec.tag, keys=rec.keys,
-        message_group=rec.message_group, properties=rec.properties, system_properties=rec.system_properties,
-        born_timestamp_ms=rec.born_timestamp_ms, born_host=rec.born_host,
-        store_timestamp_ms=rec.store_timestamp_ms, store_host=rec.store_host,
-        delivery_timestamp_ms=rec.delivery_timestamp_ms, delivery_attempt=delivery_attempt,
-        body_gzip=bool(rec.flags & FLAG_BODY_GZIP),
-    )  # fmt: skip

@@ -153,13 +153,16 @@ class MessageRecord:
     # (`received`): the store appends it with its topic, queue and store host written in (`placed`),
     # not encoded again. Empty otherwise; a copy that changes any other field must clear it.
     edge: bytes = field(default=b"", compare=False, repr=False)
+    # The record's bytes as the CommitLog holds them, when it was decoded from them (`decode`): a pop
+    # hands them on unchanged (`stored_bytes`). Empty otherwise; a copy that changes a field must clear it.
+    raw: bytes = field(default=b"", compare=False, repr=False)
 
 
 # `_decode_checked` and tiering's `table_to_records` build records positionally, in this order.
 RECORD_FIELDS = (
     "topic", "queue_id", "body", "message_id", "tag", "keys", "message_group", "properties", "system_properties",
     "message_type", "flags", "born_timestamp_ms", "born_host", "store_host", "delivery_timestamp_ms",
-    "delivery_attempt", "queue_offset", "physical_offset", "store_timestamp_ms", "size", "edge",
+    "delivery_attempt", "queue_offset", "physical_offset", "store_timestamp_ms", "size", "edge", "raw",
 )  # fmt: skip
 require_field_order(MessageRecord, RECORD_FIELDS)
 
@@ -365,6 +368,17 @@ def encode(rec: MessageRecord) -> bytearray:
     """Encode `rec` with its current offsets; the CRC is left 0 until `seal`."""
     parts = _parts(rec, max(rec.queue_offset, 0), max(rec.physical_offset, 0), rec.store_timestamp_ms)
     return bytearray().join(parts)
+
+
+def stored_bytes(rec: MessageRecord) -> bytes:
+    """The record's bytes as the CommitLog holds them, CRC set: those it was decoded from (`raw`,
+    handed on unchanged), or, for a record built otherwise (a tiered archive's row, a copy with a
+    field changed), `encode` with its offsets and store time, sealed. `decode` reads either back."""
+    if rec.raw:
+        return rec.raw
+    buf = encode(rec)
+    _CRC.pack_into(buf, OFF_CRC, crc32(memoryview(buf)[CRC_START:]))
+    return bytes(buf)
 
 
 class EncodedBatch(NamedTuple):
@@ -589,8 +603,9 @@ def peek_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, i
 def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, where: str = "") -> MessageRecord:
     """Decode and verify the record at `pos`. Raises MessageCorrupted naming `where` on any mismatch."""
     h = _check(buf, pos, where)
+    raw = buf if type(buf) is bytes and pos == 0 and len(buf) == h[0] else memoryview(buf)[pos : pos + h[0]].tobytes()
     try:
-        return _decode_checked(memoryview(buf)[pos : pos + h[0]].tobytes(), h)
+        return _decode_checked(raw, h)
     except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
         raise MessageCorrupted(f"record at {where or pos} has a malformed body: {exc}") from None
 
@@ -697,7 +712,7 @@ def _decode_checked(raw: bytes, h: tuple[int, ...]) -> MessageRecord:
     # Positional (see RECORD_FIELDS): keywords cost a microsecond more per message read.
     return MessageRecord(
         texts[0], qid, raw[p:], texts[1], texts[2] or None, keys, texts[3] or None, props, sysprops, mtype,
-        flags, born, texts[4], texts[5], deliver, attempt, qoff, phys, stored, total,
+        flags, born, texts[4], texts[5], deliver, attempt, qoff, phys, stored, total, b"", raw,
     )  # fmt: skip
 
 

@@ -31,7 +31,6 @@ from broker.client.api import (
     TransactionSource,
 )
 from broker.config import TransactionConfig
-from broker.messages import to_stored
 from broker.store.store import MessageStore
 from broker.transaction.pending import HalfEntry, HalfState, PendingTable
 from common.clock import SYSTEM_CLOCK, Clock
@@ -246,12 +245,14 @@ class TransactionService:
                 out.append(TransactionCheck(self._txid(entry), self._as_delivered(half, entry), entry.checks))
         return out
 
-    @staticmethod
-    def _as_delivered(half: MessageRecord, entry: HalfEntry) -> StoredMessage:
-        msg = to_stored(half, max(entry.checks, 1))
-        msg.topic, msg.queue_id, msg.message_type = entry.topic, entry.queue_id, MessageType.TRANSACTION
-        msg.system_properties = {k: v for k, v in msg.system_properties.items() if k != SYSPROP_TXN_TOPIC}
-        return msg
+    def _as_delivered(self, half: MessageRecord, entry: HalfEntry) -> StoredMessage:
+        """The half message as its producer sent it: its real topic and queue, no half-topic property."""
+        sysprops = {k: v for k, v in half.system_properties.items() if k != SYSPROP_TXN_TOPIC}
+        rec = dataclasses.replace(
+            half, topic=entry.topic, queue_id=entry.queue_id, message_type=int(MessageType.TRANSACTION),
+            system_properties=sysprops, raw=b"",
+        )  # fmt: skip
+        return StoredMessage(rec, max(entry.checks, 1), store_host=self._host)
 
     def sweep(self, now_ms: int | None = None) -> int:
         """Roll back half messages whose last check-back went unanswered; returns how many."""

@@ -184,49 +184,51 @@ def delivered(msg: StoredMessage, namespace: str) -> pb.Message:
 
 
 def fill_delivered(out: pb.Message, msg: StoredMessage, namespace: str) -> None:
-    """Write `msg` into `out` (an empty Message, e.g. a response's `message` field).
+    """Write `msg` into `out` (an empty Message, e.g. a response's `message` field): the record's
+    fields, read where the broker (or the internal stream's decode) left them, and the delivery's.
 
     Hot path (once per delivered message): filling the response's own field in place saves the
     copy (a serialise and a parse) that `Response(message=...)` makes of a message built apart.
     """
+    rec = msg.record
     topic = out.topic
-    topic.name = names.unwrap(namespace, msg.topic)
+    topic.name = names.unwrap(namespace, rec.topic)
     if namespace:  # "" is the field's default: leaving it unset writes the same message
         topic.resource_namespace = namespace
-    if msg.properties:
+    if rec.properties:
         up = out.user_properties
-        for k, v in msg.properties.items():
+        for k, v in rec.properties.items():
             up[k] = v
-    body = msg.body
+    body = rec.body
     out.body = body
     sp = out.system_properties
-    if msg.tag:
-        sp.tag = msg.tag
-    if msg.keys:
-        sp.keys.extend(msg.keys)
-    sp.message_id = msg.message_id
+    if rec.tag:
+        sp.tag = rec.tag
+    if rec.keys:
+        sp.keys.extend(rec.keys)
+    sp.message_id = rec.message_id
     digest = sp.body_digest
     digest.type = pb.MD5
     digest.checksum = hashlib.md5(body).hexdigest().upper()
-    if msg.body_gzip:
+    if rec.flags & record.FLAG_BODY_GZIP:
         sp.body_encoding = pb.GZIP
     else:
         sp.body_encoding = pb.IDENTITY
     sp.message_type = cast(pb.MessageType, int(msg.message_type))
-    _set_ms(sp.born_timestamp, msg.born_timestamp_ms)
-    sp.born_host = msg.born_host
-    _set_ms(sp.store_timestamp, msg.store_timestamp_ms)
+    _set_ms(sp.born_timestamp, rec.born_timestamp_ms)
+    sp.born_host = rec.born_host
+    _set_ms(sp.store_timestamp, rec.store_timestamp_ms)
     sp.store_host = msg.store_host
-    if msg.delivery_timestamp_ms:
-        _set_ms(sp.delivery_timestamp, msg.delivery_timestamp_ms)
+    if rec.delivery_timestamp_ms:
+        _set_ms(sp.delivery_timestamp, rec.delivery_timestamp_ms)
     if msg.receipt_handle:
         sp.receipt_handle = msg.receipt_handle
-    sp.queue_id = msg.queue_id
-    sp.queue_offset = msg.queue_offset
+    sp.queue_id = rec.queue_id
+    sp.queue_offset = rec.queue_offset
     sp.delivery_attempt = max(1, msg.delivery_attempt)
-    if msg.message_group:
-        sp.message_group = msg.message_group
-    sysprops = msg.system_properties
+    if rec.message_group:
+        sp.message_group = rec.message_group
+    sysprops = rec.system_properties
     if sysprops:
         trace = sysprops.get(SYSPROP_TRACE_CONTEXT)
         if trace:
@@ -238,6 +240,6 @@ def fill_delivered(out: pb.Message, msg: StoredMessage, namespace: str) -> None:
         if level is not None and level.isdigit():
             sp.priority = int(level)
         origin = sysprops.get("DLQ_ORIGIN_TOPIC")
-        if origin is not None and msg.topic.startswith(DLQ_PREFIX):
+        if origin is not None and rec.topic.startswith(DLQ_PREFIX):
             sp.dead_letter_queue.topic = names.unwrap(namespace, origin)
-            sp.dead_letter_queue.message_id = msg.message_id
+            sp.dead_letter_queue.message_id = rec.message_id

@@ -21,10 +21,11 @@ from proxy.amqp.codes import NOT_ALLOWED, AmqpError
 from proxy.amqp.meta import MetaDoc, QueueMeta, VhostMeta
 from proxy.amqp.queues import PROP_EXCHANGE, PROP_HEADER, Publish, QueueGone, QueueStore, to_outgoing
 from proxy.amqp.routing import decode_properties
+from tests.helpers.records import delivered
 
 
 def _stored(properties: dict[str, str], *, tag: str | None = None, keys: tuple[str, ...] = ()) -> StoredMessage:
-    return StoredMessage("orders", 0, 7, b"body", "01ID", MessageType.NORMAL, tag, keys, None, properties, {},
+    return delivered("orders", 0, 7, b"body", "01ID", MessageType.NORMAL, tag, keys, None, properties, {},
                          1_700_000_000_123, "h", 0, "", 0, 1)  # fmt: skip
 
 

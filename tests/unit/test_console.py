@@ -37,6 +37,7 @@ from console.pages_topics import tier_row
 from console.paging import paginate
 from console.sessions import Sessions, check_login, is_admin
 from console.units import human_bytes, human_duration
+from tests.helpers.records import delivered
 
 CLOSED = "127.0.0.1:1"  # nothing listens: calls to the cluster fail with UNAVAILABLE
 TOKEN = re.compile(r'name="csrf-token" content="([^"]+)"')
@@ -211,7 +212,7 @@ def test_times_parse_as_epoch_ms_or_iso() -> None:
 
 
 def _stored(message_type: MessageType, group: str | None = None) -> StoredMessage:
-    return StoredMessage(
+    return delivered(
         topic="%DLQ%g", queue_id=0, queue_offset=3, body=b"x", message_id="01OLD", message_type=message_type,
         tag="t", keys=("k",), message_group=group, properties={"p": "1"},
         system_properties={"DLQ_ORIGIN_TOPIC": "orders"}, born_timestamp_ms=1, born_host="h",
