@@ -90,11 +90,15 @@ def to_outgoing(p: Publish, host: str, expires_at_ms: int = 0, max_priority: int
 
 
 def to_delivery(m: StoredMessage) -> Delivery:
-    raw = m.properties.get(PROP_HEADER, "")
+    """The AMQP delivery of a popped message, read from its record (decoded once) and the pop's fields."""
+    rec = m.record
+    props = rec.properties
+    raw = props.get(PROP_HEADER, "")
     header = base64.b64decode(raw) if raw else b""
-    exchange, key = m.properties.get(PROP_EXCHANGE, ""), m.properties.get(PROP_ROUTING_KEY, m.topic)
-    expires = m.properties.get(PROP_EXPIRES_AT, "")
-    return Delivery(exchange, key, header, m.body, m.delivery_attempt > 1, m.receipt_handle, m.delivery_attempt,
+    exchange, key = props.get(PROP_EXCHANGE, ""), props.get(PROP_ROUTING_KEY, rec.topic)
+    expires = props.get(PROP_EXPIRES_AT, "")
+    attempt = m.delivery_attempt
+    return Delivery(exchange, key, header, rec.body, attempt > 1, m.receipt_handle, attempt,
                     int(expires) if expires.isdigit() else 0)  # fmt: skip
 
 

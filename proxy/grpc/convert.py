@@ -47,6 +47,8 @@ _TYPES: dict[int, MessageType] = {
     pb.PRIORITY: MessageType.PRIORITY,
 }
 _TYPES_OR_NORMAL = {**_TYPES, pb.MESSAGE_TYPE_UNSPECIFIED: MessageType.NORMAL}  # what `message_type` accepts
+_DELIVERED_TYPES: dict[int, pb.MessageType] = {int(t): cast(pb.MessageType, int(t)) for t in MessageType}
+_GZIP = record.FLAG_BODY_GZIP
 SYSPROP_TRACE_CONTEXT = "TRACE_CONTEXT"
 SYSPROP_TX_RECOVERY_MS = "TRANSACTION_RECOVERY_MS"
 
@@ -210,11 +212,11 @@ def fill_delivered(out: pb.Message, msg: StoredMessage, namespace: str) -> None:
     digest = sp.body_digest
     digest.type = pb.MD5
     digest.checksum = hashlib.md5(body).hexdigest().upper()
-    if rec.flags & record.FLAG_BODY_GZIP:
+    if rec.flags & _GZIP:
         sp.body_encoding = pb.GZIP
     else:
         sp.body_encoding = pb.IDENTITY
-    sp.message_type = cast(pb.MessageType, int(msg.message_type))
+    sp.message_type = _DELIVERED_TYPES.get(rec.message_type, pb.NORMAL)  # a stored number: unknown ones are NORMAL
     _set_ms(sp.born_timestamp, rec.born_timestamp_ms)
     sp.born_host = rec.born_host
     _set_ms(sp.store_timestamp, rec.store_timestamp_ms)
