@@ -29,7 +29,8 @@ from typing import Any
 
 from admin.cluster import Cluster
 from admin.output import Report, format_time_ms, preview
-from broker.client.api import FilterSpec, OutgoingMessage, StoredMessage
+from broker.client.api import FilterSpec, StoredMessage
+from common import record
 from common.errors import BadRequest, MessageNotFound, NotFound, TopicNotFound
 from common.model import DLQ_PREFIX, MessageType, dlq_topic, validate_group_name, validate_topic_name
 
@@ -178,18 +179,19 @@ async def _send_again(cluster: Cluster, topic: str, letters: list[DeadLetter]) -
     rows = []
     for letter in letters:
         name, address, queue_id = next(spread)
-        outgoing = _copy_of(letter.message)
-        (result,) = await cluster.broker(name, address).send(topic, queue_id, [outgoing])
-        rows.append({"message_id": letter.message.message_id, "new_message_id": outgoing.message_id,
+        new_id = new_message_id()
+        (result,) = await cluster.broker(name, address).send(topic, queue_id, [_copy_of(letter.message, new_id)])
+        rows.append({"message_id": letter.message.message_id, "new_message_id": new_id,
                      "topic": topic, "queue": queue_id, "offset": result.queue_offset})  # fmt: skip
     return rows
 
 
-def _copy_of(m: StoredMessage) -> OutgoingMessage:
+def _copy_of(m: StoredMessage, message_id: str) -> bytes:
+    """The record (`common.record.outgoing`) that resends a dead letter under `message_id`."""
     fifo = m.message_type is MessageType.FIFO and bool(m.message_group)
-    return OutgoingMessage(
+    return record.outgoing(
         body=m.body,
-        message_id=new_message_id(),
+        message_id=message_id,
         message_type=MessageType.FIFO if fifo else MessageType.NORMAL,
         tag=m.tag,
         keys=m.keys,

@@ -27,11 +27,11 @@ from broker.client.api import (
     CallContext,
     FilterSpec,
     OffsetPolicy,
-    OutgoingMessage,
     PopRequest,
     StoredMessage,
 )
 from broker.client.remote import RemoteBroker
+from common import record
 from common.errors import BadRequest, Forbidden, MessageTypeConflict
 from common.model import MessageType
 from nameserver.model import TopicRoute
@@ -89,7 +89,7 @@ async def send_messages(cluster: Cluster, topic: str, bodies: Iterable[bytes], o
     rows: list[dict[str, Any]] = []
     for body in bodies:
         broker_name, queue_id = selector.pick(topic, routes, options.message_group)
-        msg = OutgoingMessage(
+        msg = record.outgoing(
             body=body, message_id=new_message_id(), message_type=mtype, tag=options.tag, keys=options.keys,
             message_group=options.message_group, properties=dict(options.properties),
             born_timestamp_ms=int(time.time() * 1000),

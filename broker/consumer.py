@@ -45,7 +45,6 @@ from broker.longpoll import LongPollHub, group_key, topic_key
 from broker.metadata import Metadata
 from broker.popstate import EntryState, PopBatch, PopEntry, PopState
 from broker.readybytes import ReadBehind, ReadyBytes
-from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from broker.store.store import MessageStore, ReadResult, ReadStatus
 from broker.tiering.runtime import BrokerTiering
 from broker.trace import TraceRecorder
@@ -59,18 +58,10 @@ from common.errors import (
     Unavailable,
 )
 from common.logs import BurstLog, kv
-from common.model import MessageType, require_field_order
+from common.record import MessageRecord
 
 log = logging.getLogger("sluice.broker.consumer")
 
-# `_deliver` builds StoredMessage positionally, in this order.
-_STORED_FIELDS = (
-    "topic", "queue_id", "queue_offset", "body", "message_id", "message_type", "tag", "keys", "message_group",
-    "properties", "system_properties", "born_timestamp_ms", "born_host", "store_timestamp_ms", "store_host",
-    "delivery_timestamp_ms", "delivery_attempt", "body_gzip", "receipt_handle", "invisible_until_ms",
-)  # fmt: skip
-require_field_order(StoredMessage, _STORED_FIELDS)
-_MESSAGE_TYPES = {t.value: t for t in MessageType}  # stored type number -> type; unknown numbers are NORMAL
 DeadLetter = Callable[[MessageRecord, str, int], Awaitable[None]]
 _DUE_SCAN_LIMIT = 1_000
 _READY_BYTES_ROUNDS = 16  # reads in a worker thread per ready-bytes status before giving up (Unavailable)
@@ -96,10 +87,12 @@ class PopEngine:
     def __init__(
         self, *, broker_name: str, store: MessageStore, metadata: Metadata, state: PopState, hub: LongPollHub,
         config: PopConfig, dead_letter: DeadLetter, trace: TraceRecorder, cold: BrokerTiering | None = None,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock = SYSTEM_CLOCK, store_host: str = "",
     ) -> None:  # fmt: skip
-        """`clock`: invisible durations and redelivery are measured on it (common/clock.py)."""
+        """`clock`: invisible durations and redelivery are measured on it (common/clock.py).
+        `store_host`: this broker's address, delivered as the store host of a record that names none."""
         self._name = broker_name
+        self._host = store_host
         self.clock = clock
         self._cold = cold
         self._store = store
@@ -351,14 +344,7 @@ class PopEngine:
         qid, offset = rec.queue_id, rec.queue_offset
         handle = receipt.encode(self._name, qid, offset, version, until, receipt.name_crc(rec.topic),
                                 receipt.name_crc(group))  # fmt: skip
-        # `to_stored` with the handle and deadline passed to the constructor, positionally (see
-        # _STORED_FIELDS): this runs once per delivered message.
-        return StoredMessage(
-            rec.topic, qid, offset, rec.body, rec.message_id, _MESSAGE_TYPES.get(rec.message_type, MessageType.NORMAL),
-            rec.tag, rec.keys, rec.message_group, rec.properties, rec.system_properties, rec.born_timestamp_ms,
-            rec.born_host, rec.store_timestamp_ms, rec.store_host, rec.delivery_timestamp_ms, attempt,
-            bool(rec.flags & FLAG_BODY_GZIP), handle, until,
-        )  # fmt: skip
+        return StoredMessage(rec, attempt, handle, until, self._host)
 
     # -- ack and friends -------------------------------------------------------------------------
 

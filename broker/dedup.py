@@ -1,4 +1,4 @@
-"""Idempotent sends: a message sent with `dedup` is stored at most once per (topic, message id)
+"""Idempotent sends: a message sent with `dedup` (`record.FLAG_DEDUP`) is stored at most once per (topic, message id)
 within `[broker] dedup_window_s` on this broker (the Spark sink's deterministic ids make a
 replayed batch a no-op; docs/spark.md).
 
@@ -16,11 +16,12 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 
-from broker.client.api import OutgoingMessage, SendResult
+from broker.client.api import SendResult
 from broker.store.store import MessageStore
 from common.clock import SYSTEM_CLOCK, Clock
 from common.config import ConfigError
 from common.errors import IllegalMessageId
+from common.record import FLAG_DEDUP, MessageRecord
 
 RECENT_MAX = 100_000  # recent dedup sends remembered in memory (the index covers the rest)
 
@@ -43,17 +44,17 @@ class Deduplicator:
         self.dropped = 0  # repeats answered without storing, since start
 
     async def send(
-        self, topic: str, messages: Sequence[OutgoingMessage],
-        store: Callable[[list[OutgoingMessage]], Awaitable[list[SendResult]]],
+        self, topic: str, messages: Sequence[MessageRecord],
+        store: Callable[[list[MessageRecord]], Awaitable[list[SendResult]]],
     ) -> list[SendResult]:  # fmt: skip
         """Results of `messages` in order: a repeat's is its stored copy's, the others' come from `store`."""
         if self._window_ms == 0:
             return await store(list(messages))
         keys = [(topic, m.message_id) for m in messages]
         for m in messages:
-            if m.dedup and not m.message_id:
+            if m.flags & FLAG_DEDUP and not m.message_id:
                 raise IllegalMessageId(f"a message sent to {topic} for deduplication needs a message id")
-        flagged = {key for m, key in zip(messages, keys, strict=True) if m.dedup}
+        flagged = {key for m, key in zip(messages, keys, strict=True) if m.flags & FLAG_DEDUP}
         while waiting := [self._inflight[k] for k in flagged if k in self._inflight]:
             await asyncio.gather(*waiting, return_exceptions=True)
         now_ms = self._clock.now_ms()
@@ -62,7 +63,7 @@ class Deduplicator:
         first: dict[Key, int] = {}  # a flagged id stored now -> its position
         repeats: dict[int, int] = {}  # an id repeated within this send -> the position of its first copy
         for i, (m, key) in enumerate(zip(messages, keys, strict=True)):
-            if m.dedup:
+            if m.flags & FLAG_DEDUP:
                 results[i] = self._stored(key, now_ms)
                 if results[i] is not None:
                     continue

@@ -37,7 +37,6 @@ from broker.client.api import (
     LiteTopicList,
     OffsetPolicy,
     OffsetReset,
-    OutgoingMessage,
     PopRequest,
     PullResult,
     QueueRows,
@@ -74,7 +73,6 @@ from broker.reads import Reader
 from broker.security_store import SECURITY_CFS, SecurityStore
 from broker.store.dispatcher import Touched, call_soon_from_any_thread
 from broker.store.durability import LOCAL, Durability
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 from broker.tiering.manifest import SegmentEntry
 from broker.tiering.runtime import TIER_CFS, BrokerTiering, not_enabled
@@ -108,6 +106,7 @@ from common.model import (
     validate_group_name,
     validate_topic_name,
 )
+from common.record import FLAG_DEDUP, MessageRecord, received
 from common.version import sluice_version
 
 log = logging.getLogger("sluice.broker")
@@ -211,6 +210,7 @@ class LocalBroker:
         engine = PopEngine(
             broker_name=cfg.name, store=store, metadata=metadata, state=pop_state, hub=self.hub,
             config=cfg.pop, dead_letter=self._dead_letter, trace=trace, cold=tiering, clock=self._clock,
+            store_host=cfg.advertised_address,
         )  # fmt: skip
         if tiering is not None:
 
@@ -234,7 +234,7 @@ class LocalBroker:
         store.add_dispatch_listener(dispatched)
         producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)
         self._dedup = Deduplicator(store, cfg.dedup_window_s, clock=self._clock)
-        reader = Reader(store, self.hub, tiering, trace, cfg.pop)
+        reader = Reader(store, self.hub, tiering, trace, cfg.pop, cfg.advertised_address)
         self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers, producer, reader,
                              lite)  # fmt: skip
         await transactions.start()
@@ -529,11 +529,12 @@ class LocalBroker:
     # -- produce ---------------------------------------------------------------------------------
 
     async def send(
-        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
+        self, topic: str, queue_id: int, records: Sequence[bytes], *, ctx: CallContext = NO_CONTEXT
     ) -> list[SendResult]:
-        spec = await self.ensure_topic(topic, messages[0].message_type if messages else None)
+        messages = received(records, topic, queue_id, self.config.advertised_address)
+        spec = await self.ensure_topic(topic, MessageType(messages[0].message_type) if messages else None)
         producer, dedup = self._running().producer, self._dedup
-        if dedup is not None and any(m.dedup for m in messages):
+        if dedup is not None and any(m.flags & FLAG_DEDUP for m in messages):
             results = await dedup.send(topic, messages, lambda fresh: producer.send(spec, queue_id, fresh, ctx))
         else:
             results = await producer.send(spec, queue_id, messages, ctx)

@@ -1,5 +1,5 @@
-"""Validation of produced messages against a topic and the broker's limits, and conversion between
-the API's message dataclasses and the store's `MessageRecord`.
+"""Validation of produced messages (the records a send carries, `common.record.received`) against a
+topic and the broker's limits.
 
 Each check raises the protocol's specific error with a message that says what to change.
 """
@@ -11,9 +11,7 @@ from collections.abc import Iterable
 from itertools import chain, repeat
 from operator import attrgetter
 
-from broker.client.api import OutgoingMessage, StoredMessage
 from broker.config import LimitsConfig
-from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from common.errors import (
     BadRequest,
     IllegalDeliveryTime,
@@ -29,6 +27,7 @@ from common.errors import (
     SluiceError,
 )
 from common.model import COLUMNS_MIN, MessageType, TopicInfo
+from common.record import MessageRecord
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -91,7 +90,7 @@ def _type_error(
     return None
 
 
-def validate_message(msg: OutgoingMessage, topic: TopicInfo, limits: LimitsConfig) -> None:
+def validate_message(msg: MessageRecord, topic: TopicInfo, limits: LimitsConfig) -> None:
     if not _body_ok(len(msg.body), limits):
         if not msg.body:
             raise MessageBodyEmpty("message body is empty; send at least one byte")
@@ -124,20 +123,20 @@ def validate_message(msg: OutgoingMessage, topic: TopicInfo, limits: LimitsConfi
     group = msg.message_group
     if msg.message_type is MessageType.FIFO and group and not (_group_ok(group, limits) and _printable(group)):
         group = ""  # present but unusable: as missing
-    error = _type_error(msg.message_type, bool(group), msg.delivery_timestamp_ms, topic, limits)
+    error = _type_error(MessageType(msg.message_type), bool(group), msg.delivery_timestamp_ms, topic, limits)
     if error is not None:
         raise error
 
 
-_BODY, _ID, _TAG, _GROUP, _KEYS, _PROPS, _SYSPROPS, _TYPE, _BORN, _HOST, _DELIVERY, _GZIP = (
-    attrgetter(f) for f in ("body", "message_id", "tag", "message_group", "keys", "properties", "system_properties",
-                            "message_type", "born_timestamp_ms", "born_host", "delivery_timestamp_ms", "body_gzip")
+_BODY, _ID, _TAG, _GROUP, _KEYS, _PROPS, _TYPE, _DELIVERY = (
+    attrgetter(f) for f in ("body", "message_id", "tag", "message_group", "keys", "properties", "message_type",
+                            "delivery_timestamp_ms")
 )  # fmt: skip
 _PLAIN_TYPES = frozenset((MessageType.NORMAL, MessageType.FIFO))
 
 
 def plainly_valid(
-    msgs: list[OutgoingMessage], topic: TopicInfo, limits: LimitsConfig, types: frozenset[MessageType] = _PLAIN_TYPES
+    msgs: list[MessageRecord], topic: TopicInfo, limits: LimitsConfig, types: frozenset[MessageType] = _PLAIN_TYPES
 ) -> bool:
     """True when every message is a valid message of one of `types` (NORMAL or FIFO unless told) for `topic` (what
     `validate_message` would accept), checked column by column with the same rules: each distinct
@@ -185,23 +184,25 @@ def plainly_valid(
     return _CONTROL.search("".join(texts)) is None
 
 
-def records_of(topic: str, queue_id: int, msgs: list[OutgoingMessage], store_host: str) -> list[MessageRecord]:
-    """`to_record` of each message, built column by column (no Python bytecode per message)."""
-    return records_at(topic, repeat(queue_id, len(msgs)), msgs, store_host)
+def validate_all(
+    msgs: list[MessageRecord], topic: TopicInfo, limits: LimitsConfig, types: frozenset[MessageType] = _PLAIN_TYPES
+) -> bool:
+    """Check every message of a send against `topic` and `limits`, raising the first one's precise
+    error; True when all are of `types` (NORMAL or FIFO unless told). A batch of `COLUMNS_MIN` or
+    more goes column by column first (`plainly_valid`), fewer message by message, which costs less
+    there (the one place this is decided)."""
+    if len(msgs) >= COLUMNS_MIN and plainly_valid(msgs, topic, limits, types):
+        return True
+    for msg in msgs:
+        validate_message(msg, topic, limits)
+    return all(m.message_type in types for m in msgs)
 
 
-def records_at(
-    topic: str, queue_ids: Iterable[int], msgs: list[OutgoingMessage], store_host: str
-) -> list[MessageRecord]:
-    """`records_of` with a queue per message (lite topics: each message goes to its lite topic's queue)."""
-    n = len(msgs)
-    if n < COLUMNS_MIN:  # a proxy forwards one message per send: the columns' set-up would cost more
-        return [to_record(topic, q, m, store_host) for q, m in zip(queue_ids, msgs, strict=True)]
-    flags = (FLAG_BODY_GZIP if gzip else 0 for gzip in map(_GZIP, msgs)) if any(map(_GZIP, msgs)) else repeat(0, n)
-    return list(map(MessageRecord, repeat(topic, n), queue_ids, map(_BODY, msgs), map(_ID, msgs),
-                    map(_TAG, msgs), map(_KEYS, msgs), map(_GROUP, msgs), map(_PROPS, msgs), map(_SYSPROPS, msgs),
-                    map(int, map(_TYPE, msgs)), flags, map(_BORN, msgs), map(_HOST, msgs), repeat(store_host, n),
-                    map(_DELIVERY, msgs)))  # fmt: skip
+def at_queues(msgs: list[MessageRecord], queue_ids: Iterable[int]) -> list[MessageRecord]:
+    """`msgs`, each placed in its queue (lite topics and priority levels: a queue per message)."""
+    for msg, queue_id in zip(msgs, queue_ids, strict=True):
+        msg.queue_id = queue_id
+    return msgs
 
 
 def validate_queue(topic: TopicInfo, queue_id: int) -> None:
@@ -209,29 +210,3 @@ def validate_queue(topic: TopicInfo, queue_id: int) -> None:
         raise BadRequest(
             f"queue {queue_id} does not exist: topic {topic.name} has queues 0..{topic.queue_count - 1} here"
         )
-
-
-def to_record(topic: str, queue_id: int, msg: OutgoingMessage, store_host: str) -> MessageRecord:
-    return MessageRecord(
-        topic=topic, queue_id=queue_id, body=msg.body, message_id=msg.message_id, tag=msg.tag, keys=msg.keys,
-        message_group=msg.message_group, properties=msg.properties, system_properties=msg.system_properties,
-        message_type=int(msg.message_type), flags=FLAG_BODY_GZIP if msg.body_gzip else 0,
-        born_timestamp_ms=msg.born_timestamp_ms, born_host=msg.born_host, store_host=store_host,
-        delivery_timestamp_ms=msg.delivery_timestamp_ms,
-    )  # fmt: skip
-
-
-def to_stored(rec: MessageRecord, delivery_attempt: int) -> StoredMessage:
-    try:
-        mtype = MessageType(rec.message_type)
-    except ValueError:
-        mtype = MessageType.NORMAL
-    return StoredMessage(
-        topic=rec.topic, queue_id=rec.queue_id, queue_offset=rec.queue_offset, body=rec.body,
-        message_id=rec.message_id, message_type=mtype, tag=rec.tag, keys=rec.keys,
-        message_group=rec.message_group, properties=rec.properties, system_properties=rec.system_properties,
-        born_timestamp_ms=rec.born_timestamp_ms, born_host=rec.born_host,
-        store_timestamp_ms=rec.store_timestamp_ms, store_host=rec.store_host,
-        delivery_timestamp_ms=rec.delivery_timestamp_ms, delivery_attempt=delivery_attempt,
-        body_gzip=bool(rec.flags & FLAG_BODY_GZIP),
-    )  # fmt: skip

@@ -10,9 +10,10 @@ stays in its level's queue, so it keeps its priority; a dead-lettered copy keeps
 
 from __future__ import annotations
 
-from broker.client.api import OutgoingMessage, TopicSpec
+from broker.client.api import TopicSpec
 from common.errors import BadRequest, MessageTypeConflict
 from common.model import SYSPROP_PRIORITY, MessageType
+from common.record import MessageRecord
 
 PRIORITY_QUEUE_BASE = 1 << 16
 MAX_PRIORITY_LIMIT = 99
@@ -32,7 +33,7 @@ def check_priority_spec(spec: TopicSpec) -> None:
         raise MessageTypeConflict("a PRIORITY topic accepts only PRIORITY messages: do not combine it with other types")
 
 
-def priority_of(msg: OutgoingMessage, spec: TopicSpec) -> int:
+def priority_of(msg: MessageRecord, spec: TopicSpec) -> int:
     """The message's priority, checked against the topic's range."""
     raw = msg.system_properties.get(SYSPROP_PRIORITY)
     if raw is None:

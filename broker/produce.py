@@ -1,13 +1,11 @@
-"""The send path of one broker: a send is checked against its topic and the broker's limits, then
-stored as plain records (NORMAL and FIFO), timers (DELAY) or half messages (TRANSACTION); a LITE
-topic's messages go to its lite topics (broker/lite/), a PRIORITY topic's to the queue of their
-level (broker/priority.py).
+"""The send path of one broker: a send's records (made by an edge with `common.record.outgoing`,
+verified and placed by `LocalBroker.send` with `record.received`) are checked against their topic
+and the broker's limits, then stored as plain records (NORMAL and FIFO), timers (DELAY) or half
+messages (TRANSACTION); a LITE topic's messages go to its lite topics (broker/lite/), a PRIORITY
+topic's to the queue of their level (broker/priority.py).
 
-A send of several plain messages is checked and converted column by column (`plainly_valid`,
-`records_of`); below `COLUMNS_MIN` messages, message by message, which costs less there:
-one 1 KiB message 24-28 µs one by one against 80-116 µs by columns, 32 messages 880 against
-540-620 µs (tests/bench/switch_bench.py on a shared, noisy 2-core machine). A batch the column
-check refuses is checked message by message, which raises the precise error.
+The checks are `broker/messages.py::validate_all` (column by column for a batch, message by
+message below `COLUMNS_MIN` or to name the error).
 """
 
 from __future__ import annotations
@@ -17,25 +15,18 @@ from itertools import repeat
 from operator import attrgetter
 
 from broker import priority
-from broker.client.api import CallContext, OutgoingMessage, SendResult, TopicSpec
+from broker.client.api import CallContext, SendResult, TopicSpec
 from broker.config import BrokerConfig
 from broker.lite.service import LiteService, is_lite
-from broker.messages import (
-    plainly_valid,
-    records_at,
-    records_of,
-    to_record,
-    validate_message,
-    validate_queue,
-)
-from broker.store.record import MessageRecord
+from broker.messages import at_queues, validate_all, validate_queue
 from broker.store.store import MessageStore
 from broker.store.writer import AppendResult, offsets_of, span_of
 from broker.timer.service import TimerService
 from broker.trace import TraceRecorder
 from broker.transaction.service import TransactionService
 from common.errors import BadRequest, Forbidden, RequestTimeout
-from common.model import COLUMNS_MIN, EXCLUSIVE_TYPES, MessageType, TopicInfo
+from common.model import EXCLUSIVE_TYPES, MessageType, TopicInfo
+from common.record import MessageRecord
 
 _MESSAGE_ID = attrgetter("message_id")
 _PRIORITY_ONLY = frozenset({MessageType.PRIORITY})
@@ -55,7 +46,7 @@ class Producer:
         self._lite = lite
 
     async def send(
-        self, spec: TopicSpec, queue_id: int, messages: list[OutgoingMessage], ctx: CallContext
+        self, spec: TopicSpec, queue_id: int, messages: list[MessageRecord], ctx: CallContext
     ) -> list[SendResult]:
         """Store `messages` in queue `queue_id` of the topic `spec` describes, all or none; none
         once the deadline of `ctx` has passed (its client has stopped waiting for the answer)."""
@@ -75,29 +66,16 @@ class Producer:
             if is_lite(spec):
                 return await self._lite.send(spec, info, messages, client)
             return await self._send_priority(spec, info, messages, client)
-        host = self._config.advertised_address
-        limits = self._config.limits
-        if len(messages) >= COLUMNS_MIN and plainly_valid(messages, info, limits):  # a batch: column by column
-            results = await self._store.append(records_of(topic, queue_id, messages, host))
+        if validate_all(messages, info, self._config.limits):  # NORMAL and FIFO only: stored as they come
+            results = await self._store.append(messages)
             return self._sent_plain(topic, queue_id, messages, results, client)
         timers = self._timers
-        plain = True  # NORMAL and FIFO only: the common case, stored as they come
         for msg in messages:
-            validate_message(msg, info, limits)
-            mtype = msg.message_type
-            if mtype is not MessageType.NORMAL and mtype is not MessageType.FIFO:
-                plain = False
-                if mtype is MessageType.DELAY:
-                    timers.check_delivery_time(msg)
-        if plain:  # fewer than COLUMNS_MIN (or a batch the column check could not vouch for)
-            results = await self._store.append([to_record(topic, queue_id, m, host) for m in messages])
-            return self._sent_plain(topic, queue_id, messages, results, client)
+            if msg.message_type is MessageType.DELAY:
+                timers.check_delivery_time(msg)
         if any(m.message_type is MessageType.TRANSACTION for m in messages):
             return await self._send_half(topic, queue_id, messages)
-        mixed: list[MessageRecord] = []
-        for msg in messages:
-            rec = to_record(topic, queue_id, msg, host)
-            mixed.append(timers.timer_record(rec) if msg.message_type is MessageType.DELAY else rec)
+        mixed = [timers.timer_record(m) if m.message_type is MessageType.DELAY else m for m in messages]
         results = await self._store.append(mixed)
         # Not plain and no transaction: at least one of them is a DELAY message.
         delayed = [(topic, m.delivery_timestamp_ms, r) for m, r in zip(messages, results, strict=True)
@@ -109,18 +87,15 @@ class Producer:
             for m, r in zip(messages, results, strict=True)
         ]  # fmt: skip
 
-    async def _send_priority(self, spec: TopicSpec, info: TopicInfo, messages: list[OutgoingMessage],
+    async def _send_priority(self, spec: TopicSpec, info: TopicInfo, messages: list[MessageRecord],
                              client: str) -> list[SendResult]:  # fmt: skip
-        limits = self._config.limits
-        if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, limits, _PRIORITY_ONLY):
-            for msg in messages:
-                validate_message(msg, info, limits)
+        validate_all(messages, info, self._config.limits, _PRIORITY_ONLY)
         qids = [priority.level_queue(priority.priority_of(msg, spec)) for msg in messages]
-        results = await self._store.append(records_at(spec.name, qids, messages, self._config.advertised_address))
+        results = await self._store.append(at_queues(messages, qids))
         self._trace.sent_append(spec.name, *span_of(results), client, messages[0].born_host)
         return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets_of(results)))
 
-    def _sent_plain(self, topic: str, queue_id: int, messages: list[OutgoingMessage],
+    def _sent_plain(self, topic: str, queue_id: int, messages: list[MessageRecord],
                     results: Sequence[AppendResult], client: str) -> list[SendResult]:  # fmt: skip
         # One append takes consecutive offsets of its queue: one trace event for the whole range.
         self._trace.sent(topic, queue_id, results[0].queue_offset, results[-1].queue_offset + 1, client,
@@ -130,7 +105,7 @@ class Producer:
         # A one-run append keeps its results as columns: take the offsets without building results.
         return list(map(SendResult, map(_MESSAGE_ID, messages), repeat(queue_id), offsets_of(results)))
 
-    async def _send_half(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
+    async def _send_half(self, topic: str, queue_id: int, messages: list[MessageRecord]) -> list[SendResult]:
         if not all(m.message_type is MessageType.TRANSACTION for m in messages):
             raise BadRequest("send TRANSACTION messages in their own request, not mixed with other types")
         return await self._transactions.prepare(topic, queue_id, messages)

@@ -24,21 +24,22 @@ from broker.client.api import (
 from broker.config import PopConfig
 from broker.filter import MessageFilter
 from broker.longpoll import LongPollHub, topic_key
-from broker.messages import to_stored
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
 from broker.tiering.runtime import BrokerTiering
 from broker.tiering.segment import records_to_table
 from broker.trace import TraceRecorder
 from common.model import DLQ_PREFIX
+from common.record import MessageRecord
 
 
 class Reader:
     def __init__(
         self, store: MessageStore, hub: LongPollHub, tiering: BrokerTiering | None, trace: TraceRecorder,
-        pop: PopConfig,
+        pop: PopConfig, store_host: str = "",
     ) -> None:  # fmt: skip
+        """`store_host`: this broker's address, read as the store host of a record that names none."""
         self._store = store
+        self._host = store_host
         self._hub = hub
         self._tiering = tiering
         self._trace = trace
@@ -62,7 +63,7 @@ class Reader:
                 if cold is not None:
                     kept = [m for m in cold.messages if filt.matches(m.tag, m.properties)]
                     return PullResult(kept, cold.next_offset, cold.min_offset, cold.max_offset)
-            msgs = [to_stored(r, 1) for r in res.messages if filt.matches(r.tag, r.properties)]
+            msgs = [self._stored(r) for r in res.messages if filt.matches(r.tag, r.properties)]
             next_offset = res.next_offset
             if res.status is ReadStatus.OFFSET_OVERFLOW:
                 next_offset = res.max_offset
@@ -84,8 +85,11 @@ class Reader:
         recs = await tiering.read(topic, queue_id, offset, n)
         if not recs:
             return None
-        msgs = [to_stored(r, 1) for r in recs]
+        msgs = [self._stored(r) for r in recs]
         return PullResult(msgs, recs[-1].queue_offset + 1, tiering.floor(topic, queue_id, local_low), high)
+
+    def _stored(self, rec: MessageRecord) -> StoredMessage:
+        return StoredMessage(rec, 1, store_host=self._host)
 
     async def read_rows(
         self, topic: str, queue_id: int, offset: int, end_offset: int, max_messages: int, max_bytes: int
@@ -130,7 +134,7 @@ class Reader:
         tiering = self._tiering
         if not found and tiering is not None:
             found = await tiering.find_by_id(topic, message_id)
-        return [to_stored(r, 1) for r in found]
+        return [self._stored(r) for r in found]
 
     async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]:
         limit = min(max(limit, 1), 1000)
@@ -141,7 +145,7 @@ class Reader:
             cold = await tiering.find_by_key(topic, key, limit)
             found += [r for r in cold if (r.queue_id, r.queue_offset) not in seen][: limit - len(found)]
             found.sort(key=lambda r: (r.queue_id, r.queue_offset))
-        return [to_stored(r, 1) for r in found]
+        return [self._stored(r) for r in found]
 
     async def message_trace(self, message_id: str) -> list[TraceEvent]:
         trace, store = self._trace, self._store

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 
-from broker.store.record import OFFSETS
+from common.record import OFFSETS
 from broker.store.store import MessageStore
 from common.errors import MessageCorrupted
 

@@ -123,8 +123,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @internal_rpc
     async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
-        messages = [convert.outgoing_from_pb(m) for m in request.messages]
-        results = await self._api.send(request.topic, request.queue_id, messages,
+        results = await self._api.send(request.topic, request.queue_id, request.records,
                                        ctx=_send_context(request, call_context(context)))  # fmt: skip
         return pb.SendResponse(results=[convert.send_result_to_pb(r) for r in results])
 
@@ -169,8 +168,7 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         """One send of a SendBatch or SendStream request; `ctx` (the call's) serves if the send
         carries no context of its own."""
         try:
-            messages = [convert.outgoing_from_pb(m) for m in send.messages]
-            results = await self._api.send(send.topic, send.queue_id, messages, ctx=_send_context(send, ctx))
+            results = await self._api.send(send.topic, send.queue_id, send.records, ctx=_send_context(send, ctx))
         except Exception as exc:
             if not isinstance(exc, SluiceError):
                 log.exception("send of a batch failed", extra=kv(topic=send.topic, queue=send.queue_id))

@@ -15,12 +15,12 @@ has messages (proxy/core/gather.py): those pops are a hop by design and counted 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from broker.client.api import (
     NO_CONTEXT,
     AckResult,
     CallContext,
-    OutgoingMessage,
     PopRequest,
     SendResult,
     StoredMessage,
@@ -40,10 +40,10 @@ class ForwardedBroker(RemoteBroker):
     """Another node's broker: its data-plane calls are forwarded calls, and counted as such."""
 
     async def send(
-        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
+        self, topic: str, queue_id: int, records: Sequence[bytes], *, ctx: CallContext = NO_CONTEXT
     ) -> list[SendResult]:
         metrics.count_forwarded("send")
-        return await super().send(topic, queue_id, messages, ctx=ctx)
+        return await super().send(topic, queue_id, records, ctx=ctx)
 
     async def pop(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]:
         # A pop the receive's gathering made of this broker although the client named another one

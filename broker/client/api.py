@@ -20,6 +20,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 from common.errors import SluiceError
 from common.model import MessageType, Permission
+from common.record import FLAG_BODY_GZIP, MessageRecord
 
 # -- the call ------------------------------------------------------------------------------------
 
@@ -155,28 +156,6 @@ class GroupStatus:
 # -- messages -------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class OutgoingMessage:
-    """A message a producer sends. The broker fills store time, queue offset and position."""
-
-    body: bytes
-    message_id: str
-    message_type: MessageType = MessageType.NORMAL
-    tag: str | None = None
-    keys: tuple[str, ...] = ()
-    message_group: str | None = None
-    properties: dict[str, str] = field(default_factory=dict)
-    system_properties: dict[str, str] = field(default_factory=dict)
-    born_timestamp_ms: int = 0
-    born_host: str = ""
-    delivery_timestamp_ms: int = 0  # timer messages
-    body_gzip: bool = False  # the producer compressed the body (kept as sent)
-    # Stored at most once: a send of an id this broker stored in the topic within its
-    # `dedup_window_s` answers where that copy is instead of storing another (the Spark sink's
-    # replayed batches; broker/dedup.py). Only through the internal service, never from a client.
-    dedup: bool = False
-
-
 class SendResult(NamedTuple):
     """Where one sent message was stored. A NamedTuple (immutable like the frozen dataclasses
     here): one is built per produced message, and it costs a third of a frozen dataclass."""
@@ -188,30 +167,114 @@ class SendResult(NamedTuple):
     recall_handle: str = ""
 
 
-@dataclass(slots=True)
-class StoredMessage:
-    """A message as a consumer gets it."""
+_TYPES = {int(t): t for t in MessageType}  # stored type number -> type; unknown numbers are NORMAL
 
-    topic: str
-    queue_id: int
-    queue_offset: int
-    body: bytes
-    message_id: str
-    message_type: MessageType
-    tag: str | None
-    keys: tuple[str, ...]
-    message_group: str | None
-    properties: dict[str, str]
-    system_properties: dict[str, str]
-    born_timestamp_ms: int
-    born_host: str
-    store_timestamp_ms: int
-    store_host: str
-    delivery_timestamp_ms: int
-    delivery_attempt: int  # 1 on first delivery
-    body_gzip: bool = False
-    receipt_handle: str = ""  # set by pop
-    invisible_until_ms: int = 0  # set by pop
+
+class StoredMessage:
+    """A message as a consumer gets it: its stored record, decoded once (`record`; its fields are
+    read through, never copied), and what this delivery adds: the attempt (1 on first delivery),
+    the receipt handle and invisibility deadline a pop sets, and the store host (the record's, or
+    the broker's address given here when the record names none). A `RemoteBroker` gets the record's
+    bytes unchanged and decodes them into the same shape (broker/client/grpc_convert.py)."""
+
+    __slots__ = ("delivery_attempt", "invisible_until_ms", "receipt_handle", "record", "store_host")
+
+    def __init__(
+        self, record: MessageRecord, delivery_attempt: int = 1, receipt_handle: str = "", invisible_until_ms: int = 0,
+        store_host: str = "",
+    ) -> None:  # fmt: skip
+        self.record = record
+        self.delivery_attempt = delivery_attempt
+        self.receipt_handle = receipt_handle
+        self.invisible_until_ms = invisible_until_ms
+        self.store_host = record.store_host or store_host
+
+    @property
+    def topic(self) -> str:
+        return self.record.topic
+
+    @property
+    def queue_id(self) -> int:
+        return self.record.queue_id
+
+    @property
+    def queue_offset(self) -> int:
+        return self.record.queue_offset
+
+    @property
+    def body(self) -> bytes:
+        return self.record.body
+
+    @property
+    def message_id(self) -> str:
+        return self.record.message_id
+
+    @property
+    def message_type(self) -> MessageType:
+        return _TYPES.get(self.record.message_type, MessageType.NORMAL)
+
+    @property
+    def tag(self) -> str | None:
+        return self.record.tag
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.record.keys
+
+    @property
+    def message_group(self) -> str | None:
+        return self.record.message_group
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return self.record.properties
+
+    @property
+    def system_properties(self) -> dict[str, str]:
+        return self.record.system_properties
+
+    @property
+    def born_timestamp_ms(self) -> int:
+        return self.record.born_timestamp_ms
+
+    @property
+    def born_host(self) -> str:
+        return self.record.born_host
+
+    @property
+    def store_timestamp_ms(self) -> int:
+        return self.record.store_timestamp_ms
+
+    @property
+    def delivery_timestamp_ms(self) -> int:
+        return self.record.delivery_timestamp_ms
+
+    @property
+    def body_gzip(self) -> bool:
+        return bool(self.record.flags & FLAG_BODY_GZIP)
+
+    def _seen(self) -> tuple[object, ...]:
+        """Everything a consumer sees of this delivery."""
+        r = self.record
+        return (
+            r.topic, r.queue_id, r.queue_offset, r.body, r.message_id, self.message_type, r.tag, r.keys,
+            r.message_group, r.properties, r.system_properties, r.born_timestamp_ms, r.born_host,
+            r.store_timestamp_ms, self.store_host, r.delivery_timestamp_ms, self.delivery_attempt, self.body_gzip,
+            self.receipt_handle, self.invisible_until_ms,
+        )  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StoredMessage) and self._seen() == other._seen()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it replaced
+
+    def __repr__(self) -> str:
+        r = self.record
+        return (
+            f"StoredMessage(topic={r.topic!r}, queue_id={r.queue_id}, queue_offset={r.queue_offset}, "
+            f"message_id={r.message_id!r}, delivery_attempt={self.delivery_attempt}, "
+            f"receipt_handle={self.receipt_handle!r})"
+        )
 
 
 class FilterKind(IntEnum):
@@ -329,8 +392,8 @@ class MessagingApi(Protocol):
 
     # produce
     async def send(
-        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
-    ) -> list[SendResult]: ...  # RequestTimeout, nothing stored, when ctx's deadline has passed
+        self, topic: str, queue_id: int, records: Sequence[bytes], *, ctx: CallContext = NO_CONTEXT
+    ) -> list[SendResult]: ...  # `records` by common.record.outgoing; past ctx's deadline RequestTimeout, none stored
 
     # pop consumption
     async def pop(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]: ...

@@ -44,7 +44,6 @@ from broker.client.api import (
     LiteTopicInfo,
     LiteTopicList,
     OffsetPolicy,
-    OutgoingMessage,
     PopRequest,
     PullResult,
     QueueStatus,
@@ -65,6 +64,7 @@ from broker.client.api import (
 )
 from common.errors import BadRequest, error_for_code
 from common.model import MessageType, Permission
+from common.record import decode, stored_bytes
 from proto.rpc import wire_error
 from proto.sluice.internal.v1 import broker_pb2 as pb
 
@@ -311,96 +311,23 @@ def context_from_pb(msg: pb.CallContext) -> CallContext:
     return CallContext(msg.request_id, msg.client_id, msg.namespace, deadline)
 
 
-def outgoing_to_pb(m: OutgoingMessage) -> pb.OutgoingMessage:
-    msg = pb.OutgoingMessage(
-        body=m.body,
-        message_id=m.message_id,
-        message_type=m.message_type,
-        tag=m.tag,  # None leaves the optional field absent
-        keys=m.keys,
-        message_group=m.message_group,
-        born_timestamp_ms=m.born_timestamp_ms,
-        born_host=m.born_host,
-        delivery_timestamp_ms=m.delivery_timestamp_ms,
-        body_gzip=m.body_gzip,
-        dedup=m.dedup,
-    )
-    if m.properties:
-        msg.properties.update(m.properties)
-    if m.system_properties:
-        msg.system_properties.update(m.system_properties)
-    return msg
-
-
-def outgoing_from_pb(msg: pb.OutgoingMessage) -> OutgoingMessage:
-    return OutgoingMessage(
-        body=msg.body,
-        message_id=msg.message_id,
-        message_type=_lookup(_MESSAGE_TYPES, msg.message_type, "message type"),
-        tag=msg.tag if msg.HasField("tag") else None,
-        keys=tuple(keys) if (keys := msg.keys) else (),
-        message_group=msg.message_group if msg.HasField("message_group") else None,
-        properties=dict(props) if (props := msg.properties) else {},
-        system_properties=dict(sys_props) if (sys_props := msg.system_properties) else {},
-        born_timestamp_ms=msg.born_timestamp_ms,
-        born_host=msg.born_host,
-        delivery_timestamp_ms=msg.delivery_timestamp_ms,
-        body_gzip=msg.body_gzip,
-        dedup=msg.dedup,
-    )
-
-
 def stored_to_pb(m: StoredMessage) -> pb.StoredMessage:
+    """The record's bytes as stored (`stored_bytes`: unchanged when read from the CommitLog) and the
+    delivery's fields; the store host only when the record names none."""
+    rec = m.record
     msg = pb.StoredMessage(
-        topic=m.topic,
-        queue_id=m.queue_id,
-        queue_offset=m.queue_offset,
-        body=m.body,
-        message_id=m.message_id,
-        message_type=m.message_type,
-        tag=m.tag,
-        keys=m.keys,
-        message_group=m.message_group,
-        born_timestamp_ms=m.born_timestamp_ms,
-        born_host=m.born_host,
-        store_timestamp_ms=m.store_timestamp_ms,
-        store_host=m.store_host,
-        delivery_timestamp_ms=m.delivery_timestamp_ms,
-        delivery_attempt=m.delivery_attempt,
-        body_gzip=m.body_gzip,
-        receipt_handle=m.receipt_handle,
+        record=stored_bytes(rec), delivery_attempt=m.delivery_attempt, receipt_handle=m.receipt_handle,
         invisible_until_ms=m.invisible_until_ms,
-    )
-    if m.properties:
-        msg.properties.update(m.properties)
-    if m.system_properties:
-        msg.system_properties.update(m.system_properties)
+    )  # fmt: skip
+    if not rec.store_host:
+        msg.store_host = m.store_host
     return msg
 
 
 def stored_from_pb(msg: pb.StoredMessage) -> StoredMessage:
-    return StoredMessage(
-        topic=msg.topic,
-        queue_id=msg.queue_id,
-        queue_offset=msg.queue_offset,
-        body=msg.body,
-        message_id=msg.message_id,
-        message_type=_lookup(_MESSAGE_TYPES, msg.message_type, "message type"),
-        tag=msg.tag if msg.HasField("tag") else None,
-        keys=tuple(keys) if (keys := msg.keys) else (),
-        message_group=msg.message_group if msg.HasField("message_group") else None,
-        properties=dict(props) if (props := msg.properties) else {},
-        system_properties=dict(sys_props) if (sys_props := msg.system_properties) else {},
-        born_timestamp_ms=msg.born_timestamp_ms,
-        born_host=msg.born_host,
-        store_timestamp_ms=msg.store_timestamp_ms,
-        store_host=msg.store_host,
-        delivery_timestamp_ms=msg.delivery_timestamp_ms,
-        delivery_attempt=msg.delivery_attempt,
-        body_gzip=msg.body_gzip,
-        receipt_handle=msg.receipt_handle,
-        invisible_until_ms=msg.invisible_until_ms,
-    )
+    """The record decoded once (verified as any read is: magic, size, version, CRC) and the delivery."""
+    rec = decode(msg.record, where="the broker's delivered message")
+    return StoredMessage(rec, msg.delivery_attempt, msg.receipt_handle, msg.invisible_until_ms, msg.store_host)
 
 
 def stored_list_to_pb(messages: Iterable[StoredMessage]) -> list[pb.StoredMessage]:

@@ -43,7 +43,6 @@ from broker.client.api import (
     LiteTopicList,
     OffsetPolicy,
     OffsetReset,
-    OutgoingMessage,
     PopRequest,
     PullResult,
     QueueRows,
@@ -248,15 +247,14 @@ class RemoteBroker:
     # -- produce --------------------------------------------------------------------------------
 
     async def send(
-        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
+        self, topic: str, queue_id: int, records: Sequence[bytes], *, ctx: CallContext = NO_CONTEXT
     ) -> list[SendResult]:
-        """Store `messages` in one queue. Sends to this broker leave one request at a time, and sends
-        made meanwhile leave together in the next: see `_drain_sends`. A send still waiting when
+        """Store `records` (one per message, by `common.record.outgoing`) in one queue. Sends to this
+        broker leave one request at a time, and sends made meanwhile leave together in the next: see
+        `_drain_sends`. A send still waiting when
         `ctx`'s deadline passes does not leave (RequestTimeout)."""
         with _encoding("send"):
-            request = pb.SendRequest(
-                topic=topic, queue_id=queue_id, messages=[convert.outgoing_to_pb(m) for m in messages]
-            )
+            request = pb.SendRequest(topic=topic, queue_id=queue_id, records=records)
         if self._closed:
             raise Unavailable(f"{self._target}: client is closed")
         if ctx.expired():
@@ -272,7 +270,7 @@ class RemoteBroker:
                 ctx = dataclasses.replace(ctx, request_id=request_id, client_id=client_id)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[SendResult]] = loop.create_future()
-        pending = _PendingSend(request, future, ctx, sum(len(m.body) for m in messages))
+        pending = _PendingSend(request, future, ctx, sum(map(len, records)))
         self._pending_sends.append(pending)
         if self._sender is None:
             self._sender = loop.create_task(self._drain_sends(), name=f"send-to-{self._name}")

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from broker.popstate import PopBatch, PopState
 from broker.store.index import CqEntry
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
+from common.record import MessageRecord
 
 
 @dataclass(slots=True)

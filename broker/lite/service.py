@@ -40,7 +40,6 @@ from broker.client.api import (
     LiteSync,
     LiteTopicInfo,
     LiteTopicList,
-    OutgoingMessage,
     PopRequest,
     SendResult,
     StoredMessage,
@@ -52,7 +51,7 @@ from broker.filter import MessageFilter, TagFilter
 from broker.lite.heads import deliver_heads, read_heads
 from broker.lite.state import LiteRecord, LiteState
 from broker.longpoll import LongPollHub, group_key, lite_client_key
-from broker.messages import plainly_valid, records_at, validate_message
+from broker.messages import at_queues, validate_all
 from broker.popstate import PopBatch, PopState
 from broker.store.store import MessageStore
 from broker.store.writer import offsets_of, span_of
@@ -67,7 +66,8 @@ from common.errors import (
     MessageTypeConflict,
 )
 from common.logs import kv
-from common.model import COLUMNS_MIN, SYSPROP_LITE_TOPIC, MessageType, TopicInfo, validate_lite_topic_name
+from common.model import SYSPROP_LITE_TOPIC, MessageType, TopicInfo, validate_lite_topic_name
+from common.record import MessageRecord
 
 log = logging.getLogger("sluice.broker.lite")
 MAX_REMOVALS_PER_CLIENT = 10_000
@@ -168,15 +168,13 @@ class LiteService:
         return found, set(missing)
 
     async def send(
-        self, spec: TopicSpec, info: TopicInfo, messages: list[OutgoingMessage], client_id: str
+        self, spec: TopicSpec, info: TopicInfo, messages: list[MessageRecord], client_id: str
     ) -> list[SendResult]:
         """Store each message in its lite topic's queue: one append, one trace event (its producer
         is `client_id`: a send is one producer's request), validated
         column by column (message by message only to name the error of a batch that fails).
         `info`: the bind topic `spec` describes, as messages are validated against it."""
-        if len(messages) < COLUMNS_MIN or not plainly_valid(messages, info, self._limits, _LITE_ONLY):
-            for msg in messages:
-                validate_message(msg, info, self._limits)
+        validate_all(messages, info, self._limits, _LITE_ONLY)
         named = [m.system_properties.get(SYSPROP_LITE_TOPIC) for m in messages]
         if None in named:
             raise IllegalLiteTopic(f"topic {spec.name} is a LITE topic: a message needs a lite topic")
@@ -185,7 +183,7 @@ class LiteService:
         assert tid is not None
         records, _ = self.resolve(spec, tid, names, self._clock.now_ms(), write=True)
         qids = [records[name].queue_id for name in names]
-        results = await self._store.append(records_at(spec.name, qids, messages, self._host))
+        results = await self._store.append(at_queues(messages, qids))
         self._trace.sent_append(spec.name, *span_of(results), client_id, messages[0].born_host)
         return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets_of(results)))
 

@@ -29,11 +29,11 @@ from broker.replication.coordinator import Leader
 from broker.replication.epochs import LocalEpoch
 from broker.replication.primary import apply_metadata
 from broker.replication.state import StateApplier
-from broker.store.record import HEADER_SIZE, peek_size
 from broker.store.segments import SegmentSet
 from broker.store.store import MessageStore
 from common.errors import BadRequest, Unavailable
 from common.logs import kv
+from common.record import HEADER_SIZE, peek_size
 
 log = logging.getLogger("sluice.replication.replica")
 

@@ -31,12 +31,12 @@ from broker.store import keys as K
 from broker.store.config import RecoveryConfig
 from broker.store.dispatcher import index_records
 from broker.store.index import Index
-from broker.store.record import HEADER_SIZE, MAGIC, decode, peek_size
 from broker.store.segments import Segment, SegmentSet
 from broker.store.writer import RecordMeta, Written
 from broker.tags import tag_hash
 from common.errors import MessageCorrupted, StoreCorrupted
 from common.logs import kv
+from common.record import HEADER_SIZE, MAGIC, decode, peek_size
 
 log = logging.getLogger("sluice.store.recovery")
 

@@ -29,7 +29,6 @@ from broker.store.config import StoreConfig
 from broker.store.dispatcher import Dispatcher, DispatchListener
 from broker.store.durability import LOCAL, Durability
 from broker.store.index import CqEntry, Index
-from broker.store.record import CopiedRecords, MessageRecord, decode, encode_columns, encode_one, verify_copied
 from broker.store.recovery import RecoveryReport, recover
 from broker.store.retention import Retention
 from broker.store.segments import SegmentSet
@@ -47,13 +46,24 @@ from broker.store.writer import (
 from broker.tags import tag_hash
 from common.errors import BadRequest, IllegalOffset, MessageCorrupted, OffsetNotFound, StoreClosed
 from common.logs import kv
+from common.record import (
+    CopiedRecords,
+    MessageRecord,
+    decode,
+    encode_columns,
+    encode_one,
+    placed,
+    verify_copied,
+)
 
 log = logging.getLogger("sluice.store")
 
 # An encoded append: buffer, record sizes, columns, and its one
 # (topic, queue id) or None if several.
 _Prepared = tuple[bytearray, list[int], Columns, tuple[str, int] | None]
-_TOPIC, _TAG, _KEYS = (operator.attrgetter(f) for f in ("topic", "tag", "keys"))
+_TOPIC, _TAG, _KEYS, _QUEUE_ID, _MESSAGE_ID, _EDGE = (
+    operator.attrgetter(f) for f in ("topic", "tag", "keys", "queue_id", "message_id", "edge")
+)  # fmt: skip
 
 
 class ReadStatus(Enum):
@@ -169,13 +179,16 @@ class MessageStore:
             raise StoreClosed("the store is closed")
         if not records:
             raise BadRequest("nothing to append")
-        if len(records) == 1:  # a single send: the encoder alone, no columns to compute (~3 us less)
+        max_bytes = self.config.commitlog.max_record_bytes
+        if all(map(_EDGE, records)):  # a send's records, as its edge encoded them: placed, not encoded again
+            return self._placed(records, max_bytes)
+        if len(records) == 1:  # the encoder alone, no columns to compute (~3 us less)
             rec = records[0]
-            buf = encode_one(rec, self.config.commitlog.max_record_bytes)
+            buf = encode_one(rec, max_bytes)
             mid = rec.message_id.encode()
             columns = new_columns(([rec.topic], [rec.queue_id], [tag_hash(rec.tag)], [mid], [rec.keys]))
             return buf, [len(buf)], columns, (rec.topic, rec.queue_id)
-        enc = encode_columns(records, self.config.commitlog.max_record_bytes)
+        enc = encode_columns(records, max_bytes)
         first = records[0]
         n = len(records)
         if enc.uniform:  # one topic and tag for all (a batched send): no per-record lookups
@@ -184,6 +197,22 @@ class MessageStore:
             topics, tag_hashes = list(map(_TOPIC, records)), list(map(tag_hash, map(_TAG, records)))
         columns = new_columns((topics, enc.queue_ids, tag_hashes, enc.message_ids, list(map(_KEYS, records))))
         return enc.buf, enc.sizes, columns, (first.topic, first.queue_id) if enc.one_queue else None
+
+    @staticmethod
+    def _placed(records: Sequence[MessageRecord], max_bytes: int) -> _Prepared:
+        buf, sizes = placed(records, max_bytes)
+        first = records[0]
+        if len(records) == 1:
+            columns = new_columns(([first.topic], [first.queue_id], [tag_hash(first.tag)],
+                                   [first.message_id.encode()], [first.keys]))  # fmt: skip
+            return buf, sizes, columns, (first.topic, first.queue_id)
+        n = len(records)
+        topics, queues, tags = list(map(_TOPIC, records)), list(map(_QUEUE_ID, records)), list(map(_TAG, records))
+        one_queue = topics.count(first.topic) == n and queues.count(first.queue_id) == n
+        tag_hashes = [tag_hash(first.tag)] * n if tags.count(first.tag) == n else list(map(tag_hash, tags))
+        mids = list(map(str.encode, map(_MESSAGE_ID, records)))
+        columns = new_columns((topics, queues, tag_hashes, mids, list(map(_KEYS, records))))
+        return buf, sizes, columns, (first.topic, first.queue_id) if one_queue else None
 
     async def append(self, records: Sequence[MessageRecord]) -> Sequence[AppendResult]:
         """Append records (any topics and queues) durably per the flush policy; results in order."""

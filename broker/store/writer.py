@@ -41,11 +41,11 @@ from itertools import count, repeat
 from typing import NamedTuple, overload
 
 from broker.store.config import CommitLogConfig
-from broker.store.record import seal_at
 from broker.store.segments import Segment, SegmentSet
 from common.errors import BadRequest, StoreClosed, TooManyRequests, Unavailable
 from common.logs import kv
 from common.metrics import observe_flush
+from common.record import seal_at
 
 log = logging.getLogger("sluice.store.writer")
 

@@ -31,7 +31,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from broker.store.record import MessageRecord
 from broker.tiering import expiry
 from broker.tiering.cache import LruCache
 from broker.tiering.config import TieringConfig
@@ -41,6 +40,7 @@ from broker.tiering.objectstore import ObjectStore
 from broker.tiering.segment import table_to_records
 from common.clock import SYSTEM_CLOCK, Clock
 from common.logs import kv
+from common.record import MessageRecord
 
 log = logging.getLogger("sluice.tiering.reader")
 

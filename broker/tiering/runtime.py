@@ -30,7 +30,6 @@ from typing import TypeVar
 
 from broker.client.api import TierEvictResult
 from broker.store import keys as K
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 from broker.tiering.config import TieringConfig
 from broker.tiering.errorcount import ErrorCountingObjectStore
@@ -43,6 +42,7 @@ from broker.tiering.uploader import TopicStatus, Uploader
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import PreconditionFailed
 from common.logs import kv
+from common.record import MessageRecord
 
 log = logging.getLogger("sluice.tiering")
 

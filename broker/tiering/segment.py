@@ -43,7 +43,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from broker.tiering.format import (
     DICTIONARY_COLUMNS,
     FORMAT_VERSION,
@@ -58,6 +57,7 @@ from broker.tiering.format import (
     row_group_byte_ranges,
     segment_info,
 )
+from common.record import FLAG_BODY_GZIP, MessageRecord
 
 _INT64_MAX = (1 << 63) - 1
 _INT32_MAX = (1 << 31) - 1

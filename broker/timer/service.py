@@ -30,16 +30,15 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.client.api import OutgoingMessage
 from broker.client.recall import RecallHandle, decode_recall_handle
 from broker.config import TimerConfig
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, PreparedAppend
 from broker.store.writer import AppendResult
 from broker.timer import keys as TK
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import BadRequest, IllegalDeliveryTime, MessageCorrupted, NotFound, OffsetNotFound
 from common.logs import kv
+from common.record import MessageRecord
 
 log = logging.getLogger("sluice.broker.timer")
 
@@ -110,7 +109,7 @@ class TimerService:
 
     # -- send side -------------------------------------------------------------------------------
 
-    def check_delivery_time(self, msg: OutgoingMessage, now: int | None = None) -> None:
+    def check_delivery_time(self, msg: MessageRecord, now: int | None = None) -> None:
         at = msg.delivery_timestamp_ms
         limit = (self._clock.now_ms() if now is None else now) + self._cfg.max_delay_ms
         if at > limit:

@@ -19,11 +19,11 @@ Everything here runs on the broker's event loop (RocksDB writes inline, like the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from broker.client import txid
 from broker.client.api import (
-    OutgoingMessage,
     SendResult,
     StoredMessage,
     TransactionCheck,
@@ -31,8 +31,6 @@ from broker.client.api import (
     TransactionSource,
 )
 from broker.config import TransactionConfig
-from broker.messages import to_record, to_stored
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
 from broker.transaction.pending import HalfEntry, HalfState, PendingTable
 from common.clock import SYSTEM_CLOCK, Clock
@@ -45,6 +43,7 @@ from common.errors import (
 )
 from common.logs import kv
 from common.model import MessageType
+from common.record import MessageRecord
 
 log = logging.getLogger("sluice.broker.transaction")
 
@@ -85,12 +84,12 @@ class TransactionService:
 
     # -- half messages ---------------------------------------------------------------------------
 
-    def _recovery_ms(self, msg: OutgoingMessage) -> int:
+    def _recovery_ms(self, msg: MessageRecord) -> int:
         raw = msg.system_properties.get(SYSPROP_TX_RECOVERY_MS, "")
         wanted = int(raw) if raw.isdigit() else self._config.default_recovery_ms
         return min(max(wanted, self._config.min_recovery_ms), self._config.max_recovery_ms)
 
-    async def prepare(self, topic: str, queue_id: int, messages: list[OutgoingMessage]) -> list[SendResult]:
+    async def prepare(self, topic: str, queue_id: int, messages: list[MessageRecord]) -> list[SendResult]:
         """Store TRANSACTION messages as half messages; their send results carry the transaction ids."""
         if len(self.pending) + len(messages) > self._config.max_pending:
             raise TooManyRequests(
@@ -99,8 +98,8 @@ class TransactionService:
             )
         records = []
         for m in messages:
-            rec = to_record(HALF_TOPIC, 0, m, self._host)
-            rec.system_properties = {**m.system_properties, SYSPROP_TXN_TOPIC: topic}
+            sysprops = {**m.system_properties, SYSPROP_TXN_TOPIC: topic}
+            rec = dataclasses.replace(m, topic=HALF_TOPIC, queue_id=0, system_properties=sysprops, edge=b"")
             records.append(rec)
         appended = await self._store.append(records)
         now = self._clock.now_ms()
@@ -246,12 +245,14 @@ class TransactionService:
                 out.append(TransactionCheck(self._txid(entry), self._as_delivered(half, entry), entry.checks))
         return out
 
-    @staticmethod
-    def _as_delivered(half: MessageRecord, entry: HalfEntry) -> StoredMessage:
-        msg = to_stored(half, max(entry.checks, 1))
-        msg.topic, msg.queue_id, msg.message_type = entry.topic, entry.queue_id, MessageType.TRANSACTION
-        msg.system_properties = {k: v for k, v in msg.system_properties.items() if k != SYSPROP_TXN_TOPIC}
-        return msg
+    def _as_delivered(self, half: MessageRecord, entry: HalfEntry) -> StoredMessage:
+        """The half message as its producer sent it: its real topic and queue, no half-topic property."""
+        sysprops = {k: v for k, v in half.system_properties.items() if k != SYSPROP_TXN_TOPIC}
+        rec = dataclasses.replace(
+            half, topic=entry.topic, queue_id=entry.queue_id, message_type=int(MessageType.TRANSACTION),
+            system_properties=sysprops, raw=b"",
+        )  # fmt: skip
+        return StoredMessage(rec, max(entry.checks, 1), store_host=self._host)
 
     def sweep(self, now_ms: int | None = None) -> int:
         """Roll back half messages whose last check-back went unanswered; returns how many."""

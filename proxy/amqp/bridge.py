@@ -28,7 +28,6 @@ from broker.client.api import (
     FilterKind,
     FilterSpec,
     GroupSpec,
-    OutgoingMessage,
     PopRequest,
     SendResult,
     StoredMessage,
@@ -47,7 +46,7 @@ from proxy.directory import BrokerRoute
 
 log = logging.getLogger("sluice.proxy.amqp")
 
-Send = Callable[[CallContext, list[tuple[str, OutgoingMessage]]], Awaitable[list[SendResult | SluiceError]]]
+Send = Callable[[CallContext, list[tuple[str, bytes]]], Awaitable[list[SendResult | SluiceError]]]
 Routes = Callable[[str], Awaitable[list[BrokerRoute]]]
 PopAnywhere = Callable[[list[str], PopRequest, CallContext], Awaitable[list[StoredMessage]]]
 
@@ -253,8 +252,9 @@ class TopicBridge:
             if not accepted:
                 continue
             try:
-                await self._store.send(q, [to_outgoing(p, self.host, expires_at_ms(q, p.properties, now_ms))
-                                           for p in accepted])  # fmt: skip
+                await self._store.send(q, [
+                    to_outgoing(p, self.host, expires_at_ms(q, p.properties, now_ms), q.max_priority) for p in accepted
+                ])  # fmt: skip
             except QueueGone:  # deleted since the routing: not routed there
                 continue
             await overflow.trim(self._store, self._dead, vhost, q)

@@ -572,7 +572,9 @@ class Channel:
             kept = {id(p) for p in accepted}
             failed.update((q.id, id(p)) for p in publishes if id(p) not in kept)
             if accepted:
-                outgoing = [to_outgoing(p, host, expires_at_ms(q, p.properties, now_ms)) for p in accepted]
+                outgoing = [
+                    to_outgoing(p, host, expires_at_ms(q, p.properties, now_ms), q.max_priority) for p in accepted
+                ]
                 await self.gw.store.send(q, outgoing)
                 await overflow.trim(self.gw.store, self.gw.dead, self.conn.vhost, q)
 

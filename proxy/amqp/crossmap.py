@@ -22,7 +22,8 @@ from typing import Any
 
 from pamqp import commands
 
-from broker.client.api import OutgoingMessage, StoredMessage
+from broker.client.api import StoredMessage
+from common import record
 from proxy.amqp.meta import jsonable
 from proxy.amqp.queues import PROP_EXCHANGE, PROP_HEADER, PROP_ROUTING_KEY, Publish
 from proxy.amqp.routing import decode_properties
@@ -57,8 +58,9 @@ def _usable(text: str) -> bool:
     return 0 < len(text) <= _MAX_TAG_CHARS and text.isprintable() and "|" not in text
 
 
-def to_topic_message(p: Publish, host: str) -> OutgoingMessage:
-    """The RocketMQ message an AMQP publish to a mapped exchange stores in the exchange's topic.
+def to_topic_message(p: Publish, host: str) -> bytes:
+    """The record (`common.record.outgoing`) of the RocketMQ message an AMQP publish to a mapped
+    exchange stores in the exchange's topic.
     It keeps the exchange, routing key and raw property bytes too (AMQP_* properties), which tell
     the topic's bridge (proxy/amqp/bridge.py) that AMQP queues already have it."""
     props: dict[str, str] = {PROP_EXCHANGE: p.exchange, PROP_ROUTING_KEY: p.routing_key}
@@ -74,8 +76,7 @@ def to_topic_message(p: Publish, host: str) -> OutgoingMessage:
         if value is not None:
             props[name] = _text(value)
     message_id = amqp.message_id if isinstance(amqp.message_id, str) else ""
-    return OutgoingMessage(body=p.body, message_id=uuid.uuid4().hex.upper(),
-                           tag=p.routing_key if _usable(p.routing_key) else None,
+    return record.outgoing(p.body, uuid.uuid4().hex.upper(), tag=p.routing_key if _usable(p.routing_key) else None,
                            keys=(message_id,) if _usable(message_id) else (), properties=props,
                            born_timestamp_ms=int(time.time() * 1000), born_host=host)  # fmt: skip
 

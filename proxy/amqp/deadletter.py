@@ -130,7 +130,8 @@ class DeadLetters:
                 if v.exchange_type(exchange) is not None:
                     targets, topics = route(v, exchange, key, lambda: dict(decode_properties(raw).headers or {}))
                     for target in targets:
-                        await self._store.send(target, [to_outgoing(copy, "", expires_at_ms(target, raw, now))])
+                        expires = expires_at_ms(target, raw, now)
+                        await self._store.send(target, [to_outgoing(copy, "", expires, target.max_priority)])
                     for topic in topics:
                         if not all(await self._topic_copy(vhost, topic, [copy], "")):
                             raise Unavailable(f"the dead-lettered copy was not stored in RocketMQ topic {topic}")

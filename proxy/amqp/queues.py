@@ -16,7 +16,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from broker.client.api import (
@@ -25,12 +25,12 @@ from broker.client.api import (
     ConsumeFrom,
     GroupSpec,
     MessagingApi,
-    OutgoingMessage,
     PopRequest,
     SendResult,
     StoredMessage,
     TopicSpec,
 )
+from common import record
 from common.errors import NotFound
 from common.model import SYSPROP_PRIORITY, MessageType
 from proxy.amqp.meta import QueueMeta
@@ -70,33 +70,36 @@ class Delivery:
     expires_at_ms: int = 0  # 0: never
 
 
-def to_outgoing(p: Publish, host: str, expires_at_ms: int = 0) -> OutgoingMessage:
+def to_outgoing(p: Publish, host: str, expires_at_ms: int = 0, max_priority: int | None = None) -> bytes:
+    """The record (`common.record.outgoing`) a publish stores in an AMQP queue's topic: the AMQP
+    edge's one conversion of a published message. In a priority queue (`max_priority` set) it is a
+    PRIORITY message: its AMQP `priority` (0 when it has none) capped at the queue's x-max-priority
+    and the broker's limit, as RabbitMQ caps it."""
     props = {PROP_EXCHANGE: p.exchange, PROP_ROUTING_KEY: p.routing_key}
     if expires_at_ms:
         props[PROP_EXPIRES_AT] = str(expires_at_ms)
     if p.properties:
         props[PROP_HEADER] = base64.b64encode(p.properties).decode()
-    return OutgoingMessage(body=p.body, message_id=uuid.uuid4().hex.upper(), properties=props,
+    mtype, sysprops = MessageType.NORMAL, {}
+    if max_priority is not None:
+        value = decode_properties(p.properties).priority if p.properties else None
+        level = min(value if isinstance(value, int) else 0, max_priority, MAX_PRIORITY_LIMIT)
+        mtype, sysprops = MessageType.PRIORITY, {SYSPROP_PRIORITY: str(level)}
+    return record.outgoing(p.body, uuid.uuid4().hex.upper(), mtype, properties=props, system_properties=sysprops,
                            born_timestamp_ms=int(time.time() * 1000), born_host=host)  # fmt: skip
 
 
 def to_delivery(m: StoredMessage) -> Delivery:
-    raw = m.properties.get(PROP_HEADER, "")
+    """The AMQP delivery of a popped message, read from its record (decoded once) and the pop's fields."""
+    rec = m.record
+    props = rec.properties
+    raw = props.get(PROP_HEADER, "")
     header = base64.b64decode(raw) if raw else b""
-    exchange, key = m.properties.get(PROP_EXCHANGE, ""), m.properties.get(PROP_ROUTING_KEY, m.topic)
-    expires = m.properties.get(PROP_EXPIRES_AT, "")
-    return Delivery(exchange, key, header, m.body, m.delivery_attempt > 1, m.receipt_handle, m.delivery_attempt,
+    exchange, key = props.get(PROP_EXCHANGE, ""), props.get(PROP_ROUTING_KEY, rec.topic)
+    expires = props.get(PROP_EXPIRES_AT, "")
+    attempt = m.delivery_attempt
+    return Delivery(exchange, key, header, rec.body, attempt > 1, m.receipt_handle, attempt,
                     int(expires) if expires.isdigit() else 0)  # fmt: skip
-
-
-def with_priority(m: OutgoingMessage, max_priority: int) -> OutgoingMessage:
-    """The message as a PRIORITY message: its AMQP `priority` (0 when it has none) capped at the
-    queue's x-max-priority and the broker's limit, as RabbitMQ caps it."""
-    raw = m.properties.get(PROP_HEADER, "")
-    value = decode_properties(base64.b64decode(raw)).priority if raw else None
-    level = min(value if isinstance(value, int) else 0, max_priority, MAX_PRIORITY_LIMIT)
-    return replace(m, message_type=MessageType.PRIORITY,
-                   system_properties={**m.system_properties, SYSPROP_PRIORITY: str(level)})  # fmt: skip
 
 
 def _ctx(timeout_s: float) -> CallContext:
@@ -143,11 +146,10 @@ class QueueStore:
             self._ready.clear()
         self._ready.add(q.id)
 
-    async def send(self, q: QueueMeta, messages: list[OutgoingMessage]) -> list[SendResult]:
+    async def send(self, q: QueueMeta, records: list[bytes]) -> list[SendResult]:
+        """Store records made by `to_outgoing` for `q`."""
         await self.ensure(q)
-        if q.max_priority is not None:
-            messages = [with_priority(m, q.max_priority) for m in messages]
-        results = await self._broker(q.broker).send(q.topic, 0, messages, ctx=_ctx(self._timeout_s))
+        results = await self._broker(q.broker).send(q.topic, 0, records, ctx=_ctx(self._timeout_s))
         self.metrics.published[q.id] += len(results)
         return results
 

@@ -23,7 +23,6 @@ from broker.client.api import (
     BrokerApi,
     CallContext,
     ConnectedClient,
-    OutgoingMessage,
     PopRequest,
     SendResult,
     StoredMessage,
@@ -53,7 +52,7 @@ def _refuse(user: str, namespace: str, kind: ResourceKind, name: str, action: Ac
     raise Forbidden(f"no access rules are known to this gateway ({user}, {kind.value} {name})")
 
 
-async def _no_send(ctx: CallContext, items: list[tuple[str, OutgoingMessage]]) -> list[SendResult | SluiceError]:
+async def _no_send(ctx: CallContext, items: list[tuple[str, bytes]]) -> list[SendResult | SluiceError]:
     return [Unsupported("this gateway has no producer for RocketMQ topics")] * len(items)
 
 

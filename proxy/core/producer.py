@@ -6,19 +6,18 @@ append). Results come back in request order; a failure affects only the messages
 
 from __future__ import annotations
 
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 
 from broker.client import txid
 from broker.client.api import (
     CallContext,
     MessagingApi,
-    OutgoingMessage,
     SendResult,
     TransactionResolution,
     TransactionSource,
 )
 from broker.client.recall import broker_of_recall_handle
-from common import metrics
+from common import metrics, record
 from common.errors import (
     BadRequest,
     InvalidTransactionId,
@@ -34,8 +33,12 @@ from proxy.directory import BrokerDirectory, BrokerRoute
 
 SendOutcome = SendResult | SluiceError
 _CANCELLED = ProxyTimeout("the send was cancelled before the broker answered")
-_TOPIC, _MESSAGE = itemgetter(0), itemgetter(1)
-_GROUP, _BODY = attrgetter("message_group"), attrgetter("body")
+_TOPIC, _RECORD = itemgetter(0), itemgetter(1)
+_TYPE_AT = record.OFFSETS["message_type"]
+
+
+def _body_bytes(records: list[bytes]) -> int:
+    return sum(map(record.peek_body_size, records))
 
 
 class ProducerService:
@@ -58,18 +61,20 @@ class ProducerService:
             selector = self._selectors[topic] = QueueSelector(self._home)
         return selector
 
-    async def send(self, ctx: CallContext, items: list[tuple[str, OutgoingMessage]]) -> list[SendOutcome]:
-        """Store messages given as (cluster-wide topic, message); outcomes in request order."""
-        messages = list(map(_MESSAGE, items))
+    async def send(self, ctx: CallContext, items: list[tuple[str, bytes]]) -> list[SendOutcome]:
+        """Store messages given as (cluster-wide topic, record by `common.record.outgoing`);
+        outcomes in request order."""
+        records = list(map(_RECORD, items))
         topic = items[0][0]
-        lite = any(m.message_type is MessageType.LITE for m in messages)
-        if not lite and not any(map(_GROUP, messages)) and list(map(_TOPIC, items)).count(topic) == len(items):
-            return await self._send_one_queue(ctx, topic, messages)
+        groups = list(map(record.peek_group, records))
+        lite = any(r[_TYPE_AT] == MessageType.LITE for r in records)
+        if not lite and not any(groups) and list(map(_TOPIC, items)).count(topic) == len(items):
+            return await self._send_one_queue(ctx, topic, records)
         placed: dict[tuple[str, str, int], list[int]] = {}
         outcomes: list[SendOutcome | None] = [None] * len(items)
         batch_queue: dict[str, tuple[str, int]] = {}
         routes: dict[str, list[BrokerRoute] | SluiceError] = {}
-        for i, (topic, msg) in enumerate(items):
+        for i, (topic, data) in enumerate(items):
             route = routes.get(topic)
             if route is None:  # once per topic and request
                 try:
@@ -81,11 +86,15 @@ class ProducerService:
                 continue
             try:
                 selector = self._selector(topic)
-                lite_topic = msg.system_properties.get(SYSPROP_LITE_TOPIC)
+                lite_topic = (
+                    record.decode(data).system_properties.get(SYSPROP_LITE_TOPIC)
+                    if data[_TYPE_AT] == MessageType.LITE else None
+                )  # fmt: skip
+                group = groups[i]
                 if lite_topic is not None:  # a lite topic lives on one broker (docs/lite-topics.md)
                     broker, qid = lite_broker(topic, route, lite_topic), 0
-                elif msg.message_group:
-                    broker, qid = selector.pick(topic, route, msg.message_group)
+                elif group:
+                    broker, qid = selector.pick(topic, route, group)
                 else:  # messages of one request without a group share one queue: one append
                     if topic not in batch_queue:
                         batch_queue[topic] = selector.pick(topic, route, None, self._usable)
@@ -99,13 +108,13 @@ class ProducerService:
                 results = await self._send_to(ctx, broker, topic, qid, batch)
                 for i, r in zip(indexes, results, strict=True):
                     outcomes[i] = r
-                metrics.count_in(topic, len(batch), sum(map(len, map(_BODY, batch))))
+                metrics.count_in(topic, len(batch), _body_bytes(batch))
             except SluiceError as exc:
                 for i in indexes:
                     outcomes[i] = exc
         return [o if o is not None else SluiceError("message was not placed") for o in outcomes]
 
-    async def _send_one_queue(self, ctx: CallContext, topic: str, messages: list[OutgoingMessage]) -> list[SendOutcome]:
+    async def _send_one_queue(self, ctx: CallContext, topic: str, messages: list[bytes]) -> list[SendOutcome]:
         """`send` of messages of one topic without a message group (the usual batch): they take
         one queue and one append, so there is nothing to place message by message."""
         try:
@@ -114,11 +123,11 @@ class ProducerService:
             results = await self._send_to(ctx, broker, topic, qid, messages)
         except SluiceError as exc:
             return [exc] * len(messages)
-        metrics.count_in(topic, len(messages), sum(map(len, map(_BODY, messages))))
+        metrics.count_in(topic, len(messages), _body_bytes(messages))
         return list(results)
 
     async def _send_to(
-        self, ctx: CallContext, broker: str, topic: str, queue_id: int, messages: list[OutgoingMessage]
+        self, ctx: CallContext, broker: str, topic: str, queue_id: int, messages: list[bytes]
     ) -> list[SendResult]:
         """Send through `broker`. When a group member that is not the primary (`NotPrimary`: a
         replica, a fenced or deposed primary) refused it, or the broker cannot be reached and is the

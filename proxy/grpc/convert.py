@@ -1,8 +1,9 @@
 """Conversion between `apache.rocketmq.v2` messages and the broker API's dataclasses.
 
 Inbound (SendMessage): validates what only the wire format can get wrong (missing topic, unknown
-message type) and builds `OutgoingMessage`s; content rules (body size, tags, keys) are the
-broker's. Outbound (ReceiveMessage): builds a `Message` with everything the official clients need:
+message type) and encodes each message into its CommitLog record (`common.record.outgoing`);
+content rules (body size, tags, keys) are the broker's, checked on the record. Outbound
+(ReceiveMessage): builds a `Message` with everything the official clients need:
 MD5 body digest in upper-case hex, encoding IDENTITY or GZIP, delivery attempt, receipt handle,
 store time and host, queue id and offset.
 """
@@ -11,15 +12,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Sequence
-from itertools import repeat
-from operator import add, attrgetter, eq, floordiv, methodcaller, mul
 from typing import cast
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from broker.client.api import OutgoingMessage, StoredMessage
+from broker.client.api import StoredMessage
+from common import record
 from common.errors import (
     BadRequest,
     IllegalConsumerGroup,
@@ -48,6 +47,8 @@ _TYPES: dict[int, MessageType] = {
     pb.PRIORITY: MessageType.PRIORITY,
 }
 _TYPES_OR_NORMAL = {**_TYPES, pb.MESSAGE_TYPE_UNSPECIFIED: MessageType.NORMAL}  # what `message_type` accepts
+_DELIVERED_TYPES: dict[int, pb.MessageType] = {int(t): cast(pb.MessageType, int(t)) for t in MessageType}
+_GZIP = record.FLAG_BODY_GZIP
 SYSPROP_TRACE_CONTEXT = "TRACE_CONTEXT"
 SYSPROP_TX_RECOVERY_MS = "TRANSACTION_RECOVERY_MS"
 
@@ -126,10 +127,11 @@ def timestamp_ms(ts: Timestamp, field: str, error: type[SluiceError] = BadReques
     return ts.seconds * 1000 + ts.nanos // 1_000_000
 
 
-def outgoing(msg: pb.Message, peer: str, body: bytes | None = None) -> OutgoingMessage:
-    """`body`: `msg.body` if the caller read it already (each read of a bytes field copies it)."""
+def outgoing(msg: pb.Message, peer: str) -> bytes:
+    """A client's message as its record (`common.record.outgoing`): what the broker verifies, places
+    and appends. The gRPC edge's one conversion of a sent message."""
     # Hot path (once per produced message): every attribute read of a upb message costs, so each
-    # field is read once, and empty repeated and map fields are tested before being copied.
+    # field is read once, and empty repeated and map fields are handed over as they are.
     sp = msg.system_properties
     mtype = _TYPES.get(sp.message_type) or message_type(sp.message_type)
     sysprops: dict[str, str] = {}
@@ -140,27 +142,17 @@ def outgoing(msg: pb.Message, peer: str, body: bytes | None = None) -> OutgoingM
         sysprops[SYSPROP_TX_RECOVERY_MS] = str(duration_ms(d, "orphaned_transaction_recovery_duration"))
     if sp.HasField("lite_topic") or sp.HasField("priority"):
         _lite_or_priority(sp, mtype, sysprops)
-    keys = sp.keys
-    props = msg.user_properties
     born = sp.born_timestamp
     if not MIN_TIMESTAMP_S <= born.seconds <= MAX_TIMESTAMP_S or not 0 <= born.nanos < _NANOS:
         timestamp_ms(born, "born_timestamp")  # raises, naming the field
-    return OutgoingMessage(
-        body=msg.body if body is None else body,
-        message_id=sp.message_id,
-        message_type=mtype,
-        tag=sp.tag if sp.HasField("tag") else None,
-        keys=tuple(keys) if keys else (),
-        message_group=sp.message_group if sp.HasField("message_group") else None,
-        properties=dict(props.items()) if props else {},
-        system_properties=sysprops,
-        born_timestamp_ms=born.seconds * 1000 + born.nanos // 1_000_000,
-        born_host=sp.born_host or peer,
-        delivery_timestamp_ms=timestamp_ms(sp.delivery_timestamp, "delivery_timestamp", IllegalDeliveryTime)
-        if sp.HasField("delivery_timestamp")
-        else 0,
-        body_gzip=sp.body_encoding == pb.GZIP,
-    )
+    return record.outgoing(
+        msg.body, sp.message_id, mtype, sp.tag if sp.HasField("tag") else None, sp.keys,
+        sp.message_group if sp.HasField("message_group") else None, msg.user_properties, sysprops,
+        born.seconds * 1000 + born.nanos // 1_000_000, sp.born_host or peer,
+        timestamp_ms(sp.delivery_timestamp, "delivery_timestamp", IllegalDeliveryTime)
+        if sp.HasField("delivery_timestamp") else 0,
+        sp.body_encoding == pb.GZIP,
+    )  # fmt: skip
 
 
 def _lite_or_priority(sp: pb.SystemProperties, mtype: MessageType, sysprops: dict[str, str]) -> None:
@@ -180,59 +172,6 @@ def _lite_or_priority(sp: pb.SystemProperties, mtype: MessageType, sysprops: dic
         raise BadRequest("a PRIORITY message needs a priority")
 
 
-_SP = attrgetter("system_properties")
-_BODY = attrgetter("body")
-_SCALARS = attrgetter("message_id", "message_type", "tag", "message_group", "born_host", "body_encoding")
-_KEYS = attrgetter("keys")
-_PROPS = attrgetter("user_properties")
-_BORN = attrgetter("born_timestamp")
-_TS = attrgetter("seconds", "nanos")
-_HAS = {name: methodcaller("HasField", name) for name in ("tag", "message_group", "trace_context",
-        "orphaned_transaction_recovery_duration", "delivery_timestamp", "lite_topic", "priority")}  # fmt: skip
-
-
-def _optional(values: tuple[str, ...], sps: list[pb.SystemProperties], name: str) -> list[str | None]:
-    """A proto3 `optional string` column: the value where the field is set, else None."""
-    has = list(map(_HAS[name], sps))
-    if all(has):
-        return list(values)
-    if not any(has):
-        return [None] * len(values)
-    return [v if h else None for v, h in zip(values, has, strict=True)]
-
-
-def outgoing_many(msgs: Sequence[pb.Message], peer: str) -> list[OutgoingMessage] | None:
-    """`outgoing` of every message of a request, column by column (C-level maps over the upb
-    messages instead of Python bytecode per field and message). None when a message needs what
-    only `outgoing` handles (an unknown message type, a trace context, a transaction recovery time,
-    a delivery time, no born host): the caller then converts message by message. Same dataclasses
-    as `outgoing` otherwise (tests/unit/test_proxy_produce_convert.py)."""
-    n = len(msgs)
-    sps = list(map(_SP, msgs))
-    if any(map(_HAS["trace_context"], sps)) or any(map(_HAS["orphaned_transaction_recovery_duration"], sps)):
-        return None
-    if (
-        any(map(_HAS["delivery_timestamp"], sps))
-        or any(map(_HAS["lite_topic"], sps))
-        or any(map(_HAS["priority"], sps))
-    ):
-        return None
-    ids, raw_types, tags, groups, hosts, encodings = zip(*map(_SCALARS, sps), strict=True)
-    types = list(map(_TYPES_OR_NORMAL.get, raw_types))
-    if None in types or "" in hosts:
-        return None
-    seconds, nanos = zip(*map(_TS, map(_BORN, sps)), strict=True)
-    if min(seconds) < MIN_TIMESTAMP_S or max(seconds) > MAX_TIMESTAMP_S or min(nanos) < 0 or max(nanos) >= _NANOS:
-        return None  # `outgoing` names the field
-    born = map(add, map(mul, seconds, repeat(1000)), map(floordiv, nanos, repeat(1_000_000)))
-    keys = map(tuple, map(_KEYS, sps))
-    # Built from the map's own C-level iteration and lookup: its `items()` is a Python-level view.
-    props = [dict(zip(p, map(p.__getitem__, p), strict=True)) if p else {} for p in map(_PROPS, msgs)]
-    return list(map(OutgoingMessage, map(_BODY, msgs), ids, types, _optional(tags, sps, "tag"), keys,
-                    _optional(groups, sps, "message_group"), props, [{} for _ in range(n)], born,
-                    hosts, repeat(0, n), map(eq, encodings, repeat(pb.GZIP))))  # fmt: skip
-
-
 def _set_ms(ts: Timestamp, ms: int) -> None:
     """`ts.FromMilliseconds(ms)` without its Python-level checks (twice per delivered message)."""
     seconds, rest = divmod(ms, 1000)
@@ -247,49 +186,51 @@ def delivered(msg: StoredMessage, namespace: str) -> pb.Message:
 
 
 def fill_delivered(out: pb.Message, msg: StoredMessage, namespace: str) -> None:
-    """Write `msg` into `out` (an empty Message, e.g. a response's `message` field).
+    """Write `msg` into `out` (an empty Message, e.g. a response's `message` field): the record's
+    fields, read where the broker (or the internal stream's decode) left them, and the delivery's.
 
     Hot path (once per delivered message): filling the response's own field in place saves the
     copy (a serialise and a parse) that `Response(message=...)` makes of a message built apart.
     """
+    rec = msg.record
     topic = out.topic
-    topic.name = names.unwrap(namespace, msg.topic)
+    topic.name = names.unwrap(namespace, rec.topic)
     if namespace:  # "" is the field's default: leaving it unset writes the same message
         topic.resource_namespace = namespace
-    if msg.properties:
+    if rec.properties:
         up = out.user_properties
-        for k, v in msg.properties.items():
+        for k, v in rec.properties.items():
             up[k] = v
-    body = msg.body
+    body = rec.body
     out.body = body
     sp = out.system_properties
-    if msg.tag:
-        sp.tag = msg.tag
-    if msg.keys:
-        sp.keys.extend(msg.keys)
-    sp.message_id = msg.message_id
+    if rec.tag:
+        sp.tag = rec.tag
+    if rec.keys:
+        sp.keys.extend(rec.keys)
+    sp.message_id = rec.message_id
     digest = sp.body_digest
     digest.type = pb.MD5
     digest.checksum = hashlib.md5(body).hexdigest().upper()
-    if msg.body_gzip:
+    if rec.flags & _GZIP:
         sp.body_encoding = pb.GZIP
     else:
         sp.body_encoding = pb.IDENTITY
-    sp.message_type = cast(pb.MessageType, int(msg.message_type))
-    _set_ms(sp.born_timestamp, msg.born_timestamp_ms)
-    sp.born_host = msg.born_host
-    _set_ms(sp.store_timestamp, msg.store_timestamp_ms)
+    sp.message_type = _DELIVERED_TYPES.get(rec.message_type, pb.NORMAL)  # a stored number: unknown ones are NORMAL
+    _set_ms(sp.born_timestamp, rec.born_timestamp_ms)
+    sp.born_host = rec.born_host
+    _set_ms(sp.store_timestamp, rec.store_timestamp_ms)
     sp.store_host = msg.store_host
-    if msg.delivery_timestamp_ms:
-        _set_ms(sp.delivery_timestamp, msg.delivery_timestamp_ms)
+    if rec.delivery_timestamp_ms:
+        _set_ms(sp.delivery_timestamp, rec.delivery_timestamp_ms)
     if msg.receipt_handle:
         sp.receipt_handle = msg.receipt_handle
-    sp.queue_id = msg.queue_id
-    sp.queue_offset = msg.queue_offset
+    sp.queue_id = rec.queue_id
+    sp.queue_offset = rec.queue_offset
     sp.delivery_attempt = max(1, msg.delivery_attempt)
-    if msg.message_group:
-        sp.message_group = msg.message_group
-    sysprops = msg.system_properties
+    if rec.message_group:
+        sp.message_group = rec.message_group
+    sysprops = rec.system_properties
     if sysprops:
         trace = sysprops.get(SYSPROP_TRACE_CONTEXT)
         if trace:
@@ -301,6 +242,6 @@ def fill_delivered(out: pb.Message, msg: StoredMessage, namespace: str) -> None:
         if level is not None and level.isdigit():
             sp.priority = int(level)
         origin = sysprops.get("DLQ_ORIGIN_TOPIC")
-        if origin is not None and msg.topic.startswith(DLQ_PREFIX):
+        if origin is not None and rec.topic.startswith(DLQ_PREFIX):
             sp.dead_letter_queue.topic = names.unwrap(namespace, origin)
-            sp.dead_letter_queue.message_id = msg.message_id
+            sp.dead_letter_queue.message_id = rec.message_id

@@ -1,4 +1,5 @@
-"""SendMessage at the edge: convert each message, send through the producer service, report per entry.
+"""SendMessage at the edge: encode each message into its record, send through the producer service,
+report per entry.
 
 Per-message work is what a batched send costs, so what is the same for every message of a request
 is done once per request: a topic's name is checked and wrapped in its namespace, and noted for
@@ -7,15 +8,9 @@ transaction check-backs, once per distinct topic of the request.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from itertools import repeat
-from operator import attrgetter
-from typing import cast
-
-from broker.client.api import OutgoingMessage
+from common import record
 from common.codes import Code
 from common.errors import BadRequest, MessageBodyTooLarge, SluiceError
-from common.model import COLUMNS_MIN
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.app import ProxyApp
@@ -23,10 +18,7 @@ from proxy.context import RequestContext
 from proxy.grpc import convert
 from proxy.grpc.status import OK, common_status, status, status_of
 
-Item = tuple[str, OutgoingMessage]  # (cluster-wide topic, message)
-_TOPIC = attrgetter("topic")
-_TOPIC_KEY = attrgetter("resource_namespace", "name")
-_BODY = attrgetter("body")
+Item = tuple[str, bytes]  # (cluster-wide topic, record: common.record.outgoing)
 _OK_ENTRY = spb.SendResultEntry(status=OK).SerializeToString()  # an entry's OK status, as bytes to merge
 
 
@@ -38,13 +30,9 @@ async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMess
     if len(msgs) > limit:
         return spb.SendMessageResponse(status=status(Code.BAD_REQUEST, f"the request carries {len(msgs)} messages; "
                                                                        f"at most {limit} are accepted"))  # fmt: skip
-    converted: Sequence[Item | SluiceError] | None = _convert_all(app, ctx, msgs)
-    if converted is None:
-        topics: dict[tuple[str, str], str | SluiceError] = {}
-        converted = [_convert_one(app, ctx, msg, topics) for msg in msgs]
-        items = [c for c in converted if not isinstance(c, SluiceError)]
-    else:
-        items = cast(list[Item], converted)  # no failures: every entry is an item
+    topics: dict[tuple[str, str], str | SluiceError] = {}
+    converted = [_convert(app, ctx, msg, topics) for msg in msgs]
+    items = [c for c in converted if not isinstance(c, SluiceError)]
     outcomes = iter(await app.producer.send(ctx, items)) if items else iter(())
     response = spb.SendMessageResponse()
     add = response.entries.add
@@ -65,26 +53,6 @@ async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMess
     return response
 
 
-def _convert_all(app: ProxyApp, ctx: RequestContext, msgs: Sequence[pb.Message]) -> list[Item] | None:
-    """Every message of a request as (cluster-wide topic, message), column by column, or None when
-    one of them fails or needs the per-message path (see `convert.outgoing_many`)."""
-    if len(msgs) < COLUMNS_MIN:
-        return None
-    keys = set(map(_TOPIC_KEY, map(_TOPIC, msgs)))
-    topics: dict[tuple[str, str], str] = {}
-    for key in keys:
-        topic = _topic(app, ctx, key)
-        if isinstance(topic, SluiceError):
-            return None
-        topics[key] = topic
-    outs = convert.outgoing_many(msgs, ctx.peer)
-    if outs is None or max(map(len, map(_BODY, outs))) > app.config.settings.max_body_bytes:
-        return None
-    if len(topics) == 1:
-        return list(zip(repeat(topics.popitem()[1]), outs))
-    return list(zip(map(topics.__getitem__, map(_TOPIC_KEY, map(_TOPIC, msgs))), outs, strict=True))
-
-
 def _topic(app: ProxyApp, ctx: RequestContext, key: tuple[str, str]) -> str | SluiceError:
     """The cluster-wide name of a topic given on the wire as (namespace, name), noted for check-backs."""
     try:
@@ -95,9 +63,10 @@ def _topic(app: ProxyApp, ctx: RequestContext, key: tuple[str, str]) -> str | Sl
     return topic
 
 
-def _convert_one(
+def _convert(
     app: ProxyApp, ctx: RequestContext, msg: pb.Message, topics: dict[tuple[str, str], str | SluiceError]
 ) -> Item | SluiceError:
+    """(cluster-wide topic, record) of one message, or the error that refuses it alone."""
     try:
         resource = msg.topic
         key = (resource.resource_namespace, resource.name)
@@ -106,13 +75,13 @@ def _convert_one(
             topic = topics[key] = _topic(app, ctx, key)
         if isinstance(topic, SluiceError):
             return topic
-        body = msg.body
+        data = convert.outgoing(msg, ctx.peer)
         # The limit this proxy tells clients in Settings, enforced for those that send before
         # their Settings reply arrives (it is below the broker's own limit, see config.py).
         max_body = app.config.settings.max_body_bytes
-        if len(body) > max_body:
-            raise MessageBodyTooLarge(f"message body is {len(body)} bytes; at most {max_body} are accepted")
-        return topic, convert.outgoing(msg, ctx.peer, body)
+        if (size := record.peek_body_size(data)) > max_body:
+            raise MessageBodyTooLarge(f"message body is {size} bytes; at most {max_body} are accepted")
+        return topic, data
     except SluiceError as exc:
         return exc
 

@@ -37,8 +37,8 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from broker.client.api import OutgoingMessage
 from broker.client.remote import RemoteBroker
+from common import record
 from common.errors import BadRequest, TopicNotFound
 from common.logs import kv
 from common.model import MessageType
@@ -101,7 +101,8 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def to_message(row: Mapping[str, Any], mid: str) -> OutgoingMessage:
+def to_message(row: Mapping[str, Any], mid: str) -> bytes:
+    """The record (`common.record.outgoing`) of a row, sent at most once (`dedup`: replays are no-ops)."""
     body = row.get("body")
     if body is None:
         raise BadRequest(f"row {mid} has no body")
@@ -113,21 +114,21 @@ def to_message(row: Mapping[str, Any], mid: str) -> OutgoingMessage:
     group, when = _text(row.get("message_group")), row.get("delivery_timestamp")
     at_ms = int(when.timestamp() * 1000) if isinstance(when, datetime) else 0
     kind = MessageType.DELAY if at_ms else MessageType.FIFO if group else MessageType.NORMAL
-    return OutgoingMessage(
+    return record.outgoing(
         body=body.encode() if isinstance(body, str) else bytes(body), message_id=mid, message_type=kind,
         tag=_text(row.get("tag")), keys=keys, message_group=group,
         properties={str(k): str(v) for k, v in properties.items()}, delivery_timestamp_ms=at_ms, dedup=True,
     )  # fmt: skip
 
 
-async def _send(opts: SinkOptions, rows: Sequence[tuple[str, OutgoingMessage]]) -> int:
-    """Send (topic, message) pairs, each to the queue its id picks among the topic's writable queues."""
+async def _send(opts: SinkOptions, rows: Sequence[tuple[str, str, bytes]]) -> int:
+    """Send (topic, message id, record) rows, each to the queue its id picks among the topic's writable queues."""
     ns = NameServerClient(list(opts.namesrv), timeout_s=opts.timeout_s)
     brokers: dict[str, RemoteBroker] = {}
     try:
         queues: dict[str, list[tuple[str, str, int]]] = {}  # topic -> sorted (broker, address, queue)
-        batches: dict[tuple[str, str, int], list[OutgoingMessage]] = {}
-        for topic, msg in rows:
+        batches: dict[tuple[str, str, int], list[bytes]] = {}
+        for topic, mid, msg in rows:
             if topic not in queues:
                 route = await ns.get_route(topic)
                 queues[topic] = sorted(
@@ -136,7 +137,7 @@ async def _send(opts: SinkOptions, rows: Sequence[tuple[str, OutgoingMessage]]) 
                 )  # fmt: skip
                 if not queues[topic]:
                     raise TopicNotFound(f"topic {topic} has no writable queue")
-            broker, address, queue = queues[topic][int(msg.message_id, 16) % len(queues[topic])]
+            broker, address, queue = queues[topic][int(mid, 16) % len(queues[topic])]
             if address not in brokers:
                 brokers[address] = RemoteBroker(broker, address, timeout_s=opts.timeout_s)
             batches.setdefault((topic, address, queue), []).append(msg)
@@ -156,7 +157,7 @@ def write_rows(opts: SinkOptions, scope: str, batches: Iterator[pa.RecordBatch])
     """Send the task's rows (an executor's `write`)."""
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx is not None else 0
-    pending: list[tuple[str, OutgoingMessage]] = []
+    pending: list[tuple[str, str, bytes]] = []
     sent = row = 0
     for batch in batches:
         for values in batch.to_pylist():
@@ -165,7 +166,7 @@ def write_rows(opts: SinkOptions, scope: str, batches: Iterator[pa.RecordBatch])
             row += 1
             if not topic:
                 raise BadRequest(f"row {mid} has no topic and the topic option is not set")
-            pending.append((topic, to_message(values, mid)))
+            pending.append((topic, mid, to_message(values, mid)))
         if len(pending) >= 16 * opts.send_batch:
             sent += asyncio.run(_send(opts, pending))
             pending = []

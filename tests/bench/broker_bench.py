@@ -35,11 +35,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `tests.helpers` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from broker.client.api import BrokerApi, ConsumeFrom, GroupSpec, OutgoingMessage, PopRequest, TopicSpec  # noqa: E402
+from broker.client.api import BrokerApi, ConsumeFrom, GroupSpec, PopRequest, TopicSpec  # noqa: E402
 from broker.client.remote import RemoteBroker  # noqa: E402
 from broker.config import BrokerConfig  # noqa: E402
 from broker.local import LocalBroker  # noqa: E402
 from common.config import load_config  # noqa: E402
+from common.record import outgoing  # noqa: E402
 from processes.runtime import install_uvloop  # noqa: E402
 from tests.helpers.broker_fixtures import start_broker_process  # noqa: E402
 
@@ -96,7 +97,7 @@ async def send_slice(api: BrokerApi, args: argparse.Namespace, seconds: float, b
         for i in itertools.count():
             if time.perf_counter() >= stop_at:
                 return
-            batch = [OutgoingMessage(body, f"{next(_ids):032X}", tag="bench") for _ in range(args.batch)]
+            batch = [outgoing(body, f"{next(_ids):032X}", tag="bench") for _ in range(args.batch)]
             t = time.perf_counter()
             await api.send(TOPIC, (w + i) % QUEUES, batch)
             phase.latencies_s.append(time.perf_counter() - t)

@@ -35,8 +35,9 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from admin import dlq, groups, topics  # noqa: E402
 from admin.cluster import Cluster  # noqa: E402
-from broker.client.api import ConsumeFrom, FilterSpec, GroupSpec, OutgoingMessage, PopRequest  # noqa: E402
+from broker.client.api import ConsumeFrom, FilterSpec, GroupSpec, PopRequest  # noqa: E402
 from common.model import MessageType  # noqa: E402
+from common.record import outgoing  # noqa: E402
 from tests.helpers.broker_fixtures import SLUICE_ARGV  # noqa: E402
 from tests.helpers.procs import LOOPBACK, free_port, start_process  # noqa: E402
 
@@ -64,7 +65,7 @@ async def populate(namesrv: str, topic_count: int, group_count: int) -> dict[str
         remote = cluster.broker(broker.broker_name, broker.address)
         sent = []
         for q in range(4):
-            batch = [OutgoingMessage(body=b'{"n": %d}' % i, message_id=dlq.new_message_id(), keys=(f"k{i}",),
+            batch = [outgoing(body=b'{"n": %d}' % i, message_id=dlq.new_message_id(), keys=(f"k{i}",),
                                      born_timestamp_ms=int(time.time() * 1000)) for i in range(25)]  # fmt: skip
             await remote.send("topic-0000", q, batch)
             sent += batch

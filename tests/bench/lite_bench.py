@@ -50,12 +50,12 @@ from broker.client.api import (  # noqa: E402
     GroupSpec,
     LiteAction,
     LiteSync,
-    OutgoingMessage,
     PopRequest,
     TopicSpec,
 )
 from broker.client.remote import RemoteBroker  # noqa: E402
 from common.model import SYSPROP_LITE_TOPIC, SYSPROP_PRIORITY, MessageType  # noqa: E402
+from common.record import outgoing  # noqa: E402
 from tests.helpers.broker_fixtures import start_broker_process  # noqa: E402
 
 BROKER = "lite-bench"
@@ -89,12 +89,12 @@ def as_proxy(**system_properties: str) -> dict[str, str]:
     return dict(system_properties)
 
 
-def plain(mid: str) -> OutgoingMessage:
-    return OutgoingMessage(BODY, mid, system_properties=as_proxy())
+def plain(mid: str) -> bytes:
+    return outgoing(BODY, mid, system_properties=as_proxy())
 
 
-def lite(topic_name: str, i: int, mid: str) -> OutgoingMessage:
-    return OutgoingMessage(BODY, mid, MessageType.LITE, system_properties=as_proxy(**{SYSPROP_LITE_TOPIC: topic_name}))
+def lite(topic_name: str, i: int, mid: str) -> bytes:
+    return outgoing(BODY, mid, MessageType.LITE, system_properties=as_proxy(**{SYSPROP_LITE_TOPIC: topic_name}))
 
 
 async def run_all(api: RemoteBroker, jobs: list[Any]) -> None:
@@ -119,14 +119,14 @@ async def scale(api: RemoteBroker, n: int, binds: int) -> None:
     await run_all(api, jobs)
 
 
-async def send_rate(api: RemoteBroker, topic: str, msgs: list[OutgoingMessage]) -> float:
+async def send_rate(api: RemoteBroker, topic: str, msgs: list[bytes]) -> float:
     started = time.perf_counter()
     sends = [lambda i=i: api.send(topic, 0, msgs[i : i + BATCH], ctx=AS_PRODUCER) for i in range(0, len(msgs), BATCH)]
     await run_all(api, sends)
     return len(msgs) / (time.perf_counter() - started)
 
 
-async def forwarded_rate(api: RemoteBroker, topic: str, msgs: list[OutgoingMessage], queues: int = 1) -> float:
+async def forwarded_rate(api: RemoteBroker, topic: str, msgs: list[bytes], queues: int = 1) -> float:
     """Sends as a proxy forwards the official clients': one message per send (message i to queue
     i mod `queues`), `FORWARD_IN_FLIGHT` at a time; `RemoteBroker` lets those that meet leave together
     on its send stream, as it does in a proxy."""
@@ -141,11 +141,11 @@ async def forwarded_rate(api: RemoteBroker, topic: str, msgs: list[OutgoingMessa
     return len(msgs) / (time.perf_counter() - started)
 
 
-Rate = Callable[[RemoteBroker, str, list[OutgoingMessage]], Awaitable[float]]
+Rate = Callable[[RemoteBroker, str, list[bytes]], Awaitable[float]]
 
 
 async def interleaved_send_rates(
-    api: RemoteBroker, *targets: tuple[str, list[OutgoingMessage]], rates: Sequence[Rate] = ()
+    api: RemoteBroker, *targets: tuple[str, list[bytes]], rates: Sequence[Rate] = ()
 ) -> list[float]:
     """Send rates of several (topic, messages), sent in turns of 1/SEND_ROUNDS each: on a shared
     machine the load moves within seconds, and a comparison of two phases run one after the other
@@ -269,7 +269,7 @@ async def priority(api: RemoteBroker, backlog: int) -> dict[str, Any]:
     await api.create_group(GroupSpec("prio-g"))
     rnd = random.Random(7)
     levels = [str(rnd.randrange(10)) for _ in range(backlog)]
-    msgs = [OutgoingMessage(BODY, f"p{i}", MessageType.PRIORITY, system_properties=as_proxy(**{SYSPROP_PRIORITY: lvl}))
+    msgs = [outgoing(BODY, f"p{i}", MessageType.PRIORITY, system_properties=as_proxy(**{SYSPROP_PRIORITY: lvl}))
             for i, lvl in enumerate(levels)]  # fmt: skip
     await send_rate(api, "prio", msgs)
     await send_rate(api, "prio-normal", [plain(f"q{i}") for i in range(backlog)])

@@ -47,9 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from client_bench import BODY_BYTES, Row, Server, admin, drive, py_driver, start_merged, start_separated
 
-from broker.client.api import CallContext, OutgoingMessage
+from broker.client.api import CallContext
 from broker.client.remote import RemoteBroker
 from common.model import SYSPROP_LITE_TOPIC, MessageType
+from common.record import outgoing
 
 NORMAL_QUEUES = 8
 PER_CONSUMER = 10_000  # lite topics per LiteSimpleConsumer: the default [proxy.settings] lite_subscription_quota
@@ -86,12 +87,12 @@ async def _fill(address: str, topic: str, count: int, lite_topics: int, queues: 
     api = RemoteBroker("broker-a", address, timeout_s=120.0)
     sem = asyncio.Semaphore(FILL_IN_FLIGHT)
 
-    def message(i: int) -> OutgoingMessage:
+    def message(i: int) -> bytes:
         props: dict[str, str] = {}
         if not lite_topics:
-            return OutgoingMessage(BODY, f"{topic}-{i}", system_properties=props)
+            return outgoing(BODY, f"{topic}-{i}", system_properties=props)
         props[SYSPROP_LITE_TOPIC] = f"l{i % lite_topics}"
-        return OutgoingMessage(BODY, f"{topic}-{i}", MessageType.LITE, system_properties=props)
+        return outgoing(BODY, f"{topic}-{i}", MessageType.LITE, system_properties=props)
 
     async def one(start: int) -> None:
         async with sem:

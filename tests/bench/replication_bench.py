@@ -40,9 +40,10 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import aetcd  # noqa: E402
 
-from broker.client.api import OutgoingMessage, TopicSpec  # noqa: E402
+from broker.client.api import TopicSpec  # noqa: E402
 from broker.client.remote import RemoteBroker  # noqa: E402
 from common.errors import SluiceError  # noqa: E402
+from common.record import outgoing  # noqa: E402
 from tests.helpers.broker_fixtures import ServerProcess, start_broker_process  # noqa: E402
 from tests.helpers.etcd import EtcdProcess, start_etcd  # noqa: E402
 
@@ -97,8 +98,8 @@ class Group:
         raise RuntimeError(f"group did not reach {n} in-sync members")
 
 
-def _messages(n: int) -> list[OutgoingMessage]:
-    return [OutgoingMessage(body=BODY, message_id=f"{time.monotonic_ns():x}{i:04x}") for i in range(n)]
+def _messages(n: int) -> list[bytes]:
+    return [outgoing(body=BODY, message_id=f"{time.monotonic_ns():x}{i:04x}") for i in range(n)]
 
 
 async def closed_loop(remote: RemoteBroker, batch: int, concurrency: int, seconds: float) -> float:

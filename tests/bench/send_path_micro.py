@@ -37,11 +37,12 @@ import uvloop
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from broker.client.api import CallContext, OutgoingMessage, TopicSpec  # noqa: E402
+from broker.client.api import CallContext, TopicSpec  # noqa: E402
 from broker.config import BrokerConfig  # noqa: E402
 from broker.local import LocalBroker  # noqa: E402
 from broker.store.config import CommitLogConfig, StoreConfig  # noqa: E402
 from common.model import SYSPROP_LITE_TOPIC, MessageType  # noqa: E402
+from common.record import outgoing  # noqa: E402
 from proto.apache.rocketmq.v2 import definition_pb2 as pb  # noqa: E402
 from proto.apache.rocketmq.v2 import service_pb2 as spb  # noqa: E402
 from proxy.app import ProxyApp  # noqa: E402
@@ -114,10 +115,13 @@ async def run(layer: str, inline: bool, messages: int, senders: list[int], lite_
         if layer == "broker" and lite_topics:
             send = await _lite_sender(broker, lite_topics)
         elif layer == "broker":
+            # Records as an edge encodes them (common.record.outgoing), made before the clock starts:
+            # this layer is the broker's own CPU (verify, place, append).
+            records = [outgoing(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.NORMAL)
+                       for _ in range(1000)]  # fmt: skip
 
             async def send(i: int) -> None:
-                message = OutgoingMessage(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.NORMAL)
-                await broker.send(TOPIC, i % QUEUES, [message], ctx=PRODUCER)
+                await broker.send(TOPIC, i % QUEUES, [records[i % len(records)]], ctx=PRODUCER)
 
         else:
             app = ProxyApp(ProxyConfig(), LocalDirectory(broker))
@@ -143,10 +147,10 @@ async def _lite_sender(broker: LocalBroker, lite_topics: int) -> Callable[[int],
     await broker.create_topic(spec)
     names, rnd = [f"l{i}" for i in range(lite_topics)], random.Random(7)
 
-    def message(name: str) -> OutgoingMessage:
+    def message(name: str) -> bytes:
         props = {SYSPROP_LITE_TOPIC: name}
-        return OutgoingMessage(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.LITE,
-                               system_properties=props)  # fmt: skip
+        return outgoing(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.LITE,
+                        system_properties=props)  # fmt: skip
 
     for start in range(0, lite_topics, 500):
         await broker.send(LITE_TOPIC, 0, [message(name) for name in names[start : start + 500]], ctx=PRODUCER)

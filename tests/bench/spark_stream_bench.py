@@ -45,8 +45,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from broker.client.api import OutgoingMessage
 from broker.client.remote import RemoteBroker
+from common.record import outgoing
 from nameserver.client import NameServerClient
 from tests.e2e.support.cluster import Cluster, start_merged
 from tests.helpers.s3 import ACCESS_KEY, REGION, SECRET_KEY, MotoS3Server
@@ -78,7 +78,7 @@ async def produce(namesrv: str, topic: str, first: int, count: int, body_bytes: 
     async with RemoteBroker(name, address, timeout_s=60) as broker:
         sends = []
         for start in range(first, first + count, SEND_BATCH):
-            batch = [OutgoingMessage(body=body, message_id=f"{i:032X}", tag="t", keys=(f"k{i}",))
+            batch = [outgoing(body=body, message_id=f"{i:032X}", tag="t", keys=(f"k{i}",))
                      for i in range(start, min(first + count, start + SEND_BATCH))]  # fmt: skip
             sends.append(broker.send(topic, (start // SEND_BATCH) % queues, batch))
             if len(sends) >= 16:
@@ -266,7 +266,7 @@ def latency(cluster: Cluster, stream: Any, work: Path, args: argparse.Namespace)
             step, began = 20 / args.latency_rate, time.monotonic()
             async with RemoteBroker(name, address, timeout_s=60) as broker:
                 for n, first in enumerate(range(0, total, 20)):
-                    batch = [OutgoingMessage(body=b"x" * args.body_bytes, message_id=f"L{i:031X}")
+                    batch = [outgoing(body=b"x" * args.body_bytes, message_id=f"L{i:031X}")
                              for i in range(first, min(total, first + 20))]  # fmt: skip
                     await broker.send("live", n % args.queues, batch)
                     await asyncio.sleep(max(0.0, began + (n + 1) * step - time.monotonic()))

@@ -34,8 +34,8 @@ from itertools import repeat
 from pathlib import Path
 
 from broker.store.config import CommitLogConfig, StoreConfig
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
+from common.record import MessageRecord
 from processes.runtime import install_uvloop
 
 MIB = 1 << 20

@@ -27,10 +27,10 @@ from collections.abc import Callable
 from itertools import accumulate
 from pathlib import Path
 
-from broker.store import record as R
 from broker.store.dispatcher import index_runs
 from broker.store.index import Index
 from broker.store.writer import AppendResult, AppendResults, Columns, Run
+from common import record as R
 
 BODY = (b"sluice-benchmark-" * 64)[:1024]
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32)

@@ -39,8 +39,8 @@ from broker.client.api import FilterSpec, TopicSpec
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.store.config import CommitLogConfig, RetentionConfig, StoreConfig
-from broker.store.record import MessageRecord
 from broker.tiering.config import MIB, TieringConfig
+from common.record import MessageRecord
 from tests.helpers.procs import LOOPBACK, free_port, start_process
 
 TOPIC = "bench-tier"

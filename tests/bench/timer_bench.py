@@ -36,9 +36,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:  # run as a script: make `tests.helpers` importable
     sys.path.insert(0, str(REPO_ROOT))
 
-from broker.client.api import FilterSpec, OutgoingMessage, TopicSpec  # noqa: E402
+from broker.client.api import FilterSpec, TopicSpec  # noqa: E402
 from broker.client.remote import RemoteBroker  # noqa: E402
 from common.model import MessageType  # noqa: E402
+from common.record import outgoing  # noqa: E402
 from tests.helpers.broker_fixtures import start_broker_process  # noqa: E402
 
 BROKER_NAME = "timer-bench"
@@ -68,11 +69,11 @@ def percentiles(values: list[int]) -> dict[str, float]:
     return {"count": len(s), "p50_ms": pick(0.50), "p99_ms": pick(0.99), "max_ms": s[-1], "min_ms": s[0]}
 
 
-def delayed(mid: str, at_ms: int) -> OutgoingMessage:
-    return OutgoingMessage(body=b"x" * 128, message_id=mid, message_type=MessageType.DELAY, delivery_timestamp_ms=at_ms)
+def delayed(mid: str, at_ms: int) -> bytes:
+    return outgoing(body=b"x" * 128, message_id=mid, message_type=MessageType.DELAY, delivery_timestamp_ms=at_ms)
 
 
-async def send_all(api: RemoteBroker, topic: str, messages: list[OutgoingMessage]) -> None:
+async def send_all(api: RemoteBroker, topic: str, messages: list[bytes]) -> None:
     batches = [messages[i : i + SEND_BATCH] for i in range(0, len(messages), SEND_BATCH)]
     queue = iter(enumerate(batches))
 

@@ -23,7 +23,6 @@ from broker.client.api import (
     FilterSpec,
     GroupSpec,
     OffsetPolicy,
-    OutgoingMessage,
     PopRequest,
     RetryPolicy,
     StoredMessage,
@@ -45,6 +44,7 @@ from common.errors import (
     InvalidReceiptHandle,
     MessageBodyEmpty,
     MessageBodyTooLarge,
+    MessageCorrupted,
     MessagePropertiesTooLarge,
     MessageTypeConflict,
     OffsetNotFound,
@@ -53,7 +53,9 @@ from common.errors import (
     TopicNotFound,
 )
 from common.model import MessageType, Permission, dlq_topic
+from common.record import MessageRecord, encode, seal
 from tests.contract.conftest import MAX_BODY_BYTES, MIN_INVISIBLE_MS, Elapse, Scope
+from tests.helpers.records import outgoing
 
 WAIT_S = 5.0
 LONG_INVISIBLE_MS = 30_000  # never expires within a test
@@ -73,12 +75,12 @@ def expect_error(cls: type[SluiceError]) -> Iterator[None]:
     assert info.value.code == cls.code, f"expected {cls.__name__} ({cls.code!r}), got {info.value!r}"
 
 
-def out(scope: Scope, body: str | bytes = b"x", **fields: object) -> OutgoingMessage:
+def out(scope: Scope, body: str | bytes = b"x", **fields: object) -> bytes:
     data = body.encode() if isinstance(body, str) else body
-    return OutgoingMessage(body=data, message_id=scope.message_id(), **fields)  # type: ignore[arg-type]
+    return outgoing(body=data, message_id=scope.message_id(), **fields)  # type: ignore[arg-type]
 
 
-def fifo(scope: Scope, group: str, body: str) -> OutgoingMessage:
+def fifo(scope: Scope, group: str, body: str) -> bytes:
     return out(scope, body, message_type=MessageType.FIFO, message_group=group)
 
 
@@ -266,7 +268,7 @@ async def test_send_rejects_bad_targets(broker: BrokerApi, scope: Scope) -> None
 async def test_send_validates_messages(broker: BrokerApi, scope: Scope) -> None:
     normal = await new_topic(broker, scope)
     ordered = await new_topic(broker, scope, types=FIFO_TYPES)
-    cases: list[tuple[str, OutgoingMessage, type[SluiceError]]] = [
+    cases: list[tuple[str, bytes, type[SluiceError]]] = [
         (normal, fifo(scope, "g", "x"), MessageTypeConflict),
         (ordered, out(scope), MessageTypeConflict),
         (ordered, out(scope, message_type=MessageType.FIFO), IllegalMessageGroup),
@@ -275,7 +277,6 @@ async def test_send_validates_messages(broker: BrokerApi, scope: Scope) -> None:
         (normal, out(scope, b"x" * (MAX_BODY_BYTES + 1)), MessageBodyTooLarge),
         (normal, out(scope, properties={f"p{i}": "v" for i in range(129)}), MessagePropertiesTooLarge),
         (normal, out(scope, tag="a||b"), IllegalMessageTag),
-        (normal, out(scope, tag=""), IllegalMessageTag),
         (normal, out(scope, keys=("",)), IllegalMessageKey),
         (normal, out(scope, keys=tuple(f"k{i}" for i in range(33))), IllegalMessageKey),
     ]
@@ -286,6 +287,24 @@ async def test_send_validates_messages(broker: BrokerApi, scope: Scope) -> None:
     with expect_error(MessageBodyEmpty):
         await broker.send(normal, 0, [out(scope, "fine"), out(scope, b"")])
     assert (await broker.send(normal, 0, [out(scope, b"x" * MAX_BODY_BYTES)]))[0].queue_offset == 0
+    with expect_error(IllegalMessageTag):  # a record has no empty tag: the encoder refuses one
+        out(scope, tag="")
+
+
+async def test_send_verifies_records(broker: BrokerApi, scope: Scope) -> None:
+    """A send's records are verified as a replica verifies copied ones, and must be as an edge
+    writes them (no topic, store host, queue or offsets): anything else is MESSAGE_CORRUPTED and
+    nothing of the send is stored."""
+    topic = await new_topic(broker, scope)
+    good = bytes(out(scope, "good"))
+    flipped = bytearray(good)
+    flipped[-1] ^= 1  # the body no longer matches the CRC
+    placed = bytearray(encode(MessageRecord(topic, 0, b"x", "id")))  # a record that names its topic
+    seal(placed, 0, 0, 0)
+    for bad in (bytes(flipped), good[:-1], good + b"!", b"\x00" * 8, bytes(placed)):
+        with expect_error(MessageCorrupted):
+            await broker.send(topic, 0, [good, bad])
+    assert (await broker.send(topic, 0, [good]))[0].queue_offset == 0
 
 
 # -- where a new group starts ------------------------------------------------------------------
@@ -333,7 +352,7 @@ async def test_new_group_starts_at_timestamp(broker: BrokerApi, scope: Scope) ->
 async def test_pop_delivers_each_message_once(broker: BrokerApi, scope: Scope, elapse: Elapse) -> None:
     topic = await new_topic(broker, scope, queues=4)
     group = await new_group(broker, scope, consume_from=ConsumeFrom.EARLIEST)
-    sent: dict[str, OutgoingMessage] = {}
+    sent: dict[str, bytes] = {}
     for q in range(4):
         for i in range(3):
             one = out(scope, f"q{q}m{i}", tag="T", keys=(f"k{q}",), properties={"q": str(q)})

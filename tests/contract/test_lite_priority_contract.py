@@ -16,7 +16,6 @@ from broker.client.api import (
     LiteOffset,
     LiteOffsetPolicy,
     LiteSync,
-    OutgoingMessage,
     PopRequest,
     StoredMessage,
     TopicSpec,
@@ -32,20 +31,19 @@ from common.errors import (
 from common.model import SYSPROP_LITE_TOPIC, SYSPROP_PRIORITY, MessageType
 from tests.contract.conftest import Elapse, Scope
 from tests.contract.test_broker_contract import expect_error
+from tests.helpers.records import outgoing
 
 LITE = frozenset({MessageType.LITE})
 PRIORITY = frozenset({MessageType.PRIORITY})
 WAIT_S = 10.0
 
 
-def lite(scope: Scope, name: str, body: str) -> OutgoingMessage:
-    return OutgoingMessage(
-        body.encode(), scope.message_id(), MessageType.LITE, system_properties={SYSPROP_LITE_TOPIC: name}
-    )
+def lite(scope: Scope, name: str, body: str) -> bytes:
+    return outgoing(body.encode(), scope.message_id(), MessageType.LITE, system_properties={SYSPROP_LITE_TOPIC: name})
 
 
-def prio(scope: Scope, level: int | str, body: str = "p") -> OutgoingMessage:
-    return OutgoingMessage(body.encode(), scope.message_id(), MessageType.PRIORITY,
+def prio(scope: Scope, level: int | str, body: str = "p") -> bytes:
+    return outgoing(body.encode(), scope.message_id(), MessageType.PRIORITY,
                            system_properties={SYSPROP_PRIORITY: str(level)})  # fmt: skip
 
 
@@ -149,11 +147,11 @@ async def test_lite_quotas_and_bad_input(broker: BrokerApi, scope: Scope) -> Non
     with expect_error(IllegalLiteTopic):
         await broker.send(topic, 0, [lite(scope, "bad name", "x")])
     with expect_error(IllegalLiteTopic):
-        await broker.send(topic, 0, [OutgoingMessage(b"x", scope.message_id(), MessageType.LITE)])
+        await broker.send(topic, 0, [outgoing(b"x", scope.message_id(), MessageType.LITE)])
     with expect_error(IllegalLiteTopic):
         await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.PARTIAL_ADD, ("",)))
     with expect_error(MessageTypeConflict):
-        await broker.send(topic, 0, [OutgoingMessage(b"x", scope.message_id())])
+        await broker.send(topic, 0, [outgoing(b"x", scope.message_id())])
     with expect_error(ClientIdRequired):
         await broker.sync_lite_subscription(LiteSync(group, topic, "", LiteAction.PARTIAL_ADD, ("a",)))
     normal = scope.topic()
@@ -213,7 +211,7 @@ async def test_priority_retry_keeps_its_priority_and_bad_input_is_refused(broker
         with expect_error(BadRequest):
             await broker.send(topic, 0, [bad])
     with expect_error(MessageTypeConflict):
-        await broker.send(topic, 0, [OutgoingMessage(b"x", scope.message_id(), MessageType.PRIORITY, message_group="g",
+        await broker.send(topic, 0, [outgoing(b"x", scope.message_id(), MessageType.PRIORITY, message_group="g",
                                                      system_properties={SYSPROP_PRIORITY: "1"})])  # fmt: skip
     with expect_error(MessageTypeConflict):
         await broker.create_topic(TopicSpec(scope.topic(), 1, PRIORITY | {MessageType.NORMAL}))

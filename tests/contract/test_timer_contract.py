@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-from broker.client.api import BrokerApi, GroupSpec, OutgoingMessage, PopRequest, StoredMessage, TopicSpec
+from broker.client.api import BrokerApi, GroupSpec, PopRequest, StoredMessage, TopicSpec
 from common.errors import BadRequest, IllegalDeliveryTime, MessageTypeConflict, NotFound
 from common.model import MessageType
 from tests.contract.conftest import TIMER_MAX_DELAY_MS, Elapse, Scope
 from tests.contract.test_broker_contract import expect_error
 from tests.helpers.clock import JumpClock
+from tests.helpers.records import outgoing
 
 DELAY_TYPES = frozenset({MessageType.DELAY})
 WAIT_S = 15.0
@@ -27,8 +28,8 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def delayed(scope: Scope, body: str, at_ms: int) -> OutgoingMessage:
-    return OutgoingMessage(body=body.encode(), message_id=scope.message_id(), message_type=MessageType.DELAY,
+def delayed(scope: Scope, body: str, at_ms: int) -> bytes:
+    return outgoing(body=body.encode(), message_id=scope.message_id(), message_type=MessageType.DELAY,
                            delivery_timestamp_ms=at_ms)  # fmt: skip
 
 

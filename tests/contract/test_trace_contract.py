@@ -11,7 +11,6 @@ from broker.client.api import (
     BackoffKind,
     BrokerApi,
     CallContext,
-    OutgoingMessage,
     RetryPolicy,
     SendResult,
     TopicSpec,
@@ -118,7 +117,7 @@ async def test_trace_of_lite_and_priority_sends(broker: BrokerApi, scope: Scope)
     await broker.create_topic(TopicSpec(prio_topic, 1, frozenset({MessageType.PRIORITY}), max_priority=9))
     lite_msgs = [lite(scope, name, name) for name in ("a", "b", "c")]
     prio_msgs = [prio(scope, level) for level in (2, 7)]
-    sent: list[tuple[OutgoingMessage, SendResult]] = []
+    sent: list[tuple[bytes, SendResult]] = []
     for topic, msgs in ((lite_topic, lite_msgs), (prio_topic, prio_msgs)):
         sent += zip(msgs, await broker.send(topic, 0, msgs, ctx=CallContext(client_id="client-9")), strict=True)
     for msg, result in sent:

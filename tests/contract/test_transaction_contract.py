@@ -15,7 +15,6 @@ import functools
 
 from broker.client.api import (
     BrokerApi,
-    OutgoingMessage,
     SendResult,
     TransactionResolution,
     TransactionSource,
@@ -40,12 +39,12 @@ CLIENT = TransactionSource.CLIENT
 FAR_MS = 600_000  # a recovery duration that never comes due within a test
 
 
-def half(scope: Scope, body: str, recovery_ms: int | None = None) -> OutgoingMessage:
+def half(scope: Scope, body: str, recovery_ms: int | None = None) -> bytes:
     sysprops = {} if recovery_ms is None else {"TRANSACTION_RECOVERY_MS": str(recovery_ms)}
     return out(scope, body, message_type=MessageType.TRANSACTION, system_properties=sysprops)
 
 
-async def send_half(api: BrokerApi, topic: str, msg: OutgoingMessage) -> SendResult:
+async def send_half(api: BrokerApi, topic: str, msg: bytes) -> SendResult:
     (result,) = await api.send(topic, 0, [msg])
     assert result.transaction_id, "a TRANSACTION send returns a transaction id"
     assert result.message_id == msg.message_id

@@ -24,9 +24,9 @@ from types import ModuleType
 from typing import Any
 
 import broker.store.writer as writer_module
-from broker.store.record import MessageRecord
 from broker.tiering.config import TieringConfig
 from broker.tiering.stores import s3_store
+from common.record import MessageRecord
 from tests.helpers.tiering import BROKER, CLUSTER, TierRig, open_rig
 
 _clock_lock = threading.Lock()

@@ -25,8 +25,8 @@ import zlib
 from pathlib import Path
 
 from broker.store.config import CommitLogConfig, StoreConfig
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
+from common.record import MessageRecord
 
 TOPICS = ("crash-a", "crash-b")
 QUEUE_IDS = range(4)

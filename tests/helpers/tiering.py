@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.store.config import CommitLogConfig, RetentionConfig, StoreConfig
-from broker.store.record import FLAG_BODY_GZIP, MessageRecord
 from broker.store.store import MessageStore
 from broker.tiering.config import TieringConfig
 from broker.tiering.kv import CF_TIER, RocksKV
@@ -23,6 +22,7 @@ from broker.tiering.manifest import Manifest
 from broker.tiering.objectstore import MeteredObjectStore, ObjectStore
 from broker.tiering.reader import ColdReader
 from broker.tiering.uploader import Uploader
+from common.record import FLAG_BODY_GZIP, MessageRecord
 
 CLUSTER = "test-cluster"
 BROKER = "broker-t"

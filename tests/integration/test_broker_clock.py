@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.client.api import OutgoingMessage
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.store.config import MIN_SEGMENT_BYTES, CommitLogConfig, RetentionConfig, StoreConfig
 from tests.helpers.clock import JumpClock
+from tests.helpers.records import outgoing
 
 HOUR_S = 3600.0
 TOPIC = "clocked"
@@ -59,7 +59,7 @@ def test_retention_ages_segments_on_the_broker_clock(loop: asyncio.AbstractEvent
 
     async def run() -> None:
         for i in range(40):  # ~1 KiB each: about ten 4 KiB segments
-            await broker.send(TOPIC, 0, [OutgoingMessage(body=bytes(1000), message_id=f"M{i}")])
+            await broker.send(TOPIC, 0, [outgoing(body=bytes(1000), message_id=f"M{i}")])
         assert broker.store.wait_dispatched(WAIT_S)
         await asyncio.sleep(0.3)  # several retention checks: nothing is an hour old yet
         assert await min_offset() == 0
@@ -83,7 +83,7 @@ def test_the_dedup_window_ends_on_the_broker_clock(loop: asyncio.AbstractEventLo
     broker = start(loop, tmp_path / "broker", clock)
 
     async def send() -> int:
-        [res] = await broker.send(TOPIC, 0, [OutgoingMessage(body=b"once", message_id="D" * 32, dedup=True)])
+        [res] = await broker.send(TOPIC, 0, [outgoing(body=b"once", message_id="D" * 32, dedup=True)])
         return res.queue_offset
 
     async def run() -> None:

@@ -26,12 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.client.api import BrokerApi, ConsumeFrom, GroupSpec, OutgoingMessage, PopRequest, StoredMessage, TopicSpec
+from broker.client.api import BrokerApi, ConsumeFrom, GroupSpec, PopRequest, StoredMessage, TopicSpec
 from broker.client.remote import RemoteBroker
 from common.errors import SluiceError
 from common.model import MessageType, dlq_topic
 from tests.helpers.broker_fixtures import SLUICE_ARGV, to_toml
 from tests.helpers.procs import LOOPBACK, ChildProcess, ProcessStartError, free_port, start_process
+from tests.helpers.records import outgoing
 
 pytestmark = pytest.mark.slow
 
@@ -134,7 +135,7 @@ class Ledger:
 
 async def produce_normal(api: BrokerApi, ledger: Ledger, rng: random.Random, stop: asyncio.Event) -> None:
     while not stop.is_set():
-        batch = [OutgoingMessage(f"n{rng.getrandbits(32)}".encode(), f"{rng.getrandbits(128):032X}") for _ in range(4)]
+        batch = [outgoing(f"n{rng.getrandbits(32)}".encode(), f"{rng.getrandbits(128):032X}") for _ in range(4)]
         await send_until_ok(api, ledger, NORMAL, rng.randrange(NORMAL_QUEUES), batch)
         ledger.sent[NORMAL] += [m.message_id for m in batch]
         await asyncio.sleep(rng.uniform(0.005, 0.02))
@@ -146,15 +147,13 @@ async def produce_fifo(api: BrokerApi, ledger: Ledger, mg: str, rng: random.Rand
         if stop.is_set():
             return
         message_id = f"{mg}-{k:06d}"
-        msg = OutgoingMessage(message_id.encode(), message_id, message_type=MessageType.FIFO, message_group=mg)
+        msg = outgoing(message_id.encode(), message_id, message_type=MessageType.FIFO, message_group=mg)
         await send_until_ok(api, ledger, FIFO, queue_id, [msg])  # sequential per message group: stored in send order
         ledger.sent[mg].append(message_id)
         await asyncio.sleep(rng.uniform(0.01, 0.04))
 
 
-async def send_until_ok(
-    api: BrokerApi, ledger: Ledger, topic: str, queue_id: int, batch: list[OutgoingMessage]
-) -> None:
+async def send_until_ok(api: BrokerApi, ledger: Ledger, topic: str, queue_id: int, batch: list[bytes]) -> None:
     """Retry with the same message ids; a failed attempt may still have been stored (a duplicate)."""
     while True:
         try:

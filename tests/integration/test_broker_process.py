@@ -28,7 +28,6 @@ from broker.client.api import (
     FilterKind,
     FilterSpec,
     GroupSpec,
-    OutgoingMessage,
     PopRequest,
     StoredMessage,
     TopicSpec,
@@ -52,6 +51,7 @@ from tests.helpers.broker_fixtures import (
     start_nameserver_process,
 )
 from tests.helpers.procs import LOOPBACK, REPO_ROOT, free_port
+from tests.helpers.records import outgoing
 
 ADMIN_TIMEOUT_S = 20.0
 RPC_TIMEOUT_S = 5.0
@@ -166,7 +166,7 @@ def test_send_pop_ack_lag_and_lookups(cluster: Cluster) -> None:
             async with cluster.remote(name) as remote:
                 assert (await remote.get_group(group)).spec.consume_from is ConsumeFrom.EARLIEST
                 sent = [
-                    OutgoingMessage(
+                    outgoing(
                         f"{name} #{i}".encode(), f"{name}-m{i}", tag="TagA", keys=("order-1",),
                         properties={"p": str(i)}, born_host="test",
                     )
@@ -200,7 +200,7 @@ def test_batches_beyond_grpc_default_message_size(cluster: Cluster) -> None:
     async def body() -> None:
         async with cluster.remote("broker-a") as remote:
             await remote.create_topic(TopicSpec("big", 1))
-            sent = [OutgoingMessage(bytes([i]) * MIB, f"big-{i}") for i in range(8)]  # 8 MiB each way
+            sent = [outgoing(bytes([i]) * MIB, f"big-{i}") for i in range(8)]  # 8 MiB each way
             await remote.send("big", 0, sent)
             await create_group(remote, "big-g")
             got = await pop_all(remote, "big-g", "big", 8)
@@ -216,16 +216,16 @@ def test_bad_input_raises_the_same_error_classes_and_broker_keeps_serving(cluste
             await create_group(remote, "strict-g")
             cases: list[tuple[Awaitable[Any], type[Exception]]] = [
                 (remote.get_topic("no-such-topic"), TopicNotFound),
-                (remote.send("no-such-topic", 0, [OutgoingMessage(b"x", "m1")]), TopicNotFound),
+                (remote.send("no-such-topic", 0, [outgoing(b"x", "m1")]), TopicNotFound),
                 (remote.change_invisible_duration("strict-g", "strict", "not-a-handle", 5_000), InvalidReceiptHandle),
                 (remote.nack("strict-g", "strict", "broker-b~AAAA"), InvalidReceiptHandle),
                 (
                     remote.pop(PopRequest("strict-g", "strict", filter=FilterSpec(FilterKind.SQL, "a = "))),
                     IllegalFilterExpression,
                 ),
-                (remote.send("strict", 0, [OutgoingMessage(b"x" * (MAX_BODY_BYTES + 1), "m2")]), MessageBodyTooLarge),
-                (remote.send("strict", 7, [OutgoingMessage(b"x", "m3")]), BadRequest),  # no queue 7
-                (remote.send("strict", 2**40, [OutgoingMessage(b"x", "m4")]), BadRequest),  # beyond int32
+                (remote.send("strict", 0, [outgoing(b"x" * (MAX_BODY_BYTES + 1), "m2")]), MessageBodyTooLarge),
+                (remote.send("strict", 7, [outgoing(b"x", "m3")]), BadRequest),  # no queue 7
+                (remote.send("strict", 2**40, [outgoing(b"x", "m4")]), BadRequest),  # beyond int32
             ]
             for call, expected in cases:
                 with pytest.raises(expected):

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.client.api import OutgoingMessage, SendResult, TopicSpec
+from broker.client.api import SendResult, TopicSpec
 from broker.client.remote import RemoteBroker
 from common.errors import Unauthorized
 from proto import token
 from tests.helpers.broker_fixtures import SLUICE_ARGV, ServerProcess, _wait_for_line
 from tests.helpers.procs import LOOPBACK, REPO_ROOT, free_port, start_process
+from tests.helpers.records import outgoing
 
 pytestmark = pytest.mark.slow
 
@@ -111,7 +112,7 @@ def test_sends_on_the_stream_need_the_token(servers: tuple[ServerProcess, Server
             async with RemoteBroker("broker-a", broker.address) as remote:
                 if with_token:
                     await remote.create_topic(TopicSpec("token-topic", 1))
-                return await remote.send("token-topic", 0, [OutgoingMessage(body=b"x", message_id="token-1")])
+                return await remote.send("token-topic", 0, [outgoing(body=b"x", message_id="token-1")])
         finally:
             token.configure("")
 

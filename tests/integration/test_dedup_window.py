@@ -10,25 +10,26 @@ from pathlib import Path
 
 import pytest
 
-from broker.client.api import OutgoingMessage, SendResult
+from broker.client.api import SendResult
 from broker.dedup import Deduplicator
-from broker.messages import to_record
 from broker.store.config import StoreConfig
 from broker.store.store import MessageStore
+from common import record
 from common.config import ConfigError
+from common.record import MessageRecord, received
 from tests.helpers.clock import JumpClock
 
 TOPIC = "sink"
 
 
-def flagged(message_id: str) -> OutgoingMessage:
-    return OutgoingMessage(body=b"x", message_id=message_id, dedup=True)
+def flagged(message_id: str) -> MessageRecord:
+    return received([record.outgoing(body=b"x", message_id=message_id, dedup=True)], TOPIC, 0, "host:1")[0]
 
 
-def storer(store: MessageStore, stored: list[str]) -> Callable[[list[OutgoingMessage]], Awaitable[list[SendResult]]]:
-    async def store_fn(messages: list[OutgoingMessage]) -> list[SendResult]:
+def storer(store: MessageStore, stored: list[str]) -> Callable[[list[MessageRecord]], Awaitable[list[SendResult]]]:
+    async def store_fn(messages: list[MessageRecord]) -> list[SendResult]:
         await asyncio.sleep(0.01)  # let a racing send start meanwhile
-        results = await store.append([to_record(TOPIC, 0, m, "host:1") for m in messages])
+        results = await store.append(messages)
         stored.extend(m.message_id for m in messages)
         return [SendResult(m.message_id, 0, r.queue_offset) for m, r in zip(messages, results, strict=True)]
 

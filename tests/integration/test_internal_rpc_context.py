@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -22,7 +22,6 @@ from broker.client.api import (
     FilterSpec,
     GroupSpec,
     OffsetPolicy,
-    OutgoingMessage,
     PullResult,
     SendResult,
     TopicSpec,
@@ -33,12 +32,14 @@ from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.service import BrokerServicer
+from common import record
 from common.codes import Code
 from common.errors import ConsumerGroupNotFound, RequestTimeout, SluiceError, TopicNotFound
 from common.logs import RequestContextFilter, bind_request, current_request
 from common.model import MessageType
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
+from tests.helpers.records import outgoing
 
 TIMEOUT_S = 20.0
 
@@ -114,11 +115,12 @@ class _SeesRequest(LocalBroker):
         self.contexts: dict[str, CallContext] = {}  # first message id or handle -> the call's context
 
     async def send(
-        self, topic: str, queue_id: int, messages: list[OutgoingMessage], *, ctx: CallContext = NO_CONTEXT
+        self, topic: str, queue_id: int, records: Sequence[bytes], *, ctx: CallContext = NO_CONTEXT
     ) -> list[SendResult]:
-        self.seen[messages[0].message_id] = current_request()
-        self.contexts[messages[0].message_id] = ctx
-        return await super().send(topic, queue_id, messages, ctx=ctx)
+        first = record.decode(records[0]).message_id
+        self.seen[first] = current_request()
+        self.contexts[first] = ctx
+        return await super().send(topic, queue_id, records, ctx=ctx)
 
     async def ack(
         self, group: str, topic: str, receipt_handles: list[str], *, ctx: CallContext = NO_CONTEXT
@@ -196,12 +198,12 @@ def test_a_lone_send_on_the_stream_carries_its_request_and_client_ids(tmp_path: 
 
             async def proxied_send(request_id: str, message_id: str) -> None:
                 bind_request(request_id, "client-7")
-                await remote.send("ctx-send", 0, [OutgoingMessage(body=b"x", message_id=message_id)])
+                await remote.send("ctx-send", 0, [outgoing(body=b"x", message_id=message_id)])
 
             await asyncio.create_task(proxied_send("req-1", "lone"))
             # Two sends leaving together in one stream request serve two client requests: neither's ids.
             await asyncio.gather(proxied_send("req-2", "pair-a"), proxied_send("req-3", "pair-b"))
-            await remote.send("ctx-send", 1, [OutgoingMessage(body=b"y", message_id="no-request")])
+            await remote.send("ctx-send", 1, [outgoing(body=b"y", message_id="no-request")])
         finally:
             await remote.close()
             await server.stop(None)
@@ -234,9 +236,9 @@ def test_a_call_context_reaches_the_broker_with_its_ids_and_deadline(tmp_path: P
             sent_deadline.append(ctx.deadline or 0.0)
             late = CallContext("req-10", "client-9", deadline=time.monotonic() - 0.1)
             with pytest.raises(RequestTimeout):
-                await remote.send("ctx-deadline", 0, [OutgoingMessage(body=b"x", message_id="late")], ctx=late)
+                await remote.send("ctx-deadline", 0, [outgoing(body=b"x", message_id="late")], ctx=late)
             with pytest.raises(RequestTimeout):  # the same refusal from the broker in this process
-                await broker.send("ctx-deadline", 0, [OutgoingMessage(body=b"x", message_id="late")], ctx=late)
+                await broker.send("ctx-deadline", 0, [outgoing(body=b"x", message_id="late")], ctx=late)
             assert (await broker.topic_status("ctx-deadline")).queues[0].max_offset == 0  # nothing stored
         finally:
             await remote.close()
@@ -268,8 +270,8 @@ def test_each_send_on_the_stream_carries_its_own_context(tmp_path: Path) -> None
             a = CallContext("req-a", "client-a", "ns-a", deadline=sent_at + 4.0)
             b = CallContext("req-b", "client-b")  # no deadline
             await asyncio.gather(
-                remote.send("ctx-each", 0, [OutgoingMessage(body=b"a", message_id="each-a")], ctx=a),
-                remote.send("ctx-each", 0, [OutgoingMessage(body=b"b", message_id="each-b")], ctx=b),
+                remote.send("ctx-each", 0, [outgoing(body=b"a", message_id="each-a")], ctx=a),
+                remote.send("ctx-each", 0, [outgoing(body=b"b", message_id="each-b")], ctx=b),
             )
         finally:
             await remote.close()
@@ -292,13 +294,9 @@ def test_a_send_whose_deadline_passed_on_the_stream_is_refused_alone(tmp_path: P
         broker, server, remote = await _served(tmp_path)
         try:
             await remote.create_topic(TopicSpec("ctx-late", 1))
-            late = pb.SendRequest(
-                topic="ctx-late", queue_id=0, messages=[pb.OutgoingMessage(body=b"x", message_id="l", message_type=1)]
-            )
+            late = pb.SendRequest(topic="ctx-late", queue_id=0, records=[outgoing(body=b"x", message_id="l")])
             late.context.client_id, late.context.remaining_ms = "client-late", 0
-            fine = pb.SendRequest(
-                topic="ctx-late", queue_id=0, messages=[pb.OutgoingMessage(body=b"y", message_id="f", message_type=1)]
-            )
+            fine = pb.SendRequest(topic="ctx-late", queue_id=0, records=[outgoing(body=b"y", message_id="f")])
             fine.context.remaining_ms = 10_000
             async with grpc.aio.insecure_channel(remote.address) as channel:
                 call = pb_grpc.BrokerStub(channel).SendStream()

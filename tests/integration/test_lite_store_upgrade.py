@@ -14,13 +14,14 @@ from pathlib import Path
 
 import rocksdict
 
-from broker.client.api import GroupSpec, LiteAction, LiteSync, OutgoingMessage, PopRequest, TopicSpec
+from broker.client.api import GroupSpec, LiteAction, LiteSync, PopRequest, TopicSpec
 from broker.config import BrokerConfig
 from broker.lite import keys as LK
 from broker.local import LocalBroker
 from common.config import load_config
 from common.model import SYSPROP_LITE_TOPIC, MessageType
 from tests.contract.test_broker_contract import eventually
+from tests.helpers.records import outgoing
 
 LITE = frozenset({MessageType.LITE})
 TOPIC, NORMAL, GROUP, CLIENT = "chats", "plain", "g", "c1"
@@ -32,8 +33,8 @@ def config(data_dir: Path) -> BrokerConfig:
     return load_config(BrokerConfig, section="broker", data={"broker": table})
 
 
-def lite(name: str, i: int) -> OutgoingMessage:
-    return OutgoingMessage(f"{name}/{i}".encode(), f"{name}-{i}", MessageType.LITE,
+def lite(name: str, i: int) -> bytes:
+    return outgoing(f"{name}/{i}".encode(), f"{name}-{i}", MessageType.LITE,
                            system_properties={SYSPROP_LITE_TOPIC: name})  # fmt: skip
 
 
@@ -46,7 +47,7 @@ async def write_current_layout(data_dir: Path) -> None:
         await broker.create_group(GroupSpec(GROUP))
         await broker.sync_lite_subscription(LiteSync(GROUP, TOPIC, CLIENT, LiteAction.COMPLETE_ADD, NAMES))
         await broker.send(TOPIC, 0, [lite(name, i) for name in NAMES for i in range(2)])
-        await broker.send(NORMAL, 0, [OutgoingMessage(b"kept", "plain-1")])
+        await broker.send(NORMAL, 0, [outgoing(b"kept", "plain-1")])
     finally:
         await broker.close()
 

@@ -12,7 +12,7 @@ import pytest
 from broker import readybytes
 from broker.readybytes import ReadBehind, ReadyBytes, body_sizes
 from broker.store.config import StoreConfig
-from broker.store.record import MessageRecord
+from common.record import MessageRecord
 from broker.store.store import MessageStore
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from broker.client.api import OutgoingMessage, TopicSpec
+from broker.client.api import TopicSpec
 from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
@@ -23,6 +23,7 @@ from common.errors import BadRequest, SluiceError, TooManyRequests, TopicNotFoun
 from common.model import MessageType
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
+from tests.helpers.records import outgoing
 
 TIMEOUT_S = 20.0
 TOPIC = "batch-topic"
@@ -63,8 +64,8 @@ class _Counting(BrokerServicer):
         await super().SendStream(counted(), context)
 
 
-def _messages(tag: str, n: int) -> list[OutgoingMessage]:
-    return [OutgoingMessage(body=f"{tag}-{i}".encode(), message_id=f"{tag}-{i}") for i in range(n)]
+def _messages(tag: str, n: int) -> list[bytes]:
+    return [outgoing(body=f"{tag}-{i}".encode(), message_id=f"{tag}-{i}") for i in range(n)]
 
 
 async def _serve(

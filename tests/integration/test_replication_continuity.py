@@ -26,7 +26,6 @@ from broker.client.api import (
     ConsumeFrom,
     FilterSpec,
     GroupSpec,
-    OutgoingMessage,
     PopRequest,
     TopicSpec,
     TraceKind,
@@ -36,6 +35,7 @@ from broker.tiering.config import TieringConfig
 from common.errors import SluiceError
 from tests.helpers.broker_fixtures import ServerProcess, start_broker_process
 from tests.helpers.etcd import EtcdProcess, start_etcd
+from tests.helpers.records import outgoing
 
 if TYPE_CHECKING:
     from tests.helpers.s3 import MotoS3Server
@@ -135,7 +135,7 @@ def test_security_document_and_traces_survive_a_failover(etcd: EtcdProcess, tmp_
         await remote.create_group(GroupSpec("readers", consume_from=ConsumeFrom.EARLIEST))
         ids = [f"m-{i}" for i in range(6)]
         for i, mid in enumerate(ids):
-            await remote.send(TOPIC, i % QUEUES, [OutgoingMessage(body=mid.encode(), message_id=mid)])
+            await remote.send(TOPIC, i % QUEUES, [outgoing(body=mid.encode(), message_id=mid)])
         popped = await remote.pop(PopRequest("readers", TOPIC, max_messages=len(ids), invisible_ms=60_000))
         await remote.ack("readers", TOPIC, [m.receipt_handle for m in popped])
         await remote.put_security(1, b"document version 1")
@@ -189,7 +189,7 @@ def test_tiering_continues_after_a_failover_without_gaps_or_duplicates(
         remote = RemoteBroker(GROUP, leader["address"], timeout_s=10)
         await remote.create_topic(TopicSpec(TOPIC, queue_count=QUEUES))
         for start in range(0, total, batch):
-            msgs = [OutgoingMessage(body=f"order {i} ".encode() * 20, message_id=f"msg-{i:05d}")
+            msgs = [outgoing(body=f"order {i} ".encode() * 20, message_id=f"msg-{i:05d}")
                     for i in range(start, start + batch)]  # fmt: skip
             await remote.send(TOPIC, (start // batch) % QUEUES, msgs)
 

@@ -19,11 +19,12 @@ import aetcd
 import pytest
 
 from broker.client import receipt
-from broker.client.api import ConsumeFrom, GroupSpec, OutgoingMessage, PopRequest, StoredMessage, TopicSpec
+from broker.client.api import ConsumeFrom, GroupSpec, PopRequest, StoredMessage, TopicSpec
 from broker.client.remote import RemoteBroker
 from common.errors import SluiceError
 from tests.helpers.broker_fixtures import ServerProcess, start_broker_process
 from tests.helpers.etcd import EtcdProcess, start_etcd
+from tests.helpers.records import outgoing
 
 GROUP = "g1"
 TOPIC = "orders"
@@ -64,7 +65,7 @@ async def _wait_for(what: str, check: Any, timeout_s: float = 30.0) -> Any:
 
 async def _send(remote: RemoteBroker, tag: str) -> str:
     message_id = f"{tag}-{time.monotonic_ns()}"
-    await remote.send(TOPIC, 0, [OutgoingMessage(body=message_id.encode(), message_id=message_id)])
+    await remote.send(TOPIC, 0, [outgoing(body=message_id.encode(), message_id=message_id)])
     return message_id
 
 

@@ -28,10 +28,10 @@ from broker.replication.primary import ReplicationServer
 from broker.replication.replica import Replica
 from broker.replication.state import REPLICATED_CFS, StateApplier, snapshot_incomplete
 from broker.store.config import StoreConfig
-from broker.store.record import MessageRecord
 from broker.store.statelog import StateRecorder
 from broker.store.store import MessageStore
 from common.errors import Unavailable
+from common.record import MessageRecord
 from tests.helpers.etcd import EtcdProcess, start_etcd
 from tests.helpers.procs import free_port
 

@@ -32,9 +32,9 @@ from broker.replication.primary import ReplicationServer
 from broker.replication.replica import LogMustChange, Replica, cut_log
 from broker.store.config import CommitLogConfig, StoreConfig
 from broker.store.durability import LocalDurability
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
 from common.errors import Unavailable
+from common.record import MessageRecord
 from tests.helpers.etcd import EtcdProcess, start_etcd
 from tests.helpers.procs import free_port
 

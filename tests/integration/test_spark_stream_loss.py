@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from broker.client.api import OutgoingMessage, TopicSpec
+from broker.client.api import TopicSpec
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from common.config import load_config
@@ -25,6 +25,7 @@ from common.model import MessageType
 from spark_jobs.stream.hot import QueuePartition, read_range
 from spark_jobs.stream.offsets import QueueKey
 from spark_jobs.stream.options import StreamOptions
+from tests.helpers.records import outgoing
 
 TOPIC = "lossy"
 SEGMENT_BYTES = 8192
@@ -47,7 +48,7 @@ def broker(tmp_path: Path) -> Iterator[tuple[asyncio.AbstractEventLoop, LocalBro
         loop.run_until_complete(local.create_topic(TopicSpec(TOPIC, 1, frozenset({MessageType.NORMAL}))))
         for i in range(200):
             loop.run_until_complete(
-                local.send(TOPIC, 0, [OutgoingMessage(body=f"m{i:04d}".encode() * 20, message_id=f"{i:032X}")])
+                local.send(TOPIC, 0, [outgoing(body=f"m{i:04d}".encode() * 20, message_id=f"{i:032X}")])
             )
         assert local.store.wait_dispatched(10)
         assert local.store.run_retention(now_s=time.time() + 10 * 365 * 86400) > 0  # every sealed segment is old

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from broker.store.config import StoreConfig
 from broker.store.durability import LocalDurability
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore
+from common.record import MessageRecord
 
 
 def message(n: int, queue_id: int) -> MessageRecord:

@@ -26,11 +26,11 @@ import pytest
 from broker.store import keys as K
 from broker.store import writer as writer_module
 from broker.store.config import CommitLogConfig, StoreConfig
-from broker.store.record import MessageRecord, encode, seal
 from broker.store.store import MessageStore
 from broker.store.writer import AppendResult
 from broker.tags import tag_hash
 from common.errors import StoreClosed, Unavailable
+from common.record import MessageRecord, encode, seal
 
 SEGMENT_BYTES = 64 << 10  # small: some appends roll the segment in their middle
 CONFIG = StoreConfig(commitlog=CommitLogConfig(segment_bytes=SEGMENT_BYTES))

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from broker.store.config import CommitLogConfig, RecoveryConfig, RetentionConfig, StoreConfig
-from broker.store.record import HEADER_SIZE, MessageRecord, encode, seal
 from broker.store.store import MessageStore, ReadStatus
 from broker.store.writer import AppendResult
 from common.errors import MessageCorrupted, OffsetNotFound, StoreCorrupted
+from common.record import HEADER_SIZE, MessageRecord, encode, seal
 
 TOPIC = "recovery"
 CONFIG = StoreConfig(commitlog=CommitLogConfig(segment_bytes=1 << 20))

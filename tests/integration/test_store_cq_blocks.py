@@ -16,9 +16,9 @@ import pytest
 
 from broker.store import keys as K
 from broker.store.config import CommitLogConfig, RetentionConfig, StoreConfig
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
 from broker.tags import tag_hash
+from common.record import MessageRecord
 
 CONFIG = StoreConfig(commitlog=CommitLogConfig(segment_bytes=1 << 20))
 SMALL_SEGMENTS = StoreConfig(

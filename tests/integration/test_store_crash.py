@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
+from common.record import MessageRecord
 from tests.helpers import store_writer_child as child
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -26,11 +26,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from broker.store.config import CommitLogConfig, RetentionConfig, StoreConfig
-from broker.store.record import MessageRecord
 from broker.store.store import MessageStore, ReadStatus
 from broker.store.writer import AppendResult
 from broker.tags import tag_hash
 from common.errors import BadRequest, IllegalOffset, OffsetNotFound
+from common.record import MessageRecord
 
 TOPICS = ("orders", "pay-ü", "日志")
 QUEUE_IDS = (0, 1, 2, 3)

@@ -33,7 +33,6 @@ from broker.client.api import (
     FilterSpec,
     GroupSpec,
     OffsetPolicy,
-    OutgoingMessage,
     PopRequest,
     StoredMessage,
     TopicSpec,
@@ -43,6 +42,7 @@ from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.store.config import CommitLogConfig, RetentionConfig, StoreConfig
 from broker.tiering.config import TieringConfig
+from common import record
 from common.errors import MessageCorrupted, PreconditionFailed, Unavailable
 from common.model import MessageType
 from tests.helpers.broker_fixtures import start_broker_process
@@ -91,11 +91,12 @@ def tiering(s3_config: TieringConfig) -> TieringConfig:
     )  # fmt: skip
 
 
-def outgoing(i: int) -> OutgoingMessage:
-    return OutgoingMessage(
+def outgoing(i: int, **fields: Any) -> bytes:
+    return record.outgoing(
         body=(f"order {i} shipped to customer {i % 17}; " * 8).encode(), message_id=f"msg-{i:05d}",
         tag="even" if i % 2 == 0 else "odd", keys=(f"key-{i}", f"customer-{i % 17}"),
         properties={"n": str(i), "ключ": "значение"}, born_timestamp_ms=1_700_000_000_000 + i, born_host="10.1.1.1",
+        **fields,
     )  # fmt: skip
 
 
@@ -381,8 +382,7 @@ def test_redelivery_and_fifo_order_from_the_bucket(tmp_path: Path, tiering: Tier
         await broker.start()
         try:
             await broker.create_topic(TopicSpec(TOPIC, 1, frozenset({MessageType.NORMAL, MessageType.FIFO})))
-            fifo = [dataclasses.replace(outgoing(i), message_type=MessageType.FIFO, message_group=f"g{i % 3}")
-                    for i in range(60)]  # fmt: skip
+            fifo = [outgoing(i, message_type=MessageType.FIFO, message_group=f"g{i % 3}") for i in range(60)]
             for start in range(0, 60, 10):
                 await broker.send(TOPIC, 0, fifo[start : start + 10])
             await broker.tier_upload_now(TOPIC, 30.0)

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from broker.client.api import BrokerApi, FilterSpec, OutgoingMessage, StoredMessage, TopicSpec
+from broker.client.api import BrokerApi, FilterSpec, StoredMessage, TopicSpec
 from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
@@ -32,6 +32,7 @@ from common.errors import SluiceError
 from common.model import MessageType
 from tests.helpers.broker_fixtures import SLUICE_ARGV, to_toml
 from tests.helpers.procs import LOOPBACK, ChildProcess, ProcessStartError, free_port, start_process
+from tests.helpers.records import outgoing
 
 pytestmark = pytest.mark.slow
 
@@ -50,8 +51,8 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def delayed(message_id: str, at_ms: int) -> OutgoingMessage:
-    return OutgoingMessage(body=message_id.encode(), message_id=message_id, message_type=MessageType.DELAY,
+def delayed(message_id: str, at_ms: int) -> bytes:
+    return outgoing(body=message_id.encode(), message_id=message_id, message_type=MessageType.DELAY,
                            delivery_timestamp_ms=at_ms)  # fmt: skip
 
 
@@ -245,7 +246,7 @@ def test_retention_keeps_the_segments_of_pending_timers(tmp_path: Path) -> None:
         try:
             await broker.create_topic(TopicSpec(TOPIC, 1, frozenset({MessageType.DELAY, MessageType.NORMAL})))
             [res] = await broker.send(TOPIC, 0, [delayed("far", now_ms() + 3_600_000)])
-            filler = [OutgoingMessage(body=b"f" * 1024, message_id=f"f{i}") for i in range(400)]
+            filler = [outgoing(body=b"f" * 1024, message_id=f"f{i}") for i in range(400)]
             for i in range(0, len(filler), 50):
                 await broker.send(TOPIC, 0, filler[i : i + 50])
             store = broker.store

@@ -8,9 +8,10 @@ import signal
 import time
 from pathlib import Path
 
-from broker.client.api import CallContext, GroupSpec, OutgoingMessage, PopRequest, TopicSpec, TraceKind
+from broker.client.api import CallContext, GroupSpec, PopRequest, TopicSpec, TraceKind
 from broker.client.remote import RemoteBroker
 from tests.helpers.broker_fixtures import ServerProcess, start_broker_process
+from tests.helpers.records import outgoing
 
 WAIT_S = 20.0
 SETTINGS = {"name": "trace-crash", "auto_create": True, "store": {"commitlog": {"flush_policy": "sync"}}}
@@ -31,7 +32,7 @@ async def _produce_and_consume(address: str) -> str:
         await remote.create_topic(TopicSpec("crash-topic", 1))
         await remote.create_group(GroupSpec("crash-group"))
         await remote.pop(PopRequest("crash-group", "crash-topic", max_messages=1))  # the group's cursor starts here
-        msg = OutgoingMessage(b"survives", "TRACE-CRASH-1")
+        msg = outgoing(b"survives", "TRACE-CRASH-1")
         await remote.send("crash-topic", 0, [msg], ctx=CallContext(client_id="cli-1"))
         got = await remote.pop(PopRequest("crash-group", "crash-topic", max_messages=1, long_poll_ms=5_000))
         assert [m.message_id for m in got] == [msg.message_id]

@@ -11,12 +11,13 @@ import pytest
 from prometheus_client import REGISTRY
 
 from broker import tracekeys as K
-from broker.client.api import CallContext, OutgoingMessage, TraceKind
+from broker.client.api import CallContext, TraceKind
 from broker.config import BrokerConfig, TraceConfig
 from broker.local import LocalBroker
 from broker.store.index import Index
 from broker.trace import CF_TRACE, FLUSH_BATCH_EVENTS, TraceRecorder
 from common.clock import SYSTEM_CLOCK
+from tests.helpers.records import outgoing
 
 HOUR_MS = 3_600_000
 
@@ -179,7 +180,7 @@ def test_trace_survives_a_broker_restart(tmp_path: Path) -> None:
     async def send_and_close() -> str:
         broker = LocalBroker(config)
         await broker.start()
-        msg = OutgoingMessage(body=b"kept", message_id="ID-RESTART")
+        msg = outgoing(body=b"kept", message_id="ID-RESTART")
         await broker.send("restart-topic", 0, [msg], ctx=CallContext(client_id="c9"))
         await broker.close()  # the trace writer flushes what is pending before the store closes
         return msg.message_id

@@ -23,7 +23,6 @@ from broker.client.api import (
     BrokerApi,
     ConsumeFrom,
     GroupSpec,
-    OutgoingMessage,
     PopRequest,
     SendResult,
     StoredMessage,
@@ -39,6 +38,7 @@ from common.errors import SluiceError
 from common.model import MessageType
 from tests.helpers.broker_fixtures import SLUICE_ARGV, to_toml
 from tests.helpers.procs import LOOPBACK, ChildProcess, free_port, start_process
+from tests.helpers.records import outgoing
 
 NAME = "txn-crash"
 TOPIC, GROUP = "txn-crash-topic", "txn-crash-group"
@@ -56,8 +56,8 @@ def start_broker(root: Path, port: int, n: int) -> ChildProcess:
     return start_process(argv, port=port, log_path=root / f"broker-{n}.log", name=NAME, timeout_s=START_TIMEOUT_S)
 
 
-def half(i: int) -> OutgoingMessage:
-    return OutgoingMessage(body=f"m{i}".encode(), message_id=f"ID{i:04d}", message_type=MessageType.TRANSACTION)
+def half(i: int) -> bytes:
+    return outgoing(body=f"m{i}".encode(), message_id=f"ID{i:04d}", message_type=MessageType.TRANSACTION)
 
 
 async def end(api: BrokerApi, sent: SendResult, resolution: TransactionResolution) -> None:

@@ -8,10 +8,11 @@ from admin import produce
 from admin.messages import MESSAGE_COLUMNS
 from broker.client.api import StoredMessage
 from common.model import MessageType
+from tests.helpers.records import delivered
 
 
 def _message(tag: str | None, keys: tuple[str, ...] = ()) -> StoredMessage:
-    return StoredMessage(topic="orders", queue_id=3, queue_offset=12, body=b"hello", message_id="01" + "A" * 32,
+    return delivered(topic="orders", queue_id=3, queue_offset=12, body=b"hello", message_id="01" + "A" * 32,
                          message_type=MessageType.NORMAL, tag=tag, keys=keys, message_group=None, properties={},
                          system_properties={}, born_timestamp_ms=1, born_host="h",
                          store_timestamp_ms=1_780_000_000_000, store_host="s", delivery_timestamp_ms=0,

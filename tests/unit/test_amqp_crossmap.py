@@ -13,17 +13,19 @@ import pytest
 from pamqp import commands
 
 from broker.client.api import BrokerApi, StoredMessage
+from common import record
 from common.model import MessageType
 from common.security import Action, Effect, Rule, SecurityDoc, parse_pattern
 from proxy.amqp import access, crossmap, janitor
 from proxy.amqp.codes import NOT_ALLOWED, AmqpError
 from proxy.amqp.meta import MetaDoc, QueueMeta, VhostMeta
-from proxy.amqp.queues import PROP_EXCHANGE, PROP_HEADER, Publish, QueueGone, QueueStore, to_outgoing, with_priority
+from proxy.amqp.queues import PROP_EXCHANGE, PROP_HEADER, Publish, QueueGone, QueueStore, to_outgoing
 from proxy.amqp.routing import decode_properties
+from tests.helpers.records import delivered
 
 
 def _stored(properties: dict[str, str], *, tag: str | None = None, keys: tuple[str, ...] = ()) -> StoredMessage:
-    return StoredMessage("orders", 0, 7, b"body", "01ID", MessageType.NORMAL, tag, keys, None, properties, {},
+    return delivered("orders", 0, 7, b"body", "01ID", MessageType.NORMAL, tag, keys, None, properties, {},
                          1_700_000_000_123, "h", 0, "", 0, 1)  # fmt: skip
 
 
@@ -31,13 +33,14 @@ def test_an_amqp_publish_as_a_rocketmq_message() -> None:
     props = commands.Basic.Properties(content_type="text/plain", correlation_id="c", message_id="m-1", priority=4,
                                       headers={"region": "eu", "n": 7, "nested": {"a": 1}, "content-type": "x"},
                                       timestamp=dt.datetime(2024, 1, 1, tzinfo=dt.UTC), message_type="t")  # fmt: skip
-    m = crossmap.to_topic_message(Publish("ex", "order.new", props.marshal(), b"b"), "host")
+    m = record.decode(crossmap.to_topic_message(Publish("ex", "order.new", props.marshal(), b"b"), "host"))
     assert (m.tag, m.keys, m.body) == ("order.new", ("m-1",), b"b")
     assert {k: v for k, v in m.properties.items() if k != PROP_HEADER} == {
         PROP_EXCHANGE: "ex", "AMQP_ROUTING_KEY": "order.new", "region": "eu", "n": "7", "nested": '{"a":1}',
         "content-type": "text/plain", "correlation-id": "c", "message-id": "m-1", "priority": "4",
         "timestamp": "1704067200", "type": "t"}  # fmt: skip
-    unusable = crossmap.to_topic_message(Publish("ex", "a||b", b"", b"b"), "host")  # no tag the broker refuses
+    # no tag the broker refuses
+    unusable = record.decode(crossmap.to_topic_message(Publish("ex", "a||b", b"", b"b"), "host"))
     assert unusable.tag is None and unusable.keys == ()
 
 
@@ -58,8 +61,8 @@ def test_a_rocketmq_message_as_an_amqp_publish() -> None:
 def test_a_priority_queue_copy_takes_the_capped_priority() -> None:
     def level(priority: int | None, max_priority: int) -> str:
         raw = commands.Basic.Properties(priority=priority).marshal() if priority is not None else b""
-        m = with_priority(to_outgoing(Publish("", "q", raw, b"b"), "h"), max_priority)
-        assert m.message_type is MessageType.PRIORITY
+        m = record.decode(to_outgoing(Publish("", "q", raw, b"b"), "h", 0, max_priority))
+        assert m.message_type == MessageType.PRIORITY
         return m.system_properties["PRIORITY"]
 
     assert [level(None, 5), level(3, 5), level(9, 5), level(200, 255)] == ["0", "3", "5", "99"]

@@ -29,7 +29,6 @@ from broker.client.api import (
     GroupSpec,
     GroupStatus,
     OffsetPolicy,
-    OutgoingMessage,
     PopRequest,
     PullResult,
     QueueStatus,
@@ -39,9 +38,18 @@ from broker.client.api import (
     TopicSpec,
     TopicStatus,
 )
-from common.errors import BadRequest, ConsumerGroupNotFound, InternalError, InvalidReceiptHandle, TooManyRequests
+from common import record
+from common.errors import (
+    BadRequest,
+    ConsumerGroupNotFound,
+    InternalError,
+    InvalidReceiptHandle,
+    MessageCorrupted,
+    TooManyRequests,
+)
 from common.model import MessageType, Permission
 from proto.sluice.internal.v1 import broker_pb2 as pb
+from tests.helpers.records import delivered
 
 T = TypeVar("T")
 
@@ -88,39 +96,29 @@ group_statuses = st.builds(
     info=group_infos,
     queues=st.lists(st.builds(GroupQueueStatus, TEXT, INT32, INT64, INT64, INT64, INT64, INT64), max_size=4).map(tuple),
 )
-outgoing_messages = st.builds(
-    OutgoingMessage,
-    body=st.binary(max_size=64),
-    message_id=TEXT,
-    message_type=MESSAGE_TYPES,
-    tag=st.none() | TEXT,
-    keys=st.lists(TEXT, max_size=3).map(tuple),
-    message_group=st.none() | TEXT,
-    properties=SMALL_MAP,
-    system_properties=SMALL_MAP,
-    born_timestamp_ms=INT64,
-    born_host=TEXT,
-    delivery_timestamp_ms=INT64,
-    body_gzip=st.booleans(),
-)
+# A delivered message within its record's ranges (unsigned queue id, offsets and times; a tag or a
+# message group is absent or has characters): the internal stream carries the record's bytes.
+U32 = st.integers(min_value=0, max_value=2**32 - 1)
+U63 = st.integers(min_value=0, max_value=2**63 - 1)
+NAME = st.none() | TEXT.filter(bool)
 stored_messages = st.builds(
-    StoredMessage,
+    delivered,
     topic=TEXT,
-    queue_id=INT32,
-    queue_offset=INT64,
+    queue_id=U32,
+    queue_offset=U63,
     body=st.binary(max_size=64),
     message_id=TEXT,
     message_type=MESSAGE_TYPES,
-    tag=st.none() | TEXT,
+    tag=NAME,
     keys=st.lists(TEXT, max_size=3).map(tuple),
-    message_group=st.none() | TEXT,
+    message_group=NAME,
     properties=SMALL_MAP,
     system_properties=SMALL_MAP,
-    born_timestamp_ms=INT64,
+    born_timestamp_ms=U63,
     born_host=TEXT,
-    store_timestamp_ms=INT64,
+    store_timestamp_ms=U63,
     store_host=TEXT,
-    delivery_timestamp_ms=INT64,
+    delivery_timestamp_ms=U63,
     delivery_attempt=INT32,
     body_gzip=st.booleans(),
     receipt_handle=TEXT,
@@ -158,7 +156,6 @@ ROUND_TRIPS: dict[str, tuple[st.SearchStrategy[Any], Callable[[Any], Any], Calla
     "GroupSpec": (group_specs, convert.group_spec_to_pb, convert.group_spec_from_pb),
     "GroupInfo": (group_infos, convert.group_info_to_pb, convert.group_info_from_pb),
     "GroupStatus": (group_statuses, convert.group_status_to_pb, convert.group_status_from_pb),
-    "OutgoingMessage": (outgoing_messages, convert.outgoing_to_pb, convert.outgoing_from_pb),
     "StoredMessage": (stored_messages, convert.stored_to_pb, convert.stored_from_pb),
     "SendResult": (send_results, convert.send_result_to_pb, convert.send_result_from_pb),
     "FilterSpec": (filter_specs, convert.filter_to_pb, convert.filter_from_pb),
@@ -196,9 +193,7 @@ def test_every_dataclass_field_has_a_proto_field() -> None:
         (TopicStatus, pb.TopicStatus),
         (GroupQueueStatus, pb.GroupQueueStatus),
         (GroupStatus, pb.GroupStatus),
-        (OutgoingMessage, pb.OutgoingMessage),
         (SendResult, pb.SendResult),
-        (StoredMessage, pb.StoredMessage),
         (FilterSpec, pb.FilterSpec),
         (PopRequest, pb.PopRequest),
         (PullResult, pb.PullResult),
@@ -225,11 +220,6 @@ def test_an_ack_result_carries_its_error_class_and_message_over_the_wire(handle:
 
 
 def test_none_travels_as_absent_optional_field() -> None:
-    msg = convert.outgoing_to_pb(OutgoingMessage(b"x", "id", tag=None, message_group=None))
-    assert not msg.HasField("tag") and not msg.HasField("message_group")
-    msg = convert.outgoing_to_pb(OutgoingMessage(b"x", "id", tag="", message_group=""))
-    assert msg.HasField("tag") and msg.HasField("message_group")
-    assert convert.outgoing_from_pb(msg).tag == ""
     assert not convert.pop_request_to_pb(PopRequest("g", "t", queue_id=None)).HasField("queue_id")
     assert convert.pop_request_to_pb(PopRequest("g", "t", queue_id=0)).HasField("queue_id")
 
@@ -245,8 +235,6 @@ def test_absent_and_unspecified_decode_to_defaults() -> None:
     [
         (convert.topic_spec_from_pb, pb.TopicSpec(name="t", queue_count=1, message_types=[9], permission=4)),
         (convert.topic_spec_from_pb, pb.TopicSpec(name="t", queue_count=1, message_types=[1], permission=0)),
-        (convert.outgoing_from_pb, pb.OutgoingMessage(body=b"x", message_id="i", message_type=0)),
-        (convert.stored_from_pb, pb.StoredMessage(message_type=77)),
         (convert.group_spec_from_pb, pb.GroupSpec(name="g", consume_from=9)),  # type: ignore[arg-type]
         (convert.retry_policy_from_pb, pb.RetryPolicy(kind=5)),  # type: ignore[arg-type]
         (convert.filter_from_pb, pb.FilterSpec(kind=3)),  # type: ignore[arg-type]
@@ -256,3 +244,47 @@ def test_absent_and_unspecified_decode_to_defaults() -> None:
 def test_unknown_enum_numbers_are_bad_requests(decode: Callable[[Any], Any], message: Any) -> None:
     with pytest.raises(BadRequest, match="unknown"):
         decode(message)
+
+
+def _read_back(topic: str = "orders", store_host: str = "10.0.0.2:8081") -> StoredMessage:
+    """A delivery of a record as a store read leaves it: decoded from its sealed bytes (`raw`)."""
+    sent = record.received([record.outgoing(b"body", "01ID", tag="TagA", properties={"p": "1"})], topic, 3,
+                           store_host)[0]  # fmt: skip
+    buf = record.encode_one(sent, 1 << 20)
+    record.seal(buf, 41, 4096, 1_700_000_000_000)
+    return StoredMessage(record.decode(bytes(buf)), 2, "handle", 99, "broker-address:1")
+
+
+def test_a_delivered_record_crosses_the_stream_as_its_stored_bytes() -> None:
+    msg = _read_back()
+    wire = convert.stored_to_pb(msg)
+    assert wire.record == msg.record.raw  # unchanged: no field re-encoded
+    assert not wire.store_host  # the record names its store host
+    back = convert.stored_from_pb(pb.StoredMessage.FromString(wire.SerializeToString()))
+    assert back == msg and back.record.raw == msg.record.raw
+    assert (back.queue_offset, back.store_timestamp_ms, back.tag, back.properties) == (41, 1_700_000_000_000, "TagA",
+                                                                                      {"p": "1"})  # fmt: skip
+
+
+def test_a_record_without_a_store_host_is_delivered_with_the_brokers_address() -> None:
+    msg = _read_back(store_host="")
+    assert msg.store_host == "broker-address:1"
+    wire = convert.stored_to_pb(msg)
+    assert wire.store_host == "broker-address:1"
+    assert convert.stored_from_pb(wire).store_host == "broker-address:1"
+
+
+def test_a_record_not_read_from_bytes_is_encoded_and_sealed_for_the_stream() -> None:
+    """A tiered archive's row, a transaction check's copy: no `raw`; the stream carries its encoding."""
+    msg = _read_back()
+    rec = dataclasses.replace(msg.record, topic="elsewhere", raw=b"")
+    copy = StoredMessage(rec, 1)
+    back = convert.stored_from_pb(convert.stored_to_pb(copy))
+    assert back == copy and back.topic == "elsewhere"
+
+
+def test_corrupt_record_bytes_are_refused_naming_the_stream() -> None:
+    raw = bytearray(_read_back().record.raw)
+    raw[-1] ^= 0xFF
+    with pytest.raises(MessageCorrupted, match=r"delivered message.*CRC"):
+        convert.stored_from_pb(pb.StoredMessage(record=bytes(raw)))

@@ -1,17 +1,17 @@
 """Column-wise checks and conversion of a send (broker/messages.py): `plainly_valid` accepts a batch
 only if `validate_message` accepts each of its messages (a False only sends the batch through the
-per-message check, which names the error), and `records_of` builds exactly `to_record`'s records."""
+per-message check, which names the error)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.client.api import OutgoingMessage
 from broker.config import LimitsConfig
-from broker.messages import plainly_valid, records_of, to_record, validate_message
+from broker.messages import plainly_valid, validate_message
 from common.errors import SluiceError
 from common.model import MessageType, TopicInfo
+from common.record import MessageRecord
 
 PROPS = settings(deadline=None, derandomize=True, database=None, max_examples=400)
 LIMITS = LimitsConfig(max_body_bytes=8, max_property_count=2, max_properties_bytes=24, max_key_count=2,
@@ -22,7 +22,9 @@ texts = st.text(alphabet="ab \x01|é", max_size=7)
 opt_texts = st.none() | texts
 
 messages = st.builds(
-    OutgoingMessage,
+    MessageRecord,
+    topic=st.just("t"),
+    queue_id=st.just(0),
     body=st.binary(max_size=10),
     message_id=texts,
     message_type=st.sampled_from(list(MessageType)),
@@ -33,7 +35,7 @@ messages = st.builds(
     born_timestamp_ms=st.integers(0, 2**40),
     born_host=st.sampled_from(["h1", "h2"]),
     delivery_timestamp_ms=st.sampled_from([0, 0, 5]),
-    body_gzip=st.booleans(),
+    flags=st.sampled_from([0, 1]),
 )
 topics = st.builds(
     TopicInfo, name=st.just("t"), queue_count=st.just(4),
@@ -41,7 +43,7 @@ topics = st.builds(
 )  # fmt: skip
 
 
-def each_valid(msgs: list[OutgoingMessage], topic: TopicInfo) -> bool:
+def each_valid(msgs: list[MessageRecord], topic: TopicInfo) -> bool:
     try:
         for m in msgs:
             validate_message(m, topic, LIMITS)
@@ -52,9 +54,7 @@ def each_valid(msgs: list[OutgoingMessage], topic: TopicInfo) -> bool:
 
 @PROPS
 @given(st.lists(messages, min_size=1, max_size=5), topics)
-def test_plainly_valid_only_accepts_what_validate_message_accepts(
-    msgs: list[OutgoingMessage], topic: TopicInfo
-) -> None:
+def test_plainly_valid_only_accepts_what_validate_message_accepts(msgs: list[MessageRecord], topic: TopicInfo) -> None:
     if plainly_valid(msgs, topic, LIMITS):
         assert each_valid(msgs, topic)
         assert all(m.message_type in (MessageType.NORMAL, MessageType.FIFO) for m in msgs)
@@ -63,15 +63,9 @@ def test_plainly_valid_only_accepts_what_validate_message_accepts(
 @PROPS
 @given(st.lists(messages.filter(lambda m: m.message_type is MessageType.NORMAL and not m.message_group
                                 and not m.delivery_timestamp_ms), min_size=1, max_size=5))  # fmt: skip
-def test_plainly_valid_accepts_valid_normal_batches(msgs: list[OutgoingMessage]) -> None:
+def test_plainly_valid_accepts_valid_normal_batches(msgs: list[MessageRecord]) -> None:
     topic = TopicInfo("t", 4, message_types=frozenset(MessageType))
     # Per-message property sizes within the limit but not their sum: the batch goes one by one.
     total = sum(len(k.encode()) + len(v.encode()) for m in msgs for k, v in m.properties.items())
     if each_valid(msgs, topic) and total <= LIMITS.max_properties_bytes:
         assert plainly_valid(msgs, topic, LIMITS)
-
-
-@PROPS
-@given(st.lists(messages, min_size=1, max_size=5))
-def test_records_of_equals_to_record(msgs: list[OutgoingMessage]) -> None:
-    assert records_of("t", 3, msgs, "store:1") == [to_record("t", 3, m, "store:1") for m in msgs]

@@ -21,6 +21,7 @@ from admin import dlq
 from admin.cluster import Cluster
 from admin.parse import parse_time_ms
 from broker.client.api import StoredMessage
+from common import record
 from common.config import ConfigError
 from common.errors import MessageNotFound, TopicNotFound
 from common.model import MessageType
@@ -36,6 +37,7 @@ from console.pages_topics import tier_row
 from console.paging import paginate
 from console.sessions import Sessions, check_login, is_admin
 from console.units import human_bytes, human_duration
+from tests.helpers.records import delivered
 
 CLOSED = "127.0.0.1:1"  # nothing listens: calls to the cluster fail with UNAVAILABLE
 TOKEN = re.compile(r'name="csrf-token" content="([^"]+)"')
@@ -210,7 +212,7 @@ def test_times_parse_as_epoch_ms_or_iso() -> None:
 
 
 def _stored(message_type: MessageType, group: str | None = None) -> StoredMessage:
-    return StoredMessage(
+    return delivered(
         topic="%DLQ%g", queue_id=0, queue_offset=3, body=b"x", message_id="01OLD", message_type=message_type,
         tag="t", keys=("k",), message_group=group, properties={"p": "1"},
         system_properties={"DLQ_ORIGIN_TOPIC": "orders"}, born_timestamp_ms=1, born_host="h",
@@ -219,10 +221,10 @@ def _stored(message_type: MessageType, group: str | None = None) -> StoredMessag
 
 
 def test_a_resent_dead_letter_is_a_new_message_naming_the_original() -> None:
-    fifo = dlq._copy_of(_stored(MessageType.FIFO, "m1"))
+    fifo = record.decode(dlq._copy_of(_stored(MessageType.FIFO, "m1"), "01NEW"))
     assert (fifo.message_type, fifo.message_group, fifo.tag, fifo.keys) == (MessageType.FIFO, "m1", "t", ("k",))
-    assert fifo.properties == {"p": "1", dlq.RESENT_FROM_PROPERTY: "01OLD"} and fifo.message_id != "01OLD"
-    delayed = dlq._copy_of(_stored(MessageType.DELAY))
+    assert fifo.properties == {"p": "1", dlq.RESENT_FROM_PROPERTY: "01OLD"} and fifo.message_id == "01NEW"
+    delayed = record.decode(dlq._copy_of(_stored(MessageType.DELAY), "01NEW2"))
     assert (delayed.message_type, delayed.delivery_timestamp_ms) == (MessageType.NORMAL, 0)
     letters = [dlq.DeadLetter("broker-a", _stored(MessageType.NORMAL))]
     with pytest.raises(MessageNotFound, match="01NOPE; nothing was resent"):

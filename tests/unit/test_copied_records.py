@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.store.record import MessageRecord, decode, encode, seal, verify_copied
 from broker.store.store import copied_runs
 from broker.store.writer import RUN_MIN, AppendResults
 from broker.tags import tag_hash
 from common.errors import BadRequest, MessageCorrupted
+from common.record import MessageRecord, decode, encode, seal, verify_copied
 
 PROPS = settings(deadline=None, derandomize=True, database=None)
 BASE = 1 << 20

@@ -4,9 +4,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from broker.client.api import StoredMessage
-from broker.store.record import RECORD_FIELDS, MessageRecord
 from common.model import require_field_order
+from common.record import RECORD_FIELDS, MessageRecord
 
 
 @dataclass
@@ -23,5 +22,5 @@ def test_the_declared_order_passes() -> None:
 def test_another_order_or_a_missing_field_fails_naming_the_class() -> None:
     with pytest.raises(ImportError, match="_Pair's fields changed"):
         require_field_order(_Pair, ("second", "first"))
-    with pytest.raises(ImportError, match="StoredMessage's fields changed"):
-        require_field_order(StoredMessage, ("topic",))
+    with pytest.raises(ImportError, match="MessageRecord's fields changed"):
+        require_field_order(MessageRecord, ("topic",))

@@ -6,12 +6,14 @@ import pytest
 
 from admin.parse import parse_duration_s, parse_message_types
 from broker.client import grpc_convert as convert
-from broker.client.api import LiteAction, LiteOffset, LiteOffsetPolicy, LiteSync, OutgoingMessage, TopicSpec
+from broker.client.api import LiteAction, LiteOffset, LiteOffsetPolicy, LiteSync, TopicSpec
 from broker.lite import keys as K
 from broker.priority import EmptyLevels, level_of, level_queue, pop_queues, priority_of
+from common import record
 from common.config import ConfigError
 from common.errors import BadRequest, IllegalLiteTopic, MessageTypeConflict
 from common.model import SYSPROP_PRIORITY, MessageType, validate_lite_topic_name
+from common.record import MessageRecord, outgoing
 from proxy.context import RequestContext
 from proxy.grpc.lite import python_split_name
 
@@ -29,12 +31,14 @@ def test_good_lite_topic_names_pass() -> None:
 
 def test_priority_range_and_queues() -> None:
     spec = TopicSpec("p", 1, frozenset({MessageType.PRIORITY}), max_priority=3)
-    msg = OutgoingMessage(b"x", "id", MessageType.PRIORITY, system_properties={SYSPROP_PRIORITY: "3"})
-    assert priority_of(msg, spec) == 3
+
+    def msg(level: str) -> MessageRecord:
+        return record.decode(outgoing(b"x", "id", MessageType.PRIORITY, system_properties={SYSPROP_PRIORITY: level}))
+
+    assert priority_of(msg("3"), spec) == 3
     for bad in ("4", "-1", "high"):
-        msg.system_properties[SYSPROP_PRIORITY] = bad
         with pytest.raises(BadRequest):
-            priority_of(msg, spec)
+            priority_of(msg(bad), spec)
     assert [level_of(q) for q in pop_queues(spec)] == [3, 2, 1, 0]
     assert level_of(level_queue(7)) == 7
 
@@ -99,8 +103,7 @@ def test_proxy_refuses_a_priority_or_lite_topic_on_the_wrong_type() -> None:
         edge.outgoing(msg, "peer")
     msg.system_properties.message_type = pb.PRIORITY
     msg.system_properties.ClearField("message_group")
-    assert edge.outgoing(msg, "peer").system_properties[SYSPROP_PRIORITY] == "1"
-    assert edge.outgoing_many([msg], "peer") is None, "the column path leaves priority to `outgoing`"
+    assert record.decode(edge.outgoing(msg, "peer")).system_properties[SYSPROP_PRIORITY] == "1"
 
 
 def test_empty_levels_hold_until_a_dispatch_or_a_forget() -> None:

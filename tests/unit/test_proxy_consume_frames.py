@@ -27,6 +27,7 @@ from proxy.app import ProxyApp
 from proxy.config import ProxyConfig
 from proxy.context import RequestContext
 from proxy.grpc import consume, convert
+from tests.helpers.records import delivered
 
 NAMES = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)
 
@@ -60,7 +61,7 @@ def _stored(**changes: object) -> StoredMessage:
         delivery_attempt=2, body_gzip=True, receipt_handle="broker-a~AQ", invisible_until_ms=1,
     )  # fmt: skip
     fields.update(changes)
-    return StoredMessage(**fields)  # type: ignore[arg-type]
+    return delivered(**fields)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -19,11 +19,12 @@ from common.errors import IllegalInvisibleTime, SluiceError, Unavailable
 from common.model import MessageType
 from proxy.core.gather import EMPTY_FOR_S, RELEASE_INVISIBLE_MS, EmptyBrokers, pop_anywhere
 from proxy.directory import BrokerDirectory
+from tests.helpers.records import delivered
 
 
 def _message(broker: str, offset: int) -> StoredMessage:
     handle = receipt.encode(broker, 0, offset, 1, 0, 0, 0)
-    return StoredMessage("t", 0, offset, b"x", f"{broker}-{offset}", MessageType.NORMAL, None, (), None, {}, {},
+    return delivered("t", 0, offset, b"x", f"{broker}-{offset}", MessageType.NORMAL, None, (), None, {}, {},
                          0, "", 0, "", 0, 1, receipt_handle=handle)  # fmt: skip
 
 

@@ -9,7 +9,6 @@ from typing import Any, cast
 
 import pytest
 
-from broker.client.api import OutgoingMessage
 from broker.client.remote import RemoteBroker
 from common.errors import Unavailable
 from nameserver.model import BrokerStatus
@@ -17,6 +16,7 @@ from proxy.config import ReceiveConfig
 from proxy.core.producer import ProducerService
 from proxy.core.renewer import AutoRenewer
 from proxy.directory import BrokerDirectory, ClusterDirectory
+from tests.helpers.records import outgoing
 
 TIMEOUT_S = 10.0
 
@@ -49,7 +49,7 @@ def test_a_broker_that_moved_is_closed_by_a_task_the_directory_waits_for() -> No
         assert ns.closed
         for remote in (first, second):  # both closed: a send fails at once rather than connecting
             with pytest.raises(Unavailable, match="client is closed"):
-                await cast(RemoteBroker, remote).send("t", 0, [OutgoingMessage(b"x", "id")])
+                await cast(RemoteBroker, remote).send("t", 0, [outgoing(b"x", "id")])
         assert all(t.get_name() != "close-b1" for t in asyncio.all_tasks())
 
     asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))

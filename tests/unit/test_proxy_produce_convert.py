@@ -1,12 +1,16 @@
-"""SendMessage conversion at the edge (proxy/grpc/convert.py): the column-wise `outgoing_many`
-builds the same `OutgoingMessage`s as `outgoing` message by message, and declines (None) every
-request it cannot convert alike, so the caller falls back to `outgoing`."""
+"""SendMessage conversion at the edge (proxy/grpc/convert.py): `outgoing` encodes a client's
+message straight into its record (`common.record.outgoing`), which decodes to exactly what the
+client sent, or refuses it with the error the message alone earns."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common import record
+from common.errors import IllegalMessageTag, SluiceError
+from common.model import SYSPROP_LITE_TOPIC, SYSPROP_PRIORITY
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proxy.grpc import convert
 
@@ -54,40 +58,43 @@ def messages(draw: st.DrawFn) -> pb.Message:
     return m
 
 
-def one_by_one(msgs: list[pb.Message]) -> list[object]:
-    return [convert.outgoing(m, PEER) for m in msgs]
-
-
 @PROPS
-@given(st.lists(messages(), min_size=1, max_size=6))
-def test_outgoing_many_equals_outgoing_or_declines(msgs: list[pb.Message]) -> None:
-    got = convert.outgoing_many(msgs, PEER)
-    sps = [m.system_properties for m in msgs]
-    needs_one_by_one = any(
-        sp.HasField("trace_context") or sp.HasField("orphaned_transaction_recovery_duration")
-        or sp.HasField("delivery_timestamp") or sp.message_type == 99 or sp.HasField("lite_topic")
-        or sp.HasField("priority") or not sp.born_host
-        for sp in sps
-    )  # fmt: skip
-    if needs_one_by_one:
-        assert got is None
+@given(messages())
+def test_the_record_decodes_to_what_the_client_sent(msg: pb.Message) -> None:
+    sp = msg.system_properties
+    try:
+        data = convert.outgoing(msg, PEER)
+    except SluiceError:
+        assert sp.message_type == 99 or (sp.HasField("tag") and sp.tag == "")
         return
-    assert got == one_by_one(msgs)
+    rec = record.decode(data)
+    assert (rec.topic, rec.queue_id, rec.store_host, rec.queue_offset) == ("", 0, "", 0)  # the broker's to write
+    assert (rec.body, rec.message_id, rec.keys, rec.properties) == (
+        msg.body, sp.message_id, tuple(sp.keys), dict(msg.user_properties)
+    )  # fmt: skip
+    assert rec.message_type == (sp.message_type or pb.NORMAL)
+    assert rec.tag == (sp.tag if sp.HasField("tag") else None)
+    assert rec.message_group == (sp.message_group or None)
+    assert rec.born_timestamp_ms == sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000
+    assert rec.born_host == (sp.born_host or PEER)
+    assert rec.flags == (record.FLAG_BODY_GZIP if sp.body_encoding == pb.GZIP else 0)
+    assert rec.delivery_timestamp_ms == (sp.delivery_timestamp.seconds * 1000 if sp.HasField("delivery_timestamp")
+                                         else 0)  # fmt: skip
+    expected = {}
+    if sp.HasField("trace_context"):
+        expected[convert.SYSPROP_TRACE_CONTEXT] = sp.trace_context
+    if sp.HasField("orphaned_transaction_recovery_duration"):
+        expected[convert.SYSPROP_TX_RECOVERY_MS] = "5000"
+    if sp.HasField("lite_topic"):
+        expected[SYSPROP_LITE_TOPIC] = sp.lite_topic
+    if sp.HasField("priority"):
+        expected[SYSPROP_PRIORITY] = str(sp.priority)
+    assert rec.system_properties == expected
 
 
-def test_each_message_gets_its_own_system_properties() -> None:
-    m = pb.Message(body=b"x")
-    m.system_properties.message_id = "id"
-    m.system_properties.born_host = "h"
-    a, b = convert.outgoing_many([m, m], PEER) or []
-    a.system_properties["x"] = "y"
-    assert b.system_properties == {}
-
-
-def test_a_set_but_empty_tag_is_kept_empty_and_an_unset_one_is_none() -> None:
+def test_a_set_but_empty_tag_is_refused_and_an_unset_one_is_none() -> None:
     tagged, untagged = pb.Message(), pb.Message()
     tagged.system_properties.tag = ""
-    for m in (tagged, untagged):
-        m.system_properties.born_host = "h"
-    first, second = convert.outgoing_many([tagged, untagged], PEER) or []
-    assert first.tag == "" and second.tag is None
+    with pytest.raises(IllegalMessageTag):
+        convert.outgoing(tagged, PEER)
+    assert record.decode(convert.outgoing(untagged, PEER)).tag is None

@@ -1,4 +1,4 @@
-"""Batch encoding and sealing of the CommitLog codec (broker/store/record.py).
+"""Batch encoding and sealing of the CommitLog codec (common/record.py).
 
 `encode_columns` (its vector path and its per-record path) + `seal_at` are the store's append path;
 they must produce exactly the bytes of `encode` + `seal` record by record (the on-disk format v1 is
@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.store.record import (
+from common.errors import BadRequest
+from common.record import (
     CRC_START,
     MessageRecord,
     crc32,
@@ -25,7 +26,6 @@ from broker.store.record import (
     seal,
     seal_at,
 )
-from common.errors import BadRequest
 
 PROPS = settings(deadline=None, derandomize=True, database=None)
 NO_LIMIT = 1 << 30

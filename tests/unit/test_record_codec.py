@@ -1,4 +1,4 @@
-"""The CommitLog record codec (broker/store/record.py) and the index key layouts (broker/store/keys.py).
+"""The CommitLog record codec (common/record.py) and the index key layouts (broker/store/keys.py).
 
 Round trips keep every field; a sealed record with any single damaged byte, a truncated buffer or
 arbitrary bytes only ever raise `MessageCorrupted`; over-long input raises `BadRequest`. Key
@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.store import keys as K
-from broker.store import record
-from broker.store.record import (
+from common import record
+from common.errors import BadRequest, MessageCorrupted
+from common.record import (
     CRC_START,
     HEADER_FIELDS,
     HEADER_SIZE,
@@ -34,7 +35,6 @@ from broker.store.record import (
     seal,
     seal_at,
 )
-from common.errors import BadRequest, MessageCorrupted
 
 U32_MAX = (1 << 32) - 1
 U64_MAX = (1 << 64) - 1
@@ -457,3 +457,38 @@ def test_next_prefix_examples(prefix: bytes, end: bytes) -> None:
 def test_next_prefix_of_all_ff_has_no_end(prefix: bytes) -> None:
     with pytest.raises(ValueError):
         K.next_prefix(prefix)
+
+
+# -- the edge's records ------------------------------------------------------------------------------
+
+
+@settings(PROPS, max_examples=300)
+@given(rec=records, mtype=st.integers(1, 6))
+def test_an_edge_record_received_and_placed_is_what_encode_writes(rec: MessageRecord, mtype: int) -> None:
+    """`outgoing` leaves topic, queue and store host to the broker; `received` verifies and decodes
+    it, `placed` writes them in: the bytes `encode_one` writes for the same message."""
+    rec.message_type = mtype
+    data = record.outgoing(
+        rec.body, rec.message_id, rec.message_type, rec.tag, rec.keys, rec.message_group, rec.properties,
+        rec.system_properties, rec.born_timestamp_ms, rec.born_host, rec.delivery_timestamp_ms,
+        bool(rec.flags & record.FLAG_BODY_GZIP),
+    )  # fmt: skip
+    (got,) = record.received([data], rec.topic, rec.queue_id, rec.store_host)
+    want = dataclasses.replace(rec, flags=rec.flags & record.FLAG_BODY_GZIP, delivery_attempt=0, keys=tuple(rec.keys))
+    assert record.placed([got], 1 << 32)[0] == record.encode_one(want, 1 << 32)
+    assert (got.body, got.message_id, got.tag, got.properties, got.system_properties) == (
+        rec.body, rec.message_id, rec.tag, rec.properties, rec.system_properties
+    )  # fmt: skip
+
+
+def test_received_refuses_what_an_edge_does_not_write() -> None:
+    good = record.outgoing(b"body", "id")
+    assert record.received([good], "t", 0, "h")[0].body == b"body"
+    flipped = bytearray(good)
+    flipped[-1] ^= 1
+    named = sealed(sample())  # names its topic and store host, carries offsets
+    for bad in (bytes(flipped), good[:-1], good + b"x", b"", bytes(named)):
+        with pytest.raises(MessageCorrupted):
+            record.received([good, bad], "t", 0, "h")
+    with pytest.raises(BadRequest):
+        record.outgoing(b"x", "id", tag="")

@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.store.record import MessageRecord
 from broker.tiering.config import TieringConfig
 from broker.tiering.format import FORMAT_VERSION, SCHEMA, SegmentCorrupted
 from broker.tiering.segment import decode_segment, encode_segment, records_to_table, table_to_records
 from common.config import ConfigError, load_config
+from common.record import MessageRecord
 
 PROPS = settings(deadline=None, derandomize=True, database=None, max_examples=60)
 TOPIC = "orders-ü"

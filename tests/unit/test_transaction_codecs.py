@@ -9,12 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.client import txid
-from broker.client.api import StoredMessage, TransactionCheck
+from broker.client.api import TransactionCheck
 from broker.transaction.pending import HalfEntry, HalfState
 from common.errors import InvalidTransactionId, StoreCorrupted, Unavailable
 from common.model import MessageType
 from proxy.config import TransactionCheckConfig
 from proxy.core.checkback import CheckBackRegistry, OrphanChecker
+from tests.helpers.records import delivered
 
 U64 = st.integers(0, (1 << 64) - 1)
 U32 = st.integers(0, (1 << 32) - 1)
@@ -64,7 +65,7 @@ def test_a_damaged_half_entry_is_store_corrupted(raw: bytes) -> None:
 
 
 def check(topic: str) -> TransactionCheck:
-    msg = StoredMessage(topic, 0, 0, b"x", "id", MessageType.TRANSACTION, None, (), None, {}, {}, 0, "", 0, "", 0, 1)
+    msg = delivered(topic, 0, 0, b"x", "id", MessageType.TRANSACTION, None, (), None, {}, {}, 0, "", 0, "", 0, 1)
     return TransactionCheck("tx", msg, 1)
 
 

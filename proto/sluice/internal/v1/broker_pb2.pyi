@@ -163,50 +163,6 @@ class GroupStatus(_message.Message):
     queues: _containers.RepeatedCompositeFieldContainer[GroupQueueStatus]
     def __init__(self, info: _Optional[_Union[GroupInfo, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[GroupQueueStatus, _Mapping]]] = ...) -> None: ...
 
-class OutgoingMessage(_message.Message):
-    __slots__ = ("body", "message_id", "message_type", "tag", "keys", "message_group", "properties", "system_properties", "born_timestamp_ms", "born_host", "delivery_timestamp_ms", "body_gzip", "dedup")
-    class PropertiesEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class SystemPropertiesEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    BODY_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
-    TAG_FIELD_NUMBER: _ClassVar[int]
-    KEYS_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
-    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
-    SYSTEM_PROPERTIES_FIELD_NUMBER: _ClassVar[int]
-    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
-    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
-    DELIVERY_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
-    BODY_GZIP_FIELD_NUMBER: _ClassVar[int]
-    DEDUP_FIELD_NUMBER: _ClassVar[int]
-    body: bytes
-    message_id: str
-    message_type: int
-    tag: str
-    keys: _containers.RepeatedScalarFieldContainer[str]
-    message_group: str
-    properties: _containers.ScalarMap[str, str]
-    system_properties: _containers.ScalarMap[str, str]
-    born_timestamp_ms: int
-    born_host: str
-    delivery_timestamp_ms: int
-    body_gzip: bool
-    dedup: bool
-    def __init__(self, body: _Optional[bytes] = ..., message_id: _Optional[str] = ..., message_type: _Optional[int] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., message_group: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., system_properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ..., born_host: _Optional[str] = ..., delivery_timestamp_ms: _Optional[int] = ..., body_gzip: _Optional[bool] = ..., dedup: _Optional[bool] = ...) -> None: ...
-
 class SendResult(_message.Message):
     __slots__ = ("message_id", "queue_id", "queue_offset", "transaction_id", "recall_handle")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -222,62 +178,18 @@ class SendResult(_message.Message):
     def __init__(self, message_id: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., transaction_id: _Optional[str] = ..., recall_handle: _Optional[str] = ...) -> None: ...
 
 class StoredMessage(_message.Message):
-    __slots__ = ("topic", "queue_id", "queue_offset", "body", "message_id", "message_type", "tag", "keys", "message_group", "properties", "system_properties", "born_timestamp_ms", "born_host", "store_timestamp_ms", "store_host", "delivery_timestamp_ms", "delivery_attempt", "body_gzip", "receipt_handle", "invisible_until_ms")
-    class PropertiesEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    class SystemPropertiesEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
-    TOPIC_FIELD_NUMBER: _ClassVar[int]
-    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
-    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    BODY_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
-    TAG_FIELD_NUMBER: _ClassVar[int]
-    KEYS_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_GROUP_FIELD_NUMBER: _ClassVar[int]
-    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
-    SYSTEM_PROPERTIES_FIELD_NUMBER: _ClassVar[int]
-    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
-    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
-    STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("record", "store_host", "delivery_attempt", "receipt_handle", "invisible_until_ms")
+    RECORD_FIELD_NUMBER: _ClassVar[int]
     STORE_HOST_FIELD_NUMBER: _ClassVar[int]
-    DELIVERY_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
-    BODY_GZIP_FIELD_NUMBER: _ClassVar[int]
     RECEIPT_HANDLE_FIELD_NUMBER: _ClassVar[int]
     INVISIBLE_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
-    topic: str
-    queue_id: int
-    queue_offset: int
-    body: bytes
-    message_id: str
-    message_type: int
-    tag: str
-    keys: _containers.RepeatedScalarFieldContainer[str]
-    message_group: str
-    properties: _containers.ScalarMap[str, str]
-    system_properties: _containers.ScalarMap[str, str]
-    born_timestamp_ms: int
-    born_host: str
-    store_timestamp_ms: int
+    record: bytes
     store_host: str
-    delivery_timestamp_ms: int
     delivery_attempt: int
-    body_gzip: bool
     receipt_handle: str
     invisible_until_ms: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., body: _Optional[bytes] = ..., message_id: _Optional[str] = ..., message_type: _Optional[int] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., message_group: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., system_properties: _Optional[_Mapping[str, str]] = ..., born_timestamp_ms: _Optional[int] = ..., born_host: _Optional[str] = ..., store_timestamp_ms: _Optional[int] = ..., store_host: _Optional[str] = ..., delivery_timestamp_ms: _Optional[int] = ..., delivery_attempt: _Optional[int] = ..., body_gzip: _Optional[bool] = ..., receipt_handle: _Optional[str] = ..., invisible_until_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, record: _Optional[bytes] = ..., store_host: _Optional[str] = ..., delivery_attempt: _Optional[int] = ..., receipt_handle: _Optional[str] = ..., invisible_until_ms: _Optional[int] = ...) -> None: ...
 
 class FilterSpec(_message.Message):
     __slots__ = ("kind", "expression")
@@ -468,16 +380,16 @@ class CallContext(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., client_id: _Optional[str] = ..., namespace: _Optional[str] = ..., remaining_ms: _Optional[int] = ...) -> None: ...
 
 class SendRequest(_message.Message):
-    __slots__ = ("topic", "queue_id", "messages", "context")
+    __slots__ = ("topic", "queue_id", "records", "context")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
-    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
-    messages: _containers.RepeatedCompositeFieldContainer[OutgoingMessage]
+    records: _containers.RepeatedScalarFieldContainer[bytes]
     context: CallContext
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[OutgoingMessage, _Mapping]]] = ..., context: _Optional[_Union[CallContext, _Mapping]] = ...) -> None: ...
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., records: _Optional[_Iterable[bytes]] = ..., context: _Optional[_Union[CallContext, _Mapping]] = ...) -> None: ...
 
 class SendResponse(_message.Message):
     __slots__ = ("results",)

@@ -11,7 +11,7 @@ writer assigns are adjacent, so sealing is one `pack_into` plus the CRC.
 | 8      | 4    | crc32 (u32)              | zlib.crc32 of bytes [12, total_size)                      |
 | 12     | 1    | version (u8)             | 1                                                         |
 | 13     | 1    | message_type (u8)        | NORMAL 1, FIFO 2, DELAY 3, TRANSACTION 4, LITE 5, PRIO. 6 |
-| 14     | 2    | flags (u16)              | bit 0: body is gzip-compressed (as the producer sent it)  |
+| 14     | 2    | flags (u16)              | bit 0: body gzip-compressed (as sent); bit 1: dedup send  |
 | 16     | 4    | queue_id (u32)           |                                                           |
 | 20     | 8    | queue_offset (u64)       | assigned by the writer; strictly increasing per queue     |
 | 28     | 8    | physical_offset (u64)    | assigned by the writer; this record's CommitLog position  |
@@ -38,10 +38,16 @@ system property as (u16 key size, key, u32 value size, value); finally the body.
 The table is the codec's one statement of the header: `HEADER_FIELDS` restates it field by field
 (a unit test holds the two equal) and every struct here is derived from that tuple.
 
-The writer patches queue_offset, physical_offset, store_timestamp_ms and then the CRC into an
-already encoded record (`seal_at`), so encoding happens on the caller's side, before offsets exist.
-An append's records are encoded back to back into one buffer (`encode_columns`), which the writer
-seals in place and hands to the kernel without copying it again.
+A sent message is encoded once, by the protocol edge that received it (`outgoing`): its record
+without topic, queue id, offsets, store time and store host (sizes 0), CRC set. The broker
+verifies it (`received`, as a replica verifies copied records: magic, size, version, CRC, and that
+the edge left those fields to it), checks its content, and writes topic, queue id and store host in
+by splicing (`placed`): the store host is the storing broker's address, filled at append time. The
+writer patches queue_offset, physical_offset, store_timestamp_ms and then the CRC into the already
+encoded record (`seal_at`). Records the broker makes itself (timer copies, half messages, dead
+letters) are encoded by `encode_one`/`encode_columns`. Either way an append is one buffer, which
+the writer seals in place and hands to the kernel without copying it again. The format is
+unchanged (version 1; flags bit 1 is new and readers ignore it).
 
 The CRC is the standard CRC-32 (zlib's); ISA-L's implementation (package `isal`) computes the same
 value ~4x faster on 1 KiB records, so it is used when installed, zlib's otherwise.
@@ -53,10 +59,11 @@ import functools
 import itertools
 import operator
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate, repeat
 from operator import add
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 try:  # same CRC-32 as zlib.crc32, SIMD-accelerated; the CRC is ~20% of a 1 KiB append's CPU with zlib
@@ -64,12 +71,13 @@ try:  # same CRC-32 as zlib.crc32, SIMD-accelerated; the CRC is ~20% of a 1 KiB 
 except ImportError:  # pragma: no cover - isal is a declared dependency; zlib gives identical values
     from zlib import crc32
 
-from common.errors import BadRequest, MessageCorrupted
-from common.model import COLUMNS_MIN, require_field_order
+from common.errors import BadRequest, IllegalMessageTag, MessageCorrupted
+from common.model import COLUMNS_MIN, MessageType, require_field_order
 
 MAGIC = 0x43554C53
 VERSION = 1
 FLAG_BODY_GZIP = 0x1
+FLAG_DEDUP = 0x2  # `outgoing`'s dedup: the sender asks for at most one copy of this message id
 MAX_U16 = 0xFFFF
 
 # The fixed header as the table above states it, field by field: every struct of this module is
@@ -97,6 +105,7 @@ def _span(first: str, last: str) -> struct.Struct:
 _HEADER = _span("total_size", "system_property_count")
 HEADER_SIZE = _HEADER.size  # 86
 _PREFIX = _span("total_size", "magic")
+_TOTAL = _span("total_size", "total_size")
 _SEAL = _span("queue_offset", "store_timestamp_ms")  # the writer's three fields are adjacent
 _CRC = _span("crc32", "crc32")
 OFF_CRC = OFFSETS["crc32"]
@@ -104,6 +113,16 @@ OFF_SEAL = OFFSETS["queue_offset"]
 CRC_START = OFFSETS["version"]  # the CRC covers everything after itself
 _U16 = struct.Struct("<H")  # variable part: key and property-name sizes
 _U32 = struct.Struct("<I")  # variable part: property-value sizes
+_U16_2 = struct.Struct("<HH")
+_FOUR_TEXTS = struct.Struct("<HHHH")  # message id, tag, message group and born host sizes
+OFF_QUEUE_ID = OFFSETS["queue_id"]
+OFF_TOPIC_SIZE = OFFSETS["topic_size"]
+OFF_STORE_HOST_SIZE = OFFSETS["store_host_size"]
+OFF_GROUP_SIZE = OFFSETS["message_group_size"]
+OFF_MID_SIZE = OFFSETS["message_id_size"]  # then tag_size
+OFF_BODY_SIZE = OFFSETS["body_size"]
+_NO_MAP: Mapping[str, str] = MappingProxyType({})
+_MESSAGE_TYPES = {int(t): t for t in MessageType}
 
 
 @dataclass(slots=True)
@@ -130,13 +149,20 @@ class MessageRecord:
     physical_offset: int = -1
     store_timestamp_ms: int = 0
     size: int = 0  # encoded size, known after encode/decode
+    # The record an edge encoded this message as (`outgoing`), when the broker received it so
+    # (`received`): the store appends it with its topic, queue and store host written in (`placed`),
+    # not encoded again. Empty otherwise; a copy that changes any other field must clear it.
+    edge: bytes = field(default=b"", compare=False, repr=False)
+    # The record's bytes as the CommitLog holds them, when it was decoded from them (`decode`): a pop
+    # hands them on unchanged (`stored_bytes`). Empty otherwise; a copy that changes a field must clear it.
+    raw: bytes = field(default=b"", compare=False, repr=False)
 
 
 # `_decode_checked` and tiering's `table_to_records` build records positionally, in this order.
 RECORD_FIELDS = (
     "topic", "queue_id", "body", "message_id", "tag", "keys", "message_group", "properties", "system_properties",
     "message_type", "flags", "born_timestamp_ms", "born_host", "store_host", "delivery_timestamp_ms",
-    "delivery_attempt", "queue_offset", "physical_offset", "store_timestamp_ms", "size",
+    "delivery_attempt", "queue_offset", "physical_offset", "store_timestamp_ms", "size", "edge", "raw",
 )  # fmt: skip
 require_field_order(MessageRecord, RECORD_FIELDS)
 
@@ -149,29 +175,27 @@ def _too_big(size: int, limit: int) -> BadRequest:
     return BadRequest(f"message of {size} bytes exceeds the store's record limit of {limit} bytes")
 
 
-def _pairs(out: list[bytes], mapping: dict[str, str], what: str) -> None:
-    for k, v in mapping.items():
+def _pairs(out: list[bytes], mapping: Mapping[str, str], what: str) -> None:
+    pack16, pack32 = _U16.pack, _U32.pack
+    for k in mapping:  # iterating keys and indexing: a protobuf map's `items()` is a slow Python view
         kb = k.encode("utf-8")
-        vb = v.encode("utf-8")
+        vb = mapping[k].encode("utf-8")
         if len(kb) > MAX_U16:
             raise _too_long(f"{what} key", len(kb))
-        out.append(_U16.pack(len(kb)))
-        out.append(kb)
-        out.append(_U32.pack(len(vb)))
-        out.append(vb)
+        out += (pack16(len(kb)), kb, pack32(len(vb)), vb)
 
 
-def _tail(rec: MessageRecord) -> bytes:
+def _tail(keys: Sequence[str], props: Mapping[str, str], sysprops: Mapping[str, str]) -> bytes:
     """The keys and properties of the variable part (empty for most messages)."""
     extra: list[bytes] = []
-    for key in rec.keys:
+    for key in keys:
         kb = key.encode("utf-8")
         if len(kb) > MAX_U16:
             raise _too_long("message key", len(kb))
         extra.append(_U16.pack(len(kb)))
         extra.append(kb)
-    _pairs(extra, rec.properties, "user property")
-    _pairs(extra, rec.system_properties, "system property")
+    _pairs(extra, props, "user property")
+    _pairs(extra, sysprops, "system property")
     return b"".join(extra)
 
 
@@ -182,47 +206,179 @@ def _texts_too_long(texts: tuple[bytes, ...]) -> BadRequest:
 
 
 def _parts(rec: MessageRecord, queue_offset: int, physical_offset: int, store_timestamp_ms: int) -> tuple[bytes, ...]:
-    """The record's bytes as parts to join (header, texts, tail, body), with these writer fields and
-    the CRC left 0; `rec.size` is set. The one per-record encoder: it checks every field and names
-    the first that does not fit. (Written out field by field: it is a single send's whole encode.)"""
-    topic = rec.topic.encode("utf-8")
-    mid = rec.message_id.encode("utf-8")
-    tag = rec.tag.encode("utf-8") if rec.tag else b""
-    group = rec.message_group.encode("utf-8") if rec.message_group else b""
-    born_host = rec.born_host.encode("utf-8")
-    store_host = rec.store_host.encode("utf-8")
+    """`_fields` of a `MessageRecord` with these writer fields; `rec.size` is set."""
+    parts = _fields(
+        rec.topic, rec.queue_id, rec.body, rec.message_id, rec.tag, rec.keys, rec.message_group, rec.properties,
+        rec.system_properties, rec.message_type, rec.flags, rec.born_timestamp_ms, rec.born_host, rec.store_host,
+        rec.delivery_timestamp_ms, rec.delivery_attempt, queue_offset, physical_offset, store_timestamp_ms,
+    )  # fmt: skip
+    rec.size = _TOTAL.unpack_from(parts[0])[0]
+    return parts
+
+
+def _fields(
+    topic_s: str, queue_id: int, body: bytes, message_id: str, tag_s: str | None, keys: Sequence[str],
+    group_s: str | None, props: Mapping[str, str], sysprops: Mapping[str, str], message_type: int, flags: int,
+    born_timestamp_ms: int, born_host_s: str, store_host_s: str, delivery_timestamp_ms: int, delivery_attempt: int,
+    queue_offset: int, physical_offset: int, store_timestamp_ms: int,
+) -> tuple[bytes, ...]:  # fmt: skip
+    """The record's bytes as parts to join (header, texts, tail, body), CRC 0. The one per-record
+    encoder: it checks every field and names the first that does not fit. (Written out field by
+    field: it is a single send's whole encode.)"""
+    topic = topic_s.encode("utf-8")
+    mid = message_id.encode("utf-8")
+    tag = tag_s.encode("utf-8") if tag_s else b""
+    group = group_s.encode("utf-8") if group_s else b""
+    born_host = born_host_s.encode("utf-8")
+    store_host = store_host_s.encode("utf-8")
     n_topic, n_mid, n_tag, n_group, n_bhost, n_shost = (
         len(topic), len(mid), len(tag), len(group), len(born_host), len(store_host)
     )  # fmt: skip
     if (n_topic | n_mid | n_tag | n_group | n_bhost | n_shost) > MAX_U16:
         raise _texts_too_long((topic, mid, tag, group, born_host, store_host))
-    keys, props, sysprops = rec.keys, rec.properties, rec.system_properties
     if keys or props or sysprops:
         if len(keys) > MAX_U16 or len(props) > MAX_U16 or len(sysprops) > MAX_U16:
             raise BadRequest(f"too many keys or properties (at most {MAX_U16} each)")
-        tail = _tail(rec)
+        tail = _tail(keys, props, sysprops)
     else:
         tail = b""
-    body = rec.body
     total = HEADER_SIZE + n_topic + n_mid + n_tag + n_group + n_bhost + n_shost + len(tail) + len(body)
     if total > 0xFFFFFFFF:
         raise BadRequest("message is too large to store")
     try:
         header = _HEADER.pack(
-            total, MAGIC, 0, VERSION, rec.message_type, rec.flags, rec.queue_id, queue_offset, physical_offset,
-            store_timestamp_ms, rec.born_timestamp_ms, rec.delivery_timestamp_ms, rec.delivery_attempt, len(body),
+            total, MAGIC, 0, VERSION, message_type, flags, queue_id, queue_offset, physical_offset,
+            store_timestamp_ms, born_timestamp_ms, delivery_timestamp_ms, delivery_attempt, len(body),
             n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, len(keys), len(props), len(sysprops),
         )  # fmt: skip
     except struct.error as exc:  # a number that does not fit its field (queue id, timestamp, ...)
         raise BadRequest(f"a message field is out of range: {exc}") from None
-    rec.size = total
     return header, topic, mid, tag, group, born_host, store_host, tail, body
+
+
+def outgoing(
+    body: bytes, message_id: str, message_type: int = 1, tag: str | None = None, keys: Sequence[str] = (),
+    message_group: str | None = None, properties: Mapping[str, str] = _NO_MAP,
+    system_properties: Mapping[str, str] = _NO_MAP, born_timestamp_ms: int = 0, born_host: str = "",
+    delivery_timestamp_ms: int = 0, body_gzip: bool = False, dedup: bool = False,
+) -> bytes:  # fmt: skip
+    """A message as a protocol edge hands it to a broker (the contract's `send`): its record with
+    no topic, queue, offsets, store time or store host, which the broker writes when it appends it
+    (`received`), and its CRC set, which the broker checks. `dedup`: store this message id at most
+    once within the broker's dedup window (broker/dedup.py; the Spark sink's replays)."""
+    if tag == "":  # a record's tag is absent or has characters: "" would come back as no tag
+        raise IllegalMessageTag("tag '' is invalid: a tag has at least one printable character and no '|'")
+    flags = (FLAG_BODY_GZIP if body_gzip else 0) | (FLAG_DEDUP if dedup else 0)
+    buf = bytearray().join(_fields(
+        "", 0, body, message_id, tag, keys, message_group, properties, system_properties, message_type, flags,
+        born_timestamp_ms, born_host, "", delivery_timestamp_ms, 0, 0, 0, 0,
+    ))  # fmt: skip
+    _CRC.pack_into(buf, OFF_CRC, crc32(memoryview(buf)[CRC_START:]))
+    return bytes(buf)
+
+
+def peek_group(data: bytes) -> str | None:
+    """The message group of an `outgoing` record (it routes the message), None without one."""
+    n_group = _U16.unpack_from(data, OFF_GROUP_SIZE)[0]
+    if not n_group:
+        return None
+    start = HEADER_SIZE + sum(_U16_2.unpack_from(data, OFF_MID_SIZE))  # no topic: past message id and tag
+    return str(data[start : start + n_group], "utf-8")
+
+
+def peek_body_size(data: bytes) -> int:
+    return _U32.unpack_from(data, OFF_BODY_SIZE)[0]
+
+
+def received(records: Sequence[bytes], topic: str, queue_id: int, store_host: str) -> list[MessageRecord]:
+    """The records of a send (each made by `outgoing`), verified as a replica verifies copied ones
+    (magic, size, version, CRC: `_check`) and as an edge writes them (one whole record, no topic,
+    store host, queue, offsets, store time or attempt), decoded, and placed: `topic`, `queue_id` and
+    `store_host` set, the message type a `MessageType`, `edge` the bytes. MessageCorrupted names the
+    first that fails. (Written out field by field: it is the broker's whole decode of a send.)"""
+    out: list[MessageRecord] = []
+    for i, data in enumerate(records):
+        if type(data) is not bytes:
+            data = bytes(data)
+        try:
+            h = _check(data, 0, "")
+        except MessageCorrupted as exc:
+            raise MessageCorrupted(f"message #{i} of the send: {exc.message}") from None
+        (total, _m, _c, _v, mtype, flags, qid, qoff, phys, stored, born, deliver, attempt, body_size,
+         n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, n_keys, n_props, n_sys) = h  # fmt: skip
+        if total != len(data):
+            raise MessageCorrupted(f"message #{i} of the send declares size {total} but carries {len(data)} bytes")
+        if n_topic or n_shost or qid or qoff or phys or stored or attempt:
+            raise MessageCorrupted(f"message #{i} of the send carries a topic, store host, queue, offset, store "
+                                   "time or delivery attempt: the broker writes those")  # fmt: skip
+        mt = _MESSAGE_TYPES.get(mtype)
+        if mt is None:
+            raise MessageCorrupted(f"message #{i} of the send has unknown message type {mtype}")
+        try:
+            e_mid = HEADER_SIZE + n_mid
+            e_tag = e_mid + n_tag
+            e_group = e_tag + n_group
+            e_bhost = e_group + n_bhost
+            keys, props, sysprops, p = _tail_fields(data, e_bhost, n_keys, n_props, n_sys)
+            if p + body_size != total:
+                raise ValueError(f"body of {body_size} bytes does not end the record (ends at {p + body_size})")
+            out.append(MessageRecord(
+                topic, queue_id, data[p:], data[HEADER_SIZE:e_mid].decode("utf-8"),
+                data[e_mid:e_tag].decode("utf-8") or None, keys, data[e_tag:e_group].decode("utf-8") or None,
+                props, sysprops, mt, flags, born, data[e_group:e_bhost].decode("utf-8"), store_host, deliver, 0, -1,
+                -1, 0, total, data,
+            ))  # fmt: skip
+        except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
+            raise MessageCorrupted(f"message #{i} of the send has a malformed body: {exc}") from None
+    return out
+
+
+def placed(records: Sequence[MessageRecord], max_record_bytes: int) -> tuple[bytearray, list[int]]:
+    """Received records (each with its `edge` bytes) as the CommitLog stores them, back to back, and
+    their sizes: each edge record with the record's topic, queue id and store host written in; the
+    writer then seals offsets, store time and CRC (`seal_at`). The same bytes `encode_one` would
+    write (tests/unit/test_record_codec.py), for a join instead of an encode."""
+    parts: list[bytes | bytearray | memoryview] = []
+    sizes: list[int] = []
+    for rec in records:
+        data = rec.edge
+        topic, host = rec.topic.encode("utf-8"), rec.store_host.encode("utf-8")
+        total = len(data) + len(topic) + len(host)
+        if len(topic) > MAX_U16 or len(host) > MAX_U16:
+            raise _texts_too_long((topic, b"", b"", b"", b"", host))
+        if total > max_record_bytes:
+            raise _too_big(total, max_record_bytes)
+        if not 0 <= rec.queue_id <= 0xFFFFFFFF:
+            raise BadRequest(f"queue id {rec.queue_id} is out of range")
+        head = bytearray(data[:HEADER_SIZE])
+        _U32.pack_into(head, 0, total)
+        _U32.pack_into(head, OFF_CRC, 0)  # the edge's, of other bytes: the writer seals the new one
+        _U32.pack_into(head, OFF_QUEUE_ID, rec.queue_id)
+        _U16.pack_into(head, OFF_TOPIC_SIZE, len(topic))
+        _U16.pack_into(head, OFF_STORE_HOST_SIZE, len(host))
+        cut = HEADER_SIZE + sum(_FOUR_TEXTS.unpack_from(data, OFF_MID_SIZE))  # past id, tag, group, born host
+        view = memoryview(data)
+        parts += (head, topic, view[HEADER_SIZE:cut], host, view[cut:])
+        rec.size = total
+        sizes.append(total)
+    return bytearray().join(parts), sizes
 
 
 def encode(rec: MessageRecord) -> bytearray:
     """Encode `rec` with its current offsets; the CRC is left 0 until `seal`."""
     parts = _parts(rec, max(rec.queue_offset, 0), max(rec.physical_offset, 0), rec.store_timestamp_ms)
     return bytearray().join(parts)
+
+
+def stored_bytes(rec: MessageRecord) -> bytes:
+    """The record's bytes as the CommitLog holds them, CRC set: those it was decoded from (`raw`,
+    handed on unchanged), or, for a record built otherwise (a tiered archive's row, a copy with a
+    field changed), `encode` with its offsets and store time, sealed. `decode` reads either back."""
+    if rec.raw:
+        return rec.raw
+    buf = encode(rec)
+    _CRC.pack_into(buf, OFF_CRC, crc32(memoryview(buf)[CRC_START:]))
+    return bytes(buf)
 
 
 class EncodedBatch(NamedTuple):
@@ -394,7 +550,11 @@ def _encode_vector(records: Sequence[MessageRecord], max_record_bytes: int) -> E
 
 
 def _tail_of(rec: MessageRecord) -> bytes:
-    return _tail(rec) if rec.keys or rec.properties or rec.system_properties else b""
+    return (
+        _tail(rec.keys, rec.properties, rec.system_properties)
+        if rec.keys or rec.properties or rec.system_properties
+        else b""
+    )
 
 
 def _tails(records: Sequence[MessageRecord]) -> list[bytes]:
@@ -443,8 +603,9 @@ def peek_size(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, i
 def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, where: str = "") -> MessageRecord:
     """Decode and verify the record at `pos`. Raises MessageCorrupted naming `where` on any mismatch."""
     h = _check(buf, pos, where)
+    raw = buf if type(buf) is bytes and pos == 0 and len(buf) == h[0] else memoryview(buf)[pos : pos + h[0]].tobytes()
     try:
-        return _decode_checked(memoryview(buf)[pos : pos + h[0]], h)
+        return _decode_checked(raw, h)
     except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
         raise MessageCorrupted(f"record at {where or pos} has a malformed body: {exc}") from None
 
@@ -528,10 +689,10 @@ def _check(buf: bytes | bytearray | memoryview, pos: int, where: str | int) -> t
     return h
 
 
-def _decode_checked(v: memoryview, h: tuple[int, ...]) -> MessageRecord:
+def _decode_checked(raw: bytes, h: tuple[int, ...]) -> MessageRecord:
+    """The record `raw` (exactly its bytes) whose verified header is `h`."""
     (total, _m, _c, _v, mtype, flags, qid, qoff, phys, stored, born, deliver, attempt, body_size,
      n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, n_keys, n_props, n_sys) = h  # fmt: skip
-    raw = v.tobytes()
     # The six names back to back, sliced directly (once per message read: no loop, no list).
     p = HEADER_SIZE
     e_topic = p + n_topic
@@ -545,7 +706,20 @@ def _decode_checked(v: memoryview, h: tuple[int, ...]) -> MessageRecord:
         raw[e_tag:e_group].decode("utf-8"), raw[e_group:e_bhost].decode("utf-8"),
         raw[e_bhost:e_shost].decode("utf-8"),
     )  # fmt: skip
-    p = e_shost
+    keys, props, sysprops, p = _tail_fields(raw, e_shost, n_keys, n_props, n_sys)
+    if p + body_size != total:
+        raise ValueError(f"body of {body_size} bytes does not end the record (ends at {p + body_size}, size {total})")
+    # Positional (see RECORD_FIELDS): keywords cost a microsecond more per message read.
+    return MessageRecord(
+        texts[0], qid, raw[p:], texts[1], texts[2] or None, keys, texts[3] or None, props, sysprops, mtype,
+        flags, born, texts[4], texts[5], deliver, attempt, qoff, phys, stored, total, b"", raw,
+    )  # fmt: skip
+
+
+def _tail_fields(
+    raw: bytes, p: int, n_keys: int, n_props: int, n_sys: int
+) -> tuple[tuple[str, ...], dict[str, str], dict[str, str], int]:
+    """The keys, user and system properties from `p`, and where they end (at the body)."""
     keys: list[str] = []
     for _ in range(n_keys):
         (n,) = _U16.unpack_from(raw, p)
@@ -553,13 +727,7 @@ def _decode_checked(v: memoryview, h: tuple[int, ...]) -> MessageRecord:
         p += 2 + n
     props, p = _read_map(raw, p, n_props) if n_props else ({}, p)
     sysprops, p = _read_map(raw, p, n_sys) if n_sys else ({}, p)
-    if p + body_size != total:
-        raise ValueError(f"body of {body_size} bytes does not end the record (ends at {p + body_size}, size {total})")
-    # Positional (see RECORD_FIELDS): keywords cost a microsecond more per message read.
-    return MessageRecord(
-        texts[0], qid, raw[p:], texts[1], texts[2] or None, tuple(keys), texts[3] or None, props, sysprops, mtype,
-        flags, born, texts[4], texts[5], deliver, attempt, qoff, phys, stored, total,
-    )  # fmt: skip
+    return tuple(keys), props, sysprops, p
 
 
 def _read_map(raw: bytes, p: int, count: int) -> tuple[dict[str, str], int]:
