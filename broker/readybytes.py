@@ -25,9 +25,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 
-from common.record import OFFSETS
 from broker.store.store import MessageStore
 from common.errors import MessageCorrupted
+from common.record import OFFSETS
 
 _U32 = struct.Struct("<I")  # a record's total_size (its first field) and body_size
 _OFF_BODY_SIZE = OFFSETS["body_size"]

@@ -12,8 +12,8 @@ import pytest
 from broker import readybytes
 from broker.readybytes import ReadBehind, ReadyBytes, body_sizes
 from broker.store.config import StoreConfig
-from common.record import MessageRecord
 from broker.store.store import MessageStore
+from common.record import MessageRecord
 
 
 def message(body: bytes, queue_id: int = 0, topic: str = "q") -> MessageRecord:
