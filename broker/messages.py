@@ -124,7 +124,10 @@ def validate_message(msg: MessageRecord, topic: TopicInfo, limits: LimitsConfig)
     group = msg.message_group
     if msg.message_type is MessageType.FIFO and group and not (_group_ok(group, limits) and _printable(group)):
         group = ""  # present but unusable: as missing
-    error = _type_error(MessageType(msg.message_type), bool(group), msg.delivery_timestamp_ms, topic, limits)
+    mtype = _TYPES.get(msg.message_type)
+    if mtype is None:
+        raise BadRequest(f"unknown message type {msg.message_type}")
+    error = _type_error(mtype, bool(group), msg.delivery_timestamp_ms, topic, limits)
     if error is not None:
         raise error
 
@@ -134,6 +137,7 @@ _BODY, _ID, _TAG, _GROUP, _KEYS, _PROPS, _TYPE, _DELIVERY = (
                             "delivery_timestamp_ms")
 )  # fmt: skip
 _PLAIN_TYPES = frozenset((MessageType.NORMAL, MessageType.FIFO))
+_TYPES = {int(t): t for t in MessageType}  # a record's message type (an int, or a MessageType) as a MessageType
 
 
 def plainly_valid(
@@ -196,7 +200,7 @@ def validate_all(
         return True
     for msg in msgs:
         validate_message(msg, topic, limits)
-    return all(m.message_type in types for m in msgs)
+    return all(map(types.__contains__, map(_TYPE, msgs)))
 
 
 def at_queues(msgs: list[MessageRecord], queue_ids: Iterable[int]) -> list[MessageRecord]:
