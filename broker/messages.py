@@ -109,18 +109,8 @@ def validate_message(msg: MessageRecord, topic: TopicInfo, limits: LimitsConfig)
     for key in msg.keys:
         if not _key_ok(key, limits) or not _printable(key):
             raise IllegalMessageKey(f"key {key[:64]!r} is invalid: use 1-{limits.max_key_chars} printable characters")
-    if len(msg.properties) > limits.max_property_count:
-        raise MessagePropertiesTooLarge(
-            f"{len(msg.properties)} user properties given; at most {limits.max_property_count} are allowed"
-        )
-    for k in msg.properties:
-        if not k or not _printable(k):
-            raise IllegalMessagePropertyKey(f"user property key {k[:64]!r} is empty or not printable")
-    size = _properties_bytes((msg.properties,))
-    if size > limits.max_properties_bytes:
-        raise MessagePropertiesTooLarge(
-            f"user properties take {size} bytes; at most {limits.max_properties_bytes} are allowed"
-        )
+    if msg.properties:
+        _validate_properties(msg.properties, limits)
     group = msg.message_group
     if msg.message_type is MessageType.FIFO and group and not (_group_ok(group, limits) and _printable(group)):
         group = ""  # present but unusable: as missing
@@ -130,6 +120,21 @@ def validate_message(msg: MessageRecord, topic: TopicInfo, limits: LimitsConfig)
     error = _type_error(mtype, bool(group), msg.delivery_timestamp_ms, topic, limits)
     if error is not None:
         raise error
+
+
+def _validate_properties(properties: dict[str, str], limits: LimitsConfig) -> None:
+    if len(properties) > limits.max_property_count:
+        raise MessagePropertiesTooLarge(
+            f"{len(properties)} user properties given; at most {limits.max_property_count} are allowed"
+        )
+    for k in properties:
+        if not k or not _printable(k):
+            raise IllegalMessagePropertyKey(f"user property key {k[:64]!r} is empty or not printable")
+    size = len("".join(properties).encode()) + len("".join(properties.values()).encode())  # _properties_bytes
+    if size > limits.max_properties_bytes:
+        raise MessagePropertiesTooLarge(
+            f"user properties take {size} bytes; at most {limits.max_properties_bytes} are allowed"
+        )
 
 
 _BODY, _ID, _TAG, _GROUP, _KEYS, _PROPS, _TYPE, _DELIVERY = (
