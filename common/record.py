@@ -41,8 +41,11 @@ The table is the codec's one statement of the header: `HEADER_FIELDS` restates i
 A sent message is encoded once, by the protocol edge that received it (`outgoing`): its record
 without topic, queue id, offsets, store time and store host (sizes 0), CRC set. The broker
 verifies it (`received`, as a replica verifies copied records: magic, size, version, CRC, and that
-the edge left those fields to it), checks its content, and writes topic, queue id and store host in
-by splicing (`placed`): the store host is the storing broker's address, filled at append time. The
+the edge left those fields to it), decodes it into a `MessageRecord` and, in the same pass, copies
+it once into the buffer the CommitLog will hold, with topic, queue id and store host written in
+(`MessageRecord.edge`; the store host is the storing broker's address). The broker checks its
+content; the store appends the buffer with the queue id written again where the message moved
+(`placed`: lite topics, priority levels; one record's buffer is appended as it is). The
 writer patches queue_offset, physical_offset, store_timestamp_ms and then the CRC into the already
 encoded record (`seal_at`). Records the broker makes itself (timer copies, half messages, dead
 letters) are encoded by `encode_one`/`encode_columns`. Either way an append is one buffer, which
@@ -118,8 +121,6 @@ _U16 = struct.Struct("<H")  # variable part: key and property-name sizes
 _U32 = struct.Struct("<I")  # variable part: property-value sizes
 _U16_2 = struct.Struct("<HH")
 OFF_QUEUE_ID = OFFSETS["queue_id"]
-OFF_TOPIC_SIZE = OFFSETS["topic_size"]
-OFF_STORE_HOST_SIZE = OFFSETS["store_host_size"]
 OFF_GROUP_SIZE = OFFSETS["message_group_size"]
 OFF_MID_SIZE = OFFSETS["message_id_size"]  # then tag_size
 OFF_BODY_SIZE = OFFSETS["body_size"]
@@ -350,7 +351,8 @@ def received(records: Sequence[bytes], topic: str, queue_id: int, store_host: st
             if p + body_size != total:
                 raise ValueError(f"body of {body_size} bytes does not end the record (ends at {p + body_size})")
             # The four texts decoded at once, cut by character where they are ASCII (as good as always).
-            texts = data[HEADER_SIZE:e_bhost].decode("utf-8")
+            raw = data[HEADER_SIZE:e_bhost]
+            texts = raw.decode("utf-8")
             if len(texts) == e_bhost - HEADER_SIZE:
                 e_tag = n_mid + n_tag
                 e_group = e_tag + n_group
@@ -366,7 +368,7 @@ def received(records: Sequence[bytes], topic: str, queue_id: int, store_host: st
         out.append(MessageRecord(
             topic, queue_id, data[p:], mid_s, tag_s or None, keys, group_s or None, props, sysprops, mt, flags,
             born, host_s, store_host, deliver, 0, -1, -1, 0, total + grow,
-            bytearray().join((head, topic_b, view[HEADER_SIZE:e_bhost], host_b, view[e_bhost:])),
+            bytearray().join((head, topic_b, raw, host_b, view[e_bhost:])),
         ))  # fmt: skip
     return out
 
