@@ -127,9 +127,10 @@ def _validate_properties(properties: dict[str, str], limits: LimitsConfig) -> No
         raise MessagePropertiesTooLarge(
             f"{len(properties)} user properties given; at most {limits.max_property_count} are allowed"
         )
-    for k in properties:
-        if not k or not _printable(k):
-            raise IllegalMessagePropertyKey(f"user property key {k[:64]!r} is empty or not printable")
+    if "" in properties or not _printable("".join(properties)):  # all names at once; then name the first bad one
+        for k in properties:
+            if not k or not _printable(k):
+                raise IllegalMessagePropertyKey(f"user property key {k[:64]!r} is empty or not printable")
     size = len("".join(properties).encode()) + len("".join(properties.values()).encode())  # _properties_bytes
     if size > limits.max_properties_bytes:
         raise MessagePropertiesTooLarge(
