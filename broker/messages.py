@@ -108,24 +108,33 @@ def validate_message(msg: MessageRecord, topic: TopicInfo, limits: LimitsConfig)
     for key in msg.keys:
         if not _key_ok(key, limits) or not _printable(key):
             raise IllegalMessageKey(f"key {key[:64]!r} is invalid: use 1-{limits.max_key_chars} printable characters")
-    if len(msg.properties) > limits.max_property_count:
+    if msg.properties:
+        _validate_properties(msg.properties, limits)
+    group = msg.message_group
+    if msg.message_type is MessageType.FIFO and group and not (_group_ok(group, limits) and _printable(group)):
+        group = ""  # present but unusable: as missing
+    mtype = _TYPES.get(msg.message_type)
+    if mtype is None:
+        raise BadRequest(f"unknown message type {msg.message_type}")
+    error = _type_error(mtype, bool(group), msg.delivery_timestamp_ms, topic, limits)
+    if error is not None:
+        raise error
+
+
+def _validate_properties(properties: dict[str, str], limits: LimitsConfig) -> None:
+    if len(properties) > limits.max_property_count:
         raise MessagePropertiesTooLarge(
-            f"{len(msg.properties)} user properties given; at most {limits.max_property_count} are allowed"
+            f"{len(properties)} user properties given; at most {limits.max_property_count} are allowed"
         )
-    for k in msg.properties:
-        if not k or not _printable(k):
-            raise IllegalMessagePropertyKey(f"user property key {k[:64]!r} is empty or not printable")
-    size = _properties_bytes((msg.properties,))
+    if "" in properties or not _printable("".join(properties)):  # all names at once; then name the first bad one
+        for k in properties:
+            if not k or not _printable(k):
+                raise IllegalMessagePropertyKey(f"user property key {k[:64]!r} is empty or not printable")
+    size = len("".join(properties).encode()) + len("".join(properties.values()).encode())  # _properties_bytes
     if size > limits.max_properties_bytes:
         raise MessagePropertiesTooLarge(
             f"user properties take {size} bytes; at most {limits.max_properties_bytes} are allowed"
         )
-    group = msg.message_group
-    if msg.message_type is MessageType.FIFO and group and not (_group_ok(group, limits) and _printable(group)):
-        group = ""  # present but unusable: as missing
-    error = _type_error(MessageType(msg.message_type), bool(group), msg.delivery_timestamp_ms, topic, limits)
-    if error is not None:
-        raise error
 
 
 _BODY, _ID, _TAG, _GROUP, _KEYS, _PROPS, _TYPE, _DELIVERY = (
@@ -133,6 +142,7 @@ _BODY, _ID, _TAG, _GROUP, _KEYS, _PROPS, _TYPE, _DELIVERY = (
                             "delivery_timestamp_ms")
 )  # fmt: skip
 _PLAIN_TYPES = frozenset((MessageType.NORMAL, MessageType.FIFO))
+_TYPES = {int(t): t for t in MessageType}  # a record's message type (an int, or a MessageType) as a MessageType
 
 
 def plainly_valid(
@@ -195,7 +205,7 @@ def validate_all(
         return True
     for msg in msgs:
         validate_message(msg, topic, limits)
-    return all(m.message_type in types for m in msgs)
+    return all(map(types.__contains__, map(_TYPE, msgs)))
 
 
 def at_queues(msgs: list[MessageRecord], queue_ids: Iterable[int]) -> list[MessageRecord]:

@@ -41,8 +41,11 @@ The table is the codec's one statement of the header: `HEADER_FIELDS` restates i
 A sent message is encoded once, by the protocol edge that received it (`outgoing`): its record
 without topic, queue id, offsets, store time and store host (sizes 0), CRC set. The broker
 verifies it (`received`, as a replica verifies copied records: magic, size, version, CRC, and that
-the edge left those fields to it), checks its content, and writes topic, queue id and store host in
-by splicing (`placed`): the store host is the storing broker's address, filled at append time. The
+the edge left those fields to it), decodes it into a `MessageRecord` and, in the same pass, copies
+it once into the buffer the CommitLog will hold, with topic, queue id and store host written in
+(`MessageRecord.edge`; the store host is the storing broker's address). The broker checks its
+content; the store appends the buffer with the queue id written again where the message moved
+(`placed`: lite topics, priority levels; one record's buffer is appended as it is). The
 writer patches queue_offset, physical_offset, store_timestamp_ms and then the CRC into the already
 encoded record (`seal_at`). Records the broker makes itself (timer copies, half messages, dead
 letters) are encoded by `encode_one`/`encode_columns`. Either way an append is one buffer, which
@@ -108,16 +111,16 @@ _PREFIX = _span("total_size", "magic")
 _TOTAL = _span("total_size", "total_size")
 _SEAL = _span("queue_offset", "store_timestamp_ms")  # the writer's three fields are adjacent
 _CRC = _span("crc32", "crc32")
+_LEAD = _span("total_size", "crc32")  # an edge record's first 12 bytes; the CRC covers the rest (`_COVERED`)
+_COVERED = _span("version", "system_property_count")
+_QUEUE_ID = _span("queue_id", "queue_id")
 OFF_CRC = OFFSETS["crc32"]
 OFF_SEAL = OFFSETS["queue_offset"]
 CRC_START = OFFSETS["version"]  # the CRC covers everything after itself
 _U16 = struct.Struct("<H")  # variable part: key and property-name sizes
 _U32 = struct.Struct("<I")  # variable part: property-value sizes
 _U16_2 = struct.Struct("<HH")
-_FOUR_TEXTS = struct.Struct("<HHHH")  # message id, tag, message group and born host sizes
 OFF_QUEUE_ID = OFFSETS["queue_id"]
-OFF_TOPIC_SIZE = OFFSETS["topic_size"]
-OFF_STORE_HOST_SIZE = OFFSETS["store_host_size"]
 OFF_GROUP_SIZE = OFFSETS["message_group_size"]
 OFF_MID_SIZE = OFFSETS["message_id_size"]  # then tag_size
 OFF_BODY_SIZE = OFFSETS["body_size"]
@@ -150,9 +153,10 @@ class MessageRecord:
     store_timestamp_ms: int = 0
     size: int = 0  # encoded size, known after encode/decode
     # The record an edge encoded this message as (`outgoing`), when the broker received it so
-    # (`received`): the store appends it with its topic, queue and store host written in (`placed`),
-    # not encoded again. Empty otherwise; a copy that changes any other field must clear it.
-    edge: bytes = field(default=b"", compare=False, repr=False)
+    # (`received`): its bytes as stored, topic and store host written in, which the store appends
+    # with the record's queue id written in (`placed`), not encoded again. Empty otherwise; a
+    # change of any other field (a timer's or a half message's copy) must clear it.
+    edge: bytes | bytearray = field(default=b"", compare=False, repr=False)
     # The record's bytes as the CommitLog holds them, when it was decoded from them (`decode`): a pop
     # hands them on unchanged (`stored_bytes`). Empty otherwise; a copy that changes a field must clear it.
     raw: bytes = field(default=b"", compare=False, repr=False)
@@ -265,16 +269,36 @@ def outgoing(
     """A message as a protocol edge hands it to a broker (the contract's `send`): its record with
     no topic, queue, offsets, store time or store host, which the broker writes when it appends it
     (`received`), and its CRC set, which the broker checks. `dedup`: store this message id at most
-    once within the broker's dedup window (broker/dedup.py; the Spark sink's replays)."""
+    once within the broker's dedup window (broker/dedup.py; the Spark sink's replays). (Written out
+    field by field: it is an edge's whole encode of a message. The CRC runs over the header's tail
+    and texts and then the body, so that the record is joined once, straight into bytes.)"""
     if tag == "":  # a record's tag is absent or has characters: "" would come back as no tag
         raise IllegalMessageTag("tag '' is invalid: a tag has at least one printable character and no '|'")
+    mid = message_id.encode("utf-8")
+    tag_b = tag.encode("utf-8") if tag else b""
+    group = message_group.encode("utf-8") if message_group else b""
+    host = born_host.encode("utf-8")
+    n_mid, n_tag, n_group, n_host = len(mid), len(tag_b), len(group), len(host)
+    if (n_mid | n_tag | n_group | n_host) > MAX_U16:
+        raise _texts_too_long((b"", mid, tag_b, group, host, b""))
+    if keys or properties or system_properties:
+        if len(keys) > MAX_U16 or len(properties) > MAX_U16 or len(system_properties) > MAX_U16:
+            raise BadRequest(f"too many keys or properties (at most {MAX_U16} each)")
+        tail = _tail(keys, properties, system_properties)
+    else:
+        tail = b""
+    total = HEADER_SIZE + n_mid + n_tag + n_group + n_host + len(tail) + len(body)
+    if total > 0xFFFFFFFF:
+        raise BadRequest("message is too large to store")
     flags = (FLAG_BODY_GZIP if body_gzip else 0) | (FLAG_DEDUP if dedup else 0)
-    buf = bytearray().join(_fields(
-        "", 0, body, message_id, tag, keys, message_group, properties, system_properties, message_type, flags,
-        born_timestamp_ms, born_host, "", delivery_timestamp_ms, 0, 0, 0, 0,
-    ))  # fmt: skip
-    _CRC.pack_into(buf, OFF_CRC, crc32(memoryview(buf)[CRC_START:]))
-    return bytes(buf)
+    try:
+        covered = b"".join((_COVERED.pack(
+            VERSION, message_type, flags, 0, 0, 0, 0, born_timestamp_ms, delivery_timestamp_ms, 0, len(body), 0,
+            n_mid, n_tag, n_group, n_host, 0, len(keys), len(properties), len(system_properties),
+        ), mid, tag_b, group, host, tail))  # fmt: skip
+    except struct.error as exc:  # a number that does not fit its field (a timestamp, ...)
+        raise BadRequest(f"a message field is out of range: {exc}") from None
+    return b"".join((_LEAD.pack(total, MAGIC, crc32(body, crc32(covered))), covered, body))
 
 
 def peek_group(data: bytes) -> str | None:
@@ -292,76 +316,122 @@ def peek_body_size(data: bytes) -> int:
 
 def received(records: Sequence[bytes], topic: str, queue_id: int, store_host: str) -> list[MessageRecord]:
     """The records of a send (each made by `outgoing`), verified as a replica verifies copied ones
-    (magic, size, version, CRC: `_check`) and as an edge writes them (one whole record, no topic,
-    store host, queue, offsets, store time or attempt), decoded, and placed: `topic`, `queue_id` and
-    `store_host` set, the message type a `MessageType`, `edge` the bytes. MessageCorrupted names the
-    first that fails. (Written out field by field: it is the broker's whole decode of a send.)"""
+    (magic, size, version, CRC) and as an edge writes them (one whole record, no topic, store host,
+    queue, offsets, store time or attempt), decoded, and placed: `topic`, `queue_id` and
+    `store_host` set, the message type a `MessageType`, and `edge` the record as the CommitLog
+    stores it, in a buffer of its own: topic and store host written in (the one copy of the
+    record past the edge), queue id as given, offsets, store time and CRC left for the writer
+    (`placed`, `seal_at`). MessageCorrupted names the first that fails. (Written out field by
+    field: it is the broker's whole decode of a send.)"""
+    topic_b, host_b = topic.encode("utf-8"), store_host.encode("utf-8")
+    n_topic, n_shost = len(topic_b), len(host_b)
+    if n_topic > MAX_U16 or n_shost > MAX_U16:
+        raise _texts_too_long((topic_b, b"", b"", b"", b"", host_b))
+    if not 0 <= queue_id <= 0xFFFFFFFF:
+        raise BadRequest(f"queue id {queue_id} is out of range")
+    grow = n_topic + n_shost
     out: list[MessageRecord] = []
-    for i, data in enumerate(records):
+    unpack, pack, types = _HEADER.unpack_from, _HEADER.pack, _MESSAGE_TYPES
+    for data in records:
         if type(data) is not bytes:
             data = bytes(data)
         try:
-            h = _check(data, 0, "")
-        except MessageCorrupted as exc:
-            raise MessageCorrupted(f"message #{i} of the send: {exc.message}") from None
-        (total, _m, _c, _v, mtype, flags, qid, qoff, phys, stored, born, deliver, attempt, body_size,
-         n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, n_keys, n_props, n_sys) = h  # fmt: skip
-        if total != len(data):
-            raise MessageCorrupted(f"message #{i} of the send declares size {total} but carries {len(data)} bytes")
-        if n_topic or n_shost or qid or qoff or phys or stored or attempt:
-            raise MessageCorrupted(f"message #{i} of the send carries a topic, store host, queue, offset, store "
-                                   "time or delivery attempt: the broker writes those")  # fmt: skip
-        mt = _MESSAGE_TYPES.get(mtype)
-        if mt is None:
-            raise MessageCorrupted(f"message #{i} of the send has unknown message type {mtype}")
+            (total, magic, crc, version, mtype, flags, qid, qoff, phys, stored, born, deliver, attempt, body_size,
+             n_t, n_mid, n_tag, n_group, n_bhost, n_s, n_keys, n_props, n_sys) = unpack(data)  # fmt: skip
+        except struct.error:
+            raise _refused(len(out), data) from None
+        view = memoryview(data)
+        mt = types.get(mtype)
+        if (magic != MAGIC or total != len(data) or version != VERSION or n_t or n_s or qid or qoff or phys
+                or stored or attempt or mt is None or crc32(view[CRC_START:]) != crc):  # fmt: skip
+            raise _refused(len(out), data)
+        e_bhost = HEADER_SIZE + n_mid + n_tag + n_group + n_bhost
         try:
-            e_mid = HEADER_SIZE + n_mid
-            e_tag = e_mid + n_tag
-            e_group = e_tag + n_group
-            e_bhost = e_group + n_bhost
-            keys, props, sysprops, p = _tail_fields(data, e_bhost, n_keys, n_props, n_sys)
+            if n_keys or n_props or n_sys:
+                keys, props, sysprops, p = _tail_fields(data, e_bhost, n_keys, n_props, n_sys)
+            else:
+                keys, props, sysprops, p = (), {}, {}, e_bhost
             if p + body_size != total:
                 raise ValueError(f"body of {body_size} bytes does not end the record (ends at {p + body_size})")
-            out.append(MessageRecord(
-                topic, queue_id, data[p:], data[HEADER_SIZE:e_mid].decode("utf-8"),
-                data[e_mid:e_tag].decode("utf-8") or None, keys, data[e_tag:e_group].decode("utf-8") or None,
-                props, sysprops, mt, flags, born, data[e_group:e_bhost].decode("utf-8"), store_host, deliver, 0, -1,
-                -1, 0, total, data,
-            ))  # fmt: skip
+            # The four texts decoded at once, cut by character where they are ASCII (as good as always).
+            raw = data[HEADER_SIZE:e_bhost]
+            texts = raw.decode("utf-8")
+            if len(texts) == e_bhost - HEADER_SIZE:
+                e_tag = n_mid + n_tag
+                e_group = e_tag + n_group
+                mid_s, tag_s, group_s, host_s = texts[:n_mid], texts[n_mid:e_tag], texts[e_tag:e_group], texts[e_group:]
+            else:
+                mid_s, tag_s, group_s, host_s = _texts(data, n_mid, n_tag, n_group, n_bhost)
+            head = pack(
+                total + grow, MAGIC, 0, VERSION, mtype, flags, queue_id, 0, 0, 0, born, deliver, 0, body_size,
+                n_topic, n_mid, n_tag, n_group, n_bhost, n_shost, n_keys, n_props, n_sys,
+            )  # fmt: skip
         except (struct.error, UnicodeDecodeError, IndexError, ValueError) as exc:
-            raise MessageCorrupted(f"message #{i} of the send has a malformed body: {exc}") from None
+            raise MessageCorrupted(f"message #{len(out)} of the send has a malformed body: {exc}") from None
+        out.append(MessageRecord(
+            topic, queue_id, data[p:], mid_s, tag_s or None, keys, group_s or None, props, sysprops, mt, flags,
+            born, host_s, store_host, deliver, 0, -1, -1, 0, total + grow,
+            bytearray().join((head, topic_b, raw, host_b, view[e_bhost:])),
+        ))  # fmt: skip
     return out
 
 
+def _texts(data: bytes, *sizes: int) -> list[str]:
+    """The texts of these sizes after an edge record's header (it has no topic), each decoded."""
+    out, at = [], HEADER_SIZE
+    for size in sizes:
+        out.append(str(data[at : at + size], "utf-8"))
+        at += size
+    return out
+
+
+def _refused(i: int, data: bytes) -> MessageCorrupted:
+    """Why record #`i` of a send failed the checks of its header: `_check`'s reasons (magic, size,
+    version, CRC), or what only the broker writes, or an unknown message type."""
+    try:
+        h = _check(data, 0, "")
+    except MessageCorrupted as exc:
+        return MessageCorrupted(f"message #{i} of the send: {exc.message}")
+    if h[0] != len(data):
+        return MessageCorrupted(f"message #{i} of the send declares size {h[0]} but carries {len(data)} bytes")
+    if h[4] not in _MESSAGE_TYPES:
+        return MessageCorrupted(f"message #{i} of the send has unknown message type {h[4]}")
+    return MessageCorrupted(f"message #{i} of the send carries a topic, store host, queue, offset, store time or "
+                            "delivery attempt: the broker writes those")  # fmt: skip
+
+
 def placed(records: Sequence[MessageRecord], max_record_bytes: int) -> tuple[bytearray, list[int]]:
-    """Received records (each with its `edge` bytes) as the CommitLog stores them, back to back, and
-    their sizes: each edge record with the record's topic, queue id and store host written in; the
-    writer then seals offsets, store time and CRC (`seal_at`). The same bytes `encode_one` would
-    write (tests/unit/test_record_codec.py), for a join instead of an encode."""
-    parts: list[bytes | bytearray | memoryview] = []
-    sizes: list[int] = []
-    for rec in records:
-        data = rec.edge
-        topic, host = rec.topic.encode("utf-8"), rec.store_host.encode("utf-8")
-        total = len(data) + len(topic) + len(host)
-        if len(topic) > MAX_U16 or len(host) > MAX_U16:
-            raise _texts_too_long((topic, b"", b"", b"", b"", host))
-        if total > max_record_bytes:
-            raise _too_big(total, max_record_bytes)
-        if not 0 <= rec.queue_id <= 0xFFFFFFFF:
-            raise BadRequest(f"queue id {rec.queue_id} is out of range")
-        head = bytearray(data[:HEADER_SIZE])
-        _U32.pack_into(head, 0, total)
-        _U32.pack_into(head, OFF_CRC, 0)  # the edge's, of other bytes: the writer seals the new one
-        _U32.pack_into(head, OFF_QUEUE_ID, rec.queue_id)
-        _U16.pack_into(head, OFF_TOPIC_SIZE, len(topic))
-        _U16.pack_into(head, OFF_STORE_HOST_SIZE, len(host))
-        cut = HEADER_SIZE + sum(_FOUR_TEXTS.unpack_from(data, OFF_MID_SIZE))  # past id, tag, group, born host
-        view = memoryview(data)
-        parts += (head, topic, view[HEADER_SIZE:cut], host, view[cut:])
-        rec.size = total
-        sizes.append(total)
-    return bytearray().join(parts), sizes
+    """Received records (`received`) as the CommitLog stores them, back to back, and their sizes:
+    each record's `edge` buffer with its queue id written in (lite topics and priority levels move
+    a message to a queue of its own after `received`); the writer then seals offsets, store time
+    and CRC (`seal_at`). The same bytes `encode_one` would write (tests/unit/test_record_codec.py),
+    for a join instead of an encode; one record's buffer is its own, not copied."""
+    if len(records) == 1:
+        rec = records[0]
+        buf = rec.edge if type(rec.edge) is bytearray else bytearray(rec.edge)
+        if len(buf) > max_record_bytes:
+            raise _too_big(len(buf), max_record_bytes)
+        if rec.queue_id != _QUEUE_ID.unpack_from(buf, OFF_QUEUE_ID)[0]:
+            _QUEUE_ID.pack_into(buf, OFF_QUEUE_ID, _queue_id(rec.queue_id))
+        return buf, [len(buf)]
+    bufs = list(map(_GET_EDGE, records))
+    sizes = list(map(len, bufs))
+    if max(sizes) > max_record_bytes:
+        raise _too_big(max(sizes), max_record_bytes)
+    joined = bytearray().join(bufs)
+    queues = list(map(_GET_QID, records))
+    if list(map(_QUEUE_ID.unpack_from, bufs, repeat(OFF_QUEUE_ID))) != list(zip(queues)):  # moved since
+        at = 0
+        for qid, size in zip(queues, sizes, strict=True):
+            _QUEUE_ID.pack_into(joined, at + OFF_QUEUE_ID, _queue_id(qid))
+            at += size
+    return joined, sizes
+
+
+def _queue_id(queue_id: int) -> int:
+    if not 0 <= queue_id <= 0xFFFFFFFF:
+        raise BadRequest(f"queue id {queue_id} is out of range")
+    return queue_id
 
 
 def encode(rec: MessageRecord) -> bytearray:
@@ -432,9 +502,10 @@ def _encode_each(records: Sequence[MessageRecord], max_record_bytes: int) -> Enc
 
 
 _GET_QUEUE = operator.attrgetter("topic", "queue_id")
-_GET_ID, _GET_BODY, _GET_QID, _GET_BORN, _GET_KEYS, _GET_PROPS, _GET_SYSPROPS = (
+_GET_ID, _GET_BODY, _GET_QID, _GET_BORN, _GET_KEYS, _GET_PROPS, _GET_SYSPROPS, _GET_EDGE = (
     operator.attrgetter(f)
-    for f in ("message_id", "body", "queue_id", "born_timestamp_ms", "keys", "properties", "system_properties")
+    for f in ("message_id", "body", "queue_id", "born_timestamp_ms", "keys", "properties", "system_properties",
+              "edge")
 )  # fmt: skip
 # Texts a batch must share for the vector path, and header fields a batch usually shares: those are
 # packed once per batch and passed as bytes, the others travel as one column each.

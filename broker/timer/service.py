@@ -129,6 +129,7 @@ class TimerService:
         target.system_properties = sysprops
         target.topic = TK.TIMER_TOPIC
         target.queue_id = 0
+        target.edge = b""  # its system properties changed: encoded again (the edge record lacks them)
         return target
 
     def index(self, items: list[tuple[str, int, AppendResult]]) -> list[str]:

@@ -5,7 +5,8 @@
                                                     [--lite-topics N]
 
 In this process, on uvloop: a `LocalBroker` (async flush) in a temp dir, and `--senders` concurrent
-tasks each sending one 1 KiB message per call, either to `LocalBroker.send` (`broker`) or through
+tasks each sending one 1 KiB message per call, either to `LocalBroker.send` (`broker`: the record
+encoded per send with a fresh message id, as an edge hands it over, then verified, placed and stored) or through
 the proxy's SendMessage handler as the gRPC edge calls it, with the raw request bytes and a stand-in
 for the gRPC context that answers its metadata, peer and deadline (`proxy`: edge, servicer,
 conversion, validation, producer service, broker). Each layer is measured with the CommitLog's
@@ -115,13 +116,11 @@ async def run(layer: str, inline: bool, messages: int, senders: list[int], lite_
         if layer == "broker" and lite_topics:
             send = await _lite_sender(broker, lite_topics)
         elif layer == "broker":
-            # Records as an edge encodes them (common.record.outgoing), made before the clock starts:
-            # this layer is the broker's own CPU (verify, place, append).
-            records = [outgoing(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.NORMAL)
-                       for _ in range(1000)]  # fmt: skip
-
+            # Each send's record encoded as an edge does (common.record.outgoing), with a fresh message
+            # id: what a caller of the broker makes per send, then the broker's verify, place, append.
             async def send(i: int) -> None:
-                await broker.send(TOPIC, i % QUEUES, [records[i % len(records)]], ctx=PRODUCER)
+                record = outgoing(body=BODY, message_id=uuid.uuid4().hex, message_type=MessageType.NORMAL)
+                await broker.send(TOPIC, i % QUEUES, [record], ctx=PRODUCER)
 
         else:
             app = ProxyApp(ProxyConfig(), LocalDirectory(broker))

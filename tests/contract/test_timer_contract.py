@@ -88,6 +88,20 @@ async def test_timers_due_in_order_and_past_due_at_once(
     assert clock.now_ms() >= base + 1_800
 
 
+async def test_a_delay_message_is_delivered_in_the_queue_it_was_sent_to(
+    broker: BrokerApi, scope: Scope, clock: JumpClock
+) -> None:
+    """The timer record names the message's queue (and keeps its properties): its copy lands there."""
+    topic, group = scope.topic(), scope.group()
+    await broker.create_topic(TopicSpec(topic, 4, DELAY_TYPES))
+    await broker.create_group(GroupSpec(group))
+    message = outgoing(body=b"q2", message_id=scope.message_id(), message_type=MessageType.DELAY,
+                       delivery_timestamp_ms=clock.now_ms() - 5_000, properties={"k": "v"})  # fmt: skip
+    await broker.send(topic, 2, [message])
+    [msg] = await pop_until(broker, topic, group, 1)  # past due: at once
+    assert (msg.body, msg.queue_id, msg.properties) == (b"q2", 2, {"k": "v"})
+
+
 async def test_recall_cancels_a_pending_timer(
     broker: BrokerApi, scope: Scope, clock: JumpClock, elapse: Elapse
 ) -> None:

@@ -4,12 +4,15 @@ per-message check, which names the error)."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.config import LimitsConfig
 from broker.messages import plainly_valid, validate_message
-from common.errors import SluiceError
+from common.errors import IllegalMessagePropertyKey, SluiceError
 from common.model import MessageType, TopicInfo
 from common.record import MessageRecord
 
@@ -69,3 +72,11 @@ def test_plainly_valid_accepts_valid_normal_batches(msgs: list[MessageRecord]) -
     total = sum(len(k.encode()) + len(v.encode()) for m in msgs for k, v in m.properties.items())
     if each_valid(msgs, topic) and total <= LIMITS.max_properties_bytes:
         assert plainly_valid(msgs, topic, LIMITS)
+
+
+def test_a_bad_user_property_name_is_named() -> None:
+    topic = TopicInfo("t", 4, message_types=frozenset(MessageType))
+    validate_message(MessageRecord("t", 0, b"x", "id", properties={"a": "\x01", "b": ""}), topic, LIMITS)
+    for bad in ("", "b\x01"):
+        with pytest.raises(IllegalMessagePropertyKey, match=re.escape(repr(bad))):
+            validate_message(MessageRecord("t", 0, b"x", "id", properties={"a": "1", bad: "2"}), topic, LIMITS)

@@ -481,6 +481,19 @@ def test_an_edge_record_received_and_placed_is_what_encode_writes(rec: MessageRe
     )  # fmt: skip
 
 
+def test_a_send_that_fails_a_check_is_refused_naming_its_message() -> None:
+    good = [record.outgoing(b"body", f"id{i}", tag="t") for i in range(6)]
+    flipped = bytearray(good[4])
+    flipped[-1] ^= 1
+    with pytest.raises(MessageCorrupted, match=r"message #4 of the send: .*CRC"):
+        record.received([*good[:4], bytes(flipped), good[5]], "t", 0, "h")
+    with pytest.raises(MessageCorrupted, match="message #2 of the send declares size"):
+        record.received([*good[:2], good[2] + b"x", *good[3:]], "t", 0, "h")
+    with pytest.raises(MessageCorrupted, match="message #1 of the send has unknown message type 9"):
+        record.received([good[0], record.outgoing(b"body", "id", message_type=9)], "t", 0, "h")
+    assert [r.message_id for r in record.received(good, "t", 0, "h")] == [f"id{i}" for i in range(6)]
+
+
 def test_received_refuses_what_an_edge_does_not_write() -> None:
     good = record.outgoing(b"body", "id")
     assert record.received([good], "t", 0, "h")[0].body == b"body"
