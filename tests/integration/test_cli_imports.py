@@ -43,3 +43,11 @@ def test_proxy_command_loads_no_broker() -> None:
     loaded = _loaded_after("import sluice.commands.proxy")
     assert "proxy.server" in loaded
     assert not {name for name in NOT_FOR_PROXY if name in loaded}
+
+
+def test_server_commands_load_no_tiering_library() -> None:
+    """pyarrow and boto3 are the tiering core's: a broker (`sluice broker`, `sluice up`, a merged
+    node) without `[broker.tiering]` never loads them."""
+    loaded = _loaded_after("import sluice.commands.broker, sluice.commands.up, sluice.commands.node")
+    assert "broker.local" in loaded and "broker.tiering.runtime" in loaded
+    assert not {name for name in ("pyarrow", "boto3") if name in loaded}
