@@ -8,7 +8,10 @@ round). A broker that cannot answer keeps its row, with the reason in `error`. T
 main figures; `--json` every field (the console's cluster page shows the same).
 
 `sluice admin broker switchover GROUP --to NAME --etcd URL`: a planned switchover with zero loss
-(broker/replication/switchover.py)."""
+(broker/replication/switchover.py).
+
+The replication modules (etcd's client, the broker's state machine) are imported only by the
+commands given `--etcd`: `broker list` without it, and the console, never load them."""
 
 from __future__ import annotations
 
@@ -19,8 +22,6 @@ from typing import Any
 from admin.cluster import Cluster
 from admin.output import Report, format_time_ms
 from broker.client.api import BrokerInfo
-from broker.replication.coordinator import read_groups
-from broker.replication.switchover import switch_over
 from common.errors import SluiceError
 
 SWITCHOVER_COLUMNS = ["group", "from", "to", "epoch"]
@@ -34,7 +35,11 @@ _PERCENT = 100
 
 async def list_brokers(cluster: Cluster, etcd: str | None) -> Report:
     registered = await cluster.brokers()
-    groups = await read_groups(etcd, registered[0].cluster_name if registered else "sluice") if etcd else {}
+    groups: dict[str, dict[str, Any]] = {}
+    if etcd:
+        from broker.replication.coordinator import read_groups  # etcd's client: only with --etcd
+
+        groups = await read_groups(etcd, registered[0].cluster_name if registered else "sluice")
     infos = await asyncio.gather(*(cluster.broker(b.broker_name, b.address).broker_info() for b in registered),
                                  return_exceptions=True)  # fmt: skip
     rows: list[dict[str, Any]] = []
@@ -99,5 +104,7 @@ async def switchover(cluster: Cluster, etcd: str, group: str, target: str, timeo
     """Hand `group` over to its member `target`; returns once `target` is its primary."""
     registered = await cluster.brokers()
     name = next((b.cluster_name for b in registered if b.broker_name == group), DEFAULT_CLUSTER)
+    from broker.replication.switchover import switch_over  # the replication modules: only here
+
     done = await switch_over(etcd, name, group, target, timeout_s)
     return Report(columns=SWITCHOVER_COLUMNS, rows=[done])

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from broker import priority
 from broker.amqp_meta_store import AMQP_META_CFS, AmqpMetaStore
@@ -76,9 +76,7 @@ from broker.security_store import SECURITY_CFS, SecurityStore
 from broker.store.dispatcher import Touched, call_soon_from_any_thread
 from broker.store.durability import LOCAL, Durability
 from broker.store.store import MessageStore
-from broker.tiering.manifest import SegmentEntry
 from broker.tiering.runtime import TIER_CFS, BrokerTiering, not_enabled
-from broker.tiering.uploader import TopicStatus as UploaderTopicStatus
 from broker.timer.keys import TIMER_CFS
 from broker.timer.service import TimerService
 from broker.trace import CF_TRACE, TRACE_CFS, TraceRecorder
@@ -110,6 +108,10 @@ from common.model import (
 )
 from common.record import FLAG_DEDUP, MessageRecord, received
 from common.version import sluice_version
+
+if TYPE_CHECKING:  # the tiering core loads pyarrow: only a broker that tiers imports it (BrokerTiering)
+    from broker.tiering.manifest import SegmentEntry
+    from broker.tiering.uploader import TopicStatus as UploaderTopicStatus
 
 log = logging.getLogger("sluice.broker")
 

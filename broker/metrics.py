@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from broker.lite.service import is_lite
 from broker.priority import is_priority, level_of, pop_queues
-from broker.tiering.uploader import tier_metric_samples
 from common import metrics as m
 
 if TYPE_CHECKING:
@@ -48,6 +47,8 @@ def broker_samples(broker: LocalBroker) -> list[m.Sample]:
     out.extend(consumer_samples(broker))
     tiering = broker.tiering
     if tiering is not None:
+        from broker.tiering.uploader import tier_metric_samples  # pyarrow: loaded by a broker that tiers
+
         out.extend(tier_metric_samples(name, tiering.uploader))
     return out
 

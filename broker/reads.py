@@ -9,8 +9,6 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-import pyarrow as pa
-
 from broker.client.api import (
     READ_ROWS_MAX_BYTES,
     READ_ROWS_MAX_MESSAGES,
@@ -26,7 +24,6 @@ from broker.filter import MessageFilter
 from broker.longpoll import LongPollHub, topic_key
 from broker.store.store import MessageStore, ReadStatus
 from broker.tiering.runtime import BrokerTiering
-from broker.tiering.segment import records_to_table
 from broker.trace import TraceRecorder
 from common.model import DLQ_PREFIX
 from common.record import MessageRecord
@@ -179,7 +176,12 @@ def _consecutive(records: Sequence[MessageRecord], offset: int, end: int, budget
 
 
 def _ipc_rows(records: list[MessageRecord]) -> bytes:
-    """Records as an Arrow IPC stream of tiered-segment rows (the same conversion the uploader uses)."""
+    """Records as an Arrow IPC stream of tiered-segment rows (the same conversion the uploader uses).
+    pyarrow is imported here, by the first such read: most brokers never serve one."""
+    import pyarrow as pa
+
+    from broker.tiering.segment import records_to_table
+
     table = records_to_table(records)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:

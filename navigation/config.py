@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from common.config import check_bounds
-from common.httpserver import HttpLimits
+from common.httplimits import HttpLimits
 from navigation.registry import DEFAULT_MAX_PROXIES
 
 # Next to the NameServer's 9876. The HTTP port avoids 8080/8088, which Spark/YARN hosts often hold.

@@ -18,7 +18,6 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from common import metrics
 from common.codes import Code
 from common.errors import InternalError, SluiceError, Unavailable, Unreachable, code_of, error_for_code
 from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, bind_request
@@ -52,6 +51,9 @@ def internal_rpc(
     handler: Callable[..., Awaitable[R]],
 ) -> Callable[..., Awaitable[R]]:
     """Decorate a unary grpc.aio servicer method so every exception leaves as a coded status."""
+    # Imported here, when a server's servicer is defined: clients of this module (`sluice admin`,
+    # every RemoteBroker) never load prometheus_client through it.
+    from common.metrics import observe_internal_rpc
 
     service, _, method = handler.__qualname__.rpartition(".")
     service = service.removesuffix("Servicer").removesuffix("Service").lower() or "internal"
@@ -62,7 +64,7 @@ def internal_rpc(
         _bind_caller(context)
 
         def observe(code: str) -> None:  # before the answer leaves: a caller that saw it sees it counted
-            metrics.observe_internal_rpc(service, method, code, time.perf_counter() - started)
+            observe_internal_rpc(service, method, code, time.perf_counter() - started)
 
         try:
             result = await handler(self, request, context)

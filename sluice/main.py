@@ -12,7 +12,6 @@ from types import ModuleType
 import sluice.commands
 from common.config import ConfigError
 from common.errors import SluiceError
-from common.version import sluice_version
 from proto import token
 
 
@@ -30,12 +29,26 @@ def _command_modules(only: str | None = None) -> list[ModuleType]:
     return sorted(mods, key=lambda m: m.NAME)
 
 
+class _VersionAction(argparse.Action):
+    """`--version`: like argparse's own, but the version is looked up only when asked for (reading
+    the installed package's metadata costs every other command ~20 ms)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version and exit")
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: object, values: object, _option_string: str | None = None
+    ) -> None:
+        print(version())
+        parser.exit()
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sluice",
         description="Sluice: a message broker for the Apache RocketMQ 5 gRPC clients.",
     )
-    parser.add_argument("--version", action="version", version=version())
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for mod in _command_modules(only):
@@ -91,6 +104,8 @@ def _first_known(group: BaseExceptionGroup) -> BaseException | None:
 
 
 def version() -> str:
+    from common.version import sluice_version  # importlib.metadata: only for --version
+
     return f"sluice {sluice_version()} (Python {sys.version.split()[0]})"
 
 

@@ -1,6 +1,6 @@
 """`SparkJobsConfig`: the `[spark]` table of a Sluice TOML file, overridden by `sluice spark` flags.
 
-The S3 keys are `S3Settings`'s (broker/tiering/s3store.py), which `SparkJobsConfig` derives from as
+The S3 keys are `S3Settings`'s (broker/tiering/s3settings.py), which `SparkJobsConfig` derives from as
 the broker's `TieringConfig` does, so one file can hold both and the jobs read the bucket the broker
 writes.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.tiering.s3store import S3Settings
+from broker.tiering.s3settings import S3Settings
 
 
 @dataclass(frozen=True)

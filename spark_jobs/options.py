@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeVar, cast, get_args
 
-from broker.tiering.s3store import AddressingStyle, S3Settings
+from broker.tiering.s3settings import AddressingStyle, S3Settings
 from common.errors import BadRequest
 from common.moments import RELATIVE_FORMS, relative_ms
 

@@ -1,8 +1,8 @@
 """The `--py-files` archive for spark-submit: the packages a driver and its executors import.
 
 Executors need `spark_jobs`, `common` (errors, logs, config) and, of the broker, only the tiered
-format and its S3 access (`broker/tiering/format.py`, `s3store.py`, `objectstore.py`, which import
-nothing else of it) and, for streaming reads from the brokers, the broker's client side
+format and its S3 access (`broker/tiering/format.py`, `s3settings.py`, `s3store.py`,
+`objectstore.py`, which import nothing else of it) and, for streaming reads from the brokers, the broker's client side
 (`broker/client/`), the NameServer client (`nameserver/`) and the internal protocol (`proto/`);
 plus pyarrow, boto3 and grpcio installed in their Python.
 """
@@ -19,6 +19,7 @@ MODULES = (
     "broker/tiering/__init__.py",
     "broker/tiering/format.py",
     "broker/tiering/objectstore.py",
+    "broker/tiering/s3settings.py",
     "broker/tiering/s3store.py",
 )
 ROOT = Path(__file__).resolve().parent.parent

@@ -35,7 +35,8 @@ from broker.tiering.format import (
     segment_info,
 )
 from broker.tiering.objectstore import MeteredObjectStore, ObjectStore
-from broker.tiering.s3store import S3ObjectStore, S3Settings
+from broker.tiering.s3settings import S3Settings
+from broker.tiering.s3store import S3ObjectStore
 from common.logs import kv
 from spark_jobs.options import ScanOptions
 from spark_jobs.planner import ScanTask

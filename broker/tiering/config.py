@@ -5,7 +5,7 @@ timeouts and a fixed number of attempts; upload failures are retried by the uplo
 exponential backoff from `retry_initial_s` up to `retry_max_s`, forever, without ever blocking
 produce or consume. Units are last in names.
 
-Where the bucket is and how to reach it are the keys of `S3Settings` (broker/tiering/s3store.py),
+Where the bucket is and how to reach it are the keys of `S3Settings` (broker/tiering/s3settings.py),
 which `TieringConfig` derives from; `sluice spark`'s `[spark]` table states them the same way.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from broker.tiering.s3store import S3Settings
+from broker.tiering.s3settings import S3Settings
 
 MIB = 1 << 20
 _S3_MIN_PART_BYTES = 5 * MIB

@@ -26,7 +26,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from broker.client.api import TierEvictResult
 from broker.store import keys as K
@@ -34,15 +34,15 @@ from broker.store.store import MessageStore
 from broker.tiering.config import TieringConfig
 from broker.tiering.errorcount import ErrorCountingObjectStore
 from broker.tiering.kv import CF_TIER, RocksKV
-from broker.tiering.manifest import Manifest
 from broker.tiering.objectstore import MeteredObjectStore, ObjectStore
-from broker.tiering.reader import ColdReader
 from broker.tiering.stores import open_object_store
-from broker.tiering.uploader import TopicStatus, Uploader
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import PreconditionFailed
 from common.logs import kv
 from common.record import MessageRecord
+
+if TYPE_CHECKING:  # the tiering core is imported where tiering starts (pyarrow: only a broker that tiers loads it)
+    from broker.tiering.uploader import TopicStatus
 
 log = logging.getLogger("sluice.tiering")
 
@@ -75,6 +75,10 @@ class BrokerTiering:
         """Blocking (RocksDB reads, building the S3 client): construct it off the event loop.
         `new_epoch`, `may_overwrite`: a primary term of a broker group (Manifest). `clock`: the
         ages of segments (upload, tiered retention) and the mirror's time are read on it."""
+        from broker.tiering.manifest import Manifest  # pyarrow: only for a broker that tiers
+        from broker.tiering.reader import ColdReader
+        from broker.tiering.uploader import Uploader
+
         self.store = store
         self.config = config
         self.objects = MeteredObjectStore(

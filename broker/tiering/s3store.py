@@ -1,13 +1,12 @@
-"""S3 access for tiering, the broker's and the Spark source's alike: `S3Settings` and `S3ObjectStore`.
+"""S3 access for tiering, the broker's and the Spark source's alike: `S3ObjectStore`.
 
-`S3Settings` says how to reach the bucket (one meaning for every key, whoever reads it: the
-broker's `[broker.tiering]`, `sluice spark` flags, the Spark source's options); it is frozen and
-picklable, so it travels to Spark executors. Every call is bounded: botocore's connect and read
-timeouts and `max_attempts` tries in all (the first included; standard retry mode). Objects of
-`multipart_threshold_bytes` or more go up as a multipart upload of `multipart_part_bytes` parts
-(aborted if any part fails). Every request body carries Content-MD5, so the server rejects bytes
-damaged in transit; the whole object's SHA-256 travels as user metadata `sha256`, and a put reports
-success only after a HEAD shows the expected size and SHA-256.
+It reaches the bucket that `S3Settings` (broker/tiering/s3settings.py) names. Every call is
+bounded: botocore's connect and read timeouts and `max_attempts` tries in all (the first
+included; standard retry mode). Objects of `multipart_threshold_bytes` or more go up as a
+multipart upload of `multipart_part_bytes` parts (aborted if any part fails). Every request
+body carries Content-MD5, so the server rejects bytes damaged in transit; the whole object's
+SHA-256 travels as user metadata `sha256`, and a put reports success only after a HEAD shows the
+expected size and SHA-256.
 
 Errors: connection failures, timeouts, throttling and 5xx answers become `Unavailable` (retriable);
 a missing key on `get` is `ObjectNotFound`; `check_bucket` raises `BucketNotFound` for a missing
@@ -24,14 +23,14 @@ import contextlib
 import hashlib
 import io
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields
-from typing import Any, BinaryIO, Literal, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import boto3
 import botocore.config
 import botocore.exceptions
 
 from broker.tiering.objectstore import SHA256_METADATA_KEY, ObjectInfo, ObjectNotFound, hash_stream
+from broker.tiering.s3settings import S3Settings
 from common.errors import InternalError, NotFound, PreconditionFailed, SluiceError, Unavailable
 
 T = TypeVar("T")
@@ -47,40 +46,6 @@ _CONFIG_ERRORS = (botocore.exceptions.NoCredentialsError, botocore.exceptions.Pa
 
 
 MIB = 1 << 20
-
-
-AddressingStyle = Literal["auto", "path", "virtual"]
-
-
-@dataclass(frozen=True)
-class S3Settings:
-    """How to reach the bucket. Empty keys mean the standard AWS credential chain (environment,
-    shared config/credentials files, instance or container roles).
-
-    Stated once: the broker's `[broker.tiering]` (`TieringConfig`) and `sluice spark`'s `[spark]`
-    (`SparkJobsConfig`) derive from it, so one file's keys of these names serve both and the jobs
-    read the bucket the broker writes; `s3()` hands the plain settings to an `S3ObjectStore`."""
-
-    bucket: str = ""  # empty: tiering disabled
-    endpoint_url: str = ""  # empty: AWS's own endpoint for `region`
-    region: str = "us-east-1"
-    access_key_id: str = ""
-    secret_access_key: str = ""
-    session_token: str = ""
-    addressing_style: AddressingStyle = "auto"
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 30.0
-    max_attempts: int = 3  # per S3 call in all, the first and botocore's own retries included
-    # boto3's connection pool (the broker raises it to what its upload concurrency needs).
-    max_pool_connections: int = 10
-
-    def s3(self) -> S3Settings:
-        """These settings alone (picklable for Spark executors), from a config that derives from them."""
-        return S3Settings(**{f.name: getattr(self, f.name) for f in fields(S3Settings)})
-
-    def describe(self) -> str:
-        """Bucket and endpoint, for messages (never credentials)."""
-        return f"s3://{self.bucket} at {self.endpoint_url or 'aws:' + self.region}"
 
 
 class BucketNotFound(NotFound):

@@ -50,23 +50,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeAlias
 
-from admin import (
-    amqp,
-    brokers,
-    clients,
-    dlq,
-    drain,
-    groups,
-    messages,
-    nameservers,
-    offsets,
-    produce,
-    proxies,
-    security,
-    tier,
-    topics,
-    trace,
-)
+# amqp, brokers, produce and proxies (and navigation's client) are imported by the actions that use
+# them: they pull in modules no other command needs (the AMQP gateway's, replication's, the proxy's
+# routing), and every `sluice admin` run, a test's or a script's, pays for what it imports.
+from admin import clients, dlq, drain, groups, messages, nameservers, offsets, security, tier, topics, trace
 from admin.cluster import DEFAULT_ROUTE_WAIT_S, DEFAULT_TIMEOUT_S, Cluster
 from admin.output import Report, render_json, render_table
 from admin.parse import (
@@ -82,7 +69,6 @@ from broker.client.api import ConsumeFrom, GroupSpec
 from common.config import ConfigError
 from common.errors import SluiceError
 from common.security import Effect, Limit, LimitScope, parse_actions, parse_pattern, validate_namespace
-from navigation.client import NavigationClient
 from proxy import names
 
 NAME = "admin"
@@ -485,26 +471,38 @@ async def _group_reset_offset(cluster: Cluster, args: argparse.Namespace) -> Rep
 
 
 async def _amqp_vhosts(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import amqp
+
     return amqp.list_vhosts(await amqp.metadata(cluster), await security.read(cluster))
 
 
 async def _amqp_exchanges(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import amqp
+
     return await amqp.list_exchanges(cluster, args.vhost)
 
 
 async def _amqp_queues(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import amqp
+
     return await amqp.list_queues(cluster, args.vhost, await amqp.consumer_counts(cluster, args.vhost))
 
 
 async def _amqp_bindings(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import amqp
+
     return await amqp.list_bindings(cluster, args.vhost)
 
 
 async def _amqp_connections(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import amqp
+
     return await amqp.list_connections(cluster, args.vhost)
 
 
 async def _amqp_channels(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import amqp
+
     return await amqp.list_channels(cluster, args.vhost)
 
 
@@ -537,6 +535,8 @@ def _bodies(args: argparse.Namespace) -> list[bytes]:
 
 
 async def _message_send(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import produce
+
     bodies = _bodies(args)
     properties = {}
     for item in args.property:
@@ -550,6 +550,8 @@ async def _message_send(cluster: Cluster, args: argparse.Namespace) -> Report:
 
 
 async def _message_tail(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import produce
+
     if args.count < 0 or args.for_s < 0:
         raise ConfigError("--count and --for-s must not be negative")
     if args.ack and not args.group:
@@ -575,6 +577,8 @@ async def _message_tail(cluster: Cluster, args: argparse.Namespace) -> Report:
 
 
 async def _message_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import produce
+
     return await produce.list_messages(cluster, args.topic, args.queue, args.from_offset, args.count, args.broker)
 
 
@@ -613,15 +617,22 @@ async def _nameserver_list(cluster: Cluster, args: argparse.Namespace) -> Report
 
 
 async def _proxy_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import proxies
+    from navigation.client import NavigationClient
+
     async with NavigationClient(args.navigation, timeout_s=args.timeout_s) as navigation:
         return await proxies.list_proxies(navigation)
 
 
 async def _broker_list(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import brokers
+
     return await brokers.list_brokers(cluster, args.etcd)
 
 
 async def _broker_switchover(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import brokers
+
     if args.wait_s <= 0:
         raise ConfigError(f"--wait-s must be positive, got {args.wait_s}")
     return await brokers.switchover(cluster, args.etcd, args.group, args.to, args.wait_s)

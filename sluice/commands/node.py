@@ -32,8 +32,9 @@ from proxy.config import ProxyConfig
 from proxy.directory import ClusterDirectory
 from proxy.server import serve_proxy
 from proxy.shards import ForwardedBroker, ShardDirectory
-from sluice.commands.up import STARTUP_TIMEOUT_S, security_overrides
+from sluice.commands.up import STARTUP_TIMEOUT_S
 from sluice.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
+from sluice.proxyflags import security_overrides
 from sluice.tierflags import add_tier_arguments, tier_overrides
 
 NAME = "node"

@@ -31,8 +31,8 @@ from proxy.app import ProxyApp
 from proxy.config import ProxyConfig
 from proxy.directory import ClusterDirectory
 from proxy.server import serve_proxy
-from sluice.commands.up import add_amqp_argument, security_overrides
 from sluice.obsflags import add_observability_arguments, metrics_overrides
+from sluice.proxyflags import add_amqp_argument, security_overrides
 
 NAME = "proxy"
 HELP = "Run a proxy: the RocketMQ 5 gRPC endpoint for clients, in front of brokers."

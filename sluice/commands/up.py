@@ -51,6 +51,7 @@ from proxy.directory import LocalDirectory
 from proxy.server import serve_proxy
 from sluice.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
 from sluice.ports import is_free, require_free
+from sluice.proxyflags import add_amqp_argument, security_overrides
 from sluice.tierflags import add_tier_arguments, tier_overrides
 
 log = logging.getLogger("sluice.up")
@@ -133,12 +134,6 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
     return ns, broker, with_default_amqp(args, data, proxy)
 
 
-def add_amqp_argument(parser: argparse.ArgumentParser, default: str) -> None:
-    """`--amqp-port` (shared with `sluice proxy`)."""
-    parser.add_argument("--amqp-port", type=int, help=f"AMQP 0-9-1 port for RabbitMQ clients (docs/amqp.md; "
-                        f"{default}; 0 picks one; -1: off)")  # fmt: skip
-
-
 def with_default_amqp(args: argparse.Namespace, data: dict[str, object], proxy: ProxyConfig) -> ProxyConfig:
     """Without --amqp-port and `[proxy.amqp] port`, AMQP is served on 5672 when that port is free;
     when it is taken (another broker, another instance) the rest starts without AMQP, as the
@@ -189,15 +184,6 @@ async def _console(config: ConsoleConfig, stop: asyncio.Event) -> None:
     except OSError as exc:
         log.error("console not started: cannot listen on %s:%s: %s (give --console-port, or -1 for none)",
                   config.host, config.port, exc.strerror or exc)  # fmt: skip
-
-
-def security_overrides(args: argparse.Namespace) -> dict[str, object]:
-    """The `[proxy]` overrides of `--auth`, `--tls-cert`, `--tls-key` (shared with `sluice proxy`)."""
-    return {
-        "auth.enabled": None if args.auth is None else args.auth == "on",
-        "tls.cert_file": args.tls_cert,
-        "tls.key_file": args.tls_key,
-    }
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from broker.tiering.s3store import S3Settings
+from broker.tiering.s3settings import S3Settings
 from common.errors import BadRequest
 from spark_jobs.options import ScanOptions
 from spark_jobs.planner import ScanTask, plan_scan

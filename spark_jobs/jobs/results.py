@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from broker.tiering.s3store import S3Settings
+from broker.tiering.s3settings import S3Settings
 from spark_jobs.jobs.export import Destination
 
 

@@ -4,6 +4,12 @@ and receives against the same server as the Python client, in both topologies.
 Set-up installs the package with npm into tests/e2e/node/node_modules (git-ignored); if npm cannot
 install it (no network, no npm), the tests are skipped with the reason. The Node client is given a
 single proxy: it joins several `;`-separated addresses into one grpc-js target, which is not valid.
+
+The module runs its own clusters (both topologies, started once), configured by NODE_CONFIG:
+- the push consumers' long polling (`[proxy.settings] long_polling_timeout_s`, 20 s by default) is
+  3 s: the Node LitePushConsumer's shutdown waits for its receives in flight, up to the request
+  timeout plus that long poll, so each shutdown took ~21 s of the module's time, and 4 s with it;
+- a half message's first check-back (`[broker.transaction] default_recovery_ms`, 6 s) is 2 s.
 """
 
 from __future__ import annotations
@@ -28,6 +34,34 @@ NODE_DIR = Path(__file__).resolve().parent / "node"
 PACKAGE = "rocketmq-client-nodejs"
 INSTALL_TIMEOUT_S = 300.0
 SCRIPT_TIMEOUT_S = 120.0
+NODE_CONFIG = """\
+[proxy.settings]
+long_polling_timeout_s = 3
+
+[broker.transaction]
+default_recovery_ms = 2000
+"""
+
+
+def start_node_cluster(kind: str, root: Path, *, shards: int = 2) -> Cluster:
+    """A cluster of `kind` configured by NODE_CONFIG: `shards` merged nodes (two, as the shared
+    cluster), or two brokers and two proxies."""
+    root.mkdir(parents=True, exist_ok=True)
+    config = root / "node.toml"
+    config.write_text(NODE_CONFIG)
+    if kind == "merged":
+        return start_merged(root, shards=shards, extra_args=["--config", str(config)])
+    return start_separated(root, config=config)
+
+
+@pytest.fixture(scope="module", params=["merged", "separated"])
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """This module's clusters (see the module's docstring), in place of the shared ones."""
+    started = start_node_cluster(request.param, tmp_path_factory.mktemp(f"node-{request.param}"))
+    try:
+        yield started
+    finally:
+        assert not started.stop()
 
 
 def _pinned_version() -> str:
@@ -121,7 +155,7 @@ def test_node_client_sends_and_receives(cluster: Cluster, unique: Callable[[str]
 
 def test_node_client_transactions(cluster: Cluster, unique: Callable[[str], str], node: str) -> None:
     """Commit, rollback and a check-back answered by the Node client's TransactionChecker (first check-back
-    after the broker's default 6 s)."""
+    after 2 s, NODE_CONFIG)."""
     topic = cluster.create_topic(unique("tx"), "transaction", queues=2)
     group = cluster.create_group(unique("node-tx"))
     result = run_node(node, "transactions.js", endpoints=cluster.first_proxy, topic=topic, group=group,
@@ -236,8 +270,8 @@ def test_node_client_lite_resync_after_a_proxy_restart(kind: str, tmp_path: Path
     periodic COMPLETE_ADD (every 30 s) through the new proxy restores its subscriptions: the test
     drops them on the server (a COMPLETE_REMOVE under the client's id) once the proxy is back, and a
     message to its lite topic still arrives. A cluster of its own: the restart would disturb the
-    shared ones."""
-    cluster = start_merged(tmp_path) if kind == "merged" else start_separated(tmp_path)
+    module's. One merged shard: the restart is then of the one `sluice up` process."""
+    cluster = start_node_cluster(kind, tmp_path, shards=1)
     try:
         topic = lite_topic(cluster, unique("t"))
         group = cluster.create_group(unique("g"))

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from aiohttp.web import Request, StreamResponse
 
-from common.httpserver import HttpError, HttpLimits, HttpServer, Routes, json_response, serve_http, text_response
+from common.httplimits import HttpLimits
+from common.httpserver import HttpError, HttpServer, Routes, json_response, serve_http, text_response
 
 HOST = "127.0.0.1"
 READ_TIMEOUT_S = 5.0

@@ -164,6 +164,7 @@ def test_py_files_archive_imports_the_source_without_the_rest_of_the_broker(tmp_
     loaded = set(json.loads(done.stdout))
     assert loaded == {
         "broker", "broker.tiering", "broker.tiering.format", "broker.tiering.objectstore", "broker.tiering.s3store",
+        "broker.tiering.s3settings",
         "broker.client", "broker.client.api", "broker.client.coalesce", "broker.client.grpc_convert",
         "broker.client.remote",
     }  # fmt: skip
