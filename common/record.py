@@ -191,6 +191,10 @@ def _pairs(out: list[bytes], mapping: Mapping[str, str], what: str) -> None:
 
 def _tail(keys: Sequence[str], props: Mapping[str, str], sysprops: Mapping[str, str]) -> bytes:
     """The keys and properties of the variable part (empty for most messages)."""
+    if not (keys or props or sysprops):
+        return b""
+    if len(keys) > MAX_U16 or len(props) > MAX_U16 or len(sysprops) > MAX_U16:
+        raise BadRequest(f"too many keys or properties (at most {MAX_U16} each)")
     extra: list[bytes] = []
     for key in keys:
         kb = key.encode("utf-8")
@@ -240,12 +244,7 @@ def _fields(
     )  # fmt: skip
     if (n_topic | n_mid | n_tag | n_group | n_bhost | n_shost) > MAX_U16:
         raise _texts_too_long((topic, mid, tag, group, born_host, store_host))
-    if keys or props or sysprops:
-        if len(keys) > MAX_U16 or len(props) > MAX_U16 or len(sysprops) > MAX_U16:
-            raise BadRequest(f"too many keys or properties (at most {MAX_U16} each)")
-        tail = _tail(keys, props, sysprops)
-    else:
-        tail = b""
+    tail = _tail(keys, props, sysprops)
     total = HEADER_SIZE + n_topic + n_mid + n_tag + n_group + n_bhost + n_shost + len(tail) + len(body)
     if total > 0xFFFFFFFF:
         raise BadRequest("message is too large to store")
@@ -281,12 +280,7 @@ def outgoing(
     n_mid, n_tag, n_group, n_host = len(mid), len(tag_b), len(group), len(host)
     if (n_mid | n_tag | n_group | n_host) > MAX_U16:
         raise _texts_too_long((b"", mid, tag_b, group, host, b""))
-    if keys or properties or system_properties:
-        if len(keys) > MAX_U16 or len(properties) > MAX_U16 or len(system_properties) > MAX_U16:
-            raise BadRequest(f"too many keys or properties (at most {MAX_U16} each)")
-        tail = _tail(keys, properties, system_properties)
-    else:
-        tail = b""
+    tail = _tail(keys, properties, system_properties)
     total = HEADER_SIZE + n_mid + n_tag + n_group + n_host + len(tail) + len(body)
     if total > 0xFFFFFFFF:
         raise BadRequest("message is too large to store")
@@ -621,11 +615,7 @@ def _encode_vector(records: Sequence[MessageRecord], max_record_bytes: int) -> E
 
 
 def _tail_of(rec: MessageRecord) -> bytes:
-    return (
-        _tail(rec.keys, rec.properties, rec.system_properties)
-        if rec.keys or rec.properties or rec.system_properties
-        else b""
-    )
+    return _tail(rec.keys, rec.properties, rec.system_properties)
 
 
 def _tails(records: Sequence[MessageRecord]) -> list[bytes]:
