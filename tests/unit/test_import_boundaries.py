@@ -96,7 +96,7 @@ def test_importing_the_proxy_loads_nothing_of_the_storage_node() -> None:
 # Sluice it may use only what that zip carries, never the storage node, the proxy or the `sluice` command.
 SPARK_ALLOWED = (
     "common.", "proto.", "spark_jobs.", "nameserver.", "broker.client.",
-    "broker.tiering.format", "broker.tiering.objectstore", "broker.tiering.s3store",
+    "broker.tiering.format", "broker.tiering.objectstore", "broker.tiering.s3settings", "broker.tiering.s3store",
 )  # fmt: skip
 OWN = (
     "broker",
