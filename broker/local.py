@@ -106,7 +106,7 @@ from common.model import (
     validate_group_name,
     validate_topic_name,
 )
-from common.record import FLAG_DEDUP, MessageRecord, received
+from common.record import FLAG_DEDUP, MessageRecord, copy_to_store, received
 from common.version import sluice_version
 
 if TYPE_CHECKING:  # the tiering core loads pyarrow: only a broker that tiers imports it (BrokerTiering)
@@ -565,12 +565,7 @@ class LocalBroker:
             "DLQ_ORIGIN_TOPIC": rec.topic, "DLQ_ORIGIN_QUEUE_ID": str(rec.queue_id),
             "DLQ_ORIGIN_QUEUE_OFFSET": str(rec.queue_offset), "DLQ_DELIVERY_ATTEMPTS": str(attempts),
         })  # fmt: skip
-        copy = MessageRecord(
-            topic=name, queue_id=0, body=rec.body, message_id=rec.message_id, tag=rec.tag, keys=rec.keys,
-            message_group=rec.message_group, properties=rec.properties, system_properties=sysprops,
-            message_type=rec.message_type, flags=rec.flags, born_timestamp_ms=rec.born_timestamp_ms,
-            born_host=rec.born_host, store_host=self.config.advertised_address,
-        )  # fmt: skip
+        copy = copy_to_store(rec, name, 0, sysprops, store_host=self.config.advertised_address, delivery_timestamp_ms=0)
         (stored,) = await self.store.append([copy])
         self.trace.dead_lettered(rec.topic, rec.queue_id, rec.queue_offset, rec.message_id, group, attempts, name,
                                  stored.queue_offset)  # fmt: skip

@@ -63,7 +63,7 @@ import itertools
 import operator
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate, repeat
 from operator import add
 from types import MappingProxyType
@@ -432,6 +432,20 @@ def encode(rec: MessageRecord) -> bytearray:
     """Encode `rec` with its current offsets; the CRC is left 0 until `seal`."""
     parts = _parts(rec, max(rec.queue_offset, 0), max(rec.physical_offset, 0), rec.store_timestamp_ms)
     return bytearray().join(parts)
+
+
+def copy_to_store(
+    rec: MessageRecord, topic: str, queue_id: int, system_properties: dict[str, str], **changes: Any
+) -> MessageRecord:
+    """A stored message copied to be stored again under `topic`/`queue_id` (a dead letter, a timer's
+    due message, a committed half message): every field of the message carried over as it is, so a
+    field added to the record needs no edit here or in the copiers; the fields the writer assigns
+    reset, the attempt count 0, and no bytes of the original kept (its topic and properties differ).
+    `changes`: other fields the copy sets."""
+    return replace(
+        rec, topic=topic, queue_id=queue_id, system_properties=system_properties, delivery_attempt=0,
+        queue_offset=-1, physical_offset=-1, store_timestamp_ms=0, size=0, edge=b"", raw=b"", **changes,
+    )  # fmt: skip
 
 
 def stored_bytes(rec: MessageRecord) -> bytes:

@@ -38,7 +38,7 @@ from broker.timer import keys as TK
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import BadRequest, IllegalDeliveryTime, MessageCorrupted, NotFound, OffsetNotFound
 from common.logs import kv
-from common.record import MessageRecord
+from common.record import MessageRecord, copy_to_store
 
 log = logging.getLogger("sluice.broker.timer")
 
@@ -361,13 +361,7 @@ class TimerService:
         sysprops = {k: v for k, v in rec.system_properties.items()
                     if k not in (TK.SYSPROP_TARGET_TOPIC, TK.SYSPROP_TARGET_QUEUE)}  # fmt: skip
         sysprops[TK.SYSPROP_TIMER_POSITION] = str(due.position)
-        return MessageRecord(
-            topic=due.target, queue_id=int(rec.system_properties.get(TK.SYSPROP_TARGET_QUEUE, "0")), body=rec.body,
-            message_id=rec.message_id, tag=rec.tag, keys=rec.keys, message_group=rec.message_group,
-            properties=rec.properties, system_properties=sysprops, message_type=rec.message_type, flags=rec.flags,
-            born_timestamp_ms=rec.born_timestamp_ms, born_host=rec.born_host, store_host=rec.store_host,
-            delivery_timestamp_ms=rec.delivery_timestamp_ms,
-        )  # fmt: skip
+        return copy_to_store(rec, due.target, int(rec.system_properties.get(TK.SYSPROP_TARGET_QUEUE, "0")), sysprops)
 
     def _drop(self, batch: object, entries: list[tuple[bytes, int, str]]) -> None:
         """Delete timers' keys and write their topics' new counts into `batch` (counts follow in

@@ -43,7 +43,7 @@ from common.errors import (
 )
 from common.logs import kv
 from common.model import MessageType
-from common.record import MessageRecord
+from common.record import MessageRecord, copy_to_store
 
 log = logging.getLogger("sluice.broker.transaction")
 
@@ -218,12 +218,14 @@ class TransactionService:
     def _committed(half: MessageRecord, entry: HalfEntry, transaction_id: str) -> MessageRecord:
         sysprops = {k: v for k, v in half.system_properties.items() if k != SYSPROP_TXN_TOPIC}
         sysprops[SYSPROP_TXN_ID] = transaction_id
-        return MessageRecord(
-            topic=entry.topic, queue_id=entry.queue_id, body=half.body, message_id=half.message_id, tag=half.tag,
-            keys=half.keys, message_group=half.message_group, properties=half.properties,
-            system_properties=sysprops, message_type=int(MessageType.TRANSACTION), flags=half.flags,
-            born_timestamp_ms=half.born_timestamp_ms, born_host=half.born_host, store_host=half.store_host,
-        )  # fmt: skip
+        return copy_to_store(
+            half,
+            entry.topic,
+            entry.queue_id,
+            sysprops,
+            message_type=int(MessageType.TRANSACTION),
+            delivery_timestamp_ms=0,
+        )
 
     # -- check-backs -----------------------------------------------------------------------------
 
