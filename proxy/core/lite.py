@@ -12,6 +12,13 @@ client (a bounded cache), and a PARTIAL_ADD's part may grow the client's set on 
 to the quota less what the client holds on the others. A client this proxy has not seen sync yet
 (it reconnected to another proxy) counts nothing elsewhere until its next sync; the Python client's
 COMPLETE_ADD every 30 s brings the counts back.
+
+A lite topic's broker follows the bind topic's route, and a route can grow after a client
+subscribed (a topic just created, a broker registering it a moment later; a broker added). The
+router remembers which brokers each client's lite topics were placed over and what this proxy
+knows the client holds; each poll (`replace_moved`) it moves the lite topics whose broker the
+route now names differently (PARTIAL_ADD there, PARTIAL_REMOVE where they were), so a consumer
+does not wait for its client's next COMPLETE_ADD to get the messages producers now send there.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import collections
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from broker.client.api import (
     NO_CONTEXT,
@@ -35,11 +43,20 @@ from broker.client.api import (
 from common.errors import Forbidden, LiteSubscriptionQuotaExceeded, SluiceError
 from common.logs import kv
 from proxy.core.gather import pop_anywhere
-from proxy.core.routing import lite_broker
+from proxy.core.routing import lite_broker, lite_owner
 from proxy.directory import BrokerDirectory
 
 log = logging.getLogger("sluice.proxy.lite")
 Notify = Callable[[LiteRemoval], bool]  # False: the stream's queue is full
+
+
+@dataclass
+class _Placement:
+    """A client's lite topics of one bind topic as this proxy saw it sync them, and the writable
+    brokers of the route they were placed over."""
+
+    brokers: tuple[str, ...]
+    names: set[str] = field(default_factory=set)
 
 
 class LiteRouter:
@@ -52,6 +69,8 @@ class LiteRouter:
         # (client id, group, bind topic) -> lite topics the client holds per broker, as brokers last said
         self._held: collections.OrderedDict[tuple[str, str, str], dict[str, int]] = collections.OrderedDict()
         self._held_max = clients_max
+        # (client id, group, bind topic) -> its placement (bounded like `_held`)
+        self._placed: collections.OrderedDict[tuple[str, str, str], _Placement] = collections.OrderedDict()
 
     async def sync(self, sync: LiteSync) -> None:
         if sync.action is LiteAction.COMPLETE_ADD and len(set(sync.lite_topics)) > self._quota:
@@ -66,6 +85,10 @@ class LiteRouter:
         for name in sync.lite_topics:
             parts[lite_broker(sync.topic, routes, name)].append(name)
         key = (sync.client_id, sync.group, sync.topic)
+        placement = self._placed.get(key)
+        if placement is not None and sync.action in (LiteAction.PARTIAL_ADD, LiteAction.PARTIAL_REMOVE):
+            # what it holds follows the route first, so that one tuple places all it holds
+            await self._replace(key, placement, tuple(brokers))
         held = self._held.get(key, {})
         complete = sync.action in (LiteAction.COMPLETE_ADD, LiteAction.COMPLETE_REMOVE)
         for broker, names in parts.items():
@@ -75,6 +98,75 @@ class LiteRouter:
                                 sync.offset, quota)  # fmt: skip
                 api: LiteApi = self._dir.broker(broker)
                 held = self._remember(key, broker, await api.sync_lite_subscription(part))
+        self._place(key, tuple(brokers), sync)
+
+    def _place(self, key: tuple[str, str, str], brokers: tuple[str, ...], sync: LiteSync) -> None:
+        placement = self._placed.pop(key, None)
+        names = set() if placement is None else placement.names
+        if sync.action is LiteAction.PARTIAL_ADD:
+            names |= set(sync.lite_topics)
+        elif sync.action is LiteAction.PARTIAL_REMOVE:
+            names -= set(sync.lite_topics)
+        elif sync.action is LiteAction.COMPLETE_ADD:
+            names = set(sync.lite_topics)
+        else:
+            names = set()
+        if names:
+            self._placed[key] = _Placement(brokers, names)  # most recent last
+            if len(self._placed) > self._held_max:
+                self._placed.popitem(last=False)
+
+    async def replace_moved(self) -> int:
+        """Move the remembered lite topics whose broker the bind topic's route now names
+        differently; how many moved. A move that fails is tried again at the next call."""
+        moved = 0
+        routes_of: dict[str, list[str] | None] = {}
+        for key, placement in list(self._placed.items()):
+            _, _, topic = key
+            if topic not in routes_of:
+                try:
+                    routes = await self._dir.route(topic)
+                except SluiceError:
+                    routes_of[topic] = None
+                else:
+                    routes_of[topic] = sorted(r.broker for r in routes if r.permission.writable) or None
+            brokers = routes_of[topic]
+            if brokers is not None:
+                try:
+                    moved += await self._replace(key, placement, tuple(brokers))
+                except SluiceError as exc:
+                    log.warning("could not move lite subscriptions to the broker the route names now",
+                                extra=kv(client=key[0], group=key[1], topic=topic, error=exc.message))  # fmt: skip
+        return moved
+
+    async def _replace(self, key: tuple[str, str, str], placement: _Placement, brokers: tuple[str, ...]) -> int:
+        """Move `placement`'s lite topics whose broker differs over `brokers`; how many moved."""
+        if brokers == placement.brokers:
+            return 0
+        moves: dict[tuple[str, str], list[str]] = collections.defaultdict(list)  # (from, to) -> names
+        for name in sorted(placement.names):
+            old, new = lite_owner(placement.brokers, name), lite_owner(brokers, name)
+            if old != new:
+                moves[(old, new)].append(name)
+        for (old, new), names in moves.items():
+            await self._move(key, old, new, tuple(names))
+        placement.brokers = brokers
+        return sum(map(len, moves.values()))
+
+    async def _move(self, key: tuple[str, str, str], old: str, new: str, names: tuple[str, ...]) -> None:
+        client_id, group, topic = key
+        held = self._held.get(key, {})
+        add = LiteSync(group, topic, client_id, LiteAction.PARTIAL_ADD, names, quota=self._part_quota(held, new))
+        to: LiteApi = self._dir.broker(new)
+        self._remember(key, new, await to.sync_lite_subscription(add))
+        log.info("lite subscriptions moved to the broker the route names now",
+                 extra=kv(client=client_id, group=group, topic=topic, lite_topics=len(names), broker=new))  # fmt: skip
+        try:
+            frm: LiteApi = self._dir.broker(old)
+            remove = LiteSync(group, topic, client_id, LiteAction.PARTIAL_REMOVE, names)
+            self._remember(key, old, await frm.sync_lite_subscription(remove))
+        except SluiceError as exc:  # the added part counts; the old broker no longer gets these names' messages
+            log.debug("could not drop moved lite subscriptions", extra=kv(broker=old, error=exc.message))
 
     def _part_quota(self, held: dict[str, int], broker: str) -> int:
         """How many lite topics a PARTIAL_ADD may leave the client holding on `broker`: the quota
@@ -143,5 +235,9 @@ class LiteRouter:
                 await self.poll_once()
             except Exception:
                 log.exception("lite removal poll failed")
+            try:
+                await self.replace_moved()
+            except Exception:
+                log.exception("moving lite subscriptions failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._poll_s)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from common.errors import Forbidden
@@ -124,5 +124,10 @@ def lite_broker(topic: str, routes: list[BrokerRoute], lite_topic: str) -> str:
     brokers = sorted(r.broker for r in routes if r.permission.writable)
     if not brokers:
         raise Forbidden(f"topic {topic} has no writable queue")
+    return lite_owner(brokers, lite_topic)
+
+
+def lite_owner(brokers: Sequence[str], lite_topic: str) -> str:
+    """`lite_broker` over these writable brokers (sorted, at least one)."""
     digest = hashlib.blake2b(lite_topic.encode(), digest_size=8).digest()
     return brokers[int.from_bytes(digest, "big") % len(brokers)]

@@ -1,0 +1,135 @@
+"""LiteRouter: a client's lite subscriptions follow the bind topic's route when it grows after the
+client subscribed (a topic just created, its second broker registering it a moment later), so the
+subscriptions sit where producers now send each lite topic's messages (routing.lite_broker).
+
+The brokers here are recorders of the syncs they get: what is under test is the router's placement,
+not a broker's subscription store (tests/contract/test_lite_contract.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from broker.client.api import LiteAction, LiteSync
+from common.errors import Unavailable
+from common.model import MessageType, Permission
+from proxy.core.lite import LiteRouter
+from proxy.core.routing import lite_broker
+from proxy.directory import BrokerRoute
+
+TOPIC = "bind"
+
+
+class Recorder:
+    """A broker's lite subscriptions as plain sets, and every sync it was sent."""
+
+    def __init__(self) -> None:
+        self.held: dict[tuple[str, str], set[str]] = {}
+        self.syncs: list[LiteSync] = []
+        self.down = False
+
+    async def sync_lite_subscription(self, sync: LiteSync) -> int:
+        if self.down:
+            raise Unavailable("broker down")
+        self.syncs.append(sync)
+        names = self.held.setdefault((sync.group, sync.client_id), set())
+        if sync.action is LiteAction.PARTIAL_ADD:
+            names |= set(sync.lite_topics)
+        elif sync.action is LiteAction.PARTIAL_REMOVE:
+            names -= set(sync.lite_topics)
+        elif sync.action is LiteAction.COMPLETE_ADD:
+            names.clear()
+            names |= set(sync.lite_topics)
+        else:
+            names.clear()
+        return len(names)
+
+
+class Directory:
+    def __init__(self, *brokers: str) -> None:
+        self.brokers = {b: Recorder() for b in ("a", "b", "c")}
+        self.routes = [self.route_of(b) for b in brokers]
+
+    @staticmethod
+    def route_of(broker: str) -> BrokerRoute:
+        return BrokerRoute(broker, 1, Permission.READ_WRITE, frozenset({MessageType.LITE}))
+
+    async def route(self, topic: str) -> list[BrokerRoute]:
+        return list(self.routes)
+
+    def broker(self, name: str) -> Recorder:
+        return self.brokers[name]
+
+    def where(self, client: str) -> dict[str, set[str]]:
+        return {b: set(r.held.get(("g", client), set())) for b, r in self.brokers.items() if r.held.get(("g", client))}
+
+
+NAMES = tuple(f"lite-{i}" for i in range(12))
+
+
+def owners(directory: Directory, names: tuple[str, ...]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for name in names:
+        out.setdefault(lite_broker(TOPIC, directory.routes, name), set()).add(name)
+    return out
+
+
+def router(directory: Directory) -> LiteRouter:
+    return LiteRouter(directory, quota=100, poll_ms=1000, clients_max=16)  # type: ignore[arg-type]
+
+
+def test_subscriptions_move_to_the_broker_a_grown_route_names() -> None:
+    async def run() -> None:
+        d = Directory("a")
+        r = router(d)
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.COMPLETE_ADD, NAMES))
+        assert d.where("c1") == {"a": set(NAMES)}
+        assert await r.replace_moved() == 0  # the route is the same: nothing sent
+        sent = len(d.brokers["a"].syncs)
+
+        d.routes.append(d.route_of("b"))  # the topic's second broker registered it
+        moved = await r.replace_moved()
+        want = owners(d, NAMES)
+        assert set(want) == {"a", "b"}, "the names must spread over both brokers for this test"
+        assert moved == len(want["b"])
+        assert d.where("c1") == want
+        assert [s.action for s in d.brokers["b"].syncs] == [LiteAction.PARTIAL_ADD]
+        assert [s.action for s in d.brokers["a"].syncs[sent:]] == [LiteAction.PARTIAL_REMOVE]
+        assert await r.replace_moved() == 0  # placed over the new route now
+
+    asyncio.run(run())
+
+
+def test_a_partial_add_after_the_route_grew_moves_what_the_client_held_first() -> None:
+    async def run() -> None:
+        d = Directory("a")
+        r = router(d)
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_ADD, NAMES[:6]))
+        d.routes.append(d.route_of("b"))
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_ADD, NAMES[6:]))
+        assert d.where("c1") == owners(d, NAMES)
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_REMOVE, NAMES[:3]))
+        assert d.where("c1") == owners(d, NAMES[3:])
+        assert await r.replace_moved() == 0
+
+    asyncio.run(run())
+
+
+def test_a_failed_move_is_tried_again_and_a_removed_client_is_forgotten() -> None:
+    async def run() -> None:
+        d = Directory("a")
+        r = router(d)
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.COMPLETE_ADD, NAMES))
+        d.routes.append(d.route_of("b"))
+        d.brokers["b"].down = True
+        assert await r.replace_moved() == 0
+        assert d.where("c1") == {"a": set(NAMES)}  # nothing lost while the new broker is down
+        d.brokers["b"].down = False
+        assert await r.replace_moved() == len(owners(d, NAMES)["b"])
+        assert d.where("c1") == owners(d, NAMES)
+
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.COMPLETE_REMOVE, ()))
+        d.routes.append(d.route_of("c"))
+        assert await r.replace_moved() == 0  # it holds nothing: nothing to move
+        assert d.where("c1") == {}
+
+    asyncio.run(run())
