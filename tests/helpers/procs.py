@@ -120,8 +120,23 @@ class ChildProcess:
         return "\n".join(self.output().splitlines()[-lines:])
 
     def signal(self, sig: signal.Signals) -> None:
+        """Send `sig`; a SIGSTOP returns once the process is stopped (the kernel stops it when it is
+        next scheduled: a request sent right after `kill` could otherwise still be answered)."""
         if self.running():
             os.kill(self.pid, sig)
+            if sig == signal.SIGSTOP:
+                self._wait_stopped()
+
+    def _wait_stopped(self, timeout_s: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                stat = Path(f"/proc/{self.pid}/stat").read_text()
+            except OSError:
+                return  # gone, or no /proc: nothing to wait for
+            if stat[stat.rindex(")") + 2] in "Tt":  # the state field follows the command's ")"
+                return
+            time.sleep(0.005)
 
     def stop(self, timeout_s: float = DEFAULT_STOP_TIMEOUT_S) -> int:
         """SIGTERM, wait up to `timeout_s`, then SIGKILL; returns the exit code (negative if killed)."""
