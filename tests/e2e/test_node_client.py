@@ -199,7 +199,7 @@ def test_node_client_lite_push_consumer_and_priority(cluster: Cluster, unique: C
 
 
 LITE_TOPIC_QUOTA_EXCEEDED = 42901
-EXPIRY_WAIT_S = 30.0  # bounded; expiry after 2 s, swept every second
+EXPIRY_WAIT_S = 30.0  # bounded; expiry after 4 s, swept every second
 
 
 def lite_topic(cluster: Cluster, name: str, *extra: str) -> str:
@@ -239,7 +239,7 @@ def test_node_client_lite_quotas(cluster: Cluster, unique: Callable[[str], str],
 
 
 def test_node_client_lite_expiry(cluster: Cluster, unique: Callable[[str], str], node: str) -> None:
-    """A lite topic the Node.js LitePushConsumer subscribed to expires (2 s without a message): the
+    """A lite topic the Node.js LitePushConsumer subscribed to expires (4 s without a message): the
     server removes it with its subscription and sends NotifyUnsubscribeLiteCommand on the client's
     Telemetry stream (checked with raw requests in test_lite_topics.py), and the client keeps working.
 
@@ -248,7 +248,7 @@ def test_node_client_lite_expiry(cluster: Cluster, unique: Callable[[str], str],
     commands only; a NOTIFY_UNSUBSCRIBE_LITE_COMMAND goes to its default branch ("Receive
     unrecognized command"), so LitePushConsumerImpl.onNotifyUnsubscribeLiteCommand is never called
     and the expired name stays in getLiteTopicSet() (recorded as `liteTopicSetAfter`)."""
-    topic = lite_topic(cluster, unique("t"), "--lite-expiration", "2s")
+    topic = lite_topic(cluster, unique("t"), "--lite-expiration", "4s")  # 4 s: room for the admin call below
     options = {"mode": "expiry", "endpoints": cluster.first_proxy, "liteTopic": topic,
                "liteGroup": cluster.create_group(unique("g")), "timeoutMs": 60_000}  # fmt: skip
     with node_script(node, "lite_limits.js", options) as proc:

@@ -10,7 +10,7 @@
 //   q0..q7 one by one and a producer sends to new lite topics n0..n7; each outcome is recorded
 //   ({name, ok, code, exception}): beyond the bind topic's quota the server refuses with
 //   LITE_TOPIC_QUOTA_EXCEEDED (42901).
-// - "expiry": the bind topic expires lite topics after 2 s without a message. The consumer subscribes
+// - "expiry": the bind topic expires lite topics after 4 s without a message. The consumer subscribes
 //   to "short-lived", prints {"stage": "ready", "clientId": ...} and waits for a line on stdin (the
 //   test waits for the server to remove the lite topic and notify the client), records its lite
 //   topic set, then subscribes to "next" and receives a message there.
