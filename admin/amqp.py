@@ -20,7 +20,7 @@ from admin.output import Report, format_time_ms
 from broker.client.api import ConnectedClient
 from common.errors import NotFound, Unavailable
 from common.security import Effect, SecurityDoc
-from proxy.amqp.meta import AMQP_CLIENT_TYPE, BUILTIN_EXCHANGES, DEFAULT_VHOST, MetaDoc, QueueMeta, decode
+from proxy.amqp.meta import AMQP_CLIENT_TYPE, BUILTIN_EXCHANGES, DEFAULT_VHOST, MetaDoc, QueueMeta, decode, queue_counts
 
 EXCHANGE_COLUMNS = ["vhost", "name", "type", "durable", "auto_delete", "internal", "arguments"]
 QUEUE_COLUMNS = ["vhost", "name", "ready", "unacked", "consumers", "ready_bytes", "durable", "exclusive",
@@ -83,9 +83,8 @@ async def _counts(cluster: Cluster, address: str, q: QueueMeta) -> tuple[int, in
         status = await cluster.broker(q.broker, address).group_status(q.group, [q.topic], ready_bytes=limited)
     except NotFound:
         return None
-    mine = [s for s in status.queues if s.topic == q.topic]
-    size = sum(s.ready_bytes for s in mine) if limited else None
-    return sum(s.ready for s in mine), sum(s.in_flight - s.due for s in mine), size
+    ready, unacked, size = queue_counts(status, q)
+    return ready, unacked, size if limited else None
 
 
 async def consumer_counts(cluster: Cluster, vhost: str | None) -> dict[tuple[str, str], int]:

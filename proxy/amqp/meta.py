@@ -12,9 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.errors import StoreCorrupted
+
+if TYPE_CHECKING:
+    from broker.client.api import GroupStatus
 
 DIRECT, FANOUT, TOPIC, HEADERS = "direct", "fanout", "topic", "headers"
 EXCHANGE_TYPES = (DIRECT, FANOUT, TOPIC, HEADERS)
@@ -140,6 +143,13 @@ class QueueMeta:
     @property
     def group(self) -> str:
         return f"AMQP_G{self.id}"
+
+
+def queue_counts(status: GroupStatus, q: QueueMeta) -> tuple[int, int, int]:
+    """(ready, unacknowledged, ready body bytes) of the queue from its group's status: the sums over
+    its topic's queues (the bytes are 0 unless the status was asked for them)."""
+    mine = [s for s in status.queues if s.topic == q.topic]
+    return sum(s.ready for s in mine), sum(s.in_flight - s.due for s in mine), sum(s.ready_bytes for s in mine)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from broker.client.api import (
 from common import record
 from common.errors import NotFound
 from common.model import SYSPROP_PRIORITY, MessageType
-from proxy.amqp.meta import QueueMeta
+from proxy.amqp.meta import QueueMeta, queue_counts
 from proxy.amqp.queuemetrics import QueueMetrics
 from proxy.amqp.routing import decode_properties
 
@@ -181,16 +181,15 @@ class QueueStore:
 
     async def depth(self, q: QueueMeta) -> tuple[int, int]:
         """What `counts` answers, without creating the topic and group (NotFound when missing)."""
-        status = await self._broker(q.broker).group_status(q.group, [q.topic])
-        mine = [s for s in status.queues if s.topic == q.topic]
-        return sum(s.ready for s in mine), sum(s.in_flight - s.due for s in mine)
+        ready, unacked, _ = queue_counts(await self._broker(q.broker).group_status(q.group, [q.topic]), q)
+        return ready, unacked
 
     async def ready(self, q: QueueMeta) -> tuple[int, int]:
         """(messages, body bytes) ready in the queue, exactly (what x-max-length-bytes limits)."""
         await self.ensure(q)
         status = await self._broker(q.broker).group_status(q.group, [q.topic], ready_bytes=True)
-        mine = [s for s in status.queues if s.topic == q.topic]
-        return sum(s.ready for s in mine), sum(s.ready_bytes for s in mine)
+        ready, _, size = queue_counts(status, q)
+        return ready, size
 
     async def purge(self, q: QueueMeta) -> int:
         """Drop the queue's ready messages; how many there were."""
