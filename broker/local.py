@@ -19,7 +19,6 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
-from operator import attrgetter
 from typing import TYPE_CHECKING, cast
 
 from broker import priority
@@ -539,7 +538,7 @@ class LocalBroker:
         # `received` gives each message type as a MessageType
         spec = await self.ensure_topic(topic, cast(MessageType, messages[0].message_type) if messages else None)
         producer, dedup = self._running().producer, self._dedup
-        if dedup is not None and any(map(FLAG_DEDUP.__and__, map(_FLAGS, messages))):
+        if dedup is not None and any(m.flags & FLAG_DEDUP for m in messages):
             results = await dedup.send(topic, messages, lambda fresh: producer.send(spec, queue_id, fresh, ctx))
         else:
             results = await producer.send(spec, queue_id, messages, ctx)
@@ -869,7 +868,6 @@ class LocalBroker:
 
 # Message types whose send also writes consumer state (the timer index, the half-message index).
 _INDEXED_TYPES = frozenset({MessageType.DELAY, MessageType.TRANSACTION})
-_FLAGS = attrgetter("flags")
 UNDECIDED_TYPES: frozenset[MessageType] = frozenset(MessageType)  # an auto-created topic before its first message
 
 

@@ -321,8 +321,7 @@ def received(records: Sequence[bytes], topic: str, queue_id: int, store_host: st
     n_topic, n_shost = len(topic_b), len(host_b)
     if n_topic > MAX_U16 or n_shost > MAX_U16:
         raise _texts_too_long((topic_b, b"", b"", b"", b"", host_b))
-    if not 0 <= queue_id <= 0xFFFFFFFF:
-        raise BadRequest(f"queue id {queue_id} is out of range")
+    _queue_id(queue_id)  # BadRequest when out of range
     grow = n_topic + n_shost
     out: list[MessageRecord] = []
     unpack, pack, types = _HEADER.unpack_from, _HEADER.pack, _MESSAGE_TYPES
