@@ -26,7 +26,7 @@ from common.errors import (
     MessageTypeConflict,
     SluiceError,
 )
-from common.model import COLUMNS_MIN, MessageType, TopicInfo
+from common.model import COLUMNS_MIN, MESSAGE_TYPES, MessageType, TopicInfo
 from common.record import MessageRecord
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -113,7 +113,7 @@ def validate_message(msg: MessageRecord, topic: TopicInfo, limits: LimitsConfig)
     group = msg.message_group
     if msg.message_type is MessageType.FIFO and group and not (_group_ok(group, limits) and _printable(group)):
         group = ""  # present but unusable: as missing
-    mtype = _TYPES.get(msg.message_type)
+    mtype = MESSAGE_TYPES.get(msg.message_type)
     if mtype is None:
         raise BadRequest(f"unknown message type {msg.message_type}")
     error = _type_error(mtype, bool(group), msg.delivery_timestamp_ms, topic, limits)
@@ -130,7 +130,7 @@ def _validate_properties(properties: dict[str, str], limits: LimitsConfig) -> No
         for k in properties:
             if not k or not _printable(k):
                 raise IllegalMessagePropertyKey(f"user property key {k[:64]!r} is empty or not printable")
-    size = len("".join(properties).encode()) + len("".join(properties.values()).encode())  # _properties_bytes
+    size = _properties_bytes((properties,))
     if size > limits.max_properties_bytes:
         raise MessagePropertiesTooLarge(
             f"user properties take {size} bytes; at most {limits.max_properties_bytes} are allowed"
@@ -142,7 +142,6 @@ _BODY, _ID, _TAG, _GROUP, _KEYS, _PROPS, _TYPE, _DELIVERY = (
                             "delivery_timestamp_ms")
 )  # fmt: skip
 _PLAIN_TYPES = frozenset((MessageType.NORMAL, MessageType.FIFO))
-_TYPES = {int(t): t for t in MessageType}  # a record's message type (an int, or a MessageType) as a MessageType
 
 
 def plainly_valid(

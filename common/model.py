@@ -30,6 +30,9 @@ class MessageType(IntEnum):
             raise ValueError(f"unknown message type {text!r}; use one of {allowed}") from None
 
 
+# A stored or wire type number as its MessageType (`.get`: None for a number no type has).
+MESSAGE_TYPES: dict[int, MessageType] = {int(t): t for t in MessageType}
+
 # The types a topic may mix ("mixed" topics, auto-created topics). LITE and PRIORITY topics accept
 # only their own type: their messages are stored in queues of their own (lite topics, levels).
 ALL_MESSAGE_TYPES: frozenset[MessageType] = frozenset(

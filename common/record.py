@@ -75,7 +75,7 @@ except ImportError:  # pragma: no cover - isal is a declared dependency; zlib gi
     from zlib import crc32
 
 from common.errors import BadRequest, IllegalMessageTag, MessageCorrupted
-from common.model import COLUMNS_MIN, MessageType, require_field_order
+from common.model import COLUMNS_MIN, MESSAGE_TYPES, require_field_order
 
 MAGIC = 0x43554C53
 VERSION = 1
@@ -125,7 +125,6 @@ OFF_GROUP_SIZE = OFFSETS["message_group_size"]
 OFF_MID_SIZE = OFFSETS["message_id_size"]  # then tag_size
 OFF_BODY_SIZE = OFFSETS["body_size"]
 _NO_MAP: Mapping[str, str] = MappingProxyType({})
-_MESSAGE_TYPES = {int(t): t for t in MessageType}
 
 
 @dataclass(slots=True)
@@ -324,7 +323,7 @@ def received(records: Sequence[bytes], topic: str, queue_id: int, store_host: st
     _queue_id(queue_id)  # BadRequest when out of range
     grow = n_topic + n_shost
     out: list[MessageRecord] = []
-    unpack, pack, types = _HEADER.unpack_from, _HEADER.pack, _MESSAGE_TYPES
+    unpack, pack, types = _HEADER.unpack_from, _HEADER.pack, MESSAGE_TYPES
     for data in records:
         if type(data) is not bytes:
             data = bytes(data)
@@ -387,7 +386,7 @@ def _refused(i: int, data: bytes) -> MessageCorrupted:
         return MessageCorrupted(f"message #{i} of the send: {exc.message}")
     if h[0] != len(data):
         return MessageCorrupted(f"message #{i} of the send declares size {h[0]} but carries {len(data)} bytes")
-    if h[4] not in _MESSAGE_TYPES:
+    if h[4] not in MESSAGE_TYPES:
         return MessageCorrupted(f"message #{i} of the send has unknown message type {h[4]}")
     return MessageCorrupted(f"message #{i} of the send carries a topic, store host, queue, offset, store time or "
                             "delivery attempt: the broker writes those")  # fmt: skip

@@ -19,7 +19,7 @@ from enum import Enum, IntEnum
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from common.errors import SluiceError
-from common.model import MessageType, Permission
+from common.model import MESSAGE_TYPES, MessageType, Permission
 from common.record import FLAG_BODY_GZIP, MessageRecord
 
 # -- the call ------------------------------------------------------------------------------------
@@ -167,9 +167,6 @@ class SendResult(NamedTuple):
     recall_handle: str = ""
 
 
-_TYPES = {int(t): t for t in MessageType}  # stored type number -> type; unknown numbers are NORMAL
-
-
 class StoredMessage:
     """A message as a consumer gets it: its stored record, decoded once (`record`; its fields are
     read through, never copied), and what this delivery adds: the attempt (1 on first delivery),
@@ -211,7 +208,7 @@ class StoredMessage:
 
     @property
     def message_type(self) -> MessageType:
-        return _TYPES.get(self.record.message_type, MessageType.NORMAL)
+        return MESSAGE_TYPES.get(self.record.message_type, MessageType.NORMAL)  # unknown numbers: NORMAL
 
     @property
     def tag(self) -> str | None:

@@ -63,7 +63,7 @@ from broker.client.api import (
     TransactionSource,
 )
 from common.errors import BadRequest, error_for_code
-from common.model import MessageType, Permission
+from common.model import MESSAGE_TYPES, MessageType, Permission
 from common.record import decode, stored_bytes
 from proto.rpc import wire_error
 from proto.sluice.internal.v1 import broker_pb2 as pb
@@ -75,7 +75,6 @@ E = TypeVar("E", bound=Enum)
 # plus properties and headers stays below this.
 MAX_MESSAGE_BYTES = 130 * 1024 * 1024
 
-_MESSAGE_TYPES: dict[int, MessageType] = {int(t): t for t in MessageType}
 _PERMISSIONS: dict[int, Permission] = {int(p): p for p in Permission}
 
 # api enum -> wire number; the reverse tables also map 0 (UNSPECIFIED) to the dataclass default.
@@ -111,7 +110,7 @@ def _lookup(table: Mapping[Any, E], value: int, what: str) -> E:
 
 
 def message_types_from_pb(values: Iterable[int]) -> frozenset[MessageType]:
-    return frozenset(_lookup(_MESSAGE_TYPES, v, "message type") for v in values)
+    return frozenset(_lookup(MESSAGE_TYPES, v, "message type") for v in values)
 
 
 def message_types_to_pb(types: Iterable[MessageType]) -> list[int]:
