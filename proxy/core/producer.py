@@ -64,10 +64,6 @@ class ProducerService:
     async def send(self, ctx: CallContext, items: list[tuple[str, bytes]]) -> list[SendOutcome]:
         """Store messages given as (cluster-wide topic, record by `common.record.outgoing`);
         outcomes in request order."""
-        if len(items) == 1:  # a client's usual send: one message, on a queue of its own choosing unless grouped
-            topic, data = items[0]
-            if data[_TYPE_AT] != MessageType.LITE and record.peek_group(data) is None:
-                return await self._send_one_queue(ctx, topic, [data])
         records = list(map(_RECORD, items))
         topic = items[0][0]
         groups = list(map(record.peek_group, records))
