@@ -43,7 +43,7 @@ from broker.client.api import (
 from common.errors import Forbidden, LiteSubscriptionQuotaExceeded, SluiceError
 from common.logs import kv
 from proxy.core.gather import pop_anywhere
-from proxy.core.routing import lite_broker, lite_owner
+from proxy.core.routing import lite_owner, writable_brokers
 from proxy.directory import BrokerDirectory
 
 log = logging.getLogger("sluice.proxy.lite")
@@ -78,12 +78,12 @@ class LiteRouter:
                 f"{len(set(sync.lite_topics))} lite topics asked for; a client may subscribe to {self._quota}"
             )
         routes = await self._dir.route(sync.topic)
-        brokers = sorted(r.broker for r in routes if r.permission.writable)
+        brokers = writable_brokers(routes)
         if not brokers:
             raise Forbidden(f"topic {sync.topic} has no writable queue")
         parts: dict[str, list[str]] = {b: [] for b in brokers}
         for name in sync.lite_topics:
-            parts[lite_broker(sync.topic, routes, name)].append(name)
+            parts[lite_owner(brokers, name)].append(name)
         key = (sync.client_id, sync.group, sync.topic)
         placement = self._placed.get(key)
         if placement is not None and sync.action in (LiteAction.PARTIAL_ADD, LiteAction.PARTIAL_REMOVE):
@@ -129,7 +129,7 @@ class LiteRouter:
                 except SluiceError:
                     routes_of[topic] = None
                 else:
-                    routes_of[topic] = sorted(r.broker for r in routes if r.permission.writable) or None
+                    routes_of[topic] = writable_brokers(routes) or None
             brokers = routes_of[topic]
             if brokers is not None:
                 try:

@@ -121,10 +121,15 @@ class QueueSelector:
 def lite_broker(topic: str, routes: list[BrokerRoute], lite_topic: str) -> str:
     """The broker that holds a lite topic: a hash of its name over the bind topic's writable brokers,
     so its messages form one ordered queue and its subscriptions go to the same broker."""
-    brokers = sorted(r.broker for r in routes if r.permission.writable)
+    brokers = writable_brokers(routes)
     if not brokers:
         raise Forbidden(f"topic {topic} has no writable queue")
     return lite_owner(brokers, lite_topic)
+
+
+def writable_brokers(routes: Sequence[BrokerRoute]) -> list[str]:
+    """The route's brokers that take sends, sorted (what `lite_owner` hashes over)."""
+    return sorted(r.broker for r in routes if r.permission.writable)
 
 
 def lite_owner(brokers: Sequence[str], lite_topic: str) -> str:
