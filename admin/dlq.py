@@ -123,6 +123,17 @@ async def list_dead_letter_groups(cluster: Cluster) -> Report:
                   note=f"{len(rows)} group(s) with dead letters; `dlq list GROUP` shows them")  # fmt: skip
 
 
+async def dead_letter_count(cluster: Cluster, group: str) -> int:
+    """Messages stored in the group's dead-letter topic `%DLQ%<group>` (0 when it has none: the
+    topic is created with the first dead letter). Asks for the route, not the topic list: a cached
+    list (the console keeps one for a second) can predate the first dead letter, and a missing
+    topic's answer is never cached."""
+    try:
+        return await _stored(cluster, dlq_topic(group))
+    except TopicNotFound:
+        return 0
+
+
 async def _stored(cluster: Cluster, topic: str) -> int:
     """Messages `topic` holds now, on every broker of its route."""
     route = await cluster.route(topic)

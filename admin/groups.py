@@ -11,11 +11,11 @@ from typing import Any
 
 from admin.clients import connected_clients
 from admin.cluster import Cluster
+from admin.dlq import dead_letter_count
 from admin.output import Report, format_time_ms
 from broker.client.api import BackoffKind, ConsumeFrom, GroupInfo, GroupSpec, GroupStatus, RetryPolicy
 from broker.client.remote import RemoteBroker
-from common.errors import ConsumerGroupNotFound, TopicNotFound
-from common.model import dlq_topic
+from common.errors import ConsumerGroupNotFound
 
 GROUP_COLUMNS = ["group", "fifo", "max_attempts", "retry_policy", "consume_from", "brokers"]
 
@@ -109,21 +109,6 @@ async def describe_group(cluster: Cluster, name: str) -> Report:
         note=f"group {name}: lag {lag}, in flight {in_flight}, retrying {retrying}, dead letters {dead_letters}, "
         f"on {len(found)} broker(s)",
     )
-
-
-async def dead_letter_count(cluster: Cluster, group: str) -> int:
-    """Messages stored in the group's dead-letter topic `%DLQ%<group>` (0 when it has none: the
-    topic is created with the first dead letter)."""
-    name = dlq_topic(group)
-    if name not in {t.name for t in await cluster.topics()}:
-        return 0
-    try:
-        route = await cluster.route(name)
-    except TopicNotFound:  # deleted since the topic list was read
-        return 0
-    statuses = await cluster.on_each([(b.broker_name, b.address) for b in route.brokers],
-                                     lambda b: b.topic_status(name))  # fmt: skip
-    return sum(q.max_offset - q.min_offset for s in statuses for q in s.queues)
 
 
 async def delete_group(cluster: Cluster, name: str) -> Report:
