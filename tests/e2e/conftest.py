@@ -35,6 +35,7 @@ def _guard(when: str) -> None:
 
 _guard("while loading tests/e2e/conftest.py")
 
+from tests.e2e.support.clients import bind_client_loop  # noqa: E402
 from tests.e2e.support.cluster import Cluster, start_merged, start_separated  # noqa: E402
 
 
@@ -81,6 +82,13 @@ def _no_sluice_protos() -> Iterator[None]:
     _guard("before a test")
     yield
     _guard("after a test")
+
+
+@pytest.fixture(autouse=True)
+def _client_loop_bound() -> None:
+    """Tests that build an official client themselves get `start()`'s loop binding too (an earlier
+    test's `asyncio.run` leaves this thread without a current event loop)."""
+    bind_client_loop()
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,8 @@ puts them into Duration.seconds).
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,6 +23,7 @@ from rocketmq import (
     PushConsumer,
     SimpleConsumer,
 )
+from rocketmq.v5.client.connection.rpc_client import RpcClient
 
 REQUEST_TIMEOUT_S = 3
 # Short: the Python SimpleConsumer picks a queue at random for each receive, so with two brokers
@@ -31,6 +34,27 @@ INVISIBLE_S = 60
 RECEIVE_TIMEOUT_S = 30.0
 
 
+def bind_client_loop() -> None:
+    """Make the client's I/O loop the main thread's current event loop, as the client itself does
+    when it opens a channel from this thread.
+
+    The client opens a telemetry stream in whichever thread handles its first route answer. That
+    is its I/O thread, unless the answer is in before the callback is attached: then it is the
+    calling thread, on a channel the I/O thread already opened, and grpc.aio asks that thread for
+    its event loop. After an `asyncio.run` in this thread (the AMQP and Spark tests use it) there
+    is none: the stream fails ("There is no current event loop in thread 'MainThread'") and the
+    producer's first send finds no route. A race of the client's, not of the server's.
+    """
+    loop = RpcClient.get_channel_io_loop()
+    if loop is not None and threading.current_thread() is threading.main_thread():
+        asyncio.set_event_loop(loop)
+
+
+def start(client: Producer | SimpleConsumer | PushConsumer) -> None:
+    bind_client_loop()
+    client.startup()
+
+
 def configuration(endpoints: str, namespace: str = "") -> ClientConfiguration:
     return ClientConfiguration(endpoints, Credentials(), namespace=namespace, request_timeout=REQUEST_TIMEOUT_S)
 
@@ -38,7 +62,7 @@ def configuration(endpoints: str, namespace: str = "") -> ClientConfiguration:
 @contextmanager
 def producer(endpoints: str, *topics: str, namespace: str = "") -> Iterator[Producer]:
     client = Producer(configuration(endpoints, namespace), topics or None)
-    client.startup()
+    start(client)
     try:
         yield client
     finally:
@@ -51,7 +75,7 @@ def simple_consumer(
     await_duration_s: int = AWAIT_DURATION_S,
 ) -> Iterator[SimpleConsumer]:  # fmt: skip
     client = SimpleConsumer(configuration(endpoints, namespace), group, subscription, await_duration=await_duration_s)
-    client.startup()
+    start(client)
     try:
         yield client
     finally:
@@ -77,7 +101,7 @@ def push_consumer(
 ) -> Iterator[PushConsumer]:  # fmt: skip
     client = PushConsumer(configuration(endpoints), group, listener, subscription,
                           consumption_thread_count=consumption_threads)  # fmt: skip
-    client.startup()
+    start(client)
     try:
         yield client
     finally:
