@@ -33,6 +33,12 @@ from broker.client.api import FilterSpec, StoredMessage
 from common import record
 from common.errors import BadRequest, MessageNotFound, NotFound, TopicNotFound
 from common.model import DLQ_PREFIX, MessageType, dlq_topic, validate_group_name, validate_topic_name
+from common.record import (
+    SYSPROP_DLQ_ATTEMPTS,
+    SYSPROP_DLQ_ORIGIN_OFFSET,
+    SYSPROP_DLQ_ORIGIN_QUEUE,
+    SYSPROP_DLQ_ORIGIN_TOPIC,
+)
 
 DLQ_READ_MAX = 10_000  # dead letters read per list (a console page shows a slice of them)
 _PULL_BATCH = 256
@@ -40,12 +46,6 @@ _PULL_BATCH = 256
 # offset of it is stored.
 BROWSE_GROUP = "sluice-admin-dlq-browse"
 RESENT_FROM_PROPERTY = "SLUICE_RESENT_FROM"
-ORIGIN_TOPIC, ORIGIN_QUEUE, ORIGIN_OFFSET, ATTEMPTS = (
-    "DLQ_ORIGIN_TOPIC",
-    "DLQ_ORIGIN_QUEUE_ID",
-    "DLQ_ORIGIN_QUEUE_OFFSET",
-    "DLQ_DELIVERY_ATTEMPTS",
-)
 DLQ_COLUMNS = ["message_id", "origin_topic", "origin_queue", "origin_offset", "attempts", "dead_lettered", "tag",
                "keys", "bytes", "body"]  # fmt: skip
 
@@ -57,16 +57,16 @@ class DeadLetter:
 
     @property
     def origin_topic(self) -> str:
-        return self.message.system_properties.get(ORIGIN_TOPIC, "")
+        return self.message.system_properties.get(SYSPROP_DLQ_ORIGIN_TOPIC, "")
 
     def to_row(self) -> dict[str, Any]:
         m, sys = self.message, self.message.system_properties
         return {
             "message_id": m.message_id,
             "origin_topic": self.origin_topic,
-            "origin_queue": _int(sys.get(ORIGIN_QUEUE)),
-            "origin_offset": _int(sys.get(ORIGIN_OFFSET)),
-            "attempts": _int(sys.get(ATTEMPTS)),
+            "origin_queue": _int(sys.get(SYSPROP_DLQ_ORIGIN_QUEUE)),
+            "origin_offset": _int(sys.get(SYSPROP_DLQ_ORIGIN_OFFSET)),
+            "attempts": _int(sys.get(SYSPROP_DLQ_ATTEMPTS)),
             "dead_lettered": format_time_ms(m.store_timestamp_ms),
             "tag": m.tag,
             "keys": list(m.keys),

@@ -105,7 +105,16 @@ from common.model import (
     validate_group_name,
     validate_topic_name,
 )
-from common.record import FLAG_DEDUP, MessageRecord, copy_to_store, received
+from common.record import (
+    FLAG_DEDUP,
+    SYSPROP_DLQ_ATTEMPTS,
+    SYSPROP_DLQ_ORIGIN_OFFSET,
+    SYSPROP_DLQ_ORIGIN_QUEUE,
+    SYSPROP_DLQ_ORIGIN_TOPIC,
+    MessageRecord,
+    copy_to_store,
+    received,
+)
 from common.version import sluice_version
 
 if TYPE_CHECKING:  # the tiering core loads pyarrow: only a broker that tiers imports it (BrokerTiering)
@@ -561,8 +570,8 @@ class LocalBroker:
             await self._topics_changed()
         sysprops = dict(rec.system_properties)
         sysprops.update({
-            "DLQ_ORIGIN_TOPIC": rec.topic, "DLQ_ORIGIN_QUEUE_ID": str(rec.queue_id),
-            "DLQ_ORIGIN_QUEUE_OFFSET": str(rec.queue_offset), "DLQ_DELIVERY_ATTEMPTS": str(attempts),
+            SYSPROP_DLQ_ORIGIN_TOPIC: rec.topic, SYSPROP_DLQ_ORIGIN_QUEUE: str(rec.queue_id),
+            SYSPROP_DLQ_ORIGIN_OFFSET: str(rec.queue_offset), SYSPROP_DLQ_ATTEMPTS: str(attempts),
         })  # fmt: skip
         copy = copy_to_store(rec, name, 0, sysprops, store_host=self.config.advertised_address, delivery_timestamp_ms=0)
         (stored,) = await self.store.append([copy])

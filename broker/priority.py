@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from broker.client.api import TopicSpec
 from common.errors import BadRequest, MessageTypeConflict
-from common.model import SYSPROP_PRIORITY, MessageType
-from common.record import MessageRecord
+from common.model import MessageType
+from common.record import SYSPROP_PRIORITY, MessageRecord
 
 PRIORITY_QUEUE_BASE = 1 << 16
 MAX_PRIORITY_LIMIT = 99

@@ -39,10 +39,6 @@ ALL_MESSAGE_TYPES: frozenset[MessageType] = frozenset(
     (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 )
 EXCLUSIVE_TYPES: frozenset[MessageType] = frozenset((MessageType.LITE, MessageType.PRIORITY))
-# System properties a message carries through the broker API (set by the proxy from the wire's
-# `SystemProperties.lite_topic` / `.priority`, stored with the message, delivered back).
-SYSPROP_LITE_TOPIC = "LITE_TOPIC"
-SYSPROP_PRIORITY = "PRIORITY"
 
 # The one "column by column or one by one" threshold: below this many messages, checking a send
 # (broker/messages.py::validate_all) and encoding records the store writes itself (timer copies,

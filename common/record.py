@@ -33,7 +33,8 @@ writer assigns are adjacent, so sealing is one `pack_into` plus the CRC.
 
 Variable part, in order, all text UTF-8: topic, message id, tag, message group, born host, store
 host (sizes from the header); each key as u16 size + bytes; each user property and then each
-system property as (u16 key size, key, u32 value size, value); finally the body.
+system property as (u16 key size, key, u32 value size, value); finally the body. The system
+properties a record may carry are named once, below (`SYSPROP_*`), beside the header's fields.
 
 The table is the codec's one statement of the header: `HEADER_FIELDS` restates it field by field
 (a unit test holds the two equal) and every struct here is derived from that tuple.
@@ -93,6 +94,25 @@ HEADER_FIELDS: tuple[tuple[str, str], ...] = (
     ("born_host_size", "H"), ("store_host_size", "H"), ("key_count", "H"), ("property_count", "H"),
     ("system_property_count", "H"),
 )  # fmt: skip
+# The system properties a record may carry, by name: the variable part's named fields, stated
+# here once as the header is above. Properties a client sets or sees (the edges map them to and from
+# their protocol):
+SYSPROP_LITE_TOPIC = "LITE_TOPIC"  # a LITE message's lite topic (gRPC SystemProperties.lite_topic)
+SYSPROP_PRIORITY = "PRIORITY"  # a PRIORITY message's level, decimal (SystemProperties.priority)
+SYSPROP_TRACE_CONTEXT = "TRACE_CONTEXT"  # SystemProperties.trace_context, handed back as sent
+SYSPROP_TX_RECOVERY_MS = "TRANSACTION_RECOVERY_MS"  # a half message's orphan-check delay, decimal ms
+# A dead letter's origin (`%DLQ%<group>` records; SystemProperties.dead_letter_queue, `sluice admin dlq`):
+SYSPROP_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+SYSPROP_DLQ_ORIGIN_QUEUE = "DLQ_ORIGIN_QUEUE_ID"
+SYSPROP_DLQ_ORIGIN_OFFSET = "DLQ_ORIGIN_QUEUE_OFFSET"
+SYSPROP_DLQ_ATTEMPTS = "DLQ_DELIVERY_ATTEMPTS"
+# Written and read by the broker alone:
+SYSPROP_TIMER_TARGET_TOPIC = "TIMER_TARGET_TOPIC"  # a pending timer record: where it goes when due
+SYSPROP_TIMER_TARGET_QUEUE = "TIMER_TARGET_QUEUE"
+SYSPROP_TIMER_POSITION = "TIMER_POSITION"  # a due copy: its timer's CommitLog position (crash recovery)
+SYSPROP_TXN_ID = "TXN_ID"  # a half message's transaction id
+SYSPROP_TXN_TOPIC = "TXN_TOPIC"  # a half message's real topic
+
 _NAMES = tuple(name for name, _ in HEADER_FIELDS)
 OFFSETS: dict[str, int] = dict(
     zip(_NAMES, accumulate((struct.calcsize("<" + code) for _, code in HEADER_FIELDS), initial=0), strict=False)

@@ -66,8 +66,8 @@ from common.errors import (
     MessageTypeConflict,
 )
 from common.logs import kv
-from common.model import SYSPROP_LITE_TOPIC, MessageType, TopicInfo, validate_lite_topic_name
-from common.record import MessageRecord
+from common.model import MessageType, TopicInfo, validate_lite_topic_name
+from common.record import SYSPROP_LITE_TOPIC, MessageRecord
 
 log = logging.getLogger("sluice.broker.lite")
 MAX_REMOVALS_PER_CLIENT = 10_000

@@ -26,11 +26,6 @@ TIMER_CFS = (CF_TIMER, CF_TIMER_POS, CF_TIMER_STATE)
 
 # The internal topic the CommitLog keeps pending timer messages under (one queue).
 TIMER_TOPIC = "%SYS_TIMER"
-# System properties of a stored timer message: where it goes when due.
-SYSPROP_TARGET_TOPIC = "TIMER_TARGET_TOPIC"
-SYSPROP_TARGET_QUEUE = "TIMER_TARGET_QUEUE"
-# On the delivered copy: the timer's CommitLog position (finds a copy a crash left behind).
-SYSPROP_TIMER_POSITION = "TIMER_POSITION"
 
 STATE_INFLIGHT = b"inflight"
 STATE_COUNT_PREFIX = b"n:"

@@ -38,7 +38,13 @@ from broker.timer import keys as TK
 from common.clock import SYSTEM_CLOCK, Clock
 from common.errors import BadRequest, IllegalDeliveryTime, MessageCorrupted, NotFound, OffsetNotFound
 from common.logs import kv
-from common.record import MessageRecord, copy_to_store
+from common.record import (
+    SYSPROP_TIMER_POSITION,
+    SYSPROP_TIMER_TARGET_QUEUE,
+    SYSPROP_TIMER_TARGET_TOPIC,
+    MessageRecord,
+    copy_to_store,
+)
 
 log = logging.getLogger("sluice.broker.timer")
 
@@ -124,8 +130,8 @@ class TimerService:
     def timer_record(self, target: MessageRecord) -> MessageRecord:
         """The record kept under the timer topic for a message bound to `target.topic`/`queue_id`."""
         sysprops = dict(target.system_properties)
-        sysprops[TK.SYSPROP_TARGET_TOPIC] = target.topic
-        sysprops[TK.SYSPROP_TARGET_QUEUE] = str(target.queue_id)
+        sysprops[SYSPROP_TIMER_TARGET_TOPIC] = target.topic
+        sysprops[SYSPROP_TIMER_TARGET_QUEUE] = str(target.queue_id)
         target.system_properties = sysprops
         target.topic = TK.TIMER_TOPIC
         target.queue_id = 0
@@ -359,9 +365,9 @@ class TimerService:
             )
             return None
         sysprops = {k: v for k, v in rec.system_properties.items()
-                    if k not in (TK.SYSPROP_TARGET_TOPIC, TK.SYSPROP_TARGET_QUEUE)}  # fmt: skip
-        sysprops[TK.SYSPROP_TIMER_POSITION] = str(due.position)
-        return copy_to_store(rec, due.target, int(rec.system_properties.get(TK.SYSPROP_TARGET_QUEUE, "0")), sysprops)
+                    if k not in (SYSPROP_TIMER_TARGET_TOPIC, SYSPROP_TIMER_TARGET_QUEUE)}  # fmt: skip
+        sysprops[SYSPROP_TIMER_POSITION] = str(due.position)
+        return copy_to_store(rec, due.target, int(rec.system_properties.get(SYSPROP_TIMER_TARGET_QUEUE, "0")), sysprops)
 
     def _drop(self, batch: object, entries: list[tuple[bytes, int, str]]) -> None:
         """Delete timers' keys and write their topics' new counts into `batch` (counts follow in
@@ -414,7 +420,7 @@ class TimerService:
             size, target = TK.parse_timer_value(it.value())
             rec = self._read(position, size)
             if rec is None or any(
-                c.system_properties.get(TK.SYSPROP_TIMER_POSITION) == str(position)
+                c.system_properties.get(SYSPROP_TIMER_POSITION) == str(position)
                 for c in self._store.find_by_id(rec.message_id, target)
             ):
                 done.append((key, position, target))

@@ -43,15 +43,11 @@ from common.errors import (
 )
 from common.logs import kv
 from common.model import MessageType
-from common.record import MessageRecord, copy_to_store
+from common.record import SYSPROP_TX_RECOVERY_MS, SYSPROP_TXN_ID, SYSPROP_TXN_TOPIC, MessageRecord, copy_to_store
 
 log = logging.getLogger("sluice.broker.transaction")
 
 HALF_TOPIC = "%TXN_HALF%"
-SYSPROP_TXN_ID = "TXN_ID"
-SYSPROP_TXN_TOPIC = "TXN_TOPIC"
-# Set by the proxy from the message's `orphaned_transaction_recovery_duration` (proxy/grpc/convert.py).
-SYSPROP_TX_RECOVERY_MS = "TRANSACTION_RECOVERY_MS"
 
 
 class TransactionService:

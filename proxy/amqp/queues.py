@@ -32,7 +32,8 @@ from broker.client.api import (
 )
 from common import record
 from common.errors import NotFound
-from common.model import SYSPROP_PRIORITY, MessageType
+from common.model import MessageType
+from common.record import SYSPROP_PRIORITY
 from proxy.amqp.meta import QueueMeta, queue_counts
 from proxy.amqp.queuemetrics import QueueMetrics
 from proxy.amqp.routing import decode_properties

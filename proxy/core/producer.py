@@ -24,7 +24,8 @@ from common.errors import (
     ProxyTimeout,
     SluiceError,
 )
-from common.model import SYSPROP_LITE_TOPIC, MessageType
+from common.model import MessageType
+from common.record import SYSPROP_LITE_TOPIC
 from proxy.config import SendHealthConfig
 from proxy.core.failover import call_through_failover
 from proxy.core.health import BrokerHealth

@@ -29,11 +29,16 @@ from common.errors import (
 )
 from common.model import (
     DLQ_PREFIX,
-    SYSPROP_LITE_TOPIC,
-    SYSPROP_PRIORITY,
     MessageType,
     validate_group_name,
     validate_topic_name,
+)
+from common.record import (
+    SYSPROP_DLQ_ORIGIN_TOPIC,
+    SYSPROP_LITE_TOPIC,
+    SYSPROP_PRIORITY,
+    SYSPROP_TRACE_CONTEXT,
+    SYSPROP_TX_RECOVERY_MS,
 )
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proxy import names
@@ -49,8 +54,6 @@ _TYPES: dict[int, MessageType] = {
 _TYPES_OR_NORMAL = {**_TYPES, pb.MESSAGE_TYPE_UNSPECIFIED: MessageType.NORMAL}  # what `message_type` accepts
 _DELIVERED_TYPES: dict[int, pb.MessageType] = {int(t): cast(pb.MessageType, int(t)) for t in MessageType}
 _GZIP = record.FLAG_BODY_GZIP
-SYSPROP_TRACE_CONTEXT = "TRACE_CONTEXT"
-SYSPROP_TX_RECOVERY_MS = "TRANSACTION_RECOVERY_MS"
 
 
 def namespace_of(resource: pb.Resource, header_namespace: str) -> str:
@@ -241,7 +244,7 @@ def fill_delivered(out: pb.Message, msg: StoredMessage, namespace: str) -> None:
         level = sysprops.get(SYSPROP_PRIORITY)
         if level is not None and level.isdigit():
             sp.priority = int(level)
-        origin = sysprops.get("DLQ_ORIGIN_TOPIC")
+        origin = sysprops.get(SYSPROP_DLQ_ORIGIN_TOPIC)
         if origin is not None and rec.topic.startswith(DLQ_PREFIX):
             sp.dead_letter_queue.topic = names.unwrap(namespace, origin)
             sp.dead_letter_queue.message_id = rec.message_id

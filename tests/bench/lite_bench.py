@@ -54,8 +54,12 @@ from broker.client.api import (  # noqa: E402
     TopicSpec,
 )
 from broker.client.remote import RemoteBroker  # noqa: E402
-from common.model import SYSPROP_LITE_TOPIC, SYSPROP_PRIORITY, MessageType  # noqa: E402
-from common.record import outgoing  # noqa: E402
+from common.model import MessageType  # noqa: E402
+from common.record import (  # noqa: E402
+    SYSPROP_LITE_TOPIC,
+    SYSPROP_PRIORITY,
+    outgoing,
+)
 from tests.helpers.broker_fixtures import start_broker_process  # noqa: E402
 
 BROKER = "lite-bench"

@@ -49,8 +49,8 @@ from client_bench import BODY_BYTES, Row, Server, admin, drive, py_driver, start
 
 from broker.client.api import CallContext
 from broker.client.remote import RemoteBroker
-from common.model import SYSPROP_LITE_TOPIC, MessageType
-from common.record import outgoing
+from common.model import MessageType
+from common.record import SYSPROP_LITE_TOPIC, outgoing
 
 NORMAL_QUEUES = 8
 PER_CONSUMER = 10_000  # lite topics per LiteSimpleConsumer: the default [proxy.settings] lite_subscription_quota

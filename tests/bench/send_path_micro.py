@@ -42,8 +42,8 @@ from broker.client.api import CallContext, TopicSpec  # noqa: E402
 from broker.config import BrokerConfig  # noqa: E402
 from broker.local import LocalBroker  # noqa: E402
 from broker.store.config import CommitLogConfig, StoreConfig  # noqa: E402
-from common.model import SYSPROP_LITE_TOPIC, MessageType  # noqa: E402
-from common.record import outgoing  # noqa: E402
+from common.model import MessageType  # noqa: E402
+from common.record import SYSPROP_LITE_TOPIC, outgoing  # noqa: E402
 from proto.apache.rocketmq.v2 import definition_pb2 as pb  # noqa: E402
 from proto.apache.rocketmq.v2 import service_pb2 as spb  # noqa: E402
 from proxy.app import ProxyApp  # noqa: E402

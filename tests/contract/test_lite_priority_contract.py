@@ -28,7 +28,8 @@ from common.errors import (
     LiteTopicQuotaExceeded,
     MessageTypeConflict,
 )
-from common.model import SYSPROP_LITE_TOPIC, SYSPROP_PRIORITY, MessageType
+from common.model import MessageType
+from common.record import SYSPROP_LITE_TOPIC, SYSPROP_PRIORITY
 from tests.contract.conftest import Elapse, Scope
 from tests.contract.test_broker_contract import expect_error
 from tests.helpers.records import outgoing

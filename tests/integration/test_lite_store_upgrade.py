@@ -19,7 +19,8 @@ from broker.config import BrokerConfig
 from broker.lite import keys as LK
 from broker.local import LocalBroker
 from common.config import load_config
-from common.model import SYSPROP_LITE_TOPIC, MessageType
+from common.model import MessageType
+from common.record import SYSPROP_LITE_TOPIC
 from tests.contract.test_broker_contract import eventually
 from tests.helpers.records import outgoing
 

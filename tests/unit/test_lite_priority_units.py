@@ -12,8 +12,8 @@ from broker.priority import EmptyLevels, level_of, level_queue, pop_queues, prio
 from common import record
 from common.config import ConfigError
 from common.errors import BadRequest, IllegalLiteTopic, MessageTypeConflict
-from common.model import SYSPROP_PRIORITY, MessageType, validate_lite_topic_name
-from common.record import MessageRecord, outgoing
+from common.model import MessageType, validate_lite_topic_name
+from common.record import SYSPROP_PRIORITY, MessageRecord, outgoing
 from proxy.context import RequestContext
 from proxy.grpc.lite import python_split_name
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from common import record
 from common.errors import IllegalMessageTag, SluiceError
-from common.model import SYSPROP_LITE_TOPIC, SYSPROP_PRIORITY
+from common.record import SYSPROP_LITE_TOPIC, SYSPROP_PRIORITY
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proxy.grpc import convert
 
