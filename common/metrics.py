@@ -2,9 +2,11 @@
 
 Two kinds of families:
 
-- **Hot-path instruments** (counters, histograms) updated where the work happens, through the helpers
-  below. They are cheap by construction: one update per batch or per RPC, never per message, and the
-  labelled children are cached in dicts (a `labels()` call takes a lock and builds a key).
+- **Hot-path tallies** (counters, histograms) updated where the work happens, through the helpers
+  below: one update per batch or per RPC, never per message. A tally is a plain dict from label
+  values to numbers (`_Tally`, `_TallyHistogram`), exposed at scrape time: every helper and every
+  scrape runs on the event loop's thread, so the update needs no lock, where a prometheus-client
+  child takes one per `inc()` and walks its buckets in Python per `observe()`.
 - **Scrape-time families** (`ScrapeFamily`): values that already exist somewhere (lag, backlog,
   disk usage, connected clients) are computed when Prometheus scrapes, by sources that components
   register with `register_source(fn)` and remove with the function it returns. A source yields
@@ -22,13 +24,15 @@ families must be defined in one place that every process imports.
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from itertools import accumulate
 
 import prometheus_client
 from prometheus_client import REGISTRY, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 prometheus_client.disable_created_metrics()  # `_created` series would double every counter's output
 
@@ -46,8 +50,6 @@ class MetricsConfig:
     # Label sets one scrape-time family may expose at most (consumer lag per group and topic...);
     # beyond it the remaining samples are dropped and `sluice_metrics_series_dropped_total` counts them.
     max_series_per_family: int = 10_000
-    # Children cached per hot-path family (topics, groups); the cache is cleared when it is full.
-    max_cached_children: int = 100_000
 
 
 _config = MetricsConfig()
@@ -63,59 +65,123 @@ def enabled() -> bool:
     return _config.enabled
 
 
-# -- hot-path instruments -------------------------------------------------------------------------
+# -- hot-path tallies ------------------------------------------------------------------------------
 
-PROXY_RPC_REQUESTS = Counter(
+
+class _Tally:
+    """A counter family kept as label values -> total in a plain dict, updated on the event loop's
+    thread only (the helpers below are called there) and exposed at scrape time (`_TallyCollector`,
+    also on that thread): no lock and no child object per update."""
+
+    __slots__ = ("help", "labels", "name", "values")
+
+    def __init__(self, name: str, help: str, labels: tuple[str, ...]) -> None:
+        self.name, self.help, self.labels = name, help, labels  # `name` without `_total`
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        values = self.values
+        values[labels] = values.get(labels, 0.0) + amount
+
+    def metric(self) -> Metric:
+        family = CounterMetricFamily(self.name, self.help, labels=self.labels)
+        for labels, value in self.values.items():
+            family.add_metric(labels, value)
+        return family
+
+
+class _TallyHistogram:
+    """A histogram family as a `_Tally` is a counter: per label values, the observations of each
+    bucket (not cumulative; the last is +Inf) and then their sum, in one list."""
+
+    __slots__ = ("bounds", "help", "labels", "name", "values")
+
+    def __init__(self, name: str, help: str, labels: tuple[str, ...], bounds: tuple[float, ...]) -> None:
+        self.name, self.help, self.labels, self.bounds = name, help, labels, bounds
+        self.values: dict[tuple[str, ...], list[float]] = {}
+
+    def observe(self, labels: tuple[str, ...], amount: float) -> None:
+        row = self.values.get(labels)
+        if row is None:
+            row = self.values[labels] = [0.0] * (len(self.bounds) + 2)
+        row[bisect_left(self.bounds, amount)] += 1  # the first bucket whose bound is >= amount
+        row[-1] += amount
+
+    def metric(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.help, labels=self.labels)
+        edges = [*map(floatToGoString, self.bounds), "+Inf"]
+        for labels, row in self.values.items():
+            family.add_metric(labels, list(zip(edges, accumulate(row[:-1]), strict=True)), row[-1])
+        return family
+
+
+PROXY_RPC_REQUESTS = _Tally(
     "sluice_proxy_rpc_requests",
     "RPCs of apache.rocketmq.v2.MessagingService answered by the proxy, by RPC and the Code of the response status",
-    ["rpc", "code"],
+    ("rpc", "code"),
 )
-PROXY_RPC_DURATION = Histogram(
+PROXY_RPC_DURATION = _TallyHistogram(
     "sluice_proxy_rpc_duration_seconds",
     "Time the proxy took to answer an RPC (ReceiveMessage includes its long poll)",
-    ["rpc"],
-    buckets=LATENCY_BUCKETS_S,
+    ("rpc",),
+    LATENCY_BUCKETS_S,
 )
-PROXY_UNDECODABLE = Counter(
+PROXY_UNDECODABLE = _Tally(
     "sluice_proxy_undecodable_requests",
     "MessagingService requests (or Telemetry commands) whose bytes were not a valid protobuf, by RPC",
-    ["rpc"],
+    ("rpc",),
 )
-PROXY_FORWARDED = Counter(
+PROXY_FORWARDED = _Tally(
     "sluice_proxy_forwarded_calls",
     "Data-plane calls a merged node's proxy passed to another node's broker (the queue was not its own), by call",
-    ["call"],
+    ("call",),
 )
-PROXY_BALANCED = Counter(
+PROXY_BALANCED = _Tally(
     "sluice_proxy_balanced_messages",
     "Messages a receive was served by a broker other than the one the client named (it had none for the group), "
     "by the broker that delivered them",
-    ["broker"],
+    ("broker",),
 )
-MESSAGES_IN = Counter("sluice_messages_in", "Messages stored for producers, by topic", ["topic"])
-MESSAGE_BYTES_IN = Counter("sluice_message_bytes_in", "Body bytes of the messages stored for producers", ["topic"])
-PROXY_BROKER_SENDS = Counter(
-    "sluice_proxy_broker_sends", "Messages a proxy stored through each broker, by topic and broker", ["topic", "broker"]
+MESSAGES_IN = _Tally("sluice_messages_in", "Messages stored for producers, by topic", ("topic",))
+MESSAGE_BYTES_IN = _Tally("sluice_message_bytes_in", "Body bytes of the messages stored for producers", ("topic",))
+PROXY_BROKER_SENDS = _Tally(
+    "sluice_proxy_broker_sends", "Messages a proxy stored through each broker, by topic and broker", ("topic", "broker")
 )
-MESSAGES_OUT = Counter(
+MESSAGES_OUT = _Tally(
     "sluice_messages_out", "Messages delivered to consumers (every delivery attempt), by topic and group",
-    ["topic", "group"],
+    ("topic", "group"),
 )  # fmt: skip
-MESSAGE_BYTES_OUT = Counter(
-    "sluice_message_bytes_out", "Body bytes of the messages delivered to consumers", ["topic", "group"]
+MESSAGE_BYTES_OUT = _Tally(
+    "sluice_message_bytes_out", "Body bytes of the messages delivered to consumers", ("topic", "group")
 )
-MESSAGES_ACKED = Counter("sluice_messages_acked", "Messages acknowledged by consumers", ["topic", "group"])
-INTERNAL_RPC_REQUESTS = Counter(
+MESSAGES_ACKED = _Tally("sluice_messages_acked", "Messages acknowledged by consumers", ("topic", "group"))
+INTERNAL_RPC_REQUESTS = _Tally(
     "sluice_internal_rpc_requests",
     "Calls served by Sluice's internal gRPC services (broker, nameserver, navigation), by result code",
-    ["service", "method", "code"],
+    ("service", "method", "code"),
 )
-INTERNAL_RPC_DURATION = Histogram(
+INTERNAL_RPC_DURATION = _TallyHistogram(
     "sluice_internal_rpc_duration_seconds",
     "Time an internal gRPC service took to answer (Pop and Pull include their long poll)",
-    ["service", "method"],
-    buckets=LATENCY_BUCKETS_S,
+    ("service", "method"),
+    LATENCY_BUCKETS_S,
 )
+TALLIES: tuple[_Tally | _TallyHistogram, ...] = (
+    PROXY_RPC_REQUESTS, PROXY_RPC_DURATION, PROXY_UNDECODABLE, PROXY_FORWARDED, PROXY_BALANCED, MESSAGES_IN,
+    MESSAGE_BYTES_IN, PROXY_BROKER_SENDS, MESSAGES_OUT, MESSAGE_BYTES_OUT, MESSAGES_ACKED, INTERNAL_RPC_REQUESTS,
+    INTERNAL_RPC_DURATION,
+)  # fmt: skip
+
+
+class _TallyCollector:
+    def collect(self) -> Iterator[Metric]:
+        for tally in TALLIES:
+            yield tally.metric()
+
+
+REGISTRY.register(_TallyCollector())
+
+# Updated off the event loop too (the writer thread, S3 calls): prometheus-client's locked instruments.
 STORE_FLUSH_DURATION = Histogram(
     "sluice_store_flush_duration_seconds",
     "Duration of one fdatasync of the CommitLog (one per group commit under sync flush)",
@@ -129,91 +195,60 @@ TRACE_EVENTS_DROPPED = Counter(
 )
 
 
-class _Children:
-    """A bounded cache of labelled children of one family (label values -> child)."""
-
-    __slots__ = ("_children", "_family")
-
-    def __init__(self, family: Counter | Histogram) -> None:
-        self._family = family
-        self._children: dict[Any, Any] = {}
-
-    def get(self, *labels: str) -> Any:
-        child = self._children.get(labels)
-        if child is None:
-            if len(self._children) >= _config.max_cached_children:
-                self._children.clear()
-            child = self._children[labels] = self._family.labels(*labels)
-        return child
-
-
-_rpc_requests = _Children(PROXY_RPC_REQUESTS)
-_rpc_duration = _Children(PROXY_RPC_DURATION)
-_undecodable = _Children(PROXY_UNDECODABLE)
-_forwarded = _Children(PROXY_FORWARDED)
-_balanced = _Children(PROXY_BALANCED)
-_in_messages = _Children(MESSAGES_IN)
-_in_bytes = _Children(MESSAGE_BYTES_IN)
-_broker_sends = _Children(PROXY_BROKER_SENDS)
-_out_messages = _Children(MESSAGES_OUT)
-_out_bytes = _Children(MESSAGE_BYTES_OUT)
-_acked = _Children(MESSAGES_ACKED)
-_internal_requests = _Children(INTERNAL_RPC_REQUESTS)
-_internal_duration = _Children(INTERNAL_RPC_DURATION)
-
-
 def observe_rpc(rpc: str, code: str, seconds: float) -> None:
     """One answered MessagingService RPC (`code`: the apache.rocketmq.v2 Code name of its status)."""
     if _config.enabled:
-        _rpc_requests.get(rpc, code).inc()
-        _rpc_duration.get(rpc).observe(seconds)
+        PROXY_RPC_REQUESTS.inc((rpc, code))
+        PROXY_RPC_DURATION.observe((rpc,), seconds)
 
 
 def count_undecodable(rpc: str) -> None:
     if _config.enabled:
-        _undecodable.get(rpc).inc()
+        PROXY_UNDECODABLE.inc((rpc,))
 
 
 def count_forwarded(call: str) -> None:
     """One data-plane call (send, pop, ack...) a merged node forwarded to another node's broker."""
     if _config.enabled:
-        _forwarded.get(call).inc()
+        PROXY_FORWARDED.inc((call,))
 
 
 def count_balanced(broker: str, messages: int) -> None:
     """`messages` a receive got from `broker`, not the broker the client named (proxy/core/gather.py)."""
     if _config.enabled:
-        _balanced.get(broker).inc(messages)
+        PROXY_BALANCED.inc((broker,), messages)
 
 
 def observe_internal_rpc(service: str, method: str, code: str, seconds: float) -> None:
     if _config.enabled:
-        _internal_requests.get(service, method, code).inc()
-        _internal_duration.get(service, method).observe(seconds)
+        INTERNAL_RPC_REQUESTS.inc((service, method, code))
+        INTERNAL_RPC_DURATION.observe((service, method), seconds)
 
 
 def count_in(topic: str, messages: int, body_bytes: int) -> None:
     """Messages of one topic stored by one send (one call per topic and request)."""
     if _config.enabled:
-        _in_messages.get(topic).inc(messages)
-        _in_bytes.get(topic).inc(body_bytes)
+        key = (topic,)
+        MESSAGES_IN.inc(key, messages)
+        MESSAGE_BYTES_IN.inc(key, body_bytes)
 
 
 def count_broker_sends(topic: str, broker: str, messages: int) -> None:
     """Messages of one topic stored through one broker (a skew between brokers shows here)."""
     if _config.enabled:
-        _broker_sends.get(topic, broker).inc(messages)
+        PROXY_BROKER_SENDS.inc((topic, broker), messages)
 
 
 def count_out(topic: str, group: str, messages: int, body_bytes: int) -> None:
     if _config.enabled:
-        _out_messages.get(topic, group).inc(messages)
-        _out_bytes.get(topic, group).inc(body_bytes)
+        key = (topic, group)
+        MESSAGES_OUT.inc(key, messages)
+        MESSAGE_BYTES_OUT.inc(key, body_bytes)
 
 
 def count_acked(topic: str, group: str, messages: int) -> None:
     if _config.enabled and messages:
-        _acked.get(topic, group).inc(messages)
+        MESSAGES_ACKED.inc((topic, group), messages)
 
 
 def observe_flush(seconds: float) -> None:
@@ -440,10 +475,8 @@ def register_gauge_source(family: ScrapeFamily, fn: Callable[[], float], *labels
 def family_names() -> list[str]:
     """Every family name as it appears in the exposition (counters with `_total`)."""
     names = [f.name for f in SCRAPE_FAMILIES]
-    for inst in (PROXY_RPC_REQUESTS, PROXY_RPC_DURATION, MESSAGES_IN, MESSAGE_BYTES_IN, MESSAGES_OUT,
-                 MESSAGE_BYTES_OUT, MESSAGES_ACKED, INTERNAL_RPC_REQUESTS, INTERNAL_RPC_DURATION,
-                 STORE_FLUSH_DURATION, TIER_S3_ERRORS, TRACE_EVENTS_DROPPED, PROXY_UNDECODABLE,
-                 PROXY_FORWARDED, PROXY_BALANCED, PROXY_BROKER_SENDS):  # fmt: skip
+    names += (f"{t.name}_total" if isinstance(t, _Tally) else t.name for t in TALLIES)
+    for inst in (STORE_FLUSH_DURATION, TIER_S3_ERRORS, TRACE_EVENTS_DROPPED):
         name = inst.describe()[0].name
         names.append(f"{name}_total" if isinstance(inst, Counter) else name)
     return sorted(names)
