@@ -161,7 +161,8 @@ class MessageRecord:
     raw: bytes = field(default=b"", compare=False, repr=False)
 
 
-# `_decode_checked` and tiering's `table_to_records` build records positionally, in this order.
+# `_decode_checked` builds records positionally, in this order (tiering's `table_to_records` follows
+# the dataclass's own field order, broker/tiering/segment.py `_read_plan`).
 RECORD_FIELDS = (
     "topic", "queue_id", "body", "message_id", "tag", "keys", "message_group", "properties", "system_properties",
     "message_type", "flags", "born_timestamp_ms", "born_host", "store_host", "delivery_timestamp_ms",
