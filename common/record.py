@@ -295,6 +295,22 @@ def outgoing(
     return b"".join((_LEAD.pack(total, MAGIC, crc32(body, crc32(covered))), covered, body))
 
 
+# The `MessageRecord` fields an edge record carries: `outgoing`'s parameters of the same name (the
+# broker writes the others when it stores the record). A field added to both is carried by `outgoing_copy`.
+_EDGE_FIELDS = tuple(n for n in outgoing.__code__.co_varnames[: outgoing.__code__.co_argcount] if n in RECORD_FIELDS)
+
+
+def outgoing_copy(rec: MessageRecord, **changes: Any) -> bytes:
+    """The `outgoing` record that sends a stored message again: every field an edge record carries
+    taken from `rec` (`body_gzip` from its flags; never `dedup`, a property of one send), except
+    those `changes` names (`outgoing`'s parameters: a new message id, other properties, ...). What
+    the copy must differ in is the caller's rule (admin/dlq.py: a dead letter's resend)."""
+    args: dict[str, Any] = {name: getattr(rec, name) for name in _EDGE_FIELDS}
+    args["body_gzip"] = bool(rec.flags & FLAG_BODY_GZIP)
+    args.update(changes)
+    return outgoing(**args)
+
+
 def peek_group(data: bytes) -> str | None:
     """The message group of an `outgoing` record (it routes the message), None without one."""
     n_group = _U16.unpack_from(data, OFF_GROUP_SIZE)[0]
