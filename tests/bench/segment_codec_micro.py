@@ -20,6 +20,7 @@ Prints one figure per line (milliseconds and records per second), or one JSON do
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import time
@@ -56,6 +57,7 @@ def make_records(n: int, body_bytes: int) -> list[MessageRecord]:
 def best_ms(fn: Callable[[], Any], repeats: int) -> float:
     best = float("inf")
     for _ in range(repeats):
+        gc.collect()  # each run starts from the same collector state (a cold read's work is mostly allocation)
         start = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - start)
