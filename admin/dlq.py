@@ -198,19 +198,21 @@ async def _send_again(cluster: Cluster, topic: str, letters: list[DeadLetter]) -
 
 
 def _copy_of(m: StoredMessage, message_id: str) -> bytes:
-    """The record (`common.record.outgoing`) that resends a dead letter under `message_id`."""
+    """The record that resends a dead letter under `message_id`: the message as its producer sent it
+    (`common.record.outgoing_copy`: every field an edge record carries, so a new field is carried
+    too), as a new message: the original id as `RESENT_FROM_PROPERTY`, born now, FIFO only with a
+    group, otherwise NORMAL and due at once; the dead letter's system properties (its DLQ origin)
+    are not the new message's."""
     fifo = m.message_type is MessageType.FIFO and bool(m.message_group)
-    return record.outgoing(
-        body=m.body,
+    return record.outgoing_copy(
+        m.record,
         message_id=message_id,
         message_type=MessageType.FIFO if fifo else MessageType.NORMAL,
-        tag=m.tag,
-        keys=m.keys,
         message_group=m.message_group if fifo else None,
         properties={**m.properties, RESENT_FROM_PROPERTY: m.message_id},
+        system_properties={},
         born_timestamp_ms=int(time.time() * 1000),
-        born_host=m.born_host,
-        body_gzip=m.body_gzip,
+        delivery_timestamp_ms=0,
     )
 
 

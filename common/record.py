@@ -181,7 +181,8 @@ class MessageRecord:
     raw: bytes = field(default=b"", compare=False, repr=False)
 
 
-# `_decode_checked` and tiering's `table_to_records` build records positionally, in this order.
+# `_decode_checked` builds records positionally, in this order (tiering's `table_to_records` follows
+# the dataclass's own field order, broker/tiering/segment.py `_read_plan`).
 RECORD_FIELDS = (
     "topic", "queue_id", "body", "message_id", "tag", "keys", "message_group", "properties", "system_properties",
     "message_type", "flags", "born_timestamp_ms", "born_host", "store_host", "delivery_timestamp_ms",
@@ -312,6 +313,22 @@ def outgoing(
     except struct.error as exc:  # a number that does not fit its field (a timestamp, ...)
         raise BadRequest(f"a message field is out of range: {exc}") from None
     return b"".join((_LEAD.pack(total, MAGIC, crc32(body, crc32(covered))), covered, body))
+
+
+# The `MessageRecord` fields an edge record carries: `outgoing`'s parameters of the same name (the
+# broker writes the others when it stores the record). A field added to both is carried by `outgoing_copy`.
+_EDGE_FIELDS = tuple(n for n in outgoing.__code__.co_varnames[: outgoing.__code__.co_argcount] if n in RECORD_FIELDS)
+
+
+def outgoing_copy(rec: MessageRecord, **changes: Any) -> bytes:
+    """The `outgoing` record that sends a stored message again: every field an edge record carries
+    taken from `rec` (`body_gzip` from its flags; never `dedup`, a property of one send), except
+    those `changes` names (`outgoing`'s parameters: a new message id, other properties, ...). What
+    the copy must differ in is the caller's rule (admin/dlq.py: a dead letter's resend)."""
+    args: dict[str, Any] = {name: getattr(rec, name) for name in _EDGE_FIELDS}
+    args["body_gzip"] = bool(rec.flags & FLAG_BODY_GZIP)
+    args.update(changes)
+    return outgoing(**args)
 
 
 def peek_group(data: bytes) -> str | None:

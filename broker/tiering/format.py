@@ -3,15 +3,17 @@ manifest mirrors, and ranged reads of a segment. Pure: no Sluice storage code, n
 
 The one owner of the layout: the broker's writer (segment.py, manifest.py, uploader.py), its cold
 reader (fetch.py) and the Spark source (spark_jobs/) all take names, schema, metadata keys and
-footer/row-group reads from here. It imports only pyarrow and common.errors, so the Spark
-`--py-files` archive ships it without the broker (spark_jobs/package.py).
+footer/row-group reads from here. It imports only pyarrow and common (errors; record, for the
+flag bit `body_gzip` shows), so the Spark `--py-files` archive ships it without the broker
+(spark_jobs/package.py).
 
 Bucket layout (names percent-encoded, RFC 3986 unreserved characters kept):
 
     <prefix>/<cluster>/<broker>/<topic>/<sequence:010d>-<epoch>.parquet    a segment
     <prefix>/<cluster>/<broker>/<topic>/manifest.json                       the topic's manifest mirror
 
-A segment is one Parquet object of `SCHEMA`, rows sorted by (queue_id, queue_offset), zstd, page
+A segment is one Parquet object of `SCHEMA` (derived from `COLUMNS`, the one statement of the
+columns and of how each maps to a `MessageRecord` field), rows sorted by (queue_id, queue_offset), zstd, page
 CRCs, and the key-value metadata `info_to_metadata` writes. A point read costs one GET for the
 footer (the object's last `TAIL_BYTES`, a second GET only for a larger footer) and one GET per run
 of row groups; `RangedFile` serves pyarrow from the fetched ranges and GETs anything else it is
@@ -23,8 +25,9 @@ from __future__ import annotations
 import bisect
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any, Protocol
 from urllib.parse import quote, unquote
 
@@ -32,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common.errors import MessageCorrupted
+from common.record import FLAG_BODY_GZIP
 
 FORMAT_VERSION = 1
 META_PREFIX = "sluice."
@@ -45,34 +49,131 @@ _FOOTER_TRAILER = 8  # u32 footer length + magic
 _TS = pa.timestamp("ms", tz="UTC")
 _MAP = pa.map_(pa.string(), pa.string())
 
-# The schema table is in docs/tiered-format.md (and checked against this by the tests).
-SCHEMA = pa.schema(
-    [
-        pa.field("queue_id", pa.int32(), nullable=False),
-        pa.field("queue_offset", pa.int64(), nullable=False),
-        pa.field("message_id", pa.string(), nullable=False),
-        pa.field("tag", pa.string()),
-        pa.field("keys", pa.list_(pa.string()), nullable=False),
-        pa.field("message_group", pa.string()),
-        pa.field("properties", _MAP, nullable=False),
-        pa.field("system_properties", _MAP, nullable=False),
-        pa.field("body", pa.binary(), nullable=False),
-        pa.field("body_gzip", pa.bool_(), nullable=False),
-        pa.field("flags", pa.int32(), nullable=False),
-        pa.field("message_type", pa.int16(), nullable=False),
-        pa.field("born_timestamp", _TS, nullable=False),
-        pa.field("store_timestamp", _TS, nullable=False),
-        pa.field("delivery_timestamp", _TS),
-        pa.field("delivery_attempt", pa.int64(), nullable=False),
-        pa.field("born_host", pa.string(), nullable=False),
-        pa.field("store_host", pa.string(), nullable=False),
-        pa.field("commitlog_position", pa.int64(), nullable=False),
-        pa.field("commitlog_size", pa.int64(), nullable=False),
-    ]
-)
-# Small, repetitive columns get dictionaries; statistics only where readers prune by them.
-DICTIONARY_COLUMNS = ["tag", "message_group", "born_host", "store_host", "message_type", "flags", "body_gzip"]
-STATISTICS_COLUMNS = ["queue_id", "queue_offset", "store_timestamp", "born_timestamp", "commitlog_position"]
+_INT64_MAX = (1 << 63) - 1
+_INT32_MAX = (1 << 31) - 1
+
+
+# -- segment columns -----------------------------------------------------------------------------
+# How a `MessageRecord` field's values (one list per column, in row order) become a column's values
+# and back. Each takes and returns whole columns: one pass in C or one comprehension per column.
+
+
+def _as_is(values: list[Any]) -> list[Any]:
+    return values
+
+
+def _pylist(column: pa.ChunkedArray) -> list[Any]:
+    return column.to_pylist()
+
+
+def _queue_ids(values: list[int]) -> list[int]:
+    if values and not 0 <= min(values) <= max(values) <= _INT32_MAX:
+        raise ValueError("a queue id does not fit the segment format (int32)")
+    return values
+
+
+def _clamped(values: list[int]) -> list[int]:
+    """Milliseconds beyond the int64 range (year 292 million) clamped to it."""
+    if not values or max(values) <= _INT64_MAX:
+        return values
+    return [v if v <= _INT64_MAX else _INT64_MAX for v in values]
+
+
+def _clamped_or_null(values: list[int]) -> list[int | None]:
+    """A time where 0 means none (`delivery_timestamp_ms`): null for 0, clamped otherwise."""
+    return [(v if v <= _INT64_MAX else _INT64_MAX) if v else None for v in values]
+
+
+def _millis(column: pa.ChunkedArray) -> list[int]:
+    """A timestamp column as epoch milliseconds (null as 0: only `delivery_timestamp` has any)."""
+    column = column.cast(pa.int64())
+    if column.null_count:
+        column = column.fill_null(0)
+    return column.to_pylist()
+
+
+def _bodies(values: list[Any]) -> list[bytes]:
+    return list(map(bytes, values))  # bytes(b) of a bytes object is b itself
+
+
+def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _tuples(column: pa.ChunkedArray) -> list[tuple[str, ...]]:
+    """A list<string> column as tuples (pyarrow takes tuples as they are when writing)."""
+    arr = _one_chunk(column)
+    # Offsets are absolute into the unsliced child `values`, so the pair is consistent for slices too.
+    bounds = arr.offsets.to_pylist()
+    values = arr.values.to_pylist()
+    return [tuple(values[a:b]) for a, b in pairwise(bounds)]
+
+
+def _plain_dicts(values: list[Mapping[str, str]]) -> list[dict[str, str]]:
+    """Maps as pyarrow writes them into a map column (in order): dicts, any other mapping copied."""
+    return [m if type(m) is dict else dict(m) for m in values]
+
+
+def _dicts(column: pa.ChunkedArray) -> list[dict[str, str]]:
+    arr = _one_chunk(column)
+    bounds = arr.offsets.to_pylist()
+    if bounds[0] == bounds[-1]:  # every map empty (user properties often are): no per-row slicing
+        return [{} for _ in range(len(arr))]
+    keys, items = arr.keys.to_pylist(), arr.items.to_pylist()
+    return [dict(zip(keys[a:b], items[a:b], strict=True)) for a, b in pairwise(bounds)]
+
+
+def _gzip_bits(flags: list[int]) -> list[bool]:
+    return [bool(f & FLAG_BODY_GZIP) for f in flags]
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a segment: its name, Arrow type and nullability; the `MessageRecord` field it
+    holds (`common.record`); how that field's values become the column's (`write`) and the column's
+    become the field's (`read`, None for a column derived from a field another column holds); and
+    whether it gets a dictionary and min/max statistics (low-cardinality text; what readers prune by)."""
+
+    name: str
+    type: pa.DataType
+    nullable: bool
+    field: str
+    write: Callable[[list[Any]], list[Any]] = _as_is
+    read: Callable[[pa.ChunkedArray], list[Any]] | None = _pylist
+    dictionary: bool = False
+    statistics: bool = False
+
+
+# The segment's columns, in file order: the one statement of them. `SCHEMA` and the column lists
+# below are derived from it, and segment.py's `records_to_table` / `table_to_records` iterate it, so
+# a new `MessageRecord` field is archived by one row here (and a line in docs/tiered-format.md,
+# whose table tests/unit/test_tiering_segment.py holds equal to this one). The file layout is a
+# public contract (format version 1): never change a row's name, type, nullability or place.
+COLUMNS: tuple[Column, ...] = (
+    Column("queue_id", pa.int32(), False, "queue_id", _queue_ids, statistics=True),
+    Column("queue_offset", pa.int64(), False, "queue_offset", statistics=True),
+    Column("message_id", pa.string(), False, "message_id"),
+    Column("tag", pa.string(), True, "tag", dictionary=True),
+    Column("keys", pa.list_(pa.string()), False, "keys", read=_tuples),
+    Column("message_group", pa.string(), True, "message_group", dictionary=True),
+    Column("properties", _MAP, False, "properties", _plain_dicts, _dicts),
+    Column("system_properties", _MAP, False, "system_properties", _plain_dicts, _dicts),
+    Column("body", pa.binary(), False, "body", _bodies),
+    Column("body_gzip", pa.bool_(), False, "flags", _gzip_bits, None, dictionary=True),
+    Column("flags", pa.int32(), False, "flags", dictionary=True),
+    Column("message_type", pa.int16(), False, "message_type", dictionary=True),
+    Column("born_timestamp", _TS, False, "born_timestamp_ms", _clamped, _millis, statistics=True),
+    Column("store_timestamp", _TS, False, "store_timestamp_ms", _clamped, _millis, statistics=True),
+    Column("delivery_timestamp", _TS, True, "delivery_timestamp_ms", _clamped_or_null, _millis),
+    Column("delivery_attempt", pa.int64(), False, "delivery_attempt"),
+    Column("born_host", pa.string(), False, "born_host", dictionary=True),
+    Column("store_host", pa.string(), False, "store_host", dictionary=True),
+    Column("commitlog_position", pa.int64(), False, "physical_offset", statistics=True),
+    Column("commitlog_size", pa.int64(), False, "size"),
+)  # fmt: skip
+SCHEMA = pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in COLUMNS])
+DICTIONARY_COLUMNS = [c.name for c in COLUMNS if c.dictionary]
+STATISTICS_COLUMNS = [c.name for c in COLUMNS if c.statistics]
 _DECODE_ERRORS = (pa.ArrowException, OSError, ValueError, TypeError, IndexError, KeyError)
 
 

@@ -232,6 +232,31 @@ def test_a_resent_dead_letter_is_a_new_message_naming_the_original() -> None:
     assert dlq._choose(letters, ["01OLD", "01OLD"], "g") == letters
 
 
+@pytest.mark.parametrize(
+    ("message_type", "group", "gzip"),
+    [(MessageType.FIFO, "m1", False), (MessageType.FIFO, None, True), (MessageType.DELAY, None, False),
+     (MessageType.TRANSACTION, "m2", True), (MessageType.NORMAL, None, False)],
+)  # fmt: skip
+def test_a_resend_is_the_edge_record_of_the_message_as_its_producer_sent_it(
+    message_type: MessageType, group: str | None, gzip: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resend's bytes: the message's body, tag, keys, born host and gzip flag; properties plus
+    the original id; born now; FIFO only with a group; no system properties, no delivery time."""
+    monkeypatch.setattr(dlq.time, "time", lambda: 1_800_000_000.5)
+    m = delivered(
+        topic="%DLQ%g", queue_id=1, queue_offset=3, body=b"zipped?", message_id="01OLD", message_type=message_type,
+        tag="t", keys=("k", "k2"), message_group=group, properties={"p": "1"},
+        system_properties={"DLQ_ORIGIN_TOPIC": "orders"}, born_timestamp_ms=1, born_host="h",
+        store_timestamp_ms=2, store_host="s", delivery_timestamp_ms=99, delivery_attempt=4, body_gzip=gzip,
+    )  # fmt: skip
+    fifo = message_type is MessageType.FIFO and group is not None
+    assert dlq._copy_of(m, "01NEW") == record.outgoing(
+        body=b"zipped?", message_id="01NEW", message_type=MessageType.FIFO if fifo else MessageType.NORMAL, tag="t",
+        keys=("k", "k2"), message_group=group if fifo else None, properties={"p": "1", "SLUICE_RESENT_FROM": "01OLD"},
+        born_timestamp_ms=1_800_000_000_500, born_host="h", body_gzip=gzip,
+    )  # fmt: skip
+
+
 def test_bytes_and_durations_read_as_an_operator_reads_them() -> None:
     assert [human_bytes(n) for n in (None, 0, 1023, 1536, 5 * 1024**3)] == ["", "0 B", "1023 B", "1.5 KiB", "5.0 GiB"]
     assert [human_duration(s) for s in (None, 0, 75, 3_600, 93_784)] == ["", "0s", "1m 15s", "1h", "1d 2h"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+from pathlib import Path
+from types import MappingProxyType
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,10 +21,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.tiering.config import TieringConfig
-from broker.tiering.format import FORMAT_VERSION, SCHEMA, SegmentCorrupted
-from broker.tiering.segment import decode_segment, encode_segment, records_to_table, table_to_records
+from broker.tiering.format import (
+    COLUMNS,
+    DICTIONARY_COLUMNS,
+    FORMAT_VERSION,
+    SCHEMA,
+    STATISTICS_COLUMNS,
+    SegmentCorrupted,
+)
+from broker.tiering.segment import NOT_ARCHIVED, decode_segment, encode_segment, records_to_table, table_to_records
 from common.config import ConfigError, load_config
-from common.record import MessageRecord
+from common.record import RECORD_FIELDS, MessageRecord
 
 PROPS = settings(deadline=None, derandomize=True, database=None, max_examples=60)
 TOPIC = "orders-ü"
@@ -141,6 +150,68 @@ def test_schema_compression_and_metadata_are_the_documented_ones() -> None:
         "sluice.min_store_timestamp_ms": "1000", "sluice.max_store_timestamp_ms": "1019", "sluice.rows": "60",
         "sluice.sort": "queue_id,queue_offset",
     }  # fmt: skip
+
+
+# The archive's layout, written out: existing segments in buckets and the Spark readers depend on
+# it byte for byte (format version 1). A change here is a new format version, never an edit; a new
+# column is appended after these (readers ignore columns they do not know) and needs no edit here.
+PINNED_SCHEMA = [
+    ("queue_id", "int32", False), ("queue_offset", "int64", False), ("message_id", "string", False),
+    ("tag", "string", True), ("keys", "list<item: string>", False), ("message_group", "string", True),
+    ("properties", "map<string, string>", False), ("system_properties", "map<string, string>", False),
+    ("body", "binary", False), ("body_gzip", "bool", False), ("flags", "int32", False),
+    ("message_type", "int16", False), ("born_timestamp", "timestamp[ms, tz=UTC]", False),
+    ("store_timestamp", "timestamp[ms, tz=UTC]", False), ("delivery_timestamp", "timestamp[ms, tz=UTC]", True),
+    ("delivery_attempt", "int64", False), ("born_host", "string", False), ("store_host", "string", False),
+    ("commitlog_position", "int64", False), ("commitlog_size", "int64", False),
+]  # fmt: skip
+
+
+def test_the_schema_is_pinned() -> None:
+    assert [(f.name, str(f.type), f.nullable) for f in SCHEMA][: len(PINNED_SCHEMA)] == PINNED_SCHEMA
+    assert SCHEMA.metadata is None
+    pinned = {name for name, _, _ in PINNED_SCHEMA}
+    assert {c for c in DICTIONARY_COLUMNS if c in pinned} == {
+        "tag", "message_group", "born_host", "store_host", "message_type", "flags", "body_gzip",
+    }  # fmt: skip
+    assert {c for c in STATISTICS_COLUMNS if c in pinned} == {
+        "queue_id", "queue_offset", "born_timestamp", "store_timestamp", "commitlog_position",
+    }  # fmt: skip
+
+
+def test_every_record_field_is_a_column_but_the_topic_and_buffers() -> None:
+    """format.COLUMNS is the one statement of what a segment holds: each row names a real field, and
+    every field is some row's (segment.py refuses to import otherwise)."""
+    held = {c.field for c in COLUMNS}
+    assert held <= set(RECORD_FIELDS)
+    assert set(RECORD_FIELDS) - held == NOT_ARCHIVED == {"topic", "edge", "raw"}
+    assert [c.name for c in COLUMNS if c.read is None] == ["body_gzip"]  # derived from flags
+
+
+_DOC_TYPES = {
+    "int16": pa.int16(), "int32": pa.int32(), "int64": pa.int64(), "string": pa.string(), "binary": pa.binary(),
+    "bool": pa.bool_(), "list<string>": pa.list_(pa.string()),
+    "map<string, string>": pa.map_(pa.string(), pa.string()), "timestamp[ms, UTC]": pa.timestamp("ms", tz="UTC"),
+}  # fmt: skip
+
+
+def test_the_documented_schema_table_is_format_columns() -> None:
+    """docs/tiered-format.md's Schema table (the user-facing description) says what COLUMNS says."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "tiered-format.md").read_text()
+    section = doc.split("## Schema", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:4] for line in section.splitlines() if line.startswith("| `")]
+    documented = [
+        (name.strip().strip("`"), _DOC_TYPES[kind.replace("\\", "").split(" (")[0].strip()], null.strip() == "yes")
+        for name, kind, null in rows
+    ]
+    assert documented == [(c.name, c.type, c.nullable) for c in COLUMNS]
+
+
+def test_any_mapping_is_written_as_its_pairs_in_order() -> None:
+    rec = dataclasses.replace(sample(1, 1)[0], properties=MappingProxyType({"b": "1", "a": "2"}))  # type: ignore[arg-type]
+    table = records_to_table([rec])
+    assert table["properties"].to_pylist() == [[("b", "1"), ("a", "2")]]
+    assert table_to_records(table, TOPIC)[0].properties == {"b": "1", "a": "2"}
 
 
 def test_timestamps_beyond_int64_are_clamped() -> None:
