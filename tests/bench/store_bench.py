@@ -12,11 +12,12 @@ one message each. Prints each figure and the ratios to the targets.
 Method of the append phases: 64 appender tasks on the event loop the broker runs the store on
 (uvloop, with the heap frozen once started, as processes/runtime.py does; `--runtime asyncio` gives
 the plain asyncio loop and full collector this bench used before). Records are built before the
-clock starts as a send brings them to the store (edge records: `record.outgoing` + `record.received`,
-which the store joins, not encodes; building them is the edge's and the broker's work) and reused,
-but each append gives its messages fresh ids, as producers' ids are unique and ascend per producer: with reused ids the message-id
-index held ~20 copies of every id and each insert walked past them (~0.9 us instead of ~0.3 us
-per entry, measured on RocksDB alone), a cost no real workload has.
+clock starts as a send brings them to the store (edge records: `record.outgoing` +
+`record.received`, which the store joins, not encodes; building them is the edge's and the
+broker's work) and reused, but each append gives its messages fresh ids, as producers' ids are
+unique and ascend per producer: with reused ids the message-id index held ~20 copies of every id
+and each insert walked past them (~0.9 us instead of ~0.3 us per entry, measured on RocksDB
+alone), a cost no real workload has.
 """
 
 from __future__ import annotations
