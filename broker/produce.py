@@ -5,7 +5,7 @@ messages (TRANSACTION); a LITE topic's messages go to its lite topics (broker/li
 topic's to the queue of their level (broker/priority.py).
 
 The checks are `broker/messages.py::validate_all` (column by column for a batch, message by
-message below `COLUMNS_MIN` or to name the error).
+message below `messages.COLUMNS_MIN` or to name the error).
 """
 
 from __future__ import annotations

@@ -40,14 +40,6 @@ ALL_MESSAGE_TYPES: frozenset[MessageType] = frozenset(
 )
 EXCLUSIVE_TYPES: frozenset[MessageType] = frozenset((MessageType.LITE, MessageType.PRIORITY))
 
-# The one "column by column or one by one" threshold: below this many messages, checking a send
-# (broker/messages.py::validate_all) and encoding records the store writes itself (timer copies,
-# common/record.py::encode_columns) one by one costs less than setting up the column-wise maps;
-# from it on the columns win (24-28 against 80-116 µs for one message in the broker;
-# store_micro.py, on a shared, noisy 2-core machine). A send's records are encoded by its edge,
-# one by one, and appended as they are (common/record.py::placed).
-COLUMNS_MIN = 4
-
 
 class Permission(IntEnum):
     NONE = 1

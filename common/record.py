@@ -46,12 +46,14 @@ the edge left those fields to it), decodes it into a `MessageRecord` and, in the
 it once into the buffer the CommitLog will hold, with topic, queue id and store host written in
 (`MessageRecord.edge`; the store host is the storing broker's address). The broker checks its
 content; the store appends the buffer with the queue id written again where the message moved
-(`placed`: lite topics, priority levels; one record's buffer is appended as it is). The
-writer patches queue_offset, physical_offset, store_timestamp_ms and then the CRC into the already
-encoded record (`seal_at`). Records the broker makes itself (timer copies, half messages, dead
-letters) are encoded by `encode_one`/`encode_columns`. Either way an append is one buffer, which
-the writer seals in place and hands to the kernel without copying it again. The format is
-unchanged (version 1; flags bit 1 is new and readers ignore it).
+(`placed`: lite topics, priority levels; one record's buffer is appended as it is). Records the
+broker makes itself (timer copies, half messages, committed copies, dead letters) have no edge
+record: `placed` encodes each with `encode_one`, the one per-record encoder (`_fields`,
+which checks every field and names the one that does not fit), into the same bytes. So every
+append takes one path (`placed`) and is one buffer; the writer patches queue_offset,
+physical_offset, store_timestamp_ms and then the CRC into it (`seal_at`) and hands it to the
+kernel without copying it again. The format is unchanged (version 1; flags bit 1 is new and
+readers ignore it).
 
 The CRC is the standard CRC-32 (zlib's); ISA-L's implementation (package `isal`) computes the same
 value ~4x faster on 1 KiB records, so it is used when installed, zlib's otherwise.
@@ -59,14 +61,11 @@ value ~4x faster on 1 KiB records, so it is used when installed, zlib's otherwis
 
 from __future__ import annotations
 
-import functools
-import itertools
 import operator
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import accumulate, repeat
-from operator import add
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -76,7 +75,7 @@ except ImportError:  # pragma: no cover - isal is a declared dependency; zlib gi
     from zlib import crc32
 
 from common.errors import BadRequest, IllegalMessageTag, MessageCorrupted
-from common.model import COLUMNS_MIN, MESSAGE_TYPES, require_field_order
+from common.model import MESSAGE_TYPES, require_field_order
 
 MAGIC = 0x43554C53
 VERSION = 1
@@ -173,8 +172,9 @@ class MessageRecord:
     size: int = 0  # encoded size, known after encode/decode
     # The record an edge encoded this message as (`outgoing`), when the broker received it so
     # (`received`): its bytes as stored, topic and store host written in, which the store appends
-    # with the record's queue id written in (`placed`), not encoded again. Empty otherwise; a
-    # change of any other field (a timer's or a half message's copy) must clear it.
+    # with the record's queue id written in (`placed`), not encoded again. Empty otherwise (the
+    # store then encodes the record: `encode_one`); a change of any other field (a timer's or a
+    # half message's copy) must clear it.
     edge: bytes | bytearray = field(default=b"", compare=False, repr=False)
     # The record's bytes as the CommitLog holds them, when it was decoded from them (`decode`): a pop
     # hands them on unchanged (`stored_bytes`). Empty otherwise; a copy that changes a field must clear it.
@@ -430,20 +430,27 @@ def _refused(i: int, data: bytes) -> MessageCorrupted:
 
 
 def placed(records: Sequence[MessageRecord], max_record_bytes: int) -> tuple[bytearray, list[int]]:
-    """Received records (`received`) as the CommitLog stores them, back to back, and their sizes:
-    each record's `edge` buffer with its queue id written in (lite topics and priority levels move
-    a message to a queue of its own after `received`); the writer then seals offsets, store time
-    and CRC (`seal_at`). The same bytes `encode_one` would write (tests/unit/test_record_codec.py),
-    for a join instead of an encode; one record's buffer is its own, not copied."""
+    """Records as the CommitLog stores them, back to back, and their sizes: the store's one append
+    path. A received record (`received`) is its `edge` buffer with its queue id written in (lite
+    topics and priority levels move a message to a queue of its own after `received`): a join,
+    not an encode. A record the broker made itself (no `edge`: a timer's copy, a half message, a
+    committed copy, a dead letter) is encoded by `encode_one`, which writes the same bytes
+    (tests/unit/test_record_codec.py). The writer then seals offsets, store time and CRC
+    (`seal_at`). One record's buffer is its own, not copied."""
     if len(records) == 1:
         rec = records[0]
+        if not rec.edge:
+            buf = encode_one(rec, max_record_bytes)
+            return buf, [len(buf)]
         buf = rec.edge if type(rec.edge) is bytearray else bytearray(rec.edge)
         if len(buf) > max_record_bytes:
             raise _too_big(len(buf), max_record_bytes)
         if rec.queue_id != _QUEUE_ID.unpack_from(buf, OFF_QUEUE_ID)[0]:
             _QUEUE_ID.pack_into(buf, OFF_QUEUE_ID, _queue_id(rec.queue_id))
         return buf, [len(buf)]
-    bufs = list(map(_GET_EDGE, records))
+    bufs: list[bytes | bytearray] = list(map(_GET_EDGE, records))
+    if not all(bufs):  # records the broker made: encoded here, in order (the first bad one is named)
+        bufs = [buf or encode_one(rec, max_record_bytes) for buf, rec in zip(bufs, records, strict=True)]
     sizes = list(map(len, bufs))
     if max(sizes) > max_record_bytes:
         raise _too_big(max(sizes), max_record_bytes)
@@ -494,39 +501,11 @@ def stored_bytes(rec: MessageRecord) -> bytes:
     return bytes(buf)
 
 
-class EncodedBatch(NamedTuple):
-    """`encode_columns`' result: the buffer and per-record sizes, plus what the store's index needs
-    (computed on the way, so the caller does not walk the records again)."""
-
-    buf: bytearray
-    sizes: list[int]
-    one_queue: bool  # every record targets one (topic, queue id)
-    message_ids: list[bytes]  # UTF-8
-    queue_ids: list[int]
-    uniform: bool  # one topic, tag and host pair for all records (the vector path encoded them)
-
-
-def encode_columns(records: Sequence[MessageRecord], max_record_bytes: int) -> EncodedBatch:
-    """Encode `records` back to back into one buffer, for the writer to seal in place; the bytes of
-    each record are exactly `encode(rec)` with queue offset, physical offset and store time left 0.
-
-    A batch whose records share topic, tag, message group and hosts and whose message ids have one
-    length (a batched send) is encoded by the vector path (`_encode_vector`: no Python bytecode per
-    record). Anything else, or anything the vector path cannot check cheaply (a too-long text, a
-    number out of range), goes record by record through `encode_one`, which raises the precise error.
-    Both write the same bytes (tests/unit/test_record_batch.py). `rec.size` is set only by the
-    per-record path (writing to every record costs a cache miss each: use the returned sizes).
-    """
-    if len(records) >= COLUMNS_MIN:
-        done = _encode_vector(records, max_record_bytes)
-        if done is not None:
-            return done
-    return _encode_each(records, max_record_bytes)
-
-
 def encode_one(rec: MessageRecord, max_record_bytes: int) -> bytearray:
-    """`encode_columns` of one record, as the buffer alone (a single send: the store needs nothing
-    else, and the columns of one record cost as much as encoding it)."""
+    """A record the broker made itself (a timer's copy, a half message, a committed copy, a dead
+    letter: no `edge`) as the CommitLog stores it, for `placed`: exactly `encode(rec)` with queue
+    offset, physical offset and store time left 0. The one encoder of such records (`_fields`:
+    every field checked, the first that does not fit named); `rec.size` is set."""
     if rec.queue_id < 0:
         raise BadRequest(f"queue id {rec.queue_id} is negative")
     buf = bytearray().join(_parts(rec, 0, 0, 0))
@@ -535,159 +514,7 @@ def encode_one(rec: MessageRecord, max_record_bytes: int) -> bytearray:
     return buf
 
 
-def _encode_each(records: Sequence[MessageRecord], max_record_bytes: int) -> EncodedBatch:
-    """`encode_columns` record by record (`encode_one`): any input; raises the precise error."""
-    bufs = [encode_one(rec, max_record_bytes) for rec in records]
-    queues = list(map(_GET_QUEUE, records))
-    mids = list(map(str.encode, map(_GET_ID, records)))
-    return EncodedBatch(bytearray().join(bufs), list(map(len, bufs)), queues.count(queues[0]) == len(queues), mids,
-                        list(map(_GET_QID, records)), False)  # fmt: skip
-
-
-_GET_QUEUE = operator.attrgetter("topic", "queue_id")
-_GET_ID, _GET_BODY, _GET_QID, _GET_BORN, _GET_KEYS, _GET_PROPS, _GET_SYSPROPS, _GET_EDGE = (
-    operator.attrgetter(f)
-    for f in ("message_id", "body", "queue_id", "born_timestamp_ms", "keys", "properties", "system_properties",
-              "edge")
-)  # fmt: skip
-# Texts a batch must share for the vector path, and header fields a batch usually shares: those are
-# packed once per batch and passed as bytes, the others travel as one column each.
-_SHARED_TEXTS = ("topic", "born_host", "store_host", "tag", "message_group")
-_USUALLY_ALIKE = ("message_type", "flags", "delivery_timestamp_ms", "delivery_attempt")
-_COUNTS = ("key_count", "property_count", "system_property_count")
-_GET_SHARED = operator.attrgetter(*_SHARED_TEXTS)
-_GET_SHARED_ALIKE = operator.attrgetter(*_SHARED_TEXTS, *_USUALLY_ALIKE)
-_GET_COUNTED = (_GET_KEYS, _GET_PROPS, _GET_SYSPROPS)
-# Columns in every batch: sizes, queue and born time (and the message id, after the header).
-_PER_RECORD = ("total_size", "queue_id", "born_timestamp_ms", "body_size", "message_id")
-
-
-@functools.lru_cache(maxsize=256)
-def _vector_plan(
-    texts: tuple[bytes, ...], id_size: int, alike: tuple[int | None, ...]
-) -> tuple[struct.Struct, tuple[str | bytes, ...]]:
-    """A uniform batch's record header and texts (topic, message id, then tag, group and hosts as
-    one `trail`) as one struct, derived from `HEADER_FIELDS`, and its arguments in order: a field
-    name for a column (one value per record), or bytes (a run of fields alike in the batch, the
-    writer's fields as 0, packed here once). `texts` are the shared topic, born host, store host,
-    tag and group; `alike` the values of `_USUALLY_ALIKE` + `_COUNTS`, None where they differ."""
-    topic, bhost, shost, tag, group = texts
-    trail = b"".join((tag, group, bhost, shost))
-    values: dict[str, object] = {
-        "magic": MAGIC, "crc32": 0, "version": VERSION, "queue_offset": 0, "physical_offset": 0,
-        "store_timestamp_ms": 0, "topic_size": len(topic), "message_id_size": id_size, "tag_size": len(tag),
-        "message_group_size": len(group), "born_host_size": len(bhost), "store_host_size": len(shost),
-        "topic": topic, "trail": trail, **dict(zip(_USUALLY_ALIKE + _COUNTS, alike, strict=True)),
-    }  # fmt: skip
-    row = (*HEADER_FIELDS, ("topic", f"{len(topic)}s"), ("message_id", f"{id_size}s"), ("trail", f"{len(trail)}s"))
-    fmt: list[str] = ["<"]
-    args: list[str | bytes] = []
-    run: list[tuple[str, str]] = []
-    for name, code in (*row, ("", "")):  # the empty field closes the last run
-        if name in _PER_RECORD or values.get(name, 0) is None or not name:
-            if run:
-                alike_run = struct.Struct("<" + "".join(c for _, c in run))
-                fmt.append(f"{alike_run.size}s")
-                args.append(alike_run.pack(*(values[n] for n, _ in run)))
-                run = []
-            if name:
-                fmt.append(code)
-                args.append(name)
-        else:
-            run.append((name, code))
-    return struct.Struct("".join(fmt)), tuple(args)
-
-
-def _encode_vector(records: Sequence[MessageRecord], max_record_bytes: int) -> EncodedBatch | None:
-    """`encode_columns` of a uniform batch in C-level `map`s, or None when the batch is not uniform
-    or something does not fit (the per-record path then names it)."""
-    n = len(records)
-    # One pass for the texts every record must share and the fields a batch usually shares too; a
-    # second only when the latter differ.
-    first = _GET_SHARED_ALIKE(records[0])
-    shared = len(_SHARED_TEXTS)
-    all_alike = list(map(_GET_SHARED_ALIKE, records)).count(first) == n
-    if not all_alike and list(map(_GET_SHARED, records)).count(first[:shared]) != n:
-        return None
-    mids = list(map(str.encode, map(_GET_ID, records)))
-    id_size = len(mids[0])
-    if list(map(len, mids)).count(id_size) != n:
-        return None
-    qids = list(map(_GET_QID, records))
-    if min(qids) < 0:
-        return None
-    topic_s, bhost_s, shost_s, tag_s, group_s = first[:shared]
-    topic, bhost, shost = topic_s.encode("utf-8"), bhost_s.encode("utf-8"), shost_s.encode("utf-8")
-    tag = tag_s.encode("utf-8") if tag_s else b""
-    group = group_s.encode("utf-8") if group_s else b""
-    if max(len(topic), id_size, len(tag), len(group), len(bhost), len(shost)) > MAX_U16:
-        return None
-    bodies = list(map(_GET_BODY, records))
-    body_sizes = list(map(len, bodies))
-    columns: dict[str, Any] = {"queue_id": qids, "body_size": body_sizes, "message_id": mids}
-    alike: list[int | None] = list(first[shared:])
-    if not all_alike:  # the usually-alike fields that differ become columns
-        for i, name in enumerate(_USUALLY_ALIKE):
-            column = list(map(operator.attrgetter(name), records))
-            if column.count(column[0]) != n:
-                columns[name] = column
-                alike[i] = None
-    fixed = HEADER_SIZE + len(topic) + id_size + len(tag) + len(group) + len(bhost) + len(shost)
-    tails: list[bytes] | None = None
-    try:
-        if any(map(_GET_KEYS, records)) or any(map(_GET_PROPS, records)) or any(map(_GET_SYSPROPS, records)):
-            tails = _tails(records)  # raises the precise error for a too-long key
-            totals = list(map(add, map(add, body_sizes, map(len, tails)), repeat(fixed)))
-            for name, get in zip(_COUNTS, _GET_COUNTED, strict=True):
-                counts = list(map(len, map(get, records)))
-                alike.append(counts[0] if counts.count(counts[0]) == n else None)
-                columns[name] = counts
-        else:
-            totals = list(map(add, body_sizes, repeat(fixed)))
-            alike += (0, 0, 0)
-        if max(totals) > max_record_bytes:
-            return None
-        columns["total_size"] = totals
-        columns["born_timestamp_ms"] = map(_GET_BORN, records)
-        layout, args = _vector_plan((topic, bhost, shost, tag, group), id_size, tuple(alike))
-        heads = list(map(layout.pack, *[columns[a] if type(a) is str else repeat(a) for a in args]))
-    except struct.error:  # a number out of range, or more than 65535 keys: the per-record path names it
-        return None
-    # Heads, tails and bodies interleaved by slice assignment: no tuple per record (as zip makes).
-    step = 2 if tails is None else 3
-    parts = [b""] * (step * n)
-    parts[::step] = heads
-    if tails is not None:
-        parts[1::3] = tails
-    parts[step - 1 :: step] = bodies
-    return EncodedBatch(bytearray().join(parts), totals, qids.count(qids[0]) == n, mids, qids, True)
-
-
-def _tail_of(rec: MessageRecord) -> bytes:
-    return _tail(rec.keys, rec.properties, rec.system_properties)
-
-
-def _tails(records: Sequence[MessageRecord]) -> list[bytes]:
-    """`_tail_of` each record. Records without keys and with as many user properties each and as
-    many system properties each (a batched send; a lite or priority send, whose messages each name
-    their lite topic or priority) get theirs from C-level maps over all pairs, user properties then
-    system properties, cut into one tail per record; anything else (or a key too long, which
-    `_tail` names) record by record."""
-    props = list(map(_GET_PROPS, records))
-    sysprops = list(map(_GET_SYSPROPS, records))
-    counts, sys_counts = set(map(len, props)), set(map(len, sysprops))
-    if len(counts) != 1 or len(sys_counts) != 1 or any(map(_GET_KEYS, records)):
-        return list(map(_tail_of, records))
-    count = counts.pop() + sys_counts.pop()
-    names = list(map(str.encode, itertools.chain.from_iterable(map(itertools.chain, props, sysprops))))
-    if not names or max(map(len, names)) > MAX_U16:
-        return list(map(_tail_of, records))
-    values = list(map(str.encode, itertools.chain.from_iterable(
-        map(itertools.chain, map(dict.values, props), map(dict.values, sysprops)))))  # fmt: skip
-    parts = itertools.chain.from_iterable(
-        zip(map(_U16.pack, map(len, names)), names, map(_U32.pack, map(len, values)), values, strict=True)
-    )
-    return list(map(b"".join, zip(*[parts] * (4 * count), strict=True)))
+_GET_QID, _GET_EDGE = operator.attrgetter("queue_id"), operator.attrgetter("edge")
 
 
 def seal_at(buf: bytearray, view: memoryview, start: int, size: int, queue_offset: int, physical_offset: int,

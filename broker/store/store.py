@@ -50,8 +50,6 @@ from common.record import (
     CopiedRecords,
     MessageRecord,
     decode,
-    encode_columns,
-    encode_one,
     placed,
     verify_copied,
 )
@@ -61,8 +59,8 @@ log = logging.getLogger("sluice.store")
 # An encoded append: buffer, record sizes, columns, and its one
 # (topic, queue id) or None if several.
 _Prepared = tuple[bytearray, list[int], Columns, tuple[str, int] | None]
-_TOPIC, _TAG, _KEYS, _QUEUE_ID, _MESSAGE_ID, _EDGE = (
-    operator.attrgetter(f) for f in ("topic", "tag", "keys", "queue_id", "message_id", "edge")
+_TOPIC, _TAG, _KEYS, _QUEUE_ID, _MESSAGE_ID = (
+    operator.attrgetter(f) for f in ("topic", "tag", "keys", "queue_id", "message_id")
 )  # fmt: skip
 
 
@@ -175,32 +173,13 @@ class MessageStore:
     # -- appends ---------------------------------------------------------------------------------
 
     def _prepare(self, records: Sequence[MessageRecord]) -> _Prepared:
+        """The append's buffer (`placed`: a send's records as its edge encoded them, records the
+        broker made encoded there), sizes, index columns, and its one (topic, queue id) or None."""
         if self._closed:
             raise StoreClosed("the store is closed")
         if not records:
             raise BadRequest("nothing to append")
-        max_bytes = self.config.commitlog.max_record_bytes
-        if all(map(_EDGE, records)):  # a send's records, as its edge encoded them: placed, not encoded again
-            return self._placed(records, max_bytes)
-        if len(records) == 1:  # the encoder alone, no columns to compute (~3 us less)
-            rec = records[0]
-            buf = encode_one(rec, max_bytes)
-            mid = rec.message_id.encode()
-            columns = new_columns(([rec.topic], [rec.queue_id], [tag_hash(rec.tag)], [mid], [rec.keys]))
-            return buf, [len(buf)], columns, (rec.topic, rec.queue_id)
-        enc = encode_columns(records, max_bytes)
-        first = records[0]
-        n = len(records)
-        if enc.uniform:  # one topic and tag for all (a batched send): no per-record lookups
-            topics, tag_hashes = [first.topic] * n, [tag_hash(first.tag)] * n
-        else:
-            topics, tag_hashes = list(map(_TOPIC, records)), list(map(tag_hash, map(_TAG, records)))
-        columns = new_columns((topics, enc.queue_ids, tag_hashes, enc.message_ids, list(map(_KEYS, records))))
-        return enc.buf, enc.sizes, columns, (first.topic, first.queue_id) if enc.one_queue else None
-
-    @staticmethod
-    def _placed(records: Sequence[MessageRecord], max_bytes: int) -> _Prepared:
-        buf, sizes = placed(records, max_bytes)
+        buf, sizes = placed(records, self.config.commitlog.max_record_bytes)
         first = records[0]
         if len(records) == 1:
             columns = new_columns(([first.topic], [first.queue_id], [tag_hash(first.tag)],

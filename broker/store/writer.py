@@ -1,6 +1,6 @@
 """The CommitLog writer: group-commits appends to the active segment, one round at a time.
 
-Callers hand over already encoded records, one buffer per append (`record.encode_columns`); the
+Callers hand over already encoded records, one buffer per append (`record.placed`); the
 writer drains everything that queued up while it was busy, assigns queue offsets and physical
 offsets in one place, seals the records in place (offsets + CRC), writes the round with one
 `pwritev` of those buffers (no copy), and under the `sync` policy makes it durable with one
@@ -214,7 +214,7 @@ _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 @dataclass(slots=True)
 class _Pending:
-    buf: bytearray  # the append's records, encoded back to back (record.encode_columns)
+    buf: bytearray  # the append's records, encoded back to back (record.placed)
     sizes: list[int]
     columns: Columns
     queue: tuple[str, int] | None  # the one queue of all records, None if several

@@ -12,10 +12,12 @@ one message each. Prints each figure and the ratios to the targets.
 Method of the append phases: 64 appender tasks on the event loop the broker runs the store on
 (uvloop, with the heap frozen once started, as processes/runtime.py does; `--runtime asyncio` gives
 the plain asyncio loop and full collector this bench used before). Records are built before the
-clock starts and reused (building them is the caller's work), but each append gives its messages
-fresh ids, as producers' ids are unique and ascend per producer: with reused ids the message-id
-index held ~20 copies of every id and each insert walked past them (~0.9 us instead of ~0.3 us
-per entry, measured on RocksDB alone), a cost no real workload has.
+clock starts as a send brings them to the store (edge records: `record.outgoing` +
+`record.received`, which the store joins, not encodes; building them is the edge's and the
+broker's work) and reused, but each append gives its messages fresh ids, as producers' ids are
+unique and ascend per producer: with reused ids the message-id index held ~20 copies of every id
+and each insert walked past them (~0.9 us instead of ~0.3 us per entry, measured on RocksDB
+alone), a cost no real workload has.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import asyncio
 import collections
 import gc
 import json
+import operator
 import os
 import shutil
 import sys
@@ -35,13 +38,15 @@ from pathlib import Path
 
 from broker.store.config import CommitLogConfig, StoreConfig
 from broker.store.store import MessageStore
-from common.record import MessageRecord
+from common.record import HEADER_SIZE, MessageRecord, outgoing, received
 from processes.runtime import install_uvloop
 
 MIB = 1 << 20
 _COLUMNS = ("msgs_s", "mib_s", "p99_ms", "dispatch_lag_max_ms", "cpu_us_per_msg", "writer_cpu_us_per_msg")
 BODY = (b"sluice-benchmark-" * 64)[:1024]
 _drain = collections.deque[object](maxlen=0).extend  # consume an iterator in C
+_EDGE = operator.attrgetter("edge")
+_ID_AT = slice(HEADER_SIZE + len("bench"), HEADER_SIZE + len("bench") + 32)  # a 32-character id after the topic
 
 
 def raw_baseline(directory: Path, seconds: float, fsync_every: int | None) -> dict[str, float]:
@@ -70,6 +75,13 @@ def raw_baseline(directory: Path, seconds: float, fsync_every: int | None) -> di
     return {"mib_s": written / MIB / elapsed, "appends_s": written / len(BODY) / elapsed}
 
 
+def sent(topic: str, queue_id: int, ids: list[int]) -> list[MessageRecord]:
+    """A send's records (`record(...)`'s messages), as the broker hands them to the store."""
+    edges = [outgoing(BODY, f"{i:032x}", tag="bench", born_timestamp_ms=int(time.time() * 1000),
+                      born_host="127.0.0.1:1") for i in ids]  # fmt: skip
+    return received(edges, topic, queue_id, "127.0.0.1:8081")
+
+
 def record(topic: str, queue_id: int, i: int, body: bytes = BODY) -> MessageRecord:
     return MessageRecord(
         topic=topic,
@@ -86,10 +98,11 @@ async def _appenders(store: MessageStore, seconds: float, appenders: int, batch:
     count = 0
     latencies: list[float] = []
 
-    # Records are built before the clock starts and reused (each append encodes them afresh):
-    # building them is the caller's work (the broker does it per request), not the store's.
+    # Records are built before the clock starts and reused: as a send brings them, encoded by its
+    # edge (`outgoing`) and verified and placed by `received` (the broker's work per request, not
+    # the store's), so the store joins and seals their edge buffers as it does a send's.
     pools = [
-        [[record("bench", (worker + b) % 8, worker * 10_000_000 + b * batch + j) for j in range(batch)]
+        [sent("bench", (worker + b) % 8, [worker * 10_000_000 + b * batch + j for j in range(batch)])
          for b in range(16)]
         for worker in range(appenders)
     ]  # fmt: skip
@@ -107,8 +120,10 @@ async def _appenders(store: MessageStore, seconds: float, appenders: int, batch:
             # Every message gets an id of its own, as producers' ids are: a reused id would make
             # the message-id index hold many copies of each id, which no real workload does.
             # (Built as prefix + precomputed suffix: ids of one producer ascend, as clients' do.)
-            ids = map(str.__add__, repeat(f"{worker:08x}{i:016x}"), suffixes)
+            # (Written into the edge buffers too, which hold the id the store writes.)
+            ids = list(map(str.__add__, repeat(f"{worker:08x}{i:016x}"), suffixes))
             _drain(map(setattr, recs, repeat("message_id"), ids))
+            _drain(map(operator.setitem, map(_EDGE, recs), repeat(_ID_AT), map(str.encode, ids)))
             t = time.perf_counter()
             await store.append(recs)
             latencies.append(time.perf_counter() - t)

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""The figures behind the store's two hot-path switches, per record, by batch size.
+"""The store's append encode and the figures behind its index switch, per record, by batch size.
 
     PYTHONPATH=$PWD .venv/bin/python tests/bench/store_micro.py [--repeat 7]
 
-- encode: `record.encode_columns`' vector path (`_encode_vector`) against its per-record path
-  (`_encode_each`) for a uniform batch of 1 KiB messages: `common.model.COLUMNS_MIN` is where the vector
-  path starts to win.
+- encode: the store's one append path (`record.placed`) for a batch of 1 KiB messages the broker
+  made itself (a tick's timer copies: each encoded by `record.encode_one`) against the same
+  messages as a send brings them (edge records from `record.outgoing` + `record.received`: joined,
+  not encoded; making them is the edge's and `received`'s work, not timed here).
 - index: the dispatcher indexing an append as a one-queue run of its own (maps) against the same
   records in a shared mixed run (record by record), RocksDB write included: `writer.RUN_MIN` is
   where a run of its own starts to pay.
@@ -42,7 +43,7 @@ def per_record_us(fn: Callable[[], object], n: int, repeat: int) -> float:
 
 
 def encode_figures(repeat: int) -> None:
-    print("encode (us per record)      vector  per-record")
+    print("encode (us per record)   broker-made        sent")
     for n in SIZES:
         recs = [
             R.MessageRecord(topic="bench", queue_id=0, body=BODY, message_id=f"{i:032x}", tag="bench",
@@ -50,9 +51,12 @@ def encode_figures(repeat: int) -> None:
                             store_host="127.0.0.1:8081")
             for i in range(n)
         ]  # fmt: skip
-        vector = per_record_us(lambda r=recs: R._encode_vector(r, 1 << 24), n, repeat)  # type: ignore[misc]
-        each = per_record_us(lambda r=recs: R._encode_each(r, 1 << 24), n, repeat)  # type: ignore[misc]
-        print(f"  {n:3d} records             {vector:7.2f}  {each:10.2f}")
+        edges = [R.outgoing(BODY, r.message_id, tag=r.tag, born_timestamp_ms=r.born_timestamp_ms,
+                            born_host=r.born_host) for r in recs]  # fmt: skip
+        sent = R.received(edges, "bench", 0, "127.0.0.1:8081")
+        made = per_record_us(lambda r=recs: R.placed(r, 1 << 24), n, repeat)  # type: ignore[misc]
+        joined = per_record_us(lambda r=sent: R.placed(r, 1 << 24), n, repeat)  # type: ignore[misc]
+        print(f"  {n:3d} records             {made:7.2f}  {joined:10.2f}")
 
 
 def index_figures(repeat: int, directory: Path) -> None:

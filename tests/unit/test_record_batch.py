@@ -1,8 +1,9 @@
-"""Batch encoding and sealing of the CommitLog codec (common/record.py).
+"""Batch appends and sealing of the CommitLog codec (common/record.py).
 
-`encode_columns` (its vector path and its per-record path) + `seal_at` are the store's append path;
-they must produce exactly the bytes of `encode` + `seal` record by record (the on-disk format v1 is
-a contract), and reject bad input with the same errors.
+`placed` (records a send's edge encoded, joined; records the broker made, encoded by `encode_one`)
++ `seal_at` are the store's one append path; they must produce exactly the bytes of `encode` +
+`seal` record by record (the on-disk format v1 is a contract), and reject bad input with the same
+errors.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from common.record import (
     crc32,
     decode,
     encode,
-    encode_columns,
+    outgoing,
+    placed,
+    received,
     seal,
     seal_at,
 )
@@ -70,10 +73,8 @@ def test_batch_encoding_and_sealing_write_the_same_bytes_as_record_by_record(
 ) -> None:
     first_phys = 1 << 33
     expected = reference(recs, first_qoff, first_phys)
-    enc = encode_columns(recs, NO_LIMIT)
-    buf, sizes = enc.buf, enc.sizes
+    buf, sizes = placed(recs, NO_LIMIT)
     assert sizes == [len(encode(dataclasses.replace(r))) for r in recs]
-    assert enc.one_queue == (len({(r.topic, r.queue_id) for r in recs}) == 1)
     starts = list(accumulate(sizes, initial=0))[:-1]
     physs = [first_phys + s for s in starts]
 
@@ -89,77 +90,31 @@ def test_batch_encoding_and_sealing_write_the_same_bytes_as_record_by_record(
         assert (got.queue_offset, got.physical_offset, got.store_timestamp_ms) == (first_qoff + i, physs[i], STORE_TS)
 
 
-@st.composite
-def uniform_batches(draw: st.DrawFn) -> list[MessageRecord]:
-    """Batches as a batched send makes them: one topic, tag, group and host pair, ids of one length,
-    with or without keys and properties, or with as many user properties each and nothing else (a
-    batched send of one client: their tails are cut from one run of all pairs) — the vector path of
-    `encode_columns`."""
-    shared = {
-        "topic": draw(st.sampled_from(["orders", "pay-ü"])),
-        "tag": draw(st.none() | st.text(min_size=1, max_size=10)),
-        "message_group": draw(st.none() | st.text(min_size=1, max_size=10)),
-        "born_host": draw(st.sampled_from(["", "10.0.0.1:1"])),
-        "store_host": draw(st.sampled_from(["", "10.0.0.2:2"])),
-    }
-    id_len = draw(st.integers(0, 40))
-    extras = draw(st.booleans())
-    same_count = None if extras else draw(st.none() | st.integers(1, 3))  # user properties per record
-    same_sys = 0 if extras else draw(st.integers(0, 2))  # system properties per record (a lite send: 1)
-    one_queue = draw(st.booleans())
-    alike = draw(st.booleans())  # type, flags, delivery time and attempt alike (the usual batch)
-    plain = {
-        "message_type": draw(st.sampled_from([1, 2, 3, 4])),
-        "flags": draw(st.sampled_from([0, 1])),
-        "delivery_timestamp_ms": draw(st.integers(0, 1 << 45)),
-        "delivery_attempt": draw(st.integers(0, 20)),
-    }
-    out = []
-    for i in range(draw(st.integers(4, 12))):
-        if extras:
-            props = draw(st.dictionaries(texts, texts, max_size=3))
-        elif same_count is not None:
-            props = draw(st.dictionaries(texts, texts, min_size=same_count, max_size=same_count))
-        else:
-            props = {}
-        out.append(
-            MessageRecord(
-                **shared,  # type: ignore[arg-type]
-                queue_id=0 if one_queue else draw(st.integers(0, 3)),
-                body=draw(st.binary(max_size=300)),
-                message_id=draw(st.text(alphabet="0123456789abcdef", min_size=id_len, max_size=id_len)),
-                keys=draw(st.lists(texts, max_size=3).map(tuple)) if extras else (),
-                properties=props,
-                system_properties=draw(st.dictionaries(texts, texts, max_size=2))
-                if extras
-                else draw(st.dictionaries(texts, texts, min_size=same_sys, max_size=same_sys)),
-                message_type=plain["message_type"] if alike else draw(st.sampled_from([1, 2, 3, 4])),
-                flags=plain["flags"] if alike else draw(st.sampled_from([0, 1])),
-                born_timestamp_ms=draw(st.integers(0, (1 << 64) - 1)),
-                delivery_timestamp_ms=plain["delivery_timestamp_ms"] if alike else draw(st.integers(0, 1 << 45)),
-                delivery_attempt=plain["delivery_attempt"] if alike else draw(st.integers(0, 20)),
-                queue_offset=i,
-            )
-        )
-    return out
+def as_received(rec: MessageRecord) -> MessageRecord:
+    """`rec` as a send brings it: encoded by an edge (`outgoing`), verified and placed (`received`)."""
+    data = outgoing(rec.body, rec.message_id, rec.message_type, rec.tag, rec.keys, rec.message_group, rec.properties,
+                    rec.system_properties, rec.born_timestamp_ms, rec.born_host, rec.delivery_timestamp_ms,
+                    bool(rec.flags & 1))  # fmt: skip
+    return received([data], rec.topic, rec.queue_id, rec.store_host)[0]
 
 
-@settings(PROPS, max_examples=300)
-@given(recs=uniform_batches() | st.lists(records, min_size=1, max_size=8))
-def test_encode_columns_writes_the_same_bytes_as_encode(recs: list[MessageRecord]) -> None:
+@settings(PROPS, max_examples=200)
+@given(recs=st.lists(records, min_size=1, max_size=8), sent=st.lists(st.booleans(), min_size=8, max_size=8),
+       moved=st.sampled_from([0, 3]))  # fmt: skip
+def test_placed_writes_the_same_bytes_for_sent_and_broker_made_records(
+    recs: list[MessageRecord], sent: list[bool], moved: int
+) -> None:
+    """A batch mixing records a send brought (their edge buffers, one moved to another queue after
+    `received`, as lite and priority sends move them) and records the broker made (encoded by
+    `encode_one`) is the bytes `encode` writes for each, writer fields 0."""
+    batch = [as_received(r) if s else dataclasses.replace(r) for r, s in zip(recs, sent, strict=False)]
+    for rec in batch:
+        rec.queue_id += moved
     expected = b"".join(encode(dataclasses.replace(r, queue_offset=0, physical_offset=0, store_timestamp_ms=0))
-                        for r in recs)  # fmt: skip
-    enc = encode_columns(recs, NO_LIMIT)
-    got = bytearray(enc.buf)
-    for start in accumulate(enc.sizes[:-1], initial=0):  # the writer's fields are sealed later
-        got[start + 20 : start + 44] = bytes(24)
-    assert bytes(got) == expected
-    assert enc.sizes == [len(encode(dataclasses.replace(r))) for r in recs]
-    assert enc.message_ids == [r.message_id.encode() for r in recs]
-    assert enc.queue_ids == [r.queue_id for r in recs]
-    assert enc.one_queue == (len({(r.topic, r.queue_id) for r in recs}) == 1)
-    shared = {(r.topic, r.tag, r.message_group, r.born_host, r.store_host, len(r.message_id.encode())) for r in recs}
-    assert enc.uniform == (len(recs) >= 4 and len(shared) == 1)
+                        for r in batch)  # fmt: skip
+    buf, sizes = placed(batch, NO_LIMIT)
+    assert bytes(buf) == expected
+    assert sizes == [len(encode(dataclasses.replace(r))) for r in batch]
 
 
 def test_the_crc_is_zlibs_crc32() -> None:
@@ -168,10 +123,12 @@ def test_the_crc_is_zlibs_crc32() -> None:
     assert crc32(memoryview(data)[CRC_START:]) == zlib.crc32(data[CRC_START:])
 
 
-@pytest.mark.parametrize("all_bad", [False, True])  # all bad: a uniform batch (the vector path)
+@pytest.mark.parametrize("all_bad", [False, True])
 @pytest.mark.parametrize("count", [1, 5])
 def test_batch_encoding_rejects_what_encode_rejects(count: int, all_bad: bool) -> None:
-    encoder = encode_columns
+    def encoder(recs: list[MessageRecord], limit: int) -> None:
+        placed(recs, limit)
+
     good = MessageRecord(topic="t", queue_id=0, body=b"x")
 
     def batch(bad: MessageRecord) -> list[MessageRecord]:

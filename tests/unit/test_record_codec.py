@@ -30,8 +30,8 @@ from common.record import (
     MessageRecord,
     decode,
     encode,
-    encode_columns,
     peek_size,
+    placed,
     seal,
     seal_at,
 )
@@ -188,11 +188,11 @@ def test_format_v1_bytes_do_not_change() -> None:
     buf = encode(dataclasses.replace(GOLDEN_RECORD))
     seal(buf, 42, 1 << 33, 1_700_000_000_123)
     assert bytes(buf) == GOLDEN
-    batch = [dataclasses.replace(GOLDEN_RECORD) for _ in range(5)]  # the vector path
-    enc = encode_columns(batch, 1 << 20)
-    assert enc.uniform
-    seal_at(enc.buf, memoryview(enc.buf), 0, len(GOLDEN), 42, 1 << 33, 1_700_000_000_123)
-    assert bytes(enc.buf[: len(GOLDEN)]) == GOLDEN
+    batch = [dataclasses.replace(GOLDEN_RECORD) for _ in range(5)]  # the store's append path
+    buf, sizes = placed(batch, 1 << 20)
+    assert sizes == [len(GOLDEN)] * 5
+    seal_at(buf, memoryview(buf), 0, len(GOLDEN), 42, 1 << 33, 1_700_000_000_123)
+    assert bytes(buf[: len(GOLDEN)]) == GOLDEN
 
 
 def test_the_docstring_table_is_the_field_table() -> None:
