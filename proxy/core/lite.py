@@ -182,7 +182,8 @@ class LiteRouter:
 
     async def _move(self, key: _Key, brokers: tuple[str, ...], old: str, new: str, names: tuple[str, ...]) -> None:
         client_id, group, topic = key
-        add = LiteSync(group, topic, client_id, LiteAction.PARTIAL_ADD, names, quota=self._part_quota(key, new))
+        quota = self._part_quota(key, new, moving=(old, len(names)))
+        add = LiteSync(group, topic, client_id, LiteAction.PARTIAL_ADD, names, quota=quota)
         to: LiteApi = self._dir.broker(new)
         self._count(key, brokers, new, await to.sync_lite_subscription(add))
         log.info("lite subscriptions moved to the broker the route names now",
@@ -194,11 +195,16 @@ class LiteRouter:
         except SluiceError as exc:  # the added part counts; the old broker no longer gets these names' messages
             log.debug("could not drop moved lite subscriptions", extra=kv(broker=old, error=exc.message))
 
-    def _part_quota(self, key: _Key, broker: str) -> int:
+    def _part_quota(self, key: _Key, broker: str, moving: tuple[str, int] = ("", 0)) -> int:
         """How many lite topics a PARTIAL_ADD may leave the client holding on `broker`: the quota
-        less what it holds on the other brokers (never below what it holds there already)."""
+        less what it holds on the other brokers (never below what it holds there already).
+        `moving`: (broker, n) when the add moves n lite topics from that broker, where they then
+        no longer count (the move drops them there once added)."""
         known = self._known.get(key)
-        held = {} if known is None else known.held
+        held = {} if known is None else dict(known.held)
+        frm, n = moving
+        if frm in held:
+            held[frm] = max(held[frm] - n, 0)
         room = self._quota - sum(n for b, n in held.items() if b != broker)
         if room < 1 and held.get(broker, 0) == 0:  # every name of the part would be new there
             raise LiteSubscriptionQuotaExceeded(

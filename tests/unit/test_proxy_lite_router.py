@@ -22,7 +22,8 @@ TOPIC = "bind"
 
 
 class Recorder:
-    """A broker's lite subscriptions as plain sets, and every sync it was sent."""
+    """A broker's lite subscriptions as plain sets, and every sync it was sent; like a broker, it
+    refuses a sync that would grow a client's set here beyond the sync's quota."""
 
     def __init__(self) -> None:
         self.held: dict[tuple[str, str], set[str]] = {}
@@ -35,14 +36,17 @@ class Recorder:
         self.syncs.append(sync)
         names = self.held.setdefault((sync.group, sync.client_id), set())
         if sync.action is LiteAction.PARTIAL_ADD:
-            names |= set(sync.lite_topics)
+            new = names | set(sync.lite_topics)
         elif sync.action is LiteAction.PARTIAL_REMOVE:
-            names -= set(sync.lite_topics)
+            new = names - set(sync.lite_topics)
         elif sync.action is LiteAction.COMPLETE_ADD:
-            names.clear()
-            names |= set(sync.lite_topics)
+            new = set(sync.lite_topics)
         else:
-            names.clear()
+            new = set()
+        if sync.quota and len(new) > sync.quota and len(new) > len(names):
+            raise LiteSubscriptionQuotaExceeded(f"{len(new)} lite topics here; the sync's quota is {sync.quota}")
+        names.clear()
+        names |= new
         return len(names)
 
 
@@ -184,14 +188,14 @@ def test_a_forgotten_client_loses_its_placement_and_counts_together() -> None:
 def test_a_partial_add_is_held_to_the_quota_less_what_the_client_holds_on_other_brokers() -> None:
     async def run() -> None:
         d = Directory("a", "b", "c")
-        r = router(d, quota=7)
+        r = router(d, quota=8)
         on_a, on_b = names_on(d, "a", 4, "x"), names_on(d, "b", 3, "x")
         with pytest.raises(LiteSubscriptionQuotaExceeded):  # a COMPLETE_ADD is checked whole
-            await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.COMPLETE_ADD, on_a + on_b + names_on(d, "c", 1, "y")))
+            await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.COMPLETE_ADD, on_a + on_b + names_on(d, "c", 2, "y")))
         await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.COMPLETE_ADD, on_a + on_b))
 
         await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_ADD, names_on(d, "b", 1, "y")))
-        assert part_quota(d, "b") == 7 - 4  # what it holds on a counts against b's part
+        assert part_quota(d, "b") == 8 - 4  # what it holds on a counts against b's part
         sent = len(d.brokers["c"].syncs)
         with pytest.raises(LiteSubscriptionQuotaExceeded):  # 4 on a and 4 on b: no room on c
             await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_ADD, names_on(d, "c", 1, "y")))
@@ -199,8 +203,24 @@ def test_a_partial_add_is_held_to_the_quota_less_what_the_client_holds_on_other_
 
         await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_REMOVE, on_a[:2]))
         await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_ADD, names_on(d, "c", 1, "y")))
-        assert part_quota(d, "c") == 7 - 2 - 4
+        assert part_quota(d, "c") == 8 - 2 - 4
         assert d.where("c1") == {"a": set(on_a[2:]), "b": set(on_b + names_on(d, "b", 1, "y")),
                                  "c": set(names_on(d, "c", 1, "y"))}  # fmt: skip
+
+    asyncio.run(run())
+
+
+def test_a_client_at_its_quota_is_moved_when_the_route_grows() -> None:
+    """The lite topics a move adds on the new broker are those it then drops from the old one:
+    they do not count twice against the quota."""
+
+    async def run() -> None:
+        d = Directory("a")
+        r = router(d, quota=len(NAMES))
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.COMPLETE_ADD, NAMES))
+        d.routes.append(d.route_of("b"))
+        assert await r.replace_moved() == len(owners(d, NAMES)["b"])
+        assert d.where("c1") == owners(d, NAMES)
+        assert d.brokers["b"].syncs[-1].quota == len(owners(d, NAMES)["b"])
 
     asyncio.run(run())
