@@ -53,8 +53,6 @@ from proxy.directory import BrokerDirectory
 
 log = logging.getLogger("sluice.proxy.lite")
 Notify = Callable[[LiteRemoval], bool]  # False: the stream's queue is full
-
-
 _Key = tuple[str, str, str]  # (client id, group, bind topic)
 
 
@@ -63,7 +61,7 @@ class _Subscriptions:
     """What this proxy knows of one client's lite subscriptions of one bind topic: the lite topics
     it synced through this proxy and the writable brokers of the route they were placed over, and
     how many lite topics it holds per broker as each broker last answered (a broker's count also
-    has what the client synced through other proxies)."""
+    counts what the client synced through other proxies)."""
 
     brokers: tuple[str, ...]
     names: set[str] = field(default_factory=set)
@@ -202,9 +200,9 @@ class LiteRouter:
         no longer count (the move drops them there once added)."""
         known = self._known.get(key)
         held = {} if known is None else dict(known.held)
-        frm, n = moving
+        frm, moved = moving
         if frm in held:
-            held[frm] = max(held[frm] - n, 0)
+            held[frm] = max(held[frm] - moved, 0)
         room = self._quota - sum(n for b, n in held.items() if b != broker)
         if room < 1 and held.get(broker, 0) == 0:  # every name of the part would be new there
             raise LiteSubscriptionQuotaExceeded(
