@@ -161,8 +161,9 @@ class CacheConfig:
     groups_max: int = 100_000
     # (namespace, network) pairs whose advertised proxy endpoints are kept.
     endpoints_max: int = 10_000
-    # Lite consumers (client, group, bind topic) whose subscription counts per broker are kept, to
-    # hold each one to its quota across the brokers of its bind topic.
+    # Lite consumers (client, group, bind topic) remembered: their subscription counts per broker,
+    # to hold each one to its quota across the brokers of its bind topic, and the brokers their lite
+    # topics were placed over, to move them when the route changes (kept or forgotten together).
     lite_clients_max: int = 100_000
 
     def __post_init__(self) -> None:

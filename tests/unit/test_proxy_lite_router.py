@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from broker.client.api import LiteAction, LiteSync
-from common.errors import Unavailable
+from common.errors import LiteSubscriptionQuotaExceeded, Unavailable
 from common.model import MessageType, Permission
 from proxy.core.lite import LiteRouter
 from proxy.core.routing import lite_broker
@@ -20,7 +22,8 @@ TOPIC = "bind"
 
 
 class Recorder:
-    """A broker's lite subscriptions as plain sets, and every sync it was sent."""
+    """A broker's lite subscriptions as plain sets, and every sync it was sent; like a broker, it
+    refuses a sync that would grow a client's set here beyond the sync's quota."""
 
     def __init__(self) -> None:
         self.held: dict[tuple[str, str], set[str]] = {}
@@ -33,14 +36,17 @@ class Recorder:
         self.syncs.append(sync)
         names = self.held.setdefault((sync.group, sync.client_id), set())
         if sync.action is LiteAction.PARTIAL_ADD:
-            names |= set(sync.lite_topics)
+            new = names | set(sync.lite_topics)
         elif sync.action is LiteAction.PARTIAL_REMOVE:
-            names -= set(sync.lite_topics)
+            new = names - set(sync.lite_topics)
         elif sync.action is LiteAction.COMPLETE_ADD:
-            names.clear()
-            names |= set(sync.lite_topics)
+            new = set(sync.lite_topics)
         else:
-            names.clear()
+            new = set()
+        if sync.quota and len(new) > sync.quota and len(new) > len(names):
+            raise LiteSubscriptionQuotaExceeded(f"{len(new)} lite topics here; the sync's quota is {sync.quota}")
+        names.clear()
+        names |= new
         return len(names)
 
 
@@ -73,8 +79,19 @@ def owners(directory: Directory, names: tuple[str, ...]) -> dict[str, set[str]]:
     return out
 
 
-def router(directory: Directory) -> LiteRouter:
-    return LiteRouter(directory, quota=100, poll_ms=1000, clients_max=16)  # type: ignore[arg-type]
+def router(directory: Directory, quota: int = 100, clients_max: int = 16) -> LiteRouter:
+    return LiteRouter(directory, quota=quota, poll_ms=1000, clients_max=clients_max)  # type: ignore[arg-type]
+
+
+def names_on(directory: Directory, broker: str, n: int, prefix: str) -> tuple[str, ...]:
+    """`n` lite topic names the current route places on `broker`."""
+    pool = (f"{prefix}-{i}" for i in range(10_000))
+    return tuple(name for name in pool if lite_broker(TOPIC, directory.routes, name) == broker)[:n]
+
+
+def part_quota(directory: Directory, broker: str) -> int:
+    """The quota the last PARTIAL_ADD sent to `broker` carried."""
+    return directory.brokers[broker].syncs[-1].quota
 
 
 def test_subscriptions_move_to_the_broker_a_grown_route_names() -> None:
@@ -131,5 +148,79 @@ def test_a_failed_move_is_tried_again_and_a_removed_client_is_forgotten() -> Non
         d.routes.append(d.route_of("c"))
         assert await r.replace_moved() == 0  # it holds nothing: nothing to move
         assert d.where("c1") == {}
+
+    asyncio.run(run())
+
+
+def test_a_forgotten_client_loses_its_placement_and_counts_together() -> None:
+    async def run() -> None:
+        d = Directory("a", "b")
+        r = router(d, clients_max=2)
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.COMPLETE_ADD, NAMES))
+        await r.sync(LiteSync("g", TOPIC, "c2", LiteAction.COMPLETE_ADD, NAMES))
+        # c1 again: broker a answers (nothing new there), then b fails; a's answer makes c1 the most
+        # recent client, for its counts and its placement alike
+        d.brokers["b"].down = True
+        again = names_on(d, "a", 1, "lite") + names_on(d, "b", 1, "new")
+        with pytest.raises(Unavailable):
+            await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_ADD, again))
+        d.brokers["b"].down = False
+        await r.sync(LiteSync("g", TOPIC, "c3", LiteAction.COMPLETE_ADD, NAMES))  # c2 is forgotten
+
+        before = owners(d, NAMES)
+        d.routes.append(d.route_of("c"))
+        after = owners(d, NAMES)
+        moved = sum(len(after[b] - before.get(b, set())) for b in after)
+        assert moved > 0, "the names must move for this test"
+        assert await r.replace_moved() == 2 * moved  # c1 and c3; this proxy no longer knows c2's
+        assert d.where("c1") == d.where("c3") == after
+        assert d.where("c2") == before
+
+        # c1's counts, kept with its placement and updated by the moves, hold its part to the quota
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_ADD, names_on(d, "c", 1, "more")))
+        assert part_quota(d, "c") == 100 - len(after["a"]) - len(after["b"])
+        await r.sync(LiteSync("g", TOPIC, "c2", LiteAction.PARTIAL_ADD, names_on(d, "c", 1, "more")))
+        assert part_quota(d, "c") == 100  # nothing known of c2 on the other brokers
+
+    asyncio.run(run())
+
+
+def test_a_partial_add_is_held_to_the_quota_less_what_the_client_holds_on_other_brokers() -> None:
+    async def run() -> None:
+        d = Directory("a", "b", "c")
+        r = router(d, quota=8)
+        on_a, on_b = names_on(d, "a", 4, "x"), names_on(d, "b", 3, "x")
+        with pytest.raises(LiteSubscriptionQuotaExceeded):  # a COMPLETE_ADD is checked whole
+            await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.COMPLETE_ADD, on_a + on_b + names_on(d, "c", 2, "y")))
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.COMPLETE_ADD, on_a + on_b))
+
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_ADD, names_on(d, "b", 1, "y")))
+        assert part_quota(d, "b") == 8 - 4  # what it holds on a counts against b's part
+        sent = len(d.brokers["c"].syncs)
+        with pytest.raises(LiteSubscriptionQuotaExceeded):  # 4 on a and 4 on b: no room on c
+            await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_ADD, names_on(d, "c", 1, "y")))
+        assert len(d.brokers["c"].syncs) == sent  # refused here, nothing sent
+
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_REMOVE, on_a[:2]))
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.PARTIAL_ADD, names_on(d, "c", 1, "y")))
+        assert part_quota(d, "c") == 8 - 2 - 4
+        assert d.where("c1") == {"a": set(on_a[2:]), "b": set(on_b + names_on(d, "b", 1, "y")),
+                                 "c": set(names_on(d, "c", 1, "y"))}  # fmt: skip
+
+    asyncio.run(run())
+
+
+def test_a_client_at_its_quota_is_moved_when_the_route_grows() -> None:
+    """The lite topics a move adds on the new broker are those it then drops from the old one:
+    they do not count twice against the quota."""
+
+    async def run() -> None:
+        d = Directory("a")
+        r = router(d, quota=len(NAMES))
+        await r.sync(LiteSync("g", TOPIC, "c1", LiteAction.COMPLETE_ADD, NAMES))
+        d.routes.append(d.route_of("b"))
+        assert await r.replace_moved() == len(owners(d, NAMES)["b"])
+        assert d.where("c1") == owners(d, NAMES)
+        assert d.brokers["b"].syncs[-1].quota == len(owners(d, NAMES)["b"])
 
     asyncio.run(run())
