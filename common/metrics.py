@@ -67,6 +67,9 @@ def enabled() -> bool:
 
 # -- hot-path tallies ------------------------------------------------------------------------------
 
+# Every tally, in the order defined: each adds itself, so none can be left out of the exposition.
+_TALLIES: list[_Tally | _TallyHistogram] = []
+
 
 class _Tally:
     """A counter family kept as label values -> total in a plain dict, updated on the event loop's
@@ -78,6 +81,7 @@ class _Tally:
     def __init__(self, name: str, help: str, labels: tuple[str, ...]) -> None:
         self.name, self.help, self.labels = name, help, labels  # `name` without `_total`
         self.values: dict[tuple[str, ...], float] = {}
+        _TALLIES.append(self)
 
     def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
         values = self.values
@@ -99,6 +103,7 @@ class _TallyHistogram:
     def __init__(self, name: str, help: str, labels: tuple[str, ...], bounds: tuple[float, ...]) -> None:
         self.name, self.help, self.labels, self.bounds = name, help, labels, bounds
         self.values: dict[tuple[str, ...], list[float]] = {}
+        _TALLIES.append(self)
 
     def observe(self, labels: tuple[str, ...], amount: float) -> None:
         row = self.values.get(labels)
@@ -166,16 +171,11 @@ INTERNAL_RPC_DURATION = _TallyHistogram(
     ("service", "method"),
     LATENCY_BUCKETS_S,
 )
-TALLIES: tuple[_Tally | _TallyHistogram, ...] = (
-    PROXY_RPC_REQUESTS, PROXY_RPC_DURATION, PROXY_UNDECODABLE, PROXY_FORWARDED, PROXY_BALANCED, MESSAGES_IN,
-    MESSAGE_BYTES_IN, PROXY_BROKER_SENDS, MESSAGES_OUT, MESSAGE_BYTES_OUT, MESSAGES_ACKED, INTERNAL_RPC_REQUESTS,
-    INTERNAL_RPC_DURATION,
-)  # fmt: skip
 
 
 class _TallyCollector:
     def collect(self) -> Iterator[Metric]:
-        for tally in TALLIES:
+        for tally in _TALLIES:
             yield tally.metric()
 
 
@@ -475,7 +475,7 @@ def register_gauge_source(family: ScrapeFamily, fn: Callable[[], float], *labels
 def family_names() -> list[str]:
     """Every family name as it appears in the exposition (counters with `_total`)."""
     names = [f.name for f in SCRAPE_FAMILIES]
-    names += (f"{t.name}_total" if isinstance(t, _Tally) else t.name for t in TALLIES)
+    names += (f"{t.name}_total" if isinstance(t, _Tally) else t.name for t in _TALLIES)
     for inst in (STORE_FLUSH_DURATION, TIER_S3_ERRORS, TRACE_EVENTS_DROPPED):
         name = inst.describe()[0].name
         names.append(f"{name}_total" if isinstance(inst, Counter) else name)
