@@ -34,7 +34,7 @@ from broker.replication.coordinator import Coordinator, Leader
 from broker.replication.state import REPLICATED_CFS
 from broker.store.index import Index
 from broker.store.statelog import StateRecorder
-from common.errors import NotPrimary, Unavailable
+from common.errors import NotPrimary, TooFewInSync, Unavailable
 from common.logs import kv
 
 log = logging.getLogger("sluice.replication.gate")
@@ -171,9 +171,9 @@ class AckGate:
             )
         have = 1 + len(self.insync)
         if have < self._cfg.min_insync:
-            raise Unavailable(
+            raise TooFewInSync(
                 f"group {self._coord.group} has {have} member(s) in sync, fewer than min_insync "
-                f"{self._cfg.min_insync}; the write was not stored durably enough, retry later"
+                f"{self._cfg.min_insync}; the write was not stored durably enough"
             )
 
     def _held(self, end: int) -> bool:
@@ -286,9 +286,7 @@ class AckGate:
                 "replicas left the in-sync set", extra=kv(group=self._coord.group, members=",".join(sorted(behind)))
             )
             if 1 + len(self.insync) < self._cfg.min_insync:
-                self._fail_all(
-                    Unavailable(f"group {self._coord.group} fell below min_insync {self._cfg.min_insync}; retry later")
-                )
+                self._fail_all(TooFewInSync(f"group {self._coord.group} fell below min_insync {self._cfg.min_insync}"))
             else:
                 self._release()
         caught_up = {
