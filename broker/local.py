@@ -214,7 +214,8 @@ class LocalBroker:
                 await loop.run_in_executor(None, store.close)
                 raise
         metadata = Metadata(store.index)
-        pop_state = PopState(store.index, term=self._term, cursor_cache_size=cfg.pop.cursor_cache_size)
+        pop_state = PopState(store.index, term=self._term, cursor_cache_size=cfg.pop.cursor_cache_size,
+                             acked_state=self._durability.acked_state)  # fmt: skip
         self.hub = LongPollHub(loop)
         store.add_dispatch_listener(lambda touched: self.hub.notify_threadsafe(map(topic_key, touched)))
         trace = TraceRecorder(cfg.name, cfg.trace, store.index.cf(CF_TRACE), store.index.handle(CF_TRACE),
@@ -614,6 +615,7 @@ class LocalBroker:
         if spec is not None and is_lite(spec):
             self.lite.after_ack(group, topic, {qid for qid, _ in done})
         await self._state_replicated()
+        self.engine.settled()  # the in-sync replicas hold the acks: their message groups go on
         return results
 
     async def change_invisible_duration(
@@ -643,6 +645,7 @@ class LocalBroker:
         self.metadata.group(group)
         await self.engine.forward_to_dead_letter(group, topic, receipt_handle)
         await self._state_replicated()
+        self.engine.settled()
 
     # -- pull and offsets ------------------------------------------------------------------------
 

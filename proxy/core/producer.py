@@ -134,8 +134,9 @@ class ProducerService:
         replica, a fenced or deposed primary) refused it, or the broker cannot be reached and is the
         topic's only writable one (a killed primary: the client's retry could only come back to
         it), look its address up again and send there while the client's deadline allows
-        (proxy/core/failover.py). Another retriable refusal is retried once if the broker has moved
-        meanwhile, else raised for the client to retry (on another queue, another broker).
+        (proxy/core/failover.py); so is a topic's only broker group whose primary has too few
+        members in sync (`TooFewInSync`). Another retriable refusal is retried once if the broker has
+        moved meanwhile, else raised for the client to retry (on another queue, another broker).
 
         Its latency and outcome feed the queue selection (proxy/core/health.py); a send cancelled
         before the broker answered (the client gave up waiting) counts as timed out."""
@@ -144,7 +145,7 @@ class ProducerService:
         try:
             results = await call_through_failover(
                 self._dir, broker, lambda api: api.send(topic, queue_id, messages, ctx=ctx), ctx,
-                wait_unreachable=lambda: self._only_broker(topic),
+                wait_unreachable=lambda: self._only_broker(topic), wait_in_sync=lambda: self._only_broker(topic),
             )  # fmt: skip
             outcome = None
         except SluiceError as exc:
