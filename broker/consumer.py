@@ -97,6 +97,7 @@ class PopEngine:
         self.clock = clock
         self._cold = cold
         self._store = store
+        self._max_bytes = store.config.read.max_batch_bytes
         self._meta = metadata
         self._state = state
         self._hub = hub
@@ -165,13 +166,13 @@ class PopEngine:
         self._redeliver(group, topic.name, set(queues), filt, n, now, until, batch, out, claimed, cold)
         if group.spec.fifo and fifo_open:
             for qid in queues:
-                if len(out) >= n:
+                if self._full(out, n):
                     break
                 self._release_waiting(group, topic.name, qid, n, until, batch, out, claimed, cold)
         levels = self.levels if priority.is_priority(topic) and self._cold is None else None
         g = group.spec.name
         for qid in queues:
-            if len(out) >= n:
+            if self._full(out, n):
                 break
             if levels is not None and levels.is_drained(g, topic.name, qid):
                 continue
@@ -186,13 +187,22 @@ class PopEngine:
                                        [(m.queue_id, m.queue_offset, m.delivery_attempt) for m in out])  # fmt: skip
         return out
 
+    def _bytes_left(self, out: list[StoredMessage]) -> int:
+        """Record bytes a pop holding `out` may still take: one pop carries about
+        `read.max_batch_bytes` (past its first message), as one read does, so that a response of
+        the internal RPC stays under its limit however large the bodies (AMQP's reach 16 MiB)."""
+        return self._max_bytes - sum(m.record.size or len(m.record.body) for m in out)
+
+    def _full(self, out: list[StoredMessage], n: int) -> bool:
+        return len(out) >= n or (bool(out) and self._bytes_left(out) <= 0)
+
     def _redeliver(
         self, group: GroupInfo, topic: str, queues: set[int], filt: MessageFilter, n: int, now: int, until: int,
         batch: PopBatch, out: list[StoredMessage], claimed: set[tuple[int, str]], cold: _Cold,
     ) -> None:  # fmt: skip
         g = group.spec.name
         for _, t, qid, offset in list(self._state.due(g, now, _DUE_SCAN_LIMIT)):
-            if len(out) >= n:
+            if self._full(out, n):
                 return
             if t != topic or qid not in queues:
                 continue
@@ -223,7 +233,7 @@ class PopEngine:
         if not lanes:
             return
         for mg, lane in list(lanes.items()):
-            if len(out) >= n:
+            if self._full(out, n):
                 return
             if lane.outstanding or lane.settling or not lane.waiting or (qid, mg) in claimed:
                 continue
@@ -253,8 +263,10 @@ class PopEngine:
         cursor = cold.cursors[qid] if unset and qid in cold.cursors else self.cursor(group, topic, qid)
         start = cursor
         scanned = 0
-        while len(out) < n and scanned < self._cfg.max_scan_entries:
-            res = self._store.read(topic, qid, cursor, max_messages=n - len(out), tag_hashes=filt.tag_hashes)
+        while not self._full(out, n) and scanned < self._cfg.max_scan_entries:
+            left = self._bytes_left(out)
+            res = self._store.read(topic, qid, cursor, max_messages=n - len(out), max_bytes=max(1, left),
+                                   tag_hashes=filt.tag_hashes)  # fmt: skip
             tier = self._cold
             if (
                 res.status is ReadStatus.OFFSET_TOO_SMALL
@@ -281,7 +293,7 @@ class PopEngine:
             version, held_version = self._state.first_version, self._state.waiting_version
             everything = isinstance(filt, TagFilter) and filt.tags is None
             for rec in res.messages:
-                if len(out) >= n:
+                if len(out) >= n or (out and left <= 0):
                     consumed_to = rec.queue_offset
                     break
                 if not everything and not filt.matches(rec.tag, rec.properties):
@@ -296,6 +308,7 @@ class PopEngine:
                     claimed.add((qid, mg))
                 add(g, topic, qid, rec.queue_offset, until, mg)
                 append(deliver(rec, 1, version, until, g))
+                left -= rec.size or len(rec.body)
             cursor = consumed_to
         if cursor != start or self._state.cursor(g, topic, qid) is None:
             batch.set_cursor(g, topic, qid, cursor)

@@ -207,9 +207,10 @@ class AmqpConfig:
     frame_max_bytes: int = 131_072
     # Most channels per connection offered in connection.tune.
     channel_max: int = 2047
-    # A larger message is refused (channel error 406), as RabbitMQ's max_message_size does; the
-    # brokers' own limit ([broker.limits] max_body_bytes) must be at least this.
-    max_body_bytes: int = 4 * 1024 * 1024
+    # A larger message is refused (channel error 406, counted), as RabbitMQ's max_message_size
+    # does; 16 MiB is RabbitMQ 4's default (3.x allowed 128 MiB; docs/amqp.md says why not here).
+    # The brokers' own limit ([broker.limits] max_body_bytes, 16 MiB too) must be at least this.
+    max_body_bytes: int = 16 * 1024 * 1024
     # A delivered message is invisible to other consumers for this long, renewed every third of it
     # while its channel is open: the unacknowledged messages of a proxy that died come back after
     # at most this.

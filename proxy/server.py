@@ -111,7 +111,8 @@ async def _start_amqp(app: ProxyApp) -> Gateway:
     gateway = Gateway(cfg.amqp, broker=directory.broker, broker_names=directory.broker_names,
                       security=lambda: app.policy.doc, auth_required=cfg.auth.enabled, send=app.producer.send,
                       routes=directory.route, pop_anywhere=pops, authorize=app.access.authorize,
-                      client_report_s=cfg.client_report_s)  # fmt: skip
+                      client_report_s=cfg.client_report_s,
+                      max_topic_body_bytes=cfg.settings.max_body_bytes)  # fmt: skip
     await gateway.start(cfg.host, reuse_port=cfg.reuse_port)
     app.client_reporter.add_source(gateway.connected_clients)
     return gateway
