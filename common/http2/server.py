@@ -43,9 +43,12 @@ from common.http2.frames import ErrorCode
 from common.http2.hpackcodec import Decoder, HeaderListTooLarge, HpackError
 from common.http2.limits import Http2Limits
 from common.http2.request import Request, parse_request
+from common.logs import kv
 
 log = logging.getLogger("sluice.http2")
 
+GOAWAY_LINGER_S = 1.0  # after a connection error's GOAWAY, the client's input is drained this long
+GOAWAY_DEBUG_MAX = 200  # characters of the reason sent in GOAWAY
 CLOSED_REMEMBERED = 64  # streams closed lately (by a reset of ours: their in-flight frames are ignored)
 
 
@@ -742,13 +745,19 @@ class ServerConnection(asyncio.Protocol):
         if self._closed or self._transport is None:
             return
         if code != ErrorCode.NO_ERROR:
-            log.info("http2 connection closed", extra={"peer": self.peer, "code": code.name, "why": why})
-        self._out.append(f.goaway(self._highest, code, why[:200]))
+            log.info("http2 connection closed", extra=kv(peer=self.peer, code=code.name, why=why))
+        self._out.append(f.goaway(self._highest, code, why[:GOAWAY_DEBUG_MAX]))
         self._flush()
-        self._transport.close()
-        self._closed = True
+        self._closed = True  # what the client still sends is read and dropped (data_received)
         for st in list(self.streams.values()):
             self._drop(st, ErrorCode.CANCEL)
+        # Closing a socket with unread input resets the connection, and the client may lose the
+        # GOAWAY on its way: end our side, drain theirs for a moment, then close.
+        transport = self._transport
+        if transport.can_write_eof():
+            transport.write_eof()
+        transport.resume_reading()
+        self._loop.call_later(GOAWAY_LINGER_S, transport.close)
 
     # -- timers --
 
@@ -768,7 +777,7 @@ class ServerConnection(asyncio.Protocol):
                 self._fail(ErrorCode.PROTOCOL_ERROR, "no HTTP/2 preface in time")
                 return
         elif self._stalled_at is not None and now - self._stalled_at >= lim.write_stall_s:
-            log.info("http2 connection closed", extra={"peer": self.peer, "why": "the client stopped reading"})
+            log.info("http2 connection closed", extra=kv(peer=self.peer, why="the client stopped reading"))
             self.abort()
             return
         elif not self.streams and not self._working and now - self._active_at >= lim.idle_timeout_s:
