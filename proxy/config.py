@@ -7,6 +7,7 @@ from pathlib import Path
 
 from broker.client.remote import DEFAULT_MAX_PENDING_SENDS, DEFAULT_RECONNECT_BACKOFF_MAX_S, DEFAULT_TIMEOUT_S
 from common.config import ConfigError
+from common.http2.limits import Http2Limits
 from common.served import ServedConfig
 
 _HEADROOM_BYTES = 64 * 1024  # a message's properties, keys and framing beyond its body
@@ -260,9 +261,12 @@ class ProxyConfig(ServedConfig):
     route_refresh_s: float = 5.0
     # Largest request the gRPC server accepts: one message of the body size clients are told
     # (settings.max_body_bytes) with room for its properties, or a small batch. Larger requests get
-    # gRPC RESOURCE_EXHAUSTED before any of it is parsed.
+    # gRPC RESOURCE_EXHAUSTED as soon as their length is read, before the rest is.
     max_message_bytes: int = 8 * 1024 * 1024
+    # Calls in flight over every connection; beyond, a call gets gRPC RESOURCE_EXHAUSTED.
     max_concurrent_rpcs: int = 10_000
+    # Each client connection's HTTP/2 limits (docs/proxy.md, "The HTTP/2 edge").
+    http2: Http2Limits = field(default_factory=Http2Limits)
     settings: ClientSettingsConfig = field(default_factory=ClientSettingsConfig)
     receive: ReceiveConfig = field(default_factory=ReceiveConfig)
     # Clients without a heartbeat or telemetry stream for this long are forgotten (official clients
