@@ -74,7 +74,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @internal_rpc
     async def GetTopic(self, request: pb.GetTopicRequest, context: Context) -> pb.GetTopicResponse:
-        spec = await self._api.get_topic(request.name, auto_create=request.auto_create)
+        like = convert.topic_spec_from_pb(request.like) if request.HasField("like") else None
+        spec = await self._api.get_topic(request.name, auto_create=request.auto_create, like=like)
         return pb.GetTopicResponse(spec=convert.topic_spec_to_pb(spec))
 
     @internal_rpc
