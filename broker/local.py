@@ -551,10 +551,14 @@ class LocalBroker:
         self.engine.ready_bytes.forget(name)
         log.info("consumer group deleted", extra=kv(group=name))
 
-    async def get_group(self, name: str, *, auto_create: bool = False) -> GroupInfo:
+    async def get_group(self, name: str, *, auto_create: bool = False, like: GroupSpec | None = None) -> GroupInfo:
+        """The group; with `auto_create`, created first where this broker auto-creates groups, as
+        `like` when given (the cluster's definition: another broker's copy, proxy/firstuse.py)."""
         info = self.metadata.groups.get(name)
         if info is None and auto_create and self.config.auto_create:
-            return await self.create_group(GroupSpec(name))
+            if like is not None and like.name != name:
+                raise BadRequest(f"the definition given for consumer group {name} is group {like.name}'s")
+            return await self.create_group(like if like is not None else GroupSpec(name))
         return info if info is not None else self.metadata.group(name)
 
     async def list_groups(self) -> list[GroupInfo]:

@@ -388,7 +388,10 @@ class MessagingApi(Protocol):
         yet takes like's; a topic that exists otherwise is never changed."""
         ...
 
-    async def get_group(self, name: str, *, auto_create: bool = False) -> GroupInfo: ...
+    async def get_group(self, name: str, *, auto_create: bool = False, like: GroupSpec | None = None) -> GroupInfo:
+        """The group; with `auto_create`, created first where the broker auto-creates groups: as
+        `like` (the cluster's definition, another broker's copy) when given, else with defaults."""
+        ...
 
     # produce
     async def send(

@@ -1,7 +1,8 @@
 """A broker that creates topics on first use (`LocalBroker.ensure_topic`, docs/shards.md "Topics,
 groups and admin"): a copy is created as the cluster's definition when one is given, a system
 topic's name is never created by a client's lookup, and the types a first message decides, here or
-on another broker, never change afterwards."""
+on another broker, never change afterwards. The same over the internal service (`like` on the
+wire), for topics and consumer groups."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.client.api import TopicSpec
+from broker.client.api import GroupSpec, TopicSpec
+from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
-from common.errors import MessageTypeConflict, TopicNotFound
+from common.errors import ConsumerGroupNotFound, MessageTypeConflict, TopicNotFound
 from common.model import ALL_MESSAGE_TYPES, UNDECIDED_TYPES, MessageType
+from tests.helpers.broker_fixtures import start_broker_process
 from tests.helpers.records import outgoing
 
 
@@ -73,3 +76,26 @@ def test_a_decided_copy_keeps_its_types(broker: tuple[asyncio.AbstractEventLoop,
         assert local.held_topic("u") == TopicSpec("u", 8, ALL_MESSAGE_TYPES)
 
     loop.run_until_complete(run())
+
+
+def test_the_cluster_s_definitions_cross_the_internal_service(tmp_path: Path) -> None:
+    proc = start_broker_process(tmp_path, settings={"name": "b-remote", "auto_create": True})
+
+    async def run() -> None:
+        remote = RemoteBroker("b-remote", proc.address)
+        try:
+            like = TopicSpec("copied", 2, UNDECIDED_TYPES)
+            assert await remote.get_topic("copied", auto_create=True, like=like) == like
+            lite = TopicSpec("copied", 8, frozenset({MessageType.LITE}))
+            assert (await remote.get_topic("copied", like=lite)).message_types == lite.message_types
+            fifo = GroupSpec("g", fifo=True, max_delivery_attempts=3)
+            assert (await remote.get_group("g", auto_create=True, like=fifo)).spec == fifo
+            with pytest.raises(ConsumerGroupNotFound):
+                await remote.get_group("other", like=fifo)  # without auto_create nothing is created
+        finally:
+            await remote.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        proc.stop()
