@@ -51,7 +51,7 @@ from common.errors import (
     SluiceError,
     TopicNotFound,
 )
-from common.model import MessageType, Permission, dlq_topic
+from common.model import ALL_MESSAGE_TYPES, UNDECIDED_TYPES, MessageType, Permission, dlq_topic
 from common.record import MessageRecord, encode, seal
 from tests.contract.conftest import MAX_BODY_BYTES, MIN_INVISIBLE_MS, POP_MAX_BYTES, Elapse, Scope
 from tests.helpers.records import outgoing
@@ -180,6 +180,27 @@ async def test_topic_lifecycle(broker: BrokerApi, scope: Scope) -> None:
         await broker.update_topic(spec)
     with expect_error(TopicNotFound):
         await broker.topic_status(name)
+
+
+async def test_a_topic_created_on_first_use_takes_the_cluster_s_decision(broker: BrokerApi, scope: Scope) -> None:
+    """`get_topic(like=...)` (docs/shards.md): an undecided copy takes the types another broker's
+    first message decided; a decided copy never changes; nothing is created where the broker does
+    not create topics on first use (this one does not)."""
+    name = scope.topic()
+    undecided = TopicSpec(name, 2, UNDECIDED_TYPES)
+    await broker.create_topic(undecided)
+    assert await broker.get_topic(name, like=TopicSpec(name, 1, UNDECIDED_TYPES)) == undecided
+    with expect_error(BadRequest):  # no first message decides an auto-created topic so
+        await broker.get_topic(name, like=TopicSpec(name, 1, frozenset({MessageType.NORMAL})))
+    lite = TopicSpec(name, 2, frozenset({MessageType.LITE}))
+    assert await broker.get_topic(name, like=TopicSpec(name, 8, frozenset({MessageType.LITE}))) == lite
+    assert await broker.get_topic(name, like=TopicSpec(name, 8, ALL_MESSAGE_TYPES)) == lite
+    assert await broker.get_topic(name) == lite
+    absent = scope.topic()
+    with expect_error(TopicNotFound):
+        await broker.get_topic(absent, auto_create=True, like=TopicSpec(absent, 1, ALL_MESSAGE_TYPES))
+    with expect_error(TopicNotFound):
+        await broker.get_topic("%DLQ%" + scope.group(), auto_create=True)
 
 
 @pytest.mark.parametrize("bad", ["", "has space", "x" * 128, "%SYSTEM", "semi;colon"])
