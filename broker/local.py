@@ -72,6 +72,7 @@ from broker.priority import check_priority_spec, is_priority
 from broker.produce import Producer
 from broker.reads import Reader
 from broker.security_store import SECURITY_CFS, SecurityStore
+from broker.store.deletion import Deletion
 from broker.store.dispatcher import Touched, call_soon_from_any_thread
 from broker.store.durability import LOCAL, Durability
 from broker.store.store import MessageStore
@@ -187,6 +188,8 @@ class LocalBroker:
         self._amqp_meta: AmqpMetaStore | None = None
         self._started_ms = 0
         self.clients = ClientTable(clock)
+        # Topics being deleted (`delete_topic`): a topic of the same name is created once it is done.
+        self._deleting: dict[str, asyncio.Event] = {}
 
     @property
     def name(self) -> str:
@@ -244,6 +247,7 @@ class LocalBroker:
             call_soon_from_any_thread(loop, self._dispatched, touched)
 
         store.add_dispatch_listener(dispatched)
+        store.add_deletion_listener(self._deleted)
         producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)
         self._dedup = Deduplicator(store, cfg.dedup_window_s, clock=self._clock)
         reader = Reader(store, self.hub, tiering, trace, cfg.pop, cfg.advertised_address)
@@ -356,6 +360,13 @@ class LocalBroker:
                     if qid >= priority.PRIORITY_QUEUE_BASE:
                         levels.dispatched(topic, qid)
 
+    def _deleted(self, deletion: Deletion) -> None:
+        """The store applied a topic's deletion (on the thread that dispatched it): tiering drops
+        the topic's archived segments at once, so no cold read serves them."""
+        tiering = self.tiering
+        if tiering is not None:
+            tiering.on_deleted(deletion)
+
     async def _every(self, interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
         """Run `step` every `interval_s` until the broker stops (the step logs its own failures)."""
         while not self._stop.is_set():
@@ -430,6 +441,7 @@ class LocalBroker:
         A topic's queue count never shrinks: messages in the removed queues would be unreachable.
         """
         self._check_topic_spec(spec)
+        await self._deletion_done(spec.name)
         old = self.metadata.topics.get(spec.name)
         if old is not None and spec.queue_count < old.queue_count:
             raise BadRequest(
@@ -452,14 +464,64 @@ class LocalBroker:
         return await self.create_topic(spec)
 
     async def delete_topic(self, name: str) -> None:
+        """Delete a topic and everything of it this broker holds (docs/operations.md, "Deleting a
+        topic"): first its definition, so nothing is sent to it or read from it any more; then a
+        deletion record in the CommitLog (broker/store/deletion.py) ends its queues where they end,
+        for every reader here, on the group's replicas and after any restart; then the consumer
+        state that names its messages. A topic of the same name created meanwhile waits for it.
+        Tiering drops the archived segments as the record is dispatched (`_deleted`), and their
+        objects are deleted before this returns (or, with the bucket down, by a later retention run)."""
         spec = self.metadata.topic(name)
+        done = self._deleting[name] = asyncio.Event()
+        try:
+            await self._delete(name, spec)
+        finally:
+            del self._deleting[name]
+            done.set()
+        await self._topics_changed()
+        tiering = self.tiering
+        if tiering is not None:
+            try:
+                await tiering.purge(name)
+            except SluiceError as exc:  # the bucket is down: the next retention run deletes them
+                log.warning("archived segments of a deleted topic not deleted yet; will retry",
+                            extra=kv(topic=name, error=exc.message))  # fmt: skip
+
+    async def _delete(self, name: str, spec: TopicSpec) -> None:
+        before = self.store.deleted_at(name)
         self.metadata.delete_topic(name)
         self.engine.delivered.pop(name, None)
-        if is_lite(spec):
-            self.lite.drop_topic(name)
         self.engine.levels.forget(None, name)
-        log.info("topic deleted", extra=kv(topic=name))
-        await self._topics_changed()
+        unacknowledged: SluiceError | None = None
+        try:
+            position = (await self.store.delete_topic(name)).physical_offset
+        except SluiceError as exc:
+            position = self.store.deleted_at(name)
+            if position == before:  # the record was not written: the topic is as it was
+                self.metadata.put_topic(spec)
+                raise
+            unacknowledged = exc  # written and applied here, not (yet) held by the in-sync replicas
+        parts = self._running()
+        groups = {*parts.metadata.groups, *parts.pop_state.groups_with_inflight()}
+        if is_lite(spec):
+            parts.lite.drop_topic(name)
+        in_flight = parts.pop_state.drop_topic(name, groups)
+        await asyncio.get_running_loop().run_in_executor(None, self.store.drop_offsets, name)
+        half_messages = parts.transactions.drop_topic(name, position)
+        if self._dedup is not None:
+            self._dedup.forget(name)
+        timers = await parts.timers.drop_topic(name, position)
+        log.info("topic deleted", extra=kv(topic=name, position=position, in_flight=in_flight, timers=timers,
+                                           half_messages=half_messages))  # fmt: skip
+        if unacknowledged is not None:
+            raise unacknowledged
+        await self._state_replicated()
+
+    async def _deletion_done(self, name: str) -> None:
+        """Wait for a deletion of `name` under way: a topic of that name is a new one only after it."""
+        deleting = self._deleting.get(name)
+        if deleting is not None:
+            await deleting.wait()
 
     async def get_topic(self, name: str, *, auto_create: bool = False) -> TopicSpec:
         return await self.ensure_topic(name) if auto_create else self.metadata.topic(name)
@@ -487,6 +549,8 @@ class LocalBroker:
         Created by a route lookup, before any message, it accepts every type (so clients that check
         a message's type against the route send it) until its first message decides.
         `create_topic` validates the name."""
+        if name in self._deleting:  # racing its deletion: what follows it is the topic's next incarnation
+            await self._deletion_done(name)
         spec = self.metadata.topics.get(name)
         if spec is None and self.config.auto_create:
             types = UNDECIDED_TYPES if first is None else _auto_types(first)

@@ -34,7 +34,7 @@ import collections
 import contextlib
 import functools
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -367,6 +367,26 @@ class PopState:
         batch.set_cursor(group, topic, queue_id, cursor)
         batch.commit()
 
+    def drop_topic(self, topic: str, groups: Iterable[str]) -> int:
+        """Forget every cursor and entry of a deleted topic in `groups` (one WriteBatch); how many
+        entries (in flight or waiting) went."""
+        batch = PopBatch(self)
+        dropped = 0
+        for group in groups:
+            prefix = _name(group) + _name(topic)
+            within = _within(prefix)  # held while iterating (see _within)
+            for key, raw in self._msg.items(from_key=prefix, read_opt=within):
+                if not key.startswith(prefix):
+                    break
+                _, _, qid, offset = parse_msg_key(key)
+                batch.remove(group, topic, qid, offset, PopEntry.decode(raw))
+                dropped += 1
+            batch.drop_cursors(prefix)
+        batch.commit()
+        for qk in [k for k in self._cursor_cache if k[1] == topic]:
+            del self._cursor_cache[qk]
+        return dropped
+
     def drop_group(self, group: str) -> None:
         """Forget every cursor and entry of a deleted group."""
         prefix = _name(group)
@@ -404,6 +424,11 @@ class PopBatch:
     def set_cursor(self, group: str, topic: str, queue_id: int, cursor: int) -> None:
         self._wb.put(queue_key(group, topic, queue_id), _U64.pack(cursor), self._s.h_cursor)
         self._cursors[(group, topic, queue_id)] = cursor
+        self.empty = False
+
+    def drop_cursors(self, prefix: bytes) -> None:
+        """Delete every cursor whose key starts with `prefix` (a group's, or a group's of one topic)."""
+        self._wb.delete_range(prefix, next_prefix(prefix), self._s.h_cursor)
         self.empty = False
 
     def cursor_set(self, group: str, topic: str, queue_id: int) -> int | None:
