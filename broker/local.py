@@ -299,6 +299,7 @@ class LocalBroker:
             if self._parts is not None:
                 self._parts.timers.close()
             self._parts = None
+            self._dedup = None
             self._security = None
             self._amqp_meta = None
             await asyncio.get_running_loop().run_in_executor(None, store.close)
