@@ -503,15 +503,23 @@ class LocalBroker:
                 raise
             unacknowledged = exc  # written and applied here, not (yet) held by the in-sync replicas
         parts = self._running()
+        loop = asyncio.get_running_loop()
         groups = {*parts.metadata.groups, *parts.pop_state.groups_with_inflight()}
         if is_lite(spec):
             parts.lite.drop_topic(name)
-        in_flight = parts.pop_state.drop_topic(name, groups)
-        await asyncio.get_running_loop().run_in_executor(None, self.store.drop_offsets, name)
+        floors = self.store.incarnation_floors(name)
+        old = await loop.run_in_executor(None, parts.pop_state.entries_below, name, groups, floors)
+        in_flight = 0
+        for at in range(0, len(old), _DROP_CHUNK):  # pops and acks of other topics run in between
+            in_flight += parts.pop_state.drop_entries(name, old[at : at + _DROP_CHUNK])
+            await asyncio.sleep(0)
+        parts.pop_state.drop_cursors(name, groups, floors)
+        await loop.run_in_executor(None, self.store.drop_offsets, name)
         half_messages = parts.transactions.drop_topic(name, position)
         if self._dedup is not None:
             self._dedup.forget(name)
         timers = await parts.timers.drop_topic(name, position)
+        await loop.run_in_executor(None, self.store.compact_queues, name)
         log.info("topic deleted", extra=kv(topic=name, position=position, in_flight=in_flight, timers=timers,
                                            half_messages=half_messages))  # fmt: skip
         if unacknowledged is not None:
@@ -940,6 +948,8 @@ class LocalBroker:
         )  # fmt: skip
 
 
+# Pop entries of a deleted topic forgotten per WriteBatch (and event-loop turn).
+_DROP_CHUNK = 512
 # Message types whose send also writes consumer state (the timer index, the half-message index).
 _INDEXED_TYPES = frozenset({MessageType.DELAY, MessageType.TRANSACTION})
 UNDECIDED_TYPES: frozenset[MessageType] = frozenset(MessageType)  # an auto-created topic before its first message

@@ -281,6 +281,11 @@ class MessageStore:
         tid = self.index.topic_id(topic)
         return 0 if tid is None else self.index.incarnation_floor(tid, queue_id)
 
+    def incarnation_floors(self, topic: str) -> dict[int, int]:
+        """`incarnation_floor` of every queue of the topic that held messages when it was deleted."""
+        tid = self.index.topic_id(topic)
+        return {} if tid is None else self.index.incarnation_floors(tid)
+
     def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset) of a queue; max is one past the last visible message."""
         tid = self.index.topic_id(topic)
@@ -473,6 +478,13 @@ class MessageStore:
         if tid is None:
             raise OffsetNotFound(f"topic {topic} has no messages on this broker")
         self.index.put_offset(group, tid, queue_id, offset)
+
+    def compact_queues(self, topic: str) -> None:
+        """Compact the topic's ConsumeQueue range (blocking): after a deletion, so that reads of the
+        queues' next messages do not step over the range deletes' tombstones until RocksDB gets to it."""
+        tid = self.index.topic_id(topic)
+        if tid is not None:
+            self.index.cf(K.CF_CQ).compact_range(K.queue_prefix(tid, 0), K.queue_prefix(tid + 1, 0))
 
     def drop_offsets(self, topic: str) -> int:
         """Forget the offsets groups committed in a (deleted) topic (blocking: scans every committed
