@@ -233,8 +233,18 @@ class MessageStore:
     async def delete_topic(self, topic: str) -> AppendResult:
         """Append the record that deletes `topic` (deletion.py) and return once it is dispatched and
         durable like any append: every queue of the topic then ends where it ended, holds nothing
-        and goes on from there. Where the record landed (its position is `deleted_at(topic)`)."""
-        (result,) = await self.append([deletion_record(topic)])
+        and goes on from there. Where the record landed (its position is `deleted_at(topic)`).
+
+        Always written by the writer thread, never inline on the event loop: dispatching it reads
+        and deletes every queue of the topic (a bind topic may have many lite topics)."""
+        buf, sizes, columns, queue = self._prepare([deletion_record(topic)])
+        if self._replicated:
+            self.durability.admit()
+        fut: concurrent.futures.Future[Sequence[AppendResult]] = concurrent.futures.Future()
+        self.writer.submit(buf, sizes, columns, queue, fut)
+        (result,) = await asyncio.wrap_future(fut)
+        if self._replicated:
+            await self.durability.wait(result.physical_offset + result.size)
         return result
 
     def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> Sequence[AppendResult]:

@@ -145,7 +145,8 @@ def test_a_deletion_ends_the_topic_where_it_lies_in_the_log_live_after_recovery_
 def test_a_deletion_in_the_middle_of_a_round_ends_the_entries_before_it_in_that_round(tmp_path: Path) -> None:
     """Appends made in one event-loop iteration are one round (one dispatch batch) in the order they
     were made: the deletion record takes the round's entries before it (a lite send's, put at once,
-    and a queue's open block) and leaves those after it."""
+    and a queue's open block) and leaves those after it. (The record is appended as any record here;
+    `delete_topic` hands it to the writer thread, whose rounds gather what queued meanwhile alike.)"""
     old_lite = [message(i, TOPIC, 65536 + i % 3) for i in range(6)]
     old, new = message(50, TOPIC, 0), [message(100 + i, TOPIC, i % 2) for i in range(4)]
 
@@ -153,13 +154,13 @@ def test_a_deletion_in_the_middle_of_a_round_ends_the_entries_before_it_in_that_
         store = MessageStore(tmp_path / "s", CONFIG)
         try:
             rounds = store.writer.rounds
-            results = await asyncio.gather(store.append(old_lite), store.append([old]), store.delete_topic(TOPIC),
-                                           *(store.append([m]) for m in new))  # fmt: skip
+            appends = [old_lite, [old], [deletion_record(TOPIC)], *([m] for m in new)]
+            results = await asyncio.gather(*(store.append(a) for a in appends))
             assert store.writer.rounds == rounds + 1, "one round"
             assert [store.queue_bounds(TOPIC, q) for q in (0, 1, 65536, 65537, 65538)] == [
                 (1, 3), (0, 2), (2, 2), (2, 2), (2, 2)
             ]  # fmt: skip
-            assert store.deleted_at(TOPIC) == results[2].physical_offset
+            assert store.deleted_at(TOPIC) == results[2][0].physical_offset
             assert [m.body for m in store.read(TOPIC, 0, 1).messages] == [new[0].body, new[2].body]
             assert [m.body for m in store.read(TOPIC, 1, 0).messages] == [new[1].body, new[3].body]
         finally:
