@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -190,6 +191,7 @@ class LocalBroker:
         self.clients = ClientTable(clock)
         # Topics being deleted (`delete_topic`): a topic of the same name is created once it is done.
         self._deleting: dict[str, asyncio.Event] = {}
+        self._purges: set[asyncio.Future[int]] = set()  # deleted topics' archived objects being deleted
 
     @property
     def name(self) -> str:
@@ -294,6 +296,8 @@ class LocalBroker:
             store, self._store = self._store, None
             tiering = self._parts.tiering if self._parts is not None else None
             if tiering is not None:
+                for purge in list(self._purges):
+                    purge.cancel()  # the deletes in the uploader's threads go on; `close` waits for them
                 await tiering.close()  # uploads and cold reads in flight use the store
             # RocksDB releases its lock only when the last handle is gone: drop every holder.
             if self._parts is not None:
@@ -481,12 +485,12 @@ class LocalBroker:
             done.set()
         await self._topics_changed()
         tiering = self.tiering
-        if tiering is not None:
-            try:
-                await tiering.purge(name)
-            except SluiceError as exc:  # the bucket is down: the next retention run deletes them
-                log.warning("archived segments of a deleted topic not deleted yet; will retry",
-                            extra=kv(topic=name, error=exc.message))  # fmt: skip
+        if tiering is not None:  # its archived objects: waited for a moment, else they go meanwhile
+            purge = asyncio.ensure_future(tiering.purge(name))
+            purge.add_done_callback(functools.partial(_purged, name))
+            self._purges.add(purge)
+            purge.add_done_callback(self._purges.discard)
+            await asyncio.wait({purge}, timeout=_PURGE_WAIT_S)
 
     async def _delete(self, name: str, spec: TopicSpec) -> None:
         before = self.store.deleted_at(name)
@@ -950,6 +954,21 @@ class LocalBroker:
 
 # Pop entries of a deleted topic forgotten per WriteBatch (and event-loop turn).
 _DROP_CHUNK = 512
+# How long `delete_topic` waits for the deleted topic's archived objects to go before it answers
+# (the admin tool's calls time out after 5 s); past it they go on being deleted, and a failure is
+# finished by the next retention run.
+_PURGE_WAIT_S = 2.0
+
+
+def _purged(topic: str, purge: asyncio.Future[int]) -> None:
+    if purge.cancelled():
+        return
+    exc = purge.exception()
+    if isinstance(exc, SluiceError):  # the bucket is down: the next retention run deletes them
+        log.warning("archived segments of a deleted topic not deleted yet; will retry",
+                    extra=kv(topic=topic, error=exc.message))  # fmt: skip
+    elif exc is not None:
+        log.error("deleting the archived segments of a deleted topic failed", extra=kv(topic=topic), exc_info=exc)
 # Message types whose send also writes consumer state (the timer index, the half-message index).
 _INDEXED_TYPES = frozenset({MessageType.DELAY, MessageType.TRANSACTION})
 UNDECIDED_TYPES: frozenset[MessageType] = frozenset(MessageType)  # an auto-created topic before its first message

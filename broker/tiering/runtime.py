@@ -216,10 +216,9 @@ class BrokerTiering:
 
     async def purge(self, topic: str) -> int:
         """Delete the objects of the topic's dropped segments, after writing its manifest.json
-        without them (object store I/O, off the event loop; raises its errors)."""
-        from broker.tiering.expiry import purge  # pyarrow: only for a broker that tiers
-
-        return await asyncio.to_thread(purge, self.manifest, self.objects, topic)
+        without them (object store I/O, in the uploader's threads, which `close` waits for; raises
+        the object store's errors)."""
+        return await self.uploader.purge(topic)
 
     def _evict_local(self, topic: str) -> TierEvictResult:
         """Drop the topic's local index entries below each queue's tiered end (reads of them now go

@@ -36,6 +36,7 @@ from broker.store import keys as K
 from broker.store.index import CqEntry
 from broker.store.segments import Segment
 from broker.store.store import MessageStore
+from broker.tiering import expiry
 from broker.tiering.config import TieringConfig
 from broker.tiering.manifest import Manifest, SegmentEntry
 from broker.tiering.objectstore import ObjectStore
@@ -180,6 +181,11 @@ class Uploader:
                         raise Unavailable(f"tiering of topic {topic} did not finish in {timeout_s}s: {exc}") from exc
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.config.retry_max_s)
+
+    async def purge(self, topic: str) -> int:
+        """`expiry.purge` of one topic (its manifest.json rewritten, then the objects its manifest
+        dropped deleted), in this uploader's threads; how many objects were deleted."""
+        return await self._call(expiry.purge, self.manifest, self.objects, topic)
 
     def _succeeded(self, topic: str) -> None:
         st = self._state(topic)
