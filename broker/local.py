@@ -969,6 +969,8 @@ def _purged(topic: str, purge: asyncio.Future[int]) -> None:
                     extra=kv(topic=topic, error=exc.message))  # fmt: skip
     elif exc is not None:
         log.error("deleting the archived segments of a deleted topic failed", extra=kv(topic=topic), exc_info=exc)
+
+
 # Message types whose send also writes consumer state (the timer index, the half-message index).
 _INDEXED_TYPES = frozenset({MessageType.DELAY, MessageType.TRANSACTION})
 UNDECIDED_TYPES: frozenset[MessageType] = frozenset(MessageType)  # an auto-created topic before its first message
