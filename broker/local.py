@@ -80,6 +80,7 @@ from broker.store.store import MessageStore
 from broker.tiering.runtime import TIER_CFS, BrokerTiering, not_enabled
 from broker.timer.keys import TIMER_CFS
 from broker.timer.service import TimerService
+from broker.topic_deletion import TopicDeletion
 from broker.trace import CF_TRACE, TRACE_CFS, TraceRecorder
 from broker.transaction.pending import TXN_CFS
 from broker.transaction.service import TransactionService
@@ -140,6 +141,7 @@ class _Parts:
     producer: Producer
     reader: Reader
     lite: LiteService
+    deletions: TopicDeletion
 
 
 # Every column family a broker's store holds (a replica opens the same store with the same list).
@@ -189,8 +191,6 @@ class LocalBroker:
         self._amqp_meta: AmqpMetaStore | None = None
         self._started_ms = 0
         self.clients = ClientTable(clock)
-        # Topics being deleted (`delete_topic`): a topic of the same name is created once it is done.
-        self._deleting: dict[str, asyncio.Event] = {}
         self._purges: set[asyncio.Future[int]] = set()  # deleted topics' archived objects being deleted
 
     @property
@@ -251,10 +251,13 @@ class LocalBroker:
         store.add_dispatch_listener(dispatched)
         store.add_deletion_listener(self._deleted)
         producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)
-        self._dedup = Deduplicator(store, cfg.dedup_window_s, clock=self._clock)
+        dedup = self._dedup = Deduplicator(store, cfg.dedup_window_s, clock=self._clock)
         reader = Reader(store, self.hub, tiering, trace, cfg.pop, cfg.advertised_address)
+        deletions = TopicDeletion(store=store, metadata=metadata, engine=engine, pop_state=pop_state, lite=lite,
+                                  transactions=transactions, timers=timers, dedup=dedup,
+                                  durability=self._durability)  # fmt: skip
         self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers, producer, reader,
-                             lite)  # fmt: skip
+                             lite, deletions)  # fmt: skip
         await transactions.start()
         self._security = SecurityStore(store.index)
         self._amqp_meta = AmqpMetaStore(store.index)
@@ -446,7 +449,7 @@ class LocalBroker:
         A topic's queue count never shrinks: messages in the removed queues would be unreachable.
         """
         self._check_topic_spec(spec)
-        await self._deletion_done(spec.name)
+        await self._running().deletions.finished(spec.name)
         old = self.metadata.topics.get(spec.name)
         if old is not None and spec.queue_count < old.queue_count:
             raise BadRequest(
@@ -469,20 +472,11 @@ class LocalBroker:
         return await self.create_topic(spec)
 
     async def delete_topic(self, name: str) -> None:
-        """Delete a topic and everything of it this broker holds (docs/operations.md, "Deleting a
-        topic"): first its definition, so nothing is sent to it or read from it any more; then a
-        deletion record in the CommitLog (broker/store/deletion.py) ends its queues where they end,
-        for every reader here, on the group's replicas and after any restart; then the consumer
-        state that names its messages. A topic of the same name created meanwhile waits for it.
-        Tiering drops the archived segments as the record is dispatched (`_deleted`), and their
-        objects are deleted before this returns (or, with the bucket down, by a later retention run)."""
-        spec = self.metadata.topic(name)
-        done = self._deleting[name] = asyncio.Event()
-        try:
-            await self._delete(name, spec)
-        finally:
-            del self._deleting[name]
-            done.set()
+        """Delete a topic and everything of it this broker holds (broker/topic_deletion.py,
+        docs/operations.md "Deleting a topic"). Tiering drops the archived segments as the deletion
+        record is dispatched (`_deleted`); their objects are deleted before this returns, or, past
+        `_PURGE_WAIT_S` or with the bucket down, meanwhile (and by a later retention run)."""
+        await self._running().deletions.delete(name)
         await self._topics_changed()
         tiering = self.tiering
         if tiering is not None:  # its archived objects: waited for a moment, else they go meanwhile
@@ -491,50 +485,6 @@ class LocalBroker:
             self._purges.add(purge)
             purge.add_done_callback(self._purges.discard)
             await asyncio.wait({purge}, timeout=_PURGE_WAIT_S)
-
-    async def _delete(self, name: str, spec: TopicSpec) -> None:
-        before = self.store.deleted_at(name)
-        self.metadata.delete_topic(name)
-        self.engine.delivered.pop(name, None)
-        self.engine.levels.forget(None, name)
-        unacknowledged: SluiceError | None = None
-        try:
-            position = (await self.store.delete_topic(name)).physical_offset
-        except SluiceError as exc:
-            position = self.store.deleted_at(name)
-            if position == before:  # the record was not written: the topic is as it was
-                self.metadata.put_topic(spec)
-                raise
-            unacknowledged = exc  # written and applied here, not (yet) held by the in-sync replicas
-        parts = self._running()
-        loop = asyncio.get_running_loop()
-        groups = {*parts.metadata.groups, *parts.pop_state.groups_with_inflight()}
-        if is_lite(spec):
-            parts.lite.drop_topic(name)
-        floors = self.store.incarnation_floors(name)
-        old = await loop.run_in_executor(None, parts.pop_state.entries_below, name, groups, floors)
-        in_flight = 0
-        for at in range(0, len(old), _DROP_CHUNK):  # pops and acks of other topics run in between
-            in_flight += parts.pop_state.drop_entries(name, old[at : at + _DROP_CHUNK])
-            await asyncio.sleep(0)
-        parts.pop_state.drop_cursors(name, groups, floors)
-        await loop.run_in_executor(None, self.store.drop_offsets, name)
-        half_messages = parts.transactions.drop_topic(name, position)
-        if self._dedup is not None:
-            self._dedup.forget(name)
-        timers = await parts.timers.drop_topic(name, position)
-        await loop.run_in_executor(None, self.store.compact_queues, name)
-        log.info("topic deleted", extra=kv(topic=name, position=position, in_flight=in_flight, timers=timers,
-                                           half_messages=half_messages))  # fmt: skip
-        if unacknowledged is not None:
-            raise unacknowledged
-        await self._state_replicated()
-
-    async def _deletion_done(self, name: str) -> None:
-        """Wait for a deletion of `name` under way: a topic of that name is a new one only after it."""
-        deleting = self._deleting.get(name)
-        if deleting is not None:
-            await deleting.wait()
 
     async def get_topic(self, name: str, *, auto_create: bool = False) -> TopicSpec:
         return await self.ensure_topic(name) if auto_create else self.metadata.topic(name)
@@ -562,8 +512,9 @@ class LocalBroker:
         Created by a route lookup, before any message, it accepts every type (so clients that check
         a message's type against the route send it) until its first message decides.
         `create_topic` validates the name."""
-        if name in self._deleting:  # racing its deletion: what follows it is the topic's next incarnation
-            await self._deletion_done(name)
+        parts = self._parts
+        if parts is not None and parts.deletions.under_way(name):  # racing its deletion: what follows it
+            await parts.deletions.finished(name)  # is the topic's next incarnation
         spec = self.metadata.topics.get(name)
         if spec is None and self.config.auto_create:
             types = UNDECIDED_TYPES if first is None else _auto_types(first)
@@ -952,8 +903,6 @@ class LocalBroker:
         )  # fmt: skip
 
 
-# Pop entries of a deleted topic forgotten per WriteBatch (and event-loop turn).
-_DROP_CHUNK = 512
 # How long `delete_topic` waits for the deleted topic's archived objects to go before it answers
 # (the admin tool's calls time out after 5 s); past it they go on being deleted, and a failure is
 # finished by the next retention run.

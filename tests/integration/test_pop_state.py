@@ -179,7 +179,7 @@ def test_scans_of_a_group_stop_at_its_end(index: Index) -> None:
 
 
 def test_a_deleted_topics_entries_and_cursors_below_its_floors_go_and_the_rest_stays(index: Index) -> None:
-    """What a topic's deletion drops (broker/local.py `delete_topic`): the groups' entries below
+    """What a topic's deletion drops (broker/topic_deletion.py): the groups' entries below
     each queue's first offset since the deletion, and cursors at or below it; entries and cursors
     of the next incarnation (a pop that raced the deletion), other topics and other groups stay, and
     memory matches a rebuild."""
