@@ -182,28 +182,31 @@ def index_runs(
 def _delete_topic(index: Index, batch: Any, blocks: _Blocks, listings: dict[tuple[int, int, int], int], topic: str,
                   position: int) -> Deletion:  # fmt: skip
     """Apply the deletion of `topic` by the record at `position`, which follows the round's records
-    before it (deletion.py): each queue of the topic holding anything ends where it ends, its
-    entries deleted (those of this round before the record too: their open blocks are dropped, and
-    entries put already are in the range delete), its floor and the first offset of its next
-    incarnation set to that end, in `batch`."""
+    before it (deletion.py), in `batch`: each queue of the topic holding anything (ConsumeQueue
+    entries, a floor, entries of this round before the record: their open blocks are dropped, and
+    those put already are in the range delete) ends where it ends; the topic's entries go (one
+    range delete: none of the next incarnation is put yet), each queue's floor and the first offset
+    of its next incarnation become its end."""
     meta = index.handle(K.CF_META)
     tid = index.topic_id(topic)
     floors: dict[int, int] = {}
     if tid is not None:
+        floors = index.queue_floors(tid)
+        ends = index.queue_ends(tid)
         for at in [at for at in blocks if at[1] == tid]:
             end = blocks.pop(at)[1]
-            floors[at[2]] = max(floors.get(at[2], 0), end)
+            ends[at[2]] = max(ends.get(at[2], 0), end)
             listings.setdefault(at, end - 1)  # the segment still lists the queue, as for any record it holds
         for (_, t, qid), qoff in listings.items():  # a lite send's entries, put at once
             if t == tid:
-                floors[qid] = max(floors.get(qid, 0), qoff + 1)
-        for qid in {*index.queue_ids(tid), *index.queue_floor_ids(tid)}:
-            floors[qid] = max(floors.get(qid, 0), index.queue_bounds(tid, qid)[1])
-        cq = index.handle(K.CF_CQ)
-        for qid, end in floors.items():
-            batch.delete_range(K.cq_key(tid, qid, 0), K.cq_key(tid, qid, end), cq)
-            batch.put(K.queue_floor_key(tid, qid), K.U64.pack(end), meta)
-            batch.put(K.incarnation_key(tid, qid), K.U64.pack(end), meta)
+                ends[qid] = max(ends.get(qid, 0), qoff + 1)
+        batch.delete_range(K.cq_key(tid, 0, 0), K.queue_prefix(tid + 1, 0), index.handle(K.CF_CQ))
+        put, u64 = batch.put, K.U64.pack
+        for qid, end in ends.items():  # a queue's floor is at most where its entries end
+            put(K.queue_floor_key(tid, qid), u64(end), meta)
+            floors[qid] = end
+        for qid, floor in floors.items():
+            put(K.incarnation_key(tid, qid), u64(floor), meta)
     batch.put(K.deleted_key(topic), K.U64.pack(position), meta)
     return Deletion(topic, position, floors)
 

@@ -209,7 +209,7 @@ class Index:
     def forget_deletions_before(self, position: int) -> None:
         """Forget the deletions older than the oldest record the CommitLog still holds (retention
         moved it to `position`): no record they could hide is left."""
-        stale = [t for t, at in self._deleted.items() if at < position]
+        stale = [t for t, at in list(self._deleted.items()) if at < position]  # a copy: the writer adds
         if not stale:
             return
         batch = self.batch()
@@ -229,9 +229,9 @@ class Index:
         """`incarnation_floor` of every queue of the topic that held messages when it was deleted."""
         return {qid: floor for qid, floor in self._queue_values(K.incarnation_prefix(topic_id))}
 
-    def queue_floor_ids(self, topic_id: int) -> list[int]:
-        """Queue ids of the topic with a floor (retention or a deletion emptied them at least once)."""
-        return [qid for qid, _ in self._queue_values(K.queue_floor_prefix(topic_id))]
+    def queue_floors(self, topic_id: int) -> dict[int, int]:
+        """The floor of each queue of the topic that has one (retention or a deletion emptied it)."""
+        return dict(self._queue_values(K.queue_floor_prefix(topic_id)))
 
     def _queue_values(self, prefix: bytes) -> Iterator[tuple[int, int]]:
         """(queue id, u64 value) of the `meta` keys `prefix` (a two-byte kind, topic id) + queue id."""
@@ -392,6 +392,23 @@ class Index:
         low = K.cq_key_parse(it.key())[2]
         it.seek_for_prev(K.cq_key(topic_id, queue_id, K.MAX_U64))
         return low, K.cq_block_end(it.key(), it.value())
+
+    def queue_ends(self, topic_id: int) -> dict[int, int]:
+        """One past the last dispatched offset of each queue of the topic that holds entries (two
+        seeks per queue, whatever it holds)."""
+        out: dict[int, int] = {}
+        it = self._cf[K.CF_CQ].iter()
+        qid = 0
+        while True:
+            it.seek(K.queue_prefix(topic_id, qid))
+            if not it.valid():
+                return out
+            tid, found, _ = K.cq_key_parse(it.key())
+            if tid != topic_id:
+                return out
+            it.seek_for_prev(K.cq_key(topic_id, found, K.MAX_U64))
+            out[found] = K.cq_block_end(it.key(), it.value())
+            qid = found + 1
 
     def queue_ids(self, topic_id: int) -> list[int]:
         """Queue ids of a topic that hold at least one dispatched entry (skips along the keyspace)."""
