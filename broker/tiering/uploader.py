@@ -256,7 +256,8 @@ class Uploader:
             low, high = index.queue_bounds(tid, q)
             start = progress.end(q)
             if start < low:
-                self._warn_gap(topic, q, start, low)
+                if max(start, index.incarnation_floor(tid, q)) < low:  # a deleted topic's messages are no gap
+                    self._warn_gap(topic, q, start, low)
                 start = low
             stop = high if limits is None else min(high, limits.get(q, 0))
             if start < stop:

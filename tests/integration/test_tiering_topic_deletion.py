@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -155,3 +156,27 @@ def test_a_deletion_applied_while_tiering_was_not_listening_is_caught_up_on_star
             rig.close()
 
     run(body())
+
+
+def test_a_topic_deleted_before_it_was_tiered_tiers_its_next_incarnation_without_a_gap(
+    tmp_path: Path, tiering: TieringConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The old messages were never tiered: the new ones tier from where the queues ended, and the
+    deleted ones are not reported as messages retention deleted before they were tiered."""
+    caplog.set_level(logging.WARNING)
+
+    async def body() -> None:
+        rig = open_rig(tmp_path / "s", tiering, open_object_store(tiering))
+        try:
+            fill(rig.store, [TOPIC], QUEUES, 30)
+            await rig.store.delete_topic(TOPIC)
+            fill(rig.store, [TOPIC], QUEUES, 10, seed=2)
+            await rig.uploader.upload_now(TOPIC)
+            assert {q: rig.manifest.bounds(TOPIC, q) for q in range(QUEUES)} == {q: (30, 40) for q in range(QUEUES)}
+            assert [r.queue_offset for r in rig.cold(TOPIC, 0)] == list(range(30, 40))
+            await rig.uploader.close()
+        finally:
+            rig.close()
+
+    run(body())
+    assert "gap" not in caplog.text
