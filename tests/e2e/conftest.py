@@ -63,6 +63,7 @@ LONGEST_FIRST = (
     "test_sick_neighbours.py",
     "test_node_client.py",
     "test_tiering.py",
+    "test_topic_deletion.py",
 )
 
 
