@@ -1,4 +1,5 @@
-"""A minimal RocketMQ 5 gRPC client for the load generator, over bench/http2.py or grpc.aio.
+"""A minimal RocketMQ 5 gRPC client for the load generator, over our HTTP/2 gRPC client
+(common/http2/client.py, shared with the proxy's broker client) or grpc.aio.
 
 It sends what the official clients send (their request headers; QueryRoute, SendMessage,
 ReceiveMessage and AckMessage requests) and nothing more: no telemetry stream, no heartbeats (the
@@ -28,8 +29,8 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from bench.errors import CallError
-from bench.http2 import Http2Connection, connect, literal, request_headers
 from common.codes import Code
+from common.http2.client import Channel, Method, RpcError
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.core.auth import sign
@@ -52,6 +53,7 @@ CHANNEL_OPTIONS = [
     ("grpc.use_local_subchannel_pool", 1),
 ]
 _OK = int(Code.OK)
+MAX_MESSAGE_BYTES = 130 * 1024 * 1024  # what the proxy accepts and may answer
 # A ReceiveMessageResponse frame holding a message is the tag of `message = 2` (length-delimited)
 # and the Message's length and bytes; with the tag of SendMessageRequest's `repeated Message
 # messages = 1` instead, the frames of one receive concatenate into one SendMessageRequest that
@@ -144,54 +146,52 @@ class GrpcAioTransport:
 
 
 class Http2Transport:
-    """Calls on the bench's own HTTP/2 connection (`--generator http2`, bench/http2.py)."""
+    """Calls on our HTTP/2 gRPC client (`--generator http2`, common/http2/client.py): the least CPU
+    per call. Why it matters here: on a small machine the generator shares the cores with the server
+    it measures, and grpc.aio spends ~70-100 µs of CPU per consumed message (each of a receive's
+    stream frames is its own read with its own event-loop wake-up); this parses every frame that
+    arrived in one read and completes a call once, when its stream ends. A lost connection (a
+    server that restarted, a GOAWAY) is replaced on the next call, as grpc.aio's channel does."""
 
     name = "http2"
 
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
-        self._conn: Http2Connection | None = None
-        self._connecting = asyncio.Lock()
-        self._blocks: dict[tuple[str, float], bytes] = {}  # header blocks without the per-call headers
+        # No backoff worth the name: a bench waits for a restarted server by calling again.
+        self._channel = Channel(endpoint, max_message_bytes=MAX_MESSAGE_BYTES, backoff_initial_s=0.05,
+                                backoff_max_s=0.5)  # fmt: skip
+        self._methods: dict[tuple[str, Metadata], Method] = {}
 
     async def wait_ready(self, timeout_s: float) -> None:
-        await self._connection(timeout_s)
+        try:
+            await self._channel.ready(timeout_s)
+        except RpcError as exc:
+            raise CallError(f"grpc.{exc.code.name}", exc.message) from None
 
-    async def _connection(self, timeout_s: float) -> Http2Connection:
-        """The open connection; a new one when there is none or the last was lost (a server that
-        restarted, a GOAWAY), as grpc.aio's channel reconnects. One task connects, the others wait."""
-        async with self._connecting:
-            if self._conn is None or self._conn.closed is not None:
-                if self._conn is not None:
-                    self._conn.close()
-                self._conn = await connect(self.endpoint, timeout_s)
-            return self._conn
-
-    def _block(self, path: str, metadata: Metadata, timeout_s: float) -> bytes:
-        # Every header but the last (the request id) and the signature is the same on each call.
-        fixed = [h for h in metadata if h[0] not in PER_CALL_HEADERS]
-        key = (path, timeout_s)
-        block = self._blocks.get(key)
-        if block is None:
-            block = self._blocks[key] = request_headers(self.endpoint, path, timeout_s, fixed)
-        return block + b"".join(literal(n, v) for n, v in metadata if n in PER_CALL_HEADERS)
+    def _method(self, path: str, metadata: Metadata) -> tuple[Method, Metadata]:
+        # Every header but the request id and the signature is the same on each call: encoded once.
+        fixed = tuple(h for h in metadata if h[0] not in PER_CALL_HEADERS)
+        method = self._methods.get((path, fixed))
+        if method is None:
+            method = self._methods[(path, fixed)] = self._channel.method(path, fixed)
+        return method, tuple(h for h in metadata if h[0] in PER_CALL_HEADERS)
 
     async def unary(self, path: str, request: bytes, metadata: Metadata, timeout_s: float) -> bytes:
-        messages = await self.server_stream(path, request, metadata, timeout_s)
-        if len(messages) != 1:
-            raise CallError("grpc.INTERNAL", f"a unary call answered {len(messages)} messages")
-        return messages[0]
+        method, per_call = self._method(path, metadata)
+        try:
+            return await self._channel.unary(method, request, timeout_s=timeout_s, metadata=per_call)
+        except RpcError as exc:
+            raise CallError(f"grpc.{exc.code.name}", exc.message) from None
 
     async def server_stream(self, path: str, request: bytes, metadata: Metadata, timeout_s: float) -> list[bytes]:
-        conn = self._conn
-        if conn is None or conn.closed is not None:
-            conn = await self._connection(timeout_s)
-        messages, _ = await conn.call(self._block(path, metadata, timeout_s), request, timeout_s)
-        return messages
+        method, per_call = self._method(path, metadata)
+        try:
+            return await self._channel.server_stream(method, request, timeout_s=timeout_s, metadata=per_call)
+        except RpcError as exc:
+            raise CallError(f"grpc.{exc.code.name}", exc.message) from None
 
     async def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
+        await self._channel.close()
 
 
 TRANSPORTS = ("http2", "grpc")
@@ -202,8 +202,8 @@ class BenchClient:
     """One connection to one endpoint; safe to share between tasks of one loop.
 
     `send_path` lets the same client drive the echo server (same request and response types at
-    another method path). `transport` is who makes the calls: `http2` (bench/http2.py, the least
-    CPU per call) or `grpc` (grpc.aio).
+    another method path). `transport` is who makes the calls: `http2` (common/http2/client.py, the
+    least CPU per call) or `grpc` (grpc.aio).
     """
 
     def __init__(

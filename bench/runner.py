@@ -68,7 +68,7 @@ class BenchOptions:
     watch_pids: tuple[int, ...] = ()  # local server processes whose CPU time to report
     access_key: str = ""  # with secret: sign every request (auth on)
     secret: str = field(default="", repr=False)
-    generator: str = "http2"  # who makes the calls: bench/http2.py, or grpc.aio ("grpc")
+    generator: str = "http2"  # who makes the calls: common/http2/client.py, or grpc.aio ("grpc")
     follow_routes: bool = True  # each call to its queue's endpoint in the route; False: to `endpoints`
 
     def validate(self) -> None:

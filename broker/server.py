@@ -1,8 +1,8 @@
-"""The broker process body: a `LocalBroker` served over the internal gRPC service, registered with
-the NameServers.
+"""The broker process body: a `LocalBroker` served over the internal gRPC service (on our HTTP/2
+server, common/http2), registered with the NameServers.
 
 `run_broker(config, stop)` binds the port first (a taken port fails before the store is opened),
-starts the broker, serves `BrokerServicer`, and keeps the broker registered through a
+starts the broker, serves `BrokerServicer` (broker/service.py), and keeps the broker registered through a
 `BrokerRegistrar` whose registration is rebuilt from `broker.topic_infos()` on every heartbeat. A
 topic change is pushed to the NameServers before the admin call that made it returns
 (the broker's `on_topics_changed`). With no NameServer configured the broker runs standalone; NameServers
@@ -18,24 +18,24 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import socket
 from collections.abc import Callable
 from typing import cast
 
-import grpc
-
+from broker import service
 from broker.client.api import BrokerApi
 from broker.client.grpc_convert import MAX_MESSAGE_BYTES
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
-from broker.service import BrokerServicer
 from common.config import ConfigError
 from common.errors import BadRequest
+from common.http2.grpcserver import GrpcLimits, GrpcServer
+from common.http2.limits import Http2Limits
 from common.logs import kv
 from nameserver.client import BrokerRegistrar, NameServerClient
 from nameserver.model import BrokerRegistration, format_address, validate_name
 from proto import token
-from proto.serve import bind, internal_server
-from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
+from proto.serve import bind_socket
 
 log = logging.getLogger("sluice.broker.server")
 
@@ -44,6 +44,10 @@ SHUTDOWN_GRACE_S = 3.0
 # Calls served at once; further calls are refused (RESOURCE_EXHAUSTED) rather than queued. Long
 # polls hold a slot each, so this is well above the number of consumers a broker expects.
 MAX_CONCURRENT_RPCS = 10_000
+# Each caller's connection (a proxy, an admin, another node): the HTTP/2 edge's defences as on the
+# client port, with room for every call a proxy may hold at once (long polls) and a stream window
+# that takes a batch of sends (64 sends of a 1 KiB message: ~70 KB) without waiting for a grant.
+SERVICE_HTTP2 = Http2Limits(max_concurrent_streams=MAX_CONCURRENT_RPCS, initial_window_bytes=1024 * 1024)
 
 
 async def run_broker(
@@ -63,14 +67,15 @@ async def run_broker(
     """
     _check_names(config)
     client = NameServerClient(config.namesrv) if config.namesrv else None  # opens channels lazily
-    server = internal_server(max_concurrent_rpcs=MAX_CONCURRENT_RPCS, max_message_bytes=MAX_MESSAGE_BYTES)
-    port = bind(server, "broker", config.host, config.port)
+    sock = bind_socket("broker", config.host, config.port)
+    port = int(sock.getsockname()[1])
+    server = GrpcServer(GrpcLimits(MAX_MESSAGE_BYTES, MAX_CONCURRENT_RPCS), SERVICE_HTTP2)
     address = format_address(config.host, port)
     if port != config.port:  # port 0: the broker stamps stored messages with its real address
         config = dataclasses.replace(config, port=port)
     advertised = config.advertised_address
     if config.replication.enabled:  # a member of a broker group (docs/replication.md)
-        await _run_member(config, stop, server, client, address, advertised, on_ready)
+        await _run_member(config, stop, server, sock, client, address, advertised, on_ready)
         return
     registrar: BrokerRegistrar | None = None
 
@@ -86,8 +91,8 @@ async def run_broker(
         registrar = _registrar(broker, client, config, advertised) if client is not None else None
         if registrar is None:
             log.info("no nameserver configured: running standalone", extra=kv(broker=broker.name))
-        pb_grpc.add_BrokerServicer_to_server(BrokerServicer(broker), server)
-        await server.start()
+        service.serve(server, service.BrokerServicer(broker))
+        await server.serve_socket(sock)
         log.info("broker serving", extra=kv(broker=broker.name, address=address, advertised=advertised))
         if on_ready is not None:
             on_ready(address)
@@ -95,7 +100,8 @@ async def run_broker(
             on_broker(broker)
         await _serve_until_stopped(broker, server, registrar, stop)
     finally:
-        await server.stop(None)  # a no-op after a graceful stop; immediate after an error
+        await server.shutdown(0)  # nothing left after a graceful stop; immediate after an error
+        sock.close()  # (never served, after an error)
         if client is not None:
             await client.close()
         await broker.close()
@@ -103,7 +109,7 @@ async def run_broker(
 
 
 async def _serve_until_stopped(
-    broker: LocalBroker, server: grpc.aio.Server, registrar: BrokerRegistrar | None, stop: asyncio.Event
+    broker: LocalBroker, server: GrpcServer, registrar: BrokerRegistrar | None, stop: asyncio.Event
 ) -> None:
     registrar_stop = asyncio.Event()
     async with asyncio.TaskGroup() as tasks:
@@ -111,14 +117,15 @@ async def _serve_until_stopped(
             tasks.create_task(registrar.run(registrar_stop), name="broker-registrar")
         await stop.wait()
         log.info("broker stopping", extra=kv(broker=broker.name, grace_s=SHUTDOWN_GRACE_S))
-        await server.stop(SHUTDOWN_GRACE_S)
+        await server.shutdown(SHUTDOWN_GRACE_S)
         registrar_stop.set()  # the registrar unregisters from every NameServer, then ends
 
 
 async def _run_member(
     config: BrokerConfig,
     stop: asyncio.Event,
-    server: grpc.aio.Server,
+    server: GrpcServer,
+    sock: socket.socket,
     client: NameServerClient | None,
     address: str,
     advertised: str,
@@ -137,8 +144,8 @@ async def _run_member(
     member = GroupMember(config, switch, advertised, registrar, token=token.from_environment())
     member_stop = asyncio.Event()
     try:
-        pb_grpc.add_BrokerServicer_to_server(BrokerServicer(cast(BrokerApi, switch)), server)
-        await server.start()
+        service.serve(server, service.BrokerServicer(cast(BrokerApi, switch)))
+        await server.serve_socket(sock)
         log.info("broker serving as a group member", extra=kv(broker=config.name, group=config.replication.group,
                                                               address=address))  # fmt: skip
         if on_ready is not None:
@@ -146,11 +153,12 @@ async def _run_member(
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(member.run(member_stop), name="group-member")
             await stop.wait()
-            await server.stop(SHUTDOWN_GRACE_S)
+            await server.shutdown(SHUTDOWN_GRACE_S)
             member_stop.set()  # resigns at once if primary, closes the broker, leaves the NameServers
     finally:
         member_stop.set()
-        await server.stop(None)
+        await server.shutdown(0)
+        sock.close()
         if client is not None:
             await client.close()
         log.info("broker stopped", extra=kv(broker=config.name, address=address))

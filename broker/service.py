@@ -1,12 +1,14 @@
-"""`BrokerServicer`: the broker's internal gRPC edge (`sluice.internal.v1.Broker`).
+"""`BrokerServicer`: the broker's internal gRPC edge (`sluice.internal.v1.Broker`), served by our
+HTTP/2 gRPC server (common/http2/grpcserver.py; `serve` below, proto/h2rpc.py).
 
 Each handler converts the request (`broker.client.grpc_convert`), awaits the one matching `BrokerApi`
-call and converts the result back; it holds no logic and no state of its own. `@internal_rpc` turns
+call and converts the result back; it holds no logic and no state of its own. proto/h2rpc.py turns
 every exception into a coded status, so a `RemoteBroker` raises the class the `BrokerApi` raised;
 a request the converters reject (an unknown enum number) is BAD_REQUEST.
 
 Pop and Pull long-poll inside the `BrokerApi`: the handler simply awaits it. When the client's
-deadline passes or the server stops, gRPC cancels the handler's task, which cancels the wait.
+deadline passes, its stream is reset or the server stops, the server cancels the handler's task,
+which cancels the wait.
 """
 
 from __future__ import annotations
@@ -14,29 +16,36 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import TypeAlias
-
-import grpc
+from typing import Protocol
 
 from broker.client import grpc_convert as convert
 from broker.client.amqpmeta import AmqpMetaApi
-from broker.client.api import NO_CONTEXT, BrokerApi, CallContext
-from common import metrics
-from common.codes import Code
+from broker.client.api import BrokerApi, CallContext
 from common.errors import SluiceError, Unsupported
-from common.logs import bind_request, current_request, kv
+from common.http2.grpcserver import GrpcServer
+from common.logs import current_request, kv
 from common.security import SecurityStoreApi
-from proto.rpc import internal_rpc, wire_error
+from proto import h2rpc
+from proto.rpc import wire_error
 from proto.sluice.internal.v1 import broker_pb2 as pb
-from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
-Context: TypeAlias = grpc.aio.ServicerContext
 log = logging.getLogger("sluice.broker.rpc")
+SERVICE = pb.DESCRIPTOR.services_by_name["Broker"]
+
+
+class Context(Protocol):
+    """What a handler reads of its call (common/http2/grpcserver.py `Call`)."""
+
+    def time_remaining(self) -> float | None: ...
+
+
+def serve(server: GrpcServer, servicer: BrokerServicer) -> None:
+    """Serve `servicer` as `sluice.internal.v1.Broker` on `server`."""
+    h2rpc.register(server, SERVICE, pb, servicer, label="broker")
 
 
 def call_context(context: Context) -> CallContext:
-    """The context of the client request a call serves: the ids `@internal_rpc` bound from its
+    """The context of the client request a call serves: the ids proto/h2rpc.py bound from its
     metadata, and its deadline (the caller's gRPC timeout)."""
     request_id, client_id = current_request()
     remaining = context.time_remaining()
@@ -49,7 +58,7 @@ def _send_context(send: pb.SendRequest, call: CallContext) -> CallContext:
     return convert.context_from_pb(send.context) if send.HasField("context") else call
 
 
-class BrokerServicer(pb_grpc.BrokerServicer):
+class BrokerServicer:
     """Serves one `BrokerApi` (normally the process's `LocalBroker`)."""
 
     def __init__(self, api: BrokerApi) -> None:
@@ -57,79 +66,65 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     # -- topics ---------------------------------------------------------------------------------
 
-    @internal_rpc
     async def CreateTopic(self, request: pb.CreateTopicRequest, context: Context) -> pb.CreateTopicResponse:
         spec = await self._api.create_topic(convert.topic_spec_from_pb(request.spec))
         return pb.CreateTopicResponse(spec=convert.topic_spec_to_pb(spec))
 
-    @internal_rpc
     async def UpdateTopic(self, request: pb.UpdateTopicRequest, context: Context) -> pb.UpdateTopicResponse:
         spec = await self._api.update_topic(convert.topic_spec_from_pb(request.spec))
         return pb.UpdateTopicResponse(spec=convert.topic_spec_to_pb(spec))
 
-    @internal_rpc
     async def DeleteTopic(self, request: pb.DeleteTopicRequest, context: Context) -> pb.DeleteTopicResponse:
         await self._api.delete_topic(request.name)
         return pb.DeleteTopicResponse()
 
-    @internal_rpc
     async def GetTopic(self, request: pb.GetTopicRequest, context: Context) -> pb.GetTopicResponse:
         like = convert.topic_spec_from_pb(request.like) if request.HasField("like") else None
         spec = await self._api.get_topic(request.name, auto_create=request.auto_create, like=like)
         return pb.GetTopicResponse(spec=convert.topic_spec_to_pb(spec))
 
-    @internal_rpc
     async def ListTopics(self, request: pb.ListTopicSpecsRequest, context: Context) -> pb.ListTopicSpecsResponse:
         specs = await self._api.list_topics()
         return pb.ListTopicSpecsResponse(topics=[convert.topic_spec_to_pb(s) for s in specs])
 
-    @internal_rpc
     async def TopicStatus(self, request: pb.TopicStatusRequest, context: Context) -> pb.TopicStatusResponse:
         status = await self._api.topic_status(request.name)
         return pb.TopicStatusResponse(status=convert.topic_status_to_pb(status))
 
     # -- consumer groups ------------------------------------------------------------------------
 
-    @internal_rpc
     async def CreateGroup(self, request: pb.CreateGroupRequest, context: Context) -> pb.CreateGroupResponse:
         info = await self._api.create_group(convert.group_spec_from_pb(request.spec))
         return pb.CreateGroupResponse(info=convert.group_info_to_pb(info))
 
-    @internal_rpc
     async def UpdateGroup(self, request: pb.UpdateGroupRequest, context: Context) -> pb.UpdateGroupResponse:
         info = await self._api.update_group(convert.group_spec_from_pb(request.spec))
         return pb.UpdateGroupResponse(info=convert.group_info_to_pb(info))
 
-    @internal_rpc
     async def DeleteGroup(self, request: pb.DeleteGroupRequest, context: Context) -> pb.DeleteGroupResponse:
         await self._api.delete_group(request.name)
         return pb.DeleteGroupResponse()
 
-    @internal_rpc
     async def GetGroup(self, request: pb.GetGroupRequest, context: Context) -> pb.GetGroupResponse:
         like = convert.group_spec_from_pb(request.like) if request.HasField("like") else None
         info = await self._api.get_group(request.name, auto_create=request.auto_create, like=like)
         return pb.GetGroupResponse(info=convert.group_info_to_pb(info))
 
-    @internal_rpc
     async def ListGroups(self, request: pb.ListGroupsRequest, context: Context) -> pb.ListGroupsResponse:
         infos = await self._api.list_groups()
         return pb.ListGroupsResponse(groups=[convert.group_info_to_pb(i) for i in infos])
 
-    @internal_rpc
     async def GroupStatus(self, request: pb.GroupStatusRequest, context: Context) -> pb.GroupStatusResponse:
         status = await self._api.group_status(request.name, list(request.topics), ready_bytes=request.ready_bytes)
         return pb.GroupStatusResponse(status=convert.group_status_to_pb(status))
 
     # -- produce --------------------------------------------------------------------------------
 
-    @internal_rpc
     async def Send(self, request: pb.SendRequest, context: Context) -> pb.SendResponse:
         results = await self._api.send(request.topic, request.queue_id, request.records,
                                        ctx=_send_context(request, call_context(context)))  # fmt: skip
         return pb.SendResponse(results=[convert.send_result_to_pb(r) for r in results])
 
-    @internal_rpc
     async def SendBatch(self, request: pb.SendBatchRequest, context: Context) -> pb.SendBatchResponse:
         # The sends run concurrently (their appends share the writer's group commit); each one's
         # failure is its own outcome, as if it had been a Send of its own.
@@ -137,38 +132,9 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         outcomes = await asyncio.gather(*(self._send_one(s, ctx) for s in request.sends))
         return pb.SendBatchResponse(outcomes=outcomes)
 
-    async def SendStream(self, requests: AsyncIterator[pb.SendStreamRequest], context: Context) -> None:
-        """SendBatch over one stream: every request is served as it arrives, concurrently with the
-        others (their appends share the writer's group commit), and answered with its id as soon as
-        its sends are stored. The stream ends when the caller closes it and every request is answered;
-        a caller gone meanwhile gets no answers, but sends already started complete (at-least-once,
-        as with a unary call whose deadline passed)."""
-        write_lock = asyncio.Lock()  # one message at a time on the stream
-        serving: set[asyncio.Task[None]] = set()
-
-        async def serve(request: pb.SendStreamRequest) -> None:  # a task of its own: binds only its own ids
-            sends = request.sends
-            if len(sends) == 1 and (sends[0].context.request_id or sends[0].context.client_id):
-                bind_request(sends[0].context.request_id, sends[0].context.client_id)  # a lone send's log lines
-            started = time.perf_counter()
-            outcomes = await asyncio.gather(*(self._send_one(s, NO_CONTEXT) for s in sends))
-            metrics.observe_internal_rpc("broker", "SendStream", Code.OK.name, time.perf_counter() - started)
-            try:
-                async with write_lock:
-                    await context.write(pb.SendStreamResponse(id=request.id, outcomes=outcomes))
-            except Exception as exc:  # the stream is gone: the caller reports its sends as unavailable
-                log.debug("send stream answer dropped", extra=kv(request=request.id, error=str(exc)))
-
-        async for request in requests:
-            task = asyncio.create_task(serve(request))
-            serving.add(task)
-            task.add_done_callback(serving.discard)
-        if serving:
-            await asyncio.gather(*serving)
-
     async def _send_one(self, send: pb.SendRequest, ctx: CallContext) -> pb.SendOutcome:
-        """One send of a SendBatch or SendStream request; `ctx` (the call's) serves if the send
-        carries no context of its own."""
+        """One send of a SendBatch request; `ctx` (the call's) serves if the send carries no
+        context of its own."""
         try:
             results = await self._api.send(send.topic, send.queue_id, send.records, ctx=_send_context(send, ctx))
         except Exception as exc:
@@ -180,19 +146,16 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     # -- pop consumption ------------------------------------------------------------------------
 
-    @internal_rpc
     async def Pop(self, request: pb.PopRequest, context: Context) -> pb.PopResponse:
         messages = await self._api.pop(convert.pop_request_from_pb(request), ctx=call_context(context))
         return pb.PopResponse(messages=convert.stored_list_to_pb(messages))
 
-    @internal_rpc
     async def Ack(self, request: pb.AckRequest, context: Context) -> pb.AckResponse:
         results = await self._api.ack(
             request.group, request.topic, list(request.receipt_handles), ctx=call_context(context)
         )
         return pb.AckResponse(results=[convert.ack_result_to_pb(r) for r in results])
 
-    @internal_rpc
     async def ChangeInvisibleDuration(
         self, request: pb.ChangeInvisibleDurationRequest, context: Context
     ) -> pb.ChangeInvisibleDurationResponse:
@@ -201,19 +164,16 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         )
         return pb.ChangeInvisibleDurationResponse(receipt_handle=handle)
 
-    @internal_rpc
     async def Nack(self, request: pb.NackRequest, context: Context) -> pb.NackResponse:
         handle = await self._api.nack(request.group, request.topic, request.receipt_handle, ctx=call_context(context))
         return pb.NackResponse(receipt_handle=handle)
 
-    @internal_rpc
     async def Renew(self, request: pb.RenewRequest, context: Context) -> pb.RenewResponse:
         results = await self._api.renew(
             request.group, request.topic, list(request.receipt_handles), request.invisible_ms, ctx=call_context(context)
         )
         return pb.RenewResponse(results=[convert.ack_result_to_pb(r) for r in results])
 
-    @internal_rpc
     async def ForwardToDeadLetter(
         self, request: pb.ForwardToDeadLetterRequest, context: Context
     ) -> pb.ForwardToDeadLetterResponse:
@@ -224,7 +184,6 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     # -- pull consumption and offsets -----------------------------------------------------------
 
-    @internal_rpc
     async def Pull(self, request: pb.PullRequest, context: Context) -> pb.PullResponse:
         result = await self._api.pull(
             request.group,
@@ -238,19 +197,16 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         )
         return pb.PullResponse(result=convert.pull_result_to_pb(result))
 
-    @internal_rpc
     async def GetOffset(self, request: pb.GetOffsetRequest, context: Context) -> pb.GetOffsetResponse:
         offset = await self._api.get_offset(request.group, request.topic, request.queue_id, ctx=call_context(context))
         return pb.GetOffsetResponse(offset=offset)
 
-    @internal_rpc
     async def UpdateOffset(self, request: pb.UpdateOffsetRequest, context: Context) -> pb.UpdateOffsetResponse:
         await self._api.update_offset(
             request.group, request.topic, request.queue_id, request.offset, ctx=call_context(context)
         )
         return pb.UpdateOffsetResponse()
 
-    @internal_rpc
     async def QueryOffset(self, request: pb.QueryOffsetRequest, context: Context) -> pb.QueryOffsetResponse:
         policy = convert.offset_policy_from_pb(request.policy)
         offset = await self._api.query_offset(
@@ -258,7 +214,6 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         )
         return pb.QueryOffsetResponse(offset=offset)
 
-    @internal_rpc
     async def ReadRows(self, request: pb.ReadRowsRequest, context: Context) -> pb.ReadRowsResponse:
         got = await self._api.read_rows(
             request.topic, request.queue_id, request.offset, request.end_offset, request.max_messages,
@@ -271,12 +226,10 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     # -- lookups --------------------------------------------------------------------------------
 
-    @internal_rpc
     async def GetMessage(self, request: pb.GetMessageRequest, context: Context) -> pb.GetMessageResponse:
         messages = await self._api.get_message(request.topic, request.message_id)
         return pb.GetMessageResponse(messages=convert.stored_list_to_pb(messages))
 
-    @internal_rpc
     async def FindMessagesByKey(
         self, request: pb.FindMessagesByKeyRequest, context: Context
     ) -> pb.FindMessagesByKeyResponse:
@@ -285,7 +238,6 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     # -- transactions ---------------------------------------------------------------------------
 
-    @internal_rpc
     async def EndTransaction(self, request: pb.EndTransactionRequest, context: Context) -> pb.EndTransactionResponse:
         await self._api.end_transaction(
             request.topic, request.message_id, request.transaction_id, convert.resolution_from_pb(request.resolution),
@@ -293,7 +245,6 @@ class BrokerServicer(pb_grpc.BrokerServicer):
         )  # fmt: skip
         return pb.EndTransactionResponse()
 
-    @internal_rpc
     async def ClaimTransactionChecks(
         self, request: pb.ClaimTransactionChecksRequest, context: Context
     ) -> pb.ClaimTransactionChecksResponse:
@@ -302,46 +253,38 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     # -- observability (appended) ---------------------------------------------------------------
 
-    @internal_rpc
     async def MessageTrace(self, request: pb.MessageTraceRequest, context: Context) -> pb.MessageTraceResponse:
         events = await self._api.message_trace(request.message_id)
         return pb.MessageTraceResponse(events=[convert.trace_event_to_pb(e) for e in events])
 
     # -- tiered storage -------------------------------------------------------------------------
 
-    @internal_rpc
     async def TierStatus(self, request: pb.TierStatusRequest, context: Context) -> pb.TierStatusResponse:
         return convert.tier_status_to_pb(await self._api.tier_status())
 
-    @internal_rpc
     async def TierUploadNow(self, request: pb.TierUploadNowRequest, context: Context) -> pb.TierUploadNowResponse:
         status = await self._api.tier_upload_now(request.topic, request.timeout_ms / 1000.0)
         return pb.TierUploadNowResponse(status=convert.tier_topic_status_to_pb(status))
 
-    @internal_rpc
     async def TierEvictLocal(self, request: pb.TierEvictLocalRequest, context: Context) -> pb.TierEvictLocalResponse:
         return convert.tier_evict_to_pb(await self._api.tier_evict_local(request.topic))
 
     # -- security document (broker/security_store.py) ---------------------------------------------
 
-    @internal_rpc
     async def GetSecurity(self, request: pb.GetSecurityRequest, context: Context) -> pb.GetSecurityResponse:
         version, document = await self._security().get_security()
         return pb.GetSecurityResponse(version=version, document=document)
 
-    @internal_rpc
     async def PutSecurity(self, request: pb.PutSecurityRequest, context: Context) -> pb.PutSecurityResponse:
         await self._security().put_security(request.version, request.document)
         return pb.PutSecurityResponse()
 
     # -- the AMQP gateway's metadata document (broker/amqp_meta_store.py) -------------------------
 
-    @internal_rpc
     async def GetAmqpMeta(self, request: pb.GetAmqpMetaRequest, context: Context) -> pb.GetAmqpMetaResponse:
         version, document = await self._amqp_meta().get_amqp_meta(request.newer_than)
         return pb.GetAmqpMetaResponse(version=version, document=document)
 
-    @internal_rpc
     async def PutAmqpMeta(self, request: pb.PutAmqpMetaRequest, context: Context) -> pb.PutAmqpMetaResponse:
         await self._amqp_meta().put_amqp_meta(request.version, request.document)
         return pb.PutAmqpMetaResponse()
@@ -358,42 +301,35 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     # -- timers ---------------------------------------------------------------------------------
 
-    @internal_rpc
     async def Recall(self, request: pb.RecallRequest, context: Context) -> pb.RecallResponse:
         message_id = await self._api.recall(request.topic, request.recall_handle, ctx=call_context(context))
         return pb.RecallResponse(message_id=message_id)
 
     # -- operations -----------------------------------------------------------------------------
 
-    @internal_rpc
     async def ResetOffset(self, request: pb.ResetOffsetRequest, context: Context) -> pb.ResetOffsetResponse:
         reset = await self._api.reset_offset(request.group, request.topic, request.queue_id, request.offset)
         return pb.ResetOffsetResponse(previous=reset.previous, offset=reset.offset)
 
-    @internal_rpc
     async def ReportClients(self, request: pb.ReportClientsRequest, context: Context) -> pb.ReportClientsResponse:
         clients = [convert.connected_client_from_pb(c) for c in request.clients]
         await self._api.report_clients(request.proxy, clients, request.ttl_ms)
         return pb.ReportClientsResponse()
 
-    @internal_rpc
     async def ListClients(self, request: pb.ListClientsRequest, context: Context) -> pb.ListClientsResponse:
         clients = await self._api.list_clients()
         return pb.ListClientsResponse(clients=[convert.connected_client_to_pb(c) for c in clients])
 
-    @internal_rpc
     async def SyncLiteSubscription(
         self, request: pb.SyncLiteSubscriptionRequest, context: Context
     ) -> pb.SyncLiteSubscriptionResponse:
         subscribed = await self._api.sync_lite_subscription(convert.lite_sync_from_pb(request))
         return pb.SyncLiteSubscriptionResponse(subscribed=subscribed)
 
-    @internal_rpc
     async def ListLiteTopics(self, request: pb.ListLiteTopicsRequest, context: Context) -> pb.ListLiteTopicsResponse:
         result = await self._api.list_lite_topics(request.topic, request.group, request.limit or 100)
         return convert.lite_list_to_pb(result)
 
-    @internal_rpc
     async def ClaimLiteRemovals(
         self, request: pb.ClaimLiteRemovalsRequest, context: Context
     ) -> pb.ClaimLiteRemovalsResponse:
@@ -401,6 +337,5 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     # -- broker information ---------------------------------------------------------------------
 
-    @internal_rpc
     async def BrokerInfo(self, request: pb.BrokerInfoRequest, context: Context) -> pb.BrokerInfoResponse:
         return convert.broker_info_to_pb(await self._api.broker_info())

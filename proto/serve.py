@@ -1,14 +1,17 @@
-"""The internal gRPC servers' one shape: the broker's, the NameServer's and navigation's.
+"""The internal gRPC servers' one shape: the NameServer's and navigation's on grpc.aio, the broker's
+on our HTTP/2 server (proto/h2rpc.py).
 
 `internal_server(...)` is a `grpc.aio` server that checks the cluster token (proto/token.py), serves
 at most `max_concurrent_rpcs` calls at once (further ones are refused with RESOURCE_EXHAUSTED, not
 queued), bounds a message both ways, and does not share its port (SO_REUSEPORT off): a second
 server on a taken port must fail, since two brokers would split clients between two stores and
-two registries would serve two pictures. `bind(...)` binds it, or raises a ConfigError that names
-the config table's keys.
+two registries would serve two pictures. `bind(...)` binds it, `bind_socket(...)` a socket for our
+server, or raises a ConfigError that names the config table's keys.
 """
 
 from __future__ import annotations
+
+import socket
 
 import grpc
 
@@ -44,3 +47,23 @@ def bind(server: grpc.aio.Server, table: str, host: str, port: int) -> int:
     if bound == 0:  # some grpc versions report a failed bind this way instead of raising
         raise ConfigError(f"[{table}] cannot listen on {wanted} (host, port): bind failed")
     return bound
+
+
+def bind_socket(table: str, host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host:port` (0: a free port), not yet listening, not shared
+    (SO_REUSEPORT off; SO_REUSEADDR on, so a restarted server rebinds at once). ConfigError naming
+    `[table]` (host, port) if the address cannot be bound."""
+    wanted = host_port(host, port)
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"[{table}] cannot listen on {wanted} (host, port): {exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"[{table}] cannot listen on {wanted} (host, port): {exc}") from None
+    sock.setblocking(False)
+    return sock

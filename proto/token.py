@@ -1,7 +1,8 @@
 """The cluster token: only cluster members and admins may call the internal gRPC services.
 
 When a token is configured, every internal server (broker, NameServer, navigation) refuses a call
-whose `x-sluice-cluster-token` metadata does not carry it, with gRPC UNAUTHENTICATED and the
+whose `x-sluice-cluster-token` metadata does not carry it (`refusal`; the grpc.aio servers through
+`server_interceptors`, the broker's through proto/h2rpc.py), with gRPC UNAUTHENTICATED and the
 apache.rocketmq.v2 code UNAUTHORIZED (so the caller raises `Unauthorized`, see proto/rpc.py), and
 every internal client (`RemoteBroker`, the NameServer and navigation clients, `sluice admin`)
 sends it. The client-facing proxy port is not affected (clients sign their requests instead).
@@ -52,7 +53,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> str:
 
 
 def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
-    return [_RequireToken(_token)] if _token else []
+    return [_RequireToken()] if _token else []
 
 
 def channel(address: str, options: Sequence[tuple[str, Any]]) -> grpc.aio.Channel:
@@ -62,24 +63,28 @@ def channel(address: str, options: Sequence[tuple[str, Any]]) -> grpc.aio.Channe
     return grpc.aio.insecure_channel(address, options=list(options), interceptors=[_SendToken(_token)])
 
 
-class _RequireToken(grpc.aio.ServerInterceptor):
-    def __init__(self, token: str) -> None:
-        self._token = token.encode()
+def refusal(given: str | bytes | None) -> str | None:
+    """Why a call whose token metadata is `given` (None: absent) is refused, or None when it may
+    go on (the right token, or no token configured). Every internal server asks this."""
+    if not _token:
+        return None
+    if given is None:
+        return f"this internal service requires the cluster token; set {ENV_TOKEN} or {ENV_TOKEN_FILE}"
+    if hmac.compare_digest(given.encode() if isinstance(given, str) else bytes(given), _token.encode()):
+        return None
+    return "the cluster token is wrong; use the cluster's SLUICE_CLUSTER_TOKEN"
 
+
+class _RequireToken(grpc.aio.ServerInterceptor):
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        for key, value in handler_call_details.invocation_metadata or ():
-            if key == TOKEN_KEY:
-                given = value.encode() if isinstance(value, str) else bytes(value)
-                if hmac.compare_digest(given, self._token):
-                    return handler
-                return _refuse(handler, "the cluster token is wrong; use the cluster's SLUICE_CLUSTER_TOKEN")
-        missing = f"this internal service requires the cluster token; set {ENV_TOKEN} or {ENV_TOKEN_FILE}"
-        return _refuse(handler, missing)
+        given = next((v for k, v in handler_call_details.invocation_metadata or () if k == TOKEN_KEY), None)
+        refused = refusal(given)
+        return handler if refused is None else _refuse(handler, refused)
 
 
 def _refuse(handler: grpc.RpcMethodHandler | None, message: str) -> grpc.RpcMethodHandler:

@@ -1,16 +1,18 @@
 """`RemoteBroker`: `BrokerApi` over the broker's internal gRPC service (the Cluster backend).
 
-One grpc.aio channel to one broker. Each method converts its arguments (`broker.client.grpc_convert`),
-makes one unary call (`send`: one request on the broker's send stream) and converts the answer
-back, so callers see exactly what a `LocalBroker` returns. Contract:
+One channel of our HTTP/2 gRPC client (common/http2/client.py) to one broker. Each method converts
+its arguments (`broker.client.grpc_convert`), makes one unary call (`send`: its part of a SendBatch
+call, `ack` of an Ack call, both coalesced) and converts the answer back, so callers see exactly
+what a `LocalBroker` returns. Contract:
 
 - Every call has a deadline: `timeout_s`, and for Pop and Pull `long_poll_ms` plus `timeout_s`
   (the long poll happens inside the broker; `timeout_s` is the margin for the rest of the call).
 - Errors are `SluiceError`s: a coded status becomes the same class the broker raised (through
-  `proto.rpc.error_from_rpc`); an unreachable broker or a passed deadline is `Unavailable`.
+  `proto.h2rpc.error_from_status`); an unreachable broker or a passed deadline is `Unavailable`.
   Arguments that cannot be encoded (a queue id beyond int32, a str that is not valid UTF-8) are a
   `BadRequest` raised before anything is sent.
-- No call is retried here; every call except `send` is safe for the caller to retry.
+- No call is retried here (the channel makes again only a call the broker never saw); every call
+  except `send` is safe for the caller to retry.
 - Use one RemoteBroker from one event loop; `close()` it (or use `async with`) when done.
 """
 
@@ -19,13 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import itertools
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
+from google.protobuf.message import DecodeError, Message
 
 from broker.client import grpc_convert as convert
 from broker.client.api import (
@@ -64,16 +65,15 @@ from common.errors import (
     BadRequest,
     InternalError,
     RequestTimeout,
-    SluiceError,
     TooManyRequests,
     Unavailable,
     error_for_code,
 )
+from common.http2.client import Channel, Method, RpcError
 from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, current_request
 from proto import token
-from proto.rpc import CODE_KEY, error_from_rpc
+from proto.h2rpc import error_from_status
 from proto.sluice.internal.v1 import broker_pb2 as pb
-from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
 DEFAULT_TIMEOUT_S = 5.0
 # gRPC waits between attempts to reconnect to a broker that is down; capped so a restarted broker
@@ -81,13 +81,10 @@ DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_RECONNECT_BACKOFF_MAX_S = 5.0
 _RECONNECT_BACKOFF_INITIAL_S = 1.0
 _MS_PER_S = 1000.0
-# Sends to one broker leave one request at a time; sends made while a request is in flight wait for
-# it to be answered and leave together in the next (`_drain_sends`). Under load that is one message
-# for many sends on both sides, which is what lets a proxy and a broker on 2 cores carry 1,000
-# single-message sends/s (tests/bench/proxy_bench.py); at low load a send leaves at once. Requests
-# travel on one SendStream per broker (a message on an open stream costs about half of a unary
-# call); a broker without it gets SendBatch calls. Bounds of one request, far below the message
-# size limit of the internal RPC:
+# Sends to one broker leave one SendBatch call at a time; sends made while a call is in flight wait
+# for it to be answered and leave together in the next (`_drain_sends`). Under load that is one call
+# for many sends on both sides; at low load a send leaves at once. Bounds of one call, far below the
+# message size limit of the internal RPC:
 MAX_SENDS_PER_BATCH = 64
 # Acks of one (group, topic) that arrive together leave in one Ack call of at most this many handles
 # (broker/client/coalesce.py); far below the internal RPC's message size limit.
@@ -96,6 +93,14 @@ MAX_BATCH_BYTES = 8 * 1024 * 1024
 # Sends waiting for their request to leave; beyond it a send is refused (TOO_MANY_REQUESTS) rather
 # than queued without limit behind a slow broker.
 DEFAULT_MAX_PENDING_SENDS = 10_000
+# Calls in flight on the channel at once (long polls included); beyond, a call is refused
+# (TOO_MANY_REQUESTS).
+MAX_PENDING_CALLS = 20_000
+SERVICE = pb.DESCRIPTOR.services_by_name["Broker"]
+# The path and response class of each RPC, by name.
+_RPCS: dict[str, tuple[str, Any]] = {
+    m.name: (f"/{SERVICE.full_name}/{m.name}", getattr(pb, m.output_type.name)) for m in SERVICE.methods
+}
 
 
 class RemoteBroker:
@@ -120,34 +125,21 @@ class RemoteBroker:
         self._address = address
         self._timeout_s = timeout_s
         self._target = f"broker {name} at {address}"
-        backoff_max_ms = int(reconnect_backoff_max_s * _MS_PER_S)
-        backoff_initial_ms = min(int(_RECONNECT_BACKOFF_INITIAL_S * _MS_PER_S), backoff_max_ms)
-        self._channel = token.channel(
-            address,
-            options=[
-                ("grpc.max_receive_message_length", max_message_bytes),
-                ("grpc.max_send_message_length", max_message_bytes),
-                ("grpc.initial_reconnect_backoff_ms", backoff_initial_ms),
-                ("grpc.max_reconnect_backoff_ms", backoff_max_ms),
-            ],
-        )
-        self._stub: Any = pb_grpc.BrokerStub(self._channel)
+        self._channel = Channel(
+            address, metadata=token.call_metadata(), max_message_bytes=max_message_bytes,
+            max_pending_calls=MAX_PENDING_CALLS, backoff_max_s=reconnect_backoff_max_s,
+            backoff_initial_s=min(_RECONNECT_BACKOFF_INITIAL_S, reconnect_backoff_max_s),
+        )  # fmt: skip
+        self._methods: dict[str, Method] = {}
+        self._max_message_bytes = max_message_bytes
         self._closed = False
         # Sends waiting for the next call, and the task making the calls while there are any (`send`).
         self._pending_sends: list[_PendingSend] = []
         self._max_pending_sends = max_pending_sends
         self._sender: asyncio.Task[None] | None = None
-        self._send_batch_ok = True  # False once the broker answered SendBatch with UNIMPLEMENTED
-        # The send stream (`_send_streamed`): the open call, its reader task, the requests awaiting
-        # an answer by id; False once the broker answered SendStream with UNIMPLEMENTED.
-        self._stream: Any = None
-        self._stream_reader: asyncio.Task[None] | None = None
-        self._stream_waiting: dict[int, asyncio.Future[pb.SendStreamResponse]] = {}
         self._acks = AckCoalescer(
             self._ack_call, max_handles=MAX_ACKS_PER_CALL, timeout_s=timeout_s, target=self._target
         )
-        self._stream_ids = itertools.count(1)
-        self._stream_ok = True
 
     @property
     def name(self) -> str:
@@ -167,47 +159,45 @@ class RemoteBroker:
         await self.close()
 
     async def close(self) -> None:
-        """Close the channel; calls in flight are cancelled, later calls raise Unavailable."""
+        """Close the channel; calls in flight fail (Unavailable), later calls raise Unavailable."""
         if not self._closed:
             self._closed = True
-            await self._channel.close()  # cancels the send stream; its reader fails what waits on it
-            if self._stream_reader is not None:
-                await asyncio.gather(self._stream_reader, return_exceptions=True)
+            await self._channel.close()
 
     # -- topics ---------------------------------------------------------------------------------
 
     async def create_topic(self, spec: TopicSpec) -> TopicSpec:
         with _encoding("create_topic"):
             request = pb.CreateTopicRequest(spec=convert.topic_spec_to_pb(spec))
-        response = await self._call(self._stub.CreateTopic, request)
+        response = await self._call("CreateTopic", request)
         return convert.topic_spec_from_pb(response.spec)
 
     async def update_topic(self, spec: TopicSpec) -> TopicSpec:
         with _encoding("update_topic"):
             request = pb.UpdateTopicRequest(spec=convert.topic_spec_to_pb(spec))
-        response = await self._call(self._stub.UpdateTopic, request)
+        response = await self._call("UpdateTopic", request)
         return convert.topic_spec_from_pb(response.spec)
 
     async def delete_topic(self, name: str) -> None:
         with _encoding("delete_topic"):
             request = pb.DeleteTopicRequest(name=name)
-        await self._call(self._stub.DeleteTopic, request)
+        await self._call("DeleteTopic", request)
 
     async def get_topic(self, name: str, *, auto_create: bool = False, like: TopicSpec | None = None) -> TopicSpec:
         with _encoding("get_topic"):
             request = pb.GetTopicRequest(name=name, auto_create=auto_create,
                                          like=None if like is None else convert.topic_spec_to_pb(like))  # fmt: skip
-        response = await self._call(self._stub.GetTopic, request)
+        response = await self._call("GetTopic", request)
         return convert.topic_spec_from_pb(response.spec)
 
     async def list_topics(self) -> list[TopicSpec]:
-        response = await self._call(self._stub.ListTopics, pb.ListTopicSpecsRequest())
+        response = await self._call("ListTopics", pb.ListTopicSpecsRequest())
         return [convert.topic_spec_from_pb(t) for t in response.topics]
 
     async def topic_status(self, name: str) -> TopicStatus:
         with _encoding("topic_status"):
             request = pb.TopicStatusRequest(name=name)
-        response = await self._call(self._stub.TopicStatus, request)
+        response = await self._call("TopicStatus", request)
         return convert.topic_status_from_pb(response.status)
 
     # -- consumer groups ------------------------------------------------------------------------
@@ -215,35 +205,35 @@ class RemoteBroker:
     async def create_group(self, spec: GroupSpec) -> GroupInfo:
         with _encoding("create_group"):
             request = pb.CreateGroupRequest(spec=convert.group_spec_to_pb(spec))
-        response = await self._call(self._stub.CreateGroup, request)
+        response = await self._call("CreateGroup", request)
         return convert.group_info_from_pb(response.info)
 
     async def update_group(self, spec: GroupSpec) -> GroupInfo:
         with _encoding("update_group"):
             request = pb.UpdateGroupRequest(spec=convert.group_spec_to_pb(spec))
-        response = await self._call(self._stub.UpdateGroup, request)
+        response = await self._call("UpdateGroup", request)
         return convert.group_info_from_pb(response.info)
 
     async def delete_group(self, name: str) -> None:
         with _encoding("delete_group"):
             request = pb.DeleteGroupRequest(name=name)
-        await self._call(self._stub.DeleteGroup, request)
+        await self._call("DeleteGroup", request)
 
     async def get_group(self, name: str, *, auto_create: bool = False, like: GroupSpec | None = None) -> GroupInfo:
         with _encoding("get_group"):
             request = pb.GetGroupRequest(name=name, auto_create=auto_create,
                                          like=None if like is None else convert.group_spec_to_pb(like))  # fmt: skip
-        response = await self._call(self._stub.GetGroup, request)
+        response = await self._call("GetGroup", request)
         return convert.group_info_from_pb(response.info)
 
     async def list_groups(self) -> list[GroupInfo]:
-        response = await self._call(self._stub.ListGroups, pb.ListGroupsRequest())
+        response = await self._call("ListGroups", pb.ListGroupsRequest())
         return [convert.group_info_from_pb(g) for g in response.groups]
 
     async def group_status(self, name: str, topics: Sequence[str] = (), *, ready_bytes: bool = False) -> GroupStatus:
         with _encoding("group_status"):
             request = pb.GroupStatusRequest(name=name, topics=list(topics), ready_bytes=ready_bytes)
-        response = await self._call(self._stub.GroupStatus, request)
+        response = await self._call("GroupStatus", request)
         return convert.group_status_from_pb(response.status)
 
     # -- produce --------------------------------------------------------------------------------
@@ -279,22 +269,12 @@ class RemoteBroker:
         return await future
 
     async def _drain_sends(self) -> None:
-        """Send what is pending, one request at a time, until nothing is: on the send stream, else a
-        lone send as a Send and several as one SendBatch. The task's first step runs on the loop's
-        next turn, so the sends of every request the loop handles meanwhile join the first request;
-        sends made while it is in flight, the next."""
+        """Send what is pending, one SendBatch call at a time, until nothing is. The task's first
+        step runs on the loop's next turn, so the sends of every request the loop handles meanwhile
+        join the first call; sends made while it is in flight, the next."""
         try:
             while batch := self._take_sends():
-                if self._stream_ok:
-                    try:
-                        await self._send_streamed(batch)
-                        continue
-                    except _Unimplemented:  # a broker that predates SendStream: unary calls from now on
-                        self._stream_ok = False
-                if len(batch) == 1 or not self._send_batch_ok:
-                    await asyncio.gather(*(self._send_single(p) for p in batch))
-                else:
-                    await self._send_batch(batch)
+                await self._send_batch(batch)
         finally:
             self._sender = None
             if self._pending_sends:  # only when this task was cancelled (the loop is shutting down)
@@ -321,135 +301,24 @@ class RemoteBroker:
         del pending[:i]
         return taken
 
-    async def _send_single(self, p: _PendingSend) -> None:
-        try:
-            _leaving([p])
-            response = await self._call(self._stub.Send, p.request, _batch_timeout([p], self._timeout_s),
-                                        ids=(p.ctx.request_id, p.ctx.client_id))  # fmt: skip
-            outcome: list[SendResult] | BaseException = [convert.send_result_from_pb(r) for r in response.results]
-        except asyncio.CancelledError:
-            settle(p.future, Unavailable(f"{self._target}: the send was cancelled"))
-            raise
-        except Exception as exc:
-            outcome = exc
-        settle(p.future, outcome)
-
-    async def _send_streamed(self, batch: list[_PendingSend]) -> None:
-        """One request on the send stream, opened if there is none; its answer settles the sends.
-        Raises `_Unimplemented` (nothing settled) when the broker does not know SendStream."""
-        rid = next(self._stream_ids)
-        answer: asyncio.Future[pb.SendStreamResponse] = asyncio.get_running_loop().create_future()
-        self._stream_waiting[rid] = answer
-        call: Any = None
-        try:
-            call = self._open_stream()
-            await call.write(pb.SendStreamRequest(id=rid, sends=_leaving(batch)))
-            response = await asyncio.wait_for(answer, _batch_timeout(batch, self._timeout_s))
-        except _Unimplemented:
-            raise
-        except asyncio.CancelledError:
-            _settle_all(batch, Unavailable(f"{self._target}: the send was cancelled"))
-            raise
-        except Exception as exc:
-            error = self._send_error(exc, answer)
-            if error is None and call is not None:  # a write that lost the race with the stream's end
-                ended = await _ended_status(call)
-                error = None if ended is None else self._stream_error(ended)
-            if error is None:
-                # The stream broke under the write (gRPC reports it as it can): the send may or may
-                # not have been stored, as with any call whose answer was lost; the caller may retry.
-                error = Unavailable(f"{self._target}: the send stream broke ({type(exc).__name__}: {exc})")
-            if isinstance(error, _Unimplemented):
-                raise error from None
-            self._drop_stream()  # ended, or a broker that stopped answering: the next send opens a new one
-            _settle_all(batch, error)
-            return
-        finally:
-            self._stream_waiting.pop(rid, None)
-        self._settle_outcomes(batch, response.outcomes, "SendStream")
-
-    def _send_error(self, exc: Exception, answer: asyncio.Future[pb.SendStreamResponse]) -> BaseException | None:
-        """What a streamed send failed with: the stream's end as its reader saw it, else `exc`; None
-        when neither carries the broker's status (a write that failed on a stream already ended)."""
-        if answer.done() and not answer.cancelled() and answer.exception() is not None:
-            return answer.exception() or exc  # the stream's status (read even when `exc` is the write's)
-        if isinstance(exc, SluiceError | _Unimplemented):
-            return exc
-        if isinstance(exc, grpc.aio.AioRpcError):  # the write saw the stream's status first
-            error = self._stream_error(exc)
-            if not isinstance(error, InternalError):  # a status the broker sent, not a broken transport
-                return error
-        if isinstance(exc, TimeoutError):
-            return Unavailable(f"{self._target}: no answer to a send within {self._timeout_s:g} s")
-        return None
-
-    def _open_stream(self) -> Any:
-        if self._closed:
-            raise Unavailable(f"{self._target}: client is closed")
-        if self._stream is not None and self._stream.done():  # ended; its reader is finishing
-            self._stream = None
-        if self._stream is None:
-            self._stream = call = self._stub.SendStream(metadata=token.call_metadata())
-            self._stream_reader = asyncio.get_running_loop().create_task(
-                self._read_stream(call), name=f"send-stream-{self._name}"
-            )
-        return self._stream
-
-    async def _read_stream(self, call: Any) -> None:
-        """Hand each answer to the request waiting for it; when the stream ends, fail the rest."""
-        error: BaseException = Unavailable(f"{self._target}: the broker ended the send stream")
-        try:
-            async for response in call:
-                waiter = self._stream_waiting.get(response.id)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(response)
-        except asyncio.CancelledError:  # the call (the channel closed) or this task (the loop stops)
-            error = Unavailable(f"{self._target}: the send stream was cancelled")
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-        except Exception as exc:
-            error = self._stream_error(exc)
-        finally:
-            if self._stream is call:
-                self._stream = None
-            for waiter in self._stream_waiting.values():
-                if not waiter.done():
-                    waiter.set_exception(error)
-
-    def _stream_error(self, exc: BaseException) -> BaseException:
-        """The error that ends the stream, for every send waiting on it."""
-        if isinstance(exc, grpc.aio.AioRpcError):
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                return _Unimplemented()
-            return error_from_rpc(exc, self._target)
-        return Unavailable(f"{self._target}: the send stream failed ({type(exc).__name__}: {exc})")
-
-    def _drop_stream(self) -> None:
-        if self._stream is not None:
-            self._stream.cancel()
-            self._stream = None
-
     async def _send_batch(self, batch: list[_PendingSend]) -> None:
         request = pb.SendBatchRequest(sends=_leaving(batch))
+        # The call carries the ids of a lone send's request (the broker's log lines name it); of
+        # several, none's (each send carries its own).
+        ids = (batch[0].ctx.request_id, batch[0].ctx.client_id) if len(batch) == 1 else ("", "")
         try:
-            # It serves several requests: it carries none's request id.
-            response = await self._call(self._stub.SendBatch, request, ids=("", ""))
-        except _Unimplemented:  # a broker that predates SendBatch: one Send each, from now on
-            self._send_batch_ok = False
-            await asyncio.gather(*(self._send_single(p) for p in batch))
-            return
+            response = await self._call("SendBatch", request, _batch_timeout(batch, self._timeout_s), ids=ids)
         except asyncio.CancelledError:
             _settle_all(batch, Unavailable(f"{self._target}: the send was cancelled"))
             raise
         except Exception as exc:
             _settle_all(batch, exc)
             return
-        self._settle_outcomes(batch, response.outcomes, "SendBatch")
+        self._settle_outcomes(batch, response.outcomes)
 
-    def _settle_outcomes(self, batch: list[_PendingSend], outcomes: Sequence[pb.SendOutcome], rpc: str) -> None:
+    def _settle_outcomes(self, batch: list[_PendingSend], outcomes: Sequence[pb.SendOutcome]) -> None:
         if len(outcomes) != len(batch):
-            error = InternalError(f"{self._target}: {rpc} answered {len(outcomes)} outcomes for {len(batch)} sends")
+            error = InternalError(f"{self._target}: SendBatch answered {len(outcomes)} outcomes for {len(batch)} sends")
             _settle_all(batch, error)
             return
         for p, outcome in zip(batch, outcomes, strict=True):
@@ -463,7 +332,7 @@ class RemoteBroker:
     async def pop(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]:
         with _encoding("pop"):
             message = convert.pop_request_to_pb(request)
-        response = await self._call(self._stub.Pop, message, self._long_poll_timeout_s(request.long_poll_ms), ctx=ctx)
+        response = await self._call("Pop", message, self._long_poll_timeout_s(request.long_poll_ms), ctx=ctx)
         return convert.stored_list_from_pb(response.messages)
 
     async def ack(
@@ -479,7 +348,7 @@ class RemoteBroker:
     ) -> list[AckResult]:
         with _encoding("ack"):
             request = pb.AckRequest(group=group, topic=topic, receipt_handles=handles)
-        response = await self._call(self._stub.Ack, request, timeout_s, ids=ids)
+        response = await self._call("Ack", request, timeout_s, ids=ids)
         return [convert.ack_result_from_pb(r) for r in response.results]
 
     async def change_invisible_duration(
@@ -489,13 +358,13 @@ class RemoteBroker:
             request = pb.ChangeInvisibleDurationRequest(
                 group=group, topic=topic, receipt_handle=receipt_handle, invisible_ms=invisible_ms
             )
-        response = await self._call(self._stub.ChangeInvisibleDuration, request, ctx=ctx)
+        response = await self._call("ChangeInvisibleDuration", request, ctx=ctx)
         return str(response.receipt_handle)
 
     async def nack(self, group: str, topic: str, receipt_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
         with _encoding("nack"):
             request = pb.NackRequest(group=group, topic=topic, receipt_handle=receipt_handle)
-        response = await self._call(self._stub.Nack, request, ctx=ctx)
+        response = await self._call("Nack", request, ctx=ctx)
         return str(response.receipt_handle)
 
     async def renew(
@@ -505,7 +374,7 @@ class RemoteBroker:
             request = pb.RenewRequest(
                 group=group, topic=topic, receipt_handles=receipt_handles, invisible_ms=invisible_ms
             )
-        response = await self._call(self._stub.Renew, request, ctx=ctx)
+        response = await self._call("Renew", request, ctx=ctx)
         return [convert.ack_result_from_pb(r) for r in response.results]
 
     async def forward_to_dead_letter(
@@ -513,7 +382,7 @@ class RemoteBroker:
     ) -> None:
         with _encoding("forward_to_dead_letter"):
             request = pb.ForwardToDeadLetterRequest(group=group, topic=topic, receipt_handle=receipt_handle)
-        await self._call(self._stub.ForwardToDeadLetter, request, ctx=ctx)
+        await self._call("ForwardToDeadLetter", request, ctx=ctx)
 
     # -- pull consumption and offsets -----------------------------------------------------------
 
@@ -539,13 +408,13 @@ class RemoteBroker:
                 filter=convert.filter_to_pb(filter),
                 long_poll_ms=long_poll_ms,
             )
-        response = await self._call(self._stub.Pull, request, self._long_poll_timeout_s(long_poll_ms), ctx=ctx)
+        response = await self._call("Pull", request, self._long_poll_timeout_s(long_poll_ms), ctx=ctx)
         return convert.pull_result_from_pb(response.result)
 
     async def get_offset(self, group: str, topic: str, queue_id: int, *, ctx: CallContext = NO_CONTEXT) -> int:
         with _encoding("get_offset"):
             request = pb.GetOffsetRequest(group=group, topic=topic, queue_id=queue_id)
-        response = await self._call(self._stub.GetOffset, request, ctx=ctx)
+        response = await self._call("GetOffset", request, ctx=ctx)
         return int(response.offset)
 
     async def update_offset(
@@ -553,7 +422,7 @@ class RemoteBroker:
     ) -> None:
         with _encoding("update_offset"):
             request = pb.UpdateOffsetRequest(group=group, topic=topic, queue_id=queue_id, offset=offset)
-        await self._call(self._stub.UpdateOffset, request, ctx=ctx)
+        await self._call("UpdateOffset", request, ctx=ctx)
 
     async def query_offset(
         self, topic: str, queue_id: int, policy: OffsetPolicy, timestamp_ms: int = 0, *, ctx: CallContext = NO_CONTEXT
@@ -565,7 +434,7 @@ class RemoteBroker:
                 policy=convert.offset_policy_to_pb(policy),
                 timestamp_ms=timestamp_ms,
             )
-        response = await self._call(self._stub.QueryOffset, request, ctx=ctx)
+        response = await self._call("QueryOffset", request, ctx=ctx)
         return int(response.offset)
 
     async def read_rows(
@@ -576,7 +445,7 @@ class RemoteBroker:
                 topic=topic, queue_id=queue_id, offset=offset, end_offset=end_offset, max_messages=max_messages,
                 max_bytes=max_bytes,
             )  # fmt: skip
-        r = await self._call(self._stub.ReadRows, request)
+        r = await self._call("ReadRows", request)
         return QueueRows(r.rows, r.count, r.next_offset, r.min_offset, r.max_offset)
 
     # -- lookups --------------------------------------------------------------------------------
@@ -584,13 +453,13 @@ class RemoteBroker:
     async def get_message(self, topic: str, message_id: str) -> list[StoredMessage]:
         with _encoding("get_message"):
             request = pb.GetMessageRequest(topic=topic, message_id=message_id)
-        response = await self._call(self._stub.GetMessage, request)
+        response = await self._call("GetMessage", request)
         return convert.stored_list_from_pb(response.messages)
 
     async def find_messages_by_key(self, topic: str, key: str, limit: int = 64) -> list[StoredMessage]:
         with _encoding("find_messages_by_key"):
             request = pb.FindMessagesByKeyRequest(topic=topic, key=key, limit=limit)
-        response = await self._call(self._stub.FindMessagesByKey, request)
+        response = await self._call("FindMessagesByKey", request)
         return convert.stored_list_from_pb(response.messages)
 
     # -- transactions ---------------------------------------------------------------------------
@@ -602,12 +471,12 @@ class RemoteBroker:
         with _encoding("end_transaction"):
             request = pb.EndTransactionRequest(topic=topic, message_id=message_id, transaction_id=transaction_id,
                                                resolution=resolution.value, source=source.value)  # fmt: skip
-        await self._call(self._stub.EndTransaction, request, ctx=ctx)
+        await self._call("EndTransaction", request, ctx=ctx)
 
     async def claim_transaction_checks(self, topics: list[str], max_checks: int) -> list[TransactionCheck]:
         with _encoding("claim_transaction_checks"):
             request = pb.ClaimTransactionChecksRequest(topics=topics, max_checks=max_checks)
-        response = await self._call(self._stub.ClaimTransactionChecks, request)
+        response = await self._call("ClaimTransactionChecks", request)
         return [convert.transaction_check_from_pb(c) for c in response.checks]
 
     # -- observability --------------------------------------------------------------------------
@@ -615,55 +484,55 @@ class RemoteBroker:
     async def message_trace(self, message_id: str) -> list[TraceEvent]:
         with _encoding("message_trace"):
             request = pb.MessageTraceRequest(message_id=message_id)
-        response = await self._call(self._stub.MessageTrace, request)
+        response = await self._call("MessageTrace", request)
         return [convert.trace_event_from_pb(e) for e in response.events]
 
     # -- tiered storage -------------------------------------------------------------------------
 
     async def tier_status(self) -> TierStatus:
-        response = await self._call(self._stub.TierStatus, pb.TierStatusRequest())
+        response = await self._call("TierStatus", pb.TierStatusRequest())
         return convert.tier_status_from_pb(response)
 
     async def tier_upload_now(self, topic: str, timeout_s: float) -> TierTopicStatus:
         with _encoding("tier_upload_now"):
             request = pb.TierUploadNowRequest(topic=topic, timeout_ms=int(timeout_s * _MS_PER_S))
-        response = await self._call(self._stub.TierUploadNow, request, timeout_s + self._timeout_s)
+        response = await self._call("TierUploadNow", request, timeout_s + self._timeout_s)
         return convert.tier_topic_status_from_pb(response.status)
 
     async def tier_evict_local(self, topic: str) -> TierEvictResult:
         with _encoding("tier_evict_local"):
             request = pb.TierEvictLocalRequest(topic=topic)
-        response = await self._call(self._stub.TierEvictLocal, request)
+        response = await self._call("TierEvictLocal", request)
         return convert.tier_evict_from_pb(response)
 
     # -- security document (broker/security_store.py) ---------------------------------------------
 
     async def get_security(self) -> tuple[int, bytes]:
-        response = await self._call(self._stub.GetSecurity, pb.GetSecurityRequest())
+        response = await self._call("GetSecurity", pb.GetSecurityRequest())
         return int(response.version), bytes(response.document)
 
     async def put_security(self, version: int, data: bytes) -> None:
         with _encoding("put_security"):
             request = pb.PutSecurityRequest(version=version, document=data)
-        await self._call(self._stub.PutSecurity, request)
+        await self._call("PutSecurity", request)
 
     # -- the AMQP gateway's metadata document (broker/amqp_meta_store.py) -------------------------
 
     async def get_amqp_meta(self, newer_than: int = 0) -> tuple[int, bytes]:
-        response = await self._call(self._stub.GetAmqpMeta, pb.GetAmqpMetaRequest(newer_than=newer_than))
+        response = await self._call("GetAmqpMeta", pb.GetAmqpMetaRequest(newer_than=newer_than))
         return int(response.version), bytes(response.document)
 
     async def put_amqp_meta(self, version: int, data: bytes) -> None:
         with _encoding("put_amqp_meta"):
             request = pb.PutAmqpMetaRequest(version=version, document=data)
-        await self._call(self._stub.PutAmqpMeta, request)
+        await self._call("PutAmqpMeta", request)
 
     # -- timers ---------------------------------------------------------------------------------
 
     async def recall(self, topic: str, recall_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:
         with _encoding("recall"):
             request = pb.RecallRequest(topic=topic, recall_handle=recall_handle)
-        response = await self._call(self._stub.Recall, request, ctx=ctx)
+        response = await self._call("Recall", request, ctx=ctx)
         return str(response.message_id)
 
     # -- operations -----------------------------------------------------------------------------
@@ -671,7 +540,7 @@ class RemoteBroker:
     async def reset_offset(self, group: str, topic: str, queue_id: int, offset: int) -> OffsetReset:
         with _encoding("reset_offset"):
             request = pb.ResetOffsetRequest(group=group, topic=topic, queue_id=queue_id, offset=offset)
-        response = await self._call(self._stub.ResetOffset, request)
+        response = await self._call("ResetOffset", request)
         return OffsetReset(topic, queue_id, response.previous, response.offset)
 
     async def report_clients(self, proxy: str, clients: list[ConnectedClient], ttl_ms: int) -> None:
@@ -679,10 +548,10 @@ class RemoteBroker:
             request = pb.ReportClientsRequest(
                 proxy=proxy, clients=[convert.connected_client_to_pb(c) for c in clients], ttl_ms=ttl_ms
             )
-        await self._call(self._stub.ReportClients, request)
+        await self._call("ReportClients", request)
 
     async def list_clients(self) -> list[ConnectedClient]:
-        response = await self._call(self._stub.ListClients, pb.ListClientsRequest())
+        response = await self._call("ListClients", pb.ListClientsRequest())
         return [convert.connected_client_from_pb(c) for c in response.clients]
 
     # -- lite topics ----------------------------------------------------------------------------
@@ -690,21 +559,21 @@ class RemoteBroker:
     async def sync_lite_subscription(self, sync: LiteSync) -> int:
         with _encoding("sync lite subscription"):
             request = convert.lite_sync_to_pb(sync)
-        response = await self._call(self._stub.SyncLiteSubscription, request)
+        response = await self._call("SyncLiteSubscription", request)
         return int(response.subscribed)
 
     async def list_lite_topics(self, topic: str, group: str = "", limit: int = 100) -> LiteTopicList:
         request = pb.ListLiteTopicsRequest(topic=topic, group=group, limit=limit)
-        return convert.lite_list_from_pb(await self._call(self._stub.ListLiteTopics, request))
+        return convert.lite_list_from_pb(await self._call("ListLiteTopics", request))
 
     async def claim_lite_removals(self, client_ids: list[str]) -> list[LiteRemoval]:
         request = pb.ClaimLiteRemovalsRequest(client_ids=client_ids)
-        return convert.lite_removals_from_pb(await self._call(self._stub.ClaimLiteRemovals, request))
+        return convert.lite_removals_from_pb(await self._call("ClaimLiteRemovals", request))
 
     # -- broker information ---------------------------------------------------------------------
 
     async def broker_info(self) -> BrokerInfo:
-        return convert.broker_info_from_pb(await self._call(self._stub.BrokerInfo, pb.BrokerInfoRequest()))
+        return convert.broker_info_from_pb(await self._call("BrokerInfo", pb.BrokerInfoRequest()))
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -712,7 +581,7 @@ class RemoteBroker:
         return max(long_poll_ms, 0) / _MS_PER_S + self._timeout_s
 
     async def _call(
-        self, method: Any, request: Any, timeout_s: float | None = None, *, ids: tuple[str, str] | None = None,
+        self, rpc: str, request: Message, timeout_s: float | None = None, *, ids: tuple[str, str] | None = None,
         ctx: CallContext = NO_CONTEXT,
     ) -> Any:  # fmt: skip
         """One unary call carrying the request id and client id of the request it serves (`ids`, else
@@ -720,19 +589,29 @@ class RemoteBroker:
         if self._closed:
             raise Unavailable(f"{self._target}: client is closed")
         request_id, client_id = _ids(ctx) if ids is None else ids
-        metadata = ((MD_REQUEST_ID, request_id), (MD_CLIENT_ID, client_id)) if request_id or client_id else None
+        metadata = ((MD_REQUEST_ID, request_id), (MD_CLIENT_ID, client_id)) if request_id or client_id else ()
         timeout = timeout_s if timeout_s is not None else self._timeout_s
         remaining = ctx.remaining_s()
         if remaining is not None:
             if remaining <= 0:
                 raise RequestTimeout(f"{self._target}: the client's deadline passed before the call")
             timeout = min(timeout, remaining)
+        path, response_type = _RPCS[rpc]
+        method = self._methods.get(rpc)
+        if method is None:
+            method = self._methods[rpc] = self._channel.method(path)
+        raw = request.SerializeToString()
+        if len(raw) > self._max_message_bytes:
+            raise BadRequest(f"{self._target}: a {rpc} request of {len(raw)} bytes exceeds the internal service's "
+                             f"limit of {self._max_message_bytes}")  # fmt: skip
         try:
-            return await method(request, timeout=timeout, metadata=metadata)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED and method is self._stub.SendBatch:
-                raise _Unimplemented from None
-            raise error_from_rpc(exc, self._target) from None
+            answer = await self._channel.unary(method, raw, timeout_s=timeout, metadata=metadata)
+        except RpcError as exc:
+            raise error_from_status(exc, self._target) from None
+        try:
+            return response_type.FromString(answer)
+        except DecodeError:
+            raise InternalError(f"{self._target}: an undecodable {rpc} answer ({len(answer)} bytes)") from None
 
 
 @dataclass(slots=True)
@@ -760,33 +639,8 @@ def _ids(ctx: CallContext) -> tuple[str, str]:
     return (ctx.request_id, ctx.client_id) if ctx.request_id or ctx.client_id else current_request()
 
 
-# How long a failed stream write waits for the call's status to tell a refusal from a broken stream.
-_STREAM_STATUS_WAIT_S = 1.0
-
-
-async def _ended_status(call: Any) -> grpc.aio.AioRpcError | None:
-    """The status the broker ended a send stream with, when a write lost the race with it (grpc.aio
-    then fails the write with a usage error or an INTERNAL "error from Core", not the status, before
-    the stream's reader has seen it): UNIMPLEMENTED (a broker without SendStream) or a refusal with
-    Sluice's code (`CODE_KEY`, e.g. a missing cluster token). None for anything else: a transport
-    that broke, whose answer is unknown."""
-    try:
-        code = await asyncio.wait_for(call.code(), _STREAM_STATUS_WAIT_S)
-        trailing = await call.trailing_metadata()
-        details = await call.details()
-    except Exception:
-        return None
-    if code != grpc.StatusCode.UNIMPLEMENTED and not any(key == CODE_KEY for key, _ in trailing or ()):
-        return None
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, details)
-
-
 def _batch_timeout(batch: list[_PendingSend], timeout_s: float) -> float:
     return batch_timeout((p.deadline for p in batch), timeout_s)
-
-
-class _Unimplemented(Exception):
-    """The broker does not know the RPC (an older version)."""
 
 
 def _settle_all(batch: list[_PendingSend], error: BaseException) -> None:

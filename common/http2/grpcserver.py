@@ -31,17 +31,16 @@ that end by themselves (unary and server streaming) for up to `grace_s`; what is
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
-import re
+import socket
 import ssl
-import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from enum import Enum, IntEnum
+from enum import Enum
 
 from common.http2.frames import ErrorCode
+from common.http2.grpcwire import PREFIX, PREFIX_BYTES, StatusCode, b64, parse_timeout, percent_encode, unb64
 from common.http2.hpackcodec import literal
 from common.http2.limits import Http2Limits
 from common.http2.request import Request
@@ -49,21 +48,7 @@ from common.http2.server import Application, ServerConnection, Stream
 
 log = logging.getLogger("sluice.grpc")
 
-_PREFIX = struct.Struct(">BI")
-PREFIX_BYTES = 5
 MAX_QUEUED_MESSAGES = 64  # bidirectional: messages taken from the stream, not yet read by the handler
-
-
-class StatusCode(IntEnum):
-    OK = 0
-    CANCELLED = 1
-    UNKNOWN = 2
-    INVALID_ARGUMENT = 3
-    DEADLINE_EXCEEDED = 4
-    RESOURCE_EXHAUSTED = 8
-    UNIMPLEMENTED = 12
-    INTERNAL = 13
-    UNAVAILABLE = 14
 
 
 class GrpcError(Exception):
@@ -96,26 +81,10 @@ class GrpcLimits:
     max_concurrent_calls: int = 10_000
 
 
-_TIMEOUT = re.compile(r"(\d{1,8})([HMSmun])\Z")
-_UNIT_S = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _STATUS_200 = b"\x88"  # :status 200, static table index 8
 _RESPONSE_HEADERS = (_STATUS_200 + literal("content-type", "application/grpc")
                      + literal("grpc-accept-encoding", "identity"))  # fmt: skip
 _OK_TRAILERS = literal("grpc-status", "0")
-_UNSAFE = re.compile(r"[^\x20-\x24\x26-\x7e]")
-
-
-def parse_timeout(value: str) -> float | None:
-    """The seconds of a grpc-timeout header (`<up to 8 digits><unit>`), None when malformed."""
-    m = _TIMEOUT.match(value)
-    return None if m is None else int(m.group(1)) * _UNIT_S[m.group(2)]
-
-
-def _percent(message: str) -> str:
-    """grpc-message's encoding: UTF-8, every byte outside printable ASCII (and '%') as %XX."""
-    if not _UNSAFE.search(message):
-        return message
-    return "".join(chr(b) if 0x20 <= b <= 0x7E and b != 0x25 else f"%{b:02X}" for b in message.encode())
 
 
 def trailers_block(code: StatusCode, message: str = "", details: bytes = b"",
@@ -124,9 +93,9 @@ def trailers_block(code: StatusCode, message: str = "", details: bytes = b"",
         return _OK_TRAILERS
     block = literal("grpc-status", str(int(code)))
     if message:
-        block += literal("grpc-message", _percent(message))
+        block += literal("grpc-message", percent_encode(message))
     if details:
-        block += literal("grpc-status-details-bin", base64.b64encode(details).rstrip(b"="))
+        block += literal("grpc-status-details-bin", b64(details))
     for name, value in trailing:
         block += literal(name, value)
     return block
@@ -137,7 +106,7 @@ def _metadata_block(pairs: list[tuple[str, str | bytes]]) -> bytes:
     for name, value in pairs:
         if name.endswith("-bin"):
             raw = value if isinstance(value, bytes) else value.encode()
-            out += literal(name, base64.b64encode(raw).rstrip(b"="))
+            out += literal(name, b64(raw))
         else:
             out += literal(name, value)
     return out
@@ -186,7 +155,7 @@ class Call:
         for name, value in self.headers.items():
             if name in _RESERVED or name.startswith("grpc-"):
                 continue
-            out.append((name, _unbase64(value) if name.endswith("-bin") else value))
+            out.append((name, unb64(value) if name.endswith("-bin") else value))
         return out
 
     def _conn_loop(self) -> asyncio.AbstractEventLoop:
@@ -204,7 +173,7 @@ class Call:
                 self._refuse(StatusCode.INTERNAL, f"{kind.value} call with more than one request message")
             return
         if not self._buf and end_stream and len(data) >= PREFIX_BYTES:  # the whole request in one frame
-            compressed, length = _PREFIX.unpack_from(data)
+            compressed, length = PREFIX.unpack_from(data)
             if length == len(data) - PREFIX_BYTES and not compressed:
                 if length > self._server.limits.max_message_bytes:
                     self._too_large(length)
@@ -231,7 +200,7 @@ class Call:
     def _check_prefix(self) -> bool:
         """The declared length of the message at the head of the buffer is acceptable (and the
         window for it granted); False when the call was refused."""
-        compressed, length = _PREFIX.unpack_from(self._buf)
+        compressed, length = PREFIX.unpack_from(self._buf)
         if compressed:
             encoding = self.headers.get("grpc-encoding", "")
             self._refuse(StatusCode.UNIMPLEMENTED, f"compressed messages are not supported (grpc-encoding "
@@ -252,7 +221,7 @@ class Call:
         if len(buf) < PREFIX_BYTES:
             self._refuse(StatusCode.INTERNAL, f"the {self.method.kind.value} request has no message")
             return
-        _, length = _PREFIX.unpack_from(buf)
+        _, length = PREFIX.unpack_from(buf)
         if len(buf) != PREFIX_BYTES + length:
             what = "ends inside its message" if len(buf) < PREFIX_BYTES + length else "holds more than one message"
             self._refuse(StatusCode.INTERNAL, f"the request {what}")
@@ -274,7 +243,7 @@ class Call:
         while len(self._buf) >= PREFIX_BYTES:
             if not self._check_prefix():
                 return
-            _, length = _PREFIX.unpack_from(self._buf)
+            _, length = PREFIX.unpack_from(self._buf)
             end = PREFIX_BYTES + length
             if len(self._buf) < end:
                 break
@@ -351,7 +320,7 @@ class Call:
                 self._send(reply)
                 self._end(StatusCode.OK)
             else:
-                self._conn.send_response(self._stream, _RESPONSE_HEADERS, _PREFIX.pack(0, len(reply)) + reply,
+                self._conn.send_response(self._stream, _RESPONSE_HEADERS, PREFIX.pack(0, len(reply)) + reply,
                                          _OK_TRAILERS)  # fmt: skip
                 self._finish_released()
 
@@ -391,7 +360,7 @@ class Call:
             if self.initial_metadata:
                 block += _metadata_block(self.initial_metadata)
             self._conn.send_headers(self._stream, block)
-        self._conn.send_data(self._stream, _PREFIX.pack(0, len(message)) + message)
+        self._conn.send_data(self._stream, PREFIX.pack(0, len(message)) + message)
 
     def _cancelled(self) -> None:
         """The handler was cancelled: by the deadline, by shutdown, or because the stream is gone."""
@@ -429,13 +398,6 @@ class Call:
 _RESERVED = frozenset(("te", "content-type", "user-agent", "content-length"))
 
 
-def _unbase64(value: str) -> bytes:
-    try:
-        return base64.b64decode(value + "=" * (-len(value) % 4))
-    except ValueError:
-        return b""
-
-
 @dataclass(frozen=True)
 class _Method:
     path: str
@@ -468,6 +430,11 @@ class GrpcServer(Application):
                                                reuse_port=reuse_port or None, backlog=1024)  # fmt: skip
         self._servers.append(server)
         return int(server.sockets[0].getsockname()[1])
+
+    async def serve_socket(self, sock: socket.socket) -> None:
+        """Listen on a socket bound beforehand (a process that must know its port is free before
+        it is ready to serve: the broker)."""
+        self._servers.append(await self.loop.create_server(self._connection, sock=sock, backlog=1024))
 
     def _connection(self) -> ServerConnection:
         conn = ServerConnection(self, self.http2, self._connection_closed)

@@ -169,3 +169,17 @@ def _wait_for_line(proc: ServerProcess, line: str, timeout_s: float) -> None:
             proc.stop()
             raise ProcessStartError(f"{proc.child.name} did not print {line!r}; last lines:\n{proc.child.tail()}")
         time.sleep(_READY_POLL_INTERVAL_S)
+
+
+async def serve_in_process(servicer: Any, port: int = 0) -> tuple[Any, int]:
+    """A `BrokerServicer` served as the broker process serves it (our HTTP/2 gRPC server, the
+    broker's limits) on loopback in this process: (the `GrpcServer`, its port). Stop it with
+    `await server.shutdown(0)`."""
+    from broker import service
+    from broker.client.grpc_convert import MAX_MESSAGE_BYTES
+    from broker.server import MAX_CONCURRENT_RPCS, SERVICE_HTTP2
+    from common.http2.grpcserver import GrpcLimits, GrpcServer
+
+    server = GrpcServer(GrpcLimits(MAX_MESSAGE_BYTES, MAX_CONCURRENT_RPCS), SERVICE_HTTP2)
+    service.serve(server, servicer)
+    return server, await server.listen(LOOPBACK, port)

@@ -1,6 +1,7 @@
-"""Across the internal broker RPC (real gRPC on loopback, in one process): the broker's log lines of
-a proxied call carry the caller's request id and client id (a lone send on the send stream too),
-and every call is counted per service, method and result code."""
+"""Across the internal broker RPC (our HTTP/2 gRPC client and server on loopback, in one process):
+the broker's log lines of a proxied call carry the caller's request id and client id (a lone send
+too), each send of a batch its own context, and every call is counted per service, method and
+result code."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import grpc
 import pytest
 from prometheus_client import REGISTRY
 
@@ -35,10 +35,12 @@ from broker.service import BrokerServicer
 from common import record
 from common.codes import Code
 from common.errors import ConsumerGroupNotFound, RequestTimeout, SluiceError, TopicNotFound
+from common.http2.client import Channel
+from common.http2.grpcserver import GrpcServer
 from common.logs import RequestContextFilter, bind_request, current_request
 from common.model import MessageType
 from proto.sluice.internal.v1 import broker_pb2 as pb
-from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
+from tests.helpers.broker_fixtures import serve_in_process
 from tests.helpers.records import outgoing
 
 TIMEOUT_S = 20.0
@@ -77,10 +79,7 @@ def test_request_and_client_ids_cross_the_internal_rpc(tmp_path: Path, captured:
     async def scenario() -> None:
         broker = LocalBroker(BrokerConfig(name="ctx-broker", data_dir=tmp_path / "b"))
         await broker.start()
-        server = grpc.aio.server()
-        pb_grpc.add_BrokerServicer_to_server(BrokerServicer(broker), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
+        server, port = await serve_in_process(BrokerServicer(broker))
         remote = RemoteBroker("ctx-broker", f"127.0.0.1:{port}")
         try:
             ok_before, missing_before = _count("CreateTopic", "OK"), _count("GetTopic", "TOPIC_NOT_FOUND")
@@ -97,7 +96,7 @@ def test_request_and_client_ids_cross_the_internal_rpc(tmp_path: Path, captured:
             assert _count("GetTopic", "TOPIC_NOT_FOUND") == missing_before + 1
         finally:
             await remote.close()
-            await server.stop(None)
+            await server.shutdown(0)
             await broker.close()
 
     asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
@@ -179,18 +178,15 @@ class _SeesRequest(LocalBroker):
         return await super().query_offset(topic, queue_id, policy, timestamp_ms, ctx=ctx)
 
 
-async def _served(tmp_path: Path, **remote_options: float) -> tuple[_SeesRequest, grpc.aio.Server, RemoteBroker]:
+async def _served(tmp_path: Path, **remote_options: float) -> tuple[_SeesRequest, GrpcServer, RemoteBroker]:
     """A `_SeesRequest` broker served over the internal service on loopback, and a client of it."""
     broker = _SeesRequest(BrokerConfig(name="ctx-broker", data_dir=tmp_path / "b"))
     await broker.start()
-    server = grpc.aio.server()
-    pb_grpc.add_BrokerServicer_to_server(BrokerServicer(broker), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
+    server, port = await serve_in_process(BrokerServicer(broker))
     return broker, server, RemoteBroker("ctx-broker", f"127.0.0.1:{port}", **remote_options)
 
 
-def test_a_lone_send_on_the_stream_carries_its_request_and_client_ids(tmp_path: Path) -> None:
+def test_a_lone_send_carries_its_request_and_client_ids(tmp_path: Path) -> None:
     async def scenario() -> _SeesRequest:
         broker, server, remote = await _served(tmp_path)
         try:
@@ -201,12 +197,12 @@ def test_a_lone_send_on_the_stream_carries_its_request_and_client_ids(tmp_path: 
                 await remote.send("ctx-send", 0, [outgoing(body=b"x", message_id=message_id)])
 
             await asyncio.create_task(proxied_send("req-1", "lone"))
-            # Two sends leaving together in one stream request serve two client requests: neither's ids.
+            # Two sends leaving together in one call serve two client requests: neither's ids.
             await asyncio.gather(proxied_send("req-2", "pair-a"), proxied_send("req-3", "pair-b"))
             await remote.send("ctx-send", 1, [outgoing(body=b"y", message_id="no-request")])
         finally:
             await remote.close()
-            await server.stop(None)
+            await server.shutdown(0)
             await broker.close()
         return broker
 
@@ -242,7 +238,7 @@ def test_a_call_context_reaches_the_broker_with_its_ids_and_deadline(tmp_path: P
             assert (await broker.topic_status("ctx-deadline")).queues[0].max_offset == 0  # nothing stored
         finally:
             await remote.close()
-            await server.stop(None)
+            await server.shutdown(0)
             await broker.close()
         return broker
 
@@ -258,8 +254,8 @@ def test_a_call_context_reaches_the_broker_with_its_ids_and_deadline(tmp_path: P
     assert broker.contexts["late"] is not None  # the in-process call reached it, and refused
 
 
-def test_each_send_on_the_stream_carries_its_own_context(tmp_path: Path) -> None:
-    """Sends that leave together in one stream request serve different client requests: each reaches
+def test_each_send_of_a_batch_carries_its_own_context(tmp_path: Path) -> None:
+    """Sends that leave together in one SendBatch call serve different client requests: each reaches
     the broker with its own ids, namespace and deadline (the time its client had left as it left)."""
 
     async def scenario() -> tuple[_SeesRequest, float]:
@@ -275,7 +271,7 @@ def test_each_send_on_the_stream_carries_its_own_context(tmp_path: Path) -> None
             )
         finally:
             await remote.close()
-            await server.stop(None)
+            await server.shutdown(0)
             await broker.close()
         return broker, sent_at
 
@@ -286,9 +282,9 @@ def test_each_send_on_the_stream_carries_its_own_context(tmp_path: Path) -> None
     assert (seen_b.request_id, seen_b.client_id, seen_b.namespace, seen_b.deadline) == ("req-b", "client-b", "", None)
 
 
-def test_a_send_whose_deadline_passed_on_the_stream_is_refused_alone(tmp_path: Path) -> None:
+def test_a_send_whose_deadline_passed_in_a_batch_is_refused_alone(tmp_path: Path) -> None:
     """A send whose client has no time left when the broker serves it is REQUEST_TIMEOUT and not
-    stored; the other send of the same stream request is stored."""
+    stored; the other send of the same SendBatch call is stored."""
 
     async def scenario() -> tuple[list[pb.SendOutcome], int]:
         broker, server, remote = await _served(tmp_path)
@@ -298,17 +294,22 @@ def test_a_send_whose_deadline_passed_on_the_stream_is_refused_alone(tmp_path: P
             late.context.client_id, late.context.remaining_ms = "client-late", 0
             fine = pb.SendRequest(topic="ctx-late", queue_id=0, records=[outgoing(body=b"y", message_id="f")])
             fine.context.remaining_ms = 10_000
-            async with grpc.aio.insecure_channel(remote.address) as channel:
-                call = pb_grpc.BrokerStub(channel).SendStream()
-                await call.write(pb.SendStreamRequest(id=1, sends=[late, fine]))
-                await call.done_writing()
-                answers = [r async for r in call]
+            channel = Channel(remote.address)
+            try:
+                raw = await channel.unary(
+                    "/sluice.internal.v1.Broker/SendBatch",
+                    pb.SendBatchRequest(sends=[late, fine]).SerializeToString(),
+                    timeout_s=10.0,
+                )
+            finally:
+                await channel.close()
+            answer = pb.SendBatchResponse.FromString(raw)
             stored = (await broker.topic_status("ctx-late")).queues[0].max_offset
         finally:
             await remote.close()
-            await server.stop(None)
+            await server.shutdown(0)
             await broker.close()
-        return list(answers[0].outcomes), stored
+        return list(answer.outcomes), stored
 
     outcomes, stored = asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
     assert outcomes[0].error_code == Code.REQUEST_TIMEOUT and not outcomes[0].results
@@ -348,7 +349,7 @@ def test_every_messaging_call_carries_its_context(tmp_path: Path) -> None:
                     await call
         finally:
             await remote.close()
-            await server.stop(None)
+            await server.shutdown(0)
             await broker.close()
         return broker, deadline
 

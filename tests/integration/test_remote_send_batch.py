@@ -1,17 +1,14 @@
-"""RemoteBroker coalesces concurrent sends into one request on its send stream (real gRPC on
-loopback, in one process): each send still gets its own results or its own error; a broker without
-SendStream (an older version) gets one SendBatch call instead, a lone send there a plain Send, and
-one without SendBatch either one Send per send. A broker that goes away fails the sends in flight
-as unavailable, and the next send opens a new stream to it once it is back."""
+"""RemoteBroker coalesces concurrent sends into one SendBatch call (our HTTP/2 gRPC client and
+server on loopback, in one process): each send still gets its own results or its own error, a lone
+send is a call of its own, sends beyond the pending bound are refused, and a broker that goes away
+fails the sends in flight as unavailable and is used again once it is back."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from broker.client.api import TopicSpec
@@ -20,9 +17,10 @@ from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.service import BrokerServicer
 from common.errors import BadRequest, SluiceError, TooManyRequests, TopicNotFound
+from common.http2.grpcserver import GrpcServer
 from common.model import MessageType
 from proto.sluice.internal.v1 import broker_pb2 as pb
-from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
+from tests.helpers.broker_fixtures import serve_in_process
 from tests.helpers.records import outgoing
 
 TIMEOUT_S = 20.0
@@ -30,61 +28,28 @@ TOPIC = "batch-topic"
 
 
 class _Counting(BrokerServicer):
-    """The real servicer, counting the Send, SendBatch and SendStream requests it serves."""
+    """The real servicer, counting the sends of each SendBatch call it serves."""
 
-    def __init__(self, api: LocalBroker, *, batch: bool = True, stream: bool = True) -> None:
+    def __init__(self, api: LocalBroker) -> None:
         super().__init__(api)
-        self.sends = 0
         self.batches: list[int] = []  # sends per SendBatch call
-        self.streamed: list[int] = []  # sends per SendStream request
-        self.streams = 0  # SendStream calls
-        self._batch = batch
-        self._stream = stream
-
-    async def Send(self, request: pb.SendRequest, context: Any) -> pb.SendResponse:
-        self.sends += 1
-        return await super().Send(request, context)
 
     async def SendBatch(self, request: pb.SendBatchRequest, context: Any) -> pb.SendBatchResponse:
-        if not self._batch:  # as a broker that predates the RPC
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
         self.batches.append(len(request.sends))
         return await super().SendBatch(request, context)
-
-    async def SendStream(self, requests: AsyncIterator[pb.SendStreamRequest], context: Any) -> None:
-        if not self._stream:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
-        self.streams += 1
-
-        async def counted() -> AsyncIterator[pb.SendStreamRequest]:
-            async for request in requests:
-                self.streamed.append(len(request.sends))
-                yield request
-
-        await super().SendStream(counted(), context)
 
 
 def _messages(tag: str, n: int) -> list[bytes]:
     return [outgoing(body=f"{tag}-{i}".encode(), message_id=f"{tag}-{i}") for i in range(n)]
 
 
-async def _serve(
-    tmp_path: Path, *, batch: bool = True, stream: bool = True
-) -> tuple[LocalBroker, grpc.aio.Server, _Counting, RemoteBroker]:
+async def _serve(tmp_path: Path) -> tuple[LocalBroker, GrpcServer, _Counting, RemoteBroker]:
     broker = LocalBroker(BrokerConfig(name="batch-broker", data_dir=tmp_path / "b"))
     await broker.start()
     await broker.create_topic(TopicSpec(TOPIC, 4))
-    servicer = _Counting(broker, batch=batch, stream=stream)
-    server, port = await _grpc_server(servicer)
-    return broker, server, servicer, RemoteBroker("batch-broker", f"127.0.0.1:{port}")
-
-
-async def _grpc_server(servicer: _Counting, port: int = 0) -> tuple[grpc.aio.Server, int]:
-    server = grpc.aio.server()
-    pb_grpc.add_BrokerServicer_to_server(servicer, server)
-    port = server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    return server, port
+    servicer = _Counting(broker)
+    server, port = await serve_in_process(servicer)
+    return broker, server, servicer, RemoteBroker("batch-broker", f"127.0.0.1:{port}", reconnect_backoff_max_s=0.2)
 
 
 async def _concurrent_sends(remote: RemoteBroker) -> list[Any]:
@@ -109,61 +74,25 @@ def _check_outcomes(results: list[Any]) -> None:
     assert [r.queue_offset for r in e] == [3, 4]  # after a's three in queue 0
 
 
-def test_concurrent_sends_share_one_stream_request_with_their_own_outcomes(tmp_path: Path) -> None:
+def test_concurrent_sends_share_one_call_with_their_own_outcomes(tmp_path: Path) -> None:
     async def scenario() -> None:
         broker, server, servicer, remote = await _serve(tmp_path)
         try:
             _check_outcomes(await _concurrent_sends(remote))
-            assert servicer.streamed == [5] and servicer.batches == [] and servicer.sends == 0
-            # Later sends, alone or together, travel on the same stream; each is readable where
-            # its result says.
+            assert servicer.batches == [5]
+            # Later sends, alone or together; each is readable where its result says.
             (only,) = await remote.send(TOPIC, 2, _messages("f", 1))
             g, h = await asyncio.gather(
                 remote.send(TOPIC, 3, _messages("g", 2)), remote.send(TOPIC, 3, _messages("h", 1))
             )
-            assert servicer.streams == 1 and servicer.streamed == [5, 1, 2] and servicer.sends == 0
+            assert servicer.batches == [5, 1, 2]
             assert [r.queue_offset for r in [*g, *h]] == [0, 1, 2]
-            stored = await broker.get_message(TOPIC, "f-0")
-            assert [(m.queue_id, m.queue_offset, m.body) for m in stored] == [(2, only.queue_offset, b"f-0")]
-        finally:
-            await remote.close()
-            await server.stop(None)
-            await broker.close()
-
-    asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
-
-
-def test_a_broker_without_send_stream_gets_send_batch_calls(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        broker, server, servicer, remote = await _serve(tmp_path, stream=False)
-        try:
-            _check_outcomes(await _concurrent_sends(remote))
-            assert servicer.batches == [5] and servicer.sends == 0 and servicer.streamed == []
-            # A lone send is a plain Send; every message sent is readable where its result says.
-            (only,) = await remote.send(TOPIC, 2, _messages("f", 1))
-            assert servicer.sends == 1 and servicer.batches == [5]
             stored = await broker.get_message(TOPIC, "f-0")
             assert [(m.queue_id, m.queue_offset, m.body) for m in stored] == [(2, only.queue_offset, b"f-0")]
             assert [m.message_type for m in stored] == [MessageType.NORMAL]
         finally:
             await remote.close()
-            await server.stop(None)
-            await broker.close()
-
-    asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
-
-
-def test_a_broker_without_send_batch_gets_one_send_each(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        broker, server, servicer, remote = await _serve(tmp_path, batch=False, stream=False)
-        try:
-            _check_outcomes(await _concurrent_sends(remote))
-            assert servicer.sends == 5  # after the UNIMPLEMENTED answers, each send went alone
-            await asyncio.gather(remote.send(TOPIC, 3, _messages("g", 1)), remote.send(TOPIC, 3, _messages("h", 1)))
-            assert servicer.sends == 7  # no second SendBatch attempt
-        finally:
-            await remote.close()
-            await server.stop(None)
+            await server.shutdown(0)
             await broker.close()
 
     asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
@@ -178,7 +107,7 @@ def test_sends_after_close_fail_as_unavailable(tmp_path: Path) -> None:
                 await remote.send(TOPIC, 0, _messages("x", 1))
             assert err.value.retriable
         finally:
-            await server.stop(None)
+            await server.shutdown(0)
             await broker.close()
 
     asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
@@ -204,23 +133,23 @@ def test_sends_beyond_max_pending_are_refused_and_the_queue_drains(tmp_path: Pat
         finally:
             await bounded.close()
             await remote.close()
-            await server.stop(None)
+            await server.shutdown(0)
             await broker.close()
 
     asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
 
 
-def test_a_broker_that_goes_away_fails_the_sends_then_serves_a_new_stream(tmp_path: Path) -> None:
+def test_a_broker_that_goes_away_fails_the_sends_then_is_used_again(tmp_path: Path) -> None:
     async def scenario() -> None:
         broker, server, servicer, remote = await _serve(tmp_path)
         port = int(remote.address.rpartition(":")[2])
         try:
             await remote.send(TOPIC, 0, _messages("before", 1))
-            await server.stop(None)  # the stream ends under the client
+            await server.shutdown(0)  # the connection ends under the client
             with pytest.raises(SluiceError) as err:
                 await remote.send(TOPIC, 0, _messages("down", 1))
             assert err.value.retriable, err.value
-            server, _ = await _grpc_server(servicer, port)  # the broker is back on its address
+            server, _ = await serve_in_process(servicer, port)  # the broker is back on its address
             deadline = asyncio.get_running_loop().time() + TIMEOUT_S / 2
             while True:  # the channel reconnects after its backoff; sends fail as unavailable until then
                 try:
@@ -228,12 +157,12 @@ def test_a_broker_that_goes_away_fails_the_sends_then_serves_a_new_stream(tmp_pa
                     break
                 except SluiceError as exc:
                     assert exc.retriable and asyncio.get_running_loop().time() < deadline, exc
-                    await asyncio.sleep(0.2)
-            assert servicer.streams == 2 and after.queue_offset >= 1
+                    await asyncio.sleep(0.1)
+            assert after.queue_offset >= 1
             assert [m.body for m in await broker.get_message(TOPIC, "after-0")] == [b"after-0"]
         finally:
             await remote.close()
-            await server.stop(None)
+            await server.shutdown(0)
             await broker.close()
 
     asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))

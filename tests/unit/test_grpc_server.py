@@ -1,5 +1,5 @@
 """Our gRPC server (common/http2/grpcserver.py) against the C-core client (grpcio) — the one the
-official Python client uses — and the bench's own client: the three call kinds, metadata both ways,
+official Python client uses — and our own client (common/http2/client.py): the three call kinds, metadata both ways,
 status details, deadlines, cancellation, messages past every window, compression refused, HTTP
 errors, TLS with ALPN h2, and a shutdown that finishes the calls in flight."""
 
@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from bench.http2 import connect, request_headers
+from common.http2.client import Channel, RpcError
 from common.http2.grpcserver import Call, GrpcError, GrpcLimits, GrpcServer, Kind, StatusCode, server_ssl_context
 from common.http2.limits import Http2Limits
 from tests.helpers import h2raw as h
@@ -213,31 +213,30 @@ def test_http_errors_for_what_is_not_a_grpc_call() -> None:
     run(test)
 
 
-def test_the_bench_client_shares_the_codec_and_talks_to_the_server() -> None:
+def test_our_client_shares_the_codec_and_talks_to_the_server() -> None:
     async def test(server: GrpcServer, target: str, svc: Service) -> None:
-        conn = await connect(target, TIMEOUT_S)
-        messages, trailers = await conn.call(request_headers(target, "/t.T/Echo", TIMEOUT_S, []), b"hi", TIMEOUT_S)
-        assert messages == [b"hi"] and trailers["grpc-status"] == "0"
-        messages, _ = await conn.call(request_headers(target, "/t.T/Stream", TIMEOUT_S, []), b"50", TIMEOUT_S)
-        assert len(messages) == 50
-        conn.close()
+        ch = Channel(target)
+        assert await ch.unary("/t.T/Echo", b"hi", timeout_s=TIMEOUT_S) == b"hi"
+        assert len(await ch.server_stream("/t.T/Stream", b"50", timeout_s=TIMEOUT_S)) == 50
+        await ch.close()
 
     run(test)
 
 
 def test_shutdown_finishes_calls_in_flight_and_refuses_new_ones() -> None:
     async def test(server: GrpcServer, target: str, svc: Service) -> None:
-        conn = await connect(target, TIMEOUT_S)
-        in_flight = asyncio.create_task(conn.call(request_headers(target, "/t.T/Held", TIMEOUT_S, []), b"kept",
-                                                  TIMEOUT_S))  # fmt: skip
+        ch = Channel(target)
+        in_flight = asyncio.create_task(ch.unary("/t.T/Held", b"kept", timeout_s=TIMEOUT_S))
         await asyncio.wait_for(svc.held_started.wait(), TIMEOUT_S)
         stopping = asyncio.create_task(server.shutdown(TIMEOUT_S))
         await asyncio.sleep(0.1)
-        assert conn.closed is not None and "GOAWAY (code 0)" in conn.closed  # told at once
+        with pytest.raises(RpcError) as refused:  # told at once: the connection takes no new call
+            await ch.unary("/t.T/Echo", b"x", timeout_s=TIMEOUT_S)
+        assert refused.value.code == StatusCode.UNAVAILABLE
         svc.release.set()
-        messages, _ = await in_flight
-        assert messages == [b"kept"]
+        assert await in_flight == b"kept"
         await stopping
+        await ch.close()
 
     run(test)
 

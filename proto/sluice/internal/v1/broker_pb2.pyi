@@ -423,22 +423,6 @@ class SendBatchResponse(_message.Message):
     outcomes: _containers.RepeatedCompositeFieldContainer[SendOutcome]
     def __init__(self, outcomes: _Optional[_Iterable[_Union[SendOutcome, _Mapping]]] = ...) -> None: ...
 
-class SendStreamRequest(_message.Message):
-    __slots__ = ("id", "sends")
-    ID_FIELD_NUMBER: _ClassVar[int]
-    SENDS_FIELD_NUMBER: _ClassVar[int]
-    id: int
-    sends: _containers.RepeatedCompositeFieldContainer[SendRequest]
-    def __init__(self, id: _Optional[int] = ..., sends: _Optional[_Iterable[_Union[SendRequest, _Mapping]]] = ...) -> None: ...
-
-class SendStreamResponse(_message.Message):
-    __slots__ = ("id", "outcomes")
-    ID_FIELD_NUMBER: _ClassVar[int]
-    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
-    id: int
-    outcomes: _containers.RepeatedCompositeFieldContainer[SendOutcome]
-    def __init__(self, id: _Optional[int] = ..., outcomes: _Optional[_Iterable[_Union[SendOutcome, _Mapping]]] = ...) -> None: ...
-
 class PopRequest(_message.Message):
     __slots__ = ("group", "topic", "queue_id", "max_messages", "invisible_ms", "filter", "long_poll_ms", "auto_create_group", "lite_client")
     GROUP_FIELD_NUMBER: _ClassVar[int]

@@ -105,11 +105,6 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendBatchRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendBatchResponse.FromString,
                 _registered_method=True)
-        self.SendStream = channel.stream_stream(
-                '/sluice.internal.v1.Broker/SendStream',
-                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendStreamRequest.SerializeToString,
-                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendStreamResponse.FromString,
-                _registered_method=True)
         self.Pop = channel.unary_unary(
                 '/sluice.internal.v1.Broker/Pop',
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PopRequest.SerializeToString,
@@ -354,18 +349,10 @@ class BrokerServicer:
     def SendBatch(self, request, context):
         """Several sends in one call, each to its own queue, each with its own outcome: a proxy coalesces
         the sends of concurrent client requests to one broker into one call (one RPC instead of many).
-        A broker that predates it answers UNIMPLEMENTED and the proxy falls back to Send.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def SendStream(self, request_iterator, context):
-        """The same as SendBatch over one long-lived stream per proxy and broker: each request carries an
-        id and the broker answers it with that id once its sends are stored (answers may come in any
-        order). A message on an open stream costs about half of a unary call on both sides, which is
-        most of what the separated topology adds to a send (docs/broker-service.md). A broker that
-        predates it answers UNIMPLEMENTED and the proxy falls back to SendBatch.
+        SendStream (SendBatch over one long-lived stream, for grpc.aio's cost per call) is no longer
+        served: the service runs on Sluice's own HTTP/2 server, where a call costs less than a stream
+        message did (docs/broker-service.md). Proxies of earlier versions get UNIMPLEMENTED for it and
+        use SendBatch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -649,11 +636,6 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.SendBatch,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendBatchRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendBatchResponse.SerializeToString,
-            ),
-            'SendStream': grpc.stream_stream_rpc_method_handler(
-                    servicer.SendStream,
-                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendStreamRequest.FromString,
-                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendStreamResponse.SerializeToString,
             ),
             'Pop': grpc.unary_unary_rpc_method_handler(
                     servicer.Pop,
@@ -1190,33 +1172,6 @@ class Broker:
             '/sluice.internal.v1.Broker/SendBatch',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendBatchRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendBatchResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def SendStream(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_stream(
-            request_iterator,
-            target,
-            '/sluice.internal.v1.Broker/SendStream',
-            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendStreamRequest.SerializeToString,
-            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.SendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,
