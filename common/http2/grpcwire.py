@@ -57,10 +57,22 @@ _UNSAFE = re.compile(r"[^\x20-\x24\x26-\x7e]")
 _ESCAPED = re.compile(r"%[0-9A-Fa-f]{2}")
 
 
+_timeouts: dict[str, float | None] = {}
+_TIMEOUTS_MAX = 1024  # values remembered (clients repeat theirs: "10100m", "9998m")
+
+
 def parse_timeout(value: str) -> float | None:
     """The seconds of a grpc-timeout header (`<up to 8 digits><unit>`), None when malformed."""
+    try:
+        return _timeouts[value]
+    except KeyError:
+        pass
     m = _TIMEOUT.match(value)
-    return None if m is None else int(m.group(1)) * _UNIT_S[m.group(2)]
+    seconds = None if m is None else int(m.group(1)) * _UNIT_S[m.group(2)]
+    if len(_timeouts) >= _TIMEOUTS_MAX:
+        _timeouts.clear()
+    _timeouts[value] = seconds
+    return seconds
 
 
 def format_timeout(seconds: float) -> str:

@@ -183,8 +183,13 @@ class Decoder:
                         raise HpackError(f"header index {index} is not in the table")
                     name, value, octets, _ = dynamic[i]
             elif byte & 0x40:  # literal, added to the table
-                name, value, octets, pos = self._literal(block, pos, 0x3F)
-                self._add(name, value, octets, self._name_octets)
+                plain = _plain_field(block, pos, end) if byte == 0x40 else None
+                if plain is None:
+                    name, value, octets, pos = self._literal(block, pos, 0x3F)
+                    self._add(name, value, octets, self._name_octets)
+                else:
+                    (name, value, octets, name_octets), pos = plain
+                    self._add(name, value, octets, name_octets)
             elif byte & 0x20:  # dynamic table size update: only before the first field
                 if fields:
                     raise HpackError("a table size update after the first header field")
@@ -195,7 +200,11 @@ class Decoder:
                 self._evict(0)
                 continue
             else:  # literal without indexing (0x00) or never indexed (0x10)
-                name, value, octets, pos = self._literal(block, pos, 0x0F)
+                plain = _plain_field(block, pos, end) if not byte & 0x0F else None
+                if plain is None:
+                    name, value, octets, pos = self._literal(block, pos, 0x0F)
+                else:
+                    (name, value, octets, _), pos = plain
             fields = True
             listed += octets + ENTRY_OVERHEAD
             if listed <= self.max_list_size:
@@ -237,6 +246,32 @@ class Decoder:
     def _evict(self, room: int) -> None:
         while self._dynamic and self._size + room > self._table_max:
             self._size -= self._dynamic.pop()[2] + ENTRY_OVERHEAD
+
+
+_fields: dict[bytes, tuple[str, str, int, int]] = {}
+
+
+def _plain_field(block: bytes, pos: int, end: int) -> tuple[tuple[str, str, int, int], int] | None:
+    """A literal field with a new name at `pos` whose name and value are both plain (not Huffman)
+    and shorter than 127 octets — how gRPC's C core sends custom metadata, every request — as
+    (name, value, octets of both, octets of the name) and the position after it, from a cache of
+    such fields by their bytes; None for any other field (decoded the general way)."""
+    n = block[pos + 1] if pos + 1 < end else 0x7F
+    if n >= 0x7F:  # Huffman, a longer name, or the block ends
+        return None
+    at = pos + 2 + n
+    m = block[at] if at < end else 0x7F
+    stop = at + 1 + m
+    if m >= 0x7F or stop > end:
+        return None
+    key = block[pos + 1 : stop]
+    field = _fields.get(key)
+    if field is None:
+        field = (_plain_text(key[1 : 1 + n]), _plain_text(key[2 + n :]), n + m, n)
+        if len(_fields) >= STRING_CACHE_MAX:
+            _fields.clear()
+        _fields[key] = field
+    return field, stop
 
 
 def _integer(block: bytes, pos: int, value: int) -> tuple[int, int]:

@@ -170,6 +170,10 @@ MALFORMED: list[tuple[str, list[tuple[str, str]]]] = [
     ("a value with a line feed", [("x-a", "a\nb")]),
     ("a value with a carriage return", [("x-a", "a\rb")]),
     ("a value starting with a space", [("x-a", " a")]),
+    ("a value starting with a tab", [("x-a", "\ta"), ("x-b", "1")]),
+    ("a value ending with a tab", [("x-a", "a\t"), ("x-b", "1")]),
+    ("the last value ending with a space", [("x-a", "a ")]),
+    ("a value with a NUL", [("x-a", "a\0b")]),
 ]
 
 
