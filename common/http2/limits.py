@@ -40,7 +40,13 @@ class Http2Limits:
     # A connection must send the HTTP/2 preface within this.
     handshake_timeout_s: float = 10.0
     # A connection with no stream open this long is closed (GOAWAY NO_ERROR; clients reconnect).
+    # One with a stream open (an official client's Telemetry stream, a long poll) is never idle.
     idle_timeout_s: float = 600.0
+    # A connection from which nothing arrived this long is sent a PING; one that does not answer
+    # within `keepalive_timeout_s` is closed (its peer is gone without closing it: a crashed host, a
+    # network cut), with its streams, so that a vanished client's session and calls end.
+    keepalive_s: float = 60.0
+    keepalive_timeout_s: float = 20.0
     # A client that reads none of its answers for this long is disconnected.
     write_stall_s: float = 30.0
 
@@ -54,5 +60,6 @@ class Http2Limits:
         if min(self.max_concurrent_streams, self.max_header_list_bytes, self.max_header_frames, self.abuse_burst,
                self.max_granted_bytes) < 1 or self.header_table_bytes < 0:  # fmt: skip
             raise ValueError("http2 stream, header, grant and abuse limits must be positive")
-        if min(self.abuse_per_s, self.handshake_timeout_s, self.idle_timeout_s, self.write_stall_s) <= 0:
+        if min(self.abuse_per_s, self.handshake_timeout_s, self.idle_timeout_s, self.write_stall_s, self.keepalive_s,
+               self.keepalive_timeout_s) <= 0:  # fmt: skip
             raise ValueError("http2 rates and timeouts must be positive")

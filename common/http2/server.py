@@ -28,6 +28,13 @@ Limits, each answered with a clear code (docs/proxy.md, "The HTTP/2 edge"):
   no progress for `write_stall_s`: the connection is closed.
 - no preface within `handshake_timeout_s`, or no stream open for `idle_timeout_s`: closed (GOAWAY
   NO_ERROR for an idle one).
+
+Keepalive: the client's PINGs are answered (and charged, above, when nothing else came between
+them). After `keepalive_s` with nothing received we send a PING of our own; no answer (nor any
+other frame) within `keepalive_timeout_s` and the connection is closed with its streams: its peer
+vanished without closing it, and a stream that outlives its client (a Telemetry stream, a long
+poll) would otherwise keep its session and resources forever. A peer that answers is never
+closed for being quiet while it has a stream open (docs/proxy.md, "The HTTP/2 edge").
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ log = logging.getLogger("sluice.http2")
 
 GOAWAY_LINGER_S = 1.0  # after a connection error's GOAWAY, the client's input is drained this long
 GOAWAY_DEBUG_MAX = 200  # characters of the reason sent in GOAWAY
+KEEPALIVE_PING = b"sluice-k"  # the payload of our keepalive PINGs
 CLOSED_REMEMBERED = 64  # streams closed lately (by a reset of ours: their in-flight frames are ignored)
 
 
@@ -127,6 +135,8 @@ class ServerConnection(asyncio.Protocol):
         self._tokens = float(limits.abuse_burst)
         self._tokens_at = time.monotonic()
         self._ping_strike = False  # a PING came with no request frame since the last one
+        self._received_at = time.monotonic()  # when the client's bytes last arrived (keepalive)
+        self._ping_sent_at: float | None = None  # our keepalive PING awaiting its answer
         self.goaway_sent: int | None = None  # the last stream id we announced in GOAWAY
         self._peer_goaway = False
         self._closed = False
@@ -181,6 +191,8 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
+        self._received_at = time.monotonic()
+        self._ping_sent_at = None  # anything from the peer shows it is there
         if self._buffer:
             data = bytes(self._buffer) + data
             self._buffer.clear()
@@ -759,12 +771,21 @@ class ServerConnection(asyncio.Protocol):
         transport.resume_reading()
         self._loop.call_later(GOAWAY_LINGER_S, transport.close)
 
+    def _cut(self, why: str) -> None:
+        """Close at once, dropping what is buffered for a peer that does not read or answer (a
+        graceful close would wait for it to drain)."""
+        log.info("http2 connection closed", extra=kv(peer=self.peer, why=why, streams=len(self.streams)))
+        if self._transport is not None:
+            self._transport.abort()
+
     # -- timers --
 
     def _arm(self, after_s: float) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = self._loop.call_later(min(after_s, self.limits.write_stall_s) / 2, self._tick)
+        lim = self.limits
+        every = min(after_s, lim.write_stall_s, lim.keepalive_s, lim.keepalive_timeout_s) / 2
+        self._timer = self._loop.call_later(every, self._tick)
 
     def _tick(self) -> None:
         self._timer = None
@@ -777,12 +798,17 @@ class ServerConnection(asyncio.Protocol):
                 self._fail(ErrorCode.PROTOCOL_ERROR, "no HTTP/2 preface in time")
                 return
         elif self._stalled_at is not None and now - self._stalled_at >= lim.write_stall_s:
-            log.info("http2 connection closed", extra=kv(peer=self.peer, why="the client stopped reading"))
-            self.abort()
+            self._cut("the client stopped reading")
             return
         elif not self.streams and not self._working and now - self._active_at >= lim.idle_timeout_s:
             self._fail(ErrorCode.NO_ERROR, "idle")
             return
+        elif self._ping_sent_at is not None and now - self._ping_sent_at >= lim.keepalive_timeout_s:
+            self._cut("no answer to a keepalive PING")
+            return
+        elif self._ping_sent_at is None and self._preface and now - self._received_at >= lim.keepalive_s:
+            self._ping_sent_at = now
+            self._write(f.ping(KEEPALIVE_PING, ack=False))
         self._arm(lim.handshake_timeout_s if not self._preface else lim.idle_timeout_s)
 
 

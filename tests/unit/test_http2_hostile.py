@@ -219,3 +219,42 @@ def test_large_requests_beyond_the_grant_budget_are_refused() -> None:
         await still_served(port)
 
     run(test)
+
+
+KEEPALIVE = Http2Limits(keepalive_s=0.2, keepalive_timeout_s=0.3, idle_timeout_s=0.3)
+
+
+def test_a_peer_that_does_not_answer_keepalive_pings_is_disconnected_with_its_streams() -> None:
+    """A client with a stream open is never idle; one gone silent (no frame, no PING answer) is cut
+    off after the keepalive PING's timeout, and its call's handler is cancelled."""
+
+    async def test(server: GrpcServer, port: int, held: Held) -> None:
+        client = await h.RawClient.connect(LOOPBACK, port)
+        client.request(1, HELD, b"x")
+        await eventually(lambda: held.running == 1)
+        ping = await client.until(h.PING)  # sent to the quiet connection; not answered
+        assert ping is not None and not ping.flags & h.ACK
+        assert await client.closed(timeout_s=5.0)
+        await eventually(lambda: server.connections == 0)
+        await still_served(port)
+
+    run(test, KEEPALIVE)
+
+
+def test_a_quiet_peer_that_answers_keeps_its_stream_past_the_idle_timeout() -> None:
+    async def test(server: GrpcServer, port: int, held: Held) -> None:
+        client = await h.RawClient.connect(LOOPBACK, port)
+        client.request(1, HELD, b"kept")
+        pings = 0
+        async with asyncio.timeout(5.0):
+            while pings < 4:  # ~4 keepalive periods, over 2 idle timeouts
+                got = await client.read()
+                assert got is not None, "the connection was closed"
+                if got.kind == h.PING and not got.flags & h.ACK:
+                    client.send(h.frame(h.PING, h.ACK, 0, got.payload))
+                    pings += 1
+        held.release.set()
+        fields, data = await client.response(1)
+        assert ("grpc-status", "0") in fields and data == h.grpc_message(b"kept")
+
+    run(test, KEEPALIVE)
