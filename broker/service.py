@@ -129,7 +129,10 @@ class BrokerServicer:
         # The sends run concurrently (their appends share the writer's group commit); each one's
         # failure is its own outcome, as if it had been a Send of its own.
         ctx = call_context(context)
-        outcomes = await asyncio.gather(*(self._send_one(s, ctx) for s in request.sends))
+        sends = request.sends
+        if len(sends) == 1:  # (a proxy's lone send: no task of its own)
+            return pb.SendBatchResponse(outcomes=[await self._send_one(sends[0], ctx)])
+        outcomes = await asyncio.gather(*(self._send_one(s, ctx) for s in sends))
         return pb.SendBatchResponse(outcomes=outcomes)
 
     async def _send_one(self, send: pb.SendRequest, ctx: CallContext) -> pb.SendOutcome:
