@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.client.remote import DEFAULT_MAX_PENDING_SENDS, DEFAULT_RECONNECT_BACKOFF_MAX_S, DEFAULT_TIMEOUT_S
+from common.addresses import check_advertise
 from common.config import ConfigError
 from common.served import ServedConfig
 
@@ -306,6 +307,9 @@ class ProxyConfig(ServedConfig):
     amqp: AmqpConfig = field(default_factory=AmqpConfig)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        for network, endpoint in self.networks.items():
+            check_advertise(endpoint, f"networks.{network}")
         if self.max_message_bytes < self.settings.max_body_bytes + _HEADROOM_BYTES:
             raise ValueError(f"max_message_bytes must leave {_HEADROOM_BYTES} bytes over settings.max_body_bytes "
                              "(a message of the largest body clients are told must fit)")  # fmt: skip

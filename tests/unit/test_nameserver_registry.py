@@ -195,6 +195,9 @@ def test_list_topics(registry: Registry) -> None:
         (dataclasses.replace(broker("b1"), address="nohost"), BadRequest),
         (dataclasses.replace(broker("b1"), address="h:0"), BadRequest),
         (dataclasses.replace(broker("b1"), address="::1:80"), BadRequest),
+        # A broker listening on 0.0.0.0 that registered that: every reader would dial its own machine.
+        (dataclasses.replace(broker("b1"), address="0.0.0.0:10911"), BadRequest),
+        (dataclasses.replace(broker("b1"), client_endpoint="0.0.0.0:8081"), BadRequest),
         (broker("b1", topic("")), IllegalTopic),
         (broker("b1", topic("a b")), IllegalTopic),
         (broker("b1", topic("t", 0)), BadRequest),
