@@ -168,6 +168,7 @@ def _registrar(broker: LocalBroker, client: NameServerClient, config: BrokerConf
             address=advertised,
             topics=tuple(broker.topic_infos()),
             client_endpoint=config.client_endpoint,
+            epoch=broker.term,  # a group's primary: its term orders its registrations against its successor's
         )
 
     log.info(

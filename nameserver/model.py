@@ -41,6 +41,9 @@ class BrokerRegistration:
     sequence: int = 0
     # Where clients reach the proxy in the broker's own process (a merged node); "" if none.
     client_endpoint: str = ""
+    # The replication epoch of the group's primary that sent it (0: no group). The registry holds
+    # the highest epoch per broker name and refuses a lower one (a deposed primary's, late).
+    epoch: int = 0
 
 
 class RegisterOutcome(Enum):
@@ -136,6 +139,8 @@ def validate_registration(registration: BrokerRegistration) -> None:
         _validate_address(registration.broker_name, "client endpoint ", registration.client_endpoint)
     if registration.sequence < 0:
         raise BadRequest(f"broker {registration.broker_name}: sequence {registration.sequence} is negative")
+    if registration.epoch < 0:
+        raise BadRequest(f"broker {registration.broker_name}: epoch {registration.epoch} is negative")
     seen: set[str] = set()
     for topic in registration.topics:
         validate_topic_name(topic.name, allow_system=True)

@@ -40,6 +40,17 @@ class HostCluster:
         host.wait_listening(child, port)
         return child
 
+    def start_together(self, starts: list[tuple[Host, str, list[str], int]]) -> None:
+        """Several `sluice` commands side by side (a broker group's members elect among themselves),
+        each ready once it listens on its port."""
+        children = []
+        for host, name, args, port in starts:
+            child = host.sluice(*args, log_path=self.root / "logs" / f"{name}-{time.monotonic_ns()}.log", name=name)
+            self.processes[name] = (host, child, list(args), port)
+            children.append((host, child, port))
+        for host, child, port in children:
+            host.wait_listening(child, port)
+
     def restart(self, name: str) -> ChildProcess:
         host, _, args, port = self.processes[name]
         return self.start(host, name, *args, port=port)
