@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 
 from common import metrics
 from common.errors import Unavailable
@@ -68,9 +69,10 @@ class ProxyApp:
     def _load(self) -> ProxyLoad:
         return ProxyLoad(in_flight_requests=self.in_flight, connected_clients=len(self.sessions.sessions))
 
-    async def endpoints(self, namespace: str, network: str) -> list[str]:
-        """Proxy endpoints to advertise in routes: the fleet's best (navigation), else this proxy."""
-        return await self.fleet.endpoints(namespace, network)
+    async def endpoints(self, namespace: str, network: str, access_point: Sequence[str] = ()) -> list[str]:
+        """Proxy endpoints to advertise in routes: the fleet's best (navigation; in the zone of the
+        client's `access_point`), else this proxy."""
+        return await self.fleet.endpoints(namespace, network, access_point)
 
     async def touch_group(self, group: str) -> None:
         if group in self._touched_groups:
