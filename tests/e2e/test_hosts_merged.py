@@ -2,7 +2,7 @@
 (the NameServer and two merged nodes), `sluice node --host 0.0.0.0` joining it from another, and
 the official Python client and pika on a third. Every process listens on the wildcard and gives
 others its host's address (items 1, 2); a node cut off from the network costs producers a bounded
-pause while the other host's nodes serve (item 3)."""
+pause while the other host's nodes serve (item 3; the figures: tests/bench/partitions.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.e2e.support import hosttopologies as topo
 from tests.e2e.support.hostlab import HostCluster
 from tests.helpers.hosts import Lab, unavailable
 
-UP_PORT, NODE_PORT, NAMESRV_PORT, AMQP_PORT = 8081, 8081, 9876, 5672
 AMQP_USER, AMQP_SECRET = "app", "app-secret"
+WARM_S, CUT_S, AFTER_S = 3.0, 6.0, 5.0
 
 
 @pytest.fixture(scope="module")
@@ -24,16 +25,8 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostCluster]:
     reason = unavailable()
     if reason:
         pytest.skip(reason)
-    root = tmp_path_factory.mktemp("hosts-merged")
     with Lab() as lab:
-        n1, n2, client = lab.add_host("n1"), lab.add_host("n2"), lab.add_host("client")
-        cluster = HostCluster(lab, root, client, namesrv=n1.endpoint(NAMESRV_PORT))
-        cluster.start(n1, "up", "up", "--host", "0.0.0.0", "--shards", "2", "--data-dir", str(root / "n1"),
-                      "--console-port", "-1", "--amqp-port", str(AMQP_PORT), "--no-auto-create",
-                      port=UP_PORT)  # fmt: skip
-        cluster.start(n2, "node", "node", "--host", "0.0.0.0", "--namesrv", cluster.namesrv, "--name", "node-2",
-                      "--data-dir", str(root / "n2"), "--no-auto-create", port=NODE_PORT)  # fmt: skip
-        cluster.wait_brokers(3)
+        cluster = topo.merged(lab, tmp_path_factory.mktemp("hosts-merged"))
         # An AMQP application on another host is a user (guest/guest is for loopback, as RabbitMQ's).
         cluster.admin("user", "create", AMQP_USER, "--secret", AMQP_SECRET)
         cluster.wait_log("up", "security document in force version=1")
@@ -65,7 +58,7 @@ def test_messages_cross_hosts_with_the_official_client(merged: HostCluster, uniq
     topic, group = unique("t"), unique("g")
     merged.admin("topic", "create", topic, "--queues", "4")
     merged.admin("group", "create", group)
-    child, events = merged.traffic(merged.namesrv.replace(f":{NAMESRV_PORT}", f":{UP_PORT}"), topic, group,
+    child, events = merged.traffic(merged.lab.hosts["n1"].endpoint(topo.PROXY_PORT), topic, group,
                                    produce_s=3)  # fmt: skip
     seen = merged.finish(child, events, 3 + 30)
     verdict = seen.history.verdict()
@@ -76,7 +69,20 @@ def test_messages_cross_hosts_with_the_official_client(merged: HostCluster, uniq
 def test_pika_on_another_host(merged: HostCluster, unique: Callable[[str], str]) -> None:
     n1 = merged.lab.hosts["n1"]
     done = merged.client.run([sys.executable, "-m", "tests.e2e.support.hostclient", "amqp", "--host", n1.address,
-                              "--port", str(AMQP_PORT), "--user", AMQP_USER, "--password", AMQP_SECRET,
+                              "--port", str(topo.AMQP_PORT), "--user", AMQP_USER, "--password", AMQP_SECRET,
                               "--queue", unique("q"), "--count", "20"])  # fmt: skip
     result = json.loads(done.stdout)
     assert result["consumed"] == [f"m{i}" for i in range(20)], result
+
+
+def test_a_node_cut_off_loses_nothing_acknowledged(merged: HostCluster, unique: Callable[[str], str]) -> None:
+    """Item 3 on merged nodes: routes send the client straight to the node owning a queue; with
+    node-2's host cut off, sends to its queues wait for the client's deadline and it moves on."""
+    topic, group = unique("t"), unique("g")
+    merged.admin("topic", "create", topic, "--queues", "4")
+    merged.admin("group", "create", group)
+    n1, n2 = merged.lab.hosts["n1"], merged.lab.hosts["n2"]
+    cut = topo.cut_during_traffic(merged, n2, n1.endpoint(topo.PROXY_PORT), topic, group, warm_s=WARM_S, cut_s=CUT_S,
+                                  after_s=AFTER_S)  # fmt: skip
+    print(cut.figures())
+    cut.seen.history.verdict().assert_nothing_lost()

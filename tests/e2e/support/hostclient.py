@@ -6,7 +6,8 @@ here, started with `ip netns exec`, and tell the test what they saw as JSON line
     python -m tests.e2e.support.hostclient traffic --endpoints E --topic T --group G --events FILE
         [--fifo-groups N] [--produce-s S] [--drain-s D] [--interval-s I]
 
-sends one message at a time through the official Python Producer for `--produce-s` seconds (with
+sends one message at a time through the official Python Producer for `--produce-s` seconds, or
+until it gets SIGUSR1 (with
 `--fifo-groups`, to that many message groups in turn, each group's bodies numbered in order; a send
 failed after the client's own retries is sent again with the same body), while a SimpleConsumer of
 `--group` receives and acks; then it stops producing and consumes until every acknowledged send is
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import signal
 import sys
 import threading
 import time
@@ -168,9 +170,10 @@ def traffic(args: argparse.Namespace) -> None:
 
         producing = threading.Thread(target=produce, name="producer")
         consuming = threading.Thread(target=consume, name="consumer")
+        signal.signal(signal.SIGUSR1, lambda *_: stop_producing.set())  # the test may end producing early
         producing.start()
         consuming.start()
-        time.sleep(args.produce_s)
+        stop_producing.wait(args.produce_s)
         stop_producing.set()
         producing.join()
         consuming.join()
