@@ -68,13 +68,20 @@ class HostCluster:
                                timeout_s=ADMIN_TIMEOUT_S)  # fmt: skip
         return json.loads(done.stdout) if done.stdout.strip() else None
 
+    def brokers(self) -> list[dict[str, Any]]:
+        """`broker list` rows; none while the NameServer lists none (the command then fails)."""
+        done = self.client.run([PYTHON, "-m", "sluice", "admin", "--namesrv", self.namesrv, "broker", "list", "--json"],
+                               timeout_s=ADMIN_TIMEOUT_S, check=False)  # fmt: skip
+        return list(json.loads(done.stdout)) if done.returncode == 0 and done.stdout.strip() else []
+
     def wait_brokers(self, count: int, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        """Until the NameServer lists `count` brokers."""
         deadline = time.monotonic() + timeout_s
         while True:
-            rows = self.admin("broker", "list") or []
+            rows = self.brokers()
             if len(rows) >= count:
-                return list(rows)
-            assert time.monotonic() < deadline, f"{count} brokers did not register: {rows}"
+                return rows
+            assert time.monotonic() < deadline, f"{count} brokers did not register within {timeout_s} s: {rows}"
             time.sleep(0.5)
 
     def traffic(self, endpoints: str, topic: str, group: str, *, produce_s: float, drain_s: float = 30.0,

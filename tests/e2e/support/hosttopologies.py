@@ -116,8 +116,7 @@ def replicated(lab: Lab, root: Path, *, proxies: int = 1) -> HostCluster:
 
 def routed_primary(cluster: HostCluster) -> str | None:
     """The member host the NameServer routes group g1 to (None while it routes it nowhere)."""
-    rows = cluster.admin("broker", "list") or []
-    address = next((r["address"] for r in rows if r["broker"] == GROUP), None)
+    address = next((r["address"] for r in cluster.brokers() if r["broker"] == GROUP), None)
     host = None if address is None else address.rsplit(":", 1)[0]
     return next((h.name for h in cluster.lab.hosts.values() if h.address == host), None)
 
