@@ -11,12 +11,13 @@ order matters more than the detour). A broker is avoided while
   `slow_ms`: for `isolate_ms`.
 
 It comes back by itself: once the isolation ends the next send probes it, and a send answered in
-time resets its failures. With a `probe` (the proxy's: a BrokerInfo call), a broker whose send
-failed is not probed with clients' sends: it stays avoided until a probe of its own, made in the
-background every `isolate_ms` with at most `slow_ms` to answer, is answered. A broker cut off from
-the network answers no probe (a send to it would wait for its client's deadline: issue 43), so
-while it is cut every send goes to the other brokers; it is used again within one `isolate_ms` of
-answering. That it stopped answering is logged once, with its name, and again when it answers.
+time resets its failures. With a `probe` (the proxy's: a BrokerInfo call), a broker that did not
+answer a send (unreachable, timed out: `is_silence`) is not probed with clients' sends: it stays
+avoided until a probe of its own, made in the background every `isolate_ms` with at most `slow_ms`
+to answer, is answered. A broker cut off from the network answers no probe (a send to it would
+wait for its client's deadline: issue 43), so while it is cut every send goes to the other
+brokers; it is used again within one `isolate_ms` of answering. That it stopped answering is
+logged once, with its name, and again when it answers.
 Soft state of one proxy process (each worker keeps its own).
 """
 
@@ -30,7 +31,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from common.errors import InternalError, SluiceError
+from common.errors import InternalError, ProxyTimeout, RequestTimeout, SluiceError, Unavailable
 from common.logs import kv
 from proxy.config import SendHealthConfig
 
@@ -41,6 +42,12 @@ Probe = Callable[[str], Awaitable[object]]
 def is_broker_fault(exc: SluiceError) -> bool:
     """A failure that says something about the broker (not about the request)."""
     return exc.retriable or isinstance(exc, InternalError)
+
+
+def is_silence(exc: SluiceError) -> bool:
+    """A failure that says the broker did not answer (unreachable, timed out, the send cancelled
+    while waiting), not that it answered no (overloaded, failed internally)."""
+    return isinstance(exc, Unavailable | RequestTimeout | ProxyTimeout)
 
 
 class BrokerHealth:
@@ -73,7 +80,8 @@ class BrokerHealth:
             if now >= self._avoid_until.get(broker, 0.0):  # a new failure, not one of a batch that already counted
                 failures = self._failures[broker] = self._failures.get(broker, 0) + 1
                 self._avoid_until[broker] = now + min(self._isolate_s * 2 ** (failures - 1), self._isolate_max_s)
-            self._watch(broker, error)
+            if is_silence(error):
+                self._watch(broker, error)
             return
         self._failures.pop(broker, None)
         if now - began > self._slow_s:

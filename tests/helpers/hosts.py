@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -159,8 +158,10 @@ class Lab:
             raise
         return self
 
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *rest: BaseException | TracebackType | None) -> None:
+        problems = self.close()
+        if problems and kind is None:  # an error in flight says more than what its cleanup left
+            raise AssertionError("lab teardown:\n" + "\n".join(problems))
 
     def _namespace(self, name: str) -> str:
         netns = f"sluice-{self.tag}-{name}"
@@ -186,7 +187,7 @@ class Lab:
         netns = self._namespace("router")
         for n in range(1, self.subnets + 1):
             self._plug(netns, 0, n, f"{SUBNET_PREFIX}.{n}.1", inner=f"eth{n}")
-        subprocess.run(["ip", "netns", "exec", netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"], check=True,
+        subprocess.run([IP, "netns", "exec", netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"], check=True,
                        timeout=COMMAND_TIMEOUT_S)  # fmt: skip
 
     def add_host(self, name: str, subnet: int = 1) -> Host:
@@ -230,9 +231,3 @@ class Lab:
         self._netns.clear()
         self._bridges.clear()
         return problems
-
-
-def kill(child: ChildProcess) -> None:
-    """SIGKILL, and wait for it to be gone."""
-    child.signal(signal.SIGKILL)
-    child.popen.wait(timeout=DEFAULT_STOP_TIMEOUT_S)
