@@ -209,11 +209,11 @@ class Lab:
         return host
 
     def close(self) -> list[str]:
-        """Stop every process started in a host (SIGTERM, then SIGKILL), then delete the namespaces,
-        links and bridges this lab made; what could not be undone, as text."""
+        """Stop every process started in a host (SIGTERM, then SIGKILL; the last host's first), then
+        delete the namespaces, links and bridges this lab made; what could not be undone, as text."""
         problems: list[str] = []
-        for host in self.hosts.values():
-            for child in host.children:
+        for host in reversed(self.hosts.values()):  # clients and proxies before brokers, as an operator stops them
+            for child in reversed(host.children):
                 if child.running():
                     try:
                         child.stop(timeout_s=DEFAULT_STOP_TIMEOUT_S)
