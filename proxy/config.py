@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.client.remote import DEFAULT_MAX_PENDING_SENDS, DEFAULT_RECONNECT_BACKOFF_MAX_S, DEFAULT_TIMEOUT_S
+from broker.client.remote import (
+    DEFAULT_KEEPALIVE_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
+    DEFAULT_MAX_PENDING_SENDS,
+    DEFAULT_RECONNECT_BACKOFF_MAX_S,
+    DEFAULT_TIMEOUT_S,
+)
 from common.addresses import check_advertise
 from common.config import ConfigError
 from common.served import ServedConfig
@@ -131,10 +137,18 @@ class BrokerClientConfig:
     reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S
     # Sends queued for one broker behind the request in flight; beyond it: TOO_MANY_REQUESTS.
     max_pending_sends: int = DEFAULT_MAX_PENDING_SENDS
+    # The connection to each broker is pinged this often...
+    keepalive_s: float = DEFAULT_KEEPALIVE_S
+    # ...and dropped when a ping goes unanswered this long: the calls in flight to a broker whose host
+    # fell off the network (or that hangs) then fail with UNAVAILABLE and are retried elsewhere,
+    # instead of waiting for their deadlines.
+    keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0 or self.reconnect_backoff_max_s <= 0 or self.max_pending_sends < 1:
             raise ValueError("brokers timeout_s and reconnect_backoff_max_s must be positive, max_pending_sends >= 1")
+        if self.keepalive_s <= 0 or self.keepalive_timeout_s <= 0:
+            raise ValueError("brokers keepalive_s and keepalive_timeout_s must be positive")
 
 
 @dataclass(frozen=True)
