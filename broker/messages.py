@@ -1,7 +1,10 @@
 """Validation of produced messages (the records a send carries, `common.record.received`) against a
 topic and the broker's limits.
 
-Each check raises the protocol's specific error with a message that says what to change.
+Each check raises the protocol's specific error with a message that says what to change. An empty
+body is a message like any other here: AMQP publishes may have one (signals, headers-only
+messages); the RocketMQ protocol's refusal of an empty body (MESSAGE_BODY_EMPTY) is its edge's
+(proxy/grpc/produce.py).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ from common.errors import (
     IllegalMessageKey,
     IllegalMessagePropertyKey,
     IllegalMessageTag,
-    MessageBodyEmpty,
     MessageBodyTooLarge,
     MessagePropertiesTooLarge,
     MessageTypeConflict,
@@ -47,7 +49,7 @@ def _printable(text: str) -> bool:
 
 
 def _body_ok(size: int, limits: LimitsConfig) -> bool:
-    return 0 < size <= limits.max_body_bytes
+    return size <= limits.max_body_bytes
 
 
 def _id_ok(message_id: str, limits: LimitsConfig) -> bool:
@@ -96,8 +98,6 @@ def _type_error(
 
 def validate_message(msg: MessageRecord, topic: TopicInfo, limits: LimitsConfig) -> None:
     if not _body_ok(len(msg.body), limits):
-        if not msg.body:
-            raise MessageBodyEmpty("message body is empty; send at least one byte")
         raise MessageBodyTooLarge(
             f"message body is {len(msg.body)} bytes; this broker accepts at most {limits.max_body_bytes}"
         )

@@ -100,6 +100,9 @@ SYSPROP_LITE_TOPIC = "LITE_TOPIC"  # a LITE message's lite topic (gRPC SystemPro
 SYSPROP_PRIORITY = "PRIORITY"  # a PRIORITY message's level, decimal (SystemProperties.priority)
 SYSPROP_TRACE_CONTEXT = "TRACE_CONTEXT"  # SystemProperties.trace_context, handed back as sent
 SYSPROP_TX_RECOVERY_MS = "TRANSACTION_RECOVERY_MS"  # a half message's orphan-check delay, decimal ms
+# An AMQP queue's copy of a publish: its content header's property bytes as sent (base64), handed
+# back unchanged on delivery; a header takes up to a frame, more than user properties may.
+SYSPROP_AMQP_PROPERTIES = "AMQP_PROPERTIES"
 # A dead letter's origin (`%DLQ%<group>` records; SystemProperties.dead_letter_queue, `sluice admin dlq`):
 SYSPROP_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 SYSPROP_DLQ_ORIGIN_QUEUE = "DLQ_ORIGIN_QUEUE_ID"
