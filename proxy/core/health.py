@@ -31,7 +31,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from common.errors import InternalError, ProxyTimeout, RequestTimeout, SluiceError, Unavailable
+from common.errors import (
+    InternalError,
+    NotPrimary,
+    ProxyTimeout,
+    RequestTimeout,
+    SluiceError,
+    TooFewInSync,
+    Unavailable,
+)
 from common.logs import kv
 from proxy.config import SendHealthConfig
 
@@ -46,8 +54,11 @@ def is_broker_fault(exc: SluiceError) -> bool:
 
 def is_silence(exc: SluiceError) -> bool:
     """A failure that says the broker did not answer (unreachable, timed out, the send cancelled
-    while waiting), not that it answered no (overloaded, failed internally)."""
-    return isinstance(exc, Unavailable | RequestTimeout | ProxyTimeout)
+    while waiting), not that it answered no (overloaded, failed internally, not the primary, too few
+    members in sync: a group's refusals the failover path handles)."""
+    return isinstance(exc, Unavailable | RequestTimeout | ProxyTimeout) and not isinstance(
+        exc, NotPrimary | TooFewInSync
+    )
 
 
 class BrokerHealth:

@@ -11,7 +11,7 @@ from typing import cast
 import pytest
 
 from broker.client.api import NO_CONTEXT
-from common.errors import IllegalMessageTag, TooManyRequests, Unavailable
+from common.errors import IllegalMessageTag, NotPrimary, TooFewInSync, TooManyRequests, Unavailable
 from common.model import MessageType, Permission
 from proxy.config import SendHealthConfig
 from proxy.core.health import BrokerHealth
@@ -195,13 +195,14 @@ def test_closing_stops_the_probes() -> None:
     asyncio.run(scenario())
 
 
-def test_a_broker_that_answers_no_is_not_watched() -> None:
-    """Overload (TOO_MANY_REQUESTS) is an answer: isolated as before, no probe, no 'stopped answering'."""
+@pytest.mark.parametrize("answer", [TooManyRequests("overloaded"), NotPrimary("a replica"), TooFewInSync("1 of 2")])
+def test_a_broker_that_answers_no_is_not_watched(answer: Exception) -> None:
+    """A refusal is an answer: isolated as before, no probe, no 'stopped answering'."""
     prober = Prober()
 
     async def scenario() -> None:
         health = BrokerHealth(SendHealthConfig(slow_ms=50, isolate_ms=20, isolate_max_ms=20), probe=prober)
-        health.finished("a", health.started("a"), TooManyRequests("overloaded"))
+        health.finished("a", health.started("a"), answer)  # type: ignore[arg-type]
         await asyncio.sleep(0.05)
         assert health.usable("a") and prober.calls == 0
         await health.close()
