@@ -200,6 +200,11 @@ class LocalBroker:
     def name(self) -> str:
         return self.config.name
 
+    @property
+    def term(self) -> int:
+        """The primary term this broker serves (0: no replicated group)."""
+        return self._term
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 
 from common import metrics
+from common.errors import Unavailable
 from common.security import SecurityDoc
 from navigation.model import ProxyLoad
 from proxy.config import ProxyConfig
@@ -38,7 +40,7 @@ class ProxyApp:
         self.renewer = AutoRenewer(directory, config.receive)
         self.checkbacks = CheckBackRegistry()
         self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self._client_gone)
-        health = BrokerHealth(config.send_health)
+        self.health = health = BrokerHealth(config.send_health, probe=self._probe)
         self.producer = ProducerService(directory, topics_max=config.caches.topics_max, home=home, health=health)
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
         self.consumer.usable = health.usable
@@ -67,9 +69,10 @@ class ProxyApp:
     def _load(self) -> ProxyLoad:
         return ProxyLoad(in_flight_requests=self.in_flight, connected_clients=len(self.sessions.sessions))
 
-    async def endpoints(self, namespace: str, network: str) -> list[str]:
-        """Proxy endpoints to advertise in routes: the fleet's best (navigation), else this proxy."""
-        return await self.fleet.endpoints(namespace, network)
+    async def endpoints(self, namespace: str, network: str, access_point: Sequence[str] = ()) -> list[str]:
+        """Proxy endpoints to advertise in routes: the fleet's best (navigation; in the zone of the
+        client's `access_point`), else this proxy."""
+        return await self.fleet.endpoints(namespace, network, access_point)
 
     async def touch_group(self, group: str) -> None:
         if group in self._touched_groups:
@@ -106,7 +109,15 @@ class ProxyApp:
                         await asyncio.wait_for(stop.wait(), self.sessions.sweep_interval_s)
         finally:
             unregister()
+            await self.health.close()
             await self.fleet.close()
+
+    async def _probe(self, broker: str) -> None:
+        """Whether `broker` answers (proxy/core/health.py): a BrokerInfo call, Unavailable if unknown."""
+        api = await self.directory.lookup(broker)
+        if api is None:
+            raise Unavailable(f"broker {broker} is not known to this proxy")
+        await api.broker_info()
 
     def _security_stores(self) -> list[object]:
         """Every broker this proxy knows: each holds a copy of the security document."""

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.client.remote import DEFAULT_MAX_PENDING_SENDS, DEFAULT_RECONNECT_BACKOFF_MAX_S, DEFAULT_TIMEOUT_S
+from broker.client.remote import (
+    DEFAULT_KEEPALIVE_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
+    DEFAULT_MAX_PENDING_SENDS,
+    DEFAULT_RECONNECT_BACKOFF_MAX_S,
+    DEFAULT_TIMEOUT_S,
+)
+from common.addresses import check_advertise
 from common.config import ConfigError
 from common.http2.limits import Http2Limits
 from common.served import ServedConfig
@@ -131,10 +138,18 @@ class BrokerClientConfig:
     reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S
     # Sends queued for one broker behind the request in flight; beyond it: TOO_MANY_REQUESTS.
     max_pending_sends: int = DEFAULT_MAX_PENDING_SENDS
+    # The connection to each broker is pinged this often...
+    keepalive_s: float = DEFAULT_KEEPALIVE_S
+    # ...and dropped when a ping goes unanswered this long: the calls in flight to a broker whose host
+    # fell off the network (or that hangs) then fail with UNAVAILABLE and are retried elsewhere,
+    # instead of waiting for their deadlines.
+    keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0 or self.reconnect_backoff_max_s <= 0 or self.max_pending_sends < 1:
             raise ValueError("brokers timeout_s and reconnect_backoff_max_s must be positive, max_pending_sends >= 1")
+        if self.keepalive_s <= 0 or self.keepalive_timeout_s <= 0:
+            raise ValueError("brokers keepalive_s and keepalive_timeout_s must be positive")
 
 
 @dataclass(frozen=True)
@@ -311,6 +326,9 @@ class ProxyConfig(ServedConfig):
     amqp: AmqpConfig = field(default_factory=AmqpConfig)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        for network, endpoint in self.networks.items():
+            check_advertise(endpoint, f"networks.{network}")
         if self.max_message_bytes < self.settings.max_body_bytes + _HEADROOM_BYTES:
             raise ValueError(f"max_message_bytes must leave {_HEADROOM_BYTES} bytes over settings.max_body_bytes "
                              "(a message of the largest body clients are told must fit)")  # fmt: skip

@@ -72,6 +72,7 @@ from common.errors import (
 from common.logs import MD_CLIENT_ID, MD_REQUEST_ID, current_request
 from proto import token
 from proto.rpc import CODE_KEY, error_from_rpc
+from proto.serve import keepalive_options
 from proto.sluice.internal.v1 import broker_pb2 as pb
 from proto.sluice.internal.v1 import broker_pb2_grpc as pb_grpc
 
@@ -80,6 +81,11 @@ DEFAULT_TIMEOUT_S = 5.0
 # is used again within seconds (gRPC's own cap is two minutes).
 DEFAULT_RECONNECT_BACKOFF_MAX_S = 5.0
 _RECONNECT_BACKOFF_INITIAL_S = 1.0
+# The connection to a broker is pinged this often, and taken as lost (its calls in flight fail with
+# UNAVAILABLE) when a ping is not answered this fast: a broker whose host is cut off from the network
+# answers nothing and resets nothing (proto/serve.py `keepalive_options`).
+DEFAULT_KEEPALIVE_S = 1.0
+DEFAULT_KEEPALIVE_TIMEOUT_S = 1.0
 _MS_PER_S = 1000.0
 # Sends to one broker leave one request at a time; sends made while a request is in flight wait for
 # it to be answered and leave together in the next (`_drain_sends`). Under load that is one message
@@ -110,7 +116,11 @@ class RemoteBroker:
         max_message_bytes: int = convert.MAX_MESSAGE_BYTES,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
         max_pending_sends: int = DEFAULT_MAX_PENDING_SENDS,
+        keepalive_s: float = DEFAULT_KEEPALIVE_S,
+        keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S,
     ) -> None:
+        if keepalive_s <= 0 or keepalive_timeout_s <= 0:
+            raise ConfigError("RemoteBroker keepalive_s and keepalive_timeout_s must be positive")
         if timeout_s <= 0 or reconnect_backoff_max_s <= 0 or max_message_bytes <= 0 or max_pending_sends <= 0:
             raise ConfigError(
                 "RemoteBroker timeout_s, reconnect_backoff_max_s, max_message_bytes and max_pending_sends must be "
@@ -129,6 +139,7 @@ class RemoteBroker:
                 ("grpc.max_send_message_length", max_message_bytes),
                 ("grpc.initial_reconnect_backoff_ms", backoff_initial_ms),
                 ("grpc.max_reconnect_backoff_ms", backoff_max_ms),
+                *keepalive_options(keepalive_s, keepalive_timeout_s),
             ],
         )
         self._stub: Any = pb_grpc.BrokerStub(self._channel)

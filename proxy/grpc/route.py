@@ -32,8 +32,8 @@ ADDRESS_LIST_LANGUAGES = frozenset({"PYTHON"})
 
 async def _fleet_endpoints(app: ProxyApp, namespace: str, access_point: pb.Endpoints) -> list[str]:
     """Proxy endpoints to advertise to a client that reached us through `access_point`."""
-    network = app.fleet.network_of([f"{a.host}:{a.port}" for a in access_point.addresses])
-    return await app.endpoints(namespace, network)
+    given = [f"{a.host}:{a.port}" for a in access_point.addresses]
+    return await app.endpoints(namespace, app.fleet.network_of(given), given)
 
 
 def _ipv4(host: str) -> bool:

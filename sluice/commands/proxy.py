@@ -117,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if config.reuse_port and config.proxy_id:
         config = replace(config, proxy_id=f"{config.proxy_id}-w{args.worker_index}")
     setup_logging(args.log_level, args.log_json)
+    config.checked_address("proxy")
     metrics.configure(config.metrics)
     if workers > 1:
         return serve_workers(config, workers, log_flags(args.log_level, args.log_json))

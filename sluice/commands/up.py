@@ -27,6 +27,7 @@ from broker.local import LocalBroker
 from broker.server import run_broker
 from cluster.topology import connect_host
 from common import metrics
+from common.addresses import parse_advertise
 from common.config import ConfigError, load_config, read_toml
 from common.logs import setup_logging
 from console.config import ConsoleConfig
@@ -75,6 +76,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML file with [nameserver], [broker], [proxy] tables")
     parser.add_argument("--data-dir", metavar="DIR", help="where the broker keeps its data (default ./data)")
     parser.add_argument("--host", help="address every part listens on (default 127.0.0.1)")
+    parser.add_argument(
+        "--advertise", metavar="HOST",
+        help="address other machines reach this one at, in routes and registrations, each part with its own port "
+        "(default: --host; with 0.0.0.0 or :: the machine's one address, and several refuse to start without this)",
+    )  # fmt: skip
     parser.add_argument("--port", type=int, help="client (proxy) port (default 8081)")
     parser.add_argument("--namesrv-port", type=int, help="NameServer port (default 9876)")
     parser.add_argument("--broker-port", type=int, help="broker's internal port (default 10911)")
@@ -122,6 +128,7 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
         BrokerConfig, section="broker", data=data,
         overrides={
             "host": args.host, "port": args.broker_port, "data_dir": args.data_dir or "data/broker",
+            "advertise": _advertise_host(args.advertise),
             "namesrv": [f"{ns.host}:{ns.port}"], "auto_create": not args.no_auto_create,
             "store.commitlog.flush_policy": args.flush,
             **metrics_overrides(args), **trace_overrides(args),
@@ -129,9 +136,23 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
         },
     )  # fmt: skip
     proxy = load_config(ProxyConfig, section="proxy", data=data, overrides={
-        "host": args.host, "port": args.port, **metrics_overrides(args),
+        "host": args.host, "port": args.port, "advertise": _advertise_host(args.advertise), **metrics_overrides(args),
         **security_overrides(args), "amqp.port": args.amqp_port})  # fmt: skip
     return ns, broker, with_default_amqp(args, data, proxy)
+
+
+def _advertise_host(value: str | None) -> str | None:
+    """`--advertise HOST`: a host alone, each part advertised with its own port."""
+    if value is None:
+        return None
+    try:
+        host, port = parse_advertise(value)
+    except ValueError as exc:
+        raise ConfigError(f"--advertise {value!r}: {exc}") from None
+    if port is not None:
+        raise ConfigError(f"--advertise {value!r}: give the host alone; each part is advertised with its own port "
+                          "(--port, --broker-port)")  # fmt: skip
+    return host
 
 
 def with_default_amqp(args: argparse.Namespace, data: dict[str, object], proxy: ProxyConfig) -> ProxyConfig:
@@ -207,6 +228,8 @@ def run(args: argparse.Namespace) -> int:
                   ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0)), *console_port(console_cfg)],
                  SECOND_INSTANCE_HINT)  # fmt: skip
     setup_logging(args.log_level, args.log_json)
+    broker_cfg.checked_address(f"broker {broker_cfg.name}")
+    proxy_cfg.checked_address("proxy")
     # One process, one switch: the proxy's table decides (the flag sets both).
     metrics.configure(proxy_cfg.metrics)
 
@@ -282,12 +305,13 @@ def run_shards(args: argparse.Namespace, count: int) -> int:
                   ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port),
                   ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0)), *console_port(console_cfg)],
                  SECOND_INSTANCE_HINT)  # fmt: skip
+    setup_logging(args.log_level, args.log_json)
+    proxy_cfg.checked_address("proxy")
     brokers = shard_configs(broker_cfg, count, base)
     client_ports = [proxy_cfg.port, *(free_port(proxy_cfg.host) for _ in range(count - 1))]
     if console_cfg is not None:  # the console lists every shard's proxy
         host = connect_host(proxy_cfg.host)
         console_cfg = replace(console_cfg, proxies=tuple(f"{host}:{p}" for p in client_ports))
-    setup_logging(args.log_level, args.log_json)
     metrics.configure(proxy_cfg.metrics)
     pool = ShardPool(replace(proxy_cfg, namesrv=[f"{connect_host(ns_cfg.host)}:{ns_cfg.port}"]), count,
                      log_flags(args.log_level, args.log_json), brokers=brokers, client_ports=client_ports)  # fmt: skip

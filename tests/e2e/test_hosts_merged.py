@@ -1,0 +1,88 @@
+"""Merged nodes on separate hosts (issue 43): `sluice up --host 0.0.0.0 --shards 2` on one host
+(the NameServer and two merged nodes), `sluice node --host 0.0.0.0` joining it from another, and
+the official Python client and pika on a third. Every process listens on the wildcard and gives
+others its host's address (items 1, 2); a node cut off from the network costs producers a bounded
+pause while the other host's nodes serve (item 3; the figures: tests/bench/partitions.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.e2e.support import hosttopologies as topo
+from tests.e2e.support.hostlab import HostCluster
+from tests.helpers.hosts import Lab, unavailable
+
+AMQP_USER, AMQP_SECRET = "app", "app-secret"
+WARM_S, CUT_S, AFTER_S = 3.0, 6.0, 5.0
+
+
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostCluster]:
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    with Lab() as lab:
+        cluster = topo.merged(lab, tmp_path_factory.mktemp("hosts-merged"))
+        # An AMQP application on another host is a user (guest/guest is for loopback, as RabbitMQ's).
+        cluster.admin("user", "create", AMQP_USER, "--secret", AMQP_SECRET)
+        cluster.wait_log("up", "security document in force version=1")
+        yield cluster
+
+
+def test_every_registered_address_is_the_host_s_own(merged: HostCluster) -> None:
+    """Items 1, 2: brokers listening on 0.0.0.0 registered 0.0.0.0:<port>. (The client endpoints in
+    routes, 127.0.0.1 for `sluice up`'s shards, are what the official client dials below.)"""
+    rows = merged.admin("broker", "list")
+    hosts = {h.address for h in merged.lab.hosts.values()}
+    for row in rows:
+        assert row["address"].rsplit(":", 1)[0] in hosts, row
+    assert len(rows) == 3, rows
+
+
+def test_a_group_created_from_another_host_reaches_every_node(
+    merged: HostCluster, unique: Callable[[str], str]
+) -> None:
+    """Item 2: `group create` on a cluster of wildcard brokers wrote twice to one node."""
+    group = unique("g")
+    merged.admin("group", "create", group)
+    listed = merged.admin("group", "list")
+    brokers = next(row["brokers"] for row in listed if row["group"] == group)
+    assert sorted(brokers) == sorted(row["broker"] for row in merged.admin("broker", "list")), listed
+
+
+def test_messages_cross_hosts_with_the_official_client(merged: HostCluster, unique: Callable[[str], str]) -> None:
+    topic, group = unique("t"), unique("g")
+    merged.admin("topic", "create", topic, "--queues", "4")
+    merged.admin("group", "create", group)
+    child, events = merged.traffic(merged.lab.hosts["n1"].endpoint(topo.PROXY_PORT), topic, group,
+                                   produce_s=3)  # fmt: skip
+    seen = merged.finish(child, events, 3 + 30)
+    verdict = seen.history.verdict()
+    assert verdict.acknowledged >= 20, verdict.summary()
+    verdict.assert_nothing_lost()
+
+
+def test_pika_on_another_host(merged: HostCluster, unique: Callable[[str], str]) -> None:
+    n1 = merged.lab.hosts["n1"]
+    done = merged.client.run([sys.executable, "-m", "tests.e2e.support.hostclient", "amqp", "--host", n1.address,
+                              "--port", str(topo.AMQP_PORT), "--user", AMQP_USER, "--password", AMQP_SECRET,
+                              "--queue", unique("q"), "--count", "20"])  # fmt: skip
+    result = json.loads(done.stdout)
+    assert result["consumed"] == [f"m{i}" for i in range(20)], result
+
+
+def test_a_node_cut_off_loses_nothing_acknowledged(merged: HostCluster, unique: Callable[[str], str]) -> None:
+    """Item 3 on merged nodes: routes send the client straight to the node owning a queue; with
+    node-2's host cut off, sends to its queues wait for the client's deadline and it moves on."""
+    topic, group = unique("t"), unique("g")
+    merged.admin("topic", "create", topic, "--queues", "4")
+    merged.admin("group", "create", group)
+    n1, n2 = merged.lab.hosts["n1"], merged.lab.hosts["n2"]
+    cut = topo.cut_during_traffic(merged, n2, n1.endpoint(topo.PROXY_PORT), topic, group, warm_s=WARM_S, cut_s=CUT_S,
+                                  after_s=AFTER_S)  # fmt: skip
+    print(cut.figures())
+    cut.seen.history.verdict().assert_nothing_lost()

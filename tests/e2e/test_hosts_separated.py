@@ -1,0 +1,45 @@
+"""The separated topology on separate hosts (issue 43): a NameServer, two brokers and two proxies
+each on a host of its own, listening on 0.0.0.0, and the official Python client on a client host
+(support/hosttopologies.py). Partitions take one host off the network while the application
+produces and consumes: a broker's (item 3: the other broker of the topic keeps taking sends), a
+proxy's (the client moves to the other one, listed in routes as a peer) and the NameServer's (routes
+already known keep working). Each is history-checked: nothing acknowledged lost, nothing delivered
+again after an ack answered OK. The times without an acknowledged send are printed here and
+measured by tests/bench/partitions.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.e2e.support import hosttopologies as topo
+from tests.e2e.support.hostlab import HostCluster
+from tests.helpers.hosts import Lab, unavailable
+
+WARM_S, CUT_S, AFTER_S = 3.0, 6.0, 5.0
+
+
+@pytest.fixture(scope="module")
+def separated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostCluster]:
+    reason = unavailable()
+    if reason:
+        pytest.skip(reason)
+    with Lab() as lab:
+        yield topo.separated(lab, tmp_path_factory.mktemp("hosts-separated"))
+
+
+@pytest.mark.parametrize("victim", ["b2", "p1", "ns"])
+def test_a_host_cut_off_loses_nothing_acknowledged(
+    separated: HostCluster, unique: Callable[[str], str], victim: str
+) -> None:
+    topic, group = unique("t"), unique("g")
+    separated.admin("topic", "create", topic, "--queues", "4")
+    separated.admin("group", "create", group)
+    endpoints = ";".join(separated.lab.hosts[p].endpoint(topo.PROXY_PORT) for p in ("p1", "p2"))
+    cut = topo.cut_during_traffic(separated, separated.lab.hosts[victim], endpoints, topic, group, warm_s=WARM_S,
+                                  cut_s=CUT_S, after_s=AFTER_S)  # fmt: skip
+    print(cut.figures())
+    verdict = cut.seen.history.verdict()
+    verdict.assert_nothing_lost()
+    assert verdict.acknowledged and not cut.seen.failed_at, cut.figures()
