@@ -658,6 +658,9 @@ class LiteSync:
     version: int = 0  # 0: unversioned; else a request older than the last one applied is ignored
     offset: LiteOffset | None = None
     quota: int = 0  # subscriptions a client may hold (0: the broker's limit)
+    # `lite_topics` are filters (`a/+/c`, `a/#`; common/litefilter.py): the broker subscribes the
+    # client to each lite topic a filter matches when a message is stored in it (docs/mqtt.md).
+    filters: bool = False
 
 
 @dataclass(frozen=True, slots=True)

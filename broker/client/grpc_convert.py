@@ -537,7 +537,7 @@ def connected_client_from_pb(msg: pb.ConnectedClient) -> ConnectedClient:
 def lite_sync_to_pb(sync: LiteSync) -> pb.SyncLiteSubscriptionRequest:
     out = pb.SyncLiteSubscriptionRequest(
         group=sync.group, topic=sync.topic, client_id=sync.client_id, action=sync.action.value,
-        lite_topics=list(sync.lite_topics), version=sync.version, quota=sync.quota,
+        lite_topics=list(sync.lite_topics), version=sync.version, quota=sync.quota, filters=sync.filters,
     )  # fmt: skip
     o = sync.offset
     if o is not None:
@@ -556,7 +556,7 @@ def lite_sync_from_pb(msg: pb.SyncLiteSubscriptionRequest) -> LiteSync:
                             o.timestamp_ms if o.HasField("timestamp_ms") else None)  # fmt: skip
     action = _lookup({a.value: a for a in LiteAction}, msg.action, "lite subscription action")
     return LiteSync(msg.group, msg.topic, msg.client_id, action, tuple(msg.lite_topics), msg.version, offset,
-                    msg.quota)  # fmt: skip
+                    msg.quota, msg.filters)  # fmt: skip
 
 
 def lite_list_to_pb(result: LiteTopicList) -> pb.ListLiteTopicsResponse:
