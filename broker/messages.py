@@ -27,7 +27,7 @@ from common.errors import (
     SluiceError,
 )
 from common.model import MESSAGE_TYPES, MessageType, TopicInfo
-from common.record import MessageRecord
+from common.record import FLAG_EMPTY_BODY_OK, MessageRecord
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Below this many messages, checking a send one by one (`validate_message`) costs less than
@@ -95,7 +95,7 @@ def _type_error(
 
 
 def validate_message(msg: MessageRecord, topic: TopicInfo, limits: LimitsConfig) -> None:
-    if not _body_ok(len(msg.body), limits):
+    if not _body_ok(len(msg.body), limits) and (msg.body or not msg.flags & FLAG_EMPTY_BODY_OK):
         if not msg.body:
             raise MessageBodyEmpty("message body is empty; send at least one byte")
         raise MessageBodyTooLarge(

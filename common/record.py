@@ -11,7 +11,7 @@ writer assigns are adjacent, so sealing is one `pack_into` plus the CRC.
 | 8      | 4    | crc32 (u32)              | zlib.crc32 of bytes [12, total_size)                      |
 | 12     | 1    | version (u8)             | 1                                                         |
 | 13     | 1    | message_type (u8)        | NORMAL 1, FIFO 2, DELAY 3, TRANSACTION 4, LITE 5, PRIO. 6 |
-| 14     | 2    | flags (u16)              | bit 0: body gzip-compressed (as sent); bit 1: dedup send  |
+| 14     | 2    | flags (u16)              | bit 0: body gzip-compressed (as sent); bit 1: dedup send; bit 2: an empty body is valid (MQTT) |
 | 16     | 4    | queue_id (u32)           |                                                           |
 | 20     | 8    | queue_offset (u64)       | assigned by the writer; strictly increasing per queue     |
 | 28     | 8    | physical_offset (u64)    | assigned by the writer; this record's CommitLog position  |
@@ -81,6 +81,9 @@ MAGIC = 0x43554C53
 VERSION = 1
 FLAG_BODY_GZIP = 0x1
 FLAG_DEDUP = 0x2  # `outgoing`'s dedup: the sender asks for at most one copy of this message id
+# `outgoing`'s empty_body_ok: the edge's protocol carries empty messages (an MQTT PUBLISH with no
+# payload clears a retained message and is delivered too): the broker stores an empty body so flagged.
+FLAG_EMPTY_BODY_OK = 0x4
 MAX_U16 = 0xFFFF
 
 # The fixed header as the table above states it, field by field: every struct of this module is
@@ -111,6 +114,12 @@ SYSPROP_TIMER_TARGET_QUEUE = "TIMER_TARGET_QUEUE"
 SYSPROP_TIMER_POSITION = "TIMER_POSITION"  # a due copy: its timer's CommitLog position (crash recovery)
 SYSPROP_TXN_ID = "TXN_ID"  # a half message's transaction id
 SYSPROP_TXN_TOPIC = "TXN_TOPIC"  # a half message's real topic
+# An MQTT PUBLISH's own fields (docs/mqtt.md, "Messages and properties"), read by the MQTT gateway:
+SYSPROP_MQTT_QOS = "MQTT_QOS"  # 0, 1 or 2
+SYSPROP_MQTT_RETAIN = "MQTT_RETAIN"  # "1" when published with RETAIN (Retain As Published)
+SYSPROP_MQTT_ORIGIN = "MQTT_ORIGIN"  # the publishing session (namespace NUL client id), for No Local
+SYSPROP_MQTT_EXPIRES_MS = "MQTT_EXPIRES_MS"  # epoch ms the message expires at (Message Expiry Interval)
+SYSPROP_MQTT_FORMAT = "MQTT_FORMAT"  # the Payload Format Indicator, "1": UTF-8 text
 
 _NAMES = tuple(name for name, _ in HEADER_FIELDS)
 OFFSETS: dict[str, int] = dict(
@@ -283,7 +292,7 @@ def outgoing(
     body: bytes, message_id: str, message_type: int = 1, tag: str | None = None, keys: Sequence[str] = (),
     message_group: str | None = None, properties: Mapping[str, str] = _NO_MAP,
     system_properties: Mapping[str, str] = _NO_MAP, born_timestamp_ms: int = 0, born_host: str = "",
-    delivery_timestamp_ms: int = 0, body_gzip: bool = False, dedup: bool = False,
+    delivery_timestamp_ms: int = 0, body_gzip: bool = False, dedup: bool = False, empty_body_ok: bool = False,
 ) -> bytes:  # fmt: skip
     """A message as a protocol edge hands it to a broker (the contract's `send`): its record with
     no topic, queue, offsets, store time or store host, which the broker writes when it appends it
@@ -305,6 +314,7 @@ def outgoing(
     if total > 0xFFFFFFFF:
         raise BadRequest("message is too large to store")
     flags = (FLAG_BODY_GZIP if body_gzip else 0) | (FLAG_DEDUP if dedup else 0)
+    flags |= FLAG_EMPTY_BODY_OK if empty_body_ok else 0
     try:
         covered = b"".join((_COVERED.pack(
             VERSION, message_type, flags, 0, 0, 0, 0, born_timestamp_ms, delivery_timestamp_ms, 0, len(body), 0,
@@ -327,6 +337,7 @@ def outgoing_copy(rec: MessageRecord, **changes: Any) -> bytes:
     the copy must differ in is the caller's rule (admin/dlq.py: a dead letter's resend)."""
     args: dict[str, Any] = {name: getattr(rec, name) for name in _EDGE_FIELDS}
     args["body_gzip"] = bool(rec.flags & FLAG_BODY_GZIP)
+    args["empty_body_ok"] = bool(rec.flags & FLAG_EMPTY_BODY_OK)
     args.update(changes)
     return outgoing(**args)
 
