@@ -11,7 +11,7 @@ writer assigns are adjacent, so sealing is one `pack_into` plus the CRC.
 | 8      | 4    | crc32 (u32)              | zlib.crc32 of bytes [12, total_size)                      |
 | 12     | 1    | version (u8)             | 1                                                         |
 | 13     | 1    | message_type (u8)        | NORMAL 1, FIFO 2, DELAY 3, TRANSACTION 4, LITE 5, PRIO. 6 |
-| 14     | 2    | flags (u16)              | bit 0: body gzip-compressed (as sent); bit 1: dedup send; bit 2: an empty body is valid (MQTT) |
+| 14     | 2    | flags (u16)              | bit 0: body gzip (as sent); 1: dedup send; 2: empty body ok |
 | 16     | 4    | queue_id (u32)           |                                                           |
 | 20     | 8    | queue_offset (u64)       | assigned by the writer; strictly increasing per queue     |
 | 28     | 8    | physical_offset (u64)    | assigned by the writer; this record's CommitLog position  |

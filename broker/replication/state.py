@@ -46,8 +46,8 @@ SNAPSHOT, LAST = 1, 2
 # in-flight entries and their deadlines, committed offsets, pending timers, half messages, lite
 # topics and subscriptions (filters too); and what a successor must continue: the security
 # document, the AMQP metadata and the MQTT gateway's state, tiering's manifest (what is uploaded, so
-# a new primary neither re-tiers nor skips a range) and the message trace. (Topic and group metadata travel as META frames; the CommitLog's indexes are rebuilt by
-# each member's dispatcher.)
+# a new primary neither re-tiers nor skips a range) and the message trace. (Topic and group metadata
+# travel as META frames; the CommitLog's indexes are rebuilt by each member's dispatcher.)
 REPLICATED_CFS: tuple[str, ...] = (
     *POP_CFS, SK.CF_OFFSETS, *TIMER_CFS, *TXN_CFS, *LK.LITE_CFS, *SECURITY_CFS, *AMQP_META_CFS, CF_TIER, *TRACE_CFS,
     *MQTT_CFS,

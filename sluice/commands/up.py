@@ -169,8 +169,8 @@ def with_default_mqtt(args: argparse.Namespace, data: dict[str, object], proxy: 
 
 def mqtt_ports(proxy: ProxyConfig) -> list[tuple[str, str, int]]:
     """The MQTT ports for the start-up check (a port given explicitly must be free)."""
-    return [(name, proxy.host, max(port, 0)) for name, port in (("mqtt", proxy.mqtt.port), ("mqtt-ws", proxy.mqtt.ws_port))
-            if port > 0]  # fmt: skip
+    ports = (("mqtt", proxy.mqtt.port), ("mqtt-ws", proxy.mqtt.ws_port))
+    return [(name, proxy.host, port) for name, port in ports if port > 0]
 
 
 def shared_mqtt_ports(proxy: ProxyConfig) -> ProxyConfig:
