@@ -43,6 +43,7 @@ log = logging.getLogger("sluice.proxy.mqtt")
 MQTT_CLIENT_TYPE = "MQTT"
 SWEEP_S = 1.0  # keep alive and CONNECT timeouts are checked this often
 KEEP_ALIVE_GRACE = 1.5  # a client silent for this many keep alive intervals is disconnected
+SHUTDOWN_GRACE_S = 3.0  # at stop, how long the sessions' ends (releases, records) are waited for
 
 
 class _Tcp(asyncio.Protocol):
@@ -211,7 +212,7 @@ class Gateway:
             for conn in list(self.connections.values()):
                 conn.server_disconnect(C.SERVER_SHUTTING_DOWN, "the server is shutting down")
             if self._closing:
-                await asyncio.wait(list(self._closing.values()), timeout=self.svc.config.call_timeout_s)
+                await asyncio.wait(list(self._closing.values()), timeout=SHUTDOWN_GRACE_S)
             for task in loops:
                 task.cancel()
             for task in list(self.svc.tasks):

@@ -241,7 +241,7 @@ class SessionManager:
         expiry = session.record.expiry_s
         if will and conn.will is not None and not kicked:
             delay = min(conn.will.props.get(P.WILL_DELAY, 0), expiry)
-            self._schedule_will(key, conn.will, session.origin, delay)
+            self._schedule_will(key, conn.will, session.origin, delay, conn.epoch)
         if kicked:
             return
         if self.connections.get(key) is not None:  # taken over on this proxy meanwhile
@@ -256,17 +256,25 @@ class SessionManager:
 
         await self._update(conn.namespace, conn.client_id, conn.epoch, gone)
 
-    def _schedule_will(self, key: Key, will: K.Will, origin: str, delay_s: int) -> None:
+    def _schedule_will(self, key: Key, will: K.Will, origin: str, delay_s: int, epoch: int) -> None:
         if delay_s <= 0:
             self.svc.spawn(self._publish_will(key[0], origin, will))
             return
         loop = asyncio.get_running_loop()
         self._cancel_will(key)
-        self._wills[key] = loop.call_later(delay_s, self._will_due, key, will, origin)
+        self._wills[key] = loop.call_later(delay_s, self._will_due, key, will, origin, epoch)
 
-    def _will_due(self, key: Key, will: K.Will, origin: str) -> None:
+    def _will_due(self, key: Key, will: K.Will, origin: str, epoch: int) -> None:
         self._wills.pop(key, None)
-        self.svc.spawn(self._publish_will(key[0], origin, will))
+        self.svc.spawn(self._delayed_will(key, will, origin, epoch))
+
+    async def _delayed_will(self, key: Key, will: K.Will, origin: str, epoch: int) -> None:
+        """A will whose delay passed: published unless the session reconnected meanwhile (through
+        any proxy: its record's epoch moved on)."""
+        raw = await self.svc.state.get_one(state.session_key(*key))
+        if raw is not None and state.SessionRecord.decode(raw).epoch != epoch:
+            return
+        await self._publish_will(key[0], origin, will)
 
     def _cancel_will(self, key: Key) -> None:
         handle = self._wills.pop(key, None)

@@ -117,9 +117,11 @@ def cluster(
     kind: str = request.param
     if kind not in _shared_clusters:
         root = tmp_path_factory.mktemp(f"cluster-{kind}")
-        # Both also serve AMQP on free ports (tests/e2e/test_amqp.py).
+        # Both also serve AMQP and MQTT on free ports (tests/e2e/test_amqp.py, test_mqtt*.py).
         _shared_clusters[kind] = (
-            start_merged(root, shards=2, amqp=True) if kind == "merged" else start_separated(root, amqp=True)
+            start_merged(root, shards=2, amqp=True, mqtt=True)
+            if kind == "merged"
+            else start_separated(root, amqp=True, mqtt=True)
         )
     return _shared_clusters[kind]
 
