@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -205,12 +206,15 @@ def packet(first: int, body: bytes) -> bytes:
 
 
 def connect_packet(client_id: str, *, version: int = 4, clean: bool = True, keepalive: int = 30,
-                   props: bytes = b"\x00", flags: int | None = None) -> bytes:  # fmt: skip
+                   props: bytes = b"\x00", flags: int | None = None, username: str | None = None,
+                   password: str | None = None) -> bytes:  # fmt: skip
     f = (0x02 if clean else 0) if flags is None else flags
+    f |= (0x80 if username is not None else 0) | (0x40 if password is not None else 0)
     body = utf8("MQTT") + bytes((version, f)) + struct.pack(">H", keepalive)
     if version == 5:
         body += props
-    return packet(0x10, body + utf8(client_id))
+    payload = utf8(client_id) + (utf8(username) if username is not None else b"")
+    return packet(0x10, body + payload + (utf8(password) if password is not None else b""))
 
 
 def publish_packet(topic: str | bytes, payload: bytes, qos: int = 0, pid: int = 1, *, version: int = 4,
@@ -228,10 +232,15 @@ def subscribe_packet(filters: Iterable[tuple[str, int]], pid: int = 1, *, versio
 
 
 class Raw:
-    """A socket speaking MQTT packets as written, reading them back whole."""
+    """A socket speaking MQTT packets as written, reading them back whole; over TLS when given the
+    certificate (PEM) to trust."""
 
-    def __init__(self, address: str, timeout_s: float = WAIT_S) -> None:
-        self.sock = socket.create_connection(host_port(address), timeout=timeout_s)
+    def __init__(self, address: str, timeout_s: float = WAIT_S, *, tls: str | None = None) -> None:
+        host, port = host_port(address)
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+        if tls is not None:
+            sock = ssl.create_default_context(cafile=tls).wrap_socket(sock, server_hostname=host)
+        self.sock = sock
         self._buf = b""
 
     def send(self, data: bytes) -> None:
