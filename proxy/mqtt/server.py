@@ -33,7 +33,7 @@ from proxy.mqtt.connection import Connection, Transport
 from proxy.mqtt.inbound import Inbound
 from proxy.mqtt.services import Authorize, Send, Services
 from proxy.mqtt.sessions import SessionManager
-from proxy.mqtt.state import StateStore
+from proxy.mqtt.statestore import StateStore
 from proxy.mqtt.subscribing import SubscribeHandler
 from proxy.mqtt.sys import SysTopics
 from proxy.mqtt.topics import TopicMap

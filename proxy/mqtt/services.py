@@ -15,7 +15,7 @@ from common.security import Action, ResourceKind, SecurityDoc
 from proxy.config import MqttConfig
 from proxy.directory import BrokerDirectory
 from proxy.mqtt.binds import BindTopics
-from proxy.mqtt.state import StateStore
+from proxy.mqtt.statestore import StateStore
 from proxy.mqtt.topics import TopicMap
 from proxy.names import wrap
 

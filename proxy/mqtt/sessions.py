@@ -323,11 +323,12 @@ class SessionManager:
             conn = self.connections.get((namespace, client_id))
             epoch = int(value.decode() or "0")
             if conn is not None and (epoch == 0 or conn.epoch < epoch):
-                conn.kicked = True
+                conn.kicked = epoch != 0  # an operator's kick (0) ends the connection as the server would
                 conn.server_disconnect(C.SESSION_TAKEN_OVER if epoch else C.ADMINISTRATIVE_ACTION,
                                        "the session was taken over by another connection" if epoch
                                        else "closed by an operator")  # fmt: skip
-                self._cancel_will((namespace, client_id))
+                if epoch:
+                    self._cancel_will((namespace, client_id))
         await self.svc.state.write([], [k for k, _ in entries])
 
     async def sweep(self, reported: set[Key]) -> None:

@@ -294,3 +294,44 @@ def test_mosquitto_clients(cluster: Cluster, unique: Callable[[str], str]) -> No
                        check=True, timeout=20)  # fmt: skip
     out = subprocess.run([*sub, "-C", "2", "-W", "20"], check=True, timeout=25, capture_output=True, text=True)
     assert out.stdout.split() == ["one", "two"]
+
+
+def until(check: Callable[[], bool], what: str, timeout_s: float = 40.0) -> None:
+    """Wait for `check()` (client reports every 5 s, the janitor every 10 s), bounded."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"{what} not seen within {timeout_s} s"
+        time.sleep(0.5)
+
+
+def test_operators_list_kick_and_drop(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    root = topic(unique)
+    cid = new_id("op")
+    c = Paho(cluster.mqtt[0], cid, clean=False, session_expiry=600)
+    pub = Paho(cluster.mqtt[-1])
+    try:
+        c.subscribe(f"{root}/+", 1, identifier=5)
+        pub.publish(f"{root}/a", "kept", 1, retain=True)
+        until(lambda: any(r["client_id"] == cid for r in cluster.admin("mqtt", "clients")), "the client listed")
+        sessions = {r["client_id"]: r for r in cluster.admin("mqtt", "sessions")}
+        assert sessions[cid]["connected"] is True and sessions[cid]["expiry_s"] == 600
+        subs = [r for r in cluster.admin("mqtt", "subscriptions") if r["client_id"] == cid]
+        assert [(r["filter"], r["qos"], r["identifier"]) for r in subs] == [(f"{root}/+", 1, 5)]
+        retained = cluster.admin("mqtt", "retained", "--filter", f"{root}/#")
+        assert [(r["topic"], r["bytes"]) for r in retained] == [(f"{root}/a", 4)]
+        cluster.admin("mqtt", "delete-retained", f"{root}/a")
+        assert cluster.admin("mqtt", "retained", "--filter", f"{root}/#") == []
+        cluster.admin("mqtt", "kick", cid)
+        reason = c.disconnects.get(timeout=20)
+        assert getattr(reason, "value", reason) == 0x98  # Administrative action
+        back = Paho(cluster.mqtt[0], cid, clean=False, session_expiry=600)
+        assert back.session_present  # a kick keeps the session
+        cluster.admin("mqtt", "drop-session", cid)
+        back.disconnects.get(timeout=20)
+        until(lambda: all(r["client_id"] != cid for r in cluster.admin("mqtt", "sessions")), "the session removed")
+        fresh = Paho(cluster.mqtt[0], cid, clean=False, session_expiry=600)
+        assert not fresh.session_present
+        fresh.disconnect()
+    finally:
+        pub.disconnect()
+        c.client.loop_stop()

@@ -54,8 +54,10 @@ class Paho:
                  connect_props: Properties | None = None, wait: bool = True) -> None:  # fmt: skip
         self.client_id = client_id if client_id is not None else new_id()
         protocol = paho.MQTTv5 if version == 5 else paho.MQTTv311
+        # No reconnection: a test sees the server's close (a takeover, a kick) instead of the client
+        # coming back on its own.
         kwargs: dict[str, Any] = {"callback_api_version": CallbackAPIVersion.VERSION2, "client_id": self.client_id,
-                                  "protocol": protocol, "transport": transport}  # fmt: skip
+                                  "protocol": protocol, "transport": transport, "reconnect_on_failure": False}  # fmt: skip
         if version != 5:
             kwargs["clean_session"] = clean
         self.client = paho.Client(**kwargs)
