@@ -57,7 +57,8 @@ class Paho:
         # No reconnection: a test sees the server's close (a takeover, a kick) instead of the client
         # coming back on its own.
         kwargs: dict[str, Any] = {"callback_api_version": CallbackAPIVersion.VERSION2, "client_id": self.client_id,
-                                  "protocol": protocol, "transport": transport, "reconnect_on_failure": False}  # fmt: skip
+                                  "protocol": protocol, "transport": transport,
+                                  "reconnect_on_failure": False}  # fmt: skip
         if version != 5:
             kwargs["clean_session"] = clean
         self.client = paho.Client(**kwargs)
