@@ -34,3 +34,9 @@ _.deleted_segments, dispatch_max_lag_ms  # broker/store: set, never read
 
 _.connection_made, _.connection_lost, _.data_received  # asyncio.Protocol (bench/http2.py)
 _.max_allowed_table_size, _.header_table_size  # hpack.Decoder settings (bench/http2.py)
+
+# paho-mqtt (tests/e2e/support/mqtt.py, the MQTT e2e tests): callbacks and MQTT 5 properties are set
+# as attributes the library reads.
+_.on_connect, _.on_subscribe, _.on_unsubscribe, _.on_disconnect
+_.SessionExpiryInterval, _.SubscriptionIdentifier, _.WillDelayInterval, _.ContentType, _.ResponseTopic
+_.CorrelationData, _.PayloadFormatIndicator, _.MessageExpiryInterval, _.UserProperty

@@ -25,11 +25,6 @@ DOLLAR = ("$", "=24")  # a first level starting so is never matched by a first-l
 Owner = TypeVar("Owner", bound=Hashable)
 
 
-def is_filter(name: str) -> bool:
-    """The name has a wildcard level."""
-    return ONE in name or ALL in name
-
-
 def validate_filter(text: str) -> str:
     """`text` as a valid filter: non-empty, `#` only as the whole last level, `+` only as a whole level."""
     if not text:

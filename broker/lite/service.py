@@ -140,7 +140,6 @@ class LiteService:
         # (bind topic id, lite name) -> (group, client id) subscribed to it, for lite topics a filter
         # matched lately (bounded: a full cache starts over; a miss is one prefix scan).
         self._subscribed: dict[tuple[int, str], set[tuple[str, str]]] = {}
-        self.materialized = 0  # lite topics subscribed through a filter, since start
         for group, tid, client_id, text in state.all_filters():
             topic = store.index.topic_name(tid)
             if topic is not None:
@@ -239,7 +238,6 @@ class LiteService:
                     self._watch_add(client, name, qid)
                     client.ready[qid] = None
                     self._hub.notify([client.wake_key])
-            self.materialized += len(new)
 
     def _subscribers_of(self, tid: int, name: str) -> set[tuple[str, str]]:
         key = (tid, name)
@@ -616,9 +614,6 @@ class LiteService:
 
     def subscriptions(self) -> int:
         return sum(len(c.names) for c in self._clients.values())
-
-    def filter_count(self) -> int:
-        return sum(t.count for t in self._tries.values())
 
     def count(self, topic: str) -> int:
         tid = self._store.index.topic_id(topic)

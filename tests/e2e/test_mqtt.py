@@ -262,7 +262,7 @@ def test_aiomqtt_and_gmqtt(cluster: Cluster, unique: Callable[[str], str]) -> No
     async def run() -> list[bytes]:
         got: asyncio.Queue[bytes] = asyncio.Queue()
         g = GmqttClient(new_id("gm"))
-        g.on_message = lambda client, tpc, payload, qos, props: got.put_nowait(payload)
+        g.on_message = lambda client, _topic, payload, qos, props: got.put_nowait(payload)
         await g.connect(host, port)
         g.subscribe(t, qos=1)
         await asyncio.sleep(0.5)

@@ -97,21 +97,19 @@ class Paho:
             if getattr(rc, "is_failure", rc != 0):
                 raise AssertionError(f"CONNECT refused: {rc}")
             self.session_present = bool(getattr(flags, "session_present", False))
-            self.connack_props = props
-            self.connack_rc = rc
 
-    def _on_message(self, client: Any, userdata: Any, msg: paho.MQTTMessage) -> None:
+    def _on_message(self, client: Any, _userdata: Any, msg: paho.MQTTMessage) -> None:
         props: dict[str, Any] = {}
         if msg.properties is not None:
             props = {k: v for k, v in msg.properties.json().items() if v is not None}
         self.messages.put(Received(msg.topic, msg.payload, msg.qos, bool(msg.retain), props))
 
-    def _on_subscribe(self, client: Any, userdata: Any, mid: int, codes: list[Any], props: Any) -> None:
+    def _on_subscribe(self, client: Any, _userdata: Any, mid: int, codes: list[Any], props: Any) -> None:
         with self._acks:
             self.subacks[mid] = codes
             self._acks.notify_all()
 
-    def _on_unsubscribe(self, client: Any, userdata: Any, mid: int, codes: Any, props: Any) -> None:
+    def _on_unsubscribe(self, client: Any, _userdata: Any, mid: int, codes: Any, props: Any) -> None:
         with self._acks:
             self.unsubacks[mid] = codes if isinstance(codes, list) else [codes]
             self._acks.notify_all()
