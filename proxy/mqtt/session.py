@@ -56,6 +56,7 @@ class InFlight:
     group: str
     bind: str
     released: bool = False  # QoS 2: PUBREC received (recorded), PUBREL sent
+    settled: bool = False  # QoS 2: acknowledged to its broker before PUBREL was sent
     sent_s: float = field(default_factory=time.monotonic)
 
 
@@ -262,7 +263,10 @@ class Session:
         if qos == 2:
             recorded = self.q2_out.get(m.message_id)
             if recorded is not None and recorded[1] == state.RELEASED:
-                self._ack(broker, group, bind, m.receipt_handle)  # it reached the client already
+                # It reached the client already (its broker's ack failed or was lost with a proxy):
+                # acknowledged now, and only then forgotten.
+                if await self._ack_now(broker, group, bind, m.receipt_handle) and recorded[0] not in self.inflight:
+                    await self._forget_q2(recorded[0], m.message_id)
                 return
             if recorded is not None:
                 pid, dup = recorded[0], True
@@ -326,8 +330,10 @@ class Session:
         return True
 
     async def pubrec(self, pid: int, refused: bool) -> bool:
-        """PUBREC: recorded as released (or, refused by a 5.0 reason >= 0x80, forgotten), acknowledged
-        to the broker; the caller sends PUBREL unless refused."""
+        """PUBREC: recorded as released (or, refused by a 5.0 reason >= 0x80, forgotten), then
+        acknowledged to its broker and that answered, before the caller sends PUBREL (unless
+        refused): once PUBCOMP comes, nothing of the broker can deliver the message again, and the
+        record may go."""
         f = self.inflight.get(pid)
         if f is None or f.qos != 2:
             return False
@@ -347,18 +353,24 @@ class Session:
         else:
             f.released = True
         if f.message is not None:
-            self._ack(f.broker, f.group, f.bind, f.message.receipt_handle)
+            f.settled = await self._ack_now(f.broker, f.group, f.bind, f.message.receipt_handle)
             f.message = None
+        else:
+            f.settled = True  # a retained message's delivery: no broker holds it for us
         return True
 
     async def pubcomp(self, pid: int) -> bool:
+        """PUBCOMP: the exchange is over. Its record goes once its broker acknowledged the message;
+        otherwise it stays (the packet id reserved) until the broker delivers the message again,
+        which is then acknowledged without being sent (`_deliver`)."""
         f = self.inflight.get(pid)
         if f is None or not f.released:
             return False
         del self.inflight[pid]
-        for message_id, (recorded, _) in list(self.q2_out.items()):
-            if recorded == pid:
-                await self._forget_q2(pid, message_id)
+        if f.settled:
+            for message_id, (recorded, _) in list(self.q2_out.items()):
+                if recorded == pid:
+                    await self._forget_q2(pid, message_id)
         self._room_changed()
         return True
 
@@ -367,6 +379,15 @@ class Session:
         await self.svc.state.write([], [state.qos2_key(state.OUTBOUND, self.namespace, self.client_id, pid)])
 
     # -- acks to the brokers and leases -----------------------------------------------------------
+
+    async def _ack_now(self, broker: str, group: str, bind: str, handle: str) -> bool:
+        """Acknowledge one message and wait for the broker's answer; whether it was acknowledged."""
+        try:
+            results = await self.svc.directory.broker(broker).ack(group, bind, [handle], ctx=self.ctx())
+        except SluiceError as exc:
+            log.warning("MQTT QoS 2 ack not stored", extra=kv(broker=broker, topic=bind, error=exc.message))
+            return False
+        return all(r.ok for r in results)
 
     def _ack(self, broker: str, group: str, bind: str, handle: str) -> None:
         self._acks.setdefault((broker, group, bind), []).append(handle)

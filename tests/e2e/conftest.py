@@ -52,6 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
 LONGEST_FIRST = (
     "test_replication_faults.py",
     "test_amqp.py",
+    "test_mqtt_faults.py",
     "test_spark_stream_tiers.py",
     "test_failover_schedules.py",
     "test_replication.py",
