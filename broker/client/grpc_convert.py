@@ -373,6 +373,7 @@ def pop_request_to_pb(request: PopRequest) -> pb.PopRequest:
         long_poll_ms=request.long_poll_ms,
         auto_create_group=request.auto_create_group,
         lite_client=request.lite_client,
+        lite_window=request.lite_window,
     )
 
 
@@ -387,6 +388,7 @@ def pop_request_from_pb(msg: pb.PopRequest) -> PopRequest:
         long_poll_ms=msg.long_poll_ms,
         auto_create_group=msg.auto_create_group,
         lite_client=msg.lite_client,
+        lite_window=max(1, msg.lite_window),
     )
 
 

@@ -463,7 +463,7 @@ class LiteService:
         keys = (client.wake_key, group_key(g))
         while True:
             snapshot = self._hub.snapshot(keys)
-            found = self._pop_once(client, group, spec.name, filt, n, req.invisible_ms)
+            found = self._pop_once(client, group, spec.name, filt, n, req.invisible_ms, max(1, req.lite_window))
             remaining = deadline - time.monotonic()
             if found or remaining <= 0:
                 return found
@@ -471,11 +471,13 @@ class LiteService:
             client.seen = self._clock.monotonic()
 
     def _pop_once(
-        self, client: _Client, group: GroupInfo, topic: str, filt: MessageFilter, n: int, invisible_ms: int
+        self, client: _Client, group: GroupInfo, topic: str, filt: MessageFilter, n: int, invisible_ms: int,
+        window: int = 1,
     ) -> list[StoredMessage]:
-        """Redeliveries first, then one new message from each of up to n lite topics taken round
-        robin from the client's `ready` ones (those that may hold a message for it), skipping lite
-        topics with a message in flight for the group (their order)."""
+        """Redeliveries first, then new messages from up to n lite topics taken round robin from the
+        client's `ready` ones (those that may hold a message for it): one from each, skipping lite
+        topics with a message in flight for the group (their order); with a `window` above 1, up to
+        that many in flight per lite topic (the MQTT gateway's sessions)."""
         now = self._clock.now_ms()
         until = now + invisible_ms
         out: list[StoredMessage] = []
@@ -496,14 +498,14 @@ class LiteService:
                 checks += 1
                 if qid not in client.qids:
                     continue
-                if inflight.get((g, topic, qid), 0) > 0:
+                if inflight.get((g, topic, qid), 0) >= window:
                     again.append(qid)  # in order: its next message once this one is done
                     continue
                 picked.append(qid)
             if not picked:
                 break
             general = picked
-            if plain:
+            if plain and window == 1:
                 heads, _, general = read_heads(self._store, self._pop, g, topic, client.topic_id, picked)
                 for head, rec in deliver_heads(self._store, heads, g, topic, until, batch):
                     out.append(engine._deliver(rec, 1, self._pop.first_version, until, g))
@@ -511,7 +513,8 @@ class LiteService:
                         again.append(head.queue_id)
             for qid in general:
                 before = len(out)
-                engine._take_new(group, topic, qid, filt, before + 1, until, batch, out, set(), cold)
+                take = 1 if window == 1 else max(1, min(window - inflight.get((g, topic, qid), 0), n - before))
+                engine._take_new(group, topic, qid, filt, before + take, until, batch, out, set(), cold)
                 if len(out) > before:
                     again.append(qid)  # may hold more
         ready.update(dict.fromkeys(again))

@@ -10,6 +10,7 @@ user properties, and what only MQTT reads rides in system properties (`SYSPROP_M
 from __future__ import annotations
 
 import base64
+import itertools
 import time
 import uuid
 import zlib
@@ -36,8 +37,14 @@ TAG_PROPERTY, KEYS_PROPERTY = "x-rocketmq-tag", "x-rocketmq-keys"
 DEFAULT_QOS = 1  # a message published by RocketMQ or AMQP clients counts as QoS 1
 
 
+_ID_PREFIX = uuid.uuid4().hex[:20].upper()  # this process's: ids stay unique across proxies
+_ids = itertools.count(int(time.time() * 1000) << 16)
+
+
 def new_message_id() -> str:
-    return uuid.uuid4().hex.upper()
+    """A message id unique in the cluster: this process's random prefix and a counter (an
+    `uuid4()` each cost ~3 us per message on the publish path)."""
+    return f"{_ID_PREFIX}{next(_ids):012X}"
 
 
 def to_record(p: Publish, lite: str, origin: str, host: str, message_id: str, *, now_ms: int,

@@ -88,6 +88,7 @@ class Inbound:
             else:
                 item.message_id = convert.new_message_id()
         if q2_new:
+            session.had_qos2 = True
             await self.svc.state.write(q2_new)
         await self._store(session.ctx(), session.origin, [i for i in items if i.error is None])
         await self._retain(conn.namespace, [i for i in items if i.error is None and i.pkt.retain])
@@ -100,7 +101,8 @@ class Inbound:
         now = convert.now_ms()
         records = [(i.bind, convert.to_record(i.pkt, i.lite, origin, self.svc.host, i.message_id, now_ms=now,
                                               dedup=i.pkt.qos == 2)) for i in items]  # fmt: skip
-        results = await self.svc.send(ctx, records)  # type: ignore[arg-type]
+        lites = [i.lite for i in items]
+        results = await self.svc.send(ctx, records, lites)  # type: ignore[arg-type]
         missing = {i.bind for i, r in zip(items, results, strict=True) if isinstance(r, TopicNotFound)}
         if missing:  # a bind topic used for the first time: made, then those messages sent again
             for bind in missing:
@@ -109,7 +111,7 @@ class Inbound:
                 except (SluiceError, MqttError) as exc:
                     log.info("MQTT bind topic not made", extra=kv(topic=bind, error=str(exc)))
             again = [n for n, i in enumerate(items) if i.bind in missing]
-            retried = await self.svc.send(ctx, [records[n] for n in again])  # type: ignore[arg-type]
+            retried = await self.svc.send(ctx, [records[n] for n in again], [lites[n] for n in again])  # type: ignore[arg-type]
             for n, r in zip(again, retried, strict=True):
                 results[n] = r
         for item, result in zip(items, results, strict=True):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from broker.client.api import CallContext
 from common.errors import SluiceError
@@ -21,7 +21,15 @@ from proxy.names import wrap
 
 log = logging.getLogger("sluice.proxy.mqtt")
 
-Send = Callable[[CallContext, list[tuple[str, bytes]]], Awaitable[list[Any]]]  # the proxy's producer
+
+class Send(Protocol):
+    """The proxy's producer (proxy/core/producer.py `ProducerService.send`)."""
+
+    def __call__(
+        self, ctx: CallContext, items: list[tuple[str, bytes]], lite_topics: Sequence[str | None] | None = None
+    ) -> Awaitable[list[Any]]: ...
+
+
 Authorize = Callable[[str, str, ResourceKind, str, Action], None]  # raises Forbidden
 
 

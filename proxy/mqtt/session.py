@@ -86,6 +86,7 @@ class Session:
         self._recent: OrderedDict[str, int] = OrderedDict()  # message id -> packet id it was sent with
         self._acks: dict[tuple[str, str, str], list[str]] = {}  # (broker, group, bind) -> receipt handles
         self._ack_task: asyncio.Task[None] | None = None
+        self.had_qos2 = False  # QoS 2 state may have been written for it (its end looks for it)
 
     # -- attach and detach -----------------------------------------------------------------------
 
@@ -105,6 +106,7 @@ class Session:
         for key, value in outbound:
             kind, message_id = state.parse_outbound(value)
             self.q2_out[message_id] = (state.packet_id_of(key), kind)
+        self.had_qos2 = bool(inbound or outbound)
 
     def attach(self, conn: Connection, window: int) -> None:
         """Serve `conn`: resend what is pending (PUBRELs, then this proxy's unacknowledged PUBLISHes
@@ -231,7 +233,7 @@ class Session:
             await self._room.wait()
             n = min(POP_BATCH_MAX, max(1, self.window - self._used()))
             request = PopRequest(group, bind, None, n, cfg.delivery_lease_ms, long_poll_ms=cfg.long_poll_ms,
-                                 lite_client=self.lite_client)  # fmt: skip
+                                 lite_client=self.lite_client, lite_window=self.window)  # fmt: skip
             try:
                 api = self.svc.directory.broker(broker)
                 found = await api.pop(request, ctx=CallContext(client_id=self.client_id, namespace=self.namespace))
@@ -273,6 +275,7 @@ class Session:
             else:
                 pid = self._allocate()
                 key = state.qos2_key(state.OUTBOUND, self.namespace, self.client_id, pid)
+                self.had_qos2 = True
                 await self.svc.state.write([(key, state.outbound_value(state.PUBLISHED, m.message_id))])
                 self.q2_out[m.message_id] = (pid, state.PUBLISHED)
         elif qos == 1:

@@ -177,8 +177,10 @@ class SessionManager:
     async def _open(self, conn: Connection, key: Key, pkt: K.Connect, expiry: int) -> tuple[Session, bool]:
         namespace, client_id = key
         skey = state.session_key(namespace, client_id)
+        guess = pkt.clean  # a clean start usually finds no session: tried as one write, read only if not
         for _ in range(CAS_ATTEMPTS):
-            raw = await self.svc.state.get_one(skey)
+            raw = None if guess else await self.svc.state.get_one(skey)
+            guess = False
             rec = state.SessionRecord.decode(raw) if raw is not None else None
             if rec is not None and pkt.clean:
                 await self._drop_stored(namespace, client_id, rec)
@@ -292,24 +294,19 @@ class SessionManager:
         """Remove a session everywhere: its filters from the brokers, its group, its QoS 2 state,
         its record."""
         target = session or Session(self.svc, namespace, client_id, rec)
-        with contextlib.suppress(SluiceError):
-            await target.drop()
-        group = session_group(namespace, client_id)
-        for name in self.svc.directory.broker_names():
+        if target.registrations():  # the brokers hold filters of it (and its group)
             with contextlib.suppress(SluiceError):
-                await self.svc.directory.broker(name).delete_group(group)
+                await target.drop()
+            group = session_group(namespace, client_id)
+            for name in self.svc.directory.broker_names():
+                with contextlib.suppress(SluiceError):
+                    await self.svc.directory.broker(name).delete_group(group)
         keys: list[bytes] = []
-        for kind in (state.INBOUND, state.OUTBOUND):
-            keys += [k for k, _ in await self.svc.state.scan_all(state.qos2_prefix(kind, namespace, client_id), 70_000)]
+        if session is None or session.had_qos2:  # QoS 2 state it may have left
+            for kind in (state.INBOUND, state.OUTBOUND):
+                prefix = state.qos2_prefix(kind, namespace, client_id)
+                keys += [k for k, _ in await self.svc.state.scan_all(prefix, 70_000)]
         await self.svc.state.write([], [*keys, state.session_key(namespace, client_id)])
-
-    async def drop_session(self, namespace: str, client_id: str) -> bool:
-        """An operator's `session drop`: the connection closed (if here) and the session removed."""
-        raw = await self.svc.state.get_one(state.session_key(namespace, client_id))
-        if raw is None:
-            return False
-        await self._drop_stored(namespace, client_id, state.SessionRecord.decode(raw))
-        return True
 
     # -- kicks and the janitor --------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ Waits are bounded; nothing here asserts how fast.
 
 from __future__ import annotations
 
-from broker.client.api import BrokerApi, GroupSpec, LiteAction, LiteSync, StoredMessage
+from broker.client.api import BrokerApi, GroupSpec, LiteAction, LiteSync, PopRequest, StoredMessage
 from broker.client.mqttstate import MqttStateApi
 from common.errors import BadRequest, IllegalLiteTopic, PreconditionFailed
 from tests.contract.conftest import Scope
@@ -110,3 +110,18 @@ async def test_mqtt_state_scans_pages_of_a_prefix(broker: BrokerApi, scope: Scop
     rest = await broker.mqtt_scan(prefix, after=first[-1][0], limit=100)
     assert [k for k, _ in rest] == keys[10:] and rest[0][1] == b"010"
     assert await broker.mqtt_scan(prefix + b"9") == []
+
+
+async def test_a_lite_window_hands_out_several_messages_of_one_lite_topic(broker: BrokerApi, scope: Scope) -> None:
+    """`lite_window` 1 keeps the lite order (one in flight per lite topic); above it, up to that many."""
+    topic, group = await lite_setup(broker, scope)
+    await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.PARTIAL_ADD, ("w/#",), filters=True))
+    await broker.send(topic, 0, [lite(scope, "w/1", f"m{i}") for i in range(8)])
+    one = await broker.pop(pop(group, topic, "c1"))
+    assert bodies(one) == ["m0"]
+    request = PopRequest(group, topic, None, 32, 30_000, lite_client="c1", lite_window=5)
+    more = await broker.pop(request)
+    assert bodies(more) == ["m1", "m2", "m3", "m4"]  # five in flight with m0
+    await broker.ack(group, topic, [m.receipt_handle for m in one + more])
+    rest = await broker.pop(request)
+    assert bodies(rest) == ["m5", "m6", "m7"]
