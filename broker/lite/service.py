@@ -471,7 +471,13 @@ class LiteService:
             client.seen = self._clock.monotonic()
 
     def _pop_once(
-        self, client: _Client, group: GroupInfo, topic: str, filt: MessageFilter, n: int, invisible_ms: int,
+        self,
+        client: _Client,
+        group: GroupInfo,
+        topic: str,
+        filt: MessageFilter,
+        n: int,
+        invisible_ms: int,
         window: int = 1,
     ) -> list[StoredMessage]:
         """Redeliveries first, then new messages from up to n lite topics taken round robin from the
