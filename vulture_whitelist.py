@@ -32,8 +32,11 @@ ProxyTimeout  # common.errors: the class of the wire code PROXY_TIMEOUT (error_f
 
 _.deleted_segments, dispatch_max_lag_ms  # broker/store: set, never read
 
-_.connection_made, _.connection_lost, _.data_received  # asyncio.Protocol (bench/http2.py)
-_.max_allowed_table_size, _.header_table_size  # hpack.Decoder settings (bench/http2.py)
+_.connection_made, _.connection_lost, _.data_received  # asyncio.Protocol (bench/http2.py, common/http2/server.py)
+_.pause_writing, _.resume_writing  # asyncio.Protocol flow control (common/http2/server.py)
+_.header_table_size  # hpack.Encoder setting (tests/unit/test_http2_hostile.py)
+# RFC 9113's error codes, named for the codes a peer may send us (common/http2/frames.py)
+SETTINGS_TIMEOUT, CONNECT_ERROR, INADEQUATE_SECURITY, HTTP_1_1_REQUIRED
 
 # paho-mqtt (tests/e2e/support/mqtt.py, the MQTT e2e tests): callbacks and MQTT 5 properties are set
 # as attributes the library reads.

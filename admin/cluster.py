@@ -13,15 +13,20 @@ says so plainly.
 `nameserver_cache_s` (default 0: off) keeps the NameServer's answers (brokers, topic list, routes)
 that long, and other answers that change slowly through `reuse` (the proxies' client reports, sent
 every few seconds): the console sets it so that one page describing 50 topics or groups asks for
-the broker list and the connected clients once, not 50 times. `wait_for_route` always asks afresh
-and drops the cache, so a change made through this Cluster shows at once.
+the broker list and the connected clients once, not 50 times. Inside a `view()` (a console page, a
+round of the console's sampler) only answers asked since the view began are reused: a page never
+shows what another page or the sampler read before it was asked for. `wait_for_route` always asks
+afresh and drops the cache, so a change made through this Cluster shows at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from broker.client.remote import RemoteBroker
@@ -35,6 +40,22 @@ DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_ROUTE_WAIT_S = 10.0
 _ROUTE_POLL_INTERVAL_S = 0.1
 _CACHE_ENTRIES_MAX = 10_000
+# When the current view began (`view`); outside one, every cached answer within its time counts.
+_VIEW_BEGAN: ContextVar[float] = ContextVar("admin_view_began", default=-math.inf)
+
+
+@contextlib.contextmanager
+def view() -> Iterator[None]:
+    """One consistent look at the cluster (a console page, a sampling round): within it, cached
+    answers are reused only if asked since it began. Without it, a page could show a client
+    report another page or the sampler had read up to `nameserver_cache_s` before: the console's
+    AMQP page showed 0 consumers right after `sluice admin amqp queues` (which asks afresh) showed
+    the report that had arrived in between."""
+    token = _VIEW_BEGAN.set(time.monotonic())
+    try:
+        yield
+    finally:
+        _VIEW_BEGAN.reset(token)
 
 
 class Cluster:
@@ -47,7 +68,8 @@ class Cluster:
         self._route_wait_s = route_wait_s
         self._brokers: dict[str, RemoteBroker] = {}
         self._cache_s = nameserver_cache_s
-        self._cache: dict[str, tuple[float, Any]] = {}  # "brokers" | "topics" | "route:NAME" -> (expiry, answer)
+        # "brokers" | "topics" | "route:NAME" | "reuse:KEY" -> (expiry, when asked, answer)
+        self._cache: dict[str, tuple[float, float, Any]] = {}
 
     async def __aenter__(self) -> Cluster:
         return self
@@ -125,7 +147,7 @@ class Cluster:
 
     async def _cached(self, key: str, ask: Callable[[], Awaitable[T]], *, nameserver: bool = True) -> T:
         """`ask()` (a NameServer call unless `nameserver` is false: its Unavailable is worded so),
-        or its answer of less than `nameserver_cache_s` ago."""
+        or its answer of less than `nameserver_cache_s` ago, asked since the current `view` began."""
 
         async def fresh() -> T:
             return await (self._ask_nameserver(ask()) if nameserver else ask())
@@ -134,13 +156,13 @@ class Cluster:
             return await fresh()
         now = time.monotonic()
         hit = self._cache.get(key)
-        if hit is not None and hit[0] > now:
-            answer: T = hit[1]
+        if hit is not None and hit[0] > now and hit[1] >= _VIEW_BEGAN.get():
+            answer: T = hit[2]
             return answer
         answer = await fresh()
         if len(self._cache) >= _CACHE_ENTRIES_MAX:
             self._cache.clear()
-        self._cache[key] = (now + self._cache_s, answer)
+        self._cache[key] = (now + self._cache_s, now, answer)
         return answer
 
     def _addresses(self) -> str:

@@ -14,9 +14,11 @@ needs, to a gRPC server on cleartext HTTP/2 (prior knowledge):
 - SETTINGS and PING are acknowledged; RST_STREAM fails its call, GOAWAY (or a lost connection)
   fails every call in flight; a call past its deadline is reset (CANCEL) and fails with
   `grpc.DEADLINE_EXCEEDED`;
-- header blocks are decoded with `hpack` (the trailers' grpc-status / grpc-message); we announce a
-  header table of 0 and send literals only, so no dynamic table state is shared, and a block seen
-  before (every OK call's trailers are the same bytes) is not decoded again.
+- header blocks are decoded with the servers' HPACK decoder (common/http2/hpackcodec.py: the
+  trailers' grpc-status / grpc-message); we announce a header table of 0 and send literals only,
+  so no dynamic table state is shared, and a block seen before (every OK call's trailers are the
+  same bytes) is not decoded again. Frames are written and named by the shared frame codec
+  (common/http2/frames.py).
 
 It does not do TLS, compression, or client-side streaming, and does not count its streams against
 the server's MAX_CONCURRENT_STREAMS (the bench opens a few per connection; a refused stream fails
@@ -32,60 +34,55 @@ from collections.abc import Sequence
 from typing import cast
 
 import grpc
-from hpack import Decoder
 
 from bench.errors import CallError
+from common.http2.frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    DEFAULT_MAX_FRAME,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    MAX_FRAME_LIMIT,
+    MAX_WINDOW,
+    PADDED,
+    PING,
+    PREFACE,
+    PUSH_PROMISE,
+    RST_STREAM,
+    S_ENABLE_PUSH,
+    S_HEADER_TABLE_SIZE,
+    S_INITIAL_WINDOW_SIZE,
+    S_MAX_FRAME_SIZE,
+    SETTINGS,
+    WINDOW_UPDATE,
+    ErrorCode,
+    frame,
+)
+from common.http2.frames import PRIORITY_FLAG as PRIORITY
+from common.http2.hpackcodec import Decoder, integer, literal
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 5, 6, 7, 8, 9
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
-S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = 1, 2, 4, 5
-MAX_WINDOW = (1 << 31) - 1
-DEFAULT_WINDOW = 65535
-DEFAULT_MAX_FRAME = 16384
-OUR_MAX_FRAME = (1 << 24) - 1
 REFILL_AT = 1 << 30  # connection receive window: refill after this many bytes were consumed
 _PREFIX = struct.Struct(">BI")  # a gRPC message's compressed flag and length
 _FRAME = struct.Struct(">I")  # length (24 bits) + type, read as one word with the flags byte apart
 _STATUS_NAMES = {s.value[0]: s.name for s in grpc.StatusCode}
-CANCEL, REFUSED_STREAM = 0x8, 0x7
+CANCEL, REFUSED_STREAM = ErrorCode.CANCEL, ErrorCode.REFUSED_STREAM
 DECODED_MAX = 256  # distinct header blocks remembered per connection
-
-
-def _int(value: int, prefix_bits: int, first: int = 0) -> bytes:
-    """An HPACK integer with an N-bit prefix (RFC 7541 5.1); `first` holds the pattern bits."""
-    top = (1 << prefix_bits) - 1
-    if value < top:
-        return bytes([first | value])
-    out = bytearray([first | top])
-    value -= top
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def literal(name: str, value: str) -> bytes:
-    """A header field as a literal without indexing, new name, no Huffman (RFC 7541 6.2.2)."""
-    n, v = name.encode(), value.encode()
-    return b"\x00" + _int(len(n), 7) + n + _int(len(v), 7) + v
 
 
 def request_headers(authority: str, path: str, timeout_s: float, metadata: Sequence[tuple[str, str]]) -> bytes:
     """The header block of a gRPC request (without the per-call headers the caller appends)."""
     block = bytearray(b"\x83\x86")  # :method POST, :scheme http (static table 3, 6)
-    block += b"\x04" + _int(len(path), 7) + path.encode()  # :path (static name 4), literal value
-    block += b"\x01" + _int(len(authority), 7) + authority.encode()  # :authority (static name 1)
+    block += b"\x04" + integer(len(path), 7) + path.encode()  # :path (static name 4), literal value
+    block += b"\x01" + integer(len(authority), 7) + authority.encode()  # :authority (static name 1)
     block += literal("content-type", "application/grpc") + literal("te", "trailers")
     block += literal("grpc-timeout", f"{max(1, int(timeout_s * 1000))}m")
     for name, value in metadata:
         block += literal(name, value)
     return bytes(block)
-
-
-def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return _FRAME.pack((len(payload) << 8) | kind) + bytes([flags]) + _FRAME.pack(stream) + payload
 
 
 class _Stream:
@@ -113,11 +110,9 @@ class Http2Connection(asyncio.Protocol):
         self._peer_initial_window = DEFAULT_WINDOW
         self._peer_max_frame = DEFAULT_MAX_FRAME
         self._consumed = 0  # received DATA bytes not yet given back to the connection window
-        self._decoder = Decoder()
         # We announce a header table of 0: the decoder keeps no state, so a block's headers depend
         # on its bytes alone, and the server's blocks repeat (the same headers, the same trailers).
-        self._decoder.max_allowed_table_size = 0
-        self._decoder.header_table_size = 0
+        self._decoder = Decoder(table_size=0, max_list_size=1 << 20)
         self._decoded: dict[bytes, dict[str, str]] = {}
         self._settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # first SETTINGS
         self._closed: str | None = None  # why the connection can no longer be used
@@ -142,7 +137,7 @@ class Http2Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
         settings = struct.pack(">HIHIHIHI", S_HEADER_TABLE_SIZE, 0, S_ENABLE_PUSH, 0, S_INITIAL_WINDOW_SIZE,
-                               MAX_WINDOW, S_MAX_FRAME_SIZE, OUR_MAX_FRAME)  # fmt: skip
+                               MAX_WINDOW, S_MAX_FRAME_SIZE, MAX_FRAME_LIMIT)  # fmt: skip
         grow = struct.pack(">I", MAX_WINDOW - DEFAULT_WINDOW)
         self._transport.write(PREFACE + frame(SETTINGS, 0, 0, settings) + frame(WINDOW_UPDATE, 0, 0, grow))
 
@@ -305,7 +300,7 @@ class Http2Connection(asyncio.Protocol):
     def _decode(self, block: bytes) -> dict[str, str]:
         headers = self._decoded.get(block)
         if headers is None:
-            headers = {str(n): str(v) for n, v in self._decoder.decode(block)}
+            headers = dict(self._decoder.decode(block))
             if len(self._decoded) >= DECODED_MAX:
                 self._decoded.clear()
             self._decoded[block] = headers

@@ -8,6 +8,13 @@
 The first `warmup_s` seconds are not counted (connections, routes, caches warm up); then the run is
 measured for `duration_s`, or until `stop` is set. Every task is created and awaited (or
 cancelled, after a bounded grace) here; the clients are closed before returning.
+
+Calls follow the topic's route as the official clients do (`follow_routes`, the default): the route
+is asked of the first endpoint given, and each send goes to the endpoint of the next writable queue
+of the route (round robin, as the official producers pick a queue per send), each receive and its
+ack to the endpoint of the queue received from. Under `sluice up --shards N` those are the shards
+owning the queues (docs/shards.md), so nothing is forwarded. Without it, every call goes to the
+endpoints given (tasks spread over them): a node forwards what another node owns.
 """
 
 from __future__ import annotations
@@ -15,16 +22,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bench.client import SEND_PATH, TRANSPORTS, BenchClient
+from bench.client import SEND_PATH, TRANSPORTS, BenchClient, CallError
 from bench.cpu import CpuSample, cpu_between
 from bench.echo import ECHO_SEND_PATH
 from bench.payload import SendPayload, new_run_id
 from bench.stats import Meter, progress
-from bench.workloads import ConsumeSpec, Deadline, consume_loop, produce_loop
+from bench.workloads import ConsumeSpec, Deadline, Rotation, consume_loop, produce_loop
 from common.config import ConfigError
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 
@@ -62,6 +69,7 @@ class BenchOptions:
     access_key: str = ""  # with secret: sign every request (auth on)
     secret: str = field(default="", repr=False)
     generator: str = "http2"  # who makes the calls: bench/http2.py, or grpc.aio ("grpc")
+    follow_routes: bool = True  # each call to its queue's endpoint in the route; False: to `endpoints`
 
     def validate(self) -> None:
         checks = [
@@ -91,18 +99,48 @@ async def run_bench(opts: BenchOptions, stop: asyncio.Event) -> dict[str, Any]:
     opts.validate()
     send_path = ECHO_SEND_PATH if opts.mode == "echo" else SEND_PATH
     credentials = (opts.access_key, opts.secret) if opts.access_key else None
-    clients = [BenchClient(ep, namespace=opts.namespace, timeout_s=opts.timeout_s, send_path=send_path,
-                           credentials=credentials, transport=opts.generator)
-               for ep in opts.endpoints for _ in range(opts.channels)]  # fmt: skip
+
+    def connect(endpoints: Sequence[str]) -> list[BenchClient]:
+        return [BenchClient(ep, namespace=opts.namespace, timeout_s=opts.timeout_s, send_path=send_path,
+                            credentials=credentials, transport=opts.generator)
+                for ep in endpoints for _ in range(opts.channels)]  # fmt: skip
+
+    clients = connect(opts.endpoints)
     try:
         await asyncio.gather(*(c.wait_ready(opts.timeout_s) for c in clients))
         queues = [] if opts.mode == "echo" else await clients[0].query_route(opts.topic)
+        if opts.follow_routes:
+            routed = connect([ep for ep in route_endpoints(queues) if ep not in opts.endpoints])
+            clients += routed
+            await _ready_routed(routed, opts)
         result = await _measure(opts, clients, queues, stop)
         result["calls_per_endpoint"] = calls_per_endpoint(clients)
         result["generator"] = clients[0].transport
         return result
     finally:
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+def queue_endpoint(queue: pb.MessageQueue) -> str:
+    """HOST:PORT a call about `queue` goes to: the first address of the queue's endpoints (a
+    channel to several addresses connects to the first that answers, in order); "" for none."""
+    addresses = queue.broker.endpoints.addresses
+    return f"{addresses[0].host}:{addresses[0].port}" if addresses else ""
+
+
+def route_endpoints(queues: Sequence[pb.MessageQueue]) -> list[str]:
+    """Every endpoint the route's queues name, in order of first appearance."""
+    return list(dict.fromkeys(ep for ep in map(queue_endpoint, queues) if ep))
+
+
+async def _ready_routed(clients: list[BenchClient], opts: BenchOptions) -> None:
+    """Connect to the endpoints the route named; one that cannot be reached fails the setup with a
+    hint (an address this machine does not reach: a proxy's `advertise`)."""
+    try:
+        await asyncio.gather(*(c.wait_ready(opts.timeout_s) for c in clients))
+    except CallError as exc:
+        raise CallError(exc.code, f"{exc} (an endpoint the route of {opts.topic} names; give --ignore-routes "
+                                  "to send every call to --endpoint)") from None  # fmt: skip
 
 
 def calls_per_endpoint(clients: list[BenchClient]) -> dict[str, int]:
@@ -124,7 +162,7 @@ async def _measure(
     meters: dict[str, Meter] = {}
     coros: list[Coroutine[Any, Any, None]] = []
     if opts.mode in ("produce", "echo", "e2e"):
-        coros += _produce_loops(opts, clients, meters, deadline, start_s, run_id)
+        coros += _produce_loops(opts, clients, queues, meters, deadline, start_s, run_id)
     if opts.mode in ("consume", "e2e"):
         coros += _consume_loops(opts, clients, queues, meters, deadline, run_id)
     window: list[CpuSample] = []
@@ -145,19 +183,39 @@ async def _measure(
 
 
 def _produce_loops(
-    opts: BenchOptions, clients: list[BenchClient], meters: dict[str, Meter], deadline: Deadline, start_s: float,
-    run_id: str,
+    opts: BenchOptions, clients: list[BenchClient], queues: list[pb.MessageQueue], meters: dict[str, Meter],
+    deadline: Deadline, start_s: float, run_id: str,
 ) -> list[Coroutine[Any, Any, None]]:  # fmt: skip
     name = "echo" if opts.mode == "echo" else "send"
     send = meters[name] = Meter(name, opts.size_bytes)
     payload = SendPayload(opts.topic, opts.namespace, opts.size_bytes, run_id)
     # On a schedule, the tasks share the rate and are staggered evenly over one interval.
     interval_s = None if opts.rate_per_s is None else opts.batch * opts.concurrency / opts.rate_per_s
+    writable = _writable_endpoints(queues) if opts.follow_routes else []
+    stagger_s = interval_s / opts.concurrency if interval_s else 0.0
     return [
-        produce_loop(clients[i % len(clients)], payload, send, deadline, batch=opts.batch, interval_s=interval_s,
-                     first_s=start_s + (i * interval_s / opts.concurrency if interval_s else 0.0))
+        produce_loop(_send_rotation(clients, writable, i), payload, send, deadline, batch=opts.batch,
+                     interval_s=interval_s, first_s=start_s + i * stagger_s)
         for i in range(opts.concurrency)
     ]  # fmt: skip
+
+
+def _writable_endpoints(queues: list[pb.MessageQueue]) -> list[str]:
+    """The endpoint of each writable queue of the route, in route order (by broker, then queue id)."""
+    writable = (pb.WRITE, pb.READ_WRITE)
+    ordered = sorted((q for q in queues if q.permission in writable), key=lambda q: (q.broker.name, q.id))
+    return [ep for ep in map(queue_endpoint, ordered) if ep]
+
+
+def _send_rotation(clients: list[BenchClient], writable: list[str], i: int) -> Rotation:
+    """Task `i`'s clients: one per writable queue (its endpoint's, channel `i`), starting at queue
+    `i`; without a route to follow, the task's one client of the endpoints given (round robin)."""
+    if not writable:
+        return Rotation([clients[i % len(clients)]])
+    by_endpoint: dict[str, list[BenchClient]] = {}
+    for c in clients:
+        by_endpoint.setdefault(c.endpoint, []).append(c)
+    return Rotation([by_endpoint[ep][i % len(by_endpoint[ep])] for ep in writable], start=i)
 
 
 def _consume_loops(
@@ -180,9 +238,9 @@ def _consume_loops(
 
 
 def _client_for(clients: list[BenchClient], queue: pb.MessageQueue, i: int) -> BenchClient:
-    """Loop `i`'s client for `queue`: one of the queue's own endpoint when it is among the endpoints
-    given (as the official clients receive from the queue's endpoints: with `sluice up --shards N`
-    each queue names the shard that owns it), else the loops' usual round robin."""
+    """Loop `i`'s client for `queue`: one of the queue's own endpoint when there is one (as the
+    official clients receive from the queue's endpoints: with `sluice up --shards N` each queue names
+    the shard that owns it; following the route, there always is), else the loops' round robin."""
     addresses = {f"{a.host}:{a.port}" for a in queue.broker.endpoints.addresses}
     own = [c for c in clients if c.endpoint in addresses]
     pool = own or clients

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.client import BenchClient, CallError
@@ -42,8 +43,23 @@ class Deadline:
         return self.stop.is_set() or (time.monotonic() if now_s is None else now_s) >= self.at_s
 
 
+class Rotation:
+    """The client of each call: the next of `clients` (round robin from `start`). A producer that
+    follows the route gets one per writable queue, as the official producers pick the next queue
+    for each send and send it to that queue's endpoint; otherwise it holds one client."""
+
+    def __init__(self, clients: Sequence[BenchClient], start: int = 0) -> None:
+        self._clients = list(clients)
+        self._next = start % len(self._clients)
+
+    def __call__(self) -> BenchClient:
+        client = self._clients[self._next]
+        self._next = (self._next + 1) % len(self._clients)
+        return client
+
+
 async def produce_loop(
-    client: BenchClient, payload: SendPayload, meter: Meter, deadline: Deadline, *, batch: int,
+    clients: Rotation, payload: SendPayload, meter: Meter, deadline: Deadline, *, batch: int,
     interval_s: float | None = None, first_s: float = 0.0,
 ) -> None:  # fmt: skip
     due_s = first_s
@@ -67,7 +83,7 @@ async def produce_loop(
                 started = due_s  # behind schedule: charge the wait to the server
             due_s += interval_s
         try:
-            failed = await client.send(payload.request(batch))
+            failed = await clients().send(payload.request(batch))
         except CallError as exc:
             meter.error(exc.code, batch)
             await asyncio.sleep(ERROR_PAUSE_S)

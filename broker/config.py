@@ -10,6 +10,10 @@ from broker.store.config import StoreConfig
 from broker.tiering.config import TieringConfig
 from common.served import ServedConfig
 
+# What a record holds besides its body, at most: user properties (`max_properties_bytes`), an AMQP
+# message's content header (up to a frame, 128 KiB), keys, ids, tag and hosts, with room to spare.
+RECORD_HEADROOM_BYTES = 1 << 20
+
 
 @dataclass(frozen=True)
 class PopConfig:
@@ -34,7 +38,10 @@ class PopConfig:
 
 @dataclass(frozen=True)
 class LimitsConfig:
-    max_body_bytes: int = 4 * 1024 * 1024
+    # The largest body the store takes: an AMQP publish up to the gateway's max_body_bytes (16 MiB,
+    # RabbitMQ's default). RocketMQ clients are held to less by their proxy ([proxy.settings]
+    # max_body_bytes, a little under 4 MiB: what their gRPC channels can receive).
+    max_body_bytes: int = 16 * 1024 * 1024
     max_property_count: int = 128
     max_properties_bytes: int = 16 * 1024
     max_key_count: int = 32
@@ -147,3 +154,10 @@ class BrokerConfig(ServedConfig):
     # A message sent with `dedup` (the Spark sink) whose id this broker stored in the topic within
     # this many seconds is not stored again (broker/dedup.py); 0 stores every copy.
     dedup_window_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        room = self.store.commitlog.max_record_bytes - self.limits.max_body_bytes
+        if room < RECORD_HEADROOM_BYTES:
+            raise ValueError(f"store.commitlog.max_record_bytes ({self.store.commitlog.max_record_bytes}) must leave "
+                             f"{RECORD_HEADROOM_BYTES} bytes over limits.max_body_bytes ({self.limits.max_body_bytes}) "
+                             "for a message's properties, keys and ids")  # fmt: skip

@@ -10,8 +10,9 @@ All state changes of one call are one WriteBatch, committed before the call retu
 
 A message that runs out of delivery attempts moves to `%DLQ%<group>` when its invisibility ends
 (the scanner task does it; pops leave such messages alone). FIFO groups deliver a message group's
-next message only after the previous one is acknowledged or dead-lettered; other message groups
-in the same queue keep flowing.
+next message only after the previous one is acknowledged or dead-lettered (on a replicated primary:
+once every in-sync member holds that ack or dead letter, popstate.py); other message groups in the
+same queue keep flowing.
 
 Event-loop thread only: the state of a call is read and written without an await in between,
 except around the dead-letter append, which re-checks the entry's version after the await.
@@ -96,6 +97,7 @@ class PopEngine:
         self.clock = clock
         self._cold = cold
         self._store = store
+        self._max_bytes = store.config.read.max_batch_bytes
         self._meta = metadata
         self._state = state
         self._hub = hub
@@ -156,22 +158,26 @@ class PopEngine:
         until = now + req.invisible_ms
         out: list[StoredMessage] = []
         claimed: set[tuple[int, str]] = set()  # FIFO (queue, message group) handed out in this call
+        fifo_open = True
+        if group.spec.fifo:
+            self._state.release_settled()  # lanes whose last ack the in-sync replicas now hold
+            fifo_open = self._state.fifo_open()  # a new primary: once they hold the state it began with
         batch = self._state.batch()
         self._redeliver(group, topic.name, set(queues), filt, n, now, until, batch, out, claimed, cold)
-        if group.spec.fifo:
+        if group.spec.fifo and fifo_open:
             for qid in queues:
-                if len(out) >= n:
+                if self._full(out, n):
                     break
                 self._release_waiting(group, topic.name, qid, n, until, batch, out, claimed, cold)
         levels = self.levels if priority.is_priority(topic) and self._cold is None else None
         g = group.spec.name
         for qid in queues:
-            if len(out) >= n:
+            if self._full(out, n):
                 break
             if levels is not None and levels.is_drained(g, topic.name, qid):
                 continue
             before = len(out)
-            self._take_new(group, topic.name, qid, filt, n, until, batch, out, claimed, cold)
+            self._take_new(group, topic.name, qid, filt, n, until, batch, out, claimed, cold, fifo_open=fifo_open)
             if levels is not None and len(out) == before and self._at_end(batch, g, topic.name, qid):
                 levels.drained(g, topic.name, qid)
         batch.commit()
@@ -181,13 +187,22 @@ class PopEngine:
                                        [(m.queue_id, m.queue_offset, m.delivery_attempt) for m in out])  # fmt: skip
         return out
 
+    def _bytes_left(self, out: list[StoredMessage]) -> int:
+        """Record bytes a pop holding `out` may still take: one pop carries about
+        `read.max_batch_bytes` (past its first message), as one read does, so that a response of
+        the internal RPC stays under its limit however large the bodies (AMQP's reach 16 MiB)."""
+        return self._max_bytes - sum(m.record.size or len(m.record.body) for m in out)
+
+    def _full(self, out: list[StoredMessage], n: int) -> bool:
+        return len(out) >= n or (bool(out) and self._bytes_left(out) <= 0)
+
     def _redeliver(
         self, group: GroupInfo, topic: str, queues: set[int], filt: MessageFilter, n: int, now: int, until: int,
         batch: PopBatch, out: list[StoredMessage], claimed: set[tuple[int, str]], cold: _Cold,
     ) -> None:  # fmt: skip
         g = group.spec.name
         for _, t, qid, offset in list(self._state.due(g, now, _DUE_SCAN_LIMIT)):
-            if len(out) >= n:
+            if self._full(out, n):
                 return
             if t != topic or qid not in queues:
                 continue
@@ -218,9 +233,9 @@ class PopEngine:
         if not lanes:
             return
         for mg, lane in list(lanes.items()):
-            if len(out) >= n:
+            if self._full(out, n):
                 return
-            if lane.outstanding or not lane.waiting or (qid, mg) in claimed:
+            if lane.outstanding or lane.settling or not lane.waiting or (qid, mg) in claimed:
                 continue
             offset = lane.waiting[0]
             entry = self._state.entry(g, topic, qid, offset)
@@ -236,8 +251,10 @@ class PopEngine:
 
     def _take_new(
         self, group: GroupInfo, topic: str, qid: int, filt: MessageFilter, n: int, until: int, batch: PopBatch,
-        out: list[StoredMessage], claimed: set[tuple[int, str]], cold: _Cold,
+        out: list[StoredMessage], claimed: set[tuple[int, str]], cold: _Cold, *, fifo_open: bool = True,
     ) -> None:  # fmt: skip
+        """New messages from the group's cursor; `fifo_open` False (`PopState.fifo_open`): every
+        message of a message group is held back (WAITING) for now."""
         g = group.spec.name
         fifo = group.spec.fifo
         if qid in cold.skip:
@@ -246,8 +263,10 @@ class PopEngine:
         cursor = cold.cursors[qid] if unset and qid in cold.cursors else self.cursor(group, topic, qid)
         start = cursor
         scanned = 0
-        while len(out) < n and scanned < self._cfg.max_scan_entries:
-            res = self._store.read(topic, qid, cursor, max_messages=n - len(out), tag_hashes=filt.tag_hashes)
+        while not self._full(out, n) and scanned < self._cfg.max_scan_entries:
+            left = self._bytes_left(out)
+            res = self._store.read(topic, qid, cursor, max_messages=n - len(out), max_bytes=max(1, left),
+                                   tag_hashes=filt.tag_hashes)  # fmt: skip
             tier = self._cold
             if (
                 res.status is ReadStatus.OFFSET_TOO_SMALL
@@ -274,7 +293,7 @@ class PopEngine:
             version, held_version = self._state.first_version, self._state.waiting_version
             everything = isinstance(filt, TagFilter) and filt.tags is None
             for rec in res.messages:
-                if len(out) >= n:
+                if len(out) >= n or (out and left <= 0):
                     consumed_to = rec.queue_offset
                     break
                 if not everything and not filt.matches(rec.tag, rec.properties):
@@ -282,13 +301,14 @@ class PopEngine:
                 mg = (rec.message_group or "") if fifo else ""
                 if mg:
                     lane = self._state.fifo.get((g, topic, qid), {}).get(mg)
-                    if (qid, mg) in claimed or (lane is not None and (lane.outstanding or lane.waiting)):
+                    if (qid, mg) in claimed or not fifo_open or (lane is not None and not lane.idle):
                         held = PopEntry(EntryState.WAITING, 0, held_version, 0, mg)
                         batch.put(g, topic, qid, rec.queue_offset, held, None)
                         continue
                     claimed.add((qid, mg))
                 add(g, topic, qid, rec.queue_offset, until, mg)
                 append(deliver(rec, 1, version, until, g))
+                left -= rec.size or len(rec.body)
             cursor = consumed_to
         if cursor != start or self._state.cursor(g, topic, qid) is None:
             batch.set_cursor(g, topic, qid, cursor)
@@ -499,8 +519,22 @@ class PopEngine:
 
     # -- background ------------------------------------------------------------------------------
 
+    def settled(self) -> None:
+        """Wake the consumers of FIFO groups whose message groups' last acks or dead letters every
+        in-sync member now holds (their next messages may go out); on a new primary, of every FIFO
+        group once they hold the state its term began with (`PopState.fifo_open`)."""
+        was_open = self._state.fifo_open()
+        opened = self._state.release_settled()
+        if not was_open and self._state.fifo_open():
+            opened |= {name for name, info in self._meta.groups.items() if info.spec.fifo}
+        if opened:
+            self._hub.notify(tuple(group_key(g) for g in opened))
+
     async def scan_due(self) -> None:
-        """Dead-letter exhausted messages and wake consumers of groups with visible-again messages."""
+        """Dead-letter exhausted messages and wake consumers of groups with visible-again messages
+        or FIFO lanes opened since (`settled`: an ack refused while too few members were in sync
+        opens its lane once they hold it)."""
+        self.settled()
         now = self.clock.now_ms()
         for g in self._state.groups_with_inflight():
             info = self._meta.groups.get(g)

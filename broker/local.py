@@ -100,9 +100,12 @@ from common.model import (
     ADMIN_READ_GROUP_PREFIX,
     ALL_MESSAGE_TYPES,
     EXCLUSIVE_TYPES,
+    UNDECIDED_TYPES,
     MessageType,
     TopicInfo,
+    auto_types,
     dlq_topic,
+    is_system_topic,
     validate_group_name,
     validate_topic_name,
 )
@@ -225,7 +228,8 @@ class LocalBroker:
                 await loop.run_in_executor(None, store.close)
                 raise
         metadata = Metadata(store.index)
-        pop_state = PopState(store.index, term=self._term, cursor_cache_size=cfg.pop.cursor_cache_size)
+        pop_state = PopState(store.index, term=self._term, cursor_cache_size=cfg.pop.cursor_cache_size,
+                             acked_state=self._durability.acked_state)  # fmt: skip
         self.hub = LongPollHub(loop)
         store.add_dispatch_listener(lambda touched: self.hub.notify_threadsafe(map(topic_key, touched)))
         trace = TraceRecorder(cfg.name, cfg.trace, store.index.cf(CF_TRACE), store.index.handle(CF_TRACE),
@@ -474,8 +478,14 @@ class LocalBroker:
         log.info("topic deleted", extra=kv(topic=name))
         await self._topics_changed()
 
-    async def get_topic(self, name: str, *, auto_create: bool = False) -> TopicSpec:
-        return await self.ensure_topic(name) if auto_create else self.metadata.topic(name)
+    async def get_topic(self, name: str, *, auto_create: bool = False, like: TopicSpec | None = None) -> TopicSpec:
+        if auto_create or like is not None:
+            return await self.ensure_topic(name, like=like, create=auto_create)
+        return self.metadata.topic(name)
+
+    def held_topic(self, name: str) -> TopicSpec | None:
+        """This broker's copy of the topic; None when it holds none (nothing is created)."""
+        return self.metadata.topics.get(name)
 
     async def list_topics(self) -> list[TopicSpec]:
         return sorted(self.metadata.topics.values(), key=lambda s: s.name)
@@ -492,27 +502,46 @@ class LocalBroker:
                            pending_timers=self.timers.pending_count(name), local_bytes=local_bytes,
                            delivered=self.engine.delivered[name])  # fmt: skip
 
-    async def ensure_topic(self, name: str, first: MessageType | None = None) -> TopicSpec:
-        """The topic; on first use it is created when this broker auto-creates, else TopicNotFound.
+    async def ensure_topic(
+        self, name: str, first: MessageType | None = None, *, like: TopicSpec | None = None, create: bool = True
+    ) -> TopicSpec:
+        """The topic; on first use it is created (with `create`) when this broker auto-creates,
+        else TopicNotFound. A system topic's name (`%...`, dead letters) is never created here.
 
         An auto-created topic takes the type of its first message (`first`, when a send creates
         it): a LITE or PRIORITY topic for such a message, else a topic accepting every other type.
         Created by a route lookup, before any message, it accepts every type (so clients that check
         a message's type against the route send it) until its first message decides.
-        `create_topic` validates the name."""
+
+        `like` is the cluster's definition of a topic created on first use, decided once by the
+        broker that created it first (docs/shards.md, "Topics, groups and admin"): a topic this
+        broker lacks is created as `like`, and an undecided copy takes like's types once they are
+        decided; a decided copy never changes. `create_topic` validates the name and the spec."""
         spec = self.metadata.topics.get(name)
-        if spec is None and self.config.auto_create:
-            types = UNDECIDED_TYPES if first is None else _auto_types(first)
-            spec = await self.create_topic(TopicSpec(name, self.config.auto_create_queue_count, types))
-        elif spec is not None and first is not None and spec.message_types == UNDECIDED_TYPES:
-            spec = replace(spec, message_types=_auto_types(first))
-            self.metadata.put_topic(spec)
-            # Its first message decides only between a LITE or PRIORITY topic and one of every other type.
-            accepts = ",".join(sorted(t.name.lower() for t in spec.message_types))
-            log.info("auto-created topic's types decided by its first message",
-                     extra=kv(topic=name, first=first.name, accepts=accepts))  # fmt: skip
-            await self._topics_changed()
-        return spec if spec is not None else self.metadata.topic(name)
+        if spec is None:
+            if not (create and self.config.auto_create) or is_system_topic(name):
+                return self.metadata.topic(name)  # TopicNotFound
+            if like is not None:
+                if like.name != name:
+                    raise BadRequest(f"the definition given for topic {name} is topic {like.name}'s")
+                return await self.create_topic(like)
+            types = UNDECIDED_TYPES if first is None else auto_types(first)
+            return await self.create_topic(TopicSpec(name, self.config.auto_create_queue_count, types))
+        if spec.message_types != UNDECIDED_TYPES:
+            return spec
+        decided = _decision(like) if like is not None else auto_types(first) if first is not None else None
+        if decided is None:
+            return spec
+        spec = replace(spec, message_types=decided)
+        self.metadata.put_topic(spec)
+        # Its first message (here or on another broker of the cluster) decides only between a LITE or
+        # PRIORITY topic and one of every other type.
+        accepts = ",".join(sorted(t.name.lower() for t in spec.message_types))
+        where = first.name if first is not None else "on another broker"
+        log.info("auto-created topic's types decided by its first message",
+                 extra=kv(topic=name, first=where, accepts=accepts))  # fmt: skip
+        await self._topics_changed()
+        return spec
 
     # -- groups ----------------------------------------------------------------------------------
 
@@ -536,10 +565,14 @@ class LocalBroker:
         self.engine.ready_bytes.forget(name)
         log.info("consumer group deleted", extra=kv(group=name))
 
-    async def get_group(self, name: str, *, auto_create: bool = False) -> GroupInfo:
+    async def get_group(self, name: str, *, auto_create: bool = False, like: GroupSpec | None = None) -> GroupInfo:
+        """The group; with `auto_create`, created first where this broker auto-creates groups, as
+        `like` when given (the cluster's definition: another broker's copy, proxy/firstuse.py)."""
         info = self.metadata.groups.get(name)
         if info is None and auto_create and self.config.auto_create:
-            return await self.create_group(GroupSpec(name))
+            if like is not None and like.name != name:
+                raise BadRequest(f"the definition given for consumer group {name} is group {like.name}'s")
+            return await self.create_group(like if like is not None else GroupSpec(name))
         return info if info is not None else self.metadata.group(name)
 
     async def list_groups(self) -> list[GroupInfo]:
@@ -556,7 +589,11 @@ class LocalBroker:
     async def send(
         self, topic: str, queue_id: int, records: Sequence[bytes], *, ctx: CallContext = NO_CONTEXT
     ) -> list[SendResult]:
-        messages = received(records, topic, queue_id, self.config.advertised_address)
+        host = self.config.advertised_address
+        if sum(map(len, records)) < _LARGE_SEND_BYTES:
+            messages = received(records, topic, queue_id, host)
+        else:  # a 16 MiB AMQP body is ~20 ms of CRC and copying: in a thread, the loop runs between its steps
+            messages = await asyncio.get_running_loop().run_in_executor(None, received, records, topic, queue_id, host)
         # `received` gives each message type as a MessageType
         spec = await self.ensure_topic(topic, cast(MessageType, messages[0].message_type) if messages else None)
         producer, dedup = self._running().producer, self._dedup
@@ -627,6 +664,7 @@ class LocalBroker:
         if spec is not None and is_lite(spec):
             self.lite.after_ack(group, topic, {qid for qid, _ in done})
         await self._state_replicated()
+        self.engine.settled()  # the in-sync replicas hold the acks: their message groups go on
         return results
 
     async def change_invisible_duration(
@@ -656,6 +694,7 @@ class LocalBroker:
         self.metadata.group(group)
         await self.engine.forward_to_dead_letter(group, topic, receipt_handle)
         await self._state_replicated()
+        self.engine.settled()
 
     # -- pull and offsets ------------------------------------------------------------------------
 
@@ -908,11 +947,21 @@ class LocalBroker:
 
 # Message types whose send also writes consumer state (the timer index, the half-message index).
 _INDEXED_TYPES = frozenset({MessageType.DELAY, MessageType.TRANSACTION})
-UNDECIDED_TYPES: frozenset[MessageType] = frozenset(MessageType)  # an auto-created topic before its first message
+_LARGE_SEND_BYTES = 1 << 20  # a send of records this large is verified and copied off the event loop
+# The types a first message can decide an auto-created topic to accept (`auto_types`).
+_DECISIONS = frozenset(auto_types(t) for t in MessageType)
 
 
-def _auto_types(first: MessageType) -> frozenset[MessageType]:
-    return frozenset({first}) if first in EXCLUSIVE_TYPES else ALL_MESSAGE_TYPES
+def _decision(like: TopicSpec) -> frozenset[MessageType] | None:
+    """The types `like` (the cluster's definition of an auto-created topic) decided; None while
+    it is undecided too. BadRequest for a set no first message decides."""
+    if like.message_types == UNDECIDED_TYPES:
+        return None
+    if like.message_types not in _DECISIONS:
+        types = ",".join(sorted(t.name.lower() for t in like.message_types))
+        raise BadRequest(f"topic {like.name}: {types} is not what a first message decides an auto-created topic to "
+                         "accept (one of lite, priority, or the four ordinary types)")  # fmt: skip
+    return like.message_types
 
 
 def check_lite_consumer(topic: TopicSpec, client_id: str) -> None:

@@ -1,7 +1,10 @@
 """Validation of produced messages (the records a send carries, `common.record.received`) against a
 topic and the broker's limits.
 
-Each check raises the protocol's specific error with a message that says what to change.
+Each check raises the protocol's specific error with a message that says what to change. An empty
+body is a message like any other here: AMQP publishes may have one (signals, headers-only
+messages); the RocketMQ protocol's refusal of an empty body (MESSAGE_BODY_EMPTY) is its edge's
+(proxy/grpc/produce.py).
 """
 
 from __future__ import annotations
@@ -20,14 +23,13 @@ from common.errors import (
     IllegalMessageKey,
     IllegalMessagePropertyKey,
     IllegalMessageTag,
-    MessageBodyEmpty,
     MessageBodyTooLarge,
     MessagePropertiesTooLarge,
     MessageTypeConflict,
     SluiceError,
 )
 from common.model import MESSAGE_TYPES, MessageType, TopicInfo
-from common.record import FLAG_EMPTY_BODY_OK, MessageRecord
+from common.record import MessageRecord
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Below this many messages, checking a send one by one (`validate_message`) costs less than
@@ -47,7 +49,7 @@ def _printable(text: str) -> bool:
 
 
 def _body_ok(size: int, limits: LimitsConfig) -> bool:
-    return 0 < size <= limits.max_body_bytes
+    return size <= limits.max_body_bytes
 
 
 def _id_ok(message_id: str, limits: LimitsConfig) -> bool:
@@ -95,9 +97,7 @@ def _type_error(
 
 
 def validate_message(msg: MessageRecord, topic: TopicInfo, limits: LimitsConfig) -> None:
-    if not _body_ok(len(msg.body), limits) and (msg.body or not msg.flags & FLAG_EMPTY_BODY_OK):
-        if not msg.body:
-            raise MessageBodyEmpty("message body is empty; send at least one byte")
+    if not _body_ok(len(msg.body), limits):
         raise MessageBodyTooLarge(
             f"message body is {len(msg.body)} bytes; this broker accepts at most {limits.max_body_bytes}"
         )

@@ -26,6 +26,18 @@ starts over at the term's first version, so two terms never hand out one version
 Every change to a group's state is one WriteBatch (`PopBatch.commit`), and memory follows only after
 the batch is written, so a crash leaves either the old or the new state, never a mix.
 Single-writer: all mutations run on the broker's event loop thread.
+
+**FIFO lanes on a replicated primary.** A message group's next message is handed out only once the
+change that settled the one before it (its ack, its dead letter) is held by every in-sync member
+(`acked_state`, the store's durability: broker/store/durability.py), as an ack answered OK is. The
+batch that removes a group's in-flight entry marks its lane `settling` with the number of the state
+change it recorded (`Index.write`); the lane stays closed until `acked_state()` reaches it
+(`release_settled`). Otherwise a failover or a partition could undo an ack the next message was
+released on (an ack applied here and refused HA_NOT_AVAILABLE, or still waiting for the replicas):
+the earlier message would come back after the later one was delivered. For the same reason a new
+primary's lanes hand out nothing until every in-sync member holds the state its term began with
+(`fifo_open`). A broker outside a replicated group records no change numbers, so its lanes never
+wait.
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ import collections
 import contextlib
 import functools
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -172,15 +184,33 @@ def parse_due_key(raw: bytes) -> tuple[str, int, str, int, int]:
 
 @dataclass(slots=True)
 class FifoLane:
-    """One message group of a FIFO consumer group in one queue."""
+    """One message group of a FIFO consumer group in one queue. Its next message may be handed out
+    when nothing is `outstanding` and nothing is `settling`."""
 
     outstanding: int = 0  # INFLIGHT entries (0 or 1 in practice)
     waiting: collections.deque[int] = field(default_factory=collections.deque)  # WAITING offsets, ascending
+    # The state change that settled its last in-flight entry, until every in-sync member holds it
+    # (`PopState.release_settled`); 0: none pending.
+    settling: int = 0
+
+    @property
+    def idle(self) -> bool:
+        return self.outstanding == 0 and not self.waiting and not self.settling
 
 
 class PopState:
-    def __init__(self, index: Index, *, term: int = 0, cursor_cache_size: int = 200_000) -> None:
+    def __init__(
+        self, index: Index, *, term: int = 0, cursor_cache_size: int = 200_000,
+        acked_state: Callable[[], int | None] = lambda: None,
+    ) -> None:  # fmt: skip
+        """`acked_state`: the latest state change every in-sync member holds (None: every change;
+        broker/store/durability.py), which FIFO lanes wait for (see the module doc)."""
         self._index = index
+        self._acked_state = acked_state
+        # Lanes waiting for their settling change to be held, in change order: (change, queue, group).
+        # At most one per lane (a settling lane hands out nothing that could settle again).
+        self._settling: collections.deque[tuple[int, QueueKey, str]] = collections.deque()
+        self._start_held = False  # `fifo_open`: once True, for good
         self._cursor_cache_size = cursor_cache_size
         self._term = term
         self.first_version = first_version(term)  # of entries created here (`first_version`)
@@ -333,6 +363,35 @@ class PopState:
         if n == 0 and limit > 0:
             self.due_floor[group] = _NO_DEADLINE  # nothing live at or above the floor, so nothing at all
 
+    def fifo_open(self) -> bool:
+        """Whether FIFO lanes may hand out messages at all: not before every in-sync member holds
+        the state this primary's term began with (`acked_state` -1: an ack the predecessor applied
+        may have reached this member only, and the lane it freed is free only here)."""
+        if not self._start_held:
+            held = self._acked_state()
+            self._start_held = held is None or held >= 0
+        return self._start_held
+
+    def release_settled(self) -> set[str]:
+        """Open the FIFO lanes whose settling change every in-sync member now holds; the consumer
+        groups of the lanes opened (their consumers may take the next messages)."""
+        pending = self._settling
+        if not pending:
+            return set()
+        held = self._acked_state()
+        opened: set[str] = set()
+        while pending and (held is None or pending[0][0] <= held):
+            seq, qk, mg = pending.popleft()
+            lanes = self.fifo.get(qk, {})
+            lane = lanes.get(mg)
+            if lane is None or lane.settling != seq:
+                continue  # dropped (a deleted group) or settled again since
+            lane.settling = 0
+            opened.add(qk[0])
+            if lane.idle:
+                del lanes[mg]
+        return opened
+
     def groups_with_inflight(self) -> set[str]:
         return {g for (g, _, _), n in self.inflight.items() if n > 0}
 
@@ -470,7 +529,7 @@ class PopBatch:
     def commit(self) -> None:
         if self.empty:
             return
-        self._s._index.write(self._wb)
+        seq = self._s._index.write(self._wb)
         if self._cursors:
             self._s._cache_cursors(self._cursors)
         inflight = self._s.inflight
@@ -481,10 +540,11 @@ class PopBatch:
             else:  # no key per idle queue (a broker may hold a million lite topics' queues)
                 del inflight[qk]
         for qk, offset, old, new in self._mem:
-            self._apply(qk, offset, old, new)
+            self._apply(qk, offset, old, new, seq)
 
-    def _apply(self, qk: QueueKey, offset: int, old: PopEntry | None, new: PopEntry | None) -> None:
-        """Counters and FIFO lane of one change of an entry with a message group."""
+    def _apply(self, qk: QueueKey, offset: int, old: PopEntry | None, new: PopEntry | None, seq: int) -> None:
+        """Counters and FIFO lane of one change of an entry with a message group; `seq`: the
+        number of the replicated state change the batch recorded (0: none)."""
         s = self._s
         was_inflight = old is not None and old.state is EntryState.INFLIGHT
         is_inflight = new is not None and new.state is EntryState.INFLIGHT
@@ -500,5 +560,8 @@ class PopBatch:
             lane.waiting.remove(offset)
         if new is not None and new.state is EntryState.WAITING:
             lane.waiting.append(offset)
-        if lane.outstanding == 0 and not lane.waiting:
+        if was_inflight and not is_inflight and seq:  # settled: the next waits until the replicas hold it
+            lane.settling = seq
+            s._settling.append((seq, qk, mg))
+        if lane.idle:
             del s.fifo[qk][mg]

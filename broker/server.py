@@ -129,7 +129,11 @@ async def _run_member(
     from broker.replication.member import GroupMember, RoleSwitch
 
     switch = RoleSwitch(config.name, config.replication.group)
-    registrar = None if client is None else (lambda broker: _registrar(broker, client, config, advertised))
+    registrar = (
+        None
+        if client is None
+        else (lambda broker, term_valid: _registrar(broker, client, config, advertised, may_register=term_valid))
+    )
     member = GroupMember(config, switch, advertised, registrar, token=token.from_environment())
     member_stop = asyncio.Event()
     try:
@@ -160,7 +164,12 @@ def _check_names(config: BrokerConfig) -> None:
         raise ConfigError(f"[broker] {exc}") from None
 
 
-def _registrar(broker: LocalBroker, client: NameServerClient, config: BrokerConfig, advertised: str) -> BrokerRegistrar:
+def _registrar(
+    broker: LocalBroker, client: NameServerClient, config: BrokerConfig, advertised: str, *,
+    may_register: Callable[[], bool] = lambda: True,
+) -> BrokerRegistrar:  # fmt: skip
+    """`may_register`: a group's primary registers only while its term is valid (BrokerRegistrar)."""
+
     def registration() -> BrokerRegistration:
         return BrokerRegistration(
             cluster_name=config.cluster,
@@ -174,4 +183,5 @@ def _registrar(broker: LocalBroker, client: NameServerClient, config: BrokerConf
         "registering with nameservers",
         extra=kv(broker=broker.name, cluster=config.cluster, nameservers=";".join(client.addresses)),
     )
-    return BrokerRegistrar(client, registration, heartbeat_interval_s=config.heartbeat_interval_s)
+    return BrokerRegistrar(client, registration, heartbeat_interval_s=config.heartbeat_interval_s,
+                           may_register=may_register)  # fmt: skip

@@ -75,7 +75,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @internal_rpc
     async def GetTopic(self, request: pb.GetTopicRequest, context: Context) -> pb.GetTopicResponse:
-        spec = await self._api.get_topic(request.name, auto_create=request.auto_create)
+        like = convert.topic_spec_from_pb(request.like) if request.HasField("like") else None
+        spec = await self._api.get_topic(request.name, auto_create=request.auto_create, like=like)
         return pb.GetTopicResponse(spec=convert.topic_spec_to_pb(spec))
 
     @internal_rpc
@@ -107,7 +108,8 @@ class BrokerServicer(pb_grpc.BrokerServicer):
 
     @internal_rpc
     async def GetGroup(self, request: pb.GetGroupRequest, context: Context) -> pb.GetGroupResponse:
-        info = await self._api.get_group(request.name, auto_create=request.auto_create)
+        like = convert.group_spec_from_pb(request.like) if request.HasField("like") else None
+        info = await self._api.get_group(request.name, auto_create=request.auto_create, like=like)
         return pb.GetGroupResponse(info=convert.group_info_to_pb(info))
 
     @internal_rpc

@@ -61,7 +61,7 @@ _Run = tuple[TraceKind, int, str, str, "list[tuple[Any, ...]]"]
 class TraceRecorder:
     def __init__(
         self, broker: str, config: TraceConfig, cf: rocksdict.Rdict, handle: rocksdict.ColumnFamily,
-        new_batch: Callable[[], rocksdict.WriteBatch], write: Callable[[rocksdict.WriteBatch], None],
+        new_batch: Callable[[], rocksdict.WriteBatch], write: Callable[[rocksdict.WriteBatch], object],
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:  # fmt: skip
         """`clock`: event times and the age of buckets are read on it (common/clock.py)."""

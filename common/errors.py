@@ -213,6 +213,20 @@ class NotPrimary(Unavailable):
         super().__init__(message if message.endswith(self.SUFFIX) else message + self.SUFFIX)
 
 
+class TooFewInSync(Unavailable):
+    """A broker group's primary refused a write because fewer than `min_insync` members are in
+    sync: replicas cut off or down, or, right after a failover, not yet caught up with the new
+    primary. A send refused so was not acknowledged (and, refused before it was written, not
+    stored); once a replica is back in sync the primary takes it, so a proxy retries it there
+    within the client's deadline (proxy/core/failover.py). Over the internal RPC it travels as
+    HA_NOT_AVAILABLE with a message ending in `SUFFIX`, which `error_for_code` recognises."""
+
+    SUFFIX = "; retry when the group's replicas are back in sync"
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message if message.endswith(self.SUFFIX) else message + self.SUFFIX)
+
+
 class NotThisServer(Unavailable):
     """The address answers, but as another kind of server (gRPC UNIMPLEMENTED: it has none of the
     calls asked for): a wrong address, such as a proxy's client port given as a NameServer."""
@@ -275,6 +289,6 @@ def error_for_code(code: int, message: str) -> SluiceError:
         cls = _BY_CODE[Code(code)]
     except (ValueError, KeyError):
         cls = InternalError
-    if cls is Unavailable and message.endswith(NotPrimary.SUFFIX):
-        cls = NotPrimary
+    if cls is Unavailable:
+        cls = next((c for c in (NotPrimary, TooFewInSync) if message.endswith(c.SUFFIX)), cls)
     return cls(message)

@@ -160,6 +160,12 @@ MESSAGE_BYTES_OUT = _Tally(
     "sluice_message_bytes_out", "Body bytes of the messages delivered to consumers", ("topic", "group")
 )
 MESSAGES_ACKED = _Tally("sluice_messages_acked", "Messages acknowledged by consumers", ("topic", "group"))
+AMQP_PUBLISHES_REFUSED = _Tally(
+    "sluice_amqp_publishes_refused",
+    "AMQP publishes the gateway did not store, by vhost and reason: max_size (body over max_body_bytes), refused "
+    "(a broker refused the message), not_stored (a broker failed), queue_full (x-overflow reject-publish)",
+    ("vhost", "reason"),
+)
 INTERNAL_RPC_REQUESTS = _Tally(
     "sluice_internal_rpc_requests",
     "Calls served by Sluice's internal gRPC services (broker, nameserver, navigation), by result code",
@@ -249,6 +255,12 @@ def count_out(topic: str, group: str, messages: int, body_bytes: int) -> None:
 def count_acked(topic: str, group: str, messages: int) -> None:
     if _config.enabled and messages:
         MESSAGES_ACKED.inc((topic, group), messages)
+
+
+def count_amqp_refused(vhost: str, reason: str) -> None:
+    """One AMQP publish not stored (proxy/amqp/channel.py names the reasons)."""
+    if _config.enabled:
+        AMQP_PUBLISHES_REFUSED.inc((vhost, reason))
 
 
 def observe_flush(seconds: float) -> None:

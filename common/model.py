@@ -40,6 +40,15 @@ ALL_MESSAGE_TYPES: frozenset[MessageType] = frozenset(
     (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 )
 EXCLUSIVE_TYPES: frozenset[MessageType] = frozenset((MessageType.LITE, MessageType.PRIORITY))
+# A topic created on first use before its first message: it accepts every type until that message
+# decides (`auto_types`), so clients that check a message's type against the route send it.
+UNDECIDED_TYPES: frozenset[MessageType] = frozenset(MessageType)
+
+
+def auto_types(first: MessageType) -> frozenset[MessageType]:
+    """What a topic created on first use accepts once a message of type `first` decided it: a LITE
+    or PRIORITY topic for such a message, else a topic of the four ordinary types."""
+    return frozenset({first}) if first in EXCLUSIVE_TYPES else ALL_MESSAGE_TYPES
 
 
 class Permission(IntEnum):
@@ -87,6 +96,11 @@ def validate_topic_name(name: str, *, allow_system: bool = False) -> str:
     if name.startswith(SYSTEM_PREFIX) and not allow_system:
         raise IllegalTopic(f"topic name {name!r} is reserved: names starting with '%' are system topics")
     return name
+
+
+def is_system_topic(name: str) -> bool:
+    """A topic brokers create for themselves (dead letters): never created on first use by a client."""
+    return name.startswith(SYSTEM_PREFIX)
 
 
 def validate_group_name(name: str) -> str:

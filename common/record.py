@@ -11,7 +11,7 @@ writer assigns are adjacent, so sealing is one `pack_into` plus the CRC.
 | 8      | 4    | crc32 (u32)              | zlib.crc32 of bytes [12, total_size)                      |
 | 12     | 1    | version (u8)             | 1                                                         |
 | 13     | 1    | message_type (u8)        | NORMAL 1, FIFO 2, DELAY 3, TRANSACTION 4, LITE 5, PRIO. 6 |
-| 14     | 2    | flags (u16)              | bit 0: body gzip (as sent); 1: dedup send; 2: empty body ok |
+| 14     | 2    | flags (u16)              | bit 0: body gzip-compressed (as sent); bit 1: dedup send  |
 | 16     | 4    | queue_id (u32)           |                                                           |
 | 20     | 8    | queue_offset (u64)       | assigned by the writer; strictly increasing per queue     |
 | 28     | 8    | physical_offset (u64)    | assigned by the writer; this record's CommitLog position  |
@@ -81,9 +81,6 @@ MAGIC = 0x43554C53
 VERSION = 1
 FLAG_BODY_GZIP = 0x1
 FLAG_DEDUP = 0x2  # `outgoing`'s dedup: the sender asks for at most one copy of this message id
-# `outgoing`'s empty_body_ok: the edge's protocol carries empty messages (an MQTT PUBLISH with no
-# payload clears a retained message and is delivered too): the broker stores an empty body so flagged.
-FLAG_EMPTY_BODY_OK = 0x4
 MAX_U16 = 0xFFFF
 
 # The fixed header as the table above states it, field by field: every struct of this module is
@@ -103,6 +100,9 @@ SYSPROP_LITE_TOPIC = "LITE_TOPIC"  # a LITE message's lite topic (gRPC SystemPro
 SYSPROP_PRIORITY = "PRIORITY"  # a PRIORITY message's level, decimal (SystemProperties.priority)
 SYSPROP_TRACE_CONTEXT = "TRACE_CONTEXT"  # SystemProperties.trace_context, handed back as sent
 SYSPROP_TX_RECOVERY_MS = "TRANSACTION_RECOVERY_MS"  # a half message's orphan-check delay, decimal ms
+# An AMQP queue's copy of a publish: its content header's property bytes as sent (base64), handed
+# back unchanged on delivery; a header takes up to a frame, more than user properties may.
+SYSPROP_AMQP_PROPERTIES = "AMQP_PROPERTIES"
 # A dead letter's origin (`%DLQ%<group>` records; SystemProperties.dead_letter_queue, `sluice admin dlq`):
 SYSPROP_DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 SYSPROP_DLQ_ORIGIN_QUEUE = "DLQ_ORIGIN_QUEUE_ID"
@@ -292,7 +292,7 @@ def outgoing(
     body: bytes, message_id: str, message_type: int = 1, tag: str | None = None, keys: Sequence[str] = (),
     message_group: str | None = None, properties: Mapping[str, str] = _NO_MAP,
     system_properties: Mapping[str, str] = _NO_MAP, born_timestamp_ms: int = 0, born_host: str = "",
-    delivery_timestamp_ms: int = 0, body_gzip: bool = False, dedup: bool = False, empty_body_ok: bool = False,
+    delivery_timestamp_ms: int = 0, body_gzip: bool = False, dedup: bool = False,
 ) -> bytes:  # fmt: skip
     """A message as a protocol edge hands it to a broker (the contract's `send`): its record with
     no topic, queue, offsets, store time or store host, which the broker writes when it appends it
@@ -314,7 +314,6 @@ def outgoing(
     if total > 0xFFFFFFFF:
         raise BadRequest("message is too large to store")
     flags = (FLAG_BODY_GZIP if body_gzip else 0) | (FLAG_DEDUP if dedup else 0)
-    flags |= FLAG_EMPTY_BODY_OK if empty_body_ok else 0
     try:
         covered = b"".join((_COVERED.pack(
             VERSION, message_type, flags, 0, 0, 0, 0, born_timestamp_ms, delivery_timestamp_ms, 0, len(body), 0,
@@ -337,7 +336,6 @@ def outgoing_copy(rec: MessageRecord, **changes: Any) -> bytes:
     the copy must differ in is the caller's rule (admin/dlq.py: a dead letter's resend)."""
     args: dict[str, Any] = {name: getattr(rec, name) for name in _EDGE_FIELDS}
     args["body_gzip"] = bool(rec.flags & FLAG_BODY_GZIP)
-    args["empty_body_ok"] = bool(rec.flags & FLAG_EMPTY_BODY_OK)
     args.update(changes)
     return outgoing(**args)
 

@@ -7,6 +7,8 @@ Every request passes, in order:
 3. `_guard`: with `auth = "on"`, every page but /login and /static needs a logged-in admin user;
    every POST must carry the session's CSRF token (403 otherwise, nothing changed); with
    `read_only`, every POST but login and logout is refused (403).
+4. `_view`: the page is one `admin.cluster.view()`: the answers it reuses (broker list, routes,
+   the proxies' client reports) are ones it asked for itself, never older than the request.
 
 Pages live in console/pages_*.py; they call the same functions as `sluice admin`
 (admin/*) and render their `Report`s. A POST that changes the cluster is logged (who,
@@ -24,7 +26,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from admin.cluster import Cluster
+from admin.cluster import Cluster, view
 from admin.output import format_time_ms
 from common.config import ConfigError
 from common.errors import SluiceError
@@ -80,7 +82,7 @@ def build_app(config: ConsoleConfig, cluster: Cluster, navigation: NavigationCli
         pages_topics,
     )
 
-    app = web.Application(middlewares=[_sessions, _errors, _guard], client_max_size=1024 * 1024)
+    app = web.Application(middlewares=[_sessions, _errors, _guard, _view], client_max_size=1024 * 1024)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
     )
@@ -209,6 +211,12 @@ def error_status(exc: SluiceError | ConfigError) -> int:
         return 400
     status = int(exc.code) // 100  # apache.rocketmq.v2.Code: 40402 -> 404
     return status if 400 <= status < 500 else 502
+
+
+@web.middleware
+async def _view(request: web.Request, handler: Handler) -> web.StreamResponse:
+    with view():
+        return await handler(request)
 
 
 @web.middleware

@@ -33,8 +33,9 @@ class ConsoleConfig:
     read_only: bool = False
     # Deadline of each call to a NameServer or broker.
     timeout_s: float = 5.0
-    # NameServer answers (brokers, topic list, routes) are reused this long: a page of 50 rows asks
-    # once, and a topic created or deleted elsewhere shows at most this late.
+    # NameServer answers (brokers, topic list, routes) and the proxies' client reports are reused
+    # within one page (a page of 50 rows asks once) for at most this long; a page never shows an
+    # answer asked before it was requested (another page's, the sampler's).
     nameserver_cache_s: float = 1.0
     # Rows per page of a long list.
     page_rows: int = 50

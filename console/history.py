@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from admin import groups, topics
-from admin.cluster import Cluster
+from admin.cluster import Cluster, view
 from admin.output import Report
 from common.errors import SluiceError
 from common.model import SYSTEM_PREFIX
@@ -137,7 +137,8 @@ class History:
                 return
             except TimeoutError:
                 pass
-            await self.sample(cluster)
+            with view():  # one round reuses what it asked itself, as a page does
+                await self.sample(cluster)
 
     async def sample(self, cluster: Cluster) -> None:
         """A point for every watched topic and group that no page gave one within the last interval:

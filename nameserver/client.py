@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from common.errors import InternalError, SluiceError, TopicNotFound
+from common.errors import InternalError, SluiceError, TopicNotFound, Unavailable
 from common.logs import kv
 from nameserver import convert
 from nameserver.config import DEFAULT_MAX_MESSAGE_BYTES
@@ -146,6 +146,12 @@ class BrokerRegistrar(HeartbeatSender[BrokerRegistration]):
     `registration()` is called for every send, so what is sent is always the broker's current
     state. Each send is stamped with this registrar's `instance_id` and an increasing sequence, so a
     NameServer never lets an older in-flight heartbeat overwrite a newer topic list.
+
+    `may_register()` is asked before every send: a broker group's primary registers only while its
+    term is valid. One paused past its term wakes while a successor serves under the same broker
+    name; a heartbeat then would route the group back to the deposed member (and its unregistering
+    as it steps down would then take the group out of every route until the successor's next
+    heartbeat).
     """
 
     def __init__(
@@ -155,11 +161,13 @@ class BrokerRegistrar(HeartbeatSender[BrokerRegistration]):
         *,
         heartbeat_interval_s: float = DEFAULT_HEARTBEAT_INTERVAL_S,
         unregister_on_stop: bool = True,
+        may_register: Callable[[], bool] = lambda: True,
     ) -> None:
         super().__init__(
             _KIND, registration, heartbeat_interval_s=heartbeat_interval_s, unregister_on_stop=unregister_on_stop
         )
         self._client = client
+        self._may_register = may_register
 
     async def run(self, stop: asyncio.Event) -> None:
         """Heartbeat every `heartbeat_interval_s` until `stop`, then unregister (if configured).
@@ -178,10 +186,14 @@ class BrokerRegistrar(HeartbeatSender[BrokerRegistration]):
         state. Raises Unavailable (or the NameServers' coded error) if none accepted; the next
         heartbeat retries either way.
         """
+        if not self._may_register():
+            raise Unavailable("broker registration withheld: a primary past its term does not register")
         outcomes = await self._send()
         return _KIND.accepted_or_raise(outcomes, "broker registration")
 
     async def _send(self) -> Outcomes:
+        if not self._may_register():
+            return {}  # not now (see the class doc); the next heartbeat asks again
         registration = self._stamped()
         outcomes = await self._client.register_each(registration)
         self._note_all(outcomes, broker=registration.broker_name)

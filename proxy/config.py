@@ -7,6 +7,7 @@ from pathlib import Path
 
 from broker.client.remote import DEFAULT_MAX_PENDING_SENDS, DEFAULT_RECONNECT_BACKOFF_MAX_S, DEFAULT_TIMEOUT_S
 from common.config import ConfigError
+from common.http2.limits import Http2Limits
 from common.served import ServedConfig
 
 _HEADROOM_BYTES = 64 * 1024  # a message's properties, keys and framing beyond its body
@@ -207,9 +208,10 @@ class AmqpConfig:
     frame_max_bytes: int = 131_072
     # Most channels per connection offered in connection.tune.
     channel_max: int = 2047
-    # A larger message is refused (channel error 406), as RabbitMQ's max_message_size does; the
-    # brokers' own limit ([broker.limits] max_body_bytes) must be at least this.
-    max_body_bytes: int = 4 * 1024 * 1024
+    # A larger message is refused (channel error 406, counted), as RabbitMQ's max_message_size
+    # does; 16 MiB is RabbitMQ 4's default (3.x allowed 128 MiB; docs/amqp.md says why not here).
+    # The brokers' own limit ([broker.limits] max_body_bytes, 16 MiB too) must be at least this.
+    max_body_bytes: int = 16 * 1024 * 1024
     # A delivered message is invisible to other consumers for this long, renewed every third of it
     # while its channel is open: the unacknowledged messages of a proxy that died come back after
     # at most this.
@@ -344,9 +346,12 @@ class ProxyConfig(ServedConfig):
     route_refresh_s: float = 5.0
     # Largest request the gRPC server accepts: one message of the body size clients are told
     # (settings.max_body_bytes) with room for its properties, or a small batch. Larger requests get
-    # gRPC RESOURCE_EXHAUSTED before any of it is parsed.
+    # gRPC RESOURCE_EXHAUSTED as soon as their length is read, before the rest is.
     max_message_bytes: int = 8 * 1024 * 1024
+    # Calls in flight over every connection; beyond, a call gets gRPC RESOURCE_EXHAUSTED.
     max_concurrent_rpcs: int = 10_000
+    # Each client connection's HTTP/2 limits (docs/proxy.md, "The HTTP/2 edge").
+    http2: Http2Limits = field(default_factory=Http2Limits)
     settings: ClientSettingsConfig = field(default_factory=ClientSettingsConfig)
     receive: ReceiveConfig = field(default_factory=ReceiveConfig)
     # Clients without a heartbeat or telemetry stream for this long are forgotten (official clients

@@ -23,6 +23,7 @@ from broker.client.remote import RemoteBroker
 from common.errors import TopicNotFound, Unavailable
 from common.logs import kv
 from common.model import MessageType, Permission
+from proxy import firstuse
 from proxy.config import BrokerClientConfig, CacheConfig
 
 if TYPE_CHECKING:
@@ -51,6 +52,12 @@ class BrokerRoute:
 
 class BrokerDirectory(Protocol):
     async def route(self, topic: str) -> list[BrokerRoute]: ...
+    async def decide(self, topic: str, first: MessageType) -> list[BrokerRoute]:
+        """The route of `topic` once a message of type `first` decided what it accepts, for a topic
+        created on first use whose route says it accepts every type (`UNDECIDED_TYPES`): decided
+        once for every broker holding a copy (proxy/firstuse.py). Where the topic has one copy, its
+        broker decides with the send itself and the route is returned as it is."""
+
     def broker(self, name: str) -> BrokerApi: ...
     async def lookup(self, name: str) -> BrokerApi | None:
         """The broker of that name, asking the cluster once if it is not known yet; None if none is."""
@@ -68,6 +75,10 @@ class InProcessBroker(BrokerApi, Protocol):
 
     async def ensure_topic(self, name: str) -> TopicSpec:
         """The topic's spec, creating it first where the broker auto-creates topics."""
+        ...
+
+    def held_topic(self, name: str) -> TopicSpec | None:
+        """The broker's copy of the topic; None when it holds none (nothing is created)."""
         ...
 
 
@@ -89,6 +100,9 @@ class LocalDirectory:
             self._routes.clear()  # bounded: a full cache starts over
         self._routes[topic] = (spec, routes)
         return routes
+
+    async def decide(self, topic: str, first: MessageType) -> list[BrokerRoute]:
+        return await self.route(topic)  # one copy: the broker decides it with the send
 
     def broker(self, name: str) -> BrokerApi:
         return self._broker
@@ -211,18 +225,28 @@ class ClusterDirectory:
         return routes
 
     async def _create(self, topic: str) -> list[BrokerRoute]:
-        """A topic no NameServer knows, created on the first broker that auto-creates topics (the
-        NameServers learn of it from that broker; the refresh loop then takes their route)."""
+        """A topic no NameServer knows: the copies brokers hold (a NameServer that restarted moments
+        ago may not list them yet), else created on the first broker by name that creates topics
+        on first use, which decides its definition (proxy/firstuse.py; the NameServers learn of it
+        from that broker, the refresh loop then takes their route)."""
+        firstuse.refuse_system(topic)
         if not self._brokers:
             with contextlib.suppress(Unavailable):
                 await self.refresh_brokers()
-        for name in sorted(self._brokers):
-            try:
-                spec = await self._brokers[name].get_topic(topic, auto_create=True)
-            except TopicNotFound:
-                continue  # this broker does not auto-create: try the next
-            return [BrokerRoute(name, spec.queue_count, spec.permission, spec.message_types)]
-        raise TopicNotFound(f"topic {topic} does not exist (and no broker creates topics on first use)")
+        found, _ = await firstuse.held(topic, self._brokers)
+        if not found:
+            name, spec = await firstuse.create(topic, self._brokers)
+            found = {name: spec}
+        return [BrokerRoute(n, s.queue_count, s.permission, s.message_types) for n, s in sorted(found.items())]
+
+    async def decide(self, topic: str, first: MessageType) -> list[BrokerRoute]:
+        return await self.route(topic)  # created on first use on one broker: it decides with the send
+
+    async def refetch(self, topic: str) -> None:
+        """Take the NameServer's route of `topic` now (a broker changed it and reported already);
+        the cached one stays when the NameServer does not answer."""
+        with contextlib.suppress(TopicNotFound, Unavailable):
+            await self._fetch(topic)
 
     def _learn(self, name: str, address: str) -> None:
         if self._addresses.get(name) == address:

@@ -1,10 +1,11 @@
-"""Serving the proxy: a grpc.aio server on uvloop in front of a `ProxyApp`.
+"""Serving the proxy: our HTTP/2 gRPC server (common/http2/) on uvloop in front of a `ProxyApp`.
 
 `serve_proxy` runs until `stop` is set. With navigation configured it then drains: it reports
 itself not ready, tells navigation at once (so it is no longer handed out or put in routes),
 answers long polls quickly, and keeps serving for `drain_s` so that clients still holding routes
-to it move to other proxies at their next route refresh without an error. Then it stops accepting
-calls, lets in-flight calls finish within a short grace period, and returns.
+to it move to other proxies at their next route refresh without an error. Then it sends GOAWAY on
+every connection (clients open new calls elsewhere; nothing they sent is dropped unanswered), lets
+in-flight calls finish within a short grace period, ends the Telemetry streams, and returns.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import grpc
-
 from broker.client.api import CallContext, PopRequest, StoredMessage
+from common.config import ConfigError
 from common.errors import Unavailable
+from common.http2.grpcserver import GrpcLimits, GrpcServer, server_ssl_context
 from common.logs import kv
 from proxy.amqp.server import Gateway
 from proxy.app import ProxyApp
-from proxy.config import TlsConfig
+from proxy.config import ProxyConfig
 from proxy.core.gather import pop_anywhere
 from proxy.grpc.edge import Edge
 from proxy.grpc.servicer import MessagingServicer
@@ -31,22 +32,17 @@ log = logging.getLogger("sluice.proxy")
 SHUTDOWN_GRACE_S = 3.0
 
 
-def grpc_options(max_message_bytes: int, reuse_port: bool) -> list[tuple[str, int]]:
-    return [
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.so_reuseport", int(reuse_port)),
-        # Clients send no keepalive pings and hold idle Telemetry streams open: do not police them.
-        ("grpc.http2.max_pings_without_data", 0),
-        ("grpc.keepalive_permit_without_calls", 1),
-    ]
-
-
-def _listen(server: grpc.aio.Server, address: str, tls: TlsConfig) -> int:
-    if not tls.enabled:
-        return server.add_insecure_port(address)
-    credentials = grpc.ssl_server_credentials([tls.read()])
-    return server.add_secure_port(address, credentials)
+async def _listen(server: GrpcServer, cfg: ProxyConfig) -> None:
+    tls = None
+    if cfg.tls.enabled:
+        try:
+            tls = server_ssl_context(cfg.tls.cert_file, cfg.tls.key_file)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"[proxy.tls] cannot load the certificate or key: {exc}") from None
+    try:
+        await server.listen(cfg.host, cfg.port, ssl_context=tls, reuse_port=cfg.reuse_port)
+    except OSError as exc:
+        raise Unavailable(f"proxy cannot listen on {cfg.host}:{cfg.port}: {exc} (is the port in use?)") from None
 
 
 async def serve_proxy(
@@ -57,26 +53,17 @@ async def serve_proxy(
     on_readiness: Callable[[bool], None] | None = None,
 ) -> None:
     cfg = app.config
-    server = grpc.aio.server(
-        options=grpc_options(cfg.max_message_bytes, cfg.reuse_port),
-        maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
-    )
-    # Requests arrive as bytes and are parsed by the edge, never by gRPC (proxy/grpc/edge.py).
-    server.add_generic_rpc_handlers((Edge(app, MessagingServicer(app)).generic_handler(),))
+    server = GrpcServer(GrpcLimits(cfg.max_message_bytes, cfg.max_concurrent_rpcs), cfg.http2)
+    # Requests arrive as bytes and are parsed by the edge (proxy/grpc/edge.py).
+    Edge(app, MessagingServicer(app)).register(server)
     address = f"{cfg.host}:{cfg.port}"
     try:  # serve with the cluster's users and limits from the first call, without stalling start-up
         await asyncio.wait_for(app.policy.refresh(), cfg.auth.policy_refresh_s)
     except Exception as exc:  # the background refresh retries; with auth on, calls wait for it
         log.warning("security document not loaded at start", extra=kv(error=str(exc) or type(exc).__name__))
-    try:
-        bound = _listen(server, address, cfg.tls)
-    except RuntimeError as exc:
-        raise Unavailable(f"proxy cannot listen on {address}: {exc} (is the port in use?)") from None
-    if bound == 0:
-        raise Unavailable(f"proxy cannot listen on {address} (is the port in use?)")
+    await _listen(server, cfg)
     amqp = await _start_amqp(app) if cfg.amqp.enabled else None
     mqtt = await _start_mqtt(app) if cfg.mqtt.enabled else None
-    await server.start()
     log.info("proxy listening", extra=kv(address=address, advertise=cfg.advertised_address, tls=cfg.tls.enabled,
                                          auth=cfg.auth.enabled))  # fmt: skip
     if on_ready is not None:
@@ -95,7 +82,7 @@ async def serve_proxy(
             await app.fleet.drain()
             await asyncio.sleep(cfg.drain_s)
     finally:
-        await server.stop(SHUTDOWN_GRACE_S)
+        await server.shutdown(SHUTDOWN_GRACE_S)
         background_stop.set()
         await background
         if amqp_task is not None:
@@ -116,7 +103,8 @@ async def _start_amqp(app: ProxyApp) -> Gateway:
     gateway = Gateway(cfg.amqp, broker=directory.broker, broker_names=directory.broker_names,
                       security=lambda: app.policy.doc, auth_required=cfg.auth.enabled, send=app.producer.send,
                       routes=directory.route, pop_anywhere=pops, authorize=app.access.authorize,
-                      client_report_s=cfg.client_report_s)  # fmt: skip
+                      client_report_s=cfg.client_report_s,
+                      max_topic_body_bytes=cfg.settings.max_body_bytes)  # fmt: skip
     await gateway.start(cfg.host, reuse_port=cfg.reuse_port)
     app.client_reporter.add_source(gateway.connected_clients)
     return gateway

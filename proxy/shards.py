@@ -14,6 +14,7 @@ has messages (proxy/core/gather.py): those pops are a hop by design and counted 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 
@@ -21,6 +22,7 @@ from broker.client.api import (
     NO_CONTEXT,
     AckResult,
     CallContext,
+    MessagingApi,
     PopRequest,
     SendResult,
     StoredMessage,
@@ -31,6 +33,8 @@ from broker.client.api import (
 from broker.client.remote import RemoteBroker
 from common import metrics
 from common.errors import SluiceError, TopicNotFound, Unavailable
+from common.model import UNDECIDED_TYPES, MessageType, auto_types
+from proxy import firstuse
 from proxy.config import CacheConfig
 from proxy.core import gather
 from proxy.directory import BrokerApi, BrokerRoute, ClusterDirectory, InProcessBroker
@@ -97,10 +101,13 @@ class ShardDirectory:
     node's client endpoint; a broker of the cluster that runs without a proxy of its own gets ""
     (this node's endpoints, and its calls are forwarded).
 
-    With `auto_create`, a topic routed here for the first time is created on this node's broker
-    and on every other node's (a get_topic with auto_create), so a topic created on first use
-    exists on every shard; until the NameServer's route lists those copies, the created ones are
-    kept here. A node that does not answer is left out of the route until it does.
+    A topic's definition is the cluster's (proxy/firstuse.py): a topic this node's broker or the
+    NameServer knows is routed as it is, never created anywhere. With `auto_create`, a topic no
+    node holds is created on every node: the first node by name that creates topics on first use
+    decides its definition and the others copy it; until the NameServer's route lists those
+    copies, they are kept here, and a node that did not answer is asked again (after
+    CREATE_RETRY_S) while this directory remembers the definition. The types its first message
+    decides are decided once the same way (`decide`).
     """
 
     def __init__(
@@ -117,8 +124,11 @@ class ShardDirectory:
         self._cluster = cluster
         self._auto_create = auto_create
         self._topics_max = topics_max
-        self._created: dict[str, dict[str, BrokerRoute]] = {}  # topic -> peer -> route created there
-        self._unanswered: dict[str, float] = {}  # peer -> when it last failed a creation
+        # topic -> node -> its copy, created or found on first use, until the NameServer lists it
+        self._unlisted: dict[str, dict[str, BrokerRoute]] = {}
+        # topic -> the definition this directory created on first use, while a node lacks its copy
+        self._defined: dict[str, TopicSpec] = {}
+        self._unanswered: dict[str, float] = {}  # peer -> when it last failed a creation or decision
         # topic -> (what it was built from, the route): the same list object while nothing changed,
         # so queue selectors rebuild their queue lists only on a change.
         self._routes: dict[str, tuple[tuple[object, ...], list[BrokerRoute]]] = {}
@@ -128,22 +138,30 @@ class ShardDirectory:
         return self._local.name
 
     async def route(self, topic: str) -> list[BrokerRoute]:
-        try:
-            spec: TopicSpec | None = await self._local.ensure_topic(topic)
-        except TopicNotFound:
-            spec = None  # not here (created without auto-create elsewhere): the other nodes may hold it
+        spec = self._local.held_topic(topic)
+        answered = True  # whether the NameServer said what it knows of the topic
         try:
             remote: list[BrokerRoute] = await self._cluster.route(topic)
-        except (TopicNotFound, Unavailable):
-            remote = _NO_ROUTES  # unknown to the NameServer, or it is unreachable: this node's copy serves
+        except TopicNotFound:
+            remote = _NO_ROUTES
+        except Unavailable:
+            remote, answered = _NO_ROUTES, False  # this node's copy (if any) serves
         endpoints = self._cluster.client_endpoints()
+        unlisted = self._unlisted.get(topic, _NONE_CREATED)
+        if spec is None and not remote and not unlisted:
+            spec, unlisted = await self._first_use(topic, answered)
         listed = {r.broker for r in remote}
-        created = self._created.get(topic, _NONE_CREATED)
-        if self._auto_create and spec is not None:
-            for peer in endpoints:
-                if peer != self.home and peer not in listed and peer not in created:
-                    created = await self._create_on(topic, peer)
-        key = (spec, remote, endpoints, created)
+        if unlisted and listed.issuperset(unlisted):  # the NameServer lists every copy now
+            del self._unlisted[topic]
+            unlisted = _NONE_CREATED
+        definition = self._defined.get(topic)
+        if definition is not None:
+            missing = [p for p in endpoints if p != self.home and p not in listed and p not in unlisted]
+            for peer in missing:
+                unlisted = await self._create_on(topic, peer, definition)
+            if not missing:
+                del self._defined[topic]  # every node has its copy
+        key = (spec, remote, endpoints, unlisted)
         cached = self._routes.get(topic)
         if cached is not None and all(a is b for a, b in zip(cached[0], key, strict=True)):
             return cached[1]
@@ -152,33 +170,103 @@ class ShardDirectory:
             if r.broker != self.home:
                 routes.append(BrokerRoute(r.broker, r.queue_count, r.permission, r.message_types,
                                           endpoints.get(r.broker, "")))  # fmt: skip
-        routes += [r for peer, r in created.items() if peer not in listed and peer in endpoints]  # gone: left out
+        routes += [r for peer, r in unlisted.items() if peer not in listed and peer in endpoints]  # gone: left out
         if not routes:
             raise TopicNotFound(f"topic {topic} does not exist")
         if len(self._routes) >= self._topics_max:
             self._routes.clear()
-            self._created.clear()
+            self._unlisted.clear()
+            self._defined.clear()
         self._routes[topic] = (key, routes)
         return routes
 
-    async def _create_on(self, topic: str, peer: str) -> dict[str, BrokerRoute]:
-        """The topic's routes created on other nodes, with `peer` added if it answers (a node that
-        does not is asked again after CREATE_RETRY_S: sends meanwhile go to the nodes that do)."""
-        created = self._created.get(topic, _NONE_CREATED)
-        failed_at = self._unanswered.get(peer)
-        if failed_at is not None and time.monotonic() - failed_at < CREATE_RETRY_S:
-            return created
+    async def _first_use(self, topic: str, answered: bool) -> tuple[TopicSpec | None, dict[str, BrokerRoute]]:
+        """A topic neither this node nor the NameServer knows: the copies other nodes hold (the
+        NameServer may not list them yet), else, with auto-create, the topic created on every node
+        as the first one by name that creates topics on first use defines it. This node's copy and
+        the others' routes; TopicNotFound when it exists nowhere and is not created."""
+        if not self._auto_create:
+            raise TopicNotFound(f"topic {topic} does not exist")
+        firstuse.refuse_system(topic)
+        endpoints = self._cluster.client_endpoints()
+        peers = {p: self._cluster.broker(p) for p in sorted(endpoints) if p != self.home}
+        found, unanswered = await firstuse.held(topic, peers)
+        if found:
+            unlisted = self._unlisted[topic] = {p: _route(p, s, endpoints.get(p, "")) for p, s in found.items()}
+            return None, unlisted
+        if unanswered and not answered:
+            raise Unavailable(f"topic {topic} is not created on first use now: the NameServer is unreachable "
+                              f"and node(s) {', '.join(unanswered)} did not answer (one may hold it)")  # fmt: skip
+        nodes: dict[str, MessagingApi] = {self.home: self._local, **{p: peers[p] for p in peers if p not in unanswered}}
+        decider, definition = await firstuse.create(topic, nodes)
+        self._defined[topic] = definition
+        spec: TopicSpec | None = None
+        unlisted = _NONE_CREATED
+        if decider == self.home:
+            spec = definition
+        else:
+            unlisted = self._unlisted[topic] = {decider: _route(decider, definition, endpoints.get(decider, ""))}
+            with contextlib.suppress(SluiceError):  # this node does not create topics on first use
+                spec = await self._local.get_topic(topic, auto_create=True, like=definition)
+        for peer in peers:
+            if peer != decider:
+                unlisted = await self._create_on(topic, peer, definition)
+        return spec, unlisted
+
+    async def _create_on(self, topic: str, peer: str, definition: TopicSpec) -> dict[str, BrokerRoute]:
+        """The topic's copies on other nodes, with `peer`'s added if it answers (a node that does
+        not is asked again after CREATE_RETRY_S: sends meanwhile go to the nodes that do)."""
+        unlisted = self._unlisted.get(topic, _NONE_CREATED)
+        if not self._answering(peer):
+            return unlisted
         try:
-            spec = await self._cluster.broker(peer).get_topic(topic, auto_create=True)
+            spec = await self._cluster.broker(peer).get_topic(topic, auto_create=True, like=definition)
         except SluiceError:
             self._unanswered[peer] = time.monotonic()
-            return created
-        self._unanswered.pop(peer, None)
-        created = self._created[topic] = {
-            **created,
+            return unlisted
+        unlisted = self._unlisted[topic] = {
+            **unlisted,
             peer: _route(peer, spec, self._cluster.client_endpoints().get(peer, "")),
         }
-        return created
+        return unlisted
+
+    def _answering(self, peer: str) -> bool:
+        """False while `peer` failed a creation or decision less than CREATE_RETRY_S ago."""
+        failed_at = self._unanswered.get(peer)
+        if failed_at is None:
+            return True
+        if time.monotonic() - failed_at < CREATE_RETRY_S:
+            return False
+        del self._unanswered[peer]
+        return True
+
+    async def decide(self, topic: str, first: MessageType) -> list[BrokerRoute]:
+        """The first node by name holding the topic decides what it accepts (its copy takes the
+        type of `first` if nothing decided it yet), then every other undecided copy takes that
+        decision; the route is read again (the brokers reported to the NameServer already)."""
+        routes = await self.route(topic)
+        undecided = [r.broker for r in routes if r.message_types == UNDECIDED_TYPES]
+        if not undecided:
+            return routes
+        decider = min(routes, key=lambda r: r.broker)
+        like = TopicSpec(topic, decider.queue_count, auto_types(first))
+        try:
+            decided = await self.broker(decider.broker).get_topic(topic, like=like)
+        except SluiceError:
+            return routes  # gone, or not answering: the send finds out
+        copies = {decider.broker: decided}
+        for name in undecided:
+            if name not in copies and self._answering(name):
+                try:
+                    copies[name] = await self.broker(name).get_topic(topic, like=decided)
+                except SluiceError:
+                    self._unanswered[name] = time.monotonic()
+        unlisted = self._unlisted.get(topic)
+        if unlisted:
+            self._unlisted[topic] = {p: _route(p, copies[p], r.endpoint) if p in copies else r
+                                     for p, r in unlisted.items()}  # fmt: skip
+        await self._cluster.refetch(topic)
+        return await self.route(topic)
 
     def broker(self, name: str) -> BrokerApi:
         return self._local if name == self.home else self._cluster.broker(name)

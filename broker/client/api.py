@@ -384,11 +384,17 @@ class MessagingApi(Protocol):
     @property
     def name(self) -> str: ...
 
-    async def get_topic(self, name: str, *, auto_create: bool = False) -> TopicSpec:
-        """The topic; with `auto_create`, created first where the broker auto-creates topics."""
+    async def get_topic(self, name: str, *, auto_create: bool = False, like: TopicSpec | None = None) -> TopicSpec:
+        """The topic; with `auto_create`, created first where the broker auto-creates topics.
+        `like`: the cluster's definition of a topic created on first use (docs/shards.md): created
+        as `like` (with `auto_create`), and a copy whose types its first message has not decided
+        yet takes like's; a topic that exists otherwise is never changed."""
         ...
 
-    async def get_group(self, name: str, *, auto_create: bool = False) -> GroupInfo: ...
+    async def get_group(self, name: str, *, auto_create: bool = False, like: GroupSpec | None = None) -> GroupInfo:
+        """The group; with `auto_create`, created first where the broker auto-creates groups: as
+        `like` (the cluster's definition, another broker's copy) when given, else with defaults."""
+        ...
 
     # produce
     async def send(

@@ -193,9 +193,10 @@ class RemoteBroker:
             request = pb.DeleteTopicRequest(name=name)
         await self._call(self._stub.DeleteTopic, request)
 
-    async def get_topic(self, name: str, *, auto_create: bool = False) -> TopicSpec:
+    async def get_topic(self, name: str, *, auto_create: bool = False, like: TopicSpec | None = None) -> TopicSpec:
         with _encoding("get_topic"):
-            request = pb.GetTopicRequest(name=name, auto_create=auto_create)
+            request = pb.GetTopicRequest(name=name, auto_create=auto_create,
+                                         like=None if like is None else convert.topic_spec_to_pb(like))  # fmt: skip
         response = await self._call(self._stub.GetTopic, request)
         return convert.topic_spec_from_pb(response.spec)
 
@@ -228,9 +229,10 @@ class RemoteBroker:
             request = pb.DeleteGroupRequest(name=name)
         await self._call(self._stub.DeleteGroup, request)
 
-    async def get_group(self, name: str, *, auto_create: bool = False) -> GroupInfo:
+    async def get_group(self, name: str, *, auto_create: bool = False, like: GroupSpec | None = None) -> GroupInfo:
         with _encoding("get_group"):
-            request = pb.GetGroupRequest(name=name, auto_create=auto_create)
+            request = pb.GetGroupRequest(name=name, auto_create=auto_create,
+                                         like=None if like is None else convert.group_spec_to_pb(like))  # fmt: skip
         response = await self._call(self._stub.GetGroup, request)
         return convert.group_info_from_pb(response.info)
 

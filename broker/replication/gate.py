@@ -34,7 +34,7 @@ from broker.replication.coordinator import Coordinator, Leader
 from broker.replication.state import REPLICATED_CFS
 from broker.store.index import Index
 from broker.store.statelog import StateRecorder
-from common.errors import NotPrimary, Unavailable
+from common.errors import NotPrimary, TooFewInSync, Unavailable
 from common.logs import kv
 
 log = logging.getLogger("sluice.replication.gate")
@@ -47,6 +47,7 @@ class ReplicaState:
     name: str
     acked: int = 0  # the replica's log end under its flush policy
     state_acked: int = 0  # the last state change the replica applied
+    state_synced: bool = False  # it acknowledged this term's state (a snapshot, then changes) at least once
     caught_up_at: float = 0.0  # monotonic time it was last seen at the primary's log end
     connected: bool = False
 
@@ -83,6 +84,7 @@ class AckGate:
         self.deposed = False
         self.fenced_writes = 0
         self.draining = ""  # why new writes are refused (a planned switchover), or empty
+        self._state_held = -1  # `acked_state`
 
     # -- the store's durability (broker/store/durability.py) ---------------------------------------
 
@@ -98,6 +100,20 @@ class AckGate:
 
     def acked_position(self) -> int:
         return self.acked_end()
+
+    def acked_state(self) -> int:
+        """The latest state change every in-sync member holds, counted only while the set has
+        `min_insync` members (what `wait_state` acknowledges); it never goes back. -1 until every
+        in-sync member has acknowledged this term's state once (its snapshot): until then not even
+        the state the term began with is known to be held (an ack its predecessor applied may have
+        reached this member only)."""
+        if 1 + len(self.insync) >= self._cfg.min_insync:
+            replicas = self.replicas
+            if all(replicas[m].state_synced for m in self.insync):
+                held = min((replicas[m].state_acked for m in self.insync), default=self._state_seq())
+                if held > self._state_held:
+                    self._state_held = held
+        return self._state_held
 
     # -- acknowledgements --------------------------------------------------------------------------
 
@@ -155,9 +171,9 @@ class AckGate:
             )
         have = 1 + len(self.insync)
         if have < self._cfg.min_insync:
-            raise Unavailable(
+            raise TooFewInSync(
                 f"group {self._coord.group} has {have} member(s) in sync, fewer than min_insync "
-                f"{self._cfg.min_insync}; the write was not stored durably enough, retry later"
+                f"{self._cfg.min_insync}; the write was not stored durably enough"
             )
 
     def _held(self, end: int) -> bool:
@@ -196,6 +212,7 @@ class AckGate:
     def on_state_ack(self, name: str, seq: int) -> None:
         state = self.replicas[name]
         state.state_acked = max(state.state_acked, seq)
+        state.state_synced = True
         self._acked(name, state)
 
     def _acked(self, name: str, state: ReplicaState) -> None:
@@ -269,9 +286,7 @@ class AckGate:
                 "replicas left the in-sync set", extra=kv(group=self._coord.group, members=",".join(sorted(behind)))
             )
             if 1 + len(self.insync) < self._cfg.min_insync:
-                self._fail_all(
-                    Unavailable(f"group {self._coord.group} fell below min_insync {self._cfg.min_insync}; retry later")
-                )
+                self._fail_all(TooFewInSync(f"group {self._coord.group} fell below min_insync {self._cfg.min_insync}"))
             else:
                 self._release()
         caught_up = {

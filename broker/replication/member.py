@@ -53,8 +53,9 @@ TERM_CHECK_S = 0.05
 # How long a term's end waits for the calls it cancelled to finish before the broker closes.
 END_TERM_WAIT_S = 5.0
 
-# A registrar's `run(stop)` and `report_now()` (nameserver.client.BrokerRegistrar).
-RegistrarFactory = Callable[[LocalBroker], Any]
+# A registrar's `run(stop)` and `report_now()` (nameserver.client.BrokerRegistrar) for a primary's
+# broker, registering only while the term (the second argument) is valid.
+RegistrarFactory = Callable[[LocalBroker, Callable[[], bool]], Any]
 
 
 class RoleSwitch:
@@ -353,7 +354,9 @@ class GroupMember:
             await server.start(self._cfg.host, self._repl_port)
             reporting = True
             self._switch.serve(broker, self.coord.term_valid)
-            registrar = self._make_registrar(broker) if self._make_registrar is not None else None
+            # Registered only while the term is valid: a primary woken from a pause past its term
+            # must not route the group back to itself over its successor (BrokerRegistrar).
+            registrar = self._make_registrar(broker, self.coord.term_valid) if self._make_registrar else None
             async with asyncio.TaskGroup() as tasks:
                 tasks.create_task(gate.maintain(term_over), name="in-sync-set")
                 tasks.create_task(self._publish_status(gate, term_over), name="group-status")

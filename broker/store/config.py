@@ -28,7 +28,9 @@ class CommitLogConfig:
     # page-cache write of a few KiB costs less than the two thread hand-offs (docs/storage-format.md).
     # Larger appends, `sync`, and callers off a loop use the writer thread. 0 turns it off.
     inline_append_max_bytes: int = 64 << 10
-    max_record_bytes: int = 8 << 20
+    # The largest record: the broker's largest body ([broker.limits] max_body_bytes, 16 MiB) and
+    # 1 MiB for the rest of the message (the broker refuses to start with less room).
+    max_record_bytes: int = 17 << 20
     # Bound on appends waiting for the writer; beyond it appends fail with TOO_MANY_REQUESTS.
     max_pending_appends: int = 100_000
     # Queues whose next queue offset the writer keeps in memory; colder ones are read from the index.
@@ -75,6 +77,8 @@ class RecoveryConfig:
 
 @dataclass(frozen=True)
 class ReadConfig:
+    # Record bytes one read, and one pop across its reads and queues, carries past its first
+    # message: a pop of 32 large AMQP bodies (16 MiB each) stays under the internal RPC's limit.
     max_batch_bytes: int = 32 << 20
     # ConsumeQueue entries one read may scan while skipping filtered messages.
     max_scan_entries: int = 10_000

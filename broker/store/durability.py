@@ -14,6 +14,11 @@ is durable once every member of the group's in-sync set holds it:
   the security and AMQP documents), before it is acknowledged.
 - `acked_position()`: the CommitLog position every in-sync member holds (`MessageStore.acked_end`);
   None: all of it.
+- `acked_state()`: the latest consumer state change (its number, `Index.write`) every in-sync
+  member holds while the set has `min_insync` members, as `wait_state` would acknowledge it; -1
+  while not even the state the primary's term began with is known to be held; None: every change.
+  A FIFO message group's next message waits for the change that settled the one before it
+  (broker/popstate.py, docs/replication.md).
 
 `LOCAL` records nothing, admits everything, waits for nothing. `replicated` is False for `LOCAL`
 only: the hot paths test it instead of awaiting a no-op.
@@ -43,6 +48,8 @@ class Durability(Protocol):
 
     def acked_position(self) -> int | None: ...
 
+    def acked_state(self) -> int | None: ...
+
 
 class LocalDurability:
     """A standalone broker's: durable under its own flush policy, nothing to wait for."""
@@ -62,6 +69,9 @@ class LocalDurability:
         return None
 
     def acked_position(self) -> int | None:
+        return None
+
+    def acked_state(self) -> int | None:
         return None
 
 

@@ -117,17 +117,20 @@ class Index:
             return rocksdict.WriteBatch(raw_mode=True)
         return RecordingBatch(recorder.names)  # WriteBatch's methods, recorded
 
-    def write(self, batch: rocksdict.WriteBatch | RecordingBatch) -> None:
+    def write(self, batch: rocksdict.WriteBatch | RecordingBatch) -> int:
+        """Apply `batch`; the number of the replicated state change it recorded (statelog.py), 0
+        when it recorded none (no recorder, or nothing on a replicated column family)."""
         if type(batch) is not RecordingBatch:
             self.db.write(batch)
-            return
+            return 0
         recorder = self.recorder
         if not batch.ops or recorder is None:
             self.db.write(batch.wb)
-            return
+            return 0
         with recorder.lock:  # numbered in the order RocksDB applies them (statelog.py)
             self.db.write(batch.wb)
             recorder.record(batch.ops)
+            return recorder.seq
 
     def close(self) -> None:
         """Flush and release the database. RocksDB keeps its lock while any handle (column family,

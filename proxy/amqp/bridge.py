@@ -32,7 +32,7 @@ from broker.client.api import (
     SendResult,
     StoredMessage,
 )
-from common.errors import NotFound, SluiceError, Unavailable
+from common.errors import MessageBodyTooLarge, NotFound, SluiceError, Unavailable
 from common.logs import kv
 from proxy import names
 from proxy.amqp import crossmap, overflow
@@ -58,6 +58,10 @@ _RETRY_S = 1.0  # after a failed round (the topic missing, a broker down)
 _SUPERVISE_S = 0.5  # how often the mapped exchanges are compared with the running carriers
 
 
+def _error(outcome: SendResult | SluiceError) -> SluiceError | None:
+    return outcome if isinstance(outcome, SluiceError) else None
+
+
 def cluster_topic(vhost: str, topic: str) -> str:
     return names.wrap(namespace_of(vhost), topic)
 
@@ -74,8 +78,9 @@ def _group_spec(group: str, start_ms: int) -> GroupSpec:
 class TopicBridge:
     def __init__(
         self, meta: MetaStore, store: QueueStore, dead: DeadLetters, *, send: Send, routes: Routes,
-        broker: Callable[[str], BrokerApi], pop_anywhere: PopAnywhere, call_timeout_s: float,
+        broker: Callable[[str], BrokerApi], pop_anywhere: PopAnywhere, call_timeout_s: float, max_body_bytes: int,
     ) -> None:  # fmt: skip
+        """`max_body_bytes`: the largest body the RocketMQ clients are told ([proxy.settings])."""
         self._meta = meta
         self._store = store
         self._dead = dead
@@ -84,6 +89,7 @@ class TopicBridge:
         self._broker = broker
         self._pop_anywhere = pop_anywhere
         self._timeout_s = call_timeout_s
+        self._max_body = max_body_bytes
         self._carriers: dict[tuple[str, str, str], asyncio.Task[None]] = {}  # (vhost, exchange, topic) -> task
         self._grouped: set[tuple[str, str]] = set()  # (broker, bridge group) known to exist
         self.host = "amqp-bridge"
@@ -150,15 +156,30 @@ class TopicBridge:
 
     # -- AMQP -> RocketMQ --------------------------------------------------------------------------
 
-    async def publish(self, vhost: str, topic: str, publishes: list[Publish], host: str) -> list[bool]:
-        """Store each publish in the mapped topic; whether each was stored."""
+    async def publish(self, vhost: str, topic: str, publishes: list[Publish], host: str) -> list[SluiceError | None]:
+        """Store each publish in the mapped topic; None for each stored, else why not. A body
+        larger than the RocketMQ clients' limit is refused without a send: the topic's consumers
+        could not receive it."""
         full = cluster_topic(vhost, topic)
-        outcomes = await self._send(self._ctx(), [(full, crossmap.to_topic_message(p, host)) for p in publishes])
-        failed = [o for o in outcomes if isinstance(o, SluiceError)]
+        out = [self.refusal(topic, p) for p in publishes]
+        sendable = [p for p, err in zip(publishes, out, strict=True) if err is None]
+        if sendable:
+            sent = iter(await self._send(self._ctx(), [(full, crossmap.to_topic_message(p, host)) for p in sendable]))
+            out = [err if err is not None else _error(next(sent)) for err in out]
+        failed = [o for o in out if o is not None]
         if failed:
             log.warning("AMQP publishes not stored in their mapped topic",
                         extra=kv(topic=full, count=len(failed), error=failed[0].message))  # fmt: skip
-        return [not isinstance(o, SluiceError) for o in outcomes]
+        return out
+
+    def refusal(self, topic: str, p: Publish) -> SluiceError | None:
+        """Why `p` cannot be stored in the mapped topic `topic`, if it cannot: a body larger than
+        the RocketMQ clients are told they may receive."""
+        if len(p.body) <= self._max_body:
+            return None
+        return MessageBodyTooLarge(f"message size {len(p.body)} is larger than {self._max_body}, the largest "
+                                   f"body RocketMQ clients of topic '{topic}' (exchange '{p.exchange}') "
+                                   "receive")  # fmt: skip
 
     # -- RocketMQ -> AMQP --------------------------------------------------------------------------
 

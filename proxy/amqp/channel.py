@@ -3,9 +3,13 @@ deliveries and their settlement.
 
 Publishes of a channel are stored in order by one task (`_publisher`): it takes what has
 arrived, stores it with one broker send per queue, then writes the returns and confirms in
-publish order; a confirm is written only after every queue's broker stored the message. Acks,
-nacks and rejects are settled with the brokers by another task (`_settler`), in batches; unacked
-deliveries go back to their queues when the channel closes.
+publish order; a confirm is written only after every queue's broker stored the message. A publish
+is never dropped in silence: one a broker refuses for what it is (its content, a missing mapped
+topic) closes the channel with the refusal's code, as RabbitMQ refuses it; one a broker failed to
+store is nacked, fails its transaction's commit or, without either, closes the connection with
+541 (each counted, `sluice_amqp_publishes_refused_total`). Acks, nacks and rejects are settled
+with the brokers by another task (`_settler`), in batches; unacked deliveries go back to their
+queues when the channel closes.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import base, commands
 
+from common import metrics
 from common.errors import NotFound, SluiceError
 from common.logs import kv
 from proxy.amqp import overflow, topology
@@ -67,6 +72,17 @@ if TYPE_CHECKING:
 log = logging.getLogger("sluice.proxy.amqp")
 
 _PUBLISH_BATCH = 256  # publishes one broker round of a channel takes at most
+# ... and bodies, past its first publish: one broker send stays well under the internal RPC's
+# limit (broker/client/grpc_convert.py MAX_MESSAGE_BYTES) whatever the bodies' sizes.
+_PUBLISH_BATCH_BYTES = 32 * 1024 * 1024
+# Bodies this large (a publish's, or a batch's for one queue) are joined and encoded in a thread:
+# a 16 MiB body is some 10 ms of copying and CRC the event loop would otherwise spend at once.
+_LARGE_BODY_BYTES = 1 << 20
+# Why a publish was not stored (the `reason` of sluice_amqp_publishes_refused_total):
+MAX_SIZE = "max_size"  # its body is over max_body_bytes (406, before it is routed)
+REFUSED = "refused"  # a broker refused it for what it is (the channel closes with the refusal's code)
+NOT_STORED = "not_stored"  # a broker failed (nack; a failed tx.commit; else the connection closes, 541)
+QUEUE_FULL = "queue_full"  # an x-overflow reject-publish queue was full (nack; dropped without confirms, as RabbitMQ)
 ACK, REQUEUE, REJECT = "ack", "requeue", "reject"  # how an unacked delivery is settled
 _TOPIC_COPY = 0  # the "queue number" of a publish's copy in its exchange's topic, in `_store_batch`'s failures
 _GET_SCREENS = 100  # basic.get: pops of expired or over-limit messages before it answers get-empty
@@ -93,6 +109,32 @@ class _Routed:
     mandatory: bool
     queues: tuple[QueueMeta, ...] = ()  # set by the publisher, from the metadata as it is then
     topics: tuple[str, ...] = ()  # RocketMQ topics of the mapped exchanges it reaches (set with `queues`)
+
+
+@dataclass(slots=True)
+class _Stored:
+    """What storing a batch of publishes came to."""
+
+    failed: set[tuple[int, int]] = field(default_factory=set)  # (queue number or _TOPIC_COPY, id of the publish)
+    reasons: dict[int, str] = field(default_factory=dict)  # id of a publish not stored -> why (REFUSED etc.)
+    refused: AmqpError | None = None  # the first refusal of a publish for what it is (a channel error)
+    error: AmqpError | None = None  # the first failure of a broker (a connection error)
+
+    def fail(self, where: int, publishes: list[Publish], exc: BaseException) -> None:
+        """`publishes` not stored at `where` because of `exc`: a refusal or a failure."""
+        if isinstance(exc, SluiceError):
+            err = from_sluice(exc)
+        else:  # a bug: logged where it was caught
+            err = AmqpError(INTERNAL_ERROR, "storing a publish failed; see the proxy's log")
+        err.method = (60, 40)
+        reason = NOT_STORED if err.hard else REFUSED
+        if err.hard:
+            self.error = self.error or err
+        else:
+            self.refused = self.refused or err
+        for p in publishes:
+            self.failed.add((where, id(p)))
+            self.reasons[id(p)] = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +165,7 @@ class Channel:
         self._tx_publishes: list[_Routed] = []
         self._tx_settles: list[tuple[int, _Unacked, str]] = []
         self._tx_failed = False  # a publish of the pipeline was not stored (checked by tx.commit)
+        self._tx_refused: AmqpError | None = None  # ... refused for what it is (tx.commit answers with it)
         self._seq = 0
         self._next_tag = 0
         self._unacked: dict[int, _Unacked] = {}
@@ -202,6 +245,7 @@ class Channel:
                 raise AmqpError(FRAME_ERROR, f"content header of class {header.class_id}, expected 60 (basic)")
             if header.body_size > self.gw.config.max_body_bytes:
                 self._pending = None
+                metrics.count_amqp_refused(self.conn.vhost, MAX_SIZE)
                 raise AmqpError(PRECONDITION_FAILED, f"message size {header.body_size} is larger than configured max "
                                 f"size {self.gw.config.max_body_bytes}", (60, 40))  # fmt: skip
             pending.header = header
@@ -435,13 +479,14 @@ class Channel:
         publishes, settles = self._tx_publishes, self._tx_settles
         self._tx_publishes, self._tx_settles = [], []
         await self._publishes.join()
-        self._tx_failed = False
+        self._tx_failed, self._tx_refused = False, None
         for r in publishes:
             await self._publishes.put(r)
         for _, u, action in settles:
             self._settle.put_nowait((u, action))
-        await self._publishes.join()
         await self._settled()
+        if self._tx_refused is not None:  # what the client must change: a channel error
+            raise self._tx_refused
         if self._tx_failed:
             raise AmqpError(INTERNAL_ERROR, "a broker did not store the transaction's publishes; some may be stored")
         self.send(commands.Tx.CommitOk())
@@ -479,7 +524,11 @@ class Channel:
     async def _published(self, p: _Pending) -> None:
         assert p.header is not None
         m = p.method
-        publish = Publish(m.exchange, m.routing_key, p.header.properties, b"".join(p.chunks))
+        if p.received < _LARGE_BODY_BYTES:
+            body = b"".join(p.chunks)
+        else:
+            body = await asyncio.get_running_loop().run_in_executor(None, b"".join, p.chunks)
+        publish = Publish(m.exchange, m.routing_key, p.header.properties, body)
         if self._confirm:
             self._seq += 1
         await self.conn.admit(len(publish.body))
@@ -493,20 +542,24 @@ class Channel:
         end = False
         while not end:
             batch: list[_Routed] = []
+            size = 0
             item = await self._publishes.get()
             while item is not None:
                 batch.append(item)
-                if len(batch) >= _PUBLISH_BATCH or self._publishes.empty():
+                size += len(item.publish.body)
+                if len(batch) >= _PUBLISH_BATCH or size >= _PUBLISH_BATCH_BYTES or self._publishes.empty():
                     break
                 item = self._publishes.get_nowait()
             end = item is None
             taken = len(batch) + end
             await self._route(batch)
             try:
-                failed = await self._store_batch(batch)
+                outcome = await self._store_batch(batch)
             finally:
-                self.conn.release(sum(len(r.publish.body) for r in batch))
+                self.conn.release(size)
+            failed = outcome.failed
             acks: list[tuple[int, bool]] = []
+            cut: int | None = None  # confirms written: those before the first refused publish (its channel closes)
             for r in batch:
                 if not r.queues and not r.topics and r.mandatory:
                     self._return(r.publish)
@@ -514,13 +567,33 @@ class Channel:
                     not any((q.id, id(r.publish)) in failed for q in r.queues)
                     and (_TOPIC_COPY, id(r.publish)) not in failed
                 )
+                if not stored:
+                    reason = outcome.reasons.get(id(r.publish), NOT_STORED)
+                    metrics.count_amqp_refused(self.conn.vhost, reason)
+                    if reason == REFUSED and cut is None:
+                        cut = len(acks)
                 if r.seq:
                     acks.append((r.seq, stored))
                 self._tx_failed |= not stored
-            self._confirms(acks)
+            self._confirms(acks[:cut])
             await self.conn.flush()
+            self._not_stored(outcome)
             for _ in range(taken):
                 self._publishes.task_done()
+
+    def _not_stored(self, outcome: _Stored) -> None:
+        """Tell the client of publishes a broker refused or failed to store, beyond their nacks: a
+        refusal closes the channel (in a transaction: its commit), as RabbitMQ refuses a publish; a
+        failure without confirms or a transaction closes the connection (541), the only way left
+        to tell the client."""
+        if outcome.refused is not None:
+            if self._tx:
+                self._tx_refused = self._tx_refused or outcome.refused
+            elif not self._closed:  # a task of its own: closing the channel waits for this publisher
+                self._spawn(self.conn.fail_channel(self, outcome.refused), "refused")
+        elif outcome.error is not None and not self._confirm and not self._tx:
+            self.conn.fail(AmqpError(INTERNAL_ERROR, f"publishes on channel {self.number} were not stored: "
+                                     f"{outcome.error.text}", (60, 40)))  # fmt: skip
 
     def _return(self, p: Publish) -> None:
         self.send(commands.Basic.Return(reply_code=NO_ROUTE, reply_text="NO_ROUTE", exchange=p.exchange,
@@ -552,12 +625,17 @@ class Channel:
             queues, topics = route(vhost, p.exchange, p.routing_key, partial(decode_headers, p.properties))
             r.queues, r.topics = tuple(queues), tuple(topics)
 
-    async def _store_batch(self, batch: list[_Routed]) -> set[tuple[int, int]]:
-        """Store every routed publish, one send per queue; (queue number, id of the publish) of
-        those not stored (the queue's broker failed, or a full reject-publish queue refused it)."""
+    async def _store_batch(self, batch: list[_Routed]) -> _Stored:
+        """Store every routed publish, one send per queue; those not stored (a queue's broker
+        refused or failed, or a full reject-publish queue refused it) and why."""
         per_queue: dict[int, tuple[QueueMeta, list[Publish]]] = {}
         per_topic: dict[str, list[Publish]] = {}
+        out = _Stored()
         for r in batch:
+            refusal = next(filter(None, (self.gw.bridge.refusal(t, r.publish) for t in r.topics)), None)
+            if refusal is not None:  # refused as a whole: stored nowhere
+                out.fail(_TOPIC_COPY, [r.publish], refusal)
+                continue
             for q in r.queues:
                 per_queue.setdefault(q.id, (q, []))[1].append(r.publish)
             for topic in r.topics:
@@ -565,30 +643,38 @@ class Channel:
         host = self.conn.peer
         now_ms = int(time.time() * 1000)
 
-        failed: set[tuple[int, int]] = set()
+        def records(q: QueueMeta, accepted: list[Publish]) -> list[bytes]:
+            return [to_outgoing(p, host, expires_at_ms(q, p.properties, now_ms), q.max_priority) for p in accepted]
 
         async def one(q: QueueMeta, publishes: list[Publish]) -> None:
             accepted = await overflow.admit(self.gw.store, q, publishes) if overflow.rejects(q) else publishes
             kept = {id(p) for p in accepted}
-            failed.update((q.id, id(p)) for p in publishes if id(p) not in kept)
+            for p in publishes:
+                if id(p) not in kept:
+                    out.failed.add((q.id, id(p)))
+                    out.reasons[id(p)] = QUEUE_FULL
             if accepted:
-                outgoing = [
-                    to_outgoing(p, host, expires_at_ms(q, p.properties, now_ms), q.max_priority) for p in accepted
-                ]
+                if sum(len(p.body) for p in accepted) < _LARGE_BODY_BYTES:
+                    outgoing = records(q, accepted)
+                else:  # CRC and copies of large bodies: in a thread, the loop runs between their steps
+                    outgoing = await asyncio.get_running_loop().run_in_executor(None, records, q, accepted)
                 await self.gw.store.send(q, outgoing)
                 await overflow.trim(self.gw.store, self.gw.dead, self.conn.vhost, q)
 
         async def topic_copy(topic: str, publishes: list[Publish]) -> None:
-            stored = await self.gw.bridge.publish(self.conn.vhost, topic, publishes, host)
-            failed.update((_TOPIC_COPY, id(p)) for p, ok in zip(publishes, stored, strict=True) if not ok)
+            errors = await self.gw.bridge.publish(self.conn.vhost, topic, publishes, host)
+            for p, err in zip(publishes, errors, strict=True):
+                if err is not None:
+                    out.fail(_TOPIC_COPY, [p], err)
 
         items = list(per_queue.values())
         copies = [topic_copy(t, ps) for t, ps in per_topic.items()]
         results = await asyncio.gather(*(one(q, ps) for q, ps in items), *copies, return_exceptions=True)
         for res, (topic, publishes) in zip(results[len(items) :], per_topic.items(), strict=True):
             if isinstance(res, BaseException):
-                log.warning("AMQP publishes not stored in their mapped topic", extra=kv(topic=topic, error=str(res)))
-                failed.update((_TOPIC_COPY, id(p)) for p in publishes)
+                log.error("storing AMQP publishes in their mapped topic failed", exc_info=res,
+                          extra=kv(topic=topic))  # fmt: skip
+                out.fail(_TOPIC_COPY, publishes, res)
         results = results[: len(items)]
         for (q, publishes), res in zip(items, results, strict=True):
             if isinstance(res, QueueGone):  # deleted since the routing: not routed there, as in RabbitMQ
@@ -598,8 +684,8 @@ class Channel:
                     log.error("storing AMQP publishes failed", exc_info=res)
                 else:
                     log.warning("AMQP publishes not stored", extra=kv(queue=q.name, error=res.message))
-                failed.update((q.id, id(p)) for p in publishes)
-        return failed
+                out.fail(q.id, publishes, res)
+        return out
 
     # -- consuming --------------------------------------------------------------------------------
 
@@ -791,9 +877,11 @@ class Channel:
                 self._settle.task_done()
 
     async def _settled(self) -> None:
-        """Until the acks, requeues and rejects this channel received so far reached the brokers:
-        a later basic.get or queue count on the channel sees them, as RabbitMQ's would."""
+        """Until the publishes (stored or refused), acks, requeues and rejects this channel
+        received so far reached the brokers: a later basic.get, queue count, purge or delete on
+        the channel sees them, as RabbitMQ's would."""
         if not self._closed:
+            await self._publishes.join()
             await self._settle.join()
 
 

@@ -96,17 +96,17 @@ class Connection:
         self._closed = False
         self.blocked_notify = False  # the client asked for connection.blocked / unblocked
         self._publish_bytes = 0  # bodies received on this connection, not yet stored
-        self._admitted = asyncio.Event()
-        self._admitted.set()
+        self._released = asyncio.Event()  # set when stores released some of them
+        self._failed: asyncio.Future[AmqpError] = asyncio.get_running_loop().create_future()  # `fail`
         self._last_read = self._last_write = time.monotonic()
-        self._out: list[bytes] = []  # queued by send_raw, written once per event-loop turn
+        self._out: list[bytes | bytearray] = []  # queued by send_raw, written once per event-loop turn
 
     # -- writing --------------------------------------------------------------------------------
 
     def send_method(self, channel: int, method: base.Frame) -> None:
         self.send_raw(method_bytes(channel, method))
 
-    def send_raw(self, data: bytes) -> None:
+    def send_raw(self, data: bytes | bytearray) -> None:
         """Queue `data` for the socket: what a turn of the event loop sends (confirms, deliveries,
         replies of every channel) goes out in one write, after the turn (`_write_out`)."""
         if self._closed:
@@ -134,25 +134,26 @@ class Connection:
                 await self._writer.drain()
 
     async def admit(self, size: int) -> None:
-        """Count a received body until it is stored; past `max_connection_publish_bytes` the
-        connection is not read (and a client that asked is told with connection.blocked) until
-        stores bring it back under."""
+        """Count a received body until it is stored. While the bodies in flight and this one
+        would pass `max_connection_publish_bytes`, the connection is not read (and a client that
+        asked is told with connection.blocked) until stores make room; a body larger than the
+        bound on its own waits only until nothing else is in flight (it is already received)."""
+        bound = self.gw.config.max_connection_publish_bytes
+        if self._publish_bytes and self._publish_bytes + size > bound:
+            if self.blocked_notify:  # written at once: this connection is not read until it is unblocked
+                self.send_method(0, commands.Connection.Blocked(reason="publishes in flight over the proxy's bound"))
+                self._write_out()
+            while self._publish_bytes and self._publish_bytes + size > bound:
+                self._released.clear()
+                await self._released.wait()
+            if self.blocked_notify:
+                self.send_method(0, commands.Connection.Unblocked())
+                self._write_out()
         self._publish_bytes += size
-        if self._publish_bytes <= self.gw.config.max_connection_publish_bytes:
-            return
-        self._admitted.clear()
-        if self.blocked_notify:  # written at once: this connection is not read until it is unblocked
-            self.send_method(0, commands.Connection.Blocked(reason="publishes in flight over the proxy's bound"))
-            self._write_out()
-        await self._admitted.wait()
-        if self.blocked_notify:
-            self.send_method(0, commands.Connection.Unblocked())
-            self._write_out()
 
     def release(self, size: int) -> None:
         self._publish_bytes -= size
-        if self._publish_bytes <= self.gw.config.max_connection_publish_bytes:
-            self._admitted.set()
+        self._released.set()
 
     # -- the connection's life ----------------------------------------------------------------------
 
@@ -165,7 +166,7 @@ class Connection:
                 beats = asyncio.create_task(self._heartbeats(), name=f"amqp-{self.id}-heartbeat")
                 leases = asyncio.create_task(self._leases(), name=f"amqp-{self.id}-leases")
                 try:
-                    await self._frames()
+                    await self._frames_until_failed()
                 finally:
                     leases.cancel()
         except AmqpError as err:
@@ -282,6 +283,27 @@ class Connection:
                 if lost:
                     log.debug("AMQP deliveries settled before their renewal", extra=kv(count=len(lost)))
 
+    def fail(self, err: AmqpError) -> None:
+        """A connection error found off the frame loop (a channel's publisher): `serve` stops
+        reading frames and closes the connection with it, as it does for one a frame caused."""
+        if not self._failed.done():
+            self._failed.set_result(err)
+
+    async def _frames_until_failed(self) -> None:
+        """`_frames`, until it ends (a close, or what it raises) or `fail` is called."""
+        frames = asyncio.ensure_future(self._frames())
+        try:
+            done, _ = await asyncio.wait((frames, self._failed), return_when=asyncio.FIRST_COMPLETED)
+            if frames in done:
+                await frames
+                return
+        finally:
+            if not frames.done():
+                frames.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await frames
+        raise self._failed.result()
+
     async def _frames(self) -> None:
         frames = FrameReader(self._reader)
         while True:
@@ -313,8 +335,23 @@ class Connection:
         # a command the open connection does not allow (503), as RabbitMQ answers it, not a quiet end.
         if isinstance(method, commands.Connection.Blocked | commands.Connection.Unblocked):
             return False
+        if isinstance(method, commands.Connection.UpdateSecret):
+            self._update_secret(method)
+            return False
         raise AmqpError(COMMAND_INVALID, f"{method.name} is not allowed on an open connection",
                         (method.index >> 16, method.index & 0xFFFF))  # fmt: skip
+
+    def _update_secret(self, method: commands.Connection.UpdateSecret) -> None:
+        """A new secret for the connection's user (RabbitMQ 3.8+: how OAuth2 clients refresh their
+        token), checked as connection.start-ok's password is; a refused one closes the connection
+        with 530 NOT_ALLOWED, as RabbitMQ answers a secret its backends refuse."""
+        secret = method.new_secret
+        text = secret.decode("utf-8", errors="replace") if isinstance(secret, bytes) else secret or ""
+        if not auth.allowed(self.user, text, self.peer_host, self.gw.security(), guest=not self.gw.auth_required):
+            log.warning("AMQP secret update refused", extra=kv(connection=self.id, user=self.user, peer=self.peer))
+            raise AmqpError(NOT_ALLOWED, f"the new secret of user '{self.user}' was refused", (10, 70))
+        log.info("AMQP secret updated", extra=kv(connection=self.id, user=self.user, reason=method.reason or ""))
+        self.send_method(0, commands.Connection.UpdateSecretOk())
 
     async def _channel_frame(self, frame: Frame) -> None:
         ch = self.channels.get(frame.channel)

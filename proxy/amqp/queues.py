@@ -33,13 +33,14 @@ from broker.client.api import (
 from common import record
 from common.errors import NotFound
 from common.model import MessageType
-from common.record import SYSPROP_PRIORITY
+from common.record import SYSPROP_AMQP_PROPERTIES, SYSPROP_PRIORITY
 from proxy.amqp.meta import QueueMeta, queue_counts
 from proxy.amqp.queuemetrics import QueueMetrics
 from proxy.amqp.routing import decode_properties
 
-# User properties of a stored AMQP message (docs/amqp.md): where it was published and its content
-# header's property bytes as the client sent them (base64), handed back unchanged on delivery.
+# User properties of a stored AMQP message (docs/amqp.md): where it was published. Its content
+# header's property bytes as the client sent them are the system property SYSPROP_AMQP_PROPERTIES
+# (base64; copies stored before 2026-11-29 have them as this user property), handed back unchanged.
 PROP_EXCHANGE = "AMQP_EXCHANGE"
 PROP_ROUTING_KEY = "AMQP_ROUTING_KEY"
 PROP_HEADER = "AMQP_PROPERTIES"
@@ -79,13 +80,12 @@ def to_outgoing(p: Publish, host: str, expires_at_ms: int = 0, max_priority: int
     props = {PROP_EXCHANGE: p.exchange, PROP_ROUTING_KEY: p.routing_key}
     if expires_at_ms:
         props[PROP_EXPIRES_AT] = str(expires_at_ms)
-    if p.properties:
-        props[PROP_HEADER] = base64.b64encode(p.properties).decode()
-    mtype, sysprops = MessageType.NORMAL, {}
+    sysprops = {SYSPROP_AMQP_PROPERTIES: base64.b64encode(p.properties).decode()} if p.properties else {}
+    mtype = MessageType.NORMAL
     if max_priority is not None:
         value = decode_properties(p.properties).priority if p.properties else None
         level = min(value if isinstance(value, int) else 0, max_priority, MAX_PRIORITY_LIMIT)
-        mtype, sysprops = MessageType.PRIORITY, {SYSPROP_PRIORITY: str(level)}
+        mtype, sysprops[SYSPROP_PRIORITY] = MessageType.PRIORITY, str(level)
     return record.outgoing(p.body, uuid.uuid4().hex.upper(), mtype, properties=props, system_properties=sysprops,
                            born_timestamp_ms=int(time.time() * 1000), born_host=host)  # fmt: skip
 
@@ -94,7 +94,7 @@ def to_delivery(m: StoredMessage) -> Delivery:
     """The AMQP delivery of a popped message, read from its record (decoded once) and the pop's fields."""
     rec = m.record
     props = rec.properties
-    raw = props.get(PROP_HEADER, "")
+    raw = rec.system_properties.get(SYSPROP_AMQP_PROPERTIES) or props.get(PROP_HEADER, "")
     header = base64.b64decode(raw) if raw else b""
     exchange, key = props.get(PROP_EXCHANGE, ""), props.get(PROP_ROUTING_KEY, rec.topic)
     expires = props.get(PROP_EXPIRES_AT, "")

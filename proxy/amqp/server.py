@@ -42,7 +42,7 @@ from proxy.amqp.janitor import Janitor
 from proxy.amqp.meta import AMQP_CLIENT_TYPE, QueueMeta
 from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import Publish, QueueStore
-from proxy.config import AmqpConfig
+from proxy.config import AmqpConfig, ClientSettingsConfig
 from proxy.directory import BrokerRoute
 
 log = logging.getLogger("sluice.proxy.amqp")
@@ -78,9 +78,11 @@ class Gateway:
         pop_anywhere: PopAnywhere | None = None,
         authorize: Authorize | None = None,
         client_report_s: float = 5.0,
+        max_topic_body_bytes: int = ClientSettingsConfig.max_body_bytes,
     ) -> None:
         """`send`, `routes` and `pop_anywhere`: the proxy's producer, routes and receive across
-        brokers, for exchanges mapped to RocketMQ topics (proxy/amqp/bridge.py)."""
+        brokers, for exchanges mapped to RocketMQ topics (proxy/amqp/bridge.py);
+        `max_topic_body_bytes` the largest body those topics take (what RocketMQ clients receive)."""
         self.config = config
         self._broker = broker
         self._broker_names = broker_names
@@ -95,7 +97,8 @@ class Gateway:
         self.expiry = QueueExpiry(self.meta, self.consumer_count, self._queue_removed)
         self.bridge = TopicBridge(self.meta, self.store, self.dead, send=send or _no_send, routes=routes or _no_routes,
                                   broker=broker, pop_anywhere=pop_anywhere or _no_pops,
-                                  call_timeout_s=config.call_timeout_s)  # fmt: skip
+                                  call_timeout_s=config.call_timeout_s,
+                                  max_body_bytes=max_topic_body_bytes)  # fmt: skip
         self.connections: dict[str, Connection] = {}
         self.janitor = Janitor(self.meta, broker=broker, broker_names=broker_names, local=self.connections.__contains__,
                                delete_queue=self.delete_queue, interval_s=2 * client_report_s)  # fmt: skip
@@ -109,7 +112,7 @@ class Gateway:
     async def _store_in_topic(self, vhost: str, topic: str, publishes: list[Publish], host: str) -> list[bool]:
         """Dead letters' copies for a mapped exchange's topic go through the topic bridge (which is
         built after the dead letters it screens with)."""
-        return await self.bridge.publish(vhost, topic, publishes, host)
+        return [err is None for err in await self.bridge.publish(vhost, topic, publishes, host)]
 
     def _home(self) -> tuple[str, AmqpMetaApi]:
         """The metadata home broker (the first by name). Asked before every publish batch: the

@@ -20,6 +20,7 @@ from broker.client.api import AckResult, CallContext, FilterSpec, MessagingApi, 
 from common import metrics
 from common.errors import Forbidden, InternalError, InvalidReceiptHandle, SluiceError
 from common.model import MessageType
+from proxy import firstuse
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
 from proxy.core.failover import FAILOVER_MARGIN_S, call_through_failover
@@ -174,9 +175,7 @@ class ConsumerService:
         self._renewer.remove(handle)
 
     async def touch_group(self, group: str) -> None:
-        """First contact of a consumer group (heartbeat): create it where brokers auto-create."""
-        for name in self._dir.broker_names():
-            try:
-                await self._dir.broker(name).get_group(group, auto_create=True)
-            except SluiceError:
-                continue
+        """First contact of a consumer group (heartbeat): create it where brokers auto-create, as
+        the cluster defines it (proxy/firstuse.py)."""
+        brokers: list[tuple[str, MessagingApi]] = [(n, self._dir.broker(n)) for n in self._dir.broker_names()]
+        await firstuse.ensure_group(brokers, group, firstuse.GROUP_WAIT_S)

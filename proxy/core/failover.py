@@ -7,6 +7,12 @@ cases the group's next primary registers under the same name (docs/replication.m
 while the client's deadline allows (less `FAILOVER_MARGIN_S`, kept for the call itself), or
 `FAILOVER_WAIT_S` when it set none. Only then does the refusal reach the client. Sends, receives,
 acks and invisible-duration changes all go through it (proxy/core/producer.py, consumer.py).
+
+A send a primary refused because too few members are in sync (`TooFewInSync`: its replicas cut
+off, or a new primary's not caught up yet) was not acknowledged, and the primary takes it once a
+replica is back: a send to a topic's only broker (group) is retried there the same way, every
+`FAILOVER_POLL_S` within the deadline (`wait_in_sync`). Not an ack: the primary applied it before
+it refused it, and a retry would find the handle spent.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from broker.client.api import CallContext, MessagingApi
-from common.errors import NotPrimary, Unavailable, Unreachable
+from common.errors import NotPrimary, TooFewInSync, Unavailable, Unreachable
 from proxy.directory import BrokerDirectory
 
 T = TypeVar("T")
@@ -34,14 +40,20 @@ async def _always() -> bool:
     return True
 
 
+async def _never() -> bool:
+    return False
+
+
 async def call_through_failover(
     directory: BrokerDirectory, broker: str, call: Callable[[MessagingApi], Awaitable[T]], ctx: CallContext, *,
-    wait_unreachable: Callable[[], Awaitable[bool]] = _always,
+    wait_unreachable: Callable[[], Awaitable[bool]] = _always, wait_in_sync: Callable[[], Awaitable[bool]] = _never,
 ) -> T:  # fmt: skip
     """`call(api)` on `broker`. On `NotPrimary`, or `Unreachable` when `wait_unreachable()` says the
     caller has nowhere else to go (a topic's only broker, the broker a receipt handle names), wait for
-    the group's new address and call there until the deadline. Another retriable refusal is retried
-    once if the broker has moved meanwhile, else raised (the client retries elsewhere)."""
+    the group's new address and call there until the deadline; on `TooFewInSync` too when
+    `wait_in_sync()` says so (the group's primary takes it once a replica is back in sync; a topic's
+    only broker, else the client's retry goes to another). Another retriable refusal is
+    retried once if the broker has moved meanwhile, else raised (the client retries elsewhere)."""
     api: MessagingApi = directory.broker(broker)
     loop = asyncio.get_running_loop()
     remaining = ctx.remaining_s()
@@ -50,9 +62,14 @@ async def call_through_failover(
         try:
             return await call(api)
         except Unavailable as exc:
-            if isinstance(exc, NotPrimary) or (isinstance(exc, Unreachable) and await wait_unreachable()):
-                # The group's new primary (a new address), or this one's term again (a primary that
-                # rode out a coordinator pause): ask again shortly, while the deadline allows.
+            if (
+                isinstance(exc, NotPrimary)
+                or (isinstance(exc, TooFewInSync) and await wait_in_sync())
+                or (isinstance(exc, Unreachable) and await wait_unreachable())
+            ):
+                # The group's new primary (a new address), this one's term again (a primary that
+                # rode out a coordinator pause), or its replicas back in sync: ask again shortly,
+                # while the deadline allows.
                 if loop.time() + FAILOVER_POLL_S >= until:
                     raise
                 await asyncio.sleep(FAILOVER_POLL_S)
@@ -60,7 +77,13 @@ async def call_through_failover(
                     await directory.moved(broker)
                     api = directory.broker(broker)
                 continue
-            moved = await directory.moved(broker)
+            # Moved while the call ran (the route refresh learned the group's new address and
+            # closed the client of the old one, cancelling the call: a paused primary's successor),
+            # or moved now: once more, there.
+            current = api
+            with contextlib.suppress(Unavailable):
+                current = directory.broker(broker)
+            moved = current if current is not api else await directory.moved(broker)
             if moved is None:
                 raise
             return await call(moved)

@@ -25,7 +25,7 @@ from common.errors import (
     ProxyTimeout,
     SluiceError,
 )
-from common.model import MessageType
+from common.model import MESSAGE_TYPES, UNDECIDED_TYPES, MessageType
 from common.record import SYSPROP_LITE_TOPIC
 from proxy.config import SendHealthConfig
 from proxy.core.failover import call_through_failover
@@ -83,7 +83,7 @@ class ProducerService:
             route = routes.get(topic)
             if route is None:  # once per topic and request
                 try:
-                    route = routes[topic] = await self._dir.route(topic)
+                    route = routes[topic] = await self._route(topic, data[_TYPE_AT])
                 except SluiceError as exc:
                     route = routes[topic] = exc
             if isinstance(route, SluiceError):
@@ -126,13 +126,24 @@ class ProducerService:
         """`send` of messages of one topic without a message group (the usual batch): they take
         one queue and one append, so there is nothing to place message by message."""
         try:
-            route = await self._dir.route(topic)
+            route = await self._route(topic, messages[0][_TYPE_AT])
             broker, qid = self._selector(topic).pick(topic, route, None, self._usable)
             results = await self._send_to(ctx, broker, topic, qid, messages)
         except SluiceError as exc:
             return [exc] * len(messages)
         metrics.count_in(topic, len(messages), _body_bytes(messages))
         return list(results)
+
+    async def _route(self, topic: str, first: int) -> list[BrokerRoute]:
+        """The topic's route. A topic created on first use that no message decided yet accepts
+        every type: the type of this request's first message for it (`first`, a record's type
+        byte) decides what it accepts, once for every broker holding it (BrokerDirectory.decide)."""
+        route = await self._dir.route(topic)
+        for r in route:
+            if r.message_types == UNDECIDED_TYPES:
+                kind = MESSAGE_TYPES.get(first)
+                return route if kind is None else await self._dir.decide(topic, kind)  # None: the broker refuses it
+        return route
 
     async def _send_to(
         self, ctx: CallContext, broker: str, topic: str, queue_id: int, messages: list[bytes]
@@ -141,8 +152,9 @@ class ProducerService:
         replica, a fenced or deposed primary) refused it, or the broker cannot be reached and is the
         topic's only writable one (a killed primary: the client's retry could only come back to
         it), look its address up again and send there while the client's deadline allows
-        (proxy/core/failover.py). Another retriable refusal is retried once if the broker has moved
-        meanwhile, else raised for the client to retry (on another queue, another broker).
+        (proxy/core/failover.py); so is a topic's only broker group whose primary has too few
+        members in sync (`TooFewInSync`). Another retriable refusal is retried once if the broker has
+        moved meanwhile, else raised for the client to retry (on another queue, another broker).
 
         Its latency and outcome feed the queue selection (proxy/core/health.py); a send cancelled
         before the broker answered (the client gave up waiting) counts as timed out."""
@@ -151,7 +163,7 @@ class ProducerService:
         try:
             results = await call_through_failover(
                 self._dir, broker, lambda api: api.send(topic, queue_id, messages, ctx=ctx), ctx,
-                wait_unreachable=lambda: self._only_broker(topic),
+                wait_unreachable=lambda: self._only_broker(topic), wait_in_sync=lambda: self._only_broker(topic),
             )  # fmt: skip
             outcome = None
         except SluiceError as exc:

@@ -1,5 +1,6 @@
 """SendMessage at the edge: encode each message into its record, send through the producer service,
-report per entry.
+report per entry. A request with a message refused here (its topic's name, its fields, an empty or
+too large body) stores nothing: every entry carries that refusal (its own, for a refused message).
 
 Per-message work is what a batched send costs, so what is the same for every message of a request
 is done once per request: a topic's name is checked and wrapped in its namespace, and noted for
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from common import record
 from common.codes import Code
-from common.errors import BadRequest, MessageBodyTooLarge, SluiceError
+from common.errors import BadRequest, MessageBodyEmpty, MessageBodyTooLarge, SluiceError
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
 from proxy.app import ProxyApp
@@ -32,6 +33,9 @@ async def send_message(app: ProxyApp, ctx: RequestContext, request: spb.SendMess
                                                                        f"at most {limit} are accepted"))  # fmt: skip
     topics: dict[tuple[str, str], str | SluiceError] = {}
     converted = [_convert(app, ctx, msg, topics) for msg in msgs]
+    refused = next((c for c in converted if isinstance(c, SluiceError)), None)
+    if refused is not None:  # all or nothing, as a broker stores a batch: the others carry the first refusal
+        converted = [c if isinstance(c, SluiceError) else refused for c in converted]
     items = [c for c in converted if not isinstance(c, SluiceError)]
     outcomes = iter(await app.producer.send(ctx, items)) if items else iter(())
     response = spb.SendMessageResponse()
@@ -76,10 +80,15 @@ def _convert(
         if isinstance(topic, SluiceError):
             return topic
         data = convert.outgoing(msg, ctx.peer)
-        # The limit this proxy tells clients in Settings, enforced for those that send before
-        # their Settings reply arrives (it is below the broker's own limit, see config.py).
+        # The RocketMQ protocol's body rules (the store carries any body up to the broker's limit:
+        # AMQP publishes may be empty). The limit is the one this proxy tells clients in Settings,
+        # enforced for those that send before their Settings reply arrives (it is below the
+        # broker's own limit, see config.py).
         max_body = app.config.settings.max_body_bytes
-        if (size := record.peek_body_size(data)) > max_body:
+        size = record.peek_body_size(data)
+        if not size:
+            raise MessageBodyEmpty("message body is empty; send at least one byte")
+        if size > max_body:
             raise MessageBodyTooLarge(f"message body is {size} bytes; at most {max_body} are accepted")
         return topic, data
     except SluiceError as exc:

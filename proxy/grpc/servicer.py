@@ -1,11 +1,11 @@
 """`apache.rocketmq.v2.MessagingService` served by the proxy: one thin method per RPC.
 
-Requests reach these methods parsed and admitted by size (proxy/grpc/edge.py registers them with
-gRPC and turns undecodable bytes into BAD_REQUEST). Each method builds the request context, admits
-the request (`guard.admit`: in-flight bound, signature and access rules when auth is on, rate
-limits), calls its handler (route, produce, consume, telemetry modules) and turns any failure into
-the response's Status via `status_of` — never a gRPC error, never a crash. RPCs for features
-Sluice does not have yet answer NOT_IMPLEMENTED.
+Requests reach these methods parsed and admitted by size (proxy/grpc/edge.py registers them on the
+HTTP/2 gRPC server, common/http2/grpcserver.py, and turns undecodable bytes into BAD_REQUEST). Each
+method builds the request context, admits the request (`guard.admit`: in-flight bound, signature
+and access rules when auth is on, rate limits), calls its handler (route, produce, consume,
+telemetry modules) and turns any failure into the response's Status via `status_of` — never a gRPC
+error, never a crash. RPCs for features Sluice does not have yet answer NOT_IMPLEMENTED.
 
 Every unary RPC, ReceiveMessage and PullMessage is counted by the Code of its answer and timed
 (`common.metrics.observe_rpc`); Telemetry streams live as long as the client and are not timed.
@@ -20,12 +20,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-import grpc
-
 from common import metrics
+from common.http2.grpcserver import Call
 from common.logs import kv
 from proto.apache.rocketmq.v2 import service_pb2 as spb
-from proto.apache.rocketmq.v2 import service_pb2_grpc
 from proxy import names
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
@@ -39,13 +37,13 @@ Resp = TypeVar("Resp")
 Handler = Callable[[ProxyApp, RequestContext, Any], Awaitable[Resp]]
 
 
-class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
+class MessagingServicer:
     def __init__(self, app: ProxyApp) -> None:
         self.app = app
 
     async def _unary(
         self, rpc: str, response: Callable[..., Resp], handler: Handler[Resp], request: Any,
-        context: grpc.aio.ServicerContext,
+        context: Call,
     ) -> Resp:  # fmt: skip
         self.app.in_flight += 1
         started = time.perf_counter()
@@ -60,14 +58,14 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         _answered(rpc, code_name(answer.status.code), time.perf_counter() - started)  # type: ignore[attr-defined]
         return answer
 
-    async def QueryRoute(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def QueryRoute(self, request: Any, context: Call) -> Any:
         return await self._unary("QueryRoute", spb.QueryRouteResponse, route.query_route, request, context)
 
-    async def QueryAssignment(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def QueryAssignment(self, request: Any, context: Call) -> Any:
         return await self._unary("QueryAssignment", spb.QueryAssignmentResponse, route.query_assignment, request,
                                  context)  # fmt: skip
 
-    async def Heartbeat(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def Heartbeat(self, request: Any, context: Call) -> Any:
         async def handle(app: ProxyApp, ctx: RequestContext, req: spb.HeartbeatRequest) -> spb.HeartbeatResponse:
             group = ""
             if req.HasField("group") and req.group.name:
@@ -78,10 +76,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
 
         return await self._unary("Heartbeat", spb.HeartbeatResponse, handle, request, context)
 
-    async def SendMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def SendMessage(self, request: Any, context: Call) -> Any:
         return await self._unary("SendMessage", spb.SendMessageResponse, produce.send_message, request, context)
 
-    async def ReceiveMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async def ReceiveMessage(self, request: Any, context: Call) -> AsyncIterator[Any]:
         self.app.in_flight += 1
         started = time.perf_counter()
         code = "CANCELLED"  # the stream ended before its status frame (client went away)
@@ -109,18 +107,18 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             self.app.in_flight -= 1
             _answered("ReceiveMessage", code, time.perf_counter() - started)
 
-    async def AckMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def AckMessage(self, request: Any, context: Call) -> Any:
         return await self._unary("AckMessage", spb.AckMessageResponse, consume.ack_message, request, context)
 
-    async def ChangeInvisibleDuration(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ChangeInvisibleDuration(self, request: Any, context: Call) -> Any:
         return await self._unary("ChangeInvisibleDuration", spb.ChangeInvisibleDurationResponse,
                                  consume.change_invisible_duration, request, context)  # fmt: skip
 
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Call) -> Any:
         return await self._unary("ForwardMessageToDeadLetterQueue", spb.ForwardMessageToDeadLetterQueueResponse,
                                  consume.forward_to_dead_letter, request, context)  # fmt: skip
 
-    async def PullMessage(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async def PullMessage(self, request: Any, context: Call) -> AsyncIterator[Any]:
         started = time.perf_counter()
         code = "CANCELLED"
         try:
@@ -139,16 +137,16 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         finally:
             _answered("PullMessage", code, time.perf_counter() - started)
 
-    async def UpdateOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def UpdateOffset(self, request: Any, context: Call) -> Any:
         return await self._unary("UpdateOffset", spb.UpdateOffsetResponse, consume.update_offset, request, context)
 
-    async def GetOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetOffset(self, request: Any, context: Call) -> Any:
         return await self._unary("GetOffset", spb.GetOffsetResponse, consume.get_offset, request, context)
 
-    async def QueryOffset(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def QueryOffset(self, request: Any, context: Call) -> Any:
         return await self._unary("QueryOffset", spb.QueryOffsetResponse, consume.query_offset, request, context)
 
-    async def NotifyClientTermination(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def NotifyClientTermination(self, request: Any, context: Call) -> Any:
         async def handle(app: ProxyApp, ctx: RequestContext, req: Any) -> spb.NotifyClientTerminationResponse:
             app.sessions.terminate(ctx.client_id)
             return spb.NotifyClientTerminationResponse(status=OK)
@@ -156,7 +154,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         return await self._unary("NotifyClientTermination", spb.NotifyClientTerminationResponse, handle, request,
                                  context)  # fmt: skip
 
-    async def Telemetry(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async def Telemetry(self, request_iterator: Any, context: Call) -> AsyncIterator[Any]:
         try:
             ctx = request_context(context)
             if self.app.config.auth.enabled:
@@ -167,14 +165,14 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         async for command in telemetry.telemetry(self.app, ctx, request_iterator):
             yield command
 
-    async def EndTransaction(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def EndTransaction(self, request: Any, context: Call) -> Any:
         return await self._unary("EndTransaction", spb.EndTransactionResponse, transaction.end_transaction, request,
                                  context)  # fmt: skip
 
-    async def RecallMessage(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def RecallMessage(self, request: Any, context: Call) -> Any:
         return await self._unary("RecallMessage", spb.RecallMessageResponse, produce.recall_message, request, context)
 
-    async def SyncLiteSubscription(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def SyncLiteSubscription(self, request: Any, context: Call) -> Any:
         return await self._unary("SyncLiteSubscription", spb.SyncLiteSubscriptionResponse, lite.sync_lite_subscription,
                                  request, context)  # fmt: skip
 

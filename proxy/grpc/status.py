@@ -1,4 +1,4 @@
-"""The edge's two helpers: build the request context from gRPC metadata, and turn any exception
+"""The edge's two helpers: build the request context from a call's headers, and turn any exception
 into an `apache.rocketmq.v2.Status` — the one place where errors become protocol codes.
 
 Application errors travel in the response's Status with gRPC status OK, as the official clients
@@ -12,10 +12,9 @@ import time
 from collections.abc import Iterable
 from typing import cast
 
-import grpc
-
 from common.codes import Code
 from common.errors import ClientIdRequired, SluiceError, code_of
+from common.http2.grpcserver import Call
 from common.logs import bind_request, kv
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proxy.context import RequestContext
@@ -65,29 +64,23 @@ def common_status(codes: Iterable[pb.Status]) -> pb.Status:
     return status(Code.MULTIPLE_RESULTS, "entries have different results; see each entry")
 
 
-def request_context(context: grpc.aio.ServicerContext, *, require_client_id: bool = True) -> RequestContext:
-    # Once per RPC: the metadata becomes a dict in C (the last value of a repeated key wins, as
-    # before); only the values read are decoded when they came as bytes (binary headers).
-    md: dict[str, str | bytes] = dict(context.invocation_metadata() or ())
-    client_id = _header(md, H_CLIENT_ID)
+def request_context(call: Call, *, require_client_id: bool = True) -> RequestContext:
+    # The call's headers are a dict already (the last value of a repeated name wins).
+    md = call.headers
+    client_id = md.get(H_CLIENT_ID, "")
     if require_client_id and not client_id:
         raise ClientIdRequired("the x-mq-client-id header is missing; every official client sends it")
-    request_id = _header(md, H_REQUEST_ID)
+    request_id = md.get(H_REQUEST_ID, "")
     bind_request(request_id, client_id)
-    remaining = context.time_remaining()
+    remaining = call.time_remaining()
     return RequestContext(
         client_id=client_id,
-        namespace=_header(md, H_NAMESPACE),
-        language=_header(md, H_LANGUAGE),
-        client_version=_header(md, H_VERSION),
+        namespace=md.get(H_NAMESPACE, ""),
+        language=md.get(H_LANGUAGE, ""),
+        client_version=md.get(H_VERSION, ""),
         request_id=request_id,
-        peer=context.peer() or "",
+        peer=call.peer_address,
         deadline=None if remaining is None else time.monotonic() + remaining,
-        authorization=_header(md, H_AUTHORIZATION),
-        date_time=_header(md, H_DATE_TIME),
+        authorization=md.get(H_AUTHORIZATION, ""),
+        date_time=md.get(H_DATE_TIME, ""),
     )
-
-
-def _header(md: dict[str, str | bytes], key: str) -> str:
-    value = md.get(key, "")
-    return value if isinstance(value, str) else value.decode("utf-8", "replace")

@@ -9,7 +9,6 @@ blocking the proxy. The server never ends the stream; it ends when the client cl
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import cast
@@ -19,6 +18,7 @@ from common.errors import BadRequest, SluiceError
 from common.logs import kv
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
 from proto.apache.rocketmq.v2 import service_pb2 as spb
+from proxy import firstuse
 from proxy.app import ProxyApp
 from proxy.context import RequestContext
 from proxy.core.checkback import Deliver
@@ -31,31 +31,18 @@ log = logging.getLogger("sluice.proxy.telemetry")
 
 MAX_QUEUED_COMMANDS = 16
 # How long a client's settings reply waits for its group to be created on the other brokers.
-GROUP_CREATE_WAIT_S = 2.0
+GROUP_CREATE_WAIT_S = firstuse.GROUP_WAIT_S
 
 
 async def _group_info(app: ProxyApp, group: str) -> GroupInfo | None:
-    """The group's settings from the first broker that answers, the group created on first use on
-    every broker (where they auto-create). A group starting from "latest" starts at its creation on
-    each broker: created on one broker only, it would be created on another at the client's first
-    receive or heartbeat there (a second after its start), and skip what a producer sent to that
-    broker in between (seen with `sluice up --shards 2` and the README's snippet)."""
-    names = app.directory.broker_names()
-    for i, name in enumerate(names):
-        try:
-            info = await app.directory.broker(name).get_group(group, auto_create=True)
-        except SluiceError:
-            continue
-        await asyncio.gather(*(_create_group(app, other, group) for other in names[i + 1 :]))
-        return info
-    return None
-
-
-async def _create_group(app: ProxyApp, broker: str, group: str) -> None:
-    """`group` on `broker` if it auto-creates, best effort and bounded: a stalled broker does not
-    hold the client's settings reply (its first receive or heartbeat there creates it then)."""
-    with contextlib.suppress(SluiceError, TimeoutError):
-        await asyncio.wait_for(app.directory.broker(broker).get_group(group, auto_create=True), GROUP_CREATE_WAIT_S)
+    """The group's settings as the cluster defines them, the group created on first use on every
+    broker (where they auto-create) with that definition (proxy/firstuse.py). A group starting from
+    "latest" starts at its creation on each broker: created on one broker only, it would be created
+    on another at the client's first receive or heartbeat there (a second after its start), and skip
+    what a producer sent to that broker in between (seen with `sluice up --shards 2` and the README's
+    snippet). Bounded: a stalled broker does not hold the client's settings reply."""
+    brokers = [(name, app.directory.broker(name)) for name in app.directory.broker_names()]
+    return await firstuse.ensure_group(brokers, group, GROUP_CREATE_WAIT_S)
 
 
 def language_name(value: int) -> str:

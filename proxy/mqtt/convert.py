@@ -76,7 +76,7 @@ def to_record(p: Publish, lite: str, origin: str, host: str, message_id: str, *,
         if P.MESSAGE_EXPIRY in pp:
             sysprops[SYSPROP_MQTT_EXPIRES_MS] = str(now_ms + pp[P.MESSAGE_EXPIRY] * 1000)
     return record.outgoing(p.payload, message_id, MessageType.LITE, properties=props, system_properties=sysprops,
-                           born_timestamp_ms=now_ms, born_host=host, dedup=dedup, empty_body_ok=True)  # fmt: skip
+                           born_timestamp_ms=now_ms, born_host=host, dedup=dedup)  # fmt: skip
 
 
 @dataclass(slots=True)

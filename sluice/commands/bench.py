@@ -1,17 +1,19 @@
 """`sluice bench`: load-generate against a proxy, or measure the bare gRPC ceiling.
 
     sluice bench produce --endpoint HOST:PORT[;HOST:PORT] --topic T (--rate R | --max) --duration S
-                         --concurrency C [--batch B] [--size BYTES] [--namespace NS] [--json]
+                         --concurrency C [--batch B] [--size BYTES] [--namespace NS] [--ignore-routes] [--json]
     sluice bench consume --endpoint ... --topic T --group G --duration S --concurrency C
     sluice bench e2e     --endpoint ... --topic T --group G (--rate R | --max) --duration S ...
     sluice bench echo-server --port P
     sluice bench echo    --endpoint HOST:PORT --size BYTES --batch B --concurrency C --duration S
 
-Prints a progress line per second on stderr and a table (or JSON with `--json`) on stdout at the
-end. Stops by itself after the warm-up plus `--duration`, or on SIGINT/SIGTERM (then reports what
-it measured). Exit code: 0 when every call succeeded, 1 when some failed or the setup failed
-(cannot connect, QueryRoute failed), 2 for a bad argument. The topic and group should exist
-(`sluice admin topic create` / `group create`) unless the server creates them on first use.
+Each call goes to the endpoint of its queue in the topic's route, as the official clients send
+(`--ignore-routes`: to the endpoints given). Prints a progress line per second on stderr and a
+table (or JSON with `--json`) on stdout at the end. Stops by itself after the warm-up plus
+`--duration`, or on SIGINT/SIGTERM (then reports what it measured). Exit code: 0 when every call
+succeeded, 1 when some failed or the setup failed (cannot connect, QueryRoute failed), 2 for a bad
+argument. The topic and group should exist (`sluice admin topic create` / `group create`) unless
+the server creates them on first use.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ def _add_client_arguments(p: argparse.ArgumentParser, mode: str) -> None:
         "--endpoint",
         default=DEFAULT_ENDPOINT,
         metavar="HOST:PORT[;HOST:PORT]",
-        help=f"where to connect; tasks are spread over the endpoints (default {DEFAULT_ENDPOINT})",
+        help=f"where to connect (default {DEFAULT_ENDPOINT}): the topic's route is asked of the first, then each "
+        "call goes to its queue's endpoint in the route (see --ignore-routes)",
     )
     p.add_argument("--duration", type=float, default=10.0, metavar="S", help="measured seconds (default 10)")
     p.add_argument("--warmup", type=float, default=1.0, metavar="S", help="seconds run but not counted (default 1)")
@@ -65,6 +68,11 @@ def _add_client_arguments(p: argparse.ArgumentParser, mode: str) -> None:
         help="concurrent tasks: calls in flight (produce) or receive loops (consume) (default 16)",
     )
     p.add_argument("--channels", type=int, default=1, metavar="N", help="connections per endpoint (default 1)")
+    if mode != "echo":
+        p.add_argument("--ignore-routes", action="store_true",
+                       help="send every call to --endpoint (tasks spread over its endpoints) instead of to the "
+                            "endpoint of each call's queue in the topic's route, as the official clients do; with "
+                            "`sluice up --shards N` a node then forwards what another node owns")  # fmt: skip
     p.add_argument("--timeout", type=float, default=5.0, metavar="S", help="deadline of each call (default 5)")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     p.add_argument("--histograms", action="store_true", help="with --json: include raw latency histograms")
@@ -118,6 +126,7 @@ def options(args: argparse.Namespace) -> BenchOptions:
         access_key=getattr(args, "access_key", "") or "",
         secret=getattr(args, "secret", "") or "",
         generator=args.generator,
+        follow_routes=not getattr(args, "ignore_routes", False),
     )
 
 

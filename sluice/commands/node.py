@@ -82,7 +82,7 @@ def configs(args: argparse.Namespace) -> tuple[BrokerConfig, ProxyConfig]:
         BrokerConfig, section="broker", data=data,
         overrides={
             "name": args.name, "host": args.host, "port": args.broker_port, "data_dir": args.data_dir,
-            "namesrv": namesrv, "auto_create": False if args.no_auto_create else None,
+            "namesrv": namesrv, "auto_create": _auto_create(args, data),
             "store.commitlog.flush_policy": args.flush,
             **metrics_overrides(args), **trace_overrides(args), **tier_overrides(args),
         },
@@ -92,6 +92,15 @@ def configs(args: argparse.Namespace) -> tuple[BrokerConfig, ProxyConfig]:
     if not proxy.namesrv:
         proxy = replace(proxy, namesrv=broker.namesrv)
     return replace(broker, client_endpoint=proxy.advertised_address), proxy
+
+
+def _auto_create(args: argparse.Namespace, data: dict[str, object]) -> bool | None:
+    """Off with --no-auto-create, else as `[broker] auto_create` of the file says (None: no
+    override), else on: a node creates topics and groups on first use, as `sluice up`'s shards do."""
+    if args.no_auto_create:
+        return False
+    table = data.get("broker")
+    return None if isinstance(table, dict) and "auto_create" in table else True
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,13 +6,13 @@
 Per seed: etcd, a NameServer, one group of three `sluice broker --group g1 --min-insync 2` and two
 proxies listing each other in routes (`lease_ttl_s` 2), a producer of a normal topic and one of a
 FIFO topic (4 message groups, sent in order) through the official Python client given both proxies,
-a SimpleConsumer per topic acking everything. `--faults` faults drawn from the seed, `--gap-s`
-apart: SIGKILL of the primary (restarted after it was replaced), SIGSTOP of the primary for 4 s,
-SIGKILL of a replica (restarted after 3 s), SIGSTOP of etcd for 1.5 s, SIGKILL of the proxy the
-FIFO sends go through (restarted after 3 s); with `--partitions` also one replica's replication
-path cut for 3 s (blackhole or resets) and both replicas' paths blackholed for 3 s
-(tests/e2e/support/schedules.py; the e2e suite runs short schedules of the same in
-tests/e2e/test_failover_schedules.py). One JSON line per seed: per
+a SimpleConsumer of the normal topic and two of the FIFO topic's group, acking everything.
+`--faults` faults drawn from the seed, `--gap-s` apart: SIGKILL of the primary (restarted after it
+was replaced), SIGSTOP of the primary for 4 s, SIGKILL of a replica (restarted after 3 s), SIGSTOP
+of etcd for 1.5 s, SIGKILL of the proxy the FIFO sends go through (restarted after 3 s); with
+`--partitions` also one replica's replication path cut for 3 s (blackhole or resets) and both
+replicas' paths blackholed for 3 s (tests/e2e/support/schedules.py; the e2e suite runs two of the
+seeds, 2 and 27 with partitions, in tests/e2e/test_failover_schedules.py). One JSON line per seed: per
 topic the sends acknowledged and failed after the client's own retries and the history verdict
 (lost, redelivered after ack, FIFO order, a handle version delivered twice); per fault kind the
 longest span without an acknowledged send from the fault on, and the sends that failed after the

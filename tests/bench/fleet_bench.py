@@ -162,8 +162,9 @@ def server_pids(fleet: Fleet) -> list[int]:
 
 def bench(fleet: Fleet, name: str, proxies: list[str], args: argparse.Namespace) -> Phase:
     endpoints = [fleet.endpoint(p) for p in proxies]
-    argv = [*SLUICE, "bench", "produce", "--endpoint", ";".join(endpoints), "--topic", TOPIC, "--max",
-            "--batch", "1", "--size", str(args.size), "--concurrency", str(args.concurrency),
+    # --ignore-routes: the phase's proxies take every call (a route may name the other proxy).
+    argv = [*SLUICE, "bench", "produce", "--endpoint", ";".join(endpoints), "--ignore-routes", "--topic", TOPIC,
+            "--max", "--batch", "1", "--size", str(args.size), "--concurrency", str(args.concurrency),
             "--channels", str(args.channels),
             "--duration", f"{args.seconds:g}", "--warmup", f"{WARMUP_S:g}", "--json", "--quiet",
             "--watch-pids", ",".join(map(str, server_pids(fleet)))]  # fmt: skip

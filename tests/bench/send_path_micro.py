@@ -31,7 +31,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import uvloop
 
@@ -61,21 +60,17 @@ PRODUCER = CallContext(client_id="micro-client")  # as the proxy sends for a pro
 
 
 class _Context:
-    """What the edge reads of a grpc.aio ServicerContext, as an official client's call carries it."""
+    """What the edge reads of a call (common/http2/grpcserver.py `Call`), as an official client's
+    call carries it."""
 
     def __init__(self) -> None:
-        self._metadata = (("x-mq-client-id", "micro-client"), ("x-mq-request-id", uuid.uuid4().hex),
-                          ("x-mq-language", "PYTHON"), ("x-mq-client-version", "5.0.0"),
-                          ("x-mq-protocol", "v2"), ("x-mq-date-time", "20261126T000000Z"))  # fmt: skip
-
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        return self._metadata
+        self.headers = {"x-mq-client-id": "micro-client", "x-mq-request-id": uuid.uuid4().hex,
+                        "x-mq-language": "PYTHON", "x-mq-client-version": "5.0.0", "x-mq-protocol": "v2",
+                        "x-mq-date-time": "20261126T000000Z"}  # fmt: skip
+        self.peer_address = "ipv4:127.0.0.1:50000"
 
     def time_remaining(self) -> float:
         return 10.0
-
-    def peer(self) -> str:
-        return "ipv4:127.0.0.1:50000"
 
 
 def _request() -> bytes:
@@ -130,7 +125,8 @@ async def run(layer: str, inline: bool, messages: int, senders: list[int], lite_
             requests, context = [_request() for _ in range(1000)], _Context()
 
             async def send(i: int) -> None:
-                answer: Any = await call(requests[i % len(requests)], context)  # type: ignore[arg-type]
+                raw = await call(requests[i % len(requests)], context)  # type: ignore[arg-type]
+                answer = spb.SendMessageResponse.FromString(raw)
                 assert answer.status.code == pb.OK, answer.status
 
         return {n: await _measure(send, messages, n) for n in senders}

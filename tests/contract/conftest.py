@@ -37,6 +37,7 @@ from tests.helpers.clock import JumpClock
 # The `[broker]` table both implementations run with. Times are small to keep the suite fast.
 MIN_INVISIBLE_MS = 200
 MAX_BODY_BYTES = 4096
+POP_MAX_BYTES = 16 * MAX_BODY_BYTES  # what one read, and one pop, carries (past its first message)
 TXN_RECOVERY_MS = 200
 TXN_CHECK_INTERVAL_MS = 300
 TXN_MAX_CHECKS = 2
@@ -46,6 +47,7 @@ CONTRACT_SETTINGS: dict[str, Any] = {
     "name": "contract-broker",
     "pop": {"min_invisible_ms": MIN_INVISIBLE_MS, "redelivery_scan_interval_ms": 20, "max_long_poll_ms": 10_000},
     "limits": {"max_body_bytes": MAX_BODY_BYTES},
+    "store": {"read": {"max_batch_bytes": POP_MAX_BYTES}},
     "transaction": {
         "min_recovery_ms": 50,
         "default_recovery_ms": TXN_RECOVERY_MS,

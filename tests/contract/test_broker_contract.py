@@ -42,7 +42,6 @@ from common.errors import (
     IllegalMessageTag,
     IllegalTopic,
     InvalidReceiptHandle,
-    MessageBodyEmpty,
     MessageBodyTooLarge,
     MessageCorrupted,
     MessagePropertiesTooLarge,
@@ -52,9 +51,9 @@ from common.errors import (
     SluiceError,
     TopicNotFound,
 )
-from common.model import MessageType, Permission, dlq_topic
+from common.model import ALL_MESSAGE_TYPES, UNDECIDED_TYPES, MessageType, Permission, dlq_topic
 from common.record import MessageRecord, encode, seal
-from tests.contract.conftest import MAX_BODY_BYTES, MIN_INVISIBLE_MS, Elapse, Scope
+from tests.contract.conftest import MAX_BODY_BYTES, MIN_INVISIBLE_MS, POP_MAX_BYTES, Elapse, Scope
 from tests.helpers.records import outgoing
 
 WAIT_S = 5.0
@@ -183,6 +182,27 @@ async def test_topic_lifecycle(broker: BrokerApi, scope: Scope) -> None:
         await broker.topic_status(name)
 
 
+async def test_a_topic_created_on_first_use_takes_the_cluster_s_decision(broker: BrokerApi, scope: Scope) -> None:
+    """`get_topic(like=...)` (docs/shards.md): an undecided copy takes the types another broker's
+    first message decided; a decided copy never changes; nothing is created where the broker does
+    not create topics on first use (this one does not)."""
+    name = scope.topic()
+    undecided = TopicSpec(name, 2, UNDECIDED_TYPES)
+    await broker.create_topic(undecided)
+    assert await broker.get_topic(name, like=TopicSpec(name, 1, UNDECIDED_TYPES)) == undecided
+    with expect_error(BadRequest):  # no first message decides an auto-created topic so
+        await broker.get_topic(name, like=TopicSpec(name, 1, frozenset({MessageType.NORMAL})))
+    lite = TopicSpec(name, 2, frozenset({MessageType.LITE}))
+    assert await broker.get_topic(name, like=TopicSpec(name, 8, frozenset({MessageType.LITE}))) == lite
+    assert await broker.get_topic(name, like=TopicSpec(name, 8, ALL_MESSAGE_TYPES)) == lite
+    assert await broker.get_topic(name) == lite
+    absent = scope.topic()
+    with expect_error(TopicNotFound):
+        await broker.get_topic(absent, auto_create=True, like=TopicSpec(absent, 1, ALL_MESSAGE_TYPES))
+    with expect_error(TopicNotFound):
+        await broker.get_topic("%DLQ%" + scope.group(), auto_create=True)
+
+
 @pytest.mark.parametrize("bad", ["", "has space", "x" * 128, "%SYSTEM", "semi;colon"])
 async def test_topic_bad_names(broker: BrokerApi, bad: str) -> None:
     with expect_error(IllegalTopic):
@@ -273,7 +293,6 @@ async def test_send_validates_messages(broker: BrokerApi, scope: Scope) -> None:
         (ordered, out(scope), MessageTypeConflict),
         (ordered, out(scope, message_type=MessageType.FIFO), IllegalMessageGroup),
         (ordered, out(scope, message_type=MessageType.FIFO, message_group=" "), IllegalMessageGroup),
-        (normal, out(scope, b""), MessageBodyEmpty),
         (normal, out(scope, b"x" * (MAX_BODY_BYTES + 1)), MessageBodyTooLarge),
         (normal, out(scope, properties={f"p{i}": "v" for i in range(129)}), MessagePropertiesTooLarge),
         (normal, out(scope, tag="a||b"), IllegalMessageTag),
@@ -284,11 +303,41 @@ async def test_send_validates_messages(broker: BrokerApi, scope: Scope) -> None:
         with expect_error(error):
             await broker.send(topic, 0, [message])
     # A batch with one bad message stores nothing.
-    with expect_error(MessageBodyEmpty):
-        await broker.send(normal, 0, [out(scope, "fine"), out(scope, b"")])
+    with expect_error(MessageBodyTooLarge):
+        await broker.send(normal, 0, [out(scope, "fine"), out(scope, b"x" * (MAX_BODY_BYTES + 1))])
     assert (await broker.send(normal, 0, [out(scope, b"x" * MAX_BODY_BYTES)]))[0].queue_offset == 0
     with expect_error(IllegalMessageTag):  # a record has no empty tag: the encoder refuses one
         out(scope, tag="")
+
+
+async def test_an_empty_body_is_stored_and_delivered(broker: BrokerApi, scope: Scope) -> None:
+    """AMQP publishes may have no body (signals, headers-only messages): the store carries one, in
+    a batch with others too, and pops and pulls hand it back empty. (The RocketMQ edge refuses an
+    empty body itself, MESSAGE_BODY_EMPTY: tests/e2e/test_bad_input.py.)"""
+    topic = await new_topic(broker, scope)
+    group = await new_group(broker, scope)
+    stored = await broker.send(topic, 0, [out(scope, b""), out(scope, "after"), out(scope, b"")])
+    assert [r.queue_offset for r in stored] == [0, 1, 2]
+    assert bodies(await pop_n(broker, group, topic, 3)) == [b"", b"after", b""]
+    pulled = await broker.pull(group, topic, 0, 0, 10, FilterSpec())
+    assert bodies(pulled.messages) == [b"", b"after", b""]
+
+
+async def test_a_pop_carries_about_max_batch_bytes(broker: BrokerApi, scope: Scope) -> None:
+    """One pop takes messages up to `read.max_batch_bytes` of records (past its first), however many
+    it may take: with 16 MiB AMQP bodies, 32 of them would pass the internal RPC's limit, and the
+    pop would fail every time (before: 32 messages, whatever their size). The rest comes with the
+    next pops, in order."""
+    topic = await new_topic(broker, scope)
+    group = await new_group(broker, scope)
+    sent = [out(scope, bytes([i]) * MAX_BODY_BYTES) for i in range(40)]
+    await broker.send(topic, 0, sent[:20])
+    await broker.send(topic, 0, sent[20:])
+    first = await broker.pop(pop_request(group, topic, max_messages=32))
+    assert 1 < len(first) < 32
+    assert sum(m.record.size for m in first) <= POP_MAX_BYTES + max(m.record.size for m in first)
+    rest = await pop_n(broker, group, topic, 40 - len(first))
+    assert [m.body[0] for m in first + rest] == list(range(40))
 
 
 async def test_send_verifies_records(broker: BrokerApi, scope: Scope) -> None:

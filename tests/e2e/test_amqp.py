@@ -671,6 +671,153 @@ def test_publisher_confirms_and_mandatory(cluster: Cluster, unique: Callable[[st
         ch.queue_delete(queue)
 
 
+# -- bodies of every size, token refresh ------------------------------------------------------------
+
+MAX_BODY_BYTES = 16 * 1024 * 1024  # [proxy.amqp] max_body_bytes by default: RabbitMQ 4's max_message_size
+
+
+def _refused_total(cluster: Cluster, reason: str) -> float:
+    """`sluice_amqp_publishes_refused_total` of vhost `/` for `reason`, over every process."""
+    total = 0.0
+    for address in cluster.ops.values():
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=WAIT_S) as answer:
+            text = answer.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = (sample.labels.get("vhost"), sample.labels.get("reason"))
+                if sample.name == "sluice_amqp_publishes_refused_total" and labels == ("/", reason):
+                    total += sample.value
+    return total
+
+
+def _texts(headers: dict[str, object] | None) -> dict[str, object]:
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in (headers or {}).items()}
+
+
+def test_empty_bodies_and_large_headers_are_stored_and_delivered(
+    cluster: Cluster, unique: Callable[[str], str]
+) -> None:
+    """An empty body (signals, headers-only messages) and a header table as large as a frame are
+    stored and delivered as published, with and without confirms, by pika and aio-pika; a
+    basic.get right after a publish on the same channel sees it, as RabbitMQ's does. Before: the
+    broker refused both (an empty body; the header as a user property over 16 KiB), so a publisher
+    without confirms lost them in silence and one with confirms got a nack; and a basic.get could
+    overtake the channel's publish."""
+    queue = unique("empty")
+    large = {"blob": "h" * 60_000}
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.queue_declare(queue)
+        ch.basic_publish("", queue, b"", pika.BasicProperties(headers={"kind": "signal"}))  # no confirms
+        method, props, body = ch.basic_get(queue)
+        assert method is not None, "the empty publish did not reach its queue"
+        assert (body, props.headers) == (b"", {"kind": "signal"})
+        ch.basic_ack(method.delivery_tag)
+        ch.confirm_delivery()  # a nack raises NackError
+        ch.basic_publish("", queue, b"", pika.BasicProperties(headers=large))
+        ch.basic_publish("", queue, b"after")
+
+    async def with_aio_pika() -> list[tuple[bytes, dict[str, object]]]:
+        conn = await aio_pika.connect(f"amqp://guest:guest@{endpoints(cluster)[-1]}/")
+        async with conn:
+            ch = await conn.channel(publisher_confirms=True)
+            await ch.default_exchange.publish(aio_pika.Message(b"", headers={"kind": "aio"}), routing_key=queue)
+            q = await ch.declare_queue(queue, passive=True)
+            got = []
+            while (m := await q.get(fail=False, timeout=WAIT_S)) is not None:
+                got.append((m.body, _texts(m.headers)))
+                await m.ack()
+            await q.delete()
+            return got
+
+    assert asyncio.run(with_aio_pika()) == [(b"", large), (b"after", {}), (b"", {"kind": "aio"})]
+
+
+def test_the_largest_body_round_trips_and_one_byte_more_is_refused(
+    cluster: Cluster, unique: Callable[[str], str]
+) -> None:
+    """A body of max_body_bytes (16 MiB by default, RabbitMQ 4's max_message_size) published by pika
+    reaches aio-pika and one published by aio-pika reaches pika (basic.consume), byte for byte; one
+    byte more closes the channel with RabbitMQ's 406 and text, and is counted. Before: the gateway
+    took 4 MiB and the brokers 4 MiB (with the gateway's limit raised alone, the broker refused the
+    body after it was received: dropped in silence without confirms)."""
+    there, back = unique("big-there"), unique("big-back")
+    sent, returned = os.urandom(MAX_BODY_BYTES), os.urandom(MAX_BODY_BYTES)
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        for q in (there, back):
+            ch.queue_declare(q)
+        ch.confirm_delivery()
+        ch.basic_publish("", there, sent)
+
+    async def with_aio_pika() -> bytes:
+        conn = await aio_pika.connect(f"amqp://guest:guest@{endpoints(cluster)[-1]}/")
+        async with conn:
+            ch = await conn.channel(publisher_confirms=True)
+            q = await ch.declare_queue(there, passive=True)
+            m = await q.get(timeout=WAIT_S)
+            await m.ack()
+            await ch.default_exchange.publish(aio_pika.Message(returned), routing_key=back)
+            await q.delete()
+            return m.body
+
+    assert asyncio.run(with_aio_pika()) == sent
+    before = _refused_total(cluster, "max_size")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        [(_, _, body)] = drain(ch, back, 1)
+        assert body == returned
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            ch.basic_publish("", back, returned + b"!")
+            ch.basic_qos(prefetch_count=1)  # a publish has no answer: the next call sees the close
+        assert (refused.value.reply_code, refused.value.reply_text) == (
+            406, f"PRECONDITION_FAILED - message size {MAX_BODY_BYTES + 1} is larger than configured max size "
+            f"{MAX_BODY_BYTES}")  # fmt: skip
+        conn.channel().queue_delete(back)
+    assert _refused_total(cluster, "max_size") == before + 1
+
+
+def test_update_secret_is_checked_as_a_login(cluster: Cluster) -> None:
+    """connection.update-secret (RabbitMQ 3.8+: how OAuth2 clients refresh their token) with the
+    user's secret is answered update-secret-ok and the connection goes on; a secret the login
+    would refuse closes it with 530 NOT_ALLOWED, as RabbitMQ answers a refused secret. Before:
+    503 COMMAND_INVALID for any update. (With authentication on: test_amqp_mapping.py.)"""
+    client = RawClient(endpoints(cluster)[0])
+    try:
+        client.open()
+        client.send_method(0, commands.Connection.UpdateSecret(new_secret="guest", reason="token refreshed"))
+        client.read_method(commands.Connection.UpdateSecretOk)
+        client.send_method(1, commands.Channel.Open())
+        client.read_method(commands.Channel.OpenOk)
+        client.send_method(0, commands.Connection.UpdateSecret(new_secret="not the secret", reason="expired"))
+        close = None
+        while close is None:
+            _, value = client.read()
+            if isinstance(value, commands.Connection.Close):
+                close = value
+        assert (close.reply_code, close.reply_text) == (530, "NOT_ALLOWED - the new secret of user 'guest' was refused")
+        assert (close.class_id, close.method_id) == (10, 70)
+        client.send_method(0, commands.Connection.CloseOk())
+    finally:
+        client.close()
+
+
+def test_amqplib_bodies_of_every_size_and_update_secret(cluster: Cluster) -> None:
+    """amqplib (Node.js, 4 KiB frames): an empty body and one of max_body_bytes round-trip, one byte
+    more gets 406 with RabbitMQ's text, and `updateSecret` is answered (tests/e2e/node/amqp_bodies.js)."""
+    node = _amqplib()
+    tag = f"{cluster.kind}-{uuid.uuid4().hex[:6]}"
+    proc = subprocess.run([node, "amqp_bodies.js", f"amqp://guest:guest@{endpoints(cluster)[-1]}", tag,
+                           str(MAX_BODY_BYTES)], cwd=NODE_DIR, capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [(g["size"], g["kind"]) for g in out["got"]] == [(0, "signal"), (MAX_BODY_BYTES, None)]
+    assert out["got"][1]["sha"] == out["sent"]
+    assert out["refusal"]["code"] == 406
+    assert f"message size {MAX_BODY_BYTES + 1} is larger than configured max size" in out["refusal"]["text"]
+
+
 def test_basic_get_and_requeue_on_channel_close(cluster: Cluster, unique: Callable[[str], str]) -> None:
     queue = unique("got")
     with connect(endpoints(cluster)[0]) as conn:
@@ -836,10 +983,12 @@ def test_content_without_publish_and_wrong_protocol(cluster: Cluster) -> None:
 
 
 def test_metadata_and_messages_survive_a_crash(own_merged: Cluster) -> None:
-    """SIGKILL of `sluice up`: exchanges, queues, bindings and confirmed messages are all there after
-    the restart (its own cluster: the shared ones are not crashed)."""
+    """SIGKILL of `sluice up`: exchanges, queues, bindings and confirmed messages (an empty body with
+    a header table larger than user properties may be among them) are all there after the restart
+    (its own cluster: the shared ones are not crashed)."""
     crashed = own_merged
     endpoint = crashed.amqp[0]
+    large = {"blob": "h" * 60_000}
     with connect(endpoint) as conn:
         ch = conn.channel()
         ch.exchange_declare("orders", "topic", durable=True)
@@ -848,15 +997,17 @@ def test_metadata_and_messages_survive_a_crash(own_merged: Cluster) -> None:
         ch.confirm_delivery()
         for i in range(3):
             ch.basic_publish("orders", f"eu.de.{i}", f"order {i}".encode(), pika.BasicProperties(delivery_mode=2))
+        ch.basic_publish("orders", "eu.de.signal", b"", pika.BasicProperties(delivery_mode=2, headers=large))
     crashed.restart(next(name for name in crashed.processes if name.startswith("up-")))
     with connect(endpoint) as conn:
         ch = conn.channel()
         ch.exchange_declare("orders", "topic", passive=True)
-        assert ch.queue_declare("eu-orders", durable=True, arguments={"x-note": "kept"}).method.message_count == 3
+        assert ch.queue_declare("eu-orders", durable=True, arguments={"x-note": "kept"}).method.message_count == 4
         ch.confirm_delivery()
         ch.basic_publish("orders", "eu.fr.9", b"after the crash", mandatory=True)  # the binding is still there
-        got = [b for _, _, b in drain(ch, "eu-orders", 4)]
-        assert got == [b"order 0", b"order 1", b"order 2", b"after the crash"]
+        got = [(b, p.headers) for _, p, b in drain(ch, "eu-orders", 5)]
+        assert got == [(b"order 0", None), (b"order 1", None), (b"order 2", None), (b"", large),
+                       (b"after the crash", None)]  # fmt: skip
 
 
 def test_heartbeats_both_ways(cluster: Cluster) -> None:
@@ -961,9 +1112,23 @@ def test_proxy_killed_while_publishing_and_consuming(tmp_path: Path) -> None:
 _BROKER_ERRORS = (pika.exceptions.AMQPError, OSError)
 
 
+def _message(i: int) -> tuple[bytes, bytes, pika.BasicProperties]:
+    """(id, body, properties) of the i-th message of `_Publisher`: `m<i>` as the body, or every
+    fourth one as a header of an empty body (what the store holds of both survives the crash)."""
+    ident = f"m{i}".encode()
+    if i % 4 == 3:
+        return ident, b"", pika.BasicProperties(delivery_mode=2, headers={"id": ident.decode()})
+    return ident, ident, pika.BasicProperties(delivery_mode=2)
+
+
+def _ident(props: pika.BasicProperties, body: bytes) -> bytes:
+    return body or str((props.headers or {}).get("id", "")).encode()
+
+
 class _Publisher(threading.Thread):
-    """Publishes `m<i>` (persistent, confirms) through one proxy until `stop`; what was confirmed.
-    A nack or a closed channel (the broker is down) is not confirmed: it reconnects and goes on."""
+    """Publishes `m<i>` (persistent, confirms; `_message`) through one proxy until `stop`; what was
+    confirmed. A nack or a closed channel (the broker is down) is not confirmed: it reconnects and
+    goes on."""
 
     def __init__(self, endpoint: str, queue: str, stop: threading.Event) -> None:
         super().__init__(daemon=True)
@@ -979,22 +1144,22 @@ class _Publisher(threading.Thread):
                     ch = conn.channel()
                     ch.confirm_delivery()
                     while not self.stop.is_set():
-                        body = f"m{i}".encode()
+                        ident, body, props = _message(i)
                         i += 1
                         try:
-                            ch.basic_publish("", self.queue, body, pika.BasicProperties(delivery_mode=2))
+                            ch.basic_publish("", self.queue, body, props)
                         except pika.exceptions.NackError:
                             self.refused += 1
                             time.sleep(0.05)
                             continue
-                        self.confirmed.append(body)
+                        self.confirmed.append(ident)
             except _BROKER_ERRORS:
                 self.refused += 1
                 time.sleep(0.1)
 
 
 class _Consumer(threading.Thread):
-    """Consumes with acks through one proxy until `stop`; the history of (body, redelivered, when
+    """Consumes with acks through one proxy until `stop`; the history of (id, redelivered, when
     delivered, when acked)."""
 
     def __init__(self, endpoint: str, queue: str, stop: threading.Event) -> None:
@@ -1008,25 +1173,26 @@ class _Consumer(threading.Thread):
                 with connect(self.endpoint) as conn:
                     ch = conn.channel()
                     ch.basic_qos(prefetch_count=50)
-                    for method, _, body in ch.consume(self.queue, inactivity_timeout=1.0):
+                    for method, props, body in ch.consume(self.queue, inactivity_timeout=1.0):
                         if self.stop.is_set():
                             return
                         if method is None:
                             continue
                         delivered = time.monotonic()
                         ch.basic_ack(method.delivery_tag)
-                        self.history.append((body, method.redelivered, delivered, time.monotonic()))
+                        self.history.append((_ident(props, body), method.redelivered, delivered, time.monotonic()))
             except _BROKER_ERRORS:
                 time.sleep(0.1)
 
 
 def test_broker_killed_while_publishing_and_consuming(tmp_path: Path) -> None:
     """Separated topology, SIGKILL of the broker holding the queue (and the AMQP metadata) while a
-    publisher (confirms) and a consumer (an ack per message) run through the two proxies, then the
-    broker is started again. History check: every confirmed message is delivered, and no message
-    whose ack was sent before the crash window (more than a second before the kill) or after the
-    broker was back is delivered again (acks in flight across the crash may be lost, as RabbitMQ's
-    are: AMQP does not confirm acks)."""
+    publisher (confirms; every fourth message an empty body with its id in a header) and a consumer
+    (an ack per message) run through the two proxies, then the broker is started again. History
+    check: every confirmed message is delivered, and no message whose ack was sent before the
+    crash window (more than a second before the kill) or after the broker was back is delivered
+    again (acks in flight across the crash may be lost, as RabbitMQ's are: AMQP does not confirm
+    acks)."""
     config = tmp_path / "sluice.toml"
     config.write_text("[proxy.amqp]\ndelivery_lease_ms = 2000\n")
     sep = start_separated(tmp_path / "sep", amqp=True, config=config)

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pika
 import pytest
+from pamqp import commands
 from rocketmq import FilterExpression
 
-from tests.e2e.support.amqp import WAIT_S, connect, drain, endpoints
+from tests.e2e.support.amqp import WAIT_S, RawClient, connect, drain, endpoints
 from tests.e2e.support.clients import message, producer, receive_count, send_all, simple_consumer
 from tests.e2e.support.cluster import Cluster, start_merged, start_separated
 
@@ -102,6 +103,29 @@ def test_mapping_errors(cluster: Cluster, unique: Callable[[str], str]) -> None:
         ch = conn.channel()
         ch.exchange_delete(first)
         ch.exchange_declare(unique("z"), "direct", arguments={"x-sluice-topic": topic})  # free again
+
+
+def test_a_body_the_topics_clients_cannot_receive_is_refused(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """A publish reaching a mapped exchange with a body over what RocketMQ clients are told they may
+    receive ([proxy.settings] max_body_bytes, ~4 MiB; AMQP queues take 16 MiB) is refused as a
+    whole with 406, stored nowhere (not in the exchange's queues either), and counted: stored in
+    the topic, it would fail every receive of its RocketMQ consumers."""
+    topic = cluster.create_topic(unique("large"))
+    exchange = unique("large-x")
+    with connect(endpoints(cluster)[0]) as conn:
+        ch = conn.channel()
+        ch.exchange_declare(exchange, "fanout", arguments={"x-sluice-topic": topic})
+        queue = ch.queue_declare("", exclusive=True).method.queue
+        ch.queue_bind(queue, exchange)
+        ch.confirm_delivery()
+        ch.basic_publish(exchange, "", b"fits")
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            ch.basic_publish(exchange, "", b"x" * (4 * 1024 * 1024))
+        assert refused.value.reply_code == 406, refused.value
+        assert f"the largest body RocketMQ clients of topic '{topic}'" in refused.value.reply_text
+        ch = conn.channel()
+        assert [body for _, _, body in drain(ch, queue, 1)] == [b"fits"]
+        assert ch.queue_declare(queue, passive=True).method.message_count == 0
 
 
 def test_mandatory_publish_to_a_mapped_exchange_without_queues_is_routed(
@@ -290,6 +314,31 @@ def test_access_rules_apply_to_vhosts_and_resources(secured: Cluster) -> None:
         pika.BlockingConnection(pika.ConnectionParameters(*_host_port(endpoints(secured)[0])))
     rows = {r["vhost"]: r for r in secured.admin("amqp", "vhosts")}
     assert rows["team-a"]["users"] == "amy" and rows["/"]["users"] == "bob"
+
+
+def test_update_secret_is_checked_against_the_users(secured: Cluster) -> None:
+    """With authentication on, connection.update-secret is checked as connection.start-ok's
+    password is, against the security document's users: bob's own secret is answered
+    update-secret-ok and his connection goes on; another user's closes it with 530 NOT_ALLOWED.
+    Before: 503 COMMAND_INVALID for any update (an OAuth2 client lost its connection at each
+    token refresh)."""
+    client = RawClient(endpoints(secured)[0])
+    try:
+        client.open("bob", "bob-secret")
+        client.send_method(0, commands.Connection.UpdateSecret(new_secret="bob-secret", reason="token refreshed"))
+        client.read_method(commands.Connection.UpdateSecretOk)
+        client.send_method(1, commands.Channel.Open())
+        client.read_method(commands.Channel.OpenOk)
+        client.send_method(0, commands.Connection.UpdateSecret(new_secret="amy-secret", reason="token refreshed"))
+        close = None
+        while close is None:
+            _, value = client.read()
+            if isinstance(value, commands.Connection.Close):
+                close = value
+        assert (close.reply_code, close.reply_text) == (530, "NOT_ALLOWED - the new secret of user 'bob' was refused")
+        client.send_method(0, commands.Connection.CloseOk())
+    finally:
+        client.close()
 
 
 def _gone(survivor: str, queue: str) -> bool:

@@ -298,7 +298,9 @@ def test_a_killed_shard_loses_nothing_acknowledged_and_the_other_keeps_serving(
 
 def test_nodes_on_two_machines_join_one_cluster(tmp_path: Path, unique: Callable[[str], str]) -> None:
     """`sluice node --namesrv`: two merged nodes with their own data dirs and ports (two machines on
-    loopback) join a NameServer; a client bootstrapping from one uses both, straight to each owner."""
+    loopback) join a NameServer; a client bootstrapping from one uses both, straight to each owner.
+    Without flags they create topics and groups on first use, as `sluice up`'s shards do, on both
+    nodes; a topic one node holds is never created on the other (docs/shards.md)."""
     ns_port = free_port()
     cluster = Cluster("merged", tmp_path, f"{LOOPBACK}:{ns_port}", [], ["node-a", "node-b"])
     try:
@@ -335,6 +337,25 @@ def test_nodes_on_two_machines_join_one_cluster(tmp_path: Path, unique: Callable
             stored[name] = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
                                if s.name == "sluice_messages_in_total" and s.labels.get("topic") == topic)  # fmt: skip
         assert all(stored.values()), f"both nodes store messages sent through node-a's address: {stored}"
+        auto, auto_group, only_b = unique("auto"), unique("auto-g"), unique("only-b")
+        with simple_consumer(cluster.first_proxy, auto_group, {auto: FilterExpression()}) as c:
+            assert c.receive(16, 5) == []  # creates the topic and the group, which starts at the end
+            with producer(cluster.first_proxy, auto) as p:
+                sent = {p.send(message(auto, f"a-{i}".encode())).message_id for i in range(10)}
+            got: set[str] = set()
+            deadline = time.monotonic() + 60
+            while got != sent:
+                assert time.monotonic() < deadline, f"received {len(got)} of {len(sent)}"
+                for m in c.receive(16, INVISIBLE_S):
+                    c.ack(m)
+                    got.add(m.message_id)
+        topics = {row["topic"]: row for row in cluster.admin("topic", "list")}
+        assert topics[auto]["brokers"] == ["node-a", "node-b"]
+        cluster.admin("topic", "create", only_b, "--queues", "2", "--brokers", "node-b")
+        with producer(cluster.first_proxy, only_b) as p:
+            p.send(message(only_b, b"to node-b"))
+        row = next(r for r in cluster.admin("topic", "list") if r["topic"] == only_b)
+        assert (row["brokers"], row["queues"]) == (["node-b"], 2), row
     finally:
         problems = cluster.stop()
         assert not problems, "\n".join(problems)

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.broker_fixtures import SLUICE_ARGV
 from tests.helpers.procs import LOOPBACK, REPO_ROOT, ChildProcess, free_port, start_process
@@ -36,6 +38,7 @@ class Merged:
     child: ChildProcess
     endpoint: str
     namesrv: str
+    metrics_port: int
 
 
 def run_sluice(*args: str) -> subprocess.CompletedProcess[str]:
@@ -67,11 +70,13 @@ def assert_sane(meter: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Merged]:
+    """`sluice up --shards 2`: clients bootstrap at one port, the routes name both shards."""
     root: Path = tmp_path_factory.mktemp("bench-cli")
-    port, ns_port, broker_port = free_port(), free_port(), free_port()
-    argv = [*SLUICE_ARGV, "up", "--data-dir", str(root / "data"), "--port", str(port), "--namesrv-port",
-            str(ns_port), "--broker-port", str(broker_port), "--flush", "async", "--log-level", "warning",
-            "--console-port", "-1", "--amqp-port", "-1", "--mqtt-port", "-1"]  # fmt: skip
+    port, ns_port, broker_port, metrics_port = free_port(), free_port(), free_port(), free_port()
+    argv = [*SLUICE_ARGV, "up", "--shards", "2", "--data-dir", str(root / "data"), "--port", str(port),
+            "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--metrics-port", str(metrics_port),
+            "--flush", "async", "--log-level", "warning", "--console-port", "-1", "--amqp-port", "-1",
+            "--mqtt-port", "-1"]  # fmt: skip
     child = start_process(argv, port=port, log_path=root / "up.log", name="sluice-up", timeout_s=START_TIMEOUT_S)
     try:
         namesrv = f"{LOOPBACK}:{ns_port}"
@@ -79,7 +84,7 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Merged]:
                      ("group", "create", GROUP, "--consume-from", "earliest")):  # fmt: skip
             done = run_sluice("admin", "--namesrv", namesrv, *args)
             assert done.returncode == 0, done.stderr
-        yield Merged(child, f"{LOOPBACK}:{port}", namesrv)
+        yield Merged(child, f"{LOOPBACK}:{port}", namesrv, metrics_port)
     finally:
         child.stop()
 
@@ -113,6 +118,50 @@ def test_e2e_at_a_rate(merged: Merged) -> None:
     assert_sane(result["meters"]["send"])
     assert 100 <= result["meters"]["send"]["messages_per_s"] <= 300  # paced, not flat out
     assert_sane(result["meters"]["e2e"])
+
+
+def test_the_bench_follows_routes_to_the_shard_owning_each_queue(merged: Merged) -> None:
+    """Bootstrapped at the one port of `sluice up --shards 2`: sends and receives go to the endpoint
+    of their queue's shard, as the official clients send them, so no call reaches the wrong shard;
+    `--ignore-routes` keeps every call on the endpoint given (shard-0 forwards shard-1's receives)."""
+    topic, group = "bench-routes", "bench-routes-group"
+    for args in (("topic", "create", topic, "--queues", "4"), ("group", "create", group, "--consume-from", "earliest")):
+        done = run_sluice("admin", "--namesrv", merged.namesrv, *args)
+        assert done.returncode == 0, done.stderr
+    produced = bench_json("produce", merged.endpoint, "--topic", topic, "--batch", "8", "--concurrency", "4", "--max")
+    consumed = bench_json("consume", merged.endpoint, "--topic", topic, "--group", group, "--concurrency", "2",
+                          "--long-poll", "0.5")  # fmt: skip
+    for result in (produced, consumed):
+        calls = result["calls_per_endpoint"]
+        assert len(calls) == 2 and all(calls.values()), calls  # both shards, through the one port given
+    assert misrouted(merged.metrics_port) == {}
+    pinned = bench_json("consume", merged.endpoint, "--topic", topic, "--group", group, "--concurrency", "2",
+                        "--long-poll", "0.5", "--ignore-routes")  # fmt: skip
+    assert list(pinned["calls_per_endpoint"]) == [merged.endpoint]
+    assert misrouted(merged.metrics_port).get("pop", 0) > 0  # shard-0 passed shard-1's receives on
+
+
+def misrouted(metrics_port: int) -> dict[str, float]:
+    """Calls a shard forwarded because they reached the wrong one, by call, summed over the shards
+    (docs/shards.md): `sluice_proxy_forwarded_calls_total` without the balancing a receive does when
+    its own shard has nothing left (`pop_elsewhere`, as many acks as it served messages, and the
+    releases of what a long poll that lost the race popped: `change_invisible_duration`, which the
+    bench itself never calls)."""
+    with urllib.request.urlopen(f"http://{LOOPBACK}:{metrics_port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    calls: dict[str, float] = {}
+    balanced = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "sluice_proxy_forwarded_calls_total":
+                call = sample.labels.get("call", "")
+                calls[call] = calls.get(call, 0.0) + sample.value
+            elif sample.name == "sluice_proxy_balanced_messages_total":
+                balanced += sample.value
+    calls.pop("pop_elsewhere", None)
+    calls.pop("change_invisible_duration", None)
+    calls["ack"] = max(0.0, calls.get("ack", 0.0) - balanced)
+    return {call: n for call, n in calls.items() if n}
 
 
 def test_echo_server_and_client(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from broker.client.api import (
     TopicSpec,
 )
 from broker.client.remote import RemoteBroker
+from broker.config import LimitsConfig
 from common.codes import Code
 from common.errors import (
     BadRequest,
@@ -58,7 +59,7 @@ RPC_TIMEOUT_S = 5.0
 WAIT_S = 5.0
 LONG_POLL_MS = 1_000
 EXIT_TIMEOUT_S = 10.0
-MAX_BODY_BYTES = 4 * 1024 * 1024  # the broker's default limit
+MAX_BODY_BYTES = LimitsConfig().max_body_bytes  # the broker's default limit (16 MiB)
 MIB = 1024 * 1024
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from broker.popstate import POP_CFS, EntryState, PopEntry, PopState, first_version, next_version
 from broker.store.index import Index
+from broker.store.statelog import StateRecorder
 
 
 @pytest.fixture
@@ -176,3 +177,53 @@ def test_scans_of_a_group_stop_at_its_end(index: Index) -> None:
     assert state.queue_keys("g-a") == []
     assert list(state.due("g-later", 2_000, 100)) == [(1_000, "t", 0, 199)]
     assert state.first_pending_offset("g-later", "t", 0) == 199
+
+
+def test_a_fifo_lane_stays_closed_until_the_replicas_hold_its_ack(index: Index) -> None:
+    """A replicated primary (its index records state changes): the batch that acks a message
+    group's in-flight entry leaves its lane `settling` with that change's number, and the lane opens
+    (`release_settled`) only once `acked_state` (the change every in-sync member holds) reaches it.
+    Without a recorder (no replication) a lane opens at the ack, as before."""
+    index.recorder = StateRecorder(POP_CFS, {cf: index.handle(cf) for cf in POP_CFS}, lambda: 0, 1 << 20)
+    held = [0]
+    state = PopState(index, acked_state=lambda: held[0])
+    batch = state.batch()
+    batch.add_inflight("g", "t", 0, 0, 9_000, "mg-a")
+    batch.put("g", "t", 0, 1, PopEntry(EntryState.WAITING, 0, 0, 0, "mg-a"), None)
+    batch.add_inflight("g", "t", 0, 2, 9_000, "mg-b")
+    batch.commit()
+    ack = state.batch()
+    ack.remove("g", "t", 0, 0, PopEntry(EntryState.INFLIGHT, 1, 1, 9_000, "mg-a"))
+    ack.remove("g", "t", 0, 2, PopEntry(EntryState.INFLIGHT, 1, 1, 9_000, "mg-b"))
+    ack.commit()
+    seq = index.recorder.seq
+    lanes = state.fifo[("g", "t", 0)]
+    assert (lanes["mg-a"].outstanding, lanes["mg-a"].settling, list(lanes["mg-a"].waiting)) == (0, seq, [1])
+    assert lanes["mg-b"].settling == seq and not lanes["mg-b"].idle  # nothing held back, still closed
+    held[0] = seq - 1
+    assert state.release_settled() == set() and lanes["mg-a"].settling == seq
+    held[0] = seq
+    assert state.release_settled() == {"g"}
+    assert lanes["mg-a"].settling == 0 and "mg-b" not in lanes  # an idle lane is forgotten
+    assert state.release_settled() == set()
+
+
+def test_without_replication_an_ack_opens_the_lane_at_once(index: Index) -> None:
+    state = PopState(index)
+    batch = state.batch()
+    batch.add_inflight("g", "t", 0, 0, 9_000, "mg-a")
+    batch.commit()
+    ack = state.batch()
+    ack.remove("g", "t", 0, 0, PopEntry(EntryState.INFLIGHT, 1, 1, 9_000, "mg-a"))
+    ack.commit()
+    assert state.fifo.get(("g", "t", 0), {}) == {}
+
+
+def test_a_new_primarys_fifo_lanes_open_once_the_replicas_hold_its_starting_state(index: Index) -> None:
+    held = [-1]  # acked_state: no in-sync replica has acknowledged this term's state yet
+    state = PopState(index, acked_state=lambda: held[0])
+    assert not state.fifo_open()
+    held[0] = 0
+    assert state.fifo_open()
+    held[0] = -1  # (acked_state never goes back; once open, the state does not ask again)
+    assert state.fifo_open()

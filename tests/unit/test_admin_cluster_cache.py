@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from admin.cluster import Cluster
+from admin.cluster import Cluster, view
 from admin.nameservers import list_nameservers
 from common.errors import Unavailable
 
@@ -35,6 +35,28 @@ def asks(cache_s: float, calls: int) -> int:
 def test_a_reused_answer_is_asked_once_per_cache_time_and_always_without_a_cache() -> None:
     assert asks(cache_s=60, calls=3) == 1
     assert asks(cache_s=0, calls=3) == 3
+
+
+def test_a_view_reuses_only_what_it_asked_itself() -> None:
+    """A console page (a view) never shows an answer asked before it began: the AMQP page showed 0
+    consumers from a client list its sampler had read, right after `sluice admin` showed 1."""
+    count = 0
+
+    async def ask() -> int:
+        nonlocal count
+        count += 1
+        return count
+
+    async def main() -> None:
+        async with Cluster(CLOSED, nameserver_cache_s=60) as cluster:
+            assert await cluster.reuse("clients", ask) == 1  # the sampler, or an earlier page
+            with view():
+                assert [await cluster.reuse("clients", ask) for _ in range(3)] == [2, 2, 2]  # once per page
+            with view():
+                assert await cluster.reuse("clients", ask) == 3
+            assert await cluster.reuse("clients", ask) == 3  # outside a view: anything within the cache time
+
+    asyncio.run(main())
 
 
 def test_a_reused_broker_failure_keeps_its_own_message() -> None:

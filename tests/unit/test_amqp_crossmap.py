@@ -5,6 +5,7 @@ takes for orphans (proxy/amqp/janitor.py)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import re
 from typing import cast
@@ -19,7 +20,7 @@ from common.security import Action, Effect, Rule, SecurityDoc, parse_pattern
 from proxy.amqp import access, crossmap, janitor
 from proxy.amqp.codes import NOT_ALLOWED, AmqpError
 from proxy.amqp.meta import MetaDoc, QueueMeta, VhostMeta
-from proxy.amqp.queues import PROP_EXCHANGE, PROP_HEADER, Publish, QueueGone, QueueStore, to_outgoing
+from proxy.amqp.queues import PROP_EXCHANGE, PROP_HEADER, Publish, QueueGone, QueueStore, to_delivery, to_outgoing
 from proxy.amqp.routing import decode_properties
 from tests.helpers.records import delivered
 
@@ -66,6 +67,21 @@ def test_a_priority_queue_copy_takes_the_capped_priority() -> None:
         return m.system_properties["PRIORITY"]
 
     assert [level(None, 5), level(3, 5), level(9, 5), level(200, 255)] == ["0", "3", "5", "99"]
+
+
+def test_a_queue_copy_keeps_any_content_header_and_any_body() -> None:
+    """The content header's bytes ride in a system property, which the broker's user-property limit
+    (16 KiB) does not bound: a header table as large as a frame, and an empty body, come back as
+    published (before, the broker refused the copy and the publish was dropped). Copies stored
+    with the header as a user property (before 2026-11-29) still deliver it."""
+    raw = commands.Basic.Properties(headers={"big": "h" * 60_000}, content_type="text/plain").marshal()
+    data = to_outgoing(Publish("", "q", raw, b""), "h")
+    m = record.decode(data)
+    assert sum(len(k) + len(v) for k, v in m.properties.items()) < 100
+    d = to_delivery(delivered("AMQP_Q1", body=m.body, properties=m.properties, system_properties=m.system_properties))
+    assert (d.properties, d.body) == (raw, b"")
+    old = delivered("AMQP_Q1", properties={PROP_EXCHANGE: "", PROP_HEADER: base64.b64encode(raw).decode()})
+    assert to_delivery(old).properties == raw
 
 
 def test_vhosts_are_namespaces() -> None:

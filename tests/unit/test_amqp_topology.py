@@ -220,6 +220,41 @@ def test_publish_bytes_in_flight_are_bounded_per_connection() -> None:
     asyncio.run(go())
 
 
+@pytest.mark.parametrize("size", [0, 1, 4088, 4089, 3 * 4088, 3 * 4088 + 1, 100_000])
+def test_content_frames_are_the_header_then_bodies_of_at_most_frame_max(size: int) -> None:
+    """Written into one buffer when the body takes several frames: the same bytes as pamqp frames."""
+    body = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    props = commands.Basic.Properties(content_type="a").marshal()
+    step = 4096 - 8
+    want = pframe.marshal(pframe.header.ContentHeader(0, size, commands.Basic.Properties(content_type="a")), 5)
+    want += b"".join(pframe.marshal(pframe.body.ContentBody(body[i : i + step]), 5) for i in range(0, size, step))
+    assert bytes(content_bytes(5, props, body, 4096)) == want
+
+
+def test_a_body_larger_than_the_connection_bound_is_admitted_alone() -> None:
+    """A publish whose body alone passes `max_connection_publish_bytes` waits for the bodies in
+    flight before it, then goes (before: it waited for a store that could only come after it, and
+    its connection was never read again)."""
+    from types import SimpleNamespace
+
+    from proxy.amqp.connection import Connection
+    from proxy.config import AmqpConfig
+
+    async def go() -> None:
+        gw = SimpleNamespace(config=AmqpConfig(max_connection_publish_bytes=100))
+        conn = Connection(gw, asyncio.StreamReader(), _Writer(), "c1")  # type: ignore[arg-type]
+        await asyncio.wait_for(conn.admit(250), 1.0)  # nothing else in flight
+        conn.release(250)
+        await conn.admit(10)
+        big = asyncio.create_task(conn.admit(250))
+        await asyncio.sleep(0)
+        assert not big.done()  # the 10 bytes before it are not stored yet
+        conn.release(10)
+        await asyncio.wait_for(big, 1.0)
+
+    asyncio.run(go())
+
+
 def test_headers_exchanges_and_exchange_to_exchange_bindings() -> None:
     doc = MetaDoc()
     for q in ("pdf", "any", "all"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 
 from common.codes import Code
-from common.errors import NotPrimary, Unavailable, Unreachable, code_of, error_for_code
+from common.errors import NotPrimary, TooFewInSync, Unavailable, Unreachable, code_of, error_for_code
 from proto.rpc import CODE_KEY, error_from_rpc
 
 
@@ -34,3 +34,12 @@ def test_a_transport_failure_is_unreachable_and_a_broker_refusal_is_not() -> Non
     assert type(error_from_rpc(_failed(grpc.StatusCode.DEADLINE_EXCEEDED))) is Unavailable
     refused = _failed(grpc.StatusCode.UNAVAILABLE, (CODE_KEY, str(int(Code.HA_NOT_AVAILABLE))))
     assert type(error_from_rpc(refused)) is Unavailable
+
+
+def test_too_few_in_sync_survives_the_internal_rpc() -> None:
+    """A proxy retries a send the group's primary refused for too few members in sync (the replicas
+    come back); it must tell that refusal from others."""
+    sent = TooFewInSync("group g1 has 1 member(s) in sync, fewer than min_insync 2")
+    assert code_of(sent) is Code.HA_NOT_AVAILABLE and sent.retriable
+    got = error_for_code(code_of(sent), sent.message)
+    assert type(got) is TooFewInSync and got.message == sent.message

@@ -513,28 +513,26 @@ def test_a_stored_message_copied_out_is_the_edge_record_of_its_fields(
     rec: MessageRecord, mtype: int, seals: tuple[int, int, int]
 ) -> None:
     """`outgoing_copy` of a record read back from the CommitLog is `outgoing` of every field an edge
-    record carries (body_gzip and empty_body_ok from the flags, never dedup); `changes` replace fields
-    by name."""
+    record carries (body_gzip from the flags, never dedup); `changes` replace fields by name."""
     rec.message_type = mtype
     stored = decode(bytes(sealed(rec, *seals)))
     gzip = bool(rec.flags & record.FLAG_BODY_GZIP)
-    empty_ok = bool(rec.flags & record.FLAG_EMPTY_BODY_OK)
     assert record.outgoing_copy(stored) == record.outgoing(
         rec.body, rec.message_id, mtype, rec.tag, rec.keys, rec.message_group, rec.properties, rec.system_properties,
-        rec.born_timestamp_ms, rec.born_host, rec.delivery_timestamp_ms, gzip, empty_body_ok=empty_ok,
+        rec.born_timestamp_ms, rec.born_host, rec.delivery_timestamp_ms, gzip,
     )  # fmt: skip
     changed = record.outgoing_copy(stored, message_id="01NEW", properties={"p": "1"}, delivery_timestamp_ms=0)
     (got,) = record.received([changed], "t", 0, "h")
     assert (got.message_id, got.properties, got.delivery_timestamp_ms, got.body, got.keys) == (
         "01NEW", {"p": "1"}, 0, rec.body, tuple(rec.keys)
     )  # fmt: skip
-    assert got.flags == (record.FLAG_BODY_GZIP if gzip else 0) | (record.FLAG_EMPTY_BODY_OK if empty_ok else 0)
+    assert got.flags == (record.FLAG_BODY_GZIP if gzip else 0)
 
 
 def test_outgoing_copy_carries_every_field_an_edge_record_has() -> None:
     """Every `outgoing` parameter named like a record field is copied (so a field added to both is
     carried with no edit elsewhere); the others are options of one send or the flags' bits."""
     params = record.outgoing.__code__.co_varnames[: record.outgoing.__code__.co_argcount]
-    assert set(params) - set(record._EDGE_FIELDS) == {"body_gzip", "dedup", "empty_body_ok"}
+    assert set(params) - set(record._EDGE_FIELDS) == {"body_gzip", "dedup"}
     with pytest.raises(TypeError):
         record.outgoing_copy(sample(), no_such_field=1)

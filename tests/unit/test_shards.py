@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -14,7 +15,7 @@ from broker.client.api import TopicSpec
 from broker.config import BrokerConfig
 from common.config import ConfigError
 from common.errors import BadRequest, TopicNotFound, Unavailable
-from common.model import MessageType, Permission, TopicInfo
+from common.model import UNDECIDED_TYPES, MessageType, Permission, TopicInfo
 from nameserver.convert import (
     broker_status_from_pb,
     broker_status_to_pb,
@@ -83,44 +84,56 @@ def test_each_broker_s_queues_carry_its_owner_s_endpoint() -> None:
 # -- the directory ------------------------------------------------------------------------------
 
 
-class FakeLocal:
-    name = "shard-0"
+class FakeBroker:
+    """A node's broker as the directory sees it: get_topic as LocalBroker answers it (created on
+    first use where it auto-creates, `like` the cluster's definition, decided types never change)."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str, *, queues: int = 4, auto_create: bool = True) -> None:
+        self.name = name
+        self.queues = queues
+        self.auto_create = auto_create
+        self.answers = True
         self.specs: dict[str, TopicSpec] = {}
-        self.auto_create = True
+        self.asked: list[tuple[str, bool, TopicSpec | None]] = []
 
-    async def ensure_topic(self, name: str) -> TopicSpec:
-        if name not in self.specs:
-            if not self.auto_create:
-                raise TopicNotFound(name)
-            self.specs[name] = TopicSpec(name, 4, TYPES)
-        return self.specs[name]
+    def held_topic(self, name: str) -> TopicSpec | None:
+        return self.specs.get(name)
 
-
-class FakePeer:
-    def __init__(self, answers: bool = True) -> None:
-        self.created: list[str] = []
-        self.answers = answers
-
-    async def get_topic(self, name: str, *, auto_create: bool = False) -> TopicSpec:
+    async def get_topic(self, name: str, *, auto_create: bool = False, like: TopicSpec | None = None) -> TopicSpec:
         if not self.answers:
             raise Unavailable("down")
-        assert auto_create
-        self.created.append(name)
-        return TopicSpec(name, 2, TYPES)
+        self.asked.append((name, auto_create, like))
+        spec = self.specs.get(name)
+        if spec is None:
+            if not (auto_create and self.auto_create) or name.startswith("%"):
+                raise TopicNotFound(name)
+            spec = self.specs[name] = like or TopicSpec(name, self.queues, UNDECIDED_TYPES)
+        elif like is not None and spec.message_types == UNDECIDED_TYPES:
+            spec = self.specs[name] = replace(spec, message_types=like.message_types)
+        return spec
+
+    def created(self) -> list[str]:
+        return [name for name, auto_create, _ in self.asked if auto_create]
 
 
 class FakeCluster:
-    def __init__(self, peers: dict[str, FakePeer]) -> None:
+    """The NameServer's view (`known`, or None: unreachable) and the other nodes."""
+
+    def __init__(self, peers: dict[str, FakeBroker], local: str = "shard-0") -> None:
         self.peers = peers
-        self.endpoints = {"shard-0": "h:8081", **{n: f"h:{8082 + i}" for i, n in enumerate(peers)}}
-        self.known: dict[str, list[BrokerRoute]] = {}
+        self.endpoints = {n: f"h:{8081 + i}" for i, n in enumerate(sorted([local, *peers]))}
+        self.known: dict[str, list[BrokerRoute]] | None = {}
+        self.refetched: list[str] = []
 
     async def route(self, topic: str) -> list[BrokerRoute]:
+        if self.known is None:
+            raise Unavailable("NameServer down")
         if topic not in self.known:
             raise TopicNotFound(topic)
         return self.known[topic]
+
+    async def refetch(self, topic: str) -> None:
+        self.refetched.append(topic)
 
     def client_endpoints(self) -> dict[str, str]:
         return self.endpoints
@@ -131,59 +144,157 @@ class FakeCluster:
     def broker_names(self) -> list[str]:
         return sorted(self.endpoints)
 
+    def list(self, *brokers: FakeBroker, topic: str = "t") -> None:
+        """The NameServer now lists the copies these brokers hold."""
+        assert self.known is not None
+        self.known[topic] = [BrokerRoute(b.name, s.queue_count, s.permission, s.message_types)
+                             for b in brokers if (s := b.specs.get(topic)) is not None]  # fmt: skip
 
-def _directory(cluster: FakeCluster, local: FakeLocal | None = None) -> ShardDirectory:
-    return ShardDirectory(cast(Any, local or FakeLocal()), "h:8081", cast(ClusterDirectory, cluster), auto_create=True)
+
+def _directory(cluster: FakeCluster, local: FakeBroker, *, auto_create: bool = True) -> ShardDirectory:
+    return ShardDirectory(cast(Any, local), cluster.endpoints[local.name], cast(ClusterDirectory, cluster),
+                          auto_create=auto_create)  # fmt: skip
 
 
-def test_a_new_topic_is_created_on_every_node_and_routed_to_each_owner() -> None:
+def _nodes(local: str = "shard-0", peers: tuple[str, ...] = ("shard-1",)) -> tuple[FakeBroker, FakeCluster]:
+    return FakeBroker(local), FakeCluster({p: FakeBroker(p, queues=2) for p in peers}, local)
+
+
+def test_a_new_topic_is_created_on_every_node_as_the_first_node_defines_it() -> None:
     async def scenario() -> None:
-        peer = FakePeer()
-        cluster = FakeCluster({"shard-1": peer})
-        directory = _directory(cluster)
+        local, cluster = _nodes()
+        peer = cluster.peers["shard-1"]
+        directory = _directory(cluster, local)
         routes = await directory.route("t")
         assert [(r.broker, r.queue_count, r.endpoint) for r in routes] == [
             ("shard-0", 4, "h:8081"),
-            ("shard-1", 2, "h:8082"),
+            ("shard-1", 4, "h:8082"),  # shard-0's definition, not shard-1's own default of 2 queues
         ]
+        assert peer.specs["t"] == local.specs["t"]
         assert await directory.route("t") is routes  # unchanged: the same list (queue selectors rely on it)
-        assert peer.created == ["t"]  # created once, not per request
-        cluster.known["t"] = [_route("shard-0"), _route("shard-1", 2)]  # the NameServer now lists both
+        assert peer.created() == ["t"]  # created once, not per request
+        cluster.list(local, peer)  # the NameServer now lists both
         routes = await directory.route("t")
         assert [(r.broker, r.endpoint) for r in routes] == [("shard-0", "h:8081"), ("shard-1", "h:8082")]
-        assert peer.created == ["t"]
+        assert peer.created() == ["t"]
         assert directory.broker_names() == ["shard-0", "shard-1"]
-        # A node that left the cluster (its registration expired) leaves the route, created copy and all.
-        cluster.known["t"] = [_route("shard-0")]
+        # A node that left the cluster (its registration expired) leaves the route.
+        cluster.list(local)
         cluster.endpoints = {"shard-0": "h:8081"}
         assert [r.broker for r in await directory.route("t")] == ["shard-0"]
 
     asyncio.run(scenario())
 
 
-def test_a_node_that_does_not_answer_is_left_out_and_asked_again_later() -> None:
+def test_the_first_node_by_name_decides_wherever_the_topic_is_first_used() -> None:
     async def scenario() -> None:
-        peer = FakePeer(answers=False)
-        directory = _directory(FakeCluster({"shard-1": peer}))
-        assert [r.broker for r in await directory.route("t")] == ["shard-0"]
-        peer.answers = True
-        assert [r.broker for r in await directory.route("t")] == ["shard-0"]  # not asked again at once
-        assert peer.created == []
+        local, cluster = _nodes("shard-1", ("shard-0", "shard-2"))
+        routes = await _directory(cluster, local).route("t")
+        first = cluster.peers["shard-0"]
+        assert [(r.broker, r.queue_count) for r in routes] == [("shard-1", 2), ("shard-0", 2), ("shard-2", 2)]
+        assert first.asked == [("t", False, None), ("t", True, None)]  # asked whether it holds it, then to create
+        assert local.specs["t"] == cluster.peers["shard-2"].specs["t"] == first.specs["t"]
 
     asyncio.run(scenario())
 
 
-def test_a_topic_held_only_by_other_nodes_is_routed_there() -> None:
+def test_a_topic_on_some_nodes_is_never_created_on_the_others() -> None:
+    """The issue's repro: a one-queue LITE topic created on shard-0 only stays there, whichever node
+    routes it; a dead-letter topic another node made is routed there and created nowhere."""
+
     async def scenario() -> None:
-        local = FakeLocal()
-        local.auto_create = False
-        cluster = FakeCluster({"shard-1": FakePeer()})
-        cluster.known["t"] = [_route("shard-1", 3)]
+        local, cluster = _nodes()
+        peer = cluster.peers["shard-1"]
+        local.specs["chats"] = TopicSpec("chats", 1, frozenset({MessageType.LITE}))
+        cluster.list(local, peer, topic="chats")
+        routes = await _directory(cluster, local).route("chats")
+        assert [(r.broker, r.queue_count) for r in routes] == [("shard-0", 1)]
+        on_peer = ShardDirectory(cast(Any, peer), "h:8082", cast(ClusterDirectory, cluster), auto_create=True)
+        assert [(r.broker, r.endpoint) for r in await on_peer.route("chats")] == [("shard-0", "h:8081")]
+        peer.specs["%DLQ%g"] = TopicSpec("%DLQ%g", 1)
+        cluster.list(local, peer, topic="%DLQ%g")
+        assert [(r.broker, r.endpoint) for r in await _directory(cluster, local).route("%DLQ%g")] == [
+            ("shard-1", "h:8082")
+        ]
+        with pytest.raises(TopicNotFound, match="never on first use"):
+            await _directory(cluster, local).route("%DLQ%other")
+        assert local.created() == peer.created() == []
+
+    asyncio.run(scenario())
+
+
+def test_copies_the_nameserver_does_not_list_yet_are_found_not_doubled() -> None:
+    """A NameServer that restarted moments ago does not know a topic shard-1 holds: routed there."""
+
+    async def scenario() -> None:
+        local, cluster = _nodes()
+        peer = cluster.peers["shard-1"]
+        peer.specs["t"] = TopicSpec("t", 1, frozenset({MessageType.PRIORITY}))
         routes = await _directory(cluster, local).route("t")
+        assert [(r.broker, r.queue_count) for r in routes] == [("shard-1", 1)]
+        assert "t" not in local.specs
+
+    asyncio.run(scenario())
+
+
+def test_without_the_nameserver_a_silent_node_stops_creation() -> None:
+    async def scenario() -> None:
+        local, cluster = _nodes()
+        cluster.known = None
+        cluster.peers["shard-1"].answers = False
+        with pytest.raises(Unavailable, match="shard-1"):
+            await _directory(cluster, local).route("t")
+        assert "t" not in local.specs
+
+    asyncio.run(scenario())
+
+
+def test_a_node_that_does_not_answer_is_left_out_and_asked_again_later() -> None:
+    async def scenario() -> None:
+        local, cluster = _nodes()
+        peer = cluster.peers["shard-1"]
+        peer.answers = False
+        directory = _directory(cluster, local)
+        assert [r.broker for r in await directory.route("t")] == ["shard-0"]  # the NameServer said: unknown
+        peer.answers = True
+        assert [r.broker for r in await directory.route("t")] == ["shard-0"]  # not asked again at once
+        assert peer.created() == []
+
+    asyncio.run(scenario())
+
+
+def test_without_auto_create_a_topic_only_other_nodes_hold_is_routed_there() -> None:
+    async def scenario() -> None:
+        local, cluster = _nodes()
+        peer = cluster.peers["shard-1"]
+        peer.specs["t"] = TopicSpec("t", 3)
+        cluster.list(peer)
+        routes = await _directory(cluster, local, auto_create=False).route("t")
         assert [(r.broker, r.queue_count, r.endpoint) for r in routes] == [("shard-1", 3, "h:8082")]
-        cluster.known.clear()
         with pytest.raises(TopicNotFound):
-            await _directory(cluster, local).route("unknown")
+            await _directory(cluster, local, auto_create=False).route("unknown")
+        assert peer.created() == []
+
+    asyncio.run(scenario())
+
+
+def test_the_first_message_decides_the_types_on_every_copy() -> None:
+    async def scenario() -> None:
+        local, cluster = _nodes("shard-1", ("shard-0",))
+        first = cluster.peers["shard-0"]
+        directory = _directory(cluster, local)
+        await directory.route("t")
+        cluster.list(first, local)
+        routes = await directory.decide("t", MessageType.LITE)
+        lite = frozenset({MessageType.LITE})
+        assert first.specs["t"].message_types == local.specs["t"].message_types == lite
+        assert cluster.refetched == ["t"]
+        cluster.list(first, local)
+        routes = await directory.route("t")
+        assert {r.message_types for r in routes} == {lite}
+        # Decided: another kind of first message elsewhere changes nothing.
+        assert await directory.decide("t", MessageType.NORMAL) is routes
+        assert first.specs["t"].message_types == lite
 
     asyncio.run(scenario())
 

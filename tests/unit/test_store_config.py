@@ -40,3 +40,16 @@ def test_the_defaults_and_the_edges_load(tmp_path: Path) -> None:
     cfg = load_config(BrokerConfig, section="broker", path=path)
     assert cfg.store.commitlog.segment_bytes == 4096 and cfg.store.commitlog.inline_append_max_bytes == 0
     assert BrokerConfig().store.commitlog.segment_bytes == 1 << 30
+
+
+def test_a_record_must_hold_the_largest_body_and_the_rest(tmp_path: Path) -> None:
+    """`max_record_bytes` leaves RECORD_HEADROOM_BYTES over `[broker.limits] max_body_bytes`: a body
+    the broker accepts is never refused later by the CommitLog (the message would be lost)."""
+    path = tmp_path / "b.toml"
+    path.write_text(
+        "[broker.limits]\nmax_body_bytes = 16777216\n[broker.store.commitlog]\nmax_record_bytes = 16777216\n"
+    )
+    with pytest.raises(ConfigError, match=r"max_record_bytes \(16777216\) must leave 1048576 bytes over"):
+        load_config(BrokerConfig, section="broker", path=path)
+    path.write_text("[broker.limits]\nmax_body_bytes = 1048576\n[broker.store.commitlog]\nmax_record_bytes = 2097152\n")
+    assert load_config(BrokerConfig, section="broker", path=path).store.commitlog.max_record_bytes == 2097152

@@ -1,6 +1,7 @@
 """A client's settings create its consumer group on every broker (proxy/grpc/telemetry.py): a group
 starting from "latest" created on one broker only would skip, on the others, what was sent there
-before the client's first receive or heartbeat reached them."""
+before the client's first receive or heartbeat reached them. A broker that lacks a group others
+hold (one that joined later) gets their definition, never its defaults (proxy/firstuse.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ class Broker:
         self.groups: dict[str, GroupInfo] = {}
         self.fails, self.stalls = fails, stalls
 
-    async def get_group(self, name: str, *, auto_create: bool = False) -> GroupInfo:
+    async def get_group(self, name: str, *, auto_create: bool = False, like: GroupSpec | None = None) -> GroupInfo:
         if self.stalls:
             await asyncio.sleep(3600)
         if self.fails:
@@ -28,7 +29,7 @@ class Broker:
         if name not in self.groups:
             if not auto_create:
                 raise ConsumerGroupNotFound(name)
-            self.groups[name] = GroupInfo(GroupSpec(name), 1)
+            self.groups[name] = GroupInfo(like or GroupSpec(name), 1)
         return self.groups[name]
 
 
@@ -52,3 +53,12 @@ def test_a_stalled_broker_does_not_hold_the_settings_reply(monkeypatch: pytest.M
 
 def test_no_broker_answers() -> None:
     assert asyncio.run(telemetry._group_info(app_of({"b": Broker(fails=True)}), "g")) is None
+
+
+def test_a_broker_that_joined_later_gets_the_cluster_s_definition() -> None:
+    fifo = GroupSpec("g", fifo=True, max_delivery_attempts=3)
+    brokers = {"shard-0": Broker(), "shard-1": Broker(), "shard-2": Broker()}
+    brokers["shard-1"].groups["g"] = GroupInfo(fifo, 1)  # created with `sluice admin` before shard-2 joined
+    info = asyncio.run(telemetry._group_info(app_of(brokers), "g"))
+    assert info is not None and info.spec == fifo
+    assert {name: b.groups["g"].spec for name, b in brokers.items()} == dict.fromkeys(brokers, fifo)

@@ -99,12 +99,13 @@ class RawClient:
             if isinstance(value, commands.Connection.Close):
                 raise AssertionError(f"connection closed: {value.reply_code} {value.reply_text}")
 
-    def open(self) -> None:
-        """The handshake as guest, up to connection.open-ok."""
+    def open(self, user: str = "guest", secret: str = "guest") -> None:
+        """The handshake (as guest unless told), up to connection.open-ok."""
         self.send(b"AMQP\x00\x00\x09\x01")
         self.read_method(commands.Connection.Start)
-        self.send_method(0, commands.Connection.StartOk(client_properties={}, mechanism="PLAIN",
-                                                        response="\x00guest\x00guest", locale="en_US"))  # fmt: skip
+        response = f"\x00{user}\x00{secret}"
+        self.send_method(0, commands.Connection.StartOk(client_properties={}, mechanism="PLAIN", response=response,
+                                                        locale="en_US"))  # fmt: skip
         tune = self.read_method(commands.Connection.Tune)
         self.send_method(0, commands.Connection.TuneOk(channel_max=tune.channel_max, frame_max=tune.frame_max,
                                                        heartbeat=0))  # fmt: skip

@@ -1,7 +1,11 @@
 """A consumption history checker for fault tests: what the clients were told, and what they got.
 
 Record every send the client saw acknowledged (`sent`), every delivery (`delivered`) and every ack
-answered OK (`acked`), in the order they happened (one test thread). Messages are named by body;
+answered OK (`acked`). Several consumer threads may record into one history (a lock keeps it whole):
+each delivery is then placed at the time its receive call returned (`at`: the broker popped it
+before), each settlement at the time its ack call began (`at`: the broker applied it after), so the
+order rule below counts only what certainly happened in that order. Without `at`, an event is
+placed when it is recorded (one thread: the order of the calls). Messages are named by body;
 deliveries and acks also by the stored copy (queue and queue offset, from the receipt handle): a
 send the client retried may be stored twice, and delivering its second copy after the first was
 acked is a duplicate, not an ack forgotten. `verdict()` counts:
@@ -35,6 +39,8 @@ group only after every earlier one was acked, whichever primary holds the group.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -73,42 +79,59 @@ class History:
     # Messages whose ack failed (a kill): the broker may or may not have applied it before it died,
     # so the message may come back or not; either is allowed.
     unsure: set[str] = field(default_factory=set)
-    # Ordered streams: each one's acknowledged sends in order; and the consumer's deliveries and
-    # settlements (True: delivered, False: acked or ack failed), in the order they happened.
+    # Ordered streams: each one's acknowledged sends in order; and the consumers' deliveries and
+    # settlements (True: delivered, False: acked or ack failed), each with its time (see above) and
+    # the order it was recorded in.
     streams: dict[str, list[str]] = field(default_factory=dict)
-    consumed_log: list[tuple[bool, str]] = field(default_factory=list)
+    consumed_log: list[tuple[float, int, bool, str]] = field(default_factory=list)
     handle_versions: set[tuple[Stored, int]] = field(default_factory=set)
     same_handle: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def sent(self, body: str, *, stream: str | None = None) -> None:
-        self.sends.append(body)
-        if stream is not None:
-            self.streams.setdefault(stream, []).append(body)
+        with self.lock:
+            self.sends.append(body)
+            if stream is not None:
+                self.streams.setdefault(stream, []).append(body)
 
-    def delivered(self, body: str, copy: Stored, version: int | None = None) -> None:
-        if copy in self.acked_copies:
-            self.after_ack.append(body)
-        if version is not None:
-            if (copy, version) in self.handle_versions:
-                self.same_handle.append(f"{body} ({copy}, handle version {version})")
-            self.handle_versions.add((copy, version))
-        self.deliveries[body] += 1
-        self.consumed_log.append((True, body))
+    def delivered(self, body: str, copy: Stored, version: int | None = None, *, at: float | None = None) -> None:
+        """A delivery of `body`; `at`: when the receive call that brought it returned."""
+        with self.lock:
+            if copy in self.acked_copies:
+                self.after_ack.append(body)
+            if version is not None:
+                if (copy, version) in self.handle_versions:
+                    self.same_handle.append(f"{body} ({copy}, handle version {version})")
+                self.handle_versions.add((copy, version))
+            self.deliveries[body] += 1
+            self._log(at, True, body)
 
-    def acked(self, body: str, copy: Stored) -> None:
-        self.acks.add(body)
-        self.acked_copies.add(copy)
-        self.consumed_log.append((False, body))
+    def acked(self, body: str, copy: Stored, *, at: float | None = None) -> None:
+        """An ack of `body` answered OK; `at`: when the ack call began."""
+        with self.lock:
+            self.acks.add(body)
+            self.acked_copies.add(copy)
+            self._log(at, False, body)
 
-    def ack_failed(self, body: str) -> None:
-        self.unsure.add(body)
-        self.consumed_log.append((False, body))
+    def ack_failed(self, body: str, *, at: float | None = None) -> None:
+        """An ack of `body` not answered OK; `at`: when the ack call began."""
+        with self.lock:
+            self.unsure.add(body)
+            self._log(at, False, body)
+
+    def _log(self, at: float | None, delivery: bool, body: str) -> None:
+        self.consumed_log.append((time.monotonic() if at is None else at, len(self.consumed_log), delivery, body))
 
     def settled(self) -> set[str]:
         """Messages acked OK, or whose ack's outcome is unknown: nothing more can be waited for."""
-        return self.acks | self.unsure
+        with self.lock:
+            return self.acks | self.unsure
 
     def verdict(self) -> Verdict:
+        with self.lock:
+            return self._verdict()
+
+    def _verdict(self) -> Verdict:
         wanted = set(self.sends)
         consumed = wanted & set(self.deliveries)
         return Verdict(
@@ -127,7 +150,7 @@ class History:
         settled: dict[str, set[int]] = {stream: set() for stream in self.streams}
         prefix = dict.fromkeys(self.streams, 0)  # per stream: how many leading messages are settled
         broken: list[str] = []
-        for delivery, body in self.consumed_log:
+        for _, _, delivery, body in sorted(self.consumed_log):
             if body not in place:
                 continue
             stream, i = place[body]

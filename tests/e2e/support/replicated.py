@@ -187,18 +187,20 @@ def consume(consumer: SimpleConsumer, history: History, held: list[Message], don
         except Exception:  # retriable while the group fails over
             time.sleep(0.3)
             continue
+        received = time.monotonic()  # the broker popped the batch before this
         for msg in batch:
             body, copy = msg.body.decode(), stored_copy(msg)
-            history.delivered(body, copy, receipt.fields(msg.receipt_handle)[3])
+            history.delivered(body, copy, receipt.fields(msg.receipt_handle)[3], at=received)
             if hold and sum(history.deliveries.values()) % HOLD_EVERY == 0:
                 held.append(msg)
                 continue
+            acking = time.monotonic()  # the broker applies the ack after this
             try:
                 consumer.ack(msg)
             except Exception:  # not answered OK: it may come back, and that is allowed
-                history.ack_failed(body)
+                history.ack_failed(body, at=acking)
                 continue
-            history.acked(body, copy)
+            history.acked(body, copy, at=acking)
 
 
 @contextlib.contextmanager

@@ -3,7 +3,9 @@
 `run_schedule` starts etcd, a NameServer, one group of three `--min-insync 2` members and two
 proxies that list each other in routes (support/replicated.py, `lease_ttl_s` 2), then runs, through
 the official Python client given both proxies: a producer of a normal topic and one of a FIFO topic
-(`FIFO_GROUPS` message groups, each sent in order), and a SimpleConsumer of each acking everything.
+(`FIFO_GROUPS` message groups, each sent in order), a SimpleConsumer of the normal topic and
+`FIFO_CONSUMERS` of the FIFO topic's group (so a message group's next message could reach one consumer
+while another still holds the previous one), each acking everything.
 Meanwhile it injects the given faults `gap_s` apart, then stops producing and consumes until every
 acknowledged send is settled. The result says, per topic, how many sends were acknowledged and how
 many failed after the client's own retries, the longest span without an acknowledged send around
@@ -23,6 +25,7 @@ tests/bench/failover_soak.py (longer).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import signal
@@ -55,6 +58,7 @@ from tests.helpers.procs import LOOPBACK, free_port
 FAULTS = ("kill-primary", "stop-primary", "kill-replica", "stop-etcd", "kill-proxy")
 PARTITIONS = ("blackhole-replica", "reset-replica", "blackhole-replicas")
 FIFO_GROUPS = 4
+FIFO_CONSUMERS = 2  # SimpleConsumers of the FIFO topic's group, each in a thread of its own
 STOP_S = 4.0  # a paused primary: past its term (lease 2 s), so a replica takes over
 DOWN_S = 3.0  # a killed replica or proxy stays down this long
 ETCD_STOP_S = 1.5  # shorter than the 2-s lease: no failover should follow
@@ -207,17 +211,18 @@ def run_schedule(root: Path, faults: list[str], gap_s: float, *, name: str = "s"
         # One history per topic: a history knows stored copies by (queue, offset), not by topic.
         history_n, history_f, sends_n, sends_f, stop = History(), History(), Sends(), Sends(), threading.Event()
         seen: list[FaultSeen] = []
-        with producer(cluster.endpoints, normal, fifo) as client, \
-                simple_consumer(cluster.endpoints, group_n, {normal: FilterExpression()}) as cn, \
-                simple_consumer(cluster.endpoints, group_f, {fifo: FilterExpression()}) as cf:  # fmt: skip
+        with contextlib.ExitStack() as clients:
+            client = clients.enter_context(producer(cluster.endpoints, normal, fifo))
+            cn = clients.enter_context(simple_consumer(cluster.endpoints, group_n, {normal: FilterExpression()}))
+            cfs = [clients.enter_context(simple_consumer(cluster.endpoints, group_f, {fifo: FilterExpression()}))
+                   for _ in range(FIFO_CONSUMERS)]  # fmt: skip
             held: list[Any] = []
             threads = [
                 threading.Thread(target=produce, args=(client, normal, history_n, sends_n, stop, False)),
                 threading.Thread(target=produce, args=(client, fifo, history_f, sends_f, stop, True)),
-                threading.Thread(target=consume, args=(cn, history_n, held, stop.is_set), kwargs={"hold": False,
-                                                                                                "timeout_s": 3600}),
-                threading.Thread(target=consume, args=(cf, history_f, held, stop.is_set), kwargs={"hold": False,
-                                                                                                "timeout_s": 3600}),
+                *(threading.Thread(target=consume, args=(c, h, held, stop.is_set),
+                                   kwargs={"hold": False, "timeout_s": 3600})
+                  for c, h in ((cn, history_n), *((cf, history_f) for cf in cfs))),
             ]  # fmt: skip
             for t in threads:
                 t.start()
@@ -237,7 +242,7 @@ def run_schedule(root: Path, faults: list[str], gap_s: float, *, name: str = "s"
                 stop.set()
                 for t in threads:
                     t.join(120)
-            for consumer, history in ((cn, history_n), (cf, history_f)):
+            for consumer, history in ((cn, history_n), (cfs[0], history_f)):
                 everything = set(history.sends)
                 consume(consumer, history, held, lambda h=history, e=everything: e <= h.settled(), hold=False,
                         timeout_s=120)  # fmt: skip

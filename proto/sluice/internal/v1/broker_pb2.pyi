@@ -258,12 +258,14 @@ class DeleteTopicResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class GetTopicRequest(_message.Message):
-    __slots__ = ("name", "auto_create")
+    __slots__ = ("name", "auto_create", "like")
     NAME_FIELD_NUMBER: _ClassVar[int]
     AUTO_CREATE_FIELD_NUMBER: _ClassVar[int]
+    LIKE_FIELD_NUMBER: _ClassVar[int]
     name: str
     auto_create: bool
-    def __init__(self, name: _Optional[str] = ..., auto_create: _Optional[bool] = ...) -> None: ...
+    like: TopicSpec
+    def __init__(self, name: _Optional[str] = ..., auto_create: _Optional[bool] = ..., like: _Optional[_Union[TopicSpec, _Mapping]] = ...) -> None: ...
 
 class GetTopicResponse(_message.Message):
     __slots__ = ("spec",)
@@ -328,12 +330,14 @@ class DeleteGroupResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class GetGroupRequest(_message.Message):
-    __slots__ = ("name", "auto_create")
+    __slots__ = ("name", "auto_create", "like")
     NAME_FIELD_NUMBER: _ClassVar[int]
     AUTO_CREATE_FIELD_NUMBER: _ClassVar[int]
+    LIKE_FIELD_NUMBER: _ClassVar[int]
     name: str
     auto_create: bool
-    def __init__(self, name: _Optional[str] = ..., auto_create: _Optional[bool] = ...) -> None: ...
+    like: GroupSpec
+    def __init__(self, name: _Optional[str] = ..., auto_create: _Optional[bool] = ..., like: _Optional[_Union[GroupSpec, _Mapping]] = ...) -> None: ...
 
 class GetGroupResponse(_message.Message):
     __slots__ = ("info",)
