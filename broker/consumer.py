@@ -392,9 +392,20 @@ class PopEngine:
             )
         return entry
 
+    def _deleted_since(self, topic: str, qid: int, offset: int) -> None:
+        """Refuse a handle whose message's topic was deleted since it was delivered (the offset lies
+        below the queue's first offset since then: no new message ever has it)."""
+        if offset < self._store.incarnation_floor(topic, qid):
+            raise InvalidReceiptHandle(
+                f"the message of this receipt handle is gone: topic {topic} was deleted after the message was "
+                "delivered (a topic of that name now is a new one, which this handle cannot touch)"
+            )
+
     def _resolve(self, group: str, topic: str, handle: str) -> tuple[receipt.ReceiptHandle, PopEntry]:
         qid, offset, version, until, tcrc, gcrc = self._fields(group, topic, handle)
         (raw,) = self._state.entries(group, topic, [(qid, offset)])
+        if raw is None:
+            self._deleted_since(topic, qid, offset)
         entry = self._current(raw, version)
         return receipt.ReceiptHandle(self._name, qid, offset, version, until, tcrc, gcrc), entry
 
@@ -419,7 +430,10 @@ class PopEngine:
                 if isinstance(p, SluiceError):
                     raise p
                 qid, offset, version = p
-                entry = self._current(next(raws), version)
+                raw = next(raws)
+                if raw is None:
+                    self._deleted_since(topic, qid, offset)
+                entry = self._current(raw, version)
                 if (qid, offset) in done:
                     raise InvalidReceiptHandle("the same receipt handle appears twice in one request")
                 done.add((qid, offset))

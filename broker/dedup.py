@@ -101,6 +101,11 @@ class Deduplicator:
         r = min(copies, key=lambda c: c.store_timestamp_ms)
         return SendResult(message_id, r.queue_id, r.queue_offset)
 
+    def forget(self, topic: str) -> None:
+        """Forget the recent sends of a deleted topic (its index entries are left out by `find_by_id`)."""
+        for key in [k for k in self._recent if k[0] == topic]:
+            del self._recent[key]
+
     def _remember(self, key: Key, result: SendResult, now_ms: int) -> None:
         self._recent[key] = (result, now_ms)
         self._recent.move_to_end(key)

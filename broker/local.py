@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -73,12 +74,14 @@ from broker.priority import check_priority_spec, is_priority
 from broker.produce import Producer
 from broker.reads import Reader
 from broker.security_store import SECURITY_CFS, SecurityStore
+from broker.store.deletion import Deletion
 from broker.store.dispatcher import Touched, call_soon_from_any_thread
 from broker.store.durability import LOCAL, Durability
 from broker.store.store import MessageStore
 from broker.tiering.runtime import TIER_CFS, BrokerTiering, not_enabled
 from broker.timer.keys import TIMER_CFS
 from broker.timer.service import TimerService
+from broker.topic_deletion import TopicDeletion
 from broker.trace import CF_TRACE, TRACE_CFS, TraceRecorder
 from broker.transaction.pending import TXN_CFS
 from broker.transaction.service import TransactionService
@@ -142,6 +145,7 @@ class _Parts:
     producer: Producer
     reader: Reader
     lite: LiteService
+    deletions: TopicDeletion
 
 
 # Every column family a broker's store holds (a replica opens the same store with the same list).
@@ -201,6 +205,7 @@ class LocalBroker:
         self._mqtt: MqttStateStore | None = None
         self._started_ms = 0
         self.clients = ClientTable(clock)
+        self._purges: set[asyncio.Future[int]] = set()  # deleted topics' archived objects being deleted
 
     @property
     def name(self) -> str:
@@ -259,11 +264,15 @@ class LocalBroker:
             call_soon_from_any_thread(loop, self._dispatched, touched)
 
         store.add_dispatch_listener(dispatched)
+        store.add_deletion_listener(self._deleted)
         producer = Producer(cfg.name, cfg, store, timers, transactions, trace, lite)
-        self._dedup = Deduplicator(store, cfg.dedup_window_s, clock=self._clock)
+        dedup = self._dedup = Deduplicator(store, cfg.dedup_window_s, clock=self._clock)
         reader = Reader(store, self.hub, tiering, trace, cfg.pop, cfg.advertised_address)
+        deletions = TopicDeletion(store=store, metadata=metadata, engine=engine, pop_state=pop_state, lite=lite,
+                                  transactions=transactions, timers=timers, dedup=dedup,
+                                  durability=self._durability)  # fmt: skip
         self._parts = _Parts(metadata, pop_state, engine, transactions, trace, tiering, timers, producer, reader,
-                             lite)  # fmt: skip
+                             lite, deletions)  # fmt: skip
         await transactions.start()
         self._security = SecurityStore(store.index)
         self._amqp_meta = AmqpMetaStore(store.index)
@@ -306,11 +315,14 @@ class LocalBroker:
             store, self._store = self._store, None
             tiering = self._parts.tiering if self._parts is not None else None
             if tiering is not None:
+                for purge in list(self._purges):
+                    purge.cancel()  # the deletes in the uploader's threads go on; `close` waits for them
                 await tiering.close()  # uploads and cold reads in flight use the store
             # RocksDB releases its lock only when the last handle is gone: drop every holder.
             if self._parts is not None:
                 self._parts.timers.close()
             self._parts = None
+            self._dedup = None
             self._security = None
             self._amqp_meta = None
             self._mqtt = None
@@ -372,6 +384,13 @@ class LocalBroker:
                 for qid in qids:
                     if qid >= priority.PRIORITY_QUEUE_BASE:
                         levels.dispatched(topic, qid)
+
+    def _deleted(self, deletion: Deletion) -> None:
+        """The store applied a topic's deletion (on the thread that dispatched it): tiering drops
+        the topic's archived segments at once, so no cold read serves them."""
+        tiering = self.tiering
+        if tiering is not None:
+            tiering.on_deleted(deletion)
 
     async def _every(self, interval_s: float, step: Callable[[], Awaitable[None]]) -> None:
         """Run `step` every `interval_s` until the broker stops (the step logs its own failures)."""
@@ -447,6 +466,7 @@ class LocalBroker:
         A topic's queue count never shrinks: messages in the removed queues would be unreachable.
         """
         self._check_topic_spec(spec)
+        await self._running().deletions.finished(spec.name)
         old = self.metadata.topics.get(spec.name)
         if old is not None and spec.queue_count < old.queue_count:
             raise BadRequest(
@@ -469,14 +489,19 @@ class LocalBroker:
         return await self.create_topic(spec)
 
     async def delete_topic(self, name: str) -> None:
-        spec = self.metadata.topic(name)
-        self.metadata.delete_topic(name)
-        self.engine.delivered.pop(name, None)
-        if is_lite(spec):
-            self.lite.drop_topic(name)
-        self.engine.levels.forget(None, name)
-        log.info("topic deleted", extra=kv(topic=name))
+        """Delete a topic and everything of it this broker holds (broker/topic_deletion.py,
+        docs/operations.md "Deleting a topic"). Tiering drops the archived segments as the deletion
+        record is dispatched (`_deleted`); their objects are deleted before this returns, or, past
+        `_PURGE_WAIT_S` or with the bucket down, meanwhile (and by a later retention run)."""
+        await self._running().deletions.delete(name)
         await self._topics_changed()
+        tiering = self.tiering
+        if tiering is not None:  # its archived objects: waited for a moment, else they go meanwhile
+            purge = asyncio.ensure_future(tiering.purge(name))
+            purge.add_done_callback(functools.partial(_purged, name))
+            self._purges.add(purge)
+            purge.add_done_callback(self._purges.discard)
+            await asyncio.wait({purge}, timeout=_PURGE_WAIT_S)
 
     async def get_topic(self, name: str, *, auto_create: bool = False, like: TopicSpec | None = None) -> TopicSpec:
         if auto_create or like is not None:
@@ -517,6 +542,9 @@ class LocalBroker:
         broker that created it first (docs/shards.md, "Topics, groups and admin"): a topic this
         broker lacks is created as `like`, and an undecided copy takes like's types once they are
         decided; a decided copy never changes. `create_topic` validates the name and the spec."""
+        parts = self._parts
+        if parts is not None and parts.deletions.under_way(name):  # racing its deletion: what follows it
+            await parts.deletions.finished(name)  # is the topic's next incarnation
         spec = self.metadata.topics.get(name)
         if spec is None:
             if not (create and self.config.auto_create) or is_system_topic(name):
@@ -943,6 +971,23 @@ class LocalBroker:
             dispatch_lag_bytes=max(0, stats.written_position - stats.dispatched_position),
             dispatch_lag_ms=stats.dispatch_last_lag_ms,
         )  # fmt: skip
+
+
+# How long `delete_topic` waits for the deleted topic's archived objects to go before it answers
+# (the admin tool's calls time out after 5 s); past it they go on being deleted, and a failure is
+# finished by the next retention run.
+_PURGE_WAIT_S = 2.0
+
+
+def _purged(topic: str, purge: asyncio.Future[int]) -> None:
+    if purge.cancelled():
+        return
+    exc = purge.exception()
+    if isinstance(exc, SluiceError):  # the bucket is down: the next retention run deletes them
+        log.warning("archived segments of a deleted topic not deleted yet; will retry",
+                    extra=kv(topic=topic, error=exc.message))  # fmt: skip
+    elif exc is not None:
+        log.error("deleting the archived segments of a deleted topic failed", extra=kv(topic=topic), exc_info=exc)
 
 
 # Message types whose send also writes consumer state (the timer index, the half-message index).

@@ -46,7 +46,7 @@ import collections
 import contextlib
 import functools
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -426,6 +426,52 @@ class PopState:
         batch.set_cursor(group, topic, queue_id, cursor)
         batch.commit()
 
+    def entries_below(self, topic: str, groups: Iterable[str], floors: Mapping[int, int]) -> list[tuple[str, int, int]]:
+        """(group, queue, offset) of the groups' entries of `topic` below each queue's floor (a
+        deleted topic's messages: store/deletion.py). A scan that only reads: any thread."""
+        out: list[tuple[str, int, int]] = []
+        for group in groups:
+            prefix = _name(group) + _name(topic)
+            within = _within(prefix)  # held while iterating (see _within)
+            for key, _ in self._msg.items(from_key=prefix, read_opt=within):
+                if not key.startswith(prefix):
+                    break
+                qid, offset = _QO.unpack_from(key, len(prefix))
+                if offset < floors.get(qid, 0):
+                    out.append((group, qid, offset))
+        return out
+
+    def drop_entries(self, topic: str, positions: Iterable[tuple[str, int, int]]) -> int:
+        """Forget the entries at (group, queue, offset) of `topic` that are still there, in one
+        WriteBatch; how many were."""
+        by_group: dict[str, list[tuple[int, int]]] = {}
+        for group, qid, offset in positions:
+            by_group.setdefault(group, []).append((qid, offset))
+        batch = PopBatch(self)
+        dropped = 0
+        for group, at in by_group.items():
+            for (qid, offset), raw in zip(at, self.entries(group, topic, at), strict=True):
+                if raw is not None:
+                    batch.remove(group, topic, qid, offset, PopEntry.decode(raw))
+                    dropped += 1
+        batch.commit()
+        return dropped
+
+    def drop_cursors(self, topic: str, groups: Iterable[str], floors: Mapping[int, int]) -> None:
+        """Forget the groups' cursors in `topic` that are at or below their queue's floor: they name
+        nothing of the topic's next incarnation (a deleted topic's; one WriteBatch)."""
+        batch = PopBatch(self)
+        for group in groups:
+            prefix = _name(group) + _name(topic)
+            within = _within(prefix)
+            for key, raw in self._cursor.items(from_key=prefix, read_opt=within):
+                if not key.startswith(prefix):
+                    break
+                qid = _U32.unpack_from(key, len(prefix))[0]
+                if _U64.unpack(raw)[0] <= floors.get(qid, 0):
+                    batch.drop_cursor(group, topic, qid)
+        batch.commit()
+
     def drop_group(self, group: str) -> None:
         """Forget every cursor and entry of a deleted group."""
         prefix = _name(group)
@@ -458,11 +504,17 @@ class PopBatch:
         self._mem: list[tuple[QueueKey, int, PopEntry | None, PopEntry | None]] = []  # FIFO entries only
         self._inflight: dict[QueueKey, int] = {}  # net change of INFLIGHT entries without a message group
         self._cursors: dict[QueueKey, int] = {}  # cursors set
+        self._dropped: list[QueueKey] = []  # cursors deleted
         self.empty = True
 
     def set_cursor(self, group: str, topic: str, queue_id: int, cursor: int) -> None:
         self._wb.put(queue_key(group, topic, queue_id), _U64.pack(cursor), self._s.h_cursor)
         self._cursors[(group, topic, queue_id)] = cursor
+        self.empty = False
+
+    def drop_cursor(self, group: str, topic: str, queue_id: int) -> None:
+        self._wb.delete(queue_key(group, topic, queue_id), self._s.h_cursor)
+        self._dropped.append((group, topic, queue_id))
         self.empty = False
 
     def cursor_set(self, group: str, topic: str, queue_id: int) -> int | None:
@@ -532,6 +584,8 @@ class PopBatch:
         seq = self._s._index.write(self._wb)
         if self._cursors:
             self._s._cache_cursors(self._cursors)
+        for qk in self._dropped:
+            self._s._cursor_cache.pop(qk, None)
         inflight = self._s.inflight
         for qk, delta in self._inflight.items():
             count = inflight[qk] + delta

@@ -4,8 +4,10 @@ Per record it writes the message-id entry and one key-index entry per key; per q
 round one ConsumeQueue block (the round's entries of that queue, keys.py); per queue and segment,
 once, a `segq` key listing the queue in the segment (for retention); per round the dispatch
 checkpoint; all in the same WriteBatch, so the indexes and the checkpoint never
-disagree. Consumers only see dispatched records. Listeners (long polling) are told which queues
-received messages after every round, grouped by topic (`Touched`).
+disagree. A topic's deletion record (deletion.py) ends the topic's queues where it stands in the
+round, in the same batch. Consumers only see dispatched records. Listeners (long polling) are told
+which queues received messages after every round, grouped by topic (`Touched`); deletion listeners
+(tiering) of every deletion the round applied.
 
 The writer calls `dispatch` (on its thread, or on the event loop for a round of small appends)
 once a round is durable under the flush policy and before it acknowledges the round, so nothing
@@ -29,6 +31,7 @@ from itertools import repeat
 from typing import Any
 
 from broker.store import keys as K
+from broker.store.deletion import DELETION_TOPIC, Deletion
 from broker.store.index import Index
 from broker.store.writer import AppendResult, AppendResults, Columns, Run, Written
 from common.logs import kv
@@ -39,6 +42,7 @@ log = logging.getLogger("sluice.store.dispatch")
 # touches one queue per message, so a listener's per-queue work is kept to what needs it).
 Touched = dict[str, set[int]]
 DispatchListener = Callable[[Touched], None]
+DeletionListener = Callable[[Deletion], None]
 
 
 def call_soon_from_any_thread(loop: asyncio.AbstractEventLoop, callback: Callable[..., object], *args: object) -> None:
@@ -71,8 +75,11 @@ def index_records(index: Index, records: Sequence[Written]) -> Touched:
     return index_runs(index, runs)
 
 
-def index_runs(index: Index, runs: Sequence[Run], listed: set[bytes] | None = None) -> Touched:
-    """Write the index entries and checkpoint for `runs` (in physical order) in one batch.
+def index_runs(
+    index: Index, runs: Sequence[Run], listed: set[bytes] | None = None, deletions: list[Deletion] | None = None
+) -> Touched:
+    """Write the index entries and checkpoint for `runs` (in physical order) in one batch; the
+    deletions the runs held are added to `deletions`.
 
     A run whose results are columns (`AppendResults`: one append, to one queue or to several) is
     indexed with C-level `map`s for its values and keys; a run of small appends (single sends, which
@@ -96,9 +103,12 @@ def index_runs(index: Index, runs: Sequence[Run], listed: set[bytes] | None = No
 
     blocks: _Blocks = {}  # (segment base, topic id, queue id) -> open block
     listings: dict[tuple[int, int, int], int] = {}  # the same -> an offset of it this round (for `segq`)
+    applied: list[Deletion] = []
     for cols, results, queue, seg_base in runs:
         if type(results) is not AppendResults:
             for topic, qid, th, mid, keys, (qoff, phys, size, store_ts) in zip(*cols, results, strict=True):
+                if topic == DELETION_TOPIC and keys:
+                    applied.append(_delete_topic(index, batch, blocks, listings, keys[0], phys))
                 tid = tid_of(topic)
                 _gather(blocks, put, cq, (seg_base, tid, qid), qoff, 1, cq_value(phys, size, th, store_ts))
                 if mid and len(mid) <= _MAX_INDEXED_ID:
@@ -114,6 +124,9 @@ def index_runs(index: Index, runs: Sequence[Run], listed: set[bytes] | None = No
         if queue is not None:  # one queue: one block
             tids: Sequence[int] = [tid_of(queue[0])] * n
             _gather(blocks, put, cq, (seg_base, tids[0], queue[1]), results.queue_offsets[0], n, b"".join(entries))
+            if queue[0] == DELETION_TOPIC:  # deletions copied as a run of their own (a replica's)
+                applied += [_delete_topic(index, batch, blocks, listings, keys[0], phys)
+                            for keys, phys in zip(cols.keys, physs, strict=True) if keys]  # fmt: skip
         else:  # several queues (a lite or priority send)
             one_topic = topics.count(topics[0]) == n
             tids = [tid_of(topics[0])] * n if one_topic else list(map(tid_of, topics))
@@ -159,7 +172,43 @@ def index_runs(index: Index, runs: Sequence[Run], listed: set[bytes] | None = No
     last = runs[-1].results[-1]
     index.put_checkpoint(batch, last.physical_offset + last.size)
     index.write(batch)
+    for deletion in applied:
+        index.note_deleted(deletion.topic, deletion.position)
+    if deletions is not None:
+        deletions += applied
     return {index.topic_name(tid) or "": qids for tid, qids in by_tid.items()}
+
+
+def _delete_topic(index: Index, batch: Any, blocks: _Blocks, listings: dict[tuple[int, int, int], int], topic: str,
+                  position: int) -> Deletion:  # fmt: skip
+    """Apply the deletion of `topic` by the record at `position`, which follows the round's records
+    before it (deletion.py), in `batch`: each queue of the topic holding anything (ConsumeQueue
+    entries, a floor, entries of this round before the record: their open blocks are dropped, and
+    those put already are in the range delete) ends where it ends; the topic's entries go (one
+    range delete: none of the next incarnation is put yet), each queue's floor and the first offset
+    of its next incarnation become its end."""
+    meta = index.handle(K.CF_META)
+    tid = index.topic_id(topic)
+    floors: dict[int, int] = {}
+    if tid is not None:
+        floors = index.queue_floors(tid)
+        ends = index.queue_ends(tid)
+        for at in [at for at in blocks if at[1] == tid]:
+            end = blocks.pop(at)[1]
+            ends[at[2]] = max(ends.get(at[2], 0), end)
+            listings.setdefault(at, end - 1)  # the segment still lists the queue, as for any record it holds
+        for (_, t, qid), qoff in listings.items():  # a lite send's entries, put at once
+            if t == tid:
+                ends[qid] = max(ends.get(qid, 0), qoff + 1)
+        batch.delete_range(K.cq_key(tid, 0, 0), K.queue_prefix(tid + 1, 0), index.handle(K.CF_CQ))
+        put, u64 = batch.put, K.U64.pack
+        for qid, end in ends.items():  # a queue's floor is at most where its entries end
+            put(K.queue_floor_key(tid, qid), u64(end), meta)
+            floors[qid] = end
+        for qid, floor in floors.items():
+            put(K.incarnation_key(tid, qid), u64(floor), meta)
+    batch.put(K.deleted_key(topic), K.U64.pack(position), meta)
+    return Deletion(topic, position, floors)
 
 
 def _gather(blocks: _Blocks, put: Callable[..., None], cq: object, where: tuple[int, int, int], first: int, n: int,
@@ -199,6 +248,7 @@ class Dispatcher:
         self._index = index
         self.position = start_position
         self._listeners: list[DispatchListener] = []
+        self._deletion_listeners: list[DeletionListener] = []
         self._cond = threading.Condition()
         self.last_lag_ms = 0
         self.max_lag_ms = 0
@@ -208,6 +258,9 @@ class Dispatcher:
 
     def add_listener(self, listener: DispatchListener) -> None:
         self._listeners.append(listener)
+
+    def add_deletion_listener(self, listener: DeletionListener) -> None:
+        self._deletion_listeners.append(listener)
 
     def wait_for(self, position: int, timeout_s: float) -> bool:
         """Block until everything before `position` is dispatched; False on timeout or failure."""
@@ -227,7 +280,8 @@ class Dispatcher:
         try:
             if len(self._listed) > LISTED_MAX:
                 self._listed.clear()  # a queue listed again costs a put, nothing else
-            touched = index_runs(self._index, runs, self._listed)
+            deletions: list[Deletion] = []
+            touched = index_runs(self._index, runs, self._listed, deletions)
         except Exception as exc:  # RocksDB failure: stop dispatching, keep the commitlog as truth
             self.failed = exc
             log.exception("dispatch failed; records stay in the commitlog and are re-dispatched on restart")
@@ -248,3 +302,9 @@ class Dispatcher:
                 listener(touched)
             except Exception:
                 log.exception("dispatch listener failed", extra=kv(listener=repr(listener)))
+        for deletion in deletions:
+            for on_deleted in self._deletion_listeners:
+                try:
+                    on_deleted(deletion)
+                except Exception:
+                    log.exception("deletion listener failed", extra=kv(topic=deletion.topic))

@@ -88,6 +88,9 @@ class Index:
         self._topic_ids: dict[str, int] = {}
         self._topic_names: dict[int, str] = {}
         self._intern_lock = threading.Lock()
+        # Topic -> CommitLog position of its last deletion record (deletion.py), for the topics
+        # deleted since the oldest record the CommitLog still holds (`forget_deletions_before`).
+        self._deleted: dict[str, int] = {}
         # A replicated primary's recorder of consumer state changes (statelog.py); None: batches
         # are plain RocksDB WriteBatches, as without replication.
         self.recorder: StateRecorder | None = None
@@ -164,6 +167,10 @@ class Index:
             name = key[len(K.META_TOPIC_PREFIX) :].decode("utf-8")
             self._topic_ids[name] = tid
             self._topic_names[tid] = name
+        for key, value in meta.items(from_key=K.META_DELETED_PREFIX):
+            if not key.startswith(K.META_DELETED_PREFIX):
+                break
+            self._deleted[key[len(K.META_DELETED_PREFIX) :].decode("utf-8")] = int(K.U64.unpack(value)[0])
 
     def topic_id(self, name: str) -> int | None:
         return self._topic_ids.get(name)
@@ -190,6 +197,49 @@ class Index:
             self._topic_ids[name] = tid
             self._topic_names[tid] = name
             return tid
+
+    # -- deleted topics (deletion.py) ---------------------------------------------------------------
+
+    def deleted_at(self, topic: str) -> int:
+        """The CommitLog position of the topic's last deletion record (-1: not deleted since the
+        oldest record the log holds): every record of the topic stored before it is gone."""
+        return self._deleted.get(topic, -1)
+
+    def note_deleted(self, topic: str, position: int) -> None:
+        """Remember a deletion the dispatcher wrote (after its batch is written; writer thread)."""
+        self._deleted[topic] = position
+
+    def forget_deletions_before(self, position: int) -> None:
+        """Forget the deletions older than the oldest record the CommitLog still holds (retention
+        moved it to `position`): no record they could hide is left."""
+        stale = [t for t, at in list(self._deleted.items()) if at < position]  # a copy: the writer adds
+        if not stale:
+            return
+        batch = self.batch()
+        meta = self._handles[K.CF_META]
+        for topic in stale:
+            batch.delete(K.deleted_key(topic), meta)
+        self.write(batch)
+        for topic in stale:
+            self._deleted.pop(topic, None)
+
+    def incarnation_floor(self, topic_id: int, queue_id: int) -> int:
+        """The first offset of the queue since its topic was last deleted (0: never deleted)."""
+        raw = self._cf[K.CF_META].get(K.incarnation_key(topic_id, queue_id))
+        return 0 if raw is None else int(K.U64.unpack(raw)[0])
+
+    def incarnation_floors(self, topic_id: int) -> dict[int, int]:
+        """`incarnation_floor` of every queue of the topic that held messages when it was deleted."""
+        return {qid: floor for qid, floor in self._queue_values(K.incarnation_prefix(topic_id))}
+
+    def queue_floors(self, topic_id: int) -> dict[int, int]:
+        """The floor of each queue of the topic that has one (retention or a deletion emptied it)."""
+        return dict(self._queue_values(K.queue_floor_prefix(topic_id)))
+
+    def _queue_values(self, prefix: bytes) -> Iterator[tuple[int, int]]:
+        """(queue id, u64 value) of the `meta` keys `prefix` (a two-byte kind, topic id) + queue id."""
+        for key, value in self._prefix_scan(K.CF_META, prefix):
+            yield int(K.U32BE.unpack_from(key, len(prefix))[0]), int(K.U64.unpack(value)[0])
 
     # -- checkpoint ------------------------------------------------------------------------------
 
@@ -346,6 +396,23 @@ class Index:
         it.seek_for_prev(K.cq_key(topic_id, queue_id, K.MAX_U64))
         return low, K.cq_block_end(it.key(), it.value())
 
+    def queue_ends(self, topic_id: int) -> dict[int, int]:
+        """One past the last dispatched offset of each queue of the topic that holds entries (two
+        seeks per queue, whatever it holds)."""
+        out: dict[int, int] = {}
+        it = self._cf[K.CF_CQ].iter()
+        qid = 0
+        while True:
+            it.seek(K.queue_prefix(topic_id, qid))
+            if not it.valid():
+                return out
+            tid, found, _ = K.cq_key_parse(it.key())
+            if tid != topic_id:
+                return out
+            it.seek_for_prev(K.cq_key(topic_id, found, K.MAX_U64))
+            out[found] = K.cq_block_end(it.key(), it.value())
+            qid = found + 1
+
     def queue_ids(self, topic_id: int) -> list[int]:
         """Queue ids of a topic that hold at least one dispatched entry (skips along the keyspace)."""
         out: list[int] = []
@@ -381,12 +448,19 @@ class Index:
                 hits.append((K.trailing_offset(key), K.U32.unpack(value)[0]))
         return hits
 
-    def find_by_key(self, segment_bases: Sequence[int], topic_id: int, key: str, limit: int) -> list[tuple[int, int]]:
+    def find_by_key(
+        self, segment_bases: Sequence[int], topic_id: int, key: str, limit: int, after: int = -1
+    ) -> list[tuple[int, int]]:
+        """(physical offset, size) of up to `limit` records of the topic with this key, oldest
+        first, of those stored after position `after` (the topic's deletion)."""
         kb = key.encode("utf-8")
         hits: list[tuple[int, int]] = []
         for base in segment_bases:
             for k, value in self._prefix_scan(K.CF_KEYIDX, K.keyidx_prefix(base, topic_id, kb)):
-                hits.append((K.trailing_offset(k), K.U32.unpack(value)[0]))
+                phys = K.trailing_offset(k)
+                if phys <= after:
+                    continue
+                hits.append((phys, K.U32.unpack(value)[0]))
                 if len(hits) >= limit:
                     return hits
         return hits
@@ -396,6 +470,26 @@ class Index:
     def get_offset(self, group: str, topic_id: int, queue_id: int) -> int | None:
         raw = self._cf[K.CF_OFFSETS].get(K.offsets_key(group, topic_id, queue_id))
         return None if raw is None else int(K.U64.unpack(raw)[0])
+
+    def drop_offsets(self, topic_id: int) -> int:
+        """Delete every group's committed offsets in the queues of a topic (one batch; a scan of
+        every committed offset, which are keyed by group first). How many groups had some."""
+        batch = self.batch()
+        handle = self._handles[K.CF_OFFSETS]
+        tid = K.U32BE.pack(topic_id)
+        groups = 0
+        it = self._cf[K.CF_OFFSETS].iter()
+        it.seek_to_first()
+        while it.valid():
+            key = it.key()
+            prefix = key[: K.U16BE.unpack_from(key)[0] + 2] + tid  # the group's offsets in the topic
+            it.seek(prefix)
+            if it.valid() and it.key().startswith(prefix):
+                batch.delete_range(prefix, K.next_prefix(prefix), handle)
+                groups += 1
+            it.seek(K.next_prefix(key[: len(prefix) - 4]))  # the next group
+        self.write(batch)
+        return groups
 
     def put_offset(self, group: str, topic_id: int, queue_id: int, offset: int) -> None:
         batch = self.batch()  # a batch, so that a replicated primary records it

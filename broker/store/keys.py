@@ -24,7 +24,10 @@ Column families (key -> value):
 - `meta`: b"checkpoint" -> dispatch position u64 (the next CommitLog byte to dispatch);
   b"t:" + topic name -> topic_id u32; b"i:" + topic_id u32 -> topic name;
   b"q:" + topic_id u32 + queue_id u32 -> queue floor u64 (the queue's min offset after retention
-  deleted entries; it keeps a queue's offsets going when retention emptied it)
+  or a deletion removed entries; it keeps a queue's offsets going when they emptied it);
+  b"f:" + topic_id u32 + queue_id u32 -> the first offset of the queue's current incarnation u64
+  (where it ended when the topic was last deleted); b"d:" + topic name -> the CommitLog position
+  of the topic's last deletion record u64 (deletion.py)
 
 The message-id and key indexes are prefixed by the CommitLog segment that holds the record, so
 retention drops a segment's entries with one range delete per column family; a lookup probes each
@@ -48,6 +51,8 @@ META_CHECKPOINT = b"checkpoint"
 META_TOPIC_PREFIX = b"t:"
 META_TOPIC_ID_PREFIX = b"i:"
 META_QUEUE_FLOOR_PREFIX = b"q:"
+META_INCARNATION_PREFIX = b"f:"
+META_DELETED_PREFIX = b"d:"
 
 CQ_KEY = struct.Struct(">IIQ")
 _QUEUE_PREFIX = struct.Struct(">II")
@@ -57,7 +62,8 @@ CQ_ENTRY = CQ_VALUE.size
 # store_bench's batch32 phase) is one put, small enough (6 KiB) that reading one entry stays cheap.
 CQ_BLOCK_MAX = 256
 _U64BE = struct.Struct(">Q")
-_U32BE = struct.Struct(">I")
+U32BE = struct.Struct(">I")
+U16BE = struct.Struct(">H")
 U64 = struct.Struct("<Q")
 U32 = struct.Struct("<I")
 SEGQ_KEY = struct.Struct(">QII")
@@ -98,7 +104,7 @@ def msgid_key(segment_base: int, message_id: bytes, physical_offset: int) -> byt
 
 
 def keyidx_prefix(segment_base: int, topic_id: int, key: bytes) -> bytes:
-    return _U64BE.pack(segment_base) + _U32BE.pack(topic_id) + struct.pack(">H", len(key)) + key
+    return _U64BE.pack(segment_base) + U32BE.pack(topic_id) + struct.pack(">H", len(key)) + key
 
 
 def keyidx_key(segment_base: int, topic_id: int, key: bytes, physical_offset: int) -> bytes:
@@ -133,11 +139,27 @@ def topic_name_key(name: str) -> bytes:
 
 
 def topic_id_key(topic_id: int) -> bytes:
-    return META_TOPIC_ID_PREFIX + _U32BE.pack(topic_id)
+    return META_TOPIC_ID_PREFIX + U32BE.pack(topic_id)
 
 
 def queue_floor_key(topic_id: int, queue_id: int) -> bytes:
     return META_QUEUE_FLOOR_PREFIX + _QUEUE_PREFIX.pack(topic_id, queue_id)
+
+
+def queue_floor_prefix(topic_id: int) -> bytes:
+    return META_QUEUE_FLOOR_PREFIX + U32BE.pack(topic_id)
+
+
+def incarnation_key(topic_id: int, queue_id: int) -> bytes:
+    return META_INCARNATION_PREFIX + _QUEUE_PREFIX.pack(topic_id, queue_id)
+
+
+def incarnation_prefix(topic_id: int) -> bytes:
+    return META_INCARNATION_PREFIX + U32BE.pack(topic_id)
+
+
+def deleted_key(name: str) -> bytes:
+    return META_DELETED_PREFIX + name.encode("utf-8")
 
 
 def next_prefix(prefix: bytes) -> bytes:

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from broker.store import keys as K
 from broker.store.config import StoreConfig
-from broker.store.dispatcher import Dispatcher, DispatchListener
+from broker.store.deletion import deletion_record
+from broker.store.dispatcher import DeletionListener, Dispatcher, DispatchListener
 from broker.store.durability import LOCAL, Durability
 from broker.store.index import CqEntry, Index
 from broker.store.recovery import RecoveryReport, recover
@@ -170,6 +171,12 @@ class MessageStore:
         that wrote the round (the writer's, or the event loop's for small appends): it must be thread-safe."""
         self.dispatcher.add_listener(listener)
 
+    def add_deletion_listener(self, listener: DeletionListener) -> None:
+        """`listener(deletion)` runs after the dispatch of each topic deletion record this process
+        appends or copies (not those recovery re-dispatches as the store opens), where dispatch runs:
+        it must be thread-safe."""
+        self.dispatcher.add_deletion_listener(listener)
+
     # -- appends ---------------------------------------------------------------------------------
 
     def _prepare(self, records: Sequence[MessageRecord]) -> _Prepared:
@@ -223,6 +230,23 @@ class MessageStore:
             await self.durability.wait(_end_of(results))
         return results
 
+    async def delete_topic(self, topic: str) -> AppendResult:
+        """Append the record that deletes `topic` (deletion.py) and return once it is dispatched and
+        durable like any append: every queue of the topic then ends where it ended, holds nothing
+        and goes on from there. Where the record landed (its position is `deleted_at(topic)`).
+
+        Always written by the writer thread, never inline on the event loop: dispatching it reads
+        and deletes every queue of the topic (a bind topic may have many lite topics)."""
+        buf, sizes, columns, queue = self._prepare([deletion_record(topic)])
+        if self._replicated:
+            self.durability.admit()
+        fut: concurrent.futures.Future[Sequence[AppendResult]] = concurrent.futures.Future()
+        self.writer.submit(buf, sizes, columns, queue, fut)
+        (result,) = await asyncio.wrap_future(fut)
+        if self._replicated:
+            await self.durability.wait(result.physical_offset + result.size)
+        return result
+
     def append_blocking(self, records: Sequence[MessageRecord], timeout_s: float = 30.0) -> Sequence[AppendResult]:
         buf, sizes, columns, queue = self._prepare(records)
         fut: concurrent.futures.Future[Sequence[AppendResult]] = concurrent.futures.Future()
@@ -255,6 +279,22 @@ class MessageStore:
         """Queues of `topic` just created, that hold no record and never held one (a new lite
         topic's): their first append skips the index lookup of where they end (writer.note_empty)."""
         self.writer.note_empty(topic, queue_ids)
+
+    def deleted_at(self, topic: str) -> int:
+        """The CommitLog position of the topic's last deletion (-1 if none): a record of the topic
+        stored before it (a message, its pending timer or half message) is of the deleted topic."""
+        return self.index.deleted_at(topic)
+
+    def incarnation_floor(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset since its topic was last deleted (0 if never): an offset below
+        it names a message of the deleted topic."""
+        tid = self.index.topic_id(topic)
+        return 0 if tid is None else self.index.incarnation_floor(tid, queue_id)
+
+    def incarnation_floors(self, topic: str) -> dict[int, int]:
+        """`incarnation_floor` of every queue of the topic that held messages when it was deleted."""
+        tid = self.index.topic_id(topic)
+        return {} if tid is None else self.index.incarnation_floors(tid)
 
     def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset) of a queue; max is one past the last visible message."""
@@ -391,13 +431,15 @@ class MessageStore:
         return self._load(entry.physical_offset, entry.size)
 
     def find_by_id(self, message_id: str, topic: str | None = None) -> list[MessageRecord]:
+        """The stored records with this id (of `topic`), oldest first; none of a deleted topic."""
         out = []
+        deleted_at = self.index.deleted_at
         for phys, size in self.index.find_by_id(self.segments.bases(), message_id):
             try:
                 rec = self._load(phys, size)
             except (OffsetNotFound, MessageCorrupted):
                 continue  # deleted by retention between the lookup and the read
-            if topic is None or rec.topic == topic:
+            if (topic is None or rec.topic == topic) and phys > deleted_at(rec.topic):
                 out.append(rec)
         return out
 
@@ -406,7 +448,7 @@ class MessageStore:
         if tid is None:
             return []
         out = []
-        for phys, size in self.index.find_by_key(self.segments.bases(), tid, key, limit):
+        for phys, size in self.index.find_by_key(self.segments.bases(), tid, key, limit, self.index.deleted_at(topic)):
             try:
                 out.append(self._load(phys, size))
             except (OffsetNotFound, MessageCorrupted):
@@ -447,6 +489,19 @@ class MessageStore:
             raise OffsetNotFound(f"topic {topic} has no messages on this broker")
         self.index.put_offset(group, tid, queue_id, offset)
 
+    def compact_queues(self, topic: str) -> None:
+        """Compact the topic's ConsumeQueue range (blocking): after a deletion, so that reads of the
+        queues' next messages do not step over the range deletes' tombstones until RocksDB gets to it."""
+        tid = self.index.topic_id(topic)
+        if tid is not None:
+            self.index.cf(K.CF_CQ).compact_range(K.queue_prefix(tid, 0), K.queue_prefix(tid + 1, 0))
+
+    def drop_offsets(self, topic: str) -> int:
+        """Forget the offsets groups committed in a (deleted) topic (blocking: scans every committed
+        offset). How many groups had some."""
+        tid = self.index.topic_id(topic)
+        return 0 if tid is None else self.index.drop_offsets(tid)
+
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         tid = self.index.topic_id(topic)
         return None if tid is None else self.index.get_offset(group, tid, queue_id)
@@ -461,7 +516,10 @@ class MessageStore:
             position = pin()
             if position is not None:
                 keep_from = min(keep_from, position)
-        return self.retention.run(keep_from, now_s)
+        deleted = self.retention.run(keep_from, now_s)
+        if deleted:
+            self.index.forget_deletions_before(self.segments.min_offset())
+        return deleted
 
     def stats(self) -> StoreStats:
         return StoreStats(

@@ -1,4 +1,5 @@
-"""Tiered retention: delete whole segment objects whose newest message is older than the topic's retention.
+"""Tiered retention: delete whole segment objects whose newest message is older than the topic's retention
+(and those a topic's deletion dropped, `purge`).
 
 Per topic, only an expired prefix of the segments (in sequence order) goes, so every queue's tiered
 range stays contiguous. Order, so that nothing ever lists a missing object: (1) the manifest drops
@@ -34,13 +35,19 @@ def expire(manifest: Manifest, objects: ObjectStore, config: TieringConfig, now_
                     break
                 expired.append(seg.seq)
             manifest.expire_segments(topic, expired)
-        pending = manifest.pending_deletes(topic)
-        if not pending:
-            continue
-        manifest.write_mirror(objects, topic)
-        for seq, key in pending:
-            objects.delete(key)
-            manifest.deleted(topic, seq)
-            deleted += 1
-        log.info("tiered retention deleted segments", extra=kv(topic=topic, objects=len(pending)))
+        deleted += purge(manifest, objects, topic)
     return deleted
+
+
+def purge(manifest: Manifest, objects: ObjectStore, topic: str) -> int:
+    """Delete the objects of the topic's segments the manifest dropped (expired, or of a deleted
+    topic): the bucket's manifest.json is rewritten without them first. How many were deleted."""
+    pending = manifest.pending_deletes(topic)
+    if not pending:
+        return 0
+    manifest.write_mirror(objects, topic)
+    for seq, key in pending:
+        objects.delete(key)
+        manifest.deleted(topic, seq)
+    log.info("tiered segments deleted", extra=kv(topic=topic, objects=len(pending)))
+    return len(pending)

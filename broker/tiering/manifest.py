@@ -223,13 +223,16 @@ class Manifest:
         ends = {str(q): e for q, e in sorted(progress.ends.items())}
         return json.dumps({"next_seq": progress.next_seq, "ends": ends}).encode()
 
-    def add_segment(self, topic: str, entry: SegmentEntry, ends: Mapping[int, int]) -> None:
-        """Record an uploaded, verified segment and the queue ends it advances, atomically."""
+    def add_segment(self, topic: str, entry: SegmentEntry, ends: Mapping[int, int]) -> bool:
+        """Record an uploaded, verified segment and the queue ends it advances, atomically. False
+        (nothing recorded) when a queue's range starts below its tiered end: the topic was deleted
+        while the segment was uploaded, and its end raised past the old messages (`drop_below`)."""
         with self._lock:
             view = self._view(topic)
+            if any(first < view.progress.end(q) for q, (first, _) in entry.queues.items()):
+                return False
             assert entry.seq == view.progress.next_seq, "segments are added in sequence"
-            for q, (first, last) in entry.queues.items():
-                assert first >= view.progress.end(q) and last < ends[q], "queue ranges advance without overlap"
+            assert all(last < ends[q] for q, (_, last) in entry.queues.items()), "queue ranges advance"
             progress = Progress(entry.seq + 1, {**view.progress.ends, **ends})
             tk = _topic_key(topic)
             segment_value = json.dumps(entry.to_json()).encode()
@@ -237,6 +240,32 @@ class Manifest:
             view.progress = progress
             view.segments.append(entry)
             view.reindex()
+            return True
+
+    def drop_below(self, topic: str, floors: Mapping[int, int]) -> int:
+        """A deleted topic's old messages leave the tier: the segments holding only offsets below
+        their queues' `floors` (the first offsets of the topic's next incarnation) are dropped and
+        remembered as pending deletes, and each queue's tiered end rises to its floor (the
+        uploader goes on from there), atomically. How many segments went; nothing changes for a
+        topic never tiered or already past its floors."""
+        with self._lock:
+            view = self._view(topic)
+            if not view.segments and not view.progress.ends and not view.progress.next_seq:
+                return 0
+            gone = [s for s in view.segments if all(last < floors.get(q, 0) for q, (_, last) in s.queues.items())]
+            raised = {q: floor for q, floor in floors.items() if floor > view.progress.end(q)}
+            if not gone and not raised:
+                return 0
+            progress = Progress(view.progress.next_seq, {**view.progress.ends, **raised})
+            tk = _topic_key(topic)
+            puts = {b"x" + tk + _U64.pack(s.seq): s.key.encode() for s in gone}
+            puts[b"p" + tk] = self._progress_value(progress)
+            self.kv.write(puts, [b"s" + tk + _U64.pack(s.seq) for s in gone])
+            dropped = {s.seq for s in gone}
+            view.progress = progress
+            view.segments = [s for s in view.segments if s.seq not in dropped]
+            view.reindex()
+            return len(gone)
 
     def expire_segments(self, topic: str, seqs: Iterable[int]) -> None:
         """Drop segments from the manifest, remembering their objects as pending deletes, atomically."""

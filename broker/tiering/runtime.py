@@ -11,7 +11,10 @@ local disk:
   run in the tiering read executor, never on the event loop (S3 and pyarrow block), except a read
   whose row groups are all decoded in memory already (a slice of the cache, answered in place);
 - `status`, `upload_now`, `evict_local`: the `sluice admin tier ...` operations;
-- `expire()`: tiered retention, run by the broker's retention loop.
+- `expire()`: tiered retention, run by the broker's retention loop;
+- `on_deleted` / `purge`: a deleted topic's segments leave the manifest as its deletion is applied,
+  and their objects are deleted (`reconcile` catches up with deletions applied while this was not
+  running: a restart, a failover).
 
 Failures: a cold read while the object store is down raises `Unavailable` (retriable, bounded by the
 S3 client's timeouts) naming the object; a corrupt object raises `SegmentCorrupted` naming it.
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from broker.client.api import TierEvictResult
 from broker.store import keys as K
+from broker.store.deletion import Deletion
 from broker.store.store import MessageStore
 from broker.tiering.config import TieringConfig
 from broker.tiering.errorcount import ErrorCountingObjectStore
@@ -95,6 +99,7 @@ class BrokerTiering:
             max_workers=config.read_concurrency, thread_name_prefix="tier-read"
         )
         store.retention.may_delete = self.uploader.may_delete
+        self.reconcile()
         log.info("tiered storage enabled", extra=kv(store=self.objects.describe(), epoch=self.manifest.epoch,
                                                     min_age_s=config.min_age_s))  # fmt: skip
 
@@ -180,8 +185,40 @@ class BrokerTiering:
         return await asyncio.to_thread(self._evict_local, topic)
 
     def expire(self) -> int:
-        """Tiered retention once (blocking: object store deletes)."""
+        """Tiered retention once (blocking: object store deletes), after `reconcile`."""
+        self.reconcile()
         return self.reader.expire()
+
+    # -- deleted topics (broker/store/deletion.py) -----------------------------------------------
+
+    def on_deleted(self, deletion: Deletion) -> None:
+        """The store applied a topic's deletion (any thread): its archived segments leave the
+        manifest at once, so no cold read serves them (their objects go in `purge`)."""
+        dropped = self.manifest.drop_below(deletion.topic, deletion.floors)
+        if dropped:
+            log.info("archived segments of a deleted topic dropped", extra=kv(topic=deletion.topic, segments=dropped))
+
+    def reconcile(self) -> int:
+        """Drop the archived segments of deletions the store applied while `on_deleted` was not
+        listening (re-dispatched as the store opened, copied as a replica before this broker was
+        promoted): those below their queues' first offsets since the last deletion (blocking:
+        RocksDB reads). How many segments went."""
+        index = self.store.index
+        dropped = 0
+        for topic in self.manifest.topics():
+            tid = index.topic_id(topic)
+            floors = {} if tid is None else index.incarnation_floors(tid)
+            if floors:
+                dropped += self.manifest.drop_below(topic, floors)
+        if dropped:
+            log.info("archived segments of deleted topics dropped", extra=kv(segments=dropped))
+        return dropped
+
+    async def purge(self, topic: str) -> int:
+        """Delete the objects of the topic's dropped segments, after writing its manifest.json
+        without them (object store I/O, in the uploader's threads, which `close` waits for; raises
+        the object store's errors)."""
+        return await self.uploader.purge(topic)
 
     def _evict_local(self, topic: str) -> TierEvictResult:
         """Drop the topic's local index entries below each queue's tiered end (reads of them now go

@@ -36,6 +36,7 @@ from broker.store import keys as K
 from broker.store.index import CqEntry
 from broker.store.segments import Segment
 from broker.store.store import MessageStore
+from broker.tiering import expiry
 from broker.tiering.config import TieringConfig
 from broker.tiering.manifest import Manifest, SegmentEntry
 from broker.tiering.objectstore import ObjectStore
@@ -181,6 +182,11 @@ class Uploader:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.config.retry_max_s)
 
+    async def purge(self, topic: str) -> int:
+        """`expiry.purge` of one topic (its manifest.json rewritten, then the objects its manifest
+        dropped deleted), in this uploader's threads; how many objects were deleted."""
+        return await self._call(expiry.purge, self.manifest, self.objects, topic)
+
     def _succeeded(self, topic: str) -> None:
         st = self._state(topic)
         if st.failures:
@@ -250,7 +256,8 @@ class Uploader:
             low, high = index.queue_bounds(tid, q)
             start = progress.end(q)
             if start < low:
-                self._warn_gap(topic, q, start, low)
+                if max(start, index.incarnation_floor(tid, q)) < low:  # a deleted topic's messages are no gap
+                    self._warn_gap(topic, q, start, low)
                 start = low
             stop = high if limits is None else min(high, limits.get(q, 0))
             if start < stop:
@@ -300,7 +307,10 @@ class Uploader:
         uploaded_ms = self._clock.now_ms()
         entry = SegmentEntry(seq, key, info.size, info.sha256, seg.info.rows, seg.info.queues, seg.info.min_store_ms,
                              seg.info.max_store_ms, uploaded_ms, seg.row_groups)  # fmt: skip
-        self.manifest.add_segment(topic, entry, {q: last + 1 for q, (_, last) in seg.info.queues.items()})
+        if not self.manifest.add_segment(topic, entry, {q: last + 1 for q, (_, last) in seg.info.queues.items()}):
+            self.objects.delete(key)  # the topic was deleted meanwhile: its old messages are not tiered
+            log.info("discarded a segment of a deleted topic", extra=kv(topic=topic, key=key, rows=seg.info.rows))
+            return True
         self._state(topic).last_upload_ms = uploaded_ms
         if self.on_uploaded is not None:
             self.on_uploaded(topic, entry)
@@ -314,7 +324,8 @@ class Uploader:
 
         The store's `segq` table lists, per segment, each (topic, queue) it holds (its highest
         offset there is found from the ConsumeQueue); the segment may go when each of those offsets
-        is below the queue's tiered end. Correct however topics interleave in segments; costs one short RocksDB scan.
+        is below the queue's tiered end, or of a deleted topic (below its queue's incarnation).
+        Correct however topics interleave in segments; costs one short RocksDB scan.
         """
         index = self.store.index
         prefix = K.segment_prefix(segment.base)
@@ -325,6 +336,8 @@ class Uploader:
             topic = index.topic_name(tid)
             highest = index.segment_queue_max(tid, qid, K.U64.unpack(value)[0], segment.end)
             if topic is None or self.manifest.tiered_end(topic, qid) <= highest:
+                if highest < index.incarnation_floor(tid, qid):
+                    continue  # a deleted topic's messages: nothing to tier
                 if any(s.failures for s in self._states.values()):
                     self._warn_paused()
                 return False

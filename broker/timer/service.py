@@ -204,6 +204,34 @@ class TimerService:
         log.info("timer recalled", extra=kv(topic=topic, message_id=message_id, due_ms=handle.due_ms))
         return message_id
 
+    async def drop_topic(self, topic: str, before: int) -> int:
+        """Forget the pending timers of `topic` stored before CommitLog position `before` (its
+        deletion: store.deletion); how many. The timer index is scanned off the event loop, under
+        the lock a delivery round holds. A timer of the deleted topic indexed after the scan is
+        dropped when it comes due (`_copy`)."""
+        async with self._lock:
+            stale = await asyncio.get_running_loop().run_in_executor(None, self._pending_of, topic, before)
+            if stale:
+                batch = self._index.batch()
+                self._drop(batch, stale)
+                self._index.write(batch)
+                self._commit_counts([t for _, _, t in stale])
+                self._generation += 1  # staged batches may hold them
+        if stale:
+            log.info("pending timers of a deleted topic dropped", extra=kv(topic=topic, timers=len(stale)))
+        return len(stale)
+
+    def _pending_of(self, topic: str, before: int) -> list[tuple[bytes, int, str]]:
+        out = []
+        it = self._timer.iter()
+        it.seek_to_first()
+        while it.valid():
+            position = TK.parse_timer_key(it.key())[1]
+            if position < before and TK.parse_timer_value(it.value())[1] == topic:
+                out.append((bytes(it.key()), position, topic))
+            it.next()
+        return out
+
     # -- scheduler -------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -363,6 +391,10 @@ class TimerService:
             log.warning(
                 "timer's topic no longer exists; dropped", extra=kv(topic=due.target, message_id=rec.message_id)
             )
+            return None
+        if due.position < self._store.deleted_at(due.target):
+            log.warning("timer's topic was deleted after it was sent (and created again); dropped",
+                        extra=kv(topic=due.target, message_id=rec.message_id))  # fmt: skip
             return None
         sysprops = {k: v for k, v in rec.system_properties.items()
                     if k not in (SYSPROP_TIMER_TARGET_TOPIC, SYSPROP_TIMER_TARGET_QUEUE)}  # fmt: skip

@@ -72,6 +72,8 @@ class TransactionService:
     async def start(self) -> None:
         """Load the pending entries and finish commits a crash interrupted."""
         for entry in self.pending.load():
+            if self._outlived(entry):
+                continue
             try:
                 await self._finish_commit(entry)
             except SluiceError as exc:  # logged by _load_half; the broker must still start
@@ -110,6 +112,26 @@ class TransactionService:
             for m, r, e in zip(messages, appended, entries, strict=True)
         ]
 
+    def drop_topic(self, topic: str, before: int) -> int:
+        """Roll back the transactions of `topic` whose half message was stored before CommitLog
+        position `before` (the topic's deletion: store.deletion); how many."""
+        stale = [e for e in self.pending.entries.values() if e.topic == topic and e.position < before]
+        for entry in stale:
+            self.pending.delete(entry)
+        if stale:
+            log.info("transactions of a deleted topic rolled back", extra=kv(topic=topic, transactions=len(stale)))
+        return len(stale)
+
+    def _outlived(self, entry: HalfEntry) -> bool:
+        """Whether the entry's topic was deleted after its half message was stored; then it is
+        rolled back (a half message that raced the deletion's `drop_topic`)."""
+        if entry.position > self._store.deleted_at(entry.topic):
+            return False
+        self.pending.delete(entry)
+        fields = kv(transaction_id=self._txid(entry), topic=entry.topic, message_id=entry.message_id)
+        log.info("transaction of a deleted topic rolled back", extra=fields)
+        return True
+
     def _txid(self, entry: HalfEntry) -> str:
         return txid.TransactionId(self._broker, entry.position, entry.size).encode()
 
@@ -142,14 +164,14 @@ class TransactionService:
         resolution: TransactionResolution, source: TransactionSource,
     ) -> None:  # fmt: skip
         entry = self.pending.get(tid.physical_offset)
-        if entry is None:
-            self._already_ended(topic, message_id, transaction_id, resolution)
-            return
-        if entry.size != tid.size or entry.topic != topic or entry.message_id != message_id:
+        if entry is not None and (entry.size != tid.size or entry.topic != topic or entry.message_id != message_id):
             raise InvalidTransactionId(
                 f"transaction {transaction_id} was issued for message {entry.message_id} of topic {entry.topic}, "
                 f"not for message {message_id} of topic {topic}"
             )
+        if entry is None or self._outlived(entry):
+            self._already_ended(tid, topic, message_id, transaction_id, resolution)
+            return
         fields = kv(transaction_id=transaction_id, topic=topic, message_id=message_id, source=source.name,
                     checks=entry.checks)  # fmt: skip
         if resolution is TransactionResolution.UNSPECIFIED:
@@ -167,11 +189,17 @@ class TransactionService:
             log.info("transaction committed", extra=fields)
 
     def _already_ended(
-        self, topic: str, message_id: str, transaction_id: str, resolution: TransactionResolution
-    ) -> None:
+        self, tid: txid.TransactionId, topic: str, message_id: str, transaction_id: str,
+        resolution: TransactionResolution,
+    ) -> None:  # fmt: skip
         """A repeated EndTransaction is OK when it agrees with what happened; else say what did."""
         committed = self._committed_copy(topic, message_id, transaction_id) is not None
         if resolution is TransactionResolution.COMMIT and not committed:
+            if tid.physical_offset < self._store.deleted_at(topic):
+                raise InvalidTransactionId(
+                    f"transaction {transaction_id} cannot be committed: topic {topic} was deleted after its half "
+                    "message was stored, and the half message with it (a topic of that name now is a new one)"
+                )
             raise InvalidTransactionId(
                 f"transaction {transaction_id} cannot be committed: it is not pending (it was rolled back, by its "
                 f"producer or after {self._config.max_checks} unanswered check-backs, or it never existed)"
@@ -234,6 +262,8 @@ class TransactionService:
                 if len(out) >= limit:
                     self.pending.requeue(entry)
                     return out
+                if self._outlived(entry):
+                    continue
                 half = self._load_half(entry)
                 if half is None:
                     continue

@@ -70,7 +70,7 @@ def index_figures(repeat: int, directory: Path) -> None:
         physs = list(accumulate(sizes, initial=first * 1150))[:-1]
         cols = Columns(["bench"] * n, [0] * n, [7] * n, [f"{first + i:032x}".encode() for i in range(n)], [()] * n)
         if own:
-            return [Run(cols, AppendResults(first, physs, sizes, 1), ("bench", 0), 0)]
+            return [Run(cols, AppendResults(range(first, first + n), physs, sizes, 1), ("bench", 0), 0)]
         return [Run(cols, [AppendResult(first + i, physs[i], 1150, 1) for i in range(n)], None, 0)]
 
     def timed(n: int, own: bool) -> float:

@@ -64,6 +64,7 @@ LONGEST_FIRST = (
     "test_sick_neighbours.py",
     "test_node_client.py",
     "test_tiering.py",
+    "test_topic_deletion.py",
 )
 
 

@@ -397,3 +397,55 @@ def test_acks_racing_sigkills_are_never_undone(
     verdict = history.verdict()
     print(f"racing history: {verdict.summary()}")
     verdict.assert_nothing_lost()
+
+
+DELETED_OLD = 24  # messages of the topic before its deletion, half of them in flight when it goes
+DELETED_NEW = 12
+
+
+def test_a_deleted_topic_stays_deleted_through_a_failover(
+    replicated: tuple[Cluster, EtcdProcess], unique: Callable[[str], str]
+) -> None:
+    """A topic deleted (with messages in flight and a DELAY message pending) and created again, then
+    the primary SIGKILLed right after: the new primary serves nothing of the old topic (its in-flight
+    messages never come back, their acks are refused as of a deleted topic, the timer never fires,
+    a new group from the earliest message gets only the new ones) and loses nothing acknowledged
+    since. The deletion is in the replicas' CommitLog and consumer state (docs/operations.md)."""
+    cluster, _ = replicated
+    topic = cluster.create_topic(unique("gone"), "normal,delay", QUEUES)
+    group = cluster.create_group(unique("g"), consume_from="earliest")
+    history = History()
+    with producer(cluster.endpoints, topic) as client, \
+            simple_consumer(cluster.endpoints, group, {topic: FilterExpression()}) as consumer:  # fmt: skip
+        for i in range(DELETED_OLD):
+            retrying("a send", lambda i=i: client.send(message(topic, f"old-{i}".encode())))  # type: ignore[misc]
+        timer = message(topic, b"old-timer")
+        timer.delivery_timestamp = int(time.time()) + DELAY_AFTER_KILL_S
+        _send_delayed(client, timer)
+        timer_due = time.monotonic() + DELAY_AFTER_KILL_S
+        held = receive_until(consumer, lambda got: len(got) >= DELETED_OLD // 2, ack=False, invisible_s=INVISIBLE_S)
+        held_until = time.monotonic() + INVISIBLE_S
+        cluster.admin("topic", "delete", topic)
+        cluster.create_topic(topic, "normal,delay", QUEUES)
+        for i in range(DELETED_NEW):
+            retrying("a send", lambda i=i: client.send(message(topic, f"new-{i}".encode())))  # type: ignore[misc]
+            history.sent(f"new-{i}")
+        fail_over(cluster)  # right after the deletion and the new sends were acknowledged
+        watch_until = max(timer_due, held_until) + 2.0  # the timer's time and the held messages' invisibility pass
+        everything = set(history.sends)
+        consume(consumer, history, [], lambda: everything <= history.settled() and time.monotonic() > watch_until,
+                hold=False)  # fmt: skip
+        refused = []
+        for m in held:
+            with pytest.raises(Exception) as ack:  # the client raises its own exception types
+                consumer.ack(m)
+            refused.append(str(ack.value))
+    verdict = history.verdict()
+    print(f"after the deletion and the failover: {verdict.summary()}; an old ack: {refused[:1]}")
+    verdict.assert_nothing_lost()
+    assert not [b for b in history.deliveries if b.startswith("old")], f"old messages came back: {history.deliveries}"
+    assert all("deleted" in text for text in refused), refused
+    fresh = cluster.create_group(unique("fresh"), consume_from="earliest")
+    with simple_consumer(cluster.endpoints, fresh, {topic: FilterExpression()}) as c:
+        got = receive_until(c, lambda got: everything <= {m.body.decode() for m in got}, retry_unavailable=True)
+    assert sorted(m.body.decode() for m in got) == sorted(everything)

@@ -227,3 +227,38 @@ def test_a_new_primarys_fifo_lanes_open_once_the_replicas_hold_its_starting_stat
     assert state.fifo_open()
     held[0] = -1  # (acked_state never goes back; once open, the state does not ask again)
     assert state.fifo_open()
+
+
+def test_a_deleted_topics_entries_and_cursors_below_its_floors_go_and_the_rest_stays(index: Index) -> None:
+    """What a topic's deletion drops (broker/topic_deletion.py): the groups' entries below
+    each queue's first offset since the deletion, and cursors at or below it; entries and cursors
+    of the next incarnation (a pop that raced the deletion), other topics and other groups stay, and
+    memory matches a rebuild."""
+    state = PopState(index)
+    batch = state.batch()
+    for group in ("g", "h"):
+        for offset in range(6):
+            batch.add_inflight(group, "t", 0, offset, 5_000 + offset, "")  # 0..3 old, 4 and 5 new
+        batch.put(group, "t", 1, 2, PopEntry(EntryState.WAITING, 0, 0, 0, "mg"), None)  # old, FIFO-held
+        batch.add_inflight(group, "other", 0, 1, 5_000, "")
+        batch.set_cursor(group, "t", 0, 6)  # past the floor: a cursor of the next incarnation
+        batch.set_cursor(group, "t", 1, 3)  # at the floor
+        batch.set_cursor(group, "other", 0, 2)
+    batch.commit()
+    floors = {0: 4, 1: 3}
+
+    old = state.entries_below("t", ["g", "h"], floors)
+    assert sorted(old) == sorted([(g, 0, o) for g in "gh" for o in range(4)] + [("g", 1, 2), ("h", 1, 2)])
+    gone_first = state.batch()
+    gone_first.remove("g", "t", 0, 0, PopEntry(EntryState.INFLIGHT, 1, 1, 5_000, ""))  # acked meanwhile
+    gone_first.commit()
+    assert state.drop_entries("t", old) == len(old) - 1
+    state.drop_cursors("t", ["g", "h"], floors)
+
+    for group in ("g", "h"):
+        assert state.entries_below("t", [group], {0: 1 << 62, 1: 1 << 62}) == [(group, 0, 4), (group, 0, 5)]
+        assert state.cursors(group, "t", [0, 1]) == [6, None]
+        assert state.cursor(group, "other", 0) == 2 and state.entry(group, "other", 0, 1) is not None
+    assert memory(state) == memory(PopState(index))
+    assert memory(state)[0] == {("g", "t", 0): 2, ("h", "t", 0): 2, ("g", "other", 0): 1, ("h", "other", 0): 1}
+    assert memory(state)[1] == {}

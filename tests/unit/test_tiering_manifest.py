@@ -65,8 +65,7 @@ def test_segments_progress_and_locate() -> None:
     assert m.locate("t", 0, 20) is None and m.locate("t", 1, 3) is None
     with pytest.raises(AssertionError):
         m.add_segment("t", entry(m, "t", 5, {0: (20, 21)}, 4), {0: 22})  # out of sequence
-    with pytest.raises(AssertionError):
-        m.add_segment("t", entry(m, "t", 2, {0: (19, 21)}, 4), {0: 22})  # overlaps the tiered range
+    assert not m.add_segment("t", entry(m, "t", 2, {0: (19, 21)}, 4), {0: 22})  # overlaps the tiered range
     reopened = Manifest(kv, prefix="p", cluster="c", broker="b")
     assert reopened.segments("t") == [s0, s1] and reopened.progress("t") == m.progress("t")
     assert reopened.topics() == ["t"]
@@ -143,3 +142,23 @@ def test_lru_cache_is_bounded_by_bytes() -> None:
     assert "huge" not in cache and "a" in cache
     stats = cache.stats()
     assert (stats.entries, stats.bytes, stats.evictions) == (2, 80, 1)
+
+
+def test_a_deleted_topics_segments_leave_and_its_tiered_ends_rise_to_the_next_incarnation() -> None:
+    kv = MemoryKV()
+    m = Manifest(kv, prefix="p", cluster="c", broker="b")
+    s0, s1 = add(m, "t", {0: (0, 9), 1: (0, 2)}), add(m, "t", {0: (10, 19)})
+    late = entry(m, "t", 2, {0: (20, 21)}, 4)  # being uploaded as the topic is deleted
+    floors = {0: 25, 1: 3, 3: 4}  # where each queue ended (queue 3 was never tiered)
+
+    assert m.drop_below("t", floors) == 2
+    assert m.segments("t") == [] and m.pending_deletes("t") == [(0, s0.key), (1, s1.key)]
+    assert m.progress("t").ends == {0: 25, 1: 3, 3: 4} and m.progress("t").next_seq == 2
+    assert m.bounds("t", 0) == (25, 25) and m.locate("t", 0, 0) is None
+    assert not m.add_segment("t", late, {0: 22}), "an old message uploaded late is not tiered"
+    new = add(m, "t", {0: (25, 30)})
+    assert new.seq == 2 and m.segments("t") == [new]
+    assert m.drop_below("t", floors) == 0 and m.segments("t") == [new], "the next incarnation stays"
+    reopened = Manifest(kv, prefix="p", cluster="c", broker="b")
+    assert reopened.segments("t") == [new] and reopened.progress("t") == m.progress("t")
+    assert m.drop_below("never-tiered", {0: 7}) == 0 and m.topics() == ["t"]
