@@ -37,3 +37,9 @@ _.pause_writing, _.resume_writing  # asyncio.Protocol flow control (common/http2
 _.header_table_size  # hpack.Encoder setting (tests/unit/test_http2_hostile.py)
 # RFC 9113's error codes, named for the codes a peer may send us (common/http2/frames.py)
 SETTINGS_TIMEOUT, CONNECT_ERROR, INADEQUATE_SECURITY, HTTP_1_1_REQUIRED
+
+# paho-mqtt (tests/e2e/support/mqtt.py, the MQTT e2e tests): callbacks and MQTT 5 properties are set
+# as attributes the library reads.
+_.on_connect, _.on_subscribe, _.on_unsubscribe, _.on_disconnect
+_.SessionExpiryInterval, _.SubscriptionIdentifier, _.WillDelayInterval, _.ContentType, _.ResponseTopic
+_.CorrelationData, _.PayloadFormatIndicator, _.MessageExpiryInterval, _.UserProperty

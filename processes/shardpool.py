@@ -135,6 +135,8 @@ class ShardPool(WorkerPool):
             proxy = replace(self.config, port=port, metrics_port=0, advertise=host_port(host, port))
             if i:  # AMQP is served by shard 0 alone: it holds every AMQP queue (docs/amqp.md, "Shards")
                 proxy = replace(proxy, amqp=replace(proxy.amqp, port=-1))
+            # MQTT is served by every shard on the same ports (docs/mqtt.md, "Placement").
+            proxy = replace(proxy, mqtt=replace(proxy.mqtt, shared_port=self.count > 1))
             text = dumps({"broker": _plain(to_dict(broker)), "proxy": _plain(to_dict(proxy))})
             (run_dir / f"{shard_name(i)}.toml").write_text(text)
 

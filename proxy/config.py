@@ -268,6 +268,91 @@ class AmqpConfig:
 
 
 @dataclass(frozen=True)
+class MqttConfig:
+    """The MQTT 3.1.1 and 5.0 gateway (`[proxy.mqtt]`, docs/mqtt.md). Off unless `port` is 0 or more."""
+
+    # -1: off (`sluice up` serves 1883 when it is free and neither the flag nor this key says
+    # otherwise); 0 picks a free port. TLS when the proxy has a certificate ([proxy.tls]).
+    port: int = -1
+    # MQTT over WebSocket (subprotocol "mqtt", any path), for browser clients; -1: off.
+    ws_port: int = -1
+    # Listen with SO_REUSEPORT, sharing the ports with sibling processes: set by `sluice up --shards`
+    # (every shard serves MQTT) and for proxy workers.
+    shared_port: bool = False
+    # Largest packet accepted (and announced as Maximum Packet Size): a larger one closes the
+    # connection (0x95). The brokers' [broker.limits] max_body_bytes bounds what can be stored.
+    max_packet_bytes: int = 4 * 1024 * 1024
+    # QoS 1 and 2 messages in flight to one client (at most its own Receive Maximum).
+    max_inflight: int = 32
+    # QoS 1 and 2 PUBLISHes a client may have unacknowledged by the server (Receive Maximum sent in
+    # CONNACK); more is a protocol error (DISCONNECT 0x93).
+    receive_maximum: int = 1024
+    # PUBLISHes of one connection read but not yet stored; beyond it the connection is not read.
+    max_pending_publishes: int = 1024
+    # Topic aliases a client may use on its PUBLISHes (Topic Alias Maximum sent in CONNACK).
+    topic_alias_maximum: int = 64
+    # A keep alive above this (and 0, "none") is lowered to it (Server Keep Alive in a 5.0 CONNACK).
+    max_keep_alive_s: int = 3600
+    # Session expiry: the longest a session is kept after its connection ends (5.0 clients ask for
+    # less or more; 3.1.1 persistent sessions get this).
+    max_session_expiry_s: int = 7 * 24 * 3600
+    # Client identifiers longer than this are refused (0x85 / 3.1.1 return code 2).
+    max_client_id_chars: int = 256
+    # Subscriptions one session may hold, and topic filters in one SUBSCRIBE.
+    max_subscriptions_per_session: int = 1000
+    max_filters_per_subscribe: int = 100
+    # Connections served at once by this proxy; more are refused (0x97 Quota exceeded / 3.1.1 code 3).
+    max_connections: int = 100_000
+    # A client that has not sent CONNECT this long after connecting is disconnected.
+    connect_timeout_s: float = 10.0
+    # A delivered QoS 1 or 2 message is invisible to the session's other connections this long,
+    # renewed every third of it while its connection is open: what a proxy that died had in flight
+    # comes back after at most this.
+    delivery_lease_ms: int = 60_000
+    # One broker pop of a session waits this long for messages.
+    long_poll_ms: int = 20_000
+    # Retained messages a SUBSCRIBE delivers at most (per filter), and read per page of the store.
+    max_retained_per_subscribe: int = 10_000
+    # MQTT topic prefixes mapped to bind topics other than their first level (docs/mqtt.md): e.g.
+    # {"factory/line1/" = "line1"}; the longest prefix wins.
+    bind_topics: dict[str, str] = field(default_factory=dict)
+    # How often the namespace's bind topics are listed for filters with a wildcard first level.
+    bind_topics_refresh_ms: int = 5_000
+    # How often each proxy reads the requests to close connections taken over on another proxy,
+    # and sweeps expired sessions (and the wills of sessions whose proxy died).
+    kick_poll_ms: int = 500
+    janitor_interval_s: float = 10.0
+    # How often $SYS topics are sent to the sessions that subscribe to them (0: $SYS off).
+    sys_interval_s: float = 10.0
+    # Deadline of the broker calls the gateway makes.
+    call_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("port", "ws_port"):
+            value = getattr(self, name)
+            if value < -1 or value > 65535:
+                raise ValueError(f"mqtt {name} must be -1 (off) or 0-65535, got {value}")
+        if self.max_packet_bytes < 1024 or self.max_packet_bytes > 268_435_460:
+            raise ValueError("mqtt max_packet_bytes must be between 1024 and 268435460 (MQTT's largest packet)")
+        if not 1 <= self.receive_maximum <= 65535 or not 1 <= self.max_inflight <= 65535:
+            raise ValueError("mqtt receive_maximum and max_inflight must be 1-65535")
+        if not 0 <= self.topic_alias_maximum <= 65535 or not 1 <= self.max_keep_alive_s <= 65535:
+            raise ValueError("mqtt topic_alias_maximum must be 0-65535, max_keep_alive_s 1-65535")
+        if min(self.max_pending_publishes, self.max_client_id_chars, self.max_subscriptions_per_session,
+               self.max_filters_per_subscribe, self.max_connections, self.delivery_lease_ms, self.long_poll_ms,
+               self.max_retained_per_subscribe, self.bind_topics_refresh_ms, self.kick_poll_ms) < 1:  # fmt: skip
+            raise ValueError("mqtt sizes and durations must be positive")
+        if self.max_session_expiry_s < 0 or self.sys_interval_s < 0:
+            raise ValueError("mqtt max_session_expiry_s and sys_interval_s must not be negative")
+        if self.connect_timeout_s <= 0 or self.janitor_interval_s <= 0 or self.call_timeout_s <= 0:
+            raise ValueError("mqtt connect_timeout_s, janitor_interval_s and call_timeout_s must be positive")
+
+    @property
+    def enabled(self) -> bool:
+        return self.port >= 0 or self.ws_port >= 0
+
+
+@dataclass(frozen=True)
 class ProxyConfig(ServedConfig):
     """The `[proxy]` table: the keys every served process states (common/served.py), then the proxy's own."""
 
@@ -324,6 +409,7 @@ class ProxyConfig(ServedConfig):
     caches: CacheConfig = field(default_factory=CacheConfig)
     send_health: SendHealthConfig = field(default_factory=SendHealthConfig)
     amqp: AmqpConfig = field(default_factory=AmqpConfig)
+    mqtt: MqttConfig = field(default_factory=MqttConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()

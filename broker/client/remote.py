@@ -669,6 +669,25 @@ class RemoteBroker:
             request = pb.PutAmqpMetaRequest(version=version, document=data)
         await self._call(self._stub.PutAmqpMeta, request)
 
+    # -- the MQTT gateway's state (broker/mqtt_store.py) -----------------------------------------
+
+    async def mqtt_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        response = await self._call(self._stub.MqttGet, pb.MqttGetRequest(keys=list(keys)))
+        return [bytes(v.value) if v.found else None for v in response.values]
+
+    async def mqtt_write(self, puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes] = (),
+                         expect: Sequence[tuple[bytes, bytes | None]] = ()) -> None:  # fmt: skip
+        with _encoding("mqtt_write"):
+            request = pb.MqttWriteRequest(
+                puts=[pb.MqttEntry(key=k, value=v) for k, v in puts], deletes=list(deletes),
+                expect=[pb.MqttExpect(key=k, present=v is not None, value=v or b"") for k, v in expect],
+            )  # fmt: skip
+        await self._call(self._stub.MqttWrite, request)
+
+    async def mqtt_scan(self, prefix: bytes, after: bytes = b"", limit: int = 1000) -> list[tuple[bytes, bytes]]:
+        response = await self._call(self._stub.MqttScan, pb.MqttScanRequest(prefix=prefix, after=after, limit=limit))
+        return [(bytes(e.key), bytes(e.value)) for e in response.entries]
+
     # -- timers ---------------------------------------------------------------------------------
 
     async def recall(self, topic: str, recall_handle: str, *, ctx: CallContext = NO_CONTEXT) -> str:

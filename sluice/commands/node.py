@@ -35,7 +35,7 @@ from proxy.server import serve_proxy
 from proxy.shards import ForwardedBroker, ShardDirectory
 from sluice.commands.up import STARTUP_TIMEOUT_S
 from sluice.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
-from sluice.proxyflags import security_overrides
+from sluice.proxyflags import add_mqtt_arguments, mqtt_overrides, security_overrides
 from sluice.tierflags import add_tier_arguments, tier_overrides
 
 NAME = "node"
@@ -63,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--auth", choices=("on", "off"), help="require signed requests and access rules (default off)")
     parser.add_argument("--tls-cert", metavar="PEM", help="serve clients over TLS with this certificate")
     parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    add_mqtt_arguments(parser, "default: off")
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz (0: off)")
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
@@ -80,7 +81,8 @@ def configs(args: argparse.Namespace) -> tuple[BrokerConfig, ProxyConfig]:
     namesrv = parse_addresses(args.namesrv) if args.namesrv else None
     proxy = load_config(ProxyConfig, section="proxy", data=data, overrides={
         "host": args.host, "port": args.port, "advertise": args.advertise, "namesrv": namesrv,
-        "metrics_port": args.metrics_port, **metrics_overrides(args), **security_overrides(args)})  # fmt: skip
+        "metrics_port": args.metrics_port, **metrics_overrides(args), **security_overrides(args),
+        **mqtt_overrides(args)})  # fmt: skip
     broker = load_config(
         BrokerConfig, section="broker", data=data,
         overrides={
