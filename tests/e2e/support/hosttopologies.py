@@ -140,14 +140,16 @@ class Cut:
     after_s: float
 
     def figures(self) -> dict[str, object]:
-        """Seconds without an acknowledged send during the cut and after the heal, the first receive
-        after the heal, failed sends (after the client's own retries) and the history verdict."""
+        """Seconds without an acknowledged send during the cut and after the heal, sends acknowledged
+        during the cut, the first receive after the heal, failed sends (after the client's own
+        retries) and the history verdict."""
         received = self.seen.first_after(self.healed_at, self.seen.received_at)
         verdict = self.seen.history.verdict()
         return {
             "cut": self.what,
             "cut_s": round(self.healed_at - self.cut_at, 2),
             "no_ack_during_cut_s": round(self.seen.longest_gap(self.cut_at, self.healed_at), 2),
+            "acked_during_cut": sum(1 for t in self.seen.sent_at if self.cut_at <= t <= self.healed_at),
             "no_ack_after_heal_s": round(self.seen.longest_gap(self.healed_at, self.healed_at + self.after_s), 2),
             "first_receive_after_heal_s": None if received is None else round(received, 2),
             "failed_sends": len(self.seen.failed_at),
