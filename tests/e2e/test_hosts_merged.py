@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -76,13 +77,27 @@ def test_pika_on_another_host(merged: HostCluster, unique: Callable[[str], str])
 
 
 def test_a_node_cut_off_loses_nothing_acknowledged(merged: HostCluster, unique: Callable[[str], str]) -> None:
-    """Item 3 on merged nodes: routes send the client straight to the node owning a queue; with
-    node-2's host cut off, sends to its queues wait for the client's deadline and it moves on."""
+    """Item 3 on merged nodes: routes send the client straight to the node owning a queue, so with
+    node-2's host cut off, a send to one of its queues waits the client's request timeout. The route
+    spreads each host's queues (the Python client retries on the next queue: it reaches n1, and no
+    send fails), and n1, which cannot reach node-2, answers routes with node-2's queues unusable
+    until it answers again (the client stops dialling it at its next route refresh)."""
     topic, group = unique("t"), unique("g")
     merged.admin("topic", "create", topic, "--queues", "4")
     merged.admin("group", "create", group)
     n1, n2 = merged.lab.hosts["n1"], merged.lab.hosts["n2"]
-    cut = topo.cut_during_traffic(merged, n2, n1.endpoint(topo.PROXY_PORT), topic, group, warm_s=WARM_S, cut_s=CUT_S,
-                                  after_s=AFTER_S)  # fmt: skip
+    access, node_2 = n1.endpoint(topo.PROXY_PORT), n2.endpoint(topo.PROXY_PORT)
+
+    def node_2_permissions(queues: list[dict[str, Any]]) -> set[str]:
+        return {q["permission"] for q in queues if node_2 in q["endpoints"]}
+
+    def left_out() -> None:
+        merged.wait_route(access, topic, lambda queues: node_2_permissions(queues) == {"NONE"})
+
+    assert node_2_permissions(merged.route(access, topic)) == {"READ_WRITE"}
+    cut = topo.cut_during_traffic(merged, n2, access, topic, group, warm_s=WARM_S, cut_s=CUT_S, after_s=AFTER_S,
+                                  while_cut=left_out)  # fmt: skip
+    merged.wait_route(access, topic, lambda queues: node_2_permissions(queues) == {"READ_WRITE"})
     print(cut.figures())
     cut.seen.history.verdict().assert_nothing_lost()
+    assert cut.seen.sent_at and not cut.seen.failed_at, cut.figures()

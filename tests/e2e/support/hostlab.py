@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,24 @@ class HostCluster:
         done = self.client.run([PYTHON, "-m", "sluice", "admin", "--namesrv", self.namesrv, *args, "--json"],
                                timeout_s=ADMIN_TIMEOUT_S)  # fmt: skip
         return json.loads(done.stdout) if done.stdout.strip() else None
+
+    def route(self, endpoint: str, topic: str) -> list[dict[str, Any]]:
+        """The queues of `topic`'s route as the proxy at `endpoint` answers a client on the client
+        host (support/hostclient.py `route`)."""
+        done = self.client.run([PYTHON, "-m", "tests.e2e.support.hostclient", "route", "--endpoint", endpoint,
+                                "--topic", topic], timeout_s=ADMIN_TIMEOUT_S)  # fmt: skip
+        return list(json.loads(done.stdout))
+
+    def wait_route(self, endpoint: str, topic: str, until: Callable[[list[dict[str, Any]]], bool],
+                   timeout_s: float = 30.0) -> list[dict[str, Any]]:  # fmt: skip
+        """Until the route `endpoint` answers for `topic` satisfies `until` (bounded); that route."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            queues = self.route(endpoint, topic)
+            if until(queues):
+                return queues
+            assert time.monotonic() < deadline, f"route of {topic} at {endpoint} after {timeout_s} s: {queues}"
+            time.sleep(0.3)
 
     def brokers(self) -> list[dict[str, Any]]:
         """`broker list` rows; none while the NameServer lists none (the command then fails)."""
