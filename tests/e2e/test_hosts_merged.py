@@ -1,13 +1,12 @@
 """Merged nodes on separate hosts (issue 43): `sluice up --host 0.0.0.0 --shards 2` on one host
 (the NameServer and two merged nodes), `sluice node --host 0.0.0.0` joining it from another, and
-the official Python client and pika on a third. Every process listens on the wildcard and gives
-others its host's address (items 1, 2); a node cut off from the network costs producers a bounded
-pause while the other host's nodes serve (item 3; the figures: tests/bench/partitions.py)."""
+the official Python client, pika and paho-mqtt on a third. Every process listens on the wildcard
+and gives others its host's address (items 1, 2); a node cut off from the network costs producers
+a bounded pause while the other host's nodes serve (item 3; the figures:
+tests/bench/partitions.py)."""
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -68,12 +67,17 @@ def test_messages_cross_hosts_with_the_official_client(merged: HostCluster, uniq
 
 
 def test_pika_on_another_host(merged: HostCluster, unique: Callable[[str], str]) -> None:
-    n1 = merged.lab.hosts["n1"]
-    done = merged.client.run([sys.executable, "-m", "tests.e2e.support.hostclient", "amqp", "--host", n1.address,
-                              "--port", str(topo.AMQP_PORT), "--user", AMQP_USER, "--password", AMQP_SECRET,
-                              "--queue", unique("q"), "--count", "20"])  # fmt: skip
-    result = json.loads(done.stdout)
-    assert result["consumed"] == [f"m{i}" for i in range(20)], result
+    consumed = merged.pika(merged.lab.hosts["n1"], topo.AMQP_PORT, AMQP_USER, AMQP_SECRET, unique("q"))
+    assert consumed == [f"m{i}" for i in range(20)], consumed
+
+
+def test_mqtt_on_another_host(merged: HostCluster, unique: Callable[[str], str]) -> None:
+    """Every shard serves the MQTT port on the wildcard; a paho client on another host publishes and
+    subscribes there (no MQTT answer names an address: nothing to hand out wrong)."""
+    bind = unique("m")
+    merged.admin("topic", "create", bind, "--type", "lite")
+    received = merged.mqtt(merged.lab.hosts["n1"], topo.MQTT_PORT, bind)
+    assert received == [f"m{i}" for i in range(20)], received
 
 
 def test_a_node_cut_off_loses_nothing_acknowledged(merged: HostCluster, unique: Callable[[str], str]) -> None:

@@ -20,6 +20,7 @@ from tests.e2e.support.hostlab import HostCluster
 from tests.helpers.hosts import Lab, unavailable
 
 WARM_S, CUT_S, AFTER_S = 3.0, 6.0, 5.0
+AMQP_USER, AMQP_SECRET = "app", "app-secret"
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +55,17 @@ def test_a_host_cut_off_loses_nothing_acknowledged(
     verdict = cut.seen.history.verdict()
     verdict.assert_nothing_lost()
     assert verdict.acknowledged and not cut.seen.failed_at, cut.figures()
+
+
+def test_pika_and_mqtt_on_another_host(separated: HostCluster, unique: Callable[[str], str]) -> None:
+    """AMQP and MQTT at proxies on the wildcard, clients on another host (an AMQP application there
+    is a user: guest/guest is for loopback, as RabbitMQ's)."""
+    separated.admin("user", "create", AMQP_USER, "--secret", AMQP_SECRET)
+    separated.wait_log("proxy-1", "security document in force version=1")
+    p1, p2 = separated.lab.hosts["p1"], separated.lab.hosts["p2"]
+    consumed = separated.pika(p1, topo.AMQP_PORT, AMQP_USER, AMQP_SECRET, unique("q"))
+    assert consumed == [f"m{i}" for i in range(20)], consumed
+    bind = unique("m")
+    separated.admin("topic", "create", bind, "--type", "lite")
+    received = separated.mqtt(p2, topo.MQTT_PORT, bind)
+    assert received == [f"m{i}" for i in range(20)], received

@@ -23,6 +23,11 @@ receipt handle), `acked`,
 declares `Q` with pika, publishes N messages with publisher confirms, consumes and acks them, and
 prints `{"published": N, "consumed": [...]}`.
 
+    python -m tests.e2e.support.hostclient mqtt --host H --port P --bind B --count N
+
+connects two paho-mqtt (5.0) clients, subscribes one to `B/#` at QoS 1, publishes N messages to
+`B/m` at QoS 1 with the other, and prints `{"published": N, "received": [...]}`.
+
     python -m tests.e2e.support.hostclient route --endpoint E --topic T
 
 asks E for the route of T as the Python client does (QueryRoute) and prints its queues as JSON:
@@ -220,6 +225,22 @@ def amqp(args: argparse.Namespace) -> None:
     print(json.dumps({"published": args.count, "consumed": consumed}))
 
 
+def mqtt(args: argparse.Namespace) -> None:
+    from tests.e2e.support.mqtt import Paho
+
+    address = f"{args.host}:{args.port}"
+    subscriber, publisher = Paho(address), Paho(address)
+    try:
+        subscriber.subscribe(f"{args.bind}/#", 1)
+        for i in range(args.count):
+            publisher.publish(f"{args.bind}/m", f"m{i}", 1)
+        received = [m.payload.decode() for m in subscriber.take(args.count)]
+    finally:
+        subscriber.disconnect()
+        publisher.disconnect()
+    print(json.dumps({"published": args.count, "received": received}))
+
+
 def route(args: argparse.Namespace) -> None:
     from tests.e2e.support import raw
 
@@ -252,11 +273,16 @@ def main() -> None:
     mq.add_argument("--password", required=True)
     mq.add_argument("--queue", required=True)
     mq.add_argument("--count", type=int, default=20)
+    mt = sub.add_parser("mqtt")
+    mt.add_argument("--host", required=True)
+    mt.add_argument("--port", type=int, required=True)
+    mt.add_argument("--bind", required=True)
+    mt.add_argument("--count", type=int, default=20)
     ask = sub.add_parser("route")
     ask.add_argument("--endpoint", required=True)
     ask.add_argument("--topic", required=True)
     args = parser.parse_args()
-    {"traffic": traffic, "amqp": amqp, "route": route}[args.mode](args)
+    {"traffic": traffic, "amqp": amqp, "mqtt": mqtt, "route": route}[args.mode](args)
 
 
 if __name__ == "__main__":

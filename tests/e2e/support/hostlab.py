@@ -3,8 +3,9 @@
 `HostCluster` wraps a `Lab`: `start(host, name, *sluice args, port=P)` runs a Sluice command in a
 host and waits until it listens on P there; `admin(...)` runs `sluice admin --json` on the client
 host; `traffic(...)` starts the official clients on the client host (support/hostclient.py) and
-`finish(...)` waits for them and reads what they saw. Every wait is bounded. Nothing here imports
-Sluice (this runs in the end-to-end test process).
+`finish(...)` waits for them and reads what they saw; `route`, `pika` and `mqtt` run one client
+command there (a route as a client is answered it, an AMQP or an MQTT exchange). Every wait is
+bounded. Nothing here imports Sluice (this runs in the end-to-end test process).
 """
 
 from __future__ import annotations
@@ -86,6 +87,21 @@ class HostCluster:
                 return queues
             assert time.monotonic() < deadline, f"route of {topic} at {endpoint} after {timeout_s} s: {queues}"
             time.sleep(0.3)
+
+    def pika(self, server: Host, port: int, user: str, secret: str, queue: str, count: int = 20) -> list[str]:
+        """Publish `count` messages to `queue` with pika on the client host through the AMQP port of
+        `server` (publisher confirms), consume and ack them; what was consumed, in order."""
+        done = self.client.run([PYTHON, "-m", "tests.e2e.support.hostclient", "amqp", "--host", server.address,
+                                "--port", str(port), "--user", user, "--password", secret, "--queue", queue,
+                                "--count", str(count)])  # fmt: skip
+        return list(json.loads(done.stdout)["consumed"])
+
+    def mqtt(self, server: Host, port: int, bind: str, count: int = 20) -> list[str]:
+        """`count` QoS-1 messages from one paho client to another subscribed to `bind/#`, both on the
+        client host and connected to the MQTT port of `server`; what the subscriber received."""
+        done = self.client.run([PYTHON, "-m", "tests.e2e.support.hostclient", "mqtt", "--host", server.address,
+                                "--port", str(port), "--bind", bind, "--count", str(count)])  # fmt: skip
+        return list(json.loads(done.stdout)["received"])
 
     def brokers(self) -> list[dict[str, Any]]:
         """`broker list` rows; none while the NameServer lists none (the command then fails)."""
