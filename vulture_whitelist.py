@@ -16,6 +16,7 @@ _.CreateTopic, _.UpdateTopic, _.DeleteTopic, _.GetTopic, _.ListTopics, _.CreateG
 _.GetGroup, _.ListGroups, _.Pop, _.Renew, _.ForwardToDeadLetter, _.Pull, _.QueryOffset, _.ReadRows, _.GetMessage
 _.FindMessagesByKey, _.ClaimTransactionChecks, _.MessageTrace, _.TierUploadNow, _.TierEvictLocal, _.GetSecurity
 _.PutSecurity, _.GetAmqpMeta, _.PutAmqpMeta, _.Recall, _.ResetOffset, _.ReportClients, _.ListClients
+_.MqttGet, _.MqttWrite, _.MqttScan
 _.ListLiteTopics, _.ClaimLiteRemovals
 
 # Protobuf fields set for the wire (vulture sees a store to an attribute nobody reads).
@@ -46,3 +47,9 @@ _.header_table_size  # hpack.Encoder setting (tests/unit/test_http2_hostile.py)
 SETTINGS_TIMEOUT, CONNECT_ERROR, INADEQUATE_SECURITY, HTTP_1_1_REQUIRED
 # gRPC's status codes, named for the codes a server may send us (common/http2/grpcwire.py)
 ALREADY_EXISTS, ABORTED, OUT_OF_RANGE, DATA_LOSS
+
+# paho-mqtt (tests/e2e/support/mqtt.py, the MQTT e2e tests): callbacks and MQTT 5 properties are set
+# as attributes the library reads.
+_.on_connect, _.on_subscribe, _.on_unsubscribe, _.on_disconnect
+_.SessionExpiryInterval, _.SubscriptionIdentifier, _.WillDelayInterval, _.ContentType, _.ResponseTopic
+_.CorrelationData, _.PayloadFormatIndicator, _.MessageExpiryInterval, _.UserProperty

@@ -156,6 +156,7 @@ class BrokerConfig(ServedConfig):
     dedup_window_s: float = 600.0
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # the served keys' checks (an advertise others can dial)
         room = self.store.commitlog.max_record_bytes - self.limits.max_body_bytes
         if room < RECORD_HEADROOM_BYTES:
             raise ValueError(f"store.commitlog.max_record_bytes ({self.store.commitlog.max_record_bytes}) must leave "

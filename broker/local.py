@@ -68,6 +68,7 @@ from broker.longpoll import LongPollHub, topic_key
 from broker.messages import validate_queue
 from broker.metadata import METADATA_CFS, Metadata, validate_group_spec
 from broker.metrics import broker_samples
+from broker.mqtt_store import MQTT_CFS, MqttStateStore
 from broker.popstate import POP_CFS, PopState
 from broker.priority import check_priority_spec, is_priority
 from broker.produce import Producer
@@ -149,7 +150,16 @@ class _Parts:
 
 # Every column family a broker's store holds (a replica opens the same store with the same list).
 BROKER_CFS = (
-    METADATA_CFS + POP_CFS + TIER_CFS + TXN_CFS + TRACE_CFS + SECURITY_CFS + TIMER_CFS + LITE_CFS + AMQP_META_CFS
+    METADATA_CFS
+    + POP_CFS
+    + TIER_CFS
+    + TXN_CFS
+    + TRACE_CFS
+    + SECURITY_CFS
+    + TIMER_CFS
+    + LITE_CFS
+    + AMQP_META_CFS
+    + MQTT_CFS
 )
 
 
@@ -192,6 +202,7 @@ class LocalBroker:
         self._retention_lock = threading.Lock()
         self._security: SecurityStore | None = None
         self._amqp_meta: AmqpMetaStore | None = None
+        self._mqtt: MqttStateStore | None = None
         self._started_ms = 0
         self.clients = ClientTable(clock)
         self._purges: set[asyncio.Future[int]] = set()  # deleted topics' archived objects being deleted
@@ -199,6 +210,11 @@ class LocalBroker:
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def term(self) -> int:
+        """The primary term this broker serves (0: no replicated group)."""
+        return self._term
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -265,6 +281,7 @@ class LocalBroker:
         await transactions.start()
         self._security = SecurityStore(store.index)
         self._amqp_meta = AmqpMetaStore(store.index)
+        self._mqtt = MqttStateStore(store.index)
         self._tasks = [
             asyncio.create_task(self.engine.run_scanner(self._stop), name="redelivery-scanner"),
             asyncio.create_task(
@@ -313,6 +330,7 @@ class LocalBroker:
             self._dedup = None
             self._security = None
             self._amqp_meta = None
+            self._mqtt = None
             await asyncio.get_running_loop().run_in_executor(None, store.close)
 
     @property
@@ -886,6 +904,24 @@ class LocalBroker:
         if self._amqp_meta is None:
             raise StoreClosed("the broker is not running")
         return self._amqp_meta
+
+    # -- the MQTT gateway's state (broker/mqtt_store.py) -----------------------------------------
+
+    async def mqtt_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return self._mqtt_store().get(keys)
+
+    async def mqtt_write(self, puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes] = (),
+                         expect: Sequence[tuple[bytes, bytes | None]] = ()) -> None:  # fmt: skip
+        self._mqtt_store().write(puts, deletes, expect)
+        await self._durability.wait_state()  # a replicated primary: the in-sync replicas hold it
+
+    async def mqtt_scan(self, prefix: bytes, after: bytes = b"", limit: int = 1000) -> list[tuple[bytes, bytes]]:
+        return self._mqtt_store().scan(prefix, after, limit)
+
+    def _mqtt_store(self) -> MqttStateStore:
+        if self._mqtt is None:
+            raise StoreClosed("the broker is not running")
+        return self._mqtt
 
     # -- timers ----------------------------------------------------------------------------------
 

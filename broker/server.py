@@ -185,6 +185,7 @@ def _registrar(
             address=advertised,
             topics=tuple(broker.topic_infos()),
             client_endpoint=config.client_endpoint,
+            epoch=broker.term,  # a group's primary: its term orders its registrations against its successor's
         )
 
     log.info(

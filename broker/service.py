@@ -21,6 +21,7 @@ from typing import Protocol
 from broker.client import grpc_convert as convert
 from broker.client.amqpmeta import AmqpMetaApi
 from broker.client.api import BrokerApi, CallContext
+from broker.client.mqttstate import MqttStateApi
 from common.errors import SluiceError, Unsupported
 from common.http2.grpcserver import GrpcServer
 from common.logs import current_request, kv
@@ -291,6 +292,26 @@ class BrokerServicer:
     async def PutAmqpMeta(self, request: pb.PutAmqpMetaRequest, context: Context) -> pb.PutAmqpMetaResponse:
         await self._amqp_meta().put_amqp_meta(request.version, request.document)
         return pb.PutAmqpMetaResponse()
+
+    # -- the MQTT gateway's state (broker/mqtt_store.py) -----------------------------------------
+
+    async def MqttGet(self, request: pb.MqttGetRequest, context: Context) -> pb.MqttGetResponse:
+        values = await self._mqtt().mqtt_get(list(request.keys))
+        return pb.MqttGetResponse(values=[pb.MqttValue(found=v is not None, value=v or b"") for v in values])
+
+    async def MqttWrite(self, request: pb.MqttWriteRequest, context: Context) -> pb.MqttWriteResponse:
+        await self._mqtt().mqtt_write([(e.key, e.value) for e in request.puts], list(request.deletes),
+                                      [(e.key, e.value if e.present else None) for e in request.expect])  # fmt: skip
+        return pb.MqttWriteResponse()
+
+    async def MqttScan(self, request: pb.MqttScanRequest, context: Context) -> pb.MqttScanResponse:
+        entries = await self._mqtt().mqtt_scan(request.prefix, request.after, request.limit or 1000)
+        return pb.MqttScanResponse(entries=[pb.MqttEntry(key=k, value=v) for k, v in entries])
+
+    def _mqtt(self) -> MqttStateApi:
+        if not isinstance(self._api, MqttStateApi):
+            raise Unsupported("this broker keeps no MQTT state")
+        return self._api
 
     def _amqp_meta(self) -> AmqpMetaApi:
         if not isinstance(self._api, AmqpMetaApi):

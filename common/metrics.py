@@ -399,6 +399,33 @@ AMQP_QUEUE_ACKED = ScrapeFamily(
     "counter",
 )  # fmt: skip
 
+MQTT_CONNECTIONS = ScrapeFamily(
+    "sluice_mqtt_connections", "MQTT connections open on this proxy, by protocol version and transport",
+    ("version", "transport"),
+)  # fmt: skip
+MQTT_SUBSCRIPTIONS = ScrapeFamily(
+    "sluice_mqtt_subscriptions", "Subscriptions of the MQTT sessions connected to this proxy", ()
+)
+MQTT_INFLIGHT = ScrapeFamily(
+    "sluice_mqtt_inflight_messages", "QoS 1 and 2 deliveries this proxy sent and the clients have not completed", ()
+)
+MQTT_MESSAGES = ScrapeFamily(
+    "sluice_mqtt_messages_total", "MQTT PUBLISHes received from clients (in) and sent to them (out)",
+    ("direction",), "counter",
+)  # fmt: skip
+MQTT_BYTES = ScrapeFamily(
+    "sluice_mqtt_payload_bytes_total", "Payload bytes of the MQTT PUBLISHes received (in) and sent (out)",
+    ("direction",), "counter",
+)  # fmt: skip
+MQTT_CONNECTS = ScrapeFamily(
+    "sluice_mqtt_connects_total", "MQTT sessions opened on this proxy (CONNECTs accepted)", (), "counter"
+)
+MQTT_REFUSED = ScrapeFamily(
+    "sluice_mqtt_refused_total",
+    "MQTT packets refused and connections closed for cause, by reason code name (MALFORMED_PACKET, ...)",
+    ("reason",), "counter",
+)  # fmt: skip
+
 SCRAPE_FAMILIES: tuple[ScrapeFamily, ...] = (
     PROXY_CLIENTS, PROXY_IN_FLIGHT, PROXY_IN_FLIGHT_BYTES, CONSUMER_LAG, CONSUMER_IN_FLIGHT, DEAD_LETTERED,
     DISPATCH_LAG_BYTES, DISPATCH_LAG_SECONDS, UNFLUSHED_BYTES, COMMITLOG_BYTES, COMMITLOG_SEGMENTS, ROCKSDB_BYTES,
@@ -408,6 +435,7 @@ SCRAPE_FAMILIES: tuple[ScrapeFamily, ...] = (
     LITE_TOPICS, LITE_SUBSCRIPTIONS, LITE_EXPIRED, PRIORITY_MESSAGES,
     AMQP_QUEUE_READY, AMQP_QUEUE_UNACKED, AMQP_QUEUE_CONSUMERS, AMQP_QUEUE_PUBLISHED, AMQP_QUEUE_DELIVERED,
     AMQP_QUEUE_ACKED,
+    MQTT_CONNECTIONS, MQTT_SUBSCRIPTIONS, MQTT_INFLIGHT, MQTT_MESSAGES, MQTT_BYTES, MQTT_CONNECTS, MQTT_REFUSED,
 )  # fmt: skip
 
 Sample = tuple[ScrapeFamily, tuple[str, ...], float]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from enum import IntEnum
 
 from common.errors import IllegalConsumerGroup, IllegalLiteTopic, IllegalTopic
+from common.litefilter import validate_filter
 
 
 class MessageType(IntEnum):
@@ -112,9 +113,11 @@ def validate_group_name(name: str) -> str:
     return name
 
 
-# Lite topic names: letters, digits and "-_.:@#=", up to a length the server announces to lite consumers
-# (Settings.max_lite_topic_size) and enforces.
-_LITE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:@#=-]+$")
+# Lite topic names: letters, digits and "-_.:@#=/", up to a length the server announces to lite consumers
+# (Settings.max_lite_topic_size) and enforces. "/" separates the levels filter subscriptions match
+# (common/litefilter.py; the MQTT gateway's topics, docs/mqtt.md).
+_LITE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:@#=/-]+$")
+_LITE_FILTER_RE = re.compile(r"^[A-Za-z0-9_.:@#=/+-]+$")
 
 
 def validate_lite_topic_name(name: str, max_chars: int) -> str:
@@ -124,9 +127,21 @@ def validate_lite_topic_name(name: str, max_chars: int) -> str:
         raise IllegalLiteTopic(f"lite topic name {name[:32]!r}... is {len(name)} characters long; at most {max_chars}")
     if not _LITE_NAME_RE.match(name):
         raise IllegalLiteTopic(
-            f"lite topic name {name[:64]!r} is invalid: use letters, digits and '-', '_', '.', ':', '@', '#', '='"
+            f"lite topic name {name[:64]!r} is invalid: use letters, digits and '-', '_', '.', ':', '@', '#', '=', '/'"
         )
     return name
+
+
+def validate_lite_filter(text: str, max_chars: int) -> str:
+    """A filter subscription to lite topics (common/litefilter.py): a lite topic name whose levels
+    may be `+`, or `#` as the last one."""
+    if len(text) > max_chars:
+        raise IllegalLiteTopic(f"lite topic filter {text[:32]!r}... is {len(text)} characters long; "
+                               f"at most {max_chars}")  # fmt: skip
+    if not _LITE_FILTER_RE.match(text):
+        raise IllegalLiteTopic(f"lite topic filter {text[:64]!r} is invalid: use the characters of lite topic names "
+                               "and '+'")  # fmt: skip
+    return validate_filter(text)
 
 
 def dlq_topic(group: str) -> str:

@@ -114,6 +114,12 @@ SYSPROP_TIMER_TARGET_QUEUE = "TIMER_TARGET_QUEUE"
 SYSPROP_TIMER_POSITION = "TIMER_POSITION"  # a due copy: its timer's CommitLog position (crash recovery)
 SYSPROP_TXN_ID = "TXN_ID"  # a half message's transaction id
 SYSPROP_TXN_TOPIC = "TXN_TOPIC"  # a half message's real topic
+# An MQTT PUBLISH's own fields (docs/mqtt.md, "Messages and properties"), read by the MQTT gateway:
+SYSPROP_MQTT_QOS = "MQTT_QOS"  # 0, 1 or 2
+SYSPROP_MQTT_RETAIN = "MQTT_RETAIN"  # "1" when published with RETAIN (Retain As Published)
+SYSPROP_MQTT_ORIGIN = "MQTT_ORIGIN"  # the publishing session (namespace NUL client id), for No Local
+SYSPROP_MQTT_EXPIRES_MS = "MQTT_EXPIRES_MS"  # epoch ms the message expires at (Message Expiry Interval)
+SYSPROP_MQTT_FORMAT = "MQTT_FORMAT"  # the Payload Format Indicator, "1": UTF-8 text
 
 _NAMES = tuple(name for name, _ in HEADER_FIELDS)
 OFFSETS: dict[str, int] = dict(

@@ -78,6 +78,7 @@ def build_app(config: ConsoleConfig, cluster: Cluster, navigation: NavigationCli
         pages_dlq,
         pages_groups,
         pages_messages,
+        pages_mqtt,
         pages_topics,
     )
 
@@ -110,7 +111,8 @@ def build_app(config: ConsoleConfig, cluster: Cluster, navigation: NavigationCli
 
     app.on_cleanup.append(close_plots)
     app.router.add_static("/static/", HERE / "static")
-    for module in (pages_cluster, pages_topics, pages_groups, pages_messages, pages_dlq, pages_amqp, pages_access):
+    for module in (pages_cluster, pages_topics, pages_groups, pages_messages, pages_dlq, pages_amqp, pages_mqtt,
+                   pages_access):  # fmt: skip
         module.add_routes(app.router)
     return app
 

@@ -60,6 +60,7 @@ def registration_to_pb(registration: BrokerRegistration) -> pb.BrokerRegistratio
         instance_id=registration.instance_id,
         sequence=registration.sequence,
         client_endpoint=registration.client_endpoint,
+        epoch=registration.epoch,
     )
 
 
@@ -80,6 +81,7 @@ def registration_from_pb(msg: pb.BrokerRegistration) -> BrokerRegistration:
         instance_id=msg.instance_id,
         sequence=msg.sequence,
         client_endpoint=msg.client_endpoint,
+        epoch=msg.epoch,
     )
 
 

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from common.addresses import is_wildcard
 from common.errors import BadRequest
 from common.model import MessageType, Permission, TopicInfo, validate_topic_name
 
@@ -40,6 +41,9 @@ class BrokerRegistration:
     sequence: int = 0
     # Where clients reach the proxy in the broker's own process (a merged node); "" if none.
     client_endpoint: str = ""
+    # The replication epoch of the group's primary that sent it (0: no group). The registry holds
+    # the highest epoch per broker name and refuses a lower one (a deposed primary's, late).
+    epoch: int = 0
 
 
 class RegisterOutcome(Enum):
@@ -130,17 +134,13 @@ def validate_registration(registration: BrokerRegistration) -> None:
     """Raise a coded error (BadRequest, IllegalTopic) for anything a registry must not hold."""
     validate_name("cluster", registration.cluster_name)
     validate_name("broker", registration.broker_name)
-    try:
-        split_address(registration.address)
-    except ValueError as exc:
-        raise BadRequest(f"broker {registration.broker_name}: {exc}") from None
+    _validate_address(registration.broker_name, "", registration.address)
     if registration.client_endpoint:
-        try:
-            split_address(registration.client_endpoint)
-        except ValueError as exc:
-            raise BadRequest(f"broker {registration.broker_name}: client endpoint: {exc}") from None
+        _validate_address(registration.broker_name, "client endpoint ", registration.client_endpoint)
     if registration.sequence < 0:
         raise BadRequest(f"broker {registration.broker_name}: sequence {registration.sequence} is negative")
+    if registration.epoch < 0:
+        raise BadRequest(f"broker {registration.broker_name}: epoch {registration.epoch} is negative")
     seen: set[str] = set()
     for topic in registration.topics:
         validate_topic_name(topic.name, allow_system=True)
@@ -148,6 +148,18 @@ def validate_registration(registration: BrokerRegistration) -> None:
             raise BadRequest(f"broker {registration.broker_name}: topic {topic.name!r} is listed twice")
         seen.add(topic.name)
         _validate_topic(registration.broker_name, topic)
+
+
+def _validate_address(broker_name: str, what: str, address: str) -> None:
+    """A registered address is `host:port` of a machine others can dial: a wildcard host (a broker
+    listening on 0.0.0.0 with no advertised address) would send every reader to its own machine."""
+    try:
+        host, _ = split_address(address)
+    except ValueError as exc:
+        raise BadRequest(f"broker {broker_name}: {what}{exc}") from None
+    if is_wildcard(host):
+        raise BadRequest(f"broker {broker_name}: {what}{address} names no machine others can dial; start it "
+                         "with --advertise HOST (or advertise in its config table)")  # fmt: skip
 
 
 def _validate_topic(broker_name: str, topic: TopicInfo) -> None:

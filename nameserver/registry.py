@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common.errors import TooManyRequests, TopicNotFound
+from common.errors import PreconditionFailed, TooManyRequests, TopicNotFound
 from common.model import MessageType, TopicInfo, validate_topic_name
 from nameserver.model import (
     BrokerQueues,
@@ -113,6 +113,11 @@ class Registry:
                 )
             self._insert(registration, now)
             return RegisterOutcome.NEW
+        held_epoch = entry.registration.epoch
+        if 0 < registration.epoch < held_epoch:  # a deposed primary's, late: it must not take the route back
+            name, epoch = registration.broker_name, registration.epoch
+            raise PreconditionFailed(f"broker {name}: a registration of epoch {epoch} came after one of epoch "
+                                     f"{held_epoch}: a newer primary holds the route")  # fmt: skip
         entry.last_seen = now
         if _is_stale(entry.registration, registration):
             return RegisterOutcome.STALE

@@ -46,6 +46,7 @@ class NameServerService(pb_grpc.NameServerServicer):
             cluster=registration.cluster_name,
             address=registration.address,
             topics=len(registration.topics),
+            epoch=registration.epoch,
         )
         if outcome is RegisterOutcome.NEW:
             log.info("broker registered", extra=fields)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 
+from common.addresses import is_wildcard
 from common.errors import BadRequest
 
 DEFAULT_NETWORK = "default"
@@ -246,9 +247,12 @@ def validate_registration(registration: ProxyRegistration) -> None:
     for network, endpoint in registration.endpoints.items():
         validate_label(f"{where}: network", network, allow_empty=False)
         try:
-            split_endpoint(endpoint)
+            host, _ = split_endpoint(endpoint)
         except ValueError as exc:
             raise BadRequest(f"{where}, network {network}: {exc}") from None
+        if is_wildcard(host):
+            raise BadRequest(f"{where}, network {network}: endpoint {endpoint} names no machine a client can dial; "
+                             "start the proxy with --advertise HOST:PORT")  # fmt: skip
     validate_label(f"{where}: zone", registration.zone, allow_empty=True)
     if len(registration.namespaces) > MAX_NAMESPACES:
         raise BadRequest(f"{where}: {len(registration.namespaces)} namespaces, at most {MAX_NAMESPACES} allowed")

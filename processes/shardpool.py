@@ -21,9 +21,9 @@ from pathlib import Path
 
 from broker.config import BrokerConfig
 from cluster.tomlwrite import dumps
-from cluster.topology import connect_host, host_port
+from common.addresses import host_port, parse_advertise, reachable_host
 from common.config import ConfigError, to_dict
-from nameserver.model import split_address
+from common.served import ServedConfig
 from processes.workerpool import WorkerPool
 
 SHARD_PREFIX = "shard-"
@@ -101,8 +101,15 @@ def shard_configs(broker: BrokerConfig, count: int, base: Path) -> list[BrokerCo
     others on free ports."""
     dirs = shard_dirs(base, count)
     ports = [broker.port, *(free_port(broker.host) for _ in range(count - 1))]
-    return [replace(broker, name=shard_name(i), port=ports[i], data_dir=dirs[i], advertise="")
+    host = advertised_host(broker)  # each shard on its own port of the one address others reach
+    return [replace(broker, name=shard_name(i), port=ports[i], data_dir=dirs[i], advertise=host)
             for i in range(count)]  # fmt: skip
+
+
+def advertised_host(config: ServedConfig) -> str:
+    """The host others reach `config`'s process at: that of its advertise setting, else its listening
+    host (a wildcard: the machine's one address; common/addresses.py)."""
+    return parse_advertise(config.advertise)[0] if config.advertise else reachable_host(config.host)
 
 
 def free_port(host: str) -> int:
@@ -122,20 +129,16 @@ class ShardPool(WorkerPool):
     label = "shard"
 
     def _write_configs(self, run_dir: Path) -> None:
+        host = advertised_host(self.config)
         for i, broker in enumerate(self.brokers):
             port = self.client_ports[i]
-            proxy = replace(self.config, port=port, metrics_port=0, advertise=host_port(self._advertised_host(), port))
+            proxy = replace(self.config, port=port, metrics_port=0, advertise=host_port(host, port))
             if i:  # AMQP is served by shard 0 alone: it holds every AMQP queue (docs/amqp.md, "Shards")
                 proxy = replace(proxy, amqp=replace(proxy.amqp, port=-1))
+            # MQTT is served by every shard on the same ports (docs/mqtt.md, "Placement").
+            proxy = replace(proxy, mqtt=replace(proxy.mqtt, shared_port=self.count > 1))
             text = dumps({"broker": _plain(to_dict(broker)), "proxy": _plain(to_dict(proxy))})
             (run_dir / f"{shard_name(i)}.toml").write_text(text)
-
-    def _advertised_host(self) -> str:
-        """The host clients reach the shards at: the one of `[proxy] advertise`, else the listening host
-        (a wildcard host as this machine reaches it)."""
-        if self.config.advertise:
-            return split_address(self.config.advertise)[0].strip("[]")
-        return connect_host(self.config.host)
 
     def _argv(self, index: int, run_dir: Path, ops_file: Path) -> list[str]:
         return [sys.executable, "-m", "sluice", "node", "--config", str(run_dir / f"{shard_name(index)}.toml"),

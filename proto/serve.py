@@ -7,6 +7,11 @@ queued), bounds a message both ways, and does not share its port (SO_REUSEPORT o
 server on a taken port must fail, since two brokers would split clients between two stores and
 two registries would serve two pictures. `bind(...)` binds it, `bind_socket(...)` a socket for our
 server, or raises a ConfigError that names the config table's keys.
+
+A proxy pings each broker's server (ours, common/http2/server.py) every second without traffic, so
+that a broker cut off from the network fails the calls in flight to it within seconds instead of
+leaving them waiting for their deadlines (issue 43); that server counts no PING sent after a request
+against its flood bucket, and one a second without requests stays far within it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.client.remote import DEFAULT_MAX_PENDING_SENDS, DEFAULT_RECONNECT_BACKOFF_MAX_S, DEFAULT_TIMEOUT_S
+from broker.client.remote import (
+    DEFAULT_KEEPALIVE_S,
+    DEFAULT_KEEPALIVE_TIMEOUT_S,
+    DEFAULT_MAX_PENDING_SENDS,
+    DEFAULT_RECONNECT_BACKOFF_MAX_S,
+    DEFAULT_TIMEOUT_S,
+)
+from common.addresses import check_advertise
 from common.config import ConfigError
 from common.http2.limits import Http2Limits
 from common.served import ServedConfig
@@ -131,10 +138,18 @@ class BrokerClientConfig:
     reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S
     # Sends queued for one broker behind the request in flight; beyond it: TOO_MANY_REQUESTS.
     max_pending_sends: int = DEFAULT_MAX_PENDING_SENDS
+    # The connection to each broker is pinged this often...
+    keepalive_s: float = DEFAULT_KEEPALIVE_S
+    # ...and dropped when a ping goes unanswered this long: the calls in flight to a broker whose host
+    # fell off the network (or that hangs) then fail with UNAVAILABLE and are retried elsewhere,
+    # instead of waiting for their deadlines.
+    keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.timeout_s <= 0 or self.reconnect_backoff_max_s <= 0 or self.max_pending_sends < 1:
             raise ValueError("brokers timeout_s and reconnect_backoff_max_s must be positive, max_pending_sends >= 1")
+        if self.keepalive_s <= 0 or self.keepalive_timeout_s <= 0:
+            raise ValueError("brokers keepalive_s and keepalive_timeout_s must be positive")
 
 
 @dataclass(frozen=True)
@@ -150,6 +165,27 @@ class SendHealthConfig:
     def __post_init__(self) -> None:
         if self.slow_ms < 1 or self.isolate_ms < 1 or self.isolate_max_ms < self.isolate_ms:
             raise ValueError("send_health slow_ms and isolate_ms must be at least 1, isolate_max_ms >= isolate_ms")
+
+
+@dataclass(frozen=True)
+class ReachConfig:
+    """`[proxy.reach]`: how the proxy watches the endpoints of other processes its routes list (other
+    merged nodes, peer proxies), to leave out of routes those it cannot reach (proxy/reach.py)."""
+
+    # How often each watched endpoint is probed (a TCP connection opened and closed).
+    interval_s: float = 1.0
+    # A probe whose connection is not open within this long failed.
+    timeout_s: float = 1.0
+    # Failed probes in a row before the endpoint is left out of routes (one answered brings it back).
+    failures: int = 2
+    # An endpoint no route answer named for this long is no longer watched.
+    forget_s: float = 300.0
+    # Endpoints watched at most (the one named longest ago goes first).
+    watched_max: int = 1_024
+
+    def __post_init__(self) -> None:
+        if min(self.interval_s, self.timeout_s, self.forget_s) <= 0 or min(self.failures, self.watched_max) < 1:
+            raise ValueError("reach interval_s, timeout_s and forget_s must be positive, failures and watched_max >= 1")
 
 
 @dataclass(frozen=True)
@@ -253,6 +289,91 @@ class AmqpConfig:
 
 
 @dataclass(frozen=True)
+class MqttConfig:
+    """The MQTT 3.1.1 and 5.0 gateway (`[proxy.mqtt]`, docs/mqtt.md). Off unless `port` is 0 or more."""
+
+    # -1: off (`sluice up` serves 1883 when it is free and neither the flag nor this key says
+    # otherwise); 0 picks a free port. TLS when the proxy has a certificate ([proxy.tls]).
+    port: int = -1
+    # MQTT over WebSocket (subprotocol "mqtt", any path), for browser clients; -1: off.
+    ws_port: int = -1
+    # Listen with SO_REUSEPORT, sharing the ports with sibling processes: set by `sluice up --shards`
+    # (every shard serves MQTT) and for proxy workers.
+    shared_port: bool = False
+    # Largest packet accepted (and announced as Maximum Packet Size): a larger one closes the
+    # connection (0x95). The brokers' [broker.limits] max_body_bytes bounds what can be stored.
+    max_packet_bytes: int = 4 * 1024 * 1024
+    # QoS 1 and 2 messages in flight to one client (at most its own Receive Maximum).
+    max_inflight: int = 32
+    # QoS 1 and 2 PUBLISHes a client may have unacknowledged by the server (Receive Maximum sent in
+    # CONNACK); more is a protocol error (DISCONNECT 0x93).
+    receive_maximum: int = 1024
+    # PUBLISHes of one connection read but not yet stored; beyond it the connection is not read.
+    max_pending_publishes: int = 1024
+    # Topic aliases a client may use on its PUBLISHes (Topic Alias Maximum sent in CONNACK).
+    topic_alias_maximum: int = 64
+    # A keep alive above this (and 0, "none") is lowered to it (Server Keep Alive in a 5.0 CONNACK).
+    max_keep_alive_s: int = 3600
+    # Session expiry: the longest a session is kept after its connection ends (5.0 clients ask for
+    # less or more; 3.1.1 persistent sessions get this).
+    max_session_expiry_s: int = 7 * 24 * 3600
+    # Client identifiers longer than this are refused (0x85 / 3.1.1 return code 2).
+    max_client_id_chars: int = 256
+    # Subscriptions one session may hold, and topic filters in one SUBSCRIBE.
+    max_subscriptions_per_session: int = 1000
+    max_filters_per_subscribe: int = 100
+    # Connections served at once by this proxy; more are refused (0x97 Quota exceeded / 3.1.1 code 3).
+    max_connections: int = 100_000
+    # A client that has not sent CONNECT this long after connecting is disconnected.
+    connect_timeout_s: float = 10.0
+    # A delivered QoS 1 or 2 message is invisible to the session's other connections this long,
+    # renewed every third of it while its connection is open: what a proxy that died had in flight
+    # comes back after at most this.
+    delivery_lease_ms: int = 60_000
+    # One broker pop of a session waits this long for messages.
+    long_poll_ms: int = 20_000
+    # Retained messages a SUBSCRIBE delivers at most (per filter), and read per page of the store.
+    max_retained_per_subscribe: int = 10_000
+    # MQTT topic prefixes mapped to bind topics other than their first level (docs/mqtt.md): e.g.
+    # {"factory/line1/" = "line1"}; the longest prefix wins.
+    bind_topics: dict[str, str] = field(default_factory=dict)
+    # How often the namespace's bind topics are listed for filters with a wildcard first level.
+    bind_topics_refresh_ms: int = 5_000
+    # How often each proxy reads the requests to close connections taken over on another proxy,
+    # and sweeps expired sessions (and the wills of sessions whose proxy died).
+    kick_poll_ms: int = 500
+    janitor_interval_s: float = 10.0
+    # How often $SYS topics are sent to the sessions that subscribe to them (0: $SYS off).
+    sys_interval_s: float = 10.0
+    # Deadline of the broker calls the gateway makes.
+    call_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("port", "ws_port"):
+            value = getattr(self, name)
+            if value < -1 or value > 65535:
+                raise ValueError(f"mqtt {name} must be -1 (off) or 0-65535, got {value}")
+        if self.max_packet_bytes < 1024 or self.max_packet_bytes > 268_435_460:
+            raise ValueError("mqtt max_packet_bytes must be between 1024 and 268435460 (MQTT's largest packet)")
+        if not 1 <= self.receive_maximum <= 65535 or not 1 <= self.max_inflight <= 65535:
+            raise ValueError("mqtt receive_maximum and max_inflight must be 1-65535")
+        if not 0 <= self.topic_alias_maximum <= 65535 or not 1 <= self.max_keep_alive_s <= 65535:
+            raise ValueError("mqtt topic_alias_maximum must be 0-65535, max_keep_alive_s 1-65535")
+        if min(self.max_pending_publishes, self.max_client_id_chars, self.max_subscriptions_per_session,
+               self.max_filters_per_subscribe, self.max_connections, self.delivery_lease_ms, self.long_poll_ms,
+               self.max_retained_per_subscribe, self.bind_topics_refresh_ms, self.kick_poll_ms) < 1:  # fmt: skip
+            raise ValueError("mqtt sizes and durations must be positive")
+        if self.max_session_expiry_s < 0 or self.sys_interval_s < 0:
+            raise ValueError("mqtt max_session_expiry_s and sys_interval_s must not be negative")
+        if self.connect_timeout_s <= 0 or self.janitor_interval_s <= 0 or self.call_timeout_s <= 0:
+            raise ValueError("mqtt connect_timeout_s, janitor_interval_s and call_timeout_s must be positive")
+
+    @property
+    def enabled(self) -> bool:
+        return self.port >= 0 or self.ws_port >= 0
+
+
+@dataclass(frozen=True)
 class ProxyConfig(ServedConfig):
     """The `[proxy]` table: the keys every served process states (common/served.py), then the proxy's own."""
 
@@ -308,9 +429,14 @@ class ProxyConfig(ServedConfig):
     brokers: BrokerClientConfig = field(default_factory=BrokerClientConfig)
     caches: CacheConfig = field(default_factory=CacheConfig)
     send_health: SendHealthConfig = field(default_factory=SendHealthConfig)
+    reach: ReachConfig = field(default_factory=ReachConfig)
     amqp: AmqpConfig = field(default_factory=AmqpConfig)
+    mqtt: MqttConfig = field(default_factory=MqttConfig)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        for network, endpoint in self.networks.items():
+            check_advertise(endpoint, f"networks.{network}")
         if self.max_message_bytes < self.settings.max_body_bytes + _HEADROOM_BYTES:
             raise ValueError(f"max_message_bytes must leave {_HEADROOM_BYTES} bytes over settings.max_body_bytes "
                              "(a message of the largest body clients are told must fit)")  # fmt: skip

@@ -260,7 +260,8 @@ class ClusterDirectory:
         c = self._client
         self._brokers[name] = self._remote(name, address, timeout_s=c.timeout_s,
                                            reconnect_backoff_max_s=c.reconnect_backoff_max_s,
-                                           max_pending_sends=c.max_pending_sends)  # fmt: skip
+                                           max_pending_sends=c.max_pending_sends, keepalive_s=c.keepalive_s,
+                                           keepalive_timeout_s=c.keepalive_timeout_s)  # fmt: skip
         log.info("broker endpoint learned", extra=kv(broker=name, address=address))
 
     def broker(self, name: str) -> BrokerApi:

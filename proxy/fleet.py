@@ -3,8 +3,11 @@ advertises in routes, and draining.
 
 With navigation configured, the proxy announces its endpoints per network, zone, the namespaces
 it serves, whether it is draining and its load (in-flight requests, connected clients), and it
-advertises in routes the endpoints navigation ranks best for the client's namespace and network
-(its own zone first), so a client connected to one proxy spreads its traffic over the fleet.
+advertises in routes the endpoints navigation ranks best for the client's namespace and network,
+so a client connected to one proxy spreads its traffic over the fleet. A proxy with a zone lists
+only the proxies of its zone while navigation knows one there (`zoned`): a client stays in the zone
+of the proxy it reached (navigation sends it to one of its own zone first), and other zones' proxies
+carry its traffic only when its zone has none left.
 Answers are cached for `endpoints_cache_s`; when navigation is unreachable the last answer (or
 this proxy alone) is used, so losing navigation never stops traffic.
 
@@ -18,12 +21,12 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from common.errors import SluiceError
 from common.logs import kv
 from navigation.client import NavigationClient, ProxyAnnouncer
-from navigation.model import DEFAULT_NETWORK, ProxyLoad, ProxyRegistration
+from navigation.model import DEFAULT_NETWORK, ProxyEndpoint, ProxyLoad, ProxyRegistration, distinct_endpoints
 from proxy.config import ProxyConfig
 
 log = logging.getLogger("sluice.proxy.fleet")
@@ -41,7 +44,7 @@ class Fleet:
             if self._client is not None
             else None
         )
-        self._cache: dict[tuple[str, str], tuple[float, list[str]]] = {}
+        self._cache: dict[tuple[str, str], tuple[float, list[ProxyEndpoint]]] = {}
 
     def networks(self) -> dict[str, str]:
         return dict(self._cfg.networks) or {DEFAULT_NETWORK: self._cfg.advertised_address}
@@ -63,8 +66,10 @@ class Fleet:
             namespaces=frozenset(self._cfg.namespaces), draining=self.draining, load=self._load(),
         )  # fmt: skip
 
-    async def endpoints(self, namespace: str, network: str) -> list[str]:
-        """Proxy endpoints to put in routes for a client, best first (never empty)."""
+    async def endpoints(self, namespace: str, network: str, access_point: Sequence[str] = ()) -> list[str]:
+        """Proxy endpoints to put in routes for a client, best first (never empty). `access_point`:
+        the endpoints the client was configured with, in its order; with navigation, the zone of the
+        first one (navigation's best for the client's zone) is the client's zone (`client_zone`)."""
         own = self.own_endpoint(network)
         if self._client is None:
             peers = [p for p in self._cfg.peers if p != own]
@@ -74,20 +79,20 @@ class Fleet:
         cached = self._cache.get(key)
         if cached is None or time.monotonic() - cached[0] > self._cfg.endpoints_cache_s:
             try:
-                found = await self._client.get_endpoints(
-                    namespace, network, self._cfg.zone, limit=self._cfg.max_route_endpoints
-                )
-                cached = (time.monotonic(), found)
+                ranked = await self._client.select_proxies(namespace, network, self._cfg.zone)
+                cached = (time.monotonic(), ranked)
                 if len(self._cache) >= self._cfg.caches.endpoints_max and key not in self._cache:
                     self._cache.clear()  # bounded: namespaces come from clients
                 self._cache[key] = cached
             except SluiceError as exc:
                 log.debug("navigation unavailable; using the last known endpoints", extra=kv(error=exc.message))
-        found = list(cached[1]) if cached is not None else []
+        ranked = list(cached[1]) if cached is not None else []
+        zone = client_zone(ranked, access_point, self._cfg.zone)
+        found = zoned(ranked, zone)[: self._cfg.max_route_endpoints]
         if self.draining:
             found = [e for e in found if e != own]
-        elif own not in found and len(found) < self._cfg.max_route_endpoints:
-            found.append(own)  # navigation may not know us yet
+        elif own not in found and len(found) < self._cfg.max_route_endpoints and zone == self._cfg.zone:
+            found.append(own)  # navigation may not know us yet (not added to another zone's list)
         return found or [own]
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -108,3 +113,19 @@ class Fleet:
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
+
+
+def zoned(ranked: list[ProxyEndpoint], zone: str) -> list[str]:
+    """The endpoints routes list, best first: with a `zone`, those of the proxies in it when there is
+    one, else every one (a route alternates queues over its endpoints: a proxy of another zone in it
+    would carry half of the client's calls across zones)."""
+    mine = [p for p in ranked if zone and p.zone == zone]
+    return distinct_endpoints(mine or ranked)
+
+
+def client_zone(ranked: list[ProxyEndpoint], access_point: Sequence[str], own_zone: str) -> str:
+    """The zone of the proxy the client lists first (a client configured from navigation's answer
+    for its zone lists a proxy of that zone first), else this proxy's: a client whose own zone's
+    proxy is down for a moment and whose route query reached another zone stays in its zone."""
+    first = access_point[0] if access_point else ""
+    return next((p.zone for p in ranked if p.endpoint == first and p.zone), own_zone)

@@ -25,6 +25,7 @@ from proxy.config import ProxyConfig
 from proxy.core.gather import pop_anywhere
 from proxy.grpc.edge import Edge
 from proxy.grpc.servicer import MessagingServicer
+from proxy.mqtt.server import Gateway as MqttGateway
 
 log = logging.getLogger("sluice.proxy")
 
@@ -62,6 +63,7 @@ async def serve_proxy(
         log.warning("security document not loaded at start", extra=kv(error=str(exc) or type(exc).__name__))
     await _listen(server, cfg)
     amqp = await _start_amqp(app) if cfg.amqp.enabled else None
+    mqtt = await _start_mqtt(app) if cfg.mqtt.enabled else None
     log.info("proxy listening", extra=kv(address=address, advertise=cfg.advertised_address, tls=cfg.tls.enabled,
                                          auth=cfg.auth.enabled))  # fmt: skip
     if on_ready is not None:
@@ -71,6 +73,7 @@ async def serve_proxy(
     background_stop = asyncio.Event()
     background = asyncio.create_task(app.run(background_stop), name="proxy-background")
     amqp_task = None if amqp is None else asyncio.create_task(amqp.run(background_stop), name="amqp")
+    mqtt_task = None if mqtt is None else asyncio.create_task(mqtt.run(background_stop), name="mqtt")
     try:
         await stop.wait()
         if on_readiness is not None:
@@ -84,6 +87,8 @@ async def serve_proxy(
         await background
         if amqp_task is not None:
             await amqp_task
+        if mqtt_task is not None:
+            await mqtt_task
         log.info("proxy stopped", extra=kv(address=address))
 
 
@@ -100,6 +105,19 @@ async def _start_amqp(app: ProxyApp) -> Gateway:
                       routes=directory.route, pop_anywhere=pops, authorize=app.access.authorize,
                       client_report_s=cfg.client_report_s,
                       max_topic_body_bytes=cfg.settings.max_body_bytes)  # fmt: skip
+    await gateway.start(cfg.host, reuse_port=cfg.reuse_port)
+    app.client_reporter.add_source(gateway.connected_clients)
+    return gateway
+
+
+async def _start_mqtt(app: ProxyApp) -> MqttGateway:
+    """The MQTT gateway of this proxy (docs/mqtt.md), listening on the proxy's host."""
+    cfg = app.config
+    directory = app.directory
+    gateway = MqttGateway(cfg.mqtt, directory=directory, broker_names=directory.broker_names, send=app.producer.send,
+                          security=lambda: app.policy.doc, auth_required=cfg.auth.enabled,
+                          authorize=app.access.authorize, advertised=cfg.advertised_address, tls=cfg.tls,
+                          max_lite_chars=cfg.settings.max_lite_topic_chars)  # fmt: skip
     await gateway.start(cfg.host, reuse_port=cfg.reuse_port)
     app.client_reporter.add_source(gateway.connected_clients)
     return gateway

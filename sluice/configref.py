@@ -61,6 +61,8 @@ _FLAGS: dict[str, dict[str, str]] = {
         "tls.key_file": "--tls-key",
         "metrics.enabled": "--no-metrics",
         "amqp.port": "--amqp-port",
+        "mqtt.port": "--mqtt-port",
+        "mqtt.ws_port": "--mqtt-ws-port",
     },
 }
 _UNITS = [("_ms", "milliseconds"), ("_s", "seconds"), ("_bytes", "bytes"), ("_mib", "MiB"), ("_mb", "MB"),

@@ -298,6 +298,9 @@ class PopRequest:
     long_poll_ms: int = 0
     auto_create_group: bool = False
     lite_client: str = ""  # a lite consumer's client id: pop from the lite topics it subscribes to
+    # Messages of one lite topic in flight to the group at once: 1 keeps the lite order (the next
+    # after the previous is settled); the MQTT gateway asks for its session's window (docs/mqtt.md).
+    lite_window: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -664,6 +667,9 @@ class LiteSync:
     version: int = 0  # 0: unversioned; else a request older than the last one applied is ignored
     offset: LiteOffset | None = None
     quota: int = 0  # subscriptions a client may hold (0: the broker's limit)
+    # `lite_topics` are filters (`a/+/c`, `a/#`; common/litefilter.py): the broker subscribes the
+    # client to each lite topic a filter matches when a message is stored in it (docs/mqtt.md).
+    filters: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -373,6 +373,7 @@ def pop_request_to_pb(request: PopRequest) -> pb.PopRequest:
         long_poll_ms=request.long_poll_ms,
         auto_create_group=request.auto_create_group,
         lite_client=request.lite_client,
+        lite_window=request.lite_window,
     )
 
 
@@ -387,6 +388,7 @@ def pop_request_from_pb(msg: pb.PopRequest) -> PopRequest:
         long_poll_ms=msg.long_poll_ms,
         auto_create_group=msg.auto_create_group,
         lite_client=msg.lite_client,
+        lite_window=max(1, msg.lite_window),
     )
 
 
@@ -537,7 +539,7 @@ def connected_client_from_pb(msg: pb.ConnectedClient) -> ConnectedClient:
 def lite_sync_to_pb(sync: LiteSync) -> pb.SyncLiteSubscriptionRequest:
     out = pb.SyncLiteSubscriptionRequest(
         group=sync.group, topic=sync.topic, client_id=sync.client_id, action=sync.action.value,
-        lite_topics=list(sync.lite_topics), version=sync.version, quota=sync.quota,
+        lite_topics=list(sync.lite_topics), version=sync.version, quota=sync.quota, filters=sync.filters,
     )  # fmt: skip
     o = sync.offset
     if o is not None:
@@ -556,7 +558,7 @@ def lite_sync_from_pb(msg: pb.SyncLiteSubscriptionRequest) -> LiteSync:
                             o.timestamp_ms if o.HasField("timestamp_ms") else None)  # fmt: skip
     action = _lookup({a.value: a for a in LiteAction}, msg.action, "lite subscription action")
     return LiteSync(msg.group, msg.topic, msg.client_id, action, tuple(msg.lite_topics), msg.version, offset,
-                    msg.quota)  # fmt: skip
+                    msg.quota, msg.filters)  # fmt: skip
 
 
 def lite_list_to_pb(result: LiteTopicList) -> pb.ListLiteTopicsResponse:

@@ -80,6 +80,11 @@ DEFAULT_TIMEOUT_S = 5.0
 # is used again within seconds (gRPC's own cap is two minutes).
 DEFAULT_RECONNECT_BACKOFF_MAX_S = 5.0
 _RECONNECT_BACKOFF_INITIAL_S = 1.0
+# The connection to a broker is pinged when nothing arrived on it for this long, and taken as lost
+# (its calls in flight fail with UNAVAILABLE) when nothing answers within the timeout: a broker whose
+# host is cut off from the network answers nothing and resets nothing (common/http2/client.py).
+DEFAULT_KEEPALIVE_S = 1.0
+DEFAULT_KEEPALIVE_TIMEOUT_S = 1.0
 _MS_PER_S = 1000.0
 # Sends to one broker leave one SendBatch call at a time; sends made while a call is in flight wait
 # for it to be answered and leave together in the next (`_drain_sends`). Under load that is one call
@@ -115,7 +120,11 @@ class RemoteBroker:
         max_message_bytes: int = convert.MAX_MESSAGE_BYTES,
         reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S,
         max_pending_sends: int = DEFAULT_MAX_PENDING_SENDS,
+        keepalive_s: float = DEFAULT_KEEPALIVE_S,
+        keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S,
     ) -> None:
+        if keepalive_s <= 0 or keepalive_timeout_s <= 0:
+            raise ConfigError("RemoteBroker keepalive_s and keepalive_timeout_s must be positive")
         if timeout_s <= 0 or reconnect_backoff_max_s <= 0 or max_message_bytes <= 0 or max_pending_sends <= 0:
             raise ConfigError(
                 "RemoteBroker timeout_s, reconnect_backoff_max_s, max_message_bytes and max_pending_sends must be "
@@ -129,6 +138,7 @@ class RemoteBroker:
             address, metadata=token.call_metadata(), max_message_bytes=max_message_bytes,
             max_pending_calls=MAX_PENDING_CALLS, backoff_max_s=reconnect_backoff_max_s,
             backoff_initial_s=min(_RECONNECT_BACKOFF_INITIAL_S, reconnect_backoff_max_s),
+            keepalive_s=keepalive_s, keepalive_timeout_s=keepalive_timeout_s,
         )  # fmt: skip
         self._methods: dict[str, Method] = {}
         self._max_message_bytes = max_message_bytes
@@ -526,6 +536,25 @@ class RemoteBroker:
         with _encoding("put_amqp_meta"):
             request = pb.PutAmqpMetaRequest(version=version, document=data)
         await self._call("PutAmqpMeta", request)
+
+    # -- the MQTT gateway's state (broker/mqtt_store.py) -----------------------------------------
+
+    async def mqtt_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        response = await self._call("MqttGet", pb.MqttGetRequest(keys=list(keys)))
+        return [bytes(v.value) if v.found else None for v in response.values]
+
+    async def mqtt_write(self, puts: Sequence[tuple[bytes, bytes]], deletes: Sequence[bytes] = (),
+                         expect: Sequence[tuple[bytes, bytes | None]] = ()) -> None:  # fmt: skip
+        with _encoding("mqtt_write"):
+            request = pb.MqttWriteRequest(
+                puts=[pb.MqttEntry(key=k, value=v) for k, v in puts], deletes=list(deletes),
+                expect=[pb.MqttExpect(key=k, present=v is not None, value=v or b"") for k, v in expect],
+            )  # fmt: skip
+        await self._call("MqttWrite", request)
+
+    async def mqtt_scan(self, prefix: bytes, after: bytes = b"", limit: int = 1000) -> list[tuple[bytes, bytes]]:
+        response = await self._call("MqttScan", pb.MqttScanRequest(prefix=prefix, after=after, limit=limit))
+        return [(bytes(e.key), bytes(e.value)) for e in response.entries]
 
     # -- timers ---------------------------------------------------------------------------------
 

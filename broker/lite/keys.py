@@ -12,11 +12,15 @@ pop state, receipt handles, retries and trace are the store's and the pop engine
 | `lite_meta` | topic_id u32 | next lite number u32, live lite topics u32 |
 | `lite_sub` | u16 size + group, topic_id u32, u16 size + client id, lite name | empty |
 | `lite_subr` | topic_id u32, u16 size + lite name, u16 size + group, u16 size + client id | empty |
+| `lite_filt` | u16 size + group, topic_id u32, u16 size + client id, filter | empty |
 
 A lite topic is two rows: its record, found by name (every send and subscription), and its expiry
 key, which names it, so the sweep needs no row from queue id back to name. `lite_sub` holds each
 client's set (prefix scan per client); `lite_subr` answers "who subscribes to this lite topic" when
-it expires (prefix scan per lite topic); both exist only for subscribed lite topics.
+it expires (prefix scan per lite topic); both exist only for subscribed lite topics. `lite_filt`
+holds filter subscriptions (`a/+/c`, common/litefilter.py): every broker loads them all at start
+into a trie per bind topic; a lite topic a filter matches is subscribed (`lite_sub`, `lite_subr`)
+when a message is first stored in it after the filter was added.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ CF_LITE_EXP = "lite_exp"
 CF_LITE_META = "lite_meta"
 CF_LITE_SUB = "lite_sub"
 CF_LITE_SUBR = "lite_subr"
-LITE_CFS = (CF_LITE_NAME, CF_LITE_EXP, CF_LITE_META, CF_LITE_SUB, CF_LITE_SUBR)
+CF_LITE_FILT = "lite_filt"
+LITE_CFS = (CF_LITE_NAME, CF_LITE_EXP, CF_LITE_META, CF_LITE_SUB, CF_LITE_SUBR, CF_LITE_FILT)
 # The first layout (before two rows per lite topic) had a `lite_id` column family, topic_id u32 +
 # queue_id u32 -> lite name, and expiry keys expires_ms u64 + topic_id u32 + queue_id u32. A store
 # that still has it is migrated on open (`LiteState.migrate_v1`).
@@ -75,6 +80,16 @@ def group_prefix(group: str, topic_id: int) -> bytes:
 
 def sub_key(group: str, topic_id: int, client_id: str, name: str) -> bytes:
     return client_prefix(group, topic_id, client_id) + name.encode()
+
+
+def parse_filt_key(key: bytes) -> tuple[str, int, str, str]:
+    """(group, topic_id, client id, filter) of a `lite_filt` key (same layout as a `lite_sub` key)."""
+    (n,) = U16.unpack_from(key, 0)
+    group = key[2 : 2 + n].decode()
+    (tid,) = U32.unpack_from(key, 2 + n)
+    pos = 6 + n
+    (m,) = U16.unpack_from(key, pos)
+    return group, tid, key[pos + 2 : pos + 2 + m].decode(), key[pos + 2 + m :].decode()
 
 
 def subr_prefix(topic_id: int, name: str) -> bytes:

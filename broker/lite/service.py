@@ -12,6 +12,13 @@
   previous one is acknowledged, dead-lettered, or visible again for a retry), and one hot lite
   topic cannot starve the others. Dispatches mark the lite topics they touched ready for the
   clients watching them and wake their long polls.
+* **Filter subscriptions** (`LiteSync.filters`: `a/+/c`, `a/#`; common/litefilter.py) are stored
+  (`lite_filt`) and held, all of them, in a trie per bind topic. A send matches each lite topic it
+  writes against the trie, before its append: a (group, client) whose filter matches and that is
+  not yet subscribed to the lite topic is subscribed to it then, the group starting at the lite
+  topic's end (this send's first message), so from then on it is one of the client's lite topics
+  like any other. Removing a filter unsubscribes the lite topics no remaining filter matches (and
+  forgets the group's position in those no other client of the group still reads).
 * **Expiry.** A lite topic without a new message for its bind topic's `lite_expiration_s` is
   removed by a sweep over the expiry index (due first, bounded per run); its subscribers get a
   `LiteRemoval` that proxies claim and turn into NotifyUnsubscribeLiteCommand.
@@ -65,13 +72,15 @@ from common.errors import (
     LiteTopicQuotaExceeded,
     MessageTypeConflict,
 )
+from common.litefilter import FilterTrie, matches
 from common.logs import kv
-from common.model import MessageType, TopicInfo, validate_lite_topic_name
+from common.model import MessageType, TopicInfo, validate_lite_filter, validate_lite_topic_name
 from common.record import SYSPROP_LITE_TOPIC, MessageRecord
 
 log = logging.getLogger("sluice.broker.lite")
 MAX_REMOVALS_PER_CLIENT = 10_000
 MAX_READY_CHECKS = 4_096  # lite topics a pop looks at, at most (the rotation continues next pop)
+SUBSCRIBERS_CACHE_MAX = 100_000  # lite topics whose subscribers a send's filter matching remembers
 
 
 _LITE_ONLY = frozenset({MessageType.LITE})
@@ -125,6 +134,17 @@ class LiteService:
         self._removals: dict[str, list[LiteRemoval]] = {}
         self.expired = 0
         self.created = 0
+        # Filter subscriptions: bind topic -> trie of (group, client id); and each client's filters.
+        self._tries: dict[str, FilterTrie[tuple[str, str]]] = {}
+        self._filters: dict[ClientKey, set[str]] = {}
+        # (bind topic id, lite name) -> (group, client id) subscribed to it, for lite topics a filter
+        # matched lately (bounded: a full cache starts over; a miss is one prefix scan).
+        self._subscribed: dict[tuple[int, str], set[tuple[str, str]]] = {}
+        for group, tid, client_id, text in state.all_filters():
+            topic = store.index.topic_name(tid)
+            if topic is not None:
+                self._tries.setdefault(topic, FilterTrie()).add(text, (group, client_id))
+                self._filters.setdefault((group, topic, client_id), set()).add(text)
 
     # -- send ------------------------------------------------------------------------------------
 
@@ -181,11 +201,56 @@ class LiteService:
         names = [n for n in named if n is not None]  # checked by `resolve` if new
         tid = self.state.topic_id(spec.name, create=True)
         assert tid is not None
-        records, _ = self.resolve(spec, tid, names, self._clock.now_ms(), write=True)
+        records, created = self.resolve(spec, tid, names, self._clock.now_ms(), write=True)
+        trie = self._tries.get(spec.name)
+        if trie is not None and trie.count:
+            self._match_filters(spec.name, tid, trie, records, created)
         qids = [records[name].queue_id for name in names]
         results = await self._store.append(at_queues(messages, qids))
         self._trace.sent_append(spec.name, *span_of(results), client_id, messages[0].born_host)
         return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets_of(results)))
+
+    def _match_filters(self, topic: str, tid: int, trie: FilterTrie[tuple[str, str]],
+                       records: dict[str, LiteRecord], created: set[str]) -> None:  # fmt: skip
+        """Subscribe the clients whose filters match lite topics of a send and that are not yet
+        subscribed to them, their group starting at the lite topic's end (no await: nothing is
+        appended between this and the send's append, so the send's first message is the start)."""
+        for name, rec in records.items():
+            owners = trie.match(name)
+            if not owners:
+                continue
+            subscribed = self._subscribers_of(tid, name)
+            new = owners - subscribed
+            if not new:
+                continue
+            qid = rec.queue_id
+            start = 0 if name in created else self._store.queue_bounds(topic, qid)[1]
+            batch = self._pop.batch()
+            for group in {g for g, _ in new}:
+                if name in created or self._pop.cursors(group, topic, [qid])[0] is None:
+                    batch.set_cursor(group, topic, qid, start)
+            batch.commit()
+            for group, client_id in new:
+                self.state.change_subscriptions(group, tid, client_id, {name}, set())
+                subscribed.add((group, client_id))
+                client = self._clients.get((group, topic, client_id))
+                if client is not None:
+                    self._watch_add(client, name, qid)
+                    client.ready[qid] = None
+                    self._hub.notify([client.wake_key])
+
+    def _subscribers_of(self, tid: int, name: str) -> set[tuple[str, str]]:
+        key = (tid, name)
+        held = self._subscribed.get(key)
+        if held is None:
+            if len(self._subscribed) >= SUBSCRIBERS_CACHE_MAX:
+                self._subscribed.clear()
+            held = self._subscribed[key] = set(self.state.subscribers(tid, name))
+        return held
+
+    def _forget_subscribers(self, tid: int, names: Iterable[str]) -> None:
+        for name in names:
+            self._subscribed.pop((tid, name), None)
 
     def on_dispatch(self, topic: str, qids: Iterable[int]) -> None:
         """Mark dispatched lite queues of a bind topic ready for the clients that watch them, and
@@ -242,7 +307,10 @@ class LiteService:
                 del self._watch[client.topic]
 
     def sync(self, spec: TopicSpec, sync: LiteSync) -> int:
-        """Apply a subscription change; how many lite topics the client then holds here."""
+        """Apply a subscription change; how many lite topics (filters, for a filter sync) the client
+        then holds here."""
+        if sync.filters:
+            return self._sync_filters(spec, sync)
         client = self._client(sync.group, spec, sync.client_id)
         if sync.version and sync.version < client.version:
             return len(client.names)  # an older request overtaken by a newer one: nothing to change
@@ -275,6 +343,7 @@ class LiteService:
         self._start_many(batch, sync.group, spec.name, known, sync.offset)
         batch.commit()
         self.state.change_subscriptions(sync.group, client.topic_id, sync.client_id, added, removed)
+        self._forget_subscribers(client.topic_id, added | removed)
         for name in removed:
             self._watch_drop(client, name)
         for name in added:
@@ -289,6 +358,66 @@ class LiteService:
         log.debug("lite subscription synced", extra=kv(group=sync.group, topic=spec.name, action=action.name,
                                                        added=len(added), removed=len(removed)))  # fmt: skip
         return len(client.names)
+
+    def _sync_filters(self, spec: TopicSpec, sync: LiteSync) -> int:
+        """Apply a change of a client's filter subscriptions; how many filters it then holds here.
+        A removed filter unsubscribes the lite topics no remaining filter of the client matches."""
+        key = (sync.group, spec.name, sync.client_id)
+        current = self._filters.get(key, set())
+        wanted = {validate_lite_filter(f, self._cfg.max_name_chars) for f in sync.lite_topics}
+        action = sync.action
+        if action is LiteAction.PARTIAL_ADD:
+            new = current | wanted
+        elif action is LiteAction.PARTIAL_REMOVE:
+            new = current - wanted
+        elif action is LiteAction.COMPLETE_ADD:
+            new = wanted
+        else:
+            new = set()
+        quota = min(sync.quota or self._cfg.max_subscriptions, self._cfg.max_subscriptions)
+        if len(new) > quota and len(new) > len(current):
+            raise LiteSubscriptionQuotaExceeded(
+                f"client {sync.client_id} would hold {len(new)} filter subscriptions of {spec.name}; "
+                f"its quota is {quota}"
+            )
+        added, removed = new - current, current - new
+        tid = self.state.topic_id(spec.name, create=True)
+        assert tid is not None
+        if added or removed:
+            self.state.change_filters(sync.group, tid, sync.client_id, added, removed)
+            trie = self._tries.setdefault(spec.name, FilterTrie())
+            owner = (sync.group, sync.client_id)
+            for text in added:
+                trie.add(text, owner)
+            for text in removed:
+                trie.remove(text, owner)
+            if new:
+                self._filters[key] = new
+            else:
+                self._filters.pop(key, None)
+        if removed or action is LiteAction.COMPLETE_REMOVE:
+            self._unsubscribe_unmatched(spec.name, tid, sync.group, sync.client_id, new)
+        log.debug("lite filters synced", extra=kv(group=sync.group, topic=spec.name, action=action.name,
+                                                  added=len(added), removed=len(removed)))  # fmt: skip
+        return len(new)
+
+    def _unsubscribe_unmatched(self, topic: str, tid: int, group: str, client_id: str, filters: set[str]) -> None:
+        """Drop the client's lite topics that none of `filters` matches; the group's position in one
+        is forgotten too when no other client of the group reads it (a later match starts afresh)."""
+        names = self.state.subscriptions(group, tid, client_id)
+        gone = {n for n in names if not any(matches(f, n) for f in filters)}
+        if not gone:
+            return
+        self.state.change_subscriptions(group, tid, client_id, set(), gone)
+        self._forget_subscribers(tid, gone)
+        client = self._clients.get((group, topic, client_id))
+        records = self.state.get_many(tid, sorted(gone))
+        for name in gone:
+            if client is not None:
+                self._watch_drop(client, name)
+            rec = records.get(name)
+            if rec is not None and not any(g == group for g, _ in self.state.subscribers(tid, name)):
+                self._pop.delete_cursor(group, topic, rec.queue_id)
 
     def _start_many(self, batch: PopBatch, group: str, topic: str, qids: list[int], option: LiteOffset | None) -> None:
         """Set where the group starts in newly subscribed lite topics that exist. Without an option
@@ -334,7 +463,7 @@ class LiteService:
         keys = (client.wake_key, group_key(g))
         while True:
             snapshot = self._hub.snapshot(keys)
-            found = self._pop_once(client, group, spec.name, filt, n, req.invisible_ms)
+            found = self._pop_once(client, group, spec.name, filt, n, req.invisible_ms, max(1, req.lite_window))
             remaining = deadline - time.monotonic()
             if found or remaining <= 0:
                 return found
@@ -342,11 +471,19 @@ class LiteService:
             client.seen = self._clock.monotonic()
 
     def _pop_once(
-        self, client: _Client, group: GroupInfo, topic: str, filt: MessageFilter, n: int, invisible_ms: int
+        self,
+        client: _Client,
+        group: GroupInfo,
+        topic: str,
+        filt: MessageFilter,
+        n: int,
+        invisible_ms: int,
+        window: int = 1,
     ) -> list[StoredMessage]:
-        """Redeliveries first, then one new message from each of up to n lite topics taken round
-        robin from the client's `ready` ones (those that may hold a message for it), skipping lite
-        topics with a message in flight for the group (their order)."""
+        """Redeliveries first, then new messages from up to n lite topics taken round robin from the
+        client's `ready` ones (those that may hold a message for it): one from each, skipping lite
+        topics with a message in flight for the group (their order); with a `window` above 1, up to
+        that many in flight per lite topic (the MQTT gateway's sessions)."""
         now = self._clock.now_ms()
         until = now + invisible_ms
         out: list[StoredMessage] = []
@@ -367,14 +504,14 @@ class LiteService:
                 checks += 1
                 if qid not in client.qids:
                     continue
-                if inflight.get((g, topic, qid), 0) > 0:
+                if inflight.get((g, topic, qid), 0) >= window:
                     again.append(qid)  # in order: its next message once this one is done
                     continue
                 picked.append(qid)
             if not picked:
                 break
             general = picked
-            if plain:
+            if plain and window == 1:
                 heads, _, general = read_heads(self._store, self._pop, g, topic, client.topic_id, picked)
                 for head, rec in deliver_heads(self._store, heads, g, topic, until, batch):
                     out.append(engine._deliver(rec, 1, self._pop.first_version, until, g))
@@ -382,7 +519,8 @@ class LiteService:
                         again.append(head.queue_id)
             for qid in general:
                 before = len(out)
-                engine._take_new(group, topic, qid, filt, before + 1, until, batch, out, set(), cold)
+                take = 1 if window == 1 else max(1, min(window - inflight.get((g, topic, qid), 0), n - before))
+                engine._take_new(group, topic, qid, filt, before + take, until, batch, out, set(), cold)
                 if len(out) > before:
                     again.append(qid)  # may hold more
         ready.update(dict.fromkeys(again))
@@ -428,6 +566,7 @@ class LiteService:
     def _remove(self, topic: str, tid: int, name: str, rec: LiteRecord, expires: int) -> None:
         subscribers = self.state.subscribers(tid, name)
         self.state.remove(tid, name, rec, expires)
+        self._subscribed.pop((tid, name), None)
         for group, client_id in subscribers:
             self._pop.delete_cursor(group, topic, rec.queue_id)
             queue = self._removals.setdefault(client_id, [])
@@ -448,6 +587,10 @@ class LiteService:
             self._remove(topic, tid, name, rec, rec.last_write_ms)
         for key in [k for k in self._clients if k[1] == topic]:
             del self._clients[key]
+        for group, _, client_id in [k for k in self._filters if k[1] == topic]:
+            self.state.change_filters(group, tid, client_id, set(), self._filters.pop((group, topic, client_id)))
+        self._tries.pop(topic, None)
+        self._subscribed.clear()
 
     def claim_removals(self, client_ids: list[str]) -> list[LiteRemoval]:
         out: list[LiteRemoval] = []

@@ -251,6 +251,20 @@ class LiteState:
             out.append(K.parse_subr_tail(key, len(prefix)))
         return out
 
+    def all_filters(self) -> Iterator[tuple[str, int, str, str]]:
+        """(group, topic_id, client id, filter) of every filter subscription (read once, at start)."""
+        for key, _ in self._index.cf(K.CF_LITE_FILT).items():
+            yield K.parse_filt_key(key)
+
+    def change_filters(self, group: str, topic_id: int, client_id: str, added: set[str], removed: set[str]) -> None:
+        batch = self._index.batch()
+        handle = self._index.handle(K.CF_LITE_FILT)
+        for text in added:
+            batch.put(K.sub_key(group, topic_id, client_id, text), b"", handle)
+        for text in removed:
+            batch.delete(K.sub_key(group, topic_id, client_id, text), handle)
+        self._index.write(batch)
+
     def change_subscriptions(
         self, group: str, topic_id: int, client_id: str, added: set[str], removed: set[str]
     ) -> None:

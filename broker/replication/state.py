@@ -28,6 +28,7 @@ import rocksdict
 
 from broker.amqp_meta_store import AMQP_META_CFS
 from broker.lite import keys as LK
+from broker.mqtt_store import MQTT_CFS
 from broker.popstate import POP_CFS
 from broker.security_store import SECURITY_CFS
 from broker.store import keys as SK
@@ -43,12 +44,13 @@ SNAPSHOT, LAST = 1, 2
 
 # Everything a consumer relies on that lives in RocksDB rather than in the CommitLog: pop cursors,
 # in-flight entries and their deadlines, committed offsets, pending timers, half messages, lite
-# topics and subscriptions; and what a successor must continue: the security document and the AMQP metadata, tiering's
-# manifest (what is uploaded, so a new primary neither re-tiers nor skips a range) and the message
-# trace. (Topic and group metadata travel as META frames; the CommitLog's indexes are rebuilt by
-# each member's dispatcher.)
+# topics and subscriptions (filters too); and what a successor must continue: the security
+# document, the AMQP metadata and the MQTT gateway's state, tiering's manifest (what is uploaded, so
+# a new primary neither re-tiers nor skips a range) and the message trace. (Topic and group metadata
+# travel as META frames; the CommitLog's indexes are rebuilt by each member's dispatcher.)
 REPLICATED_CFS: tuple[str, ...] = (
     *POP_CFS, SK.CF_OFFSETS, *TIMER_CFS, *TXN_CFS, *LK.LITE_CFS, *SECURITY_CFS, *AMQP_META_CFS, CF_TIER, *TRACE_CFS,
+    *MQTT_CFS,
 )  # fmt: skip
 
 _HEAD = struct.Struct("<BQI")
@@ -69,6 +71,7 @@ _TOPIC_AT: dict[str, Callable[[bytes], int]] = {
     LK.CF_LITE_META: lambda _key: 0,
     LK.CF_LITE_SUB: _after_group,
     LK.CF_LITE_SUBR: lambda _key: 0,
+    LK.CF_LITE_FILT: _after_group,
 }
 
 

@@ -34,9 +34,14 @@ ends, with no task of its own.
 - Bounds: at most `max_pending_calls` calls at once (RESOURCE_EXHAUSTED beyond), each response at
   most `max_message_bytes`, a header block at most `MAX_HEADER_BLOCK_BYTES`.
 - TLS (ALPN `h2`) when given an `ssl.SSLContext`; cleartext HTTP/2 with prior knowledge otherwise.
+- Keepalive (`keepalive_s`, `keepalive_timeout_s`; off when None): a connection on which nothing
+  arrived for `keepalive_s` is sent a PING, and one on which nothing arrives within
+  `keepalive_timeout_s` after it is taken as lost: cut, its calls failed with UNAVAILABLE, the next
+  call on a new connection. A server whose host dropped off the network answers nothing and resets
+  nothing; without pings the calls in flight to it would wait for their deadlines and new calls join
+  them (a proxy pings each broker every second, issue 43).
 
-It does not do client or bidirectional streaming, compression, or keepalive pings of its own
-(every call has a deadline, so a server that vanished without closing is noticed by it).
+It does not do client or bidirectional streaming, or compression.
 """
 
 from __future__ import annotations
@@ -75,6 +80,7 @@ DECODED_MAX = 256  # distinct header blocks remembered per connection
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_PENDING_CALLS = 10_000
 DEFAULT_CONNECT_TIMEOUT_S = 20.0
+DEFAULT_KEEPALIVE_TIMEOUT_S = 20.0  # gRPC's default
 BACKOFF_MULTIPLIER = 1.6
 BACKOFF_JITTER = 0.2
 _UNLIMITED = 1 << 31
@@ -130,8 +136,11 @@ class _Call:
 class Connection(asyncio.Protocol):
     """One HTTP/2 connection to a gRPC server; the calls of a `Channel` run on it, one stream each."""
 
-    def __init__(self, authority: str) -> None:
+    def __init__(self, authority: str, keepalive: tuple[float, float] | None = None) -> None:
         self.authority = authority
+        self._keepalive = keepalive  # (interval, timeout) in seconds
+        self._heard = False  # something arrived since the keepalive timer last looked
+        self._keepalive_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
@@ -160,9 +169,14 @@ class Connection(asyncio.Protocol):
                   f.S_MAX_FRAME_SIZE: MAX_FRAME}  # fmt: skip
         preface = f.PREFACE + f.settings(values) + f.window_update(0, CONNECTION_WINDOW - f.DEFAULT_WINDOW)
         self._transport.write(preface)
+        if self._keepalive is not None:
+            self._keepalive_timer = self._loop.call_later(self._keepalive[0], self._keepalive_due)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        if self._keepalive_timer is not None:
+            self._keepalive_timer.cancel()
+            self._keepalive_timer = None
         self._stop_all(f"the connection was lost{f' ({exc})' if exc else ''}", sent=True)
         if not self.settled.done():
             self.settled.set_exception(RpcError(StatusCode.UNAVAILABLE, self.closed or "lost", sent=False))
@@ -171,6 +185,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._lost:
             return
+        self._heard = True
         if self._buffer:  # the start of a frame that did not fit in the last read (at most MAX_FRAME)
             data = bytes(self._buffer) + data
             self._buffer.clear()
@@ -529,6 +544,33 @@ class Connection(asyncio.Protocol):
             self._flush()
             self._transport.close()
 
+    # -- keepalive --
+
+    def _keepalive_due(self) -> None:
+        """Every `keepalive_s`: a PING if nothing arrived meanwhile."""
+        assert self._keepalive is not None
+        interval, timeout = self._keepalive
+        if self._heard:
+            self._heard = False
+            self._keepalive_timer = self._loop.call_later(interval, self._keepalive_due)
+            return
+        self._write(f.ping(bytes(f.PING_BYTES), ack=False))
+        self._keepalive_timer = self._loop.call_later(timeout, self._keepalive_answered)
+
+    def _keepalive_answered(self) -> None:
+        """`keepalive_timeout_s` after a PING: nothing at all arrived since, the server is gone."""
+        assert self._keepalive is not None
+        if self._heard:
+            self._heard = False
+            self._keepalive_timer = self._loop.call_later(self._keepalive[0], self._keepalive_due)
+            return
+        self._keepalive_timer = None
+        why = f"the server answered no keepalive PING within {self._keepalive[1]:g} s"
+        log.info("http2 connection to a server cut", extra=kv(server=self.authority, why=why))
+        if self._transport is not None:
+            self._transport.abort()  # a graceful close would wait for a peer that reads nothing
+        self._stop_all(why, sent=True)
+
     # -- writing and failing --
 
     def _write(self, data: bytes) -> None:
@@ -584,6 +626,8 @@ class Channel:
         backoff_initial_s: float = 1.0,
         backoff_max_s: float = 5.0,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        keepalive_s: float | None = None,
+        keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S,
     ) -> None:
         host, sep, port = target.rpartition(":")
         if not sep or not port.isdigit() or not host:
@@ -599,6 +643,7 @@ class Channel:
         self._backoff_initial_s = backoff_initial_s
         self._backoff_max_s = backoff_max_s
         self._connect_timeout_s = connect_timeout_s
+        self._keepalive = None if keepalive_s is None else (keepalive_s, keepalive_timeout_s)
         self._backoff_s = backoff_initial_s
         self._retry_at = 0.0  # in backoff until then
         self._last_error = ""
@@ -712,7 +757,7 @@ class Channel:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 _, conn = await loop.create_connection(
-                    lambda: Connection(self.target), self._host, self._port, ssl=self._ssl,
+                    lambda: Connection(self.target, self._keepalive), self._host, self._port, ssl=self._ssl,
                     server_hostname=self._server_hostname if self._ssl is not None else None,
                 )  # fmt: skip
                 self._check_alpn(conn)

@@ -114,7 +114,8 @@ async def pop_anywhere(
         return await directory.broker(brokers[0]).pop(request, ctx=ctx)
     named = brokers[0]  # the broker the client named: pops of the others count as balancing
     quick = PopRequest(request.group, request.topic, request.queue_id, request.max_messages, request.invisible_ms,
-                       request.filter, 0, request.auto_create_group, request.lite_client)  # fmt: skip
+                       request.filter, 0, request.auto_create_group, request.lite_client,
+                       request.lite_window)  # fmt: skip
     avoided = [] if usable is None else [n for n in brokers if not usable(n)]
     if len(avoided) == len(brokers):
         avoided = []  # every broker looks troubled: ask them all the same

@@ -6,6 +6,7 @@ append). Results come back in request order; a failure affects only the messages
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import itemgetter
 
 from broker.client import txid
@@ -62,9 +63,12 @@ class ProducerService:
             selector = self._selectors[topic] = QueueSelector(self._home)
         return selector
 
-    async def send(self, ctx: CallContext, items: list[tuple[str, bytes]]) -> list[SendOutcome]:
+    async def send(
+        self, ctx: CallContext, items: list[tuple[str, bytes]], lite_topics: Sequence[str | None] | None = None
+    ) -> list[SendOutcome]:
         """Store messages given as (cluster-wide topic, record by `common.record.outgoing`);
-        outcomes in request order."""
+        outcomes in request order. `lite_topics`: each record's lite topic, when the caller knows
+        them (the MQTT edge), so the records need not be decoded to be placed."""
         records = list(map(_RECORD, items))
         topic = items[0][0]
         groups = list(map(record.peek_group, records))
@@ -87,10 +91,13 @@ class ProducerService:
                 continue
             try:
                 selector = self._selector(topic)
-                lite_topic = (
-                    record.decode(data).system_properties.get(SYSPROP_LITE_TOPIC)
-                    if data[_TYPE_AT] == MessageType.LITE else None
-                )  # fmt: skip
+                if lite_topics is not None:
+                    lite_topic = lite_topics[i]
+                else:
+                    lite_topic = (
+                        record.decode(data).system_properties.get(SYSPROP_LITE_TOPIC)
+                        if data[_TYPE_AT] == MessageType.LITE else None
+                    )  # fmt: skip
                 group = groups[i]
                 if lite_topic is not None:  # a lite topic lives on one broker (docs/lite-topics.md)
                     broker, qid = lite_broker(topic, route, lite_topic), 0

@@ -32,8 +32,8 @@ ADDRESS_LIST_LANGUAGES = frozenset({"PYTHON"})
 
 async def _fleet_endpoints(app: ProxyApp, namespace: str, access_point: pb.Endpoints) -> list[str]:
     """Proxy endpoints to advertise to a client that reached us through `access_point`."""
-    network = app.fleet.network_of([f"{a.host}:{a.port}" for a in access_point.addresses])
-    return await app.endpoints(namespace, network)
+    given = [f"{a.host}:{a.port}" for a in access_point.addresses]
+    return await app.endpoints(namespace, app.fleet.network_of(given), given)
 
 
 def _ipv4(host: str) -> bool:
@@ -65,7 +65,7 @@ def _queue(ns: str, topic: str, q: RouteQueue, qid: int | None = None) -> pb.Mes
 
 async def query_route(app: ProxyApp, ctx: RequestContext, request: spb.QueryRouteRequest) -> spb.QueryRouteResponse:
     ns, topic = convert.resource_name(request.topic, ctx.namespace)
-    routes = await app.directory.route(topic)
+    routes = app.client_routes(await app.directory.route(topic))
     endpoints = await _fleet_endpoints(app, ns, request.endpoints)
     fallbacks = ctx.language.upper() in ADDRESS_LIST_LANGUAGES
     queues = [_queue(ns, topic, q) for q in route_queues(routes, endpoints, fifo_fallbacks=fallbacks)]
@@ -77,7 +77,7 @@ async def query_assignment(
 ) -> spb.QueryAssignmentResponse:
     ns, topic = convert.resource_name(request.topic, ctx.namespace)
     convert.resource_name(request.group, ctx.namespace, "consumer group")
-    routes = await app.directory.route(topic)
+    routes = app.client_routes(await app.directory.route(topic))
     endpoints = await _fleet_endpoints(app, ns, request.endpoints)
     assignments = []
     fallbacks = ctx.language.upper() in ADDRESS_LIST_LANGUAGES

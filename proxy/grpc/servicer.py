@@ -15,6 +15,7 @@ with every line, see common/logs.py): switch it on at runtime with `PUT /logleve
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -32,6 +33,8 @@ from proxy.grpc.status import OK, code_name, request_context, status_of
 
 log = logging.getLogger("sluice.proxy.rpc")
 _MS_PER_S = 1000.0
+# The code counted for a call that ended without an answer: its client cancelled it or went away.
+CANCELLED = "CANCELLED"
 
 Resp = TypeVar("Resp")
 Handler = Callable[[ProxyApp, RequestContext, Any], Awaitable[Resp]]
@@ -53,6 +56,9 @@ class MessagingServicer:
             answer = await handler(self.app, ctx, request)
         except Exception as exc:
             answer = response(status=status_of(exc, rpc))
+        except asyncio.CancelledError:  # the client gave up (its deadline passed) before the answer: counted
+            _answered(rpc, CANCELLED, time.perf_counter() - started)  # too, or a cut-off broker would not show
+            raise
         finally:
             self.app.in_flight -= 1
         _answered(rpc, code_name(answer.status.code), time.perf_counter() - started)  # type: ignore[attr-defined]
@@ -82,7 +88,7 @@ class MessagingServicer:
     async def ReceiveMessage(self, request: Any, context: Call) -> AsyncIterator[Any]:
         self.app.in_flight += 1
         started = time.perf_counter()
-        code = "CANCELLED"  # the stream ended before its status frame (client went away)
+        code = CANCELLED  # the stream ended before its status frame (client went away)
         try:
             try:
                 ctx = request_context(context)
@@ -120,7 +126,7 @@ class MessagingServicer:
 
     async def PullMessage(self, request: Any, context: Call) -> AsyncIterator[Any]:
         started = time.perf_counter()
-        code = "CANCELLED"
+        code = CANCELLED
         try:
             try:
                 ctx = request_context(context)

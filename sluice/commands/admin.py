@@ -30,6 +30,8 @@
     acl revoke ACCESS_KEY --resource R [--actions A] | acl list [ACCESS_KEY]
     limit set [--topic T | --group G] [--messages-per-s N] [--bytes-per-s N] | limit delete [...] | limit list
     amqp vhosts | amqp exchanges | amqp queues | amqp bindings [--vhost V]  (the AMQP gateway's metadata, docs/amqp.md)
+    mqtt clients | mqtt sessions | mqtt subscriptions | mqtt retained [--filter F] [--limit N]
+    mqtt kick CLIENT_ID | mqtt drop-session CLIENT_ID | mqtt delete-retained TOPIC  (docs/mqtt.md)
 
 `--namespace NS` puts topic, group, message, acl and limit commands in namespace NS (topic `t` of
 namespace `NS` is the cluster-wide topic `NS%t`).
@@ -105,6 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_acl(areas.add_parser("acl", help="grant, revoke and list access rules of users"), shared)
     _add_limit(areas.add_parser("limit", help="set, delete and list rate limits (produce and receive)"), shared)
     _add_amqp(areas.add_parser("amqp", help="the AMQP gateway's exchanges, queues (ready, unacked) and bindings"),
+              shared)  # fmt: skip
+    _add_mqtt(areas.add_parser("mqtt", help="the MQTT gateway's clients, sessions, subscriptions, retained messages"),
               shared)  # fmt: skip
 
 
@@ -352,6 +356,67 @@ def _add_client(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser
     which = listing.add_mutually_exclusive_group()
     which.add_argument("--group", metavar="G", help="only the consumers of this group")
     which.add_argument("--topic", metavar="T", help="only clients publishing or subscribing this topic")
+
+
+def _add_mqtt(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:
+    """Listings are of every namespace unless --namespace names one; the others act in --namespace."""
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _leaf(actions, "clients", shared, _mqtt_clients, "MQTT clients connected to every proxy (reported every 5 s)")
+    _leaf(actions, "sessions", shared, _mqtt_sessions, "MQTT sessions kept: connected or not, expiry, subscriptions")
+    _leaf(actions, "subscriptions", shared, _mqtt_subscriptions, "MQTT subscriptions of every session, with options")
+    retained = _leaf(actions, "retained", shared, _mqtt_retained, "retained MQTT messages (topic, size, QoS)")
+    retained.add_argument("--filter", metavar="F", default="", help="only topics this MQTT filter matches (a/+/c, a/#)")
+    retained.add_argument("--limit", type=int, default=1000, help="at most this many rows (default 1000)")
+    changes: list[tuple[str, Action, str]] = [
+        ("kick", _mqtt_kick, "close an MQTT client's connection (its session is kept)"),
+        ("drop-session", _mqtt_drop, "end an MQTT session: connection, subscriptions, state"),
+        ("delete-retained", _mqtt_delete_retained, "delete the retained message of a topic"),
+    ]
+    for name, run, text in changes:
+        leaf = _leaf(actions, name, shared, run, text)
+        leaf.add_argument("target", metavar="TOPIC" if name == "delete-retained" else "CLIENT_ID")
+
+
+async def _mqtt_clients(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import mqtt
+
+    return await mqtt.list_clients(cluster, args.namespace or None)
+
+
+async def _mqtt_sessions(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import mqtt
+
+    return await mqtt.list_sessions(cluster, args.namespace or None)
+
+
+async def _mqtt_subscriptions(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import mqtt
+
+    return await mqtt.list_subscriptions(cluster, args.namespace or None)
+
+
+async def _mqtt_retained(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import mqtt
+
+    return await mqtt.list_retained(cluster, args.namespace, args.filter, args.limit)
+
+
+async def _mqtt_kick(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import mqtt
+
+    return await mqtt.kick(cluster, args.namespace, args.target)
+
+
+async def _mqtt_drop(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import mqtt
+
+    return await mqtt.drop_session(cluster, args.namespace, args.target)
+
+
+async def _mqtt_delete_retained(cluster: Cluster, args: argparse.Namespace) -> Report:
+    from admin import mqtt
+
+    return await mqtt.delete_retained(cluster, args.namespace, args.target)
 
 
 def _add_amqp(parser: argparse.ArgumentParser, shared: argparse.ArgumentParser) -> None:

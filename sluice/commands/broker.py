@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         },
     )
     setup_logging(args.log_level, args.log_json)
+    config.checked_address(f"broker {config.name}")
     metrics.configure(config.metrics)
 
     def announce(address: str) -> None:

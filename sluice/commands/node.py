@@ -21,6 +21,7 @@ from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.server import run_broker
 from common import metrics
+from common.addresses import parse_advertise
 from common.config import ConfigError, load_config, read_toml
 from common.errors import Unavailable
 from common.logs import kv, setup_logging
@@ -34,7 +35,7 @@ from proxy.server import serve_proxy
 from proxy.shards import ForwardedBroker, ShardDirectory
 from sluice.commands.up import STARTUP_TIMEOUT_S
 from sluice.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
-from sluice.proxyflags import security_overrides
+from sluice.proxyflags import add_mqtt_arguments, mqtt_overrides, security_overrides
 from sluice.tierflags import add_tier_arguments, tier_overrides
 
 NAME = "node"
@@ -52,12 +53,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help="address the node listens on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="client (proxy) port (default 8081)")
     parser.add_argument("--broker-port", type=int, help="broker's internal port (default 10911)")
-    parser.add_argument("--advertise", metavar="HOST:PORT", help="client endpoint other nodes route clients to")
+    parser.add_argument(
+        "--advertise", metavar="HOST[:PORT]",
+        help="address other machines reach this node at: its client endpoint in routes (HOST alone: with --port); its "
+        "broker is advertised on the same host (default: --host; with 0.0.0.0 the machine's one address)",
+    )  # fmt: skip
     parser.add_argument("--flush", choices=("sync", "async"), help="acknowledge after fsync (sync) or write (async)")
     parser.add_argument("--no-auto-create", action="store_true", help="do not create topics and groups on first use")
     parser.add_argument("--auth", choices=("on", "off"), help="require signed requests and access rules (default off)")
     parser.add_argument("--tls-cert", metavar="PEM", help="serve clients over TLS with this certificate")
     parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    add_mqtt_arguments(parser, "default: off")
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz (0: off)")
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
@@ -75,7 +81,8 @@ def configs(args: argparse.Namespace) -> tuple[BrokerConfig, ProxyConfig]:
     namesrv = parse_addresses(args.namesrv) if args.namesrv else None
     proxy = load_config(ProxyConfig, section="proxy", data=data, overrides={
         "host": args.host, "port": args.port, "advertise": args.advertise, "namesrv": namesrv,
-        "metrics_port": args.metrics_port, **metrics_overrides(args), **security_overrides(args)})  # fmt: skip
+        "metrics_port": args.metrics_port, **metrics_overrides(args), **security_overrides(args),
+        **mqtt_overrides(args)})  # fmt: skip
     broker = load_config(
         BrokerConfig, section="broker", data=data,
         overrides={
@@ -89,6 +96,8 @@ def configs(args: argparse.Namespace) -> tuple[BrokerConfig, ProxyConfig]:
         raise ConfigError("--namesrv is required (or namesrv in the [broker] table of the config file)")
     if not proxy.namesrv:
         proxy = replace(proxy, namesrv=broker.namesrv)
+    if proxy.advertise and not broker.advertise:  # one machine, one address: the broker's is the proxy's host
+        broker = replace(broker, advertise=parse_advertise(proxy.advertise)[0])
     return replace(broker, client_endpoint=proxy.advertised_address), proxy
 
 
@@ -108,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
     if proxy_cfg.tls.enabled:
         proxy_cfg.tls.read()
     setup_logging(args.log_level, args.log_json)
+    broker_cfg.checked_address(f"broker {broker_cfg.name}")
+    proxy_cfg.checked_address(f"proxy of {broker_cfg.name}")
     metrics.configure(proxy_cfg.metrics)
     ops_file, nodes = args.ops_file, args.await_nodes
     return serve(lambda stop: serve_node(broker_cfg, proxy_cfg, stop, ops_file=ops_file, await_nodes=nodes))

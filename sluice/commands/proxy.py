@@ -32,7 +32,7 @@ from proxy.config import ProxyConfig
 from proxy.directory import ClusterDirectory
 from proxy.server import serve_proxy
 from sluice.obsflags import add_observability_arguments, metrics_overrides
-from sluice.proxyflags import add_amqp_argument, security_overrides
+from sluice.proxyflags import add_amqp_argument, add_mqtt_arguments, mqtt_overrides, security_overrides
 
 NAME = "proxy"
 HELP = "Run a proxy: the RocketMQ 5 gRPC endpoint for clients, in front of brokers."
@@ -73,6 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
     parser.add_argument("--metrics-port", type=int, help="HTTP port for /metrics, /healthz, /readyz (worker i: +i)")
     add_amqp_argument(parser, "default: off")
+    add_mqtt_arguments(parser, "default: off")
     add_observability_arguments(parser, trace=False)
     add_log_arguments(parser)
 
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             "peers": parse_navigation(args.peers) if args.peers else None,
             "proxy_id": args.proxy_id, "drain_s": args.drain_s, "reuse_port": args.reuse_port or None,
             "metrics_port": args.metrics_port, **metrics_overrides(args),
-            **security_overrides(args), "amqp.port": args.amqp_port,
+            **security_overrides(args), "amqp.port": args.amqp_port, **mqtt_overrides(args),
         },
     )  # fmt: skip
     if config.tls.enabled:
@@ -117,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if config.reuse_port and config.proxy_id:
         config = replace(config, proxy_id=f"{config.proxy_id}-w{args.worker_index}")
     setup_logging(args.log_level, args.log_json)
+    config.checked_address("proxy")
     metrics.configure(config.metrics)
     if workers > 1:
         return serve_workers(config, workers, log_flags(args.log_level, args.log_json))

@@ -27,6 +27,7 @@ from broker.local import LocalBroker
 from broker.server import run_broker
 from cluster.topology import connect_host
 from common import metrics
+from common.addresses import parse_advertise
 from common.config import ConfigError, load_config, read_toml
 from common.logs import setup_logging
 from console.config import ConsoleConfig
@@ -51,7 +52,7 @@ from proxy.directory import LocalDirectory
 from proxy.server import serve_proxy
 from sluice.obsflags import add_observability_arguments, metrics_overrides, trace_overrides
 from sluice.ports import is_free, require_free
-from sluice.proxyflags import add_amqp_argument, security_overrides
+from sluice.proxyflags import add_amqp_argument, add_mqtt_arguments, mqtt_overrides, security_overrides
 from sluice.tierflags import add_tier_arguments, tier_overrides
 
 log = logging.getLogger("sluice.up")
@@ -68,6 +69,7 @@ SECOND_INSTANCE_HINT = (
 )
 DEFAULT_CONSOLE_PORT = 8080
 DEFAULT_AMQP_PORT = 5672
+DEFAULT_MQTT_PORT = 1883
 CONSOLE_OFF = -1
 
 
@@ -75,6 +77,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML file with [nameserver], [broker], [proxy] tables")
     parser.add_argument("--data-dir", metavar="DIR", help="where the broker keeps its data (default ./data)")
     parser.add_argument("--host", help="address every part listens on (default 127.0.0.1)")
+    parser.add_argument(
+        "--advertise", metavar="HOST",
+        help="address other machines reach this one at, in routes and registrations, each part with its own port "
+        "(default: --host; with 0.0.0.0 or :: the machine's one address, and several refuse to start without this)",
+    )  # fmt: skip
     parser.add_argument("--port", type=int, help="client (proxy) port (default 8081)")
     parser.add_argument("--namesrv-port", type=int, help="NameServer port (default 9876)")
     parser.add_argument("--broker-port", type=int, help="broker's internal port (default 10911)")
@@ -111,6 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_observability_arguments(parser, trace=True)
     add_tier_arguments(parser)
     add_amqp_argument(parser, f"default {DEFAULT_AMQP_PORT}, served when free")
+    add_mqtt_arguments(parser, f"default {DEFAULT_MQTT_PORT}, served when free")
     add_log_arguments(parser)
 
 
@@ -122,6 +130,7 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
         BrokerConfig, section="broker", data=data,
         overrides={
             "host": args.host, "port": args.broker_port, "data_dir": args.data_dir or "data/broker",
+            "advertise": _advertise_host(args.advertise),
             "namesrv": [f"{ns.host}:{ns.port}"], "auto_create": not args.no_auto_create,
             "store.commitlog.flush_policy": args.flush,
             **metrics_overrides(args), **trace_overrides(args),
@@ -129,9 +138,23 @@ def configs(args: argparse.Namespace) -> tuple[NameServerConfig, BrokerConfig, P
         },
     )  # fmt: skip
     proxy = load_config(ProxyConfig, section="proxy", data=data, overrides={
-        "host": args.host, "port": args.port, **metrics_overrides(args),
-        **security_overrides(args), "amqp.port": args.amqp_port})  # fmt: skip
-    return ns, broker, with_default_amqp(args, data, proxy)
+        "host": args.host, "port": args.port, "advertise": _advertise_host(args.advertise), **metrics_overrides(args),
+        **security_overrides(args), "amqp.port": args.amqp_port, **mqtt_overrides(args)})  # fmt: skip
+    return ns, broker, with_default_mqtt(args, data, with_default_amqp(args, data, proxy))
+
+
+def _advertise_host(value: str | None) -> str | None:
+    """`--advertise HOST`: a host alone, each part advertised with its own port."""
+    if value is None:
+        return None
+    try:
+        host, port = parse_advertise(value)
+    except ValueError as exc:
+        raise ConfigError(f"--advertise {value!r}: {exc}") from None
+    if port is not None:
+        raise ConfigError(f"--advertise {value!r}: give the host alone; each part is advertised with its own port "
+                          "(--port, --broker-port)")  # fmt: skip
+    return host
 
 
 def with_default_amqp(args: argparse.Namespace, data: dict[str, object], proxy: ProxyConfig) -> ProxyConfig:
@@ -148,6 +171,36 @@ def with_default_amqp(args: argparse.Namespace, data: dict[str, object], proxy: 
         )
         return proxy
     return replace(proxy, amqp=replace(proxy.amqp, port=DEFAULT_AMQP_PORT))
+
+
+def with_default_mqtt(args: argparse.Namespace, data: dict[str, object], proxy: ProxyConfig) -> ProxyConfig:
+    """Without --mqtt-port and `[proxy.mqtt] port`, MQTT is served on 1883 when that port is free
+    (as AMQP on 5672: another broker there, and the rest starts without MQTT)."""
+    table = data.get("proxy")
+    mqtt = table.get("mqtt") if isinstance(table, dict) else None
+    if args.mqtt_port is not None or (isinstance(mqtt, dict) and "port" in mqtt):
+        return proxy
+    if not is_free(proxy.host, DEFAULT_MQTT_PORT):
+        log.warning(
+            "MQTT port %s is in use: serving without MQTT (give --mqtt-port, or -1 for none)", DEFAULT_MQTT_PORT
+        )
+        return proxy
+    return replace(proxy, mqtt=replace(proxy.mqtt, port=DEFAULT_MQTT_PORT))
+
+
+def mqtt_ports(proxy: ProxyConfig) -> list[tuple[str, str, int]]:
+    """The MQTT ports for the start-up check (a port given explicitly must be free)."""
+    ports = (("mqtt", proxy.mqtt.port), ("mqtt-ws", proxy.mqtt.ws_port))
+    return [(name, proxy.host, port) for name, port in ports if port > 0]
+
+
+def shared_mqtt_ports(proxy: ProxyConfig) -> ProxyConfig:
+    """Every shard serves the same MQTT ports (SO_REUSEPORT, docs/mqtt.md "Placement"): a port of 0
+    is picked here once, for all of them."""
+    mqtt = proxy.mqtt
+    port = free_port(proxy.host) if mqtt.port == 0 else mqtt.port
+    ws_port = free_port(proxy.host) if mqtt.ws_port == 0 else mqtt.ws_port
+    return replace(proxy, mqtt=replace(mqtt, port=port, ws_port=ws_port))
 
 
 def ops_port(flag: int | None, proxy: ProxyConfig) -> int:
@@ -204,9 +257,11 @@ def run(args: argparse.Namespace) -> int:
     metrics_port = ops_port(args.metrics_port, proxy_cfg)
     require_free([("client", proxy_cfg.host, proxy_cfg.port), ("nameserver", ns_cfg.host, ns_cfg.port),
                   ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port),
-                  ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0)), *console_port(console_cfg)],
-                 SECOND_INSTANCE_HINT)  # fmt: skip
+                  ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0)), *mqtt_ports(proxy_cfg),
+                  *console_port(console_cfg)], SECOND_INSTANCE_HINT)  # fmt: skip
     setup_logging(args.log_level, args.log_json)
+    broker_cfg.checked_address(f"broker {broker_cfg.name}")
+    proxy_cfg.checked_address("proxy")
     # One process, one switch: the proxy's table decides (the flag sets both).
     metrics.configure(proxy_cfg.metrics)
 
@@ -280,14 +335,16 @@ def run_shards(args: argparse.Namespace, count: int) -> int:
     base = shards_base(args)
     require_free([("client", proxy_cfg.host, proxy_cfg.port), ("nameserver", ns_cfg.host, ns_cfg.port),
                   ("broker", broker_cfg.host, broker_cfg.port), ("metrics", proxy_cfg.host, metrics_port),
-                  ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0)), *console_port(console_cfg)],
-                 SECOND_INSTANCE_HINT)  # fmt: skip
+                  ("amqp", proxy_cfg.host, max(proxy_cfg.amqp.port, 0)), *mqtt_ports(proxy_cfg),
+                  *console_port(console_cfg)], SECOND_INSTANCE_HINT)  # fmt: skip
+    setup_logging(args.log_level, args.log_json)
+    proxy_cfg.checked_address("proxy")
+    proxy_cfg = shared_mqtt_ports(proxy_cfg)
     brokers = shard_configs(broker_cfg, count, base)
     client_ports = [proxy_cfg.port, *(free_port(proxy_cfg.host) for _ in range(count - 1))]
     if console_cfg is not None:  # the console lists every shard's proxy
         host = connect_host(proxy_cfg.host)
         console_cfg = replace(console_cfg, proxies=tuple(f"{host}:{p}" for p in client_ports))
-    setup_logging(args.log_level, args.log_json)
     metrics.configure(proxy_cfg.metrics)
     pool = ShardPool(replace(proxy_cfg, namesrv=[f"{connect_host(ns_cfg.host)}:{ns_cfg.port}"]), count,
                      log_flags(args.log_level, args.log_json), brokers=brokers, client_ports=client_ports)  # fmt: skip

@@ -86,7 +86,7 @@ def start_sluice(root: Path, flush: str, shards: int) -> Target:
     port, amqp_port = free_port(), free_port()
     argv = [*SLUICE_ARGV, "up", "--data-dir", str(root / "sluice"), "--port", str(port), "--namesrv-port",
             str(free_port()), "--broker-port", str(free_port()), "--amqp-port", str(amqp_port), "--flush", flush,
-            "--console-port", "-1", "--log-level", "warning"]  # fmt: skip
+            "--mqtt-port", "-1", "--console-port", "-1", "--log-level", "warning"]  # fmt: skip
     if shards:
         argv += ["--shards", str(shards)]
     child = start_process(argv, port=port, log_path=root / "sluice.log", name="sluice-up", timeout_s=60.0)

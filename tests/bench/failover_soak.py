@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Seeded fault schedules against a replicated group (docs/replication.md), history-checked.
 
-    .venv/bin/python tests/bench/failover_soak.py [--seeds 1 2 3] [--faults 8] [--gap-s 4] [--partitions]
+    .venv/bin/python tests/bench/failover_soak.py [--seeds 1 2 3] [--faults 8] [--gap-s 4] [--partitions] [--hosts]
 
 Per seed: etcd, a NameServer, one group of three `sluice broker --group g1 --min-insync 2` and two
 proxies listing each other in routes (`lease_ttl_s` 2), a producer of a normal topic and one of a
@@ -17,7 +17,10 @@ topic the sends acknowledged and failed after the client's own retries and the h
 (lost, redelivered after ack, FIFO order, a handle version delivered twice); per fault kind the
 longest span without an acknowledged send from the fault on, and the sends that failed after the
 client's retries from the fault on (until the next one). Every process is stopped at the end.
-Figures on a shared machine are noisy.
+With `--hosts` (root) the same runs across network-namespace hosts, every process on a host of its
+own and the client on another, and the partitions take hosts off the network instead of cutting
+relays: a replica's host, both replicas' hosts, the primary's host until another member took the
+group (tests/e2e/support/hostschedules.py). Figures on a shared machine are noisy.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
+from tests.e2e.support.hostschedules import draw_on_hosts, run_host_schedule  # noqa: E402
 from tests.e2e.support.schedules import draw, run_schedule  # noqa: E402
 
 
@@ -40,11 +44,13 @@ def main() -> None:
     parser.add_argument("--faults", type=int, default=8)
     parser.add_argument("--gap-s", type=float, default=4.0)
     parser.add_argument("--partitions", action="store_true", help="draw partitions between members too")
+    parser.add_argument("--hosts", action="store_true", help="across namespace hosts (root); partitions by links")
     args = parser.parse_args()
+    drawn, run = (draw_on_hosts, run_host_schedule) if args.hosts else (draw, run_schedule)
     for seed in args.seeds:
         with tempfile.TemporaryDirectory(prefix=f"soak-{seed}-") as tmp:
-            faults = draw(seed, args.faults, partitions=args.partitions)
-            result = run_schedule(Path(tmp), faults, args.gap_s, name=f"soak-{seed}")
+            faults = drawn(seed, args.faults, partitions=args.partitions)
+            result = run(Path(tmp), faults, args.gap_s, name=f"soak-{seed}")
             print(json.dumps({"seed": seed, **result}), flush=True)
 
 

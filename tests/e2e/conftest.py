@@ -52,6 +52,10 @@ def pytest_configure(config: pytest.Config) -> None:
 LONGEST_FIRST = (
     "test_replication_faults.py",
     "test_amqp.py",
+    "test_hosts_separated.py",
+    "test_hosts_zones.py",
+    "test_hosts_replicated.py",
+    "test_mqtt_faults.py",
     "test_spark_stream_tiers.py",
     "test_failover_schedules.py",
     "test_replication.py",
@@ -118,9 +122,11 @@ def cluster(
     kind: str = request.param
     if kind not in _shared_clusters:
         root = tmp_path_factory.mktemp(f"cluster-{kind}")
-        # Both also serve AMQP on free ports (tests/e2e/test_amqp.py).
+        # Both also serve AMQP and MQTT on free ports (tests/e2e/test_amqp.py, test_mqtt*.py).
         _shared_clusters[kind] = (
-            start_merged(root, shards=2, amqp=True) if kind == "merged" else start_separated(root, amqp=True)
+            start_merged(root, shards=2, amqp=True, mqtt=True)
+            if kind == "merged"
+            else start_separated(root, amqp=True, mqtt=True)
         )
     return _shared_clusters[kind]
 

@@ -55,7 +55,7 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # Plots fill within seconds. Answers are kept long (`nameserver_cache_s`): a page must never show
     # one asked before it was requested, however long the console keeps them for reuse within a page.
     config.write_text(f"[console]\nsample_interval_s = {SAMPLE_INTERVAL_S}\nnameserver_cache_s = {REUSE_S}\n")
-    started = start_merged(root, extra_args=["--config", str(config)], amqp=True)
+    started = start_merged(root, extra_args=["--config", str(config)], amqp=True, mqtt=True)
     try:
         yield started
     finally:
@@ -481,7 +481,7 @@ def test_read_only_offers_no_change_and_refuses_every_post(
     try:
         base = f"http://{LOOPBACK}:{port}"
         for path in ("/cluster", "/topics", f"/topics/{topic}", "/groups", f"/groups/{group}",
-                     f"/messages?topic={topic}", "/dlq", f"/dlq/{group}", "/amqp", "/access"):  # fmt: skip
+                     f"/messages?topic={topic}", "/dlq", f"/dlq/{group}", "/amqp", "/mqtt", "/access"):  # fmt: skip
             visit(page, base + path)
             assert page.locator("form[method=post]").count() == 0, path
             assert "read-only" in page.locator("header").inner_text(), path
@@ -549,7 +549,7 @@ def test_pages_keep_identifiers_and_times_on_one_line_and_plot_with_axes(
         # The lists filtered to this test's names: the other tests of this module use very long ones.
         pages = ["/cluster", f"/topics?q={topic}", f"/topics/{topic}", f"/groups?q={group}", f"/groups/{group}",
                  f"/messages?topic={topic}", f"/messages/{topic}/{ids[0]}", f"/dlq?q={group}", f"/dlq/{group}",
-                 "/amqp", "/access"]  # fmt: skip
+                 "/amqp", "/mqtt", "/access"]  # fmt: skip
         wrapped, wide = [], []
         for path in pages:
             visit(page, merged.console + path)
@@ -621,3 +621,29 @@ def test_the_amqp_page_shows_queues_bindings_connections_and_channels(merged: Cl
         assert queue not in page.locator("#amqp-queues").inner_text()
     finally:
         conn.close()
+
+
+def test_the_mqtt_page_shows_clients_sessions_subscriptions_and_retained(merged: Cluster, page: Any,
+                                                                          tmp_path: Path) -> None:  # fmt: skip
+    """A paho client's connection, persistent session, subscription and retained message show on
+    /mqtt as `sluice admin mqtt` lists them."""
+    from tests.e2e.support.mqtt import Paho
+
+    cid = f"console-{uuid.uuid4().hex[:8]}"
+    topic = f"console{uuid.uuid4().hex[:6]}/lamp"
+    client = Paho(merged.mqtt[0], cid, clean=False, session_expiry=120)
+    try:
+        client.subscribe(f"{topic.split('/')[0]}/+", 1)
+        client.publish(topic, "on", 1, retain=True)
+        assert client.get().payload == b"on"
+        wait_for(
+            "the client in the reports", lambda: any(r["client_id"] == cid for r in merged.admin("mqtt", "clients"))
+        )
+        visit(page, f"{merged.console}/mqtt")
+        assert cid in page.locator("#mqtt-clients").inner_text()
+        assert page.locator("#mqtt-sessions tr", has_text=cid).inner_text().split("\t")[:4] == [cid, "", "5.0", "yes"]
+        assert f"{topic.split('/')[0]}/+" in page.locator("#mqtt-subscriptions").inner_text()
+        assert topic in page.locator("#mqtt-retained").inner_text()
+        page.screenshot(path=str(tmp_path / "mqtt.png"), full_page=True)
+    finally:
+        client.disconnect()

@@ -4,18 +4,20 @@ proxy-b in zone-b with 2 workers), driven by the official Python client configur
 navigation answers.
 
 1. Navigation ranks proxies by zone, and its `format=text` answer, used unchanged as the Python
-   client's endpoints setting, produces and consumes; the routes spread the traffic over both proxies.
+   client's endpoints setting, produces and consumes; the routes keep the traffic in the zone of the
+   proxy the client reached (proxy/fleet.py `zoned`: the other zone's proxy carries none of it).
 2. The NameServer stopped (SIGTERM) for RESTART_DELAY_S, then started again by the supervisor:
    producing and consuming go on through the proxies' cached routes without an exception, during
    the outage and after the restart.
-3. One proxy drained, another killed. Three proxies, so that one is always left: proxy-d (zone-a)
-   is started by the test with `--drain-s 35` and drained with SIGTERM; proxy-b is then killed with
-   SIGKILL (its whole process group: both workers); proxy-a survives. The drain must outlast the
+3. One proxy drained, another killed, in the client's zone (routes list the proxies of its zone
+   only). Three proxies in zone-a, so that one is always left: proxy-d and proxy-e are started by the
+   test, proxy-d with `--drain-s 35` and drained with SIGTERM; proxy-a is then killed with SIGKILL
+   (its process group); proxy-e survives. The drain must outlast the
    Python client's route refresh (10 s after start-up, then every 30 s): the next refresh after the
    drain began no longer lists proxy-d, and proxy-d serves whatever the clients still send it until
    then. No exception may reach the application from SIGTERM until proxy-d has exited. After the kill
    no send may fail (the client's retry moves to the next queue, which routes put on another
-   proxy); receive and ack exceptions are allowed (calls to proxy-b fail until the supervisor
+   proxy); receive and ack exceptions are allowed (calls to proxy-a fail until the supervisor
    restarts it RESTART_DELAY_S later; deliveries it made come back once their invisible duration
    ends), but every message whose send succeeded is finally consumed and acked.
 
@@ -87,9 +89,10 @@ def test_navigation_ranks_by_zone_and_its_text_answer_configures_the_python_clie
         receipts = [p.send(message(topic, f"nav-{i}".encode())) for i in range(MESSAGES)]
         ids = {r.message_id for r in receipts}
         got = receive_until(c, lambda got: ids <= {m.message_id for m in got})
-    # The route lists each broker once per proxy: the client's sends and receives use both proxies.
-    assert {str(r.message_queue.endpoints) for r in receipts} == {a, b}
-    assert {str(m.endpoints) for m in got} <= {a, b}
+    # The client reached proxy-a (zone-a): the route lists the proxies of zone-a only, and none of
+    # its sends and receives crosses to zone-b.
+    assert {str(r.message_queue.endpoints) for r in receipts} == {a}
+    assert {str(m.endpoints) for m in got} == {a}
     assert {m.message_id for m in got} == ids
 
 
@@ -134,15 +137,17 @@ def test_clients_ride_through_a_drained_and_a_killed_proxy(fleet: Fleet, unique:
     fleet.wait_running()
     fleet.wait_brokers_registered()
     d = fleet.start_proxy("proxy-d", zone="zone-a", drain_s=DRAIN_S)
+    e = fleet.start_proxy("proxy-e", zone="zone-a", drain_s=0)
     a, b = fleet.endpoint("proxy-a"), fleet.endpoint("proxy-b")
     topic = fleet.create_topic(unique("t"))
     group = fleet.create_group(unique("g"))
     endpoints = fleet.endpoints_text(zone="zone-a")
-    assert set(endpoints.split(";")) == {a, b, d}
+    assert set(endpoints.split(";")) == {a, b, d, e}
 
     with Traffic(endpoints, topic, group, label="fleet") as traffic:
-        # The route lists every proxy: sends go through all three.
-        traffic.wait("sends through every proxy", lambda: traffic.endpoints_used(0)[0] == {a, b, d}, FLOW_TIMEOUT_S)
+        # The route lists every proxy of the zone: sends go through all three, none through zone-b's.
+        traffic.wait("sends through every proxy of zone-a", lambda: traffic.endpoints_used(0)[0] == {a, d, e},
+                     FLOW_TIMEOUT_S)  # fmt: skip
 
         # -- drain proxy-d ---------------------------------------------------------------------------
         drained = fleet.extra["proxy-d"]
@@ -164,9 +169,9 @@ def test_clients_ride_through_a_drained_and_a_killed_proxy(fleet: Fleet, unique:
         sends_after, deliveries_after = traffic.endpoints_used(moved_at)
         sends_during, _ = traffic.endpoints_used(drain_at, drain_end)
 
-        # -- kill proxy-b --------------------------------------------------------------------------
+        # -- kill proxy-a --------------------------------------------------------------------------
         kill_at = time.monotonic()
-        fleet.kill_group("proxy-b")
+        fleet.kill_group("proxy-a")
         time.sleep(KEEP_PRODUCING_AFTER_KILL_S)
         traffic.stop_producing()
         traffic.wait_all_acked(RECOVERY_TIMEOUT_S, lambda message_id: _acked_by_broker(fleet, group, message_id))
@@ -175,8 +180,9 @@ def test_clients_ride_through_a_drained_and_a_killed_proxy(fleet: Fleet, unique:
 
     assert drain_failures == [], f"exceptions reached the application during the drain: {drain_failures[:5]}"
     assert d not in sends_after | deliveries_after, "traffic still went through proxy-d after the route refresh"
-    assert {a, b} <= sends_during, f"sends during the drain went through {sends_during}"
-    assert a in sends_after_kill, f"sends after the kill went through {sends_after_kill}"
+    assert {a, e} <= sends_during, f"sends during the drain went through {sends_during}"
+    assert e in sends_after_kill, f"sends after the kill went through {sends_after_kill}"
+    assert b not in sends_during | sends_after_kill, "a zone-a client's sends crossed to zone-b"
     # Routes alternate proxies queue by queue: a send that met the dead proxy is retried by the
     # client on the next queue, through the live one (before, runs of one proxy's queues made it
     # fail all its attempts).

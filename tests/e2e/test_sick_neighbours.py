@@ -40,6 +40,12 @@ max_message_bytes = {5 * MIB}
 [proxy.flow]
 max_client_in_flight_bytes = {6 * MIB}
 max_in_flight_bytes = {10 * MIB}
+
+# Hung brokers must hold requests for HELD_S here; by default the proxy drops a connection whose
+# pings go unanswered for a second and fails its calls (docs/proxy.md).
+[proxy.brokers]
+keepalive_s = 60.0
+keepalive_timeout_s = 60.0
 """
 BODY = b"b" * (3 * MIB + MIB // 2)  # two of them are over a client's 6 MiB, three over the proxy's 10 MiB
 FAST_DEADLINE_S = 2.0  # below the proxy's NameServer timeout (3 s): a request waiting for it fails

@@ -75,7 +75,8 @@ def merged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Merged]:
     port, ns_port, broker_port, metrics_port = free_port(), free_port(), free_port(), free_port()
     argv = [*SLUICE_ARGV, "up", "--shards", "2", "--data-dir", str(root / "data"), "--port", str(port),
             "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--metrics-port", str(metrics_port),
-            "--flush", "async", "--log-level", "warning", "--console-port", "-1", "--amqp-port", "-1"]  # fmt: skip
+            "--flush", "async", "--log-level", "warning", "--console-port", "-1", "--amqp-port", "-1",
+            "--mqtt-port", "-1"]  # fmt: skip
     child = start_process(argv, port=port, log_path=root / "up.log", name="sluice-up", timeout_s=START_TIMEOUT_S)
     try:
         namesrv = f"{LOOPBACK}:{ns_port}"

@@ -35,7 +35,7 @@ def test_up_on_taken_ports_says_which_in_one_line(tmp_path: Path) -> None:
         # No AMQP and no console: their default ports (5672, 8080) may be taken on this machine (a
         # RabbitMQ, another cluster), which adds lines of their own; this test is about the broker port.
         ports = ["--port", str(free_port()), "--namesrv-port", str(free_port()), "--metrics-port", "0",
-                 "--amqp-port", "-1", "--console-port", "-1"]  # fmt: skip
+                 "--amqp-port", "-1", "--mqtt-port", "-1", "--console-port", "-1"]  # fmt: skip
         proc = _run("up", "--data-dir", str(tmp_path / "data"), *ports, "--broker-port", str(busy), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -54,7 +54,7 @@ def test_up_on_a_taken_console_port_refuses_to_start(tmp_path: Path) -> None:
         taken.listen()
         busy = taken.getsockname()[1]
         ports = ["--port", str(free_port()), "--namesrv-port", str(free_port()), "--broker-port", str(free_port()),
-                 "--amqp-port", "-1"]  # fmt: skip
+                 "--amqp-port", "-1", "--mqtt-port", "-1"]  # fmt: skip
         proc = _run("up", "--data-dir", str(tmp_path / "data"), *ports, "--metrics-port", "0",
                     "--console-port", str(busy), cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 2, proc.stderr
@@ -71,7 +71,7 @@ def test_up_serves_metrics_by_default_and_prints_where(tmp_path: Path) -> None:
     if metrics_port > 65535 or port_open(LOOPBACK, metrics_port):
         pytest.skip(f"the default metrics port {metrics_port} of client port {port} is not usable here")
     argv = [*SLUICE, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port), "--namesrv-port",
-            str(free_port()), "--broker-port", str(free_port()), "--amqp-port", "-1",
+            str(free_port()), "--broker-port", str(free_port()), "--amqp-port", "-1", "--mqtt-port", "-1",
             "--console-port", "-1"]  # fmt: skip
     child = start_process(argv, port=port, log_path=tmp_path / "up.log", name="up", timeout_s=UP_START_TIMEOUT_S)
     try:
@@ -113,7 +113,7 @@ def test_shards_refuse_what_they_cannot_run_in_one_line(tmp_path: Path) -> None:
     data dir holds, one process over shards, `[up] shards = 0`: each refused before anything starts,
     with a line saying why."""
     ports = ["--port", str(free_port()), "--namesrv-port", str(free_port()), "--broker-port", str(free_port()),
-             "--metrics-port", "0", "--console-port", "-1", "--amqp-port", "-1"]  # fmt: skip
+             "--metrics-port", "0", "--console-port", "-1", "--amqp-port", "-1", "--mqtt-port", "-1"]  # fmt: skip
     data = tmp_path / "data"
     both = _run("up", "--data-dir", str(data), *ports, "--shards", "2", "--workers", "2", cwd=tmp_path)
     assert both.returncode == 2 and "give one of them" in both.stderr, both.stderr
@@ -139,7 +139,7 @@ def test_another_servers_port_as_namesrv_gets_a_clear_answer(tmp_path: Path) -> 
     port, console_port = free_port(), free_port()
     argv = [*SLUICE, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port), "--namesrv-port",
             str(free_port()), "--broker-port", str(free_port()), "--metrics-port", "0", "--shards", "1",
-            "--console-port", str(console_port), "--amqp-port", "-1"]  # fmt: skip
+            "--console-port", str(console_port), "--amqp-port", "-1", "--mqtt-port", "-1"]  # fmt: skip
     child = start_process(argv, port=port, log_path=tmp_path / "up.log", name="up", timeout_s=UP_START_TIMEOUT_S)
     try:
         deadline = time.monotonic() + UP_START_TIMEOUT_S

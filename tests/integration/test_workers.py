@@ -93,7 +93,7 @@ def merged(tmp_path: Path) -> Iterator[tuple[ChildProcess, int, str]]:
     port, ops_port = free_port(), free_port()
     argv = [*SLUICE, "up", "--shards", "1", "--workers", "2", "--data-dir", str(tmp_path / "data"), "--port", str(port),
             "--namesrv-port", str(free_port()), "--broker-port", str(free_port()), "--metrics-port", str(ops_port),
-            "--console-port", "-1", "--amqp-port", "-1"]  # fmt: skip
+            "--console-port", "-1", "--amqp-port", "-1", "--mqtt-port", "-1"]  # fmt: skip
     child = start_process(argv, port=port, log_path=tmp_path / "up.log", name="up", timeout_s=START_TIMEOUT_S)
     try:
         yield child, port, f"{LOOPBACK}:{ops_port}"

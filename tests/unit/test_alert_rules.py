@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "alerts.test.yml"
 WANTED = {"SluiceConsumerLagGrowing", "SluiceDeadLettersGrowing", "SluiceDiskNearlyFull", "SluiceTieringStuck",
-          "SluiceBrokerDown"}  # fmt: skip
+          "SluiceBrokerDown", "SluiceMqttRefusals", "SluiceMqttDeliveriesStuck"}  # fmt: skip
 
 
 def _promtool() -> str | None:

@@ -327,6 +327,57 @@ def test_a_call_the_server_refused_is_made_again_on_a_new_connection() -> None:
     asyncio.run(main())
 
 
+def test_keepalive_keeps_a_quiet_connection_and_cuts_one_whose_server_went_silent() -> None:
+    """A relay in front of our server that can be cut (bytes dropped both ways, sockets left open,
+    as a host that dropped off the network): a connection quiet for several keepalive intervals is
+    kept (its PINGs answered); once cut, a call in flight fails with UNAVAILABLE from the keepalive
+    long before its deadline, and the next call goes on a new connection."""
+
+    async def main() -> None:
+        svc = Service()
+        server, port = await _ours(svc)
+        cut = asyncio.Event()
+        connections = 0
+
+        async def front(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            mine = connections
+            up_reader, up_writer = await asyncio.open_connection(LOOPBACK, port)
+
+            async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+                while data := await src.read(65536):
+                    if not (cut.is_set() and mine == 1):
+                        dst.write(data)
+                dst.close()
+
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
+
+        relay = await asyncio.start_server(front, LOOPBACK, 0)
+        relay_port = relay.sockets[0].getsockname()[1]
+        ch = Channel(f"{LOOPBACK}:{relay_port}", keepalive_s=0.2, keepalive_timeout_s=0.2)
+        try:
+            assert await ch.unary(ECHO, b"a", timeout_s=TIMEOUT_S) == b"a"
+            await asyncio.sleep(1.0)  # five intervals without a call: pinged, answered, kept
+            assert await ch.unary(ECHO, b"b", timeout_s=TIMEOUT_S) == b"b"
+            assert connections == 1
+            held = asyncio.create_task(ch.unary(HELD, b"h", timeout_s=TIMEOUT_S * 6))
+            await asyncio.wait_for(svc.started.wait(), TIMEOUT_S)
+            cut.set()
+            with pytest.raises(RpcError) as lost:
+                await asyncio.wait_for(held, TIMEOUT_S)
+            assert lost.value.code == StatusCode.UNAVAILABLE and "keepalive" in lost.value.message
+            assert await ch.unary(ECHO, b"c", timeout_s=TIMEOUT_S) == b"c"
+            assert connections == 2
+        finally:
+            svc.release.set()
+            await ch.close()
+            relay.close()
+            await server.shutdown(0.5)
+
+    asyncio.run(main())
+
+
 def test_closed_channels_refuse_calls() -> None:
     async def main() -> None:
         ch = Channel(f"{LOOPBACK}:{free_port()}")

@@ -10,9 +10,10 @@ import dataclasses
 import pytest
 
 from common.config import ConfigError
-from common.errors import BadRequest, IllegalTopic, TooManyRequests, TopicNotFound
+from common.errors import BadRequest, IllegalTopic, PreconditionFailed, TooManyRequests, TopicNotFound
 from common.model import MessageType, Permission, TopicInfo
 from nameserver.client import parse_addresses
+from nameserver.convert import registration_from_pb, registration_to_pb
 from nameserver.model import BrokerQueues, BrokerRegistration, RegisterOutcome, TopicRoute, merge_routes, split_address
 from nameserver.registry import Registry
 
@@ -115,6 +116,24 @@ def test_new_instance_replaces_regardless_of_sequence(registry: Registry) -> Non
     assert registry.route("b")
 
 
+def test_a_deposed_primary_s_late_registration_does_not_take_the_route_back(registry: Registry) -> None:
+    """Issue 43 item 4: a primary cut off from etcd and its replicas is replaced (epoch 4); its own
+    registration, sent during the cut and delivered after the heal, flipped the route back to it."""
+    registry.register(dataclasses.replace(broker("g1", topic("t"), instance_id="old", sequence=9, epoch=3),
+                                          address="10.0.0.1:10911"))  # fmt: skip
+    registry.register(dataclasses.replace(broker("g1", topic("t"), instance_id="new", sequence=1, epoch=4),
+                                          address="10.0.0.2:10911"))  # fmt: skip
+    with pytest.raises(PreconditionFailed, match="epoch 3 came after one of epoch 4"):
+        registry.register(dataclasses.replace(broker("g1", topic("t"), instance_id="old", sequence=10, epoch=3),
+                                              address="10.0.0.1:10911"))  # fmt: skip
+    assert registry.route("t").brokers[0].address == "10.0.0.2:10911"
+    # A later primary's takes over; a broker that is no group member (epoch 0) is ordered as before.
+    registry.register(dataclasses.replace(broker("g1", topic("t"), instance_id="third", epoch=5), address="h3:1"))
+    assert registry.route("t").brokers[0].address == "h3:1"
+    registry.register(dataclasses.replace(broker("g1", topic("t"), instance_id="plain"), address="h4:1"))
+    assert registry.route("t").brokers[0].address == "h4:1"
+
+
 # -- expiry -------------------------------------------------------------------------------------
 
 
@@ -195,6 +214,9 @@ def test_list_topics(registry: Registry) -> None:
         (dataclasses.replace(broker("b1"), address="nohost"), BadRequest),
         (dataclasses.replace(broker("b1"), address="h:0"), BadRequest),
         (dataclasses.replace(broker("b1"), address="::1:80"), BadRequest),
+        # A broker listening on 0.0.0.0 that registered that: every reader would dial its own machine.
+        (dataclasses.replace(broker("b1"), address="0.0.0.0:10911"), BadRequest),
+        (dataclasses.replace(broker("b1"), client_endpoint="0.0.0.0:8081"), BadRequest),
         (broker("b1", topic("")), IllegalTopic),
         (broker("b1", topic("a b")), IllegalTopic),
         (broker("b1", topic("t", 0)), BadRequest),
@@ -202,6 +224,7 @@ def test_list_topics(registry: Registry) -> None:
         (broker("b1", topic("t"), topic("t")), BadRequest),
         (broker("b1", topic("t", message_types=frozenset())), BadRequest),
         (broker("b1", sequence=-1), BadRequest),
+        (broker("b1", epoch=-1), BadRequest),
     ],
 )
 def test_bad_registration_is_refused_and_changes_nothing(
@@ -296,3 +319,8 @@ def test_a_stalled_nameserver_is_young_again_until_young_s_after_it_wakes(clock:
     assert not reg.tick() and reg.young
     clock.advance(1.1)
     assert not reg.tick() and not reg.young
+
+
+def test_the_epoch_crosses_the_wire() -> None:
+    reg = BrokerRegistration("c1", "g1", "10.0.0.2:10911", (topic("t"),), instance_id="i", sequence=3, epoch=7)
+    assert registration_from_pb(registration_to_pb(reg)) == reg

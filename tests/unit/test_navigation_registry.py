@@ -265,6 +265,8 @@ def test_max_proxies_refuses_one_more_but_expired_make_room(clock: FakeClock) ->
         proxy("p", networks={"default": "::1:8081"}),
         proxy("p", networks={"default": "[::1:8081"}),
         proxy("p", networks={"default": "host name:1"}),
+        proxy("p", networks={"default": "0.0.0.0:8081"}),  # a wildcard: every client would dial itself
+        proxy("p", networks={"default": "[::]:8081"}),
         proxy("p", networks={f"n{i}": f"10.0.0.1:{i + 1}" for i in range(17)}),
         proxy("p", zone="bad zone"),
         proxy("p", namespaces=frozenset({""})),

@@ -11,7 +11,7 @@ from typing import cast
 import pytest
 
 from broker.client.api import NO_CONTEXT
-from common.errors import IllegalMessageTag, Unavailable
+from common.errors import IllegalMessageTag, NotPrimary, TooFewInSync, TooManyRequests, Unavailable
 from common.model import MessageType, Permission
 from proxy.config import SendHealthConfig
 from proxy.core.health import BrokerHealth
@@ -137,3 +137,74 @@ def test_a_send_the_client_gave_up_on_counts_as_timed_out_not_as_in_flight_forev
     assert not health.usable("a")  # isolated as a timed-out send
     clock.now += 1.01
     assert health.usable("a")  # and not held as a send in flight for ever
+
+
+# -- probing a broker that stopped answering (issue 43 item 3) ---------------------------------
+
+
+class Prober:
+    """A probe that answers while `up`, else raises as an unreachable broker's call does."""
+
+    def __init__(self) -> None:
+        self.up = False
+        self.calls = 0
+
+    async def __call__(self, broker: str) -> None:
+        self.calls += 1
+        if not self.up:
+            raise Unavailable(f"broker {broker}: connection timed out")
+
+
+def test_a_failed_broker_is_avoided_until_a_probe_answers_not_probed_with_sends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A cut-off broker: after its isolation a client's send went to it again and waited for the
+    client's deadline; now a background probe must answer first."""
+    prober = Prober()
+
+    async def scenario() -> None:
+        health = BrokerHealth(SendHealthConfig(slow_ms=50, isolate_ms=20, isolate_max_ms=20), probe=prober)
+        health.finished("a", health.started("a"), Unavailable("connection lost"))
+        health.finished("a", health.started("a"), Unavailable("connection lost"))  # a second failure: one watch
+        await asyncio.sleep(0.2)  # isolation over many times: still avoided, the probes went unanswered
+        assert not health.usable("a") and prober.calls >= 2
+        assert _brokers_picked(QueueSelector(), health) == {"b"}
+        prober.up = True
+        for _ in range(50):
+            if health.usable("a"):
+                break
+            await asyncio.sleep(0.02)
+        assert health.usable("a")
+        await health.close()
+
+    with caplog.at_level("INFO", logger="sluice.proxy.health"):
+        asyncio.run(scenario())
+    stopped = [r for r in caplog.records if "stopped answering" in r.getMessage()]
+    assert len(stopped) == 1 and stopped[0].__dict__["kv"]["broker"] == "a"
+    assert any("answers again" in r.getMessage() for r in caplog.records)
+
+
+def test_closing_stops_the_probes() -> None:
+    async def scenario() -> None:
+        health = BrokerHealth(SendHealthConfig(slow_ms=50, isolate_ms=20, isolate_max_ms=20), probe=Prober())
+        health.finished("a", health.started("a"), Unavailable("connection lost"))
+        assert not health.usable("a")
+        await health.close()
+        assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("probe-")]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("answer", [TooManyRequests("overloaded"), NotPrimary("a replica"), TooFewInSync("1 of 2")])
+def test_a_broker_that_answers_no_is_not_watched(answer: Exception) -> None:
+    """A refusal is an answer: isolated as before, no probe, no 'stopped answering'."""
+    prober = Prober()
+
+    async def scenario() -> None:
+        health = BrokerHealth(SendHealthConfig(slow_ms=50, isolate_ms=20, isolate_max_ms=20), probe=prober)
+        health.finished("a", health.started("a"), answer)  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        assert health.usable("a") and prober.calls == 0
+        await health.close()
+
+    asyncio.run(scenario())

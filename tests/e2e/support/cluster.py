@@ -70,6 +70,10 @@ class Cluster:
     ops: dict[str, str] = field(default_factory=dict)  # process name -> host:port of its ops endpoint
     console: str = ""  # merged: the operator's console, http://host:port
     amqp: list[str] = field(default_factory=list)  # AMQP endpoints (host:port) when started with amqp=True
+    # MQTT endpoints (host:port) and MQTT over WebSocket ones when started with mqtt=True: one per
+    # proxy process (the merged shards share one port, docs/mqtt.md "Placement").
+    mqtt: list[str] = field(default_factory=list)
+    mqtt_ws: list[str] = field(default_factory=list)
 
     @property
     def endpoints(self) -> str:
@@ -233,24 +237,31 @@ def start_merged(
     extra_args: Sequence[str] = (),
     shards: int | None = 1,
     amqp: bool = False,
+    mqtt: bool = False,
 ) -> Cluster:
     """`sluice up --shards N` (N > 1: brokers shard-0.., docs/shards.md; 1: broker-a, one process);
     `shards=None` gives no `--shards`: the default of the machine, its brokers read back once registered.
-    `amqp`: serve AMQP on a free port (`Cluster.amqp`), else AMQP is off (never the shared 5672)."""
+    `amqp`: serve AMQP on a free port (`Cluster.amqp`), else AMQP is off (never the shared 5672); `mqtt`
+    the same for MQTT and MQTT over WebSocket (`Cluster.mqtt`, `Cluster.mqtt_ws`; never the shared 1883)."""
     root.mkdir(parents=True, exist_ok=True)
     port, ns_port, broker_port, console_port = free_port(), free_port(), free_port(), free_port()
     amqp_port = free_port() if amqp else -1
+    mqtt_port, ws_port = (free_port(), free_port()) if mqtt else (-1, -1)
     brokers = ["broker-a"] if shards == 1 else [f"shard-{i}" for i in range(shards or 0)]
     cluster = Cluster("merged", root, f"{LOOPBACK}:{ns_port}", [f"{LOOPBACK}:{port}"], brokers,
                       console=f"http://{LOOPBACK}:{console_port}",
-                      amqp=[f"{LOOPBACK}:{amqp_port}"] if amqp else [])  # fmt: skip
+                      amqp=[f"{LOOPBACK}:{amqp_port}"] if amqp else [],
+                      mqtt=[f"{LOOPBACK}:{mqtt_port}"] if mqtt else [],
+                      mqtt_ws=[f"{LOOPBACK}:{ws_port}"] if mqtt else [])  # fmt: skip
     if shards is not None:
         extra_args = ["--shards", str(shards), *extra_args]
     argv = [
         *SLUICE, "up", "--data-dir", str(root / "data"), "--port", str(port), "--namesrv-port", str(ns_port),
         "--broker-port", str(broker_port), "--console-port", str(console_port),
         *([] if auto_create else ["--no-auto-create"]),
-        *([] if "--amqp-port" in extra_args else ["--amqp-port", str(amqp_port)]), *extra_args,
+        *([] if "--amqp-port" in extra_args else ["--amqp-port", str(amqp_port)]),
+        *([] if "--mqtt-port" in extra_args else ["--mqtt-port", str(mqtt_port), "--mqtt-ws-port", str(ws_port)]),
+        *extra_args,
     ]  # fmt: skip
     try:
         _start(cluster, f"up-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}")
@@ -265,10 +276,12 @@ def start_merged(
 def start_separated(
     root: Path, *, config: Path | None = None, broker_args: Sequence[str] = (), proxy_args: Sequence[str] = (),
     proxy_ports: Sequence[int] = (), amqp: bool = False, broker_configs: Mapping[str, Path] | None = None,
+    mqtt: bool = False,
 ) -> Cluster:  # fmt: skip
     """`config`: a TOML file given to the brokers and proxies (`--config`); `broker_args`, `proxy_args`: extra
     flags; `proxy_ports`: the two proxies' ports (default: free ones); `amqp`: each proxy serves AMQP on a free
-    port of its own (`Cluster.amqp`); `broker_configs`: a broker's own TOML file instead of `config`, by name."""
+    port of its own (`Cluster.amqp`); `mqtt`: MQTT and MQTT over WebSocket likewise (`Cluster.mqtt`,
+    `Cluster.mqtt_ws`); `broker_configs`: a broker's own TOML file instead of `config`, by name."""
     root.mkdir(parents=True, exist_ok=True)
     ns_port = free_port()
     cluster = Cluster("separated", root, f"{LOOPBACK}:{ns_port}", [], list(BROKER_NAMES))
@@ -290,12 +303,16 @@ def start_separated(
             # The first proxy runs its default worker processes (one per core), the second one process.
             workers = ["--workers", "1"] if i == 1 and "--workers" not in proxy_args else []
             amqp_args = ["--amqp-port", str(free_port())] if amqp else []
+            mqtt_args = ["--mqtt-port", str(free_port()), "--mqtt-ws-port", str(free_port())] if mqtt else []
             argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), *_config_args(config),
-                    *workers, *amqp_args, *proxy_args]  # fmt: skip
+                    *workers, *amqp_args, *mqtt_args, *proxy_args]  # fmt: skip
             proxies.append((f"proxy-{port}", argv, port, f"proxy listening on {LOOPBACK}:{port}"))
             cluster.proxies.append(f"{LOOPBACK}:{port}")
             if amqp_args:
                 cluster.amqp.append(f"{LOOPBACK}:{amqp_args[1]}")
+            if mqtt_args:
+                cluster.mqtt.append(f"{LOOPBACK}:{mqtt_args[1]}")
+                cluster.mqtt_ws.append(f"{LOOPBACK}:{mqtt_args[3]}")
         _start_together(cluster, proxies)
     except BaseException:
         cluster.stop()

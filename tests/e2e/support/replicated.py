@@ -59,12 +59,12 @@ poll_interval_ms = 300
 
 def start_replicated(
     root: Path, etcd_url: str, *, members: Sequence[str] = MEMBERS, member_args: Mapping[str, Sequence[str]] = {},
-    config_text: str = CONFIG, proxies: int = 1,
+    config_text: str = CONFIG, proxies: int = 1, mqtt: bool = False,
 ) -> Cluster:  # fmt: skip
     """NameServer, the group's members (each with `member_args[name]` added), `proxies` proxies, all
     with `config_text` as their --config. With one proxy its process is named "proxy", with several
-    "proxy-<port>" (`Cluster.proxy_process`). On a start failure the processes already started are
-    stopped."""
+    "proxy-<port>" (`Cluster.proxy_process`). `mqtt`: each proxy serves MQTT on a free port
+    (`Cluster.mqtt`). On a start failure the processes already started are stopped."""
     config = root / "replicated.toml"
     config.write_text(config_text)
     ns_port = free_port()
@@ -87,8 +87,11 @@ def start_replicated(
         peers = peers if proxies > 1 else []
         starts = []
         for port in ports:
+            mqtt_args = ["--mqtt-port", str(free_port())] if mqtt else []
             argv = [*SLUICE, "proxy", "--namesrv", cluster.namesrv, "--port", str(port), "--config", str(config),
-                    *peers]  # fmt: skip
+                    *peers, *mqtt_args]  # fmt: skip
+            if mqtt_args:
+                cluster.mqtt.append(f"{LOOPBACK}:{mqtt_args[1]}")
             starts.append(("proxy" if proxies == 1 else f"proxy-{port}", argv, port,
                            f"proxy listening on {LOOPBACK}:{port}"))  # fmt: skip
             cluster.proxies.append(f"{LOOPBACK}:{port}")

@@ -424,7 +424,7 @@ class SendBatchResponse(_message.Message):
     def __init__(self, outcomes: _Optional[_Iterable[_Union[SendOutcome, _Mapping]]] = ...) -> None: ...
 
 class PopRequest(_message.Message):
-    __slots__ = ("group", "topic", "queue_id", "max_messages", "invisible_ms", "filter", "long_poll_ms", "auto_create_group", "lite_client")
+    __slots__ = ("group", "topic", "queue_id", "max_messages", "invisible_ms", "filter", "long_poll_ms", "auto_create_group", "lite_client", "lite_window")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -434,6 +434,7 @@ class PopRequest(_message.Message):
     LONG_POLL_MS_FIELD_NUMBER: _ClassVar[int]
     AUTO_CREATE_GROUP_FIELD_NUMBER: _ClassVar[int]
     LITE_CLIENT_FIELD_NUMBER: _ClassVar[int]
+    LITE_WINDOW_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     queue_id: int
@@ -443,7 +444,8 @@ class PopRequest(_message.Message):
     long_poll_ms: int
     auto_create_group: bool
     lite_client: str
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., filter: _Optional[_Union[FilterSpec, _Mapping]] = ..., long_poll_ms: _Optional[int] = ..., auto_create_group: _Optional[bool] = ..., lite_client: _Optional[str] = ...) -> None: ...
+    lite_window: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., filter: _Optional[_Union[FilterSpec, _Mapping]] = ..., long_poll_ms: _Optional[int] = ..., auto_create_group: _Optional[bool] = ..., lite_client: _Optional[str] = ..., lite_window: _Optional[int] = ...) -> None: ...
 
 class PopResponse(_message.Message):
     __slots__ = ("messages",)
@@ -959,7 +961,7 @@ class LiteOffset(_message.Message):
     def __init__(self, policy: _Optional[int] = ..., offset: _Optional[int] = ..., tail_n: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
 
 class SyncLiteSubscriptionRequest(_message.Message):
-    __slots__ = ("group", "topic", "client_id", "action", "lite_topics", "version", "offset", "quota")
+    __slots__ = ("group", "topic", "client_id", "action", "lite_topics", "version", "offset", "quota", "filters")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -968,6 +970,7 @@ class SyncLiteSubscriptionRequest(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     QUOTA_FIELD_NUMBER: _ClassVar[int]
+    FILTERS_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     client_id: str
@@ -976,7 +979,8 @@ class SyncLiteSubscriptionRequest(_message.Message):
     version: int
     offset: LiteOffset
     quota: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., client_id: _Optional[str] = ..., action: _Optional[int] = ..., lite_topics: _Optional[_Iterable[str]] = ..., version: _Optional[int] = ..., offset: _Optional[_Union[LiteOffset, _Mapping]] = ..., quota: _Optional[int] = ...) -> None: ...
+    filters: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., client_id: _Optional[str] = ..., action: _Optional[int] = ..., lite_topics: _Optional[_Iterable[str]] = ..., version: _Optional[int] = ..., offset: _Optional[_Union[LiteOffset, _Mapping]] = ..., quota: _Optional[int] = ..., filters: _Optional[bool] = ...) -> None: ...
 
 class SyncLiteSubscriptionResponse(_message.Message):
     __slots__ = ("subscribed",)
@@ -1091,3 +1095,71 @@ class PutAmqpMetaRequest(_message.Message):
 class PutAmqpMetaResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class MqttGetRequest(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, keys: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class MqttValue(_message.Message):
+    __slots__ = ("found", "value")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    value: bytes
+    def __init__(self, found: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class MqttGetResponse(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedCompositeFieldContainer[MqttValue]
+    def __init__(self, values: _Optional[_Iterable[_Union[MqttValue, _Mapping]]] = ...) -> None: ...
+
+class MqttEntry(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    value: bytes
+    def __init__(self, key: _Optional[bytes] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class MqttExpect(_message.Message):
+    __slots__ = ("key", "present", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    present: bool
+    value: bytes
+    def __init__(self, key: _Optional[bytes] = ..., present: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class MqttWriteRequest(_message.Message):
+    __slots__ = ("puts", "deletes", "expect")
+    PUTS_FIELD_NUMBER: _ClassVar[int]
+    DELETES_FIELD_NUMBER: _ClassVar[int]
+    EXPECT_FIELD_NUMBER: _ClassVar[int]
+    puts: _containers.RepeatedCompositeFieldContainer[MqttEntry]
+    deletes: _containers.RepeatedScalarFieldContainer[bytes]
+    expect: _containers.RepeatedCompositeFieldContainer[MqttExpect]
+    def __init__(self, puts: _Optional[_Iterable[_Union[MqttEntry, _Mapping]]] = ..., deletes: _Optional[_Iterable[bytes]] = ..., expect: _Optional[_Iterable[_Union[MqttExpect, _Mapping]]] = ...) -> None: ...
+
+class MqttWriteResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class MqttScanRequest(_message.Message):
+    __slots__ = ("prefix", "after", "limit")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    prefix: bytes
+    after: bytes
+    limit: int
+    def __init__(self, prefix: _Optional[bytes] = ..., after: _Optional[bytes] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class MqttScanResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[MqttEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[MqttEntry, _Mapping]]] = ...) -> None: ...

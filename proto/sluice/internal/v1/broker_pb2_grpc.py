@@ -260,6 +260,21 @@ class BrokerStub:
                 request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutAmqpMetaRequest.SerializeToString,
                 response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutAmqpMetaResponse.FromString,
                 _registered_method=True)
+        self.MqttGet = channel.unary_unary(
+                '/sluice.internal.v1.Broker/MqttGet',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttGetRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttGetResponse.FromString,
+                _registered_method=True)
+        self.MqttWrite = channel.unary_unary(
+                '/sluice.internal.v1.Broker/MqttWrite',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttWriteRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttWriteResponse.FromString,
+                _registered_method=True)
+        self.MqttScan = channel.unary_unary(
+                '/sluice.internal.v1.Broker/MqttScan',
+                request_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttScanRequest.SerializeToString,
+                response_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttScanResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -564,6 +579,25 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MqttGet(self, request, context):
+        """The MQTT gateway's state (broker/mqtt_store.py): sessions, QoS 2 packet ids, retained messages.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MqttWrite(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MqttScan(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -791,6 +825,21 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.PutAmqpMeta,
                     request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutAmqpMetaRequest.FromString,
                     response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutAmqpMetaResponse.SerializeToString,
+            ),
+            'MqttGet': grpc.unary_unary_rpc_method_handler(
+                    servicer.MqttGet,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttGetRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttGetResponse.SerializeToString,
+            ),
+            'MqttWrite': grpc.unary_unary_rpc_method_handler(
+                    servicer.MqttWrite,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttWriteRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttWriteResponse.SerializeToString,
+            ),
+            'MqttScan': grpc.unary_unary_rpc_method_handler(
+                    servicer.MqttScan,
+                    request_deserializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttScanRequest.FromString,
+                    response_serializer=proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttScanResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -2009,6 +2058,87 @@ class Broker:
             '/sluice.internal.v1.Broker/PutAmqpMeta',
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutAmqpMetaRequest.SerializeToString,
             proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.PutAmqpMetaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MqttGet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/MqttGet',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttGetRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttGetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MqttWrite(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/MqttWrite',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttWriteRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttWriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MqttScan(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sluice.internal.v1.Broker/MqttScan',
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttScanRequest.SerializeToString,
+            proto_dot_sluice_dot_internal_dot_v1_dot_broker__pb2.MqttScanResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)proto/sluice/internal/v1/nameserver.proto\x12\x12sluice.internal.v1\"Z\n\nTopicEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bqueue_count\x18\x02 \x01(\x05\x12\x12\n\npermission\x18\x03 \x01(\x05\x12\x15\n\rmessage_types\x18\x04 \x03(\x05\"\xc0\x01\n\x12\x42rokerRegistration\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12.\n\x06topics\x18\x04 \x03(\x0b\x32\x1e.sluice.internal.v1.TopicEntry\x12\x13\n\x0binstance_id\x18\x05 \x01(\t\x12\x10\n\x08sequence\x18\x06 \x01(\x03\x12\x17\n\x0f\x63lient_endpoint\x18\x14 \x01(\t\"U\n\x15RegisterBrokerRequest\x12<\n\x0cregistration\x18\x01 \x01(\x0b\x32&.sluice.internal.v1.BrokerRegistration\"\x18\n\x16RegisterBrokerResponse\"C\n\x17UnregisterBrokerRequest\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\"+\n\x18UnregisterBrokerResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08\" \n\x0fGetRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\xa3\x01\n\x0c\x42rokerQueues\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x03 \x01(\t\x12\x13\n\x0bqueue_count\x18\x04 \x01(\x05\x12\x12\n\npermission\x18\x05 \x01(\x05\x12\x15\n\rmessage_types\x18\x06 \x03(\x05\x12\x17\n\x0f\x63lient_endpoint\x18\x14 \x01(\t\"]\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x31\n\x07\x62rokers\x18\x02 \x03(\x0b\x32 .sluice.internal.v1.BrokerQueues\x12\r\n\x05young\x18\x03 \x01(\x08\"A\n\x10GetRouteResponse\x12-\n\x05route\x18\x01 \x01(\x0b\x32\x1e.sluice.internal.v1.TopicRoute\"*\n\x12ListBrokersRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\"\x96\x01\n\x0c\x42rokerStatus\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x13\n\x0btopic_count\x18\x04 \x01(\x05\x12\x1c\n\x14last_heartbeat_age_s\x18\x05 \x01(\x01\x12\x17\n\x0f\x63lient_endpoint\x18\x14 \x01(\t\"H\n\x13ListBrokersResponse\x12\x31\n\x07\x62rokers\x18\x01 \x03(\x0b\x32 .sluice.internal.v1.BrokerStatus\"\x13\n\x11ListTopicsRequest\"^\n\x0cTopicSummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x62roker_names\x18\x02 \x03(\t\x12\x13\n\x0bqueue_count\x18\x03 \x01(\x05\x12\x15\n\rmessage_types\x18\x04 \x03(\x05\"F\n\x12ListTopicsResponse\x12\x30\n\x06topics\x18\x01 \x03(\x0b\x32 .sluice.internal.v1.TopicSummary2\xf8\x03\n\nNameServer\x12g\n\x0eRegisterBroker\x12).sluice.internal.v1.RegisterBrokerRequest\x1a*.sluice.internal.v1.RegisterBrokerResponse\x12m\n\x10UnregisterBroker\x12+.sluice.internal.v1.UnregisterBrokerRequest\x1a,.sluice.internal.v1.UnregisterBrokerResponse\x12U\n\x08GetRoute\x12#.sluice.internal.v1.GetRouteRequest\x1a$.sluice.internal.v1.GetRouteResponse\x12^\n\x0bListBrokers\x12&.sluice.internal.v1.ListBrokersRequest\x1a\'.sluice.internal.v1.ListBrokersResponse\x12[\n\nListTopics\x12%.sluice.internal.v1.ListTopicsRequest\x1a&.sluice.internal.v1.ListTopicsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)proto/sluice/internal/v1/nameserver.proto\x12\x12sluice.internal.v1\"Z\n\nTopicEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bqueue_count\x18\x02 \x01(\x05\x12\x12\n\npermission\x18\x03 \x01(\x05\x12\x15\n\rmessage_types\x18\x04 \x03(\x05\"\xcf\x01\n\x12\x42rokerRegistration\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12.\n\x06topics\x18\x04 \x03(\x0b\x32\x1e.sluice.internal.v1.TopicEntry\x12\x13\n\x0binstance_id\x18\x05 \x01(\t\x12\x10\n\x08sequence\x18\x06 \x01(\x03\x12\x17\n\x0f\x63lient_endpoint\x18\x14 \x01(\t\x12\r\n\x05\x65poch\x18\x15 \x01(\x03\"U\n\x15RegisterBrokerRequest\x12<\n\x0cregistration\x18\x01 \x01(\x0b\x32&.sluice.internal.v1.BrokerRegistration\"\x18\n\x16RegisterBrokerResponse\"C\n\x17UnregisterBrokerRequest\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\"+\n\x18UnregisterBrokerResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08\" \n\x0fGetRouteRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"\xa3\x01\n\x0c\x42rokerQueues\x12\x13\n\x0b\x62roker_name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x14\n\x0c\x63luster_name\x18\x03 \x01(\t\x12\x13\n\x0bqueue_count\x18\x04 \x01(\x05\x12\x12\n\npermission\x18\x05 \x01(\x05\x12\x15\n\rmessage_types\x18\x06 \x03(\x05\x12\x17\n\x0f\x63lient_endpoint\x18\x14 \x01(\t\"]\n\nTopicRoute\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x31\n\x07\x62rokers\x18\x02 \x03(\x0b\x32 .sluice.internal.v1.BrokerQueues\x12\r\n\x05young\x18\x03 \x01(\x08\"A\n\x10GetRouteResponse\x12-\n\x05route\x18\x01 \x01(\x0b\x32\x1e.sluice.internal.v1.TopicRoute\"*\n\x12ListBrokersRequest\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\"\x96\x01\n\x0c\x42rokerStatus\x12\x14\n\x0c\x63luster_name\x18\x01 \x01(\t\x12\x13\n\x0b\x62roker_name\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x13\n\x0btopic_count\x18\x04 \x01(\x05\x12\x1c\n\x14last_heartbeat_age_s\x18\x05 \x01(\x01\x12\x17\n\x0f\x63lient_endpoint\x18\x14 \x01(\t\"H\n\x13ListBrokersResponse\x12\x31\n\x07\x62rokers\x18\x01 \x03(\x0b\x32 .sluice.internal.v1.BrokerStatus\"\x13\n\x11ListTopicsRequest\"^\n\x0cTopicSummary\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x62roker_names\x18\x02 \x03(\t\x12\x13\n\x0bqueue_count\x18\x03 \x01(\x05\x12\x15\n\rmessage_types\x18\x04 \x03(\x05\"F\n\x12ListTopicsResponse\x12\x30\n\x06topics\x18\x01 \x03(\x0b\x32 .sluice.internal.v1.TopicSummary2\xf8\x03\n\nNameServer\x12g\n\x0eRegisterBroker\x12).sluice.internal.v1.RegisterBrokerRequest\x1a*.sluice.internal.v1.RegisterBrokerResponse\x12m\n\x10UnregisterBroker\x12+.sluice.internal.v1.UnregisterBrokerRequest\x1a,.sluice.internal.v1.UnregisterBrokerResponse\x12U\n\x08GetRoute\x12#.sluice.internal.v1.GetRouteRequest\x1a$.sluice.internal.v1.GetRouteResponse\x12^\n\x0bListBrokers\x12&.sluice.internal.v1.ListBrokersRequest\x1a\'.sluice.internal.v1.ListBrokersResponse\x12[\n\nListTopics\x12%.sluice.internal.v1.ListTopicsRequest\x1a&.sluice.internal.v1.ListTopicsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,35 +34,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOPICENTRY']._serialized_start=65
   _globals['_TOPICENTRY']._serialized_end=155
   _globals['_BROKERREGISTRATION']._serialized_start=158
-  _globals['_BROKERREGISTRATION']._serialized_end=350
-  _globals['_REGISTERBROKERREQUEST']._serialized_start=352
-  _globals['_REGISTERBROKERREQUEST']._serialized_end=437
-  _globals['_REGISTERBROKERRESPONSE']._serialized_start=439
-  _globals['_REGISTERBROKERRESPONSE']._serialized_end=463
-  _globals['_UNREGISTERBROKERREQUEST']._serialized_start=465
-  _globals['_UNREGISTERBROKERREQUEST']._serialized_end=532
-  _globals['_UNREGISTERBROKERRESPONSE']._serialized_start=534
-  _globals['_UNREGISTERBROKERRESPONSE']._serialized_end=577
-  _globals['_GETROUTEREQUEST']._serialized_start=579
-  _globals['_GETROUTEREQUEST']._serialized_end=611
-  _globals['_BROKERQUEUES']._serialized_start=614
-  _globals['_BROKERQUEUES']._serialized_end=777
-  _globals['_TOPICROUTE']._serialized_start=779
-  _globals['_TOPICROUTE']._serialized_end=872
-  _globals['_GETROUTERESPONSE']._serialized_start=874
-  _globals['_GETROUTERESPONSE']._serialized_end=939
-  _globals['_LISTBROKERSREQUEST']._serialized_start=941
-  _globals['_LISTBROKERSREQUEST']._serialized_end=983
-  _globals['_BROKERSTATUS']._serialized_start=986
-  _globals['_BROKERSTATUS']._serialized_end=1136
-  _globals['_LISTBROKERSRESPONSE']._serialized_start=1138
-  _globals['_LISTBROKERSRESPONSE']._serialized_end=1210
-  _globals['_LISTTOPICSREQUEST']._serialized_start=1212
-  _globals['_LISTTOPICSREQUEST']._serialized_end=1231
-  _globals['_TOPICSUMMARY']._serialized_start=1233
-  _globals['_TOPICSUMMARY']._serialized_end=1327
-  _globals['_LISTTOPICSRESPONSE']._serialized_start=1329
-  _globals['_LISTTOPICSRESPONSE']._serialized_end=1399
-  _globals['_NAMESERVER']._serialized_start=1402
-  _globals['_NAMESERVER']._serialized_end=1906
+  _globals['_BROKERREGISTRATION']._serialized_end=365
+  _globals['_REGISTERBROKERREQUEST']._serialized_start=367
+  _globals['_REGISTERBROKERREQUEST']._serialized_end=452
+  _globals['_REGISTERBROKERRESPONSE']._serialized_start=454
+  _globals['_REGISTERBROKERRESPONSE']._serialized_end=478
+  _globals['_UNREGISTERBROKERREQUEST']._serialized_start=480
+  _globals['_UNREGISTERBROKERREQUEST']._serialized_end=547
+  _globals['_UNREGISTERBROKERRESPONSE']._serialized_start=549
+  _globals['_UNREGISTERBROKERRESPONSE']._serialized_end=592
+  _globals['_GETROUTEREQUEST']._serialized_start=594
+  _globals['_GETROUTEREQUEST']._serialized_end=626
+  _globals['_BROKERQUEUES']._serialized_start=629
+  _globals['_BROKERQUEUES']._serialized_end=792
+  _globals['_TOPICROUTE']._serialized_start=794
+  _globals['_TOPICROUTE']._serialized_end=887
+  _globals['_GETROUTERESPONSE']._serialized_start=889
+  _globals['_GETROUTERESPONSE']._serialized_end=954
+  _globals['_LISTBROKERSREQUEST']._serialized_start=956
+  _globals['_LISTBROKERSREQUEST']._serialized_end=998
+  _globals['_BROKERSTATUS']._serialized_start=1001
+  _globals['_BROKERSTATUS']._serialized_end=1151
+  _globals['_LISTBROKERSRESPONSE']._serialized_start=1153
+  _globals['_LISTBROKERSRESPONSE']._serialized_end=1225
+  _globals['_LISTTOPICSREQUEST']._serialized_start=1227
+  _globals['_LISTTOPICSREQUEST']._serialized_end=1246
+  _globals['_TOPICSUMMARY']._serialized_start=1248
+  _globals['_TOPICSUMMARY']._serialized_end=1342
+  _globals['_LISTTOPICSRESPONSE']._serialized_start=1344
+  _globals['_LISTTOPICSRESPONSE']._serialized_end=1414
+  _globals['_NAMESERVER']._serialized_start=1417
+  _globals['_NAMESERVER']._serialized_end=1921
 # @@protoc_insertion_point(module_scope)

@@ -19,7 +19,7 @@ class TopicEntry(_message.Message):
     def __init__(self, name: _Optional[str] = ..., queue_count: _Optional[int] = ..., permission: _Optional[int] = ..., message_types: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class BrokerRegistration(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "address", "topics", "instance_id", "sequence", "client_endpoint")
+    __slots__ = ("cluster_name", "broker_name", "address", "topics", "instance_id", "sequence", "client_endpoint", "epoch")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class BrokerRegistration(_message.Message):
     INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     address: str
@@ -34,7 +35,8 @@ class BrokerRegistration(_message.Message):
     instance_id: str
     sequence: int
     client_endpoint: str
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., address: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicEntry, _Mapping]]] = ..., instance_id: _Optional[str] = ..., sequence: _Optional[int] = ..., client_endpoint: _Optional[str] = ...) -> None: ...
+    epoch: int
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., address: _Optional[str] = ..., topics: _Optional[_Iterable[_Union[TopicEntry, _Mapping]]] = ..., instance_id: _Optional[str] = ..., sequence: _Optional[int] = ..., client_endpoint: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class RegisterBrokerRequest(_message.Message):
     __slots__ = ("registration",)

@@ -1,0 +1,446 @@
+"""An MQTT session on this proxy: its subscriptions registered with the brokers, the deliveries to
+its connection, and its QoS 1 and 2 state (docs/mqtt.md, "Delivery"). The wire is the connection's
+(proxy/mqtt/connection.py); what outlives the connection is the brokers' (filters, positions, the
+messages) and the state store's (proxy/mqtt/state.py).
+
+Deliveries: one loop per (consumer group, bind topic, broker) pops the session's lite client,
+asking for what its window has room for; each message is matched against the session's filters
+(QoS, identifiers, No Local, Retain As Published) and written. QoS 0 is acknowledged to the broker
+once written, QoS 1 at PUBACK; QoS 2 records (packet id, message id) in the state store before the
+first PUBLISH, acknowledges at PUBREC after recording the release, and forgets the packet id at
+PUBCOMP, so a redelivery after a reconnect or a proxy loss is sent with the same packet id (DUP) or
+not at all. Acks to one broker are sent together (one call per event loop turn). Messages in flight
+are leased (`delivery_lease_ms`, renewed by the gateway); when the connection ends they are made
+visible again at once for the session's next connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from broker.client.api import CallContext, LiteAction, LiteSync, PopRequest, StoredMessage
+from common.errors import SluiceError
+from common.logs import kv
+from common.record import SYSPROP_LITE_TOPIC
+from proxy.mqtt import convert, state
+from proxy.mqtt import properties as P
+from proxy.mqtt.codes import MqttError
+from proxy.mqtt.packets import PUBREL, ack
+from proxy.mqtt.subscriptions import Subscription, Subscriptions
+from proxy.mqtt.topics import topic_of
+
+if TYPE_CHECKING:
+    from proxy.mqtt.connection import Connection
+    from proxy.mqtt.services import Services
+
+log = logging.getLogger("sluice.proxy.mqtt")
+
+POP_BATCH_MAX = 32  # a broker hands out at most this many per pop
+RETRY_S = 1.0  # a delivery loop whose broker failed waits this long
+RECENT_PIDS_MAX = 1024  # packet ids of a session's QoS 1 deliveries remembered for a resend with DUP
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A QoS 1 or 2 PUBLISH sent and not yet completed by the client."""
+
+    qos: int
+    message: StoredMessage | None  # None: a retained message's delivery (no broker holds it for us)
+    broker: str
+    group: str
+    bind: str
+    released: bool = False  # QoS 2: PUBREC received (recorded), PUBREL sent
+    settled: bool = False  # QoS 2: acknowledged to its broker before PUBREL was sent
+    sent_s: float = field(default_factory=time.monotonic)
+
+
+LoopKey = tuple[str, str, str]  # (bind topic, group, broker)
+
+
+class Session:
+    def __init__(self, services: Services, namespace: str, client_id: str, record: state.SessionRecord) -> None:
+        self.svc = services
+        self.namespace = namespace
+        self.client_id = client_id
+        self.origin = f"{namespace}\x00{client_id}"
+        self.lite_client = f"MQTT/{namespace}/{client_id}"
+        self.record = record
+        self.subs = Subscriptions(namespace, client_id)
+        for text, raw in record.subs.items():
+            self.subs.by_text[text] = Subscription.decode(text, raw)
+        self.conn: Connection | None = None
+        self.inflight: dict[int, InFlight] = {}
+        self.window = 1
+        self._room = asyncio.Event()
+        self._next_pid = 1
+        self._loops: dict[LoopKey, asyncio.Task[None]] = {}
+        self._registered: set[tuple[str, str, str]] = {tuple(r) for r in record.reg}  # type: ignore[misc]
+        self.q2_out: dict[str, tuple[int, str]] = {}  # message id -> (packet id, state) recorded
+        self.inbound: dict[int, str] = {}  # inbound QoS 2: packet id -> message id, until PUBREL
+        self._recent: OrderedDict[str, int] = OrderedDict()  # message id -> packet id it was sent with
+        self._acks: dict[tuple[str, str, str], list[str]] = {}  # (broker, group, bind) -> receipt handles
+        self._ack_task: asyncio.Task[None] | None = None
+        self.had_qos2 = False  # QoS 2 state may have been written for it (its end looks for it)
+
+    # -- attach and detach -----------------------------------------------------------------------
+
+    def ctx(self) -> CallContext:
+        return CallContext(client_id=self.client_id, namespace=self.namespace,
+                           deadline=time.monotonic() + self.svc.config.call_timeout_s)  # fmt: skip
+
+    async def load_qos2(self) -> None:
+        """The QoS 2 exchanges a previous connection left unfinished (state store)."""
+        inbound = await self.svc.state.scan_all(
+            state.qos2_prefix(state.INBOUND, self.namespace, self.client_id), 65_536
+        )
+        self.inbound = {state.packet_id_of(k): v.decode() for k, v in inbound}
+        outbound = await self.svc.state.scan_all(
+            state.qos2_prefix(state.OUTBOUND, self.namespace, self.client_id), 65_536
+        )
+        for key, value in outbound:
+            kind, message_id = state.parse_outbound(value)
+            self.q2_out[message_id] = (state.packet_id_of(key), kind)
+        self.had_qos2 = bool(inbound or outbound)
+
+    def attach(self, conn: Connection, window: int) -> None:
+        """Serve `conn`: resend what is pending (PUBRELs, then this proxy's unacknowledged PUBLISHes
+        with DUP), then start the delivery loops."""
+        self.conn = conn
+        self.window = window
+        for message_id, (pid, kind) in self.q2_out.items():
+            if kind == state.RELEASED and pid not in self.inflight:
+                self.inflight[pid] = InFlight(2, None, "", "", "", released=True)
+                conn.send(ack(PUBREL, pid, conn.version))
+            elif pid not in self.inflight:
+                self._recent[message_id] = pid  # the PUBLISH comes again from the broker: same id, DUP
+        self._room_changed()
+        for bind, group, _ in {(b, g, f) for b, g, f in self._registered}:
+            self.svc.spawn(self._start_loops(bind, group))
+
+    async def detach(self) -> None:
+        """The connection ended: stop the loops, make what was in flight visible again."""
+        self.conn = None
+        loops = list(self._loops.values())
+        self._loops.clear()
+        for task in loops:
+            task.cancel()
+        for task in loops:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._flush_acks()
+        pending = [(f, pid) for pid, f in self.inflight.items() if f.message is not None and not f.released]
+        self.inflight = {pid: f for pid, f in self.inflight.items() if f.released}
+        for f, pid in pending:
+            assert f.message is not None
+            self._remember_pid(f.message.message_id, pid)
+            with contextlib.suppress(SluiceError):
+                api = self.svc.directory.broker(f.broker)
+                await api.change_invisible_duration(f.group, f.bind, f.message.receipt_handle, 0, ctx=self.ctx())
+
+    def _remember_pid(self, message_id: str, pid: int) -> None:
+        self._recent[message_id] = pid
+        while len(self._recent) > RECENT_PIDS_MAX:
+            self._recent.popitem(last=False)
+
+    # -- subscriptions ---------------------------------------------------------------------------
+
+    async def register(self, sub: Subscription) -> None:
+        """Make the brokers match `sub` for this session (every broker of each bind topic it can match in)."""
+        if sub.local:
+            return
+        binds = self.svc.topics.binds_of_filter(sub.filter)
+        if binds is None:
+            binds = [b.removeprefix(self._ns_prefix()) for b in await self.svc.binds.all_binds(self.namespace, 0)]
+        group = self.subs.group_of(sub)
+        lite_filter = sub.filter.lite_filter()
+        for bind in binds:
+            await self._register_one(self.svc.wrap(self.namespace, bind), group, lite_filter)
+
+    def _ns_prefix(self) -> str:
+        return f"{self.namespace}%" if self.namespace else ""
+
+    async def _register_one(self, bind: str, group: str, lite_filter: str) -> None:
+        for broker in await self.svc.binds.brokers(bind):
+            await self.svc.binds.ensure_group(broker, group)
+            sync = LiteSync(group, bind, self.lite_client, LiteAction.PARTIAL_ADD, (lite_filter,), filters=True,
+                            quota=self.svc.config.max_subscriptions_per_session)  # fmt: skip
+            await self.svc.directory.broker(broker).sync_lite_subscription(sync)
+        self._registered.add((bind, group, lite_filter))
+        if self.conn is not None:
+            await self._start_loops(bind, group)
+
+    async def add_wild_bind(self, bind: str) -> None:
+        """A bind topic the namespace did not have: the session's wildcard-first filters apply there too."""
+        for sub in list(self.subs):
+            if not sub.local and sub.filter.wild_first:
+                await self._register_one(bind, self.subs.group_of(sub), sub.filter.lite_filter())
+
+    async def unregister(self, sub: Subscription) -> None:
+        """Stop the brokers matching `sub` (the lite topics only it matched are unsubscribed)."""
+        group = self.subs.group_of(sub)
+        lite_filter = sub.filter.lite_filter()
+        for bind, g, f in [r for r in self._registered if r[1] == group and r[2] == lite_filter]:
+            await self._sync_all(bind, g, LiteAction.PARTIAL_REMOVE, (f,))
+            self._registered.discard((bind, g, f))
+            if not any(r[0] == bind and r[1] == g for r in self._registered):
+                for key in [k for k in self._loops if k[0] == bind and k[1] == g]:
+                    self._loops.pop(key).cancel()
+
+    async def _sync_all(self, bind: str, group: str, action: LiteAction, filters: tuple[str, ...]) -> None:
+        try:
+            brokers = await self.svc.binds.brokers(bind)
+        except (SluiceError, MqttError):
+            brokers = []
+        for broker in brokers:
+            sync = LiteSync(group, bind, self.lite_client, action, filters, filters=True)
+            await self.svc.directory.broker(broker).sync_lite_subscription(sync)
+
+    def registrations(self) -> list[list[str]]:
+        return sorted([list(r) for r in self._registered])
+
+    # -- deliveries ------------------------------------------------------------------------------
+
+    async def _start_loops(self, bind: str, group: str) -> None:
+        try:
+            brokers = await self.svc.binds.brokers(bind)
+        except (SluiceError, MqttError) as exc:
+            log.warning("MQTT deliveries not started", extra=kv(topic=bind, error=str(exc)))
+            return
+        for broker in brokers:
+            key = (bind, group, broker)
+            if key not in self._loops and self.conn is not None:
+                self._loops[key] = self.svc.spawn(self._loop(key))
+
+    def _room_changed(self) -> None:
+        if self._used() < self.window:
+            self._room.set()
+        else:
+            self._room.clear()
+
+    def _used(self) -> int:
+        return len(self.inflight)
+
+    async def _loop(self, key: LoopKey) -> None:
+        bind, group, broker = key
+        cfg = self.svc.config
+        while self.conn is not None and self._loops.get(key) is asyncio.current_task():
+            await self._room.wait()
+            n = min(POP_BATCH_MAX, max(1, self.window - self._used()))
+            request = PopRequest(group, bind, None, n, cfg.delivery_lease_ms, long_poll_ms=cfg.long_poll_ms,
+                                 lite_client=self.lite_client, lite_window=self.window)  # fmt: skip
+            try:
+                api = self.svc.directory.broker(broker)
+                found = await api.pop(request, ctx=CallContext(client_id=self.client_id, namespace=self.namespace))
+            except SluiceError as exc:
+                log.debug("MQTT delivery pop failed", extra=kv(broker=broker, topic=bind, error=exc.message))
+                await asyncio.sleep(RETRY_S)
+                continue
+            for m in found:
+                if self.conn is None:  # ended meanwhile: back to the broker for the next connection
+                    with contextlib.suppress(SluiceError):
+                        await api.change_invisible_duration(group, bind, m.receipt_handle, 0)
+                    continue
+                await self._deliver(m, broker, group, bind)
+
+    async def _deliver(self, m: StoredMessage, broker: str, group: str, bind: str) -> None:
+        conn = self.conn
+        assert conn is not None
+        topic = topic_of(m.system_properties.get(SYSPROP_LITE_TOPIC, ""))
+        now = convert.now_ms()
+        ob = convert.to_outbound(m, topic)
+        match = self.subs.match(topic, group, ob.origin == self.origin)
+        if match is None or (ob.expires_ms and ob.expires_ms <= now):
+            self._ack(broker, group, bind, m.receipt_handle)  # nothing of this session wants it
+            return
+        qos = min(ob.qos, match.qos)
+        retain = ob.retain and match.retain_as_published
+        dup = False
+        pid = 0
+        if qos == 2:
+            recorded = self.q2_out.get(m.message_id)
+            if recorded is not None and recorded[1] == state.RELEASED:
+                # It reached the client already (its broker's ack failed or was lost with a proxy):
+                # acknowledged now, and only then forgotten.
+                if await self._ack_now(broker, group, bind, m.receipt_handle) and recorded[0] not in self.inflight:
+                    await self._forget_q2(recorded[0], m.message_id)
+                return
+            if recorded is not None:
+                pid, dup = recorded[0], True
+            else:
+                pid = self._allocate()
+                key = state.qos2_key(state.OUTBOUND, self.namespace, self.client_id, pid)
+                self.had_qos2 = True
+                await self.svc.state.write([(key, state.outbound_value(state.PUBLISHED, m.message_id))])
+                self.q2_out[m.message_id] = (pid, state.PUBLISHED)
+        elif qos == 1:
+            pid = self._recent.pop(m.message_id, 0)
+            dup = bool(pid) and pid not in self.inflight
+            if not dup:
+                pid = self._allocate()
+        sent = conn.send_publish(ob, qos, retain, dup, pid, match.identifiers, now)
+        if not sent:  # larger than the client takes: as if delivered (5.0 3.1.2.25)
+            self._ack(broker, group, bind, m.receipt_handle)
+            if qos == 2:
+                await self._forget_q2(pid, m.message_id)
+            return
+        self.svc.stats.sent(len(ob.payload))
+        if qos == 0:
+            self._ack(broker, group, bind, m.receipt_handle)
+            return
+        self.inflight[pid] = InFlight(qos, m, broker, group, bind)
+        self._room_changed()
+
+    def deliver_retained(self, ob: convert.Outbound, sub: Subscription) -> None:
+        """A retained message for a new subscription (RETAIN set; kept in memory only)."""
+        conn = self.conn
+        if conn is None:
+            return
+        qos = min(ob.qos, sub.options.qos)
+        pid = self._allocate() if qos else 0
+        ids = (sub.identifier,) if sub.identifier else ()
+        if conn.send_publish(ob, qos, True, False, pid, ids, convert.now_ms()):
+            self.svc.stats.sent(len(ob.payload))
+            if qos:
+                self.inflight[pid] = InFlight(qos, None, "", "", "")
+                self._room_changed()
+
+    def _allocate(self) -> int:
+        """A packet id neither in flight nor reserved by recorded QoS 2 state."""
+        reserved = {pid for pid, _ in self.q2_out.values()}
+        for _ in range(65_536):
+            pid = self._next_pid
+            self._next_pid = pid % 65_535 + 1
+            if pid not in self.inflight and pid not in reserved:
+                return pid
+        raise MqttError(0x97, "no packet identifier is free")
+
+    # -- the client's acknowledgements ----------------------------------------------------------
+
+    def puback(self, pid: int) -> bool:
+        f = self.inflight.get(pid)
+        if f is None or f.qos != 1:
+            return False
+        del self.inflight[pid]
+        if f.message is not None:
+            self._ack(f.broker, f.group, f.bind, f.message.receipt_handle)
+        self._room_changed()
+        return True
+
+    async def pubrec(self, pid: int, refused: bool) -> bool:
+        """PUBREC: recorded as released (or, refused by a 5.0 reason >= 0x80, forgotten), then
+        acknowledged to its broker and that answered, before the caller sends PUBREL (unless
+        refused): once PUBCOMP comes, nothing of the broker can deliver the message again, and the
+        record may go."""
+        f = self.inflight.get(pid)
+        if f is None or f.qos != 2:
+            return False
+        if f.released:
+            return True  # a repeated PUBREC: send PUBREL again
+        message_id = f.message.message_id if f.message is not None else ""
+        key = state.qos2_key(state.OUTBOUND, self.namespace, self.client_id, pid)
+        if refused:
+            del self.inflight[pid]
+            if message_id:
+                await self._forget_q2(pid, message_id)
+            self._room_changed()
+        elif message_id:
+            await self.svc.state.write([(key, state.outbound_value(state.RELEASED, message_id))])
+            self.q2_out[message_id] = (pid, state.RELEASED)
+            f.released = True
+        else:
+            f.released = True
+        if f.message is not None:
+            f.settled = await self._ack_now(f.broker, f.group, f.bind, f.message.receipt_handle)
+            f.message = None
+        else:
+            f.settled = True  # a retained message's delivery: no broker holds it for us
+        return True
+
+    async def pubcomp(self, pid: int) -> bool:
+        """PUBCOMP: the exchange is over. Its record goes once its broker acknowledged the message;
+        otherwise it stays (the packet id reserved) until the broker delivers the message again,
+        which is then acknowledged without being sent (`_deliver`)."""
+        f = self.inflight.get(pid)
+        if f is None or not f.released:
+            return False
+        del self.inflight[pid]
+        if f.settled:
+            for message_id, (recorded, _) in list(self.q2_out.items()):
+                if recorded == pid:
+                    await self._forget_q2(pid, message_id)
+        self._room_changed()
+        return True
+
+    async def _forget_q2(self, pid: int, message_id: str) -> None:
+        self.q2_out.pop(message_id, None)
+        await self.svc.state.write([], [state.qos2_key(state.OUTBOUND, self.namespace, self.client_id, pid)])
+
+    # -- acks to the brokers and leases -----------------------------------------------------------
+
+    async def _ack_now(self, broker: str, group: str, bind: str, handle: str) -> bool:
+        """Acknowledge one message and wait for the broker's answer; whether it was acknowledged."""
+        try:
+            results = await self.svc.directory.broker(broker).ack(group, bind, [handle], ctx=self.ctx())
+        except SluiceError as exc:
+            log.warning("MQTT QoS 2 ack not stored", extra=kv(broker=broker, topic=bind, error=exc.message))
+            return False
+        return all(r.ok for r in results)
+
+    def _ack(self, broker: str, group: str, bind: str, handle: str) -> None:
+        self._acks.setdefault((broker, group, bind), []).append(handle)
+        if self._ack_task is None:
+            self._ack_task = self.svc.spawn(self._flush_acks())
+
+    async def _flush_acks(self) -> None:
+        await asyncio.sleep(0)  # the acks of this event loop turn go together
+        self._ack_task = None
+        acks, self._acks = self._acks, {}
+        for (broker, group, bind), handles in acks.items():
+            try:
+                await self.svc.directory.broker(broker).ack(group, bind, handles, ctx=self.ctx())
+            except SluiceError as exc:  # redelivered after the lease: at least once
+                log.warning("MQTT acks not stored", extra=kv(broker=broker, topic=bind, error=exc.message))
+
+    async def renew(self, older_than_s: float) -> None:
+        """Extend the lease of messages in flight longer than `older_than_s` (the gateway's renewer)."""
+        cut = time.monotonic() - older_than_s
+        due: dict[tuple[str, str, str], list[InFlight]] = {}
+        for f in self.inflight.values():
+            if f.message is not None and f.sent_s < cut:
+                due.setdefault((f.broker, f.group, f.bind), []).append(f)
+        for (broker, group, bind), entries in due.items():
+            handles = [f.message.receipt_handle for f in entries if f.message is not None]
+            with contextlib.suppress(SluiceError):
+                await self.svc.directory.broker(broker).renew(group, bind, handles, self.svc.config.delivery_lease_ms,
+                                                              ctx=self.ctx())  # fmt: skip
+            now = time.monotonic()
+            for f in entries:
+                f.sent_s = now
+
+    async def drop(self) -> None:
+        """Remove the session everywhere: its filters and their subscriptions, its group's state."""
+        for bind, group in {(b, g) for b, g, _ in self._registered}:
+            with contextlib.suppress(SluiceError, MqttError):
+                await self._sync_all(bind, group, LiteAction.COMPLETE_REMOVE, ())
+        self._registered.clear()
+        self.inflight.clear()
+        self.q2_out.clear()
+        self.inbound.clear()
+
+
+def out_props(ob: convert.Outbound, identifiers: tuple[int, ...], now_ms: int) -> bytes:
+    """The encoded 5.0 properties of a delivery."""
+    if not ob.props and not identifiers and not ob.expires_ms:
+        return b"\x00"
+    props = dict(ob.props)
+    if identifiers:
+        props[P.SUBSCRIPTION_ID] = list(identifiers)
+    if ob.expires_ms:
+        props[P.MESSAGE_EXPIRY] = max(0, (ob.expires_ms - now_ms + 999) // 1000)
+    return P.encode(props)

@@ -1,0 +1,112 @@
+"""The MQTT gateway's durable state in the home broker's store (broker/mqtt_store.py; docs/mqtt.md,
+"Durable state"): its keys, its records, and the calls that read and write them.
+
+| key | value |
+|---|---|
+| `s` namespace NUL client id | the session record (JSON, below) |
+| `i` namespace NUL client id NUL packet id u16 | inbound QoS 2: the message id stored, until PUBREL |
+| `o` namespace NUL client id NUL packet id u16 | outbound QoS 2: `p` / `r` (PUBLISH / PUBREL sent), message id |
+| `r` namespace NUL topic | a retained message: its record (common/record.py `outgoing`) |
+| `k` proxy id NUL namespace NUL client id | that proxy is to close the client's connection (a takeover) |
+
+MQTT strings hold no NUL, so NUL separates the parts. The session record: `v` protocol level,
+`exp` session expiry interval (s), `subs` {filter as written: [qos, no local, retain as published,
+retain handling, subscription identifier]}, `reg` [[bind topic, group, lite filter], ...] (what the
+brokers hold for it), `owner` the proxy of its connection ("" when none), `epoch` (raised by each
+connection), `gone_ms` when its connection ended, `will` (its will while connected, to publish if
+its proxy dies).
+
+The home broker is the first broker by name (as for the AMQP metadata); proxy/mqtt/statestore.py
+makes the calls. This module is the pure codec (`sluice admin mqtt` reads it too).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+SEP = b"\x00"
+_PID = struct.Struct(">H")
+SESSION, INBOUND, OUTBOUND, RETAINED, KICK = b"s", b"i", b"o", b"r", b"k"
+PUBLISHED, RELEASED = "p", "r"
+
+
+def session_key(namespace: str, client_id: str) -> bytes:
+    return SESSION + namespace.encode() + SEP + client_id.encode()
+
+
+def qos2_prefix(kind: bytes, namespace: str, client_id: str) -> bytes:
+    return kind + namespace.encode() + SEP + client_id.encode() + SEP
+
+
+def qos2_key(kind: bytes, namespace: str, client_id: str, packet_id: int) -> bytes:
+    return qos2_prefix(kind, namespace, client_id) + _PID.pack(packet_id)
+
+
+def packet_id_of(key: bytes) -> int:
+    return int(_PID.unpack_from(key, len(key) - 2)[0])
+
+
+def retained_key(namespace: str, topic: str) -> bytes:
+    return RETAINED + namespace.encode() + SEP + topic.encode()
+
+
+def retained_prefix(namespace: str, topic_prefix: str = "") -> bytes:
+    return RETAINED + namespace.encode() + SEP + topic_prefix.encode()
+
+
+def topic_of_retained(key: bytes, namespace: str) -> str:
+    return key[len(RETAINED) + len(namespace.encode()) + 1 :].decode()
+
+
+def kick_prefix(proxy: str) -> bytes:
+    return KICK + proxy.encode() + SEP
+
+
+def kick_key(proxy: str, namespace: str, client_id: str) -> bytes:
+    return kick_prefix(proxy) + namespace.encode() + SEP + client_id.encode()
+
+
+def parse_kick(key: bytes, proxy: str) -> tuple[str, str]:
+    namespace, _, client_id = key[len(kick_prefix(proxy)) :].partition(SEP)
+    return namespace.decode(), client_id.decode()
+
+
+def parse_session_key(key: bytes) -> tuple[str, str]:
+    namespace, _, client_id = key[len(SESSION) :].partition(SEP)
+    return namespace.decode(), client_id.decode()
+
+
+@dataclass
+class SessionRecord:
+    version: int
+    expiry_s: int
+    subs: dict[str, list[int]] = field(default_factory=dict)  # filter -> [qos, nl, rap, rh, sub id]
+    reg: list[list[str]] = field(default_factory=list)  # [bind topic, group, lite filter]
+    owner: str = ""
+    epoch: int = 0
+    gone_ms: int = 0
+    will: dict[str, Any] | None = None
+
+    def encode(self) -> bytes:
+        doc = {"v": self.version, "exp": self.expiry_s, "subs": self.subs, "reg": self.reg, "owner": self.owner,
+               "epoch": self.epoch, "gone_ms": self.gone_ms, "will": self.will}  # fmt: skip
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> SessionRecord:
+        doc = json.loads(raw)
+        return cls(int(doc["v"]), int(doc["exp"]), {k: list(v) for k, v in doc["subs"].items()},
+                   [list(r) for r in doc["reg"]], str(doc["owner"]), int(doc["epoch"]), int(doc["gone_ms"]),
+                   doc.get("will"))  # fmt: skip
+
+
+def outbound_value(state: str, message_id: str) -> bytes:
+    return f"{state}{message_id}".encode()
+
+
+def parse_outbound(raw: bytes) -> tuple[str, str]:
+    text = raw.decode()
+    return text[:1], text[1:]
