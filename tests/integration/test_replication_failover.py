@@ -30,6 +30,7 @@ GROUP = "g1"
 TOPIC = "orders"
 TIMEOUT_S = 120
 LEASE_TTL_S = 2
+PAUSE_KEEPALIVE_S = 60.0  # longer than any pause here: the paused primary's connection is kept
 
 
 @pytest.fixture
@@ -287,7 +288,9 @@ def test_a_receive_waiting_on_a_paused_primary_is_not_answered_after_its_term(
         await asyncio.to_thread(_start_group, tmp_path, etcd, procs)
         leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
         await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
-        old = RemoteBroker(GROUP, leader["address"], timeout_s=3)
+        # A client that does not take the paused primary's silence for a cut: this is about what the
+        # primary answers when it wakes (the proxy's default keepalive would cut the call first).
+        old = RemoteBroker(GROUP, leader["address"], keepalive_s=PAUSE_KEEPALIVE_S, timeout_s=3)
         await old.create_topic(TopicSpec(TOPIC, queue_count=1))
         await old.create_group(GroupSpec(group, consume_from=ConsumeFrom.EARLIEST))
         await asyncio.sleep(1.0)  # a group change reaches the replicas within 0.5 s (not waited for)

@@ -33,6 +33,7 @@ TOPIC = "orders"
 READERS = "readers"
 HEARTBEAT_S = 1.0  # the brokers' heartbeat_interval_s (`_settings`)
 WATCH_S = 3.0  # after the wake: the old primary's fencing and more than one heartbeat of each member
+PAUSE_KEEPALIVE_S = 60.0  # longer than any pause here: the paused primary's connection is kept
 
 
 @pytest.fixture
@@ -59,7 +60,9 @@ def test_a_primary_woken_past_its_term_leaves_the_route_to_its_successor(etcd: E
         leader = await _wait_for("a leader", lambda: _etcd_json(etcd, "leader"))
         await _wait_for("three members in sync", lambda: _in_sync(etcd, 3))
         await _wait_for("the group routed to its primary", lambda: _is(routed, leader["address"]))
-        old = RemoteBroker(GROUP, leader["address"], timeout_s=30)
+        # A client that does not take the paused primary's silence for a cut: this is about what the
+        # primary answers when it wakes (the proxy's default keepalive would cut the call first).
+        old = RemoteBroker(GROUP, leader["address"], keepalive_s=PAUSE_KEEPALIVE_S, timeout_s=30)
         await old.create_topic(TopicSpec(TOPIC, 1))
         await old.create_group(GroupSpec(READERS))
         waiting = asyncio.create_task(old.pop(PopRequest(READERS, TOPIC, long_poll_ms=20_000)))
