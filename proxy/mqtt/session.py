@@ -28,12 +28,12 @@ from broker.client.api import CallContext, LiteAction, LiteSync, PopRequest, Sto
 from common.errors import SluiceError
 from common.logs import kv
 from common.record import SYSPROP_LITE_TOPIC
+from proxy.litenames import mqtt_topic
 from proxy.mqtt import convert, state
 from proxy.mqtt import properties as P
 from proxy.mqtt.codes import MqttError
 from proxy.mqtt.packets import PUBREL, ack
 from proxy.mqtt.subscriptions import Subscription, Subscriptions
-from proxy.mqtt.topics import topic_of
 
 if TYPE_CHECKING:
     from proxy.mqtt.connection import Connection
@@ -251,7 +251,7 @@ class Session:
     async def _deliver(self, m: StoredMessage, broker: str, group: str, bind: str) -> None:
         conn = self.conn
         assert conn is not None
-        topic = topic_of(m.system_properties.get(SYSPROP_LITE_TOPIC, ""))
+        topic = mqtt_topic(m.system_properties.get(SYSPROP_LITE_TOPIC, ""))
         now = convert.now_ms()
         ob = convert.to_outbound(m, topic)
         match = self.subs.match(topic, group, ob.origin == self.origin)
