@@ -177,6 +177,32 @@ def test_limits_and_flow_control(cluster: Cluster, witness: Callable[[], None], 
     witness()
 
 
+def test_connect_timeout_and_the_clients_maximum_packet_size(
+    cluster: Cluster, witness: Callable[[], None], unique: Callable[[str], str]
+) -> None:
+    """A connection that sends no CONNECT is closed without a CONNACK once `connect_timeout_s` (10 s)
+    passed (it is opened first, so the wait runs while the rest is checked); a delivery larger than
+    the Maximum Packet Size a 5.0 client announced is not sent, and the next one that fits is."""
+    silent = Raw(cluster.mqtt[0])
+    t = f"{unique('mps')}/t"
+    most = b"\x27" + struct.pack(">I", 128)  # Maximum Packet Size 128
+    small = connected(cluster.mqtt[-1], 5, props=varint(len(most)) + most)
+    small.send(subscribe_packet([(t, 1)], version=5))
+    expect(small, SUBACK)
+    pub = Paho(cluster.mqtt[0])
+    try:
+        pub.publish(t, b"x" * 200, 1)
+        pub.publish(t, b"fits", 1)
+        _, body = expect(small, PUBLISH | 0x02)  # QoS 1: the large one was skipped
+        assert body.endswith(b"fits"), body
+        small.send(packet(0x40, body[2 + len(t) : 4 + len(t)]))  # its PUBACK
+    finally:
+        pub.disconnect()
+        small.close()
+    assert silent.closed(30.0), "a connection without CONNECT was not closed"
+    witness()
+
+
 def test_receive_maximum_is_enforced(
     cluster: Cluster, witness: Callable[[], None], unique: Callable[[str], str]
 ) -> None:
