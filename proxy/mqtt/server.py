@@ -276,8 +276,8 @@ class Gateway:
         for namespace, conns in wanting.items():
             binds = set(await self.svc.binds.all_binds(namespace, 0))
             known = self._known_binds.setdefault(namespace, set())
-            new = binds - known
-            if known and new:
+            new = binds - known  # at first all (sessions have loops in most: starting those is a no-op)
+            if new:
                 for conn in conns:
                     if conn.session is not None:
                         for bind in sorted(new):

@@ -24,7 +24,15 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker.client.api import CallContext, LiteAction, LiteSync, PopRequest, StoredMessage
+from broker.client.api import (
+    EVERY_LITE_TOPIC,
+    CallContext,
+    LiteAction,
+    LiteSync,
+    PopRequest,
+    StoredMessage,
+    is_lite_scope,
+)
 from common.errors import SluiceError
 from common.logs import kv
 from common.record import SYSPROP_LITE_TOPIC
@@ -120,8 +128,8 @@ class Session:
             elif pid not in self.inflight:
                 self._recent[message_id] = pid  # the PUBLISH comes again from the broker: same id, DUP
         self._room_changed()
-        for bind, group, _ in {(b, g, f) for b, g, f in self._registered}:
-            self.svc.spawn(self._start_loops(bind, group))
+        for bind, group in {(b, g) for b, g, _ in self._registered}:
+            self.svc.spawn(self._start_scope_loops(group) if is_lite_scope(bind) else self._start_loops(bind, group))
 
     async def detach(self) -> None:
         """The connection ended: stop the loops, make what was in flight visible again."""
@@ -151,35 +159,48 @@ class Session:
     # -- subscriptions ---------------------------------------------------------------------------
 
     async def register(self, sub: Subscription) -> None:
-        """Make the brokers match `sub` for this session (every broker of each bind topic it can match in)."""
+        """Make the brokers match `sub` for this session: on every broker of the bind topic it can
+        match in, or, for a filter whose first level is a wildcard, on every broker for every LITE
+        topic of the namespace (its scope, `lite_scope`: bind topics made later included)."""
         if sub.local:
             return
-        binds = self.svc.topics.binds_of_filter(sub.filter)
-        if binds is None:
-            binds = [b.removeprefix(self._ns_prefix()) for b in await self.svc.binds.all_binds(self.namespace, 0)]
         group = self.subs.group_of(sub)
         lite_filter = sub.filter.lite_filter()
+        binds = self.svc.topics.binds_of_filter(sub.filter)
+        if binds is None:
+            await self._register_one(self.scope(), group, lite_filter)
+            return
         for bind in binds:
             await self._register_one(self.svc.wrap(self.namespace, bind), group, lite_filter)
 
-    def _ns_prefix(self) -> str:
-        return f"{self.namespace}%" if self.namespace else ""
+    def scope(self) -> str:
+        """The namespace-wide name of filters that apply to each of its bind topics (`lite_scope`)."""
+        return self.svc.wrap(self.namespace, EVERY_LITE_TOPIC)
+
+    def registered_in_scope(self, sub: Subscription) -> bool:
+        return (self.scope(), self.subs.group_of(sub), sub.filter.lite_filter()) in self._registered
+
+    async def _brokers_of(self, bind: str) -> list[str]:
+        """The brokers that hold the filters of `bind` (a scope's: every broker)."""
+        if is_lite_scope(bind):
+            return sorted(self.svc.directory.broker_names())
+        return await self.svc.binds.brokers(bind)
 
     async def _register_one(self, bind: str, group: str, lite_filter: str) -> None:
-        for broker in await self.svc.binds.brokers(bind):
+        for broker in await self._brokers_of(bind):
             await self.svc.binds.ensure_group(broker, group)
             sync = LiteSync(group, bind, self.lite_client, LiteAction.PARTIAL_ADD, (lite_filter,), filters=True,
                             quota=self.svc.config.max_subscriptions_per_session)  # fmt: skip
             await self.svc.directory.broker(broker).sync_lite_subscription(sync)
         self._registered.add((bind, group, lite_filter))
         if self.conn is not None:
-            await self._start_loops(bind, group)
+            await (self._start_scope_loops(group) if is_lite_scope(bind) else self._start_loops(bind, group))
 
     async def add_wild_bind(self, bind: str) -> None:
-        """A bind topic the namespace did not have: the session's wildcard-first filters apply there too."""
-        for sub in list(self.subs):
-            if not sub.local and sub.filter.wild_first:
-                await self._register_one(bind, self.subs.group_of(sub), sub.filter.lite_filter())
+        """A bind topic the namespace did not have: the deliveries of the session's wildcard-first
+        filters start there (the brokers matched them since the bind topic's first message)."""
+        for group in {g for b, g, _ in self._registered if is_lite_scope(b)}:
+            await self._start_loops(bind, group)
 
     async def unregister(self, sub: Subscription) -> None:
         """Stop the brokers matching `sub` (the lite topics only it matched are unsubscribed)."""
@@ -188,13 +209,16 @@ class Session:
         for bind, g, f in [r for r in self._registered if r[1] == group and r[2] == lite_filter]:
             await self._sync_all(bind, g, LiteAction.PARTIAL_REMOVE, (f,))
             self._registered.discard((bind, g, f))
-            if not any(r[0] == bind and r[1] == g for r in self._registered):
-                for key in [k for k in self._loops if k[0] == bind and k[1] == g]:
+            if any(r[1] == g and is_lite_scope(r[0]) for r in self._registered):
+                continue  # the group's deliveries in every bind topic go on
+            if is_lite_scope(bind) or not any(r[0] == bind and r[1] == g for r in self._registered):
+                held = {r[0] for r in self._registered if r[1] == g}
+                for key in [k for k in self._loops if k[1] == g and k[0] not in held]:
                     self._loops.pop(key).cancel()
 
     async def _sync_all(self, bind: str, group: str, action: LiteAction, filters: tuple[str, ...]) -> None:
         try:
-            brokers = await self.svc.binds.brokers(bind)
+            brokers = await self._brokers_of(bind)
         except (SluiceError, MqttError):
             brokers = []
         for broker in brokers:
@@ -205,6 +229,16 @@ class Session:
         return sorted([list(r) for r in self._registered])
 
     # -- deliveries ------------------------------------------------------------------------------
+
+    async def _start_scope_loops(self, group: str) -> None:
+        """Deliveries of a group with wildcard-first filters from every bind topic of the namespace."""
+        try:
+            binds = await self.svc.binds.all_binds(self.namespace, self.svc.config.bind_topics_refresh_ms / 1000.0)
+        except SluiceError as exc:
+            log.warning("MQTT deliveries not started", extra=kv(topic=self.scope(), error=exc.message))
+            return
+        for bind in binds:
+            await self._start_loops(bind, group)
 
     async def _start_loops(self, bind: str, group: str) -> None:
         try:

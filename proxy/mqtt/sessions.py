@@ -170,8 +170,8 @@ class SessionManager:
         conn.accepted(session, present, back)
         session.attach(conn, window)
         for sub in list(session.subs):
-            if sub.filter.wild_first and not sub.local:  # bind topics created while it was away
-                self.svc.spawn(session.register(sub))
+            if sub.filter.wild_first and not sub.local and not session.registered_in_scope(sub):
+                self.svc.spawn(session.register(sub))  # made per bind topic by an earlier version
         log.debug("MQTT session opened", extra=kv(client=client_id, namespace=namespace, present=present))
 
     async def _open(self, conn: Connection, key: Key, pkt: K.Connect, expiry: int) -> tuple[Session, bool]:
