@@ -9,9 +9,11 @@ asking for what its window has room for; each message is matched against the ses
 once written, QoS 1 at PUBACK; QoS 2 records (packet id, message id) in the state store before the
 first PUBLISH, acknowledges at PUBREC after recording the release, and forgets the packet id at
 PUBCOMP, so a redelivery after a reconnect or a proxy loss is sent with the same packet id (DUP) or
-not at all. Acks to one broker are sent together (one call per event loop turn). Messages in flight
-are leased (`delivery_lease_ms`, renewed by the gateway); when the connection ends they are made
-visible again at once for the session's next connection.
+not at all. A QoS 1 message's packet id is its message id's (`packet_id_of`), so its redelivery
+through any proxy carries it too (DUP: its delivery attempt is not the first). Acks to one broker
+are sent together (one call per event loop turn). Messages in flight are leased
+(`delivery_lease_ms`, renewed by the gateway); when the connection ends they are made visible
+again at once for the session's next connection.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
+import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,7 +53,6 @@ log = logging.getLogger("sluice.proxy.mqtt")
 
 POP_BATCH_MAX = 32  # a broker hands out at most this many per pop
 RETRY_S = 1.0  # a delivery loop whose broker failed waits this long
-RECENT_PIDS_MAX = 1024  # packet ids of a session's QoS 1 deliveries remembered for a resend with DUP
 
 
 @dataclass(slots=True)
@@ -91,7 +92,6 @@ class Session:
         self._registered: set[tuple[str, str, str]] = {tuple(r) for r in record.reg}  # type: ignore[misc]
         self.q2_out: dict[str, tuple[int, str]] = {}  # message id -> (packet id, state) recorded
         self.inbound: dict[int, str] = {}  # inbound QoS 2: packet id -> message id, until PUBREL
-        self._recent: OrderedDict[str, int] = OrderedDict()  # message id -> packet id it was sent with
         self._acks: dict[tuple[str, str, str], list[str]] = {}  # (broker, group, bind) -> receipt handles
         self._ack_task: asyncio.Task[None] | None = None
         self.had_qos2 = False  # QoS 2 state may have been written for it (its end looks for it)
@@ -117,16 +117,14 @@ class Session:
         self.had_qos2 = bool(inbound or outbound)
 
     def attach(self, conn: Connection, window: int) -> None:
-        """Serve `conn`: resend what is pending (PUBRELs, then this proxy's unacknowledged PUBLISHes
-        with DUP), then start the delivery loops."""
+        """Serve `conn`: resend the PUBRELs pending, then start the delivery loops (which deliver
+        what is unacknowledged again first, with DUP and its packet id)."""
         self.conn = conn
         self.window = window
-        for message_id, (pid, kind) in self.q2_out.items():
+        for pid, kind in self.q2_out.values():
             if kind == state.RELEASED and pid not in self.inflight:
                 self.inflight[pid] = InFlight(2, None, "", "", "", released=True)
                 conn.send(ack(PUBREL, pid, conn.version))
-            elif pid not in self.inflight:
-                self._recent[message_id] = pid  # the PUBLISH comes again from the broker: same id, DUP
         self._room_changed()
         for bind, group in {(b, g) for b, g, _ in self._registered}:
             self.svc.spawn(self._start_scope_loops(group) if is_lite_scope(bind) else self._start_loops(bind, group))
@@ -134,27 +132,16 @@ class Session:
     async def detach(self) -> None:
         """The connection ended: stop the loops, make what was in flight visible again."""
         self.conn = None
-        loops = list(self._loops.values())
-        self._loops.clear()
-        for task in loops:
-            task.cancel()
-        for task in loops:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        self._loops.clear()  # each loop ends after its pop (`_serving`), giving back what that brought
+        self._room.set()  # loops waiting for room see that they are done
         await self._flush_acks()
         pending = [(f, pid) for pid, f in self.inflight.items() if f.message is not None and not f.released]
         self.inflight = {pid: f for pid, f in self.inflight.items() if f.released}
-        for f, pid in pending:
+        for f, _ in pending:
             assert f.message is not None
-            self._remember_pid(f.message.message_id, pid)
             with contextlib.suppress(SluiceError):
                 api = self.svc.directory.broker(f.broker)
                 await api.change_invisible_duration(f.group, f.bind, f.message.receipt_handle, 0, ctx=self.ctx())
-
-    def _remember_pid(self, message_id: str, pid: int) -> None:
-        self._recent[message_id] = pid
-        while len(self._recent) > RECENT_PIDS_MAX:
-            self._recent.popitem(last=False)
 
     # -- subscriptions ---------------------------------------------------------------------------
 
@@ -214,7 +201,7 @@ class Session:
             if is_lite_scope(bind) or not any(r[0] == bind and r[1] == g for r in self._registered):
                 held = {r[0] for r in self._registered if r[1] == g}
                 for key in [k for k in self._loops if k[1] == g and k[0] not in held]:
-                    self._loops.pop(key).cancel()
+                    del self._loops[key]  # it ends after its pop (`_serving`)
 
     async def _sync_all(self, bind: str, group: str, action: LiteAction, filters: tuple[str, ...]) -> None:
         try:
@@ -260,11 +247,20 @@ class Session:
     def _used(self) -> int:
         return len(self.inflight)
 
+    def _serving(self, key: LoopKey) -> bool:
+        return self.conn is not None and self._loops.get(key) is asyncio.current_task()
+
     async def _loop(self, key: LoopKey) -> None:
+        """Deliveries of one (bind topic, group, broker). A loop is never cancelled while its pop
+        is out (a cancelled call's pop may still take messages at the broker, which would then wait
+        out their lease): it is stopped by leaving `_loops`, and ends once its pop answered, giving
+        back at once what that pop brought."""
         bind, group, broker = key
         cfg = self.svc.config
-        while self.conn is not None and self._loops.get(key) is asyncio.current_task():
+        while self._serving(key):
             await self._room.wait()
+            if not self._serving(key):
+                return
             n = min(POP_BATCH_MAX, max(1, self.window - self._used()))
             request = PopRequest(group, bind, None, n, cfg.delivery_lease_ms, long_poll_ms=cfg.long_poll_ms,
                                  lite_client=self.lite_client, lite_window=self.window)  # fmt: skip
@@ -276,7 +272,7 @@ class Session:
                 await asyncio.sleep(RETRY_S)
                 continue
             for m in found:
-                if self.conn is None:  # ended meanwhile: back to the broker for the next connection
+                if not self._serving(key):  # ended meanwhile: back to the broker for the next connection
                     with contextlib.suppress(SluiceError):
                         await api.change_invisible_duration(group, bind, m.receipt_handle, 0)
                     continue
@@ -307,16 +303,14 @@ class Session:
             if recorded is not None:
                 pid, dup = recorded[0], True
             else:
-                pid = self._allocate()
+                pid = self._allocate(packet_id_of(m.message_id))
                 key = state.qos2_key(state.OUTBOUND, self.namespace, self.client_id, pid)
                 self.had_qos2 = True
                 await self.svc.state.write([(key, state.outbound_value(state.PUBLISHED, m.message_id))])
                 self.q2_out[m.message_id] = (pid, state.PUBLISHED)
-        elif qos == 1:
-            pid = self._recent.pop(m.message_id, 0)
-            dup = bool(pid) and pid not in self.inflight
-            if not dup:
-                pid = self._allocate()
+        elif qos == 1:  # its packet id is its message id's, through whichever proxy delivers it again
+            pid = self._allocate(packet_id_of(m.message_id))
+            dup = m.delivery_attempt > 1
         sent = conn.send_publish(ob, qos, retain, dup, pid, match.identifiers, now)
         if not sent:  # larger than the client takes: as if delivered (5.0 3.1.2.25)
             self._ack(broker, group, bind, m.receipt_handle)
@@ -344,14 +338,18 @@ class Session:
                 self.inflight[pid] = InFlight(qos, None, "", "", "")
                 self._room_changed()
 
-    def _allocate(self) -> int:
-        """A packet id neither in flight nor reserved by recorded QoS 2 state."""
+    def _allocate(self, preferred: int = 0) -> int:
+        """A packet id neither in flight nor reserved by recorded QoS 2 state: `preferred` (a
+        message's own, `packet_id_of`) or the next free one after it; without one, the next of
+        this session's rotation."""
         reserved = {pid for pid, _ in self.q2_out.values()}
+        pid = preferred or self._next_pid
         for _ in range(65_536):
-            pid = self._next_pid
-            self._next_pid = pid % 65_535 + 1
             if pid not in self.inflight and pid not in reserved:
+                if not preferred:
+                    self._next_pid = pid % 65_535 + 1
                 return pid
+            pid = pid % 65_535 + 1
         raise MqttError(0x97, "no packet identifier is free")
 
     # -- the client's acknowledgements ----------------------------------------------------------
@@ -466,6 +464,14 @@ class Session:
         self.inflight.clear()
         self.q2_out.clear()
         self.inbound.clear()
+
+
+def packet_id_of(message_id: str) -> int:
+    """The packet id a message is delivered with (1-65535): the same wherever it is delivered again,
+    so a QoS 1 redelivery through another proxy (a takeover, a proxy lost) carries its original
+    packet id, as MQTT asks (3.1.1 4.4.0-1; 5.0 4.4.0-1). Two messages in flight to one session
+    whose ids meet here get the next free id (about one delivery in 65,535 / the window)."""
+    return zlib.crc32(message_id.encode()) % 65_535 + 1
 
 
 def out_props(ob: convert.Outbound, identifiers: tuple[int, ...], now_ms: int) -> bytes:
