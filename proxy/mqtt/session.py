@@ -35,6 +35,7 @@ from broker.client.api import (
     StoredMessage,
     is_lite_scope,
 )
+from common import record
 from common.errors import SluiceError
 from common.logs import kv
 from common.record import SYSPROP_LITE_TOPIC
@@ -66,6 +67,7 @@ class InFlight:
     bind: str
     released: bool = False  # QoS 2: PUBREC received (recorded), PUBREL sent
     settled: bool = False  # QoS 2: acknowledged to its broker before PUBREL was sent
+    durable: bool = False  # a retained message's delivery recorded in the state store (`d` keys)
     sent_s: float = field(default_factory=time.monotonic)
 
 
@@ -94,7 +96,8 @@ class Session:
         self.inbound: dict[int, str] = {}  # inbound QoS 2: packet id -> message id, until PUBREL
         self._acks: dict[tuple[str, str, str], list[str]] = {}  # (broker, group, bind) -> receipt handles
         self._ack_task: asyncio.Task[None] | None = None
-        self.had_qos2 = False  # QoS 2 state may have been written for it (its end looks for it)
+        self.retained_out: dict[int, state.RetainedOut] = {}  # recorded retained deliveries, by packet id
+        self.had_qos2 = False  # QoS 2 or retained delivery state may have been written for it (its end looks)
 
     # -- attach and detach -----------------------------------------------------------------------
 
@@ -102,8 +105,9 @@ class Session:
         return CallContext(client_id=self.client_id, namespace=self.namespace,
                            deadline=time.monotonic() + self.svc.config.call_timeout_s)  # fmt: skip
 
-    async def load_qos2(self) -> None:
-        """The QoS 2 exchanges a previous connection left unfinished (state store)."""
+    async def load_unfinished(self) -> None:
+        """The QoS 2 exchanges and retained deliveries a previous connection left unfinished
+        (state store)."""
         inbound = await self.svc.state.scan_all(
             state.qos2_prefix(state.INBOUND, self.namespace, self.client_id), 65_536
         )
@@ -114,17 +118,33 @@ class Session:
         for key, value in outbound:
             kind, message_id = state.parse_outbound(value)
             self.q2_out[message_id] = (state.packet_id_of(key), kind)
-        self.had_qos2 = bool(inbound or outbound)
+        retained = await self.svc.state.scan_all(
+            state.qos2_prefix(state.RETAINED_OUT, self.namespace, self.client_id), 65_536
+        )
+        self.retained_out = {state.packet_id_of(k): state.RetainedOut.decode(v) for k, v in retained}
+        self.had_qos2 = bool(inbound or outbound or retained)
 
     def attach(self, conn: Connection, window: int) -> None:
-        """Serve `conn`: resend the PUBRELs pending, then start the delivery loops (which deliver
-        what is unacknowledged again first, with DUP and its packet id)."""
+        """Serve `conn`: resend the PUBRELs pending and the retained deliveries unfinished (DUP,
+        their packet ids), then start the delivery loops (which deliver what is unacknowledged
+        again first, with DUP and its packet id)."""
         self.conn = conn
         self.window = window
         for pid, kind in self.q2_out.values():
             if kind == state.RELEASED and pid not in self.inflight:
                 self.inflight[pid] = InFlight(2, None, "", "", "", released=True)
                 conn.send(ack(PUBREL, pid, conn.version))
+        now = convert.now_ms()
+        for pid, out in self.retained_out.items():
+            released = out.state == state.RELEASED
+            self.inflight[pid] = InFlight(out.qos, None, "", "", "", released=released, settled=True, durable=True)
+            if released:
+                conn.send(ack(PUBREL, pid, conn.version))
+                continue
+            rec = record.decode(out.record)
+            ob = convert.to_outbound(rec, mqtt_topic(rec.system_properties.get(SYSPROP_LITE_TOPIC, "")))
+            ids = (out.identifier,) if out.identifier else ()
+            conn.send_publish(ob, out.qos, True, True, pid, ids, now)
         self._room_changed()
         for bind, group in {(b, g) for b, g, _ in self._registered}:
             self.svc.spawn(self._start_scope_loops(group) if is_lite_scope(bind) else self._start_loops(bind, group))
@@ -325,7 +345,8 @@ class Session:
         self._room_changed()
 
     def deliver_retained(self, ob: convert.Outbound, sub: Subscription) -> None:
-        """A retained message for a new subscription (RETAIN set; kept in memory only)."""
+        """A retained message for a new subscription (RETAIN set), kept in memory only: a `$SYS`
+        topic's, or one of a session that ends with its connection."""
         conn = self.conn
         if conn is None:
             return
@@ -337,6 +358,54 @@ class Session:
             if qos:
                 self.inflight[pid] = InFlight(qos, None, "", "", "")
                 self._room_changed()
+
+    async def deliver_stored_retained(self, entries: list[tuple[convert.Outbound, Subscription, bytes]]) -> None:
+        """The stored retained messages (Outbound, subscription, record) a SUBSCRIBE matched. A
+        persistent session's QoS 1 and 2 ones are recorded first (one state write), so that one
+        not completed when its connection ends is sent again after the reconnect, through any
+        proxy, with its packet id (3.1.1 4.4.0-1)."""
+        if self.record.expiry_s == 0:
+            for ob, sub, _ in entries:
+                self.deliver_retained(ob, sub)
+            return
+        puts: list[tuple[bytes, bytes]] = []
+        sends: list[tuple[convert.Outbound, int, int, tuple[int, ...]]] = []
+        for ob, sub, raw in entries:
+            qos = min(ob.qos, sub.options.qos)
+            pid = self._allocate() if qos else 0
+            ids = (sub.identifier,) if sub.identifier else ()
+            if qos:
+                self.inflight[pid] = InFlight(qos, None, "", "", "", durable=True)
+                out = state.RetainedOut(qos, state.PUBLISHED, sub.identifier, raw)
+                puts.append((state.qos2_key(state.RETAINED_OUT, self.namespace, self.client_id, pid), out.encode()))
+            sends.append((ob, qos, pid, ids))
+        if puts:
+            self.had_qos2 = True
+            try:
+                await self.svc.state.write(puts)
+            except SluiceError as exc:  # sent all the same, kept in memory only
+                log.warning("MQTT retained deliveries not recorded", extra=kv(client=self.client_id,
+                                                                             error=exc.message))  # fmt: skip
+                for _, qos, pid, _ in sends:
+                    if qos and pid in self.inflight:
+                        self.inflight[pid].durable = False
+        now = convert.now_ms()
+        for ob, qos, pid, ids in sends:
+            conn = self.conn
+            if conn is None:
+                return  # ended meanwhile: what was recorded is sent after the reconnect
+            if conn.send_publish(ob, qos, True, False, pid, ids, now):
+                self.svc.stats.sent(len(ob.payload))
+            elif qos:  # larger than the client takes: as if delivered
+                self._finish_retained(pid)
+        self._room_changed()
+
+    def _finish_retained(self, pid: int) -> None:
+        """A recorded retained delivery completed (or dropped): its record goes."""
+        self.inflight.pop(pid, None)
+        self.retained_out.pop(pid, None)
+        key = state.qos2_key(state.RETAINED_OUT, self.namespace, self.client_id, pid)
+        self.svc.spawn(self.svc.state.write([], [key]))
 
     def _allocate(self, preferred: int = 0) -> int:
         """A packet id neither in flight nor reserved by recorded QoS 2 state: `preferred` (a
@@ -361,6 +430,8 @@ class Session:
         del self.inflight[pid]
         if f.message is not None:
             self._ack(f.broker, f.group, f.bind, f.message.receipt_handle)
+        elif f.durable:
+            self._finish_retained(pid)
         self._room_changed()
         return True
 
@@ -385,6 +456,9 @@ class Session:
             await self.svc.state.write([(key, state.outbound_value(state.RELEASED, message_id))])
             self.q2_out[message_id] = (pid, state.RELEASED)
             f.released = True
+        elif f.durable:  # a recorded retained delivery: PUBREL is what is sent again now
+            await self._release_retained(pid)
+            f.released = True
         else:
             f.released = True
         if f.message is not None:
@@ -402,12 +476,23 @@ class Session:
         if f is None or not f.released:
             return False
         del self.inflight[pid]
-        if f.settled:
+        if f.durable:
+            self._finish_retained(pid)
+        elif f.settled:
             for message_id, (recorded, _) in list(self.q2_out.items()):
                 if recorded == pid:
                     await self._forget_q2(pid, message_id)
         self._room_changed()
         return True
+
+    async def _release_retained(self, pid: int) -> None:
+        key = state.qos2_key(state.RETAINED_OUT, self.namespace, self.client_id, pid)
+        raw = await self.svc.state.get_one(key)
+        if raw is not None:
+            out = state.RetainedOut.decode(raw)
+            released = state.RetainedOut(out.qos, state.RELEASED, out.identifier, b"")
+            await self.svc.state.write([(key, released.encode())])
+            self.retained_out[pid] = released
 
     async def _forget_q2(self, pid: int, message_id: str) -> None:
         self.q2_out.pop(message_id, None)

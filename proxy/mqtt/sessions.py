@@ -201,7 +201,7 @@ class SessionManager:
             conn.epoch = new.epoch
             session = Session(self.svc, namespace, client_id, new)
             if present:
-                await session.load_qos2()
+                await session.load_unfinished()
             return session, present
         raise MqttError(C.SERVER_BUSY, "the session changed under this CONNECT repeatedly; connect again")
 
@@ -303,7 +303,7 @@ class SessionManager:
                     await self.svc.directory.broker(name).delete_group(group)
         keys: list[bytes] = []
         if session is None or session.had_qos2:  # QoS 2 state it may have left
-            for kind in (state.INBOUND, state.OUTBOUND):
+            for kind in (state.INBOUND, state.OUTBOUND, state.RETAINED_OUT):
                 prefix = state.qos2_prefix(kind, namespace, client_id)
                 keys += [k for k, _ in await self.svc.state.scan_all(prefix, 70_000)]
         await self.svc.state.write([], [*keys, state.session_key(namespace, client_id)])

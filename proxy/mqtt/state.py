@@ -7,6 +7,7 @@
 | `i` namespace NUL client id NUL packet id u16 | inbound QoS 2: the message id stored, until PUBREL |
 | `o` namespace NUL client id NUL packet id u16 | outbound QoS 2: `p` / `r` (PUBLISH / PUBREL sent), message id |
 | `r` namespace NUL topic | a retained message: its record (common/record.py `outgoing`) |
+| `d` namespace NUL client id NUL packet id u16 | a retained delivery in flight (below) |
 | `k` proxy id NUL namespace NUL client id | that proxy is to close the client's connection (a takeover) |
 
 MQTT strings hold no NUL, so NUL separates the parts. The session record: `v` protocol level,
@@ -14,7 +15,9 @@ MQTT strings hold no NUL, so NUL separates the parts. The session record: `v` pr
 retain handling, subscription identifier]}, `reg` [[bind topic, group, lite filter], ...] (what the
 brokers hold for it), `owner` the proxy of its connection ("" when none), `epoch` (raised by each
 connection), `gone_ms` when its connection ended, `will` (its will while connected, to publish if
-its proxy dies).
+its proxy dies). A retained delivery in flight is a retained message sent on SUBSCRIBE at QoS 1 or
+2 to a persistent session, until the client completed it: QoS u8, `p` / `r` (PUBLISH / PUBREL
+sent), subscription identifier u32 (0: none), then its record.
 
 The home broker is the first broker by name (as for the AMQP metadata); proxy/mqtt/statestore.py
 makes the calls. This module is the pure codec (`sluice admin mqtt` reads it too).
@@ -29,8 +32,9 @@ from typing import Any
 
 SEP = b"\x00"
 _PID = struct.Struct(">H")
-SESSION, INBOUND, OUTBOUND, RETAINED, KICK = b"s", b"i", b"o", b"r", b"k"
+SESSION, INBOUND, OUTBOUND, RETAINED, KICK, RETAINED_OUT = b"s", b"i", b"o", b"r", b"k", b"d"
 PUBLISHED, RELEASED = "p", "r"
+_RETAINED_OUT = struct.Struct(">B1sI")  # QoS, state, subscription identifier; then the record
 
 
 def session_key(namespace: str, client_id: str) -> bytes:
@@ -110,3 +114,21 @@ def outbound_value(state: str, message_id: str) -> bytes:
 def parse_outbound(raw: bytes) -> tuple[str, str]:
     text = raw.decode()
     return text[:1], text[1:]
+
+
+@dataclass(frozen=True, slots=True)
+class RetainedOut:
+    """A retained message sent on SUBSCRIBE and not yet completed by the client (`d` keys)."""
+
+    qos: int
+    state: str  # PUBLISHED or RELEASED
+    identifier: int  # the subscription's identifier (0: none)
+    record: bytes
+
+    def encode(self) -> bytes:
+        return _RETAINED_OUT.pack(self.qos, self.state.encode(), self.identifier) + self.record
+
+    @classmethod
+    def decode(cls, raw: bytes) -> RetainedOut:
+        qos, kind, identifier = _RETAINED_OUT.unpack_from(raw)
+        return cls(qos, kind.decode(), identifier, raw[_RETAINED_OUT.size :])

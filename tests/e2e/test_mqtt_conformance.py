@@ -286,6 +286,30 @@ def test_a_takeover_hands_over_what_was_in_flight_with_its_packet_ids(
         connected(cluster.mqtt[0], 4, client_id=cid, clean=True).close()  # the session dropped
 
 
+def test_a_retained_delivery_is_sent_again_after_a_reconnect(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """A retained message sent on SUBSCRIBE at QoS 1 to a persistent session and not acknowledged
+    comes again when the session reconnects, through another proxy: RETAIN and DUP set, its packet
+    id (3.1.1 4.4.0-1)."""
+    t = f"{unique('ret')}/t"
+    pub = Paho(cluster.mqtt[0])
+    pub.publish(t, "kept", 1, retain=True)
+    pub.disconnect()
+    cid = new_id("ret")
+    first = connected(cluster.mqtt[0], 4, client_id=cid, clean=False)
+    first.send(subscribe_packet([(t, 1)], pid=1))
+    expect(first, SUBACK)
+    _, body = expect(first, PUBLISH | 0x02 | 0x01)  # QoS 1, RETAIN
+    pid = body[2 + len(t) : 4 + len(t)]
+    assert body.endswith(b"kept")
+    first.close()  # no PUBACK
+    again = connected(cluster.mqtt[-1], 4, client_id=cid, clean=False)
+    _, body = expect(again, PUBLISH | 0x08 | 0x02 | 0x01)  # DUP, QoS 1, RETAIN
+    assert body.endswith(b"kept") and body[2 + len(t) : 4 + len(t)] == pid
+    again.send(packet(0x40, pid))
+    again.close()
+    connected(cluster.mqtt[0], 4, client_id=cid, clean=True).close()  # the session dropped
+
+
 def test_keep_alive_expiry_closes_and_publishes_the_will(cluster: Cluster, unique: Callable[[str], str]) -> None:
     t = f"{unique('ka')}/will"
     watcher = Paho(cluster.mqtt[0])
