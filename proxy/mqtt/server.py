@@ -31,6 +31,7 @@ from proxy.mqtt import codes as C
 from proxy.mqtt.binds import BindTopics
 from proxy.mqtt.connection import Connection, Transport
 from proxy.mqtt.inbound import Inbound
+from proxy.mqtt.janitor import Janitor
 from proxy.mqtt.services import Authorize, Send, Services
 from proxy.mqtt.sessions import SessionManager
 from proxy.mqtt.statestore import StateStore
@@ -85,6 +86,7 @@ class Gateway:
         self.inbound = Inbound(self.svc)
         self.subscriptions = SubscribeHandler(self)
         self.sessions = SessionManager(self)
+        self.janitor = Janitor(self.sessions, config.janitor_interval_s)
         self.sys = SysTopics(self)
         self.connections: dict[int, Connection] = {}
         self._ids = 0
@@ -193,12 +195,16 @@ class Gateway:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop`; then close every connection and wait for their sessions."""
+        try:  # before the first round: sessions may connect through this proxy from now on
+            await self.janitor.heartbeat()
+        except SluiceError as exc:
+            log.warning("MQTT heartbeat not written", extra=kv(error=exc.message))
         inner = asyncio.Event()
         loops = [
             self.svc.spawn(self._every(SWEEP_S, self._sweep, inner)),
             self.svc.spawn(self._every(self.svc.config.delivery_lease_ms / 3000.0, self._renew, inner)),
             self.svc.spawn(self._every(self.svc.config.kick_poll_ms / 1000.0, self.sessions.poll_kicks, inner)),
-            self.svc.spawn(self._every(self.svc.config.janitor_interval_s, self._janitor, inner)),
+            self.svc.spawn(self._every(self.svc.config.janitor_interval_s, self.janitor.round, inner)),
             self.svc.spawn(self._every(self.svc.config.bind_topics_refresh_ms / 1000.0, self._wild_binds, inner)),
             self.svc.spawn(self.sys.run(inner)),
         ]
@@ -254,17 +260,6 @@ class Gateway:
         for conn in list(self.sessions.connections.values()):
             if conn.session is not None and conn.session.inflight:
                 await conn.session.renew(third)
-
-    async def _janitor(self) -> None:
-        reported: set[tuple[str, str]] = set()
-        names = self.svc.directory.broker_names()
-        if not names:
-            return
-        for client in await self.svc.directory.broker(min(names)).list_clients():
-            if client.client_type == MQTT_CLIENT_TYPE:
-                with contextlib.suppress(ValueError, KeyError, TypeError):
-                    reported.add((json.loads(client.detail)["namespace"], client.client_id))
-        await self.sessions.sweep(reported)
 
     async def _wild_binds(self) -> None:
         """Bind topics new to a namespace whose connected sessions have wildcard-first filters."""
