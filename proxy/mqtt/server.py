@@ -79,7 +79,8 @@ class Gateway:
             config=config, directory=directory,
             state=StateStore(directory, config.call_timeout_s, broker_names),
             topics=TopicMap(config.bind_topics, max_lite_chars),
-            binds=BindTopics(directory, broker_names, queues=1), send=send, proxy_id=proxy_id, host=advertised,
+            binds=BindTopics(directory, broker_names, queues=1, create=config.create_bind_topics), send=send,
+            proxy_id=proxy_id, host=advertised,
             security=security, auth_required=auth_required, authorize=authorize if auth_required else None,
         )  # fmt: skip
         self._tls = tls
