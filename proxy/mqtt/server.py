@@ -249,7 +249,7 @@ class Gateway:
         timeout = self.svc.config.connect_timeout_s
         for conn in list(self.connections.values()):
             if not conn.connected:
-                if now - conn.opened > timeout and not conn.closed:
+                if not conn.connect_seen and now - conn.opened > timeout and not conn.closed:
                     log.info("MQTT connection closed: no CONNECT", extra=kv(peer=conn.peer))
                     conn.close(will=False)
             elif conn.keep_alive and now - conn.last_rx > KEEP_ALIVE_GRACE * conn.keep_alive:
