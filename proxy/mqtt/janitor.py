@@ -61,7 +61,7 @@ class Janitor:
             skey = state.session_key(namespace, client_id)
             raw = await self.svc.state.get_one(skey)
             rec = None if raw is None else state.SessionRecord.decode(raw)
-            if rec is None or key not in state.index_keys(namespace, client_id, rec):
+            if raw is None or rec is None or key not in state.index_keys(namespace, client_id, rec):
                 await self.svc.state.write([], [key])  # an entry its record no longer has
                 continue
             try:

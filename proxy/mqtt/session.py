@@ -373,7 +373,7 @@ class Session:
         for ob, sub, raw in entries:
             qos = min(ob.qos, sub.options.qos)
             pid = self._allocate() if qos else 0
-            ids = (sub.identifier,) if sub.identifier else ()
+            ids: tuple[int, ...] = (sub.identifier,) if sub.identifier else ()
             if qos:
                 self.inflight[pid] = InFlight(qos, None, "", "", "", durable=True)
                 out = state.RetainedOut(qos, state.PUBLISHED, sub.identifier, raw)
