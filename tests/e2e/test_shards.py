@@ -25,11 +25,11 @@ from rocketmq import FilterExpression, Producer
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.v5.model import Message
 
-from broker.client import receipt
 from tests.e2e.support import raw
 from tests.e2e.support.amqp import connect, drain
 from tests.e2e.support.clients import message, producer, simple_consumer
 from tests.e2e.support.cluster import LOOPBACK, SLUICE, Cluster, _start, _wait_for_brokers, start_merged
+from tests.e2e.support.handles import fields
 from tests.e2e.support.history import History
 from tests.helpers.procs import free_port, process_tree
 
@@ -107,7 +107,7 @@ _BROKERS: dict[str, int] = {}  # broker name -> a number of its own, for stored 
 
 def _copy(msg: Message) -> tuple[int, int]:
     """The stored copy a delivery is: (broker number * 100000 + queue id, queue offset)."""
-    broker, queue_id, queue_offset, *_ = receipt.fields(msg.receipt_handle)
+    broker, queue_id, queue_offset, _ = fields(msg.receipt_handle)
     return _BROKERS.setdefault(broker, len(_BROKERS)) * 100_000 + queue_id, queue_offset
 
 
