@@ -239,7 +239,8 @@ class LocalBroker:
                 raise
         metadata = Metadata(store.index)
         pop_state = PopState(store.index, term=self._term, cursor_cache_size=cfg.pop.cursor_cache_size,
-                             acked_state=self._durability.acked_state)  # fmt: skip
+                             acked_state=self._durability.acked_state,
+                             lite_topic=functools.partial(_is_lite_topic, metadata))  # fmt: skip
         self.hub = LongPollHub(loop)
         store.add_dispatch_listener(lambda touched: self.hub.notify_threadsafe(map(topic_key, touched)))
         trace = TraceRecorder(cfg.name, cfg.trace, store.index.cf(CF_TRACE), store.index.handle(CF_TRACE),
@@ -693,11 +694,11 @@ class LocalBroker:
     ) -> list[AckResult]:
         self.metadata.group(group)
         results, done = self.engine.ack(group, topic, receipt_handles)
-        spec = self.metadata.topics.get(topic)
-        if spec is not None and is_lite(spec):
-            self.lite.after_ack(group, topic, {qid for qid, _ in done})
         await self._state_replicated()
         self.engine.settled()  # the in-sync replicas hold the acks: their message groups go on
+        spec = self.metadata.topics.get(topic)
+        if spec is not None and is_lite(spec):  # and their lite topics
+            self.lite.after_ack(group, topic, {qid for qid, _ in done})
         return results
 
     async def change_invisible_duration(
@@ -982,6 +983,11 @@ class LocalBroker:
 # (the admin tool's calls time out after 5 s); past it they go on being deleted, and a failure is
 # finished by the next retention run.
 _PURGE_WAIT_S = 2.0
+
+
+def _is_lite_topic(metadata: Metadata, name: str) -> bool:
+    spec = metadata.topics.get(name)
+    return spec is not None and is_lite(spec)
 
 
 def _purged(topic: str, purge: asyncio.Future[int]) -> None:
