@@ -677,7 +677,7 @@ class LocalBroker:
     async def pop(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]:
         if ctx.expired():  # what it took would stay invisible with no one to receive it
             raise RequestTimeout(f"the client's deadline passed before the pop from {request.topic} began")
-        group = await self.get_group(request.group, auto_create=request.auto_create_group)
+        group = self.metadata.group(request.group)  # never created here: the proxy's decision (proxy/firstuse.py)
         topic = self.metadata.topic(request.topic)
         if not topic.permission.readable:
             raise Forbidden(f"topic {topic.name} is not readable on broker {self.name}")
