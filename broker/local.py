@@ -536,13 +536,13 @@ class LocalBroker:
     async def ensure_topic(
         self, name: str, first: MessageType | None = None, *, like: TopicSpec | None = None, create: bool = True
     ) -> TopicSpec:
-        """The topic; on first use it is created (with `create`) when this broker auto-creates,
-        else TopicNotFound. A system topic's name (`%...`, dead letters) is never created here.
+        """The topic; on first use it is created (with `create`: a proxy's lookup, never a send)
+        when this broker auto-creates, else TopicNotFound. A system topic's name (`%...`, dead
+        letters) is never created here.
 
-        An auto-created topic takes the type of its first message (`first`, when a send creates
-        it): a LITE or PRIORITY topic for such a message, else a topic accepting every other type.
-        Created by a route lookup, before any message, it accepts every type (so clients that check
-        a message's type against the route send it) until its first message decides.
+        An auto-created topic accepts every type (so clients that check a message's type against
+        the route send it) until its first message (`first`, given by a send) decides: a LITE or
+        PRIORITY topic for such a message, else a topic accepting every other type.
 
         `like` is the cluster's definition of a topic created on first use, decided once by the
         broker that created it first (docs/shards.md, "Topics, groups and admin"): a topic this
@@ -559,8 +559,7 @@ class LocalBroker:
                 if like.name != name:
                     raise BadRequest(f"the definition given for topic {name} is topic {like.name}'s")
                 return await self.create_topic(like)
-            types = UNDECIDED_TYPES if first is None else auto_types(first)
-            return await self.create_topic(TopicSpec(name, self.config.auto_create_queue_count, types))
+            spec = await self.create_topic(TopicSpec(name, self.config.auto_create_queue_count, UNDECIDED_TYPES))
         if spec.message_types != UNDECIDED_TYPES:
             return spec
         decided = _decision(like) if like is not None else auto_types(first) if first is not None else None
@@ -628,8 +627,11 @@ class LocalBroker:
             messages = received(records, topic, queue_id, host)
         else:  # a 16 MiB AMQP body is ~20 ms of CRC and copying: in a thread, the loop runs between its steps
             messages = await asyncio.get_running_loop().run_in_executor(None, received, records, topic, queue_id, host)
-        # `received` gives each message type as a MessageType
-        spec = await self.ensure_topic(topic, cast(MessageType, messages[0].message_type) if messages else None)
+        # `received` gives each message type as a MessageType. A send never creates its topic: a stale
+        # route to a broker where the topic was just deleted would recreate it here with defaults;
+        # creating on first use is the proxy's decision (proxy/firstuse.py).
+        first = cast(MessageType, messages[0].message_type) if messages else None
+        spec = await self.ensure_topic(topic, first, create=False)
         producer, dedup = self._running().producer, self._dedup
         if dedup is not None and any(m.flags & FLAG_DEDUP for m in messages):
             results = await dedup.send(topic, messages, lambda fresh: producer.send(spec, queue_id, fresh, ctx))

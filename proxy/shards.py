@@ -268,6 +268,11 @@ class ShardDirectory:
         await self._cluster.refetch(topic)
         return await self.route(topic)
 
+    def forget(self, topic: str) -> None:
+        for cache in (self._routes, self._unlisted, self._defined):
+            cache.pop(topic, None)
+        self._cluster.forget(topic)
+
     def broker(self, name: str) -> BrokerApi:
         return self._local if name == self.home else self._cluster.broker(name)
 
