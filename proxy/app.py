@@ -24,10 +24,12 @@ from proxy.core.limits import FlowControl
 from proxy.core.lite import LiteRouter
 from proxy.core.producer import ProducerService
 from proxy.core.renewer import AutoRenewer
+from proxy.core.routing import reachable_only
 from proxy.core.sessions import SessionRegistry
-from proxy.directory import BrokerDirectory
+from proxy.directory import BrokerDirectory, BrokerRoute
 from proxy.fleet import Fleet
 from proxy.policy import PolicySource
+from proxy.reach import ReachWatch
 
 log = logging.getLogger("sluice.proxy")
 
@@ -51,6 +53,7 @@ class ProxyApp:
         self.in_flight = 0
         self.in_flight_bytes = InFlightBytes(config.flow.max_in_flight_bytes, config.flow.max_client_in_flight_bytes)
         self.fleet = Fleet(config, self._load)
+        self.reach = ReachWatch(config.reach, {config.advertised_address, *self.fleet.networks().values()})
         self.orphans = OrphanChecker(directory, self.checkbacks, config.transaction)
         auth = config.auth
         self.access = AccessControl(AuthSettings(auth.signature_cache_s, auth.signature_cache_max,
@@ -71,8 +74,15 @@ class ProxyApp:
 
     async def endpoints(self, namespace: str, network: str, access_point: Sequence[str] = ()) -> list[str]:
         """Proxy endpoints to advertise in routes: the fleet's best (navigation; in the zone of the
-        client's `access_point`), else this proxy."""
-        return await self.fleet.endpoints(namespace, network, access_point)
+        client's `access_point`), else this proxy; those this proxy cannot reach now left out
+        (proxy/reach.py), unless that would leave none."""
+        found = await self.fleet.endpoints(namespace, network, access_point)
+        return [e for e in found if self.reach.reachable(e)] or found
+
+    def client_routes(self, routes: list[BrokerRoute]) -> list[BrokerRoute]:
+        """`routes` as clients are answered them: the queues of a merged node this proxy cannot
+        reach now marked unusable (proxy/core/routing.py `reachable_only`)."""
+        return reachable_only(routes, self.reach.reachable)
 
     async def touch_group(self, group: str) -> None:
         if group in self._touched_groups:
@@ -103,6 +113,7 @@ class ProxyApp:
                 tasks.create_task(self.policy.run(stop), name="security-policy")
                 tasks.create_task(self.client_reporter.run(stop), name="client-report")
                 tasks.create_task(self.lite.run(stop), name="lite-removals")
+                tasks.create_task(self.reach.run(stop), name="route-endpoint-reach")
                 while not stop.is_set():
                     self.sessions.sweep()
                     with contextlib.suppress(TimeoutError):

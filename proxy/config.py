@@ -168,6 +168,27 @@ class SendHealthConfig:
 
 
 @dataclass(frozen=True)
+class ReachConfig:
+    """`[proxy.reach]`: how the proxy watches the endpoints of other processes its routes list (other
+    merged nodes, peer proxies), to leave out of routes those it cannot reach (proxy/reach.py)."""
+
+    # How often each watched endpoint is probed (a TCP connection opened and closed).
+    interval_s: float = 1.0
+    # A probe whose connection is not open within this long failed.
+    timeout_s: float = 1.0
+    # Failed probes in a row before the endpoint is left out of routes (one answered brings it back).
+    failures: int = 2
+    # An endpoint no route answer named for this long is no longer watched.
+    forget_s: float = 300.0
+    # Endpoints watched at most (the one named longest ago goes first).
+    watched_max: int = 1_024
+
+    def __post_init__(self) -> None:
+        if min(self.interval_s, self.timeout_s, self.forget_s) <= 0 or min(self.failures, self.watched_max) < 1:
+            raise ValueError("reach interval_s, timeout_s and forget_s must be positive, failures and watched_max >= 1")
+
+
+@dataclass(frozen=True)
 class CacheConfig:
     """Sizes of the proxy's lookup caches (`[proxy.caches]`): a full cache starts over rather than grow."""
 
@@ -408,6 +429,7 @@ class ProxyConfig(ServedConfig):
     brokers: BrokerClientConfig = field(default_factory=BrokerClientConfig)
     caches: CacheConfig = field(default_factory=CacheConfig)
     send_health: SendHealthConfig = field(default_factory=SendHealthConfig)
+    reach: ReachConfig = field(default_factory=ReachConfig)
     amqp: AmqpConfig = field(default_factory=AmqpConfig)
     mqtt: MqttConfig = field(default_factory=MqttConfig)
 

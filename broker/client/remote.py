@@ -763,6 +763,15 @@ class RemoteBroker:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED and method is self._stub.SendBatch:
                 raise _Unimplemented from None
             raise error_from_rpc(exc, self._target) from None
+        except asyncio.CancelledError:
+            # grpc.aio cancels the calls in flight on a channel `close()` closes (the directory
+            # replaced this client: the broker moved; or the proxy stops). That is the broker's
+            # answer lost, not the caller cancelled: raised as it came, it would end the caller's
+            # task as if it had been (a refresh loop would stop for good).
+            task = asyncio.current_task()
+            if self._closed and (task is None or not task.cancelling()):
+                raise Unavailable(f"{self._target}: the client closed while the call was in flight") from None
+            raise
 
 
 @dataclass(slots=True)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from common.errors import Forbidden
 from common.model import MessageType, Permission
@@ -43,9 +44,10 @@ def route_queues(routes: list[BrokerRoute], endpoints: list[str], *, fifo_fallba
     0 of each broker (Node) still spread over every proxy; `real_broker` maps a name back. A broker
     whose route names its own endpoint (the merged node that owns it, docs/shards.md) appears once,
     under its name, with that endpoint: clients then call the owner directly. Across several
-    endpoints the queues alternate them (queue 0 through each proxy, then queue 1, ...): a client
-    retrying a send on the next queue of the list (the official clients do) reaches another proxy,
-    so one proxy's loss costs a send one attempt, not all of them.
+    endpoints the queues alternate them (queue 0 through each proxy, then queue 1, ...), and
+    unless the topic takes FIFO messages only, they are spread over hosts (`spread`): a client
+    retrying a send on the next queue of the list (the official Python client does) reaches
+    another proxy or node, so one proxy's or host's loss costs a send one attempt, not all of them.
 
     A FIFO message group is different: clients send every message of a group to the one queue its
     hash picks, retries included, so a group on a dead proxy's queue would fail for the whole
@@ -62,7 +64,53 @@ def route_queues(routes: list[BrokerRoute], endpoints: list[str], *, fifo_fallba
                 name = r.broker if len(own) == 1 else f"{r.broker}{VIRTUAL_SEPARATOR}{i}"
                 fallbacks = (*own[i + 1 :], *own[:i]) if several else ()
                 out.append(RouteQueue(name, qid, r.permission, r.message_types, endpoint, fallbacks))
-    return out
+    return spread(out) if any(r.message_types - FIFO_ONLY for r in routes) else out
+
+
+FIFO_ONLY = frozenset({MessageType.FIFO})
+
+
+def spread(queues: list[RouteQueue]) -> list[RouteQueue]:
+    """`queues` in an order where consecutive ones are on different hosts (the host of their
+    endpoint) as far as the counts allow: each host's queues spread evenly over the list, their
+    order among themselves kept.
+
+    Why: the official Python client retries a failed send on the next queue of the route (it has
+    no endpoint isolation), each attempt waiting its request timeout on a host cut off from the
+    network. With a merged node's queues consecutive, all its attempts landed on the cut node;
+    spread, the retry after the first timeout reaches another host. Only the order clients see
+    changes: the proxy places a message group by its own order of the route (`QueueSelector`), so
+    no group moves; a FIFO send of a topic that also takes other messages, hashed by the Python
+    client over this order, may reach another node than the owner and is forwarded there
+    (docs/shards.md). A topic that takes FIFO messages only keeps the order by broker
+    (`route_queues`), and so do the nodes of one machine (`sluice up`'s shards, cut off together).
+    """
+    hosts: dict[str, list[RouteQueue]] = {}
+    for q in queues:
+        hosts.setdefault(q.endpoint.rpartition(":")[0], []).append(q)
+    if len(hosts) < 2:
+        return queues
+    shares = list(hosts.values())
+    # The k-th of a host's n queues at (2k+1)/2n of the list (ties in order of first appearance).
+    placed = sorted((Fraction(2 * k + 1, 2 * len(share)), rank, k) for rank, share in enumerate(shares)
+                    for k in range(len(share)))  # fmt: skip
+    return [shares[rank][k] for _, rank, k in placed]
+
+
+def reachable_only(routes: list[BrokerRoute], reachable: Callable[[str], bool]) -> list[BrokerRoute]:
+    """The routes to answer a client with: a broker whose queues carry the endpoint of a node this
+    proxy cannot reach now (proxy/reach.py) has them marked neither writable nor readable, so the
+    client's next route refresh stops it dialling a host cut off from the network, and the refresh
+    after the node answers again gets them back. A topic that takes FIFO messages only is answered
+    complete: every send of it carries a message group, the proxy places each group by its own
+    order of the route whatever the client sees (`QueueSelector`), and the Python client's hash
+    over the whole route is what keeps its sends hop-free; a group of the cut node fails either way.
+    The same list object when nothing is left out."""
+    if all(not r.endpoint or reachable(r.endpoint) for r in routes):
+        return routes
+    if not any(r.message_types - FIFO_ONLY for r in routes):
+        return routes
+    return [r if not r.endpoint or reachable(r.endpoint) else replace(r, permission=Permission.NONE) for r in routes]
 
 
 def real_broker(name: str) -> str:

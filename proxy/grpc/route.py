@@ -65,7 +65,7 @@ def _queue(ns: str, topic: str, q: RouteQueue, qid: int | None = None) -> pb.Mes
 
 async def query_route(app: ProxyApp, ctx: RequestContext, request: spb.QueryRouteRequest) -> spb.QueryRouteResponse:
     ns, topic = convert.resource_name(request.topic, ctx.namespace)
-    routes = await app.directory.route(topic)
+    routes = app.client_routes(await app.directory.route(topic))
     endpoints = await _fleet_endpoints(app, ns, request.endpoints)
     fallbacks = ctx.language.upper() in ADDRESS_LIST_LANGUAGES
     queues = [_queue(ns, topic, q) for q in route_queues(routes, endpoints, fifo_fallbacks=fallbacks)]
@@ -77,7 +77,7 @@ async def query_assignment(
 ) -> spb.QueryAssignmentResponse:
     ns, topic = convert.resource_name(request.topic, ctx.namespace)
     convert.resource_name(request.group, ctx.namespace, "consumer group")
-    routes = await app.directory.route(topic)
+    routes = app.client_routes(await app.directory.route(topic))
     endpoints = await _fleet_endpoints(app, ns, request.endpoints)
     assignments = []
     fallbacks = ctx.language.upper() in ADDRESS_LIST_LANGUAGES

@@ -2,18 +2,23 @@
 """Partitions between hosts (issue 43): how long an application goes without an acknowledged send.
 
     .venv/bin/python tests/bench/partitions.py [--topologies separated merged replicated] [--cut-s 6]
+        [--repeat N]
 
 As root, on network-namespace hosts (tests/helpers/hosts.py; every Sluice process on 0.0.0.0 in a
 host of its own, the official Python client on a client host; tests/e2e/support/hosttopologies.py),
 per topology one cluster and, one after another, each of its hosts' cuts while the client produces
 one message at a time (a FIFO topic with 4 message groups for the replicated group's primary) and
-consumes: separated, broker-b's host (another broker of the topic stays healthy), a proxy's host,
-the NameServer's; merged, node-2's host (the client was given node n1); replicated, a replica's host
+consumes: separated, broker-b's host (another broker of the topic stays healthy), each proxy's host
+(the client was given both; its gRPC channel for routes dials p1, the lower address), the
+NameServer's; merged, node-2's host (the client was given node n1); replicated, a replica's host
 and then the primary's (another member takes the group). One JSON line per cut: the longest time
-without an acknowledged send during the cut and after the heal, the first receive after the heal,
+without an acknowledged send during the cut and after the heal, the sends acknowledged during the
+cut (with a cut longer than the client's 30-s route refresh: whether routes stopped sending it to
+the cut host, proxy/reach.py), the first receive after the heal,
 sends failed after the client's own retries, and the history verdict (lost, redelivered after ack,
-FIFO order). Every process, namespace and bridge is removed at the end. Figures on a shared
-machine are noisy.
+FIFO order). With `--repeat N` each topology's cuts run N times on its cluster (a fresh topic
+each time): where a cut lands in the client's round of queues is chance, so one cut is one draw.
+Every process, namespace and bridge is removed at the end. Figures on a shared machine are noisy.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ def separated(cluster: HostCluster, cut_s: float) -> list[dict[str, object]]:
     return [
         topo.cut_during_traffic(cluster, cluster.lab.hosts[victim], endpoints, *_topic(cluster), warm_s=WARM_S,
                                 cut_s=cut_s, after_s=AFTER_S).figures()
-        for victim in ("b2", "p1", "ns")
+        for victim in ("b2", "p1", "p2", "ns")
     ]  # fmt: skip
 
 
@@ -86,6 +91,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--topologies", nargs="+", choices=sorted(SCENARIOS), default=list(SCENARIOS))
     parser.add_argument("--cut-s", type=float, default=6.0, help="how long a host stays cut off (default 6)")
+    parser.add_argument("--repeat", type=int, default=1, help="each topology's cuts this many times (default 1)")
     args = parser.parse_args()
     reason = unavailable()
     if reason:
@@ -94,8 +100,9 @@ def main() -> None:
         build, run = SCENARIOS[name]
         with tempfile.TemporaryDirectory(prefix=f"partitions-{name}-") as tmp, Lab() as lab:
             cluster = build(lab, Path(tmp))
-            for row in run(cluster, args.cut_s):
-                print(json.dumps({"topology": name, **row}), flush=True)
+            for _ in range(args.repeat):
+                for row in run(cluster, args.cut_s):
+                    print(json.dumps({"topology": name, **row}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
 """Merged nodes on separate hosts (issue 43): `sluice up --host 0.0.0.0 --shards 2` on one host
 (the NameServer and two merged nodes), `sluice node --host 0.0.0.0` joining it from another, and
-the official Python client and pika on a third. Every process listens on the wildcard and gives
-others its host's address (items 1, 2); a node cut off from the network costs producers a bounded
-pause while the other host's nodes serve (item 3; the figures: tests/bench/partitions.py)."""
+the official Python client, pika and paho-mqtt on a third. Every process listens on the wildcard
+and gives others its host's address (items 1, 2); a node cut off from the network costs producers
+a bounded pause while the other host's nodes serve (item 3; the figures:
+tests/bench/partitions.py)."""
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -67,22 +67,41 @@ def test_messages_cross_hosts_with_the_official_client(merged: HostCluster, uniq
 
 
 def test_pika_on_another_host(merged: HostCluster, unique: Callable[[str], str]) -> None:
-    n1 = merged.lab.hosts["n1"]
-    done = merged.client.run([sys.executable, "-m", "tests.e2e.support.hostclient", "amqp", "--host", n1.address,
-                              "--port", str(topo.AMQP_PORT), "--user", AMQP_USER, "--password", AMQP_SECRET,
-                              "--queue", unique("q"), "--count", "20"])  # fmt: skip
-    result = json.loads(done.stdout)
-    assert result["consumed"] == [f"m{i}" for i in range(20)], result
+    consumed = merged.pika(merged.lab.hosts["n1"], topo.AMQP_PORT, AMQP_USER, AMQP_SECRET, unique("q"))
+    assert consumed == [f"m{i}" for i in range(20)], consumed
+
+
+def test_mqtt_on_another_host(merged: HostCluster, unique: Callable[[str], str]) -> None:
+    """Every shard serves the MQTT port on the wildcard; a paho client on another host publishes and
+    subscribes there (no MQTT answer names an address: nothing to hand out wrong)."""
+    bind = unique("m")
+    merged.admin("topic", "create", bind, "--type", "lite")
+    received = merged.mqtt(merged.lab.hosts["n1"], topo.MQTT_PORT, bind)
+    assert received == [f"m{i}" for i in range(20)], received
 
 
 def test_a_node_cut_off_loses_nothing_acknowledged(merged: HostCluster, unique: Callable[[str], str]) -> None:
-    """Item 3 on merged nodes: routes send the client straight to the node owning a queue; with
-    node-2's host cut off, sends to its queues wait for the client's deadline and it moves on."""
+    """Item 3 on merged nodes: routes send the client straight to the node owning a queue, so with
+    node-2's host cut off, a send to one of its queues waits the client's request timeout. The route
+    spreads each host's queues (the Python client retries on the next queue: it reaches n1, and no
+    send fails), and n1, which cannot reach node-2, answers routes with node-2's queues unusable
+    until it answers again (the client stops dialling it at its next route refresh)."""
     topic, group = unique("t"), unique("g")
     merged.admin("topic", "create", topic, "--queues", "4")
     merged.admin("group", "create", group)
     n1, n2 = merged.lab.hosts["n1"], merged.lab.hosts["n2"]
-    cut = topo.cut_during_traffic(merged, n2, n1.endpoint(topo.PROXY_PORT), topic, group, warm_s=WARM_S, cut_s=CUT_S,
-                                  after_s=AFTER_S)  # fmt: skip
+    access, node_2 = n1.endpoint(topo.PROXY_PORT), n2.endpoint(topo.PROXY_PORT)
+
+    def node_2_permissions(queues: list[dict[str, Any]]) -> set[str]:
+        return {q["permission"] for q in queues if node_2 in q["endpoints"]}
+
+    def left_out() -> None:
+        merged.wait_route(access, topic, lambda queues: node_2_permissions(queues) == {"NONE"})
+
+    assert node_2_permissions(merged.route(access, topic)) == {"READ_WRITE"}
+    cut = topo.cut_during_traffic(merged, n2, access, topic, group, warm_s=WARM_S, cut_s=CUT_S, after_s=AFTER_S,
+                                  while_cut=left_out)  # fmt: skip
+    merged.wait_route(access, topic, lambda queues: node_2_permissions(queues) == {"READ_WRITE"})
     print(cut.figures())
     cut.seen.history.verdict().assert_nothing_lost()
+    assert cut.seen.sent_at and not cut.seen.failed_at, cut.figures()

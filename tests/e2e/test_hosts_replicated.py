@@ -22,6 +22,7 @@ WARM_S, REPLICA_CUT_S, AFTER_S = 3.0, 5.0, 6.0
 # Past the 2-s lease (another member takes the group), short enough that the old primary's
 # registrations sent during the cut reach the NameServer after the heal (TCP retransmits them).
 PRIMARY_CUT_S = 4.0
+AMQP_USER, AMQP_SECRET = "app", "app-secret"
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +81,12 @@ def test_a_healed_primary_never_takes_its_route_back(replicated: HostCluster, un
     after = addresses[addresses.index(replicated.lab.hosts[successor[0]].endpoint(topo.BROKER_PORT)) :]
     assert victim.endpoint(topo.BROKER_PORT) not in after, addresses
     assert topo.routed_primary(replicated) == successor[0]
+
+
+def test_pika_on_another_host(replicated: HostCluster, unique: Callable[[str], str]) -> None:
+    """AMQP through the proxy on the wildcard to the replicated group, from the client host; etcd
+    listens on 0.0.0.0 too and advertises its host's address (`sluice etcd`)."""
+    replicated.admin("user", "create", AMQP_USER, "--secret", AMQP_SECRET)
+    replicated.wait_log("px", "security document in force version=1")
+    consumed = replicated.pika(replicated.lab.hosts["px"], topo.AMQP_PORT, AMQP_USER, AMQP_SECRET, unique("q"))
+    assert consumed == [f"m{i}" for i in range(20)], consumed

@@ -18,7 +18,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from tests.e2e.support.cluster import Cluster
-from tests.e2e.support.mqtt import Paho, host_port, new_id
+from tests.e2e.support.metrics import scrape, total
+from tests.e2e.support.mqtt import Paho, Raw, host_port, new_id, publish_packet
 
 pytestmark = pytest.mark.timeout(120)
 QUIET_S = 1.0  # how long a test waits to see that nothing more arrives
@@ -335,3 +336,42 @@ def test_operators_list_kick_and_drop(cluster: Cluster, unique: Callable[[str], 
     finally:
         pub.disconnect()
         c.client.loop_stop()
+
+
+def test_mqtt_metrics_move_with_mqtt_traffic(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    """The `sluice_mqtt_*` families (docs/metrics.md) count this test's clients, subscriptions,
+    messages both ways, their payload bytes and a refused connection, summed over every process."""
+    t = topic(unique, "metered")
+    _, before = scrape(cluster)
+    sub = Paho(cluster.mqtt[0], version=5)
+    pub = Paho(cluster.mqtt[-1], version=5)
+    try:
+        sub.subscribe(t, 1)
+        for _ in range(3):
+            pub.publish(t, b"x" * 10, 1)
+        assert len(sub.take(3)) == 3
+        _, during = scrape(cluster)
+        raw = Raw(cluster.mqtt[0])  # a packet before CONNECT: refused, the connection closed
+        raw.send(publish_packet("a/b", b"x"))
+        assert raw.closed()
+        raw.close()
+    finally:
+        sub.disconnect()
+        pub.disconnect()
+    _, after = scrape(cluster)
+    assert total(during, "sluice_mqtt_connections") >= 2
+    assert total(during, "sluice_mqtt_subscriptions") >= 1
+    grew = {name: total(after, name) - total(before, name) for name in (
+        "sluice_mqtt_connects_total", "sluice_mqtt_refused_total")}  # fmt: skip
+    assert grew["sluice_mqtt_connects_total"] >= 2 and grew["sluice_mqtt_refused_total"] >= 1, grew
+    for direction in ("in", "out"):
+        assert (
+            total(after, "sluice_mqtt_messages_total", direction=direction)
+            - total(before, "sluice_mqtt_messages_total", direction=direction)
+            >= 3
+        ), direction
+        assert (
+            total(after, "sluice_mqtt_payload_bytes_total", direction=direction)
+            - total(before, "sluice_mqtt_payload_bytes_total", direction=direction)
+            >= 30
+        ), direction

@@ -16,7 +16,7 @@ from common.addresses import advertised, check_advertise, machine_addresses, par
 from common.config import ConfigError
 from processes.shardpool import ShardPool, shard_configs
 from proxy.config import ProxyConfig
-from sluice.commands import node, up
+from sluice.commands import etcd, node, up
 from sluice.main import build_parser
 
 MACHINE = "10.43.0.7"
@@ -112,3 +112,42 @@ def test_a_node_s_broker_is_advertised_where_its_proxy_is(machine: Callable[...,
     assert broker.client_endpoint == proxy.advertised_address == "10.3.3.3:8081"
     broker, proxy = node.configs(_args("node", "--namesrv", "10.0.0.1:9876", "--host", "0.0.0.0"))
     assert (broker.advertised_address, broker.client_endpoint) == (f"{MACHINE}:10911", f"{MACHINE}:8081")
+
+
+def _etcd_urls(*argv: str) -> dict[str, str]:
+    command = etcd.argv(_args("etcd", *argv), "/usr/bin/etcd")
+    return {flag[2:]: value for flag, value in zip(command[1::2], command[2::2], strict=True)}
+
+
+def test_etcd_on_a_wildcard_advertises_the_machine_s_address(machine: Callable[..., None]) -> None:
+    """`sluice etcd --host 0.0.0.0` advertised http://0.0.0.0:2379 (a client that asks etcd for its
+    members would dial its own machine) and the same peer URL."""
+    urls = _etcd_urls("--host", "0.0.0.0", "--name", "e1")
+    assert (urls["listen-client-urls"], urls["listen-peer-urls"]) == ("http://0.0.0.0:2379", "http://0.0.0.0:2380")
+    assert urls["advertise-client-urls"] == f"http://{MACHINE}:2379"
+    assert urls["initial-advertise-peer-urls"] == f"http://{MACHINE}:2380"
+    assert urls["initial-cluster"] == f"e1=http://{MACHINE}:2380"
+    urls = _etcd_urls("--host", "::", "--advertise", "etcd-1.example", "--port", "3379")
+    assert (urls["listen-client-urls"], urls["advertise-client-urls"]) == (
+        "http://[::]:3379",
+        "http://etcd-1.example:3379",
+    )
+    assert _etcd_urls("--host", "10.5.5.5")["advertise-client-urls"] == "http://10.5.5.5:2379"
+
+
+@pytest.mark.parametrize(("argv", "refusal"), [
+    (("--host", "0.0.0.0", "--advertise", "0.0.0.0"), "not an address anyone can dial"),
+    (("--advertise", "10.2.2.2:2379"), "give the host alone"),
+])  # fmt: skip
+def test_etcd_refuses_an_advertise_nobody_can_use(argv: tuple[str, ...], refusal: str) -> None:
+    with pytest.raises(ConfigError, match=refusal):
+        etcd.argv(_args("etcd", *argv), "/usr/bin/etcd")
+
+
+def test_etcd_on_a_wildcard_of_a_machine_of_several_addresses_refuses_naming_the_flag(
+    machine: Callable[..., None],
+) -> None:
+    machine("10.0.0.1", "10.1.0.1")
+    with pytest.raises(ConfigError, match="--advertise"):
+        etcd.argv(_args("etcd", "--host", "0.0.0.0"), "/usr/bin/etcd")
+    assert _etcd_urls("--host", "0.0.0.0", "--advertise", "10.1.0.1")["advertise-client-urls"] == "http://10.1.0.1:2379"

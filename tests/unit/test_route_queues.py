@@ -7,7 +7,7 @@ import itertools
 
 from common.model import MessageType, Permission
 from proto.apache.rocketmq.v2 import definition_pb2 as pb
-from proxy.core.routing import real_broker, route_queues
+from proxy.core.routing import RouteQueue, real_broker, route_queues
 from proxy.directory import BrokerRoute
 from proxy.grpc.route import endpoints_pb
 
@@ -56,3 +56,53 @@ def test_endpoints_of_several_ipv4_addresses_and_one_name() -> None:
     # A domain name scheme allows one address (the Python client refuses more): the queue's own only.
     named = endpoints_pb("proxy-0.example:8081", ("127.0.0.2:2",))
     assert named.scheme == pb.DOMAIN_NAME and [a.host for a in named.addresses] == ["proxy-0.example"]
+
+
+def _host(q: RouteQueue) -> str:
+    return q.endpoint.rpartition(":")[0]
+
+
+def test_merged_nodes_queues_alternate_hosts_so_a_retry_leaves_a_cut_node() -> None:
+    """Issue 43: the Python client retries a failed send on the next queue of the route. With a
+    node's queues consecutive, all three attempts waited on a node cut off from the network; now the
+    queue after each of the smaller host's is another host's (cyclically: the client wraps around)."""
+    routes = [
+        BrokerRoute("node-2", 4, Permission.READ_WRITE, TYPES, "10.0.0.2:8081"),
+        BrokerRoute("shard-0", 4, Permission.READ_WRITE, TYPES, "10.0.0.1:8081"),
+        BrokerRoute("shard-1", 4, Permission.READ_WRITE, TYPES, "10.0.0.1:8082"),
+    ]
+    queues = route_queues(routes, ["10.0.0.1:8081"])
+    assert sorted((q.broker, q.queue_id) for q in queues) == sorted((r.broker, i) for r in routes for i in range(4))
+    following = itertools.pairwise([*queues, queues[0]])
+    assert all(_host(b) != "10.0.0.2" for a, b in following if _host(a) == "10.0.0.2"), [q.broker for q in queues]
+    # Within a host the order by broker stays.
+    on_first = [(q.broker, q.queue_id) for q in queues if _host(q) == "10.0.0.1"]
+    assert on_first == [(b, i) for b in ("shard-0", "shard-1") for i in range(4)]
+    # One machine's nodes (`sluice up`'s shards, cut off together): the order by broker, unchanged.
+    one_machine = [BrokerRoute(f"shard-{i}", 2, Permission.READ_WRITE, TYPES, f"10.0.0.1:808{i}") for i in (1, 0)]
+    assert [(q.broker, q.queue_id) for q in route_queues(one_machine, ["10.0.0.1:8080"])] == [
+        ("shard-0", 0), ("shard-0", 1), ("shard-1", 0), ("shard-1", 1)
+    ]  # fmt: skip
+
+
+def test_equal_shares_alternate_all_the_way_round() -> None:
+    routes = [BrokerRoute(f"n{i}", 3, Permission.READ_WRITE, TYPES, f"10.0.0.{i}:8081") for i in (1, 2, 3)]
+    queues = route_queues(routes, ["10.0.0.1:8081"])
+    assert all(_host(a) != _host(b) for a, b in itertools.pairwise([*queues, queues[0]])), [q.broker for q in queues]
+
+
+def test_a_fifo_only_topic_keeps_the_order_by_broker_the_python_client_hashes_over() -> None:
+    """Every send of a FIFO-only topic carries a message group, which the Python client hashes over
+    the route order as a merged node's proxy does over the brokers' queues (QueueSelector): that order
+    stays, so its sends reach the owning node with no hop. A topic that also takes messages without a
+    group is spread; its groups keep their queues (the proxy places them by its own order)."""
+    fifo = frozenset({MessageType.FIFO})
+    routes = [BrokerRoute("node-2", 2, Permission.READ_WRITE, fifo, "10.0.0.2:8081"),
+              BrokerRoute("node-1", 2, Permission.READ_WRITE, fifo, "10.0.0.1:8081")]  # fmt: skip
+    assert [(q.broker, q.queue_id) for q in route_queues(routes, ["10.0.0.1:8081"])] == [
+        ("node-1", 0), ("node-1", 1), ("node-2", 0), ("node-2", 1)
+    ]  # fmt: skip
+    mixed = [BrokerRoute(r.broker, r.queue_count, r.permission, frozenset(MessageType), r.endpoint) for r in routes]
+    assert [(q.broker, q.queue_id) for q in route_queues(mixed, ["10.0.0.1:8081"])] == [
+        ("node-1", 0), ("node-2", 0), ("node-1", 1), ("node-2", 1)
+    ]  # fmt: skip

@@ -22,6 +22,16 @@ receipt handle), `acked`,
 
 declares `Q` with pika, publishes N messages with publisher confirms, consumes and acks them, and
 prints `{"published": N, "consumed": [...]}`.
+
+    python -m tests.e2e.support.hostclient mqtt --host H --port P --bind B --count N
+
+connects two paho-mqtt (5.0) clients, subscribes one to `B/#` at QoS 1, publishes N messages to
+`B/m` at QoS 1 with the other, and prints `{"published": N, "received": [...]}`.
+
+    python -m tests.e2e.support.hostclient route --endpoint E --topic T
+
+asks E for the route of T as the Python client does (QueryRoute) and prints its queues as JSON:
+`[{"broker", "queue", "permission" (the protocol's name), "endpoints": ["host:port", ...]}]`.
 """
 
 from __future__ import annotations
@@ -117,8 +127,15 @@ def traffic(args: argparse.Namespace) -> None:
         settled: set[str] = set()
         lock = threading.Lock()
         stop_producing = threading.Event()
+        produced = threading.Event()  # the producer's last send answered: `sent` is final
 
         def produce() -> None:
+            try:
+                send_until_stopped()
+            finally:
+                produced.set()
+
+        def send_until_stopped() -> None:
             n: Counter[str] = Counter()
             turn = 0
             while not stop_producing.is_set():
@@ -138,13 +155,15 @@ def traffic(args: argparse.Namespace) -> None:
                 time.sleep(args.interval_s)
 
         def all_settled() -> bool:
+            # Not before the producer's last send answered: a send in flight when producing stops
+            # (one waiting out a cut host's timeout) may still be acknowledged, and must be consumed.
             with lock:
-                return stop_producing.is_set() and sent <= settled
+                return produced.is_set() and sent <= settled
 
         def consume() -> None:
             deadline: float | None = None
             while not all_settled():
-                if stop_producing.is_set():
+                if produced.is_set():
                     deadline = deadline or time.monotonic() + args.drain_s
                     if time.monotonic() > deadline:
                         return
@@ -206,6 +225,35 @@ def amqp(args: argparse.Namespace) -> None:
     print(json.dumps({"published": args.count, "consumed": consumed}))
 
 
+def mqtt(args: argparse.Namespace) -> None:
+    from tests.e2e.support.mqtt import Paho
+
+    address = f"{args.host}:{args.port}"
+    subscriber, publisher = Paho(address), Paho(address)
+    try:
+        subscriber.subscribe(f"{args.bind}/#", 1)
+        for i in range(args.count):
+            publisher.publish(f"{args.bind}/m", f"m{i}", 1)
+        received = [m.payload.decode() for m in subscriber.take(args.count)]
+    finally:
+        subscriber.disconnect()
+        publisher.disconnect()
+    print(json.dumps({"published": args.count, "received": received}))
+
+
+def route(args: argparse.Namespace) -> None:
+    from tests.e2e.support import raw
+
+    with raw.stub(args.endpoint) as stub:
+        answer = raw.query_route(stub, args.topic)
+    if raw.code_name(answer.status.code) != "OK":
+        raise SystemExit(f"QueryRoute {args.topic} at {args.endpoint}: {answer.status}")
+    queues = [{"broker": q.broker.name, "queue": q.id, "permission": raw.pb.Permission.Name(q.permission),
+               "endpoints": [f"{a.host}:{a.port}" for a in q.broker.endpoints.addresses]}
+              for q in answer.message_queues]  # fmt: skip
+    print(json.dumps(queues))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -225,8 +273,16 @@ def main() -> None:
     mq.add_argument("--password", required=True)
     mq.add_argument("--queue", required=True)
     mq.add_argument("--count", type=int, default=20)
+    mt = sub.add_parser("mqtt")
+    mt.add_argument("--host", required=True)
+    mt.add_argument("--port", type=int, required=True)
+    mt.add_argument("--bind", required=True)
+    mt.add_argument("--count", type=int, default=20)
+    ask = sub.add_parser("route")
+    ask.add_argument("--endpoint", required=True)
+    ask.add_argument("--topic", required=True)
     args = parser.parse_args()
-    (traffic if args.mode == "traffic" else amqp)(args)
+    {"traffic": traffic, "amqp": amqp, "mqtt": mqtt, "route": route}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 `HostCluster` wraps a `Lab`: `start(host, name, *sluice args, port=P)` runs a Sluice command in a
 host and waits until it listens on P there; `admin(...)` runs `sluice admin --json` on the client
 host; `traffic(...)` starts the official clients on the client host (support/hostclient.py) and
-`finish(...)` waits for them and reads what they saw. Every wait is bounded. Nothing here imports
-Sluice (this runs in the end-to-end test process).
+`finish(...)` waits for them and reads what they saw; `route`, `pika` and `mqtt` run one client
+command there (a route as a client is answered it, an AMQP or an MQTT exchange). Every wait is
+bounded. Nothing here imports Sluice (this runs in the end-to-end test process).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,39 @@ class HostCluster:
         done = self.client.run([PYTHON, "-m", "sluice", "admin", "--namesrv", self.namesrv, *args, "--json"],
                                timeout_s=ADMIN_TIMEOUT_S)  # fmt: skip
         return json.loads(done.stdout) if done.stdout.strip() else None
+
+    def route(self, endpoint: str, topic: str) -> list[dict[str, Any]]:
+        """The queues of `topic`'s route as the proxy at `endpoint` answers a client on the client
+        host (support/hostclient.py `route`)."""
+        done = self.client.run([PYTHON, "-m", "tests.e2e.support.hostclient", "route", "--endpoint", endpoint,
+                                "--topic", topic], timeout_s=ADMIN_TIMEOUT_S)  # fmt: skip
+        return list(json.loads(done.stdout))
+
+    def wait_route(self, endpoint: str, topic: str, until: Callable[[list[dict[str, Any]]], bool],
+                   timeout_s: float = 30.0) -> list[dict[str, Any]]:  # fmt: skip
+        """Until the route `endpoint` answers for `topic` satisfies `until` (bounded); that route."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            queues = self.route(endpoint, topic)
+            if until(queues):
+                return queues
+            assert time.monotonic() < deadline, f"route of {topic} at {endpoint} after {timeout_s} s: {queues}"
+            time.sleep(0.3)
+
+    def pika(self, server: Host, port: int, user: str, secret: str, queue: str, count: int = 20) -> list[str]:
+        """Publish `count` messages to `queue` with pika on the client host through the AMQP port of
+        `server` (publisher confirms), consume and ack them; what was consumed, in order."""
+        done = self.client.run([PYTHON, "-m", "tests.e2e.support.hostclient", "amqp", "--host", server.address,
+                                "--port", str(port), "--user", user, "--password", secret, "--queue", queue,
+                                "--count", str(count)])  # fmt: skip
+        return list(json.loads(done.stdout)["consumed"])
+
+    def mqtt(self, server: Host, port: int, bind: str, count: int = 20) -> list[str]:
+        """`count` QoS-1 messages from one paho client to another subscribed to `bind/#`, both on the
+        client host and connected to the MQTT port of `server`; what the subscriber received."""
+        done = self.client.run([PYTHON, "-m", "tests.e2e.support.hostclient", "mqtt", "--host", server.address,
+                                "--port", str(port), "--bind", bind, "--count", str(count)])  # fmt: skip
+        return list(json.loads(done.stdout)["received"])
 
     def brokers(self) -> list[dict[str, Any]]:
         """`broker list` rows; none while the NameServer lists none (the command then fails)."""

@@ -3,12 +3,12 @@
 Every Sluice process listens on 0.0.0.0 in a host of its own and advertises its host's address;
 the official clients run on a client host (support/hostlab.py, tests/helpers/hosts.py):
 
-- `merged`: `sluice up --shards 2` on n1 (the NameServer and two merged nodes, AMQP on 5672) and
-  `sluice node` on n2 joining it;
+- `merged`: `sluice up --shards 2` on n1 (the NameServer and two merged nodes, AMQP on 5672, MQTT
+  on 1883) and `sluice node` on n2 joining it;
 - `separated`: a NameServer on ns, brokers broker-a on b1 and broker-b on b2, proxies on p1 and p2
-  listing each other (`--peers`);
-- `replicated`: etcd, a NameServer, members m1-m3 of group g1 (`--min-insync 2`, lease 2 s) and a
-  proxy on px (or several, px1, px2, ..., listing each other).
+  listing each other (`--peers`; AMQP on 5672, MQTT on 1883);
+- `replicated`: etcd (on 0.0.0.0 too), a NameServer, members m1-m3 of group g1 (`--min-insync 2`,
+  lease 2 s) and a proxy on px (or several, px1, px2, ..., listing each other; AMQP on 5672).
 
 `cut_during_traffic` runs the official Producer and SimpleConsumer on the client host, takes a host
 off the network for a while, plugs it back, and returns what the application saw with the moments
@@ -28,7 +28,8 @@ from tests.e2e.support.hostclient import Seen
 from tests.e2e.support.hostlab import HostCluster
 from tests.helpers.hosts import Host, Lab
 
-NAMESRV_PORT, BROKER_PORT, REPL_PORT, PROXY_PORT, ETCD_PORT, AMQP_PORT = 9876, 10911, 10912, 8081, 2379, 5672
+NAMESRV_PORT, BROKER_PORT, REPL_PORT, PROXY_PORT, ETCD_PORT = 9876, 10911, 10912, 8081, 2379
+AMQP_PORT, MQTT_PORT = 5672, 1883
 GROUP = "g1"
 MEMBERS = ("m1", "m2", "m3")
 CONFIG = """
@@ -54,8 +55,8 @@ def merged(lab: Lab, root: Path) -> HostCluster:
     n1, n2, client = lab.add_host("n1"), lab.add_host("n2"), lab.add_host("client")
     cluster = HostCluster(lab, root, client, namesrv=n1.endpoint(NAMESRV_PORT))
     cluster.start(n1, "up", "up", "--host", "0.0.0.0", "--shards", "2", "--data-dir", str(root / "n1"),
-                  "--console-port", "-1", "--amqp-port", str(AMQP_PORT), "--no-auto-create",
-                  port=PROXY_PORT)  # fmt: skip
+                  "--console-port", "-1", "--amqp-port", str(AMQP_PORT), "--mqtt-port", str(MQTT_PORT),
+                  "--no-auto-create", port=PROXY_PORT)  # fmt: skip
     cluster.start(n2, "node", "node", "--host", "0.0.0.0", "--namesrv", cluster.namesrv, "--name", "node-2",
                   "--data-dir", str(root / "n2"), "--no-auto-create", port=PROXY_PORT)  # fmt: skip
     cluster.wait_brokers(3)
@@ -77,7 +78,8 @@ def separated(lab: Lab, root: Path) -> HostCluster:
     peers = ";".join(h.endpoint(PROXY_PORT) for h in (p1, p2))
     cluster.start_together([
         (host, name, ["proxy", "--host", "0.0.0.0", "--namesrv", cluster.namesrv, "--peers", peers, "--workers", "1",
-                      "--drain-s", "0", "--config", str(config)], PROXY_PORT)
+                      "--drain-s", "0", "--config", str(config), "--amqp-port", str(AMQP_PORT),
+                      "--mqtt-port", str(MQTT_PORT)], PROXY_PORT)
         for name, host in (("proxy-1", p1), ("proxy-2", p2))
     ])  # fmt: skip
     return cluster
@@ -92,7 +94,7 @@ def replicated(lab: Lab, root: Path, *, proxies: int = 1) -> HostCluster:
     client = lab.add_host("client")
     cluster = HostCluster(lab, root, client, namesrv=ns.endpoint(NAMESRV_PORT))
     cluster.start_together([
-        (etcd, "etcd", ["etcd", "--host", etcd.address, "--port", str(ETCD_PORT), "--data-dir", str(root / "etcd"),
+        (etcd, "etcd", ["etcd", "--host", "0.0.0.0", "--port", str(ETCD_PORT), "--data-dir", str(root / "etcd"),
                         "--log-level", "warning"], ETCD_PORT),
         (ns, "nameserver", ["nameserver", "--host", "0.0.0.0", "--port", str(NAMESRV_PORT)], NAMESRV_PORT),
     ])  # fmt: skip
@@ -108,7 +110,7 @@ def replicated(lab: Lab, root: Path, *, proxies: int = 1) -> HostCluster:
     peers = ["--peers", ";".join(h.endpoint(PROXY_PORT) for h in fronts)] if proxies > 1 else []
     cluster.start_together([
         (px, px.name, ["proxy", "--host", "0.0.0.0", "--namesrv", cluster.namesrv, "--workers", "1", "--drain-s", "0",
-                       "--config", str(config), *peers], PROXY_PORT)
+                       "--config", str(config), "--amqp-port", str(AMQP_PORT), *peers], PROXY_PORT)
         for px in fronts
     ])  # fmt: skip
     return cluster
@@ -140,14 +142,16 @@ class Cut:
     after_s: float
 
     def figures(self) -> dict[str, object]:
-        """Seconds without an acknowledged send during the cut and after the heal, the first receive
-        after the heal, failed sends (after the client's own retries) and the history verdict."""
+        """Seconds without an acknowledged send during the cut and after the heal, sends acknowledged
+        during the cut, the first receive after the heal, failed sends (after the client's own
+        retries) and the history verdict."""
         received = self.seen.first_after(self.healed_at, self.seen.received_at)
         verdict = self.seen.history.verdict()
         return {
             "cut": self.what,
             "cut_s": round(self.healed_at - self.cut_at, 2),
             "no_ack_during_cut_s": round(self.seen.longest_gap(self.cut_at, self.healed_at), 2),
+            "acked_during_cut": sum(1 for t in self.seen.sent_at if self.cut_at <= t <= self.healed_at),
             "no_ack_after_heal_s": round(self.seen.longest_gap(self.healed_at, self.healed_at + self.after_s), 2),
             "first_receive_after_heal_s": None if received is None else round(received, 2),
             "failed_sends": len(self.seen.failed_at),
