@@ -93,6 +93,7 @@ from common.errors import (
     Forbidden,
     MessageTypeConflict,
     OffsetNotFound,
+    PreconditionFailed,
     RequestTimeout,
     SluiceError,
     StoreClosed,
@@ -467,13 +468,28 @@ class LocalBroker:
                 check_priority_spec(spec)
 
     async def create_topic(self, spec: TopicSpec) -> TopicSpec:
-        """Create a topic, or update it when it exists (idempotent for the same spec).
+        """Create a topic (idempotent for the same spec). A copy this broker holds with another
+        definition is refused with PRECONDITION_FAILED, never changed: changing a topic is
+        `update_topic`'s, so a creation cannot overwrite what another creator made meanwhile (a
+        proxy's first use racing `sluice admin topic create`: docs/shards.md)."""
+        return await self._save_topic(spec, _OTHER_REFUSED)
+
+    async def _save_topic(self, spec: TopicSpec, other: str) -> TopicSpec:
+        """Save `spec`; `other` says what becomes of a copy with another definition held already:
+        `_OTHER_REFUSED` (PRECONDITION_FAILED), `_OTHER_KEPT` (it is the answer) or `_OTHER_REPLACED`.
 
         A topic's queue count never shrinks: messages in the removed queues would be unreachable.
         """
         self._check_topic_spec(spec)
         await self._running().deletions.finished(spec.name)
         old = self.metadata.topics.get(spec.name)
+        if old is not None and old != spec and other != _OTHER_REPLACED:
+            if other == _OTHER_KEPT:
+                return old
+            raise PreconditionFailed(
+                f"topic {spec.name} exists on broker {self.name} with another definition ({_describe(old)}; "
+                f"asked: {_describe(spec)}), created meanwhile or before; update it to change it"
+            )
         if old is not None and spec.queue_count < old.queue_count:
             raise BadRequest(
                 f"topic {spec.name} has {old.queue_count} queues on broker {self.name}; reducing it to "
@@ -492,7 +508,7 @@ class LocalBroker:
 
     async def update_topic(self, spec: TopicSpec) -> TopicSpec:
         self.metadata.topic(spec.name)
-        return await self.create_topic(spec)
+        return await self._save_topic(spec, _OTHER_REPLACED)
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic and everything of it this broker holds (broker/topic_deletion.py,
@@ -558,8 +574,9 @@ class LocalBroker:
             if like is not None:
                 if like.name != name:
                     raise BadRequest(f"the definition given for topic {name} is topic {like.name}'s")
-                return await self.create_topic(like)
-            spec = await self.create_topic(TopicSpec(name, self.config.auto_create_queue_count, UNDECIDED_TYPES))
+                return await self._save_topic(like, _OTHER_KEPT)  # created meanwhile: that copy stays
+            default = TopicSpec(name, self.config.auto_create_queue_count, UNDECIDED_TYPES)
+            spec = await self._save_topic(default, _OTHER_KEPT)
         if spec.message_types != UNDECIDED_TYPES:
             return spec
         decided = _decision(like) if like is not None else auto_types(first) if first is not None else None
@@ -985,6 +1002,15 @@ class LocalBroker:
 # (the admin tool's calls time out after 5 s); past it they go on being deleted, and a failure is
 # finished by the next retention run.
 _PURGE_WAIT_S = 2.0
+# What `_save_topic` does with a copy of another definition that the broker holds already.
+_OTHER_REFUSED, _OTHER_KEPT, _OTHER_REPLACED = "refused", "kept", "replaced"
+
+
+def _describe(spec: TopicSpec) -> str:
+    """A topic's definition in a message: queues, accepted types and permission."""
+    kinds = spec.message_types
+    types = "any type" if kinds == UNDECIDED_TYPES else ",".join(sorted(t.name.lower() for t in kinds))
+    return f"{spec.queue_count} queue(s), {types}, {spec.permission.name.lower()}"
 
 
 def _is_lite_topic(metadata: Metadata, name: str) -> bool:

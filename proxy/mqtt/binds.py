@@ -57,24 +57,31 @@ class BindTopics:
                 raise MqttError(TOPIC_NAME_INVALID, f"topic {bind} exists and is not a LITE topic: MQTT topics under "
                                 "it cannot be stored (docs/mqtt.md, Mapping)")  # fmt: skip
             # Auto-created by the route lookup, its type not decided by a first message yet: LITE now,
-            # so that subscriptions can be made before anything is published.
-            await self._create(bind, [r.broker for r in routes], max(r.queue_count for r in routes), wait=False)
+            # so that subscriptions can be made before anything is published. Decided as a first
+            # LITE message decides it, on every copy (`like`: an undecided copy takes the types,
+            # its queues stay; a decided one never changes), not created again over it.
+            await self._decide_lite(bind, [r.broker for r in routes])
             if len(self._made_lite) >= KNOWN_MAX:
                 self._made_lite.clear()
             self._made_lite.add(bind)
         return writable_brokers(routes)
 
-    async def _create(self, bind: str, brokers: list[str] | None = None, queues: int = 0, *,
-                      wait: bool = True) -> list[BrokerRoute]:  # fmt: skip
-        spec = TopicSpec(bind, queues or self._queues, LITE)
-        for name in sorted(self._names() if brokers is None else brokers):
+    async def _decide_lite(self, bind: str, brokers: list[str]) -> None:
+        lite = TopicSpec(bind, 1, LITE)
+        for name in sorted(brokers):
             try:
+                await self._dir.broker(name).get_topic(bind, like=lite)
+            except SluiceError as exc:
+                log.warning("bind topic not made LITE", extra=kv(topic=bind, broker=name, error=exc.message))
+
+    async def _create(self, bind: str) -> list[BrokerRoute]:
+        spec = TopicSpec(bind, self._queues, LITE)
+        for name in sorted(self._names()):
+            try:  # a broker that holds it already (made meanwhile, by another proxy) refuses: its copy stays
                 await self._dir.broker(name).create_topic(spec)
             except SluiceError as exc:
                 log.warning("bind topic not created on a broker", extra=kv(topic=bind, broker=name, error=exc.message))
         log.info("MQTT bind topic created", extra=kv(topic=bind))
-        if not wait:
-            return []
         deadline = time.monotonic() + ROUTE_WAIT_S
         while True:  # the NameServer learns of it from the brokers' next report
             try:

@@ -17,7 +17,7 @@ from broker.client.api import GroupSpec, PopRequest, TopicSpec
 from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
-from common.errors import ConsumerGroupNotFound, MessageTypeConflict, TopicNotFound
+from common.errors import ConsumerGroupNotFound, MessageTypeConflict, PreconditionFailed, TopicNotFound
 from common.model import ALL_MESSAGE_TYPES, UNDECIDED_TYPES, MessageType
 from tests.helpers.broker_fixtures import start_broker_process
 from tests.helpers.records import outgoing
@@ -101,6 +101,27 @@ def test_a_send_never_creates_its_topic_nor_a_pop_its_group(
         with pytest.raises(ConsumerGroupNotFound):
             await local.pop(PopRequest("nobody", "t", max_messages=1))
         assert "nobody" not in local.metadata.groups
+
+    loop.run_until_complete(run())
+
+
+def test_a_creation_never_changes_a_copy_of_another_definition(
+    broker: tuple[asyncio.AbstractEventLoop, LocalBroker],
+) -> None:
+    """`sluice admin topic create` racing a proxy's first use of the same name: the broker that
+    holds the first-use copy refuses the creation (PRECONDITION_FAILED, naming both definitions)
+    instead of changing it under the copies on the other nodes; the same creation again is
+    idempotent, and an update (`--update`) changes it."""
+    loop, local = broker
+    lite = frozenset({MessageType.LITE})
+
+    async def run() -> None:
+        made = await local.get_topic("raced", auto_create=True)
+        with pytest.raises(PreconditionFailed, match=r"another definition .*8 queue.*any type"):
+            await local.create_topic(TopicSpec("raced", 8, lite))
+        assert local.held_topic("raced") == made
+        assert await local.create_topic(made) == made
+        assert (await local.update_topic(TopicSpec("raced", 8, lite))).message_types == lite
 
     loop.run_until_complete(run())
 

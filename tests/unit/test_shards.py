@@ -299,6 +299,39 @@ def test_the_first_message_decides_the_types_on_every_copy() -> None:
     asyncio.run(scenario())
 
 
+class _RacedByAdmin(FakeBroker):
+    """shard-0 answers that it holds no such topic, and `sluice admin topic create --brokers
+    shard-0` creates it right after, before the node that asked creates it on first use."""
+
+    def __init__(self, name: str, made: TopicSpec) -> None:
+        super().__init__(name)
+        self.made = made
+
+    async def get_topic(self, name: str, *, auto_create: bool = False, like: TopicSpec | None = None) -> TopicSpec:
+        if not auto_create and like is None and name not in self.specs:
+            self.asked.append((name, auto_create, like))
+            self.specs[name] = self.made
+            raise TopicNotFound(name)
+        return await super().get_topic(name, auto_create=auto_create, like=like)
+
+
+def test_a_topic_created_with_admin_meanwhile_is_not_spread_by_first_use() -> None:
+    """A one-queue PRIORITY topic made on shard-0 alone between this node's check and its creation:
+    first use finds it at shard-0 (the deciding node) and routes it there; before, it copied that
+    definition to every node, two queues of one priority topic and no global order."""
+
+    async def scenario() -> None:
+        priority = TopicSpec("t", 1, frozenset({MessageType.PRIORITY}))
+        local = FakeBroker("shard-1")
+        cluster = FakeCluster({"shard-0": _RacedByAdmin("shard-0", priority), "shard-2": FakeBroker("shard-2")},
+                              "shard-1")  # fmt: skip
+        routes = await _directory(cluster, local).route("t")
+        assert [(r.broker, r.queue_count) for r in routes] == [("shard-0", 1)]
+        assert "t" not in local.specs and "t" not in cluster.peers["shard-2"].specs
+
+    asyncio.run(scenario())
+
+
 # -- registration -------------------------------------------------------------------------------
 
 
