@@ -268,7 +268,12 @@ class ShardDirectory:
     async def decide(self, topic: str, first: MessageType) -> list[BrokerRoute]:
         """The first node by name holding the topic decides what it accepts (its copy takes the
         type of `first` if nothing decided it yet), then every other undecided copy takes that
-        decision; the route is read again (the brokers reported to the NameServer already)."""
+        decision; the route is read again (the brokers reported to the NameServer already).
+
+        No copy ever decides by itself: when the deciding node does not answer, the send is
+        refused with the retriable UNAVAILABLE (a copy deciding by its own first message could
+        take another kind than the decider's later one: two definitions). A copy that did not take
+        the decision is left out of the route this send is placed on; it takes it at a later send."""
         routes = await self.route(topic)
         undecided = [r.broker for r in routes if r.message_types == UNDECIDED_TYPES]
         if not undecided:
@@ -277,21 +282,32 @@ class ShardDirectory:
         like = TopicSpec(topic, decider.queue_count, auto_types(first))
         try:
             decided = await self.broker(decider.broker).get_topic(topic, like=like)
-        except SluiceError:
-            return routes  # gone, or not answering: the send finds out
+        except TopicNotFound:
+            self.forget(topic)  # deleted since: routed afresh at the next send
+            raise
+        except SluiceError as exc:
+            raise Unavailable(f"topic {topic} was created on first use and no message decided its type yet; "
+                              f"{decider.broker}, which decides it, did not answer ({exc.message}): "
+                              "send again") from exc  # fmt: skip
         copies = {decider.broker: decided}
+        missed: set[str] = set()
         for name in undecided:
-            if name not in copies and self._answering(name):
+            if name in copies:
+                continue
+            if self._answering(name):
                 try:
                     copies[name] = await self.broker(name).get_topic(topic, like=decided)
+                    continue
                 except SluiceError:
                     self._unanswered[name] = time.monotonic()
+            missed.add(name)
         unlisted = self._unlisted.get(topic)
         if unlisted:
             self._unlisted[topic] = {p: _route(p, copies[p], r.endpoint) if p in copies else r
                                      for p, r in unlisted.items()}  # fmt: skip
         await self._cluster.refetch(topic)
-        return await self.route(topic)
+        routes = await self.route(topic)
+        return [r for r in routes if r.broker not in missed] if missed else routes
 
     def forget(self, topic: str) -> None:
         for cache in (self._routes, self._unlisted, self._defined):
