@@ -55,6 +55,8 @@ from broker.client.api import (
     TransactionCheck,
     TransactionResolution,
     TransactionSource,
+    is_lite_scope,
+    lite_scope,
 )
 from broker.clients import ClientTable
 from broker.config import BrokerConfig
@@ -968,9 +970,17 @@ class LocalBroker:
         validate_group_name(sync.group)
         if not sync.client_id:
             raise ClientIdRequired("a lite subscription belongs to a client: the request carries no client id")
-        spec = self._lite_topic(sync.topic)
-        await self.get_group(sync.group, auto_create=True)
-        subscribed = self.lite.sync(spec, sync)
+        if is_lite_scope(sync.topic):  # filters for every LITE topic of a namespace
+            if not sync.filters:
+                raise BadRequest(f"{sync.topic!r} names every LITE topic of a namespace: it takes filter subscriptions "
+                                 "only")  # fmt: skip
+            await self.get_group(sync.group, auto_create=True)
+            binds = sorted(n for n, s in self.metadata.topics.items() if is_lite(s) and lite_scope(n) == sync.topic)
+            subscribed = self.lite.sync_filters(sync.topic, sync, binds)
+        else:
+            spec = self._lite_topic(sync.topic)
+            await self.get_group(sync.group, auto_create=True)
+            subscribed = self.lite.sync(spec, sync)
         await self._state_replicated()
         return subscribed
 
