@@ -296,7 +296,6 @@ class PopRequest:
     invisible_ms: int = 30_000
     filter: FilterSpec = field(default_factory=FilterSpec)
     long_poll_ms: int = 0
-    auto_create_group: bool = False
     lite_client: str = ""  # a lite consumer's client id: pop from the lite topics it subscribes to
     # Messages of one lite topic in flight to the group at once: 1 keeps the lite order (the next
     # after the previous is settled); the MQTT gateway asks for its session's window (docs/mqtt.md).

@@ -9,9 +9,10 @@
 * **Pops** of a lite consumer take, round robin over its subscribed lite topics that may hold
   messages (`ready`), at most one new message per lite topic, and only from a lite topic with
   nothing in flight for the group: each lite topic is consumed in order (its next message once the
-  previous one is acknowledged, dead-lettered, or visible again for a retry), and one hot lite
-  topic cannot starve the others. Dispatches mark the lite topics they touched ready for the
-  clients watching them and wake their long polls.
+  previous one is acknowledged, dead-lettered, or visible again for a retry; on a replicated
+  primary once every in-sync member holds that ack or dead letter, as for a FIFO message group:
+  broker/popstate.py, "Lite topics"), and one hot lite topic cannot starve the others. Dispatches
+  mark the lite topics they touched ready for the clients watching them and wake their long polls.
 * **Filter subscriptions** (`LiteSync.filters`: `a/+/c`, `a/#`; common/litefilter.py) are stored
   (`lite_filt`) and held, all of them, in a trie per bind topic. A send matches each lite topic it
   writes against the trie, before its append: a (group, client) whose filter matches and that is
@@ -493,8 +494,17 @@ class LiteService:
     ) -> list[StoredMessage]:
         """Redeliveries first, then new messages from up to n lite topics taken round robin from the
         client's `ready` ones (those that may hold a message for it): one from each, skipping lite
-        topics with a message in flight for the group (their order); with a `window` above 1, up to
-        that many in flight per lite topic (the MQTT gateway's sessions)."""
+        topics with a message in flight for the group, or whose last one's ack the in-sync replicas
+        do not hold yet (their order: `PopState.settling`); with a `window` above 1, up to that many
+        in flight per lite topic (the MQTT gateway's sessions, which promise no order across
+        redeliveries and so do not wait for the replicas)."""
+        pop = self._pop
+        ordered = window == 1
+        if ordered:
+            pop.release_settled()
+        # A new primary hands out no new message of a lite topic until the replicas hold the state
+        # its term began with (`PopState.fifo_open`): a lite topic's last ack may be here only.
+        closed = ordered and not pop.fifo_open()
         now = self._clock.now_ms()
         until = now + invisible_ms
         out: list[StoredMessage] = []
@@ -515,8 +525,8 @@ class LiteService:
                 checks += 1
                 if qid not in client.qids:
                     continue
-                if inflight.get((g, topic, qid), 0) >= window:
-                    again.append(qid)  # in order: its next message once this one is done
+                if closed or inflight.get((g, topic, qid), 0) >= window or (ordered and pop.settling(g, topic, qid)):
+                    again.append(qid)  # in order: its next message once this one is done (and held)
                     continue
                 picked.append(qid)
             if not picked:
