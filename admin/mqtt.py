@@ -144,13 +144,14 @@ async def drop_session(cluster: Cluster, namespace: str, client_id: str) -> Repo
     broker, key, raw = await _record(cluster, namespace, client_id)
     rec = state.SessionRecord.decode(raw)
     owner = rec.owner
-    # Expired, and of a new epoch: the next janitor removes it, and its connection (told by a kick
-    # of that epoch) ends without writing the record back.
+    before = state.index_keys(namespace, client_id, rec)
+    # Expired, and of a new epoch: the next janitor removes it (its expiry entry is due), and its
+    # connection (told by a kick of that epoch) ends without writing the record back.
     rec.owner, rec.expiry_s, rec.gone_ms, rec.will, rec.epoch = "", 0, 0, None, rec.epoch + 1
-    puts = [(key, rec.encode())]
+    puts, deletes = state.record_write(namespace, client_id, before, rec)
     if owner:
         puts.append((state.kick_key(owner, namespace, client_id), str(rec.epoch).encode()))
-    await broker.mqtt_write(puts, expect=[(key, raw)])
+    await broker.mqtt_write(puts, deletes, expect=[(key, raw)])
     row = {"client_id": client_id, "namespace": namespace, "dropped": True}
     return Report(["client_id", "namespace", "dropped"], [row],
                   note="its connection is closed, its filters and group removed by a proxy within seconds")  # fmt: skip

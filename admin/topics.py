@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Awaitable
 
 from admin.cluster import Cluster
 from admin.output import Report, format_types
@@ -35,7 +36,8 @@ async def create_topic(
 
     A topic that exists is refused (PRECONDITION_FAILED, saying what it is now) unless `update`:
     then it is changed to the spec given (queues only grow; permissions stay) and the note says what
-    changed.
+    changed. A broker that holds a copy of another definition although the route showed none (a
+    proxy created the topic on first use meanwhile) refuses too, naming both definitions.
     """
     try:
         existing: TopicRoute | None = await cluster.route(name)
@@ -58,7 +60,13 @@ async def create_topic(
     attrs = attributes or {}  # max_priority, lite_expiration_s, max_lite_topics
     specs = {n: TopicSpec(name, shares[n], message_types, kept.get(n, Permission.READ_WRITE), **attrs)
              for n in chosen}  # fmt: skip
-    await cluster.on_each([(n, registered[n]) for n in chosen], lambda b: b.create_topic(specs[b.name]))
+
+    def save(b: RemoteBroker) -> Awaitable[TopicSpec]:
+        # A creation never changes a copy a broker holds (it refuses one of another definition: a
+        # proxy may have created the topic on first use since the check above); an update does.
+        return b.update_topic(specs[b.name]) if b.name in kept else b.create_topic(specs[b.name])
+
+    await cluster.on_each([(n, registered[n]) for n in chosen], save)
 
     def shown(route: TopicRoute | None) -> bool:
         held = {b.broker_name: b.queue_count for b in route.brokers} if route else {}

@@ -12,7 +12,7 @@ A message that runs out of delivery attempts moves to `%DLQ%<group>` when its in
 (the scanner task does it; pops leave such messages alone). FIFO groups deliver a message group's
 next message only after the previous one is acknowledged or dead-lettered (on a replicated primary:
 once every in-sync member holds that ack or dead letter, popstate.py); other message groups in the
-same queue keep flowing.
+same queue keep flowing. A lite topic is such a lane as a whole (broker/lite/service.py).
 
 Event-loop thread only: the state of a call is read and written without an await in between,
 except around the dead-letter append, which re-checks the entry's version after the await.
@@ -534,13 +534,14 @@ class PopEngine:
     # -- background ------------------------------------------------------------------------------
 
     def settled(self) -> None:
-        """Wake the consumers of FIFO groups whose message groups' last acks or dead letters every
-        in-sync member now holds (their next messages may go out); on a new primary, of every FIFO
-        group once they hold the state its term began with (`PopState.fifo_open`)."""
+        """Wake the consumers of groups whose message groups' or lite topics' last acks or dead
+        letters every in-sync member now holds (their next messages may go out); on a new primary,
+        of every group once they hold the state its term began with (`PopState.fifo_open`: FIFO
+        groups and lite consumers, whichever groups they are, waited for it)."""
         was_open = self._state.fifo_open()
         opened = self._state.release_settled()
         if not was_open and self._state.fifo_open():
-            opened |= {name for name, info in self._meta.groups.items() if info.spec.fifo}
+            opened |= set(self._meta.groups)
         if opened:
             self._hub.notify(tuple(group_key(g) for g in opened))
 

@@ -55,6 +55,8 @@ from broker.client.api import (
     TransactionCheck,
     TransactionResolution,
     TransactionSource,
+    is_lite_scope,
+    lite_scope,
 )
 from broker.clients import ClientTable
 from broker.config import BrokerConfig
@@ -93,6 +95,7 @@ from common.errors import (
     Forbidden,
     MessageTypeConflict,
     OffsetNotFound,
+    PreconditionFailed,
     RequestTimeout,
     SluiceError,
     StoreClosed,
@@ -239,7 +242,8 @@ class LocalBroker:
                 raise
         metadata = Metadata(store.index)
         pop_state = PopState(store.index, term=self._term, cursor_cache_size=cfg.pop.cursor_cache_size,
-                             acked_state=self._durability.acked_state)  # fmt: skip
+                             acked_state=self._durability.acked_state,
+                             lite_topic=functools.partial(_is_lite_topic, metadata))  # fmt: skip
         self.hub = LongPollHub(loop)
         store.add_dispatch_listener(lambda touched: self.hub.notify_threadsafe(map(topic_key, touched)))
         trace = TraceRecorder(cfg.name, cfg.trace, store.index.cf(CF_TRACE), store.index.handle(CF_TRACE),
@@ -466,13 +470,28 @@ class LocalBroker:
                 check_priority_spec(spec)
 
     async def create_topic(self, spec: TopicSpec) -> TopicSpec:
-        """Create a topic, or update it when it exists (idempotent for the same spec).
+        """Create a topic (idempotent for the same spec). A copy this broker holds with another
+        definition is refused with PRECONDITION_FAILED, never changed: changing a topic is
+        `update_topic`'s, so a creation cannot overwrite what another creator made meanwhile (a
+        proxy's first use racing `sluice admin topic create`: docs/shards.md)."""
+        return await self._save_topic(spec, _OTHER_REFUSED)
+
+    async def _save_topic(self, spec: TopicSpec, other: str) -> TopicSpec:
+        """Save `spec`; `other` says what becomes of a copy with another definition held already:
+        `_OTHER_REFUSED` (PRECONDITION_FAILED), `_OTHER_KEPT` (it is the answer) or `_OTHER_REPLACED`.
 
         A topic's queue count never shrinks: messages in the removed queues would be unreachable.
         """
         self._check_topic_spec(spec)
         await self._running().deletions.finished(spec.name)
         old = self.metadata.topics.get(spec.name)
+        if old is not None and old != spec and other != _OTHER_REPLACED:
+            if other == _OTHER_KEPT:
+                return old
+            raise PreconditionFailed(
+                f"topic {spec.name} exists on broker {self.name} with another definition ({_describe(old)}; "
+                f"asked: {_describe(spec)}), created meanwhile or before; update it to change it"
+            )
         if old is not None and spec.queue_count < old.queue_count:
             raise BadRequest(
                 f"topic {spec.name} has {old.queue_count} queues on broker {self.name}; reducing it to "
@@ -491,7 +510,7 @@ class LocalBroker:
 
     async def update_topic(self, spec: TopicSpec) -> TopicSpec:
         self.metadata.topic(spec.name)
-        return await self.create_topic(spec)
+        return await self._save_topic(spec, _OTHER_REPLACED)
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic and everything of it this broker holds (broker/topic_deletion.py,
@@ -535,13 +554,13 @@ class LocalBroker:
     async def ensure_topic(
         self, name: str, first: MessageType | None = None, *, like: TopicSpec | None = None, create: bool = True
     ) -> TopicSpec:
-        """The topic; on first use it is created (with `create`) when this broker auto-creates,
-        else TopicNotFound. A system topic's name (`%...`, dead letters) is never created here.
+        """The topic; on first use it is created (with `create`: a proxy's lookup, never a send)
+        when this broker auto-creates, else TopicNotFound. A system topic's name (`%...`, dead
+        letters) is never created here.
 
-        An auto-created topic takes the type of its first message (`first`, when a send creates
-        it): a LITE or PRIORITY topic for such a message, else a topic accepting every other type.
-        Created by a route lookup, before any message, it accepts every type (so clients that check
-        a message's type against the route send it) until its first message decides.
+        An auto-created topic accepts every type (so clients that check a message's type against
+        the route send it) until its first message (`first`, given by a send) decides: a LITE or
+        PRIORITY topic for such a message, else a topic accepting every other type.
 
         `like` is the cluster's definition of a topic created on first use, decided once by the
         broker that created it first (docs/shards.md, "Topics, groups and admin"): a topic this
@@ -557,9 +576,9 @@ class LocalBroker:
             if like is not None:
                 if like.name != name:
                     raise BadRequest(f"the definition given for topic {name} is topic {like.name}'s")
-                return await self.create_topic(like)
-            types = UNDECIDED_TYPES if first is None else auto_types(first)
-            return await self.create_topic(TopicSpec(name, self.config.auto_create_queue_count, types))
+                return await self._save_topic(like, _OTHER_KEPT)  # created meanwhile: that copy stays
+            default = TopicSpec(name, self.config.auto_create_queue_count, UNDECIDED_TYPES)
+            spec = await self._save_topic(default, _OTHER_KEPT)
         if spec.message_types != UNDECIDED_TYPES:
             return spec
         decided = _decision(like) if like is not None else auto_types(first) if first is not None else None
@@ -627,8 +646,11 @@ class LocalBroker:
             messages = received(records, topic, queue_id, host)
         else:  # a 16 MiB AMQP body is ~20 ms of CRC and copying: in a thread, the loop runs between its steps
             messages = await asyncio.get_running_loop().run_in_executor(None, received, records, topic, queue_id, host)
-        # `received` gives each message type as a MessageType
-        spec = await self.ensure_topic(topic, cast(MessageType, messages[0].message_type) if messages else None)
+        # `received` gives each message type as a MessageType. A send never creates its topic: a stale
+        # route to a broker where the topic was just deleted would recreate it here with defaults;
+        # creating on first use is the proxy's decision (proxy/firstuse.py).
+        first = cast(MessageType, messages[0].message_type) if messages else None
+        spec = await self.ensure_topic(topic, first, create=False)
         producer, dedup = self._running().producer, self._dedup
         if dedup is not None and any(m.flags & FLAG_DEDUP for m in messages):
             results = await dedup.send(topic, messages, lambda fresh: producer.send(spec, queue_id, fresh, ctx))
@@ -676,7 +698,7 @@ class LocalBroker:
     async def pop(self, request: PopRequest, *, ctx: CallContext = NO_CONTEXT) -> list[StoredMessage]:
         if ctx.expired():  # what it took would stay invisible with no one to receive it
             raise RequestTimeout(f"the client's deadline passed before the pop from {request.topic} began")
-        group = await self.get_group(request.group, auto_create=request.auto_create_group)
+        group = self.metadata.group(request.group)  # never created here: the proxy's decision (proxy/firstuse.py)
         topic = self.metadata.topic(request.topic)
         if not topic.permission.readable:
             raise Forbidden(f"topic {topic.name} is not readable on broker {self.name}")
@@ -693,11 +715,11 @@ class LocalBroker:
     ) -> list[AckResult]:
         self.metadata.group(group)
         results, done = self.engine.ack(group, topic, receipt_handles)
-        spec = self.metadata.topics.get(topic)
-        if spec is not None and is_lite(spec):
-            self.lite.after_ack(group, topic, {qid for qid, _ in done})
         await self._state_replicated()
         self.engine.settled()  # the in-sync replicas hold the acks: their message groups go on
+        spec = self.metadata.topics.get(topic)
+        if spec is not None and is_lite(spec):  # and their lite topics
+            self.lite.after_ack(group, topic, {qid for qid, _ in done})
         return results
 
     async def change_invisible_duration(
@@ -948,9 +970,17 @@ class LocalBroker:
         validate_group_name(sync.group)
         if not sync.client_id:
             raise ClientIdRequired("a lite subscription belongs to a client: the request carries no client id")
-        spec = self._lite_topic(sync.topic)
-        await self.get_group(sync.group, auto_create=True)
-        subscribed = self.lite.sync(spec, sync)
+        if is_lite_scope(sync.topic):  # filters for every LITE topic of a namespace
+            if not sync.filters:
+                raise BadRequest(f"{sync.topic!r} names every LITE topic of a namespace: it takes filter subscriptions "
+                                 "only")  # fmt: skip
+            await self.get_group(sync.group, auto_create=True)
+            binds = sorted(n for n, s in self.metadata.topics.items() if is_lite(s) and lite_scope(n) == sync.topic)
+            subscribed = self.lite.sync_filters(sync.topic, sync, binds)
+        else:
+            spec = self._lite_topic(sync.topic)
+            await self.get_group(sync.group, auto_create=True)
+            subscribed = self.lite.sync(spec, sync)
         await self._state_replicated()
         return subscribed
 
@@ -982,6 +1012,20 @@ class LocalBroker:
 # (the admin tool's calls time out after 5 s); past it they go on being deleted, and a failure is
 # finished by the next retention run.
 _PURGE_WAIT_S = 2.0
+# What `_save_topic` does with a copy of another definition that the broker holds already.
+_OTHER_REFUSED, _OTHER_KEPT, _OTHER_REPLACED = "refused", "kept", "replaced"
+
+
+def _describe(spec: TopicSpec) -> str:
+    """A topic's definition in a message: queues, accepted types and permission."""
+    kinds = spec.message_types
+    types = "any type" if kinds == UNDECIDED_TYPES else ",".join(sorted(t.name.lower() for t in kinds))
+    return f"{spec.queue_count} queue(s), {types}, {spec.permission.name.lower()}"
+
+
+def _is_lite_topic(metadata: Metadata, name: str) -> bool:
+    spec = metadata.topics.get(name)
+    return spec is not None and is_lite(spec)
 
 
 def _purged(topic: str, purge: asyncio.Future[int]) -> None:

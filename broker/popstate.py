@@ -38,6 +38,13 @@ the earlier message would come back after the later one was delivered. For the s
 primary's lanes hand out nothing until every in-sync member holds the state its term began with
 (`fifo_open`). A broker outside a replicated group records no change numbers, so its lanes never
 wait.
+
+**Lite topics** are ordered as a whole (docs/lite-topics.md: a lite topic's next message goes out
+once the one before it is done), so each is one lane, `WHOLE_QUEUE`, that waits the same way: the
+batch that removes an in-flight entry of a lite topic's queue (`lite_topic` says which topics are
+bind topics) marks that lane `settling`, and the lite pop hands out nothing of it until
+`release_settled` opened it (broker/lite/service.py). Only the settling mark lives in that lane: the
+lite topic's in-flight count is `inflight`, as for any queue.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from enum import IntEnum
 
 import rocksdict
 
+from broker.lite.keys import LITE_QUEUE_BASE
 from broker.store.index import Index
 from broker.store.keys import next_prefix
 
@@ -68,6 +76,9 @@ _QO = struct.Struct(">IQ")  # queue id, offset: how every pop_msg and pop_due ke
 QueueKey = tuple[str, str, int]  # group, topic, queue id
 _NO_DEADLINE = (1 << 64) - 1
 
+
+# The lane of a queue whose messages go out one at a time whatever their message group (a lite topic).
+WHOLE_QUEUE = ""
 
 _VERSION_MASK = (1 << 32) - 1  # versions are u32 and wrap
 TERM_VERSION_SHIFT = 16  # a replicated primary's term owns 2**16 versions of every entry it creates
@@ -201,12 +212,14 @@ class FifoLane:
 class PopState:
     def __init__(
         self, index: Index, *, term: int = 0, cursor_cache_size: int = 200_000,
-        acked_state: Callable[[], int | None] = lambda: None,
+        acked_state: Callable[[], int | None] = lambda: None, lite_topic: Callable[[str], bool] = lambda _: False,
     ) -> None:  # fmt: skip
         """`acked_state`: the latest state change every in-sync member holds (None: every change;
-        broker/store/durability.py), which FIFO lanes wait for (see the module doc)."""
+        broker/store/durability.py), which FIFO lanes wait for (see the module doc). `lite_topic`:
+        whether a topic is a bind topic, whose lite topics (queues from LITE_QUEUE_BASE) wait so too."""
         self._index = index
         self._acked_state = acked_state
+        self._lite_topic = lite_topic
         # Lanes waiting for their settling change to be held, in change order: (change, queue, group).
         # At most one per lane (a settling lane hands out nothing that could settle again).
         self._settling: collections.deque[tuple[int, QueueKey, str]] = collections.deque()
@@ -382,15 +395,34 @@ class PopState:
         opened: set[str] = set()
         while pending and (held is None or pending[0][0] <= held):
             seq, qk, mg = pending.popleft()
-            lanes = self.fifo.get(qk, {})
-            lane = lanes.get(mg)
+            lane = self.fifo.get(qk, {}).get(mg)
             if lane is None or lane.settling != seq:
                 continue  # dropped (a deleted group) or settled again since
             lane.settling = 0
             opened.add(qk[0])
             if lane.idle:
-                del lanes[mg]
+                self._drop_lane(qk, mg)
         return opened
+
+    def settling(self, group: str, topic: str, queue_id: int, lane: str = WHOLE_QUEUE) -> bool:
+        """Whether a lane (by default a lite topic's, `WHOLE_QUEUE`) waits for the in-sync members to
+        hold the change that settled its last in-flight message."""
+        found = self.fifo.get((group, topic, queue_id))
+        return found is not None and lane in found and found[lane].settling != 0
+
+    def _settle(self, qk: QueueKey, mg: str, seq: int) -> None:
+        """Close a lane until every in-sync member holds state change `seq` (`release_settled`)."""
+        lane = self.fifo.setdefault(qk, {}).setdefault(mg, FifoLane())
+        lane.settling = seq
+        self._settling.append((seq, qk, mg))
+
+    def _drop_lane(self, qk: QueueKey, mg: str) -> None:
+        """Forget an idle lane, and its queue's entry with its last lane (a broker may hold a million
+        lite topics: nothing is kept per idle queue)."""
+        lanes = self.fifo[qk]
+        del lanes[mg]
+        if not lanes:
+            del self.fifo[qk]
 
     def groups_with_inflight(self) -> set[str]:
         return {g for (g, _, _), n in self.inflight.items() if n > 0}
@@ -505,6 +537,8 @@ class PopBatch:
         self._inflight: dict[QueueKey, int] = {}  # net change of INFLIGHT entries without a message group
         self._cursors: dict[QueueKey, int] = {}  # cursors set
         self._dropped: list[QueueKey] = []  # cursors deleted
+        # Queues from LITE_QUEUE_BASE (lite topics, priority levels) whose in-flight entries it removes.
+        self._freed: list[QueueKey] = []
         self.empty = True
 
     def set_cursor(self, group: str, topic: str, queue_id: int, cursor: int) -> None:
@@ -566,6 +600,8 @@ class PopBatch:
         was_inflight = old.state is EntryState.INFLIGHT
         if was_inflight:
             wb.delete(_due_key(g, old.invisible_until_ms, t, qo), s.h_due)
+            if queue_id >= LITE_QUEUE_BASE:
+                self._freed.append((group, topic, queue_id))
         self._changed((group, topic, queue_id), offset, old, None, -int(was_inflight))
 
     def _changed(
@@ -595,6 +631,11 @@ class PopBatch:
                 del inflight[qk]
         for qk, offset, old, new in self._mem:
             self._apply(qk, offset, old, new, seq)
+        if seq and self._freed:  # a lite topic's next message waits until the replicas hold this
+            lite = self._s._lite_topic
+            for qk in dict.fromkeys(self._freed):
+                if lite(qk[1]):
+                    self._s._settle(qk, WHOLE_QUEUE, seq)
 
     def _apply(self, qk: QueueKey, offset: int, old: PopEntry | None, new: PopEntry | None, seq: int) -> None:
         """Counters and FIFO lane of one change of an entry with a message group; `seq`: the
@@ -615,7 +656,6 @@ class PopBatch:
         if new is not None and new.state is EntryState.WAITING:
             lane.waiting.append(offset)
         if was_inflight and not is_inflight and seq:  # settled: the next waits until the replicas hold it
-            lane.settling = seq
-            s._settling.append((seq, qk, mg))
+            s._settle(qk, mg, seq)
         if lane.idle:
-            del s.fifo[qk][mg]
+            s._drop_lane(qk, mg)

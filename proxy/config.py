@@ -337,11 +337,17 @@ class MqttConfig:
     # MQTT topic prefixes mapped to bind topics other than their first level (docs/mqtt.md): e.g.
     # {"factory/line1/" = "line1"}; the longest prefix wins.
     bind_topics: dict[str, str] = field(default_factory=dict)
+    # Make the bind topic (a LITE topic) an MQTT topic needs when no broker holds it (docs/mqtt.md,
+    # "Bind topics"), whatever RocketMQ's auto-create says: MQTT clients cannot create topics. Off:
+    # only bind topics an operator created are used (0x83 for the others).
+    create_bind_topics: bool = True
     # How often the namespace's bind topics are listed for filters with a wildcard first level.
     bind_topics_refresh_ms: int = 5_000
-    # How often each proxy reads the requests to close connections taken over on another proxy,
-    # and sweeps expired sessions (and the wills of sessions whose proxy died).
+    # How often each proxy reads the requests to close connections taken over on another proxy.
     kick_poll_ms: int = 500
+    # How often each proxy's janitor runs (proxy/mqtt/janitor.py): it writes the proxy's heartbeat,
+    # drops expired sessions and disconnects the sessions of proxies without a heartbeat for three
+    # rounds (publishing their wills), at most 256 of each per round.
     janitor_interval_s: float = 10.0
     # How often $SYS topics are sent to the sessions that subscribe to them (0: $SYS off).
     sys_interval_s: float = 10.0

@@ -58,6 +58,11 @@ class BrokerDirectory(Protocol):
         once for every broker holding a copy (proxy/firstuse.py). Where the topic has one copy, its
         broker decides with the send itself and the route is returned as it is."""
 
+    def forget(self, topic: str) -> None:
+        """Drop what is cached of `topic`'s route: a broker it named answered TOPIC_NOT_FOUND (the
+        topic was deleted since), so the next lookup asks again (and, with auto-create, creates the
+        topic anew on first use) instead of serving the stale route for a while."""
+
     def broker(self, name: str) -> BrokerApi: ...
     async def lookup(self, name: str) -> BrokerApi | None:
         """The broker of that name, asking the cluster once if it is not known yet; None if none is."""
@@ -103,6 +108,9 @@ class LocalDirectory:
 
     async def decide(self, topic: str, first: MessageType) -> list[BrokerRoute]:
         return await self.route(topic)  # one copy: the broker decides it with the send
+
+    def forget(self, topic: str) -> None:
+        self._routes.pop(topic, None)
 
     def broker(self, name: str) -> BrokerApi:
         return self._broker
@@ -241,6 +249,11 @@ class ClusterDirectory:
 
     async def decide(self, topic: str, first: MessageType) -> list[BrokerRoute]:
         return await self.route(topic)  # created on first use on one broker: it decides with the send
+
+    def forget(self, topic: str) -> None:
+        # Not kept through UNKNOWN_TOPIC_GRACE_S either: that grace covers a NameServer that does
+        # not know a topic yet, while here a broker of the route said it holds none.
+        self._routes.pop(topic, None)
 
     async def refetch(self, topic: str) -> None:
         """Take the NameServer's route of `topic` now (a broker changed it and reported already);

@@ -104,7 +104,8 @@ async def _start_amqp(app: ProxyApp) -> Gateway:
                       security=lambda: app.policy.doc, auth_required=cfg.auth.enabled, send=app.producer.send,
                       routes=directory.route, pop_anywhere=pops, authorize=app.access.authorize,
                       client_report_s=cfg.client_report_s,
-                      max_topic_body_bytes=cfg.settings.max_body_bytes)  # fmt: skip
+                      max_topic_body_bytes=cfg.settings.max_body_bytes,
+                      max_lite_chars=cfg.settings.max_lite_topic_chars)  # fmt: skip
     await gateway.start(cfg.host, reuse_port=cfg.reuse_port)
     app.client_reporter.add_source(gateway.connected_clients)
     return gateway

@@ -15,8 +15,10 @@ has messages (proxy/core/gather.py): those pops are a hop by design and counted 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from broker.client.api import (
     NO_CONTEXT,
@@ -33,6 +35,7 @@ from broker.client.api import (
 from broker.client.remote import RemoteBroker
 from common import metrics
 from common.errors import SluiceError, TopicNotFound, Unavailable
+from common.logs import kv
 from common.model import UNDECIDED_TYPES, MessageType, auto_types
 from proxy import firstuse
 from proxy.config import CacheConfig
@@ -85,6 +88,8 @@ class ForwardedBroker(RemoteBroker):
         return await super().recall(topic, recall_handle, ctx=ctx)
 
 
+log = logging.getLogger("sluice.proxy.shards")
+
 # A node that did not answer a topic creation is not asked again for this long (per node).
 CREATE_RETRY_S = 5.0
 _NONE_CREATED: dict[str, BrokerRoute] = {}  # never changed: `_create_on` copies before adding
@@ -93,6 +98,14 @@ _NO_ROUTES: list[BrokerRoute] = []  # never changed: the same object while no Na
 
 def _route(name: str, spec: TopicSpec, endpoint: str) -> BrokerRoute:
     return BrokerRoute(name, spec.queue_count, spec.permission, spec.message_types, endpoint)
+
+
+def _same_definition(copy: TopicSpec, definition: TopicSpec) -> bool:
+    """Whether a node's copy is the first-use `definition` (whose types a first message may have
+    decided since, on that copy or through `decide`)."""
+    return replace(copy, message_types=definition.message_types) == definition and (
+        copy.message_types == definition.message_types or definition.message_types == UNDECIDED_TYPES
+    )
 
 
 class ShardDirectory:
@@ -199,6 +212,14 @@ class ShardDirectory:
                               f"and node(s) {', '.join(unanswered)} did not answer (one may hold it)")  # fmt: skip
         nodes: dict[str, MessagingApi] = {self.home: self._local, **{p: peers[p] for p in peers if p not in unanswered}}
         decider, definition = await firstuse.create(topic, nodes)
+        if definition.message_types != UNDECIDED_TYPES:
+            # Not a copy first use just made (that accepts every type until its first message): the
+            # topic was created meanwhile, with `sluice admin` or by another node's first use whose
+            # first message decided it. Routed as held there, never spread: its creator spreads it.
+            if decider == self.home:
+                return definition, _NONE_CREATED
+            unlisted = self._unlisted[topic] = {decider: _route(decider, definition, endpoints.get(decider, ""))}
+            return None, unlisted
         self._defined[topic] = definition
         spec: TopicSpec | None = None
         unlisted = _NONE_CREATED
@@ -224,6 +245,10 @@ class ShardDirectory:
         except SluiceError:
             self._unanswered[peer] = time.monotonic()
             return unlisted
+        if not _same_definition(spec, definition):  # `sluice admin topic create` there meanwhile
+            log.warning("a node holds another definition of a topic created on first use",
+                        extra=kv(topic=topic, node=peer, queues=spec.queue_count,
+                                 first_use_queues=definition.queue_count))  # fmt: skip
         unlisted = self._unlisted[topic] = {
             **unlisted,
             peer: _route(peer, spec, self._cluster.client_endpoints().get(peer, "")),
@@ -243,7 +268,12 @@ class ShardDirectory:
     async def decide(self, topic: str, first: MessageType) -> list[BrokerRoute]:
         """The first node by name holding the topic decides what it accepts (its copy takes the
         type of `first` if nothing decided it yet), then every other undecided copy takes that
-        decision; the route is read again (the brokers reported to the NameServer already)."""
+        decision; the route is read again (the brokers reported to the NameServer already).
+
+        No copy ever decides by itself: when the deciding node does not answer, the send is
+        refused with the retriable UNAVAILABLE (a copy deciding by its own first message could
+        take another kind than the decider's later one: two definitions). A copy that did not take
+        the decision is left out of the route this send is placed on; it takes it at a later send."""
         routes = await self.route(topic)
         undecided = [r.broker for r in routes if r.message_types == UNDECIDED_TYPES]
         if not undecided:
@@ -252,21 +282,37 @@ class ShardDirectory:
         like = TopicSpec(topic, decider.queue_count, auto_types(first))
         try:
             decided = await self.broker(decider.broker).get_topic(topic, like=like)
-        except SluiceError:
-            return routes  # gone, or not answering: the send finds out
+        except TopicNotFound:
+            self.forget(topic)  # deleted since: routed afresh at the next send
+            raise
+        except SluiceError as exc:
+            raise Unavailable(f"topic {topic} was created on first use and no message decided its type yet; "
+                              f"{decider.broker}, which decides it, did not answer ({exc.message}): "
+                              "send again") from exc  # fmt: skip
         copies = {decider.broker: decided}
+        missed: set[str] = set()
         for name in undecided:
-            if name not in copies and self._answering(name):
+            if name in copies:
+                continue
+            if self._answering(name):
                 try:
                     copies[name] = await self.broker(name).get_topic(topic, like=decided)
+                    continue
                 except SluiceError:
                     self._unanswered[name] = time.monotonic()
+            missed.add(name)
         unlisted = self._unlisted.get(topic)
         if unlisted:
             self._unlisted[topic] = {p: _route(p, copies[p], r.endpoint) if p in copies else r
                                      for p, r in unlisted.items()}  # fmt: skip
         await self._cluster.refetch(topic)
-        return await self.route(topic)
+        routes = await self.route(topic)
+        return [r for r in routes if r.broker not in missed] if missed else routes
+
+    def forget(self, topic: str) -> None:
+        for cache in (self._routes, self._unlisted, self._defined):
+            cache.pop(topic, None)
+        self._cluster.forget(topic)
 
     def broker(self, name: str) -> BrokerApi:
         return self._local if name == self.home else self._cluster.broker(name)

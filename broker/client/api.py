@@ -296,7 +296,6 @@ class PopRequest:
     invisible_ms: int = 30_000
     filter: FilterSpec = field(default_factory=FilterSpec)
     long_poll_ms: int = 0
-    auto_create_group: bool = False
     lite_client: str = ""  # a lite consumer's client id: pop from the lite topics it subscribes to
     # Messages of one lite topic in flight to the group at once: 1 keeps the lite order (the next
     # after the previous is settled); the MQTT gateway asks for its session's window (docs/mqtt.md).
@@ -657,10 +656,27 @@ class LiteOffset:
     timestamp_ms: int | None = None
 
 
+# `LiteSync.topic` of filter subscriptions that apply to every LITE topic of a namespace on a broker,
+# those created later included: `ns%*` (`*` for the default namespace; `*` is no topic name). The MQTT
+# gateway registers filters whose first level is a wildcard (`#`, `+/x`) so (docs/mqtt.md).
+EVERY_LITE_TOPIC = "*"
+_NAMESPACE_SEPARATOR = "%"  # a cluster-wide name is `namespace%name` (proxy/names.py)
+
+
+def lite_scope(topic: str) -> str:
+    """The name of the namespace-wide filter subscriptions that apply to the LITE topic `topic`."""
+    namespace, sep, _ = topic.rpartition(_NAMESPACE_SEPARATOR)
+    return namespace + sep + EVERY_LITE_TOPIC
+
+
+def is_lite_scope(name: str) -> bool:
+    return name.rpartition(_NAMESPACE_SEPARATOR)[2] == EVERY_LITE_TOPIC
+
+
 @dataclass(frozen=True, slots=True)
 class LiteSync:
     group: str
-    topic: str  # the bind topic
+    topic: str  # the bind topic (or, for filters, a namespace's scope: `lite_scope`)
     client_id: str
     action: LiteAction
     lite_topics: tuple[str, ...]

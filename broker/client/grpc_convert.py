@@ -371,7 +371,6 @@ def pop_request_to_pb(request: PopRequest) -> pb.PopRequest:
         invisible_ms=request.invisible_ms,
         filter=filter_to_pb(request.filter),
         long_poll_ms=request.long_poll_ms,
-        auto_create_group=request.auto_create_group,
         lite_client=request.lite_client,
         lite_window=request.lite_window,
     )
@@ -386,7 +385,6 @@ def pop_request_from_pb(msg: pb.PopRequest) -> PopRequest:
         invisible_ms=msg.invisible_ms,
         filter=filter_or_default(msg),
         long_poll_ms=msg.long_poll_ms,
-        auto_create_group=msg.auto_create_group,
         lite_client=msg.lite_client,
         lite_window=max(1, msg.lite_window),
     )

@@ -9,16 +9,20 @@
 * **Pops** of a lite consumer take, round robin over its subscribed lite topics that may hold
   messages (`ready`), at most one new message per lite topic, and only from a lite topic with
   nothing in flight for the group: each lite topic is consumed in order (its next message once the
-  previous one is acknowledged, dead-lettered, or visible again for a retry), and one hot lite
-  topic cannot starve the others. Dispatches mark the lite topics they touched ready for the
-  clients watching them and wake their long polls.
+  previous one is acknowledged, dead-lettered, or visible again for a retry; on a replicated
+  primary once every in-sync member holds that ack or dead letter, as for a FIFO message group:
+  broker/popstate.py, "Lite topics"), and one hot lite topic cannot starve the others. Dispatches
+  mark the lite topics they touched ready for the clients watching them and wake their long polls.
 * **Filter subscriptions** (`LiteSync.filters`: `a/+/c`, `a/#`; common/litefilter.py) are stored
   (`lite_filt`) and held, all of them, in a trie per bind topic. A send matches each lite topic it
   writes against the trie, before its append: a (group, client) whose filter matches and that is
   not yet subscribed to the lite topic is subscribed to it then, the group starting at the lite
   topic's end (this send's first message), so from then on it is one of the client's lite topics
   like any other. Removing a filter unsubscribes the lite topics no remaining filter matches (and
-  forgets the group's position in those no other client of the group still reads).
+  forgets the group's position in those no other client of the group still reads). Filters synced
+  with a namespace's scope as their topic (`lite_scope`: `ns%*`) apply to every LITE topic of that
+  namespace on this broker, those created later too (a trie of their own, matched with the bind
+  topic's): the MQTT gateway's filters whose first level is a wildcard.
 * **Expiry.** A lite topic without a new message for its bind topic's `lite_expiration_s` is
   removed by a sweep over the expiry index (due first, bounded per run); its subscribers get a
   `LiteRemoval` that proxies claim and turn into NotifyUnsubscribeLiteCommand.
@@ -51,6 +55,7 @@ from broker.client.api import (
     SendResult,
     StoredMessage,
     TopicSpec,
+    lite_scope,
 )
 from broker.config import LimitsConfig, LiteConfig
 from broker.consumer import PopEngine, _Cold
@@ -202,21 +207,22 @@ class LiteService:
         tid = self.state.topic_id(spec.name, create=True)
         assert tid is not None
         records, created = self.resolve(spec, tid, names, self._clock.now_ms(), write=True)
-        trie = self._tries.get(spec.name)
-        if trie is not None and trie.count:
-            self._match_filters(spec.name, tid, trie, records, created)
+        tries = [t for t in (self._tries.get(spec.name), self._tries.get(lite_scope(spec.name))) if t and t.count]
+        if tries:
+            self._match_filters(spec.name, tid, tries, records, created)
         qids = [records[name].queue_id for name in names]
         results = await self._store.append(at_queues(messages, qids))
         self._trace.sent_append(spec.name, *span_of(results), client_id, messages[0].born_host)
         return list(map(SendResult, map(_MESSAGE_ID, messages), qids, offsets_of(results)))
 
-    def _match_filters(self, topic: str, tid: int, trie: FilterTrie[tuple[str, str]],
+    def _match_filters(self, topic: str, tid: int, tries: list[FilterTrie[tuple[str, str]]],
                        records: dict[str, LiteRecord], created: set[str]) -> None:  # fmt: skip
-        """Subscribe the clients whose filters match lite topics of a send and that are not yet
-        subscribed to them, their group starting at the lite topic's end (no await: nothing is
-        appended between this and the send's append, so the send's first message is the start)."""
+        """Subscribe the clients whose filters (in the bind topic's trie or its namespace's) match
+        lite topics of a send and that are not yet subscribed to them, their group starting at the
+        lite topic's end (no await: nothing is appended between this and the send's append, so the
+        send's first message is the start)."""
         for name, rec in records.items():
-            owners = trie.match(name)
+            owners = tries[0].match(name) if len(tries) == 1 else tries[0].match(name) | tries[1].match(name)
             if not owners:
                 continue
             subscribed = self._subscribers_of(tid, name)
@@ -310,7 +316,7 @@ class LiteService:
         """Apply a subscription change; how many lite topics (filters, for a filter sync) the client
         then holds here."""
         if sync.filters:
-            return self._sync_filters(spec, sync)
+            return self.sync_filters(spec.name, sync, [spec.name])
         client = self._client(sync.group, spec, sync.client_id)
         if sync.version and sync.version < client.version:
             return len(client.names)  # an older request overtaken by a newer one: nothing to change
@@ -359,10 +365,12 @@ class LiteService:
                                                        added=len(added), removed=len(removed)))  # fmt: skip
         return len(client.names)
 
-    def _sync_filters(self, spec: TopicSpec, sync: LiteSync) -> int:
-        """Apply a change of a client's filter subscriptions; how many filters it then holds here.
-        A removed filter unsubscribes the lite topics no remaining filter of the client matches."""
-        key = (sync.group, spec.name, sync.client_id)
+    def sync_filters(self, name: str, sync: LiteSync, binds: list[str]) -> int:
+        """Apply a change of a client's filter subscriptions of `name` (a bind topic, or a
+        namespace's scope whose filters apply to its LITE topics `binds`); how many filters it then
+        holds there. A removed filter unsubscribes the lite topics of `binds` no remaining filter of
+        the client (of the bind topic or its scope) matches."""
+        key = (sync.group, name, sync.client_id)
         current = self._filters.get(key, set())
         wanted = {validate_lite_filter(f, self._cfg.max_name_chars) for f in sync.lite_topics}
         action = sync.action
@@ -377,15 +385,14 @@ class LiteService:
         quota = min(sync.quota or self._cfg.max_subscriptions, self._cfg.max_subscriptions)
         if len(new) > quota and len(new) > len(current):
             raise LiteSubscriptionQuotaExceeded(
-                f"client {sync.client_id} would hold {len(new)} filter subscriptions of {spec.name}; "
-                f"its quota is {quota}"
+                f"client {sync.client_id} would hold {len(new)} filter subscriptions of {name}; its quota is {quota}"
             )
         added, removed = new - current, current - new
-        tid = self.state.topic_id(spec.name, create=True)
+        tid = self.state.topic_id(name, create=True)
         assert tid is not None
         if added or removed:
             self.state.change_filters(sync.group, tid, sync.client_id, added, removed)
-            trie = self._tries.setdefault(spec.name, FilterTrie())
+            trie = self._tries.setdefault(name, FilterTrie())
             owner = (sync.group, sync.client_id)
             for text in added:
                 trie.add(text, owner)
@@ -396,8 +403,13 @@ class LiteService:
             else:
                 self._filters.pop(key, None)
         if removed or action is LiteAction.COMPLETE_REMOVE:
-            self._unsubscribe_unmatched(spec.name, tid, sync.group, sync.client_id, new)
-        log.debug("lite filters synced", extra=kv(group=sync.group, topic=spec.name, action=action.name,
+            for bind in binds:
+                bind_tid = self.state.topic_id(bind, create=True)
+                assert bind_tid is not None
+                held = self._filters.get((sync.group, bind, sync.client_id), set())
+                held = held | self._filters.get((sync.group, lite_scope(bind), sync.client_id), set())
+                self._unsubscribe_unmatched(bind, bind_tid, sync.group, sync.client_id, held)
+        log.debug("lite filters synced", extra=kv(group=sync.group, topic=name, action=action.name,
                                                   added=len(added), removed=len(removed)))  # fmt: skip
         return len(new)
 
@@ -482,8 +494,17 @@ class LiteService:
     ) -> list[StoredMessage]:
         """Redeliveries first, then new messages from up to n lite topics taken round robin from the
         client's `ready` ones (those that may hold a message for it): one from each, skipping lite
-        topics with a message in flight for the group (their order); with a `window` above 1, up to
-        that many in flight per lite topic (the MQTT gateway's sessions)."""
+        topics with a message in flight for the group, or whose last one's ack the in-sync replicas
+        do not hold yet (their order: `PopState.settling`); with a `window` above 1, up to that many
+        in flight per lite topic (the MQTT gateway's sessions, which promise no order across
+        redeliveries and so do not wait for the replicas)."""
+        pop = self._pop
+        ordered = window == 1
+        if ordered:
+            pop.release_settled()
+        # A new primary hands out no new message of a lite topic until the replicas hold the state
+        # its term began with (`PopState.fifo_open`): a lite topic's last ack may be here only.
+        closed = ordered and not pop.fifo_open()
         now = self._clock.now_ms()
         until = now + invisible_ms
         out: list[StoredMessage] = []
@@ -504,8 +525,8 @@ class LiteService:
                 checks += 1
                 if qid not in client.qids:
                     continue
-                if inflight.get((g, topic, qid), 0) >= window:
-                    again.append(qid)  # in order: its next message once this one is done
+                if closed or inflight.get((g, topic, qid), 0) >= window or (ordered and pop.settling(g, topic, qid)):
+                    again.append(qid)  # in order: its next message once this one is done (and held)
                     continue
                 picked.append(qid)
             if not picked:

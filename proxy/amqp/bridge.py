@@ -1,14 +1,19 @@
 """`TopicBridge`: the RocketMQ side of exchanges mapped to topics (`x-sluice-topic`, docs/amqp.md).
 
 - An AMQP publish to a mapped exchange is stored in the exchange's queues and once in its topic
-  (`publish`, as a RocketMQ message: proxy/amqp/crossmap.py), before its confirm.
+  (`publish`, as a RocketMQ message: proxy/amqp/crossmap.py), before its confirm. In a LITE topic
+  (an MQTT bind topic) it is a message of the lite topic its routing key names
+  (proxy/litenames.py), which that lite topic's RocketMQ lite consumers and MQTT subscribers get.
 - A RocketMQ send to the topic reaches the exchange's queues: every proxy reads the topic with
   the exchange's bridge group (`AMQP_X<hash>`, in the vhost's namespace, created when the
   exchange is declared, reading what is stored from then on: a broker the topic's route gains
   later gets the group with the same start), with a filter that skips what AMQP published
   (its queues got it at publish time), routes each message through the exchange's bindings,
   stores it in the queues it reaches and then acknowledges it. A message is so carried at least
-  once: a proxy that dies between the store and the ack leaves it to be carried again.
+  once: a proxy that dies between the store and the ack leaves it to be carried again. A LITE
+  topic is read the way an MQTT session reads it: the bridge group holds the filter subscription
+  `#` on every broker of the topic (its lite client `BRIDGE_CLIENT`), so every lite topic written
+  from then on is read, and its pops ask for lite topics' runs (`lite_window`).
 """
 
 from __future__ import annotations
@@ -28,12 +33,15 @@ from broker.client.api import (
     FilterKind,
     FilterSpec,
     GroupSpec,
+    LiteAction,
+    LiteSync,
     PopRequest,
     SendResult,
     StoredMessage,
 )
-from common.errors import MessageBodyTooLarge, NotFound, SluiceError, Unavailable
+from common.errors import IllegalLiteTopic, MessageBodyTooLarge, NotFound, SluiceError, Unavailable
 from common.logs import kv
+from common.model import MessageType, validate_lite_topic_name
 from proxy import names
 from proxy.amqp import crossmap, overflow
 from proxy.amqp.codes import NOT_FOUND, AmqpError
@@ -43,6 +51,7 @@ from proxy.amqp.metastore import MetaStore
 from proxy.amqp.queues import PROP_EXCHANGE, Publish, QueueGone, QueueStore, to_outgoing
 from proxy.amqp.routing import decode_headers, route
 from proxy.directory import BrokerRoute
+from proxy.litenames import lite_of_routing_key
 
 log = logging.getLogger("sluice.proxy.amqp")
 
@@ -56,10 +65,18 @@ _INVISIBLE_MS = 30_000  # a carried message not acknowledged (the proxy died) is
 _LONG_POLL_MS = 1_000
 _RETRY_S = 1.0  # after a failed round (the topic missing, a broker down)
 _SUPERVISE_S = 0.5  # how often the mapped exchanges are compared with the running carriers
+_LITE = frozenset({MessageType.LITE})
+BRIDGE_CLIENT = "amqp-bridge"  # the lite client of bridge groups reading a LITE topic (one for every proxy)
+_EVERY_LITE_TOPIC = "#"
 
 
 def _error(outcome: SendResult | SluiceError) -> SluiceError | None:
     return outcome if isinstance(outcome, SluiceError) else None
+
+
+def _lite(routes: list[BrokerRoute]) -> bool:
+    """Whether a route is a LITE topic's (an MQTT bind topic, docs/lite-topics.md)."""
+    return bool(routes) and all(r.message_types == _LITE for r in routes)
 
 
 def cluster_topic(vhost: str, topic: str) -> str:
@@ -79,8 +96,10 @@ class TopicBridge:
     def __init__(
         self, meta: MetaStore, store: QueueStore, dead: DeadLetters, *, send: Send, routes: Routes,
         broker: Callable[[str], BrokerApi], pop_anywhere: PopAnywhere, call_timeout_s: float, max_body_bytes: int,
+        max_lite_chars: int,
     ) -> None:  # fmt: skip
-        """`max_body_bytes`: the largest body the RocketMQ clients are told ([proxy.settings])."""
+        """`max_body_bytes`, `max_lite_chars`: the largest body and lite topic name the RocketMQ
+        clients are told ([proxy.settings])."""
         self._meta = meta
         self._store = store
         self._dead = dead
@@ -90,8 +109,10 @@ class TopicBridge:
         self._pop_anywhere = pop_anywhere
         self._timeout_s = call_timeout_s
         self._max_body = max_body_bytes
+        self._max_lite_chars = max_lite_chars
         self._carriers: dict[tuple[str, str, str], asyncio.Task[None]] = {}  # (vhost, exchange, topic) -> task
         self._grouped: set[tuple[str, str]] = set()  # (broker, bridge group) known to exist
+        self._filtered: set[tuple[str, str, str]] = set()  # (broker, group, LITE topic) whose `#` filter is held
         self.host = "amqp-bridge"
 
     def _ctx(self) -> CallContext:
@@ -111,8 +132,11 @@ class TopicBridge:
             raise AmqpError(NOT_FOUND, f"no RocketMQ topic '{topic}' in the namespace of vhost '{vhost}' for "
                             f"exchange '{exchange}' (create it first: sluice admin topic create)")  # fmt: skip
         spec = _group_spec(cluster_group(vhost, exchange), int(time.time() * 1000))
-        for name in sorted({r.broker for r in routes}):
+        brokers = sorted({r.broker for r in routes})
+        for name in brokers:
             await self._ensure_group(name, spec)
+        if _lite(routes):  # read from the declare on, as other topics are
+            await self._every_lite_topic(brokers, spec.name, full)
 
     async def _ensure_group(self, broker: str, spec: GroupSpec) -> None:
         """The bridge group on `broker`: the one there, else `spec` created there."""
@@ -145,10 +169,17 @@ class TopicBridge:
             return
         group = cluster_group(vhost, exchange.name)
         try:
-            routes = await self._routes(cluster_topic(vhost, exchange.topic))
+            topic = cluster_topic(vhost, exchange.topic)
+            routes = await self._routes(topic)
+            lite = _lite(routes)
             for name in sorted({r.broker for r in routes}):
                 self._grouped.discard((name, group))
                 with contextlib.suppress(NotFound):
+                    if lite:
+                        self._filtered.discard((name, group, topic))
+                        await self._broker(name).sync_lite_subscription(
+                            LiteSync(group, topic, BRIDGE_CLIENT, LiteAction.COMPLETE_REMOVE, (), filters=True)
+                        )
                     await self._broker(name).delete_group(group)
         except SluiceError as exc:
             log.warning("could not delete the bridge group of a deleted AMQP exchange",
@@ -162,9 +193,14 @@ class TopicBridge:
         could not receive it."""
         full = cluster_topic(vhost, topic)
         out = [self.refusal(topic, p) for p in publishes]
+        lite = await self._is_lite(full)
+        if lite:
+            out = [err or self._lite_refusal(topic, p) for p, err in zip(publishes, out, strict=True)]
         sendable = [p for p, err in zip(publishes, out, strict=True) if err is None]
         if sendable:
-            sent = iter(await self._send(self._ctx(), [(full, crossmap.to_topic_message(p, host)) for p in sendable]))
+            records = [(full, crossmap.to_topic_message(p, host, lite_of_routing_key(p.routing_key) if lite else None))
+                       for p in sendable]  # fmt: skip
+            sent = iter(await self._send(self._ctx(), records))
             out = [err if err is not None else _error(next(sent)) for err in out]
         failed = [o for o in out if o is not None]
         if failed:
@@ -180,6 +216,22 @@ class TopicBridge:
         return MessageBodyTooLarge(f"message size {len(p.body)} is larger than {self._max_body}, the largest "
                                    f"body RocketMQ clients of topic '{topic}' (exchange '{p.exchange}') "
                                    "receive")  # fmt: skip
+
+    async def _is_lite(self, topic: str) -> bool:
+        try:
+            return _lite(await self._routes(topic))
+        except NotFound:
+            return False
+
+    def _lite_refusal(self, topic: str, p: Publish) -> SluiceError | None:
+        """Why `p` names no lite topic of the LITE topic `topic`, if it does not."""
+        try:
+            validate_lite_topic_name(lite_of_routing_key(p.routing_key), self._max_lite_chars)
+        except IllegalLiteTopic as exc:
+            return IllegalLiteTopic(f"exchange '{p.exchange}' is mapped to the LITE topic '{topic}', whose messages "
+                                    f"need a lite topic: routing key {p.routing_key[:64]!r} names none "
+                                    f"({exc.message})")  # fmt: skip
+        return None
 
     # -- RocketMQ -> AMQP --------------------------------------------------------------------------
 
@@ -230,7 +282,12 @@ class TopicBridge:
             await asyncio.sleep(_RETRY_S)
             return
         await self._group_on(brokers, group)
-        request = PopRequest(group, topic, None, _POP_MAX, _INVISIBLE_MS, _NOT_FROM_AMQP, _LONG_POLL_MS)
+        lite = _lite(routes)
+        if lite:
+            await self._every_lite_topic(brokers, group, topic)
+        client, window = (BRIDGE_CLIENT, _POP_MAX) if lite else ("", 1)
+        request = PopRequest(group, topic, None, _POP_MAX, _INVISIBLE_MS, _NOT_FROM_AMQP, _LONG_POLL_MS,
+                             lite_client=client, lite_window=window)  # fmt: skip
         ctx = CallContext(deadline=time.monotonic() + _LONG_POLL_MS / 1000 + self._timeout_s)
         got = await self._pop_anywhere(brokers, request, ctx)
         if not got:
@@ -241,6 +298,16 @@ class TopicBridge:
             by_broker.setdefault(receipt.broker_of(m.receipt_handle), []).append(m.receipt_handle)
         for name, handles in by_broker.items():
             await self._broker(name).ack(group, topic, handles, ctx=self._ctx())
+
+    async def _every_lite_topic(self, brokers: list[str], group: str, topic: str) -> None:
+        """The bridge group's filter subscription `#` on each broker of a LITE topic: every lite
+        topic written from then on is read by the group (as an MQTT subscription of `#` is)."""
+        for b in brokers:
+            if (b, group, topic) in self._filtered:
+                continue
+            sync = LiteSync(group, topic, BRIDGE_CLIENT, LiteAction.PARTIAL_ADD, (_EVERY_LITE_TOPIC,), filters=True)
+            await self._broker(b).sync_lite_subscription(sync)
+            self._filtered.add((b, group, topic))
 
     async def carry(self, vhost: str, exchange: str, messages: list[StoredMessage]) -> None:
         """Store RocketMQ messages in the queues they route to from `exchange` (raises when a

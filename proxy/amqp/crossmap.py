@@ -24,9 +24,11 @@ from pamqp import commands
 
 from broker.client.api import StoredMessage
 from common import record
+from common.model import MessageType
 from proxy.amqp.meta import jsonable
 from proxy.amqp.queues import PROP_EXCHANGE, PROP_HEADER, PROP_ROUTING_KEY, Publish
 from proxy.amqp.routing import decode_properties
+from proxy.litenames import routing_key_of
 
 # AMQP basic property (pamqp's attribute) -> RocketMQ user property name.
 PROPERTY_NAMES = {
@@ -58,9 +60,10 @@ def _usable(text: str) -> bool:
     return 0 < len(text) <= _MAX_TAG_CHARS and text.isprintable() and "|" not in text
 
 
-def to_topic_message(p: Publish, host: str) -> bytes:
+def to_topic_message(p: Publish, host: str, lite_topic: str | None = None) -> bytes:
     """The record (`common.record.outgoing`) of the RocketMQ message an AMQP publish to a mapped
-    exchange stores in the exchange's topic.
+    exchange stores in the exchange's topic (a LITE message of `lite_topic` when one is given: the
+    topic is a LITE topic).
     It keeps the exchange, routing key and raw property bytes too (AMQP_* properties), which tell
     the topic's bridge (proxy/amqp/bridge.py) that AMQP queues already have it."""
     props: dict[str, str] = {PROP_EXCHANGE: p.exchange, PROP_ROUTING_KEY: p.routing_key}
@@ -76,9 +79,13 @@ def to_topic_message(p: Publish, host: str) -> bytes:
         if value is not None:
             props[name] = _text(value)
     message_id = amqp.message_id if isinstance(amqp.message_id, str) else ""
-    return record.outgoing(p.body, uuid.uuid4().hex.upper(), tag=p.routing_key if _usable(p.routing_key) else None,
+    kind, sysprops = (MessageType.NORMAL, {}) if lite_topic is None else (
+        MessageType.LITE, {record.SYSPROP_LITE_TOPIC: lite_topic})  # fmt: skip
+    tag = p.routing_key if _usable(p.routing_key) else None
+    return record.outgoing(p.body, uuid.uuid4().hex.upper(), kind, tag=tag,
                            keys=(message_id,) if _usable(message_id) else (), properties=props,
-                           born_timestamp_ms=int(time.time() * 1000), born_host=host)  # fmt: skip
+                           system_properties=sysprops, born_timestamp_ms=int(time.time() * 1000),
+                           born_host=host)  # fmt: skip
 
 
 def from_amqp(m: StoredMessage) -> bool:
@@ -87,7 +94,12 @@ def from_amqp(m: StoredMessage) -> bool:
 
 
 def routing_key(m: StoredMessage) -> str:
-    return m.properties.get(PROP_ROUTING_KEY) or m.tag or ""
+    """`AMQP_ROUTING_KEY` when present, else the lite topic's (proxy/litenames.py), else the tag."""
+    given = m.properties.get(PROP_ROUTING_KEY)
+    if given:
+        return given
+    lite = m.system_properties.get(record.SYSPROP_LITE_TOPIC)
+    return routing_key_of(lite) if lite else m.tag or ""
 
 
 def to_publish(m: StoredMessage, exchange: str) -> Publish:

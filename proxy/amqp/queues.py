@@ -31,7 +31,7 @@ from broker.client.api import (
     TopicSpec,
 )
 from common import record
-from common.errors import NotFound
+from common.errors import NotFound, TopicNotFound
 from common.model import MessageType
 from common.record import SYSPROP_AMQP_PROPERTIES, SYSPROP_PRIORITY
 from proxy.amqp.meta import QueueMeta, queue_counts
@@ -148,9 +148,16 @@ class QueueStore:
         self._ready.add(q.id)
 
     async def send(self, q: QueueMeta, records: list[bytes]) -> list[SendResult]:
-        """Store records made by `to_outgoing` for `q`."""
+        """Store records made by `to_outgoing` for `q`. A queue whose topic its broker no longer
+        holds (deleted through another proxy since this one made it; a broker never makes it again
+        from a send) is asked after again: QueueGone if the queue is gone, else made and sent to."""
         await self.ensure(q)
-        results = await self._broker(q.broker).send(q.topic, 0, records, ctx=_ctx(self._timeout_s))
+        try:
+            results = await self._broker(q.broker).send(q.topic, 0, records, ctx=_ctx(self._timeout_s))
+        except TopicNotFound:
+            self._ready.discard(q.id)
+            await self.ensure(q)
+            results = await self._broker(q.broker).send(q.topic, 0, records, ctx=_ctx(self._timeout_s))
         self.metrics.published[q.id] += len(results)
         return results
 

@@ -79,10 +79,12 @@ class Gateway:
         authorize: Authorize | None = None,
         client_report_s: float = 5.0,
         max_topic_body_bytes: int = ClientSettingsConfig.max_body_bytes,
+        max_lite_chars: int = ClientSettingsConfig.max_lite_topic_chars,
     ) -> None:
         """`send`, `routes` and `pop_anywhere`: the proxy's producer, routes and receive across
         brokers, for exchanges mapped to RocketMQ topics (proxy/amqp/bridge.py);
-        `max_topic_body_bytes` the largest body those topics take (what RocketMQ clients receive)."""
+        `max_topic_body_bytes` the largest body those topics take (what RocketMQ clients receive),
+        `max_lite_chars` the longest lite topic name."""
         self.config = config
         self._broker = broker
         self._broker_names = broker_names
@@ -98,7 +100,7 @@ class Gateway:
         self.bridge = TopicBridge(self.meta, self.store, self.dead, send=send or _no_send, routes=routes or _no_routes,
                                   broker=broker, pop_anywhere=pop_anywhere or _no_pops,
                                   call_timeout_s=config.call_timeout_s,
-                                  max_body_bytes=max_topic_body_bytes)  # fmt: skip
+                                  max_body_bytes=max_topic_body_bytes, max_lite_chars=max_lite_chars)  # fmt: skip
         self.connections: dict[str, Connection] = {}
         self.janitor = Janitor(self.meta, broker=broker, broker_names=broker_names, local=self.connections.__contains__,
                                delete_queue=self.delete_queue, interval_s=2 * client_report_s)  # fmt: skip

@@ -24,7 +24,7 @@ from proxy import firstuse
 from proxy.config import ReceiveConfig
 from proxy.context import RequestContext
 from proxy.core.failover import FAILOVER_MARGIN_S, call_through_failover
-from proxy.core.gather import EmptyBrokers, pop_anywhere
+from proxy.core.gather import EmptyBrokers, pop_anywhere, pop_in_group
 from proxy.core.lite import LiteRouter
 from proxy.core.renewer import AutoRenewer
 from proxy.core.routing import real_broker
@@ -40,15 +40,18 @@ _LITE_ONLY = frozenset({MessageType.LITE})
 T = TypeVar("T")
 
 
-async def _pop(request: PopRequest, ctx: CallContext, api: MessagingApi) -> list[StoredMessage]:
+async def _pop(
+    directory: BrokerDirectory, request: PopRequest, ctx: CallContext, api: MessagingApi
+) -> list[StoredMessage]:
     """A pop whose long poll ends before the call's deadline (less what a retry keeps): a pop
-    retried on a group's new primary long-polls only for what is left."""
+    retried on a group's new primary long-polls only for what is left. A broker lacking the group
+    gets the cluster's definition of it first (gather.pop_in_group)."""
     remaining = ctx.remaining_s()
     if remaining is not None:
         left_ms = max(0, int((remaining - FAILOVER_MARGIN_S) * 1000))
         if left_ms < request.long_poll_ms:
             request = replace(request, long_poll_ms=left_ms)
-    return await api.pop(request, ctx=ctx)
+    return await pop_in_group(directory, api, request, ctx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,15 +94,15 @@ class ConsumerService:
         if self.lite is not None and any(r.message_types == _LITE_ONLY for r in routes):
             # A lite consumer reads one queue of the route; its lite topics live on every broker.
             request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
-                                 auto_create_group=True, lite_client=ctx.client_id)  # fmt: skip
+                                 lite_client=ctx.client_id)  # fmt: skip
             messages = await self.lite.receive(request, ctx=ctx)
         else:
             # Served by whichever broker has messages, the named one first (proxy/core/gather.py).
             brokers = self._brokers_in_turn(routes, spec.broker_hint, spec.topic)
-            request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms,
-                                 auto_create_group=True)  # fmt: skip
+            request = PopRequest(spec.group, spec.topic, None, batch, invisible_ms, spec.filter, spec.long_poll_ms)
             if len(brokers) == 1:  # the topic's only broker (group): wait out its failover
-                messages = await call_through_failover(self._dir, brokers[0], partial(_pop, request, ctx), ctx)
+                messages = await call_through_failover(self._dir, brokers[0], partial(_pop, self._dir, request, ctx),
+                                                       ctx)  # fmt: skip
             else:
                 messages = await pop_anywhere(
                     self._dir, brokers, request, ctx=ctx, usable=self.usable, empty=self._empty

@@ -18,6 +18,11 @@ answers crossed) is handed out too when the batch has room; what does not fit is
 
 FIFO groups keep their order: a message group lives on one queue of one broker, and that broker
 hands out a group's next message only after the previous one is acked, whoever asks.
+
+A pop never creates its consumer group: a broker that lacks it answers CONSUMER_GROUP_NOT_FOUND,
+and `pop_in_group` gives it the cluster's definition (proxy/firstuse.py, `ensure_group`: another
+broker's copy, a FIFO group stays FIFO) before asking once more. Before, a pop that reached a broker
+ahead of the client's settings or heartbeat created the group there with the defaults.
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
+from dataclasses import replace
 
 from broker.client import receipt
-from broker.client.api import CallContext, FilterSpec, PopRequest, StoredMessage
+from broker.client.api import CallContext, FilterSpec, MessagingApi, PopRequest, StoredMessage
 from common import metrics
-from common.errors import BadRequest, SluiceError
+from common.errors import BadRequest, ConsumerGroupNotFound, SluiceError
 from common.logs import kv
+from proxy import firstuse
 from proxy.directory import BrokerDirectory
 
 log = logging.getLogger("sluice.proxy.gather")
@@ -87,11 +94,26 @@ class EmptyBrokers:
         self._seen.setdefault(kind, {})[broker] = self._clock()
 
 
+async def pop_in_group(
+    directory: BrokerDirectory, api: MessagingApi, request: PopRequest, ctx: CallContext
+) -> list[StoredMessage]:
+    """`api.pop(request)`; when its broker lacks the consumer group, the group is created there as
+    the cluster defines it (`firstuse.ensure_group` over every broker) and the pop asked once more.
+    CONSUMER_GROUP_NOT_FOUND when no broker holds the group or creates it on first use."""
+    try:
+        return await api.pop(request, ctx=ctx)
+    except ConsumerGroupNotFound:
+        brokers = [(n, directory.broker(n)) for n in directory.broker_names()]
+        if await firstuse.ensure_group(brokers, request.group, firstuse.GROUP_WAIT_S) is None:
+            raise
+    return await api.pop(request, ctx=ctx)
+
+
 async def _pop(directory: BrokerDirectory, name: str, named: str, request: PopRequest,
                ctx: CallContext) -> list[StoredMessage]:  # fmt: skip
     token = ELSEWHERE.set(name != named)
     try:
-        found = await directory.broker(name).pop(request, ctx=ctx)
+        found = await pop_in_group(directory, directory.broker(name), request, ctx)
     finally:
         ELSEWHERE.reset(token)
     if found and name != named:
@@ -111,11 +133,9 @@ async def pop_anywhere(
     whole timeout; it still takes part in the long poll. `empty`: brokers that had nothing lately
     are asked after the others."""
     if len(brokers) == 1:
-        return await directory.broker(brokers[0]).pop(request, ctx=ctx)
+        return await pop_in_group(directory, directory.broker(brokers[0]), request, ctx)
     named = brokers[0]  # the broker the client named: pops of the others count as balancing
-    quick = PopRequest(request.group, request.topic, request.queue_id, request.max_messages, request.invisible_ms,
-                       request.filter, 0, request.auto_create_group, request.lite_client,
-                       request.lite_window)  # fmt: skip
+    quick = replace(request, long_poll_ms=0)
     avoided = [] if usable is None else [n for n in brokers if not usable(n)]
     if len(avoided) == len(brokers):
         avoided = []  # every broker looks troubled: ask them all the same

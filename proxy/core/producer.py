@@ -24,6 +24,7 @@ from common.errors import (
     InvalidTransactionId,
     ProxyTimeout,
     SluiceError,
+    TopicNotFound,
 )
 from common.model import MESSAGE_TYPES, UNDECIDED_TYPES, MessageType
 from common.record import SYSPROP_LITE_TOPIC
@@ -168,6 +169,8 @@ class ProducerService:
             outcome = None
         except SluiceError as exc:
             outcome = exc
+            if isinstance(exc, TopicNotFound):  # deleted since this proxy routed it: route it afresh next time
+                self._dir.forget(topic)
             raise
         finally:
             self._health.finished(broker, token, outcome)

@@ -74,6 +74,7 @@ class Connection:
         self.client_alias_max = 0
         self.will: K.Will | None = None
         self.kicked = False  # taken over on another proxy (or by an operator): its session lives on there
+        self.connect_seen = False  # a CONNECT was read (its answer may take a while: no CONNECT timeout then)
         self._early: list[tuple[int, bytes]] | None = None
         self._out: list[bytes] = []
         self._flush_scheduled = False
@@ -115,6 +116,7 @@ class Connection:
                 return
             raise
         self.version = pkt.version
+        self.connect_seen = True
         self._early = []
         self.gw.svc.spawn(self._connect(pkt))
 

@@ -35,6 +35,7 @@ CORRELATION_BASE64 = "mqtt-correlation-base64"
 RESERVED = frozenset({CONTENT_TYPE, REPLY_TO, CORRELATION_ID, CORRELATION_BASE64})
 TAG_PROPERTY, KEYS_PROPERTY = "x-rocketmq-tag", "x-rocketmq-keys"
 DEFAULT_QOS = 1  # a message published by RocketMQ or AMQP clients counts as QoS 1
+AMQP_OWN = "AMQP_"  # the AMQP edge's own properties (its exchange, routing key, header bytes): not passed on
 
 
 _ID_PREFIX = uuid.uuid4().hex[:20].upper()  # this process's: ids stay unique across proxies
@@ -118,7 +119,7 @@ def to_outbound(m: StoredMessage | record.MessageRecord, topic: str) -> Outbound
                 props[P.CORRELATION_DATA] = base64.b64decode(value, validate=True)
             except ValueError:
                 users.append((name, value))
-        else:
+        elif not name.startswith(AMQP_OWN):
             users.append((name, value))
     if m.tag:
         users.append((TAG_PROPERTY, m.tag))

@@ -105,15 +105,21 @@ class Inbound:
         results = await self.svc.send(ctx, records, lites)  # type: ignore[arg-type]
         missing = {i.bind for i, r in zip(items, results, strict=True) if isinstance(r, TopicNotFound)}
         if missing:  # a bind topic used for the first time: made, then those messages sent again
-            for bind in missing:
+            for bind in sorted(missing):
                 try:
                     await self.svc.binds.brokers(bind)
                 except (SluiceError, MqttError) as exc:
                     log.info("MQTT bind topic not made", extra=kv(topic=bind, error=str(exc)))
+                    err = exc if isinstance(exc, MqttError) else C.from_sluice(exc)
+                    for n, i in enumerate(items):
+                        if i.bind == bind:
+                            results[n] = err
+                    missing.discard(bind)
             again = [n for n, i in enumerate(items) if i.bind in missing]
-            retried = await self.svc.send(ctx, [records[n] for n in again], [lites[n] for n in again])  # type: ignore[arg-type]
-            for n, r in zip(again, retried, strict=True):
-                results[n] = r
+            if again:
+                retried = await self.svc.send(ctx, [records[n] for n in again], [lites[n] for n in again])  # type: ignore[arg-type]
+                for n, r in zip(again, retried, strict=True):
+                    results[n] = r
         for item, result in zip(items, results, strict=True):
             if isinstance(result, MqttError):
                 item.error = result

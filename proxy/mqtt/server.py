@@ -31,6 +31,7 @@ from proxy.mqtt import codes as C
 from proxy.mqtt.binds import BindTopics
 from proxy.mqtt.connection import Connection, Transport
 from proxy.mqtt.inbound import Inbound
+from proxy.mqtt.janitor import Janitor
 from proxy.mqtt.services import Authorize, Send, Services
 from proxy.mqtt.sessions import SessionManager
 from proxy.mqtt.statestore import StateStore
@@ -78,13 +79,15 @@ class Gateway:
             config=config, directory=directory,
             state=StateStore(directory, config.call_timeout_s, broker_names),
             topics=TopicMap(config.bind_topics, max_lite_chars),
-            binds=BindTopics(directory, broker_names, queues=1), send=send, proxy_id=proxy_id, host=advertised,
+            binds=BindTopics(directory, broker_names, queues=1, create=config.create_bind_topics), send=send,
+            proxy_id=proxy_id, host=advertised,
             security=security, auth_required=auth_required, authorize=authorize if auth_required else None,
         )  # fmt: skip
         self._tls = tls
         self.inbound = Inbound(self.svc)
         self.subscriptions = SubscribeHandler(self)
         self.sessions = SessionManager(self)
+        self.janitor = Janitor(self.sessions, config.janitor_interval_s)
         self.sys = SysTopics(self)
         self.connections: dict[int, Connection] = {}
         self._ids = 0
@@ -193,12 +196,16 @@ class Gateway:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until `stop`; then close every connection and wait for their sessions."""
+        try:  # before the first round: sessions may connect through this proxy from now on
+            await self.janitor.heartbeat()
+        except SluiceError as exc:
+            log.warning("MQTT heartbeat not written", extra=kv(error=exc.message))
         inner = asyncio.Event()
         loops = [
             self.svc.spawn(self._every(SWEEP_S, self._sweep, inner)),
             self.svc.spawn(self._every(self.svc.config.delivery_lease_ms / 3000.0, self._renew, inner)),
             self.svc.spawn(self._every(self.svc.config.kick_poll_ms / 1000.0, self.sessions.poll_kicks, inner)),
-            self.svc.spawn(self._every(self.svc.config.janitor_interval_s, self._janitor, inner)),
+            self.svc.spawn(self._every(self.svc.config.janitor_interval_s, self.janitor.round, inner)),
             self.svc.spawn(self._every(self.svc.config.bind_topics_refresh_ms / 1000.0, self._wild_binds, inner)),
             self.svc.spawn(self.sys.run(inner)),
         ]
@@ -242,7 +249,7 @@ class Gateway:
         timeout = self.svc.config.connect_timeout_s
         for conn in list(self.connections.values()):
             if not conn.connected:
-                if now - conn.opened > timeout and not conn.closed:
+                if not conn.connect_seen and now - conn.opened > timeout and not conn.closed:
                     log.info("MQTT connection closed: no CONNECT", extra=kv(peer=conn.peer))
                     conn.close(will=False)
             elif conn.keep_alive and now - conn.last_rx > KEEP_ALIVE_GRACE * conn.keep_alive:
@@ -255,17 +262,6 @@ class Gateway:
             if conn.session is not None and conn.session.inflight:
                 await conn.session.renew(third)
 
-    async def _janitor(self) -> None:
-        reported: set[tuple[str, str]] = set()
-        names = self.svc.directory.broker_names()
-        if not names:
-            return
-        for client in await self.svc.directory.broker(min(names)).list_clients():
-            if client.client_type == MQTT_CLIENT_TYPE:
-                with contextlib.suppress(ValueError, KeyError, TypeError):
-                    reported.add((json.loads(client.detail)["namespace"], client.client_id))
-        await self.sessions.sweep(reported)
-
     async def _wild_binds(self) -> None:
         """Bind topics new to a namespace whose connected sessions have wildcard-first filters."""
         wanting: dict[str, list[Connection]] = {}
@@ -276,8 +272,8 @@ class Gateway:
         for namespace, conns in wanting.items():
             binds = set(await self.svc.binds.all_binds(namespace, 0))
             known = self._known_binds.setdefault(namespace, set())
-            new = binds - known
-            if known and new:
+            new = binds - known  # at first all (sessions have loops in most: starting those is a no-op)
+            if new:
                 for conn in conns:
                     if conn.session is not None:
                         for bind in sorted(new):

@@ -9,10 +9,9 @@ by a kick request written with the record, which that proxy reads within `kick_p
 
 When a connection ends, its session is detached (deliveries stop, what was in flight is made visible
 again), its will published (after its Will Delay Interval, unless the session reconnects here first),
-and its record marked disconnected; a session with expiry 0 is dropped. The janitor every proxy runs
-(`janitor_interval_s`) drops sessions whose expiry has passed, and marks disconnected (publishing
-their wills) the sessions of proxies that died: a session whose client no proxy has reported for two
-sweeps in a row.
+and its record marked disconnected; a session with expiry 0 is dropped. Every record write carries
+the record's index entries (proxy/mqtt/state.py `record_write`), which the janitor every proxy runs
+reads (proxy/mqtt/janitor.py).
 """
 
 from __future__ import annotations
@@ -45,7 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sluice.proxy.mqtt")
 
-NEVER = 0xFFFFFFFF  # a session expiry interval that never ends
 CAS_ATTEMPTS = 5
 Key = tuple[str, str]
 
@@ -79,7 +77,6 @@ class SessionManager:
         self.svc = gateway.svc
         self.connections: dict[Key, Connection] = {}  # the live connection of each session here
         self._wills: dict[Key, asyncio.TimerHandle] = {}
-        self._absent: set[Key] = set()  # sessions found without a reporting proxy at the last sweep
 
     # -- CONNECT ---------------------------------------------------------------------------------
 
@@ -140,7 +137,7 @@ class SessionManager:
         back: P.Props = {}
         if pkt.version == K.V5:
             asked = props.get(P.SESSION_EXPIRY, 0)
-            expiry = min(asked, cfg.max_session_expiry_s) if asked != NEVER else cfg.max_session_expiry_s
+            expiry = min(asked, cfg.max_session_expiry_s) if asked != state.NEVER else cfg.max_session_expiry_s
             if expiry != asked:
                 back[P.SESSION_EXPIRY] = expiry
         else:
@@ -170,8 +167,8 @@ class SessionManager:
         conn.accepted(session, present, back)
         session.attach(conn, window)
         for sub in list(session.subs):
-            if sub.filter.wild_first and not sub.local:  # bind topics created while it was away
-                self.svc.spawn(session.register(sub))
+            if sub.filter.wild_first and not sub.local and not session.registered_in_scope(sub):
+                self.svc.spawn(session.register(sub))  # made per bind topic by an earlier version
         log.debug("MQTT session opened", extra=kv(client=client_id, namespace=namespace, present=present))
 
     async def _open(self, conn: Connection, key: Key, pkt: K.Connect, expiry: int) -> tuple[Session, bool]:
@@ -183,9 +180,10 @@ class SessionManager:
             guess = False
             rec = state.SessionRecord.decode(raw) if raw is not None else None
             if rec is not None and pkt.clean:
-                await self._drop_stored(namespace, client_id, rec)
+                await self.drop_stored(namespace, client_id, rec)
                 rec = None
                 raw = None
+            before = state.index_keys(namespace, client_id, rec)
             present = rec is not None
             new = rec or state.SessionRecord(pkt.version, expiry)
             kicks: list[tuple[bytes, bytes]] = []
@@ -194,14 +192,15 @@ class SessionManager:
             new.version, new.expiry_s, new.owner, new.gone_ms = pkt.version, expiry, self.svc.proxy_id, 0
             new.epoch += 1
             new.will = will_to_json(pkt.will) if pkt.will is not None else None
+            puts, deletes = state.record_write(namespace, client_id, before, new)
             try:
-                await self.svc.state.write([(skey, new.encode()), *kicks], expect=[(skey, raw)])
+                await self.svc.state.write([*puts, *kicks], deletes, expect=[(skey, raw)])
             except PreconditionFailed:
                 continue
             conn.epoch = new.epoch
             session = Session(self.svc, namespace, client_id, new)
             if present:
-                await session.load_qos2()
+                await session.load_unfinished()
             return session, present
         raise MqttError(C.SERVER_BUSY, "the session changed under this CONNECT repeatedly; connect again")
 
@@ -222,9 +221,11 @@ class SessionManager:
             rec = state.SessionRecord.decode(raw)
             if rec.epoch != epoch:
                 return False  # taken over since
+            before = state.index_keys(namespace, client_id, rec)
             change(rec)  # type: ignore[operator]
+            puts, deletes = state.record_write(namespace, client_id, before, rec)
             try:
-                await self.svc.state.write([(skey, rec.encode())], expect=[(skey, raw)])
+                await self.svc.state.write(puts, deletes, expect=[(skey, raw)])
                 return True
             except PreconditionFailed:
                 continue
@@ -249,7 +250,7 @@ class SessionManager:
         if self.connections.get(key) is not None:  # taken over on this proxy meanwhile
             return
         if expiry == 0:
-            await self._drop_stored(conn.namespace, conn.client_id, session.record, session)
+            await self.drop_stored(conn.namespace, conn.client_id, session.record, session)
             return
 
         def gone(rec: state.SessionRecord) -> None:
@@ -260,7 +261,7 @@ class SessionManager:
 
     def _schedule_will(self, key: Key, will: K.Will, origin: str, delay_s: int, epoch: int) -> None:
         if delay_s <= 0:
-            self.svc.spawn(self._publish_will(key[0], origin, will))
+            self.svc.spawn(self.publish_will(key[0], origin, will))
             return
         loop = asyncio.get_running_loop()
         self._cancel_will(key)
@@ -276,23 +277,23 @@ class SessionManager:
         raw = await self.svc.state.get_one(state.session_key(*key))
         if raw is not None and state.SessionRecord.decode(raw).epoch != epoch:
             return
-        await self._publish_will(key[0], origin, will)
+        await self.publish_will(key[0], origin, will)
 
     def _cancel_will(self, key: Key) -> None:
         handle = self._wills.pop(key, None)
         if handle is not None:
             handle.cancel()
 
-    async def _publish_will(self, namespace: str, origin: str, will: K.Will) -> None:
+    async def publish_will(self, namespace: str, origin: str, will: K.Will) -> None:
         ctx = CallContext(namespace=namespace, deadline=time.monotonic() + self.svc.config.call_timeout_s)
         await self.gw.inbound.publish_will(namespace, origin, will, ctx)
 
     # -- dropping a session -----------------------------------------------------------------------
 
-    async def _drop_stored(self, namespace: str, client_id: str, rec: state.SessionRecord,
-                           session: Session | None = None) -> None:  # fmt: skip
-        """Remove a session everywhere: its filters from the brokers, its group, its QoS 2 state,
-        its record."""
+    async def drop_stored(self, namespace: str, client_id: str, rec: state.SessionRecord,
+                          session: Session | None = None) -> None:  # fmt: skip
+        """Remove a session everywhere: its filters from the brokers, its group, its QoS 2 and
+        retained delivery state, its record and the record's index entries (`rec`'s, as stored)."""
         target = session or Session(self.svc, namespace, client_id, rec)
         if target.registrations():  # the brokers hold filters of it (and its group)
             with contextlib.suppress(SluiceError):
@@ -303,12 +304,13 @@ class SessionManager:
                     await self.svc.directory.broker(name).delete_group(group)
         keys: list[bytes] = []
         if session is None or session.had_qos2:  # QoS 2 state it may have left
-            for kind in (state.INBOUND, state.OUTBOUND):
+            for kind in (state.INBOUND, state.OUTBOUND, state.RETAINED_OUT):
                 prefix = state.qos2_prefix(kind, namespace, client_id)
                 keys += [k for k, _ in await self.svc.state.scan_all(prefix, 70_000)]
-        await self.svc.state.write([], [*keys, state.session_key(namespace, client_id)])
+        _, deletes = state.record_write(namespace, client_id, state.index_keys(namespace, client_id, rec), None)
+        await self.svc.state.write([], [*keys, *deletes])
 
-    # -- kicks and the janitor --------------------------------------------------------------------
+    # -- kicks ----------------------------------------------------------------------------------
 
     async def poll_kicks(self) -> None:
         """Close the connections taken over on other proxies (or kicked by an operator)."""
@@ -327,45 +329,6 @@ class SessionManager:
                 if epoch:
                     self._cancel_will((namespace, client_id))
         await self.svc.state.write([], [k for k, _ in entries])
-
-    async def sweep(self, reported: set[Key]) -> None:
-        """Drop expired sessions; mark disconnected (and publish the wills of) sessions whose proxy
-        stopped reporting them. `reported`: the MQTT sessions every proxy reported lately."""
-        now = convert.now_ms()
-        absent: set[Key] = set()
-        for key, raw in await self.svc.state.scan_all(state.SESSION, 1_000_000):
-            namespace, client_id = state.parse_session_key(key)
-            rec = state.SessionRecord.decode(raw)
-            if rec.owner:
-                skey = (namespace, client_id)
-                if skey in reported or skey in self.connections:
-                    continue
-                absent.add(skey)
-                if skey in self._absent:
-                    await self._owner_died(namespace, client_id, rec, raw)
-                continue
-            if rec.expiry_s != NEVER and rec.gone_ms + rec.expiry_s * 1000 <= now:
-                try:
-                    await self.svc.state.write([(key, raw)], expect=[(key, raw)])  # still as read: ours to drop
-                except PreconditionFailed:
-                    continue
-                log.info("MQTT session expired", extra=kv(client=client_id, namespace=namespace))
-                await self._drop_stored(namespace, client_id, rec)
-        self._absent = absent
-
-    async def _owner_died(self, namespace: str, client_id: str, rec: state.SessionRecord, raw: bytes) -> None:
-        skey = state.session_key(namespace, client_id)
-        will = rec.will
-        rec.owner, rec.gone_ms, rec.will = "", convert.now_ms(), None
-        try:
-            await self.svc.state.write([(skey, rec.encode())], expect=[(skey, raw)])
-        except PreconditionFailed:
-            return
-        log.info("MQTT session of a proxy that stopped marked disconnected", extra=kv(client=client_id))
-        if will is not None:
-            await self._publish_will(namespace, f"{namespace}\x00{client_id}", will_from_json(will))
-        if rec.expiry_s == 0:
-            await self._drop_stored(namespace, client_id, rec)
 
 
 def _copy_subs(target: state.SessionRecord, source: state.SessionRecord) -> None:

@@ -122,6 +122,7 @@ class SubscribeHandler:
             log.warning("MQTT retained messages not read", extra=kv(client=conn.client_id, error=exc.message))
             return
         now = convert.now_ms()
+        matched: list[tuple[convert.Outbound, Subscription, bytes]] = []
         for key, raw in entries:
             topic = state.topic_of_retained(key, conn.namespace)
             if not matches(sub.filter.filter, topic):
@@ -132,7 +133,8 @@ class SubscribeHandler:
                 continue
             if rec.system_properties.get(SYSPROP_LITE_TOPIC) is None:
                 continue
-            session.deliver_retained(ob, sub)
+            matched.append((ob, sub, raw))
+        await session.deliver_stored_retained(matched)
 
     async def unsubscribe(self, conn: Connection, pkt: K.Unsubscribe) -> None:
         session = conn.session

@@ -5,12 +5,11 @@ An MQTT topic `a/b/c` is the lite topic `a/b/c` (the whole name, escaped) of the
 
 - A bind topic name keeps letters, digits, `-` and `_`; any other character, and `|`, is `|XX` per
   UTF-8 byte (`|` alone is the empty first level of `/a`).
-- A lite topic name keeps letters, digits and `-_.:@#/`; any other character, and `=`, is `=XX`.
+- A lite topic name is the topic escaped as proxy/litenames.py says (AMQP routing keys name the
+  same lite topics).
 
-Both are reversible (`topic_of` turns a lite topic name back into the MQTT topic; `=` not followed
-by two hex digits stays as it is, so a RocketMQ producer's own names survive), and a filter's
-levels are escaped the same way, so the broker matches escaped names against escaped filters
-(common/litefilter.py) exactly as MQTT matches topics.
+Both are reversible, and a filter's levels are escaped the same way, so the broker matches escaped
+names against escaped filters (common/litefilter.py) exactly as MQTT matches topics.
 """
 
 from __future__ import annotations
@@ -20,46 +19,26 @@ from dataclasses import dataclass
 
 from common import litefilter
 from common.errors import IllegalLiteTopic
+from proxy.litenames import lite_name
 from proxy.mqtt.codes import TOPIC_FILTER_INVALID, TOPIC_NAME_INVALID, MqttError
 
 SHARE_PREFIX = "$share/"
 SYS_PREFIX = "$SYS/"
 MAX_TOPIC_BYTES = 65_535
 _BIND_KEEP = re.compile(r"[A-Za-z0-9_-]")
-_LITE_KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:@#/")
 _BIND_SAFE = re.compile(r"^[A-Za-z0-9_-]+$")
-_LITE_UNESCAPE = re.compile(r"(?:=[0-9A-F]{2})+")
 _MAX_TOPIC_CHARS = 127
 
 
-def _escape(text: str, keep: frozenset[str] | re.Pattern[str], mark: str) -> str:
-    if isinstance(keep, frozenset):
-        if all(c in keep for c in text):
-            return text
-        return "".join(c if c in keep else "".join(f"{mark}{b:02X}" for b in c.encode()) for c in text)
+def _escape_bind(text: str) -> str:
     if _BIND_SAFE.match(text):
         return text
-    return "".join(c if keep.match(c) else "".join(f"{mark}{b:02X}" for b in c.encode()) for c in text)
-
-
-def lite_name(topic: str) -> str:
-    """The lite topic name of an MQTT topic name (or of a filter's non-wildcard levels)."""
-    return _escape(topic, _LITE_KEEP, "=")
-
-
-def _unescape(match: re.Match[str]) -> str:
-    raw = bytes(int(match.group(0)[i + 1 : i + 3], 16) for i in range(0, len(match.group(0)), 3))
-    return raw.decode(errors="replace")
-
-
-def topic_of(lite: str) -> str:
-    """The MQTT topic a lite topic name spells."""
-    return lite if "=" not in lite else _LITE_UNESCAPE.sub(_unescape, lite)
+    return "".join(c if _BIND_KEEP.match(c) else "".join(f"|{b:02X}" for b in c.encode()) for c in text)
 
 
 def bind_name(first_level: str) -> str:
     """The bind topic (namespace not applied) of an MQTT topic's first level."""
-    return _escape(first_level, _BIND_KEEP, "|") if first_level else "|"
+    return _escape_bind(first_level) if first_level else "|"
 
 
 def validate_topic(topic: str) -> str:

@@ -7,12 +7,21 @@ Waits are bounded; nothing here asserts how fast.
 
 from __future__ import annotations
 
-from broker.client.api import BrokerApi, GroupSpec, LiteAction, LiteSync, PopRequest, StoredMessage
+from broker.client.api import (
+    BrokerApi,
+    GroupSpec,
+    LiteAction,
+    LiteSync,
+    PopRequest,
+    StoredMessage,
+    TopicSpec,
+    lite_scope,
+)
 from broker.client.mqttstate import MqttStateApi
 from common.errors import BadRequest, IllegalLiteTopic, PreconditionFailed
 from tests.contract.conftest import Scope
 from tests.contract.test_broker_contract import expect_error
-from tests.contract.test_lite_priority_contract import drain, lite, lite_setup, pop
+from tests.contract.test_lite_priority_contract import LITE, drain, lite, lite_setup, pop
 
 
 def bodies(messages: list[StoredMessage]) -> list[str]:
@@ -50,11 +59,13 @@ async def test_removing_a_filter_unsubscribes_what_only_it_matched(broker: Broke
     )
     assert left == 1
     await broker.send(topic, 0, [lite(scope, "x/keep", "k2"), lite(scope, "x/drop", "d2")])
-    assert bodies(await drain(broker, group, topic, "c1", 2)) == ["k2"]
+    assert bodies(await drain(broker, group, topic, "c1", 1)) == ["k2"]
+    assert await broker.pop(pop(group, topic, "c1", wait_ms=200)) == [], "d2 was stored with k2: no longer matched"
     # Subscribing again starts at the lite topic's next message, not where the group left off.
     await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.PARTIAL_ADD, ("x/+",), filters=True))
     await broker.send(topic, 0, [lite(scope, "x/drop", "d3")])
-    assert bodies(await drain(broker, group, topic, "c1", 2)) == ["d3"]
+    assert bodies(await drain(broker, group, topic, "c1", 1)) == ["d3"]
+    assert await broker.pop(pop(group, topic, "c1", wait_ms=200)) == []
     await broker.sync_lite_subscription(LiteSync(group, topic, "c1", LiteAction.COMPLETE_REMOVE, (), filters=True))
     await broker.send(topic, 0, [lite(scope, "x/keep", "k3")])
     assert await broker.pop(pop(group, topic, "c1", wait_ms=200)) == []
@@ -73,6 +84,31 @@ async def test_two_clients_of_one_group_share_a_filter_and_two_groups_each_get_a
     second = await drain(broker, group, topic, "c2", 6 - len(first))
     assert sorted(bodies(first + second)) == [f"m{i}" for i in range(6)]
     assert sorted(bodies(await drain(broker, other, topic, "c3", 6))) == [f"m{i}" for i in range(6)]
+
+
+async def test_namespace_wide_filters_apply_to_lite_topics_made_later(broker: BrokerApi, scope: Scope) -> None:
+    """Filters synced with a namespace's scope (`ns%*`) subscribe to matching lite topics of every
+    LITE topic of that namespace, those created after the filter too; removing them unsubscribes."""
+    ns = scope.topic().replace("-", "_")
+    group = scope.group()
+    await broker.create_group(GroupSpec(group))
+    every = lite_scope(f"{ns}%any")
+    assert every == f"{ns}%*"
+    add = LiteSync(group, every, "c1", LiteAction.PARTIAL_ADD, ("+/t",), filters=True)
+    assert await broker.sync_lite_subscription(add) == 1
+    bind, elsewhere = f"{ns}%b1", f"{ns}x%b1"  # the second in another namespace
+    for name in (bind, elsewhere):
+        await broker.create_topic(TopicSpec(name, 1, LITE))
+    await broker.send(bind, 0, [lite(scope, "b1/t", "yes"), lite(scope, "b1/u", "no"), lite(scope, "b1/x/t", "no")])
+    await broker.send(elsewhere, 0, [lite(scope, "b1/t", "other namespace")])
+    assert bodies(await drain(broker, group, bind, "c1", 1)) == ["yes"]
+    assert await broker.pop(pop(group, bind, "c1", wait_ms=200)) == [], "the others were stored with it: not matched"
+    assert await broker.pop(pop(group, elsewhere, "c1", wait_ms=200)) == []
+    await broker.sync_lite_subscription(LiteSync(group, every, "c1", LiteAction.PARTIAL_REMOVE, ("+/t",), filters=True))
+    await broker.send(bind, 0, [lite(scope, "b1/t", "after removal")])
+    assert await broker.pop(pop(group, bind, "c1", wait_ms=200)) == []
+    with expect_error(BadRequest):  # a scope takes filters only
+        await broker.sync_lite_subscription(LiteSync(group, every, "c1", LiteAction.PARTIAL_ADD, ("b1/t",)))
 
 
 async def test_bad_filters_are_refused(broker: BrokerApi, scope: Scope) -> None:

@@ -11,6 +11,7 @@ Fixtures:
 - `cluster`: session-scoped, parametrised `merged` / `separated` (see support/cluster.py). Each
   topology starts once per test process (per xdist worker) on first use and stays up until the end.
 - `unique`: a name factory; every test uses its own topics and groups.
+- `moto`: module-scoped, an S3 server for the modules whose clusters tier (support/moto.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ _guard("while loading tests/e2e/conftest.py")
 
 from tests.e2e.support.clients import bind_client_loop  # noqa: E402
 from tests.e2e.support.cluster import Cluster, start_merged, start_separated  # noqa: E402
+from tests.e2e.support.moto import Moto, running_moto  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -129,6 +131,13 @@ def cluster(
             else start_separated(root, amqp=True, mqtt=True)
         )
     return _shared_clusters[kind]
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
+    """A moto S3 server child process for the module's tiering clusters (support/moto.py)."""
+    with running_moto(tmp_path_factory.mktemp("moto")) as server:
+        yield server
 
 
 @pytest.fixture

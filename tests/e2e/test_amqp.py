@@ -272,9 +272,11 @@ def test_admin_lists_connections_and_channels(cluster: Cluster, unique: Callable
         tx = conn.channel()
         tx.tx_select()
         conn.process_data_events(time_limit=0.3)
-        deadline = time.monotonic() + WAIT_S  # proxies report every few seconds
+        # Proxies report every few seconds: a report taken between the two channels' opening lists
+        # the connection with one channel, the next one with both.
+        deadline = time.monotonic() + WAIT_S
         mine: list[dict[str, object]] = []
-        while not mine and time.monotonic() < deadline:
+        while not (mine and mine[0]["channels"] == 2) and time.monotonic() < deadline:
             time.sleep(0.5)
             mine = [c for c in cluster.admin("amqp", "connections", "--vhost", "/") if c["client"] == "sluice-e2e 7.7"]
         assert len(mine) == 1 and mine[0]["user"] == "guest" and mine[0]["channels"] == 2, mine

@@ -11,6 +11,8 @@ default two shards and the separated topology (brokers with `auto_create`, proxi
   and a priority backlog comes back in priority order.
 - A topic created on first use has one definition: the type its first message decides holds on
   every broker that has a copy.
+- A send over a route of before a topic's deletion recreates it nowhere: creating on first use is
+  the proxies' decision, never a broker's on a send.
 """
 
 from __future__ import annotations
@@ -149,6 +151,39 @@ def test_a_topic_created_by_its_first_message_has_one_type_on_every_broker(
     assert set(holders.values()) == {"lite"}, holders
     if cluster.kind == "merged":  # created on first use on every shard
         assert sorted(holders) == cluster.brokers
+
+
+STALE_SENDS = 8  # sends after the delete, over the producer's (and the proxies') routes of before it
+AUTO_QUEUES = 8  # a topic created on first use: `[broker] auto_create_queue_count`, per broker
+
+
+def test_a_send_on_a_stale_route_does_not_recreate_a_deleted_topic(
+    autocreating: Cluster, unique: Callable[[str], str]
+) -> None:
+    """A topic on every broker is deleted while a producer holds its route (and the proxies theirs:
+    they serve cached routes). A send over such a route reaches a broker that no longer holds the
+    topic and is refused TOPIC_NOT_FOUND; that proxy routes the topic afresh for the next send, which
+    creates it on first use as the cluster does (on every shard merged, on the first broker
+    separated, the default queue count). No broker makes it from a send: before, a broker did, with
+    its defaults, a twin only on the brokers the sends reached (docs/shards.md)."""
+    cluster = autocreating
+    topic = unique("t")
+    cluster.admin("topic", "create", topic, "--queues", str(2 * len(cluster.brokers)))
+    with producer(cluster.endpoints, topic) as p:
+        p.send(message(topic, b"before"))
+        cluster.admin("topic", "delete", topic)
+        refused: list[str] = []
+        for i in range(STALE_SENDS):
+            try:
+                p.send(message(topic, f"after-{i}".encode()))
+            except Exception as exc:  # the client raises its own exception types
+                refused.append(str(exc))
+    assert all("TOPIC_NOT_FOUND" in e for e in refused), refused
+    row = _listed(cluster, topic)
+    first_use = cluster.brokers if cluster.kind == "merged" else cluster.brokers[:1]
+    assert row is None or (row["brokers"], row["queues"]) == (first_use, AUTO_QUEUES * len(first_use)), (
+        f"a send recreated the deleted topic: {row}"
+    )
 
 
 def _settled(consumer: LiteSimpleConsumer) -> None:

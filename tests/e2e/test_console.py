@@ -540,9 +540,12 @@ def test_pages_keep_identifiers_and_times_on_one_line_and_plot_with_axes(
         wait_for("the cluster's message rates", rates_shown)
         assert re.search(r"in [\d.]+ msg/s, out [\d.]+ msg/s", page.locator("#rates").inner_text())
         _assert_plots_have_axes(page, expected=2)
-        visit(page, f"{merged.console}/topics/{topic}")
-        time.sleep(3 * SAMPLE_INTERVAL_S)  # the sampler adds points: the topic's plots draw
-        visit(page, f"{merged.console}/topics/{topic}")
+
+        def topic_plotted() -> bool:  # the sampler adds a point each interval while the page is watched
+            visit(page, f"{merged.console}/topics/{topic}")
+            return page.locator("figure.chart svg").count() == 2
+
+        wait_for("the topic's plots", topic_plotted)
         _assert_plots_have_axes(page, expected=2)
         visit(page, f"{merged.console}/messages?topic={topic}")
         assert page.locator("select[name=topic]").input_value() == topic  # a choice, not free text

@@ -131,6 +131,30 @@ def test_a_persistent_session_gets_what_arrived_while_it_was_away(cluster: Clust
     clean.disconnect()
 
 
+def test_an_offline_session_gets_what_arrives_in_bind_topics_made_meanwhile(cluster: Cluster) -> None:
+    """A filter whose first level is a wildcard applies to bind topics created while its persistent
+    session is offline: what is published there meanwhile is kept for it (3.1.1 and 5.0 sessions
+    keep every matching message)."""
+    tag = new_id("w")  # short: a lite topic name (the whole MQTT topic) holds at most 64 characters
+    cid = new_id("wild")
+    sub = Paho(cluster.mqtt[0], cid, clean=False, session_expiry=300)
+    sub.subscribe(f"+/{tag}", 1)
+    sub.disconnect()
+    pub = Paho(cluster.mqtt[-1])
+    fresh = new_id("nb").replace("-", "_")  # a first level no bind topic has yet
+    pub.publish(f"{fresh}/{tag}", "while away", 1)
+    pub.publish(f"{fresh}/other", "not matched", 1)
+    pub.disconnect()
+    back = Paho(cluster.mqtt[0], cid, clean=False, session_expiry=300)
+    try:
+        got = back.get()
+        assert (got.topic, got.payload) == (f"{fresh}/{tag}", b"while away")
+        assert back.quiet(QUIET_S) == []
+    finally:
+        back.disconnect()
+        Paho(cluster.mqtt[0], cid, clean=True).disconnect()  # the session dropped
+
+
 def test_a_second_connection_takes_the_session_over(cluster: Cluster, unique: Callable[[str], str]) -> None:
     cid = new_id("take")
     t = topic(unique, "t")

@@ -1,17 +1,21 @@
-"""One set of messages for MQTT and RocketMQ (docs/mqtt.md, "Mapping"), on both shared topologies:
-what an MQTT client publishes to `T/a/b` is the lite topic `T/a/b` of the LITE bind topic `T`, which
-the official client's LiteSimpleConsumer receives (MQTT 5 properties as the user properties RocketMQ
-readers see); what the official producer sends to that lite topic reaches the MQTT subscribers whose
-filters match it (tag and keys as user properties)."""
+"""One set of messages for MQTT, RocketMQ and AMQP (docs/mqtt.md, "Mapping"), on both shared
+topologies: what an MQTT client publishes to `T/a/b` is the lite topic `T/a/b` of the LITE bind topic
+`T`, which the official client's LiteSimpleConsumer receives (MQTT 5 properties as the user
+properties RocketMQ readers see); what the official producer sends to that lite topic reaches the
+MQTT subscribers whose filters match it (tag and keys as user properties); and an AMQP exchange
+mapped to `T` (`x-sluice-topic`) stores a publish with routing key `T.a.b` in that lite topic, and
+carries what MQTT publishes there to the queues bound to it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import pika
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from tests.e2e.support.amqp import connect, drain, endpoints
 from tests.e2e.support.clients import producer, receive_until
 from tests.e2e.support.cluster import Cluster
 from tests.e2e.support.mqtt import Paho
@@ -65,3 +69,44 @@ def test_rocketmq_lite_sends_reach_mqtt_subscribers(cluster: Cluster, unique: Ca
         assert sub.quiet(1.0) == []
     finally:
         sub.disconnect()
+
+
+def test_amqp_exchange_mapped_to_a_bind_topic(cluster: Cluster, unique: Callable[[str], str]) -> None:
+    bind = create_lite_topic(cluster, unique("t").replace("-", "_"))
+    exchange = unique("x")
+    sub = Paho(cluster.mqtt[-1], version=5)
+    pub = Paho(cluster.mqtt[0], version=5)
+    try:
+        sub.subscribe(f"{bind}/sensor/+", 1)
+        with connect(endpoints(cluster)[0]) as conn:
+            ch = conn.channel()
+            ch.exchange_declare(exchange, "topic", arguments={"x-sluice-topic": bind})
+            queue = ch.queue_declare("", exclusive=True).method.queue
+            ch.queue_bind(queue, exchange, routing_key=f"{bind}.sensor.*")
+            ch.confirm_delivery()
+
+            # AMQP -> MQTT: routing key T.sensor.t1 is the MQTT topic T/sensor/t1
+            props = pika.BasicProperties(content_type="text/plain", correlation_id="c-1", headers={"site": "north"})
+            ch.basic_publish(exchange, f"{bind}.sensor.t1", b"21.5", props)
+            ch.basic_publish(exchange, f"{bind}.other.t1", b"not matched", props)
+            got = sub.get(WAIT_S)
+            assert (got.topic, got.payload, got.qos) == (f"{bind}/sensor/t1", b"21.5", 1)
+            assert (got.props["ContentType"], bytes.fromhex(got.props["CorrelationData"])) == ("text/plain", b"c-1")
+            users = dict(got.props["UserProperty"])
+            assert users["site"] == "north" and not [k for k in users if k.startswith("AMQP_")], users
+
+            # MQTT -> AMQP: the bound queue gets the AMQP publish once, and what MQTT published
+            pub.publish(f"{bind}/sensor/t2", "from mqtt", 1)
+            pub.publish(f"{bind}/elsewhere/t2", "unbound", 1)
+            bodies = {body: method.routing_key for method, _, body in drain(ch, queue, 2)}
+            assert bodies == {b"21.5": f"{bind}.sensor.t1", b"from mqtt": f"{bind}.sensor.t2"}
+            assert sub.get(WAIT_S).payload == b"from mqtt"
+            assert sub.quiet(1.0) == []
+
+            # a routing key that names no lite topic is refused, not dropped: the channel is closed
+            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+                ch.basic_publish(exchange, "", b"no lite topic", props)
+            assert refused.value.reply_code == 406, refused.value
+    finally:
+        sub.disconnect()
+        pub.disconnect()

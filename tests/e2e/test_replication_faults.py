@@ -10,7 +10,8 @@ history check (docs/replication.md):
 - **FIFO order across failovers with acks**: a FIFO consumer group acks while the primary is
   SIGKILLed; no message of a message group is delivered while an earlier acknowledged one is
   unsettled (history.py defines it), and nothing acknowledged is lost; and with the replicas cut
-  off, a message group's next message waits until they hold the (refused) ack before it;
+  off, a message group's (and a lite topic's) next message waits until they hold the (refused) ack
+  before it;
 - **lite topics across a failover**: a LiteSimpleConsumer's subscriptions are the group's
   replicated state: after a SIGKILL of the primary it keeps receiving only its lite topics, in
   order, acked messages are not redelivered, nothing acknowledged is lost;
@@ -341,30 +342,61 @@ def test_a_fifo_groups_next_message_waits_until_the_ack_before_it_is_held(
             simple_consumer(cluster.endpoints, consumers, subscription) as second:  # fmt: skip
         for i in range(2):
             client.send(message(topic, f"m{i}".encode(), group="order-7"))
-        m0 = _receive_one(first)
-        assert m0.body == b"m0"
-        leader = primary(cluster)
-        replicas = [m for m in MEMBERS if m != leader]
-        path = group.paths[leader]
-        path.set_mode(Mode.BLACKHOLE)
-        try:
-            # The ack (a state change the cut replicas cannot take) waits for them until they leave
-            # the in-sync set (`max_lag_ms`), then is refused "fell below min_insync", or the
-            # client's deadline ends first: either way not answered OK, and applied on the primary.
-            with pytest.raises(Exception):  # noqa: B017
-                first.ack(m0)
-            wait("the replicas to leave the in-sync set", lambda: not any(_in_sync(group)[r] for r in replicas))
-            early: list[Message] = []
-            quiet_until = time.monotonic() + QUIET_S
-            while time.monotonic() < quiet_until:
-                early += second.receive(16, INVISIBLE_S)
-            assert not early, f"delivered while the ack before it was held by no replica: {[m.body for m in early]}"
-        finally:
-            path.set_mode(Mode.FORWARD)
-        _wait_all_in_sync(group, "the replicas back in sync")
-        m1 = _receive_one(second)
-        assert m1.body == b"m1"
-        second.ack(m1)
+        _the_next_waits_until_the_ack_is_held(group, first, second)
+
+
+def test_a_lite_topics_next_message_waits_until_the_ack_before_it_is_held(
+    group: Group, unique: Callable[[str], str]
+) -> None:
+    """The same for a lite topic (docs/lite-topics.md: consumed in order): two LiteSimpleConsumers
+    of one group subscribed to one lite topic; with the replicas cut off, the first one's ack of m0
+    is not answered OK, and the second gets nothing until the replicas hold it, then m1. Before, m1
+    went to the second consumer at once (broker/popstate.py, "Lite topics")."""
+    cluster = group.cluster
+    topic = create_lite_topic(cluster, unique("t"))
+    consumers = cluster.create_group(unique("g"))
+    first, second = lite_consumer(cluster, topic, consumers), lite_consumer(cluster, topic, consumers)
+    try:
+        for consumer in (first, second):
+            consumer.subscribe_lite("chat-7")
+        with producer(cluster.endpoints, topic) as client:
+            for i in range(2):
+                client.send(lite_message(topic, "chat-7", f"m{i}".encode()))
+        _the_next_waits_until_the_ack_is_held(group, first, second)
+    finally:
+        first.shutdown()
+        second.shutdown()
+
+
+def _the_next_waits_until_the_ack_is_held(group: Group, first: SimpleConsumer, second: SimpleConsumer) -> None:
+    """m0 and m1 stored in order for one group: `first` receives m0; with the primary's replication
+    path blackholed, its ack is not answered OK; `second` gets nothing for QUIET_S, and m1 once
+    healed and back in sync."""
+    cluster = group.cluster
+    m0 = _receive_one(first)
+    assert m0.body == b"m0"
+    leader = primary(cluster)
+    replicas = [m for m in MEMBERS if m != leader]
+    path = group.paths[leader]
+    path.set_mode(Mode.BLACKHOLE)
+    try:
+        # The ack (a state change the cut replicas cannot take) waits for them until they leave
+        # the in-sync set (`max_lag_ms`), then is refused "fell below min_insync", or the
+        # client's deadline ends first: either way not answered OK, and applied on the primary.
+        with pytest.raises(Exception):  # noqa: B017
+            first.ack(m0)
+        wait("the replicas to leave the in-sync set", lambda: not any(_in_sync(group)[r] for r in replicas))
+        early: list[Message] = []
+        quiet_until = time.monotonic() + QUIET_S
+        while time.monotonic() < quiet_until:
+            early += second.receive(16, INVISIBLE_S)
+        assert not early, f"delivered while the ack before it was held by no replica: {[m.body for m in early]}"
+    finally:
+        path.set_mode(Mode.FORWARD)
+    _wait_all_in_sync(group, "the replicas back in sync")
+    m1 = _receive_one(second)
+    assert m1.body == b"m1"
+    second.ack(m1)
 
 
 LITE_SUBSCRIBED = ("chat-a", "chat-b")

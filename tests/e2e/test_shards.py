@@ -25,11 +25,11 @@ from rocketmq import FilterExpression, Producer
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.v5.model import Message
 
-from broker.client import receipt
 from tests.e2e.support import raw
 from tests.e2e.support.amqp import connect, drain
 from tests.e2e.support.clients import message, producer, simple_consumer
 from tests.e2e.support.cluster import LOOPBACK, SLUICE, Cluster, _start, _wait_for_brokers, start_merged
+from tests.e2e.support.handles import fields
 from tests.e2e.support.history import History
 from tests.helpers.procs import free_port, process_tree
 
@@ -107,7 +107,7 @@ _BROKERS: dict[str, int] = {}  # broker name -> a number of its own, for stored 
 
 def _copy(msg: Message) -> tuple[int, int]:
     """The stored copy a delivery is: (broker number * 100000 + queue id, queue offset)."""
-    broker, queue_id, queue_offset, *_ = receipt.fields(msg.receipt_handle)
+    broker, queue_id, queue_offset, _ = fields(msg.receipt_handle)
     return _BROKERS.setdefault(broker, len(_BROKERS)) * 100_000 + queue_id, queue_offset
 
 
@@ -296,23 +296,55 @@ def test_a_killed_shard_loses_nothing_acknowledged_and_the_other_keeps_serving(
     assert verdict.acknowledged > 0, verdict.summary()
 
 
+def _a_pop_copies_the_clusters_group(cluster: Cluster, topic: str, group: str) -> None:
+    """Two messages of one message group on node-b, which lacks the FIFO `group` node-a holds; a raw
+    receive through node-b (no settings, no heartbeat before it) gets the first only, and the second
+    once the first is acknowledged. Before, the pop created the group on node-b with the defaults (a
+    non-FIFO group starting at the latest message): both messages skipped, and later ones of a
+    message group delivered together."""
+    node_b = cluster.proxies[1]
+    cluster.admin("topic", "create", topic, "--type", "fifo", "--queues", "1", "--brokers", "node-b")
+    with raw.stub(node_b) as s:
+        for i in range(2):
+            sent = raw.send(s, raw.message(topic, f"m{i}".encode(), message_type=raw.pb.FIFO, group="order-7"))
+            assert raw.code_name(sent.status.code) == "OK", sent.status
+        request = raw.receive_request(topic, group, broker="node-b", invisible_s=60)
+        statuses, got = raw.receive(s, request)
+        assert [m.body for m in got] == [b"m0"], statuses
+        assert raw.receive(s, request)[1] == [], "the message group's next message went out with m0 in flight"
+        entry = spb.AckMessageEntry(message_id=got[0].system_properties.message_id,
+                                    receipt_handle=got[0].system_properties.receipt_handle)  # fmt: skip
+        acked = s.AckMessage(spb.AckMessageRequest(group=raw.resource(group), topic=raw.resource(topic),
+                                                   entries=[entry]), metadata=raw.headers(), timeout=10)  # fmt: skip
+        assert raw.code_name(acked.status.code) == "OK", acked
+        assert [m.body for m in raw.receive(s, request)[1]] == [b"m1"]
+    groups = {row["group"]: row for row in cluster.admin("group", "list")}
+    assert groups[group]["brokers"] == ["node-a", "node-b"], groups[group]
+
+
 def test_nodes_on_two_machines_join_one_cluster(tmp_path: Path, unique: Callable[[str], str]) -> None:
     """`sluice node --namesrv`: two merged nodes with their own data dirs and ports (two machines on
     loopback) join a NameServer; a client bootstrapping from one uses both, straight to each owner.
     Without flags they create topics and groups on first use, as `sluice up`'s shards do, on both
-    nodes; a topic one node holds is never created on the other (docs/shards.md)."""
+    nodes; a topic one node holds is never created on the other (docs/shards.md). A FIFO group
+    created before node-b joined stays FIFO there, even when a receive reaches node-b before the
+    client's settings or heartbeat (a pop never creates a group: the proxy copies the cluster's)."""
     ns_port = free_port()
     cluster = Cluster("merged", tmp_path, f"{LOOPBACK}:{ns_port}", [], ["node-a", "node-b"])
+    fifo_group = unique("fifo-g")
     try:
         _start(cluster, "nameserver", [*SLUICE, "nameserver", "--port", str(ns_port)], ns_port,
                f"nameserver listening on {cluster.namesrv}")  # fmt: skip
-        for name in ("node-a", "node-b"):
+        for count, name in enumerate(("node-a", "node-b"), start=1):
             port = free_port()
             argv = [*SLUICE, "node", "--namesrv", cluster.namesrv, "--name", name, "--port", str(port),
                     "--broker-port", str(free_port()), "--data-dir", str(tmp_path / name)]  # fmt: skip
             _start(cluster, name, argv, port, f"proxy of {name} listening on {LOOPBACK}:{port}")
             cluster.proxies.append(f"{LOOPBACK}:{port}")
-        _wait_for_brokers(cluster, 2)
+            _wait_for_brokers(cluster, count)
+            if name == "node-a":  # before node-b joins: node-a alone holds it
+                cluster.create_group(fifo_group, fifo=True, consume_from="earliest")
+        _a_pop_copies_the_clusters_group(cluster, unique("fifo-t"), fifo_group)
         topic, group = unique("t"), unique("g")
         cluster.create_topic(topic, queues=4)
         history = History()

@@ -16,17 +16,12 @@ from __future__ import annotations
 
 import base64
 import re
-import signal
-import sys
 import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-import boto3
 import pytest
 from rocketmq import FilterExpression
 
@@ -39,74 +34,16 @@ from tests.e2e.support.clients import (
     simple_consumer,
 )
 from tests.e2e.support.cluster import AdminError, Cluster, start_merged, start_separated
-from tests.helpers.procs import LOOPBACK, ChildProcess, free_port, start_process
+from tests.e2e.support.moto import Moto, tiering_flags
 
-ACCESS_KEY = "testing"
-SECRET_KEY = "testing"
-REGION = "us-east-1"
 MESSAGES = 120
-SEGMENT_BYTES = 16 << 10
-CONFIG = f"""
-[broker.store.commitlog]
-segment_bytes = {SEGMENT_BYTES}
-
-[broker.tiering]
-region = "{REGION}"
-addressing_style = "path"
-connect_timeout_s = 2.0
-read_timeout_s = 2.0
-max_attempts = 1
-segment_target_bytes = 8192
-row_group_rows = 16
-"""
-
-
-@dataclass
-class Moto:
-    endpoint: str
-    child: ChildProcess
-
-    @contextmanager
-    def hung(self) -> Iterator[None]:
-        """S3 stops answering (SIGSTOP): connections open, requests never return until resumed."""
-        self.child.signal(signal.SIGSTOP)
-        try:
-            yield
-        finally:
-            self.child.signal(signal.SIGCONT)
-
-
-@pytest.fixture(scope="module")
-def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Moto]:
-    """A moto S3 server child process. AWS credentials go to the environment the brokers inherit
-    (the standard credential chain)."""
-    port = free_port()
-    root = tmp_path_factory.mktemp("moto")
-    child: ChildProcess = start_process(
-        [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(port)],
-        port=port, log_path=root / "moto.log", name="moto-s3",
-    )  # fmt: skip
-    try:
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-            env.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-            yield Moto(f"http://{LOOPBACK}:{port}", child)
-    finally:
-        child.stop()
 
 
 @pytest.fixture(scope="module", params=["merged", "separated"])
 def tiered(request: pytest.FixtureRequest, moto: Moto, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     kind: str = request.param
     root = tmp_path_factory.mktemp(f"tiered-{kind}")
-    bucket = f"sluice-e2e-{kind}-{uuid.uuid4().hex[:8]}"
-    s3 = boto3.client("s3", endpoint_url=moto.endpoint, region_name=REGION, aws_access_key_id=ACCESS_KEY,
-                      aws_secret_access_key=SECRET_KEY)  # fmt: skip
-    s3.create_bucket(Bucket=bucket)
-    config = root / "sluice.toml"
-    config.write_text(CONFIG)
-    flags = ["--config", str(config), "--s3-endpoint", moto.endpoint, "--s3-bucket", bucket,
-             "--s3-prefix", f"e2e-{kind}", "--tier-min-age", "3600"]  # fmt: skip
+    flags = tiering_flags(moto, root, f"sluice-e2e-{kind}-{uuid.uuid4().hex[:8]}", f"e2e-{kind}")
     started = start_merged(root, extra_args=flags) if kind == "merged" else start_separated(root, broker_args=flags)
     try:
         yield started

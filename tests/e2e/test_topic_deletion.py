@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-import boto3
 import pika
 import pytest
 from rocketmq import FilterExpression, Producer, SimpleConsumer
@@ -35,10 +34,8 @@ from rocketmq import FilterExpression, Producer, SimpleConsumer
 from tests.e2e.support.amqp import connect, endpoints, params
 from tests.e2e.support.clients import configuration, message, receive_until, simple_consumer
 from tests.e2e.support.cluster import Cluster, start_merged, start_separated
-from tests.e2e.test_tiering import ACCESS_KEY, CONFIG, REGION, SECRET_KEY, Moto
-from tests.e2e.test_tiering import moto as moto_fixture
+from tests.e2e.support.moto import Moto, tiering_flags
 
-moto = moto_fixture  # the moto S3 child process of test_tiering.py
 QUEUES = 4
 PAUSE_S = 0.05  # between two sends of one producer
 ERROR_PAUSE_S = 0.2
@@ -53,14 +50,7 @@ def deleting(request: pytest.FixtureRequest, moto: Moto, tmp_path_factory: pytes
     """A cluster tiering to the module's moto S3, serving AMQP; merged with two shards."""
     kind: str = request.param
     root = tmp_path_factory.mktemp(f"deleting-{kind}")
-    bucket = f"sluice-delete-{kind}-{uuid.uuid4().hex[:8]}"
-    s3 = boto3.client("s3", endpoint_url=moto.endpoint, region_name=REGION, aws_access_key_id=ACCESS_KEY,
-                      aws_secret_access_key=SECRET_KEY)  # fmt: skip
-    s3.create_bucket(Bucket=bucket)
-    config = root / "sluice.toml"
-    config.write_text(CONFIG)
-    flags = ["--config", str(config), "--s3-endpoint", moto.endpoint, "--s3-bucket", bucket,
-             "--s3-prefix", f"e2e-{kind}", "--tier-min-age", "3600"]  # fmt: skip
+    flags = tiering_flags(moto, root, f"sluice-delete-{kind}-{uuid.uuid4().hex[:8]}", f"e2e-{kind}")
     started = (start_merged(root, extra_args=flags, shards=2, amqp=True) if kind == "merged"
                else start_separated(root, broker_args=flags, amqp=True))  # fmt: skip
     try:

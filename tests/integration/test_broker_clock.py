@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.client.api import TopicSpec
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from broker.store.config import MIN_SEGMENT_BYTES, CommitLogConfig, RetentionConfig, StoreConfig
@@ -32,7 +33,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 def start(loop: asyncio.AbstractEventLoop, data_dir: Path, clock: JumpClock) -> LocalBroker:
     config = BrokerConfig(
-        name="clock-broker", data_dir=data_dir, auto_create=True, dedup_window_s=HOUR_S,
+        name="clock-broker", data_dir=data_dir, dedup_window_s=HOUR_S,
         store=StoreConfig(
             commitlog=CommitLogConfig(segment_bytes=MIN_SEGMENT_BYTES),
             retention=RetentionConfig(max_age_s=HOUR_S, max_disk_used_ratio=1.0, check_interval_s=0.05),
@@ -40,6 +41,7 @@ def start(loop: asyncio.AbstractEventLoop, data_dir: Path, clock: JumpClock) -> 
     )  # fmt: skip
     broker = LocalBroker(config, clock=clock)
     loop.run_until_complete(broker.start())
+    loop.run_until_complete(broker.create_topic(TopicSpec(TOPIC, 1)))
     return broker
 
 

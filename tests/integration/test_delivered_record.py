@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from broker.client import grpc_convert
-from broker.client.api import ConsumeFrom, FilterSpec, GroupSpec, PopRequest
+from broker.client.api import ConsumeFrom, FilterSpec, GroupSpec, PopRequest, TopicSpec
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
 from common import record
@@ -33,10 +33,11 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 def test_pop_and_pull_deliver_the_stored_bytes_and_fill_a_missing_store_host(
     loop: asyncio.AbstractEventLoop, tmp_path: Path
 ) -> None:
-    broker = LocalBroker(BrokerConfig(name="b1", data_dir=tmp_path, auto_create=True, advertise=ADDRESS))
+    broker = LocalBroker(BrokerConfig(name="b1", data_dir=tmp_path, advertise=ADDRESS))
     loop.run_until_complete(broker.start())
 
     async def run() -> None:
+        await broker.create_topic(TopicSpec(TOPIC, 1))
         await broker.send(TOPIC, 0, [outgoing(b"sent", "M-SENT", tag="TagA", properties={"p": "1"})])
         hostless = record.MessageRecord(TOPIC, 0, b"stored", "M-HOSTLESS", born_host="10.0.0.1", store_host="")
         await broker.store.append([hostless])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.lite.keys import LITE_QUEUE_BASE
 from broker.popstate import POP_CFS, EntryState, PopEntry, PopState, first_version, next_version
 from broker.store.index import Index
 from broker.store.statelog import StateRecorder
@@ -217,6 +218,32 @@ def test_without_replication_an_ack_opens_the_lane_at_once(index: Index) -> None
     ack.remove("g", "t", 0, 0, PopEntry(EntryState.INFLIGHT, 1, 1, 9_000, "mg-a"))
     ack.commit()
     assert state.fifo.get(("g", "t", 0), {}) == {}
+
+
+def test_a_lite_topic_stays_closed_until_the_replicas_hold_its_ack(index: Index) -> None:
+    """A lite topic (a queue from LITE_QUEUE_BASE of a bind topic) is one lane (`WHOLE_QUEUE`): the
+    ack of its in-flight message leaves it `settling` like a FIFO message group's lane; a priority
+    level's queue (same id range, not a bind topic) and a normal queue stay open. Once released,
+    nothing is kept for it."""
+    index.recorder = StateRecorder(POP_CFS, {cf: index.handle(cf) for cf in POP_CFS}, lambda: 0, 1 << 20)
+    held = [0]
+    lite, level = LITE_QUEUE_BASE + 3, LITE_QUEUE_BASE + 1
+    state = PopState(index, acked_state=lambda: held[0], lite_topic=lambda topic: topic == "bind")
+    batch = state.batch()
+    for topic, qid in (("bind", lite), ("prio", level), ("bind", 0)):
+        batch.add_inflight("g", topic, qid, 0, 9_000, "")
+    batch.commit()
+    ack = state.batch()
+    for topic, qid in (("bind", lite), ("prio", level), ("bind", 0)):
+        ack.remove("g", topic, qid, 0, PopEntry(EntryState.INFLIGHT, 1, 1, 9_000, ""))
+    ack.commit()
+    seq = index.recorder.seq
+    assert state.settling("g", "bind", lite)
+    assert not state.settling("g", "prio", level) and not state.settling("g", "bind", 0)
+    assert set(state.fifo) == {("g", "bind", lite)}
+    held[0] = seq
+    assert state.release_settled() == {"g"}
+    assert not state.settling("g", "bind", lite) and state.fifo == {}
 
 
 def test_a_new_primarys_fifo_lanes_open_once_the_replicas_hold_its_starting_state(index: Index) -> None:

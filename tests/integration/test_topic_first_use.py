@@ -2,7 +2,8 @@
 groups and admin"): a copy is created as the cluster's definition when one is given, a system
 topic's name is never created by a client's lookup, and the types a first message decides, here or
 on another broker, never change afterwards. The same over the internal service (`like` on the
-wire), for topics and consumer groups."""
+wire), for topics and consumer groups. Only a proxy's lookup creates: a send never creates its
+topic (a deleted one included), a pop never its consumer group."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from broker.client.api import GroupSpec, TopicSpec
+from broker.client.api import GroupSpec, PopRequest, TopicSpec
 from broker.client.remote import RemoteBroker
 from broker.config import BrokerConfig
 from broker.local import LocalBroker
-from common.errors import ConsumerGroupNotFound, MessageTypeConflict, TopicNotFound
+from common.errors import ConsumerGroupNotFound, MessageTypeConflict, PreconditionFailed, TopicNotFound
 from common.model import ALL_MESSAGE_TYPES, UNDECIDED_TYPES, MessageType
 from tests.helpers.broker_fixtures import start_broker_process
 from tests.helpers.records import outgoing
@@ -72,8 +73,55 @@ def test_a_decided_copy_keeps_its_types(broker: tuple[asyncio.AbstractEventLoop,
         assert again.message_types == lite
         with pytest.raises(MessageTypeConflict):
             await local.send("t", 0, [outgoing(b"plain", "M-1")])
-        await local.ensure_topic("u", MessageType.NORMAL)  # created by a send: its first message decides
+        await local.get_topic("u", auto_create=True)
+        await local.send("u", 0, [outgoing(b"plain", "M-2")])  # its first message decides
         assert local.held_topic("u") == TopicSpec("u", 8, ALL_MESSAGE_TYPES)
+
+    loop.run_until_complete(run())
+
+
+def test_a_send_never_creates_its_topic_nor_a_pop_its_group(
+    broker: tuple[asyncio.AbstractEventLoop, LocalBroker],
+) -> None:
+    """Even where the broker creates on first use: a send to a topic it does not hold (never made,
+    or just deleted: a proxy's stale route) is TOPIC_NOT_FOUND and creates nothing; a pop of a group
+    it does not hold is CONSUMER_GROUP_NOT_FOUND and creates nothing."""
+    loop, local = broker
+
+    async def run() -> None:
+        with pytest.raises(TopicNotFound):
+            await local.send("never", 0, [outgoing(b"x", "M-1")])
+        await local.create_topic(TopicSpec("gone", 2))
+        await local.send("gone", 1, [outgoing(b"old", "M-2")])
+        await local.delete_topic("gone")
+        with pytest.raises(TopicNotFound):
+            await local.send("gone", 1, [outgoing(b"stale", "M-3")])
+        assert local.held_topic("never") is None and local.held_topic("gone") is None
+        await local.create_topic(TopicSpec("t", 1))
+        with pytest.raises(ConsumerGroupNotFound):
+            await local.pop(PopRequest("nobody", "t", max_messages=1))
+        assert "nobody" not in local.metadata.groups
+
+    loop.run_until_complete(run())
+
+
+def test_a_creation_never_changes_a_copy_of_another_definition(
+    broker: tuple[asyncio.AbstractEventLoop, LocalBroker],
+) -> None:
+    """`sluice admin topic create` racing a proxy's first use of the same name: the broker that
+    holds the first-use copy refuses the creation (PRECONDITION_FAILED, naming both definitions)
+    instead of changing it under the copies on the other nodes; the same creation again is
+    idempotent, and an update (`--update`) changes it."""
+    loop, local = broker
+    lite = frozenset({MessageType.LITE})
+
+    async def run() -> None:
+        made = await local.get_topic("raced", auto_create=True)
+        with pytest.raises(PreconditionFailed, match=r"another definition .*8 queue.*any type"):
+            await local.create_topic(TopicSpec("raced", 8, lite))
+        assert local.held_topic("raced") == made
+        assert await local.create_topic(made) == made
+        assert (await local.update_topic(TopicSpec("raced", 8, lite))).message_types == lite
 
     loop.run_until_complete(run())
 
@@ -92,6 +140,10 @@ def test_the_cluster_s_definitions_cross_the_internal_service(tmp_path: Path) ->
             assert (await remote.get_group("g", auto_create=True, like=fifo)).spec == fifo
             with pytest.raises(ConsumerGroupNotFound):
                 await remote.get_group("other", like=fifo)  # without auto_create nothing is created
+            with pytest.raises(ConsumerGroupNotFound):  # nor by a pop
+                await remote.pop(PopRequest("other", "copied", max_messages=1))
+            with pytest.raises(TopicNotFound):  # nor a topic by a send
+                await remote.send("unmade", 0, [outgoing(b"x", "M-1")])
         finally:
             await remote.close()
 

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from broker import tracekeys as K
-from broker.client.api import CallContext, TraceKind
+from broker.client.api import CallContext, TopicSpec, TraceKind
 from broker.config import BrokerConfig, TraceConfig
 from broker.local import LocalBroker
 from broker.store.index import Index
@@ -175,11 +175,12 @@ def test_old_buckets_expire(index: Index) -> None:
 
 
 def test_trace_survives_a_broker_restart(tmp_path: Path) -> None:
-    config = BrokerConfig(name="trace-broker", data_dir=tmp_path / "broker", auto_create=True)
+    config = BrokerConfig(name="trace-broker", data_dir=tmp_path / "broker")
 
     async def send_and_close() -> str:
         broker = LocalBroker(config)
         await broker.start()
+        await broker.create_topic(TopicSpec("restart-topic", 1))
         msg = outgoing(body=b"kept", message_id="ID-RESTART")
         await broker.send("restart-topic", 0, [msg], ctx=CallContext(client_id="c9"))
         await broker.close()  # the trace writer flushes what is pending before the store closes

@@ -134,7 +134,6 @@ pop_requests = st.builds(
     invisible_ms=INT64,
     filter=filter_specs,
     long_poll_ms=INT64,
-    auto_create_group=st.booleans(),
 )
 send_results = st.builds(SendResult, TEXT, INT32, INT64, TEXT, TEXT)
 pull_results = st.builds(PullResult, st.lists(stored_messages, max_size=3), INT64, INT64, INT64)

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from common.litefilter import FilterTrie, matches
 from common.model import validate_lite_filter, validate_lite_topic_name
+from proxy.litenames import lite_name, lite_of_routing_key, mqtt_topic, routing_key_of
 from proxy.mqtt.codes import MqttError
-from proxy.mqtt.topics import Filter, TopicMap, bind_name, lite_name, parse_filter, topic_of
+from proxy.mqtt.topics import Filter, TopicMap, bind_name, parse_filter
 
 level = st.sampled_from(["a", "b", "c", "", "$x", "é", "a b", "=", "|"])
 topics = st.lists(level, min_size=1, max_size=4).map("/".join)
@@ -61,16 +62,31 @@ def test_lite_names_are_valid_and_reversible(topic: str) -> None:
     name = lite_name(topic)
     if name:
         validate_lite_topic_name(name, 10_000)
-    assert topic_of(name) == topic
+    assert mqtt_topic(name) == topic
 
 
 def test_names() -> None:
     assert lite_name("home kitchen/t") == "home=20kitchen/t"
-    assert lite_name("a=b") == "a=3Db" and topic_of("a=3Db") == "a=b"
-    assert topic_of("own=name") == "own=name"  # a RocketMQ producer's own '=' stays
+    assert lite_name("a=b") == "a=3Db" and mqtt_topic("a=3Db") == "a=b"
+    assert mqtt_topic("own=name") == "own=name"  # a RocketMQ producer's own '=' stays
     assert bind_name("$SYS") == "|24SYS" and bind_name("") == "|" and bind_name("sensors") == "sensors"
     assert bind_name("a|b.c") == "a|7Cb|2Ec"
     validate_lite_filter(Filter("+/é/#", "+/é/#").lite_filter(), 64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(topic=topics)
+def test_amqp_routing_keys_name_the_same_lite_topics(topic: str) -> None:
+    """A routing key is the MQTT topic with '.' and '/' swapped (RabbitMQ's MQTT plugin does the same)."""
+    key = topic.translate(str.maketrans("./", "/."))
+    assert lite_of_routing_key(key) == lite_name(topic)
+    assert routing_key_of(lite_name(topic)) == key
+
+
+def test_routing_keys() -> None:
+    assert lite_of_routing_key("sensors.kitchen.temp") == "sensors/kitchen/temp"
+    assert routing_key_of("sensors/kitchen/temp") == "sensors.kitchen.temp"
+    assert lite_of_routing_key("v1/a.b") == "v1.a/b"
 
 
 def test_filters_and_shares() -> None:

@@ -1,4 +1,5 @@
-"""`pop_anywhere`: a receive served by the first broker that has messages (proxy/core/gather.py).
+"""`pop_anywhere`: a receive served by the first broker that has messages (proxy/core/gather.py);
+`pop_in_group`: a broker lacking the consumer group gets the cluster's definition, never defaults.
 
 The brokers here are small in-memory stand-ins with the BrokerApi calls the gather makes (pop with
 a long poll, change_invisible_duration): what is tested is the order brokers are asked in, that a
@@ -14,10 +15,10 @@ from typing import cast
 import pytest
 
 from broker.client import receipt
-from broker.client.api import NO_CONTEXT, BrokerApi, PopRequest, StoredMessage
-from common.errors import IllegalInvisibleTime, SluiceError, Unavailable
+from broker.client.api import NO_CONTEXT, BrokerApi, GroupInfo, GroupSpec, PopRequest, StoredMessage
+from common.errors import ConsumerGroupNotFound, IllegalInvisibleTime, SluiceError, Unavailable
 from common.model import MessageType
-from proxy.core.gather import EMPTY_FOR_S, RELEASE_INVISIBLE_MS, EmptyBrokers, pop_anywhere
+from proxy.core.gather import EMPTY_FOR_S, RELEASE_INVISIBLE_MS, EmptyBrokers, pop_anywhere, pop_in_group
 from proxy.directory import BrokerDirectory
 from tests.helpers.records import delivered
 
@@ -183,3 +184,51 @@ def test_a_broker_empty_lately_is_asked_after_the_others_until_that_lapses() -> 
     assert receive(["a", "b"]) == ["a-0"]
     assert receive(["a", "b"]) == ["b-3"] and a.pops == [0, 0, 0, 0]  # a had it: still asked first
     assert receive(["a", "b"]) == [] and a.pops[-1] == 1_000 and b.pops[-1] == 1_000  # all empty: all polled
+
+
+class _GroupBroker:
+    """A broker that pops only for the consumer groups it holds, and creates one only as told."""
+
+    def __init__(self, name: str, groups: dict[str, GroupInfo] | None = None, *, creates: bool = True) -> None:
+        self.name = name
+        self.groups = dict(groups or {})
+        self.creates = creates
+
+    async def pop(self, request: PopRequest, *, ctx: object = NO_CONTEXT) -> list[StoredMessage]:
+        if request.group not in self.groups:
+            raise ConsumerGroupNotFound(f"group {request.group} does not exist on {self.name}")
+        return [_message(self.name, 0)]
+
+    async def get_group(self, name: str, *, auto_create: bool = False, like: GroupSpec | None = None) -> GroupInfo:
+        if name not in self.groups:
+            if not (auto_create and self.creates):
+                raise ConsumerGroupNotFound(name)
+            self.groups[name] = GroupInfo(like or GroupSpec(name), 1)
+        return self.groups[name]
+
+
+class _Cluster(_Directory):
+    def broker_names(self) -> list[str]:
+        return sorted(self.brokers)
+
+
+def _pop_in_group(cluster: _Cluster, name: str, group: str) -> list[StoredMessage]:
+    request = PopRequest(group, "t", None, 16, 15_000)
+    return asyncio.run(pop_in_group(cast(BrokerDirectory, cluster), cluster.broker(name), request, NO_CONTEXT))
+
+
+def test_a_broker_lacking_the_group_gets_the_clusters_definition_before_the_pop() -> None:
+    """A pop that reaches a broker before the client's settings or heartbeat did: the group is
+    created there as the broker holding it defines it (FIFO stays FIFO), then the pop is served.
+    Before, the broker's pop created it with its defaults."""
+    fifo = GroupSpec("g", fifo=True, max_delivery_attempts=3)
+    holder, joined = _GroupBroker("a", {"g": GroupInfo(fifo, 1)}), _GroupBroker("b")
+    cluster = _Cluster(holder, joined)  # type: ignore[arg-type]
+    assert [m.message_id for m in _pop_in_group(cluster, "b", "g")] == ["b-0"]
+    assert joined.groups["g"].spec == fifo
+
+
+def test_a_group_no_broker_holds_or_creates_is_not_found() -> None:
+    cluster = _Cluster(_GroupBroker("a", creates=False), _GroupBroker("b", creates=False))  # type: ignore[arg-type]
+    with pytest.raises(ConsumerGroupNotFound):
+        _pop_in_group(cluster, "b", "g")

@@ -135,6 +135,9 @@ class FakeCluster:
     async def refetch(self, topic: str) -> None:
         self.refetched.append(topic)
 
+    def forget(self, topic: str) -> None:
+        return None
+
     def client_endpoints(self) -> dict[str, str]:
         return self.endpoints
 
@@ -295,6 +298,65 @@ def test_the_first_message_decides_the_types_on_every_copy() -> None:
         # Decided: another kind of first message elsewhere changes nothing.
         assert await directory.decide("t", MessageType.NORMAL) is routes
         assert first.specs["t"].message_types == lite
+
+    asyncio.run(scenario())
+
+
+def test_no_copy_decides_its_type_alone_when_the_deciding_node_does_not_answer() -> None:
+    """Before, a send went on undecided when shard-0 (which decides) did not answer, and the copy it
+    reached decided by that message alone: a later first message of another kind on another copy
+    made two definitions. Now the send is refused (retriable) and nothing is decided; a copy that
+    misses a decision shard-0 made is left out of that send's route."""
+
+    async def scenario() -> None:
+        local, cluster = _nodes("shard-1", ("shard-0", "shard-2"))
+        first, third = cluster.peers["shard-0"], cluster.peers["shard-2"]
+        directory = _directory(cluster, local)
+        await directory.route("t")
+        cluster.list(first, local, third)
+        first.answers = False
+        with pytest.raises(Unavailable, match="shard-0"):
+            await directory.decide("t", MessageType.LITE)
+        assert {b.specs["t"].message_types for b in (first, local, third)} == {UNDECIDED_TYPES}
+        first.answers, third.answers = True, False
+        routes = await directory.decide("t", MessageType.LITE)
+        assert sorted(r.broker for r in routes) == ["shard-0", "shard-1"]
+        lite = frozenset({MessageType.LITE})
+        assert (first.specs["t"].message_types, local.specs["t"].message_types) == (lite, lite)
+        assert third.specs["t"].message_types == UNDECIDED_TYPES  # takes shard-0's decision at a later send
+
+    asyncio.run(scenario())
+
+
+class _RacedByAdmin(FakeBroker):
+    """shard-0 answers that it holds no such topic, and `sluice admin topic create --brokers
+    shard-0` creates it right after, before the node that asked creates it on first use."""
+
+    def __init__(self, name: str, made: TopicSpec) -> None:
+        super().__init__(name)
+        self.made = made
+
+    async def get_topic(self, name: str, *, auto_create: bool = False, like: TopicSpec | None = None) -> TopicSpec:
+        if not auto_create and like is None and name not in self.specs:
+            self.asked.append((name, auto_create, like))
+            self.specs[name] = self.made
+            raise TopicNotFound(name)
+        return await super().get_topic(name, auto_create=auto_create, like=like)
+
+
+def test_a_topic_created_with_admin_meanwhile_is_not_spread_by_first_use() -> None:
+    """A one-queue PRIORITY topic made on shard-0 alone between this node's check and its creation:
+    first use finds it at shard-0 (the deciding node) and routes it there; before, it copied that
+    definition to every node, two queues of one priority topic and no global order."""
+
+    async def scenario() -> None:
+        priority = TopicSpec("t", 1, frozenset({MessageType.PRIORITY}))
+        local = FakeBroker("shard-1")
+        cluster = FakeCluster({"shard-0": _RacedByAdmin("shard-0", priority), "shard-2": FakeBroker("shard-2")},
+                              "shard-1")  # fmt: skip
+        routes = await _directory(cluster, local).route("t")
+        assert [(r.broker, r.queue_count) for r in routes] == [("shard-0", 1)]
+        assert "t" not in local.specs and "t" not in cluster.peers["shard-2"].specs
 
     asyncio.run(scenario())
 

@@ -117,8 +117,8 @@ class Log:
 def traffic(args: argparse.Namespace) -> None:
     from rocketmq import FilterExpression
 
-    from broker.client import receipt  # stdlib only: the receipt handle's codec
     from tests.e2e.support.clients import message, producer, simple_consumer
+    from tests.e2e.support.handles import fields
 
     with open(args.events, "a") as out, producer(args.endpoints, args.topic) as client, \
             simple_consumer(args.endpoints, args.group, {args.topic: FilterExpression()}) as consumer:  # fmt: skip
@@ -175,7 +175,7 @@ def traffic(args: argparse.Namespace) -> None:
                     continue
                 for msg in batch:
                     body = msg.body.decode()
-                    broker, queue_id, offset, version, *_ = receipt.fields(msg.receipt_handle)
+                    broker, queue_id, offset, version = fields(msg.receipt_handle)
                     copy = [broker, queue_id, offset]  # a stored copy: (queue, offset) of one broker
                     log("delivered", body=body, copy=copy, v=version)
                     try:

@@ -6,8 +6,8 @@ routes: `--peers`), returning a `Cluster`. The helpers find
 the routed primary, fail it over (SIGKILL, wait for another member to take the group, start the
 victim again with the same port and data), and consume with a `History` under retriable errors.
 
-Of Sluice it imports only the receipt handle codec (stdlib only; no protobufs, which would clash
-with the official client's).
+It imports nothing of Sluice's packages (tests/e2e/conftest.py): a delivery's stored copy comes from
+its receipt handle as support/handles.py reads it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from rocketmq import FilterExpression, Producer, SimpleConsumer
 from rocketmq.v5.model import Message
 
-from broker.client import receipt
+from tests.e2e.support import handles
 from tests.e2e.support.clients import producer, simple_consumer
 from tests.e2e.support.cluster import (
     LOOPBACK,
@@ -171,7 +171,7 @@ def fail_over(cluster: Cluster) -> str:
 
 def stored_copy(msg: Message) -> tuple[int, int]:
     """(queue id, queue offset) of the stored message a delivery is, from its receipt handle."""
-    _, queue_id, queue_offset, *_ = receipt.fields(msg.receipt_handle)
+    _, queue_id, queue_offset, _ = handles.fields(msg.receipt_handle)
     return queue_id, queue_offset
 
 
@@ -190,7 +190,7 @@ def consume(consumer: SimpleConsumer, history: History, held: list[Message], don
         received = time.monotonic()  # the broker popped the batch before this
         for msg in batch:
             body, copy = msg.body.decode(), stored_copy(msg)
-            history.delivered(body, copy, receipt.fields(msg.receipt_handle)[3], at=received)
+            history.delivered(body, copy, handles.fields(msg.receipt_handle).version, at=received)
             if hold and sum(history.deliveries.values()) % HOLD_EVERY == 0:
                 held.append(msg)
                 continue

@@ -424,7 +424,7 @@ class SendBatchResponse(_message.Message):
     def __init__(self, outcomes: _Optional[_Iterable[_Union[SendOutcome, _Mapping]]] = ...) -> None: ...
 
 class PopRequest(_message.Message):
-    __slots__ = ("group", "topic", "queue_id", "max_messages", "invisible_ms", "filter", "long_poll_ms", "auto_create_group", "lite_client", "lite_window")
+    __slots__ = ("group", "topic", "queue_id", "max_messages", "invisible_ms", "filter", "long_poll_ms", "lite_client", "lite_window")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -432,7 +432,6 @@ class PopRequest(_message.Message):
     INVISIBLE_MS_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     LONG_POLL_MS_FIELD_NUMBER: _ClassVar[int]
-    AUTO_CREATE_GROUP_FIELD_NUMBER: _ClassVar[int]
     LITE_CLIENT_FIELD_NUMBER: _ClassVar[int]
     LITE_WINDOW_FIELD_NUMBER: _ClassVar[int]
     group: str
@@ -442,10 +441,9 @@ class PopRequest(_message.Message):
     invisible_ms: int
     filter: FilterSpec
     long_poll_ms: int
-    auto_create_group: bool
     lite_client: str
     lite_window: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., filter: _Optional[_Union[FilterSpec, _Mapping]] = ..., long_poll_ms: _Optional[int] = ..., auto_create_group: _Optional[bool] = ..., lite_client: _Optional[str] = ..., lite_window: _Optional[int] = ...) -> None: ...
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., max_messages: _Optional[int] = ..., invisible_ms: _Optional[int] = ..., filter: _Optional[_Union[FilterSpec, _Mapping]] = ..., long_poll_ms: _Optional[int] = ..., lite_client: _Optional[str] = ..., lite_window: _Optional[int] = ...) -> None: ...
 
 class PopResponse(_message.Message):
     __slots__ = ("messages",)
