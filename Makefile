@@ -61,7 +61,7 @@ deadcode:
 
 # pytest-xdist: two workers for the main process, handed 8 tests at a time in collection order
 # (the slow integration tests first, pyproject.toml's testpaths); the end-to-end tests mostly wait
-# on processes and the network, so six workers, each taking whole modules (their clusters are
+# on processes and the network, so four workers, each taking whole modules (their clusters are
 # module-scoped).
 unit:
 	$(BIN)/python -m pytest -n 2 --maxschedchunk 8
@@ -70,7 +70,7 @@ unit:
 # symbols, so end-to-end tests (which import the client) run in their own pytest process.
 # --no-loadscope-reorder: modules go out in collection order, the longest first (tests/e2e/conftest.py).
 e2e:
-	$(BIN)/python -m pytest tests/e2e -n 6 --dist loadfile --no-loadscope-reorder --durations=15 || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest tests/e2e -n 4 --dist loadfile --no-loadscope-reorder --durations=15 || [ $$? -eq 5 ]
 
 check: protos-check lint typecheck deadcode
 

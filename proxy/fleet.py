@@ -69,7 +69,7 @@ class Fleet:
     async def endpoints(self, namespace: str, network: str, access_point: Sequence[str] = ()) -> list[str]:
         """Proxy endpoints to put in routes for a client, best first (never empty). `access_point`:
         the endpoints the client was configured with, in its order; with navigation, the zone of the
-        first one (navigation's best for the client's zone) is the client's zone (`client_zone`)."""
+        first one navigation knows (its best for the client's zone) is the client's zone (`client_zone`)."""
         own = self.own_endpoint(network)
         if self._client is None:
             peers = [p for p in self._cfg.peers if p != own]
@@ -124,8 +124,9 @@ def zoned(ranked: list[ProxyEndpoint], zone: str) -> list[str]:
 
 
 def client_zone(ranked: list[ProxyEndpoint], access_point: Sequence[str], own_zone: str) -> str:
-    """The zone of the proxy the client lists first (a client configured from navigation's answer
-    for its zone lists a proxy of that zone first), else this proxy's: a client whose own zone's
-    proxy is down for a moment and whose route query reached another zone stays in its zone."""
-    first = access_point[0] if access_point else ""
-    return next((p.zone for p in ranked if p.endpoint == first and p.zone), own_zone)
+    """The zone of the first proxy the client lists that navigation still knows (a client configured
+    from navigation's answer for its zone lists its zone's proxies first), else this proxy's: a
+    client whose zone's first proxy is down, and whose route query reached another zone (the Python
+    client dials its access points in address order), stays in its zone."""
+    zones = {p.endpoint: p.zone for p in ranked if p.zone}
+    return next((zones[e] for e in access_point if e in zones), own_zone)

@@ -55,6 +55,9 @@ def test_a_client_is_kept_in_the_zone_of_the_proxy_it_lists_first() -> None:
     assert client_zone(RANKED, ["10.0.1.1:8081", "10.0.2.1:8081"], "zone-b") == "zone-a"
     assert client_zone(RANKED, ["192.0.2.9:8081"], "zone-b") == "zone-b"  # unknown to navigation: ours
     assert client_zone(RANKED, [], "zone-b") == "zone-b"
+    # Its first proxy gone from navigation (killed, expired): the next one it lists decides.
+    gone = RANKED[1:]
+    assert client_zone(gone, ["10.0.1.1:8081", "10.0.1.2:8081", "10.0.2.1:8081"], "zone-b") == "zone-a"
     config = ProxyConfig(host="10.0.2.1", port=8081, navigation=["10.0.0.9:9877"], zone="zone-b")
     fleet = Fleet(config, lambda: LOAD)
     fleet._client = Navigation()  # type: ignore[assignment]
