@@ -43,6 +43,7 @@ class ProxyApp:
         self.checkbacks = CheckBackRegistry()
         self.sessions = SessionRegistry(config.client_expiry_s, on_expire=self._client_gone)
         self.health = health = BrokerHealth(config.send_health, probe=self._probe)
+        directory.on_silent(health.silent)
         self.producer = ProducerService(directory, topics_max=config.caches.topics_max, home=home, health=health)
         self.consumer = ConsumerService(directory, self.renewer, config.receive)
         self.consumer.usable = health.usable

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from nameserver.client import NameServerClient
 
 log = logging.getLogger("sluice.proxy.directory")
+Silent = Callable[[str, str], None]  # (broker, why)
 
 # How long a route the NameServer suddenly does not know stays usable (several broker heartbeats).
 UNKNOWN_TOPIC_GRACE_S = 30.0
@@ -64,6 +65,10 @@ class BrokerDirectory(Protocol):
         topic anew on first use) instead of serving the stale route for a while."""
 
     def broker(self, name: str) -> BrokerApi: ...
+    def on_silent(self, callback: Silent) -> None:
+        """`callback(broker, why)` when a broker reached over the network answered no keepalive
+        PING in time (cut off or hung): proxy/core/health.py avoids it until it answers."""
+
     async def lookup(self, name: str) -> BrokerApi | None:
         """The broker of that name, asking the cluster once if it is not known yet; None if none is."""
 
@@ -111,6 +116,9 @@ class LocalDirectory:
 
     def forget(self, topic: str) -> None:
         self._routes.pop(topic, None)
+
+    def on_silent(self, callback: Silent) -> None:
+        """The broker is in this process: never silent."""
 
     def broker(self, name: str) -> BrokerApi:
         return self._broker
@@ -166,6 +174,7 @@ class ClusterDirectory:
         self._first_fetches: dict[str, asyncio.Task[list[BrokerRoute]]] = {}
         self._listing: asyncio.Task[None] | None = None
         self._listed_at = -refresh_s  # when brokers were last listed (or tried)
+        self._on_silent: Silent | None = None  # told when a broker answered no keepalive PING
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._refresh_loop(), name="route-refresh")
@@ -274,8 +283,16 @@ class ClusterDirectory:
         self._brokers[name] = self._remote(name, address, timeout_s=c.timeout_s,
                                            reconnect_backoff_max_s=c.reconnect_backoff_max_s,
                                            max_pending_sends=c.max_pending_sends, keepalive_s=c.keepalive_s,
-                                           keepalive_timeout_s=c.keepalive_timeout_s)  # fmt: skip
+                                           keepalive_timeout_s=c.keepalive_timeout_s,
+                                           on_silent=self._silent)  # fmt: skip
         log.info("broker endpoint learned", extra=kv(broker=name, address=address))
+
+    def on_silent(self, callback: Silent) -> None:
+        self._on_silent = callback
+
+    def _silent(self, name: str, why: str) -> None:
+        if self._on_silent is not None:
+            self._on_silent(name, why)
 
     def broker(self, name: str) -> BrokerApi:
         remote = self._brokers.get(name)

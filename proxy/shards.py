@@ -40,7 +40,7 @@ from common.model import UNDECIDED_TYPES, MessageType, auto_types
 from proxy import firstuse
 from proxy.config import CacheConfig
 from proxy.core import gather
-from proxy.directory import BrokerApi, BrokerRoute, ClusterDirectory, InProcessBroker
+from proxy.directory import BrokerApi, BrokerRoute, ClusterDirectory, InProcessBroker, Silent
 
 
 class ForwardedBroker(RemoteBroker):
@@ -149,6 +149,9 @@ class ShardDirectory:
     @property
     def home(self) -> str:
         return self._local.name
+
+    def on_silent(self, callback: Silent) -> None:
+        self._cluster.on_silent(callback)
 
     async def route(self, topic: str) -> list[BrokerRoute]:
         spec = self._local.held_topic(topic)

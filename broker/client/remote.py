@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,7 +123,10 @@ class RemoteBroker:
         max_pending_sends: int = DEFAULT_MAX_PENDING_SENDS,
         keepalive_s: float = DEFAULT_KEEPALIVE_S,
         keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S,
+        on_silent: Callable[[str, str], None] | None = None,
     ) -> None:
+        """`on_silent(name, why)`: the broker answered no keepalive PING in time (its host is cut off
+        or hung); its calls in flight failed and the channel backs off (common/http2/client.py)."""
         if keepalive_s <= 0 or keepalive_timeout_s <= 0:
             raise ConfigError("RemoteBroker keepalive_s and keepalive_timeout_s must be positive")
         if timeout_s <= 0 or reconnect_backoff_max_s <= 0 or max_message_bytes <= 0 or max_pending_sends <= 0:
@@ -139,6 +143,7 @@ class RemoteBroker:
             max_pending_calls=MAX_PENDING_CALLS, backoff_max_s=reconnect_backoff_max_s,
             backoff_initial_s=min(_RECONNECT_BACKOFF_INITIAL_S, reconnect_backoff_max_s),
             keepalive_s=keepalive_s, keepalive_timeout_s=keepalive_timeout_s,
+            on_silent=None if on_silent is None else functools.partial(on_silent, name),
         )  # fmt: skip
         self._methods: dict[str, Method] = {}
         self._max_message_bytes = max_message_bytes

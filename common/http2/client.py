@@ -35,11 +35,14 @@ ends, with no task of its own.
   most `max_message_bytes`, a header block at most `MAX_HEADER_BLOCK_BYTES`.
 - TLS (ALPN `h2`) when given an `ssl.SSLContext`; cleartext HTTP/2 with prior knowledge otherwise.
 - Keepalive (`keepalive_s`, `keepalive_timeout_s`; off when None): a connection on which nothing
-  arrived for `keepalive_s` is sent a PING, and one on which nothing arrives within
-  `keepalive_timeout_s` after it is taken as lost: cut, its calls failed with UNAVAILABLE, the next
-  call on a new connection. A server whose host dropped off the network answers nothing and resets
-  nothing; without pings the calls in flight to it would wait for their deadlines and new calls join
-  them (a proxy pings each broker every second, issue 43).
+  arrived for `keepalive_s` is sent a PING, and so is one with calls in flight on which nothing
+  arrived for a quarter of it (`BUSY_PING_SHARE`); one on which nothing arrives within
+  `keepalive_timeout_s` after a PING is taken as lost: cut, its calls failed with UNAVAILABLE, the
+  next call on a new connection. A server whose host dropped off the network answers nothing and
+  resets nothing; without pings the calls in flight to it would wait for their deadlines and new
+  calls join them. A proxy pings each broker (1 s, 1 s): a cut broker with calls in flight is
+  found within ~1.5 s, before the official clients' 3 s send timeout, so their retry goes to another
+  broker (issue 43). The timer looks every `TICK_SHARE` of the shorter setting.
 
 It does not do client or bidirectional streaming, or compression.
 """
@@ -51,7 +54,7 @@ import logging
 import random
 import ssl
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -70,6 +73,7 @@ from common.http2.hpackcodec import Decoder, HpackError, integer, literal
 from common.logs import kv
 
 log = logging.getLogger("sluice.http2.client")
+Silent = Callable[[str], None]  # told why a connection was taken as lost for silence
 
 STREAM_WINDOW = 4 * 1024 * 1024  # announced per stream; given back once half is used
 CONNECTION_WINDOW = 64 * 1024 * 1024  # announced for the connection; given back once half is used
@@ -81,6 +85,8 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_PENDING_CALLS = 10_000
 DEFAULT_CONNECT_TIMEOUT_S = 20.0
 DEFAULT_KEEPALIVE_TIMEOUT_S = 20.0  # gRPC's default
+BUSY_PING_SHARE = 0.25  # with calls in flight, a PING after this share of `keepalive_s` of silence
+TICK_SHARE = 0.25  # the keepalive timer looks every this share of min(keepalive_s, keepalive_timeout_s)
 BACKOFF_MULTIPLIER = 1.6
 BACKOFF_JITTER = 0.2
 _UNLIMITED = 1 << 31
@@ -136,10 +142,14 @@ class _Call:
 class Connection(asyncio.Protocol):
     """One HTTP/2 connection to a gRPC server; the calls of a `Channel` run on it, one stream each."""
 
-    def __init__(self, authority: str, keepalive: tuple[float, float] | None = None) -> None:
+    def __init__(
+        self, authority: str, keepalive: tuple[float, float] | None = None, on_silent: Silent | None = None
+    ) -> None:
         self.authority = authority
         self._keepalive = keepalive  # (interval, timeout) in seconds
-        self._heard = False  # something arrived since the keepalive timer last looked
+        self._on_silent = on_silent  # told when the keepalive cuts this connection
+        self._heard_at = 0.0  # loop time when something last arrived
+        self._ping_at: float | None = None  # loop time of our PING that nothing has followed yet
         self._keepalive_timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
@@ -170,7 +180,8 @@ class Connection(asyncio.Protocol):
         preface = f.PREFACE + f.settings(values) + f.window_update(0, CONNECTION_WINDOW - f.DEFAULT_WINDOW)
         self._transport.write(preface)
         if self._keepalive is not None:
-            self._keepalive_timer = self._loop.call_later(self._keepalive[0], self._keepalive_due)
+            self._heard_at = self._loop.time()
+            self._keepalive_timer = self._loop.call_later(self._tick_s(), self._keepalive_tick)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -185,7 +196,7 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._lost:
             return
-        self._heard = True
+        self._heard_at = self._loop.time()
         if self._buffer:  # the start of a frame that did not fit in the last read (at most MAX_FRAME)
             data = bytes(self._buffer) + data
             self._buffer.clear()
@@ -546,30 +557,32 @@ class Connection(asyncio.Protocol):
 
     # -- keepalive --
 
-    def _keepalive_due(self) -> None:
-        """Every `keepalive_s`: a PING if nothing arrived meanwhile."""
+    def _tick_s(self) -> float:
+        assert self._keepalive is not None
+        return min(self._keepalive) * TICK_SHARE
+
+    def _keepalive_tick(self) -> None:
+        """PING a quiet connection; cut one that answered nothing within `keepalive_timeout_s`."""
         assert self._keepalive is not None
         interval, timeout = self._keepalive
-        if self._heard:
-            self._heard = False
-            self._keepalive_timer = self._loop.call_later(interval, self._keepalive_due)
+        now = self._loop.time()
+        if self._ping_at is not None and self._heard_at >= self._ping_at:
+            self._ping_at = None  # the answer (or anything else) came
+        if self._ping_at is not None and now - self._ping_at >= timeout:
+            self._keepalive_timer = None
+            why = f"the server answered no keepalive PING within {timeout:g} s"
+            log.info("http2 connection to a server cut", extra=kv(server=self.authority, why=why))
+            if self._transport is not None:
+                self._transport.abort()  # a graceful close would wait for a peer that reads nothing
+            self._stop_all(why, sent=True)
+            if self._on_silent is not None:
+                self._on_silent(why)
             return
-        self._write(f.ping(bytes(f.PING_BYTES), ack=False))
-        self._keepalive_timer = self._loop.call_later(timeout, self._keepalive_answered)
-
-    def _keepalive_answered(self) -> None:
-        """`keepalive_timeout_s` after a PING: nothing at all arrived since, the server is gone."""
-        assert self._keepalive is not None
-        if self._heard:
-            self._heard = False
-            self._keepalive_timer = self._loop.call_later(self._keepalive[0], self._keepalive_due)
-            return
-        self._keepalive_timer = None
-        why = f"the server answered no keepalive PING within {self._keepalive[1]:g} s"
-        log.info("http2 connection to a server cut", extra=kv(server=self.authority, why=why))
-        if self._transport is not None:
-            self._transport.abort()  # a graceful close would wait for a peer that reads nothing
-        self._stop_all(why, sent=True)
+        quiet_s = interval * BUSY_PING_SHARE if self._streams else interval
+        if self._ping_at is None and now - self._heard_at >= quiet_s:
+            self._ping_at = now
+            self._write(f.ping(bytes(f.PING_BYTES), ack=False))
+        self._keepalive_timer = self._loop.call_later(self._tick_s(), self._keepalive_tick)
 
     # -- writing and failing --
 
@@ -628,7 +641,10 @@ class Channel:
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         keepalive_s: float | None = None,
         keepalive_timeout_s: float = DEFAULT_KEEPALIVE_TIMEOUT_S,
+        on_silent: Silent | None = None,
     ) -> None:
+        """`on_silent(why)`: called when the keepalive takes a connection of this channel as lost
+        (its server answered nothing in time), after its calls failed."""
         host, sep, port = target.rpartition(":")
         if not sep or not port.isdigit() or not host:
             raise ValueError(f"{target!r} is not host:port")
@@ -644,6 +660,7 @@ class Channel:
         self._backoff_max_s = backoff_max_s
         self._connect_timeout_s = connect_timeout_s
         self._keepalive = None if keepalive_s is None else (keepalive_s, keepalive_timeout_s)
+        self._on_silent = on_silent
         self._backoff_s = backoff_initial_s
         self._retry_at = 0.0  # in backoff until then
         self._last_error = ""
@@ -757,19 +774,31 @@ class Channel:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 _, conn = await loop.create_connection(
-                    lambda: Connection(self.target, self._keepalive), self._host, self._port, ssl=self._ssl,
+                    lambda: Connection(self.target, self._keepalive, self._silent), self._host, self._port,
+                    ssl=self._ssl,
                     server_hostname=self._server_hostname if self._ssl is not None else None,
                 )  # fmt: skip
                 self._check_alpn(conn)
                 await conn.settled
         except (OSError, TimeoutError, RpcError, ssl.SSLError) as exc:
-            self._last_error = f"cannot connect ({type(exc).__name__}: {exc})" if str(exc) else "cannot connect"
-            self._retry_at = loop.time() + self._backoff_s * random.uniform(1 - BACKOFF_JITTER, 1 + BACKOFF_JITTER)
-            self._backoff_s = min(self._backoff_s * BACKOFF_MULTIPLIER, self._backoff_max_s)
+            why = f"cannot connect ({type(exc).__name__}: {exc})" if str(exc) else "cannot connect"
+            self._back_off(loop.time(), why)
             raise RpcError(StatusCode.UNAVAILABLE, f"{self.target}: {self._last_error}", sent=False) from None
         self._backoff_s = self._backoff_initial_s
         self._conn = conn
         return conn
+
+    def _silent(self, why: str) -> None:
+        """The keepalive took a connection as lost: back off as after a failed connect (a new
+        connection to a host that dropped off the network would wait for its connect timeout)."""
+        self._back_off(asyncio.get_running_loop().time(), why)
+        if self._on_silent is not None:
+            self._on_silent(why)
+
+    def _back_off(self, now: float, error: str) -> None:
+        self._last_error = error
+        self._retry_at = now + self._backoff_s * random.uniform(1 - BACKOFF_JITTER, 1 + BACKOFF_JITTER)
+        self._backoff_s = min(self._backoff_s * BACKOFF_MULTIPLIER, self._backoff_max_s)
 
     def _check_alpn(self, conn: Connection) -> None:
         if self._ssl is None:

@@ -98,7 +98,16 @@ class BrokerHealth:
         if now - began > self._slow_s:
             self._avoid_until[broker] = max(self._avoid_until.get(broker, 0.0), now + self._isolate_s)
 
+    def silent(self, broker: str, why: str) -> None:
+        """The proxy's connection to `broker` answered no keepalive PING in time (its host is cut
+        off, or it hangs): avoided as after a send it did not answer, until it answers a probe.
+        Every proxy finds this out by itself within ~1.5 s of the cut, whether or not a send of
+        its own was waiting (common/http2/client.py), so a client's retry through another proxy
+        does not wait on the same broker again."""
+        self.finished(broker, self.started(broker), Unavailable(f"broker {broker}: {why}"))
+
     def usable(self, broker: str) -> bool:
+
         if broker in self._probes:
             return False
         now = self._clock()

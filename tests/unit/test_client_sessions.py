@@ -30,6 +30,9 @@ class OneBroker:
     def __init__(self, broker: RecordingBroker) -> None:
         self._broker = broker
 
+    def on_silent(self, callback: object) -> None:
+        pass
+
     def broker_names(self) -> list[str]:
         return ["broker-a"]
 

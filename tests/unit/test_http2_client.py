@@ -327,52 +327,99 @@ def test_a_call_the_server_refused_is_made_again_on_a_new_connection() -> None:
     asyncio.run(main())
 
 
+class _CuttableRelay:
+    """A relay in front of our server whose first connection can be cut: bytes dropped both ways,
+    sockets left open, as a host that dropped off the network."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.cut = asyncio.Event()
+        self.connections = 0
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._front, LOOPBACK, 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _front(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        mine = self.connections
+        up_reader, up_writer = await asyncio.open_connection(LOOPBACK, self.port)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                if not (self.cut.is_set() and mine == 1):
+                    dst.write(data)
+            dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
+
+
 def test_keepalive_keeps_a_quiet_connection_and_cuts_one_whose_server_went_silent() -> None:
-    """A relay in front of our server that can be cut (bytes dropped both ways, sockets left open,
-    as a host that dropped off the network): a connection quiet for several keepalive intervals is
-    kept (its PINGs answered); once cut, a call in flight fails with UNAVAILABLE from the keepalive
-    long before its deadline, and the next call goes on a new connection."""
+    """A connection quiet for several keepalive intervals is kept (its PINGs answered); once cut, a
+    call in flight fails with UNAVAILABLE from the keepalive long before its deadline, the channel
+    backs off as after a failed connect (a new connection to a cut host would wait for its connect
+    timeout), the channel's `on_silent` is told why, and after the backoff a call goes on a new
+    connection."""
 
     async def main() -> None:
         svc = Service()
         server, port = await _ours(svc)
-        cut = asyncio.Event()
-        connections = 0
-
-        async def front(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            nonlocal connections
-            connections += 1
-            mine = connections
-            up_reader, up_writer = await asyncio.open_connection(LOOPBACK, port)
-
-            async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-                while data := await src.read(65536):
-                    if not (cut.is_set() and mine == 1):
-                        dst.write(data)
-                dst.close()
-
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer), return_exceptions=True)
-
-        relay = await asyncio.start_server(front, LOOPBACK, 0)
-        relay_port = relay.sockets[0].getsockname()[1]
-        ch = Channel(f"{LOOPBACK}:{relay_port}", keepalive_s=0.2, keepalive_timeout_s=0.2)
+        relay = _CuttableRelay(port)
+        silences: list[str] = []
+        ch = Channel(f"{LOOPBACK}:{await relay.start()}", keepalive_s=0.2, keepalive_timeout_s=0.2,
+                     backoff_initial_s=0.3, on_silent=silences.append)  # fmt: skip
         try:
             assert await ch.unary(ECHO, b"a", timeout_s=TIMEOUT_S) == b"a"
             await asyncio.sleep(1.0)  # five intervals without a call: pinged, answered, kept
             assert await ch.unary(ECHO, b"b", timeout_s=TIMEOUT_S) == b"b"
-            assert connections == 1
+            assert relay.connections == 1
             held = asyncio.create_task(ch.unary(HELD, b"h", timeout_s=TIMEOUT_S * 6))
             await asyncio.wait_for(svc.started.wait(), TIMEOUT_S)
-            cut.set()
+            relay.cut.set()
             with pytest.raises(RpcError) as lost:
                 await asyncio.wait_for(held, TIMEOUT_S)
             assert lost.value.code == StatusCode.UNAVAILABLE and "keepalive" in lost.value.message
+            assert len(silences) == 1 and "keepalive" in silences[0]
+            with pytest.raises(RpcError) as backing_off:
+                await ch.unary(ECHO, b"c", timeout_s=TIMEOUT_S)
+            assert backing_off.value.code == StatusCode.UNAVAILABLE and not backing_off.value.sent
+            assert "next attempt in" in backing_off.value.message
+            await asyncio.sleep(0.4)  # the backoff, jittered by a fifth
             assert await ch.unary(ECHO, b"c", timeout_s=TIMEOUT_S) == b"c"
-            assert connections == 2
+            assert relay.connections == 2
         finally:
             svc.release.set()
             await ch.close()
-            relay.close()
+            relay.server.close()
+            await server.shutdown(0.5)
+
+    asyncio.run(main())
+
+
+def test_a_connection_with_calls_in_flight_is_pinged_sooner_than_an_idle_one() -> None:
+    """Issue 43: a proxy's call to a broker whose host was cut must fail before the official
+    client's own send timeout (3 s), so that its retry goes elsewhere. With calls in flight a
+    connection is pinged after a quarter of `keepalive_s` of silence: keepalive 4 s, a call with a
+    3 s deadline fails UNAVAILABLE from the keepalive (an idle-only PING would come after 4 s, and
+    the call would end on its deadline instead)."""
+
+    async def main() -> None:
+        svc = Service()
+        server, port = await _ours(svc)
+        relay = _CuttableRelay(port)
+        ch = Channel(f"{LOOPBACK}:{await relay.start()}", keepalive_s=4.0, keepalive_timeout_s=0.3)
+        try:
+            assert await ch.unary(ECHO, b"a", timeout_s=TIMEOUT_S) == b"a"
+            held = asyncio.create_task(ch.unary(HELD, b"h", timeout_s=3.0))
+            await asyncio.wait_for(svc.started.wait(), TIMEOUT_S)
+            relay.cut.set()
+            with pytest.raises(RpcError) as lost:
+                await asyncio.wait_for(held, TIMEOUT_S)
+            assert lost.value.code == StatusCode.UNAVAILABLE and "keepalive" in lost.value.message
+        finally:
+            svc.release.set()
+            await ch.close()
+            relay.server.close()
             await server.shutdown(0.5)
 
     asyncio.run(main())

@@ -22,6 +22,9 @@ DATE = "20261122T032501Z"
 
 
 class NoBrokers:
+    def on_silent(self, callback: object) -> None:
+        pass
+
     def broker_names(self) -> list[str]:
         return []
 

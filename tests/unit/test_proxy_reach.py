@@ -110,6 +110,9 @@ def test_a_fifo_only_topic_is_answered_complete() -> None:
 
 
 class _NoBrokers:
+    def on_silent(self, callback: object) -> None:
+        pass
+
     def broker_names(self) -> list[str]:
         return []
 

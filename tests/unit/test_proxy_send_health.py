@@ -184,6 +184,29 @@ def test_a_failed_broker_is_avoided_until_a_probe_answers_not_probed_with_sends(
     assert any("answers again" in r.getMessage() for r in caplog.records)
 
 
+def test_a_broker_whose_connection_went_silent_is_avoided_without_a_send_of_this_proxy() -> None:
+    """Issue 43: another proxy's send waited on a cut broker; this proxy's own connection to it
+    answered no keepalive PING (`silent`), so sends avoid it before one of them waits too, until a
+    probe answers."""
+    prober = Prober()
+
+    async def scenario() -> None:
+        health = BrokerHealth(SendHealthConfig(slow_ms=50, isolate_ms=20, isolate_max_ms=20), probe=prober)
+        health.silent("a", "the server answered no keepalive PING within 1 s")
+        await asyncio.sleep(0.1)
+        assert not health.usable("a") and prober.calls >= 1
+        assert _brokers_picked(QueueSelector(), health) == {"b"}
+        prober.up = True
+        for _ in range(50):
+            if health.usable("a"):
+                break
+            await asyncio.sleep(0.02)
+        assert health.usable("a")
+        await health.close()
+
+    asyncio.run(scenario())
+
+
 def test_closing_stops_the_probes() -> None:
     async def scenario() -> None:
         health = BrokerHealth(SendHealthConfig(slow_ms=50, isolate_ms=20, isolate_max_ms=20), probe=Prober())
