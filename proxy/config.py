@@ -138,7 +138,8 @@ class BrokerClientConfig:
     reconnect_backoff_max_s: float = DEFAULT_RECONNECT_BACKOFF_MAX_S
     # Sends queued for one broker behind the request in flight; beyond it: TOO_MANY_REQUESTS.
     max_pending_sends: int = DEFAULT_MAX_PENDING_SENDS
-    # The connection to each broker is pinged when nothing arrived on it this long...
+    # The connection to each broker is pinged when nothing arrived on it this long (a quarter of it
+    # while calls to the broker are in flight)...
     keepalive_s: float = DEFAULT_KEEPALIVE_S
     # ...and dropped when nothing answers this long after the ping: the calls in flight to a broker whose host
     # fell off the network (or that hangs) then fail with UNAVAILABLE and are retried elsewhere,
