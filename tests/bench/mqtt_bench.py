@@ -331,6 +331,7 @@ async def phase_topics(t: Target, args: argparse.Namespace) -> list[Row]:
                                    for j in range(4) if first + j * step < n_topics))  # fmt: skip
             made = n_topics
         rng = random.Random(n_topics)
+        print(f"{t.name}: topics: {n_topics:,} made; measuring publishes to them", file=sys.stderr, flush=True)
         start = time.monotonic()
         counted, measure_from, until = [0], start + WARMUP_S, start + WARMUP_S + args.seconds
         cpu: list[float] = []
