@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import shutil
 import signal
@@ -96,6 +97,9 @@ async def _flood_attack(port: int, connections: int, stop: threading.Event, coun
 
 
 def _attack(kind: str, port: int, connections: int, stop: threading.Event, counts: dict[str, int]) -> None:
+    # The attacker writes on until it sees the server's close: asyncio then warns of every write
+    # to the closed socket ("socket.send() raised exception."), ~1,000 lines that say nothing.
+    logging.getLogger("asyncio").setLevel(logging.ERROR)
     if kind == "reset":
         asyncio.run(_reset_attack(port, stop, counts))
     elif kind == "flood":
