@@ -67,6 +67,7 @@ class BrokerHealth:
     ) -> None:
         self._probe = probe
         self._probes: dict[str, asyncio.Task[None]] = {}  # one per broker avoided until it answers
+        self._closed = False  # no probe starts after `close`
         self._slow_s = config.slow_ms / 1000
         self._isolate_s = config.isolate_ms / 1000
         self._isolate_max_s = config.isolate_max_ms / 1000
@@ -121,7 +122,7 @@ class BrokerHealth:
 
     def _watch(self, broker: str, error: SluiceError) -> None:
         """Avoid `broker` until a probe of it is answered (with a probe; once per outage)."""
-        if self._probe is None or broker in self._probes:
+        if self._probe is None or broker in self._probes or self._closed:
             return
         log.warning("broker stopped answering sends: avoided until it answers a probe",
                     extra=kv(broker=broker, error=str(error)[:200]))  # fmt: skip
@@ -148,7 +149,8 @@ class BrokerHealth:
             self._probes.pop(broker, None)
 
     async def close(self) -> None:
-        """Stop probing (the proxy is stopping)."""
+        """Stop probing (the proxy is stopping); no probe starts after this."""
+        self._closed = True
         tasks = list(self._probes.values())
         for task in tasks:
             task.cancel()

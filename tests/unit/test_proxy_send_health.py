@@ -208,11 +208,16 @@ def test_a_broker_whose_connection_went_silent_is_avoided_without_a_send_of_this
 
 
 def test_closing_stops_the_probes() -> None:
+    """And none starts after: a connection cut while the proxy stops (its keepalive fires before
+    the channels close) must not leave a probe task behind."""
+
     async def scenario() -> None:
         health = BrokerHealth(SendHealthConfig(slow_ms=50, isolate_ms=20, isolate_max_ms=20), probe=Prober())
         health.finished("a", health.started("a"), Unavailable("connection lost"))
         assert not health.usable("a")
         await health.close()
+        assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("probe-")]
+        health.silent("b", "the server answered no keepalive PING within 1 s")
         assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("probe-")]
 
     asyncio.run(scenario())
