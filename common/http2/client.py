@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from common.http2 import frames as f
-from common.http2.frames import ErrorCode
+from common.http2.frames import ConnectionError_, ErrorCode
 from common.http2.grpcwire import (
     HTTP_TO_GRPC,
     PREFIX,
@@ -202,7 +202,7 @@ class Connection(asyncio.Protocol):
             self._buffer.clear()
         try:
             self._frames(data)
-        except _ConnectionError as exc:
+        except ConnectionError_ as exc:
             self._fail(exc.code, str(exc))
 
     # -- calls --
@@ -317,8 +317,16 @@ class Connection(asyncio.Protocol):
         if call.timer is not None:
             call.timer.cancel()
             call.timer = None
+        self._open_waiting()
+        self._close_if_idle()
+
+    def _open_waiting(self) -> None:
+        """Give waiting calls the streams the server allows now."""
         while self._waiting and len(self._streams) < self._peer_max_streams and self.closed is None:
             self._open(self._waiting.popleft())
+
+    def _close_if_idle(self) -> None:
+        """A connection that takes no new calls closes once its last stream is over."""
         if self.closed is not None and not self._streams and self._transport is not None and not self._lost:
             self._flush()
             self._transport.close()
@@ -343,7 +351,7 @@ class Connection(asyncio.Protocol):
             word = unpack(data, pos)[0]
             length = word >> 8
             if length > MAX_FRAME:
-                raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds the "
+                raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds the "
                                                                    f"{MAX_FRAME} announced")  # fmt: skip
             start = pos + f.FRAME_HEADER_BYTES
             if end - start < length:
@@ -352,12 +360,9 @@ class Connection(asyncio.Protocol):
             sid = unpack(data, pos + 5)[0] & f.STREAM_MASK
             pos = start + length
             if self._block_stream and kind != f.CONTINUATION:
-                raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "a header block was interrupted by another frame")
+                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "a header block was interrupted by another frame")
             if kind == f.DATA and not flags & (f.PADDED | f.END_STREAM):  # the common frame, inline
-                self._consumed += length
-                if self._consumed >= CONNECTION_WINDOW // 2:
-                    self._write(f.window_update(0, self._consumed))
-                    self._consumed = 0
+                self._consume(length)
                 call = streams.get(sid)
                 if call is not None:
                     self._take(call, data[start:pos])
@@ -371,6 +376,13 @@ class Connection(asyncio.Protocol):
                 return
         if pos < end:
             self._buffer += data[pos:]
+
+    def _consume(self, n: int) -> None:
+        """`n` DATA bytes arrived: give the connection window back once half of it is used."""
+        self._consumed += n
+        if self._consumed >= CONNECTION_WINDOW // 2:
+            self._write(f.window_update(0, self._consumed))
+            self._consumed = 0
 
     def _take(self, call: _Call, payload: bytes) -> None:
         call.data += payload
@@ -387,17 +399,14 @@ class Connection(asyncio.Protocol):
 
     def _data(self, flags: int, sid: int, payload: bytes) -> None:
         if sid == 0:
-            raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
-        self._consumed += len(payload)  # padding included: it counts against the window
-        if self._consumed >= CONNECTION_WINDOW // 2:
-            self._write(f.window_update(0, self._consumed))
-            self._consumed = 0
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
+        self._consume(len(payload))  # padding included: it counts against the window
         call = self._streams.get(sid)
         if call is None:
             return  # a stream we gave up on
         if flags & f.PADDED:
             if not payload or payload[0] >= len(payload):
-                raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "padding as long as the frame")
+                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "padding as long as the frame")
             payload = payload[1 : len(payload) - payload[0]]
         self._take(call, payload)
         if flags & f.END_STREAM and self._streams.get(sid) is call:  # gRPC ends a stream with trailers
@@ -406,21 +415,21 @@ class Connection(asyncio.Protocol):
 
     def _headers(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
         if sid == 0:
-            raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "HEADERS on stream 0")
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "HEADERS on stream 0")
         if kind == f.CONTINUATION:
             if sid != self._block_stream:
-                raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without a header block to continue")
+                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "CONTINUATION without a header block to continue")
         else:
             start, end = 0, len(payload)
             if flags & f.PADDED:
                 if not payload or payload[0] >= end:
-                    raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "padding as long as the frame")
+                    raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "padding as long as the frame")
                 start, end = 1, end - payload[0]
             if flags & f.PRIORITY_FLAG:
                 start += 5
             payload = payload[start:end]
             if sid >= self._next_id or sid % 2 == 0:
-                raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}, which we did not open")
+                raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}, which we did not open")
         call = self._streams.get(sid)
         if kind == f.HEADERS and call is not None:
             call.hblock = bytearray()
@@ -431,7 +440,7 @@ class Connection(asyncio.Protocol):
             return
         call.hblock += payload
         if len(call.hblock) > MAX_HEADER_BLOCK_BYTES:
-            raise _ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "a header block over 1 MiB")
+            raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "a header block over 1 MiB")
         if ending:
             self._header_block(call)
 
@@ -443,9 +452,9 @@ class Connection(asyncio.Protocol):
             try:
                 fields = dict(self._decoder.decode(block))
             except HpackError as exc:
-                raise _ConnectionError(ErrorCode.COMPRESSION_ERROR, str(exc)) from None
+                raise ConnectionError_(ErrorCode.COMPRESSION_ERROR, str(exc)) from None
             except Exception as exc:  # a header list over the bound
-                raise _ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, str(exc)) from None
+                raise ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, str(exc)) from None
             if len(self._decoded) >= DECODED_MAX:
                 self._decoded.clear()
             self._decoded[block] = fields
@@ -494,7 +503,7 @@ class Connection(asyncio.Protocol):
                 self._settings(payload)
         elif kind == f.WINDOW_UPDATE:
             if len(payload) != 4:
-                raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "a WINDOW_UPDATE of other than 4 bytes")
+                raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "a WINDOW_UPDATE of other than 4 bytes")
             grant = f.u32(payload) & f.STREAM_MASK
             if sid == 0:
                 self._send_window += grant
@@ -514,32 +523,31 @@ class Connection(asyncio.Protocol):
                                             sent=code != ErrorCode.REFUSED_STREAM))  # fmt: skip
         elif kind == f.GOAWAY:
             if len(payload) < 8:
-                raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "GOAWAY shorter than 8 bytes")
+                raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "GOAWAY shorter than 8 bytes")
             self._goaway(f.u32(payload) & f.STREAM_MASK, f.u32(payload, 4), payload[8:])
         elif kind == f.PUSH_PROMISE:
-            raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, "a push (PUSH_PROMISE), which we did not allow")
+            raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, "a push (PUSH_PROMISE), which we did not allow")
         # PRIORITY and unknown frame types are ignored (RFC 9113 5.5)
 
     def _settings(self, payload: bytes) -> None:
         if len(payload) % 6:
-            raise _ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "a SETTINGS payload not a multiple of 6 bytes")
+            raise ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "a SETTINGS payload not a multiple of 6 bytes")
         for key, value in f.parse_settings(payload):
             if key == f.S_INITIAL_WINDOW_SIZE:
                 if value > f.MAX_WINDOW:
-                    raise _ConnectionError(ErrorCode.FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1")
+                    raise ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE over 2^31-1")
                 delta, self._peer_initial = value - self._peer_initial, value
                 for call in self._streams.values():
                     call.send_window += delta
             elif key == f.S_MAX_FRAME_SIZE:
                 if not f.DEFAULT_MAX_FRAME <= value <= f.MAX_FRAME_LIMIT:
-                    raise _ConnectionError(ErrorCode.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value} out of range")
+                    raise ConnectionError_(ErrorCode.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value} out of range")
                 self._peer_max_frame = value
             elif key == f.S_MAX_CONCURRENT_STREAMS:
                 self._peer_max_streams = value
         self._write(f.frame(f.SETTINGS, f.ACK, 0))
         self._drain_blocked()
-        while self._waiting and len(self._streams) < self._peer_max_streams and self.closed is None:
-            self._open(self._waiting.popleft())
+        self._open_waiting()
         if not self.settled.done():
             self.settled.set_result(None)
 
@@ -549,11 +557,8 @@ class Connection(asyncio.Protocol):
         for call in [c for s, c in self._streams.items() if s > last]:
             self._finish(call)
             self._settle(call, RpcError(StatusCode.UNAVAILABLE, why, sent=False))
-        while self._waiting:
-            self._settle(self._waiting.popleft(), RpcError(StatusCode.UNAVAILABLE, why, sent=False))
-        if not self._streams and self._transport is not None and not self._lost:
-            self._flush()
-            self._transport.close()
+        self._fail_waiting(why)
+        self._close_if_idle()
 
     # -- keepalive --
 
@@ -607,14 +612,12 @@ class Connection(asyncio.Protocol):
         for call in list(self._streams.values()):
             self._finish(call)
             self._settle(call, RpcError(StatusCode.UNAVAILABLE, why, sent=sent))
+        self._fail_waiting(why)
+
+    def _fail_waiting(self, why: str) -> None:
+        """Calls still waiting for a stream never reached the server."""
         while self._waiting:
             self._settle(self._waiting.popleft(), RpcError(StatusCode.UNAVAILABLE, why, sent=False))
-
-
-class _ConnectionError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _code_name(code: int) -> str:

@@ -59,6 +59,14 @@ class ErrorCode(IntEnum):
     HTTP_1_1_REQUIRED = 0xD
 
 
+class ConnectionError_(Exception):
+    """A connection error (RFC 9113 5.4.1): GOAWAY with `code`, then close (either side)."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
 HEAD = struct.Struct(">I")  # length (24 bits) + type, read as one word; then flags; then the stream id
 _U32 = struct.Struct(">I")
 _U32X2 = struct.Struct(">II")

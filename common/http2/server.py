@@ -46,7 +46,7 @@ from collections import deque
 from typing import Protocol, cast
 
 from common.http2 import frames as f
-from common.http2.frames import ErrorCode
+from common.http2.frames import ConnectionError_, ErrorCode
 from common.http2.hpackcodec import Decoder, HeaderListTooLarge, HpackError
 from common.http2.limits import Http2Limits
 from common.http2.request import Request, parse_request
@@ -92,14 +92,6 @@ class Stream:
         self.granted = 0  # window granted beyond the initial one, not yet used up
         self.pending: deque[tuple[int, int, bytes]] = deque()  # (type, flags, payload) waiting for window
         self.writable: asyncio.Future[None] | None = None  # set when `pending` empties
-
-
-class ConnectionError_(Exception):
-    """A connection error (RFC 9113 5.4.1): GOAWAY with `code`, then close."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class ServerConnection(asyncio.Protocol):
