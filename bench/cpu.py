@@ -37,17 +37,19 @@ def process_tree(pid: int) -> list[int]:
     return [pid, *(p for child in children for p in process_tree(int(child)))]
 
 
+def pid_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of every thread of the process `pid` alone (0 once it is gone)."""
+    try:
+        fields = (_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime
+
+
 def process_cpu_s(pids: tuple[int, ...]) -> float:
     """User + system CPU seconds of every thread of `pids` and their descendants, as they are now
     (processes that vanished count 0)."""
-    total = 0
-    for pid in {p for root in pids for p in process_tree(root)}:
-        try:
-            fields = (_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total * _TICK_S
+    return sum(pid_cpu_s(pid) for pid in {p for root in pids for p in process_tree(root)})
 
 
 def machine_busy_s() -> float:

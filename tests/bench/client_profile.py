@@ -20,21 +20,18 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.cpu import process_tree  # noqa: E402
+from bench.cpu import pid_cpu_s, process_tree  # noqa: E402
 from tests.bench.client_bench import (  # noqa: E402
     BODY_BYTES,
     NODE_GROUP,
@@ -50,10 +47,10 @@ from tests.bench.client_bench import (  # noqa: E402
     start_merged,
     start_separated,
 )
+from tests.bench.send_profile import run_driver  # noqa: E402
 
 PY_SPY = Path(sys.executable).parent / "py-spy"
 PY_SPY_HZ = 200
-_TICK_S = 0.01
 
 # Parts of ours, matched against the frames from the innermost outward (first rule wins).
 PARTS = [
@@ -94,31 +91,6 @@ def processes(root_pids: list[int]) -> dict[int, str]:
     return out
 
 
-def cpu_s(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) * _TICK_S
-
-
-def drive(argv: list[str], on_start: Callable[[], None], on_end: Callable[[], None]) -> dict[str, Any]:
-    proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    end: dict[str, Any] = {}
-    try:
-        for line in proc.stdout:
-            event = json.loads(line) if line.startswith("{") else {}
-            if event.get("event") == "start":
-                on_start()
-            elif event.get("event") == "end":
-                on_end()
-                end = event
-    finally:
-        proc.wait(timeout=120)
-    return end
-
-
 def parts_of(raw: str) -> tuple[collections.Counter[str], int]:
     parts: collections.Counter[str] = collections.Counter()
     total = 0
@@ -151,8 +123,8 @@ def phases(endpoint: str, seconds: float, modules: Path | None) -> dict[str, lis
 def profile(server: Server, name: str, argv: list[str], out: Path, py_spy: bool) -> None:
     procs = processes(server.pids)
     marks: list[dict[int, float]] = []
-    end = drive(argv, lambda: marks.append({p: cpu_s(p) for p in procs}),
-                lambda: marks.append({p: cpu_s(p) for p in procs}))  # fmt: skip
+    end = run_driver(argv, lambda: marks.append({p: pid_cpu_s(p) for p in procs}),
+                lambda: marks.append({p: pid_cpu_s(p) for p in procs}))  # fmt: skip
     messages = int(end.get("messages", 0))
     if not messages or len(marks) != 2:
         print(f"{name}: the driver sent nothing ({end})")
@@ -182,7 +154,7 @@ def profile(server: Server, name: str, argv: list[str], out: Path, py_spy: bool)
         for spy in spies.values():
             spy.wait(timeout=120)
 
-    drive(argv, start, stop)
+    run_driver(argv, start, stop)
     for pid, label in sorted(procs.items(), key=lambda kv: kv[1]):
         raw = out / f"{name}-{pid}.raw"
         if not raw.exists():

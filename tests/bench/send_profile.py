@@ -139,9 +139,10 @@ print(json.dumps({"event": "end", "messages": echo["calls"], "errors": 0, "secon
 """
 
 
-def drive(driver: Driver, seconds: float, on_start: Window, on_end: Window) -> dict[str, Any]:
-    """One driver run; `on_start`/`on_end` run at its start and end lines (after its warm-up)."""
-    proc = subprocess.Popen(driver(seconds), cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+def run_driver(argv: list[str], on_start: Window, on_end: Window) -> dict[str, Any]:
+    """Run a driver (`argv`) to its end; `on_start`/`on_end` run at its start and end lines (after
+    its warm-up). Its end line ({} if it printed none)."""
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     end: dict[str, Any] = {}
     try:
@@ -154,6 +155,12 @@ def drive(driver: Driver, seconds: float, on_start: Window, on_end: Window) -> d
                 end = event
     finally:
         proc.wait(timeout=120)
+    return end
+
+
+def drive(driver: Driver, seconds: float, on_start: Window, on_end: Window) -> dict[str, Any]:
+    """One driver run (`run_driver`) that must have sent something."""
+    end = run_driver(driver(seconds), on_start, on_end)
     if not end.get("messages"):
         raise RuntimeError("the driver sent nothing")
     return end
