@@ -155,6 +155,25 @@ class Prober:
             raise Unavailable(f"broker {broker}: connection timed out")
 
 
+def _probed(prober: Prober) -> BrokerHealth:
+    return BrokerHealth(SendHealthConfig(slow_ms=50, isolate_ms=20, isolate_max_ms=20), probe=prober)
+
+
+async def _avoided_until_a_probe_answers(health: BrokerHealth, prober: Prober) -> None:
+    """Broker "a" stays avoided (sends go to "b") while its probes go unanswered, many isolations
+    long, and is used again once one answers; then the health is closed."""
+    await asyncio.sleep(0.2)
+    assert not health.usable("a") and prober.calls >= 2
+    assert _brokers_picked(QueueSelector(), health) == {"b"}
+    prober.up = True
+    for _ in range(50):
+        if health.usable("a"):
+            break
+        await asyncio.sleep(0.02)
+    assert health.usable("a")
+    await health.close()
+
+
 def test_a_failed_broker_is_avoided_until_a_probe_answers_not_probed_with_sends(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -163,19 +182,10 @@ def test_a_failed_broker_is_avoided_until_a_probe_answers_not_probed_with_sends(
     prober = Prober()
 
     async def scenario() -> None:
-        health = BrokerHealth(SendHealthConfig(slow_ms=50, isolate_ms=20, isolate_max_ms=20), probe=prober)
+        health = _probed(prober)
         health.finished("a", health.started("a"), Unavailable("connection lost"))
         health.finished("a", health.started("a"), Unavailable("connection lost"))  # a second failure: one watch
-        await asyncio.sleep(0.2)  # isolation over many times: still avoided, the probes went unanswered
-        assert not health.usable("a") and prober.calls >= 2
-        assert _brokers_picked(QueueSelector(), health) == {"b"}
-        prober.up = True
-        for _ in range(50):
-            if health.usable("a"):
-                break
-            await asyncio.sleep(0.02)
-        assert health.usable("a")
-        await health.close()
+        await _avoided_until_a_probe_answers(health, prober)
 
     with caplog.at_level("INFO", logger="sluice.proxy.health"):
         asyncio.run(scenario())
@@ -191,18 +201,9 @@ def test_a_broker_whose_connection_went_silent_is_avoided_without_a_send_of_this
     prober = Prober()
 
     async def scenario() -> None:
-        health = BrokerHealth(SendHealthConfig(slow_ms=50, isolate_ms=20, isolate_max_ms=20), probe=prober)
+        health = _probed(prober)
         health.silent("a", "the server answered no keepalive PING within 1 s")
-        await asyncio.sleep(0.1)
-        assert not health.usable("a") and prober.calls >= 1
-        assert _brokers_picked(QueueSelector(), health) == {"b"}
-        prober.up = True
-        for _ in range(50):
-            if health.usable("a"):
-                break
-            await asyncio.sleep(0.02)
-        assert health.usable("a")
-        await health.close()
+        await _avoided_until_a_probe_answers(health, prober)
 
     asyncio.run(scenario())
 
@@ -212,7 +213,7 @@ def test_closing_stops_the_probes() -> None:
     the channels close) must not leave a probe task behind."""
 
     async def scenario() -> None:
-        health = BrokerHealth(SendHealthConfig(slow_ms=50, isolate_ms=20, isolate_max_ms=20), probe=Prober())
+        health = _probed(Prober())
         health.finished("a", health.started("a"), Unavailable("connection lost"))
         assert not health.usable("a")
         await health.close()
@@ -229,7 +230,7 @@ def test_a_broker_that_answers_no_is_not_watched(answer: Exception) -> None:
     prober = Prober()
 
     async def scenario() -> None:
-        health = BrokerHealth(SendHealthConfig(slow_ms=50, isolate_ms=20, isolate_max_ms=20), probe=prober)
+        health = _probed(prober)
         health.finished("a", health.started("a"), answer)  # type: ignore[arg-type]
         await asyncio.sleep(0.05)
         assert health.usable("a") and prober.calls == 0
