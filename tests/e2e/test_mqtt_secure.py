@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.support.cluster import Cluster, start_merged, start_separated
 from tests.e2e.support.mqtt import Paho, Raw, connect_packet, new_id, publish_packet
-from tests.e2e.test_tls import self_signed
+from tests.helpers.tls import self_signed
 
 pytestmark = pytest.mark.timeout(180)
 RULES_WAIT_S = 30.0  # proxies read the security document every 2 s

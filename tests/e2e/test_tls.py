@@ -19,18 +19,9 @@ import pytest
 from tests.e2e.support import raw
 from tests.e2e.support.cluster import Cluster, start_merged, start_separated
 from tests.helpers.procs import REPO_ROOT
+from tests.helpers.tls import self_signed
 
 CLIENT_TIMEOUT_S = 120.0
-
-
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return cert, key
 
 
 @pytest.fixture(scope="module", params=["merged", "separated"])

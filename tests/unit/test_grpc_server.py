@@ -6,7 +6,6 @@ errors, TLS with ALPN h2, and a shutdown that finishes the calls in flight."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from common.http2.grpcserver import Call, GrpcError, GrpcLimits, GrpcServer, Kin
 from common.http2.limits import Http2Limits
 from tests.helpers import h2raw as h
 from tests.helpers.procs import LOOPBACK
+from tests.helpers.tls import self_signed
 
 MIB = 1 << 20
 TIMEOUT_S = 10.0
@@ -242,11 +242,7 @@ def test_shutdown_finishes_calls_in_flight_and_refuses_new_ones() -> None:
 
 
 def test_tls_with_alpn_h2(tmp_path: Path) -> None:
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(tmp_path / "key.pem"),
-         "-out", str(tmp_path / "cert.pem")], check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+    self_signed(tmp_path)
 
     async def test(server: GrpcServer, target: str, svc: Service) -> None:
         def client() -> bytes:

@@ -7,7 +7,6 @@ saw tried again, and TLS with ALPN h2."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from common.http2.client import Channel, RpcError, client_ssl_context
 from common.http2.grpcserver import Call, GrpcError, GrpcLimits, GrpcServer, Kind, StatusCode, server_ssl_context
 from common.http2.limits import Http2Limits
 from tests.helpers.procs import LOOPBACK, free_port
+from tests.helpers.tls import self_signed
 
 MIB = 1 << 20
 TIMEOUT_S = 10.0
@@ -437,11 +437,7 @@ def test_closed_channels_refuse_calls() -> None:
 
 
 def test_tls_with_alpn_h2(tmp_path: Path) -> None:
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(tmp_path / "key.pem"),
-         "-out", str(tmp_path / "cert.pem")], check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+    self_signed(tmp_path)
 
     async def main() -> None:
         svc = Service()
