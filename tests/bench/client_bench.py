@@ -2,7 +2,7 @@
 """The official clients' path, side by side with peers (issue 17), in one run on this machine.
 
     .venv/bin/python tests/bench/client_bench.py [--seconds 8] [--install-peers] [--no-node] [--no-peers]
-                                                 [--topology merged|separated|both] [--json]
+                                                 [--topology merged|separated|both] [--py-drivers 1] [--json]
 
 What users run is one message per SendMessage and one AckMessage per message: unary calls. This bench
 measures the server CPU per message on that path and compares it with the bare gRPC ceiling and with
@@ -15,6 +15,8 @@ two peer brokers driven by their own Python clients:
   Python client's own CPU keeps Sluice below saturation, so that ratio is printed too (INFO);
 - Sluice with the official Python client (`rocketmq-python-client`): `Producer.send` from 32 threads;
   `SimpleConsumer.receive(32)` + `ack` per message from 4 threads (tests/bench/clients/official_python.py);
+  one process is bound by its own GIL at ~0.9 cores before Sluice is busy, so `--py-drivers N` runs N
+  such processes counting over one window (rows `official python xN`);
 - Sluice with the official Node.js client (`rocketmq-client-nodejs`, installed by npm into
   tests/e2e/node/node_modules as the end-to-end tests do): 64 concurrent `send()`, 8 receive loops;
 - NATS JetStream (`nats-server -js`, nats-py; file storage, awaited publish acks) and RabbitMQ
@@ -65,6 +67,8 @@ BODY_BYTES = 1024
 WARMUP_S = 2.0
 START_TIMEOUT_S = 60.0
 DRIVER_GRACE_S = 90.0
+TOGETHER_START_S = 12.0  # --py-drivers: start-up and warm-up before the common window
+TOGETHER_LATE_S = 0.5  # a driver that starts counting later than this is noted
 TARGET_ECHO_RATIO = 1.6
 TARGET_RABBIT_RATIO = 2.5
 
@@ -147,6 +151,45 @@ def drive(row: Row, argv: list[str], server: Server) -> Row:
     if not row.messages and not row.note:
         lines = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
         row.note = lines[-1][:200] if lines else f"driver exited {proc.returncode} with no messages"
+    print(f"{row.rate:>9,.0f} msg/s  server {row.us_per_msg:7,.0f} µs/msg  errors {row.errors}  "
+          f"other {row.other_cores:.2f} cores {row.note}", file=sys.stderr, flush=True)  # fmt: skip
+    return row
+
+
+def drive_together(row: Row, opts: dict[str, Any], drivers: int, server: Server) -> Row:
+    """`drivers` official Python driver processes counting over one window: each is told to start
+    counting at the same instant (`start_at`, after `TOGETHER_START_S` for start-up and warm-up), and
+    the server's CPU is sampled at that instant and `seconds` later. One driver process is bound by
+    its own GIL before the server is busy; several show what the server does at a higher rate."""
+    print(f"  {row.system:<9} {row.client:<16} {row.phase:<8}", end="", file=sys.stderr, flush=True)
+    start_at = time.time() + TOGETHER_START_S
+    argv = py_driver({**opts, "start_at": start_at})
+    procs = [subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             for _ in range(drivers)]  # fmt: skip
+    try:
+        time.sleep(max(0.0, start_at - time.time()))
+        begin = (process_cpu_s(tuple(server.pids)), machine_busy_s())
+        time.sleep(float(opts["seconds"]))
+        end = (process_cpu_s(tuple(server.pids)), machine_busy_s())
+        for proc in procs:
+            out, _ = proc.communicate(timeout=DRIVER_GRACE_S)
+            for event in (json.loads(line) for line in out.splitlines() if line.startswith("{")):
+                if event.get("event") == "start" and event.get("late_s", 0) > TOGETHER_LATE_S:
+                    row.note = f"a driver started counting {event['late_s']} s late"
+                elif event.get("event") == "end":
+                    row.messages += event["messages"]
+                    row.errors += event["errors"]
+                    row.seconds = max(row.seconds, event["seconds"])
+    except subprocess.TimeoutExpired:
+        row.note = row.note or "a driver did not stop in time"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    row.server_cpu_s = end[0] - begin[0]
+    row.other_cores = round(max(0.0, (end[1] - begin[1]) - row.server_cpu_s) / float(opts["seconds"]), 2)
+    row.client = f"{row.client} x{drivers}"
     print(f"{row.rate:>9,.0f} msg/s  server {row.us_per_msg:7,.0f} µs/msg  errors {row.errors}  "
           f"other {row.other_cores:.2f} cores {row.note}", file=sys.stderr, flush=True)  # fmt: skip
     return row
@@ -335,24 +378,24 @@ def node_modules() -> Path | None:
 
 
 def sluice_rows(name: str, server: Server, endpoint: str, namesrv: str, seconds: float,
-                modules: Path | None) -> list[Row]:  # fmt: skip
+                modules: Path | None, py_drivers: int = 1) -> list[Row]:  # fmt: skip
     admin(namesrv, "topic", "create", TOPIC, "--queues", str(QUEUES))
     for group in (PY_GROUP, NODE_GROUP):
         admin(namesrv, "group", "create", group, "--consume-from", "earliest")
     base = {"endpoint": endpoint, "topic": TOPIC, "warmup_s": WARMUP_S, "seconds": seconds}
-    rows = [drive(Row(name, "official python", "send"),
-                  py_driver({**base, "mode": "produce", "threads": 32, "body_bytes": BODY_BYTES}), server)]  # fmt: skip
+
+    def python(phase: str, opts: dict[str, Any]) -> Row:
+        row = Row(name, "official python", phase)
+        if py_drivers > 1:
+            return drive_together(row, {**base, **opts}, py_drivers, server)
+        return drive(row, py_driver({**base, **opts}), server)
+
+    rows = [python("send", {"mode": "produce", "threads": 32, "body_bytes": BODY_BYTES})]
     node_base = {**base, "modulesDir": str(modules), "warmupS": WARMUP_S, "bodyBytes": BODY_BYTES}
     if modules is not None:
         rows.append(drive(Row(name, "official node", "send"),
                           node_driver({**node_base, "mode": "produce", "concurrency": 64}), server))  # fmt: skip
-    rows.append(
-        drive(
-            Row(name, "official python", "recv+ack"),
-            py_driver({**base, "mode": "consume", "group": PY_GROUP, "threads": 4, "batch": 32}),
-            server,
-        )
-    )
+    rows.append(python("recv+ack", {"mode": "consume", "group": PY_GROUP, "threads": 4, "batch": 32}))
     if modules is not None:
         rows.append(drive(Row(name, "official node", "recv+ack"),
                           node_driver({**node_base, "mode": "consume", "group": NODE_GROUP, "concurrency": 8,
@@ -389,7 +432,7 @@ def run(args: argparse.Namespace, root: Path) -> list[Row]:
             workers = ["--shards", "1", *workers]
         server, endpoint, namesrv = starter(root / name, workers)
         try:
-            rows += sluice_rows(name, server, endpoint, namesrv, args.seconds, modules)
+            rows += sluice_rows(name, server, endpoint, namesrv, args.seconds, modules, args.py_drivers)
         finally:
             server.stop()
     matched = [r for r in rows if r.client.startswith("official") and r.messages] if args.matched_echo else []
@@ -455,6 +498,8 @@ def main() -> int:
     ap.add_argument("--topology", choices=("merged", "separated", "both"), default="merged")
     ap.add_argument("--workers", type=int, help="proxy worker processes (default: Sluice's default, one per core)")
     ap.add_argument("--install-peers", action="store_true", help="apt-get/pip install RabbitMQ, NATS and their clients")
+    ap.add_argument("--py-drivers", type=int, default=1,
+                    help="official Python driver processes per row, counting over one window (default 1)")  # fmt: skip
     ap.add_argument("--no-node", action="store_true", help="skip the official Node.js client")
     ap.add_argument("--no-peers", action="store_true", help="skip RabbitMQ and NATS")
     ap.add_argument(

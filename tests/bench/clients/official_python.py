@@ -16,7 +16,9 @@ request the client itself re-sends every 30 s (`subscribe_lite` is one request p
 
 After `warmup_s` the driver prints `{"event": "start"}`, runs `seconds` more, then prints
 `{"event": "end", "messages": N, "errors": E, "seconds": S}`: the bench samples the servers' CPU at
-those two lines, so the client's start-up and warm-up are not counted. Stops by itself.
+those two lines, so the client's start-up and warm-up are not counted. With `start_at` (a
+time.time() instant) it starts counting then instead, so that several drivers count over one window
+(client_bench.py --py-drivers); its start line then says how late it was (`late_s`). Stops by itself.
 """
 
 from __future__ import annotations
@@ -148,9 +150,10 @@ def run_threads(loop: Any, threads: int, opts: dict[str, Any], stop: threading.E
     workers = [threading.Thread(target=loop, daemon=True) for _ in range(threads)]
     for w in workers:
         w.start()
-    time.sleep(float(opts["warmup_s"]))
+    start_at = opts.get("start_at")
+    time.sleep(float(opts["warmup_s"]) if start_at is None else max(0.0, float(start_at) - time.time()))
     counter.counting = True
-    emit({"event": "start"})
+    emit({"event": "start"} if start_at is None else {"event": "start", "late_s": round(time.time() - start_at, 3)})
     started = time.monotonic()
     time.sleep(float(opts["seconds"]))
     counter.counting = False
