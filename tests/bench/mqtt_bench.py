@@ -389,9 +389,8 @@ def ratios(rows: list[Row]) -> list[str]:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--phases", default="publish,fanout,idle,topics")
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the publish and fan-out phases' load (shared with mqtt_floor.py)."""
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--publishers", type=int, default=4)
@@ -399,6 +398,12 @@ def main() -> int:
     parser.add_argument("--fanout-window", type=int, default=8)
     parser.add_argument("--payload", type=int, default=256)
     parser.add_argument("--subscribers", type=int, default=100)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--phases", default="publish,fanout,idle,topics")
+    add_load_arguments(parser)
     parser.add_argument("--connections", type=int, default=10_000)
     parser.add_argument("--topics", default="10,1000000")
     parser.add_argument("--filters", type=int, default=10_000)

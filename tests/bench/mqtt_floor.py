@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import uvloop
 from client_bench import _popen_server, _stop_group, _wait_port
-from mqtt_bench import Row, Target, phase_fanout, phase_publish, start_mosquitto, table
+from mqtt_bench import Row, Target, add_load_arguments, phase_fanout, phase_publish, start_mosquitto, table
 
 from tests.helpers.procs import LOOPBACK, free_port
 
@@ -228,13 +228,7 @@ def floor_ratios(rows: list[Row], client_us: dict[int, float]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--serve", type=int, metavar="PORT", help="run the floor server only (the script does)")
-    parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--publishers", type=int, default=4)
-    parser.add_argument("--window", type=int, default=32)
-    parser.add_argument("--fanout-window", type=int, default=8)
-    parser.add_argument("--payload", type=int, default=256)
-    parser.add_argument("--subscribers", type=int, default=100)
+    add_load_arguments(parser)
     args = parser.parse_args()
     if args.serve is not None:
         serve(args.serve)
