@@ -108,7 +108,6 @@ class BrokerHealth:
         self.finished(broker, self.started(broker), Unavailable(f"broker {broker}: {why}"))
 
     def usable(self, broker: str) -> bool:
-
         if broker in self._probes:
             return False
         now = self._clock()

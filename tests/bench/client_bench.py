@@ -119,9 +119,19 @@ class Server:
 # -- measuring a driver ---------------------------------------------------------------------------
 
 
+def _row_started(row: Row) -> None:
+    """The start of a row's progress line on stderr (`_row_done` ends it)."""
+    print(f"  {row.system:<9} {row.client:<16} {row.phase:<8}", end="", file=sys.stderr, flush=True)
+
+
+def _row_done(row: Row) -> None:
+    print(f"{row.rate:>9,.0f} msg/s  server {row.us_per_msg:7,.0f} µs/msg  errors {row.errors}  "
+          f"other {row.other_cores:.2f} cores {row.note}", file=sys.stderr, flush=True)  # fmt: skip
+
+
 def drive(row: Row, argv: list[str], server: Server) -> Row:
     """Run a driver (its own process) and sample `server`'s CPU at its start and end lines."""
-    print(f"  {row.system:<9} {row.client:<16} {row.phase:<8}", end="", file=sys.stderr, flush=True)
+    _row_started(row)
     proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     started: tuple[float, float, float] | None = None
     deadline = time.monotonic() + DRIVER_GRACE_S + WARMUP_S + 60
@@ -151,8 +161,7 @@ def drive(row: Row, argv: list[str], server: Server) -> Row:
     if not row.messages and not row.note:
         lines = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
         row.note = lines[-1][:200] if lines else f"driver exited {proc.returncode} with no messages"
-    print(f"{row.rate:>9,.0f} msg/s  server {row.us_per_msg:7,.0f} µs/msg  errors {row.errors}  "
-          f"other {row.other_cores:.2f} cores {row.note}", file=sys.stderr, flush=True)  # fmt: skip
+    _row_done(row)
     return row
 
 
@@ -161,7 +170,7 @@ def drive_together(row: Row, opts: dict[str, Any], drivers: int, server: Server)
     counting at the same instant (`start_at`, after `TOGETHER_START_S` for start-up and warm-up), and
     the server's CPU is sampled at that instant and `seconds` later. One driver process is bound by
     its own GIL before the server is busy; several show what the server does at a higher rate."""
-    print(f"  {row.system:<9} {row.client:<16} {row.phase:<8}", end="", file=sys.stderr, flush=True)
+    _row_started(row)
     start_at = time.time() + TOGETHER_START_S
     argv = py_driver({**opts, "start_at": start_at})
     procs = [subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -190,8 +199,7 @@ def drive_together(row: Row, opts: dict[str, Any], drivers: int, server: Server)
     row.server_cpu_s = end[0] - begin[0]
     row.other_cores = round(max(0.0, (end[1] - begin[1]) - row.server_cpu_s) / float(opts["seconds"]), 2)
     row.client = f"{row.client} x{drivers}"
-    print(f"{row.rate:>9,.0f} msg/s  server {row.us_per_msg:7,.0f} µs/msg  errors {row.errors}  "
-          f"other {row.other_cores:.2f} cores {row.note}", file=sys.stderr, flush=True)  # fmt: skip
+    _row_done(row)
     return row
 
 
@@ -212,7 +220,7 @@ def sluice_bench_echo(server: Server, endpoint: str, seconds: float, at: Row | N
     or, given a measured row `at`, at that row's messages/s (open loop): what a unary call costs a
     server that is not saturated, as Sluice is not when a client's own CPU limits the rate."""
     row = Row("echo", "sluice bench", "unary") if at is None else Row("echo", "sluice bench", "@rate", paced_as=at.key)
-    print(f"  {row.system:<9} {row.client:<16} {row.phase:<8}", end="", file=sys.stderr, flush=True)
+    _row_started(row)
     pace = ["--max"] if at is None else ["--rate", str(max(1, round(at.rate)))]
     argv = [*SLUICE_ARGV, "bench", "echo", "--endpoint", endpoint, "--duration", str(seconds), "--warmup",
             str(WARMUP_S), "--json", "--quiet", *pace, "--batch", "1", "--concurrency", "64",

@@ -365,14 +365,15 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
-def ratios(rows: list[Row]) -> list[str]:
-    def best(system: str, phase: str) -> Row | None:
-        picked = [r for r in rows if r.system == system and r.phase == phase]
-        return max(picked, key=lambda r: r.rate) if picked else None
+def best_round(rows: list[Row], system: str, phase: str) -> Row | None:
+    """The round of `phase` in which `system` reached its highest rate (None if it ran none)."""
+    return max((r for r in rows if r.system == system and r.phase == phase), key=lambda r: r.rate, default=None)
 
+
+def ratios(rows: list[Row]) -> list[str]:
     out = []
     for phase, target in (("publish", 1.0), ("fanout", 0.8)):
-        s, m = best("sluice", phase), best("mosquitto", phase)
+        s, m = best_round(rows, "sluice", phase), best_round(rows, "mosquitto", phase)
         if s and m and m.rate:
             cpu_ratio = s.us_per / max(m.us_per, 1e-9)
             out.append(f"{phase}: {s.rate / m.rate:.2f}x Mosquitto's rate (target >= {target}x); server CPU "

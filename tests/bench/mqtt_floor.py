@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import uvloop
 from client_bench import _popen_server, _stop_group, _wait_port
-from mqtt_bench import Row, Target, add_load_arguments, phase_fanout, phase_publish, start_mosquitto, table
+from mqtt_bench import Row, Target, add_load_arguments, best_round, phase_fanout, phase_publish, start_mosquitto, table
 
 from tests.helpers.procs import LOOPBACK, free_port
 
@@ -206,12 +206,8 @@ def floor_ratios(rows: list[Row], client_us: dict[int, float]) -> list[str]:
     """Per phase, the floor's best round against Mosquitto's: rate and server CPU per message, and
     the CPU per message two cores leave a server at Mosquitto's rate beside the client."""
     out = []
-
-    def best(system: str, phase: str) -> Row | None:
-        return max((r for r in rows if r.system == system and r.phase == phase), key=lambda r: r.rate, default=None)
-
     for phase in ("publish", "fanout"):
-        f, m = best("floor", phase), best("mosquitto", phase)
+        f, m = best_round(rows, "floor", phase), best_round(rows, "mosquitto", phase)
         if f and m and m.rate and m.us_per:
             out.append(
                 f"{phase}: floor {f.rate / m.rate:.2f}x Mosquitto's msg/s; server CPU {f.us_per:.1f} vs "
